@@ -1,0 +1,481 @@
+package amiselect
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"k8s.io/utils/clock"
+)
+
+// Catalog is an in-memory ImageSource for tests and offline use. It answers
+// DescribeImages with EC2's filter semantics (image-id, name, state,
+// architecture, owner-id, owner-alias, tag-key, tag:<key>; values ORed with
+// "*"/"?" wildcards, filters ANDed; owners "self", "amazon",
+// "aws-marketplace" or account ids) and GetParameter from a parameter map.
+// Images are indexed, so a query costs about the size of its smallest
+// matching index, not the catalog. It is safe for concurrent use.
+type Catalog struct {
+	images    []Image
+	byID      map[string]int32
+	byOwner   map[string][]int32
+	byAlias   map[string][]int32
+	byTagKey  map[string][]int32
+	byTag     map[[2]string][]int32
+	byName    []int32 // image indexes sorted by name
+	accountID string
+	clock     clock.PassiveClock
+
+	mu     sync.RWMutex
+	params map[string]string
+}
+
+// NewCatalog builds a catalog from images. Every image needs a unique id of
+// the form ami-...; other fields may be empty. Options: WithAccountID (what
+// the owner "self" means), WithClock (deprecation when a query does not
+// include deprecated images).
+func NewCatalog(images []Image, opts ...Option) (*Catalog, error) {
+	o := newOptions(opts)
+	c := &Catalog{
+		images:    make([]Image, len(images)),
+		byID:      make(map[string]int32, len(images)),
+		byOwner:   map[string][]int32{},
+		byAlias:   map[string][]int32{},
+		byTagKey:  map[string][]int32{},
+		byTag:     map[[2]string][]int32{},
+		byName:    make([]int32, len(images)),
+		accountID: o.accountID,
+		clock:     o.clock,
+		params:    map[string]string{},
+	}
+	copy(c.images, images)
+	for i := range c.images {
+		img := &c.images[i]
+		idx := int32(i)
+		if !idPattern.MatchString(img.ID) {
+			return nil, fieldError(ErrInvalidCatalog, fmt.Sprintf("Images[%d].ImageId", i), img.ID, "must match ^ami-[0-9a-z]+$")
+		}
+		if prev, dup := c.byID[img.ID]; dup {
+			return nil, fieldError(ErrInvalidCatalog, fmt.Sprintf("Images[%d].ImageId", i), img.ID, fmt.Sprintf("duplicate of Images[%d]", prev))
+		}
+		c.byID[img.ID] = idx
+		c.byOwner[img.OwnerID] = append(c.byOwner[img.OwnerID], idx)
+		if img.OwnerAlias != "" {
+			c.byAlias[img.OwnerAlias] = append(c.byAlias[img.OwnerAlias], idx)
+		}
+		for k, v := range img.Tags {
+			c.byTagKey[k] = append(c.byTagKey[k], idx)
+			c.byTag[[2]string{k, v}] = append(c.byTag[[2]string{k, v}], idx)
+		}
+		c.byName[i] = idx
+	}
+	sort.SliceStable(c.byName, func(a, b int) bool { return c.images[c.byName[a]].Name < c.images[c.byName[b]].Name })
+	return c, nil
+}
+
+// SetParameter sets an SSM parameter value for GetParameter.
+func (c *Catalog) SetParameter(name, value string) {
+	c.mu.Lock()
+	c.params[name] = value
+	c.mu.Unlock()
+}
+
+// DeleteParameter removes an SSM parameter.
+func (c *Catalog) DeleteParameter(name string) {
+	c.mu.Lock()
+	delete(c.params, name)
+	c.mu.Unlock()
+}
+
+// GetParameter implements ImageSource; a missing parameter is
+// ErrParameterNotFound.
+func (c *Catalog) GetParameter(ctx context.Context, name string) (string, error) {
+	if err := ctx.Err(); err != nil {
+		return "", err
+	}
+	c.mu.RLock()
+	v, ok := c.params[name]
+	c.mu.RUnlock()
+	if !ok {
+		return "", fmt.Errorf("parameter %q: %w", name, ErrParameterNotFound)
+	}
+	return v, nil
+}
+
+type compiledFilter struct {
+	kind     string // "image-id", "name", ..., "tag"
+	tagKey   string
+	patterns []pattern
+}
+
+func (f *compiledFilter) matchAny(s string) bool {
+	for i := range f.patterns {
+		if f.patterns[i].match(s) {
+			return true
+		}
+	}
+	return false
+}
+
+func (f *compiledFilter) allLiteral() bool {
+	for i := range f.patterns {
+		if !f.patterns[i].literal {
+			return false
+		}
+	}
+	return true
+}
+
+func (f *compiledFilter) matches(img *Image) bool {
+	switch f.kind {
+	case "image-id":
+		return f.matchAny(img.ID)
+	case "name":
+		return f.matchAny(img.Name)
+	case "state":
+		return f.matchAny(img.State)
+	case "architecture":
+		return f.matchAny(img.Architecture)
+	case "owner-id":
+		return f.matchAny(img.OwnerID)
+	case "owner-alias":
+		return f.matchAny(img.OwnerAlias)
+	case "tag-key":
+		for k := range img.Tags {
+			if f.matchAny(k) {
+				return true
+			}
+		}
+		return false
+	case "tag":
+		v, ok := img.Tags[f.tagKey]
+		return ok && f.matchAny(v)
+	}
+	return false
+}
+
+func compileQuery(q Query) ([]compiledFilter, error) {
+	out := make([]compiledFilter, 0, len(q.Filters))
+	for i, f := range q.Filters {
+		cf := compiledFilter{kind: f.Name}
+		switch {
+		case f.Name == "image-id", f.Name == "name", f.Name == "state", f.Name == "architecture",
+			f.Name == "owner-id", f.Name == "owner-alias", f.Name == "tag-key":
+		case strings.HasPrefix(f.Name, "tag:") && len(f.Name) > len("tag:"):
+			cf.kind, cf.tagKey = "tag", f.Name[len("tag:"):]
+		default:
+			return nil, fieldError(ErrInvalidQuery, fmt.Sprintf("Filters[%d].Name", i), f.Name, "unsupported filter name")
+		}
+		if len(f.Values) == 0 {
+			return nil, fieldError(ErrInvalidQuery, fmt.Sprintf("Filters[%d].Values", i), f.Name, "a filter needs at least one value")
+		}
+		cf.patterns = make([]pattern, len(f.Values))
+		for j, v := range f.Values {
+			cf.patterns[j] = compilePattern(v)
+		}
+		out = append(out, cf)
+	}
+	return out, nil
+}
+
+// DescribeImages implements ImageSource.
+func (c *Catalog) DescribeImages(ctx context.Context, q Query) ([]Image, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	filters, err := compileQuery(q)
+	if err != nil {
+		return nil, err
+	}
+	candidates, sorted := c.candidates(q, filters)
+	now := c.clock.Now()
+	var hits []int32
+	for _, idx := range candidates {
+		img := &c.images[idx]
+		if !q.IncludeDeprecated && img.Deprecated(now) {
+			continue
+		}
+		if len(q.Owners) > 0 && !c.ownedBy(img, q.Owners) {
+			continue
+		}
+		ok := true
+		for i := range filters {
+			if !filters[i].matches(img) {
+				ok = false
+				break
+			}
+		}
+		if ok {
+			hits = append(hits, idx)
+		}
+	}
+	if !sorted {
+		sort.Slice(hits, func(a, b int) bool { return hits[a] < hits[b] })
+		hits = compactIdx(hits)
+	}
+	out := make([]Image, len(hits))
+	for i, idx := range hits {
+		out[i] = c.images[idx]
+	}
+	return out, nil
+}
+
+func compactIdx(s []int32) []int32 {
+	if len(s) < 2 {
+		return s
+	}
+	j := 1
+	for i := 1; i < len(s); i++ {
+		if s[i] != s[j-1] {
+			s[j] = s[i]
+			j++
+		}
+	}
+	return s[:j]
+}
+
+func (c *Catalog) ownedBy(img *Image, owners []string) bool {
+	for _, o := range owners {
+		switch o {
+		case "self":
+			if c.accountID != "" && img.OwnerID == c.accountID {
+				return true
+			}
+		case "amazon", "aws-marketplace":
+			if img.OwnerAlias == o {
+				return true
+			}
+		default:
+			if img.OwnerID == o {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// candidates picks the smallest index that bounds the answer. sorted is
+// true when the result is already in catalog order without duplicates.
+func (c *Catalog) candidates(q Query, filters []compiledFilter) ([]int32, bool) {
+	best := -1
+	var bestList [][]int32
+	var nameLo, nameHi int
+	useName := false
+	consider := func(lists [][]int32) {
+		n := 0
+		for _, l := range lists {
+			n += len(l)
+		}
+		if best < 0 || n < best {
+			best, bestList, useName = n, lists, false
+		}
+	}
+	if len(q.Owners) > 0 {
+		lists := make([][]int32, 0, len(q.Owners))
+		for _, o := range q.Owners {
+			switch o {
+			case "self":
+				if c.accountID != "" {
+					lists = append(lists, c.byOwner[c.accountID])
+				}
+			case "amazon", "aws-marketplace":
+				lists = append(lists, c.byAlias[o])
+			default:
+				lists = append(lists, c.byOwner[o])
+			}
+		}
+		consider(lists)
+	}
+	for i := range filters {
+		f := &filters[i]
+		switch f.kind {
+		case "image-id":
+			if f.allLiteral() {
+				list := make([]int32, 0, len(f.patterns))
+				for _, p := range f.patterns {
+					if idx, ok := c.byID[p.raw]; ok {
+						list = append(list, idx)
+					}
+				}
+				consider([][]int32{list})
+			}
+		case "tag-key":
+			if f.allLiteral() {
+				lists := make([][]int32, 0, len(f.patterns))
+				for _, p := range f.patterns {
+					lists = append(lists, c.byTagKey[p.raw])
+				}
+				consider(lists)
+			}
+		case "tag":
+			lists := make([][]int32, 0, len(f.patterns))
+			if f.allLiteral() {
+				for _, p := range f.patterns {
+					lists = append(lists, c.byTag[[2]string{f.tagKey, p.raw}])
+				}
+			} else {
+				lists = append(lists, c.byTagKey[f.tagKey])
+			}
+			consider(lists)
+		case "name":
+			if len(f.patterns) == 1 {
+				lo, hi := c.nameRange(f.patterns[0].prefix)
+				if best < 0 || hi-lo < best {
+					best, bestList, useName, nameLo, nameHi = hi-lo, nil, true, lo, hi
+				}
+			}
+		}
+	}
+	if useName {
+		return c.byName[nameLo:nameHi], false
+	}
+	if best < 0 {
+		return c.byName, false
+	}
+	if len(bestList) == 1 {
+		return bestList[0], isAscending(bestList[0])
+	}
+	var all []int32
+	for _, l := range bestList {
+		all = append(all, l...)
+	}
+	return all, false
+}
+
+func isAscending(s []int32) bool {
+	for i := 1; i < len(s); i++ {
+		if s[i] <= s[i-1] {
+			return false
+		}
+	}
+	return true
+}
+
+// nameRange returns the slice of byName whose names start with prefix.
+func (c *Catalog) nameRange(prefix string) (int, int) {
+	if prefix == "" {
+		return 0, len(c.byName)
+	}
+	name := func(i int) string { return c.images[c.byName[i]].Name }
+	lo := sort.Search(len(c.byName), func(i int) bool { return name(i) >= prefix })
+	hi := lo + sort.Search(len(c.byName)-lo, func(i int) bool { return !strings.HasPrefix(name(lo+i), prefix) })
+	return lo, hi
+}
+
+// describeImagesOutput is the JSON shape of EC2 DescribeImages output (as
+// the AWS CLI prints it), plus an optional Parameters list in the shape of
+// SSM GetParameters output.
+type describeImagesOutput struct {
+	Images []struct {
+		ImageID         string `json:"ImageId"`
+		Name            string `json:"Name"`
+		OwnerID         string `json:"OwnerId"`
+		ImageOwnerAlias string `json:"ImageOwnerAlias"`
+		Architecture    string `json:"Architecture"`
+		State           string `json:"State"`
+		CreationDate    string `json:"CreationDate"`
+		DeprecationTime string `json:"DeprecationTime"`
+		Tags            []struct {
+			Key   *string `json:"Key"`
+			Value *string `json:"Value"`
+		} `json:"Tags"`
+	} `json:"Images"`
+	Parameters []struct {
+		Name  string `json:"Name"`
+		Value string `json:"Value"`
+	} `json:"Parameters"`
+}
+
+// LoadCatalog reads a catalog from JSON in the shape of EC2 DescribeImages
+// output ({"Images": [{"ImageId": ..., "Name": ..., "OwnerId": ...,
+// "ImageOwnerAlias": ..., "Architecture": ..., "State": ...,
+// "CreationDate": ..., "DeprecationTime": ..., "Tags": [{"Key": ...,
+// "Value": ...}]}]}), with an optional "Parameters": [{"Name": ...,
+// "Value": ...}] list for SSM. Unknown fields are ignored. Malformed input is
+// an *Error matching ErrInvalidCatalog that names the offending path. Options
+// as for NewCatalog.
+func LoadCatalog(r io.Reader, opts ...Option) (*Catalog, error) {
+	var out describeImagesOutput
+	dec := json.NewDecoder(r)
+	if err := dec.Decode(&out); err != nil {
+		return nil, catalogJSONError(err)
+	}
+	if dec.More() {
+		return nil, fieldError(ErrInvalidCatalog, "", "", fmt.Sprintf("trailing data after the JSON document at offset %d", dec.InputOffset()))
+	}
+	images := make([]Image, len(out.Images))
+	for i, in := range out.Images {
+		img := Image{
+			ID:           in.ImageID,
+			Name:         in.Name,
+			OwnerID:      in.OwnerID,
+			OwnerAlias:   in.ImageOwnerAlias,
+			Architecture: in.Architecture,
+			State:        in.State,
+		}
+		var err error
+		if img.CreationDate, err = parseEC2Time(in.CreationDate); err != nil {
+			return nil, fieldError(ErrInvalidCatalog, fmt.Sprintf("Images[%d].CreationDate", i), in.CreationDate, "not an RFC 3339 time")
+		}
+		if img.DeprecationTime, err = parseEC2Time(in.DeprecationTime); err != nil {
+			return nil, fieldError(ErrInvalidCatalog, fmt.Sprintf("Images[%d].DeprecationTime", i), in.DeprecationTime, "not an RFC 3339 time")
+		}
+		if len(in.Tags) > 0 {
+			img.Tags = make(map[string]string, len(in.Tags))
+			for j, t := range in.Tags {
+				if t.Key == nil {
+					return nil, fieldError(ErrInvalidCatalog, fmt.Sprintf("Images[%d].Tags[%d].Key", i, j), "", "missing tag key")
+				}
+				if _, dup := img.Tags[*t.Key]; dup {
+					return nil, fieldError(ErrInvalidCatalog, fmt.Sprintf("Images[%d].Tags[%d].Key", i, j), *t.Key, "duplicate tag key")
+				}
+				v := ""
+				if t.Value != nil {
+					v = *t.Value
+				}
+				img.Tags[*t.Key] = v
+			}
+		}
+		images[i] = img
+	}
+	c, err := NewCatalog(images, opts...)
+	if err != nil {
+		return nil, err
+	}
+	for i, p := range out.Parameters {
+		if p.Name == "" {
+			return nil, fieldError(ErrInvalidCatalog, fmt.Sprintf("Parameters[%d].Name", i), "", "missing parameter name")
+		}
+		c.params[p.Name] = p.Value
+	}
+	return c, nil
+}
+
+// parseEC2Time parses an EC2 time stamp ("2024-08-07T21:10:08.000Z", any
+// RFC 3339 time); the empty string is the zero time.
+func parseEC2Time(s string) (time.Time, error) {
+	if s == "" {
+		return time.Time{}, nil
+	}
+	return time.Parse(time.RFC3339, s)
+}
+
+func catalogJSONError(err error) error {
+	var syn *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &syn):
+		return &Error{Kind: ErrInvalidCatalog, Index: -1, Path: fmt.Sprintf("offset %d", syn.Offset), Reason: syn.Error()}
+	case errors.As(err, &typ):
+		return &Error{Kind: ErrInvalidCatalog, Index: -1, Path: typ.Field, Field: typ.Field, Reason: fmt.Sprintf("expected %s, got JSON %s", typ.Type, typ.Value)}
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		return &Error{Kind: ErrInvalidCatalog, Index: -1, Reason: "truncated or empty JSON"}
+	}
+	return &Error{Kind: ErrInvalidCatalog, Index: -1, Reason: err.Error()}
+}
