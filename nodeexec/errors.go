@@ -1,0 +1,130 @@
+package nodeexec
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Sentinel errors. Every error this package returns wraps one of them, so
+// callers can branch with errors.Is without parsing messages.
+var (
+	// ErrInvalidPlan is wrapped by every *ValidationError.
+	ErrInvalidPlan = errors.New("invalid plan")
+	// ErrEmptyArgv: an argv (step, check, backup or rollback) is empty or
+	// its program name is the empty string.
+	ErrEmptyArgv = errors.New("empty argv")
+	// ErrInvalidArgv: an argv element contains a NUL byte, which no
+	// program can receive.
+	ErrInvalidArgv = errors.New("argv element contains a NUL byte")
+	// ErrUnknownNamespace: a namespace name is not one of mount, uts, ipc,
+	// net, pid.
+	ErrUnknownNamespace = errors.New("unknown namespace")
+	// ErrNegativeDuration: a timeout or backoff is negative, or a retry
+	// budget is negative.
+	ErrNegativeDuration = errors.New("negative duration or count")
+	// ErrInvalidName: a plan, node or step name is not a valid DNS-1123
+	// label (step names become container names and journal keys).
+	ErrInvalidName = errors.New("invalid name")
+	// ErrDuplicateStep: two steps share a name.
+	ErrDuplicateStep = errors.New("duplicate step name")
+	// ErrNoSteps: a plan has no steps.
+	ErrNoSteps = errors.New("plan has no steps")
+	// ErrInvalidEnv: an environment variable name is empty or contains
+	// '=' or NUL, or its value contains NUL.
+	ErrInvalidEnv = errors.New("invalid environment variable")
+	// ErrInvalidPolicy: an interrupt policy is unknown or asks for
+	// something the step does not provide (Check without a check argv,
+	// Rollback without a rollback argv).
+	ErrInvalidPolicy = errors.New("invalid interrupt policy")
+	// ErrConflictingFields: two fields that exclude each other are both
+	// set (for example InContainer together with Namespaces).
+	ErrConflictingFields = errors.New("conflicting fields")
+
+	// ErrJournalCorrupt: the journal file exists but cannot be decoded or
+	// is internally inconsistent. Nothing is run and the file is left
+	// untouched for inspection.
+	ErrJournalCorrupt = errors.New("journal is corrupt")
+	// ErrJournalMismatch: the journal file belongs to a different plan
+	// (other name or fingerprint). Nothing is run and the file is left
+	// untouched.
+	ErrJournalMismatch = errors.New("journal belongs to a different plan")
+	// ErrJournalLocked: another runner holds the journal's lock.
+	ErrJournalLocked = errors.New("journal is locked by another runner")
+
+	// ErrStepFailed: the plan ended in PlanFailed.
+	ErrStepFailed = errors.New("step failed")
+	// ErrRolledBack: a step failed and the plan was rolled back.
+	ErrRolledBack = errors.New("plan rolled back")
+	// ErrNeedsAttention: the runner stopped because it cannot continue
+	// safely (an interrupted non-idempotent step, or a failed rollback).
+	ErrNeedsAttention = errors.New("plan needs attention")
+)
+
+// ValidationError describes one invalid field of a Plan. Field is a path
+// such as "steps[2].argv" or "steps[kubeadm].timeout".
+type ValidationError struct {
+	Field  string
+	Detail string
+	Err    error
+}
+
+// Error implements error.
+func (e *ValidationError) Error() string {
+	if e.Detail == "" {
+		return fmt.Sprintf("nodeexec: invalid plan: %s: %v", e.Field, e.Err)
+	}
+	return fmt.Sprintf("nodeexec: invalid plan: %s: %v: %s", e.Field, e.Err, e.Detail)
+}
+
+// Unwrap makes errors.Is match both ErrInvalidPlan and the specific sentinel.
+func (e *ValidationError) Unwrap() []error { return []error{ErrInvalidPlan, e.Err} }
+
+// JournalError reports a journal file that cannot be used.
+type JournalError struct {
+	Path   string
+	Detail string
+	Err    error
+}
+
+// Error implements error.
+func (e *JournalError) Error() string {
+	if e.Detail == "" {
+		return fmt.Sprintf("nodeexec: journal %s: %v", e.Path, e.Err)
+	}
+	return fmt.Sprintf("nodeexec: journal %s: %v: %s", e.Path, e.Err, e.Detail)
+}
+
+// Unwrap returns the sentinel (ErrJournalCorrupt, ErrJournalMismatch,
+// ErrJournalLocked) or the underlying I/O error.
+func (e *JournalError) Unwrap() error { return e.Err }
+
+// PlanError is returned by Runner.Run when a plan reaches a terminal state
+// other than PlanSucceeded. It unwraps to ErrStepFailed, ErrRolledBack or
+// ErrNeedsAttention.
+type PlanError struct {
+	Plan    string
+	State   PlanState
+	Failure Failure
+}
+
+// Error implements error.
+func (e *PlanError) Error() string {
+	f := e.Failure
+	msg := fmt.Sprintf("nodeexec: plan %q %s: step %q (%s) exit code %d", e.Plan, e.State, f.Step, f.Phase, f.ExitCode)
+	if f.Error != "" {
+		msg += ": " + f.Error
+	}
+	return msg
+}
+
+// Unwrap maps the terminal state to its sentinel.
+func (e *PlanError) Unwrap() error {
+	switch e.State {
+	case PlanRolledBack:
+		return ErrRolledBack
+	case PlanNeedsAttention:
+		return ErrNeedsAttention
+	default:
+		return ErrStepFailed
+	}
+}

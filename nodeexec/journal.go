@@ -1,0 +1,246 @@
+package nodeexec
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// JournalVersion is the journal file format version this package writes.
+const JournalVersion = 1
+
+// StepState is the journaled state of one step.
+type StepState string
+
+// Step states.
+const (
+	StepPending     StepState = "Pending"
+	StepRunning     StepState = "Running" // started, not known to have finished
+	StepSucceeded   StepState = "Succeeded"
+	StepSkipped     StepState = "Skipped" // its check said it was already done
+	StepFailed      StepState = "Failed"
+	StepRollingBack StepState = "RollingBack"
+	StepRolledBack  StepState = "RolledBack"
+)
+
+func (s StepState) known() bool {
+	switch s {
+	case StepPending, StepRunning, StepSucceeded, StepSkipped, StepFailed, StepRollingBack, StepRolledBack:
+		return true
+	}
+	return false
+}
+
+// PlanState is the journaled state of the whole plan.
+type PlanState string
+
+// Plan states. Succeeded, Failed, RolledBack and NeedsAttention are
+// terminal: running a plan whose journal is terminal returns the recorded
+// outcome and runs nothing.
+const (
+	PlanRunning        PlanState = "Running"
+	PlanRollingBack    PlanState = "RollingBack"
+	PlanSucceeded      PlanState = "Succeeded"
+	PlanFailed         PlanState = "Failed"
+	PlanRolledBack     PlanState = "RolledBack"
+	PlanNeedsAttention PlanState = "NeedsAttention"
+)
+
+// Terminal reports whether the plan has finished, one way or another.
+func (s PlanState) Terminal() bool {
+	switch s {
+	case PlanSucceeded, PlanFailed, PlanRolledBack, PlanNeedsAttention:
+		return true
+	}
+	return false
+}
+
+func (s PlanState) known() bool {
+	return s.Terminal() || s == PlanRunning || s == PlanRollingBack
+}
+
+// StepRecord is the journal entry of one step.
+type StepRecord struct {
+	Name  string    `json:"name"`
+	State StepState `json:"state"`
+	// Attempts counts runs of the main argv, across restarts of the runner.
+	Attempts int `json:"attempts,omitempty"`
+	// BackupTaken records that the backup argv completed.
+	BackupTaken bool `json:"backupTaken,omitempty"`
+	// Resumed counts how often this step was found interrupted on resume.
+	Resumed int `json:"resumed,omitempty"`
+	// ExitCode and Output describe the last run of the main argv.
+	ExitCode int       `json:"exitCode,omitempty"`
+	Output   string    `json:"output,omitempty"`
+	Note     string    `json:"note,omitempty"`
+	Started  time.Time `json:"started,omitzero"`
+	Finished time.Time `json:"finished,omitzero"`
+}
+
+// Failure describes why a plan did not succeed.
+type Failure struct {
+	Step     string `json:"step"`
+	Phase    Phase  `json:"phase"`
+	ExitCode int    `json:"exitCode"`
+	Output   string `json:"output,omitempty"`
+	Error    string `json:"error,omitempty"`
+	Attempts int    `json:"attempts,omitempty"`
+}
+
+// Outcome is the state of a plan as recorded in its journal.
+type Outcome struct {
+	Plan    string       `json:"plan"`
+	Node    string       `json:"node"`
+	State   PlanState    `json:"state"`
+	Steps   []StepRecord `json:"steps"`
+	Failure *Failure     `json:"failure,omitempty"`
+	// Runs counts how many times a runner process picked this plan up.
+	Runs int `json:"runs"`
+}
+
+// Progress is the fraction of steps that succeeded or were skipped.
+func (o Outcome) Progress() float64 {
+	if len(o.Steps) == 0 {
+		return 0
+	}
+	done := 0
+	for _, s := range o.Steps {
+		if s.State == StepSucceeded || s.State == StepSkipped {
+			done++
+		}
+	}
+	return float64(done) / float64(len(o.Steps))
+}
+
+// Step returns the record of the named step.
+func (o Outcome) Step(name string) (StepRecord, bool) {
+	for _, s := range o.Steps {
+		if s.Name == name {
+			return s, true
+		}
+	}
+	return StepRecord{}, false
+}
+
+// Journal is the on-disk form: a format version, the plan fingerprint and
+// the outcome.
+type Journal struct {
+	Version     int       `json:"version"`
+	Fingerprint string    `json:"fingerprint"`
+	Updated     time.Time `json:"updated,omitzero"`
+	Outcome
+}
+
+// JournalFileName is the file name of plan's journal inside the journal
+// directory.
+func JournalFileName(planName string) string { return planName + ".journal.json" }
+
+// ReadJournal reads and checks a journal file. A missing file is returned
+// as an error satisfying errors.Is(err, fs.ErrNotExist); an undecodable or
+// inconsistent one as ErrJournalCorrupt.
+func ReadJournal(path string) (Journal, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return Journal{}, err
+	}
+	j, err := DecodeJournal(data)
+	if err != nil {
+		var je *JournalError
+		if errors.As(err, &je) {
+			je.Path = path
+		}
+		return Journal{}, err
+	}
+	return j, nil
+}
+
+// DecodeJournal parses journal bytes strictly (unknown fields, trailing
+// data, unknown states and duplicate step names are ErrJournalCorrupt).
+func DecodeJournal(data []byte) (Journal, error) {
+	corrupt := func(format string, args ...any) (Journal, error) {
+		return Journal{}, &JournalError{Err: ErrJournalCorrupt, Detail: fmt.Sprintf(format, args...)}
+	}
+	var j Journal
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&j); err != nil {
+		return corrupt("%v", err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return corrupt("trailing data")
+	}
+	if j.Version != JournalVersion {
+		return corrupt("format version %d, want %d", j.Version, JournalVersion)
+	}
+	if j.Fingerprint == "" || j.Plan == "" {
+		return corrupt("missing plan name or fingerprint")
+	}
+	if !j.State.known() {
+		return corrupt("unknown plan state %q", j.State)
+	}
+	seen := map[string]bool{}
+	for i, s := range j.Steps {
+		if s.Name == "" || seen[s.Name] {
+			return corrupt("steps[%d]: empty or duplicate name %q", i, s.Name)
+		}
+		seen[s.Name] = true
+		if !s.State.known() {
+			return corrupt("steps[%d]: unknown state %q", i, s.State)
+		}
+		if s.Attempts < 0 || s.Resumed < 0 {
+			return corrupt("steps[%d]: negative counter", i)
+		}
+	}
+	return j, nil
+}
+
+// writeJournal replaces path atomically: write a temporary file in the same
+// directory, fsync it, rename it over path, fsync the directory. A crash at
+// any point leaves either the old or the new journal, never a torn one.
+func writeJournal(path string, j Journal) error {
+	data, err := json.MarshalIndent(j, "", "  ")
+	if err != nil {
+		return err
+	}
+	data = append(data, '\n')
+	dir := filepath.Dir(path)
+	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return err
+	}
+	tmpName := tmp.Name()
+	cleanup := func() { _ = os.Remove(tmpName) }
+	if _, err := tmp.Write(data); err != nil {
+		_ = tmp.Close()
+		cleanup()
+		return err
+	}
+	if err := tmp.Sync(); err != nil {
+		_ = tmp.Close()
+		cleanup()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		cleanup()
+		return err
+	}
+	if err := os.Chmod(tmpName, 0o600); err != nil {
+		cleanup()
+		return err
+	}
+	if err := os.Rename(tmpName, path); err != nil {
+		cleanup()
+		return err
+	}
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}

@@ -1,0 +1,536 @@
+package nodeexec
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/go-logr/logr"
+	"k8s.io/utils/clock"
+)
+
+// DefaultJournalDir is where the runner keeps journals when no directory
+// is configured. The pod builder mounts the staging hostPath there, so the
+// journal lives on the host and survives pod restarts.
+const DefaultJournalDir = "/var/lib/upgradekit/journal"
+
+// Runner executes plans step by step, journaling every state change to a
+// file before and after it happens, so that a runner restarted after a
+// crash resumes where the previous one stopped.
+//
+// Guarantees, per step:
+//   - a step recorded as Succeeded or Skipped is never run again;
+//   - a step recorded as Running (started, outcome unknown) is handled by
+//     its InterruptPolicy: re-run, check, roll back and re-run, or stop in
+//     PlanNeedsAttention;
+//   - a backup is taken at most once, before the first attempt;
+//   - a plan whose journal is terminal is not run again: Run returns the
+//     recorded outcome.
+//
+// A Runner is safe for concurrent use on different plans; two runners on
+// the same plan and journal directory exclude each other with a lock file
+// (ErrJournalLocked).
+type Runner struct {
+	exec        Executor
+	dir         string
+	pid         int
+	direct      bool
+	log         logr.Logger
+	clock       clock.Clock
+	outputLimit int
+	maxResumes  int
+	progress    func(Outcome)
+}
+
+// RunnerOption configures a Runner.
+type RunnerOption func(*Runner)
+
+// WithJournalDir sets the directory that holds journals (created 0700 if
+// missing). Default DefaultJournalDir.
+func WithJournalDir(dir string) RunnerOption { return func(r *Runner) { r.dir = dir } }
+
+// WithTargetPID sets the process whose namespaces steps enter; default 1
+// (the host's init, visible when the pod runs with hostPID).
+func WithTargetPID(pid int) RunnerOption { return func(r *Runner) { r.pid = pid } }
+
+// WithDirect runs every step without nsenter, for a runner that already
+// runs on the host (a systemd unit, an SSH session, tests).
+func WithDirect() RunnerOption { return func(r *Runner) { r.direct = true } }
+
+// WithLogger sets the logger; default logr.Discard().
+func WithLogger(l logr.Logger) RunnerOption { return func(r *Runner) { r.log = l } }
+
+// WithClock sets the clock used for backoff waits and journal timestamps.
+func WithClock(c clock.Clock) RunnerOption { return func(r *Runner) { r.clock = c } }
+
+// WithJournalOutputLimit sets how many trailing output bytes of each step
+// the journal keeps (default 4096; the full bounded output is in the
+// Executor's Result and the logs).
+func WithJournalOutputLimit(n int) RunnerOption { return func(r *Runner) { r.outputLimit = n } }
+
+// WithMaxResumes bounds how often one step may be found interrupted before
+// the plan stops in PlanNeedsAttention, so a step that kills its own runner
+// (for example by restarting the container runtime the pod runs on) cannot
+// loop forever. Default 3.
+func WithMaxResumes(n int) RunnerOption { return func(r *Runner) { r.maxResumes = n } }
+
+// WithProgress registers a function called with a copy of the outcome
+// after every journal write (for status reporting).
+func WithProgress(f func(Outcome)) RunnerOption { return func(r *Runner) { r.progress = f } }
+
+// NewRunner returns a Runner that executes commands through exec.
+func NewRunner(exec Executor, opts ...RunnerOption) (*Runner, error) {
+	r := &Runner{
+		exec:        exec,
+		dir:         DefaultJournalDir,
+		pid:         1,
+		log:         logr.Discard(),
+		clock:       clock.RealClock{},
+		outputLimit: 4096,
+		maxResumes:  3,
+	}
+	for _, o := range opts {
+		o(r)
+	}
+	switch {
+	case exec == nil:
+		return nil, errors.New("nodeexec: NewRunner: nil Executor")
+	case r.dir == "":
+		return nil, errors.New("nodeexec: NewRunner: empty journal directory")
+	case r.pid < 1:
+		return nil, fmt.Errorf("nodeexec: NewRunner: target PID %d: must be >= 1", r.pid)
+	case r.outputLimit < 0 || r.maxResumes < 0:
+		return nil, fmt.Errorf("nodeexec: NewRunner: %w", ErrNegativeDuration)
+	case r.clock == nil:
+		return nil, errors.New("nodeexec: NewRunner: nil clock")
+	}
+	return r, nil
+}
+
+// JournalPath returns where the journal of the named plan lives.
+func (r *Runner) JournalPath(planName string) string {
+	return filepath.Join(r.dir, JournalFileName(planName))
+}
+
+// Reset deletes the journal of the named plan so the next Run starts from
+// the first step. It is the explicit way to retry a plan that ended in a
+// terminal state.
+func (r *Runner) Reset(planName string) error {
+	err := os.Remove(r.JournalPath(planName))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	return err
+}
+
+// Run executes plan, resuming from its journal if one exists. It returns
+// the outcome and, when the plan did not succeed, a *PlanError (or a
+// validation, journal or context error, in which case nothing or only part
+// was run and the journal shows how far it got).
+func (r *Runner) Run(ctx context.Context, plan Plan) (Outcome, error) {
+	if err := plan.Validate(); err != nil {
+		return Outcome{}, err
+	}
+	if err := os.MkdirAll(r.dir, 0o700); err != nil {
+		return Outcome{}, &JournalError{Path: r.dir, Err: err}
+	}
+	path := r.JournalPath(plan.Name)
+	unlock, err := lockFile(path + ".lock")
+	if err != nil {
+		return Outcome{}, &JournalError{Path: path, Err: err}
+	}
+	defer unlock()
+
+	fp := plan.Fingerprint()
+	j, err := ReadJournal(path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		j = newJournal(plan, fp)
+	case err != nil:
+		var je *JournalError
+		if !errors.As(err, &je) {
+			err = &JournalError{Path: path, Err: err}
+		}
+		return Outcome{}, err
+	default:
+		if j.Plan != plan.Name || j.Fingerprint != fp {
+			return Outcome{}, &JournalError{Path: path, Err: ErrJournalMismatch,
+				Detail: fmt.Sprintf("journal is for plan %q fingerprint %.12s, running plan %q fingerprint %.12s", j.Plan, j.Fingerprint, plan.Name, fp)}
+		}
+		if len(j.Steps) != len(plan.Steps) {
+			return Outcome{}, &JournalError{Path: path, Err: ErrJournalCorrupt, Detail: "step count differs from the plan"}
+		}
+		for i := range j.Steps {
+			if j.Steps[i].Name != plan.Steps[i].Name {
+				return Outcome{}, &JournalError{Path: path, Err: ErrJournalCorrupt, Detail: fmt.Sprintf("steps[%d] is %q, plan has %q", i, j.Steps[i].Name, plan.Steps[i].Name)}
+			}
+		}
+	}
+	log := r.log.WithValues("plan", plan.Name, "node", plan.Node)
+	if j.State.Terminal() {
+		log.Info("plan already finished; nothing to run", "state", j.State)
+		return j.Outcome.clone(), terminalError(j.Outcome)
+	}
+	j.Runs++
+	s := &session{r: r, plan: plan, j: &j, path: path, log: log}
+	if err := s.persist(); err != nil {
+		return j.Outcome.clone(), err
+	}
+	log.Info("plan started", "run", j.Runs, "journal", path)
+
+	if j.State == PlanRollingBack {
+		if err := s.rollback(ctx); err != nil {
+			return j.Outcome.clone(), err
+		}
+	}
+	for i := 0; i < len(plan.Steps) && !j.State.Terminal(); i++ {
+		if err := s.step(ctx, i); err != nil {
+			return j.Outcome.clone(), err
+		}
+	}
+	if !j.State.Terminal() {
+		j.State = PlanSucceeded
+		if err := s.persist(); err != nil {
+			return j.Outcome.clone(), err
+		}
+	}
+	log.Info("plan finished", "state", j.State)
+	return j.Outcome.clone(), terminalError(j.Outcome)
+}
+
+func newJournal(plan Plan, fp string) Journal {
+	j := Journal{Version: JournalVersion, Fingerprint: fp, Outcome: Outcome{Plan: plan.Name, Node: plan.Node, State: PlanRunning}}
+	j.Steps = make([]StepRecord, len(plan.Steps))
+	for i, s := range plan.Steps {
+		j.Steps[i] = StepRecord{Name: s.Name, State: StepPending}
+	}
+	return j
+}
+
+func terminalError(o Outcome) error {
+	if o.State == PlanSucceeded || !o.State.Terminal() {
+		return nil
+	}
+	e := &PlanError{Plan: o.Plan, State: o.State}
+	if o.Failure != nil {
+		e.Failure = *o.Failure
+	}
+	return e
+}
+
+func (o Outcome) clone() Outcome {
+	c := o
+	c.Steps = append([]StepRecord(nil), o.Steps...)
+	if o.Failure != nil {
+		f := *o.Failure
+		c.Failure = &f
+	}
+	return c
+}
+
+// session is one Run call on one plan.
+type session struct {
+	r    *Runner
+	plan Plan
+	j    *Journal
+	path string
+	log  logr.Logger
+}
+
+func (s *session) persist() error {
+	s.j.Updated = s.r.clock.Now().UTC()
+	if err := writeJournal(s.path, *s.j); err != nil {
+		return &JournalError{Path: s.path, Err: err}
+	}
+	if s.r.progress != nil {
+		s.r.progress(s.j.Outcome.clone())
+	}
+	return nil
+}
+
+func (s *session) tail(b []byte) string {
+	if len(b) > s.r.outputLimit {
+		b = b[len(b)-s.r.outputLimit:]
+	}
+	return strings.ToValidUTF8(string(b), "\uFFFD")
+}
+
+// exec runs one argv of step i with the step's deadline.
+func (s *session) exec(ctx context.Context, i int, phase Phase, argv []string) (Result, error) {
+	st := s.plan.Steps[i]
+	cmd := Command{Step: st.Name, Phase: phase, Argv: argv}
+	for _, e := range st.Env {
+		cmd.Env = append(cmd.Env, e.Name+"="+e.Value)
+	}
+	if !s.r.direct && !st.InContainer {
+		cmd.Target = &Target{PID: s.r.pid, Namespaces: st.EffectiveNamespaces()}
+	}
+	actx := ctx
+	if st.Timeout > 0 {
+		var cancel context.CancelFunc
+		actx, cancel = context.WithTimeout(ctx, st.Timeout)
+		defer cancel()
+	}
+	res, err := s.r.exec.Run(actx, cmd)
+	if err == nil && actx.Err() != nil && ctx.Err() == nil {
+		// An executor that ignored the deadline still lost the race.
+		err = actx.Err()
+	}
+	if err != nil && ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
+		err = fmt.Errorf("deadline of %v exceeded: %w", st.Timeout, err)
+	}
+	return res, err
+}
+
+// interrupted reports whether the caller's context ended; the step then
+// stays Running in the journal and the next runner resumes it.
+func interrupted(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("nodeexec: interrupted: %w", err)
+	}
+	return nil
+}
+
+func (s *session) step(ctx context.Context, i int) error {
+	st := s.plan.Steps[i]
+	rec := &s.j.Steps[i]
+	log := s.log.WithValues("step", st.Name)
+	switch rec.State {
+	case StepSucceeded, StepSkipped:
+		log.Info("step already completed; not re-running", "state", rec.State)
+		return nil
+	case StepRunning:
+		rec.Resumed++
+		policy := st.EffectiveInterruptPolicy()
+		log.Info("step was interrupted", "policy", policy, "resumed", rec.Resumed)
+		if rec.Resumed > s.r.maxResumes {
+			return s.stop(i, fmt.Sprintf("step interrupted %d times (limit %d)", rec.Resumed, s.r.maxResumes))
+		}
+		switch policy {
+		case InterruptStop:
+			return s.stop(i, "interrupted while running; the step is neither idempotent nor checkable")
+		case InterruptCheck:
+			res, err := s.exec(ctx, i, PhaseCheck, st.Check)
+			if ierr := interrupted(ctx); ierr != nil {
+				return ierr
+			}
+			if err == nil && res.ExitCode == 0 {
+				rec.State, rec.Note, rec.Finished = StepSucceeded, "completed before the interruption (check passed)", s.r.clock.Now().UTC()
+				log.Info("interrupted step had completed; check passed")
+				return s.persist()
+			}
+			rec.Note = fmt.Sprintf("check after interruption: exit %d; running again", res.ExitCode)
+		case InterruptRollback:
+			if st.Backup == nil || rec.BackupTaken {
+				res, err := s.runWithRetry(ctx, i, PhaseRollback, st.Rollback)
+				if ierr := interrupted(ctx); ierr != nil {
+					return ierr
+				}
+				if err != nil || res.ExitCode != 0 {
+					return s.needsAttention(i, PhaseRollback, res, err, "rolling back the interrupted step failed")
+				}
+				rec.Note = "rolled back after interruption; running again"
+			}
+		case InterruptRerun:
+			rec.Note = "interrupted; idempotent, running again"
+		}
+		if err := s.persist(); err != nil {
+			return err
+		}
+	case StepPending:
+		if len(st.Check) > 0 {
+			res, err := s.exec(ctx, i, PhaseCheck, st.Check)
+			if ierr := interrupted(ctx); ierr != nil {
+				return ierr
+			}
+			if err == nil && res.ExitCode == 0 {
+				rec.State, rec.Note, rec.Finished = StepSkipped, "already done (check passed)", s.r.clock.Now().UTC()
+				log.Info("step skipped: check says already done")
+				return s.persist()
+			}
+		}
+	default:
+		return &JournalError{Path: s.path, Err: ErrJournalCorrupt, Detail: fmt.Sprintf("step %q is %s while the plan is %s", st.Name, rec.State, s.j.State)}
+	}
+
+	if st.Backup != nil && !rec.BackupTaken {
+		res, err := s.exec(ctx, i, PhaseBackup, st.Backup)
+		if ierr := interrupted(ctx); ierr != nil {
+			return ierr
+		}
+		if err != nil || res.ExitCode != 0 {
+			rec.State = StepFailed
+			return s.fail(ctx, i, PhaseBackup, res, err)
+		}
+		rec.BackupTaken = true
+		if err := s.persist(); err != nil {
+			return err
+		}
+	}
+
+	attempts := st.Retry.attempts()
+	for n := 1; ; n++ {
+		rec.State, rec.Started = StepRunning, s.r.clock.Now().UTC()
+		rec.Attempts++
+		if err := s.persist(); err != nil { // journaled before the command starts
+			return err
+		}
+		log.Info("running step", "attempt", n, "of", attempts)
+		res, err := s.exec(ctx, i, PhaseRun, st.Argv)
+		if ierr := interrupted(ctx); ierr != nil {
+			return ierr
+		}
+		rec.ExitCode, rec.Output, rec.Finished = res.ExitCode, s.tail(res.Output), s.r.clock.Now().UTC()
+		if err == nil && res.ExitCode == 0 {
+			rec.State, rec.Note = StepSucceeded, ""
+			log.Info("step succeeded", "duration", res.Duration)
+			return s.persist()
+		}
+		if n >= attempts {
+			rec.State = StepFailed
+			return s.fail(ctx, i, PhaseRun, res, err)
+		}
+		wait := st.Retry.delay(n)
+		rec.Note = fmt.Sprintf("attempt %d failed (exit %d%s); retrying in %v", n, res.ExitCode, errSuffix(err), wait)
+		log.Info("step attempt failed; retrying", "attempt", n, "exitCode", res.ExitCode, "wait", wait, "error", errString(err))
+		if err := s.persist(); err != nil {
+			return err
+		}
+		if wait > 0 {
+			select {
+			case <-ctx.Done():
+				return interrupted(ctx)
+			case <-s.r.clock.After(wait):
+			}
+		}
+	}
+}
+
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+func errSuffix(err error) string {
+	if err == nil {
+		return ""
+	}
+	return ": " + err.Error()
+}
+
+// runWithRetry runs argv with the step's retry budget (used for rollbacks).
+func (s *session) runWithRetry(ctx context.Context, i int, phase Phase, argv []string) (Result, error) {
+	st := s.plan.Steps[i]
+	var res Result
+	var err error
+	for n := 1; n <= st.Retry.attempts(); n++ {
+		res, err = s.exec(ctx, i, phase, argv)
+		if ctx.Err() != nil || (err == nil && res.ExitCode == 0) {
+			return res, err
+		}
+		if wait := st.Retry.delay(n); wait > 0 && n < st.Retry.attempts() {
+			select {
+			case <-ctx.Done():
+				return res, ctx.Err()
+			case <-s.r.clock.After(wait):
+			}
+		}
+	}
+	return res, err
+}
+
+func (s *session) failure(i int, phase Phase, res Result, err error) *Failure {
+	return &Failure{
+		Step:     s.plan.Steps[i].Name,
+		Phase:    phase,
+		ExitCode: res.ExitCode,
+		Output:   s.tail(res.Output),
+		Error:    errString(err),
+		Attempts: s.j.Steps[i].Attempts,
+	}
+}
+
+// fail records a step that exhausted its budget and either ends the plan
+// in PlanFailed or rolls it back.
+func (s *session) fail(ctx context.Context, i int, phase Phase, res Result, err error) error {
+	s.j.Failure = s.failure(i, phase, res, err)
+	s.log.Info("step failed", "step", s.plan.Steps[i].Name, "phase", phase, "exitCode", res.ExitCode, "error", errString(err))
+	if !s.plan.RollbackOnFailure {
+		s.j.State = PlanFailed
+		return s.persist()
+	}
+	s.j.State = PlanRollingBack
+	if err := s.persist(); err != nil {
+		return err
+	}
+	return s.rollback(ctx)
+}
+
+func (s *session) stop(i int, why string) error {
+	rec := s.j.Steps[i]
+	s.j.State = PlanNeedsAttention
+	s.j.Failure = &Failure{Step: rec.Name, Phase: PhaseRun, ExitCode: rec.ExitCode, Output: rec.Output, Error: why, Attempts: rec.Attempts}
+	s.log.Info("plan needs attention", "step", rec.Name, "reason", why)
+	return s.persist()
+}
+
+func (s *session) needsAttention(i int, phase Phase, res Result, err error, why string) error {
+	f := s.failure(i, phase, res, err)
+	f.Error = strings.TrimSuffix(why+": "+f.Error, ": ")
+	s.j.State, s.j.Failure = PlanNeedsAttention, f
+	s.log.Info("plan needs attention", "step", f.Step, "reason", f.Error)
+	return s.persist()
+}
+
+// rollback undoes, in reverse order, every step that ran and has a
+// rollback argv (and whose backup, if it declares one, was taken). Steps
+// already RolledBack are not undone twice; a step found RollingBack (the
+// runner died mid-rollback) is rolled back again, so rollback argvs must be
+// idempotent (restoring a backup is).
+func (s *session) rollback(ctx context.Context) error {
+	orig := s.j.Failure
+	for k := len(s.plan.Steps) - 1; k >= 0; k-- {
+		st, rec := s.plan.Steps[k], &s.j.Steps[k]
+		switch rec.State {
+		case StepSucceeded, StepFailed, StepRollingBack:
+		default:
+			continue
+		}
+		if len(st.Rollback) == 0 {
+			rec.Note = "no rollback argv; left as is"
+			continue
+		}
+		if st.Backup != nil && !rec.BackupTaken {
+			rec.Note = "backup was never taken; nothing to restore"
+			continue
+		}
+		rec.State = StepRollingBack
+		if err := s.persist(); err != nil {
+			return err
+		}
+		s.log.Info("rolling back step", "step", st.Name)
+		res, err := s.runWithRetry(ctx, k, PhaseRollback, st.Rollback)
+		if ierr := interrupted(ctx); ierr != nil {
+			return ierr
+		}
+		if err != nil || res.ExitCode != 0 {
+			why := "rollback failed"
+			if orig != nil {
+				why = fmt.Sprintf("rollback failed after step %q failed (exit %d)", orig.Step, orig.ExitCode)
+			}
+			return s.needsAttention(k, PhaseRollback, res, err, why)
+		}
+		rec.State, rec.Note = StepRolledBack, ""
+		if err := s.persist(); err != nil {
+			return err
+		}
+	}
+	s.j.State = PlanRolledBack
+	return s.persist()
+}

@@ -1,0 +1,465 @@
+package nodeexec
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr/testr"
+	"github.com/google/go-cmp/cmp"
+	"github.com/stretchr/testify/require"
+)
+
+// scriptedHost is an in-memory host: every command is recorded as
+// "step/phase" and answers with scripted exit codes (default 0).
+type scriptedHost struct {
+	mu    sync.Mutex
+	calls []string
+	exits map[string][]int
+	// block, when it names a "step/phase", makes that command wait for its
+	// context (to simulate a crash or deadline mid-step).
+	block string
+	cmds  []Command
+}
+
+func (h *scriptedHost) Run(ctx context.Context, c Command) (Result, error) {
+	key := c.Step + "/" + string(c.Phase)
+	h.mu.Lock()
+	h.calls = append(h.calls, key)
+	h.cmds = append(h.cmds, c)
+	code := 0
+	if seq := h.exits[key]; len(seq) > 0 {
+		code = seq[0]
+		if len(seq) > 1 {
+			h.exits[key] = seq[1:]
+		}
+	}
+	block := h.block == key
+	h.mu.Unlock()
+	if block {
+		<-ctx.Done()
+		return Result{ExitCode: -1}, ctx.Err()
+	}
+	return Result{ExitCode: code, Output: []byte(key + " output")}, nil
+}
+
+func (h *scriptedHost) Calls() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]string(nil), h.calls...)
+}
+
+func (h *scriptedHost) reset() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.calls, h.cmds = nil, nil
+}
+
+func newTestRunner(t *testing.T, h Executor, dir string, opts ...RunnerOption) *Runner {
+	t.Helper()
+	r, err := NewRunner(h, append([]RunnerOption{WithJournalDir(dir), WithLogger(testr.New(t))}, opts...)...)
+	require.NoError(t, err)
+	return r
+}
+
+func threeStepPlan() Plan {
+	return Plan{
+		Name: "p", Node: "n1",
+		Steps: []Step{
+			{Name: "one", Argv: []string{"one"}, Backup: []string{"b1"}, Rollback: []string{"r1"}, Idempotent: true},
+			{Name: "two", Argv: []string{"two"}, Rollback: []string{"r2"}, Idempotent: true},
+			{Name: "three", Argv: []string{"three"}, Backup: []string{"b3"}, Rollback: []string{"r3"}, Idempotent: true},
+		},
+	}
+}
+
+func states(o Outcome) []StepState {
+	var s []StepState
+	for _, r := range o.Steps {
+		s = append(s, r.State)
+	}
+	return s
+}
+
+func TestRunSucceedsAndIsNotRepeated(t *testing.T) {
+	h := &scriptedHost{}
+	dir := t.TempDir()
+	r := newTestRunner(t, h, dir)
+	out, err := r.Run(t.Context(), threeStepPlan())
+	require.NoError(t, err)
+	require.Equal(t, PlanSucceeded, out.State)
+	require.Equal(t, []string{"one/backup", "one/run", "two/run", "three/backup", "three/run"}, h.Calls())
+	require.Equal(t, 1.0, out.Progress())
+	// Default target is PID 1 with the default namespaces.
+	require.Equal(t, &Target{PID: 1, Namespaces: DefaultNamespaces()}, h.cmds[1].Target)
+
+	// The journal on disk is what Run returned.
+	j, err := ReadJournal(r.JournalPath("p"))
+	require.NoError(t, err)
+	require.Empty(t, cmp.Diff(out, j.Outcome))
+	info, err := os.Stat(r.JournalPath("p"))
+	require.NoError(t, err)
+	require.Equal(t, os.FileMode(0o600), info.Mode().Perm())
+
+	// Running a finished plan runs nothing.
+	h.reset()
+	out2, err := r.Run(t.Context(), threeStepPlan())
+	require.NoError(t, err)
+	require.Empty(t, h.Calls())
+	require.Equal(t, PlanSucceeded, out2.State)
+
+	// Reset makes it run again.
+	require.NoError(t, r.Reset("p"))
+	require.NoError(t, r.Reset("p"), "resetting twice is fine")
+	_, err = r.Run(t.Context(), threeStepPlan())
+	require.NoError(t, err)
+	require.Len(t, h.Calls(), 5)
+}
+
+func TestCheckSkipsDoneStep(t *testing.T) {
+	h := &scriptedHost{exits: map[string][]int{"two/check": {0}}}
+	p := threeStepPlan()
+	p.Steps[1].Check = []string{"is-done"}
+	out, err := newTestRunner(t, h, t.TempDir()).Run(t.Context(), p)
+	require.NoError(t, err)
+	require.Equal(t, []StepState{StepSucceeded, StepSkipped, StepSucceeded}, states(out))
+	require.NotContains(t, h.Calls(), "two/run")
+}
+
+func TestRetryThenSucceed(t *testing.T) {
+	h := &scriptedHost{exits: map[string][]int{"two/run": {1, 7, 0}}}
+	p := threeStepPlan()
+	p.Steps[1].Retry = RetryPolicy{Attempts: 3, Backoff: time.Millisecond}
+	out, err := newTestRunner(t, h, t.TempDir()).Run(t.Context(), p)
+	require.NoError(t, err)
+	rec, _ := out.Step("two")
+	require.Equal(t, 3, rec.Attempts)
+	require.Equal(t, StepSucceeded, rec.State)
+}
+
+func TestFailureIsTerminalWithExitCodeAndOutput(t *testing.T) {
+	h := &scriptedHost{exits: map[string][]int{"two/run": {3}}}
+	p := threeStepPlan()
+	p.Steps[1].Retry = RetryPolicy{Attempts: 2}
+	r := newTestRunner(t, h, t.TempDir())
+	out, err := r.Run(t.Context(), p)
+	require.ErrorIs(t, err, ErrStepFailed)
+	var pe *PlanError
+	require.ErrorAs(t, err, &pe)
+	require.Equal(t, Failure{Step: "two", Phase: PhaseRun, ExitCode: 3, Output: "two/run output", Attempts: 2}, pe.Failure)
+	require.Equal(t, PlanFailed, out.State)
+	require.Equal(t, []StepState{StepSucceeded, StepFailed, StepPending}, states(out))
+	require.InDelta(t, 1.0/3, out.Progress(), 1e-9)
+
+	// Terminal: a second Run runs nothing and returns the same failure.
+	h.reset()
+	_, err = r.Run(t.Context(), p)
+	require.ErrorIs(t, err, ErrStepFailed)
+	require.Empty(t, h.Calls())
+}
+
+func TestRollbackInReverseOrder(t *testing.T) {
+	h := &scriptedHost{exits: map[string][]int{"three/run": {1}}}
+	p := threeStepPlan()
+	p.RollbackOnFailure = true
+	out, err := newTestRunner(t, h, t.TempDir()).Run(t.Context(), p)
+	require.ErrorIs(t, err, ErrRolledBack)
+	require.Equal(t, PlanRolledBack, out.State)
+	require.Equal(t, []string{
+		"one/backup", "one/run", "two/run", "three/backup", "three/run",
+		"three/rollback", "two/rollback", "one/rollback",
+	}, h.Calls())
+	require.Equal(t, []StepState{StepRolledBack, StepRolledBack, StepRolledBack}, states(out))
+	require.Equal(t, "three", out.Failure.Step)
+}
+
+func TestBackupFailureSkipsRestoreOfThatStep(t *testing.T) {
+	h := &scriptedHost{exits: map[string][]int{"three/backup": {2}}}
+	p := threeStepPlan()
+	p.RollbackOnFailure = true
+	out, err := newTestRunner(t, h, t.TempDir()).Run(t.Context(), p)
+	require.ErrorIs(t, err, ErrRolledBack)
+	require.NotContains(t, h.Calls(), "three/run")
+	require.NotContains(t, h.Calls(), "three/rollback", "no backup was taken, nothing to restore")
+	require.Equal(t, PhaseBackup, out.Failure.Phase)
+	require.Equal(t, 2, out.Failure.ExitCode)
+}
+
+func TestRollbackFailureNeedsAttention(t *testing.T) {
+	h := &scriptedHost{exits: map[string][]int{"three/run": {1}, "two/rollback": {9}}}
+	p := threeStepPlan()
+	p.RollbackOnFailure = true
+	out, err := newTestRunner(t, h, t.TempDir()).Run(t.Context(), p)
+	require.ErrorIs(t, err, ErrNeedsAttention)
+	require.Equal(t, PlanNeedsAttention, out.State)
+	require.Equal(t, PhaseRollback, out.Failure.Phase)
+	require.Equal(t, "two", out.Failure.Step)
+	require.Contains(t, out.Failure.Error, `after step "three" failed`)
+	require.NotContains(t, h.Calls(), "one/rollback", "rollback stops at the first failure")
+}
+
+// interruptAt runs p until step/phase blocks, then cancels the context,
+// leaving the journal as a crash would.
+func interruptAt(t *testing.T, r *Runner, h *scriptedHost, p Plan, at string) {
+	t.Helper()
+	h.block = at
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { _, err := r.Run(ctx, p); done <- err }()
+	require.Eventually(t, func() bool {
+		c := h.Calls()
+		return len(c) > 0 && c[len(c)-1] == at
+	}, 5*time.Second, time.Millisecond)
+	cancel()
+	err := <-done
+	require.ErrorIs(t, err, context.Canceled)
+	h.block = ""
+	h.reset()
+}
+
+func TestResumeAfterInterruption(t *testing.T) {
+	tests := []struct {
+		name      string
+		mutate    func(*Step)
+		exits     map[string][]int
+		wantCalls []string
+		wantState PlanState
+		wantErr   error
+	}{
+		{
+			name:      "idempotent step re-runs",
+			mutate:    func(s *Step) { s.Idempotent = true },
+			wantCalls: []string{"two/run", "three/backup", "three/run"},
+			wantState: PlanSucceeded,
+		},
+		{
+			name:      "check passes: marked done, not re-run",
+			mutate:    func(s *Step) { s.Idempotent = false; s.Check = []string{"c"} },
+			exits:     map[string][]int{"two/check": {1, 0}},
+			wantCalls: []string{"two/check", "three/backup", "three/run"},
+			wantState: PlanSucceeded,
+		},
+		{
+			name:      "check fails: re-run",
+			mutate:    func(s *Step) { s.Idempotent = false; s.Check = []string{"c"} },
+			exits:     map[string][]int{"two/check": {1}},
+			wantCalls: []string{"two/check", "two/run", "three/backup", "three/run"},
+			wantState: PlanSucceeded,
+		},
+		{
+			name:      "rollback then re-run",
+			mutate:    func(s *Step) { s.Idempotent = false; s.OnInterrupt = InterruptRollback },
+			wantCalls: []string{"two/rollback", "two/run", "three/backup", "three/run"},
+			wantState: PlanSucceeded,
+		},
+		{
+			name:      "not idempotent: stop, run nothing",
+			mutate:    func(s *Step) { s.Idempotent = false },
+			wantCalls: nil,
+			wantState: PlanNeedsAttention,
+			wantErr:   ErrNeedsAttention,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := &scriptedHost{exits: tt.exits}
+			if h.exits == nil {
+				h.exits = map[string][]int{}
+			}
+			p := threeStepPlan()
+			tt.mutate(&p.Steps[1])
+			r := newTestRunner(t, h, t.TempDir())
+			interruptAt(t, r, h, p, "two/run")
+
+			j, err := ReadJournal(r.JournalPath(p.Name))
+			require.NoError(t, err)
+			require.Equal(t, []StepState{StepSucceeded, StepRunning, StepPending}, states(j.Outcome))
+
+			out, err := r.Run(t.Context(), p)
+			if tt.wantErr != nil {
+				require.ErrorIs(t, err, tt.wantErr)
+			} else {
+				require.NoError(t, err)
+			}
+			require.Equal(t, tt.wantState, out.State)
+			require.Equal(t, tt.wantCalls, h.Calls())
+			require.NotContains(t, h.Calls(), "one/run", "a completed step never re-runs")
+			require.NotContains(t, h.Calls(), "one/backup")
+			rec, _ := out.Step("two")
+			require.Equal(t, 1, rec.Resumed)
+			require.Equal(t, 2, out.Runs)
+		})
+	}
+}
+
+func TestBackupNotRetakenOnResume(t *testing.T) {
+	h := &scriptedHost{}
+	p := threeStepPlan()
+	r := newTestRunner(t, h, t.TempDir())
+	interruptAt(t, r, h, p, "three/run")
+	_, err := r.Run(t.Context(), p)
+	require.NoError(t, err)
+	require.Equal(t, []string{"three/run"}, h.Calls(), "the backup of the interrupted step is kept, not overwritten")
+}
+
+func TestResumeLimit(t *testing.T) {
+	h := &scriptedHost{}
+	p := threeStepPlan()
+	r := newTestRunner(t, h, t.TempDir(), WithMaxResumes(1))
+	interruptAt(t, r, h, p, "two/run")
+	interruptAt(t, r, h, p, "two/run")
+	out, err := r.Run(t.Context(), p)
+	require.ErrorIs(t, err, ErrNeedsAttention)
+	require.Contains(t, out.Failure.Error, "interrupted 2 times")
+	require.Empty(t, h.Calls())
+}
+
+func TestResumeInterruptedRollback(t *testing.T) {
+	h := &scriptedHost{exits: map[string][]int{"three/run": {1}}}
+	p := threeStepPlan()
+	p.RollbackOnFailure = true
+	r := newTestRunner(t, h, t.TempDir())
+	interruptAt(t, r, h, p, "two/rollback")
+	out, err := r.Run(t.Context(), p)
+	require.ErrorIs(t, err, ErrRolledBack)
+	require.Equal(t, []string{"two/rollback", "one/rollback"}, h.Calls(), "three is already rolled back; two is redone")
+	require.Equal(t, PlanRolledBack, out.State)
+}
+
+func TestStepDeadline(t *testing.T) {
+	p := Plan{Name: "p", Node: "n", Steps: []Step{{
+		Name: "slow", Argv: []string{"sleep", "30"}, Timeout: 100 * time.Millisecond,
+		Retry: RetryPolicy{Attempts: 2},
+	}}}
+	start := time.Now()
+	out, err := newTestRunner(t, OSExecutor{}, t.TempDir(), WithDirect()).Run(t.Context(), p)
+	require.ErrorIs(t, err, ErrStepFailed)
+	require.Less(t, time.Since(start), 10*time.Second)
+	require.Equal(t, -1, out.Failure.ExitCode)
+	require.Equal(t, 2, out.Failure.Attempts)
+	require.Contains(t, out.Failure.Error, "deadline of 100ms exceeded")
+}
+
+func TestBadJournalsRunNothingAndLoseNothing(t *testing.T) {
+	other := threeStepPlan()
+	other.Steps[2].Argv = []string{"changed"}
+	otherJournal, err := json.Marshal(newJournal(other, other.Fingerprint()))
+	require.NoError(t, err)
+	tests := []struct {
+		name    string
+		content []byte
+		want    error
+	}{
+		{"garbage", []byte("{not json"), ErrJournalCorrupt},
+		{"truncated", []byte(`{"version":1,"fingerprint":"ab`), ErrJournalCorrupt},
+		{"unknown version", []byte(`{"version":99,"fingerprint":"x","plan":"p","state":"Running","steps":[]}`), ErrJournalCorrupt},
+		{"unknown state", []byte(`{"version":1,"fingerprint":"x","plan":"p","state":"Dancing","steps":[]}`), ErrJournalCorrupt},
+		{"different plan", otherJournal, ErrJournalMismatch},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := &scriptedHost{}
+			dir := t.TempDir()
+			r := newTestRunner(t, h, dir)
+			path := r.JournalPath("p")
+			require.NoError(t, os.WriteFile(path, tt.content, 0o600))
+			_, err := r.Run(t.Context(), threeStepPlan())
+			require.ErrorIs(t, err, tt.want)
+			var je *JournalError
+			require.ErrorAs(t, err, &je)
+			require.Equal(t, path, je.Path)
+			require.Empty(t, h.Calls(), "nothing runs")
+			after, err := os.ReadFile(path)
+			require.NoError(t, err)
+			require.Equal(t, tt.content, after, "nothing is lost")
+		})
+	}
+}
+
+func TestInvalidPlanRunsNothing(t *testing.T) {
+	h := &scriptedHost{}
+	dir := t.TempDir()
+	p := threeStepPlan()
+	p.Steps[1].Namespaces = []Namespace{"time"}
+	_, err := newTestRunner(t, h, dir).Run(t.Context(), p)
+	require.ErrorIs(t, err, ErrUnknownNamespace)
+	require.Empty(t, h.Calls())
+	entries, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	require.Empty(t, entries, "no journal is written for an invalid plan")
+}
+
+func TestJournalLock(t *testing.T) {
+	h := &scriptedHost{}
+	dir := t.TempDir()
+	r := newTestRunner(t, h, dir)
+	unlock, err := lockFile(r.JournalPath("p") + ".lock")
+	require.NoError(t, err)
+	_, err = r.Run(t.Context(), threeStepPlan())
+	require.ErrorIs(t, err, ErrJournalLocked)
+	unlock()
+	_, err = r.Run(t.Context(), threeStepPlan())
+	require.NoError(t, err)
+}
+
+func TestDirectAndInContainerHaveNoTarget(t *testing.T) {
+	h := &scriptedHost{}
+	p := threeStepPlan()
+	p.Steps[0].InContainer = true
+	p.Steps[1].Namespaces = []Namespace{NamespaceUTS}
+	p.Steps[1].Env = []EnvVar{{Name: "K", Value: "v w"}}
+	_, err := newTestRunner(t, h, t.TempDir(), WithTargetPID(77)).Run(t.Context(), p)
+	require.NoError(t, err)
+	require.Nil(t, h.cmds[0].Target)
+	require.Equal(t, &Target{PID: 77, Namespaces: []Namespace{NamespaceUTS}}, h.cmds[2].Target)
+	require.Equal(t, []string{"K=v w"}, h.cmds[2].Env)
+
+	h2 := &scriptedHost{}
+	_, err = newTestRunner(t, h2, t.TempDir(), WithDirect()).Run(t.Context(), threeStepPlan())
+	require.NoError(t, err)
+	for _, c := range h2.cmds {
+		require.Nil(t, c.Target)
+	}
+}
+
+func TestNewRunnerRejectsBadOptions(t *testing.T) {
+	_, err := NewRunner(nil)
+	require.Error(t, err)
+	_, err = NewRunner(OSExecutor{}, WithJournalDir(""))
+	require.Error(t, err)
+	_, err = NewRunner(OSExecutor{}, WithTargetPID(0))
+	require.Error(t, err)
+	_, err = NewRunner(OSExecutor{}, WithMaxResumes(-1))
+	require.ErrorIs(t, err, ErrNegativeDuration)
+}
+
+func TestProgressCallback(t *testing.T) {
+	var seen []float64
+	_, err := newTestRunner(t, &scriptedHost{}, t.TempDir(), WithProgress(func(o Outcome) { seen = append(seen, o.Progress()) })).Run(t.Context(), threeStepPlan())
+	require.NoError(t, err)
+	require.Equal(t, 1.0, seen[len(seen)-1])
+	require.Equal(t, 0.0, seen[0])
+}
+
+func TestJournalWriteIsAtomic(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "x.journal.json")
+	j := newJournal(threeStepPlan(), "fp")
+	require.NoError(t, writeJournal(path, j))
+	j.State = PlanSucceeded
+	require.NoError(t, writeJournal(path, j))
+	entries, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	require.Len(t, entries, 1, "no temporary files are left behind")
+	got, err := ReadJournal(path)
+	require.NoError(t, err)
+	require.Equal(t, PlanSucceeded, got.State)
+
+	_, err = ReadJournal(filepath.Join(dir, "missing"))
+	require.True(t, errors.Is(err, os.ErrNotExist))
+}
