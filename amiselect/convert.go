@@ -1,6 +1,7 @@
 package amiselect
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 )
@@ -52,7 +53,7 @@ func ConvertV1Beta1(amiFamily string, terms []Term) (V1, error) {
 		if err != nil {
 			var e *Error
 			reason := "unknown family"
-			if asErr(err, &e) {
+			if errors.As(err, &e) {
 				reason = e.Reason
 			}
 			return V1{}, fieldError(ErrNotConvertible, "amiFamily", amiFamily, reason)
@@ -64,9 +65,12 @@ func ConvertV1Beta1(amiFamily string, terms []Term) (V1, error) {
 			return V1{}, fieldError(ErrNotConvertible, "amiFamily", amiFamily,
 				"a Custom family needs amiSelectorTerms (id, name, tags or ssmParameter) naming the images to use")
 		default:
-			out = V1{Terms: []Term{{Alias: strings.ToLower(string(f)) + "@" + VersionLatest}}, Notes: []string{
-				fmt.Sprintf("amiFamily %s without terms became alias %s@latest: nodes drift to each new EKS-optimized release; pin a version (e.g. %s@v20240807) or use id/name terms to control promotion",
-					f, strings.ToLower(string(f)), strings.ToLower(string(f)))}}
+			alias := strings.ToLower(string(f)) + "@" + VersionLatest
+			note := fmt.Sprintf("amiFamily %s without terms became alias %s: nodes drift to each new EKS-optimized release", f, alias)
+			if !f.windows() {
+				note += "; pin a release (" + strings.ToLower(string(f)) + "@<version>) or use id/name terms to control promotion"
+			}
+			out = V1{Terms: []Term{{Alias: alias}}, Notes: []string{note}}
 		}
 	}
 	if err := Validate(out.Terms, WithFamily(out.Family)); err != nil {

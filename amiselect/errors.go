@@ -122,5 +122,3 @@ func (e *NoImagesError) Error() string {
 
 // Unwrap returns ErrNoImages.
 func (e *NoImagesError) Unwrap() error { return ErrNoImages }
-
-func asErr(err error, target **Error) bool { return errors.As(err, target) }
