@@ -114,6 +114,7 @@ build_apiserver
 "$work/out/etcd" --version >&2
 "$work/out/kube-apiserver" --version >&2
 
+chmod 0755 "$work/out"
 # Atomic publish: a concurrent run either sees nothing or the whole directory.
 staged="$work/out"
 if ! mv -T "$staged" "$dest" 2>/dev/null; then
