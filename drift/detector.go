@@ -1,0 +1,250 @@
+package drift
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// ReasonName names why an object drifted. Names follow Karpenter's where
+// the meaning is the same.
+type ReasonName string
+
+// Reason names.
+const (
+	// NodePoolDrifted: the static (hashed) part of the desired spec changed.
+	NodePoolDrifted ReasonName = "NodePoolDrifted"
+	// RequirementsDrifted: the object's labels no longer satisfy the
+	// desired node selector requirements.
+	RequirementsDrifted ReasonName = "RequirementsDrifted"
+	// InstanceTypeNotFound: the object's instance type is no longer
+	// offered (for caller-defined checks).
+	InstanceTypeNotFound ReasonName = "InstanceTypeNotFound"
+	// NodeClassDrift: the static part of the node class changed (use a
+	// StaticHash check with this reason and the node class's stamper).
+	NodeClassDrift ReasonName = "NodeClassDrift"
+	// AMIDrift: the object's image is not the one a new node with the same
+	// requirements would get.
+	AMIDrift ReasonName = "AMIDrift"
+	// SecurityGroupDrift, SubnetDrift, CapacityReservationDrift and
+	// PlacementGroupDrift are provider reasons for caller-defined checks.
+	SecurityGroupDrift       ReasonName = "SecurityGroupDrift"
+	SubnetDrift              ReasonName = "SubnetDrift"
+	CapacityReservationDrift ReasonName = "CapacityReservationDrift"
+	PlacementGroupDrift      ReasonName = "PlacementGroupDrift"
+)
+
+// EvidenceKind says what a piece of evidence is about.
+type EvidenceKind string
+
+// Evidence kinds.
+const (
+	EvidenceField EvidenceKind = "Field"
+	EvidenceLabel EvidenceKind = "Label"
+	EvidenceImage EvidenceKind = "Image"
+	EvidenceHash  EvidenceKind = "Hash"
+)
+
+// Evidence is one observation supporting a Reason.
+type Evidence struct {
+	Kind EvidenceKind
+	// Key is the field path, label key, or "image"/"hash".
+	Key string
+	// Want is the desired value or constraint, when known.
+	Want string
+	// Got is the object's value, when known.
+	Got string
+	// Detail says more, e.g. "Modified" for a field or the failed
+	// requirement.
+	Detail string
+}
+
+// Reason says why an object drifted.
+type Reason struct {
+	Name     ReasonName
+	Message  string
+	Evidence []Evidence
+}
+
+// Check is one drift check. It returns nil when it finds no drift, a
+// Reason when it does, and an error when it cannot tell. A check must
+// treat missing or unreadable data as "no drift", never as drifted.
+type Check interface {
+	Check(ctx context.Context, obj metav1.Object) (*Reason, error)
+}
+
+// CheckFunc adapts a function to Check.
+type CheckFunc func(ctx context.Context, obj metav1.Object) (*Reason, error)
+
+// Check calls f.
+func (f CheckFunc) Check(ctx context.Context, obj metav1.Object) (*Reason, error) {
+	return f(ctx, obj)
+}
+
+// Detector runs checks in order. The zero Detector has no checks and
+// finds no drift.
+type Detector struct {
+	checks []Check
+}
+
+// NewDetector returns a Detector running checks in the given order (nil
+// checks are skipped). Put cheap static checks first, as Karpenter does.
+func NewDetector(checks ...Check) *Detector {
+	d := &Detector{}
+	for _, c := range checks {
+		if c != nil {
+			d.checks = append(d.checks, c)
+		}
+	}
+	return d
+}
+
+// With returns a new Detector with checks appended.
+func (d *Detector) With(checks ...Check) *Detector {
+	return NewDetector(append(append([]Check(nil), d.checks...), checks...)...)
+}
+
+// CheckError wraps the error of one check with its position.
+type CheckError struct {
+	Index int
+	Err   error
+}
+
+// Error implements error.
+func (e *CheckError) Error() string { return fmt.Sprintf("drift: check %d: %v", e.Index, e.Err) }
+
+// Unwrap returns the check's error.
+func (e *CheckError) Unwrap() error { return e.Err }
+
+// First runs the checks in order and returns the first reason found, or
+// nil. It stops at the first error (a *CheckError) or when ctx is done.
+func (d *Detector) First(ctx context.Context, obj metav1.Object) (*Reason, error) {
+	for i, c := range d.checks {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		r, err := c.Check(ctx, obj)
+		if err != nil {
+			return nil, &CheckError{Index: i, Err: err}
+		}
+		if r != nil {
+			return r, nil
+		}
+	}
+	return nil, nil
+}
+
+// All runs every check and returns all reasons found, in check order. A
+// failing check does not stop the others; the errors are joined.
+func (d *Detector) All(ctx context.Context, obj metav1.Object) ([]Reason, error) {
+	var out []Reason
+	var errs []error
+	for i, c := range d.checks {
+		if err := ctx.Err(); err != nil {
+			return out, errors.Join(append(errs, err)...)
+		}
+		r, err := c.Check(ctx, obj)
+		if err != nil {
+			errs = append(errs, &CheckError{Index: i, Err: err})
+			continue
+		}
+		if r != nil {
+			out = append(out, *r)
+		}
+	}
+	return out, errors.Join(errs...)
+}
+
+// StaticHash is the static drift check: the object's stamp against the
+// hash of the desired spec, with the changed fields as evidence.
+type StaticHash struct {
+	stamper *Stamper
+	desired any
+	stamp   Stamp
+	reason  ReasonName
+	oldSpec func(metav1.Object) (any, bool)
+	differ  Differ
+}
+
+// StaticHashOption configures a StaticHash check.
+type StaticHashOption func(*StaticHash)
+
+// WithReason sets the reason name reported (default NodePoolDrifted; use
+// NodeClassDrift for a node class stamp).
+func WithReason(name ReasonName) StaticHashOption {
+	return func(c *StaticHash) { c.reason = name }
+}
+
+// WithOldSpecs lets the check explain drift with a Differ over the spec an
+// object was stamped from, when old returns one.
+func WithOldSpecs(old func(metav1.Object) (any, bool), d Differ) StaticHashOption {
+	return func(c *StaticHash) { c.oldSpec, c.differ = old, d }
+}
+
+// NewStaticHash returns the static drift check of objects stamped by s
+// against desired. The desired stamp is computed once.
+func NewStaticHash(s *Stamper, desired any, opts ...StaticHashOption) (*StaticHash, error) {
+	if s == nil {
+		return nil, fmt.Errorf("%w: nil Stamper", ErrInvalidOption)
+	}
+	st, err := s.Compute(desired)
+	if err != nil {
+		return nil, err
+	}
+	c := &StaticHash{stamper: s, desired: desired, stamp: st, reason: NodePoolDrifted}
+	for _, o := range opts {
+		if o != nil {
+			o(c)
+		}
+	}
+	return c, nil
+}
+
+// Desired returns the desired stamp.
+func (c *StaticHash) Desired() Stamp { return c.stamp }
+
+// Check implements Check. Unstamped objects, unreadable stamps and other
+// hash versions are not drifted.
+func (c *StaticHash) Check(ctx context.Context, obj metav1.Object) (*Reason, error) {
+	res := c.stamper.Check(obj, c.stamp.Hash)
+	if res.State != Drifted {
+		return nil, nil
+	}
+	r := &Reason{
+		Name: c.reason,
+		Message: fmt.Sprintf("%s %s differs from the desired %s (version %s)",
+			c.stamper.HashKey(), res.Stamped, c.stamp.Hash, c.stamp.Hash.Version),
+		Evidence: []Evidence{{Kind: EvidenceHash, Key: c.stamper.HashKey(), Want: c.stamp.Hash.String(), Got: res.Stamped.String()}},
+	}
+	var opts []ExplainOption
+	if c.oldSpec != nil && c.differ != nil {
+		if old, ok := c.oldSpec(obj); ok {
+			opts = append(opts, WithOldSpec(old, c.differ))
+		}
+	}
+	exp, err := c.stamper.Explain(ctx, obj, c.desired, opts...)
+	if err != nil {
+		return nil, err
+	}
+	paths := make([]string, 0, len(exp.Changes))
+	for _, ch := range exp.Changes {
+		ev := Evidence{Kind: EvidenceField, Key: ch.Path, Detail: string(ch.Kind)}
+		if ch.Old != nil {
+			ev.Got = fmt.Sprint(ch.Old)
+		}
+		if ch.New != nil {
+			ev.Want = fmt.Sprint(ch.New)
+		}
+		r.Evidence = append(r.Evidence, ev)
+		paths = append(paths, ch.Path)
+	}
+	if len(paths) > 0 {
+		r.Message += fmt.Sprintf("; changed fields: %v", paths)
+	}
+	if exp.Unnamed > 0 {
+		r.Message += fmt.Sprintf("; %d unnamed field(s) removed", exp.Unnamed)
+	}
+	return r, nil
+}

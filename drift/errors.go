@@ -1,0 +1,113 @@
+package drift
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// Sentinel errors. Every error returned by this package wraps one of these,
+// so callers can test with errors.Is; errors about a location in a spec are
+// also a *PathError (errors.As) naming that location.
+var (
+	// ErrUnsupportedType is returned when a spec contains a value of a kind
+	// that has no JSON form: channels, funcs, complex numbers,
+	// unsafe pointers, or maps whose keys cannot become JSON object keys.
+	ErrUnsupportedType = errors.New("drift: unsupported type")
+	// ErrUnsupportedValue is returned for values with no canonical form,
+	// such as NaN or infinite floats, or a marshaler that fails or
+	// returns invalid JSON.
+	ErrUnsupportedValue = errors.New("drift: unsupported value")
+	// ErrCycle is returned when a spec refers to itself through pointers,
+	// maps, slices or interfaces.
+	ErrCycle = errors.New("drift: cycle in spec")
+	// ErrTooDeep is returned when a spec nests deeper than MaxDepth.
+	ErrTooDeep = errors.New("drift: spec nests too deeply")
+	// ErrInvalidOption is returned by constructors given a bad option,
+	// version, prefix or path.
+	ErrInvalidOption = errors.New("drift: invalid option")
+	// ErrInvalidAnnotation is returned when a stamped annotation cannot be
+	// parsed. Checks treat such objects as unknown, never as drifted.
+	ErrInvalidAnnotation = errors.New("drift: invalid annotation")
+	// ErrInvalidRequirement is returned for a node selector requirement
+	// that cannot be evaluated (unknown operator, non-integer Gt/Lt value).
+	ErrInvalidRequirement = errors.New("drift: invalid requirement")
+	// ErrNoImage is returned by image checks when the ImageChooser has no
+	// image for a node's requirements.
+	ErrNoImage = errors.New("drift: no image for requirements")
+)
+
+// MaxDepth is the deepest nesting (pointers, maps, slices and interfaces
+// each count one level) the hasher descends before giving up with
+// ErrTooDeep. Real Kubernetes specs stay far below it.
+const MaxDepth = 1000
+
+// cycleCheckDepth is the depth after which the encoder starts remembering
+// the containers on its current path, to tell a cycle from merely deep data
+// without any cost for ordinary specs.
+const cycleCheckDepth = 64
+
+// PathError reports the location inside a spec at which hashing failed.
+type PathError struct {
+	// Path is the JSON path of the offending value, dot separated, with
+	// list indexes in brackets, e.g. "spec.template.spec.taints[2].value".
+	Path string
+	// Err is the underlying error; it wraps one of the sentinel errors.
+	Err error
+}
+
+// Error implements error.
+func (e *PathError) Error() string {
+	if e.Path == "" {
+		return e.Err.Error() + " (at the root)"
+	}
+	return e.Err.Error() + " (at " + e.Path + ")"
+}
+
+// Unwrap returns the underlying error.
+func (e *PathError) Unwrap() error { return e.Err }
+
+// walkError is the internal form of PathError: segments are collected in
+// reverse order while the recursion unwinds, so the hot path never builds
+// paths.
+type walkError struct {
+	rev []string
+	err error
+}
+
+func (w *walkError) Error() string { return w.err.Error() }
+
+func newWalkError(err error) *walkError { return &walkError{err: err} }
+
+// wrapField adds a field/key segment to err while unwinding.
+func wrapField(err error, name string) error {
+	var w *walkError
+	if errors.As(err, &w) {
+		w.rev = append(w.rev, "."+name)
+		return w
+	}
+	return err
+}
+
+// wrapIndex adds a list index segment to err while unwinding.
+func wrapIndex(err error, i int) error {
+	var w *walkError
+	if errors.As(err, &w) {
+		w.rev = append(w.rev, fmt.Sprintf("[%d]", i))
+		return w
+	}
+	return err
+}
+
+// finishError converts a walkError into a *PathError.
+func finishError(err error) error {
+	var w *walkError
+	if !errors.As(err, &w) {
+		return err
+	}
+	var b strings.Builder
+	for i := len(w.rev) - 1; i >= 0; i-- {
+		b.WriteString(w.rev[i])
+	}
+	return &PathError{Path: strings.TrimPrefix(b.String(), "."), Err: w.err}
+}

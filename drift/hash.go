@@ -1,0 +1,185 @@
+package drift
+
+import (
+	"encoding/hex"
+	"fmt"
+	"reflect"
+	"strconv"
+	"sync"
+
+	"github.com/cespare/xxhash/v2"
+)
+
+// EncodingVersion identifies this package's canonical encoding and hash
+// function. It is part of every Hash's Version, so if a future release
+// changes the encoding, every stamped object sees a version change (re-stamp,
+// never drift) instead of a hash change (mass drift). The golden vectors in
+// testdata pin the encoding for this value.
+const EncodingVersion = "uk1"
+
+// Hash is a versioned hash of a desired spec.
+type Hash struct {
+	// Version is the hasher's version: the caller's version, "+", and
+	// EncodingVersion (e.g. "v1+uk1"). Hashes are only comparable when
+	// their versions are equal.
+	Version string
+	// Value is the 64-bit hash (xxHash64 of the canonical encoding).
+	Value uint64
+}
+
+// String returns the value as 16 lower-case hex digits, the form stored in
+// the hash annotation.
+func (h Hash) String() string {
+	var b [16]byte
+	var v [8]byte
+	for i := range 8 {
+		v[i] = byte(h.Value >> (56 - 8*i))
+	}
+	hex.Encode(b[:], v[:])
+	return string(b[:])
+}
+
+// IsZero reports whether h is the zero Hash (no version).
+func (h Hash) IsZero() bool { return h.Version == "" }
+
+// ParseHash parses the annotation form of a hash value (16 hex digits) and
+// pairs it with version. Errors wrap ErrInvalidAnnotation.
+func ParseHash(version, value string) (Hash, error) {
+	if err := validateVersion(version); err != nil {
+		return Hash{}, fmt.Errorf("%w: version %q: %v", ErrInvalidAnnotation, version, err)
+	}
+	if len(value) != 16 {
+		return Hash{}, fmt.Errorf("%w: hash %q is not 16 hex digits", ErrInvalidAnnotation, value)
+	}
+	for i := 0; i < len(value); i++ {
+		c := value[i]
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return Hash{}, fmt.Errorf("%w: hash %q is not 16 lower-case hex digits", ErrInvalidAnnotation, value)
+		}
+	}
+	u, err := strconv.ParseUint(value, 16, 64)
+	if err != nil {
+		return Hash{}, fmt.Errorf("%w: hash %q: %v", ErrInvalidAnnotation, value, err)
+	}
+	return Hash{Version: version, Value: u}, nil
+}
+
+// validateVersion accepts 1-63 characters of [A-Za-z0-9._+-].
+func validateVersion(v string) error {
+	if v == "" || len(v) > 63 {
+		return fmt.Errorf("must be 1 to 63 characters")
+	}
+	for i := 0; i < len(v); i++ {
+		c := v[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '_' || c == '-' || c == '+') {
+			return fmt.Errorf("character %q not allowed", c)
+		}
+	}
+	return nil
+}
+
+// Hasher computes stable, versioned hashes of specs: typed Go values,
+// unstructured objects and JSON-decoded maps. A typed struct and its
+// unstructured form hash equal, because hashing goes through JSON field
+// names. A Hasher is safe for concurrent use.
+type Hasher struct {
+	version string
+	cfg     config
+	pool    sync.Pool
+}
+
+// NewHasher returns a Hasher. version names the caller's hashing scheme
+// (which fields, which options) and must change whenever the options or the
+// meaning of the hashed spec change; 1-62 characters of [A-Za-z0-9._-].
+// The resulting Hash.Version is version + "+" + EncodingVersion.
+func NewHasher(version string, opts ...Option) (*Hasher, error) {
+	if err := validateVersion(version); err != nil {
+		return nil, fmt.Errorf("%w: version %q: %v", ErrInvalidOption, version, err)
+	}
+	full := version + "+" + EncodingVersion
+	if len(full) > 63 {
+		return nil, fmt.Errorf("%w: version %q is too long", ErrInvalidOption, version)
+	}
+	h := &Hasher{version: full}
+	h.cfg.root = &pathNode{}
+	if err := Options(opts).apply(&h.cfg); err != nil {
+		return nil, err
+	}
+	h.cfg.root.finalize()
+	if h.cfg.root.empty() {
+		h.cfg.root = nil
+	}
+	h.pool.New = func() any {
+		return &encoder{buf: make([]byte, 0, 1024), tmp: make([]byte, 0, 64)}
+	}
+	return h, nil
+}
+
+// Version returns the version every Hash from h carries.
+func (h *Hasher) Version() string { return h.version }
+
+// Hash hashes v. Pass pointers to large structs: a struct passed by value
+// is copied once. Errors are *PathError values wrapping ErrUnsupportedType,
+// ErrUnsupportedValue, ErrCycle or ErrTooDeep.
+func (h *Hasher) Hash(v any) (Hash, error) {
+	e := h.pool.Get().(*encoder)
+	defer h.put(e)
+	sum, err := h.run(e, v, false)
+	if err != nil {
+		return Hash{}, err
+	}
+	return Hash{Version: h.version, Value: sum}, nil
+}
+
+// Fingerprint hashes v and also returns its field fingerprints (see
+// Fingerprints), keeping at most maxFields of them (<= 0 means
+// DefaultMaxFingerprintFields).
+func (h *Hasher) Fingerprint(v any, maxFields int) (Hash, Fingerprints, error) {
+	e := h.pool.Get().(*encoder)
+	defer h.put(e)
+	sum, err := h.run(e, v, true)
+	if err != nil {
+		return Hash{}, Fingerprints{}, err
+	}
+	return Hash{Version: h.version, Value: sum}, newFingerprints(h.version, e.fps, maxFields), nil
+}
+
+func (h *Hasher) put(e *encoder) {
+	if cap(e.buf) > 1<<20 || cap(e.sa) > 1<<14 {
+		return
+	}
+	clear(e.sa[:cap(e.sa)])
+	e.fps = e.fps[:0]
+	h.pool.Put(e)
+}
+
+func (h *Hasher) run(e *encoder, v any, record bool) (sum uint64, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = &PathError{Err: fmt.Errorf("%w: panic while hashing: %v", ErrUnsupportedValue, r)}
+		}
+	}()
+	e.reset(&h.cfg)
+	if record {
+		e.level = 1
+	}
+	root := h.cfg.root
+	set := h.cfg.slicesAsSets || (root != nil && root.set)
+	if v != nil {
+		rv := reflect.ValueOf(v)
+		if k := rv.Kind(); k == reflect.Struct || k == reflect.Array {
+			// Make the value addressable, so pointer-receiver marshalers
+			// see it exactly as they would through a pointer.
+			cp := reflect.New(rv.Type()).Elem()
+			cp.Set(rv)
+			if _, err := e.value(cp, planFor(cp.Type()), root, set); err != nil {
+				return 0, finishError(err)
+			}
+			return xxhash.Sum64(e.buf), nil
+		}
+	}
+	if _, err := e.anyValue(v, root, set); err != nil {
+		return 0, finishError(err)
+	}
+	return xxhash.Sum64(e.buf), nil
+}

@@ -1,0 +1,91 @@
+package drift
+
+import (
+	"context"
+	"fmt"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// ImageChooser answers "which image would a new node with these labels
+// (requirements) get right now?". The amiselect package satisfies it
+// through an adapter; drift imports nothing from this module. It returns
+// ErrNoImage (or an error wrapping it) when no image fits.
+type ImageChooser interface {
+	ChooseImage(ctx context.Context, labels map[string]string) (string, error)
+}
+
+// ImageChooserFunc adapts a function to ImageChooser.
+type ImageChooserFunc func(ctx context.Context, labels map[string]string) (string, error)
+
+// ChooseImage calls f.
+func (f ImageChooserFunc) ChooseImage(ctx context.Context, labels map[string]string) (string, error) {
+	return f(ctx, labels)
+}
+
+// Image is the image-drift check: the object's image is not the one a new
+// node with the same labels would get. Objects whose image is unknown are
+// not drifted.
+type Image struct {
+	chooser  ImageChooser
+	imageOf  func(metav1.Object) (string, bool)
+	labelsOf func(metav1.Object) map[string]string
+	reason   ReasonName
+}
+
+// ImageOption configures an Image check.
+type ImageOption func(*Image)
+
+// WithImageLabelsOf reads the labels passed to the chooser from somewhere
+// other than the object's own labels.
+func WithImageLabelsOf(f func(metav1.Object) map[string]string) ImageOption {
+	return func(c *Image) { c.labelsOf = f }
+}
+
+// WithImageReason sets the reported reason (default AMIDrift).
+func WithImageReason(name ReasonName) ImageOption {
+	return func(c *Image) { c.reason = name }
+}
+
+// NewImage returns an image-drift check. imageOf reads the object's
+// current image (e.g. from a label, annotation or status); it reports
+// false when the object does not say.
+func NewImage(chooser ImageChooser, imageOf func(metav1.Object) (string, bool), opts ...ImageOption) (*Image, error) {
+	if chooser == nil || imageOf == nil {
+		return nil, fmt.Errorf("%w: image check needs a chooser and an imageOf function", ErrInvalidOption)
+	}
+	c := &Image{chooser: chooser, imageOf: imageOf, reason: AMIDrift}
+	for _, o := range opts {
+		if o != nil {
+			o(c)
+		}
+	}
+	return c, nil
+}
+
+// Check implements Check.
+func (c *Image) Check(ctx context.Context, obj metav1.Object) (*Reason, error) {
+	got, ok := c.imageOf(obj)
+	if !ok || got == "" {
+		return nil, nil
+	}
+	labels := obj.GetLabels()
+	if c.labelsOf != nil {
+		labels = c.labelsOf(obj)
+	}
+	want, err := c.chooser.ChooseImage(ctx, labels)
+	if err != nil {
+		return nil, fmt.Errorf("drift: choosing image: %w", err)
+	}
+	if want == "" {
+		return nil, fmt.Errorf("%w: chooser returned no image", ErrNoImage)
+	}
+	if want == got {
+		return nil, nil
+	}
+	return &Reason{
+		Name:     c.reason,
+		Message:  fmt.Sprintf("image %s is not the current choice %s for this node's requirements", got, want),
+		Evidence: []Evidence{{Kind: EvidenceImage, Key: "image", Want: want, Got: got}},
+	}, nil
+}

@@ -1,0 +1,337 @@
+package drift
+
+import (
+	"encoding"
+	"encoding/json"
+	"reflect"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/intstr"
+)
+
+// planKind says how a type is encoded.
+type planKind uint8
+
+const (
+	pkUnsupported planKind = iota
+	pkBool
+	pkInt
+	pkUint
+	pkFloat
+	pkString
+	pkBytes
+	pkStruct
+	pkPtr
+	pkSlice
+	pkArray
+	pkMapStringString // map with string-kind keys and string-kind values
+	pkMapStringAny    // map with string-kind keys and interface{} values
+	pkMap             // any other map
+	pkInterface
+	pkQuantity
+	pkMetaTime
+	pkMicroTime
+	pkMetaDuration
+	pkStdTime
+	pkIntOrString
+	pkUnstructured
+	pkJSONNumber
+	pkJSONMarshaler    // value receiver
+	pkJSONMarshalerPtr // pointer receiver, used when addressable
+	pkTextMarshaler
+	pkTextMarshalerPtr
+)
+
+// plan is the cached, immutable description of how to encode one type.
+type plan struct {
+	kind   planKind
+	typ    reflect.Type
+	elem   *plan       // ptr, slice, array, map values
+	key    *plan       // generic maps
+	fields []fieldPlan // structs, sorted by JSON name
+	// fallback is the plan used for a pointer-receiver marshaler type when
+	// the value is not addressable (encoding/json does the same).
+	fallback *plan
+}
+
+// fieldPlan describes one JSON field of a struct.
+type fieldPlan struct {
+	name      string
+	index     []int
+	omitEmpty bool
+	omitZero  bool
+	asString  bool
+	ignore    bool
+	set       bool
+	plan      *plan
+}
+
+var (
+	planCache sync.Map // reflect.Type -> *plan
+	planMu    sync.Mutex
+
+	typQuantity     = reflect.TypeFor[resource.Quantity]()
+	typMetaTime     = reflect.TypeFor[metav1.Time]()
+	typMicroTime    = reflect.TypeFor[metav1.MicroTime]()
+	typMetaDuration = reflect.TypeFor[metav1.Duration]()
+	typStdTime      = reflect.TypeFor[time.Time]()
+	typIntOrString  = reflect.TypeFor[intstr.IntOrString]()
+	typUnstructured = reflect.TypeFor[unstructured.Unstructured]()
+	typJSONMarsh    = reflect.TypeFor[json.Marshaler]()
+	typTextMarsh    = reflect.TypeFor[encoding.TextMarshaler]()
+	typAny          = reflect.TypeFor[any]()
+	typJSONNumber   = reflect.TypeFor[json.Number]()
+)
+
+// planFor returns the cached plan for t, building it (and the plans of all
+// types reachable from it) on first use.
+func planFor(t reflect.Type) *plan {
+	if p, ok := planCache.Load(t); ok {
+		return p.(*plan)
+	}
+	planMu.Lock()
+	defer planMu.Unlock()
+	if p, ok := planCache.Load(t); ok {
+		return p.(*plan)
+	}
+	building := map[reflect.Type]*plan{}
+	p := buildPlan(t, building)
+	for bt, bp := range building {
+		planCache.Store(bt, bp)
+	}
+	return p
+}
+
+func buildPlan(t reflect.Type, building map[reflect.Type]*plan) *plan {
+	if p, ok := planCache.Load(t); ok {
+		return p.(*plan)
+	}
+	if p, ok := building[t]; ok {
+		return p
+	}
+	p := &plan{typ: t}
+	building[t] = p
+
+	switch t {
+	case typQuantity:
+		p.kind = pkQuantity
+		return p
+	case typMetaTime:
+		p.kind = pkMetaTime
+		return p
+	case typMicroTime:
+		p.kind = pkMicroTime
+		return p
+	case typMetaDuration:
+		p.kind = pkMetaDuration
+		return p
+	case typStdTime:
+		p.kind = pkStdTime
+		return p
+	case typIntOrString:
+		p.kind = pkIntOrString
+		return p
+	case typUnstructured:
+		p.kind = pkUnstructured
+		return p
+	case typJSONNumber:
+		p.kind = pkJSONNumber
+		return p
+	}
+	if t.Kind() != reflect.Pointer && t.Kind() != reflect.Interface {
+		switch {
+		case t.Implements(typJSONMarsh):
+			p.kind = pkJSONMarshaler
+			return p
+		case reflect.PointerTo(t).Implements(typJSONMarsh):
+			p.kind = pkJSONMarshalerPtr
+			p.fallback = buildDefault(&plan{typ: t}, t, building)
+			return p
+		case t.Implements(typTextMarsh):
+			p.kind = pkTextMarshaler
+			return p
+		case reflect.PointerTo(t).Implements(typTextMarsh):
+			p.kind = pkTextMarshalerPtr
+			p.fallback = buildDefault(&plan{typ: t}, t, building)
+			return p
+		}
+	}
+	return buildDefault(p, t, building)
+}
+
+// buildDefault fills p with the encoding/json default encoding of t.
+func buildDefault(p *plan, t reflect.Type, building map[reflect.Type]*plan) *plan {
+	switch t.Kind() {
+	case reflect.Bool:
+		p.kind = pkBool
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		p.kind = pkInt
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr:
+		p.kind = pkUint
+	case reflect.Float32, reflect.Float64:
+		p.kind = pkFloat
+	case reflect.String:
+		p.kind = pkString
+	case reflect.Interface:
+		p.kind = pkInterface
+	case reflect.Pointer:
+		p.kind = pkPtr
+		p.elem = buildPlan(t.Elem(), building)
+	case reflect.Slice:
+		if t.Elem().Kind() == reflect.Uint8 && !reflect.PointerTo(t.Elem()).Implements(typJSONMarsh) &&
+			!reflect.PointerTo(t.Elem()).Implements(typTextMarsh) {
+			p.kind = pkBytes
+			return p
+		}
+		p.kind = pkSlice
+		p.elem = buildPlan(t.Elem(), building)
+	case reflect.Array:
+		p.kind = pkArray
+		p.elem = buildPlan(t.Elem(), building)
+	case reflect.Map:
+		k := t.Key()
+		switch {
+		case k.Kind() == reflect.String && t.Elem().Kind() == reflect.String &&
+			!implementsAny(t.Elem()) && !implementsAnyText(k):
+			p.kind = pkMapStringString
+		case k.Kind() == reflect.String && t.Elem() == typAny && !implementsAnyText(k):
+			p.kind = pkMapStringAny
+		default:
+			p.kind = pkMap
+			p.key = buildPlan(k, building)
+			p.elem = buildPlan(t.Elem(), building)
+		}
+	case reflect.Struct:
+		p.kind = pkStruct
+		p.fields = structFields(t, building)
+	default:
+		p.kind = pkUnsupported
+	}
+	return p
+}
+
+func implementsAny(t reflect.Type) bool {
+	return t.Implements(typJSONMarsh) || reflect.PointerTo(t).Implements(typJSONMarsh) ||
+		t.Implements(typTextMarsh) || reflect.PointerTo(t).Implements(typTextMarsh)
+}
+
+func implementsAnyText(t reflect.Type) bool {
+	return t.Implements(typTextMarsh) || reflect.PointerTo(t).Implements(typTextMarsh)
+}
+
+// structFields lists the JSON fields of t following encoding/json's rules:
+// exported fields, json tag names, "-" skipped, untagged anonymous structs
+// inlined, and on a name conflict the shallowest field wins (a tie at the
+// same depth drops the name, as encoding/json does, unless exactly one of
+// the tied fields is tagged).
+func structFields(t reflect.Type, building map[reflect.Type]*plan) []fieldPlan {
+	type cand struct {
+		fieldPlan
+		depth  int
+		tagged bool
+	}
+	var cands []cand
+	var walk func(t reflect.Type, index []int, depth int, visited map[reflect.Type]bool)
+	walk = func(t reflect.Type, index []int, depth int, visited map[reflect.Type]bool) {
+		if visited[t] {
+			return
+		}
+		visited[t] = true
+		defer delete(visited, t)
+		for i := 0; i < t.NumField(); i++ {
+			f := t.Field(i)
+			tag := f.Tag.Get("json")
+			if tag == "-" {
+				continue
+			}
+			name, opts, _ := strings.Cut(tag, ",")
+			ft := f.Type
+			if f.Anonymous {
+				et := ft
+				if et.Kind() == reflect.Pointer {
+					et = et.Elem()
+				}
+				if !f.IsExported() && et.Kind() != reflect.Struct {
+					continue
+				}
+				if name == "" && et.Kind() == reflect.Struct {
+					walk(et, append(slices.Clone(index), i), depth+1, visited)
+					continue
+				}
+			} else if !f.IsExported() {
+				continue
+			}
+			c := cand{depth: depth, tagged: name != ""}
+			if name == "" {
+				name = f.Name
+			}
+			c.name = name
+			c.index = append(slices.Clone(index), i)
+			for o := range strings.SplitSeq(opts, ",") {
+				switch o {
+				case "omitempty":
+					c.omitEmpty = true
+				case "omitzero":
+					c.omitZero = true
+				case "string":
+					switch ft.Kind() {
+					case reflect.Bool, reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+						reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64,
+						reflect.Uintptr, reflect.Float32, reflect.Float64, reflect.String:
+						c.asString = true
+					}
+				}
+			}
+			for o := range strings.SplitSeq(f.Tag.Get("hash"), ",") {
+				switch o {
+				case "ignore", "-":
+					c.ignore = true
+				case "set":
+					c.set = true
+				}
+			}
+			c.plan = buildPlan(ft, building)
+			cands = append(cands, c)
+		}
+	}
+	walk(t, nil, 0, map[reflect.Type]bool{})
+
+	// Resolve conflicts: group by name.
+	slices.SortStableFunc(cands, func(a, b cand) int {
+		if c := strings.Compare(a.name, b.name); c != 0 {
+			return c
+		}
+		if a.depth != b.depth {
+			return a.depth - b.depth
+		}
+		if a.tagged != b.tagged {
+			if a.tagged {
+				return -1
+			}
+			return 1
+		}
+		return 0
+	})
+	var out []fieldPlan
+	for i := 0; i < len(cands); {
+		j := i + 1
+		for j < len(cands) && cands[j].name == cands[i].name {
+			j++
+		}
+		group := cands[i:j]
+		dominant := len(group) == 1 ||
+			group[0].depth < group[1].depth ||
+			(group[0].tagged && !group[1].tagged)
+		if dominant {
+			out = append(out, group[0].fieldPlan)
+		}
+		i = j
+	}
+	return out
+}
