@@ -1,0 +1,170 @@
+package amiselect
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+	"unicode/utf8"
+
+	clocktesting "k8s.io/utils/clock/testing"
+)
+
+func FuzzParseAlias(f *testing.F) {
+	for _, s := range []string{
+		"al2023@latest", "al2@v20240807", "bottlerocket@v1.20.3", "bottlerocket@1.20.3", "windows2019@latest",
+		"windows2022@latest", "windows2025@latest", "windows2022@v1", "AL2023@latest", "al2023", "@", "a@b@c",
+		"al2023@" + strings.Repeat("x", 30), "ubuntu@latest", "al2023@../../etc", "al2023@\x00", "al2023@vvv1",
+	} {
+		f.Add(s, "1.31")
+	}
+	f.Add("al2@latest", "1.33")
+	f.Add("windows2025@latest", "v1.35.0")
+	f.Fuzz(func(t *testing.T, s, k8s string) {
+		a, err := ParseAlias(s)
+		if err != nil {
+			var e *Error
+			if !errors.Is(err, ErrInvalidAlias) || !errors.As(err, &e) || e.Value != s {
+				t.Fatalf("ParseAlias(%q): untyped error %v", s, err)
+			}
+			return
+		}
+		if a.String() != s || len(s) > MaxAliasLength || a.Version == "" || strings.Contains(a.Version, "@") {
+			t.Fatalf("ParseAlias(%q) accepted %+v", s, a)
+		}
+		if a.Family.windows() && a.Version != VersionLatest {
+			t.Fatalf("ParseAlias(%q): pinned Windows alias accepted", s)
+		}
+		params, err := a.Parameters(k8s)
+		if err != nil {
+			if !errors.Is(err, ErrUnsupported) && !errors.Is(err, ErrInvalidKubernetesVersion) {
+				t.Fatalf("Parameters(%q, %q): unexpected error %v", s, k8s, err)
+			}
+			return
+		}
+		norm, _, _ := KubernetesVersion(k8s)
+		if len(params) == 0 {
+			t.Fatalf("Parameters(%q, %q): no parameters", s, k8s)
+		}
+		for _, p := range params {
+			if !strings.HasPrefix(p.Path, "/aws/service/") || !strings.HasSuffix(p.Path, "/image_id") || !strings.Contains(p.Path, norm) {
+				t.Fatalf("Parameters(%q, %q): bad path %q", s, k8s, p.Path)
+			}
+			if p.Mutable != (a.Version == VersionLatest) {
+				t.Fatalf("Parameters(%q): mutability of %q", s, p.Path)
+			}
+		}
+	})
+}
+
+// FuzzTerms feeds arbitrary amiSelectorTerms JSON through Validate and
+// Resolve: no panic, only typed errors, and what Validate accepts Resolve
+// does not reject as invalid.
+func FuzzTerms(f *testing.F) {
+	for _, s := range []string{
+		`[{"alias":"al2023@latest"}]`,
+		`[{"id":"ami-1"},{"ssmParameter":"/my/ami"}]`,
+		`[{"name":"app-*","owner":"self"},{"tags":{"team":"*"}}]`,
+		`[{"tags":{"a":""}}]`,
+		`[{"id":"ami-1","name":"x"}]`,
+		`[{}]`,
+		`[]`,
+		`[{"alias":"windows2022@latest"}]`,
+		`[{"alias":"al2@latest"}]`,
+		`[{"name":"*","owner":"amazon"}]`,
+		`[{"ssmParameter":"/bad"}]`,
+	} {
+		f.Add([]byte(s), "")
+	}
+	f.Add([]byte(`[{"alias":"al2023@latest"}]`), "Bottlerocket")
+	f.Add([]byte(`[{"id":"ami-1"}]`), "Ubuntu")
+	cat, err := LoadCatalog(strings.NewReader(describeImagesJSON))
+	if err != nil {
+		f.Fatal(err)
+	}
+	cat.SetParameter("/my/ami", "ami-0a1b2c3d4e5f60718")
+	cat.SetParameter("/bad", "nope")
+	f.Fuzz(func(t *testing.T, data []byte, family string) {
+		var terms []Term
+		if err := json.Unmarshal(data, &terms); err != nil {
+			return
+		}
+		verr := Validate(terms, WithFamily(Family(family)))
+		checkTyped(t, verr, len(terms))
+		res, rerr := Resolve(context.Background(), cat, terms, WithFamily(Family(family)), WithKubernetesVersion("1.30"),
+			WithClock(clocktesting.NewFakePassiveClock(day(0))))
+		if verr != nil {
+			if rerr == nil {
+				t.Fatalf("Resolve accepted terms Validate refused: %v", verr)
+			}
+			return
+		}
+		switch {
+		case rerr == nil:
+			if len(res.Images) == 0 {
+				t.Fatal("Resolve returned no images and no error")
+			}
+		case errors.Is(rerr, ErrNoImages), errors.Is(rerr, ErrUnsupported):
+		default:
+			t.Fatalf("Resolve of valid terms %s: %v", data, rerr)
+		}
+	})
+}
+
+func checkTyped(t *testing.T, err error, n int) {
+	t.Helper()
+	if err == nil {
+		return
+	}
+	errs := []error{err}
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		errs = j.Unwrap()
+	}
+	for _, e := range errs {
+		var fe *Error
+		if !errors.As(e, &fe) || fe.Kind == nil {
+			t.Fatalf("untyped validation error %v", e)
+		}
+		if fe.Index >= n {
+			t.Fatalf("error index %d out of range %d: %v", fe.Index, n, e)
+		}
+	}
+}
+
+func FuzzLoadCatalog(f *testing.F) {
+	f.Add([]byte(describeImagesJSON))
+	f.Add([]byte(`{"Images":[{"ImageId":"ami-1","CreationDate":"x"}]}`))
+	f.Add([]byte(`{"Images":[{"ImageId":"ami-1","Tags":[{"Key":"k"},{"Key":"k"}]}]}`))
+	f.Add([]byte(`{"Images":null,"Parameters":[{"Name":"/p","Value":"ami-1"}]}`))
+	f.Add([]byte(`{`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		c, err := LoadCatalog(bytes.NewReader(data))
+		if err != nil {
+			var e *Error
+			if !errors.Is(err, ErrInvalidCatalog) || !errors.As(err, &e) {
+				t.Fatalf("untyped catalog error %v", err)
+			}
+			return
+		}
+		if _, err := c.DescribeImages(context.Background(), Query{Filters: []Filter{{Name: "name", Values: []string{"*a*"}}}}); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+func FuzzGlobMatch(f *testing.F) {
+	f.Add("a*c", "abc")
+	f.Add(`a\*`, "a*")
+	f.Add("*??", "€")
+	f.Add("?", "é")
+	f.Fuzz(func(t *testing.T, p, s string) {
+		if !utf8.ValidString(p) || !utf8.ValidString(s) || len(p) > 64 || len(s) > 64 {
+			return
+		}
+		if got, want := globMatch(p, s), globToRegexp(p).MatchString(s); got != want {
+			t.Fatalf("globMatch(%q, %q) = %v, reference %v", p, s, got, want)
+		}
+	})
+}
