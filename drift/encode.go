@@ -472,9 +472,16 @@ func (e *encoder) object(v reflect.Value, p *plan, node *pathNode) (bool, error)
 	start := len(e.buf)
 	e.buf = append(e.buf, tagObj)
 	level, parent := e.level, e.parent
+	var base unsafe.Pointer
+	if !e.cfg.keepZero && v.CanAddr() {
+		base = unsafe.Pointer(v.UnsafeAddr())
+	}
 	for i := range p.fields {
 		f := &p.fields[i]
 		if (f.ignore && !e.cfg.noTags) || f.plan == nil {
+			continue
+		}
+		if base != nil && f.direct && f.plan.zeroFolds && isZeroMem(unsafe.Add(base, f.offset), f.size) {
 			continue
 		}
 		var fnode *pathNode
@@ -484,6 +491,25 @@ func (e *encoder) object(v reflect.Value, p *plan, node *pathNode) (bool, error)
 				continue
 			}
 		}
+		if base != nil && f.direct && !f.asString {
+			// Scalars and pointers to scalars are read straight from
+			// memory, without building reflect.Values.
+			mark := len(e.buf)
+			e.buf = append(e.buf, f.key...)
+			valStart := len(e.buf)
+			if handled, wrote, err := e.scalarAt(unsafe.Add(base, f.offset), f.plan); handled {
+				if err != nil {
+					return false, wrapField(err, f.name)
+				}
+				if !wrote {
+					e.buf = e.buf[:mark]
+				} else {
+					e.record(level, parent, f.name, valStart)
+				}
+				continue
+			}
+			e.buf = e.buf[:mark]
+		}
 		fv, ok := fieldByIndex(v, f.index)
 		if !ok {
 			continue
@@ -492,7 +518,7 @@ func (e *encoder) object(v reflect.Value, p *plan, node *pathNode) (bool, error)
 			continue
 		}
 		mark := len(e.buf)
-		e.appendKey(f.name)
+		e.buf = append(e.buf, f.key...)
 		valStart := len(e.buf)
 		e.descend(level, f.name)
 		set := e.cfg.slicesAsSets || (f.set && !e.cfg.noTags) || (fnode != nil && fnode.set)
@@ -519,6 +545,89 @@ func (e *encoder) object(v reflect.Value, p *plan, node *pathNode) (bool, error)
 	}
 	e.buf = append(e.buf, tagObjEnd)
 	return true, nil
+}
+
+// scalarAt encodes the value of plan pl stored at p when it is a plain
+// scalar (or a pointer to one); handled is false for anything else.
+func (e *encoder) scalarAt(p unsafe.Pointer, pl *plan) (handled, wrote bool, err error) {
+	if pl.kind == pkPtr {
+		if !isScalarKind(pl.elem) {
+			return false, false, nil
+		}
+		ptr := *(*unsafe.Pointer)(p)
+		if ptr == nil {
+			return true, e.null(), nil
+		}
+		p, pl = ptr, pl.elem
+	}
+	switch pl.kind {
+	case pkString:
+		return true, e.str(*(*string)(p)), nil
+	case pkBool:
+		return true, e.boolean(*(*bool)(p)), nil
+	case pkInt:
+		switch pl.typ.Kind() {
+		case reflect.Int:
+			return true, e.integer(int64(*(*int)(p))), nil
+		case reflect.Int8:
+			return true, e.integer(int64(*(*int8)(p))), nil
+		case reflect.Int16:
+			return true, e.integer(int64(*(*int16)(p))), nil
+		case reflect.Int32:
+			return true, e.integer(int64(*(*int32)(p))), nil
+		case reflect.Int64:
+			return true, e.integer(*(*int64)(p)), nil
+		}
+	case pkUint:
+		switch pl.typ.Kind() {
+		case reflect.Uint:
+			return true, e.unsigned(uint64(*(*uint)(p))), nil
+		case reflect.Uint8:
+			return true, e.unsigned(uint64(*(*uint8)(p))), nil
+		case reflect.Uint16:
+			return true, e.unsigned(uint64(*(*uint16)(p))), nil
+		case reflect.Uint32:
+			return true, e.unsigned(uint64(*(*uint32)(p))), nil
+		case reflect.Uint64:
+			return true, e.unsigned(*(*uint64)(p)), nil
+		case reflect.Uintptr:
+			return true, e.unsigned(uint64(*(*uintptr)(p))), nil
+		}
+	case pkFloat:
+		if pl.typ.Kind() == reflect.Float32 {
+			w, err := e.float32(*(*float32)(p))
+			return true, w, err
+		}
+		w, err := e.float(*(*float64)(p))
+		return true, w, err
+	}
+	return false, false, nil
+}
+
+func isScalarKind(p *plan) bool {
+	switch p.kind {
+	case pkString, pkBool, pkInt, pkUint, pkFloat:
+		return true
+	}
+	return false
+}
+
+// isZeroMem reports whether the n bytes at p are all zero. p points into
+// a live, addressable Go value of at least n bytes.
+func isZeroMem(p unsafe.Pointer, n uintptr) bool {
+	b := unsafe.Slice((*byte)(p), n)
+	for len(b) >= 8 {
+		if binary.NativeEndian.Uint64(b) != 0 {
+			return false
+		}
+		b = b[8:]
+	}
+	for _, c := range b {
+		if c != 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // fieldByIndex is reflect.Value.FieldByIndex that reports false, instead

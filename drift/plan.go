@@ -2,6 +2,7 @@ package drift
 
 import (
 	"encoding"
+	"encoding/binary"
 	"encoding/json"
 	"reflect"
 	"slices"
@@ -55,6 +56,10 @@ type plan struct {
 	elem   *plan       // ptr, slice, array, map values
 	key    *plan       // generic maps
 	fields []fieldPlan // structs, sorted by JSON name
+	// zeroFolds: a value of this type whose memory is all zero bytes
+	// encodes to nothing under zero folding, so it can be skipped without
+	// being walked. Set by finishZeroFolds after the plan graph is built.
+	zeroFolds bool
 	// fallback is the plan used for a pointer-receiver marshaler type when
 	// the value is not addressable (encoding/json does the same).
 	fallback *plan
@@ -63,7 +68,13 @@ type plan struct {
 // fieldPlan describes one JSON field of a struct.
 type fieldPlan struct {
 	name      string
+	key       []byte // uvarint length + name, as written
 	index     []int
+	// offset and size locate the field inside the outermost struct when
+	// the path to it has no pointer (direct is true), for the zero-memory
+	// fast path.
+	offset, size uintptr
+	direct       bool
 	omitEmpty bool
 	omitZero  bool
 	asString  bool
@@ -102,6 +113,7 @@ func planFor(t reflect.Type) *plan {
 	}
 	building := map[reflect.Type]*plan{}
 	p := buildPlan(t, building)
+	finishZeroFolds(building)
 	for bt, bp := range building {
 		planCache.Store(bt, bp)
 	}
@@ -231,6 +243,7 @@ func implementsAnyText(t reflect.Type) bool {
 // same depth drops the name, as encoding/json does, unless exactly one of
 // the tied fields is tagged).
 func structFields(t reflect.Type, building map[reflect.Type]*plan) []fieldPlan {
+	t0 := t
 	type cand struct {
 		fieldPlan
 		depth  int
@@ -297,6 +310,20 @@ func structFields(t reflect.Type, building map[reflect.Type]*plan) []fieldPlan {
 				}
 			}
 			c.plan = buildPlan(ft, building)
+			c.key = binary.AppendUvarint(nil, uint64(len(name)))
+			c.key = append(c.key, name...)
+			c.size = ft.Size()
+			c.direct = true
+			cur := t0
+			for _, x := range c.index {
+				if cur.Kind() == reflect.Pointer {
+					c.direct = false
+					break
+				}
+				sf := cur.Field(x)
+				c.offset += sf.Offset
+				cur = sf.Type
+			}
 			cands = append(cands, c)
 		}
 	}
@@ -334,4 +361,48 @@ func structFields(t reflect.Type, building map[reflect.Type]*plan) []fieldPlan {
 		i = j
 	}
 	return out
+}
+
+// finishZeroFolds computes zeroFolds for the plans just built, to a fixed
+// point (plans may be recursive): start optimistic for structs, then clear
+// until nothing changes.
+func finishZeroFolds(building map[reflect.Type]*plan) {
+	var all []*plan
+	for _, p := range building {
+		all = append(all, p)
+		if p.fallback != nil {
+			all = append(all, p.fallback)
+		}
+	}
+	for _, p := range all {
+		p.zeroFolds = baseZeroFolds(p)
+	}
+	for changed := true; changed; {
+		changed = false
+		for _, p := range all {
+			if p.kind != pkStruct || !p.zeroFolds {
+				continue
+			}
+			for _, f := range p.fields {
+				if f.plan != nil && !f.plan.zeroFolds && !f.ignore {
+					p.zeroFolds = false
+					changed = true
+					break
+				}
+			}
+		}
+	}
+}
+
+func baseZeroFolds(p *plan) bool {
+	switch p.kind {
+	case pkBool, pkInt, pkUint, pkFloat, pkString, pkBytes, pkPtr, pkSlice,
+		pkMapStringString, pkMapStringAny, pkMap, pkInterface,
+		pkQuantity, pkMetaTime, pkMicroTime, pkMetaDuration, pkStdTime, pkIntOrString,
+		pkUnstructured, pkJSONNumber, pkStruct:
+		return true
+	case pkArray:
+		return p.typ.Len() == 0
+	}
+	return false
 }
