@@ -67,20 +67,20 @@ type plan struct {
 
 // fieldPlan describes one JSON field of a struct.
 type fieldPlan struct {
-	name      string
-	key       []byte // uvarint length + name, as written
-	index     []int
+	name  string
+	key   []byte // uvarint length + name, as written
+	index []int
 	// offset and size locate the field inside the outermost struct when
 	// the path to it has no pointer (direct is true), for the zero-memory
 	// fast path.
 	offset, size uintptr
 	direct       bool
-	omitEmpty bool
-	omitZero  bool
-	asString  bool
-	ignore    bool
-	set       bool
-	plan      *plan
+	omitEmpty    bool
+	omitZero     bool
+	asString     bool
+	ignore       bool
+	set          bool
+	plan         *plan
 }
 
 var (
