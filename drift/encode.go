@@ -356,9 +356,6 @@ func (e *encoder) value(v reflect.Value, p *plan, node *pathNode, set bool) (boo
 		if q == nil {
 			return false, newWalkError(fmt.Errorf("%w: unreadable %s", ErrUnsupportedValue, p.typ))
 		}
-		if q.IsZero() && !e.cfg.keepZero {
-			return false, nil
-		}
 		num, suffix := q.CanonicalizeBytes(e.tmp[:0])
 		e.buf = append(e.buf, tagString)
 		e.buf = binary.AppendUvarint(e.buf, uint64(len(num)+len(suffix)))
@@ -366,7 +363,7 @@ func (e *encoder) value(v reflect.Value, p *plan, node *pathNode, set bool) (boo
 		e.buf = append(e.buf, suffix...)
 		return true, nil
 	case pkMetaTime, pkMicroTime, pkStdTime:
-		t, ok := readTime(v, p.kind)
+		t, ok := readTime(v)
 		if !ok {
 			return false, newWalkError(fmt.Errorf("%w: unreadable %s", ErrUnsupportedValue, p.typ))
 		}
@@ -377,11 +374,8 @@ func (e *encoder) value(v reflect.Value, p *plan, node *pathNode, set bool) (boo
 		case pkStdTime:
 			layout = time.RFC3339Nano
 		}
-		if t.IsZero() {
-			if p.kind == pkStdTime && e.cfg.keepZero {
-				e.tmp = t.AppendFormat(e.tmp[:0], layout)
-				return e.strBytes(e.tmp), nil
-			}
+		if t.IsZero() && p.kind != pkStdTime {
+			// metav1.Time and MicroTime marshal their zero value as null.
 			return e.null(), nil
 		}
 		if p.kind != pkStdTime {
@@ -391,9 +385,6 @@ func (e *encoder) value(v reflect.Value, p *plan, node *pathNode, set bool) (boo
 		return e.strBytes(e.tmp), nil
 	case pkMetaDuration:
 		d := time.Duration(v.Field(0).Int())
-		if d == 0 && !e.cfg.keepZero {
-			return false, nil
-		}
 		e.tmp = appendDuration(e.tmp[:0], d)
 		return e.strBytes(e.tmp), nil
 	case pkIntOrString:
@@ -441,7 +432,7 @@ func (e *encoder) value(v reflect.Value, p *plan, node *pathNode, set bool) (boo
 	}
 }
 
-func readTime(v reflect.Value, k planKind) (time.Time, bool) {
+func readTime(v reflect.Value) (time.Time, bool) {
 	if v.CanAddr() && v.Addr().CanInterface() {
 		switch x := v.Addr().Interface().(type) {
 		case *metav1.Time:

@@ -104,7 +104,7 @@ func TestHashZeroFolding(t *testing.T) {
 		{},
 		{Labels: map[string]string{}, List: []string{}},
 		{Count: ptr.To[int32](0), Name: ptr.To(""), Inner: &inner{}},
-		{Duration: &metav1.Duration{}, Any: map[string]any{}},
+		{Time: metav1.Time{}, Any: map[string]any{}},
 		{Any: []any{}},
 	}
 	folding := mustHasher(t, "v1")
@@ -122,6 +122,10 @@ func TestHashZeroFolding(t *testing.T) {
 	// A real value is not folded.
 	require.NotEqual(t, want, mustHash(t, folding, &spec{Count: ptr.To[int32](1)}))
 	require.NotEqual(t, want, mustHash(t, folding, &spec{List: []string{""}}), "a list of one empty string is not empty")
+	// Durations and quantities hash by their JSON strings, so an explicit
+	// zero ("0s") is a value, as it is in the unstructured form.
+	require.NotEqual(t, want, mustHash(t, folding, &spec{Duration: &metav1.Duration{}}))
+	require.Equal(t, mustHash(t, folding, map[string]any{"duration": "0s"}), mustHash(t, folding, &spec{Duration: &metav1.Duration{}}))
 }
 
 func TestHashKeepZeroEntries(t *testing.T) {
@@ -241,9 +245,6 @@ func TestDurationFormat(t *testing.T) {
 		ds = append(ds, time.Duration(r.Int64()>>r.IntN(63)))
 	}
 	for _, d := range ds {
-		if d == 0 {
-			continue
-		}
 		require.Equal(t,
 			mustHash(t, h, map[string]any{"d": d.String()}),
 			mustHash(t, h, &struct {

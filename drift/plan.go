@@ -398,7 +398,7 @@ func baseZeroFolds(p *plan) bool {
 	switch p.kind {
 	case pkBool, pkInt, pkUint, pkFloat, pkString, pkBytes, pkPtr, pkSlice,
 		pkMapStringString, pkMapStringAny, pkMap, pkInterface,
-		pkQuantity, pkMetaTime, pkMicroTime, pkMetaDuration, pkStdTime, pkIntOrString,
+		pkMetaTime, pkMicroTime, pkIntOrString,
 		pkUnstructured, pkJSONNumber, pkStruct:
 		return true
 	case pkArray:
