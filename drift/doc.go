@@ -9,8 +9,15 @@
 //     JSON representation (JSON field names, keys sorted, integers and
 //     integral floats equal), so a typed CAPI object and its
 //     unstructured.Unstructured form hash equal. Zero values fold by default:
-//     nil and empty maps or lists, absent fields and pointers to zero values
-//     all hash alike (KeepZeroValues turns that off). Paths can be ignored
+//     nil and empty maps or lists, absent fields, "", 0, false, null and
+//     pointers to such values all hash alike (KeepZeroValues turns that
+//     off; KeepZeroEntries keeps empty-valued label entries significant).
+//     Types with a JSON string form hash by that string, so an explicit
+//     zero metav1.Duration ("0s") or resource.Quantity ("0") is a value,
+//     exactly as in the unstructured form; a zero metav1.Time is null.
+//     Struct tags `hash:"ignore"`/`hash:"set"` exist only on typed values,
+//     so use IgnorePaths/SetPaths when typed and unstructured forms must
+//     agree. Paths can be ignored
 //     (IgnorePaths, `hash:"ignore"`) and lists declared sets (SetPaths,
 //     SlicesAsSets, `hash:"set"`). Per-type reflection plans are cached and
 //     scratch buffers pooled, so hashing a typed spec does not allocate in
