@@ -1,0 +1,410 @@
+package kubeadm
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"path"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/upgradekit/upgradekit/nodeexec"
+)
+
+// Role is the node's part in the upgrade; it picks the kubeadm command.
+type Role string
+
+// Roles.
+const (
+	// RoleFirstControlPlane runs `kubeadm upgrade apply` (after an etcd
+	// snapshot). Exactly one control plane node per upgrade has it.
+	RoleFirstControlPlane Role = "first-control-plane"
+	// RoleControlPlane runs `kubeadm upgrade node` on the other control
+	// plane nodes, one at a time, after the first one.
+	RoleControlPlane Role = "control-plane"
+	// RoleWorker runs `kubeadm upgrade node` on a worker.
+	RoleWorker Role = "worker"
+)
+
+// ErrInvalidConfig is wrapped by configuration errors other than version
+// errors.
+var ErrInvalidConfig = errors.New("invalid kubeadm plan configuration")
+
+// Defaults for Config fields left empty.
+const (
+	DefaultStagingDir = "/var/lib/upgradekit/staging"
+	DefaultBackupRoot = "/var/lib/upgradekit/backup"
+	DefaultBinDir     = "/usr/bin"
+	DefaultPKIDir     = "/etc/kubernetes/pki"
+)
+
+// Step names, in plan order. Steps that do not apply to a role or version
+// are left out.
+const (
+	StepEtcdSnapshot     = "etcd-snapshot"
+	StepContainerd       = "containerd"
+	StepContainerdReload = "containerd-restart"
+	StepCNIPlugins       = "cni-plugins"
+	StepKubeadmBinary    = "kubeadm-binary"
+	StepKubeadmConfig    = "kubeadm-config"
+	StepKubeadmUpgrade   = "kubeadm-upgrade"
+	StepKubectlBinary    = "kubectl-binary"
+	StepKubeletStop      = "kubelet-stop"
+	StepKubeletBinary    = "kubelet-binary"
+	StepKubeletRestart   = "kubelet-restart"
+	StepVerify           = "verify"
+)
+
+// Config describes one node's upgrade.
+//
+// Everything the plan installs comes from StagingDir on the host, which the
+// pod builder fills from the upgrader image before the first step (package
+// nodepod, StageFrom). Nothing is downloaded, so the plan works
+// air-gapped. Expected layout under StagingDir:
+//
+//	kubernetes/kubeadm, kubernetes/kubelet, kubernetes/kubectl
+//	etcd/etcdctl                  (first control plane only)
+//	containerd/<rootfs tree>      copied onto / (e.g. usr/local/bin/containerd)
+//	cni-plugins/<rootfs tree>     copied onto / (e.g. opt/cni/bin/loopback)
+type Config struct {
+	// PlanName defaults to "kubeadm-" + a short hash of node and version.
+	PlanName string
+	// Node is the Kubernetes node name (also used by the verify step).
+	Node string
+	Role Role
+	// FromVersion and ToVersion are Kubernetes versions ("v1.31.4",
+	// optionally with a build suffix). ToVersion must be exactly what
+	// the new binaries report.
+	FromVersion, ToVersion string
+	// StagingDir, BackupDir, BinDir and PKIDir are host paths.
+	StagingDir string
+	// BackupDir defaults to DefaultBackupRoot/<plan name>. Backups are
+	// kept after success (unlike EKS Anywhere, which deletes them).
+	BackupDir string
+	BinDir    string
+	PKIDir    string
+	// SkipContainerd and SkipCNIPlugins leave those components alone.
+	SkipContainerd bool
+	SkipCNIPlugins bool
+	// SkipEtcdSnapshot skips the snapshot on the first control plane (for
+	// external etcd, where the snapshot is someone else's job).
+	SkipEtcdSnapshot bool
+	// RollbackOnFailure is copied into the plan. Note that the
+	// kubeadm-upgrade step has no automatic rollback: undoing `kubeadm
+	// upgrade apply` means restoring the etcd snapshot, a human decision.
+	RollbackOnFailure bool
+}
+
+func (c *Config) defaults() {
+	if c.StagingDir == "" {
+		c.StagingDir = DefaultStagingDir
+	}
+	if c.BinDir == "" {
+		c.BinDir = DefaultBinDir
+	}
+	if c.PKIDir == "" {
+		c.PKIDir = DefaultPKIDir
+	}
+	if c.PlanName == "" {
+		sum := sha256.Sum256([]byte(c.Node + "\x00" + c.ToVersion + "\x00" + string(c.Role)))
+		c.PlanName = "kubeadm-" + hex.EncodeToString(sum[:])[:12]
+	}
+	if c.BackupDir == "" {
+		c.BackupDir = path.Join(DefaultBackupRoot, c.PlanName)
+	}
+}
+
+func configError(field, format string, args ...any) error {
+	return fmt.Errorf("kubeadm: %s: %w: %s", field, ErrInvalidConfig, fmt.Sprintf(format, args...))
+}
+
+func absPath(field, p string) error {
+	if !path.IsAbs(p) || strings.ContainsRune(p, 0) {
+		return configError(field, "%q is not an absolute path", p)
+	}
+	return nil
+}
+
+// NewPlan returns the upgrade plan for one node. It refuses downgrades and
+// skipped minor versions (*VersionError) and bad configuration
+// (ErrInvalidConfig) before producing anything.
+//
+// Kubernetes version gates:
+//   - >= 1.30: the first control plane uses `kubeadm upgrade apply
+//     --config` with a kubeadm.k8s.io/v1beta4 UpgradeConfiguration written
+//     by the kubeadm-config step (kubeadm stopped accepting a
+//     ClusterConfiguration there; kubernetes/kubeadm#3054);
+//   - >= 1.32: the CoreDNS addon phase is skipped (skipPhases
+//     addon/coredns) because Cluster API owns CoreDNS; before 1.32, the
+//     CoreDNS preflight errors caused by CAPI-managed CoreDNS images are
+//     ignored instead.
+func NewPlan(cfg Config) (nodeexec.Plan, error) {
+	cfg.defaults()
+	if err := CheckUpgrade(cfg.FromVersion, cfg.ToVersion); err != nil {
+		return nodeexec.Plan{}, err
+	}
+	switch cfg.Role {
+	case RoleFirstControlPlane, RoleControlPlane, RoleWorker:
+	default:
+		return nodeexec.Plan{}, configError("role", "%q (want %s, %s or %s)", cfg.Role, RoleFirstControlPlane, RoleControlPlane, RoleWorker)
+	}
+	if msgs := validation.IsDNS1123Subdomain(cfg.Node); len(msgs) > 0 {
+		return nodeexec.Plan{}, configError("node", "%q: %s", cfg.Node, strings.Join(msgs, "; "))
+	}
+	for field, p := range map[string]string{"stagingDir": cfg.StagingDir, "backupDir": cfg.BackupDir, "binDir": cfg.BinDir, "pkiDir": cfg.PKIDir} {
+		if err := absPath(field, p); err != nil {
+			return nodeexec.Plan{}, err
+		}
+	}
+	to, _ := parse(cfg.ToVersion)
+	b := builder{cfg: cfg, gate130: atLeast(to, 30), gate132: atLeast(to, 32)}
+	plan := nodeexec.Plan{
+		Name:              cfg.PlanName,
+		Node:              cfg.Node,
+		Role:              string(cfg.Role),
+		FromVersion:       cfg.FromVersion,
+		ToVersion:         cfg.ToVersion,
+		RollbackOnFailure: cfg.RollbackOnFailure,
+		Steps:             b.steps(),
+	}
+	if err := plan.Validate(); err != nil {
+		return nodeexec.Plan{}, err
+	}
+	return plan, nil
+}
+
+type builder struct {
+	cfg              Config
+	gate130, gate132 bool
+}
+
+func (b builder) staging(p ...string) string {
+	return path.Join(append([]string{b.cfg.StagingDir}, p...)...)
+}
+func (b builder) backup(p ...string) string {
+	return path.Join(append([]string{b.cfg.BackupDir}, p...)...)
+}
+func (b builder) bin(name string) string { return path.Join(b.cfg.BinDir, name) }
+
+// Shell scripts are constants; every path and version is a positional
+// argument.
+const (
+	// $1 staging tree, $2 backup dir: copy aside every host file the tree
+	// would overwrite and list the ones it would add.
+	scriptBackupTree = `set -eu
+mkdir -p "$2"
+: > "$2.added"
+cd "$1"
+find . \( -type f -o -type l \) | while IFS= read -r f; do
+  f=${f#./}
+  if [ -e "/$f" ] || [ -L "/$f" ]; then
+    mkdir -p "$2/$(dirname "$f")"
+    cp -a -- "/$f" "$2/$f"
+  else
+    printf '%s\n' "$f" >> "$2.added"
+  fi
+done`
+	// $1 backup dir: put the saved files back and remove added ones.
+	scriptRestoreTree = `set -eu
+cp -af -- "$1"/. /
+if [ -f "$1.added" ]; then
+  while IFS= read -r f; do rm -f -- "/$f"; done < "$1.added"
+fi`
+	// $1 staging tree: install it onto /. -f replaces busy executables.
+	scriptInstallTree = `set -eu
+cp -af -- "$1"/. /`
+	// $1 host binary, $2 backup file.
+	scriptBackupFile = `set -eu
+mkdir -p "$(dirname "$2")"
+cp -a -- "$1" "$2"`
+	// $1 source, $2 destination: replace a binary atomically.
+	scriptInstallFile = `set -eu
+cp -f -- "$1" "$2.upgradekit-new"
+chmod 0755 "$2.upgradekit-new"
+mv -f -- "$2.upgradekit-new" "$2"`
+	// $1 file, content in UPGRADEKIT_FILE_CONTENT.
+	scriptWriteFile = `set -eu
+umask 077
+mkdir -p "$(dirname "$1")"
+printf '%s' "$UPGRADEKIT_FILE_CONTENT" > "$1.tmp"
+mv -f -- "$1.tmp" "$1"`
+	// $1 etcdctl, $2 snapshot file, $3 PKI dir.
+	scriptEtcdSnapshot = `set -eu
+mkdir -p "$(dirname "$2")"
+ETCDCTL_API=3 "$1" --endpoints=https://127.0.0.1:2379 \
+  --cacert="$3/etcd/ca.crt" --cert="$3/apiserver-etcd-client.crt" --key="$3/apiserver-etcd-client.key" \
+  snapshot save "$2"`
+	scriptRestartUnit = `set -eu
+systemctl daemon-reload
+systemctl restart "$1"`
+	// $1 kubeadm, $2 kubelet, $3 kubectl, $4 version, $5 node, $6 role.
+	// The kubelet version is read from the Node object, i.e. what the
+	// running kubelet reports, not just what is on disk.
+	scriptVerify = `set -eu
+fail() { echo "verify: $*" >&2; exit 1; }
+got=$("$1" version -o short) || fail "kubeadm version"
+[ "$got" = "$4" ] || fail "kubeadm is $got, want $4"
+got=$("$2" --version) || fail "kubelet --version"
+[ "$got" = "Kubernetes $4" ] || fail "kubelet binary is '$got', want $4"
+"$3" version --client 2>/dev/null | grep -qxF "Client Version: $4" || fail "kubectl client is not $4"
+systemctl is-active --quiet containerd || fail "containerd is not active"
+systemctl is-active --quiet kubelet || fail "kubelet is not active"
+kc=/etc/kubernetes/kubelet.conf
+[ "$6" = worker ] || kc=/etc/kubernetes/admin.conf
+got=$("$3" --kubeconfig "$kc" get node "$5" -o 'jsonpath={.status.nodeInfo.kubeletVersion}') || fail "reading node $5"
+[ "$got" = "$4" ] || fail "running kubelet reports $got, want $4"
+if [ "$6" != worker ]; then
+  img=$("$3" --kubeconfig "$kc" -n kube-system get pod "kube-apiserver-$5" -o 'jsonpath={.status.containerStatuses[0].image}') || fail "reading kube-apiserver-$5"
+  case "$img" in *":$4") ;; *) fail "kube-apiserver runs $img, want tag $4" ;; esac
+fi
+echo "verified $5 at $4"`
+)
+
+func (b builder) steps() []nodeexec.Step {
+	c := b.cfg
+	var steps []nodeexec.Step
+	add := func(s nodeexec.Step) { steps = append(steps, s) }
+	retry := nodeexec.RetryPolicy{Attempts: 3, Backoff: 5 * time.Second, MaxBackoff: 30 * time.Second}
+
+	if c.Role == RoleFirstControlPlane && !c.SkipEtcdSnapshot {
+		add(nodeexec.Step{
+			Name:       StepEtcdSnapshot,
+			Argv:       nodeexec.ShellArgv(scriptEtcdSnapshot, b.staging("etcd", "etcdctl"), b.backup("etcd-snapshot.db"), c.PKIDir),
+			Timeout:    5 * time.Minute,
+			Retry:      retry,
+			Idempotent: true,
+		})
+	}
+	tree := func(name, dir, unit string) {
+		rollback := nodeexec.ShellArgv(scriptRestoreTree, b.backup(dir))
+		if unit != "" {
+			rollback = nodeexec.ShellArgv(scriptRestoreTree+"\n"+`systemctl daemon-reload
+systemctl restart "$2"`, b.backup(dir), unit)
+		}
+		add(nodeexec.Step{
+			Name:       name,
+			Argv:       nodeexec.ShellArgv(scriptInstallTree, b.staging(dir)),
+			Backup:     nodeexec.ShellArgv(scriptBackupTree, b.staging(dir), b.backup(dir)),
+			Rollback:   rollback,
+			Timeout:    5 * time.Minute,
+			Idempotent: true,
+		})
+	}
+	if !c.SkipContainerd {
+		tree(StepContainerd, "containerd", "containerd")
+		add(nodeexec.Step{
+			Name:       StepContainerdReload,
+			Argv:       nodeexec.ShellArgv(scriptRestartUnit, "containerd"),
+			Timeout:    2 * time.Minute,
+			Retry:      retry,
+			Idempotent: true,
+		})
+	}
+	if !c.SkipCNIPlugins {
+		tree(StepCNIPlugins, "cni-plugins", "")
+	}
+	binary := func(name, file string) nodeexec.Step {
+		src, dst, bak := b.staging("kubernetes", file), b.bin(file), b.backup("bin", file)
+		return nodeexec.Step{
+			Name:     name,
+			Argv:     nodeexec.ShellArgv(scriptInstallFile, src, dst),
+			Check:    []string{"cmp", "-s", "--", src, dst},
+			Backup:   nodeexec.ShellArgv(scriptBackupFile, dst, bak),
+			Rollback: nodeexec.ShellArgv(scriptInstallFile, bak, dst),
+			Timeout:  2 * time.Minute,
+			// Copying is safe to repeat; the check just saves the work.
+			Idempotent: true,
+		}
+	}
+	add(binary(StepKubeadmBinary, "kubeadm"))
+
+	kubeadm := b.bin("kubeadm")
+	upgrade := nodeexec.Step{
+		Name:       StepKubeadmUpgrade,
+		Timeout:    15 * time.Minute,
+		Retry:      nodeexec.RetryPolicy{Attempts: 2, Backoff: 30 * time.Second},
+		Idempotent: true, // kubeadm documents `kubeadm upgrade` as idempotent
+		// Keep a copy of /etc/kubernetes for manual recovery; kubeadm keeps
+		// its own in /etc/kubernetes/tmp as well.
+		Backup: nodeexec.ShellArgv(`set -eu
+mkdir -p "$1"
+cp -a /etc/kubernetes/. "$1"/`, b.backup("etc-kubernetes")),
+	}
+	coreDNSPreflight := "--ignore-preflight-errors=CoreDNSUnsupportedPlugins,CoreDNSMigration"
+	switch c.Role {
+	case RoleFirstControlPlane:
+		if b.gate130 {
+			cfgPath := b.staging("kubeadm-upgrade-config.yaml")
+			add(nodeexec.Step{
+				Name:       StepKubeadmConfig,
+				Argv:       nodeexec.ShellArgv(scriptWriteFile, cfgPath),
+				Env:        []nodeexec.EnvVar{{Name: "UPGRADEKIT_FILE_CONTENT", Value: UpgradeConfiguration(c.ToVersion)}},
+				Timeout:    time.Minute,
+				Idempotent: true,
+			})
+			upgrade.Argv = []string{kubeadm, "upgrade", "apply", "--config", cfgPath, "--yes"}
+		} else {
+			upgrade.Argv = []string{kubeadm, "upgrade", "apply", c.ToVersion, "--yes", coreDNSPreflight}
+		}
+	case RoleControlPlane:
+		if b.gate132 {
+			upgrade.Argv = []string{kubeadm, "upgrade", "node", "--skip-phases=addon/coredns"}
+		} else {
+			upgrade.Argv = []string{kubeadm, "upgrade", "node", coreDNSPreflight}
+		}
+	case RoleWorker:
+		upgrade.Argv = []string{kubeadm, "upgrade", "node"}
+	}
+	add(upgrade)
+	add(binary(StepKubectlBinary, "kubectl"))
+	add(nodeexec.Step{
+		Name: StepKubeletStop,
+		Argv: []string{"systemctl", "stop", "kubelet"},
+		// Undoing the stop restarts the kubelet, which by then runs the
+		// restored binary (rollback goes in reverse order).
+		Rollback:   nodeexec.ShellArgv(scriptRestartUnit, "kubelet"),
+		Timeout:    2 * time.Minute,
+		Idempotent: true,
+	})
+	add(binary(StepKubeletBinary, "kubelet"))
+	add(nodeexec.Step{
+		Name:       StepKubeletRestart,
+		Argv:       nodeexec.ShellArgv(scriptRestartUnit, "kubelet"),
+		Timeout:    2 * time.Minute,
+		Retry:      retry,
+		Idempotent: true,
+	})
+	add(nodeexec.Step{
+		Name: StepVerify,
+		Argv: nodeexec.ShellArgv(scriptVerify, kubeadm, b.bin("kubelet"), b.bin("kubectl"), c.ToVersion, c.Node, string(c.Role)),
+		// The kubelet needs a few seconds to report its new version.
+		Retry:      nodeexec.RetryPolicy{Attempts: 12, Backoff: 5 * time.Second, MaxBackoff: 10 * time.Second},
+		Timeout:    time.Minute,
+		Idempotent: true,
+	})
+	return steps
+}
+
+// UpgradeConfiguration returns the kubeadm.k8s.io/v1beta4
+// UpgradeConfiguration the first control plane uses for Kubernetes >= 1.30
+// (written by the kubeadm-config step). For >= 1.32 it skips the CoreDNS
+// addon phase, which Cluster API manages; before that it ignores the
+// CoreDNS preflight errors CAPI-managed CoreDNS images trigger.
+func UpgradeConfiguration(toVersion string) string {
+	var b strings.Builder
+	b.WriteString("apiVersion: kubeadm.k8s.io/v1beta4\nkind: UpgradeConfiguration\napply:\n")
+	fmt.Fprintf(&b, "  kubernetesVersion: %q\n", toVersion)
+	// Not forceUpgrade: that also overrides kubeadm's own safety checks.
+	// The command line passes --yes for non-interactive mode instead.
+	b.WriteString("  etcdUpgrade: true\n  certificateRenewal: true\n")
+	v, err := parse(toVersion)
+	if err == nil && atLeast(v, 32) {
+		b.WriteString("  skipPhases:\n  - addon/coredns\n")
+	} else {
+		b.WriteString("  ignorePreflightErrors:\n  - CoreDNSUnsupportedPlugins\n  - CoreDNSMigration\n")
+	}
+	return b.String()
+}

@@ -1,0 +1,270 @@
+package kubeadm
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/upgradekit/upgradekit/nodeexec"
+)
+
+func TestCheckUpgrade(t *testing.T) {
+	tests := []struct {
+		from, to string
+		want     error
+	}{
+		{"v1.30.4", "v1.31.0", nil},
+		{"v1.31.0", "v1.31.2", nil},
+		{"1.31.2", "1.31.2", nil},
+		{"v1.31.2-eks-1-31-5", "v1.32.0-eks-1-32-1", nil},
+		{"v1.31.2", "v1.31.1", ErrDowngrade},
+		{"v1.32.0", "v1.31.9", ErrDowngrade},
+		{"v1.30.1", "v1.32.0", ErrSkippedMinor},
+		{"v1.29.0", "v1.33.0", ErrSkippedMinor},
+		{"v1.31.0", "v2.0.0", ErrMajorChange},
+		{"latest", "v1.31.0", ErrInvalidVersion},
+		{"v1.31.0", "", ErrInvalidVersion},
+		{"v1.31", "v1.32.0", ErrInvalidVersion},
+	}
+	for _, tt := range tests {
+		t.Run(tt.from+"->"+tt.to, func(t *testing.T) {
+			err := CheckUpgrade(tt.from, tt.to)
+			if tt.want == nil {
+				require.NoError(t, err)
+				return
+			}
+			require.ErrorIs(t, err, tt.want)
+			var ve *VersionError
+			require.ErrorAs(t, err, &ve)
+			require.Equal(t, tt.from, ve.From)
+			require.Equal(t, tt.to, ve.To)
+		})
+	}
+}
+
+func names(p nodeexec.Plan) []string {
+	var n []string
+	for _, s := range p.Steps {
+		n = append(n, s.Name)
+	}
+	return n
+}
+
+func step(t *testing.T, p nodeexec.Plan, name string) nodeexec.Step {
+	t.Helper()
+	for _, s := range p.Steps {
+		if s.Name == name {
+			return s
+		}
+	}
+	t.Fatalf("plan has no step %q: %v", name, names(p))
+	return nodeexec.Step{}
+}
+
+func TestNewPlanPerRoleAndVersion(t *testing.T) {
+	tail := []string{StepKubectlBinary, StepKubeletStop, StepKubeletBinary, StepKubeletRestart, StepVerify}
+	common := []string{StepContainerd, StepContainerdReload, StepCNIPlugins, StepKubeadmBinary}
+	tests := []struct {
+		name       string
+		role       Role
+		from, to   string
+		wantSteps  []string
+		wantArgv   []string
+		wantConfig string
+	}{
+		{
+			name: "first control plane 1.29 (flags, no UpgradeConfiguration)", role: RoleFirstControlPlane, from: "v1.28.9", to: "v1.29.4",
+			wantSteps: append(append([]string{StepEtcdSnapshot}, common...), append([]string{StepKubeadmUpgrade}, tail...)...),
+			wantArgv:  []string{"/usr/bin/kubeadm", "upgrade", "apply", "v1.29.4", "--yes", "--ignore-preflight-errors=CoreDNSUnsupportedPlugins,CoreDNSMigration"},
+		},
+		{
+			name: "first control plane 1.30 (UpgradeConfiguration, CoreDNS preflight ignored)", role: RoleFirstControlPlane, from: "v1.29.4", to: "v1.30.2",
+			wantSteps:  append(append([]string{StepEtcdSnapshot}, common...), append([]string{StepKubeadmConfig, StepKubeadmUpgrade}, tail...)...),
+			wantArgv:   []string{"/usr/bin/kubeadm", "upgrade", "apply", "--config", "/var/lib/upgradekit/staging/kubeadm-upgrade-config.yaml", "--yes"},
+			wantConfig: "apiVersion: kubeadm.k8s.io/v1beta4\nkind: UpgradeConfiguration\napply:\n  kubernetesVersion: \"v1.30.2\"\n  etcdUpgrade: true\n  certificateRenewal: true\n  ignorePreflightErrors:\n  - CoreDNSUnsupportedPlugins\n  - CoreDNSMigration\n",
+		},
+		{
+			name: "first control plane 1.32 (CoreDNS phase skipped)", role: RoleFirstControlPlane, from: "v1.31.4", to: "v1.32.1",
+			wantSteps:  append(append([]string{StepEtcdSnapshot}, common...), append([]string{StepKubeadmConfig, StepKubeadmUpgrade}, tail...)...),
+			wantArgv:   []string{"/usr/bin/kubeadm", "upgrade", "apply", "--config", "/var/lib/upgradekit/staging/kubeadm-upgrade-config.yaml", "--yes"},
+			wantConfig: "apiVersion: kubeadm.k8s.io/v1beta4\nkind: UpgradeConfiguration\napply:\n  kubernetesVersion: \"v1.32.1\"\n  etcdUpgrade: true\n  certificateRenewal: true\n  skipPhases:\n  - addon/coredns\n",
+		},
+		{
+			name: "other control plane 1.31", role: RoleControlPlane, from: "v1.30.4", to: "v1.31.0",
+			wantSteps: append(append([]string{}, common...), append([]string{StepKubeadmUpgrade}, tail...)...),
+			wantArgv:  []string{"/usr/bin/kubeadm", "upgrade", "node", "--ignore-preflight-errors=CoreDNSUnsupportedPlugins,CoreDNSMigration"},
+		},
+		{
+			name: "other control plane 1.33", role: RoleControlPlane, from: "v1.32.4", to: "v1.33.0",
+			wantSteps: append(append([]string{}, common...), append([]string{StepKubeadmUpgrade}, tail...)...),
+			wantArgv:  []string{"/usr/bin/kubeadm", "upgrade", "node", "--skip-phases=addon/coredns"},
+		},
+		{
+			name: "worker", role: RoleWorker, from: "v1.32.4", to: "v1.33.0",
+			wantSteps: append(append([]string{}, common...), append([]string{StepKubeadmUpgrade}, tail...)...),
+			wantArgv:  []string{"/usr/bin/kubeadm", "upgrade", "node"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p, err := NewPlan(Config{Node: "node-1.example", Role: tt.role, FromVersion: tt.from, ToVersion: tt.to})
+			require.NoError(t, err)
+			require.NoError(t, p.Validate())
+			require.Equal(t, tt.wantSteps, names(p))
+			require.Equal(t, tt.wantArgv, step(t, p, StepKubeadmUpgrade).Argv)
+			require.Equal(t, string(tt.role), p.Role)
+			require.Equal(t, tt.to, p.ToVersion)
+			require.True(t, strings.HasPrefix(p.Name, "kubeadm-"))
+			if tt.wantConfig != "" {
+				s := step(t, p, StepKubeadmConfig)
+				require.Equal(t, []nodeexec.EnvVar{{Name: "UPGRADEKIT_FILE_CONTENT", Value: tt.wantConfig}}, s.Env)
+			}
+			// Every step's binaries come from the staging dir or the host;
+			// nothing is fetched from the network.
+			for _, s := range p.Steps {
+				joined := strings.Join(s.Argv, " ")
+				require.NotContains(t, joined, "curl")
+				require.NotContains(t, joined, "wget")
+				require.NotContains(t, joined, "http://")
+			}
+			// The version and node reach the verify script as arguments.
+			v := step(t, p, StepVerify)
+			require.Equal(t, []string{tt.to, "node-1.example", string(tt.role)}, v.Argv[len(v.Argv)-3:])
+		})
+	}
+}
+
+func TestNewPlanOptionsAndBackups(t *testing.T) {
+	p, err := NewPlan(Config{
+		PlanName: "cp-0", Node: "cp-0", Role: RoleFirstControlPlane, FromVersion: "v1.31.0", ToVersion: "v1.32.0",
+		SkipContainerd: true, SkipCNIPlugins: true, SkipEtcdSnapshot: true, RollbackOnFailure: true,
+		StagingDir: "/opt/stage", BinDir: "/usr/local/bin",
+	})
+	require.NoError(t, err)
+	require.Equal(t, []string{StepKubeadmBinary, StepKubeadmConfig, StepKubeadmUpgrade, StepKubectlBinary, StepKubeletStop, StepKubeletBinary, StepKubeletRestart, StepVerify}, names(p))
+	require.True(t, p.RollbackOnFailure)
+	kb := step(t, p, StepKubeletBinary)
+	require.Equal(t, []string{"cmp", "-s", "--", "/opt/stage/kubernetes/kubelet", "/usr/local/bin/kubelet"}, kb.Check)
+	require.Equal(t, []string{"/usr/local/bin/kubelet", "/var/lib/upgradekit/backup/cp-0/bin/kubelet"}, kb.Backup[len(kb.Backup)-2:])
+	require.Equal(t, []string{"/var/lib/upgradekit/backup/cp-0/bin/kubelet", "/usr/local/bin/kubelet"}, kb.Rollback[len(kb.Rollback)-2:])
+	require.NotEmpty(t, step(t, p, StepKubeletStop).Rollback, "undoing the stop restarts the kubelet")
+	require.Empty(t, step(t, p, StepKubeadmUpgrade).Rollback, "kubeadm upgrade apply is not rolled back automatically")
+	require.NotEmpty(t, step(t, p, StepKubeadmUpgrade).Backup)
+}
+
+func TestNewPlanRejects(t *testing.T) {
+	base := Config{Node: "n1", Role: RoleWorker, FromVersion: "v1.31.0", ToVersion: "v1.32.0"}
+	tests := []struct {
+		name   string
+		mutate func(*Config)
+		want   error
+	}{
+		{"skipped minor", func(c *Config) { c.ToVersion = "v1.33.0" }, ErrSkippedMinor},
+		{"downgrade", func(c *Config) { c.ToVersion = "v1.30.9" }, ErrDowngrade},
+		{"unknown role", func(c *Config) { c.Role = "etcd" }, ErrInvalidConfig},
+		{"bad node", func(c *Config) { c.Node = "Bad Node" }, ErrInvalidConfig},
+		{"relative staging", func(c *Config) { c.StagingDir = "staging" }, ErrInvalidConfig},
+		{"shell characters in version", func(c *Config) { c.FromVersion, c.ToVersion = "v1.32.0", "v1.32.0+a;b" }, ErrInvalidVersion},
+		{"bad plan name", func(c *Config) { c.PlanName = "Not_A_Label" }, nodeexec.ErrInvalidName},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := base
+			tt.mutate(&c)
+			_, err := NewPlan(c)
+			require.ErrorIs(t, err, tt.want)
+		})
+	}
+}
+
+// TestScriptsParse runs every shell script of every plan through sh -n.
+func TestScriptsParse(t *testing.T) {
+	for _, role := range []Role{RoleFirstControlPlane, RoleControlPlane, RoleWorker} {
+		p, err := NewPlan(Config{Node: "n1", Role: role, FromVersion: "v1.31.0", ToVersion: "v1.32.0"})
+		require.NoError(t, err)
+		for _, s := range p.Steps {
+			for _, argv := range [][]string{s.Argv, s.Check, s.Backup, s.Rollback} {
+				if len(argv) < 3 || argv[0] != "/bin/sh" {
+					continue
+				}
+				out, err := exec.Command("/bin/sh", "-n", "-c", argv[2]).CombinedOutput()
+				require.NoError(t, err, "%s: %s", s.Name, out)
+			}
+		}
+	}
+}
+
+// TestTreeInstallBackupRestoreForReal runs the containerd step's backup,
+// install and rollback scripts on this machine. The staging tree mirrors a
+// temporary directory, so "copy onto /" lands there.
+func TestTreeInstallBackupRestoreForReal(t *testing.T) {
+	hostDir := t.TempDir() // stands in for /usr/local/bin on the host
+	stage, backup := t.TempDir(), t.TempDir()
+	rel := strings.TrimPrefix(hostDir, "/")
+	tree := filepath.Join(stage, "containerd", rel)
+	require.NoError(t, os.MkdirAll(tree, 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(tree, "containerd"), []byte("new containerd"), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(tree, "ctr"), []byte("new ctr"), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(hostDir, "containerd"), []byte("old containerd"), 0o755))
+	// ctr does not exist yet on the "host": rollback must remove it.
+
+	p, err := NewPlan(Config{PlanName: "tree", Node: "n1", Role: RoleWorker, FromVersion: "v1.31.0", ToVersion: "v1.31.1",
+		StagingDir: stage, BackupDir: backup, SkipCNIPlugins: true})
+	require.NoError(t, err)
+	s := step(t, p, StepContainerd)
+	run := func(argv []string) {
+		t.Helper()
+		res, err := nodeexec.OSExecutor{}.Run(context.Background(), nodeexec.Command{Argv: argv})
+		require.NoError(t, err)
+		require.Equal(t, 0, res.ExitCode, "%s", res.Output)
+	}
+	read := func(name string) string {
+		b, err := os.ReadFile(filepath.Join(hostDir, name))
+		if err != nil {
+			return "<missing>"
+		}
+		return string(b)
+	}
+	run(s.Backup)
+	run(s.Argv)
+	require.Equal(t, "new containerd", read("containerd"))
+	require.Equal(t, "new ctr", read("ctr"))
+	// The rollback of containerd also restarts the unit; run only the
+	// restore part here (no systemd in the test environment).
+	restore := append([]string{"/bin/sh", "-c", scriptRestoreTree, "sh"}, s.Rollback[4])
+	run(restore)
+	require.Equal(t, "old containerd", read("containerd"))
+	require.Equal(t, "<missing>", read("ctr"))
+}
+
+func TestBinaryInstallBackupRestoreForReal(t *testing.T) {
+	stage, backup, bin := t.TempDir(), t.TempDir(), t.TempDir()
+	require.NoError(t, os.MkdirAll(filepath.Join(stage, "kubernetes"), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(stage, "kubernetes", "kubectl"), []byte("new"), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(bin, "kubectl"), []byte("old"), 0o755))
+	p, err := NewPlan(Config{PlanName: "bin", Node: "n1", Role: RoleWorker, FromVersion: "v1.31.0", ToVersion: "v1.31.1",
+		StagingDir: stage, BackupDir: backup, BinDir: bin})
+	require.NoError(t, err)
+	s := step(t, p, StepKubectlBinary)
+	exit := func(argv []string) int {
+		res, err := nodeexec.OSExecutor{}.Run(context.Background(), nodeexec.Command{Argv: argv})
+		require.NoError(t, err)
+		return res.ExitCode
+	}
+	require.NotEqual(t, 0, exit(s.Check), "not installed yet")
+	require.Equal(t, 0, exit(s.Backup))
+	require.Equal(t, 0, exit(s.Argv))
+	require.Equal(t, 0, exit(s.Check), "installed")
+	got, _ := os.ReadFile(filepath.Join(bin, "kubectl"))
+	require.Equal(t, "new", string(got))
+	info, _ := os.Stat(filepath.Join(bin, "kubectl"))
+	require.Equal(t, os.FileMode(0o755), info.Mode().Perm())
+	require.Equal(t, 0, exit(s.Rollback))
+	got, _ = os.ReadFile(filepath.Join(bin, "kubectl"))
+	require.Equal(t, "old", string(got))
+}

@@ -1,0 +1,72 @@
+package kubeadm
+
+import (
+	"errors"
+	"fmt"
+
+	"k8s.io/apimachinery/pkg/util/version"
+)
+
+// Version errors. kubeadm itself refuses to skip a minor version and this
+// library refuses downgrades altogether (rolling a control plane back
+// needs the etcd snapshot, not a plan).
+var (
+	ErrInvalidVersion = errors.New("invalid Kubernetes version")
+	ErrDowngrade      = errors.New("downgrade refused")
+	ErrSkippedMinor   = errors.New("upgrade skips a minor version")
+	ErrMajorChange    = errors.New("major version change")
+)
+
+// VersionError names the versions involved in a refused upgrade.
+type VersionError struct {
+	From, To string
+	Err      error
+}
+
+// Error implements error.
+func (e *VersionError) Error() string {
+	return fmt.Sprintf("kubeadm: upgrade %s -> %s: %v", e.From, e.To, e.Err)
+}
+
+// Unwrap returns the sentinel.
+func (e *VersionError) Unwrap() error { return e.Err }
+
+// parse accepts "v1.31.2", "1.31.2" and pre-release/build suffixes such as
+// "v1.31.2-eks-1-31-5".
+func parse(s string) (*version.Version, error) {
+	v, err := version.ParseSemantic(s)
+	if err != nil {
+		return nil, err
+	}
+	return v, nil
+}
+
+// CheckUpgrade applies kubeadm's version-skew rule to an upgrade from ->
+// to: same major, no downgrade (not even a patch), and at most one minor
+// version step. Re-applying the same version is allowed (kubeadm upgrade
+// is idempotent).
+func CheckUpgrade(from, to string) error {
+	f, err := parse(from)
+	if err != nil {
+		return &VersionError{From: from, To: to, Err: fmt.Errorf("%w: from %q: %v", ErrInvalidVersion, from, err)}
+	}
+	t, err := parse(to)
+	if err != nil {
+		return &VersionError{From: from, To: to, Err: fmt.Errorf("%w: to %q: %v", ErrInvalidVersion, to, err)}
+	}
+	switch {
+	case t.Major() != f.Major():
+		return &VersionError{From: from, To: to, Err: ErrMajorChange}
+	case t.LessThan(f):
+		return &VersionError{From: from, To: to, Err: ErrDowngrade}
+	case t.Minor() > f.Minor()+1:
+		return &VersionError{From: from, To: to, Err: fmt.Errorf("%w: %d.%d -> %d.%d; upgrade through %d.%d first",
+			ErrSkippedMinor, f.Major(), f.Minor(), t.Major(), t.Minor(), f.Major(), f.Minor()+1)}
+	}
+	return nil
+}
+
+// atLeast reports whether v >= major.minor.
+func atLeast(v *version.Version, minor uint) bool {
+	return v.Major() > 1 || (v.Major() == 1 && v.Minor() >= minor)
+}
