@@ -481,3 +481,36 @@ func normalize(v any) any {
 	}
 	return v
 }
+
+// TestHashConcurrent hashes the same objects from many goroutines; under
+// -race it proves hashing never writes to the caller's values (Quantity's
+// String cache, for one, is not touched).
+func TestHashConcurrent(t *testing.T) {
+	h := mustHasher(t, "v1", drift.SlicesAsSets())
+	objs := []any{nodePoolSpec(), capiPair(), toUnstructured(t, capiMachine())}
+	want := make([]drift.Hash, len(objs))
+	for i, o := range objs {
+		want[i] = mustHash(t, h, o)
+	}
+	errs := make(chan error, 8)
+	for range 8 {
+		go func() {
+			for range 200 {
+				for i, o := range objs {
+					got, err := h.Hash(o)
+					if err == nil && got != want[i] {
+						err = errors.New("hash changed under concurrency")
+					}
+					if err != nil {
+						errs <- err
+						return
+					}
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for range 8 {
+		require.NoError(t, <-errs)
+	}
+}
