@@ -17,6 +17,9 @@ const (
 	EnvTargetPID = "UPGRADEKIT_TARGET_PID"
 	// EnvNsenter is the nsenter binary inside the image (default "nsenter").
 	EnvNsenter = "UPGRADEKIT_NSENTER"
+	// EnvStopAfter names the step after which the runner returns (see
+	// WithStopAfter); empty runs the whole plan.
+	EnvStopAfter = "UPGRADEKIT_STOP_AFTER"
 )
 
 // ErrMissingEnv is returned by FromEnv when EnvPlan is unset.
@@ -28,11 +31,12 @@ type EnvConfig struct {
 	JournalDir string
 	TargetPID  int
 	Nsenter    string
+	StopAfter  string
 }
 
 // RunnerOptions returns the options matching the configuration.
 func (c EnvConfig) RunnerOptions() []RunnerOption {
-	return []RunnerOption{WithJournalDir(c.JournalDir), WithTargetPID(c.TargetPID)}
+	return []RunnerOption{WithJournalDir(c.JournalDir), WithTargetPID(c.TargetPID), WithStopAfter(c.StopAfter)}
 }
 
 // Executor returns an OSExecutor using the configured nsenter.
@@ -54,7 +58,7 @@ func FromEnv(getenv func(string) string) (EnvConfig, error) {
 	if err != nil {
 		return EnvConfig{}, fmt.Errorf("nodeexec: %s: %w", EnvPlan, err)
 	}
-	c := EnvConfig{Plan: p, JournalDir: getenv(EnvJournalDir), TargetPID: 1, Nsenter: getenv(EnvNsenter)}
+	c := EnvConfig{Plan: p, JournalDir: getenv(EnvJournalDir), TargetPID: 1, Nsenter: getenv(EnvNsenter), StopAfter: getenv(EnvStopAfter)}
 	if c.JournalDir == "" {
 		c.JournalDir = DefaultJournalDir
 	}

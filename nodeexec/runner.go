@@ -44,6 +44,7 @@ type Runner struct {
 	outputLimit int
 	maxResumes  int
 	progress    func(Outcome)
+	stopAfter   string
 }
 
 // RunnerOption configures a Runner.
@@ -81,6 +82,13 @@ func WithMaxResumes(n int) RunnerOption { return func(r *Runner) { r.maxResumes 
 // WithProgress registers a function called with a copy of the outcome
 // after every journal write (for status reporting).
 func WithProgress(f func(Outcome)) RunnerOption { return func(r *Runner) { r.progress = f } }
+
+// WithStopAfter makes Run return after the named step completes, leaving
+// the plan Running in the journal (Run returns a nil error and the
+// non-terminal outcome). The pod builder uses it to give every step its own
+// init container while keeping the journal's guarantees: each container
+// runs the plan up to its step, skipping what earlier ones completed.
+func WithStopAfter(step string) RunnerOption { return func(r *Runner) { r.stopAfter = step } }
 
 // NewRunner returns a Runner that executes commands through exec.
 func NewRunner(exec Executor, opts ...RunnerOption) (*Runner, error) {
@@ -135,6 +143,18 @@ func (r *Runner) Run(ctx context.Context, plan Plan) (Outcome, error) {
 	if err := plan.Validate(); err != nil {
 		return Outcome{}, err
 	}
+	stopAt := len(plan.Steps) - 1
+	if r.stopAfter != "" {
+		stopAt = -1
+		for i, st := range plan.Steps {
+			if st.Name == r.stopAfter {
+				stopAt = i
+			}
+		}
+		if stopAt < 0 {
+			return Outcome{}, &ValidationError{Field: "stopAfter", Err: ErrInvalidName, Detail: fmt.Sprintf("plan has no step %q", r.stopAfter)}
+		}
+	}
 	if err := os.MkdirAll(r.dir, 0o700); err != nil {
 		return Outcome{}, &JournalError{Path: r.dir, Err: err}
 	}
@@ -187,10 +207,14 @@ func (r *Runner) Run(ctx context.Context, plan Plan) (Outcome, error) {
 			return j.Outcome.clone(), err
 		}
 	}
-	for i := 0; i < len(plan.Steps) && !j.State.Terminal(); i++ {
+	for i := 0; i <= stopAt && !j.State.Terminal(); i++ {
 		if err := s.step(ctx, i); err != nil {
 			return j.Outcome.clone(), err
 		}
+	}
+	if !j.State.Terminal() && stopAt < len(plan.Steps)-1 {
+		log.Info("stopping after step as requested", "step", r.stopAfter)
+		return j.Outcome.clone(), nil
 	}
 	if !j.State.Terminal() {
 		j.State = PlanSucceeded

@@ -463,3 +463,22 @@ func TestJournalWriteIsAtomic(t *testing.T) {
 	_, err = ReadJournal(filepath.Join(dir, "missing"))
 	require.True(t, errors.Is(err, os.ErrNotExist))
 }
+
+func TestStopAfter(t *testing.T) {
+	h := &scriptedHost{}
+	dir := t.TempDir()
+	p := threeStepPlan()
+	out, err := newTestRunner(t, h, dir, WithStopAfter("two")).Run(t.Context(), p)
+	require.NoError(t, err)
+	require.Equal(t, PlanRunning, out.State)
+	require.Equal(t, []StepState{StepSucceeded, StepSucceeded, StepPending}, states(out))
+	h.reset()
+	// The next container runs only what is left.
+	out, err = newTestRunner(t, h, dir, WithStopAfter("three")).Run(t.Context(), p)
+	require.NoError(t, err)
+	require.Equal(t, PlanSucceeded, out.State)
+	require.Equal(t, []string{"three/backup", "three/run"}, h.Calls())
+
+	_, err = newTestRunner(t, h, t.TempDir(), WithStopAfter("nope")).Run(t.Context(), p)
+	require.ErrorIs(t, err, ErrInvalidName)
+}

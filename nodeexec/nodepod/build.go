@@ -1,0 +1,527 @@
+package nodepod
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"path"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/upgradekit/upgradekit/nodeexec"
+)
+
+// Mode selects how the plan is laid out in the pod.
+type Mode string
+
+// Modes.
+const (
+	// ModeInitContainers gives every step its own init container (EKS
+	// Anywhere's layout, so `kubectl get pod` shows per-step progress)
+	// plus a final status container. With a RunnerCommand each container
+	// runs the journaled runner up to its step, so deadlines, retries,
+	// checks, backups, rollback and crash-resume all apply; without one,
+	// each container runs the step's argv through nsenter directly (raw
+	// mode: backups still run, as their own init container, but there is
+	// no journal, no retry, no check and no rollback).
+	ModeInitContainers Mode = "InitContainers"
+	// ModeSingleContainer runs the whole plan in one container with the
+	// journaled runner. Requires a RunnerCommand.
+	ModeSingleContainer Mode = "SingleContainer"
+)
+
+// Labels and annotations put on every upgrader pod.
+const (
+	LabelName         = "app.kubernetes.io/name"
+	LabelManagedBy    = "app.kubernetes.io/managed-by"
+	LabelPlan         = "upgradekit.io/plan"
+	LabelNode         = "upgradekit.io/node"
+	LabelPlanHash     = "upgradekit.io/plan-hash"
+	AnnotationSteps   = "upgradekit.io/steps"
+	AnnotationMode    = "upgradekit.io/mode"
+	AnnotationPlanFP  = "upgradekit.io/plan-fingerprint"
+	NameValue         = "upgradekit-node-upgrader"
+	ManagedByValue    = "upgradekit"
+	StageContainer    = "upgradekit-stage"
+	StatusContainer   = "upgradekit-status"
+	backupSuffix      = "-backup"
+	stagingVolumeName = "upgradekit-host"
+)
+
+// Defaults.
+const (
+	DefaultNamespace       = "upgradekit-system"
+	DefaultStagingHostPath = "/var/lib/upgradekit"
+)
+
+// ErrInvalidOptions is wrapped by builder configuration errors.
+var ErrInvalidOptions = errors.New("invalid pod builder options")
+
+// Selector matches every upgrader pod this package builds; pass it to the
+// drain package so a drain never evicts the pod doing the upgrade.
+func Selector() labels.Selector {
+	return labels.SelectorFromSet(labels.Set{LabelManagedBy: ManagedByValue, LabelName: NameValue})
+}
+
+type options struct {
+	mode             Mode
+	namespace        string
+	image            string
+	pullPolicy       corev1.PullPolicy
+	pullSecrets      []string
+	serviceAccount   string
+	priorityClass    string
+	tolerations      []corev1.Toleration
+	stagingHostPath  string
+	stageFrom        string
+	resources        corev1.ResourceRequirements
+	runnerCommand    []string
+	nsenter          string
+	privileged       bool
+	statusArgv       []string
+	extraLabels      map[string]string
+	targetPID        int
+	deadlineOverhead time.Duration
+}
+
+// Option configures Build.
+type Option func(*options)
+
+// WithMode selects the layout (default ModeInitContainers).
+func WithMode(m Mode) Option { return func(o *options) { o.mode = m } }
+
+// WithNamespace sets the pod's namespace (default DefaultNamespace).
+func WithNamespace(ns string) Option { return func(o *options) { o.namespace = ns } }
+
+// WithImage sets the upgrader image (required). It must contain nsenter
+// and, for the journaled modes, the runner binary.
+func WithImage(image string) Option { return func(o *options) { o.image = image } }
+
+// WithImagePullPolicy sets every container's pull policy.
+func WithImagePullPolicy(p corev1.PullPolicy) Option { return func(o *options) { o.pullPolicy = p } }
+
+// WithImagePullSecrets names pull secrets in the pod's namespace.
+func WithImagePullSecrets(names ...string) Option {
+	return func(o *options) { o.pullSecrets = append(o.pullSecrets, names...) }
+}
+
+// WithServiceAccount sets the pod's service account (the runner itself
+// needs no API access; InContainer steps might).
+func WithServiceAccount(name string) Option { return func(o *options) { o.serviceAccount = name } }
+
+// WithPriorityClass sets the pod's priority class (for example
+// system-node-critical, so the upgrader is not preempted mid-step).
+func WithPriorityClass(name string) Option { return func(o *options) { o.priorityClass = name } }
+
+// WithTolerations adds tolerations to the built-in ones (unschedulable,
+// control-plane, not-ready and unreachable).
+func WithTolerations(t ...corev1.Toleration) Option {
+	return func(o *options) { o.tolerations = append(o.tolerations, t...) }
+}
+
+// WithStagingHostPath sets the host directory shared by the stage
+// container, the runner's journal (<path>/journal) and the staged
+// components (<path>/staging). It is mounted at the same path inside the
+// containers, so host and container paths agree. Default
+// DefaultStagingHostPath.
+func WithStagingHostPath(p string) Option { return func(o *options) { o.stagingHostPath = p } }
+
+// WithStageFrom adds a first init container that copies the directory
+// dir of the upgrader image to <staging host path>/staging, which is where
+// package kubeadm expects the new binaries: air-gapped installs need
+// nothing but the image.
+func WithStageFrom(dir string) Option { return func(o *options) { o.stageFrom = dir } }
+
+// WithResources sets every container's resources.
+func WithResources(r corev1.ResourceRequirements) Option { return func(o *options) { o.resources = r } }
+
+// WithRunnerCommand sets the argv of the runner binary inside the image,
+// which reads the plan with nodeexec.FromEnv. Required for
+// ModeSingleContainer; turns ModeInitContainers into its journaled form.
+func WithRunnerCommand(argv ...string) Option {
+	return func(o *options) { o.runnerCommand = append([]string(nil), argv...) }
+}
+
+// WithNsenterPath sets the nsenter binary inside the image (default
+// "nsenter").
+func WithNsenterPath(p string) Option { return func(o *options) { o.nsenter = p } }
+
+// WithPrivileged runs host containers fully privileged instead of with the
+// minimal capability set. Use it when steps need more than nsenter does
+// (loading kernel modules, mounting); see the package documentation.
+func WithPrivileged() Option { return func(o *options) { o.privileged = true } }
+
+// WithStatusArgv sets what the final status container runs on the host in
+// raw init-container mode (default: "true", which only marks completion).
+func WithStatusArgv(argv ...string) Option {
+	return func(o *options) { o.statusArgv = append([]string(nil), argv...) }
+}
+
+// WithLabels adds labels to the pod.
+func WithLabels(l map[string]string) Option {
+	return func(o *options) {
+		for k, v := range l {
+			o.extraLabels[k] = v
+		}
+	}
+}
+
+// WithTargetPID sets the host PID whose namespaces steps enter (default 1).
+func WithTargetPID(pid int) Option { return func(o *options) { o.targetPID = pid } }
+
+// WithDeadlineOverhead sets the slack added to the sum of step deadlines
+// for the pod's activeDeadlineSeconds (default 10 minutes). The pod gets
+// no deadline when any step has none.
+func WithDeadlineOverhead(d time.Duration) Option { return func(o *options) { o.deadlineOverhead = d } }
+
+// Name returns the deterministic pod name for a plan: "upgradekit-" plus
+// the plan name, shortened with a hash suffix when that would exceed 63
+// characters.
+func Name(plan nodeexec.Plan) string { return shortName("upgradekit-" + plan.Name) }
+
+func shortName(s string) string {
+	if len(s) <= validation.DNS1123LabelMaxLength {
+		return s
+	}
+	sum := sha256.Sum256([]byte(s))
+	return s[:validation.DNS1123LabelMaxLength-11] + "-" + hex.EncodeToString(sum[:])[:10]
+}
+
+// labelValue returns v if it is a valid label value, else a hash of it.
+func labelValue(v string) string {
+	if len(validation.IsValidLabelValue(v)) == 0 {
+		return v
+	}
+	sum := sha256.Sum256([]byte(v))
+	return "h-" + hex.EncodeToString(sum[:])[:40]
+}
+
+// Build returns the upgrader pod for plan. The result is deterministic:
+// the same plan and options give the same pod, so it can be compared with
+// what exists in the cluster.
+func Build(plan nodeexec.Plan, opts ...Option) (*corev1.Pod, error) {
+	o := options{
+		mode:             ModeInitContainers,
+		namespace:        DefaultNamespace,
+		stagingHostPath:  DefaultStagingHostPath,
+		nsenter:          "nsenter",
+		statusArgv:       []string{"true"},
+		extraLabels:      map[string]string{},
+		targetPID:        1,
+		deadlineOverhead: 10 * time.Minute,
+	}
+	for _, f := range opts {
+		f(&o)
+	}
+	if err := plan.Validate(); err != nil {
+		return nil, err
+	}
+	bad := func(format string, args ...any) (*corev1.Pod, error) {
+		return nil, fmt.Errorf("nodepod: %w: %s", ErrInvalidOptions, fmt.Sprintf(format, args...))
+	}
+	switch {
+	case o.image == "":
+		return bad("image is required")
+	case o.mode != ModeInitContainers && o.mode != ModeSingleContainer:
+		return bad("unknown mode %q", o.mode)
+	case o.mode == ModeSingleContainer && len(o.runnerCommand) == 0:
+		return bad("%s needs a runner command", ModeSingleContainer)
+	case !path.IsAbs(o.stagingHostPath) || path.Clean(o.stagingHostPath) == "/":
+		return bad("staging host path %q must be an absolute path other than /", o.stagingHostPath)
+	case o.targetPID < 1:
+		return bad("target PID %d", o.targetPID)
+	case len(o.statusArgv) == 0 || o.statusArgv[0] == "":
+		return bad("status argv: %v", nodeexec.ErrEmptyArgv)
+	case o.deadlineOverhead < 0:
+		return bad("deadline overhead %v: %v", o.deadlineOverhead, nodeexec.ErrNegativeDuration)
+	}
+	if msgs := validation.IsDNS1123Label(o.namespace); len(msgs) > 0 {
+		return bad("namespace %q: %v", o.namespace, msgs)
+	}
+	planJSON, err := nodeexec.EncodePlan(plan)
+	if err != nil {
+		return nil, err
+	}
+	fp := plan.Fingerprint()
+	b := &podBuilder{o: o, plan: plan, planJSON: string(planJSON)}
+
+	pod := &corev1.Pod{
+		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
+		ObjectMeta: metav1.ObjectMeta{
+			Name:      Name(plan),
+			Namespace: o.namespace,
+			Labels:    map[string]string{},
+			Annotations: map[string]string{
+				AnnotationSteps:  stepList(plan),
+				AnnotationMode:   string(o.mode),
+				AnnotationPlanFP: fp,
+			},
+		},
+		Spec: corev1.PodSpec{
+			NodeName:           plan.Node,
+			HostPID:            true,
+			ServiceAccountName: o.serviceAccount,
+			PriorityClassName:  o.priorityClass,
+			Tolerations:        append(defaultTolerations(), o.tolerations...),
+			Volumes: []corev1.Volume{{
+				Name: stagingVolumeName,
+				VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{
+					Path: o.stagingHostPath, Type: ptr.To(corev1.HostPathDirectoryOrCreate),
+				}},
+			}},
+			// The journal lives on the host, so a restarted runner container
+			// resumes; without a runner nothing may be retried blindly.
+			RestartPolicy:                 corev1.RestartPolicyOnFailure,
+			TerminationGracePeriodSeconds: ptr.To[int64](30),
+			AutomountServiceAccountToken:  ptr.To(o.serviceAccount != ""),
+		},
+	}
+	for k, v := range o.extraLabels {
+		pod.Labels[k] = v
+	}
+	pod.Labels[LabelName] = NameValue
+	pod.Labels[LabelManagedBy] = ManagedByValue
+	pod.Labels[LabelPlan] = labelValue(plan.Name)
+	pod.Labels[LabelNode] = labelValue(plan.Node)
+	pod.Labels[LabelPlanHash] = fp[:16]
+	for _, s := range o.pullSecrets {
+		pod.Spec.ImagePullSecrets = append(pod.Spec.ImagePullSecrets, corev1.LocalObjectReference{Name: s})
+	}
+	if d, ok := b.deadline(); ok {
+		pod.Spec.ActiveDeadlineSeconds = ptr.To(int64(d / time.Second))
+	}
+	if o.stageFrom != "" {
+		pod.Spec.InitContainers = append(pod.Spec.InitContainers, b.stage())
+	}
+	switch {
+	case o.mode == ModeSingleContainer:
+		pod.Spec.Containers = []corev1.Container{b.runner(StatusContainer, "")}
+	case len(o.runnerCommand) > 0:
+		for _, s := range plan.Steps {
+			pod.Spec.InitContainers = append(pod.Spec.InitContainers, b.runner(s.Name, s.Name))
+		}
+		pod.Spec.Containers = []corev1.Container{b.runner(StatusContainer, "")}
+	default:
+		pod.Spec.RestartPolicy = corev1.RestartPolicyNever
+		for _, s := range plan.Steps {
+			if len(s.Backup) > 0 {
+				pod.Spec.InitContainers = append(pod.Spec.InitContainers, b.raw(s.Name+backupSuffix, s, s.Backup))
+			}
+			pod.Spec.InitContainers = append(pod.Spec.InitContainers, b.raw(s.Name, s, s.Argv))
+		}
+		pod.Spec.Containers = []corev1.Container{b.raw(StatusContainer, nodeexec.Step{}, o.statusArgv)}
+	}
+	seen := map[string]bool{}
+	for _, c := range append(append([]corev1.Container{}, pod.Spec.InitContainers...), pod.Spec.Containers...) {
+		if msgs := validation.IsDNS1123Label(c.Name); len(msgs) > 0 {
+			return bad("container name %q: %v", c.Name, msgs)
+		}
+		if seen[c.Name] {
+			return bad("container name %q is used twice (a step may not be called %q, %q or end in %q)", c.Name, StageContainer, StatusContainer, backupSuffix)
+		}
+		seen[c.Name] = true
+	}
+	return pod, nil
+}
+
+func stepList(p nodeexec.Plan) string {
+	s := ""
+	for i, st := range p.Steps {
+		if i > 0 {
+			s += ","
+		}
+		s += st.Name
+	}
+	return s
+}
+
+// defaultTolerations let the pod run on a cordoned node, on control plane
+// nodes, and keep running while the kubelet restart makes the node briefly
+// NotReady (without them the taint manager would evict the upgrader after
+// the default 300 seconds, in the middle of a step).
+func defaultTolerations() []corev1.Toleration {
+	return []corev1.Toleration{
+		{Key: corev1.TaintNodeUnschedulable, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule},
+		{Key: "node-role.kubernetes.io/control-plane", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule},
+		{Key: corev1.TaintNodeNotReady, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute},
+		{Key: corev1.TaintNodeUnreachable, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute},
+	}
+}
+
+type podBuilder struct {
+	o        options
+	plan     nodeexec.Plan
+	planJSON string
+}
+
+func (b *podBuilder) mount() []corev1.VolumeMount {
+	return []corev1.VolumeMount{{Name: stagingVolumeName, MountPath: b.o.stagingHostPath}}
+}
+
+func (b *podBuilder) base(name string) corev1.Container {
+	return corev1.Container{
+		Name:                     name,
+		Image:                    b.o.image,
+		ImagePullPolicy:          b.o.pullPolicy,
+		Resources:                b.o.resources,
+		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
+	}
+}
+
+// hostSecurityContext is what a container that nsenters namespaces needs:
+// uid 0, the capabilities nodeexec.RequiredCapabilities lists (added to
+// the runtime's defaults, which host-side commands such as cp -a still
+// need), and no LSM confinement (AppArmor's container profile forbids
+// ptrace-reading PID 1; SELinux's container_t cannot act on host files).
+func (b *podBuilder) hostSecurityContext(namespaces []nodeexec.Namespace) *corev1.SecurityContext {
+	if b.o.privileged {
+		return &corev1.SecurityContext{Privileged: ptr.To(true), RunAsUser: ptr.To[int64](0)}
+	}
+	caps := nodeexec.RequiredCapabilities(namespaces)
+	sc := &corev1.SecurityContext{
+		RunAsUser:    ptr.To[int64](0),
+		RunAsNonRoot: ptr.To(false),
+		Capabilities: &corev1.Capabilities{},
+		AppArmorProfile: &corev1.AppArmorProfile{
+			Type: corev1.AppArmorProfileTypeUnconfined,
+		},
+		SELinuxOptions: &corev1.SELinuxOptions{Type: "spc_t"},
+		SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+	}
+	for _, c := range caps {
+		sc.Capabilities.Add = append(sc.Capabilities.Add, corev1.Capability(c))
+	}
+	return sc
+}
+
+// unionNamespaces is every namespace any host step of the plan enters.
+func (b *podBuilder) unionNamespaces() []nodeexec.Namespace {
+	seen := map[nodeexec.Namespace]bool{}
+	var all []nodeexec.Namespace
+	for _, s := range b.plan.Steps {
+		for _, n := range s.EffectiveNamespaces() {
+			if !seen[n] {
+				seen[n] = true
+				all = append(all, n)
+			}
+		}
+	}
+	return all
+}
+
+func (b *podBuilder) stage() corev1.Container {
+	c := b.base(StageContainer)
+	dst := path.Join(b.o.stagingHostPath, "staging")
+	// The copy needs no capability beyond writing the hostPath as root.
+	c.Command = []string{"/bin/sh", "-c", `set -eu; mkdir -p "$2"; cp -a -- "$1"/. "$2"/`, "sh", path.Clean(b.o.stageFrom), dst}
+	c.VolumeMounts = b.mount()
+	c.SecurityContext = &corev1.SecurityContext{
+		RunAsUser:                ptr.To[int64](0),
+		AllowPrivilegeEscalation: ptr.To(false),
+		Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"NET_RAW"}},
+	}
+	return c
+}
+
+// runner is a container running the journaled runner, up to stopAfter.
+func (b *podBuilder) runner(name, stopAfter string) corev1.Container {
+	c := b.base(name)
+	c.Command = b.o.runnerCommand
+	c.Env = []corev1.EnvVar{
+		{Name: nodeexec.EnvPlan, Value: b.planJSON},
+		{Name: nodeexec.EnvJournalDir, Value: path.Join(b.o.stagingHostPath, "journal")},
+		{Name: nodeexec.EnvTargetPID, Value: fmt.Sprint(b.o.targetPID)},
+		{Name: nodeexec.EnvNsenter, Value: b.o.nsenter},
+	}
+	if stopAfter != "" {
+		c.Env = append(c.Env, corev1.EnvVar{Name: nodeexec.EnvStopAfter, Value: stopAfter})
+	}
+	c.VolumeMounts = b.mount()
+	c.SecurityContext = b.hostSecurityContext(b.unionNamespaces())
+	return c
+}
+
+// raw is a container running argv for step s through nsenter (or directly
+// for InContainer steps), with no runner.
+func (b *podBuilder) raw(name string, s nodeexec.Step, argv []string) corev1.Container {
+	c := b.base(name)
+	ns := s.EffectiveNamespaces()
+	if s.Name == "" { // the status container
+		ns = nodeexec.DefaultNamespaces()
+	}
+	for _, e := range s.Env {
+		c.Env = append(c.Env, corev1.EnvVar{Name: e.Name, Value: e.Value})
+	}
+	if len(ns) == 0 {
+		c.Command = argv
+		c.SecurityContext = &corev1.SecurityContext{AllowPrivilegeEscalation: ptr.To(false)}
+		return c
+	}
+	c.Command = nodeexec.NsenterArgv(b.o.nsenter, nodeexec.Target{PID: b.o.targetPID, Namespaces: ns}, argv)
+	c.SecurityContext = b.hostSecurityContext(ns)
+	return c
+}
+
+// deadline is the sum over steps of timeout x attempts (+ backoffs), plus
+// the overhead; ok is false when a step has no timeout.
+func (b *podBuilder) deadline() (time.Duration, bool) {
+	total := b.o.deadlineOverhead
+	for _, s := range b.plan.Steps {
+		if s.Timeout <= 0 {
+			return 0, false
+		}
+		n := time.Duration(max(s.Retry.Attempts, 1))
+		total += n * s.Timeout
+		// Upper bound of the waits between attempts.
+		wait := s.Retry.MaxBackoff
+		if wait <= 0 {
+			wait = s.Retry.Backoff << min(n, 16)
+		}
+		total += (n - 1) * wait
+		if len(s.Backup) > 0 || len(s.Check) > 0 {
+			total += 2 * s.Timeout
+		}
+	}
+	return total, true
+}
+
+// CreateOrGet creates pod, or returns the existing pod of the same name if
+// one exists (AlreadyExists is not an error: the caller reconciles again
+// and reads status from what is there). The existing pod's plan
+// fingerprint annotation is compared and ErrPlanChanged returned when it
+// differs, so a changed plan never silently reuses an old pod.
+func CreateOrGet(ctx context.Context, c client.Client, pod *corev1.Pod) (*corev1.Pod, bool, error) {
+	err := c.Create(ctx, pod.DeepCopy())
+	if err == nil {
+		got := &corev1.Pod{}
+		if err := c.Get(ctx, client.ObjectKeyFromObject(pod), got); err != nil {
+			return nil, true, fmt.Errorf("nodepod: get created pod %s/%s: %w", pod.Namespace, pod.Name, err)
+		}
+		return got, true, nil
+	}
+	if !apierrors.IsAlreadyExists(err) {
+		return nil, false, fmt.Errorf("nodepod: create pod %s/%s: %w", pod.Namespace, pod.Name, err)
+	}
+	got := &corev1.Pod{}
+	if err := c.Get(ctx, types.NamespacedName{Namespace: pod.Namespace, Name: pod.Name}, got); err != nil {
+		return nil, false, fmt.Errorf("nodepod: get existing pod %s/%s: %w", pod.Namespace, pod.Name, err)
+	}
+	if want, have := pod.Annotations[AnnotationPlanFP], got.Annotations[AnnotationPlanFP]; want != have {
+		return got, false, fmt.Errorf("nodepod: pod %s/%s runs plan fingerprint %.12s, want %.12s: %w", got.Namespace, got.Name, have, want, ErrPlanChanged)
+	}
+	return got, false, nil
+}
+
+// ErrPlanChanged: a pod with the plan's name exists but runs another
+// version of the plan. Delete it (after it finishes) and create the new one.
+var ErrPlanChanged = errors.New("existing upgrader pod runs a different plan")

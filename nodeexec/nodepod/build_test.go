@@ -1,0 +1,215 @@
+package nodepod
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/upgradekit/upgradekit/nodeexec"
+)
+
+func testPlan() nodeexec.Plan {
+	return nodeexec.Plan{
+		Name: "upgrade-worker-1", Node: "worker-1.example.com", ToVersion: "v1.32.1",
+		Steps: []nodeexec.Step{
+			{Name: "containerd", Argv: []string{"cp", "-af", "--", "/s/containerd/.", "/"}, Backup: []string{"backup-containerd"}, Timeout: time.Minute, Idempotent: true},
+			{Name: "uname", Argv: []string{"uname", "-n"}, Namespaces: []nodeexec.Namespace{nodeexec.NamespaceUTS}, Timeout: time.Minute, Idempotent: true},
+			{Name: "api-call", Argv: []string{"kubectl", "get", "nodes"}, InContainer: true, Env: []nodeexec.EnvVar{{Name: "A", Value: "b"}}, Timeout: time.Minute, Idempotent: true},
+		},
+	}
+}
+
+func containerNames(cs []corev1.Container) []string {
+	var n []string
+	for _, c := range cs {
+		n = append(n, c.Name)
+	}
+	return n
+}
+
+func env(c corev1.Container, name string) string {
+	for _, e := range c.Env {
+		if e.Name == name {
+			return e.Value
+		}
+	}
+	return ""
+}
+
+func TestBuildRawInitContainers(t *testing.T) {
+	p := testPlan()
+	pod, err := Build(p, WithImage("registry.local/upgrader:v1"), WithStageFrom("/upgradekit"),
+		WithImagePullSecrets("regcred"), WithServiceAccount("upgrader"), WithPriorityClass("system-node-critical"),
+		WithTolerations(corev1.Toleration{Key: "dedicated", Operator: corev1.TolerationOpEqual, Value: "gpu", Effect: corev1.TaintEffectNoSchedule}),
+		WithResources(corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("50m")}}),
+		WithLabels(map[string]string{"team": "infra"}), WithNsenterPath("/usr/bin/nsenter"))
+	require.NoError(t, err)
+
+	require.Equal(t, "upgradekit-upgrade-worker-1", pod.Name)
+	require.Equal(t, DefaultNamespace, pod.Namespace)
+	require.Equal(t, "worker-1.example.com", pod.Spec.NodeName)
+	require.True(t, pod.Spec.HostPID)
+	require.Equal(t, corev1.RestartPolicyNever, pod.Spec.RestartPolicy, "raw steps are never retried blindly")
+	require.Equal(t, []string{StageContainer, "containerd-backup", "containerd", "uname", "api-call"}, containerNames(pod.Spec.InitContainers))
+	require.Equal(t, []string{StatusContainer}, containerNames(pod.Spec.Containers))
+	require.Equal(t, "containerd,uname,api-call", pod.Annotations[AnnotationSteps])
+	require.Equal(t, p.Fingerprint(), pod.Annotations[AnnotationPlanFP])
+	require.True(t, Selector().Matches(labels.Set(pod.Labels)))
+	require.Equal(t, "infra", pod.Labels["team"])
+	require.Equal(t, "worker-1.example.com", pod.Labels[LabelNode])
+	require.Equal(t, []corev1.LocalObjectReference{{Name: "regcred"}}, pod.Spec.ImagePullSecrets)
+	require.Equal(t, "system-node-critical", pod.Spec.PriorityClassName)
+	require.Equal(t, "upgrader", pod.Spec.ServiceAccountName)
+	require.Len(t, pod.Spec.Tolerations, 5)
+	require.Equal(t, "dedicated", pod.Spec.Tolerations[4].Key)
+	require.NotNil(t, pod.Spec.ActiveDeadlineSeconds)
+
+	byName := map[string]corev1.Container{}
+	for _, c := range append(pod.Spec.InitContainers, pod.Spec.Containers...) {
+		byName[c.Name] = c
+		require.Equal(t, "registry.local/upgrader:v1", c.Image)
+		require.Equal(t, "50m", c.Resources.Requests.Cpu().String())
+	}
+	require.Equal(t, []string{"/usr/bin/nsenter", "--target", "1", "--mount", "--uts", "--ipc", "--net", "--", "cp", "-af", "--", "/s/containerd/.", "/"}, byName["containerd"].Command)
+	require.Equal(t, []string{"/usr/bin/nsenter", "--target", "1", "--uts", "--", "uname", "-n"}, byName["uname"].Command)
+	require.Equal(t, []string{"kubectl", "get", "nodes"}, byName["api-call"].Command)
+	require.Equal(t, "b", env(byName["api-call"], "A"))
+	require.Equal(t, []string{"/usr/bin/nsenter", "--target", "1", "--mount", "--uts", "--ipc", "--net", "--", "true"}, byName[StatusContainer].Command)
+	require.Equal(t, []string{"/bin/sh", "-c", `set -eu; mkdir -p "$2"; cp -a -- "$1"/. "$2"/`, "sh", "/upgradekit", "/var/lib/upgradekit/staging"}, byName[StageContainer].Command)
+}
+
+// TestPrivilegesPerContainer pins the documented privilege matrix: host
+// containers get exactly the capabilities the kernel test in package
+// nodeexec proved necessary and sufficient; others get none.
+func TestPrivilegesPerContainer(t *testing.T) {
+	pod, err := Build(testPlan(), WithImage("img"), WithStageFrom("/u"))
+	require.NoError(t, err)
+	byName := map[string]corev1.Container{}
+	for _, c := range append(pod.Spec.InitContainers, pod.Spec.Containers...) {
+		byName[c.Name] = c
+	}
+	caps := func(name string) []corev1.Capability {
+		sc := byName[name].SecurityContext
+		if sc == nil || sc.Capabilities == nil {
+			return nil
+		}
+		return sc.Capabilities.Add
+	}
+	require.Equal(t, []corev1.Capability{"SYS_ADMIN", "SYS_CHROOT", "SYS_PTRACE"}, caps("containerd"))
+	require.Equal(t, []corev1.Capability{"SYS_ADMIN", "SYS_PTRACE"}, caps("uname"), "no mount namespace: no SYS_CHROOT")
+	require.Empty(t, caps("api-call"), "in-container steps get no capability")
+	require.Empty(t, caps(StageContainer))
+	require.False(t, *byName[StageContainer].SecurityContext.AllowPrivilegeEscalation)
+	require.False(t, *byName["api-call"].SecurityContext.AllowPrivilegeEscalation)
+	for _, n := range []string{"containerd", "uname", StatusContainer} {
+		sc := byName[n].SecurityContext
+		require.Nil(t, sc.Privileged, n)
+		require.Equal(t, int64(0), *sc.RunAsUser, n)
+		require.Equal(t, corev1.AppArmorProfileTypeUnconfined, sc.AppArmorProfile.Type, n)
+		require.Equal(t, "spc_t", sc.SELinuxOptions.Type, n)
+	}
+
+	priv, err := Build(testPlan(), WithImage("img"), WithPrivileged())
+	require.NoError(t, err)
+	require.True(t, *priv.Spec.InitContainers[1].SecurityContext.Privileged)
+}
+
+func TestBuildJournaledModes(t *testing.T) {
+	p := testPlan()
+	for _, mode := range []Mode{ModeInitContainers, ModeSingleContainer} {
+		t.Run(string(mode), func(t *testing.T) {
+			pod, err := Build(p, WithImage("img"), WithMode(mode), WithRunnerCommand("/upgrader", "run"), WithStagingHostPath("/var/lib/uk"))
+			require.NoError(t, err)
+			require.Equal(t, corev1.RestartPolicyOnFailure, pod.Spec.RestartPolicy, "a crashed runner restarts and resumes from the journal")
+			if mode == ModeSingleContainer {
+				require.Empty(t, pod.Spec.InitContainers)
+			} else {
+				require.Equal(t, []string{"containerd", "uname", "api-call"}, containerNames(pod.Spec.InitContainers))
+				for _, c := range pod.Spec.InitContainers {
+					require.Equal(t, c.Name, env(c, nodeexec.EnvStopAfter))
+				}
+			}
+			main := pod.Spec.Containers[0]
+			require.Equal(t, []string{"/upgrader", "run"}, main.Command)
+			require.Empty(t, env(main, nodeexec.EnvStopAfter))
+			require.Equal(t, "/var/lib/uk/journal", env(main, nodeexec.EnvJournalDir))
+			require.Equal(t, []corev1.VolumeMount{{Name: stagingVolumeName, MountPath: "/var/lib/uk"}}, main.VolumeMounts)
+			require.Equal(t, "/var/lib/uk", pod.Spec.Volumes[0].HostPath.Path)
+			// The runner gets the union of what its host steps need.
+			require.Equal(t, []corev1.Capability{"SYS_ADMIN", "SYS_CHROOT", "SYS_PTRACE"}, main.SecurityContext.Capabilities.Add)
+
+			// The plan handed over through the environment round-trips.
+			cfg, err := nodeexec.FromEnv(func(k string) string { return env(main, k) })
+			require.NoError(t, err)
+			require.Empty(t, cmp.Diff(p, cfg.Plan))
+		})
+	}
+}
+
+func TestBuildIsDeterministic(t *testing.T) {
+	a, err := Build(testPlan(), WithImage("img"), WithLabels(map[string]string{"a": "1", "b": "2"}))
+	require.NoError(t, err)
+	b, err := Build(testPlan(), WithImage("img"), WithLabels(map[string]string{"b": "2", "a": "1"}))
+	require.NoError(t, err)
+	require.Empty(t, cmp.Diff(a, b))
+}
+
+func TestNamesAndLabelsStayValid(t *testing.T) {
+	p := testPlan()
+	p.Name = strings.Repeat("a", 63)
+	p.Node = strings.Repeat("n", 100) + ".example.com"
+	pod, err := Build(p, WithImage("img"))
+	require.NoError(t, err)
+	require.LessOrEqual(t, len(pod.Name), 63)
+	require.Equal(t, pod.Name, Name(p), "same plan, same name")
+	require.True(t, strings.HasPrefix(pod.Labels[LabelNode], "h-"))
+	require.LessOrEqual(t, len(pod.Labels[LabelNode]), 63)
+}
+
+func TestBuildRejects(t *testing.T) {
+	tests := []struct {
+		name string
+		plan func(*nodeexec.Plan)
+		opts []Option
+		want error
+	}{
+		{"no image", nil, nil, ErrInvalidOptions},
+		{"single without runner", nil, []Option{WithImage("i"), WithMode(ModeSingleContainer)}, ErrInvalidOptions},
+		{"unknown mode", nil, []Option{WithImage("i"), WithMode("Parallel")}, ErrInvalidOptions},
+		{"relative staging", nil, []Option{WithImage("i"), WithStagingHostPath("var/lib")}, ErrInvalidOptions},
+		{"root staging", nil, []Option{WithImage("i"), WithStagingHostPath("/")}, ErrInvalidOptions},
+		{"bad namespace", nil, []Option{WithImage("i"), WithNamespace("Kube_System")}, ErrInvalidOptions},
+		{"empty status argv", nil, []Option{WithImage("i"), WithStatusArgv()}, ErrInvalidOptions},
+		{"step clashes with status container", func(p *nodeexec.Plan) { p.Steps[1].Name = StatusContainer }, []Option{WithImage("i")}, ErrInvalidOptions},
+		{"step clashes with backup container", func(p *nodeexec.Plan) { p.Steps[1].Name = "containerd-backup" }, []Option{WithImage("i")}, ErrInvalidOptions},
+		{"invalid plan", func(p *nodeexec.Plan) { p.Steps[0].Argv = nil }, []Option{WithImage("i")}, nodeexec.ErrEmptyArgv},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := testPlan()
+			if tt.plan != nil {
+				tt.plan(&p)
+			}
+			_, err := Build(p, tt.opts...)
+			require.ErrorIs(t, err, tt.want)
+		})
+	}
+}
+
+func TestDeadline(t *testing.T) {
+	p := testPlan()
+	pod, err := Build(p, WithImage("i"), WithDeadlineOverhead(time.Minute))
+	require.NoError(t, err)
+	// 3 steps x 1m, + 2m for the step with a backup, + 1m overhead.
+	require.Equal(t, int64(6*60), *pod.Spec.ActiveDeadlineSeconds)
+	p.Steps[0].Timeout = 0
+	pod, err = Build(p, WithImage("i"))
+	require.NoError(t, err)
+	require.Nil(t, pod.Spec.ActiveDeadlineSeconds, "a step without a deadline means no pod deadline")
+}

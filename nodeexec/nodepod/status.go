@@ -1,0 +1,197 @@
+package nodepod
+
+import (
+	"fmt"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+)
+
+// Phase is the state of one step, or of the whole pod.
+type Phase string
+
+// Phases.
+const (
+	PhasePending   Phase = "Pending"
+	PhaseRunning   Phase = "Running"
+	PhaseSucceeded Phase = "Succeeded"
+	PhaseFailed    Phase = "Failed"
+)
+
+// StepStatus is one step's condition as read from the pod.
+type StepStatus struct {
+	Name  string
+	Phase Phase
+	// ExitCode is the exit code of the container's current or, when it is
+	// waiting to restart, last termination.
+	ExitCode int32
+	// Reason and Message come from the container state (for example
+	// "CrashLoopBackOff", "Error", "ImagePullBackOff").
+	Reason   string
+	Message  string
+	Restarts int32
+}
+
+// Status is the upgrade's state as read from the pod.
+type Status struct {
+	Phase Phase
+	Steps []StepStatus
+	// Progress is the fraction of steps that succeeded.
+	Progress float64
+	// Failed is the first failed step (or auxiliary container, such as
+	// the stage container), when Phase is Failed.
+	Failed *StepStatus
+	// Reason and Message explain a pod-level failure (for example
+	// DeadlineExceeded).
+	Reason, Message string
+}
+
+type readOptions struct{ crashLoopRestarts int32 }
+
+// ReadOption configures ReadStatus.
+type ReadOption func(*readOptions)
+
+// WithCrashLoopRestarts sets how many restarts with a non-zero exit make a
+// waiting container a failure (default 3). One restart is not yet a loop:
+// the journaled runner restarts after a crash to resume, by design.
+func WithCrashLoopRestarts(n int32) ReadOption { return func(o *readOptions) { o.crashLoopRestarts = n } }
+
+// ReadStatus turns a pod built by Build into per-step conditions. It reads
+// LastTerminationState and restart counts, so a container in a crash loop
+// is reported as Failed with its exit code, not as "waiting".
+//
+// In init-container modes every step has its own container. In
+// ModeSingleContainer the pod only knows the one container: steps are
+// Pending until it finishes, then all Succeeded (or the plan is Failed);
+// per-step detail is in the journal on the host.
+func ReadStatus(pod *corev1.Pod, opts ...ReadOption) Status {
+	o := readOptions{crashLoopRestarts: 3}
+	for _, f := range opts {
+		f(&o)
+	}
+	var names []string
+	if s := pod.Annotations[AnnotationSteps]; s != "" {
+		names = strings.Split(s, ",")
+	}
+	byName := map[string]corev1.ContainerStatus{}
+	for _, cs := range append(append([]corev1.ContainerStatus{}, pod.Status.InitContainerStatuses...), pod.Status.ContainerStatuses...) {
+		byName[cs.Name] = cs
+	}
+	st := Status{Phase: PhasePending}
+	single := pod.Annotations[AnnotationMode] == string(ModeSingleContainer)
+	main := containerStatus(StatusContainer, byName, o)
+
+	// Auxiliary containers fail the upgrade but are not steps.
+	aux := []string{StageContainer}
+	for _, n := range names {
+		aux = append(aux, n+backupSuffix)
+	}
+	for _, a := range aux {
+		if s := containerStatus(a, byName, o); s.Phase == PhaseFailed && st.Failed == nil {
+			st.Failed = &s
+		}
+	}
+	done := 0
+	for _, n := range names {
+		s := containerStatus(n, byName, o)
+		if single {
+			s = StepStatus{Name: n, Phase: PhasePending}
+			if main.Phase == PhaseSucceeded {
+				s.Phase = PhaseSucceeded
+			}
+		}
+		if s.Phase == PhaseSucceeded {
+			done++
+		}
+		if s.Phase == PhaseFailed && st.Failed == nil {
+			f := s
+			st.Failed = &f
+		}
+		st.Steps = append(st.Steps, s)
+	}
+	if len(names) > 0 {
+		st.Progress = float64(done) / float64(len(names))
+	}
+	if main.Phase == PhaseFailed && st.Failed == nil {
+		st.Failed = &main
+	}
+	switch {
+	case st.Failed != nil:
+		st.Phase = PhaseFailed
+	case pod.Status.Phase == corev1.PodFailed:
+		st.Phase, st.Reason, st.Message = PhaseFailed, pod.Status.Reason, pod.Status.Message
+		if st.Reason == "" {
+			st.Reason = "PodFailed"
+		}
+	case main.Phase == PhaseSucceeded || pod.Status.Phase == corev1.PodSucceeded:
+		st.Phase = PhaseSucceeded
+	case pod.Status.Phase == corev1.PodRunning || done > 0 || anyRunning(st.Steps):
+		st.Phase = PhaseRunning
+	}
+	if st.Phase == PhaseFailed && st.Reason == "" && st.Failed != nil {
+		st.Reason = st.Failed.Reason
+		st.Message = fmt.Sprintf("container %q exited with code %d", st.Failed.Name, st.Failed.ExitCode)
+		if st.Failed.Message != "" {
+			st.Message += ": " + st.Failed.Message
+		}
+	}
+	return st
+}
+
+func anyRunning(steps []StepStatus) bool {
+	for _, s := range steps {
+		if s.Phase == PhaseRunning {
+			return true
+		}
+	}
+	return false
+}
+
+func containerStatus(name string, byName map[string]corev1.ContainerStatus, o readOptions) StepStatus {
+	cs, ok := byName[name]
+	s := StepStatus{Name: name, Phase: PhasePending}
+	if !ok {
+		return s
+	}
+	s.Restarts = cs.RestartCount
+	last := cs.LastTerminationState.Terminated
+	switch {
+	case cs.State.Terminated != nil:
+		t := cs.State.Terminated
+		s.ExitCode, s.Reason, s.Message = t.ExitCode, t.Reason, t.Message
+		if t.ExitCode == 0 {
+			s.Phase = PhaseSucceeded
+		} else {
+			s.Phase = PhaseFailed
+		}
+	case cs.State.Running != nil:
+		s.Phase = PhaseRunning
+		if last != nil {
+			s.ExitCode = last.ExitCode // previous crash, now resumed
+		}
+	case cs.State.Waiting != nil:
+		w := cs.State.Waiting
+		s.Reason, s.Message = w.Reason, w.Message
+		switch {
+		case last != nil && last.ExitCode != 0 && cs.RestartCount >= o.crashLoopRestarts:
+			s.Phase, s.ExitCode = PhaseFailed, last.ExitCode
+			if last.Message != "" {
+				s.Message = last.Message
+			}
+		case last != nil && last.ExitCode != 0:
+			s.Phase, s.ExitCode = PhaseRunning, last.ExitCode // restarting to resume
+		case isConfigError(w.Reason):
+			s.Phase = PhaseFailed
+		}
+	}
+	return s
+}
+
+// isConfigError reports waiting reasons that never resolve by waiting.
+func isConfigError(reason string) bool {
+	switch reason {
+	case "InvalidImageName", "CreateContainerConfigError", "CreateContainerError", "RunContainerError":
+		return true
+	}
+	return false
+}
