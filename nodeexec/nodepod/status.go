@@ -54,7 +54,9 @@ type ReadOption func(*readOptions)
 // WithCrashLoopRestarts sets how many restarts with a non-zero exit make a
 // waiting container a failure (default 3). One restart is not yet a loop:
 // the journaled runner restarts after a crash to resume, by design.
-func WithCrashLoopRestarts(n int32) ReadOption { return func(o *readOptions) { o.crashLoopRestarts = n } }
+func WithCrashLoopRestarts(n int32) ReadOption {
+	return func(o *readOptions) { o.crashLoopRestarts = n }
+}
 
 // ReadStatus turns a pod built by Build into per-step conditions. It reads
 // LastTerminationState and restart counts, so a container in a crash loop
