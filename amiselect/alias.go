@@ -33,8 +33,9 @@ var aliasFamilies = map[string]Family{
 // ParseAlias parses a Karpenter alias with Karpenter's rules: it matches
 // ^[a-zA-Z0-9]+@.+$, is at most 30 characters, names one of al2, al2023,
 // bottlerocket, windows2019, windows2022, windows2025 (lower case), and
-// Windows families only take "latest". A second "@" is refused (Karpenter's
-// controller would crash on it).
+// Windows families only take "latest". Two things Karpenter accepts are
+// refused: a second "@" (Karpenter's controller would crash on it) and a
+// Bottlerocket version made only of "v"s (it can never resolve).
 func ParseAlias(s string) (Alias, error) {
 	bad := func(reason string) (Alias, error) {
 		return Alias{}, fieldError(ErrInvalidAlias, "alias", s, reason)
@@ -59,6 +60,10 @@ func ParseAlias(s string) (Alias, error) {
 	}
 	if family.windows() && version != VersionLatest {
 		return bad("windows families may only specify version 'latest'")
+	}
+	if family == FamilyBottlerocket && strings.TrimLeft(version, "v") == "" {
+		// Karpenter accepts this and then reads ".../x86_64//image_id".
+		return bad("the Bottlerocket version is empty once its leading 'v' is dropped")
 	}
 	return Alias{Family: family, Version: version}, nil
 }
@@ -163,9 +168,9 @@ type Parameter struct {
 	Mutable bool `json:"mutable"`
 }
 
-// KubernetesVersion normalises a Kubernetes version to "1.N" (accepting a
+// ParseKubernetesVersion normalises a Kubernetes version to "1.N" (accepting a
 // leading "v" and a patch number) and returns the minor number.
-func KubernetesVersion(s string) (string, int, error) {
+func ParseKubernetesVersion(s string) (string, int, error) {
 	v := strings.TrimPrefix(s, "v")
 	parts := strings.Split(v, ".")
 	if len(parts) < 2 || len(parts) > 3 || parts[0] != "1" {
@@ -188,7 +193,7 @@ func KubernetesVersion(s string) (string, int, error) {
 // The order is stable: x86_64 before arm64, standard before nvidia before
 // neuron.
 func (a Alias) Parameters(kubernetesVersion string) ([]Parameter, error) {
-	k8s, minor, err := KubernetesVersion(kubernetesVersion)
+	k8s, minor, err := ParseKubernetesVersion(kubernetesVersion)
 	if err != nil {
 		return nil, err
 	}
@@ -240,6 +245,9 @@ func (a Alias) Parameters(kubernetesVersion string) ([]Parameter, error) {
 		// Bottlerocket versions carry a "v" on GitHub but not in SSM; both
 		// spellings are accepted, as Karpenter does.
 		v := strings.TrimLeft(a.Version, "v")
+		if v == "" {
+			return nil, fieldError(ErrInvalidAlias, "alias", a.String(), "the Bottlerocket version is empty once its leading 'v' is dropped")
+		}
 		p := func(flavour, arch string, variants ...Variant) Parameter {
 			return Parameter{Path: fmt.Sprintf("/aws/service/bottlerocket/aws-k8s-%s%s/%s/%s/image_id", k8s, flavour, arch, v), Variants: variants, Mutable: latest}
 		}

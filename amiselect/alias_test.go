@@ -32,6 +32,7 @@ func TestParseAlias(t *testing.T) {
 		{in: "AL2023@latest", wantErr: `did you mean "al2023@latest"`},
 		{in: "windows2019@v20240101", wantErr: "only specify version 'latest'"},
 		{in: "windows2025@1.0", wantErr: "only specify version 'latest'"},
+		{in: "bottlerocket@v", wantErr: "Bottlerocket version is empty"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.in, func(t *testing.T) {
@@ -57,12 +58,12 @@ func TestParseAlias(t *testing.T) {
 
 func TestKubernetesVersion(t *testing.T) {
 	for in, want := range map[string]string{"1.31": "1.31", "v1.31": "1.31", "1.31.2": "1.31", "v1.9": "1.9"} {
-		got, _, err := KubernetesVersion(in)
+		got, _, err := ParseKubernetesVersion(in)
 		require.NoError(t, err, in)
 		require.Equal(t, want, got)
 	}
 	for _, in := range []string{"", "1", "2.31", "1.x", "1.31.2.3", "1.", "1.031", "1.-1", " 1.31", "1.31a"} {
-		_, _, err := KubernetesVersion(in)
+		_, _, err := ParseKubernetesVersion(in)
 		require.ErrorIs(t, err, ErrInvalidKubernetesVersion, in)
 	}
 }
@@ -178,6 +179,9 @@ func TestAliasParametersGates(t *testing.T) {
 	_, err = Alias{Family: FamilyCustom, Version: "latest"}.Parameters("1.31")
 	require.ErrorIs(t, err, ErrInvalidAlias)
 	_, err = Alias{Family: FamilyWindows2022, Version: "v1"}.Parameters("1.31")
+	require.ErrorIs(t, err, ErrInvalidAlias)
+	// Karpenter accepts bottlerocket@v but would read ".../x86_64//image_id".
+	_, err = Alias{Family: FamilyBottlerocket, Version: "vv"}.Parameters("1.31")
 	require.ErrorIs(t, err, ErrInvalidAlias)
 }
 

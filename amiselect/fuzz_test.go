@@ -44,7 +44,7 @@ func FuzzParseAlias(f *testing.F) {
 			}
 			return
 		}
-		norm, _, _ := KubernetesVersion(k8s)
+		norm, _, _ := ParseKubernetesVersion(k8s)
 		if len(params) == 0 {
 			t.Fatalf("Parameters(%q, %q): no parameters", s, k8s)
 		}

@@ -226,7 +226,7 @@ func (r *resolver) alias() (string, error) {
 		return "", &Error{Kind: ErrInvalidKubernetesVersion, Path: "amiSelectorTerms[0].alias", Index: 0, Field: "alias", Value: r.terms[0].Alias,
 			Reason: "an alias resolves per Kubernetes version: pass WithKubernetesVersion"}
 	}
-	k8s, _, err := KubernetesVersion(r.o.k8sVersion)
+	k8s, _, err := ParseKubernetesVersion(r.o.k8sVersion)
 	if err != nil {
 		return "", err
 	}
