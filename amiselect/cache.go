@@ -2,6 +2,7 @@ package amiselect
 
 import (
 	"context"
+	"errors"
 	"sort"
 	"strings"
 	"sync"
@@ -77,56 +78,66 @@ func mutableParameter(name string) bool {
 // the images' Tags maps are shared and must not be modified.
 func (c *Cache) DescribeImages(ctx context.Context, q Query) ([]Image, error) {
 	key := "i\x00" + queryKey(q)
-	now := c.clock.Now()
-	c.mu.Lock()
-	if e, ok := c.images[key]; ok && now.Before(e.expires) {
-		c.mu.Unlock()
-		return append([]Image(nil), e.value...), nil
-	}
-	cl, leader := c.join(key)
-	c.mu.Unlock()
-	if leader {
-		cl.imgs, cl.err = c.src.DescribeImages(ctx, q)
+	for {
 		c.mu.Lock()
-		if cl.err == nil {
-			c.images[key] = &entry[[]Image]{value: cl.imgs, expires: c.clock.Now().Add(c.imageTTL)}
+		if e, ok := c.images[key]; ok && c.clock.Now().Before(e.expires) {
+			c.mu.Unlock()
+			return append([]Image(nil), e.value...), nil
 		}
-		delete(c.inflight, key)
+		cl, leader := c.join(key)
 		c.mu.Unlock()
-		close(cl.done)
-	} else if err := wait(ctx, cl); err != nil {
-		return nil, err
+		if leader {
+			cl.imgs, cl.err = c.src.DescribeImages(ctx, q)
+			c.finish(key, cl, func() {
+				c.images[key] = &entry[[]Image]{value: cl.imgs, expires: c.clock.Now().Add(c.imageTTL)}
+			})
+		} else if retry, err := wait(ctx, cl); retry {
+			continue
+		} else if err != nil {
+			return nil, err
+		}
+		if cl.err != nil {
+			return nil, cl.err
+		}
+		return append([]Image(nil), cl.imgs...), nil
 	}
-	if cl.err != nil {
-		return nil, cl.err
-	}
-	return append([]Image(nil), cl.imgs...), nil
 }
 
 // GetParameter implements ImageSource.
 func (c *Cache) GetParameter(ctx context.Context, name string) (string, error) {
 	key := "p\x00" + name
-	now := c.clock.Now()
-	c.mu.Lock()
-	if e, ok := c.params[name]; ok && now.Before(e.expires) {
-		c.mu.Unlock()
-		return e.value, nil
-	}
-	cl, leader := c.join(key)
-	c.mu.Unlock()
-	if leader {
-		cl.val, cl.err = c.src.GetParameter(ctx, name)
+	for {
 		c.mu.Lock()
-		if cl.err == nil {
-			c.params[name] = &entry[string]{value: cl.val, expires: c.clock.Now().Add(c.parameterTTL(name))}
+		if e, ok := c.params[name]; ok && c.clock.Now().Before(e.expires) {
+			c.mu.Unlock()
+			return e.value, nil
 		}
-		delete(c.inflight, key)
+		cl, leader := c.join(key)
 		c.mu.Unlock()
-		close(cl.done)
-	} else if err := wait(ctx, cl); err != nil {
-		return "", err
+		if leader {
+			cl.val, cl.err = c.src.GetParameter(ctx, name)
+			c.finish(key, cl, func() {
+				c.params[name] = &entry[string]{value: cl.val, expires: c.clock.Now().Add(c.parameterTTL(name))}
+			})
+		} else if retry, err := wait(ctx, cl); retry {
+			continue
+		} else if err != nil {
+			return "", err
+		}
+		return cl.val, cl.err
 	}
-	return cl.val, cl.err
+}
+
+// finish stores a successful call's answer with store, ends the call and
+// wakes its waiters.
+func (c *Cache) finish(key string, cl *call, store func()) {
+	c.mu.Lock()
+	if cl.err == nil {
+		store()
+	}
+	delete(c.inflight, key)
+	c.mu.Unlock()
+	close(cl.done)
 }
 
 // join returns the in-flight call for key, creating it (leader) if there is
@@ -140,12 +151,16 @@ func (c *Cache) join(key string) (*call, bool) {
 	return cl, true
 }
 
-func wait(ctx context.Context, cl *call) error {
+// wait waits for another caller's call. retry is true when that call failed
+// only because its own context ended while ours has not: then this caller
+// tries again rather than inherit someone else's cancellation.
+func wait(ctx context.Context, cl *call) (retry bool, err error) {
 	select {
 	case <-cl.done:
-		return nil
+		ctxErr := errors.Is(cl.err, context.Canceled) || errors.Is(cl.err, context.DeadlineExceeded)
+		return ctxErr && ctx.Err() == nil, nil
 	case <-ctx.Done():
-		return ctx.Err()
+		return false, ctx.Err()
 	}
 }
 

@@ -188,3 +188,31 @@ func TestCacheResolveUnderRace(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// A waiter does not inherit the leader's cancellation: it asks again.
+func TestCacheWaiterRetriesAfterLeaderCancelled(t *testing.T) {
+	cat := newTestCatalog(t, img("ami-1", "a", day(1)))
+	src := &countingSource{ImageSource: cat, gate: make(chan struct{})}
+	c := NewCache(src)
+	leaderCtx, cancelLeader := context.WithCancel(context.Background())
+	leaderErr := make(chan error, 1)
+	go func() {
+		_, err := c.DescribeImages(leaderCtx, Query{})
+		leaderErr <- err
+	}()
+	require.Eventually(t, func() bool { return src.describes.Load() == 1 }, time.Second, time.Millisecond)
+	waiterDone := make(chan []Image, 1)
+	go func() {
+		imgs, err := c.DescribeImages(context.Background(), Query{})
+		if err != nil {
+			t.Errorf("waiter: %v", err)
+		}
+		waiterDone <- imgs
+	}()
+	time.Sleep(10 * time.Millisecond) // let the waiter join the leader's call
+	cancelLeader()
+	close(src.gate) // the leader's call now fails with its cancelled context
+	require.ErrorIs(t, <-leaderErr, context.Canceled)
+	require.Len(t, <-waiterDone, 1)
+	require.EqualValues(t, 2, src.describes.Load())
+}
