@@ -37,7 +37,8 @@
 // silently does something the user did not ask for: an ssmParameter combined
 // with other fields in a term is refused (Karpenter ignores one of them); a
 // second "@" in an alias is refused (Karpenter's controller exits); an empty
-// tags map is refused (Karpenter would select every image it can see); an SSM
+// tags map is refused (Karpenter would select every image it can see); so is
+// a Bottlerocket version made only of "v"s (it can never resolve); an SSM
 // error other than "not found" fails the resolution instead of resolving
 // fewer images; ties that Karpenter leaves to the source's order are broken by
 // image id; ids must match ^ami-[0-9a-z]+$ in full.
