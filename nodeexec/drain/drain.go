@@ -1,0 +1,355 @@
+package drain
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/kubernetes"
+	kdrain "k8s.io/kubectl/pkg/drain"
+)
+
+// DefaultOptOutAnnotation is Karpenter's per-pod opt-out of voluntary
+// disruption; a pod carrying it with value "true" blocks the drain.
+const DefaultOptOutAnnotation = "karpenter.sh/do-not-disrupt"
+
+// Drain errors.
+var (
+	// ErrDrainTimeout: the drain did not finish within its timeout.
+	ErrDrainTimeout = errors.New("drain timed out")
+	// ErrDrainBlocked: pods cannot be evicted under the options given
+	// (unmanaged pods without WithForce, DaemonSet pods, local storage).
+	ErrDrainBlocked = errors.New("drain blocked")
+	// ErrOptedOut: a pod opted out of disruption by annotation.
+	ErrOptedOut = errors.New("pod opted out of disruption")
+	// ErrEvictionFailed: an eviction or deletion failed for another reason
+	// than a PodDisruptionBudget (the detail has the API error).
+	ErrEvictionFailed = errors.New("eviction failed")
+)
+
+// PDBStatus is a PodDisruptionBudget as seen when diagnosing.
+type PDBStatus struct {
+	Namespace, Name    string
+	DisruptionsAllowed int32
+	CurrentHealthy     int32
+	DesiredHealthy     int32
+	ExpectedPods       int32
+}
+
+func (p PDBStatus) String() string {
+	return fmt.Sprintf("PDB %s/%s (disruptionsAllowed=%d, healthy %d/%d, desired %d)",
+		p.Namespace, p.Name, p.DisruptionsAllowed, p.CurrentHealthy, p.ExpectedPods, p.DesiredHealthy)
+}
+
+// BlockedPod is a pod that kept the drain from finishing, and why.
+type BlockedPod struct {
+	Namespace, Name string
+	Reason          string
+	// PDBs are the budgets that select the pod and allow no disruption.
+	PDBs []PDBStatus
+}
+
+func (b BlockedPod) String() string {
+	s := b.Namespace + "/" + b.Name + ": " + b.Reason
+	for _, p := range b.PDBs {
+		s += "; blocked by " + p.String()
+	}
+	return s
+}
+
+// DrainError reports an unfinished drain with its diagnosis.
+type DrainError struct {
+	Node    string
+	Blocked []BlockedPod
+	Detail  string
+	Err     error
+}
+
+// Error implements error.
+func (e *DrainError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "drain: node %s: %v", e.Node, e.Err)
+	if e.Detail != "" {
+		b.WriteString(": " + e.Detail)
+	}
+	if len(e.Blocked) > 0 {
+		fmt.Fprintf(&b, "; %d pod(s) blocking:", len(e.Blocked))
+		for _, p := range e.Blocked {
+			b.WriteString(" [" + p.String() + "]")
+		}
+	}
+	return b.String()
+}
+
+// Unwrap returns the sentinel.
+func (e *DrainError) Unwrap() error { return e.Err }
+
+// Report describes a finished drain.
+type Report struct {
+	Node string
+	// Evicted lists "namespace/name" of pods evicted (or deleted).
+	Evicted []string
+	// Warnings is kubectl's warning text (for example the DaemonSet
+	// pods it left alone).
+	Warnings string
+}
+
+type options struct {
+	timeout        time.Duration
+	podSelector    string
+	skip           labels.Selector
+	gracePeriod    int
+	deleteEmptyDir bool
+	force          bool
+	optOut         []string
+	retryDelay     time.Duration
+	log            logr.Logger
+}
+
+// Option configures Drain.
+type Option func(*options)
+
+// WithTimeout bounds the whole drain (default 10 minutes; 0 means none).
+func WithTimeout(d time.Duration) Option { return func(o *options) { o.timeout = d } }
+
+// WithPodSelector only drains pods matching the label selector.
+func WithPodSelector(sel string) Option { return func(o *options) { o.podSelector = sel } }
+
+// WithSkip leaves pods matching sel alone (for example the upgrader pod
+// itself: nodepod.Selector()).
+func WithSkip(sel labels.Selector) Option { return func(o *options) { o.skip = sel } }
+
+// WithGracePeriod overrides every pod's termination grace period, in
+// seconds; negative (the default) uses each pod's own.
+func WithGracePeriod(seconds int) Option { return func(o *options) { o.gracePeriod = seconds } }
+
+// WithDeleteEmptyDirData evicts pods with emptyDir volumes (default true,
+// as Cluster API does: their data does not survive the upgrade anyway).
+func WithDeleteEmptyDirData(v bool) Option { return func(o *options) { o.deleteEmptyDir = v } }
+
+// WithForce also deletes pods that no controller manages (default false:
+// such pods block the drain and are listed in the diagnosis).
+func WithForce() Option { return func(o *options) { o.force = true } }
+
+// WithOptOutAnnotations replaces the annotations through which a pod
+// opts out of disruption (default DefaultOptOutAnnotation); none disables
+// the opt-out.
+func WithOptOutAnnotations(keys ...string) Option {
+	return func(o *options) { o.optOut = append([]string(nil), keys...) }
+}
+
+// WithEvictionRetryDelay sets the wait between evictions refused by a PDB
+// (default 5 seconds).
+func WithEvictionRetryDelay(d time.Duration) Option { return func(o *options) { o.retryDelay = d } }
+
+// WithLogger sets the logger.
+func WithLogger(l logr.Logger) Option { return func(o *options) { o.log = l } }
+
+// Drain evicts the pods of node through the Eviction API, which respects
+// PodDisruptionBudgets, using k8s.io/kubectl/pkg/drain. DaemonSet pods and
+// mirror (static) pods are left alone. Cordon the node first.
+//
+// When the drain cannot finish, the *DrainError says which pods are left
+// and, for each, which PDB allows no disruption, or which pod opted out.
+func Drain(ctx context.Context, cs kubernetes.Interface, node string, opts ...Option) (Report, error) {
+	o := options{timeout: 10 * time.Minute, gracePeriod: -1, deleteEmptyDir: true, optOut: []string{DefaultOptOutAnnotation}, retryDelay: 5 * time.Second, log: logr.Discard()}
+	for _, f := range opts {
+		f(&o)
+	}
+	if _, err := labels.Parse(o.podSelector); err != nil {
+		return Report{}, fmt.Errorf("drain: pod selector %q: %w", o.podSelector, err)
+	}
+	rep := Report{Node: node}
+	var mu sync.Mutex
+	var optedOut []BlockedPod
+	logw := logWriter{o.log}
+	h := &kdrain.Helper{
+		Ctx:                  ctx,
+		Client:               cs,
+		Force:                o.force,
+		GracePeriodSeconds:   o.gracePeriod,
+		IgnoreAllDaemonSets:  true,
+		DeleteEmptyDirData:   o.deleteEmptyDir,
+		PodSelector:          o.podSelector,
+		Timeout:              o.timeout,
+		EvictErrorRetryDelay: o.retryDelay,
+		Out:                  logw,
+		ErrOut:               logw,
+		AdditionalFilters: []kdrain.PodFilter{
+			func(p corev1.Pod) kdrain.PodDeleteStatus {
+				// The list is field-selected by the server; double-check,
+				// since evicting a pod of another node is never right.
+				if p.Spec.NodeName != node {
+					return kdrain.MakePodDeleteStatusSkip()
+				}
+				return kdrain.MakePodDeleteStatusOkay()
+			},
+			func(p corev1.Pod) kdrain.PodDeleteStatus {
+				if o.skip != nil && o.skip.Matches(labels.Set(p.Labels)) {
+					return kdrain.MakePodDeleteStatusSkip()
+				}
+				return kdrain.MakePodDeleteStatusOkay()
+			},
+			func(p corev1.Pod) kdrain.PodDeleteStatus {
+				for _, k := range o.optOut {
+					if p.Annotations[k] == "true" {
+						mu.Lock()
+						optedOut = append(optedOut, BlockedPod{Namespace: p.Namespace, Name: p.Name, Reason: "annotation " + k + "=true"})
+						mu.Unlock()
+						return kdrain.MakePodDeleteStatusWithError("opted out of disruption with " + k)
+					}
+				}
+				return kdrain.MakePodDeleteStatusOkay()
+			},
+		},
+		OnPodDeletionOrEvictionFinished: func(p *corev1.Pod, _ bool, err error) {
+			if err == nil {
+				mu.Lock()
+				rep.Evicted = append(rep.Evicted, p.Namespace+"/"+p.Name)
+				mu.Unlock()
+			}
+		},
+	}
+	list, errs := h.GetPodsForDeletion(node)
+	if len(errs) > 0 {
+		if list == nil { // listing itself failed
+			return rep, fmt.Errorf("drain: node %s: list pods: %w", node, errs[0])
+		}
+		msgs := make([]string, 0, len(errs))
+		for _, e := range errs {
+			msgs = append(msgs, e.Error())
+		}
+		sort.Strings(msgs)
+		de := &DrainError{Node: node, Err: ErrDrainBlocked, Detail: strings.Join(msgs, "; "), Blocked: optedOut}
+		if len(optedOut) > 0 {
+			de.Err = ErrOptedOut
+		}
+		return rep, de
+	}
+	rep.Warnings = list.Warnings()
+	pods := list.Pods()
+	o.log.Info("draining node", "node", node, "pods", len(pods))
+	err := h.DeleteOrEvictPods(pods)
+	sort.Strings(rep.Evicted)
+	if err == nil {
+		return rep, nil
+	}
+	// Diagnose with a fresh context: the drain's may be what expired.
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	blocked, derr := diagnose(dctx, cs, pods)
+	de := &DrainError{Node: node, Err: ErrEvictionFailed, Detail: err.Error(), Blocked: blocked}
+	if strings.Contains(err.Error(), "global timeout reached") || errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		de.Err = ErrDrainTimeout
+	}
+	if derr != nil {
+		de.Detail += "; diagnosis failed: " + derr.Error()
+	}
+	if ctx.Err() != nil && !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		de.Err = ctx.Err()
+	}
+	return rep, de
+}
+
+// Diagnose lists the pods still on node that a drain would have to evict
+// (not DaemonSet or mirror pods, not matching skip) and, for each, the
+// PodDisruptionBudgets that select it and currently allow no disruption.
+func Diagnose(ctx context.Context, cs kubernetes.Interface, node string, skip labels.Selector) ([]BlockedPod, error) {
+	pl, err := cs.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{
+		FieldSelector: fields.OneTermEqualSelector("spec.nodeName", node).String(),
+	})
+	if err != nil {
+		return nil, err
+	}
+	var pods []corev1.Pod
+	for _, p := range pl.Items {
+		if _, mirror := p.Annotations[corev1.MirrorPodAnnotationKey]; mirror {
+			continue
+		}
+		if ref := metav1.GetControllerOf(&p); ref != nil && ref.Kind == "DaemonSet" {
+			continue
+		}
+		if p.Spec.NodeName != node || (skip != nil && skip.Matches(labels.Set(p.Labels))) {
+			continue
+		}
+		if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+			continue
+		}
+		pods = append(pods, p)
+	}
+	return diagnose(ctx, cs, pods)
+}
+
+func diagnose(ctx context.Context, cs kubernetes.Interface, pods []corev1.Pod) ([]BlockedPod, error) {
+	pdbsByNS := map[string][]policyv1.PodDisruptionBudget{}
+	var out []BlockedPod
+	for _, p := range pods {
+		cur, err := cs.CoreV1().Pods(p.Namespace).Get(ctx, p.Name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) || (err == nil && cur.UID != p.UID && p.UID != "") {
+			continue // gone: evicted after all
+		}
+		if err != nil {
+			return out, err
+		}
+		pdbs, ok := pdbsByNS[p.Namespace]
+		if !ok {
+			l, err := cs.PolicyV1().PodDisruptionBudgets(p.Namespace).List(ctx, metav1.ListOptions{})
+			if err != nil {
+				return out, err
+			}
+			pdbs = l.Items
+			pdbsByNS[p.Namespace] = pdbs
+		}
+		b := BlockedPod{Namespace: p.Namespace, Name: p.Name}
+		for _, pdb := range pdbs {
+			sel, err := metav1.LabelSelectorAsSelector(pdb.Spec.Selector)
+			if err != nil || !sel.Matches(labels.Set(cur.Labels)) {
+				continue
+			}
+			if pdb.Status.DisruptionsAllowed > 0 {
+				continue
+			}
+			b.PDBs = append(b.PDBs, PDBStatus{
+				Namespace: pdb.Namespace, Name: pdb.Name,
+				DisruptionsAllowed: pdb.Status.DisruptionsAllowed,
+				CurrentHealthy:     pdb.Status.CurrentHealthy,
+				DesiredHealthy:     pdb.Status.DesiredHealthy,
+				ExpectedPods:       pdb.Status.ExpectedPods,
+			})
+		}
+		switch {
+		case len(b.PDBs) > 0:
+			b.Reason = "eviction refused by PodDisruptionBudget"
+		case cur.DeletionTimestamp != nil:
+			b.Reason = "evicted, still terminating"
+		default:
+			b.Reason = "not evicted yet"
+		}
+		out = append(out, b)
+	}
+	return out, nil
+}
+
+// logWriter adapts logr to the io.Writer kubectl's helper prints to.
+type logWriter struct{ log logr.Logger }
+
+func (w logWriter) Write(p []byte) (int, error) {
+	if msg := strings.TrimSpace(string(p)); msg != "" {
+		w.log.V(1).Info(msg)
+	}
+	return len(p), nil
+}
+
+var _ io.Writer = logWriter{}
