@@ -208,7 +208,7 @@ func Drain(ctx context.Context, cs kubernetes.Interface, node string, opts ...Op
 						mu.Lock()
 						optedOut = append(optedOut, BlockedPod{Namespace: p.Namespace, Name: p.Name, Reason: "annotation " + k + "=true"})
 						mu.Unlock()
-						return kdrain.MakePodDeleteStatusWithError("opted out of disruption with " + k)
+						return kdrain.MakePodDeleteStatusWithError("Pods that opted out of disruption (" + k + "=true)")
 					}
 				}
 				return kdrain.MakePodDeleteStatusOkay()

@@ -1,0 +1,206 @@
+package drain_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+
+	"github.com/upgradekit/upgradekit/fake/envtest"
+	"github.com/upgradekit/upgradekit/nodeexec/drain"
+	"github.com/upgradekit/upgradekit/nodeexec/nodepod"
+)
+
+// runningPod creates a pod bound to node and marks it Running and Ready
+// through the status subresource (envtest has no kubelet).
+func runningPod(t *testing.T, cs kubernetes.Interface, ns, name, node string, labels map[string]string, owner metav1.OwnerReference) *corev1.Pod {
+	t.Helper()
+	ctx := t.Context()
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: labels, OwnerReferences: []metav1.OwnerReference{owner}},
+		Spec:       corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "c", Image: "registry.local/app:1"}}},
+	}
+	p, err := cs.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{})
+	require.NoError(t, err)
+	p.Status.Phase = corev1.PodRunning
+	p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
+	p, err = cs.CoreV1().Pods(ns).UpdateStatus(ctx, p, metav1.UpdateOptions{})
+	require.NoError(t, err)
+	return p
+}
+
+// setPDBStatus plays the disruption controller, which envtest does not run.
+func setPDBStatus(t *testing.T, cs kubernetes.Interface, ns, name string, allowed int32) {
+	t.Helper()
+	pdb, err := cs.PolicyV1().PodDisruptionBudgets(ns).Get(t.Context(), name, metav1.GetOptions{})
+	require.NoError(t, err)
+	pdb.Status = policyv1.PodDisruptionBudgetStatus{
+		ObservedGeneration: pdb.Generation,
+		DisruptionsAllowed: allowed,
+		CurrentHealthy:     2, DesiredHealthy: 2, ExpectedPods: 2,
+		DisruptedPods: map[string]metav1.Time{},
+	}
+	_, err = cs.PolicyV1().PodDisruptionBudgets(ns).UpdateStatus(t.Context(), pdb, metav1.UpdateOptions{})
+	require.NoError(t, err)
+}
+
+func exists(t *testing.T, cs kubernetes.Interface, ns, name string) bool {
+	_, err := cs.CoreV1().Pods(ns).Get(context.Background(), name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return false
+	}
+	require.NoError(t, err)
+	return true
+}
+
+func TestCordonAndDrainAgainstAPIServer(t *testing.T) {
+	env := envtest.StartForTest(t)
+	cs, err := kubernetes.NewForConfig(env.Config)
+	require.NoError(t, err)
+	ctx := t.Context()
+	const nodeName, ns = "worker-1", "apps"
+
+	_, err = cs.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	for _, n := range []string{ns, nodepod.DefaultNamespace} {
+		_, err = cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: n}}, metav1.CreateOptions{})
+		require.NoError(t, err)
+	}
+	rs := metav1.OwnerReference{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "web-abc", UID: "11111111-1111-1111-1111-111111111111", Controller: ptr.To(true)}
+	runningPod(t, cs, ns, "web-0", nodeName, map[string]string{"app": "web"}, rs)
+	runningPod(t, cs, ns, "web-1", nodeName, map[string]string{"app": "web"}, rs)
+	runningPod(t, cs, ns, "free", nodeName, map[string]string{"app": "free"}, rs)
+	runningPod(t, cs, ns, "elsewhere", "worker-2", map[string]string{"app": "free"}, rs)
+	// The upgrader pod itself must survive the drain.
+	runningPod(t, cs, nodepod.DefaultNamespace, "upgradekit-x", nodeName,
+		map[string]string{nodepod.LabelManagedBy: nodepod.ManagedByValue, nodepod.LabelName: nodepod.NameValue}, rs)
+	// A DaemonSet pod is left alone.
+	dsLabels := map[string]string{"app": "cni"}
+	ds, err := cs.AppsV1().DaemonSets(ns).Create(ctx, &appsv1.DaemonSet{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "cni"},
+		Spec: appsv1.DaemonSetSpec{
+			Selector: &metav1.LabelSelector{MatchLabels: dsLabels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: dsLabels},
+				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "registry.local/cni:1"}}},
+			},
+		},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	runningPod(t, cs, ns, "cni-x", nodeName, dsLabels, metav1.OwnerReference{APIVersion: "apps/v1", Kind: "DaemonSet", Name: "cni", UID: ds.UID, Controller: ptr.To(true)})
+
+	_, err = cs.PolicyV1().PodDisruptionBudgets(ns).Create(ctx, &policyv1.PodDisruptionBudget{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "web-pdb"},
+		Spec: policyv1.PodDisruptionBudgetSpec{
+			MinAvailable: ptr.To(intstr.FromInt32(2)),
+			Selector:     &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}},
+		},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	setPDBStatus(t, cs, ns, "web-pdb", 0)
+
+	// Cordon, with ownership recorded on the real Node.
+	_, err = drain.Cordon(ctx, cs, nodeName, "upgrade-42")
+	require.NoError(t, err)
+	n, err := cs.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
+	require.NoError(t, err)
+	require.True(t, n.Spec.Unschedulable)
+	t.Logf("node annotation %s=%s", drain.AnnotationCordon, n.Annotations[drain.AnnotationCordon])
+	_, err = drain.Uncordon(ctx, cs, nodeName, "someone-else")
+	require.ErrorIs(t, err, drain.ErrNotOwner)
+
+	// Drain: the PDB allows no disruption, so the drain times out and
+	// names the PDB.
+	opts := []drain.Option{
+		drain.WithTimeout(3 * time.Second), drain.WithEvictionRetryDelay(200 * time.Millisecond),
+		drain.WithGracePeriod(0), drain.WithSkip(nodepod.Selector()),
+	}
+	rep, err := drain.Drain(ctx, cs, nodeName, opts...)
+	require.ErrorIs(t, err, drain.ErrDrainTimeout)
+	t.Logf("blocked drain: %v", err)
+	var de *drain.DrainError
+	require.ErrorAs(t, err, &de)
+	require.Len(t, de.Blocked, 2)
+	for i, want := range []string{"web-0", "web-1"} {
+		b := de.Blocked[i]
+		require.Equal(t, want, b.Name)
+		require.Equal(t, "eviction refused by PodDisruptionBudget", b.Reason)
+		require.Equal(t, []drain.PDBStatus{{Namespace: ns, Name: "web-pdb", DisruptionsAllowed: 0, CurrentHealthy: 2, DesiredHealthy: 2, ExpectedPods: 2}}, b.PDBs)
+	}
+	require.Equal(t, []string{"apps/free"}, rep.Evicted, "the unprotected pod was evicted")
+	require.False(t, exists(t, cs, ns, "free"))
+	require.True(t, exists(t, cs, ns, "web-0"))
+	require.True(t, exists(t, cs, ns, "cni-x"), "DaemonSet pods stay")
+	require.True(t, exists(t, cs, nodepod.DefaultNamespace, "upgradekit-x"), "the upgrader pod stays")
+	require.True(t, exists(t, cs, ns, "elsewhere"), "pods of other nodes are untouched")
+
+	diag, err := drain.Diagnose(ctx, cs, nodeName, nodepod.Selector())
+	require.NoError(t, err)
+	require.Len(t, diag, 2, "Diagnose agrees: only the PDB-protected pods are in the way")
+
+	// Once the budget allows it, the drain finishes.
+	setPDBStatus(t, cs, ns, "web-pdb", 2)
+	rep, err = drain.Drain(ctx, cs, nodeName, opts...)
+	require.NoError(t, err)
+	require.Equal(t, []string{"apps/web-0", "apps/web-1"}, rep.Evicted)
+	t.Logf("drain after the PDB allowed 2 disruptions: evicted %v, warnings %q", rep.Evicted, rep.Warnings)
+
+	res, err := drain.Uncordon(ctx, cs, nodeName, "upgrade-42")
+	require.NoError(t, err)
+	require.True(t, res.Uncordoned)
+	n, err = cs.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
+	require.NoError(t, err)
+	require.False(t, n.Spec.Unschedulable)
+	require.NotContains(t, n.Annotations, drain.AnnotationCordon)
+}
+
+func TestForeignCordonSurvivesAgainstAPIServer(t *testing.T) {
+	env := envtest.StartForTest(t)
+	cs, err := kubernetes.NewForConfig(env.Config)
+	require.NoError(t, err)
+	ctx := t.Context()
+	_, err = cs.CoreV1().Nodes().Create(ctx, &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: "maint"},
+		Spec:       corev1.NodeSpec{Unschedulable: true}, // an operator's cordon
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	rec, err := drain.Cordon(ctx, cs, "maint", "upgrade-1")
+	require.NoError(t, err)
+	require.True(t, rec.PriorUnschedulable)
+	res, err := drain.Uncordon(ctx, cs, "maint", "upgrade-1")
+	require.NoError(t, err)
+	require.False(t, res.Uncordoned)
+	n, err := cs.CoreV1().Nodes().Get(ctx, "maint", metav1.GetOptions{})
+	require.NoError(t, err)
+	require.True(t, n.Spec.Unschedulable, "the operator's cordon is still there")
+}
+
+func TestOptOutAgainstAPIServer(t *testing.T) {
+	env := envtest.StartForTest(t)
+	cs, err := kubernetes.NewForConfig(env.Config)
+	require.NoError(t, err)
+	ctx := t.Context()
+	_, err = cs.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	rs := metav1.OwnerReference{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "rs", UID: "22222222-2222-2222-2222-222222222222", Controller: ptr.To(true)}
+	runningPod(t, cs, "default", "ok", "n1", nil, rs)
+	p := runningPod(t, cs, "default", "precious", "n1", nil, rs)
+	p.Annotations = map[string]string{drain.DefaultOptOutAnnotation: "true"}
+	_, err = cs.CoreV1().Pods("default").Update(ctx, p, metav1.UpdateOptions{})
+	require.NoError(t, err)
+
+	_, err = drain.Drain(ctx, cs, "n1", drain.WithGracePeriod(0), drain.WithTimeout(5*time.Second))
+	require.ErrorIs(t, err, drain.ErrOptedOut)
+	t.Logf("opt-out: %v", err)
+	require.True(t, exists(t, cs, "default", "ok"), "nothing is evicted when a pod opts out")
+	require.True(t, exists(t, cs, "default", "precious"))
+}
