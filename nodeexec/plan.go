@@ -307,13 +307,32 @@ func validateArgv(field string, argv []string, required bool, add func(string, e
 // Fingerprint is a stable hash of everything in the plan. The journal
 // records it; a journal written for a plan with a different fingerprint is
 // refused (ErrJournalMismatch) rather than applied to the wrong plan.
+//
+// Empty and nil Env or Namespaces lists hash the same (they mean the same).
 func (p Plan) Fingerprint() string {
-	b, err := json.Marshal(p)
+	b, err := json.Marshal(p.normalized())
 	if err != nil { // a Plan holds only strings, numbers, bools and slices
 		return ""
 	}
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:])
+}
+
+// normalized returns a copy with empty Env and Namespaces lists set to
+// nil, the form JSON round trips produce.
+func (p Plan) normalized() Plan {
+	steps := make([]Step, len(p.Steps))
+	copy(steps, p.Steps)
+	for i := range steps {
+		if len(steps[i].Env) == 0 {
+			steps[i].Env = nil
+		}
+		if len(steps[i].Namespaces) == 0 {
+			steps[i].Namespaces = nil
+		}
+	}
+	p.Steps = steps
+	return p
 }
 
 // EncodePlan returns the plan's JSON form, the format DecodePlan reads and
@@ -340,7 +359,7 @@ func DecodePlan(data []byte) (Plan, error) {
 	if err := p.Validate(); err != nil {
 		return Plan{}, err
 	}
-	return p, nil
+	return p.normalized(), nil
 }
 
 // ShellArgv returns an argv that runs script with /bin/sh -c. It is the

@@ -135,6 +135,19 @@ func TestFingerprintChangesWithContent(t *testing.T) {
 	require.NotEqual(t, a.Fingerprint(), b.Fingerprint())
 }
 
+func TestFingerprintIgnoresEmptyVersusNil(t *testing.T) {
+	// Found by FuzzDecodePlan: "env": [] must not change the identity of a
+	// plan, or a journal would be refused after a harmless re-encoding.
+	a, b := validPlan(), validPlan()
+	b.Steps[0].Env = []EnvVar{}
+	b.Steps[1].Namespaces = []Namespace{}
+	require.Equal(t, a.Fingerprint(), b.Fingerprint())
+	got, err := DecodePlan([]byte(`{"name":"x","node":"n","steps":[{"name":"a","argv":["true"],"env":[],"namespaces":[]}]}`))
+	require.NoError(t, err)
+	require.Nil(t, got.Steps[0].Env)
+	require.Nil(t, got.Steps[0].Namespaces)
+}
+
 func TestShellArgv(t *testing.T) {
 	got := ShellArgv(`cp -a -- "$1"/. /`, "/staging/dir; rm -rf /")
 	require.Equal(t, []string{"/bin/sh", "-c", `cp -a -- "$1"/. /`, "sh", "/staging/dir; rm -rf /"}, got)

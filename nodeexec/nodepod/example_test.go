@@ -1,0 +1,56 @@
+package nodepod_test
+
+import (
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/upgradekit/upgradekit/nodeexec"
+	"github.com/upgradekit/upgradekit/nodeexec/nodepod"
+)
+
+func ExampleBuild() {
+	plan := nodeexec.Plan{Name: "upgrade-w-1", Node: "w-1", Steps: []nodeexec.Step{
+		{Name: "kubelet-binary", Argv: []string{"install", "/staging/kubelet", "/usr/bin/kubelet"}, Timeout: time.Minute, Idempotent: true},
+		{Name: "kubelet-restart", Argv: []string{"systemctl", "restart", "kubelet"}, Timeout: time.Minute, Idempotent: true},
+	}}
+	pod, err := nodepod.Build(plan,
+		nodepod.WithImage("registry.local/upgrader:v1.32.0"),
+		nodepod.WithRunnerCommand("/upgrader"),
+		nodepod.WithStageFrom("/upgradekit"),
+		nodepod.WithPriorityClass("system-node-critical"))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println(pod.Name, "on", pod.Spec.NodeName, "hostPID:", pod.Spec.HostPID, "restart:", pod.Spec.RestartPolicy)
+	for _, c := range append(pod.Spec.InitContainers, pod.Spec.Containers...) {
+		var caps []corev1.Capability
+		if c.SecurityContext != nil && c.SecurityContext.Capabilities != nil {
+			caps = c.SecurityContext.Capabilities.Add
+		}
+		fmt.Println(c.Name, caps)
+	}
+	// Output:
+	// upgradekit-upgrade-w-1 on w-1 hostPID: true restart: OnFailure
+	// upgradekit-stage []
+	// kubelet-binary [SYS_ADMIN SYS_CHROOT SYS_PTRACE]
+	// kubelet-restart [SYS_ADMIN SYS_CHROOT SYS_PTRACE]
+	// upgradekit-status [SYS_ADMIN SYS_CHROOT SYS_PTRACE]
+}
+
+func ExampleReadStatus() {
+	pod := &corev1.Pod{}
+	pod.Annotations = map[string]string{nodepod.AnnotationSteps: "containerd,kubeadm-upgrade"}
+	pod.Status.InitContainerStatuses = []corev1.ContainerStatus{
+		{Name: "containerd", State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0}}},
+		{Name: "kubeadm-upgrade", RestartCount: 4,
+			State:                corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff"}},
+			LastTerminationState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 3}}},
+	}
+	st := nodepod.ReadStatus(pod)
+	fmt.Println(st.Phase, st.Progress, st.Failed.Name, st.Failed.ExitCode)
+	// Output:
+	// Failed 0.5 kubeadm-upgrade 3
+}
