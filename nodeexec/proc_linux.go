@@ -13,7 +13,9 @@ import (
 // forks when entering a PID namespace) do not outlive its deadline. The
 // step's process also gets SIGKILL if the runner dies (PR_SET_PDEATHSIG),
 // so a crashed runner does not leave a step changing the host unsupervised
-// while its successor resumes the plan.
+// while its successor resumes the plan. (Linux delivers the signal when the
+// forking thread exits; the Go runtime only retires threads whose goroutine
+// ended while locked to them, which this package never does.)
 func setProcessGroup(cmd *exec.Cmd) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	cmd.Cancel = func() error {

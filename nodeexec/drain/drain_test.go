@@ -305,3 +305,15 @@ func TestDiagnoseFindsBlockingPDBs(t *testing.T) {
 	require.True(t, errors.Is(de, ErrDrainTimeout))
 	require.Contains(t, de.Error(), "1 pod(s) blocking")
 }
+
+func TestDrainPodSelector(t *testing.T) {
+	ctx := context.Background()
+	cs := fakeWithEviction(node("n1", true),
+		pod("default", "web", "n1", func(p *corev1.Pod) { p.Labels = map[string]string{"tier": "web"} }),
+		pod("default", "db", "n1", func(p *corev1.Pod) { p.Labels = map[string]string{"tier": "db"} }))
+	rep, err := Drain(ctx, cs, "n1", WithPodSelector("tier=web"), WithGracePeriod(0))
+	require.NoError(t, err)
+	require.Equal(t, []string{"default/web"}, rep.Evicted)
+	_, err = cs.CoreV1().Pods("default").Get(ctx, "db", metav1.GetOptions{})
+	require.NoError(t, err, "pods outside the selector stay")
+}
