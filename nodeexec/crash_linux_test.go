@@ -74,6 +74,7 @@ func TestCrashResumeWithSIGKILL(t *testing.T) {
 	journalDir := filepath.Join(dir, "journal")
 	ledger := filepath.Join(dir, "ledger")
 	slow := filepath.Join(dir, "slow-once")
+	summaryFile := filepath.Join(dir, "termination-log") // what the pod's /dev/termination-log would hold
 	require.NoError(t, os.WriteFile(slow, nil, 0o600))
 	plan := crashPlan(ledger, slow)
 	encoded, err := EncodePlan(plan)
@@ -81,7 +82,7 @@ func TestCrashResumeWithSIGKILL(t *testing.T) {
 
 	runner := func() (*exec.Cmd, *bytes.Buffer) {
 		cmd := exec.Command(os.Args[0], "-test.run=^$")
-		cmd.Env = []string{envCrashHelper + "=1", EnvPlan + "=" + string(encoded), EnvJournalDir + "=" + journalDir, "PATH=" + os.Getenv("PATH")}
+		cmd.Env = []string{envCrashHelper + "=1", EnvPlan + "=" + string(encoded), EnvJournalDir + "=" + journalDir, EnvSummaryFile + "=" + summaryFile, "PATH=" + os.Getenv("PATH")}
 		out := &bytes.Buffer{}
 		cmd.Stdout, cmd.Stderr = out, out
 		cmd.WaitDelay = 5 * time.Second
@@ -105,6 +106,12 @@ func TestCrashResumeWithSIGKILL(t *testing.T) {
 	require.Equal(t, []StepState{StepSucceeded, StepRunning, StepPending}, states(j.Outcome))
 	t.Logf("journal after the crash:\n%s", journalSummary(j))
 	t.Logf("ledger after the crash:\n%s", readLedger())
+	raw, err := os.ReadFile(summaryFile)
+	require.NoError(t, err)
+	sum, err := ParseSummary(raw)
+	require.NoError(t, err)
+	require.Equal(t, StepRunning, sum.Steps[1].State, "the killed runner's last summary shows where it was")
+	t.Logf("termination message left by the killed runner: %s", raw)
 
 	// Run 2: a fresh process resumes from the journal.
 	second, out2 := runner()

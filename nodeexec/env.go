@@ -20,6 +20,9 @@ const (
 	// EnvStopAfter names the step after which the runner returns (see
 	// WithStopAfter); empty runs the whole plan.
 	EnvStopAfter = "UPGRADEKIT_STOP_AFTER"
+	// EnvSummaryFile is where the runner keeps a Summary (the container's
+	// termination message path, so the pod status carries progress).
+	EnvSummaryFile = "UPGRADEKIT_SUMMARY_FILE"
 )
 
 // ErrMissingEnv is returned by FromEnv when EnvPlan is unset.
@@ -32,11 +35,14 @@ type EnvConfig struct {
 	TargetPID  int
 	Nsenter    string
 	StopAfter  string
+	// SummaryFile, when set, receives Summarize(outcome) after every
+	// journal write (see WithSummaryFile).
+	SummaryFile string
 }
 
 // RunnerOptions returns the options matching the configuration.
 func (c EnvConfig) RunnerOptions() []RunnerOption {
-	return []RunnerOption{WithJournalDir(c.JournalDir), WithTargetPID(c.TargetPID), WithStopAfter(c.StopAfter)}
+	return []RunnerOption{WithJournalDir(c.JournalDir), WithTargetPID(c.TargetPID), WithStopAfter(c.StopAfter), WithSummaryFile(c.SummaryFile)}
 }
 
 // Executor returns an OSExecutor using the configured nsenter.
@@ -58,7 +64,7 @@ func FromEnv(getenv func(string) string) (EnvConfig, error) {
 	if err != nil {
 		return EnvConfig{}, fmt.Errorf("nodeexec: %s: %w", EnvPlan, err)
 	}
-	c := EnvConfig{Plan: p, JournalDir: getenv(EnvJournalDir), TargetPID: 1, Nsenter: getenv(EnvNsenter), StopAfter: getenv(EnvStopAfter)}
+	c := EnvConfig{Plan: p, JournalDir: getenv(EnvJournalDir), TargetPID: 1, Nsenter: getenv(EnvNsenter), StopAfter: getenv(EnvStopAfter), SummaryFile: getenv(EnvSummaryFile)}
 	if c.JournalDir == "" {
 		c.JournalDir = DefaultJournalDir
 	}

@@ -167,7 +167,7 @@ func TestFromEnv(t *testing.T) {
 	require.Equal(t, "/j", cfg.JournalDir)
 	require.Equal(t, 42, cfg.TargetPID)
 	require.Equal(t, "/bin/nsenter", cfg.Executor().NsenterPath)
-	require.Len(t, cfg.RunnerOptions(), 3)
+	require.Len(t, cfg.RunnerOptions(), 4)
 
 	_, err = FromEnv(func(string) string { return "" })
 	require.ErrorIs(t, err, ErrMissingEnv)

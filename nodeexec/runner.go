@@ -45,6 +45,7 @@ type Runner struct {
 	maxResumes  int
 	progress    func(Outcome)
 	stopAfter   string
+	summaryFile string
 }
 
 // RunnerOption configures a Runner.
@@ -193,6 +194,7 @@ func (r *Runner) Run(ctx context.Context, plan Plan) (Outcome, error) {
 	log := r.log.WithValues("plan", plan.Name, "node", plan.Node)
 	if j.State.Terminal() {
 		log.Info("plan already finished; nothing to run", "state", j.State)
+		r.writeSummary(j.Outcome)
 		return j.Outcome.clone(), terminalError(j.Outcome)
 	}
 	j.Runs++
@@ -273,6 +275,7 @@ func (s *session) persist() error {
 	if s.r.progress != nil {
 		s.r.progress(s.j.Outcome.clone())
 	}
+	s.r.writeSummary(s.j.Outcome)
 	return nil
 }
 

@@ -442,11 +442,15 @@ func (b *podBuilder) runner(name, stopAfter string) corev1.Container {
 		{Name: nodeexec.EnvJournalDir, Value: path.Join(b.o.stagingHostPath, "journal")},
 		{Name: nodeexec.EnvTargetPID, Value: fmt.Sprint(b.o.targetPID)},
 		{Name: nodeexec.EnvNsenter, Value: b.o.nsenter},
+		// The kubelet copies this file into the container status when the
+		// container exits, killed or not: per-step progress for ReadStatus.
+		{Name: nodeexec.EnvSummaryFile, Value: corev1.TerminationMessagePathDefault},
 	}
 	if stopAfter != "" {
 		c.Env = append(c.Env, corev1.EnvVar{Name: nodeexec.EnvStopAfter, Value: stopAfter})
 	}
 	c.VolumeMounts = b.mount()
+	c.TerminationMessagePolicy = corev1.TerminationMessageReadFile
 	c.SecurityContext = b.hostSecurityContext(b.unionNamespaces())
 	return c
 }

@@ -5,6 +5,8 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/upgradekit/upgradekit/nodeexec"
 )
 
 // Phase is the state of one step, or of the whole pod.
@@ -63,9 +65,11 @@ func WithCrashLoopRestarts(n int32) ReadOption {
 // is reported as Failed with its exit code, not as "waiting".
 //
 // In init-container modes every step has its own container. In
-// ModeSingleContainer the pod only knows the one container: steps are
-// Pending until it finishes, then all Succeeded (or the plan is Failed);
-// per-step detail is in the journal on the host.
+// ModeSingleContainer per-step states come from the runner's summary
+// (nodeexec.Summarize) in the container's termination message, current or
+// last: it is there once the container has exited at least once (even
+// when killed); while the first run is in progress steps show Pending and
+// the full detail is in the journal on the host.
 func ReadStatus(pod *corev1.Pod, opts ...ReadOption) Status {
 	o := readOptions{crashLoopRestarts: 3}
 	for _, f := range opts {
@@ -93,11 +97,22 @@ func ReadStatus(pod *corev1.Pod, opts ...ReadOption) Status {
 			st.Failed = &s
 		}
 	}
+	summary := map[string]nodeexec.SummaryStep{}
+	if single {
+		if sum, ok := terminationSummary(byName[StatusContainer]); ok {
+			for _, s := range sum.Steps {
+				summary[s.Name] = s
+			}
+		}
+	}
 	done := 0
 	for _, n := range names {
 		s := containerStatus(n, byName, o)
 		if single {
 			s = StepStatus{Name: n, Phase: PhasePending}
+			if sum, ok := summary[n]; ok {
+				s.Phase, s.ExitCode, s.Reason = summaryPhase(sum.State), int32(sum.ExitCode), string(sum.State)
+			}
 			if main.Phase == PhaseSucceeded {
 				s.Phase = PhaseSucceeded
 			}
@@ -138,6 +153,32 @@ func ReadStatus(pod *corev1.Pod, opts ...ReadOption) Status {
 		}
 	}
 	return st
+}
+
+// terminationSummary parses the runner's summary from the container's
+// current or last termination message.
+func terminationSummary(cs corev1.ContainerStatus) (nodeexec.Summary, bool) {
+	for _, t := range []*corev1.ContainerStateTerminated{cs.State.Terminated, cs.LastTerminationState.Terminated} {
+		if t == nil || t.Message == "" {
+			continue
+		}
+		if s, err := nodeexec.ParseSummary([]byte(t.Message)); err == nil {
+			return s, true
+		}
+	}
+	return nodeexec.Summary{}, false
+}
+
+func summaryPhase(s nodeexec.StepState) Phase {
+	switch s {
+	case nodeexec.StepSucceeded, nodeexec.StepSkipped:
+		return PhaseSucceeded
+	case nodeexec.StepRunning, nodeexec.StepRollingBack:
+		return PhaseRunning
+	case nodeexec.StepFailed, nodeexec.StepRolledBack:
+		return PhaseFailed
+	}
+	return PhasePending
 }
 
 func anyRunning(steps []StepStatus) bool {

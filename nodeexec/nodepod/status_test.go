@@ -5,6 +5,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/upgradekit/upgradekit/nodeexec"
 )
 
 func terminated(name string, code int32, reason string) corev1.ContainerStatus {
@@ -139,6 +141,30 @@ func TestReadStatus(t *testing.T) {
 			require.Contains(t, s.Message, tt.wantFailed)
 		})
 	}
+}
+
+func TestReadStatusSingleContainerSummary(t *testing.T) {
+	// The runner was killed mid-step and is restarting: its last summary
+	// (the termination message) gives per-step progress.
+	cs := crashLoop(StatusContainer, 137, 1)
+	cs.LastTerminationState.Terminated.Message = string(nodeexec.Summarize(nodeexec.Outcome{Plan: "p", State: nodeexec.PlanRunning, Steps: []nodeexec.StepRecord{
+		{Name: "a", State: nodeexec.StepSucceeded}, {Name: "b", State: nodeexec.StepRunning}, {Name: "c", State: nodeexec.StepPending},
+	}}))
+	s := ReadStatus(podWith(ModeSingleContainer, corev1.PodRunning, nil, cs))
+	require.Equal(t, PhaseRunning, s.Phase)
+	require.Equal(t, []Phase{PhaseSucceeded, PhaseRunning, PhasePending}, phases(s))
+	require.InDelta(t, 1.0/3, s.Progress, 1e-9)
+
+	// A terminal failure reported in the summary names the step.
+	fail := terminated(StatusContainer, 1, "Error")
+	fail.State.Terminated.Message = string(nodeexec.Summarize(nodeexec.Outcome{Plan: "p", State: nodeexec.PlanFailed,
+		Failure: &nodeexec.Failure{Step: "b", ExitCode: 7}, Steps: []nodeexec.StepRecord{
+			{Name: "a", State: nodeexec.StepSucceeded}, {Name: "b", State: nodeexec.StepFailed, ExitCode: 7}, {Name: "c", State: nodeexec.StepPending},
+		}}))
+	s = ReadStatus(podWith(ModeSingleContainer, corev1.PodRunning, nil, fail))
+	require.Equal(t, PhaseFailed, s.Phase)
+	require.Equal(t, "b", s.Failed.Name)
+	require.Equal(t, int32(7), s.Failed.ExitCode)
 }
 
 func TestReadStatusCrashLoopThreshold(t *testing.T) {
