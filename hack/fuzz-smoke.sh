@@ -12,7 +12,7 @@ while IFS= read -r mod; do
     while IFS= read -r target; do
       [[ "$target" == Fuzz* ]] || continue
       echo "== $pkg $target ($fuzztime)"
-      go test -run='^$' -fuzz="^${target}\$" -fuzztime="$fuzztime" "$pkg"
+      go test -run='^$' -fuzz="^${target}\$" -fuzztime="$fuzztime" -fuzzminimizetime=2s -parallel=1 "$pkg"
       count=$((count + 1))
     done < <(go test -list '^Fuzz' "$pkg" 2>/dev/null | grep '^Fuzz' || true)
   done < <(go list ./...)

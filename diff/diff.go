@@ -1,0 +1,460 @@
+package diff
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"reflect"
+	"strings"
+	"sync"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+)
+
+// State is one side of a machine: its three objects. Each may be a typed Go
+// struct (pointer or value, e.g. *clusterv1.Machine, *bootstrapv1.KubeadmConfig),
+// *unstructured.Unstructured, map[string]any, raw JSON ([]byte or
+// json.RawMessage) or runtime.RawExtension, the form CAPI's hooks use.
+// Bootstrap may be nil on both sides (a Machine with a data secret only).
+type State struct {
+	Machine        any
+	Bootstrap      any
+	Infrastructure any
+}
+
+func (s State) get(o Object) any {
+	switch o {
+	case Machine:
+		return s.Machine
+	case Bootstrap:
+		return s.Bootstrap
+	default:
+		return s.Infrastructure
+	}
+}
+
+// Differ is a compiled set of options. It is safe for concurrent use;
+// compile once and reuse it on hot paths.
+type Differ struct {
+	cfg  config
+	pool sync.Pool
+}
+
+// New compiles options into a Differ. The built-in list keys, sensitive
+// paths and categories apply after the given options (which therefore take
+// precedence) unless WithoutDefaults is among them.
+func New(opts ...Option) (*Differ, error) {
+	d := &Differ{}
+	d.cfg.maxDepth = 100
+	Options(opts).apply(&d.cfg)
+	noDefaults := false
+	for _, o := range opts {
+		if _, ok := o.(withoutDefaults); ok {
+			noDefaults = true
+		}
+	}
+	if !noDefaults {
+		defaultOptions().apply(&d.cfg)
+	}
+	if len(d.cfg.errs) > 0 {
+		return nil, errors.Join(d.cfg.errs...)
+	}
+	d.pool.New = func() any { return &walker{} }
+	return d, nil
+}
+
+var (
+	defaultOnce   sync.Once
+	defaultDiffer *Differ
+)
+
+func differFor(opts []Option) (*Differ, error) {
+	if len(opts) == 0 {
+		defaultOnce.Do(func() { defaultDiffer, _ = New() })
+		return defaultDiffer, nil
+	}
+	return New(opts...)
+}
+
+// Machines diffs two machines: Machine, bootstrap config and infrastructure
+// machine. Only spec, metadata.labels and metadata.annotations are compared.
+func Machines(current, desired State, opts ...Option) (ChangeSet, error) {
+	d, err := differFor(opts)
+	if err != nil {
+		return ChangeSet{}, err
+	}
+	return d.Machines(current, desired)
+}
+
+// Templates diffs machine templates: the Machine side is a MachineSet or
+// MachineDeployment, the others a bootstrap config template and an
+// infrastructure machine template. Their spec.template parts are compared
+// with the same rules as Machines (patterns name paths below spec.template).
+func Templates(current, desired State, opts ...Option) (ChangeSet, error) {
+	d, err := differFor(opts)
+	if err != nil {
+		return ChangeSet{}, err
+	}
+	return d.Templates(current, desired)
+}
+
+// Objects diffs one object of a machine.
+func Objects(obj Object, current, desired any, opts ...Option) (ChangeSet, error) {
+	d, err := differFor(opts)
+	if err != nil {
+		return ChangeSet{}, err
+	}
+	return d.Objects(obj, current, desired)
+}
+
+// Equal reports whether two machines have no changes. It stops at the first
+// difference and, for typed inputs, allocates nothing.
+func Equal(current, desired State, opts ...Option) (bool, error) {
+	d, err := differFor(opts)
+	if err != nil {
+		return false, err
+	}
+	return d.Equal(current, desired)
+}
+
+// Machines is the Differ form of the package-level Machines.
+func (d *Differ) Machines(current, desired State) (ChangeSet, error) {
+	return d.run(current, desired, false, false)
+}
+
+// Templates is the Differ form of the package-level Templates.
+func (d *Differ) Templates(current, desired State) (ChangeSet, error) {
+	return d.run(current, desired, true, false)
+}
+
+// Objects is the Differ form of the package-level Objects.
+func (d *Differ) Objects(obj Object, current, desired any) (ChangeSet, error) {
+	if obj >= numObjects {
+		return ChangeSet{}, newErr(obj, "", "", ErrWrongKind, "unknown object")
+	}
+	var cur, des State
+	switch obj {
+	case Machine:
+		cur.Machine, des.Machine = current, desired
+	case Bootstrap:
+		cur.Bootstrap, des.Bootstrap = current, desired
+	default:
+		cur.Infrastructure, des.Infrastructure = current, desired
+	}
+	return d.run(cur, des, false, false)
+}
+
+// Equal is the Differ form of the package-level Equal.
+func (d *Differ) Equal(current, desired State) (bool, error) {
+	_, found, err := d.walk(current, desired, false, true)
+	return err == nil && !found, err
+}
+
+func (d *Differ) run(current, desired State, templates, first bool) (ChangeSet, error) {
+	cs, _, err := d.walk(current, desired, templates, first)
+	return cs, err
+}
+
+// walk compares every object of the two states. With first set it stops at
+// the first difference and reports it through found.
+func (d *Differ) walk(current, desired State, templates, first bool) (cs ChangeSet, found bool, err error) {
+	w := d.pool.Get().(*walker)
+	defer d.pool.Put(w)
+	var curs, dess [numObjects]input
+	var out []Change
+	for o := Object(0); o < numObjects; o++ {
+		cur, err := readInput(o, "current", current.get(o))
+		if err != nil {
+			return ChangeSet{}, false, err
+		}
+		des, err := readInput(o, "desired", desired.get(o))
+		if err != nil {
+			return ChangeSet{}, false, err
+		}
+		if cur.isNil() && des.isNil() {
+			continue
+		}
+		if err := checkPair(o, cur, des, templates); err != nil {
+			return ChangeSet{}, false, err
+		}
+		if len(d.cfg.transforms[o]) > 0 {
+			if cur, des, err = d.transform(o, cur, des); err != nil {
+				return ChangeSet{}, false, err
+			}
+		}
+		curs[o], dess[o] = cur, des
+		w.reset(&d.cfg, o, des.kind, first)
+		if templates {
+			w.enterPrefix("spec")
+			w.enterPrefix("template")
+		}
+		compareRoots(w, cur, des, templates)
+		if w.err != nil {
+			return ChangeSet{}, false, w.err
+		}
+		if first && w.found {
+			return ChangeSet{}, true, nil
+		}
+		out = append(out, w.changes...)
+	}
+	if len(out) == 0 {
+		return ChangeSet{}, false, nil
+	}
+	sortChanges(out)
+	return ChangeSet{Changes: out, docs: &documents{cur: curs, des: dess, templates: templates}}, true, nil
+}
+
+// compareRoots compares the two roots (for templates, their spec.template).
+func compareRoots(w *walker, cur, des input, templates bool) {
+	if cur.typed.IsValid() && des.typed.IsValid() && cur.typed.Type() == des.typed.Type() {
+		a, b := cur.typed, des.typed
+		p := planFor(a.Type())
+		aOK, bOK := true, true
+		if templates {
+			for _, name := range []string{"spec", "template"} {
+				a, aOK = typedChild(a, p, name, aOK)
+				b, bOK = typedChild(b, p, name, bOK)
+				p = childPlan(p, name)
+				if p == nil {
+					w.fail(ErrWrongKind, "%s has no field %q", cur.typed.Type(), name)
+					return
+				}
+			}
+		}
+		w.cmpTyped(a, b, aOK, bOK, p)
+		return
+	}
+	a, err := cur.asData()
+	if err != nil {
+		w.fail(ErrUnsupportedValue, "current: %v", err)
+		return
+	}
+	b, err := des.asData()
+	if err != nil {
+		w.fail(ErrUnsupportedValue, "desired: %v", err)
+		return
+	}
+	var av, bv any = a, b
+	if templates {
+		av, bv = dataAt(a, "spec", "template"), dataAt(b, "spec", "template")
+	}
+	w.cmpData(av, bv)
+}
+
+func childPlan(p *typePlan, name string) *typePlan {
+	if p == nil || p.kind != reflect.Struct {
+		return nil
+	}
+	i, ok := p.byName[name]
+	if !ok {
+		return nil
+	}
+	return p.fields[i].plan
+}
+
+func typedChild(v reflect.Value, p *typePlan, name string, ok bool) (reflect.Value, bool) {
+	if !ok || p == nil || p.kind != reflect.Struct {
+		return reflect.Value{}, false
+	}
+	i, found := p.byName[name]
+	if !found {
+		return reflect.Value{}, false
+	}
+	fp := &p.fields[i]
+	f, ok := fieldOf(v, fp.index)
+	return f, ok && present(f, fp)
+}
+
+func dataAt(m map[string]any, path ...string) any {
+	var v any = m
+	for _, p := range path {
+		mm, ok := v.(map[string]any)
+		if !ok {
+			return nil
+		}
+		v = mm[p]
+	}
+	return v
+}
+
+// input is one object as given, read into a typed value or JSON data.
+type input struct {
+	typed reflect.Value // addressable struct
+	data  map[string]any
+	kind  string
+	obj   Object
+	side  string
+}
+
+func (in input) isNil() bool { return !in.typed.IsValid() && in.data == nil }
+
+func (in input) asData() (map[string]any, error) {
+	if in.data != nil || !in.typed.IsValid() {
+		return in.data, nil
+	}
+	d, err := toJSONData(in.typed.Addr().Interface())
+	if err != nil {
+		return nil, err
+	}
+	m, ok := d.(map[string]any)
+	if !ok {
+		return nil, fmt.Errorf("%s is not a JSON object", in.typed.Type())
+	}
+	return m, nil
+}
+
+var typeMetaType = reflect.TypeFor[metav1.TypeMeta]()
+
+func readInput(obj Object, side string, v any) (input, error) {
+	in := input{obj: obj, side: side}
+	bad := func(err error, format string, args ...any) (input, error) {
+		return input{}, newErr(obj, side, "", err, format, args...)
+	}
+	switch x := v.(type) {
+	case nil:
+		return in, nil
+	case *unstructured.Unstructured:
+		if x == nil || x.Object == nil {
+			return in, nil
+		}
+		in.data = x.Object
+	case unstructured.Unstructured:
+		if x.Object == nil {
+			return in, nil
+		}
+		in.data = x.Object
+	case map[string]any:
+		if x == nil {
+			return in, nil
+		}
+		in.data = x
+	case json.RawMessage:
+		return readInput(obj, side, []byte(x))
+	case []byte:
+		if len(strings.TrimSpace(string(x))) == 0 {
+			return in, nil
+		}
+		d, err := decodeJSON(x)
+		if err != nil {
+			return bad(ErrInvalidJSON, "%v", err)
+		}
+		m, ok := d.(map[string]any)
+		if !ok {
+			if d == nil {
+				return in, nil
+			}
+			return bad(ErrInvalidJSON, "want a JSON object, got %T", d)
+		}
+		in.data = m
+	case runtime.RawExtension:
+		return readRaw(obj, side, &x)
+	case *runtime.RawExtension:
+		return readRaw(obj, side, x)
+	default:
+		rv := reflect.ValueOf(v)
+		if rv.Kind() == reflect.Pointer {
+			if rv.IsNil() {
+				return in, nil
+			}
+			rv = rv.Elem()
+		} else {
+			cp := reflect.New(rv.Type()).Elem()
+			cp.Set(rv)
+			rv = cp
+		}
+		if rv.Kind() != reflect.Struct {
+			return bad(ErrUnsupportedValue, "%T is not an object (want a struct, unstructured, map or JSON)", v)
+		}
+		in.typed = rv
+		in.kind = typedKind(rv)
+		return in, nil
+	}
+	if err := checkJSONData(in.data, 0); err != nil {
+		return bad(ErrUnsupportedValue, "%v", err)
+	}
+	in.kind, _ = in.data["kind"].(string)
+	return in, nil
+}
+
+func readRaw(obj Object, side string, x *runtime.RawExtension) (input, error) {
+	if x == nil {
+		return input{obj: obj, side: side}, nil
+	}
+	if len(x.Raw) > 0 {
+		return readInput(obj, side, x.Raw)
+	}
+	if x.Object != nil {
+		return readInput(obj, side, x.Object)
+	}
+	return input{obj: obj, side: side}, nil
+}
+
+// typedKind is the kind in TypeMeta if set, else the Go type's name.
+func typedKind(v reflect.Value) string {
+	t := v.Type()
+	for i := 0; i < t.NumField(); i++ {
+		if t.Field(i).Type == typeMetaType && t.Field(i).Anonymous {
+			if k := v.Field(i).FieldByName("Kind").String(); k != "" {
+				return k
+			}
+		}
+	}
+	return t.Name()
+}
+
+func checkPair(o Object, cur, des input, templates bool) error {
+	if cur.isNil() != des.isNil() {
+		side := "current"
+		if des.isNil() {
+			side = "desired"
+		}
+		return newErr(o, side, "", ErrNilObject, "present on one side only")
+	}
+	for _, in := range []input{cur, des} {
+		if in.kind == "" {
+			continue
+		}
+		isTemplate := strings.HasSuffix(in.kind, "Template")
+		switch {
+		case o == Machine && !templates && in.kind != "Machine":
+			return newErr(o, in.side, "", ErrWrongKind, "want a Machine, got %s (use Templates for MachineSets and MachineDeployments)", in.kind)
+		case o == Machine && templates && in.kind != "MachineSet" && in.kind != "MachineDeployment":
+			return newErr(o, in.side, "", ErrWrongKind, "want a MachineSet or MachineDeployment, got %s", in.kind)
+		case o != Machine && templates && !isTemplate:
+			return newErr(o, in.side, "", ErrWrongKind, "want a template kind, got %s", in.kind)
+		case o != Machine && !templates && isTemplate:
+			return newErr(o, in.side, "", ErrWrongKind, "got the template kind %s (use Templates)", in.kind)
+		}
+	}
+	if cur.kind != "" && des.kind != "" && cur.kind != des.kind && o != Machine {
+		return newErr(o, "", "", ErrKindMismatch, "current is %s, desired is %s", cur.kind, des.kind)
+	}
+	sameRole := templates && o == Machine // a MachineSet against a MachineDeployment
+	if cur.typed.IsValid() && des.typed.IsValid() && cur.typed.Type() != des.typed.Type() && cur.kind != des.kind && !sameRole {
+		return newErr(o, "", "", ErrKindMismatch, "current is %s, desired is %s", cur.typed.Type(), des.typed.Type())
+	}
+	return nil
+}
+
+func (d *Differ) transform(o Object, cur, des input) (input, input, error) {
+	a, err := cur.asData()
+	if err != nil {
+		return cur, des, newErr(o, "current", "", ErrUnsupportedValue, "%v", err)
+	}
+	b, err := des.asData()
+	if err != nil {
+		return cur, des, newErr(o, "desired", "", ErrUnsupportedValue, "%v", err)
+	}
+	a, _ = deepCopyData(a).(map[string]any)
+	b, _ = deepCopyData(b).(map[string]any)
+	for _, t := range d.cfg.transforms[o] {
+		if err := t.fn(a, b); err != nil {
+			return cur, des, newErr(o, "", "", ErrInvalidOption, "transform %s: %v", t.name, err)
+		}
+	}
+	cur.typed, cur.data = reflect.Value{}, a
+	des.typed, des.data = reflect.Value{}, b
+	return cur, des, nil
+}

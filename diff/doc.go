@@ -1,0 +1,51 @@
+// Package diff answers one question: what exactly differs between the
+// machine we have and the machine we want?
+//
+// A machine is three objects (a State): the Cluster API Machine, its
+// bootstrap config (a KubeadmConfig) and its infrastructure machine (an
+// AWSMachine, DockerMachine...). Each may be a typed Go struct,
+// *unstructured.Unstructured, map[string]any, raw JSON or a
+// runtime.RawExtension as CAPI's runtime hooks deliver it; the result does
+// not depend on the form. Machines compares two machines, Templates compares
+// machine templates (MachineSet/MachineDeployment spec.template with the
+// bootstrap and infrastructure templates), Objects compares one object and
+// Equal answers yes or no without building a change set.
+//
+// The result is a ChangeSet: an ordered, deterministic list of Change
+// values, each with the object, an RFC 6901 pointer, a readable path that
+// names list elements by key (bootstrap.spec.files[path=/etc/motd].content),
+// the operation, the old and new values and a Category (Kubernetes version,
+// files, kubelet configuration, infrastructure image...). From a change set,
+// or the subset a strategy accepts, JSONPatch and MergePatch build the
+// RFC 6902 and RFC 7386 patches CAPI's CanUpdateMachine and
+// CanUpdateMachineSet responses carry, against the current object's spec.
+//
+// What is compared: spec, metadata.labels and metadata.annotations; never
+// status or the rest of metadata. Empty strings, lists and objects equal
+// absent ones (as omitempty makes them on the wire); 0 and false do not. Lists
+// with a natural key (files by path, users by name, kubelet arguments by
+// name, taints by key and effect...) are matched by key, so one inserted file
+// is one added file; other lists are matched by index.
+//
+// Behaviour is tuned by composable options, as with go-cmp: Ignore, ListKey,
+// ListIndex, StrictEmpty, Default, OrderedLists, Sensitive, Categorize,
+// Transform, ShowSecrets, MaxDepth. Presets reproduce Cluster API's own
+// rules: MachineDeploymentRollout (what makes a MachineDeployment roll),
+// KubeadmControlPlane (what makes a control plane machine out of date) and
+// InPlaceUpdate (what CAPI compares after an in-place extension's patches).
+// Compile options once with New and reuse the Differ.
+//
+// File contents, passwords, SSH keys and tokens are never printed in full by
+// String or JSON: a short digest stands in, unless ShowSecrets is given.
+//
+// What it is not: a general-purpose deep-equality library for tests (use
+// go-cmp), nor a strategic-merge or server-side-apply engine. It never
+// panics on input: nil objects, mismatched kinds, values with no JSON form,
+// cyclic or absurdly deep values are an *Error naming the object and path,
+// matched with errors.Is against ErrNilObject, ErrKindMismatch,
+// ErrWrongKind, ErrUnsupportedValue, ErrTooDeep, ErrInvalidJSON.
+//
+// Speed: typed inputs are walked with reflection through cached per-type
+// plans, so an equal pair allocates nothing; see BENCHMARKS.md for the
+// figures against go-cmp and equality.Semantic.
+package diff

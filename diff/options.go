@@ -1,0 +1,220 @@
+package diff
+
+import (
+	"fmt"
+)
+
+// Option tunes a diff. Options compose: a preset such as
+// KubeadmControlPlane is itself an Option made of smaller ones.
+type Option interface {
+	apply(*config)
+}
+
+// Options is a list of options applied in order; it is itself an Option.
+type Options []Option
+
+func (o Options) apply(c *config) {
+	for _, opt := range o {
+		if opt != nil {
+			opt.apply(c)
+		}
+	}
+}
+
+type optionFunc func(*config)
+
+func (f optionFunc) apply(c *config) { f(c) }
+
+type ruleKind uint8
+
+const (
+	ruleIgnore ruleKind = iota
+	ruleListKey
+	ruleStrictEmpty
+	ruleDefault
+	ruleOrdered
+	ruleSensitive
+	ruleCategory
+)
+
+type rule struct {
+	kind     ruleKind
+	pattern  string
+	order    int // lower wins; user options come before built-in defaults
+	keys     []string
+	value    any
+	category Category
+}
+
+// TransformFunc rewrites the JSON forms of one object's current and desired
+// values before they are compared, for normalisations that are not a matter
+// of single paths (KubeadmControlPlane's "compare InitConfiguration as
+// JoinConfiguration"). It receives private copies and may change them in
+// place. Objects with a transform are always compared in their JSON form.
+type TransformFunc func(current, desired map[string]any) error
+
+type transform struct {
+	name string
+	fn   TransformFunc
+}
+
+type config struct {
+	compare    [numObjects]trie // ignore, list keys, strict empty, defaults, ordered
+	classify   [numObjects]trie // categories, sensitivity
+	transforms [numObjects][]transform
+	reveal     bool
+	ordered    bool
+	maxDepth   int
+	order      int
+	errs       []error
+}
+
+func (c *config) addRule(kind ruleKind, text string, r rule) {
+	p, err := parsePattern(text)
+	if err != nil {
+		c.errs = append(c.errs, err)
+		return
+	}
+	r.kind, r.pattern, r.order = kind, text, c.order
+	c.order++
+	rp := &r
+	tries := &c.compare
+	if kind == ruleSensitive || kind == ruleCategory {
+		tries = &c.classify
+	}
+	for o := Object(0); o < numObjects; o++ {
+		if p.anyObj || p.object == o {
+			if tries[o].any == nil {
+				tries[o].any = &node{}
+			}
+			tries[o].insert(p, rp)
+		}
+	}
+}
+
+// Ignore leaves the values at these paths, and everything below them, out of
+// the comparison.
+func Ignore(patterns ...string) Option {
+	return optionFunc(func(c *config) {
+		for _, p := range patterns {
+			c.addRule(ruleIgnore, p, rule{})
+		}
+	})
+}
+
+// ListKey matches the elements of the list at pattern by the values of the
+// named fields instead of by index, so inserting one element reports one
+// added element. With no keys the list is a set of scalars, matched by value.
+// A list whose elements repeat a key is compared by index.
+func ListKey(pattern string, keys ...string) Option {
+	return optionFunc(func(c *config) {
+		c.addRule(ruleListKey, pattern, rule{keys: append([]string(nil), keys...)})
+	})
+}
+
+// ListIndex compares the list at pattern by index, overriding a ListKey
+// (including a built-in one).
+func ListIndex(pattern string) Option {
+	return optionFunc(func(c *config) { c.addRule(ruleListKey, pattern, rule{keys: nil, value: indexMarker{}}) })
+}
+
+type indexMarker struct{}
+
+// StrictEmpty makes an empty value (empty string, list or object) at these
+// paths differ from an absent one. By default they are the same, as
+// omitempty makes them on the wire; Kubernetes has a few places where the
+// difference matters, such as a kubeadm nodeRegistration.taints of [] (no
+// taints) against absent (the default control-plane taint).
+func StrictEmpty(patterns ...string) Option {
+	return optionFunc(func(c *config) {
+		for _, p := range patterns {
+			c.addRule(ruleStrictEmpty, p, rule{})
+		}
+	})
+}
+
+// Default makes an absent or empty value at pattern equal to value, for
+// fields an API server or webhook defaults (CAPI defaults a KubeadmConfig's
+// format to "cloud-config"). value must be JSON data: string, bool, float64,
+// int64, []any or map[string]any.
+func Default(pattern string, value any) Option {
+	return optionFunc(func(c *config) {
+		if err := checkJSONData(value, 0); err != nil {
+			c.errs = append(c.errs, fmt.Errorf("%w: Default(%q): %v", ErrInvalidOption, pattern, err))
+			return
+		}
+		c.addRule(ruleDefault, pattern, rule{value: normalizeJSON(value)})
+	})
+}
+
+// OrderedLists makes a change of order in keyed lists a change (reported as
+// a replacement of the whole list), as CAPI's own comparisons, which match
+// lists by index, see it. Without patterns it applies to every keyed list.
+func OrderedLists(patterns ...string) Option {
+	return optionFunc(func(c *config) {
+		if len(patterns) == 0 {
+			c.ordered = true
+		}
+		for _, p := range patterns {
+			c.addRule(ruleOrdered, p, rule{})
+		}
+	})
+}
+
+// Sensitive marks the values at these paths, and below them, as secret:
+// String and JSON show a digest instead of the value.
+func Sensitive(patterns ...string) Option {
+	return optionFunc(func(c *config) {
+		for _, p := range patterns {
+			c.addRule(ruleSensitive, p, rule{})
+		}
+	})
+}
+
+// Categorize classifies changes at these paths, and below them, as cat.
+// User rules take precedence over the built-in table (DefaultCategories);
+// among user rules the first one given wins.
+func Categorize(cat Category, patterns ...string) Option {
+	return optionFunc(func(c *config) {
+		for _, p := range patterns {
+			c.addRule(ruleCategory, p, rule{category: cat})
+		}
+	})
+}
+
+// Transform registers a normalisation of one object's JSON forms, run
+// before the comparison (see TransformFunc).
+func Transform(obj Object, name string, fn TransformFunc) Option {
+	return optionFunc(func(c *config) {
+		if obj >= numObjects || fn == nil {
+			c.errs = append(c.errs, fmt.Errorf("%w: Transform %q: bad object or nil func", ErrInvalidOption, name))
+			return
+		}
+		c.transforms[obj] = append(c.transforms[obj], transform{name: name, fn: fn})
+	})
+}
+
+// ShowSecrets makes String and JSON print sensitive values in full. Use it
+// only where the output is as protected as the objects themselves.
+func ShowSecrets() Option { return optionFunc(func(c *config) { c.reveal = true }) }
+
+// MaxDepth bounds how deeply values may nest (default 100); deeper values,
+// such as cyclic ones, are an ErrTooDeep error.
+func MaxDepth(n int) Option {
+	return optionFunc(func(c *config) {
+		if n < 1 {
+			c.errs = append(c.errs, fmt.Errorf("%w: MaxDepth(%d): must be at least 1", ErrInvalidOption, n))
+			return
+		}
+		c.maxDepth = n
+	})
+}
+
+// WithoutDefaults drops the built-in list keys, categories and sensitive
+// paths, for callers who want to declare every rule themselves. It must come
+// first.
+func WithoutDefaults() Option { return withoutDefaults{} }
+
+type withoutDefaults struct{}
+
+func (withoutDefaults) apply(*config) {}

@@ -1,0 +1,276 @@
+package diff
+
+import (
+	"encoding/json"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+)
+
+// documents keeps what a change set needs to build patches: the compared
+// objects, converted to JSON data on first use.
+type documents struct {
+	cur, des  [numObjects]input
+	templates bool
+
+	once    [numObjects]sync.Once
+	curData [numObjects]map[string]any
+	desData [numObjects]map[string]any
+	err     [numObjects]error
+}
+
+func (d *documents) load(o Object) (cur, des map[string]any, err error) {
+	d.once[o].Do(func() {
+		if d.curData[o], d.err[o] = d.cur[o].asData(); d.err[o] != nil {
+			return
+		}
+		d.desData[o], d.err[o] = d.des[o].asData()
+	})
+	return d.curData[o], d.desData[o], d.err[o]
+}
+
+// PatchOp is one RFC 6902 operation.
+type PatchOp struct {
+	Op    string `json:"op"`
+	Path  string `json:"path"`
+	Value any    `json:"value,omitempty"`
+}
+
+// JSONPatch returns an RFC 6902 JSON patch that, applied to the current
+// object, makes the paths of the changes in the set equal to desired and
+// leaves every other path untouched: what CAPI's CanUpdateMachine and
+// CanUpdateMachineSet responses carry.
+//
+// Only spec is patched (spec.template.spec for templates); changes to labels
+// and annotations are left out, as CAPI ignores them in patches. A change
+// inside a list replaces the outermost list on its path whole, so that the
+// patched list equals desired element for element: accepting one change in
+// a list accepts the list. An object with no changes gives "[]".
+func (cs ChangeSet) JSONPatch(obj Object) ([]byte, error) {
+	ops, err := cs.PatchOps(obj)
+	if err != nil {
+		return nil, err
+	}
+	if len(ops) == 0 {
+		return []byte("[]"), nil
+	}
+	return json.Marshal(ops)
+}
+
+// PatchOps is JSONPatch as values.
+func (cs ChangeSet) PatchOps(obj Object) ([]PatchOp, error) {
+	cur, target, err := cs.target(obj)
+	if err != nil || target == nil {
+		return nil, err
+	}
+	var ops []PatchOp
+	patchOps(cur, target, "", &ops)
+	return ops, nil
+}
+
+// MergePatch returns the RFC 7386 merge patch equivalent of JSONPatch
+// (lists are always replaced whole in a merge patch). An object with no
+// changes gives "{}".
+func (cs ChangeSet) MergePatch(obj Object) ([]byte, error) {
+	cur, target, err := cs.target(obj)
+	if err != nil {
+		return nil, err
+	}
+	if target == nil {
+		return []byte("{}"), nil
+	}
+	m := mergeDiff(cur, target)
+	if m == nil {
+		return []byte("{}"), nil
+	}
+	return json.Marshal(m)
+}
+
+// target returns current and current-with-the-set's-spec-changes-applied.
+// target is nil when the set holds no spec changes for obj.
+func (cs ChangeSet) target(obj Object) (cur, target map[string]any, err error) {
+	if obj >= numObjects {
+		return nil, nil, newErr(obj, "", "", ErrWrongKind, "unknown object")
+	}
+	scope := "/spec"
+	if cs.docs != nil && cs.docs.templates {
+		scope = "/spec/template/spec"
+	}
+	var selected []Change
+	for _, c := range cs.Changes {
+		if c.Object == obj && (c.Path == scope || strings.HasPrefix(c.Path, scope+"/")) {
+			selected = append(selected, c)
+		}
+	}
+	if len(selected) == 0 {
+		return nil, nil, nil
+	}
+	if cs.docs == nil {
+		return nil, nil, newErr(obj, "", "", ErrNoDocument, "change set was not produced by a diff")
+	}
+	cur, des, err := cs.docs.load(obj)
+	if err != nil {
+		return nil, nil, newErr(obj, "", "", ErrUnsupportedValue, "%v", err)
+	}
+	if cur == nil {
+		cur = map[string]any{}
+	}
+	target, _ = deepCopyData(cur).(map[string]any)
+	for _, c := range selected {
+		p := c.Path
+		if c.ListPath != "" {
+			p = c.ListPath
+		}
+		toks := parsePointer(p)
+		if v, ok := lookupPointer(des, toks); ok && !(c.Op == OpRemove && c.ListPath == "" && emptyData(v)) {
+			setPointer(target, toks, deepCopyData(v))
+		} else {
+			deletePointer(target, toks)
+		}
+	}
+	return cur, target, nil
+}
+
+func parsePointer(p string) []string {
+	if p == "" {
+		return nil
+	}
+	toks := strings.Split(strings.TrimPrefix(p, "/"), "/")
+	for i, t := range toks {
+		if strings.Contains(t, "~") {
+			toks[i] = strings.NewReplacer("~1", "/", "~0", "~").Replace(t)
+		}
+	}
+	return toks
+}
+
+func lookupPointer(doc any, toks []string) (any, bool) {
+	v := doc
+	for _, t := range toks {
+		switch x := v.(type) {
+		case map[string]any:
+			e, ok := x[t]
+			if !ok {
+				return nil, false
+			}
+			v = e
+		case []any:
+			i, err := strconv.Atoi(t)
+			if err != nil || i < 0 || i >= len(x) {
+				return nil, false
+			}
+			v = x[i]
+		default:
+			return nil, false
+		}
+	}
+	return v, true
+}
+
+// setPointer sets the value at toks, creating objects on the way. Paths
+// through lists reach here only up to the list itself.
+func setPointer(doc map[string]any, toks []string, v any) {
+	m := doc
+	for i, t := range toks {
+		if i == len(toks)-1 {
+			m[t] = v
+			return
+		}
+		next, ok := m[t].(map[string]any)
+		if !ok {
+			if arr, isArr := m[t].([]any); isArr {
+				if idx, err := strconv.Atoi(toks[i+1]); err == nil && idx >= 0 && idx < len(arr) {
+					if i+1 == len(toks)-1 {
+						arr[idx] = v
+						return
+					}
+					if em, ok := arr[idx].(map[string]any); ok {
+						setPointer(em, toks[i+2:], v)
+						return
+					}
+				}
+			}
+			next = map[string]any{}
+			m[t] = next
+		}
+		m = next
+	}
+}
+
+func deletePointer(doc map[string]any, toks []string) {
+	if len(toks) == 0 {
+		return
+	}
+	parent, ok := lookupPointer(doc, toks[:len(toks)-1])
+	if !ok {
+		return
+	}
+	if m, ok := parent.(map[string]any); ok {
+		delete(m, toks[len(toks)-1])
+	}
+}
+
+// patchOps appends the RFC 6902 operations turning a into b. Objects are
+// compared key by key; anything else that differs is replaced whole.
+func patchOps(a, b map[string]any, prefix string, ops *[]PatchOp) {
+	for _, k := range sortedKeys(a) {
+		if _, ok := b[k]; !ok {
+			*ops = append(*ops, PatchOp{Op: "remove", Path: prefix + "/" + escapePointer(k)})
+		}
+	}
+	for _, k := range sortedKeys(b) {
+		path := prefix + "/" + escapePointer(k)
+		av, inA := a[k]
+		bv := b[k]
+		switch {
+		case !inA:
+			*ops = append(*ops, PatchOp{Op: "add", Path: path, Value: bv})
+		case dataEqual(av, bv):
+		default:
+			am, aIsMap := av.(map[string]any)
+			bm, bIsMap := bv.(map[string]any)
+			if aIsMap && bIsMap {
+				patchOps(am, bm, path, ops)
+			} else {
+				*ops = append(*ops, PatchOp{Op: "replace", Path: path, Value: bv})
+			}
+		}
+	}
+}
+
+// mergeDiff returns the RFC 7386 merge patch turning a into b, or nil when
+// they are equal.
+func mergeDiff(a, b map[string]any) map[string]any {
+	var out map[string]any
+	set := func(k string, v any) {
+		if out == nil {
+			out = map[string]any{}
+		}
+		out[k] = v
+	}
+	keys := sortedKeys(a)
+	sort.Strings(keys)
+	for _, k := range keys {
+		if _, ok := b[k]; !ok {
+			set(k, nil)
+		}
+	}
+	for _, k := range sortedKeys(b) {
+		av, inA := a[k]
+		bv := b[k]
+		if inA && dataEqual(av, bv) {
+			continue
+		}
+		am, aIsMap := av.(map[string]any)
+		bm, bIsMap := bv.(map[string]any)
+		if inA && aIsMap && bIsMap {
+			if sub := mergeDiff(am, bm); sub != nil {
+				set(k, sub)
+			}
+			continue
+		}
+		set(k, bv)
+	}
+	return out
+}

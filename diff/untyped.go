@@ -1,0 +1,262 @@
+package diff
+
+import (
+	"math"
+	"sort"
+)
+
+// cmpData compares two JSON data values at the current path; nil means
+// absent. An absent object or list is compared as an empty one, member by
+// member, so rules below it (ignore, defaults, strict emptiness) still apply
+// and changes are reported at the leaves. Empty strings, lists and objects
+// equal absent ones unless StrictEmpty says otherwise here.
+func (w *walker) cmpData(a, b any) {
+	if w.done() {
+		return
+	}
+	if r := w.lookup(ruleDefault); r != nil {
+		if emptyData(a) {
+			a = r.value
+		}
+		if emptyData(b) {
+			b = r.value
+		}
+	}
+	if a == nil && b == nil {
+		return
+	}
+	if (a == nil || b == nil) && w.strict() {
+		if a == nil && w.checkDeep(b) {
+			w.emit(OpAdd, nil, deepCopyData(b))
+		} else if b == nil && w.checkDeep(a) {
+			w.emit(OpRemove, deepCopyData(a), nil)
+		}
+		return
+	}
+	switch x := a.(type) {
+	case map[string]any:
+		y, ok := b.(map[string]any)
+		if !ok && b != nil {
+			w.replaceData(a, b)
+			return
+		}
+		w.cmpMaps(x, y)
+		return
+	case []any:
+		y, ok := b.([]any)
+		if !ok && b != nil {
+			w.replaceData(a, b)
+			return
+		}
+		keys, keyed := w.listKeys()
+		matchList(w, dataList{w: w, a: x, b: y, keys: keys}, keyed, w.ordered())
+		return
+	case nil:
+		switch y := b.(type) {
+		case map[string]any:
+			w.cmpMaps(nil, y)
+		case []any:
+			keys, keyed := w.listKeys()
+			matchList(w, dataList{w: w, b: y, keys: keys}, keyed, w.ordered())
+		case string:
+			if y != "" {
+				w.emit(OpAdd, nil, y)
+			}
+		default:
+			if w.checkData(b) {
+				w.emit(OpAdd, nil, b)
+			}
+		}
+		return
+	case string:
+		y, ok := b.(string)
+		switch {
+		case b == nil:
+			if x != "" {
+				w.emit(OpRemove, x, nil)
+			}
+		case !ok:
+			w.replaceData(a, b)
+		case x == y:
+		case y == "":
+			w.emit(OpRemove, x, nil)
+		case x == "":
+			w.emit(OpAdd, nil, y)
+		default:
+			w.emit(OpReplace, x, y)
+		}
+		return
+	case bool:
+		if y, ok := b.(bool); !ok || x != y {
+			w.replaceData(a, b)
+		}
+		return
+	}
+	if !w.checkData(a) {
+		return
+	}
+	if b == nil {
+		w.emit(OpRemove, a, nil)
+		return
+	}
+	if eq, both := numbersEqual(a, b); !both || !eq {
+		w.replaceData(a, b)
+	}
+}
+
+// replaceData reports a change between values of different types (or
+// different scalars). A side that is empty in the folded sense is absent,
+// so the other side is compared member by member against nothing.
+func (w *walker) replaceData(a, b any) {
+	if !w.checkData(a) || !w.checkData(b) {
+		return
+	}
+	if a != nil && b != nil && !w.strict() {
+		switch {
+		case emptyData(a):
+			w.cmpData(nil, b)
+			return
+		case emptyData(b):
+			w.cmpData(a, nil)
+			return
+		}
+	}
+	switch {
+	case a == nil:
+		w.emit(OpAdd, nil, deepCopyData(b))
+	case b == nil:
+		w.emit(OpRemove, deepCopyData(a), nil)
+	default:
+		w.emit(OpReplace, deepCopyData(a), deepCopyData(b))
+	}
+}
+
+// checkDeep checks a whole value before it is reported.
+func (w *walker) checkDeep(v any) bool {
+	if err := checkJSONData(v, 0); err != nil {
+		w.fail(ErrUnsupportedValue, "%v", err)
+		return false
+	}
+	return true
+}
+
+// checkData fails the walk on values with no JSON form. Containers are
+// checked as they are walked.
+func (w *walker) checkData(v any) bool {
+	switch v.(type) {
+	case map[string]any, []any, string, bool, nil:
+		return true
+	}
+	_, f, _, ok := numberOf(v)
+	if !ok {
+		w.fail(ErrUnsupportedValue, "%T is not JSON data", v)
+		return false
+	}
+	if math.IsNaN(f) || math.IsInf(f, 0) {
+		w.fail(ErrUnsupportedValue, "%v has no JSON form", f)
+		return false
+	}
+	return true
+}
+
+// cmpMaps compares objects key by key. Keys are visited in sorted order
+// only when a difference is possible; the final change list is sorted
+// anyway, so iteration order does not show.
+func (w *walker) cmpMaps(a, b map[string]any) {
+	for k, av := range a {
+		if w.done() {
+			return
+		}
+		if !w.scopeAllows(k) {
+			continue
+		}
+		if w.enterField(k) {
+			w.cmpData(av, b[k])
+		}
+		w.leave()
+	}
+	for k, bv := range b {
+		if w.done() {
+			return
+		}
+		if _, seen := a[k]; seen || !w.scopeAllows(k) {
+			continue
+		}
+		if w.enterField(k) {
+			w.cmpData(nil, bv)
+		}
+		w.leave()
+	}
+}
+
+// dataList adapts two []any to matchList.
+type dataList struct {
+	w    *walker
+	a, b []any
+	keys []string
+}
+
+func (l dataList) lenA() int { return len(l.a) }
+func (l dataList) lenB() int { return len(l.b) }
+
+func (l dataList) side(s bool) []any {
+	if s == sideB {
+		return l.b
+	}
+	return l.a
+}
+
+func (l dataList) keyEq(x bool, i int, y bool, j int) bool {
+	ex, ey := l.side(x)[i], l.side(y)[j]
+	if len(l.keys) == 0 {
+		return dataEqual(ex, ey)
+	}
+	mx, okx := ex.(map[string]any)
+	my, oky := ey.(map[string]any)
+	if !okx || !oky {
+		return false
+	}
+	for _, k := range l.keys {
+		vx, vy := mx[k], my[k]
+		if emptyData(vx) && emptyData(vy) {
+			continue
+		}
+		if !dataEqual(vx, vy) {
+			return false
+		}
+	}
+	return true
+}
+
+func (l dataList) enter(s bool, i int, keyed bool) bool {
+	ok := l.w.enterElem(i)
+	if keyed && len(l.keys) > 0 {
+		if m, isMap := l.side(s)[i].(map[string]any); isMap {
+			f := &l.w.frames[len(l.w.frames)-1]
+			f.keys, f.keyU = l.keys, m
+		}
+	}
+	return ok
+}
+
+func (l dataList) cmp(i, j int) { l.w.cmpData(l.a[i], l.b[j]) }
+
+func (l dataList) value(s bool, i int) any {
+	v := l.side(s)[i]
+	if !l.w.checkData(v) {
+		return nil
+	}
+	return deepCopyData(v)
+}
+
+func (l dataList) whole(s bool) any { return deepCopyData(l.side(s)) }
+
+// sortedKeys returns a map's keys in order.
+func sortedKeys(m map[string]any) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
