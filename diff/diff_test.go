@@ -60,9 +60,11 @@ func TestChangesNamedByPathCategoryAndOp(t *testing.T) {
 		want   []view
 	}{
 		{
-			name:   "kubernetes version",
-			mutate: func(m *clusterv1.Machine, _ *bootstrapv1.KubeadmConfig, _ *unstructured.Unstructured) { m.Spec.Version = "v1.31.0" },
-			want:   []view{{"machine.spec.version", "/spec/version", diff.OpReplace, "v1.30.4", "v1.31.0", diff.CategoryKubernetesVersion}},
+			name: "kubernetes version",
+			mutate: func(m *clusterv1.Machine, _ *bootstrapv1.KubeadmConfig, _ *unstructured.Unstructured) {
+				m.Spec.Version = "v1.31.0"
+			},
+			want: []view{{"machine.spec.version", "/spec/version", diff.OpReplace, "v1.30.4", "v1.31.0", diff.CategoryKubernetesVersion}},
 		},
 		{
 			name: "one file inserted in the middle is one added file",
