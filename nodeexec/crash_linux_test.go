@@ -61,8 +61,10 @@ func crashPlan(ledger, slowMarker string) Plan {
 		// the slow marker exists); its check tells the resumed runner it
 		// did not finish.
 		{
-			Name:  "step-2",
-			Argv:  ShellArgv(`echo "step-2 started" >> "$1"; if [ -e "$2" ]; then rm -f "$2"; sleep 30; fi; echo "step-2 done" >> "$1"`, ledger, slowMarker),
+			Name: "step-2",
+			// The marker is removed before "started" is logged, so the
+			// kill (which waits for that line) always lands in the sleep.
+			Argv:  ShellArgv(`slow=0; if [ -e "$2" ]; then rm -f "$2"; slow=1; fi; echo "step-2 started" >> "$1"; if [ "$slow" = 1 ]; then sleep 30; fi; echo "step-2 done" >> "$1"`, ledger, slowMarker),
 			Check: ShellArgv(`grep -qx "step-2 done" "$1"`, ledger),
 		},
 		{Name: "step-3", Argv: ShellArgv(appendLine, ledger, "step-3 ran")},
@@ -130,6 +132,7 @@ func TestCrashResumeWithSIGKILL(t *testing.T) {
 	require.Equal(t, 2, s2.Attempts, "step-2 started in run 1 and ran again in run 2")
 	require.Equal(t, 1, s2.Resumed)
 	require.Equal(t, 1, s3.Attempts)
+	require.NotContains(t, out2.String(), `"duration"="30`, "the resumed run did not wait for the slow path again")
 
 	got := readLedger()
 	t.Logf("ledger after the resume (one line per real execution):\n%s", got)
