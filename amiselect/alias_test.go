@@ -68,14 +68,6 @@ func TestKubernetesVersion(t *testing.T) {
 	}
 }
 
-func paths(ps []Parameter) []string {
-	out := make([]string, len(ps))
-	for i, p := range ps {
-		out[i] = p.Path
-	}
-	return out
-}
-
 // Paths as in karpenter-provider-aws v1.15.1 pkg/providers/amifamily.
 func TestAliasParameters(t *testing.T) {
 	tests := []struct {

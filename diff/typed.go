@@ -738,7 +738,7 @@ func (l typedList) lenB() int {
 }
 
 func (l typedList) side(s bool) reflect.Value {
-	if s == sideB {
+	if s { // sideB
 		return l.b
 	}
 	return l.a

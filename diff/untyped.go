@@ -200,7 +200,7 @@ func (l dataList) lenA() int { return len(l.a) }
 func (l dataList) lenB() int { return len(l.b) }
 
 func (l dataList) side(s bool) []any {
-	if s == sideB {
+	if s { // sideB
 		return l.b
 	}
 	return l.a
