@@ -476,20 +476,13 @@ func (w *walker) cmpTyped(a, b reflect.Value, aOK, bOK bool, p *typePlan) {
 		}
 		w.cmpStrings(sa, sb)
 	default:
-		var va, vb any
-		if aOK {
-			va = scalarOf(a)
-		}
-		if bOK {
-			vb = scalarOf(b)
-		}
 		switch {
-		case va == nil:
-			w.emit(OpAdd, nil, vb)
-		case vb == nil:
-			w.emit(OpRemove, va, nil)
+		case aOK && bOK:
+			w.cmpScalars(a, b)
+		case aOK:
+			w.emit(OpRemove, scalarOf(a), nil)
 		default:
-			w.cmpScalars(a, b, va, vb)
+			w.emit(OpAdd, nil, scalarOf(b))
 		}
 	}
 }
@@ -511,7 +504,7 @@ func scalarOf(v reflect.Value) any {
 
 // cmpScalars compares two present bools or numbers without allocating
 // unless they differ.
-func (w *walker) cmpScalars(a, b reflect.Value, _, _ any) {
+func (w *walker) cmpScalars(a, b reflect.Value) {
 	switch a.Kind() {
 	case reflect.Bool:
 		if a.Bool() != b.Bool() {
