@@ -89,6 +89,9 @@ const (
 type Change struct {
 	// Object is the object the change belongs to.
 	Object Object `json:"object"`
+	// Kind is the object's kind when known (Machine, KubeadmConfig,
+	// AWSMachine...).
+	Kind string `json:"kind,omitempty"`
 	// Path is an RFC 6901 JSON pointer from the object's root, e.g.
 	// "/spec/files/2/content". Inside a keyed list the index is the
 	// element's index in current (in desired for an added element).
@@ -111,6 +114,7 @@ type Change struct {
 	// the outermost list on its path. Patches replace that list whole.
 	ListPath string `json:"-"`
 
+	rel     string // Path below a template's spec.template ("" root: same as Path)
 	reveal  bool
 	partial bool // only parts of the values are sensitive: show redOld/redNew
 	redOld  any

@@ -2,6 +2,7 @@ package diff
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 )
 
@@ -233,4 +234,72 @@ func descendElem(dst, src activeSet) activeSet {
 		}
 	}
 	return dst
+}
+
+// Pattern is a compiled path pattern, in the syntax described above, for
+// matching changes outside a diff (a strategy deciding which changes an
+// updater covers).
+type Pattern struct {
+	p pattern
+}
+
+// ParsePattern compiles a path pattern.
+func ParsePattern(s string) (Pattern, error) {
+	p, err := parsePattern(s)
+	if err != nil {
+		return Pattern{}, err
+	}
+	return Pattern{p: p}, nil
+}
+
+// String returns the pattern as written.
+func (p Pattern) String() string { return p.p.text }
+
+// Match reports whether the change lies at or below a path the pattern
+// names: "bootstrap.spec.files" matches a change to
+// bootstrap.spec.files[path=/etc/motd].content, not the other way round.
+// List indices in the change's path match "[*]" (and "*"). For template
+// diffs the pattern is matched below spec.template, as in options.
+func (p Pattern) Match(c Change) bool {
+	if !p.p.anyObj && p.p.object != c.Object {
+		return false
+	}
+	if p.p.kind != "" && p.p.kind != c.Kind {
+		return false
+	}
+	rel := c.rel
+	if rel == "" {
+		rel = c.Path // a Change built by hand
+	}
+	return matchPrefix(p.p.segs, parsePointer(rel))
+}
+
+// matchPrefix reports whether segs match a prefix of toks.
+func matchPrefix(segs []segment, toks []string) bool {
+	if len(segs) == 0 {
+		return true
+	}
+	s := segs[0]
+	if s.kind == segDStar {
+		for i := 0; i <= len(toks); i++ {
+			if matchPrefix(segs[1:], toks[i:]) {
+				return true
+			}
+		}
+		return false
+	}
+	if len(toks) == 0 {
+		return false
+	}
+	switch s.kind {
+	case segField:
+		if s.name != toks[0] {
+			return false
+		}
+	case segElem:
+		if _, err := strconv.Atoi(toks[0]); err != nil {
+			return false
+		}
+	}
+	return matchPrefix(segs[1:], toks[1:])
 }

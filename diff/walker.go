@@ -176,12 +176,17 @@ func (w *walker) emit(op Op, old, new any) {
 	}
 	c := Change{
 		Object: w.obj,
+		Kind:   w.kind,
 		Path:   w.pointer(len(w.frames)),
 		Field:  w.field(),
 		Op:     op,
 		Old:    old,
 		New:    new,
 		reveal: w.cfg.reveal,
+	}
+	c.rel = c.Path
+	if w.prefix > 0 {
+		c.rel = c.Path[len(w.pointer(w.prefix)):]
 	}
 	for i, f := range w.frames {
 		if f.elem {
