@@ -16,7 +16,9 @@
 //   - Resolve runs the terms against an ImageSource and chooses one image per
 //     requirement set (architecture, accelerator variant, Windows build).
 //     The Resolution it returns answers ImageFor (what a new node gets) and
-//     IsDrifted (AMI drift, as plain values), and is itself the JSON record
+//     IsDrifted (AMI drift, as plain values; missing data, such as no
+//     image resolved for the node's requirements, is "cannot decide", never
+//     drift), and is itself the JSON record
 //     of the choice: store it, compare it with Changes, or pin a later stage
 //     to it with WithPin.
 //   - ConvertV1Beta1 turns a v1beta1 amiFamily into v1 terms and says what

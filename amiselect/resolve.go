@@ -529,18 +529,24 @@ const ReasonAMIDrift = "AMIDrift"
 
 // IsDrifted answers AMI drift for a node running nodeImageID with the
 // requirements node: it is drifted when that is not the image a new node with
-// the same requirements gets, or when no resolved image fits it any more. The
-// answer is plain values, so the drift package can take it through a func
-// without importing this package: the reason starts with "AMIDrift: " when
-// drifted. An unknown node image (empty id) is reported as not drifted with a
-// reason saying so, because nothing can be decided.
+// the same requirements gets. The answer is plain values, so the drift package
+// can take it through a func without importing this package: the reason
+// starts with "AMIDrift: " when drifted.
+//
+// Missing data is never drift: an unknown node image (empty id), a nil
+// Resolution, or a resolution in which no image fits the node's requirements
+// (Karpenter treats "no image for these requirements" as an error, not drift)
+// are all reported as not drifted, with a reason starting "cannot decide: ".
 func (r *Resolution) IsDrifted(nodeImageID string, node Requirements) (drifted bool, reason string) {
 	if nodeImageID == "" {
-		return false, "node image id is unknown: AMI drift cannot be decided"
+		return false, "cannot decide: node image id is unknown"
+	}
+	if r == nil {
+		return false, "cannot decide: no resolution (nil *Resolution)"
 	}
 	want, ok := r.ImageFor(node)
 	if !ok {
-		return true, fmt.Sprintf("%s: node runs %s but no resolved image fits %s", ReasonAMIDrift, nodeImageID, node)
+		return false, fmt.Sprintf("cannot decide: no image resolved for %s (node runs %s)", node, nodeImageID)
 	}
 	if want.ID != nodeImageID {
 		return true, fmt.Sprintf("%s: node runs %s, a new %s node gets %s (%s, created %s)",

@@ -466,8 +466,10 @@ func TestIsDrifted(t *testing.T) {
 		{"current image", "ami-std", Requirements{Architecture: ArchAMD64}, false, "node runs ami-std"},
 		{"older image", "ami-old", Requirements{Architecture: ArchAMD64}, true, "AMIDrift: node runs ami-old, a new amd64 node gets ami-std"},
 		{"image of another variant", "ami-std", Requirements{Architecture: ArchAMD64, Variant: VariantNvidia}, true, "gets ami-nv"},
-		{"no image fits any more", "ami-x", Requirements{Architecture: ArchARM64, Variant: VariantNeuron}, true, "AMIDrift: node runs ami-x but no resolved image fits arm64/neuron"},
-		{"unknown node image", "", Requirements{Architecture: ArchAMD64}, false, "unknown"},
+		// Missing data is never drift: Karpenter treats "no image for
+		// these requirements" as an error.
+		{"no image fits", "ami-x", Requirements{Architecture: ArchARM64, Variant: VariantNeuron}, false, "cannot decide: no image resolved for arm64/neuron (node runs ami-x)"},
+		{"unknown node image", "", Requirements{Architecture: ArchAMD64}, false, "cannot decide: node image id is unknown"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -476,6 +478,12 @@ func TestIsDrifted(t *testing.T) {
 			require.Contains(t, reason, tt.reason)
 		})
 	}
+	t.Run("nil resolution", func(t *testing.T) {
+		var nilRes *Resolution
+		drifted, reason := nilRes.IsDrifted("ami-std", Requirements{Architecture: ArchAMD64})
+		require.False(t, drifted)
+		require.Equal(t, "cannot decide: no resolution (nil *Resolution)", reason)
+	})
 }
 
 func TestResolveIsDeterministic(t *testing.T) {
