@@ -1,0 +1,227 @@
+package strategy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/upgradekit/upgradekit/diff"
+)
+
+// Errors returned by this package, matched with errors.Is.
+var (
+	// ErrInvalidRule: a rule or updater that cannot be used (no selector,
+	// bad path pattern, unknown action or updater, empty name).
+	ErrInvalidRule = errors.New("invalid rule")
+	// ErrContradictoryPolicy: two rules select the same changes with
+	// different actions.
+	ErrContradictoryPolicy = errors.New("contradictory policy")
+)
+
+// Updater is something that can apply some changes to a machine without
+// replacing it: a Kubernetes version updater, a files updater, an etcd
+// updater. It declares which changes it covers.
+type Updater interface {
+	// Name identifies the updater in decisions and messages.
+	Name() string
+	// Covers reports whether the updater can apply the change in place.
+	Covers(c diff.Change) bool
+}
+
+// CoversFunc is the coverage test of an updater.
+type CoversFunc func(c diff.Change) bool
+
+type funcUpdater struct {
+	name   string
+	covers CoversFunc
+}
+
+func (u funcUpdater) Name() string              { return u.name }
+func (u funcUpdater) Covers(c diff.Change) bool { return u.covers(c) }
+
+// NewUpdater adapts a function to an Updater, as http.HandlerFunc adapts
+// a function to a Handler.
+func NewUpdater(name string, covers CoversFunc) (Updater, error) {
+	if name == "" || covers == nil {
+		return nil, fmt.Errorf("%w: updater needs a name and a coverage function", ErrInvalidRule)
+	}
+	return funcUpdater{name: name, covers: covers}, nil
+}
+
+// ForCategories is an updater covering every change of the given
+// categories.
+func ForCategories(name string, cats ...diff.Category) (Updater, error) {
+	if len(cats) == 0 {
+		return nil, fmt.Errorf("%w: updater %q: no categories", ErrInvalidRule, name)
+	}
+	set := map[diff.Category]bool{}
+	for _, c := range cats {
+		set[c] = true
+	}
+	return NewUpdater(name, func(c diff.Change) bool { return set[c.Category] })
+}
+
+// ForPaths is an updater covering changes at or below the given path
+// patterns, in diff's syntax ("bootstrap.spec.files",
+// "infrastructure(AWSMachine).spec.ami").
+func ForPaths(name string, patterns ...string) (Updater, error) {
+	if len(patterns) == 0 {
+		return nil, fmt.Errorf("%w: updater %q: no paths", ErrInvalidRule, name)
+	}
+	ps := make([]diff.Pattern, 0, len(patterns))
+	for _, s := range patterns {
+		p, err := diff.ParsePattern(s)
+		if err != nil {
+			return nil, fmt.Errorf("%w: updater %q: %w", ErrInvalidRule, name, err)
+		}
+		ps = append(ps, p)
+	}
+	return NewUpdater(name, func(c diff.Change) bool {
+		for _, p := range ps {
+			if p.Match(c) {
+				return true
+			}
+		}
+		return false
+	})
+}
+
+// Outcome is how a machine gets to its desired state.
+type Outcome string
+
+const (
+	// NoChange: nothing to do.
+	NoChange Outcome = "NoChange"
+	// InPlace: every change is covered by an updater (CAPI: accept).
+	InPlace Outcome = "InPlace"
+	// Replace: some change cannot be applied in place (CAPI: decline).
+	Replace Outcome = "Replace"
+)
+
+// Coverage names the updater that applies a change.
+type Coverage struct {
+	// Change is the change covered.
+	Change diff.Change
+	// Updater is the name of the updater applying it.
+	Updater string
+}
+
+// Decision is the answer for one machine.
+type Decision struct {
+	// Outcome is NoChange, InPlace or Replace.
+	Outcome Outcome
+	// Coverage lists, for every change applied in place, its updater.
+	Coverage []Coverage
+	// InPlace holds the changes applied in place; its patches are what a
+	// CanUpdateMachine response carries.
+	InPlace diff.ChangeSet
+	// Uncovered holds the changes no updater covers (or a rule sends to
+	// replacement): the reasons for Replace.
+	Uncovered diff.ChangeSet
+	// Ignored holds changes a policy said to ignore.
+	Ignored diff.ChangeSet
+	// Message explains the outcome, naming uncovered fields.
+	Message string
+}
+
+// Updaters returns the updaters that cover at least one change, in first-use
+// order.
+func (d Decision) Updaters() []string {
+	var out []string
+	seen := map[string]bool{}
+	for _, c := range d.Coverage {
+		if !seen[c.Updater] {
+			seen[c.Updater] = true
+			out = append(out, c.Updater)
+		}
+	}
+	return out
+}
+
+// Decider decides how one machine's changes are applied.
+type Decider interface {
+	Decide(ctx context.Context, cs diff.ChangeSet) (Decision, error)
+}
+
+// DeciderFunc adapts a function to a Decider.
+type DeciderFunc func(ctx context.Context, cs diff.ChangeSet) (Decision, error)
+
+// Decide calls f.
+func (f DeciderFunc) Decide(ctx context.Context, cs diff.ChangeSet) (Decision, error) {
+	return f(ctx, cs)
+}
+
+// Updaters composes updaters behind one Decider: each change goes to the
+// first updater, in order, that covers it; the machine is updated in place
+// only if every change is covered. CAPI lets one extension answer; this is
+// how several updaters answer as one.
+func Updaters(us ...Updater) Decider {
+	return DeciderFunc(func(ctx context.Context, cs diff.ChangeSet) (Decision, error) {
+		if err := ctx.Err(); err != nil {
+			return Decision{}, err
+		}
+		return assign(cs, func(c diff.Change) (action Action, updater string) {
+			for _, u := range us {
+				if u != nil && u.Covers(c) {
+					return ActionInPlace, u.Name()
+				}
+			}
+			return ActionReplace, ""
+		}), nil
+	})
+}
+
+// assign sorts each change by route and builds the decision.
+func assign(cs diff.ChangeSet, route func(diff.Change) (Action, string)) Decision {
+	var d Decision
+	updaterOf := map[int]string{}
+	actions := make([]Action, len(cs.Changes))
+	for i, c := range cs.Changes {
+		a, u := route(c)
+		actions[i] = a
+		if a == ActionInPlace {
+			updaterOf[i] = u
+			d.Coverage = append(d.Coverage, Coverage{Change: c, Updater: u})
+		}
+	}
+	idx := 0
+	pick := func(want Action) diff.ChangeSet {
+		idx = 0
+		return cs.Filter(func(diff.Change) bool {
+			a := actions[idx]
+			idx++
+			return a == want
+		})
+	}
+	d.InPlace, d.Uncovered, d.Ignored = pick(ActionInPlace), pick(ActionReplace), pick(ActionIgnore)
+	switch {
+	case d.Uncovered.Len() > 0:
+		d.Outcome = Replace
+		d.Message = declineMessage(d.Uncovered)
+	case d.InPlace.Len() > 0:
+		d.Outcome = InPlace
+		d.Message = fmt.Sprintf("in place: %d changes covered by %s", d.InPlace.Len(), strings.Join(d.Updaters(), ", "))
+	default:
+		d.Outcome = NoChange
+		d.Message = "no changes"
+	}
+	return d
+}
+
+func declineMessage(uncovered diff.ChangeSet) string {
+	const show = 10
+	var parts []string
+	for i, c := range uncovered.Changes {
+		if i == show {
+			parts = append(parts, fmt.Sprintf("and %d more", uncovered.Len()-show))
+			break
+		}
+		parts = append(parts, fmt.Sprintf("%s (%s)", c.Field, c.Category))
+	}
+	noun := "changes"
+	if uncovered.Len() == 1 {
+		noun = "change"
+	}
+	return fmt.Sprintf("cannot update in place: %d %s not covered: %s", uncovered.Len(), noun, strings.Join(parts, ", "))
+}

@@ -1,0 +1,172 @@
+package strategy_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	bootstrapv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+
+	"github.com/upgradekit/upgradekit/diff"
+	"github.com/upgradekit/upgradekit/strategy"
+)
+
+// changes builds a change set: a version bump, a file change and, when
+// image is set, an AWSMachine image change.
+func changes(t *testing.T, image bool) diff.ChangeSet {
+	t.Helper()
+	m := &clusterv1.Machine{Spec: clusterv1.MachineSpec{Version: "v1.30.4"}}
+	m2 := &clusterv1.Machine{Spec: clusterv1.MachineSpec{Version: "v1.31.1"}}
+	c := &bootstrapv1.KubeadmConfig{Spec: bootstrapv1.KubeadmConfigSpec{Files: []bootstrapv1.File{{Path: "/etc/motd", Content: "a"}}}}
+	c2 := &bootstrapv1.KubeadmConfig{Spec: bootstrapv1.KubeadmConfigSpec{Files: []bootstrapv1.File{{Path: "/etc/motd", Content: "b"}}}}
+	infra := map[string]any{"kind": "AWSMachine", "spec": map[string]any{"ami": map[string]any{"id": "ami-1"}}}
+	infra2 := map[string]any{"kind": "AWSMachine", "spec": map[string]any{"ami": map[string]any{"id": "ami-1"}}}
+	if image {
+		infra2["spec"] = map[string]any{"ami": map[string]any{"id": "ami-2"}}
+	}
+	cs, err := diff.Machines(diff.State{Machine: m, Bootstrap: c, Infrastructure: infra}, diff.State{Machine: m2, Bootstrap: c2, Infrastructure: infra2})
+	require.NoError(t, err)
+	return cs
+}
+
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
+}
+
+func TestUpdatersCompose(t *testing.T) {
+	ctx := context.Background()
+	k8s := must(strategy.ForCategories("kubernetes", diff.CategoryKubernetesVersion))
+	files := must(strategy.ForPaths("files", "bootstrap.spec.files"))
+	catchAll := must(strategy.NewUpdater("everything", func(diff.Change) bool { return true }))
+
+	cases := []struct {
+		name      string
+		image     bool
+		updaters  []strategy.Updater
+		outcome   strategy.Outcome
+		uncovered []string
+		by        []string
+	}{
+		{"two updaters cover everything", false, []strategy.Updater{k8s, files}, strategy.InPlace, nil, []string{"kubernetes", "files"}},
+		{"one updater is not enough", false, []strategy.Updater{k8s}, strategy.Replace, []string{"bootstrap.spec.files[path=/etc/motd].content"}, []string{"kubernetes"}},
+		{"an image change declines", true, []strategy.Updater{k8s, files}, strategy.Replace, []string{"infrastructure.spec.ami.id"}, []string{"kubernetes", "files"}},
+		{"first covering updater wins", false, []strategy.Updater{files, catchAll}, strategy.InPlace, nil, []string{"everything", "files"}},
+		{"no updaters", false, nil, strategy.Replace, []string{"machine.spec.version", "bootstrap.spec.files[path=/etc/motd].content"}, nil},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			d, err := strategy.Updaters(tc.updaters...).Decide(ctx, changes(t, tc.image))
+			require.NoError(t, err)
+			require.Equal(t, tc.outcome, d.Outcome, d.Message)
+			var unc []string
+			for _, c := range d.Uncovered.Changes {
+				unc = append(unc, c.Field)
+				require.Contains(t, d.Message, c.Field, "the message names every uncovered field")
+			}
+			require.Equal(t, tc.uncovered, unc)
+			require.ElementsMatch(t, tc.by, d.Updaters())
+		})
+	}
+
+	d, err := strategy.Updaters(k8s, files).Decide(ctx, diff.ChangeSet{})
+	require.NoError(t, err)
+	require.Equal(t, strategy.NoChange, d.Outcome)
+}
+
+func TestDecisionCarriesPatches(t *testing.T) {
+	k8s := must(strategy.ForCategories("kubernetes", diff.CategoryKubernetesVersion))
+	d, err := strategy.Updaters(k8s).Decide(context.Background(), changes(t, false))
+	require.NoError(t, err)
+	require.Equal(t, strategy.Replace, d.Outcome)
+	patch, err := d.InPlace.JSONPatch(diff.Machine)
+	require.NoError(t, err)
+	require.JSONEq(t, `[{"op":"replace","path":"/spec/version","value":"v1.31.1"}]`, string(patch))
+	patch, err = d.InPlace.JSONPatch(diff.Bootstrap)
+	require.NoError(t, err)
+	require.Equal(t, "[]", string(patch), "the declined file change is not in the in-place patch")
+}
+
+func TestPolicy(t *testing.T) {
+	ctx := context.Background()
+	files := must(strategy.ForPaths("files", "bootstrap.spec.files"))
+	k8s := must(strategy.ForCategories("kubernetes", diff.CategoryKubernetesVersion))
+
+	p, err := strategy.NewPolicy([]strategy.Rule{
+		{Category: diff.CategoryKubernetesVersion, Action: strategy.ActionInPlace, Updater: "kubernetes"},
+		{Path: "bootstrap.spec.files", Action: strategy.ActionInPlace},
+		{Category: diff.CategoryImage, Action: strategy.ActionIgnore},
+	}, strategy.ActionReplace, k8s, files)
+	require.NoError(t, err)
+	d, err := p.Decide(ctx, changes(t, true))
+	require.NoError(t, err)
+	require.Equal(t, strategy.InPlace, d.Outcome, d.Message)
+	require.Equal(t, 1, d.Ignored.Len())
+	require.Equal(t, 2, d.InPlace.Len())
+
+	// The default decides what no rule selects.
+	strict, err := strategy.NewPolicy([]strategy.Rule{{Category: diff.CategoryKubernetesVersion, Action: strategy.ActionInPlace}}, strategy.ActionReplace, k8s)
+	require.NoError(t, err)
+	d, err = strict.Decide(ctx, changes(t, false))
+	require.NoError(t, err)
+	require.Equal(t, strategy.Replace, d.Outcome)
+	require.Contains(t, d.Message, "bootstrap.spec.files[path=/etc/motd].content (Files)")
+
+	// An InPlace rule whose updater does not cover the change declines.
+	wrong, err := strategy.NewPolicy([]strategy.Rule{{Path: "bootstrap.spec.files", Action: strategy.ActionInPlace, Updater: "kubernetes"}}, strategy.ActionIgnore, k8s)
+	require.NoError(t, err)
+	d, err = wrong.Decide(ctx, changes(t, false))
+	require.NoError(t, err)
+	require.Equal(t, strategy.Replace, d.Outcome)
+
+	// Without updaters the policy covers its InPlace changes itself.
+	bare, err := strategy.NewPolicy([]strategy.Rule{{Path: "*.spec", Action: strategy.ActionInPlace}}, strategy.ActionReplace)
+	require.NoError(t, err)
+	d, err = bare.Decide(ctx, changes(t, true))
+	require.NoError(t, err)
+	require.Equal(t, strategy.InPlace, d.Outcome)
+	require.Equal(t, []string{"policy"}, d.Updaters())
+
+	cancelled, cancel := context.WithCancel(ctx)
+	cancel()
+	_, err = p.Decide(cancelled, changes(t, false))
+	require.ErrorIs(t, err, context.Canceled)
+}
+
+func TestPolicyRejectsBadRules(t *testing.T) {
+	k8s := must(strategy.ForCategories("kubernetes", diff.CategoryKubernetesVersion))
+	cases := []struct {
+		name  string
+		rules []strategy.Rule
+		def   strategy.Action
+		err   error
+	}{
+		{"contradiction", []strategy.Rule{
+			{Path: "bootstrap.spec.files", Action: strategy.ActionInPlace},
+			{Path: "bootstrap.spec.files", Action: strategy.ActionReplace},
+		}, strategy.ActionReplace, strategy.ErrContradictoryPolicy},
+		{"no selector", []strategy.Rule{{Action: strategy.ActionInPlace}}, strategy.ActionReplace, strategy.ErrInvalidRule},
+		{"unknown action", []strategy.Rule{{Path: "machine.spec", Action: "Maybe"}}, strategy.ActionReplace, strategy.ErrInvalidRule},
+		{"bad path", []strategy.Rule{{Path: "pod.spec", Action: strategy.ActionReplace}}, strategy.ActionReplace, strategy.ErrInvalidRule},
+		{"unknown updater", []strategy.Rule{{Path: "machine.spec", Action: strategy.ActionInPlace, Updater: "etcd"}}, strategy.ActionReplace, strategy.ErrInvalidRule},
+		{"updater on a replace rule", []strategy.Rule{{Path: "machine.spec", Action: strategy.ActionReplace, Updater: "kubernetes"}}, strategy.ActionReplace, strategy.ErrInvalidRule},
+		{"bad default", nil, "", strategy.ErrInvalidRule},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := strategy.NewPolicy(tc.rules, tc.def, k8s)
+			require.ErrorIs(t, err, tc.err)
+		})
+	}
+	_, err := strategy.NewPolicy(nil, strategy.ActionReplace, k8s, k8s)
+	require.ErrorIs(t, err, strategy.ErrInvalidRule)
+	_, err = strategy.ForPaths("x", "nope.spec")
+	require.ErrorIs(t, err, strategy.ErrInvalidRule)
+	_, err = strategy.ForCategories("x")
+	require.ErrorIs(t, err, strategy.ErrInvalidRule)
+	_, err = strategy.NewUpdater("", nil)
+	require.ErrorIs(t, err, strategy.ErrInvalidRule)
+}
