@@ -3,7 +3,9 @@ package amiselect
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -15,13 +17,18 @@ import (
 // while: DescribeImages answers for a minute and SSM parameters for 24 hours
 // (parameters under /aws/service/, the EKS-optimized ones) or 5 minutes
 // (others), as Karpenter does; see WithCacheTTL. Concurrent misses for the
-// same key share one call to the source. Errors are not cached. It is safe
-// for concurrent use.
+// same key share one call to the source. Errors are not cached. Expired
+// entries are pruned a few at a time whenever a miss is stored, so a cache
+// that sees ever-new keys does not grow without bound. It is safe for
+// concurrent use.
 //
 // Because "latest" parameters are cached for a day, call InvalidateDeprecated
 // periodically (Karpenter does every 30 minutes): it forgets cached "latest"
 // parameters whose image has been deprecated, so a withdrawn release is
 // dropped within that period rather than a day.
+//
+// Build one with NewCache. The zero value, or a Cache around a nil source,
+// does not panic: every call returns an error matching ErrInvalidSource.
 type Cache struct {
 	src          ImageSource
 	clock        clock.PassiveClock
@@ -40,13 +47,19 @@ type entry[T any] struct {
 }
 
 type call struct {
-	done chan struct{}
-	imgs []Image
-	val  string
-	err  error
+	done    chan struct{}
+	imgs    []Image
+	val     string
+	err     error
+	waiters int // callers that joined the leader's call (read by tests)
 }
 
-// NewCache wraps src. Options: WithClock, WithCacheTTL.
+// pruneBatch is how many cached entries storing a miss looks at, at most,
+// to drop expired ones.
+const pruneBatch = 16
+
+// NewCache wraps src. Options: WithClock, WithCacheTTL. A nil src gives a
+// Cache whose every call returns an error matching ErrInvalidSource.
 func NewCache(src ImageSource, opts ...Option) *Cache {
 	o := newOptions(opts)
 	return &Cache{
@@ -74,22 +87,61 @@ func mutableParameter(name string) bool {
 		strings.HasPrefix(name, "/aws/service/ami-windows-latest/")
 }
 
+// now reads the clock, the real one for a zero Cache.
+func (c *Cache) now() time.Time {
+	if c.clock == nil {
+		return time.Now()
+	}
+	return c.clock.Now()
+}
+
+func (c *Cache) imageTTLOrDefault() time.Duration {
+	if c.imageTTL <= 0 {
+		return time.Minute
+	}
+	return c.imageTTL
+}
+
+func (c *Cache) parameterTTLFor(name string) time.Duration {
+	if c.parameterTTL == nil {
+		return defaultParameterTTL(name)
+	}
+	return c.parameterTTL(name)
+}
+
+// initLocked makes the maps of a zero Cache. c.mu must be held.
+func (c *Cache) initLocked() {
+	if c.images == nil {
+		c.images = map[string]*entry[[]Image]{}
+	}
+	if c.params == nil {
+		c.params = map[string]*entry[string]{}
+	}
+	if c.inflight == nil {
+		c.inflight = map[string]*call{}
+	}
+}
+
 // DescribeImages implements ImageSource. The returned slice is the caller's;
 // the images' Tags maps are shared and must not be modified.
 func (c *Cache) DescribeImages(ctx context.Context, q Query) ([]Image, error) {
-	key := "i\x00" + queryKey(q)
+	if c.src == nil {
+		return nil, nilSourceError("Cache")
+	}
+	key := "i" + queryKey(q)
 	for {
 		c.mu.Lock()
-		if e, ok := c.images[key]; ok && c.clock.Now().Before(e.expires) {
+		c.initLocked()
+		if e, ok := c.images[key]; ok && c.now().Before(e.expires) {
 			c.mu.Unlock()
 			return append([]Image(nil), e.value...), nil
 		}
 		cl, leader := c.join(key)
 		c.mu.Unlock()
 		if leader {
-			cl.imgs, cl.err = c.src.DescribeImages(ctx, q)
-			c.finish(key, cl, func() {
-				c.images[key] = &entry[[]Image]{value: cl.imgs, expires: c.clock.Now().Add(c.imageTTL)}
+			c.lead(key, cl, func() { cl.imgs, cl.err = c.src.DescribeImages(ctx, q) }, func(now time.Time) {
+				c.images[key] = &entry[[]Image]{value: cl.imgs, expires: now.Add(c.imageTTLOrDefault())}
+				pruneExpired(c.images, now)
 			})
 		} else if retry, err := wait(ctx, cl); retry {
 			continue
@@ -105,19 +157,23 @@ func (c *Cache) DescribeImages(ctx context.Context, q Query) ([]Image, error) {
 
 // GetParameter implements ImageSource.
 func (c *Cache) GetParameter(ctx context.Context, name string) (string, error) {
-	key := "p\x00" + name
+	if c.src == nil {
+		return "", nilSourceError("Cache")
+	}
+	key := "p" + name
 	for {
 		c.mu.Lock()
-		if e, ok := c.params[name]; ok && c.clock.Now().Before(e.expires) {
+		c.initLocked()
+		if e, ok := c.params[name]; ok && c.now().Before(e.expires) {
 			c.mu.Unlock()
 			return e.value, nil
 		}
 		cl, leader := c.join(key)
 		c.mu.Unlock()
 		if leader {
-			cl.val, cl.err = c.src.GetParameter(ctx, name)
-			c.finish(key, cl, func() {
-				c.params[name] = &entry[string]{value: cl.val, expires: c.clock.Now().Add(c.parameterTTL(name))}
+			c.lead(key, cl, func() { cl.val, cl.err = c.src.GetParameter(ctx, name) }, func(now time.Time) {
+				c.params[name] = &entry[string]{value: cl.val, expires: now.Add(c.parameterTTLFor(name))}
+				pruneExpired(c.params, now)
 			})
 		} else if retry, err := wait(ctx, cl); retry {
 			continue
@@ -128,22 +184,56 @@ func (c *Cache) GetParameter(ctx context.Context, name string) (string, error) {
 	}
 }
 
+// lead runs fetch for the in-flight call cl, stores a successful answer with
+// store (under c.mu), ends the call and wakes its waiters. If fetch panics,
+// the waiters are released with an error matching ErrInvalidSource and the
+// panic goes on up the leader's stack: it is the source's, not the cache's.
+func (c *Cache) lead(key string, cl *call, fetch func(), store func(now time.Time)) {
+	defer func() {
+		if p := recover(); p != nil {
+			cl.imgs, cl.val = nil, ""
+			cl.err = &Error{Kind: ErrInvalidSource, Path: "src", Index: -1, Field: "src",
+				Reason: fmt.Sprintf("the image source panicked while answering %q: %v", key, p)}
+			c.finish(key, cl, nil)
+			panic(p)
+		}
+	}()
+	fetch()
+	c.finish(key, cl, store)
+}
+
 // finish stores a successful call's answer with store, ends the call and
 // wakes its waiters.
-func (c *Cache) finish(key string, cl *call, store func()) {
+func (c *Cache) finish(key string, cl *call, store func(now time.Time)) {
 	c.mu.Lock()
-	if cl.err == nil {
-		store()
+	if cl.err == nil && store != nil {
+		store(c.now())
 	}
 	delete(c.inflight, key)
 	c.mu.Unlock()
 	close(cl.done)
 }
 
+// pruneExpired drops expired entries among at most pruneBatch entries of m
+// (Go's map order starts at a random place, so over many stores every entry
+// is visited). c.mu must be held.
+func pruneExpired[T any](m map[string]*entry[T], now time.Time) {
+	n := 0
+	for k, e := range m {
+		if !now.Before(e.expires) {
+			delete(m, k)
+		}
+		if n++; n >= pruneBatch {
+			return
+		}
+	}
+}
+
 // join returns the in-flight call for key, creating it (leader) if there is
 // none. c.mu must be held.
 func (c *Cache) join(key string) (*call, bool) {
 	if cl, ok := c.inflight[key]; ok {
+		cl.waiters++
 		return cl, false
 	}
 	cl := &call{done: make(chan struct{})}
@@ -169,6 +259,9 @@ func wait(ctx context.Context, cl *call) (retry bool, err error) {
 // again, and returns how many it forgot. It asks the underlying source about
 // those images in one query (deprecated images included).
 func (c *Cache) InvalidateDeprecated(ctx context.Context) (int, error) {
+	if c.src == nil {
+		return 0, nilSourceError("Cache")
+	}
 	c.mu.Lock()
 	byImage := map[string][]string{}
 	var ids []string
@@ -190,7 +283,7 @@ func (c *Cache) InvalidateDeprecated(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	now := c.clock.Now()
+	now := c.now()
 	n := 0
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -208,26 +301,52 @@ func (c *Cache) InvalidateDeprecated(ctx context.Context) (int, error) {
 	return n, nil
 }
 
-// queryKey is a canonical string for q: owners, filters and values sorted.
+// queryKey is a canonical string for q: owners, filters and values sorted,
+// each string length-prefixed so that no two different queries share a key
+// (["a\x00b"] and ["a", "b"] are different values lists).
 func queryKey(q Query) string {
 	var b strings.Builder
 	owners := append([]string(nil), q.Owners...)
 	sort.Strings(owners)
-	for _, o := range owners {
-		b.WriteString(o)
-		b.WriteByte(0)
-	}
-	b.WriteByte(1)
+	writeParts(&b, owners)
 	filters := make([]string, 0, len(q.Filters))
+	var fb strings.Builder
 	for _, f := range q.Filters {
+		fb.Reset()
+		writePart(&fb, f.Name)
 		vals := append([]string(nil), f.Values...)
 		sort.Strings(vals)
-		filters = append(filters, f.Name+"\x02"+strings.Join(vals, "\x00"))
+		writeParts(&fb, vals)
+		filters = append(filters, fb.String())
 	}
 	sort.Strings(filters)
-	b.WriteString(strings.Join(filters, "\x01"))
+	// Each encoded filter is self-delimiting, so sorting and concatenating
+	// them keeps the key unambiguous.
+	b.WriteString(strconv.Itoa(len(filters)))
+	b.WriteByte('#')
+	for _, f := range filters {
+		b.WriteString(f)
+	}
 	if q.IncludeDeprecated {
-		b.WriteString("\x01deprecated")
+		b.WriteByte('d')
+	} else {
+		b.WriteByte('-')
 	}
 	return b.String()
+}
+
+// writeParts writes a count then each string length-prefixed.
+func writeParts(b *strings.Builder, parts []string) {
+	b.WriteString(strconv.Itoa(len(parts)))
+	b.WriteByte('#')
+	for _, p := range parts {
+		writePart(b, p)
+	}
+}
+
+// writePart writes one string as "<len>:<bytes>".
+func writePart(b *strings.Builder, s string) {
+	b.WriteString(strconv.Itoa(len(s)))
+	b.WriteByte(':')
+	b.WriteString(s)
 }

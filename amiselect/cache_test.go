@@ -3,6 +3,7 @@ package amiselect
 import (
 	"context"
 	"errors"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -215,4 +216,170 @@ func TestCacheWaiterRetriesAfterLeaderCancelled(t *testing.T) {
 	require.ErrorIs(t, <-leaderErr, context.Canceled)
 	require.Len(t, <-waiterDone, 1)
 	require.EqualValues(t, 2, src.describes.Load())
+}
+
+// A source that panics must not strand callers waiting on its answer: they
+// get an error, and the panic still reaches the leader.
+func TestCacheSourcePanicReleasesWaiters(t *testing.T) {
+	entered := make(chan struct{})
+	release := make(chan struct{})
+	src := SourceFuncs{
+		Describe: func(context.Context, Query) ([]Image, error) {
+			close(entered)
+			<-release
+			panic("boom")
+		},
+		Parameter: func(context.Context, string) (string, error) {
+			close(entered)
+			<-release
+			panic("boom")
+		},
+	}
+	for _, kind := range []string{"describe", "parameter"} {
+		t.Run(kind, func(t *testing.T) {
+			entered, release = make(chan struct{}), make(chan struct{})
+			c := NewCache(src)
+			call := func(ctx context.Context) error {
+				if kind == "describe" {
+					_, err := c.DescribeImages(ctx, Query{Owners: []string{"self"}})
+					return err
+				}
+				_, err := c.GetParameter(ctx, "/p")
+				return err
+			}
+			recovered := make(chan any, 1)
+			go func() {
+				defer func() { recovered <- recover() }()
+				_ = call(context.Background())
+			}()
+			<-entered
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			waiterErr := make(chan error, 1)
+			go func() { waiterErr <- call(ctx) }()
+			require.Eventually(t, func() bool {
+				c.mu.Lock()
+				defer c.mu.Unlock()
+				for _, cl := range c.inflight {
+					if cl.waiters > 0 {
+						return true
+					}
+				}
+				return false
+			}, 5*time.Second, time.Millisecond)
+			close(release)
+			require.Equal(t, "boom", <-recovered, "the panic goes on up the leader's stack")
+			err := <-waiterErr
+			require.ErrorIs(t, err, ErrInvalidSource)
+			require.Contains(t, err.Error(), "panicked")
+			require.NoError(t, ctx.Err(), "the waiter was released by the panic, not by its deadline")
+			c.mu.Lock()
+			require.Empty(t, c.inflight)
+			c.mu.Unlock()
+		})
+	}
+}
+
+func TestCacheZeroValueAndNilSource(t *testing.T) {
+	ctx := context.Background()
+	for name, c := range map[string]*Cache{"zero": {}, "NewCache(nil)": NewCache(nil)} {
+		t.Run(name, func(t *testing.T) {
+			_, err := c.DescribeImages(ctx, Query{})
+			require.ErrorIs(t, err, ErrInvalidSource)
+			var e *Error
+			require.ErrorAs(t, err, &e)
+			require.Equal(t, "src", e.Path)
+			_, err = c.GetParameter(ctx, "/p")
+			require.ErrorIs(t, err, ErrInvalidSource)
+			_, err = c.InvalidateDeprecated(ctx)
+			require.ErrorIs(t, err, ErrInvalidSource)
+		})
+	}
+	// A literal with only a source caches with the defaults.
+	cat := newTestCatalog(t, img("ami-1", "a", day(1)))
+	cat.SetParameter("/p", "ami-1")
+	src := &countingSource{ImageSource: cat}
+	c := &Cache{src: src}
+	for i := 0; i < 2; i++ {
+		imgs, err := c.DescribeImages(ctx, Query{})
+		require.NoError(t, err)
+		require.Len(t, imgs, 1)
+		v, err := c.GetParameter(ctx, "/p")
+		require.NoError(t, err)
+		require.Equal(t, "ami-1", v)
+	}
+	require.EqualValues(t, 1, src.describes.Load())
+	require.EqualValues(t, 1, src.params.Load())
+}
+
+func TestQueryKeyIsUnambiguous(t *testing.T) {
+	pairs := []struct {
+		name string
+		a, b Query
+	}{
+		{"owners", Query{Owners: []string{"a\x00b"}}, Query{Owners: []string{"a", "b"}}},
+		{"values", Query{Filters: []Filter{{Name: "name", Values: []string{"a\x00b"}}}}, Query{Filters: []Filter{{Name: "name", Values: []string{"a", "b"}}}}},
+		{"filter name and value", Query{Filters: []Filter{{Name: "a\x02b", Values: []string{"c"}}}}, Query{Filters: []Filter{{Name: "a", Values: []string{"b\x02c"}}}}},
+		{"filters", Query{Filters: []Filter{{Name: "n", Values: []string{"a\x01n\x02b"}}}}, Query{Filters: []Filter{{Name: "n", Values: []string{"a"}}, {Name: "n", Values: []string{"b"}}}}},
+		{"owners and filters", Query{Owners: []string{"\x01name\x02x"}}, Query{Filters: []Filter{{Name: "name", Values: []string{"x"}}}}},
+		{"deprecated", Query{Owners: []string{"x\x01deprecated"}}, Query{Owners: []string{"x"}, IncludeDeprecated: true}},
+	}
+	for _, p := range pairs {
+		t.Run(p.name, func(t *testing.T) {
+			require.NotEqual(t, queryKey(p.a), queryKey(p.b))
+		})
+	}
+	// Order still does not matter.
+	require.Equal(t,
+		queryKey(Query{Owners: []string{"b", "a"}, Filters: []Filter{{Name: "y", Values: []string{"2", "1"}}, {Name: "x"}}}),
+		queryKey(Query{Owners: []string{"a", "b"}, Filters: []Filter{{Name: "x"}, {Name: "y", Values: []string{"1", "2"}}}}))
+
+	// Through the cache: colliding keys would answer the second query
+	// from the first one's entry.
+	var calls atomic.Int32
+	c := NewCache(SourceFuncs{Describe: func(_ context.Context, q Query) ([]Image, error) {
+		calls.Add(1)
+		return []Image{{ID: "ami-" + string(rune('a'+len(q.Owners)))}}, nil
+	}})
+	a, err := c.DescribeImages(context.Background(), Query{Owners: []string{"a\x00b"}})
+	require.NoError(t, err)
+	b, err := c.DescribeImages(context.Background(), Query{Owners: []string{"a", "b"}})
+	require.NoError(t, err)
+	require.EqualValues(t, 2, calls.Load())
+	require.NotEqual(t, a[0].ID, b[0].ID)
+}
+
+func TestCachePrunesExpiredEntries(t *testing.T) {
+	clk := clocktesting.NewFakeClock(day(30))
+	src := SourceFuncs{
+		Describe:  func(context.Context, Query) ([]Image, error) { return nil, nil },
+		Parameter: func(_ context.Context, name string) (string, error) { return "ami-" + name, nil },
+	}
+	c := NewCache(src, WithClock(clk), WithCacheTTL(time.Second, time.Second))
+	ctx := context.Background()
+	for i := 0; i < pruneBatch/2; i++ {
+		_, err := c.DescribeImages(ctx, Query{Owners: []string{string(rune('a' + i))}})
+		require.NoError(t, err)
+		_, err = c.GetParameter(ctx, string(rune('a'+i)))
+		require.NoError(t, err)
+	}
+	require.Len(t, c.images, pruneBatch/2)
+	require.Len(t, c.params, pruneBatch/2)
+	clk.Step(2 * time.Second)
+	_, err := c.DescribeImages(ctx, Query{Owners: []string{"new"}})
+	require.NoError(t, err)
+	_, err = c.GetParameter(ctx, "new")
+	require.NoError(t, err)
+	require.Len(t, c.images, 1, "storing a miss dropped the expired image answers")
+	require.Len(t, c.params, 1, "storing a miss dropped the expired parameters")
+
+	// Work per store is bounded: a big cache is pruned a batch at a time.
+	for i := 0; i < 10*pruneBatch; i++ {
+		_, err := c.GetParameter(ctx, "bulk"+strconv.Itoa(i))
+		require.NoError(t, err)
+	}
+	clk.Step(2 * time.Second)
+	_, err = c.GetParameter(ctx, "one-more")
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, len(c.params), 10*pruneBatch+2-pruneBatch)
 }

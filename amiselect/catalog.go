@@ -21,6 +21,9 @@ import (
 // "aws-marketplace" or account ids) and GetParameter from a parameter map.
 // Images are indexed, so a query costs about the size of its smallest
 // matching index, not the catalog. It is safe for concurrent use.
+//
+// Build one with NewCatalog or LoadCatalog. The zero value is an empty
+// catalog (no images, no parameters, the real clock) that does not panic.
 type Catalog struct {
 	images    []Image
 	byID      map[string]int32
@@ -79,9 +82,20 @@ func NewCatalog(images []Image, opts ...Option) (*Catalog, error) {
 	return c, nil
 }
 
+// now reads the catalog's clock, the real one for a zero Catalog.
+func (c *Catalog) now() time.Time {
+	if c.clock == nil {
+		return time.Now()
+	}
+	return c.clock.Now()
+}
+
 // SetParameter sets an SSM parameter value for GetParameter.
 func (c *Catalog) SetParameter(name, value string) {
 	c.mu.Lock()
+	if c.params == nil {
+		c.params = map[string]string{}
+	}
 	c.params[name] = value
 	c.mu.Unlock()
 }
@@ -194,7 +208,7 @@ func (c *Catalog) DescribeImages(ctx context.Context, q Query) ([]Image, error) 
 		return nil, err
 	}
 	candidates, sorted := c.candidates(q, filters)
-	now := c.clock.Now()
+	now := c.now()
 	var hits []int32
 	for _, idx := range candidates {
 		img := &c.images[idx]

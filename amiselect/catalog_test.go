@@ -236,3 +236,20 @@ func TestGlobMatch(t *testing.T) {
 		require.Equal(t, tt.want, globToRegexp(tt.p).MatchString(tt.s), "reference %q ~ %q", tt.p, tt.s)
 	}
 }
+
+func TestCatalogZeroValue(t *testing.T) {
+	var c Catalog
+	ctx := context.Background()
+	imgs, err := c.DescribeImages(ctx, Query{Owners: []string{"self"}, Filters: []Filter{{Name: "name", Values: []string{"*"}}}})
+	require.NoError(t, err)
+	require.Empty(t, imgs)
+	_, err = c.GetParameter(ctx, "/p")
+	require.ErrorIs(t, err, ErrParameterNotFound)
+	c.SetParameter("/p", "ami-1")
+	v, err := c.GetParameter(ctx, "/p")
+	require.NoError(t, err)
+	require.Equal(t, "ami-1", v)
+	c.DeleteParameter("/p")
+	_, err = c.GetParameter(ctx, "/p")
+	require.ErrorIs(t, err, ErrParameterNotFound)
+}

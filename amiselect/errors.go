@@ -37,6 +37,9 @@ var (
 	// ErrInvalidQuery marks a Query an ImageSource cannot evaluate, such as
 	// an unknown filter name.
 	ErrInvalidQuery = errors.New("invalid image query")
+	// ErrInvalidSource marks a missing (nil) ImageSource, or a source
+	// that panicked while other callers were waiting for its answer.
+	ErrInvalidSource = errors.New("invalid image source")
 	// ErrNotConvertible marks a v1beta1 node class that has no v1 equivalent.
 	ErrNotConvertible = errors.New("cannot convert v1beta1 AMI selection")
 )
@@ -122,3 +125,10 @@ func (e *NoImagesError) Error() string {
 
 // Unwrap returns ErrNoImages.
 func (e *NoImagesError) Unwrap() error { return ErrNoImages }
+
+// nilSourceError is the error for a nil ImageSource given to (or held by)
+// caller.
+func nilSourceError(caller string) *Error {
+	return &Error{Kind: ErrInvalidSource, Path: "src", Index: -1, Field: "src",
+		Reason: caller + " needs a non-nil ImageSource"}
+}

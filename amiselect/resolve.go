@@ -106,7 +106,7 @@ const (
 func Resolve(ctx context.Context, src ImageSource, terms []Term, opts ...Option) (*Resolution, error) {
 	o := newOptions(opts)
 	if src == nil {
-		return nil, errors.New("amiselect: Resolve: nil ImageSource")
+		return nil, nilSourceError("Resolve")
 	}
 	if err := Validate(terms, WithFamily(o.family)); err != nil {
 		return nil, err

@@ -410,7 +410,10 @@ func TestResolveBadInput(t *testing.T) {
 	_, err := resolveAt(t, c, []Term{{ID: "ami-1", Name: "x"}})
 	require.ErrorIs(t, err, ErrInvalidTerm)
 	_, err = Resolve(context.Background(), nil, []Term{{ID: "ami-1"}})
-	require.Error(t, err)
+	require.ErrorIs(t, err, ErrInvalidSource)
+	var e *Error
+	require.ErrorAs(t, err, &e)
+	require.Equal(t, "src", e.Path)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	_, err = Resolve(ctx, c, []Term{{ID: "ami-1"}})
