@@ -15,6 +15,15 @@
 // A Decision carries the changes applied in place as a diff.ChangeSet, so
 // its JSONPatch and MergePatch are what a CanUpdateMachine response needs.
 //
-// Not here yet: strategies composed in an ordered list, rollout planning
-// under budgets, the CAPI hook handlers. They build on this core.
+// Extension answers Cluster API's CanUpdateMachine and CanUpdateMachineSet
+// runtime hooks with any Decider, using CAPI's real hook types, and
+// registers on sigs.k8s.io/cluster-api/exp/runtime/server. It diffs with
+// diff.InPlaceUpdate (what CAPI re-compares after applying the patches), so
+// an accepted answer leaves CAPI nothing to roll; it honours the
+// ExtensionConfig settings SettingDisabled and SettingIgnore and rejects
+// unknown ones.
+//
+// Not here yet: UpdateMachine (driving nodeexec with progress persisted in
+// the cluster), strategies composed in an ordered list, rollout planning
+// under budgets. They build on this core.
 package strategy

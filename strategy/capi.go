@@ -1,0 +1,206 @@
+package strategy
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/go-logr/logr"
+	runtimehooksv1 "sigs.k8s.io/cluster-api/api/runtime/hooks/v1alpha1"
+	"sigs.k8s.io/cluster-api/exp/runtime/server"
+
+	"github.com/upgradekit/upgradekit/diff"
+)
+
+// Settings an ExtensionConfig may pass to the extension's in-place hooks.
+const (
+	// SettingDisabled, "true", makes every CanUpdate* answer decline: a
+	// switch to force rolling replacement without redeploying.
+	SettingDisabled = "upgradekit.io/disabled"
+	// SettingIgnore is a comma-separated list of diff path patterns left out
+	// of the decision (e.g. "infrastructure.spec.additionalTags").
+	SettingIgnore = "upgradekit.io/ignore"
+)
+
+// Extension answers Cluster API's CanUpdateMachine and CanUpdateMachineSet
+// runtime hooks with a Decider: it diffs current against desired with
+// CAPI's in-place comparison rules (diff.InPlaceUpdate), decides, and on
+// accept returns JSON patches covering exactly the accepted changes, so
+// that CAPI's re-diff after applying them is empty. On decline it returns
+// no patches and a message naming the uncovered fields; CAPI then rolls the
+// machine out instead.
+type Extension struct {
+	decider  Decider
+	diffOpts []diff.Option
+	differ   *diff.Differ
+	log      logr.Logger
+}
+
+// ExtensionOption configures an Extension.
+type ExtensionOption func(*Extension)
+
+// WithDiffOptions adds diff options (ignored paths, list keys, categories
+// for your infrastructure provider) to the in-place comparison.
+func WithDiffOptions(opts ...diff.Option) ExtensionOption {
+	return func(e *Extension) { e.diffOpts = append(e.diffOpts, opts...) }
+}
+
+// WithLogger sets the logger; by default the request context's logger is
+// used (the runtime server puts controller-runtime's logger there).
+func WithLogger(l logr.Logger) ExtensionOption { return func(e *Extension) { e.log = l } }
+
+// NewExtension builds the hook handlers around a decider.
+func NewExtension(d Decider, opts ...ExtensionOption) (*Extension, error) {
+	if d == nil {
+		return nil, fmt.Errorf("%w: nil decider", ErrInvalidRule)
+	}
+	e := &Extension{decider: d}
+	for _, o := range opts {
+		o(e)
+	}
+	differ, err := diff.New(append([]diff.Option{diff.InPlaceUpdate()}, e.diffOpts...)...)
+	if err != nil {
+		return nil, err
+	}
+	e.differ = differ
+	return e, nil
+}
+
+// Handlers returns the handlers to register on a
+// sigs.k8s.io/cluster-api/exp/runtime/server.Server; names are prefixed
+// with namePrefix ("<prefix>-can-update-machine", ...).
+func (e *Extension) Handlers(namePrefix string) []server.ExtensionHandler {
+	return []server.ExtensionHandler{
+		{Hook: runtimehooksv1.CanUpdateMachine, Name: namePrefix + "-can-update-machine", HandlerFunc: e.CanUpdateMachine},
+		{Hook: runtimehooksv1.CanUpdateMachineSet, Name: namePrefix + "-can-update-machineset", HandlerFunc: e.CanUpdateMachineSet},
+	}
+}
+
+// CanUpdateMachine answers the hook for one Machine (KubeadmControlPlane).
+func (e *Extension) CanUpdateMachine(ctx context.Context, req *runtimehooksv1.CanUpdateMachineRequest, resp *runtimehooksv1.CanUpdateMachineResponse) {
+	log := e.logger(ctx).WithValues("hook", "CanUpdateMachine", "machine", req.Desired.Machine.Namespace+"/"+req.Desired.Machine.Name)
+	cur := diff.State{Machine: &req.Current.Machine, Bootstrap: req.Current.BootstrapConfig, Infrastructure: req.Current.InfrastructureMachine}
+	des := diff.State{Machine: &req.Desired.Machine, Bootstrap: req.Desired.BootstrapConfig, Infrastructure: req.Desired.InfrastructureMachine}
+	patches, msg, err := e.answer(ctx, req.GetSettings(), cur, des, false)
+	if err != nil {
+		log.Error(err, "cannot answer")
+		resp.SetStatus(runtimehooksv1.ResponseStatusFailure)
+		resp.SetMessage(err.Error())
+		return
+	}
+	resp.SetStatus(runtimehooksv1.ResponseStatusSuccess)
+	resp.SetMessage(msg)
+	resp.MachinePatch, resp.BootstrapConfigPatch, resp.InfrastructureMachinePatch = patches[diff.Machine], patches[diff.Bootstrap], patches[diff.Infrastructure]
+	log.V(1).Info("answered", "message", msg)
+}
+
+// CanUpdateMachineSet answers the hook for a MachineSet's templates
+// (MachineDeployment rollouts).
+func (e *Extension) CanUpdateMachineSet(ctx context.Context, req *runtimehooksv1.CanUpdateMachineSetRequest, resp *runtimehooksv1.CanUpdateMachineSetResponse) {
+	log := e.logger(ctx).WithValues("hook", "CanUpdateMachineSet", "machineSet", req.Desired.MachineSet.Namespace+"/"+req.Desired.MachineSet.Name)
+	cur := diff.State{Machine: &req.Current.MachineSet, Bootstrap: req.Current.BootstrapConfigTemplate, Infrastructure: req.Current.InfrastructureMachineTemplate}
+	des := diff.State{Machine: &req.Desired.MachineSet, Bootstrap: req.Desired.BootstrapConfigTemplate, Infrastructure: req.Desired.InfrastructureMachineTemplate}
+	patches, msg, err := e.answer(ctx, req.GetSettings(), cur, des, true)
+	if err != nil {
+		log.Error(err, "cannot answer")
+		resp.SetStatus(runtimehooksv1.ResponseStatusFailure)
+		resp.SetMessage(err.Error())
+		return
+	}
+	resp.SetStatus(runtimehooksv1.ResponseStatusSuccess)
+	resp.SetMessage(msg)
+	resp.MachineSetPatch, resp.BootstrapConfigTemplatePatch, resp.InfrastructureMachineTemplatePatch = patches[diff.Machine], patches[diff.Bootstrap], patches[diff.Infrastructure]
+	log.V(1).Info("answered", "message", msg)
+}
+
+func (e *Extension) logger(ctx context.Context) logr.Logger {
+	if e.log.GetSink() != nil {
+		return e.log
+	}
+	return logr.FromContextOrDiscard(ctx)
+}
+
+// answer diffs, decides and builds the patches (undefined patches when
+// declining or when an object has nothing to patch).
+func (e *Extension) answer(ctx context.Context, settings map[string]string, cur, des diff.State, templates bool) ([3]runtimehooksv1.Patch, string, error) {
+	var patches [3]runtimehooksv1.Patch
+	differ, disabled, err := e.differFor(settings)
+	if err != nil {
+		return patches, "", err
+	}
+	var cs diff.ChangeSet
+	if templates {
+		cs, err = differ.Templates(cur, des)
+	} else {
+		cs, err = differ.Machines(cur, des)
+	}
+	if err != nil {
+		return patches, "", err
+	}
+	if disabled {
+		if cs.Empty() {
+			return patches, "no changes", nil
+		}
+		return patches, "cannot update in place: disabled by the " + SettingDisabled + " setting", nil
+	}
+	d, err := e.decider.Decide(ctx, cs)
+	if err != nil {
+		return patches, "", err
+	}
+	if d.Outcome != InPlace {
+		return patches, d.Message, nil
+	}
+	for _, o := range []diff.Object{diff.Machine, diff.Bootstrap, diff.Infrastructure} {
+		jp, err := d.InPlace.JSONPatch(o)
+		if err != nil {
+			return patches, "", err
+		}
+		if string(jp) != "[]" {
+			patches[o] = runtimehooksv1.Patch{PatchType: runtimehooksv1.JSONPatchType, Patch: jp}
+		}
+	}
+	return patches, d.Message, nil
+}
+
+// differFor honours the request's settings; unknown settings are an error
+// so a typo in an ExtensionConfig is seen, not silently ignored.
+func (e *Extension) differFor(settings map[string]string) (*diff.Differ, bool, error) {
+	disabled := false
+	var ignore []string
+	keys := make([]string, 0, len(settings))
+	for k := range settings {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		v := settings[k]
+		switch k {
+		case SettingDisabled:
+			switch v {
+			case "true":
+				disabled = true
+			case "false", "":
+			default:
+				return nil, false, fmt.Errorf("%w: setting %s: %q is not true or false", ErrInvalidRule, k, v)
+			}
+		case SettingIgnore:
+			for _, p := range strings.Split(v, ",") {
+				if p = strings.TrimSpace(p); p != "" {
+					ignore = append(ignore, p)
+				}
+			}
+		default:
+			return nil, false, fmt.Errorf("%w: unknown setting %q (known: %s, %s)", ErrInvalidRule, k, SettingDisabled, SettingIgnore)
+		}
+	}
+	if len(ignore) == 0 {
+		return e.differ, disabled, nil
+	}
+	opts := append([]diff.Option{diff.InPlaceUpdate(), diff.Ignore(ignore...)}, e.diffOpts...)
+	d, err := diff.New(opts...)
+	if err != nil {
+		return nil, false, fmt.Errorf("%w: setting %s: %w", ErrInvalidRule, SettingIgnore, err)
+	}
+	return d, disabled, nil
+}
