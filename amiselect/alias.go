@@ -12,7 +12,9 @@ const VersionLatest = "latest"
 
 // Alias is a parsed "family@version" alias.
 type Alias struct {
-	Family  Family
+	// Family is the AMI family named before the "@".
+	Family Family
+	// Version is what follows the "@": "latest" or a pinned release.
 	Version string
 }
 
@@ -108,9 +110,12 @@ const (
 // accelerator it has (empty means none, same as VariantStandard) and
 // WindowsBuild its Windows build (empty for Linux).
 type Requirements struct {
-	Architecture string  `json:"architecture"`
-	Variant      Variant `json:"variant,omitempty"`
-	WindowsBuild string  `json:"windowsBuild,omitempty"`
+	// Architecture is the Kubernetes architecture, amd64 or arm64.
+	Architecture string `json:"architecture"`
+	// Variant is the accelerator variant; empty means none.
+	Variant Variant `json:"variant,omitempty"`
+	// WindowsBuild is the Windows build, empty for Linux.
+	WindowsBuild string `json:"windowsBuild,omitempty"`
 }
 
 // String renders the requirement set as "arch[/variant][/windows-build]".
@@ -160,9 +165,14 @@ func (r Requirements) less(o Requirements) bool {
 // image it names is known to be for. The architecture is not part of it: like
 // Karpenter, Resolve takes the architecture from the described image.
 type Parameter struct {
-	Path         string    `json:"path"`
-	Variants     []Variant `json:"variants,omitempty"`
-	WindowsBuild string    `json:"windowsBuild,omitempty"`
+	// Path is the SSM parameter name.
+	Path string `json:"path"`
+	// Variants are the accelerator variants the named image serves; empty
+	// means any.
+	Variants []Variant `json:"variants,omitempty"`
+	// WindowsBuild is the Windows build the named image is, empty for
+	// Linux.
+	WindowsBuild string `json:"windowsBuild,omitempty"`
 	// Mutable is true for "latest"/"recommended" parameters whose value
 	// changes with each release.
 	Mutable bool `json:"mutable"`

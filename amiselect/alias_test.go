@@ -167,6 +167,12 @@ func TestAliasParametersGates(t *testing.T) {
 	a, _ := ParseAlias("al2@latest")
 	_, err := a.Parameters("1.32")
 	require.NoError(t, err)
+	w, err := ParseAlias("windows2025@latest")
+	require.NoError(t, err)
+	params, err := w.Parameters("1.35")
+	require.NoError(t, err)
+	require.NotEmpty(t, params)
+	require.Contains(t, params[0].Path, "2025")
 	// An Alias not made by ParseAlias is refused, not resolved.
 	_, err = Alias{Family: FamilyCustom, Version: "latest"}.Parameters("1.31")
 	require.ErrorIs(t, err, ErrInvalidAlias)

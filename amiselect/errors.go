@@ -52,11 +52,17 @@ var (
 // there is one, what to do instead. Kind is one of the sentinel errors above
 // and is what errors.Is matches.
 type Error struct {
-	Kind   error
-	Path   string
-	Index  int
-	Field  string
-	Value  string
+	// Kind is the sentinel error this error matches with errors.Is.
+	Kind error
+	// Path names the offending field ("amiSelectorTerms[2].id", "src").
+	Path string
+	// Index is the selector term index, or -1.
+	Index int
+	// Field is the field within the term, or the whole Path.
+	Field string
+	// Value is the offending value, if any.
+	Value string
+	// Reason says what is wrong and what to do instead.
 	Reason string
 }
 
@@ -104,6 +110,7 @@ func fieldError(kind error, path, value, reason string) *Error {
 // parameter was missing, every match was too young, not in the pinned
 // resolution, ...). It matches ErrNoImages with errors.Is.
 type NoImagesError struct {
+	// Unmatched says, per term, why it contributed nothing.
 	Unmatched []Skip
 }
 

@@ -31,11 +31,18 @@ type Resolution struct {
 
 // Selected is one chosen image and the requirement set it serves.
 type Selected struct {
-	ID           string       `json:"id"`
-	Name         string       `json:"name,omitempty"`
-	OwnerID      string       `json:"ownerId,omitempty"`
-	CreationDate time.Time    `json:"creationDate"`
-	Deprecated   bool         `json:"deprecated,omitempty"`
+	// ID is the image id (ami-...).
+	ID string `json:"id"`
+	// Name is the image name.
+	Name string `json:"name,omitempty"`
+	// OwnerID is the account that owns the image.
+	OwnerID string `json:"ownerId,omitempty"`
+	// CreationDate is when EC2 says the image was created.
+	CreationDate time.Time `json:"creationDate"`
+	// Deprecated is true when the image was deprecated at ResolvedAt (it
+	// was chosen only because nothing non-deprecated fits).
+	Deprecated bool `json:"deprecated,omitempty"`
+	// Requirements is the requirement set this image serves.
 	Requirements Requirements `json:"requirements"`
 	// Terms are the indexes of the selector terms that matched this image.
 	Terms []int `json:"terms"`
@@ -45,11 +52,16 @@ type Selected struct {
 // index; Parameter is set for SSM parameters; Images lists up to ten of the
 // affected image ids and Count how many there were.
 type Skip struct {
-	Term      int      `json:"term"`
-	Parameter string   `json:"parameter,omitempty"`
-	Images    []string `json:"images,omitempty"`
-	Count     int      `json:"count,omitempty"`
-	Reason    string   `json:"reason"`
+	// Term is the index of the selector term.
+	Term int `json:"term"`
+	// Parameter is the SSM parameter skipped, if any.
+	Parameter string `json:"parameter,omitempty"`
+	// Images are up to ten of the image ids passed over, sorted.
+	Images []string `json:"images,omitempty"`
+	// Count is how many images were passed over in all.
+	Count int `json:"count,omitempty"`
+	// Reason says why.
+	Reason string `json:"reason"`
 }
 
 // String renders the skip for messages.
@@ -558,9 +570,12 @@ func (r *Resolution) IsDrifted(nodeImageID string, node Requirements) (drifted b
 // Change is one requirement set whose image differs between two resolutions.
 // From is nil when the set is new, To is nil when it is no longer served.
 type Change struct {
+	// Requirements is the requirement set whose image changes.
 	Requirements Requirements `json:"requirements"`
-	From         *Selected    `json:"from,omitempty"`
-	To           *Selected    `json:"to,omitempty"`
+	// From is the image chosen before, nil when the set is new.
+	From *Selected `json:"from,omitempty"`
+	// To is the image chosen after, nil when the set is no longer served.
+	To *Selected `json:"to,omitempty"`
 }
 
 // String renders the change as "arch/variant: ami-a -> ami-b".

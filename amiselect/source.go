@@ -20,7 +20,9 @@ type ImageSource interface {
 // SourceFuncs adapts two functions to ImageSource, like http.HandlerFunc.
 // A nil function answers ErrParameterNotFound (GetParameter) or no images.
 type SourceFuncs struct {
-	Describe  func(ctx context.Context, q Query) ([]Image, error)
+	// Describe answers DescribeImages; nil answers no images.
+	Describe func(ctx context.Context, q Query) ([]Image, error)
+	// Parameter answers GetParameter; nil answers ErrParameterNotFound.
 	Parameter func(ctx context.Context, name string) (string, error)
 }
 
@@ -43,15 +45,22 @@ func (f SourceFuncs) GetParameter(ctx context.Context, name string) (string, err
 // Query is one EC2 DescribeImages request: owners and filters in EC2's own
 // vocabulary, so an EC2 adapter passes them through unchanged.
 type Query struct {
-	Owners            []string `json:"owners,omitempty"`
-	Filters           []Filter `json:"filters,omitempty"`
-	IncludeDeprecated bool     `json:"includeDeprecated,omitempty"`
+	// Owners restricts image owners: account ids, "self", "amazon",
+	// "aws-marketplace"; empty means any.
+	Owners []string `json:"owners,omitempty"`
+	// Filters are ANDed EC2 filters.
+	Filters []Filter `json:"filters,omitempty"`
+	// IncludeDeprecated asks for deprecated images too (EC2 leaves them
+	// out by default).
+	IncludeDeprecated bool `json:"includeDeprecated,omitempty"`
 }
 
 // Filter is one EC2 filter; values are ORed, filters are ANDed. Resolve uses
 // the names image-id, name, state, tag:<key> and tag-key.
 type Filter struct {
-	Name   string   `json:"name"`
+	// Name is the EC2 filter name.
+	Name string `json:"name"`
+	// Values are ORed; "*" and "?" are wildcards.
 	Values []string `json:"values"`
 }
 
@@ -64,15 +73,22 @@ const (
 
 // Image is the part of an EC2 image that selection looks at.
 type Image struct {
-	ID         string `json:"id"`
-	Name       string `json:"name,omitempty"`
-	OwnerID    string `json:"ownerId,omitempty"`
+	// ID is the image id (ami-...).
+	ID string `json:"id"`
+	// Name is the image name.
+	Name string `json:"name,omitempty"`
+	// OwnerID is the account that owns the image.
+	OwnerID string `json:"ownerId,omitempty"`
+	// OwnerAlias is EC2's owner alias ("amazon", "aws-marketplace"), if any.
 	OwnerAlias string `json:"ownerAlias,omitempty"`
 	// Architecture is EC2's spelling: x86_64, arm64, i386, x86_64_mac, ...
-	Architecture string            `json:"architecture"`
-	State        string            `json:"state,omitempty"`
-	CreationDate time.Time         `json:"creationDate"`
-	Tags         map[string]string `json:"tags,omitempty"`
+	Architecture string `json:"architecture"`
+	// State is EC2's image state; empty is taken as available.
+	State string `json:"state,omitempty"`
+	// CreationDate is when EC2 says the image was created.
+	CreationDate time.Time `json:"creationDate"`
+	// Tags are the image's tags.
+	Tags map[string]string `json:"tags,omitempty"`
 	// DeprecationTime is when the image is (or was) deprecated; zero means
 	// never.
 	DeprecationTime time.Time `json:"deprecationTime,omitzero"`
