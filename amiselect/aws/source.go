@@ -1,16 +1,3 @@
-// Package aws is the real EC2/SSM ImageSource for amiselect: it answers
-// amiselect's queries with EC2 DescribeImages (all pages, owners, filters,
-// deprecated images included when asked) and SSM GetParameter, through
-// aws-sdk-go-v2.
-//
-// It is a separate Go module so that amiselect itself does not depend on
-// the AWS SDK. Retries, throttling back-off, credentials, region and
-// endpoints are the SDK clients' business: configure them on the clients
-// (or the aws.Config) you pass in. Import it under a name that does not
-// clash with the SDK's aws package, e.g. amiaws.
-//
-// It is not a cache: wrap it in amiselect.NewCache, as Karpenter does, so a
-// controller does not call EC2 and SSM on every reconcile.
 package aws
 
 import (
@@ -26,6 +13,18 @@ import (
 	ssmtypes "github.com/aws/aws-sdk-go-v2/service/ssm/types"
 
 	"github.com/upgradekit/upgradekit/amiselect"
+)
+
+// Sentinel errors, for errors.Is. SDK errors (throttling, access denied,
+// ParameterNotFound) are returned wrapped, so errors.As reaches them too.
+var (
+	// ErrNoClient marks a call on a Source without the EC2 or SSM client it
+	// needs (a nil *Source, or New given a nil client).
+	ErrNoClient = errors.New("amiselect/aws: no client")
+	// ErrInvalidResponse marks an EC2 or SSM answer that cannot be used: a
+	// GetParameter response without a value, or an image time stamp that
+	// is not RFC 3339.
+	ErrInvalidResponse = errors.New("amiselect/aws: invalid response")
 )
 
 // EC2API is the part of the EC2 client the source uses (*ec2.Client
@@ -63,7 +62,7 @@ func NewFromConfig(cfg sdkaws.Config) *Source {
 // per page of 1000 until EC2 returns no next token.
 func (s *Source) DescribeImages(ctx context.Context, q amiselect.Query) ([]amiselect.Image, error) {
 	if s == nil || s.ec2 == nil {
-		return nil, errors.New("amiselect/aws: DescribeImages: no EC2 client")
+		return nil, fmt.Errorf("%w: ec2:DescribeImages needs an EC2 client", ErrNoClient)
 	}
 	in := &ec2.DescribeImagesInput{MaxResults: sdkaws.Int32(pageSize)}
 	if len(q.Owners) > 0 {
@@ -104,15 +103,18 @@ func convertImage(in *ec2types.Image) (amiselect.Image, error) {
 	}
 	var err error
 	if img.CreationDate, err = parseTime(in.CreationDate); err != nil {
-		return amiselect.Image{}, fmt.Errorf("image %s: CreationDate %q: %w", img.ID, sdkaws.ToString(in.CreationDate), err)
+		return amiselect.Image{}, fmt.Errorf("%w: image %s: CreationDate %q: %w", ErrInvalidResponse, img.ID, sdkaws.ToString(in.CreationDate), err)
 	}
 	if img.DeprecationTime, err = parseTime(in.DeprecationTime); err != nil {
-		return amiselect.Image{}, fmt.Errorf("image %s: DeprecationTime %q: %w", img.ID, sdkaws.ToString(in.DeprecationTime), err)
+		return amiselect.Image{}, fmt.Errorf("%w: image %s: DeprecationTime %q: %w", ErrInvalidResponse, img.ID, sdkaws.ToString(in.DeprecationTime), err)
 	}
 	if len(in.Tags) > 0 {
 		img.Tags = make(map[string]string, len(in.Tags))
 		for _, t := range in.Tags {
-			img.Tags[sdkaws.ToString(t.Key)] = sdkaws.ToString(t.Value)
+			if t.Key == nil {
+				continue // a tag without a key is no tag; "" would match tag-key filters for ""
+			}
+			img.Tags[*t.Key] = sdkaws.ToString(t.Value)
 		}
 	}
 	return img, nil
@@ -130,7 +132,7 @@ func parseTime(s *string) (time.Time, error) {
 // errors.Is works for both and errors.As still reaches the SDK error.
 func (s *Source) GetParameter(ctx context.Context, name string) (string, error) {
 	if s == nil || s.ssm == nil {
-		return "", errors.New("amiselect/aws: GetParameter: no SSM client")
+		return "", fmt.Errorf("%w: ssm:GetParameter needs an SSM client", ErrNoClient)
 	}
 	resp, err := s.ssm.GetParameter(ctx, &ssm.GetParameterInput{Name: sdkaws.String(name)})
 	if err != nil {
@@ -141,7 +143,7 @@ func (s *Source) GetParameter(ctx context.Context, name string) (string, error) 
 		return "", fmt.Errorf("amiselect/aws: ssm:GetParameter %q: %w", name, err)
 	}
 	if resp.Parameter == nil || resp.Parameter.Value == nil {
-		return "", fmt.Errorf("amiselect/aws: ssm:GetParameter %q: response has no parameter value", name)
+		return "", fmt.Errorf("%w: ssm:GetParameter %q: response has no parameter value", ErrInvalidResponse, name)
 	}
 	return *resp.Parameter.Value, nil
 }

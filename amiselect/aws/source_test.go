@@ -463,4 +463,52 @@ func TestConvertImageBadDate(t *testing.T) {
 	bad := "last tuesday"
 	_, err := convertImage(&ec2types.Image{ImageId: sdkaws.String("ami-1"), CreationDate: &bad})
 	require.ErrorContains(t, err, `image ami-1: CreationDate "last tuesday"`)
+	require.ErrorIs(t, err, ErrInvalidResponse)
+	_, err = convertImage(&ec2types.Image{ImageId: sdkaws.String("ami-1"), DeprecationTime: &bad})
+	require.ErrorIs(t, err, ErrInvalidResponse)
+}
+
+func TestConvertImageSkipsTagsWithoutKey(t *testing.T) {
+	img, err := convertImage(&ec2types.Image{ImageId: sdkaws.String("ami-1"), Tags: []ec2types.Tag{
+		{Key: nil, Value: sdkaws.String("orphan")},
+		{Key: sdkaws.String("team"), Value: sdkaws.String("a")},
+		{Key: sdkaws.String("empty"), Value: nil},
+	}})
+	require.NoError(t, err)
+	require.Equal(t, map[string]string{"team": "a", "empty": ""}, img.Tags)
+}
+
+// ssmFunc adapts a function to SSMAPI.
+type ssmFunc func(ctx context.Context, in *ssm.GetParameterInput, optFns ...func(*ssm.Options)) (*ssm.GetParameterOutput, error)
+
+func (f ssmFunc) GetParameter(ctx context.Context, in *ssm.GetParameterInput, optFns ...func(*ssm.Options)) (*ssm.GetParameterOutput, error) {
+	return f(ctx, in, optFns...)
+}
+
+func TestTypedErrors(t *testing.T) {
+	ctx := context.Background()
+	for name, src := range map[string]*Source{"nil Source": nil, "no clients": New(nil, nil)} {
+		t.Run(name, func(t *testing.T) {
+			_, err := src.DescribeImages(ctx, amiselect.Query{})
+			require.ErrorIs(t, err, ErrNoClient)
+			require.ErrorContains(t, err, "EC2")
+			_, err = src.GetParameter(ctx, "/p")
+			require.ErrorIs(t, err, ErrNoClient)
+			require.ErrorContains(t, err, "SSM")
+		})
+	}
+	for name, out := range map[string]*ssm.GetParameterOutput{
+		"no parameter": {},
+		"no value":     {Parameter: &ssmtypes.Parameter{Name: sdkaws.String("/p")}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			src := New(nil, ssmFunc(func(context.Context, *ssm.GetParameterInput, ...func(*ssm.Options)) (*ssm.GetParameterOutput, error) {
+				return out, nil
+			}))
+			_, err := src.GetParameter(ctx, "/p")
+			require.ErrorIs(t, err, ErrInvalidResponse)
+			require.NotErrorIs(t, err, amiselect.ErrParameterNotFound)
+			require.ErrorContains(t, err, `"/p"`)
+		})
+	}
 }
