@@ -5,6 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -167,4 +169,55 @@ func FuzzGlobMatch(f *testing.F) {
 			t.Fatalf("globMatch(%q, %q) = %v, reference %v", p, s, got, want)
 		}
 	})
+}
+
+// FuzzQueryKey checks that the cache key of a query is injective up to
+// order: two queries share a key exactly when their sorted owners and
+// sorted filters (name and sorted values) are equal. Each input string is
+// split on "|" into a list, so the fuzzer explores lists whose elements
+// contain the bytes an ambiguous encoding would confuse.
+func FuzzQueryKey(f *testing.F) {
+	f.Add("a\x00b", "a|b", "name", "name", false, false) // collided under the old \x00-joined key
+	f.Add("self|amazon", "amazon|self", "image-id", "image-id", true, true)
+	f.Add("\x01name\x02x", "", "name", "name", false, false)
+	f.Add("x\x01deprecated", "x", "", "", false, true)
+	f.Add("1#1:a", "1:a", "3:a\x02", "a", false, false)
+	f.Fuzz(func(t *testing.T, a, b, fa, fb string, da, db bool) {
+		build := func(owners, filter string, dep bool) Query {
+			q := Query{IncludeDeprecated: dep}
+			if owners != "" {
+				q.Owners = strings.Split(owners, "|")
+			}
+			if filter != "" {
+				parts := strings.Split(filter, "|")
+				q.Filters = []Filter{{Name: parts[0], Values: parts[1:]}}
+			}
+			return q
+		}
+		qa, qb := build(a, fa, da), build(b, fb, db)
+		canon := func(q Query) string {
+			o := append([]string(nil), q.Owners...)
+			sort.Strings(o)
+			var fs []string
+			for _, f := range q.Filters {
+				v := append([]string(nil), f.Values...)
+				sort.Strings(v)
+				fs = append(fs, strconv.Quote(f.Name)+"="+strconv.Quote(strings.Join(quoteAll(v), ",")))
+			}
+			return strings.Join(quoteAll(o), ",") + ";" + strings.Join(fs, ";") + ";" + strconv.FormatBool(q.IncludeDeprecated)
+		}
+		sameQuery := canon(qa) == canon(qb)
+		sameKey := queryKey(qa) == queryKey(qb)
+		if sameQuery != sameKey {
+			t.Fatalf("queries %#v and %#v: same query %v, same key %v", qa, qb, sameQuery, sameKey)
+		}
+	})
+}
+
+func quoteAll(s []string) []string {
+	out := make([]string, len(s))
+	for i, v := range s {
+		out[i] = strconv.Quote(v)
+	}
+	return out
 }
