@@ -298,23 +298,30 @@ func (e *encoder) value(v reflect.Value, p *plan, node *pathNode, set bool) (boo
 		if v.IsNil() {
 			return e.null(), nil
 		}
-		// Any map whose key and element kinds are string has the layout
-		// and hashing of map[string]string; reading it through that type
-		// avoids reflection's per-entry allocations.
-		mp := v.UnsafePointer()
-		m := *(*map[string]string)(unsafe.Pointer(&mp))
-		return e.mapStringString(m, node)
+		if p.typ == typMapStringString && v.CanInterface() {
+			// The exact type: read it without reflection's per-entry
+			// allocations.
+			return e.mapStringString(v.Interface().(map[string]string), node)
+		}
+		// Named key or value types (map[MyKey]MyVal), or a map reached
+		// through an unexported embedded struct: iterate with reflection.
+		// Strings nest nothing, so no depth is counted, as above.
+		return e.genericMap(v, p, node)
 	case pkMapStringAny:
 		if v.IsNil() {
 			return e.null(), nil
 		}
-		mp := v.UnsafePointer()
-		m := *(*map[string]any)(unsafe.Pointer(&mp))
-		ptr := uintptr(mp)
+		ptr := uintptr(v.UnsafePointer())
 		if err := e.depthEnter(ptr, p.typ); err != nil {
 			return false, err
 		}
-		wrote, err := e.mapStringAny(m, node)
+		var wrote bool
+		var err error
+		if p.typ == typMapStringAny && v.CanInterface() {
+			wrote, err = e.mapStringAny(v.Interface().(map[string]any), node)
+		} else {
+			wrote, err = e.genericMap(v, p, node)
+		}
 		e.depthLeave(ptr)
 		return wrote, err
 	case pkMap:
@@ -994,7 +1001,7 @@ func (e *encoder) anyValue(x any, node *pathNode, set bool) (bool, error) {
 		}
 		var ptr uintptr
 		if e.depth >= cycleCheckDepth {
-			ptr = *(*uintptr)(unsafe.Pointer(&v))
+			ptr = uintptr(reflect.ValueOf(v).UnsafePointer())
 		}
 		if err := e.depthEnter(ptr, typMapStringAny); err != nil {
 			return false, err
@@ -1032,8 +1039,9 @@ func (e *encoder) anyValue(x any, node *pathNode, set bool) (bool, error) {
 }
 
 var (
-	typMapStringAny = reflect.TypeFor[map[string]any]()
-	typSliceAny     = reflect.TypeFor[[]any]()
+	typMapStringAny    = reflect.TypeFor[map[string]any]()
+	typMapStringString = reflect.TypeFor[map[string]string]()
+	typSliceAny        = reflect.TypeFor[[]any]()
 )
 
 func (e *encoder) anyList(l []any, node *pathNode, set bool) (bool, error) {

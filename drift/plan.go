@@ -212,8 +212,14 @@ func buildDefault(p *plan, t reflect.Type, building map[reflect.Type]*plan) *pla
 		case k.Kind() == reflect.String && t.Elem().Kind() == reflect.String &&
 			!implementsAny(t.Elem()) && !implementsAnyText(k):
 			p.kind = pkMapStringString
+			// key and elem serve named types, which are read with
+			// reflection (genericMap).
+			p.key = buildPlan(k, building)
+			p.elem = buildPlan(t.Elem(), building)
 		case k.Kind() == reflect.String && t.Elem() == typAny && !implementsAnyText(k):
 			p.kind = pkMapStringAny
+			p.key = buildPlan(k, building)
+			p.elem = buildPlan(t.Elem(), building)
 		default:
 			p.kind = pkMap
 			p.key = buildPlan(k, building)
