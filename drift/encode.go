@@ -479,7 +479,11 @@ func (e *encoder) object(v reflect.Value, p *plan, node *pathNode) (bool, error)
 		if (f.ignore && !e.cfg.noTags) || f.plan == nil {
 			continue
 		}
-		if base != nil && f.direct && f.plan.zeroFolds && isZeroMem(unsafe.Add(base, f.offset), f.size) {
+		folds := f.plan.zeroFolds
+		if e.cfg.noTags {
+			folds = f.plan.zeroFoldsNoTags
+		}
+		if base != nil && f.direct && folds && isZeroMem(unsafe.Add(base, f.offset), f.size) {
 			continue
 		}
 		var fnode *pathNode

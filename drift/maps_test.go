@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/upgradekit/upgradekit/drift"
 )
@@ -95,5 +96,33 @@ func TestHashDeepMapCycle(t *testing.T) {
 		loop["self"] = top
 		_, err := h.Hash(top)
 		require.ErrorIs(t, err, drift.ErrCycle, "named=%v", named)
+	}
+}
+
+// ignoredDuration has a field that encodes something even when zero
+// (metav1.Duration writes "0s"), hidden by a hash tag.
+type ignoredDuration struct {
+	Name    string          `json:"name"`
+	Timeout metav1.Duration `json:"timeout" hash:"ignore"`
+}
+
+// TestHashZeroSkipRespectsIgnoreHashTags: the shortcut that skips a
+// zero-memory struct must agree with walking it, with and without
+// IgnoreHashTags: a value and a pointer to it hash equal.
+func TestHashZeroSkipRespectsIgnoreHashTags(t *testing.T) {
+	for _, opts := range [][]drift.Option{nil, {drift.IgnoreHashTags()}} {
+		h := mustHasher(t, "v1", opts...)
+		type byValue struct {
+			In ignoredDuration `json:"in"`
+		}
+		type byPointer struct {
+			In *ignoredDuration `json:"in"`
+		}
+		require.Equal(t,
+			mustHash(t, h, map[string]ignoredDuration{"a": {}}),
+			mustHash(t, h, map[string]*ignoredDuration{"a": {}}), "opts=%d", len(opts))
+		require.Equal(t,
+			mustHash(t, h, &byValue{}),
+			mustHash(t, h, &byPointer{In: &ignoredDuration{}}), "opts=%d", len(opts))
 	}
 }

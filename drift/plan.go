@@ -60,6 +60,10 @@ type plan struct {
 	// encodes to nothing under zero folding, so it can be skipped without
 	// being walked. Set by finishZeroFolds after the plan graph is built.
 	zeroFolds bool
+	// zeroFoldsNoTags is zeroFolds for hashers built with IgnoreHashTags,
+	// where fields tagged hash:"ignore" count: such a field may encode
+	// something even when zero (a metav1.Duration writes "0s").
+	zeroFoldsNoTags bool
 	// fallback is the plan used for a pointer-receiver marshaler type when
 	// the value is not addressable (encoding/json does the same).
 	fallback *plan
@@ -369,9 +373,9 @@ func structFields(t reflect.Type, building map[reflect.Type]*plan) []fieldPlan {
 	return out
 }
 
-// finishZeroFolds computes zeroFolds for the plans just built, to a fixed
-// point (plans may be recursive): start optimistic for structs, then clear
-// until nothing changes.
+// finishZeroFolds computes zeroFolds and zeroFoldsNoTags for the plans
+// just built, to a fixed point (plans may be recursive): start optimistic
+// for structs, then clear until nothing changes.
 func finishZeroFolds(building map[reflect.Type]*plan) {
 	var all []*plan
 	for _, p := range building {
@@ -382,18 +386,25 @@ func finishZeroFolds(building map[reflect.Type]*plan) {
 	}
 	for _, p := range all {
 		p.zeroFolds = baseZeroFolds(p)
+		p.zeroFoldsNoTags = p.zeroFolds
 	}
 	for changed := true; changed; {
 		changed = false
 		for _, p := range all {
-			if p.kind != pkStruct || !p.zeroFolds {
+			if p.kind != pkStruct {
 				continue
 			}
 			for _, f := range p.fields {
-				if f.plan != nil && !f.plan.zeroFolds && !f.ignore {
+				if f.plan == nil {
+					continue
+				}
+				if p.zeroFolds && !f.plan.zeroFolds && !f.ignore {
 					p.zeroFolds = false
 					changed = true
-					break
+				}
+				if p.zeroFoldsNoTags && !f.plan.zeroFoldsNoTags {
+					p.zeroFoldsNoTags = false
+					changed = true
 				}
 			}
 		}
