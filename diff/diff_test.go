@@ -369,6 +369,7 @@ func TestBadInput(t *testing.T) {
 		{"absurdly deep value", diff.State{Infrastructure: map[string]any{"spec": deep}}, diff.State{Infrastructure: map[string]any{"spec": map[string]any{}}}, diff.ErrTooDeep, "infrastructure.spec.a.a"},
 		{"invalid JSON", diff.State{Bootstrap: []byte(`{"spec":`)}, diff.State{Bootstrap: []byte(`{}`)}, diff.ErrInvalidJSON, ""},
 		{"JSON that is not an object", diff.State{Bootstrap: []byte(`[1]`)}, diff.State{Bootstrap: []byte(`{}`)}, diff.ErrInvalidJSON, ""},
+		{"trailing data after the object", diff.State{Bootstrap: []byte(`{"spec":{}}}}x`)}, diff.State{Bootstrap: []byte(`{}`)}, diff.ErrInvalidJSON, ""},
 		{"not an object at all", diff.State{Bootstrap: 42}, diff.State{Bootstrap: 43}, diff.ErrUnsupportedValue, ""},
 		{"typed infinity", diff.State{Infrastructure: &floatMachine{}}, diff.State{Infrastructure: &floatMachine{Spec: floatSpec{F: math.Inf(1)}}}, diff.ErrUnsupportedValue, "infrastructure.spec.f"},
 		{"typed channel", diff.State{Infrastructure: &chanMachine{}}, diff.State{Infrastructure: &chanMachine{Spec: chanSpec{C: make(chan int)}}}, diff.ErrUnsupportedValue, "infrastructure.spec.c"},

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math"
 	"strconv"
 )
@@ -141,8 +142,10 @@ func decodeJSON(raw []byte) (any, error) {
 	if err := dec.Decode(&v); err != nil {
 		return nil, err
 	}
-	if dec.More() {
-		return nil, fmt.Errorf("trailing data after the JSON value")
+	// Anything but white space after the value is an error (dec.More
+	// would let a stray "}" through).
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, fmt.Errorf("trailing data after the JSON value at offset %d", dec.InputOffset())
 	}
 	return normalizeJSON(v), nil
 }
