@@ -23,7 +23,10 @@
 // ExtensionConfig settings SettingDisabled and SettingIgnore and rejects
 // unknown ones.
 //
-// Not here yet: UpdateMachine (driving nodeexec with progress persisted in
-// the cluster), strategies composed in an ordered list, rollout planning
-// under budgets. They build on this core.
+// MachineUpdater answers the UpdateMachine hook: it finds the Node through
+// spec.providerID, upgrades it with a kubeadm plan run by an upgrader pod
+// (package nodeexec), keeps all progress in the workload cluster (the pod,
+// the Node, kubeadm-config) so a restarted extension carries on, and
+// answers done only when the kubelet reports the desired version. It does
+// not drain the node first yet.
 package strategy
