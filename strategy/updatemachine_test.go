@@ -10,6 +10,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	runtimehooksv1 "sigs.k8s.io/cluster-api/api/runtime/hooks/v1alpha1"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/upgradekit/upgradekit/fake/envtest"
@@ -141,6 +143,33 @@ func TestUpdateMachineAgainstRealAPIServer(t *testing.T) {
 		resp = call(req)
 		require.Equal(t, runtimehooksv1.ResponseStatusFailure, resp.Status)
 		require.Contains(t, resp.Message, "step kubeadm-upgrade failed with exit code 3")
+	})
+
+	t.Run("workload clients from CAPI's kubeconfig secrets", func(t *testing.T) {
+		get := strategy.KubeconfigSecretClients(c, env.Scheme)
+		key := types.NamespacedName{Namespace: "default", Name: "demo"}
+		_, err := get(ctx, key)
+		require.Error(t, err, "no secret yet")
+
+		kc := clientcmdapi.NewConfig()
+		kc.Clusters["demo"] = &clientcmdapi.Cluster{Server: env.Config.Host, CertificateAuthorityData: env.Config.CAData}
+		kc.AuthInfos["admin"] = &clientcmdapi.AuthInfo{ClientCertificateData: env.Config.CertData, ClientKeyData: env.Config.KeyData, Token: env.Config.BearerToken}
+		kc.Contexts["demo"] = &clientcmdapi.Context{Cluster: "demo", AuthInfo: "admin"}
+		kc.CurrentContext = "demo"
+		raw, err := clientcmd.Write(*kc)
+		require.NoError(t, err)
+		require.NoError(t, c.Create(ctx, &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "demo-kubeconfig", Labels: map[string]string{clusterv1.ClusterNameLabel: "demo"}},
+			Data:       map[string][]byte{"value": raw},
+		}))
+		wc, err := get(ctx, key)
+		require.NoError(t, err, "a failure is not cached")
+		var nodes corev1.NodeList
+		require.NoError(t, wc.List(ctx, &nodes))
+		require.Len(t, nodes.Items, 2)
+		again, err := get(ctx, key)
+		require.NoError(t, err)
+		require.Same(t, wc, again, "clients are cached per cluster")
 	})
 
 	t.Run("refusals", func(t *testing.T) {
