@@ -516,8 +516,17 @@ func (e *encoder) object(v reflect.Value, p *plan, node *pathNode) (bool, error)
 		if !ok {
 			continue
 		}
-		if e.cfg.keepZero && ((f.omitEmpty && isEmptyJSON(fv)) || (f.omitZero && isZeroJSON(fv))) {
+		if e.cfg.keepZero && f.omitEmpty && isEmptyJSON(fv) {
 			continue
+		}
+		if e.cfg.keepZero && f.omitZero {
+			zero, err := isZeroJSON(fv)
+			if err != nil {
+				return false, wrapField(err, f.name)
+			}
+			if zero {
+				continue
+			}
 		}
 		mark := len(e.buf)
 		e.buf = append(e.buf, f.key...)
@@ -666,22 +675,55 @@ func isEmptyJSON(v reflect.Value) bool {
 type zeroer interface{ IsZero() bool }
 
 // isZeroJSON is encoding/json's omitzero test: an IsZero method if the
-// type has one, else the zero value.
-func isZeroJSON(v reflect.Value) bool {
+// type has one, else the zero value. A panicking IsZero is an
+// ErrUnsupportedValue walkError.
+func isZeroJSON(v reflect.Value) (bool, error) {
 	if v.CanInterface() {
 		if z, ok := v.Interface().(zeroer); ok {
 			if v.Kind() == reflect.Pointer && v.IsNil() {
-				return true
+				return true, nil
 			}
-			return z.IsZero()
+			return callIsZero(z)
 		}
 		if v.CanAddr() && v.Addr().CanInterface() {
 			if z, ok := v.Addr().Interface().(zeroer); ok {
-				return z.IsZero()
+				return callIsZero(z)
 			}
 		}
 	}
-	return v.IsZero()
+	return v.IsZero(), nil
+}
+
+// The user methods the encoder calls (MarshalJSON, MarshalText, IsZero)
+// are called through these wrappers, which turn a panic into an
+// ErrUnsupportedValue: a broken marshaler is bad input, not a bug here.
+// Any other panic while hashing is ErrInternal (see Hasher.run).
+
+func callIsZero(z zeroer) (zero bool, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = newWalkError(fmt.Errorf("%w: IsZero of %T panicked: %v", ErrUnsupportedValue, z, r))
+		}
+	}()
+	return z.IsZero(), nil
+}
+
+func callMarshalJSON(m json.Marshaler) (b []byte, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			b, err = nil, fmt.Errorf("panic: %v", r)
+		}
+	}()
+	return m.MarshalJSON()
+}
+
+func callMarshalText(m encoding.TextMarshaler) (b []byte, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			b, err = nil, fmt.Errorf("panic: %v", r)
+		}
+	}()
+	return m.MarshalText()
 }
 
 // asString encodes a field tagged `json:",string"`.
@@ -961,7 +1003,7 @@ func mapKeyString(k reflect.Value, kp *plan) (string, error) {
 			if k.Kind() == reflect.Pointer && k.IsNil() {
 				return "", nil
 			}
-			b, err := tm.MarshalText()
+			b, err := callMarshalText(tm)
 			if err != nil {
 				return "", newWalkError(fmt.Errorf("%w: map key: %v", ErrUnsupportedValue, err))
 			}
@@ -1113,7 +1155,7 @@ func (e *encoder) marshaled(m json.Marshaler, node *pathNode, set bool) (bool, e
 	if m == nil {
 		return e.null(), nil
 	}
-	b, err := m.MarshalJSON()
+	b, err := callMarshalJSON(m)
 	if err != nil {
 		return false, newWalkError(fmt.Errorf("%w: MarshalJSON of %T: %v", ErrUnsupportedValue, m, err))
 	}
@@ -1139,7 +1181,7 @@ func (e *encoder) text(m encoding.TextMarshaler) (bool, error) {
 	if m == nil {
 		return e.null(), nil
 	}
-	b, err := m.MarshalText()
+	b, err := callMarshalText(m)
 	if err != nil {
 		return false, newWalkError(fmt.Errorf("%w: MarshalText of %T: %v", ErrUnsupportedValue, m, err))
 	}

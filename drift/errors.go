@@ -32,6 +32,9 @@ var (
 	// ErrInvalidRequirement is returned for a node selector requirement
 	// that cannot be evaluated (unknown operator, non-integer Gt/Lt value).
 	ErrInvalidRequirement = errors.New("drift: invalid requirement")
+	// ErrInternal is returned when hashing hits a bug in this package (a
+	// recovered panic outside any user method). Please report it.
+	ErrInternal = errors.New("drift: internal error")
 	// ErrNoImage is returned by image checks when the ImageChooser has no
 	// image for a node's requirements.
 	ErrNoImage = errors.New("drift: no image for requirements")

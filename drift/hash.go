@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"reflect"
 	"strconv"
+	"strings"
 	"sync"
 
 	"github.com/cespare/xxhash/v2"
@@ -81,25 +82,35 @@ func validateVersion(v string) error {
 // Hasher computes stable, versioned hashes of specs: typed Go values,
 // unstructured objects and JSON-decoded maps. A typed struct and its
 // unstructured form hash equal, because hashing goes through JSON field
-// names. A Hasher is safe for concurrent use.
+// names. A Hasher is safe for concurrent use. Construct it with NewHasher:
+// the zero Hasher (and a nil *Hasher) returns ErrInvalidOption.
 type Hasher struct {
 	version string
 	cfg     config
 	pool    sync.Pool
 }
 
+// MaxVersionLen is the longest version NewHasher accepts: the full
+// version (version + "+" + EncodingVersion) must fit in 63 characters.
+const MaxVersionLen = 63 - 1 - len(EncodingVersion)
+
 // NewHasher returns a Hasher. version names the caller's hashing scheme
 // (which fields, which options) and must change whenever the options or the
-// meaning of the hashed spec change; 1-62 characters of [A-Za-z0-9._-].
-// The resulting Hash.Version is version + "+" + EncodingVersion.
+// meaning of the hashed spec change; it is 1 to MaxVersionLen characters of
+// [A-Za-z0-9._-] ('+' is reserved as the separator). The resulting
+// Hash.Version is version + "+" + EncodingVersion. Errors wrap
+// ErrInvalidOption.
 func NewHasher(version string, opts ...Option) (*Hasher, error) {
 	if err := validateVersion(version); err != nil {
 		return nil, fmt.Errorf("%w: version %q: %v", ErrInvalidOption, version, err)
 	}
-	full := version + "+" + EncodingVersion
-	if len(full) > 63 {
-		return nil, fmt.Errorf("%w: version %q is too long", ErrInvalidOption, version)
+	if strings.Contains(version, "+") {
+		return nil, fmt.Errorf("%w: version %q: '+' is reserved as the separator from the encoding version", ErrInvalidOption, version)
 	}
+	if len(version) > MaxVersionLen {
+		return nil, fmt.Errorf("%w: version %q is longer than %d characters", ErrInvalidOption, version, MaxVersionLen)
+	}
+	full := version + "+" + EncodingVersion
 	h := &Hasher{version: full}
 	h.cfg.root = &pathNode{}
 	if err := Options(opts).apply(&h.cfg); err != nil {
@@ -115,13 +126,29 @@ func NewHasher(version string, opts ...Option) (*Hasher, error) {
 	return h, nil
 }
 
-// Version returns the version every Hash from h carries.
-func (h *Hasher) Version() string { return h.version }
+// Version returns the version every Hash from h carries ("" for a Hasher
+// not made by NewHasher).
+func (h *Hasher) Version() string {
+	if h == nil {
+		return ""
+	}
+	return h.version
+}
+
+// errNotConstructed is returned by the methods of a Hasher not made by
+// NewHasher.
+var errNotConstructed = fmt.Errorf("%w: Hasher not constructed with NewHasher", ErrInvalidOption)
+
+func (h *Hasher) valid() bool { return h != nil && h.version != "" && h.pool.New != nil }
 
 // Hash hashes v. Pass pointers to large structs: a struct passed by value
 // is copied once. Errors are *PathError values wrapping ErrUnsupportedType,
-// ErrUnsupportedValue, ErrCycle or ErrTooDeep.
+// ErrUnsupportedValue, ErrCycle, ErrTooDeep or (a bug) ErrInternal; a
+// Hasher not made by NewHasher returns ErrInvalidOption.
 func (h *Hasher) Hash(v any) (Hash, error) {
+	if !h.valid() {
+		return Hash{}, errNotConstructed
+	}
 	e := h.pool.Get().(*encoder)
 	defer h.put(e)
 	sum, err := h.run(e, v, false)
@@ -135,6 +162,9 @@ func (h *Hasher) Hash(v any) (Hash, error) {
 // Fingerprints), keeping at most maxFields of them (<= 0 means
 // DefaultMaxFingerprintFields).
 func (h *Hasher) Fingerprint(v any, maxFields int) (Hash, Fingerprints, error) {
+	if !h.valid() {
+		return Hash{}, Fingerprints{}, errNotConstructed
+	}
 	e := h.pool.Get().(*encoder)
 	defer h.put(e)
 	sum, err := h.run(e, v, true)
@@ -154,11 +184,7 @@ func (h *Hasher) put(e *encoder) {
 }
 
 func (h *Hasher) run(e *encoder, v any, record bool) (sum uint64, err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			err = &PathError{Err: fmt.Errorf("%w: panic while hashing: %v", ErrUnsupportedValue, r)}
-		}
-	}()
+	defer recoverInternal(&err)
 	e.reset(&h.cfg)
 	if record {
 		e.level = 1
@@ -182,4 +208,13 @@ func (h *Hasher) run(e *encoder, v any, record bool) (sum uint64, err error) {
 		return 0, finishError(err)
 	}
 	return xxhash.Sum64(e.buf), nil
+}
+
+// recoverInternal turns a panic into an ErrInternal error in *err. Panics
+// of user methods are caught where they are called (callMarshalJSON and
+// friends), so what reaches here is a bug in this package.
+func recoverInternal(err *error) {
+	if r := recover(); r != nil {
+		*err = &PathError{Err: fmt.Errorf("%w: panic while hashing: %v", ErrInternal, r)}
+	}
 }
