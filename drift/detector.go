@@ -49,6 +49,7 @@ const (
 
 // Evidence is one observation supporting a Reason.
 type Evidence struct {
+	// Kind says what Key refers to.
 	Kind EvidenceKind
 	// Key is the field path, label key, or "image"/"hash".
 	Key string
@@ -63,8 +64,11 @@ type Evidence struct {
 
 // Reason says why an object drifted.
 type Reason struct {
-	Name     ReasonName
-	Message  string
+	// Name classifies the drift (Karpenter's reason names where they exist).
+	Name ReasonName
+	// Message is a human-readable sentence for events and logs.
+	Message string
+	// Evidence lists the observations behind the reason, most specific first.
 	Evidence []Evidence
 }
 
@@ -83,33 +87,52 @@ func (f CheckFunc) Check(ctx context.Context, obj metav1.Object) (*Reason, error
 	return f(ctx, obj)
 }
 
-// Detector runs checks in order. The zero Detector has no checks and
-// finds no drift.
+// Detector runs checks in order. The zero Detector, and a nil *Detector,
+// have no checks and find no drift.
 type Detector struct {
 	checks []Check
 }
 
 // NewDetector returns a Detector running checks in the given order (nil
-// checks are skipped). Put cheap static checks first, as Karpenter does.
+// checks, including a nil CheckFunc, are skipped). Put cheap static checks
+// first, as Karpenter does.
 func NewDetector(checks ...Check) *Detector {
 	d := &Detector{}
 	for _, c := range checks {
-		if c != nil {
+		if !isNilCheck(c) {
 			d.checks = append(d.checks, c)
 		}
 	}
 	return d
 }
 
-// With returns a new Detector with checks appended.
+// isNilCheck reports whether c is nil or a nil func (CheckFunc(nil) is a
+// non-nil Check that would panic when called).
+func isNilCheck(c Check) bool {
+	if c == nil {
+		return true
+	}
+	if f, ok := c.(CheckFunc); ok {
+		return f == nil
+	}
+	return false
+}
+
+// With returns a new Detector with checks appended. d may be nil.
 func (d *Detector) With(checks ...Check) *Detector {
-	return NewDetector(append(append([]Check(nil), d.checks...), checks...)...)
+	var have []Check
+	if d != nil {
+		have = d.checks
+	}
+	return NewDetector(append(append([]Check(nil), have...), checks...)...)
 }
 
 // CheckError wraps the error of one check with its position.
 type CheckError struct {
+	// Index is the failing check's position in the Detector.
 	Index int
-	Err   error
+	// Err is the check's error.
+	Err error
 }
 
 // Error implements error.
@@ -121,6 +144,9 @@ func (e *CheckError) Unwrap() error { return e.Err }
 // First runs the checks in order and returns the first reason found, or
 // nil. It stops at the first error (a *CheckError) or when ctx is done.
 func (d *Detector) First(ctx context.Context, obj metav1.Object) (*Reason, error) {
+	if d == nil {
+		return nil, nil
+	}
 	for i, c := range d.checks {
 		if err := ctx.Err(); err != nil {
 			return nil, err
@@ -139,6 +165,9 @@ func (d *Detector) First(ctx context.Context, obj metav1.Object) (*Reason, error
 // All runs every check and returns all reasons found, in check order. A
 // failing check does not stop the others; the errors are joined.
 func (d *Detector) All(ctx context.Context, obj metav1.Object) ([]Reason, error) {
+	if d == nil {
+		return nil, nil
+	}
 	var out []Reason
 	var errs []error
 	for i, c := range d.checks {

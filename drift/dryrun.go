@@ -28,9 +28,12 @@ type ObjectReport struct {
 // DryRunReport says which objects would drift, and why, before anything is
 // applied.
 type DryRunReport struct {
-	Total   int
+	// Total is the number of objects checked.
+	Total int
+	// Drifted counts objects with at least one reason.
 	Drifted int
-	Failed  int
+	// Failed counts objects for which a check returned an error.
+	Failed int
 	// Objects lists every object, in input order.
 	Objects []ObjectReport
 }
@@ -38,7 +41,8 @@ type DryRunReport struct {
 // DryRun runs every check of d on every object and reports which would
 // drift and why. Nothing is modified. Build d from the proposed spec (for
 // example NewStaticHash(stamper, proposed) and NewRequirements(proposed
-// requirements)) to answer "what would drift if I apply this?".
+// requirements)) to answer "what would drift if I apply this?". A nil d
+// has no checks: nothing drifts.
 func DryRun(ctx context.Context, d *Detector, objs []metav1.Object) (DryRunReport, error) {
 	rep := DryRunReport{Total: len(objs), Objects: make([]ObjectReport, 0, len(objs))}
 	for _, obj := range objs {
