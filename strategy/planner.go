@@ -1,0 +1,658 @@
+package strategy
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/version"
+	"k8s.io/utils/clock"
+
+	"github.com/upgradekit/upgradekit/diff"
+)
+
+// DoNotDisruptAnnotation on a machine or its node keeps the planner from
+// disrupting it, as Karpenter's annotation of the same name does.
+const DoNotDisruptAnnotation = "karpenter.sh/do-not-disrupt"
+
+// Role is a machine's place in the cluster.
+type Role string
+
+const (
+	// RoleControlPlane is a control plane machine.
+	RoleControlPlane Role = "ControlPlane"
+	// RoleWorker is a worker machine in a group.
+	RoleWorker Role = "Worker"
+)
+
+// Machine is what the planner knows about one machine. Give either Changes
+// (decided by the planner's Decider) or a Decision, not both.
+type Machine struct {
+	// Name is the machine's name, unique in the cluster.
+	Name string `json:"name"`
+	// NodeName is its node's name, if it has joined.
+	NodeName string `json:"nodeName,omitempty"`
+	// Version is the kubelet's Kubernetes version now ("v1.31.2"); empty
+	// when unknown (no version skew check then).
+	Version string `json:"version,omitempty"`
+	// Created orders machines: older ones go first.
+	Created time.Time `json:"created,omitzero"`
+	// Ready is the node's Ready condition.
+	Ready bool `json:"ready"`
+	// Empty means the node runs no workload pods (daemon sets aside).
+	Empty bool `json:"empty,omitempty"`
+	// Annotations are the machine's annotations.
+	Annotations map[string]string `json:"annotations,omitempty"`
+	// NodeAnnotations are the node's annotations.
+	NodeAnnotations map[string]string `json:"nodeAnnotations,omitempty"`
+	// PDBBlocked means a PodDisruptionBudget forbids evicting a pod on the
+	// node now.
+	PDBBlocked bool `json:"pdbBlocked,omitempty"`
+	// Failed means an earlier update of this machine failed; failures feed
+	// the circuit breaker.
+	Failed bool `json:"failed,omitempty"`
+	// Changes is what differs from the desired state (from diff.Machines).
+	Changes diff.ChangeSet `json:"-"`
+	// Decision, when set, is used instead of deciding Changes.
+	Decision *Decision `json:"-"`
+}
+
+// Group is a set of worker machines rolled out together: a
+// MachineDeployment, a Karpenter NodePool.
+type Group struct {
+	// Name is the group's name, unique in the cluster.
+	Name string `json:"name"`
+	// Machines are the group's machines.
+	Machines []Machine `json:"machines"`
+	// Rollout limits surge and unavailability (CAPI defaults when nil).
+	Rollout RollingUpdate `json:"rollout"`
+	// Budgets limit disruptions by reason, in cron windows.
+	Budgets []Budget `json:"budgets,omitempty"`
+	// Strategy overrides the planner's strategy for this group.
+	Strategy Strategy `json:"-"`
+}
+
+// Cluster is the planner's input: the whole cluster as it is now.
+type Cluster struct {
+	// Name names the cluster in the plan.
+	Name string `json:"name"`
+	// TargetVersion is the desired Kubernetes version; empty when the
+	// rollout does not change versions (no skew checks then).
+	TargetVersion string `json:"targetVersion,omitempty"`
+	// ControlPlane lists the control plane machines.
+	ControlPlane []Machine `json:"controlPlane"`
+	// Workers lists the worker groups, planned in this order.
+	Workers []Group `json:"workers"`
+}
+
+// Phase is the part of a rollout a batch belongs to.
+type Phase string
+
+const (
+	// PhaseControlPlane batches hold one control plane machine each.
+	PhaseControlPlane Phase = "ControlPlane"
+	// PhaseWorkers batches hold machines of one worker group.
+	PhaseWorkers Phase = "Workers"
+)
+
+// Batch is a set of machines disrupted together.
+type Batch struct {
+	// Index is the batch's 1-based position in the plan.
+	Index int `json:"index"`
+	// Phase is ControlPlane or Workers.
+	Phase Phase `json:"phase"`
+	// Group is the worker group ("" for the control plane).
+	Group string `json:"group,omitempty"`
+	// Machines are the machine names, in order.
+	Machines []string `json:"machines"`
+	// Canary marks the first worker batch when the planner has a canary
+	// size.
+	Canary bool `json:"canary,omitempty"`
+	// HealthGate means: wait until the cluster is healthy before the next
+	// batch (after each control plane machine and after the canary).
+	HealthGate bool `json:"healthGate,omitempty"`
+}
+
+// PlannedMachine is the plan for one machine: its method, why, and which
+// batch (0 when it is in none).
+type PlannedMachine struct {
+	// Machine is the machine's name.
+	Machine string `json:"machine"`
+	// Node is its node's name.
+	Node string `json:"node,omitempty"`
+	// Role is ControlPlane or Worker.
+	Role Role `json:"role"`
+	// Group is the worker group ("" for the control plane).
+	Group string `json:"group,omitempty"`
+	// Method is what happens to it.
+	Method Method `json:"method"`
+	// Strategy names the strategy that chose the method.
+	Strategy string `json:"strategy,omitempty"`
+	// Reason says why.
+	Reason string `json:"reason"`
+	// Disruption is the budget reason the machine counts under.
+	Disruption Reason `json:"disruption,omitempty"`
+	// Batch is the 1-based batch index, 0 when not in a batch.
+	Batch int `json:"batch"`
+	// Outcome is the decision's outcome.
+	Outcome Outcome `json:"outcome"`
+	// InPlaceFields are the fields changed in place.
+	InPlaceFields []string `json:"inPlaceFields,omitempty"`
+	// UncoveredFields are the fields that cannot change in place.
+	UncoveredFields []string `json:"uncoveredFields,omitempty"`
+	// FromVersion and ToVersion are the kubelet versions before and after.
+	FromVersion string `json:"fromVersion,omitempty"`
+	// ToVersion is the kubelet version after the machine is done.
+	ToVersion string `json:"toVersion,omitempty"`
+	// Err, for Blocked machines, is the typed cause (ErrVersionSkew,
+	// ErrInvalidBudget...), when there is one.
+	Err error `json:"-"`
+}
+
+// Warning is a problem the plan worked around, failing closed.
+type Warning struct {
+	// Field names the offending input ("workers[md-0].budgets[1]").
+	Field string `json:"field"`
+	// Message describes it.
+	Message string `json:"message"`
+	// Err is the typed error (errors.Is against ErrInvalidBudget...).
+	Err error `json:"-"`
+}
+
+// Unwrap returns Err, so errors.Is works on a Warning.
+func (w Warning) Unwrap() error { return w.Err }
+
+// Error renders the warning.
+func (w Warning) Error() string { return w.Field + ": " + w.Message }
+
+// Plan is an ordered rollout: batches, and every machine's part in it.
+type Plan struct {
+	// Cluster is the cluster's name.
+	Cluster string `json:"cluster"`
+	// At is the planner clock's time, when budgets were evaluated.
+	At time.Time `json:"at"`
+	// Batches run in order.
+	Batches []Batch `json:"batches"`
+	// Machines lists every machine once: batched ones in batch order, then
+	// the others in input order.
+	Machines []PlannedMachine `json:"machines"`
+	// Warnings are problems worked around (malformed budgets count as 0).
+	Warnings []Warning `json:"warnings,omitempty"`
+	// CircuitOpen is set when failures reached the planner's limit and no
+	// batch was planned.
+	CircuitOpen bool `json:"circuitOpen,omitempty"`
+}
+
+// Planner turns a Cluster into a Plan. Build it with NewPlanner; it is safe
+// for concurrent use.
+type Planner struct {
+	strategy    Strategy
+	decider     Decider
+	clock       clock.PassiveClock
+	canary      int
+	maxFailures int
+}
+
+// PlannerOption configures a Planner.
+type PlannerOption func(*Planner)
+
+// WithStrategy sets the default strategy (default: Strategies{InPlace,
+// rolling replace}).
+func WithStrategy(s Strategy) PlannerOption { return func(p *Planner) { p.strategy = s } }
+
+// WithDecider sets the decider for machines given as Changes (default:
+// no updaters, so every change means Replace).
+func WithDecider(d Decider) PlannerOption { return func(p *Planner) { p.decider = d } }
+
+// WithClock sets the clock budgets are evaluated at (default: real time).
+func WithClock(c clock.PassiveClock) PlannerOption { return func(p *Planner) { p.clock = c } }
+
+// WithCanary limits the first worker batch to n machines and puts a health
+// gate after it (0: no canary).
+func WithCanary(n int) PlannerOption { return func(p *Planner) { p.canary = n } }
+
+// WithMaxFailures opens the circuit breaker once k machines have failed:
+// no batch is planned then (0: no breaker).
+func WithMaxFailures(k int) PlannerOption { return func(p *Planner) { p.maxFailures = k } }
+
+// NewPlanner builds a planner. Negative canary or failure counts and nil
+// strategies, deciders or clocks are ErrInvalidStrategy.
+func NewPlanner(opts ...PlannerOption) (*Planner, error) {
+	rolling, _ := RollingReplaceStrategy(RollingUpdate{})
+	p := &Planner{
+		strategy: Strategies{InPlaceStrategy(), rolling},
+		decider:  Updaters(),
+		clock:    clock.RealClock{},
+	}
+	for _, o := range opts {
+		if o != nil {
+			o(p)
+		}
+	}
+	switch {
+	case p.strategy == nil:
+		return nil, fmt.Errorf("%w: WithStrategy: nil", ErrInvalidStrategy)
+	case p.decider == nil:
+		return nil, fmt.Errorf("%w: WithDecider: nil", ErrInvalidStrategy)
+	case p.clock == nil:
+		return nil, fmt.Errorf("%w: WithClock: nil", ErrInvalidStrategy)
+	case p.canary < 0:
+		return nil, fmt.Errorf("%w: WithCanary: %d is negative", ErrInvalidStrategy, p.canary)
+	case p.maxFailures < 0:
+		return nil, fmt.Errorf("%w: WithMaxFailures: %d is negative", ErrInvalidStrategy, p.maxFailures)
+	}
+	return p, nil
+}
+
+// work is a machine on its way through planning.
+type work struct {
+	m     *Machine
+	pm    PlannedMachine
+	ver   *version.Version
+	group int // -1 for the control plane
+}
+
+func (w *work) disrupts() bool {
+	switch w.pm.Method {
+	case MethodInPlace, MethodReplace, MethodReplaceFirst:
+		return true
+	}
+	return false
+}
+
+func (w *work) changesVersion() bool { return w.pm.FromVersion != w.pm.ToVersion }
+
+func (w *work) set(m Method, reason string, err error) {
+	w.pm.Method, w.pm.Reason, w.pm.Err = m, reason, err
+}
+
+// Plan plans the rollout of c. Input that cannot be planned is an
+// ErrInvalidCluster naming the field; problems the plan works around
+// (malformed budgets) are Warnings.
+func (p *Planner) Plan(ctx context.Context, c Cluster) (*Plan, error) {
+	if p == nil {
+		return nil, fmt.Errorf("%w: nil planner", ErrInvalidStrategy)
+	}
+	plan := &Plan{Cluster: c.Name, At: p.clock.Now().UTC()}
+	target, err := parseVersion("targetVersion", c.TargetVersion)
+	if err != nil {
+		return nil, err
+	}
+	names := map[string]string{}
+	limits := make([][2]int, len(c.Workers))
+	var all []*work
+	add := func(field string, m *Machine, role Role, group int, groupName string) error {
+		if m.Name == "" {
+			return fmt.Errorf("%w: %s.name: empty", ErrInvalidCluster, field)
+		}
+		field = fmt.Sprintf("%s[%s]", field, m.Name)
+		if prev, dup := names[m.Name]; dup {
+			return fmt.Errorf("%w: %s: name also used by %s", ErrInvalidCluster, field, prev)
+		}
+		names[m.Name] = field
+		v, err := parseVersion(field+".version", m.Version)
+		if err != nil {
+			return err
+		}
+		if v != nil && target != nil && v.GreaterThan(target) {
+			return fmt.Errorf("%w: %s.version: %s is newer than targetVersion %s (downgrades are not planned)", ErrInvalidCluster, field, m.Version, c.TargetVersion)
+		}
+		w := &work{m: m, ver: v, group: group, pm: PlannedMachine{
+			Machine: m.Name, Node: m.NodeName, Role: role, Group: groupName,
+			FromVersion: m.Version, ToVersion: m.Version, Disruption: disruptionOf(m),
+		}}
+		if v != nil && target != nil && !v.EqualTo(target) {
+			w.pm.ToVersion = c.TargetVersion
+		}
+		all = append(all, w)
+		return nil
+	}
+	for i := range c.ControlPlane {
+		if err := add("controlPlane", &c.ControlPlane[i], RoleControlPlane, -1, ""); err != nil {
+			return nil, err
+		}
+	}
+	groupNames := map[string]bool{}
+	for gi := range c.Workers {
+		g := &c.Workers[gi]
+		if g.Name == "" || groupNames[g.Name] {
+			return nil, fmt.Errorf("%w: workers[%d].name: %q is empty or used twice", ErrInvalidCluster, gi, g.Name)
+		}
+		groupNames[g.Name] = true
+		s, u, err := g.Rollout.Limits(len(g.Machines))
+		if err != nil {
+			return nil, fmt.Errorf("%w: workers[%s].rollout: %w", ErrInvalidCluster, g.Name, err)
+		}
+		limits[gi] = [2]int{s, u}
+		for i := range g.Machines {
+			if err := add("workers["+g.Name+"].machines", &g.Machines[i], RoleWorker, gi, g.Name); err != nil {
+				return nil, err
+			}
+		}
+	}
+
+	// Decide and choose.
+	failures := 0
+	for _, w := range all {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		if err := p.choose(ctx, c, w); err != nil {
+			return nil, err
+		}
+		if w.m.Failed {
+			failures++
+		}
+	}
+	open := p.maxFailures > 0 && failures >= p.maxFailures
+	plan.CircuitOpen = open
+	for _, w := range all {
+		switch {
+		case !w.disrupts():
+		case w.m.Failed:
+			w.set(MethodSkip, "an earlier update failed; needs attention before it is tried again", nil)
+		case open:
+			w.set(MethodSkip, fmt.Sprintf("circuit breaker open: %d machines failed (limit %d)", failures, p.maxFailures), nil)
+		case w.m.Annotations[DoNotDisruptAnnotation] == "true":
+			w.set(MethodSkip, "machine has "+DoNotDisruptAnnotation, nil)
+		case w.m.NodeAnnotations[DoNotDisruptAnnotation] == "true":
+			w.set(MethodSkip, "node has "+DoNotDisruptAnnotation, nil)
+		case w.m.PDBBlocked:
+			w.set(MethodSkip, "a PodDisruptionBudget forbids draining the node now", nil)
+		}
+	}
+	p.checkSkew(all, target)
+
+	// Control plane: one machine per batch, each followed by a health gate.
+	var cp []*work
+	for _, w := range all {
+		if w.group < 0 && w.disrupts() {
+			cp = append(cp, w)
+		}
+	}
+	sortWork(cp)
+	for _, w := range cp {
+		plan.Batches = append(plan.Batches, Batch{Index: len(plan.Batches) + 1, Phase: PhaseControlPlane, Machines: []string{w.pm.Machine}, HealthGate: true})
+		w.pm.Batch = len(plan.Batches)
+	}
+
+	canary := p.canary
+	for gi := range c.Workers {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		p.planGroup(plan, &c.Workers[gi], gi, limits[gi], all, &canary)
+	}
+
+	// Report: batched machines in batch order, then the rest in input order.
+	byName := make(map[string]*work, len(all))
+	for _, w := range all {
+		byName[w.pm.Machine] = w
+	}
+	plan.Machines = make([]PlannedMachine, 0, len(all))
+	for _, b := range plan.Batches {
+		for _, n := range b.Machines {
+			plan.Machines = append(plan.Machines, byName[n].pm)
+		}
+	}
+	for _, w := range all {
+		if w.pm.Batch == 0 {
+			plan.Machines = append(plan.Machines, w.pm)
+		}
+	}
+	return plan, nil
+}
+
+func (p *Planner) choose(ctx context.Context, c Cluster, w *work) error {
+	m := w.m
+	var d Decision
+	switch {
+	case m.Decision != nil && !m.Changes.Empty():
+		return fmt.Errorf("%w: %s: both changes and a decision given", ErrInvalidCluster, w.pm.Machine)
+	case m.Decision != nil:
+		d = *m.Decision
+	default:
+		var err error
+		if d, err = p.decider.Decide(ctx, m.Changes); err != nil {
+			return fmt.Errorf("deciding %s: %w", w.pm.Machine, err)
+		}
+	}
+	if w.changesVersion() && (d.Outcome == NoChange || d.Outcome == "") {
+		return fmt.Errorf("%w: %s: version %s differs from targetVersion %s but the decision has no changes", ErrInvalidCluster, w.pm.Machine, m.Version, c.TargetVersion)
+	}
+	w.pm.Outcome = d.Outcome
+	if w.pm.Outcome == "" {
+		w.pm.Outcome = NoChange
+	}
+	w.pm.InPlaceFields = fields(d.InPlace)
+	w.pm.UncoveredFields = fields(d.Uncovered)
+	s := p.strategy
+	if w.group >= 0 && c.Workers[w.group].Strategy != nil {
+		s = c.Workers[w.group].Strategy
+	}
+	ch, ok := s.Choose(d)
+	if !ok {
+		ch = Choice{Method: MethodBlocked, Strategy: s.Name(), Reason: fmt.Sprintf("strategy %s does not handle a %s decision", s.Name(), d.Outcome)}
+	}
+	w.pm.Method, w.pm.Strategy, w.pm.Reason = ch.Method, ch.Strategy, ch.Reason
+	if !w.disrupts() {
+		w.pm.ToVersion = w.pm.FromVersion
+	}
+	return nil
+}
+
+// checkSkew blocks upgrades that would break the version skew policy: the
+// control plane moves one minor at a time and never leaves a kubelet more
+// than three minors behind; a kubelet never gets newer than the oldest API
+// server the control plane will have; kubeadm cannot skip a minor in place.
+func (p *Planner) checkSkew(all []*work, target *version.Version) {
+	if target == nil {
+		return
+	}
+	var oldestKubelet *work
+	for _, w := range all {
+		if w.group >= 0 && w.ver != nil && (oldestKubelet == nil || w.ver.LessThan(oldestKubelet.ver)) {
+			oldestKubelet = w
+		}
+	}
+	var api *version.Version // the oldest API server once the plan has run
+	for _, w := range all {
+		if w.group >= 0 || w.ver == nil {
+			continue
+		}
+		if w.disrupts() && w.changesVersion() {
+			switch {
+			case w.ver.Major() != target.Major() || target.Minor() > w.ver.Minor()+1:
+				w.set(MethodBlocked, fmt.Sprintf("control plane %s -> %s skips a minor version", w.pm.FromVersion, w.pm.ToVersion), ErrVersionSkew)
+			case oldestKubelet != nil && oldestKubelet.ver.Minor()+3 < target.Minor():
+				w.set(MethodBlocked, fmt.Sprintf("kubelet on %s (%s) would be more than 3 minors behind API server %s", oldestKubelet.pm.Machine, oldestKubelet.pm.FromVersion, w.pm.ToVersion), ErrVersionSkew)
+			}
+		}
+		after := w.ver
+		if w.disrupts() && w.changesVersion() {
+			after = target
+		}
+		if api == nil || after.LessThan(api) {
+			api = after
+		}
+	}
+	for _, w := range all {
+		if w.group < 0 || w.ver == nil || !w.disrupts() || !w.changesVersion() {
+			continue
+		}
+		switch {
+		case api != nil && target.GreaterThan(api):
+			w.set(MethodBlocked, fmt.Sprintf("kubelet %s would be newer than API server %s", w.pm.ToVersion, "v"+api.String()), ErrVersionSkew)
+		case w.pm.Method == MethodInPlace && (w.ver.Major() != target.Major() || target.Minor() > w.ver.Minor()+1):
+			w.set(MethodBlocked, fmt.Sprintf("in-place %s -> %s skips a minor version", w.pm.FromVersion, w.pm.ToVersion), ErrVersionSkew)
+		}
+	}
+	for _, w := range all {
+		if !w.disrupts() {
+			w.pm.ToVersion = w.pm.FromVersion
+		}
+	}
+}
+
+// planGroup batches one worker group under its rollout limits and budgets.
+func (p *Planner) planGroup(plan *Plan, g *Group, gi int, lim [2]int, all []*work, canary *int) {
+	surge, unavail := lim[0], lim[1]
+	size := len(g.Machines)
+	// Budgets: which are malformed (warned, count 0) and what each allows.
+	allowed := make([]int, len(g.Budgets))
+	for i, b := range g.Budgets {
+		n, err := b.Allowed(p.clock, size)
+		if err != nil {
+			field := fmt.Sprintf("workers[%s].budgets[%d]", g.Name, i)
+			plan.Warnings = append(plan.Warnings, Warning{Field: field, Message: err.Error() + "; allowing no disruption", Err: err})
+		}
+		allowed[i] = n
+	}
+	var todo []*work
+	for _, w := range all {
+		if w.group != gi || !w.disrupts() {
+			continue
+		}
+		if w.pm.Method == MethodInPlace && unavail == 0 {
+			w.set(MethodBlocked, "maxUnavailable is 0 and an in-place update takes the node out of service", nil)
+			continue
+		}
+		if i := zeroBudget(g.Budgets, allowed, w.pm.Disruption); i >= 0 {
+			msg := fmt.Sprintf("disruption budget workers[%s].budgets[%d] allows no %s disruption now", g.Name, i, w.pm.Disruption)
+			var err error
+			if g.Budgets[i].Validate() != nil {
+				err = ErrInvalidBudget
+			}
+			w.set(MethodSkip, msg, err)
+			continue
+		}
+		todo = append(todo, w)
+	}
+	sortWork(todo)
+	for len(todo) > 0 {
+		b := Batch{Index: len(plan.Batches) + 1, Phase: PhaseWorkers, Group: g.Name}
+		capN := Unlimited
+		if *canary > 0 {
+			capN, b.Canary, b.HealthGate = *canary, true, true
+			*canary = 0
+		}
+		used := make([]int, len(g.Budgets))
+		var s, u int
+		rest := todo[:0:0]
+		for _, w := range todo {
+			if len(b.Machines) >= capN || !fitsBudgets(g.Budgets, allowed, used, w.pm.Disruption) {
+				rest = append(rest, w)
+				continue
+			}
+			ok := false
+			switch w.pm.Method {
+			case MethodInPlace:
+				if ok = u < unavail; ok {
+					u++
+				}
+			case MethodReplace:
+				if s < surge {
+					s, ok = s+1, true
+				} else if u < unavail {
+					u, ok = u+1, true
+				}
+			case MethodReplaceFirst:
+				if ok = s < max(surge, 1); ok {
+					s++
+				}
+			}
+			if !ok {
+				rest = append(rest, w)
+				continue
+			}
+			for i, bd := range g.Budgets {
+				if bd.AppliesTo(w.pm.Disruption) {
+					used[i]++
+				}
+			}
+			b.Machines = append(b.Machines, w.pm.Machine)
+			w.pm.Batch = b.Index
+		}
+		if len(b.Machines) == 0 { // cannot happen: every remaining machine fits an empty batch
+			for _, w := range rest {
+				w.set(MethodBlocked, "no batch can hold it under the rollout limits", nil)
+			}
+			return
+		}
+		plan.Batches = append(plan.Batches, b)
+		todo = rest
+	}
+}
+
+func zeroBudget(budgets []Budget, allowed []int, r Reason) int {
+	for i, b := range budgets {
+		if allowed[i] == 0 && b.AppliesTo(r) {
+			return i
+		}
+	}
+	return -1
+}
+
+func fitsBudgets(budgets []Budget, allowed, used []int, r Reason) bool {
+	for i, b := range budgets {
+		if b.AppliesTo(r) && used[i] >= allowed[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func disruptionOf(m *Machine) Reason {
+	switch {
+	case !m.Ready:
+		return ReasonUnhealthy
+	case m.Empty:
+		return ReasonEmpty
+	}
+	return ReasonDrifted
+}
+
+// sortWork orders machines: unhealthy first, then empty, then oldest, then
+// by name.
+func sortWork(ws []*work) {
+	rank := func(w *work) int {
+		switch {
+		case !w.m.Ready:
+			return 0
+		case w.m.Empty:
+			return 1
+		}
+		return 2
+	}
+	slices.SortStableFunc(ws, func(a, b *work) int {
+		return cmp.Or(
+			cmp.Compare(rank(a), rank(b)),
+			a.m.Created.Compare(b.m.Created),
+			cmp.Compare(a.m.Name, b.m.Name),
+		)
+	})
+}
+
+func fields(cs diff.ChangeSet) []string {
+	if cs.Empty() {
+		return nil
+	}
+	out := make([]string, len(cs.Changes))
+	for i, c := range cs.Changes {
+		out[i] = c.Field
+	}
+	return out
+}
+
+func parseVersion(field, s string) (*version.Version, error) {
+	if s == "" {
+		return nil, nil
+	}
+	v, err := version.ParseGeneric(s)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %w", ErrInvalidCluster, field, err)
+	}
+	return v, nil
+}

@@ -1,0 +1,106 @@
+package strategy
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+)
+
+// Preview is a dry run: the plan for the whole cluster before anything
+// happens. It is the same Plan value; Preview exists so a caller reads as
+// what it does.
+func (p *Planner) Preview(ctx context.Context, c Cluster) (*Plan, error) {
+	return p.Plan(ctx, c)
+}
+
+// Summary counts machines by method.
+func (pl *Plan) Summary() map[Method]int {
+	out := map[Method]int{}
+	for _, m := range pl.Machines {
+		out[m.Method]++
+	}
+	return out
+}
+
+// Machine returns the plan for the named machine.
+func (pl *Plan) Machine(name string) (PlannedMachine, bool) {
+	for _, m := range pl.Machines {
+		if m.Machine == name {
+			return m, true
+		}
+	}
+	return PlannedMachine{}, false
+}
+
+// JSON renders the plan as indented JSON.
+func (pl *Plan) JSON() ([]byte, error) {
+	return json.MarshalIndent(pl, "", "  ")
+}
+
+// WriteTable writes the plan as an aligned table, one machine a line (batch,
+// machine, role/group, method, versions, reason), then gates and warnings.
+func (pl *Plan) WriteTable(w io.Writer) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "BATCH\tMACHINE\tGROUP\tMETHOD\tVERSION\tREASON")
+	for _, m := range pl.Machines {
+		batch := "-"
+		if m.Batch > 0 {
+			batch = strconv.Itoa(m.Batch)
+			if b := pl.Batches[m.Batch-1]; b.Canary {
+				batch += " canary"
+			}
+		}
+		group := m.Group
+		if m.Role == RoleControlPlane {
+			group = "control-plane"
+		}
+		ver := m.FromVersion
+		if m.ToVersion != m.FromVersion {
+			ver += " -> " + m.ToVersion
+		}
+		if ver == "" {
+			ver = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", batch, m.Machine, group, m.Method, ver, oneLine(m.Reason))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	var gates []string
+	for _, b := range pl.Batches {
+		if b.HealthGate {
+			gates = append(gates, strconv.Itoa(b.Index))
+		}
+	}
+	if len(gates) > 0 {
+		if _, err := fmt.Fprintf(w, "health gate after batch %s\n", strings.Join(gates, ", ")); err != nil {
+			return err
+		}
+	}
+	if pl.CircuitOpen {
+		if _, err := fmt.Fprintln(w, "circuit breaker open: nothing planned"); err != nil {
+			return err
+		}
+	}
+	for _, wn := range pl.Warnings {
+		if _, err := fmt.Fprintf(w, "warning: %s\n", wn.Error()); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// String renders the table.
+func (pl *Plan) String() string {
+	var b strings.Builder
+	_ = pl.WriteTable(&b) // a strings.Builder never fails
+	return b.String()
+}
+
+func oneLine(s string) string {
+	return strings.ReplaceAll(s, "\n", " ")
+}
