@@ -391,16 +391,16 @@ func (e *encoder) value(v reflect.Value, p *plan, node *pathNode, set bool) (boo
 		e.tmp = t.AppendFormat(e.tmp[:0], layout)
 		return e.strBytes(e.tmp), nil
 	case pkMetaDuration:
-		d := time.Duration(v.Field(0).Int())
+		d := time.Duration(v.Field(idxDurationValue).Int())
 		e.tmp = appendDuration(e.tmp[:0], d)
 		return e.strBytes(e.tmp), nil
 	case pkIntOrString:
-		typ := intstr.Type(v.Field(0).Int())
+		typ := intstr.Type(v.Field(idxIntOrStrType).Int())
 		if typ == intstr.String {
-			return e.str(v.Field(2).String()), nil
+			return e.str(v.Field(idxIntOrStrStr).String()), nil
 		}
 		if typ == intstr.Int {
-			return e.integer(v.Field(1).Int()), nil
+			return e.integer(v.Field(idxIntOrStrInt).Int()), nil
 		}
 		return false, newWalkError(fmt.Errorf("%w: IntOrString with type %d", ErrUnsupportedValue, typ))
 	case pkJSONNumber:
@@ -409,7 +409,8 @@ func (e *encoder) value(v reflect.Value, p *plan, node *pathNode, set bool) (boo
 		}
 		return e.number(json.Number(v.String()))
 	case pkUnstructured:
-		return e.value(v.Field(0), planFor(v.Field(0).Type()), node, set)
+		obj := v.Field(idxUnstrObject)
+		return e.value(obj, planFor(obj.Type()), node, set)
 	case pkJSONMarshaler:
 		if !v.CanInterface() {
 			return false, newWalkError(fmt.Errorf("%w: unexported marshaler %s", ErrUnsupportedValue, p.typ))

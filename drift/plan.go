@@ -104,6 +104,28 @@ var (
 	typJSONNumber   = reflect.TypeFor[json.Number]()
 )
 
+// Fields of the special-cased apimachinery types, resolved by name (not
+// position) once. If an apimachinery release renamed or retyped one, its
+// index is -1 and the type falls back to its MarshalJSON, which gives the
+// same JSON, only slower.
+var (
+	idxDurationValue = fieldIndex(typMetaDuration, "Duration", reflect.Int64)
+	idxIntOrStrType  = fieldIndex(typIntOrString, "Type", reflect.Int64)
+	idxIntOrStrInt   = fieldIndex(typIntOrString, "IntVal", reflect.Int32)
+	idxIntOrStrStr   = fieldIndex(typIntOrString, "StrVal", reflect.String)
+	idxUnstrObject   = fieldIndex(typUnstructured, "Object", reflect.Map)
+)
+
+// fieldIndex returns the index of t's top-level field name if it has kind
+// k, else -1.
+func fieldIndex(t reflect.Type, name string, k reflect.Kind) int {
+	f, ok := t.FieldByName(name)
+	if !ok || len(f.Index) != 1 || f.Type.Kind() != k {
+		return -1
+	}
+	return f.Index[0]
+}
+
 // planFor returns the cached plan for t, building it (and the plans of all
 // types reachable from it) on first use.
 func planFor(t reflect.Type) *plan {
@@ -145,17 +167,23 @@ func buildPlan(t reflect.Type, building map[reflect.Type]*plan) *plan {
 		p.kind = pkMicroTime
 		return p
 	case typMetaDuration:
-		p.kind = pkMetaDuration
-		return p
+		if idxDurationValue >= 0 {
+			p.kind = pkMetaDuration
+			return p
+		}
 	case typStdTime:
 		p.kind = pkStdTime
 		return p
 	case typIntOrString:
-		p.kind = pkIntOrString
-		return p
+		if idxIntOrStrType >= 0 && idxIntOrStrInt >= 0 && idxIntOrStrStr >= 0 {
+			p.kind = pkIntOrString
+			return p
+		}
 	case typUnstructured:
-		p.kind = pkUnstructured
-		return p
+		if idxUnstrObject >= 0 {
+			p.kind = pkUnstructured
+			return p
+		}
 	case typJSONNumber:
 		p.kind = pkJSONNumber
 		return p
