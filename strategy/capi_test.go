@@ -3,19 +3,9 @@ package strategy_test
 import (
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/json"
-	"encoding/pem"
-	"math/big"
-	"net"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strconv"
 	"testing"
 	"time"
@@ -31,50 +21,9 @@ import (
 	"sigs.k8s.io/cluster-api/exp/runtime/server"
 
 	"github.com/upgradekit/upgradekit/diff"
+	"github.com/upgradekit/upgradekit/internal/testcerts"
 	"github.com/upgradekit/upgradekit/strategy"
 )
-
-// tlsPair writes a self-signed CA and a serving certificate for 127.0.0.1
-// into dir (tls.crt, tls.key) and returns the CA pool.
-func tlsPair(t *testing.T, dir string) *x509.CertPool {
-	t.Helper()
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	require.NoError(t, err)
-	caTmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "upgradekit-test-ca"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IsCA: true, KeyUsage: x509.KeyUsageCertSign, BasicConstraintsValid: true,
-	}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
-	require.NoError(t, err)
-	ca, err := x509.ParseCertificate(caDER)
-	require.NoError(t, err)
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	require.NoError(t, err)
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "upgradekit-extension"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
-	require.NoError(t, err)
-	keyDER, err := x509.MarshalECPrivateKey(key)
-	require.NoError(t, err)
-	require.NoError(t, os.WriteFile(filepath.Join(dir, "tls.crt"), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600))
-	require.NoError(t, os.WriteFile(filepath.Join(dir, "tls.key"), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), 0o600))
-	pool := x509.NewCertPool()
-	pool.AddCert(ca)
-	return pool
-}
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
 
 type hookClient struct {
 	t       *testing.T
@@ -103,8 +52,8 @@ func startExtension(t *testing.T, ext *strategy.Extension) hookClient {
 	catalog := runtimecatalog.New()
 	require.NoError(t, runtimehooksv1.AddToCatalog(catalog))
 	dir := t.TempDir()
-	pool := tlsPair(t, dir)
-	port := freePort(t)
+	pool := testcerts.Write(t, dir)
+	port := testcerts.FreePort(t)
 	srv, err := server.New(server.Options{Catalog: catalog, Host: "127.0.0.1", Port: port, CertDir: dir})
 	require.NoError(t, err)
 	for _, h := range ext.Handlers("upgradekit") {

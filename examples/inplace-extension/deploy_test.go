@@ -1,0 +1,46 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"os"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+
+	"github.com/upgradekit/upgradekit/fake/envtest"
+)
+
+// TestDeployManifestsApply applies deploy/extension.yaml to a real API
+// server with the CAPI CRDs (server-side validation included), except the
+// cert-manager objects, whose CRDs are not installed there.
+func TestDeployManifestsApply(t *testing.T) {
+	raw, err := os.ReadFile("deploy/extension.yaml")
+	require.NoError(t, err)
+	env := envtest.StartForTest(t)
+	ctx := context.Background()
+	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(raw), 4096)
+	kinds := map[string]int{}
+	for {
+		var obj unstructured.Unstructured
+		err := dec.Decode(&obj.Object)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		require.NoError(t, err)
+		if obj.Object == nil {
+			continue
+		}
+		kinds[obj.GetKind()]++
+		if obj.GroupVersionKind().Group == "cert-manager.io" {
+			continue
+		}
+		require.NoError(t, env.Client.Create(ctx, &obj), "%s %s", obj.GetKind(), obj.GetName())
+	}
+	require.Equal(t, map[string]int{"Namespace": 1, "ServiceAccount": 1, "ClusterRole": 1, "ClusterRoleBinding": 1,
+		"Issuer": 1, "Certificate": 1, "Service": 1, "Deployment": 1, "ExtensionConfig": 1}, kinds)
+}

@@ -1,0 +1,129 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"net/http"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/stretchr/testify/require"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	runtimecatalog "sigs.k8s.io/cluster-api/api/runtime/catalog"
+	runtimehooksv1 "sigs.k8s.io/cluster-api/api/runtime/hooks/v1alpha1"
+	fakeclient "sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	"github.com/upgradekit/upgradekit/internal/testcerts"
+)
+
+func TestFlags(t *testing.T) {
+	var out bytes.Buffer
+	_, err := parseFlags(nil, &out)
+	require.ErrorContains(t, err, "-updater-image is required")
+	o, err := parseFlags([]string{"-no-update-machine", "-port", "8443"}, &out)
+	require.NoError(t, err)
+	require.Equal(t, 8443, o.port)
+	o, err = parseFlags([]string{"-updater-image", "img:v1", "-in-place", "KubernetesVersion"}, &out)
+	require.NoError(t, err)
+	require.Equal(t, "img:v1", o.updaterImage)
+	_, err = parseFlags([]string{"-bogus"}, &out)
+	require.Error(t, err)
+	require.Contains(t, out.String(), "flag provided but not defined")
+}
+
+// TestServesTheHooksOverHTTPS starts the extension as the binary does
+// (CAPI's runtime server, TLS from -cert-dir) and calls it like CAPI.
+func TestServesTheHooksOverHTTPS(t *testing.T) {
+	dir := t.TempDir()
+	pool := testcerts.Write(t, dir)
+	port := testcerts.FreePort(t)
+	o, err := parseFlags([]string{"-host", "127.0.0.1", "-port", strconv.Itoa(port), "-cert-dir", dir, "-updater-image", "registry.example/upgrader:v1.31.1"}, &bytes.Buffer{})
+	require.NoError(t, err)
+	scheme := runtime.NewScheme()
+	require.NoError(t, clientgoscheme.AddToScheme(scheme))
+	mgmt := fakeclient.NewClientBuilder().WithScheme(scheme).Build()
+
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- serve(ctx, o, mgmt, scheme, logr.Discard()) }()
+	t.Cleanup(func() {
+		cancel()
+		require.NoError(t, <-done)
+	})
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}}
+	base := "https://127.0.0.1:" + strconv.Itoa(port)
+	catalog := runtimecatalog.New()
+	require.NoError(t, runtimehooksv1.AddToCatalog(catalog))
+	post := func(hook runtimecatalog.Hook, name string, req, resp any) {
+		t.Helper()
+		gvh, err := catalog.GroupVersionHook(hook)
+		require.NoError(t, err)
+		body, err := json.Marshal(req)
+		require.NoError(t, err)
+		r, err := client.Post(base+runtimecatalog.GVHToPath(gvh, name), "application/json", bytes.NewReader(body))
+		require.NoError(t, err)
+		defer r.Body.Close()
+		require.Equal(t, http.StatusOK, r.StatusCode)
+		require.NoError(t, json.NewDecoder(r.Body).Decode(resp))
+	}
+	require.Eventually(t, func() bool {
+		r, err := client.Get(base + "/")
+		if err == nil {
+			r.Body.Close()
+		}
+		return err == nil
+	}, 30*time.Second, 50*time.Millisecond)
+
+	var disc runtimehooksv1.DiscoveryResponse
+	post(runtimehooksv1.Discovery, "", &runtimehooksv1.DiscoveryRequest{TypeMeta: metav1.TypeMeta{APIVersion: runtimehooksv1.GroupVersion.String(), Kind: "DiscoveryRequest"}}, &disc)
+	var names []string
+	for _, h := range disc.Handlers {
+		names = append(names, h.Name)
+	}
+	require.ElementsMatch(t, []string{"upgradekit-can-update-machine", "upgradekit-can-update-machineset", "upgradekit-update-machine"}, names)
+
+	machine := func(v string) clusterv1.Machine {
+		return clusterv1.Machine{ObjectMeta: metav1.ObjectMeta{Name: "m", Namespace: "default"}, Spec: clusterv1.MachineSpec{ClusterName: "demo", Version: v}}
+	}
+	infra := func(image string) runtime.RawExtension {
+		raw, _ := json.Marshal(map[string]any{"kind": "DockerMachine", "spec": map[string]any{"customImage": image}})
+		return runtime.RawExtension{Raw: raw}
+	}
+	var resp runtimehooksv1.CanUpdateMachineResponse
+	post(runtimehooksv1.CanUpdateMachine, "upgradekit-can-update-machine", &runtimehooksv1.CanUpdateMachineRequest{
+		TypeMeta: metav1.TypeMeta{APIVersion: runtimehooksv1.GroupVersion.String(), Kind: "CanUpdateMachineRequest"},
+		Current:  runtimehooksv1.CanUpdateMachineRequestObjects{Machine: machine("v1.30.4"), InfrastructureMachine: infra("kindest/node:v1.30.4")},
+		Desired:  runtimehooksv1.CanUpdateMachineRequestObjects{Machine: machine("v1.31.1"), InfrastructureMachine: infra("kindest/node:v1.30.4")},
+	}, &resp)
+	require.Equal(t, runtimehooksv1.ResponseStatusSuccess, resp.Status, resp.Message)
+	require.JSONEq(t, `[{"op":"replace","path":"/spec/version","value":"v1.31.1"}]`, string(resp.MachinePatch.Patch))
+
+	resp = runtimehooksv1.CanUpdateMachineResponse{}
+	post(runtimehooksv1.CanUpdateMachine, "upgradekit-can-update-machine", &runtimehooksv1.CanUpdateMachineRequest{
+		TypeMeta: metav1.TypeMeta{APIVersion: runtimehooksv1.GroupVersion.String(), Kind: "CanUpdateMachineRequest"},
+		Current:  runtimehooksv1.CanUpdateMachineRequestObjects{Machine: machine("v1.30.4"), InfrastructureMachine: infra("kindest/node:v1.30.4")},
+		Desired:  runtimehooksv1.CanUpdateMachineRequestObjects{Machine: machine("v1.31.1"), InfrastructureMachine: infra("kindest/node:v1.31.1")},
+	}, &resp)
+	require.Equal(t, runtimehooksv1.ResponseStatusSuccess, resp.Status)
+	require.False(t, resp.MachinePatch.IsDefined(), "an image change is not done in place")
+	require.Contains(t, resp.Message, "infrastructure.spec.customImage")
+
+	// UpdateMachine without a kubeconfig secret for the cluster waits.
+	var up runtimehooksv1.UpdateMachineResponse
+	m := machine("v1.31.1")
+	m.Spec.ProviderID = "docker:////m"
+	post(runtimehooksv1.UpdateMachine, "upgradekit-update-machine", &runtimehooksv1.UpdateMachineRequest{
+		TypeMeta: metav1.TypeMeta{APIVersion: runtimehooksv1.GroupVersion.String(), Kind: "UpdateMachineRequest"},
+		Desired:  runtimehooksv1.UpdateMachineRequestObjects{Machine: m},
+	}, &up)
+	require.Equal(t, runtimehooksv1.ResponseStatusSuccess, up.Status, up.Message)
+	require.Positive(t, up.RetryAfterSeconds)
+	require.Contains(t, up.Message, "waiting for the workload cluster")
+}
