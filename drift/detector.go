@@ -187,7 +187,8 @@ func (d *Detector) All(ctx context.Context, obj metav1.Object) ([]Reason, error)
 }
 
 // StaticHash is the static drift check: the object's stamp against the
-// hash of the desired spec, with the changed fields as evidence.
+// hash of the desired spec, with the changed fields as evidence. Construct
+// it with NewStaticHash: a zero StaticHash's Check returns ErrInvalidOption.
 type StaticHash struct {
 	stamper *Stamper
 	desired any
@@ -232,11 +233,19 @@ func NewStaticHash(s *Stamper, desired any, opts ...StaticHashOption) (*StaticHa
 }
 
 // Desired returns the desired stamp.
-func (c *StaticHash) Desired() Stamp { return c.stamp }
+func (c *StaticHash) Desired() Stamp {
+	if c == nil {
+		return Stamp{}
+	}
+	return c.stamp
+}
 
 // Check implements Check. Unstamped objects, unreadable stamps and other
 // hash versions are not drifted.
 func (c *StaticHash) Check(ctx context.Context, obj metav1.Object) (*Reason, error) {
+	if c == nil || !c.stamper.valid() || c.stamp.Hash.IsZero() {
+		return nil, fmt.Errorf("%w: StaticHash not constructed with NewStaticHash", ErrInvalidOption)
+	}
 	res := c.stamper.Check(obj, c.stamp.Hash)
 	if res.State != Drifted {
 		return nil, nil

@@ -66,7 +66,7 @@ func TestRequirements(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			c, err := drift.NewRequirements(tc.reqs, drift.WithLabelAliases(drift.KarpenterLabelAliases))
+			c, err := drift.NewRequirements(tc.reqs, drift.WithLabelAliases(drift.KarpenterLabelAliases()))
 			require.NoError(t, err)
 			r, err := c.Check(context.Background(), &metav1.ObjectMeta{Labels: labels})
 			require.NoError(t, err)

@@ -113,7 +113,9 @@ const (
 
 // BumpEntry is the bump's effect on one object.
 type BumpEntry struct {
-	Name   string
+	// Name is "namespace/name" (or "name" for cluster-scoped objects).
+	Name string
+	// Action is what the bump does to the object.
 	Action BumpAction
 	// Before is the object's state under From against FromSpec (for
 	// objects already at the To version: under To against ToSpec).
@@ -126,12 +128,20 @@ type BumpEntry struct {
 // BumpReport is the proof that a version bump drifts nothing new: it
 // counts what the bump touches and checks every object before and after.
 type BumpReport struct {
-	FromVersion, ToVersion string
-	Total                  int
+	// FromVersion is the From hasher's version.
+	FromVersion string
+	// ToVersion is the To hasher's version.
+	ToVersion string
+	// Total is the number of objects examined.
+	Total int
 	// Touched counts objects whose annotations change.
-	Touched        int
-	Restamped      int
-	KeptDrifted    int
+	Touched int
+	// Restamped counts objects current under From, stamped with ToSpec.
+	Restamped int
+	// KeptDrifted counts drifted objects moved to ToVersion still drifted.
+	KeptDrifted int
+	// AlreadyCurrent counts objects already stamped with ToVersion (left
+	// alone, whatever their state).
 	AlreadyCurrent int
 	// Unknown counts unstamped or unreadable objects (left alone).
 	Unknown int
@@ -144,7 +154,8 @@ type BumpReport struct {
 	// ClearedDrift counts objects drifted before but not after. Safe()
 	// requires 0.
 	ClearedDrift int
-	Objects      []BumpEntry
+	// Objects lists every object's entry, in input order.
+	Objects []BumpEntry
 }
 
 // Safe reports whether the bump neither creates nor clears drift.
@@ -165,8 +176,8 @@ func ApplyVersionBump(ctx context.Context, objs []metav1.Object, b VersionBump) 
 }
 
 func runBump(ctx context.Context, objs []metav1.Object, b VersionBump, apply bool) (BumpReport, error) {
-	if b.From == nil || b.To == nil {
-		return BumpReport{}, fmt.Errorf("%w: version bump needs From and To stampers", ErrInvalidOption)
+	if !b.From.valid() || !b.To.valid() {
+		return BumpReport{}, fmt.Errorf("%w: version bump needs From and To stampers made by NewStamper", ErrInvalidOption)
 	}
 	if b.From.prefix != b.To.prefix {
 		return BumpReport{}, fmt.Errorf("%w: From prefix %q and To prefix %q differ", ErrInvalidOption, b.From.prefix, b.To.prefix)

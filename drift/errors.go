@@ -35,6 +35,9 @@ var (
 	// ErrInternal is returned when hashing hits a bug in this package (a
 	// recovered panic outside any user method). Please report it.
 	ErrInternal = errors.New("drift: internal error")
+	// ErrImageChooser wraps an error returned by an ImageChooser (which
+	// may itself wrap ErrNoImage).
+	ErrImageChooser = errors.New("drift: image chooser failed")
 	// ErrNoImage is returned by image checks when the ImageChooser has no
 	// image for a node's requirements.
 	ErrNoImage = errors.New("drift: no image for requirements")

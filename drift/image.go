@@ -25,7 +25,8 @@ func (f ImageChooserFunc) ChooseImage(ctx context.Context, labels map[string]str
 
 // Image is the image-drift check: the object's image is not the one a new
 // node with the same labels would get. Objects whose image is unknown are
-// not drifted.
+// not drifted. Construct it with NewImage: a zero Image's Check returns
+// ErrInvalidOption.
 type Image struct {
 	chooser  ImageChooser
 	imageOf  func(metav1.Object) (string, bool)
@@ -65,6 +66,9 @@ func NewImage(chooser ImageChooser, imageOf func(metav1.Object) (string, bool), 
 
 // Check implements Check.
 func (c *Image) Check(ctx context.Context, obj metav1.Object) (*Reason, error) {
+	if c == nil || c.chooser == nil || c.imageOf == nil {
+		return nil, fmt.Errorf("%w: Image not constructed with NewImage", ErrInvalidOption)
+	}
 	got, ok := c.imageOf(obj)
 	if !ok || got == "" {
 		return nil, nil
@@ -75,7 +79,7 @@ func (c *Image) Check(ctx context.Context, obj metav1.Object) (*Reason, error) {
 	}
 	want, err := c.chooser.ChooseImage(ctx, labels)
 	if err != nil {
-		return nil, fmt.Errorf("drift: choosing image: %w", err)
+		return nil, fmt.Errorf("%w: %w", ErrImageChooser, err)
 	}
 	if want == "" {
 		return nil, fmt.Errorf("%w: chooser returned no image", ErrNoImage)

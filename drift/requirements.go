@@ -13,9 +13,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// KarpenterLabelAliases maps deprecated well-known label keys in
-// requirements to the keys nodes carry, as Karpenter normalises them.
-var KarpenterLabelAliases = map[string]string{
+// KarpenterLabelAliases returns a new map from deprecated well-known label
+// keys in requirements to the keys nodes carry, as Karpenter normalises
+// them. Each call returns a fresh copy the caller may modify.
+func KarpenterLabelAliases() map[string]string { return maps.Clone(karpenterLabelAliases) }
+
+var karpenterLabelAliases = map[string]string{
 	corev1.LabelFailureDomainBetaZone:   corev1.LabelTopologyZone,
 	"beta.kubernetes.io/arch":           corev1.LabelArchStable,
 	"beta.kubernetes.io/os":             corev1.LabelOSStable,
@@ -37,7 +40,10 @@ type keyReq struct {
 	complement bool
 	values     map[string]struct{}
 	gte, lte   *int
-	text       []string
+	// mustExist: a node without the label never satisfies the
+	// requirement, even though no value does either (Lt MinInt).
+	mustExist bool
+	text      []string
 }
 
 func newKeyReq(r corev1.NodeSelectorRequirement) (*keyReq, error) {
@@ -75,7 +81,11 @@ func newKeyReq(r corev1.NodeSelectorRequirement) (*keyReq, error) {
 		}
 		kr.complement = true
 		if n == math.MaxInt {
-			// Gt MaxInt matches nothing.
+			// Gt MaxInt matches no value. Karpenter (v1.15
+			// scheduling.NewRequirementWithFlexibility) turns it
+			// into DoesNotExist, so a node without the label is
+			// compatible; we follow Karpenter so that we never report
+			// drift Karpenter would not.
 			kr.complement = false
 			break
 		}
@@ -88,7 +98,11 @@ func newKeyReq(r corev1.NodeSelectorRequirement) (*keyReq, error) {
 		}
 		kr.complement = true
 		if n == math.MinInt {
+			// Lt MinInt matches no value, and (unlike Gt MaxInt,
+			// which Karpenter special-cases) Karpenter still requires
+			// the label to exist: keep that, without its overflow.
 			kr.complement = false
+			kr.mustExist = true
 			break
 		}
 		n--
@@ -124,6 +138,7 @@ func reqString(r corev1.NodeSelectorRequirement) string {
 // intersect narrows r by o (same key).
 func (r *keyReq) intersect(o *keyReq) {
 	r.text = append(r.text, o.text...)
+	r.mustExist = r.mustExist || o.mustExist
 	gte := maxPtr(r.gte, o.gte)
 	lte := minPtr(r.lte, o.lte)
 	if gte != nil && lte != nil && *gte > *lte {
@@ -179,6 +194,9 @@ func (r *keyReq) has(v string) bool {
 // for NotIn and DoesNotExist (Karpenter's "custom labels must be defined
 // unless the requirement is NotIn or DoesNotExist").
 func (r *keyReq) allowsAbsent() bool {
+	if r.mustExist {
+		return false
+	}
 	if r.complement {
 		return len(r.values) > 0
 	}
@@ -237,8 +255,9 @@ type requirementsConfig struct {
 }
 
 // WithLabelAliases rewrites requirement keys before evaluation (see
-// KarpenterLabelAliases).
+// KarpenterLabelAliases). The map is copied.
 func WithLabelAliases(aliases map[string]string) RequirementsOption {
+	aliases = maps.Clone(aliases)
 	return func(c *requirementsConfig) { c.aliases = aliases }
 }
 

@@ -23,7 +23,9 @@ const (
 
 // Stamper writes and reads hash stamps on Kubernetes objects: the
 // annotations <prefix>/hash, <prefix>/hash-version and <prefix>/hash-fields
-// (the field fingerprints). It works on any metav1.Object.
+// (the field fingerprints). It works on any metav1.Object. Construct it
+// with NewStamper: a zero or nil Stamper computes nothing (ErrInvalidOption),
+// checks as Unknown and writes no annotations.
 type Stamper struct {
 	prefix    string
 	hasher    *Hasher
@@ -61,7 +63,17 @@ func NewStamper(prefix string, h *Hasher, opts ...StamperOption) (*Stamper, erro
 }
 
 // Hasher returns the stamper's hasher.
-func (s *Stamper) Hasher() *Hasher { return s.hasher }
+func (s *Stamper) Hasher() *Hasher {
+	if s == nil {
+		return nil
+	}
+	return s.hasher
+}
+
+// valid reports whether s was made by NewStamper.
+func (s *Stamper) valid() bool { return s != nil && s.prefix != "" && s.hasher.valid() }
+
+var errStamperNotConstructed = fmt.Errorf("%w: Stamper not constructed with NewStamper", ErrInvalidOption)
 
 // HashKey is the hash annotation's name.
 func (s *Stamper) HashKey() string { return s.prefix + HashSuffix }
@@ -75,12 +87,17 @@ func (s *Stamper) FieldsKey() string { return s.prefix + FieldsSuffix }
 // Stamp is what gets written on an object: the hash and the field
 // fingerprints of a desired spec.
 type Stamp struct {
-	Hash   Hash
+	// Hash is the versioned hash of the spec.
+	Hash Hash
+	// Fields are the spec's field fingerprints (empty when disabled).
 	Fields Fingerprints
 }
 
 // Compute hashes and fingerprints spec.
 func (s *Stamper) Compute(spec any) (Stamp, error) {
+	if !s.valid() {
+		return Stamp{}, errStamperNotConstructed
+	}
 	if s.maxFields == 0 {
 		h, err := s.hasher.Hash(spec)
 		return Stamp{Hash: h}, err
@@ -104,7 +121,11 @@ func (s *Stamper) Stamp(obj metav1.Object, spec any) (Stamp, error) {
 
 // Apply writes st on obj's annotations. The annotation map is replaced by
 // an updated copy, so maps shared with other objects are not modified.
+// A Stamper not made by NewStamper writes nothing.
 func (s *Stamper) Apply(obj metav1.Object, st Stamp) {
+	if !s.valid() {
+		return
+	}
 	ann := maps.Clone(obj.GetAnnotations())
 	if ann == nil {
 		ann = map[string]string{}
@@ -156,6 +177,7 @@ func (s State) String() string {
 
 // CheckResult is the outcome of Check.
 type CheckResult struct {
+	// State is the verdict; only Drifted means drifted.
 	State State
 	// Stamped is the hash read from the object; its Value is meaningful
 	// only when the annotation parsed.
@@ -172,6 +194,9 @@ type CheckResult struct {
 // NeedsRestamp (not drifted); unreadable annotations mean Unknown; only the
 // same version with a different value is Drifted.
 func (s *Stamper) Check(obj metav1.Object, desired Hash) CheckResult {
+	if !s.valid() {
+		return CheckResult{Desired: desired, Err: errStamperNotConstructed}
+	}
 	return s.checkAnnotations(obj.GetAnnotations(), desired)
 }
 
@@ -259,6 +284,9 @@ func WithKnownFields(paths ...string) ExplainOption {
 // desired. An object with no readable fingerprints of the current version
 // gets Source "none" and no error.
 func (s *Stamper) Explain(ctx context.Context, obj metav1.Object, desired any, opts ...ExplainOption) (Explanation, error) {
+	if !s.valid() {
+		return Explanation{}, errStamperNotConstructed
+	}
 	var cfg explainConfig
 	for _, o := range opts {
 		if o != nil {
