@@ -160,7 +160,8 @@ func ReadJournal(path string) (Journal, error) {
 }
 
 // DecodeJournal parses journal bytes strictly (unknown fields, trailing
-// data, unknown states and duplicate step names are ErrJournalCorrupt).
+// data, unknown states, duplicate step names and step states that contradict
+// each other or the plan state are ErrJournalCorrupt).
 func DecodeJournal(data []byte) (Journal, error) {
 	corrupt := func(format string, args ...any) (Journal, error) {
 		return Journal{}, &JournalError{Err: ErrJournalCorrupt, Detail: fmt.Sprintf(format, args...)}
@@ -196,7 +197,60 @@ func DecodeJournal(data []byte) (Journal, error) {
 			return corrupt("steps[%d]: negative counter", i)
 		}
 	}
+	if err := checkStepStates(j.Outcome); err != nil {
+		return corrupt("%v", err)
+	}
 	return j, nil
+}
+
+// checkStepStates checks that the step states of a non-terminal plan are
+// ones the runner can have written: the runner walks the steps in order
+// and rolls back in reverse order, so a journal that contradicts itself
+// (a step finished after one that never started, a rolled-back step in a
+// plan that is still running forward) was edited or damaged, and resuming
+// from it could run the wrong steps. Terminal journals are only reported,
+// never resumed, so they are not checked here.
+func checkStepStates(o Outcome) error {
+	var allowed map[StepState]bool
+	switch o.State {
+	case PlanRunning:
+		allowed = map[StepState]bool{StepPending: true, StepRunning: true, StepSucceeded: true, StepSkipped: true}
+	case PlanRollingBack:
+		allowed = map[StepState]bool{StepPending: true, StepSucceeded: true, StepSkipped: true, StepFailed: true, StepRollingBack: true, StepRolledBack: true}
+	default:
+		return nil
+	}
+	count := map[StepState]int{}
+	firstOpen := -1   // first step that has not finished (Pending, or Running)
+	rollingBack := -1 // the step being rolled back
+	for i, s := range o.Steps {
+		if !allowed[s.State] {
+			return fmt.Errorf("steps[%d] %q is %s while the plan is %s", i, s.Name, s.State, o.State)
+		}
+		count[s.State]++
+		if firstOpen >= 0 && s.State != StepPending {
+			return fmt.Errorf("steps[%d] %q is %s after steps[%d] %q, which is %s", i, s.Name, s.State, firstOpen, o.Steps[firstOpen].Name, o.Steps[firstOpen].State)
+		}
+		if s.State == StepPending || s.State == StepRunning {
+			firstOpen = i
+		}
+		if s.State == StepRollingBack {
+			rollingBack = i
+		}
+		if s.State == StepRolledBack && rollingBack < 0 {
+			for k := i + 1; k < len(o.Steps); k++ {
+				if o.Steps[k].State == StepRollingBack {
+					return fmt.Errorf("steps[%d] %q is %s before steps[%d] %q, which is still %s (rollback runs in reverse order)", i, s.Name, s.State, k, o.Steps[k].Name, StepRollingBack)
+				}
+			}
+		}
+	}
+	for _, st := range []StepState{StepRunning, StepFailed, StepRollingBack} {
+		if count[st] > 1 {
+			return fmt.Errorf("%d steps are %s; at most one can be", count[st], st)
+		}
+	}
+	return nil
 }
 
 // writeJournal replaces path atomically: write a temporary file in the same

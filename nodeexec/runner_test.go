@@ -350,6 +350,19 @@ func TestBadJournalsRunNothingAndLoseNothing(t *testing.T) {
 	other.Steps[2].Argv = []string{"changed"}
 	otherJournal, err := json.Marshal(newJournal(other, other.Fingerprint()))
 	require.NoError(t, err)
+	// withStates is a journal of the plan under test whose step states
+	// contradict each other or the plan state.
+	withStates := func(plan PlanState, steps ...StepState) []byte {
+		p := threeStepPlan()
+		j := newJournal(p, p.Fingerprint())
+		j.State = plan
+		for i, st := range steps {
+			j.Steps[i].State = st
+		}
+		b, err := json.Marshal(j)
+		require.NoError(t, err)
+		return b
+	}
 	tests := []struct {
 		name    string
 		content []byte
@@ -360,6 +373,14 @@ func TestBadJournalsRunNothingAndLoseNothing(t *testing.T) {
 		{"unknown version", []byte(`{"version":99,"fingerprint":"x","plan":"p","state":"Running","steps":[]}`), ErrJournalCorrupt},
 		{"unknown state", []byte(`{"version":1,"fingerprint":"x","plan":"p","state":"Dancing","steps":[]}`), ErrJournalCorrupt},
 		{"different plan", otherJournal, ErrJournalMismatch},
+		{"running plan, rolled-back step after a pending one", withStates(PlanRunning, StepSucceeded, StepPending, StepRolledBack), ErrJournalCorrupt},
+		{"running plan, failed step", withStates(PlanRunning, StepSucceeded, StepFailed, StepPending), ErrJournalCorrupt},
+		{"running plan, two running steps", withStates(PlanRunning, StepRunning, StepRunning, StepPending), ErrJournalCorrupt},
+		{"running plan, succeeded after pending", withStates(PlanRunning, StepPending, StepSucceeded, StepPending), ErrJournalCorrupt},
+		{"running plan, succeeded after running", withStates(PlanRunning, StepRunning, StepPending, StepSucceeded), ErrJournalCorrupt},
+		{"rolling back, running step", withStates(PlanRollingBack, StepSucceeded, StepRunning, StepPending), ErrJournalCorrupt},
+		{"rolling back, two failed steps", withStates(PlanRollingBack, StepFailed, StepFailed, StepPending), ErrJournalCorrupt},
+		{"rolling back, rolled back below the rolling-back step", withStates(PlanRollingBack, StepRolledBack, StepRollingBack, StepFailed), ErrJournalCorrupt},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
