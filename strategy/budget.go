@@ -96,7 +96,7 @@ func (b Budget) schedule() (cron.Schedule, error) {
 }
 
 // Active reports whether the budget is in force at c.Now(): a window opens
-// at each schedule hit and lasts Duration (the check walks back Duration
+// at each schedule hit and lasts Duration, [hit, hit+Duration) (the check walks back Duration
 // and asks whether the next hit from there has come, as Karpenter does).
 func (b Budget) Active(c clock.PassiveClock) (bool, error) {
 	s, err := b.schedule()
