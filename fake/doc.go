@@ -1,0 +1,60 @@
+// Package fake builds Cluster API clusters and simulated nodes for tests of
+// upgrade code: a fluent builder for a CAPI v1beta2 cluster (Cluster), one
+// simulated host per node that runs nodeexec plans (Host, Fleet), and
+// deterministic fault injection into hosts and API clients (Faults).
+//
+// # Cluster
+//
+// NewCluster("demo").ControlPlane(3, "v1.30.4").MachineDeployment("md-0",
+// 5, "v1.30.4") describes a KubeadmControlPlane with its Machines, a
+// MachineDeployment with one MachineSet and its Machines, a KubeadmConfig
+// and an infrastructure machine (DockerMachine, AWSMachine or any
+// Infrastructure) per Machine, and a Node per Machine whose spec.providerID
+// matches, with status.nodeInfo.kubeletVersion and a Ready condition. Pods
+// and PodDisruptionBudgets are added by name. Names and UIDs are
+// deterministic (see Cluster). The same builder backs a controller-runtime
+// fake client (Client) or is written into a real API server (Apply, which
+// also writes statuses through the status subresource).
+//
+// # Hosts
+//
+// A Host has component versions (kubelet, kubeadm, kubectl, containerd,
+// CNI plugins, etcd and the control plane static pods), an in-memory
+// filesystem and systemd unit states. It implements nodeexec.Executor and
+// interprets exactly the commands the nodeexec/kubeadm step library emits,
+// so a whole kubeadm plan runs through nodeexec's real Runner: staging
+// trees are installed and backed up, `kubeadm upgrade apply|node` checks
+// versions and kubeadm's ordering (a Fleet shares the cluster's kubeadm
+// configuration between hosts), a kubelet restart reports the new version
+// on the Node, and rollbacks restore what the backups saved. Anything else
+// fails with ExitUnknownCommand; nothing unknown succeeds silently. The
+// host learns the library's scripts from a plan the library generates, so
+// a changed script is reported as unknown rather than half-understood.
+//
+// # Faults
+//
+// Faults fails a step on a node k times (or randomly, from a seed), marks
+// a node NotReady after a step, makes a step slow on a virtual clock
+// (k8s.io/utils/clock/testing.FakeClock, so deadlines are tested without
+// sleeping; DriveClock makes a Runner's backoff waits instant), and makes
+// chosen API verbs fail with conflicts, timeouts or throttling through
+// controller-runtime's interceptor.
+//
+// # fake client or fake/envtest?
+//
+// The fake client is fast (no processes) and is right for logic that only
+// reads and writes objects: deciding what to upgrade next, reacting to
+// Node versions and conditions, retrying on injected errors. Prefer
+// fake/envtest's real API server (Cluster.Apply into envtest.StartForTest)
+// whenever the test depends on what the API server does: CRD validation and
+// defaulting, status subresource semantics, resourceVersion conflicts
+// between real writers, field selectors, server-side apply, the Eviction
+// API and PodDisruptionBudget enforcement (which the fake client does not
+// implement). Install the infrastructure machine CRD with
+// envtest.WithCRDs(cluster.InfrastructureCRD()).
+//
+// What it is not: a simulation of controllers. Nothing reconciles: no
+// Machine is created when a MachineDeployment changes, no Pod is
+// rescheduled, and Node status changes only when a Host or the test writes
+// it. The hosts model the kubeadm library's commands, not Linux.
+package fake

@@ -1,0 +1,382 @@
+package fake
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	testingclock "k8s.io/utils/clock/testing"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+
+	"github.com/upgradekit/upgradekit/nodeexec"
+)
+
+// Verb is an API operation faults can be injected into.
+type Verb string
+
+// Verbs of the controller-runtime client. Subresource verbs are
+// "<verb>/<subresource>".
+const (
+	VerbGet            Verb = "get"
+	VerbList           Verb = "list"
+	VerbCreate         Verb = "create"
+	VerbUpdate         Verb = "update"
+	VerbPatch          Verb = "patch"
+	VerbDelete         Verb = "delete"
+	VerbUpdateStatus   Verb = "update/status"
+	VerbPatchStatus    Verb = "patch/status"
+	VerbCreateEviction Verb = "create/eviction"
+)
+
+// APIFault is the kind of error an API call fails with.
+type APIFault string
+
+// API faults. Each produces the error the real API server would, so
+// apierrors.IsConflict, IsTimeout/IsServerTimeout and IsTooManyRequests
+// recognise them.
+const (
+	// Conflict is 409 Conflict (a stale resourceVersion).
+	Conflict APIFault = "Conflict"
+	// Timeout is 504 Timeout.
+	Timeout APIFault = "Timeout"
+	// Throttled is 429 TooManyRequests with a Retry-After of 1s.
+	Throttled APIFault = "Throttled"
+)
+
+// Injection records one fault that fired.
+type Injection struct {
+	// Node and Step for host faults; Verb and Kind for API faults.
+	Node, Step string
+	Verb       Verb
+	Kind       string
+	// What is "fail", "slow", "deadline", "not-ready" or the APIFault.
+	What string
+}
+
+type stepKey struct{ node, step string }
+
+type apiRule struct {
+	verb       Verb
+	kind       string // "" matches every kind
+	fault      APIFault
+	remaining  int     // for counted rules
+	p          float64 // for probabilistic rules (remaining ignored)
+	randomized bool
+}
+
+// Faults describes failures to inject into Hosts (WithFaults) and into a
+// client (Interceptor). It is deterministic: counted faults fire on the
+// first matching calls, and probabilistic ones draw from a generator seeded
+// by NewFaults, so the same seed and the same sequence of calls inject the
+// same faults. Node "" in a rule matches every node (the count is then
+// shared). It is safe for concurrent use; with concurrent callers the
+// sequence, and so which call gets a probabilistic fault, depends on
+// scheduling.
+type Faults struct {
+	mu       sync.Mutex
+	rng      *rand.Rand
+	fail     map[stepKey]int
+	flaky    float64
+	notReady map[stepKey]bool
+	slow     map[stepKey]time.Duration
+	api      []*apiRule
+	log      []Injection
+}
+
+// NewFaults returns an empty set of faults whose random choices derive
+// from seed.
+func NewFaults(seed uint64) *Faults {
+	return &Faults{
+		rng:  rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
+		fail: map[stepKey]int{}, notReady: map[stepKey]bool{}, slow: map[stepKey]time.Duration{},
+	}
+}
+
+// FailStep makes the run phase of step on node exit with ExitInjected the
+// first times times it runs.
+func (f *Faults) FailStep(node, step string, times int) *Faults {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.fail[stepKey{node, step}] += max(times, 0)
+	return f
+}
+
+// FlakySteps makes every run-phase command fail with probability p, drawn
+// from the seeded generator.
+func (f *Faults) FlakySteps(p float64) *Faults {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.flaky = p
+	return f
+}
+
+// NotReadyAfter marks node's Node NotReady right after step first
+// succeeds on it (the kubelet's next start marks it Ready again).
+func (f *Faults) NotReadyAfter(node, step string) *Faults {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.notReady[stepKey{node, step}] = true
+	return f
+}
+
+// SlowStep makes every run of step on node take d of virtual time: the
+// host's clock (WithHostClock; a FakeClock is stepped, nothing sleeps)
+// advances by d, and if d does not fit in the command's deadline the
+// command fails with context.DeadlineExceeded, as a real slow command
+// killed at its deadline would.
+func (f *Faults) SlowStep(node, step string, d time.Duration) *Faults {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.slow[stepKey{node, step}] = d
+	return f
+}
+
+// APIError makes the first times calls of verb on kind ("" for every kind,
+// else the Kind such as "Node") fail with fault.
+func (f *Faults) APIError(verb Verb, kind string, fault APIFault, times int) *Faults {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.api = append(f.api, &apiRule{verb: verb, kind: kind, fault: fault, remaining: max(times, 0)})
+	return f
+}
+
+// FlakyAPI makes calls of verb on kind fail with fault with probability p,
+// drawn from the seeded generator.
+func (f *Faults) FlakyAPI(verb Verb, kind string, fault APIFault, p float64) *Faults {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.api = append(f.api, &apiRule{verb: verb, kind: kind, fault: fault, p: p, randomized: true})
+	return f
+}
+
+// Injected returns the faults that fired, in order.
+func (f *Faults) Injected() []Injection {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]Injection(nil), f.log...)
+}
+
+func (f *Faults) match(m map[stepKey]int, node, step string) (stepKey, bool) {
+	for _, k := range []stepKey{{node, step}, {"", step}} {
+		if m[k] > 0 {
+			return k, true
+		}
+	}
+	return stepKey{}, false
+}
+
+// before runs ahead of a host command; handled means the command does not
+// run and res/err are its outcome.
+func (f *Faults) before(ctx context.Context, h *Host, cmd nodeexec.Command) (res nodeexec.Result, err error, handled bool) {
+	if cmd.Phase != nodeexec.PhaseRun {
+		return res, nil, false
+	}
+	f.mu.Lock()
+	d, slow := f.slow[stepKey{h.node, cmd.Step}]
+	if !slow {
+		d, slow = f.slow[stepKey{"", cmd.Step}]
+	}
+	f.mu.Unlock()
+	if slow {
+		if err := h.sleep(ctx, d); err != nil {
+			f.record(Injection{Node: h.node, Step: cmd.Step, What: "deadline"})
+			return nodeexec.Result{ExitCode: -1, Output: []byte("fake: killed at its deadline")},
+				fmt.Errorf("fake host %s: step %q takes %v: %w", h.node, cmd.Step, d, err), true
+		}
+		f.record(Injection{Node: h.node, Step: cmd.Step, What: "slow"})
+	}
+	f.mu.Lock()
+	k, fail := f.match(f.fail, h.node, cmd.Step)
+	if fail {
+		f.fail[k]--
+	} else if f.flaky > 0 && f.rng.Float64() < f.flaky {
+		fail = true
+	}
+	f.mu.Unlock()
+	if fail {
+		f.record(Injection{Node: h.node, Step: cmd.Step, What: "fail"})
+		return nodeexec.Result{ExitCode: ExitInjected, Output: []byte(fmt.Sprintf("fake: injected failure of step %q on %s", cmd.Step, h.node))}, nil, true
+	}
+	return res, nil, false
+}
+
+// after runs once a host command succeeded.
+func (f *Faults) after(ctx context.Context, h *Host, cmd nodeexec.Command) error {
+	f.mu.Lock()
+	k := stepKey{h.node, cmd.Step}
+	fire := f.notReady[k]
+	if !fire {
+		k = stepKey{"", cmd.Step}
+		fire = f.notReady[k]
+	}
+	if fire && k.node != "" {
+		delete(f.notReady, k)
+	}
+	f.mu.Unlock()
+	if !fire {
+		return nil
+	}
+	f.record(Injection{Node: h.node, Step: cmd.Step, What: "not-ready"})
+	return h.NodeNotReady(ctx)
+}
+
+func (f *Faults) record(i Injection) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.log = append(f.log, i)
+}
+
+// apiFault returns the error for a call, or nil.
+func (f *Faults) apiFault(c client.Client, verb Verb, obj any, name string) error {
+	kind := ""
+	gvk := schema.GroupVersionKind{}
+	if o, ok := obj.(client.Object); ok {
+		if g, err := apiutil.GVKForObject(o, c.Scheme()); err == nil {
+			gvk = g
+		}
+	} else if l, ok := obj.(client.ObjectList); ok {
+		if g, err := apiutil.GVKForObject(l, c.Scheme()); err == nil {
+			g.Kind = trimList(g.Kind)
+			gvk = g
+		}
+	}
+	kind = gvk.Kind
+	f.mu.Lock()
+	var hit *apiRule
+	for _, r := range f.api {
+		if r.verb != verb || (r.kind != "" && r.kind != kind) {
+			continue
+		}
+		if r.randomized {
+			if f.rng.Float64() < r.p {
+				hit = r
+				break
+			}
+			continue
+		}
+		if r.remaining > 0 {
+			r.remaining--
+			hit = r
+			break
+		}
+	}
+	if hit != nil {
+		f.log = append(f.log, Injection{Verb: verb, Kind: kind, What: string(hit.fault)})
+	}
+	f.mu.Unlock()
+	if hit == nil {
+		return nil
+	}
+	gr := schema.GroupResource{Group: gvk.Group, Resource: kind}
+	switch hit.fault {
+	case Conflict:
+		return apierrors.NewConflict(gr, name, errors.New("fake: injected conflict: the object has been modified; please apply your changes to the latest version and try again"))
+	case Timeout:
+		return apierrors.NewTimeoutError(fmt.Sprintf("fake: injected timeout on %s %s", verb, kind), 1)
+	case Throttled:
+		return apierrors.NewTooManyRequests(fmt.Sprintf("fake: injected throttling on %s %s", verb, kind), 1)
+	}
+	return apierrors.NewInternalError(fmt.Errorf("fake: unknown fault %q", hit.fault))
+}
+
+func trimList(kind string) string {
+	if len(kind) > 4 && kind[len(kind)-4:] == "List" {
+		return kind[:len(kind)-4]
+	}
+	return kind
+}
+
+// Interceptor returns controller-runtime interceptor functions that inject
+// the API faults; pass them to WithInterceptor, or to
+// interceptor.NewClient to wrap any client (including envtest's).
+func (f *Faults) Interceptor() interceptor.Funcs {
+	return interceptor.Funcs{
+		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+			if err := f.apiFault(c, VerbGet, obj, key.Name); err != nil {
+				return err
+			}
+			return c.Get(ctx, key, obj, opts...)
+		},
+		List: func(ctx context.Context, c client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {
+			if err := f.apiFault(c, VerbList, list, ""); err != nil {
+				return err
+			}
+			return c.List(ctx, list, opts...)
+		},
+		Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+			if err := f.apiFault(c, VerbCreate, obj, obj.GetName()); err != nil {
+				return err
+			}
+			return c.Create(ctx, obj, opts...)
+		},
+		Update: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
+			if err := f.apiFault(c, VerbUpdate, obj, obj.GetName()); err != nil {
+				return err
+			}
+			return c.Update(ctx, obj, opts...)
+		},
+		Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+			if err := f.apiFault(c, VerbPatch, obj, obj.GetName()); err != nil {
+				return err
+			}
+			return c.Patch(ctx, obj, patch, opts...)
+		},
+		Delete: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.DeleteOption) error {
+			if err := f.apiFault(c, VerbDelete, obj, obj.GetName()); err != nil {
+				return err
+			}
+			return c.Delete(ctx, obj, opts...)
+		},
+		SubResourceCreate: func(ctx context.Context, c client.Client, sub string, obj client.Object, subObj client.Object, opts ...client.SubResourceCreateOption) error {
+			if err := f.apiFault(c, Verb("create/"+sub), obj, obj.GetName()); err != nil {
+				return err
+			}
+			return c.SubResource(sub).Create(ctx, obj, subObj, opts...)
+		},
+		SubResourceUpdate: func(ctx context.Context, c client.Client, sub string, obj client.Object, opts ...client.SubResourceUpdateOption) error {
+			if err := f.apiFault(c, Verb("update/"+sub), obj, obj.GetName()); err != nil {
+				return err
+			}
+			return c.SubResource(sub).Update(ctx, obj, opts...)
+		},
+		SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
+			if err := f.apiFault(c, Verb("patch/"+sub), obj, obj.GetName()); err != nil {
+				return err
+			}
+			return c.SubResource(sub).Patch(ctx, obj, patch, opts...)
+		},
+	}
+}
+
+// DriveClock keeps stepping c by quantum whenever something waits on it
+// (a Runner's retry backoff, a timer), so code that sleeps on a FakeClock
+// runs at full speed. Call the returned function to stop it.
+func DriveClock(c *testingclock.FakeClock, quantum time.Duration) (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		t := time.NewTicker(50 * time.Microsecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				if c.HasWaiters() {
+					c.Step(quantum)
+				}
+			}
+		}
+	}()
+	var once sync.Once
+	return func() { once.Do(func() { close(done); wg.Wait() }) }
+}

@@ -1,0 +1,249 @@
+package fake
+
+import (
+	"context"
+	"fmt"
+	"path"
+	"sort"
+	"strings"
+	"sync"
+
+	"github.com/upgradekit/upgradekit/nodeexec"
+	"github.com/upgradekit/upgradekit/nodeexec/kubeadm"
+)
+
+// scriptKind names one of the kubeadm step library's shell scripts.
+type scriptKind int
+
+const (
+	scriptEtcdSnapshot scriptKind = iota + 1
+	scriptInstallTree
+	scriptBackupTree
+	scriptRestoreTree
+	scriptRestoreTreeRestart
+	scriptRestartUnit
+	scriptInstallFile
+	scriptBackupFile
+	scriptWriteFile
+	scriptBackupEtcKubernetes
+	scriptVerify
+)
+
+var (
+	scriptsOnce sync.Once
+	scripts     map[string]scriptKind
+)
+
+// knownScripts learns the library's scripts from a plan it generates, so
+// the host recognises exactly the text the library emits (and stops
+// recognising a script the moment the library changes it: the change then
+// shows up as an unknown-script failure in this package's tests).
+func knownScripts() map[string]scriptKind {
+	scriptsOnce.Do(func() {
+		scripts = map[string]scriptKind{}
+		plan, err := kubeadm.NewPlan(kubeadm.Config{Node: "learn", Role: kubeadm.RoleFirstControlPlane, FromVersion: "v1.30.0", ToVersion: "v1.31.0"})
+		if err != nil {
+			return
+		}
+		learn := func(step string, pick func(nodeexec.Step) []string, k scriptKind) {
+			for _, s := range plan.Steps {
+				if argv := pick(s); s.Name == step && len(argv) > 2 && argv[0] == "/bin/sh" {
+					scripts[argv[2]] = k
+				}
+			}
+		}
+		run := func(s nodeexec.Step) []string { return s.Argv }
+		backup := func(s nodeexec.Step) []string { return s.Backup }
+		rollback := func(s nodeexec.Step) []string { return s.Rollback }
+		learn(kubeadm.StepEtcdSnapshot, run, scriptEtcdSnapshot)
+		learn(kubeadm.StepContainerd, run, scriptInstallTree)
+		learn(kubeadm.StepContainerd, backup, scriptBackupTree)
+		learn(kubeadm.StepContainerd, rollback, scriptRestoreTreeRestart)
+		learn(kubeadm.StepCNIPlugins, rollback, scriptRestoreTree)
+		learn(kubeadm.StepContainerdReload, run, scriptRestartUnit)
+		learn(kubeadm.StepKubeadmBinary, run, scriptInstallFile)
+		learn(kubeadm.StepKubeadmBinary, backup, scriptBackupFile)
+		learn(kubeadm.StepKubeadmConfig, run, scriptWriteFile)
+		learn(kubeadm.StepKubeadmUpgrade, backup, scriptBackupEtcKubernetes)
+		learn(kubeadm.StepVerify, run, scriptVerify)
+	})
+	return scripts
+}
+
+func (h *Host) script(ctx context.Context, k scriptKind, args []string, env map[string]string) (int, string) {
+	want := map[scriptKind]int{
+		scriptEtcdSnapshot: 3, scriptInstallTree: 1, scriptBackupTree: 2, scriptRestoreTree: 1,
+		scriptRestoreTreeRestart: 2, scriptRestartUnit: 1, scriptInstallFile: 2, scriptBackupFile: 2,
+		scriptWriteFile: 1, scriptBackupEtcKubernetes: 1, scriptVerify: 6,
+	}[k]
+	if len(args) != want {
+		return 2, fmt.Sprintf("fake host: script expects %d arguments, got %d: %q", want, len(args), args)
+	}
+	for _, a := range args {
+		if a == "" {
+			return 2, fmt.Sprintf("fake host: empty script argument in %q", args)
+		}
+	}
+	switch k {
+	case scriptRestartUnit:
+		return h.startUnit(ctx, args[0])
+	case scriptRestoreTreeRestart:
+		if code, out := h.locked(func() (int, string) { return h.restoreTree(args[0]) }); code != 0 {
+			return code, out
+		}
+		return h.startUnit(ctx, args[1])
+	case scriptVerify:
+		return h.verify(ctx, args)
+	}
+	return h.locked(func() (int, string) {
+		switch k {
+		case scriptEtcdSnapshot:
+			if _, _, msg := h.program(args[0], "etcdctl"); msg != "" {
+				return 127, msg
+			}
+			if h.role != RoleControlPlane || h.etcd == "" {
+				return 1, "Error: dial tcp 127.0.0.1:2379: connect: connection refused"
+			}
+			for _, f := range []string{"etcd/ca.crt", "apiserver-etcd-client.crt", "apiserver-etcd-client.key"} {
+				if _, ok := h.files[path.Join(args[2], f)]; !ok {
+					return 1, fmt.Sprintf("Error: open %s: no such file or directory", path.Join(args[2], f))
+				}
+			}
+			h.files[path.Clean(args[1])] = fmt.Sprintf("fake etcd snapshot of %s (etcd %s, kubernetes %s)", h.node, h.etcd, h.cp)
+			return 0, "Snapshot saved at " + args[1]
+		case scriptInstallTree:
+			return h.copyTree(args[0], "/")
+		case scriptBackupTree:
+			return h.backupTree(args[0], args[1])
+		case scriptRestoreTree:
+			return h.restoreTree(args[0])
+		case scriptInstallFile, scriptBackupFile:
+			src, dst := path.Clean(args[0]), path.Clean(args[1])
+			content, ok := h.files[src]
+			if !ok {
+				return 1, fmt.Sprintf("cp: cannot stat '%s': No such file or directory", args[0])
+			}
+			h.files[dst] = content
+			return 0, ""
+		case scriptWriteFile:
+			content, ok := env["UPGRADEKIT_FILE_CONTENT"]
+			if !ok {
+				return 1, "sh: UPGRADEKIT_FILE_CONTENT: parameter not set"
+			}
+			h.files[path.Clean(args[0])] = content
+			return 0, ""
+		case scriptBackupEtcKubernetes:
+			return h.copyTree("/etc/kubernetes", args[0])
+		}
+		return ExitUnknownCommand, "fake host: unhandled script"
+	})
+}
+
+func (h *Host) locked(f func() (int, string)) (int, string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return f()
+}
+
+// copyTree copies every file under src to the same relative path under
+// dst, like cp -a src/. dst. src must hold at least one file (the host has
+// no empty directories).
+func (h *Host) copyTree(src, dst string) (int, string) {
+	src = path.Clean(src)
+	files := h.under(src)
+	if len(files) == 0 {
+		return 1, fmt.Sprintf("cp: cannot stat '%s/.': No such file or directory", src)
+	}
+	for _, f := range files {
+		h.files[path.Join(dst, strings.TrimPrefix(f, src+"/"))] = h.files[f]
+	}
+	return 0, ""
+}
+
+// backupTree copies aside every host file the tree at src would overwrite
+// into dst and lists the ones it would add in dst.added.
+func (h *Host) backupTree(src, dst string) (int, string) {
+	src, dst = path.Clean(src), path.Clean(dst)
+	files := h.under(src)
+	if len(files) == 0 {
+		return 2, fmt.Sprintf("sh: cd: can't cd to %s", src)
+	}
+	var added []string
+	for _, f := range files {
+		rel := strings.TrimPrefix(f, src+"/")
+		if content, ok := h.files["/"+rel]; ok {
+			h.files[path.Join(dst, rel)] = content
+		} else {
+			added = append(added, rel)
+		}
+	}
+	sort.Strings(added)
+	list := strings.Join(added, "\n")
+	if list != "" {
+		list += "\n"
+	}
+	h.files[dst+".added"] = list
+	return 0, ""
+}
+
+// restoreTree puts saved files back and removes the ones the install added.
+func (h *Host) restoreTree(dir string) (int, string) {
+	dir = path.Clean(dir)
+	for _, f := range h.under(dir) {
+		h.files["/"+strings.TrimPrefix(f, dir+"/")] = h.files[f]
+	}
+	if list, ok := h.files[dir+".added"]; ok {
+		for _, rel := range strings.Split(list, "\n") {
+			if rel != "" {
+				delete(h.files, "/"+rel)
+			}
+		}
+	}
+	return 0, ""
+}
+
+// verify interprets the verify step: $1 kubeadm, $2 kubelet, $3 kubectl,
+// $4 version, $5 node, $6 role.
+func (h *Host) verify(ctx context.Context, a []string) (int, string) {
+	fail := func(format string, args ...any) (int, string) { return 1, "verify: " + fmt.Sprintf(format, args...) }
+	version, node, role := a[3], a[4], a[5]
+	h.mu.Lock()
+	checks := []struct {
+		prog string
+		c    Component
+		what string
+	}{{a[0], Kubeadm, "kubeadm"}, {a[1], Kubelet, "kubelet binary"}, {a[2], Kubectl, "kubectl client"}}
+	for _, c := range checks {
+		_, v, msg := h.program(c.prog, c.c)
+		if msg != "" {
+			h.mu.Unlock()
+			return fail("%s: %s", c.what, msg)
+		}
+		if v != version {
+			h.mu.Unlock()
+			return fail("%s is %s, want %s", c.what, v, version)
+		}
+	}
+	for _, u := range []string{"containerd", "kubelet"} {
+		if h.units[u] != UnitActive {
+			h.mu.Unlock()
+			return fail("%s is not active", u)
+		}
+	}
+	cp := h.cp
+	h.mu.Unlock()
+	if node != h.node {
+		return fail("reading node %s: this host is %s", node, h.node)
+	}
+	got, err := h.nodeKubeletVersion(ctx)
+	if err != nil {
+		return fail("reading node %s: %v", node, err)
+	}
+	if got != version {
+		return fail("running kubelet reports %s, want %s", got, version)
+	}
+	if role != string(kubeadm.RoleWorker) && cp != version {
+		return fail("kube-apiserver runs registry.k8s.io/kube-apiserver:%s, want tag %s", cp, version)
+	}
+	return 0, fmt.Sprintf("verified %s at %s", node, version)
+}
