@@ -13,7 +13,7 @@
 // NewPlan refuses downgrades and skipped minor versions (kubeadm's own
 // rule) with a *VersionError, and applies the version gates real clusters
 // need: a kubeadm.k8s.io/v1beta4 UpgradeConfiguration for `upgrade apply`
-// from 1.30, and skipping the CoreDNS addon phase from 1.32 (Cluster API
+// from 1.31 (flags before that), and skipping the CoreDNS addon phase from 1.32 (Cluster API
 // owns CoreDNS).
 //
 // What it is not: it does not drain (use package nodeexec/drain before the

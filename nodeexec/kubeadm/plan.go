@@ -133,10 +133,16 @@ func absPath(field, p string) error {
 // (ErrInvalidConfig) before producing anything.
 //
 // Kubernetes version gates:
-//   - >= 1.30: the first control plane uses `kubeadm upgrade apply
-//     --config` with a kubeadm.k8s.io/v1beta4 UpgradeConfiguration written
-//     by the kubeadm-config step (kubeadm stopped accepting a
-//     ClusterConfiguration there; kubernetes/kubeadm#3054);
+//   - >= 1.31: the first control plane uses `kubeadm upgrade apply
+//     --config <file> --yes` with a kubeadm.k8s.io/v1beta4
+//     UpgradeConfiguration written by the kubeadm-config step (1.31 is
+//     where v1beta4 is GA; kubeadm stopped accepting a
+//     ClusterConfiguration there, kubernetes/kubeadm#3054);
+//   - 1.30 and older: `kubeadm upgrade apply <version> --yes` with flags.
+//     kubeadm 1.30 ships v1beta4 only as an experimental API, and early
+//     1.30 patch releases refuse --yes next to --config ("can not mix
+//     '--config' with arguments [... yes]", kubernetes-sigs/kubespray#11350),
+//     so the flag form is the one every 1.30 patch accepts;
 //   - >= 1.32: the CoreDNS addon phase is skipped (skipPhases
 //     addon/coredns) because Cluster API owns CoreDNS; before 1.32, the
 //     CoreDNS preflight errors caused by CAPI-managed CoreDNS images are
@@ -160,7 +166,7 @@ func NewPlan(cfg Config) (nodeexec.Plan, error) {
 		}
 	}
 	to, _ := parse(cfg.ToVersion)
-	b := builder{cfg: cfg, gate130: atLeast(to, 30), gate132: atLeast(to, 32)}
+	b := builder{cfg: cfg, gate131: atLeast(to, 31), gate132: atLeast(to, 32)}
 	plan := nodeexec.Plan{
 		Name:              cfg.PlanName,
 		Node:              cfg.Node,
@@ -178,7 +184,7 @@ func NewPlan(cfg Config) (nodeexec.Plan, error) {
 
 type builder struct {
 	cfg              Config
-	gate130, gate132 bool
+	gate131, gate132 bool
 }
 
 func (b builder) staging(p ...string) string {
@@ -336,7 +342,7 @@ cp -a /etc/kubernetes/. "$1"/`, b.backup("etc-kubernetes")),
 	coreDNSPreflight := "--ignore-preflight-errors=CoreDNSUnsupportedPlugins,CoreDNSMigration"
 	switch c.Role {
 	case RoleFirstControlPlane:
-		if b.gate130 {
+		if b.gate131 {
 			cfgPath := b.staging("kubeadm-upgrade-config.yaml")
 			add(nodeexec.Step{
 				Name:       StepKubeadmConfig,
@@ -389,8 +395,9 @@ cp -a /etc/kubernetes/. "$1"/`, b.backup("etc-kubernetes")),
 }
 
 // UpgradeConfiguration returns the kubeadm.k8s.io/v1beta4
-// UpgradeConfiguration the first control plane uses for Kubernetes >= 1.30
-// (written by the kubeadm-config step). For >= 1.32 it skips the CoreDNS
+// UpgradeConfiguration the first control plane uses for Kubernetes >= 1.31
+// (written by the kubeadm-config step; NewPlan does not use it for 1.30,
+// where v1beta4 is still experimental). For >= 1.32 it skips the CoreDNS
 // addon phase, which Cluster API manages; before that it ignores the
 // CoreDNS preflight errors CAPI-managed CoreDNS images trigger.
 func UpgradeConfiguration(toVersion string) string {

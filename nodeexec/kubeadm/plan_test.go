@@ -83,10 +83,17 @@ func TestNewPlanPerRoleAndVersion(t *testing.T) {
 			wantArgv:  []string{"/usr/bin/kubeadm", "upgrade", "apply", "v1.29.4", "--yes", "--ignore-preflight-errors=CoreDNSUnsupportedPlugins,CoreDNSMigration"},
 		},
 		{
-			name: "first control plane 1.30 (UpgradeConfiguration, CoreDNS preflight ignored)", role: RoleFirstControlPlane, from: "v1.29.4", to: "v1.30.2",
+			// kubeadm 1.30: v1beta4 is experimental and 1.30.2 rejects --yes
+			// next to --config (kubespray#11350), so flags as before.
+			name: "first control plane 1.30 (flags, no UpgradeConfiguration)", role: RoleFirstControlPlane, from: "v1.29.4", to: "v1.30.2",
+			wantSteps: append(append([]string{StepEtcdSnapshot}, common...), append([]string{StepKubeadmUpgrade}, tail...)...),
+			wantArgv:  []string{"/usr/bin/kubeadm", "upgrade", "apply", "v1.30.2", "--yes", "--ignore-preflight-errors=CoreDNSUnsupportedPlugins,CoreDNSMigration"},
+		},
+		{
+			name: "first control plane 1.31 (UpgradeConfiguration, CoreDNS preflight ignored)", role: RoleFirstControlPlane, from: "v1.30.4", to: "v1.31.2",
 			wantSteps:  append(append([]string{StepEtcdSnapshot}, common...), append([]string{StepKubeadmConfig, StepKubeadmUpgrade}, tail...)...),
 			wantArgv:   []string{"/usr/bin/kubeadm", "upgrade", "apply", "--config", "/var/lib/upgradekit/staging/kubeadm-upgrade-config.yaml", "--yes"},
-			wantConfig: "apiVersion: kubeadm.k8s.io/v1beta4\nkind: UpgradeConfiguration\napply:\n  kubernetesVersion: \"v1.30.2\"\n  etcdUpgrade: true\n  certificateRenewal: true\n  ignorePreflightErrors:\n  - CoreDNSUnsupportedPlugins\n  - CoreDNSMigration\n",
+			wantConfig: "apiVersion: kubeadm.k8s.io/v1beta4\nkind: UpgradeConfiguration\napply:\n  kubernetesVersion: \"v1.31.2\"\n  etcdUpgrade: true\n  certificateRenewal: true\n  ignorePreflightErrors:\n  - CoreDNSUnsupportedPlugins\n  - CoreDNSMigration\n",
 		},
 		{
 			name: "first control plane 1.32 (CoreDNS phase skipped)", role: RoleFirstControlPlane, from: "v1.31.4", to: "v1.32.1",
