@@ -75,9 +75,10 @@ type Config struct {
 	// Node is the Kubernetes node name (also used by the verify step).
 	Node string
 	Role Role
-	// FromVersion and ToVersion are Kubernetes versions ("v1.31.4",
-	// optionally with a build suffix). ToVersion must be exactly what
-	// the new binaries report.
+	// FromVersion and ToVersion are Kubernetes versions in the canonical
+	// form `kubeadm version -o short` prints: "v1.31.4", optionally with
+	// a pre-release suffix ("v1.31.4-eks-1-31-5"); no build metadata
+	// ("+..."). ToVersion must be exactly what the new binaries report.
 	FromVersion, ToVersion string
 	// StagingDir, BackupDir, BinDir and PKIDir are host paths.
 	StagingDir string

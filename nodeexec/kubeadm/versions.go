@@ -31,12 +31,23 @@ func (e *VersionError) Error() string {
 // Unwrap returns the sentinel.
 func (e *VersionError) Unwrap() error { return e.Err }
 
-// parse accepts "v1.31.2", "1.31.2" and pre-release/build suffixes such as
-// "v1.31.2-eks-1-31-5".
+// parse accepts only the canonical form kubeadm prints with `kubeadm
+// version -o short` and image tags use: "v" + semantic version, with an
+// optional pre-release ("v1.31.2", "v1.31.2-eks-1-31-5"). The verify step
+// compares the binaries' own report with this exact string, so "1.31.2",
+// " v1.31.2" or build metadata ("v1.31.2+abc", which no image tag can
+// carry) would pass validation and then fail on every node; they are
+// refused here with the spelling to use instead.
 func parse(s string) (*version.Version, error) {
 	v, err := version.ParseSemantic(s)
 	if err != nil {
 		return nil, err
+	}
+	if v.BuildMetadata() != "" {
+		return nil, fmt.Errorf("build metadata %q is not allowed: kubeadm and image tags never report it", "+"+v.BuildMetadata())
+	}
+	if canonical := "v" + v.String(); s != canonical {
+		return nil, fmt.Errorf("not in canonical form; write it as %q", canonical)
 	}
 	return v, nil
 }
