@@ -1,0 +1,269 @@
+package fake
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	testingclock "k8s.io/utils/clock/testing"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/upgradekit/upgradekit/nodeexec"
+	"github.com/upgradekit/upgradekit/nodeexec/kubeadm"
+)
+
+const (
+	from = "v1.30.4"
+	to   = "v1.31.2"
+)
+
+var newBits = Staging{Kubernetes: to, Containerd: "2.0.5", CNI: "v1.7.1"}
+
+// upgradeFleet builds a cluster, its client and fleet with the new bits
+// staged on every host.
+func upgradeFleet(t *testing.T, opts ...HostOption) (*Cluster, client.Client, *Fleet) {
+	t.Helper()
+	cl := NewCluster("demo").ControlPlane(3, from).MachineDeployment("md-0", 2, from)
+	c, err := cl.Client()
+	require.NoError(t, err)
+	fleet, err := NewFleet(cl, append([]HostOption{WithNodeClient(c)}, opts...)...)
+	require.NoError(t, err)
+	for _, h := range fleet.Hosts() {
+		h.Stage(newBits)
+	}
+	return cl, c, fleet
+}
+
+func runPlan(t *testing.T, h *Host, role kubeadm.Role, cfg func(*kubeadm.Config), opts ...nodeexec.RunnerOption) (nodeexec.Outcome, error) {
+	t.Helper()
+	c := kubeadm.Config{Node: h.Node(), Role: role, FromVersion: from, ToVersion: to}
+	if cfg != nil {
+		cfg(&c)
+	}
+	plan, err := kubeadm.NewPlan(c)
+	require.NoError(t, err)
+	r, err := nodeexec.NewRunner(h, append([]nodeexec.RunnerOption{nodeexec.WithJournalDir(t.TempDir())}, opts...)...)
+	require.NoError(t, err)
+	return r.Run(context.Background(), plan)
+}
+
+func nodeVersion(t *testing.T, c client.Client, name string) (string, corev1.ConditionStatus) {
+	t.Helper()
+	var n corev1.Node
+	require.NoError(t, c.Get(context.Background(), client.ObjectKey{Name: name}, &n))
+	for _, cond := range n.Status.Conditions {
+		if cond.Type == corev1.NodeReady {
+			return n.Status.NodeInfo.KubeletVersion, cond.Status
+		}
+	}
+	return n.Status.NodeInfo.KubeletVersion, ""
+}
+
+func TestKubeadmPlansRunToCompletion(t *testing.T) {
+	_, c, fleet := upgradeFleet(t)
+	order := []struct {
+		node string
+		role kubeadm.Role
+	}{
+		{"demo-control-plane-0", kubeadm.RoleFirstControlPlane},
+		{"demo-control-plane-1", kubeadm.RoleControlPlane},
+		{"demo-control-plane-2", kubeadm.RoleControlPlane},
+		{"demo-md-0-0", kubeadm.RoleWorker},
+		{"demo-md-0-1", kubeadm.RoleWorker},
+	}
+	for _, n := range order {
+		h := fleet.Host(n.node)
+		v, _ := nodeVersion(t, c, n.node)
+		require.Equal(t, from, v)
+		out, err := runPlan(t, h, n.role, nil)
+		require.NoError(t, err, "%s: %+v", n.node, out.Failure)
+		require.Equal(t, nodeexec.PlanSucceeded, out.State)
+
+		for _, comp := range []Component{Kubeadm, Kubelet, Kubectl} {
+			require.Equal(t, to, h.Version(comp), "%s %s", n.node, comp)
+		}
+		require.Equal(t, to, h.RunningVersion(Kubelet))
+		require.Equal(t, "2.0.5", h.Version(Containerd))
+		require.Equal(t, "2.0.5", h.RunningVersion(Containerd))
+		require.Equal(t, "v1.7.1", h.Version(CNI))
+		require.Equal(t, UnitActive, h.UnitState("kubelet"))
+		v, ready := nodeVersion(t, c, n.node)
+		require.Equal(t, to, v, "the Node reports the restarted kubelet's version")
+		require.Equal(t, corev1.ConditionTrue, ready)
+		if n.role == kubeadm.RoleWorker {
+			require.Empty(t, h.Version(ControlPlane))
+		} else {
+			require.Equal(t, to, h.Version(ControlPlane))
+		}
+		// Backups of what the plan replaced are kept.
+		bak := kubeadm.DefaultBackupRoot + "/" + out.Plan
+		old, ok := h.File(bak + "/bin/kubelet")
+		require.True(t, ok)
+		require.Equal(t, binary(Kubelet, from), old)
+		old, ok = h.File(bak + "/containerd" + ContainerdPath)
+		require.True(t, ok)
+		require.Equal(t, binary(Containerd, DefaultContainerdVersion), old)
+		_, ok = h.File(bak + "/etc-kubernetes/kubelet.conf")
+		require.True(t, ok)
+		_, ok = h.File(bak + "/etcd-snapshot.db")
+		require.Equal(t, n.role == kubeadm.RoleFirstControlPlane, ok, "only the first control plane takes an etcd snapshot")
+	}
+	require.Equal(t, to, fleet.ClusterVersion())
+	for _, cmd := range fleet.Host("demo-md-0-0").Commands() {
+		require.NotNil(t, cmd.Target, "the runner addressed the host through nsenter targets")
+	}
+}
+
+func TestPreV130FirstControlPlanePlan(t *testing.T) {
+	h, err := NewHost("cp-0", RoleControlPlane, "v1.29.7")
+	require.NoError(t, err)
+	h.Stage(Staging{Kubernetes: "v1.30.4"})
+	plan, err := kubeadm.NewPlan(kubeadm.Config{Node: "cp-0", Role: kubeadm.RoleFirstControlPlane, FromVersion: "v1.29.7", ToVersion: "v1.30.4", SkipContainerd: true, SkipCNIPlugins: true})
+	require.NoError(t, err)
+	r, err := nodeexec.NewRunner(h, nodeexec.WithJournalDir(t.TempDir()), nodeexec.WithDirect())
+	require.NoError(t, err)
+	out, err := r.Run(context.Background(), plan)
+	require.NoError(t, err, "%+v", out.Failure)
+	require.Equal(t, "v1.30.4", h.Version(ControlPlane))
+	require.Equal(t, "v1.30.4", h.RunningVersion(Kubelet), "without a node client the host's own state stands in for the Node")
+	require.Equal(t, DefaultContainerdVersion, h.Version(Containerd))
+}
+
+func TestWorkerBeforeControlPlaneFails(t *testing.T) {
+	_, _, fleet := upgradeFleet(t)
+	fc := testingclock.NewFakeClock(time.Unix(0, 0))
+	stop := DriveClock(fc, 10*time.Second)
+	defer stop()
+	out, err := runPlan(t, fleet.Host("demo-md-0-0"), kubeadm.RoleWorker, nil, nodeexec.WithClock(fc))
+	require.ErrorIs(t, err, nodeexec.ErrStepFailed)
+	require.Equal(t, kubeadm.StepKubeadmUpgrade, out.Failure.Step)
+	require.Contains(t, out.Failure.Output, "run `kubeadm upgrade apply` on the first control plane node first")
+	require.Equal(t, from, fleet.ClusterVersion())
+}
+
+func TestRollbackRestoresPreviousVersions(t *testing.T) {
+	faults := NewFaults(1).FailStep("demo-md-0-0", kubeadm.StepVerify, 100)
+	_, c, fleet := upgradeFleet(t, WithFaults(faults))
+	fc := testingclock.NewFakeClock(time.Unix(0, 0))
+	stop := DriveClock(fc, 10*time.Second)
+	defer stop()
+	out, err := runPlan(t, fleet.Host("demo-control-plane-0"), kubeadm.RoleFirstControlPlane, nil, nodeexec.WithClock(fc))
+	require.NoError(t, err)
+	require.Equal(t, nodeexec.PlanSucceeded, out.State)
+
+	h := fleet.Host("demo-md-0-0")
+	out, err = runPlan(t, h, kubeadm.RoleWorker, func(c *kubeadm.Config) { c.RollbackOnFailure = true }, nodeexec.WithClock(fc))
+	require.ErrorIs(t, err, nodeexec.ErrRolledBack)
+	require.Equal(t, nodeexec.PlanRolledBack, out.State)
+	require.Equal(t, kubeadm.StepVerify, out.Failure.Step)
+	for _, comp := range []Component{Kubeadm, Kubelet, Kubectl} {
+		require.Equal(t, from, h.Version(comp), comp)
+	}
+	require.Equal(t, from, h.RunningVersion(Kubelet), "the kubelet was restarted on the restored binary")
+	require.Equal(t, DefaultContainerdVersion, h.RunningVersion(Containerd))
+	require.Equal(t, DefaultCNIVersion, h.Version(CNI))
+	v, _ := nodeVersion(t, c, "demo-md-0-0")
+	require.Equal(t, from, v)
+	require.Len(t, faults.Injected(), 12, "verify has 12 attempts")
+}
+
+func TestUnknownCommandsFail(t *testing.T) {
+	h, err := NewHost("n", RoleWorker, from)
+	require.NoError(t, err)
+	tests := map[string][]string{
+		"unknown program":   {"rm", "-rf", "/"},
+		"unknown script":    nodeexec.ShellArgv("echo hi"),
+		"unknown systemctl": {"systemctl", "mask", "kubelet"},
+		"unknown kubeadm":   {"/usr/bin/kubeadm", "reset", "-f"},
+		"empty":             {},
+	}
+	for name, argv := range tests {
+		t.Run(name, func(t *testing.T) {
+			res, err := h.Run(context.Background(), nodeexec.Command{Step: "x", Phase: nodeexec.PhaseRun, Argv: argv})
+			require.NoError(t, err)
+			require.Equal(t, ExitUnknownCommand, res.ExitCode)
+			require.NotEmpty(t, res.Output)
+		})
+	}
+}
+
+func TestDirectCommands(t *testing.T) {
+	h, err := NewHost("n", RoleWorker, from)
+	require.NoError(t, err)
+	run := func(argv ...string) (int, string) {
+		res, err := h.Run(context.Background(), nodeexec.Command{Argv: nodeexec.NsenterArgv("nsenter", nodeexec.Target{PID: 1, Namespaces: nodeexec.DefaultNamespaces()}, argv)})
+		require.NoError(t, err)
+		return res.ExitCode, strings.TrimSpace(string(res.Output))
+	}
+	tests := []struct {
+		argv []string
+		code int
+		out  string
+	}{
+		{[]string{"kubeadm", "version", "-o", "short"}, 0, from},
+		{[]string{"/usr/bin/kubelet", "--version"}, 0, "Kubernetes " + from},
+		{[]string{"containerd", "--version"}, 0, "containerd github.com/containerd/containerd/v2 " + DefaultContainerdVersion},
+		{[]string{"systemctl", "is-active", "kubelet"}, 0, "active"},
+		{[]string{"systemctl", "stop", "kubelet"}, 0, ""},
+		{[]string{"systemctl", "is-active", "--quiet", "kubelet"}, 3, ""},
+		{[]string{"systemctl", "restart", "etcd"}, 5, "Failed to restart etcd.service: Unit etcd.service not found."},
+		{[]string{"cmp", "-s", "--", "/usr/bin/kubelet", "/usr/bin/kubeadm"}, 1, ""},
+		{[]string{"cmp", "-s", "--", "/usr/bin/kubelet", "/nope"}, 2, ""},
+		{[]string{"/usr/bin/kubeadm", "upgrade", "apply", to, "--yes"}, 1, "[upgrade/config] FATAL: kubeadm upgrade apply must run on a control plane node"},
+	}
+	for _, tt := range tests {
+		code, out := run(tt.argv...)
+		require.Equal(t, tt.code, code, "%q: %s", tt.argv, out)
+		require.Equal(t, tt.out, out, "%q", tt.argv)
+	}
+	h.RemoveFile("/usr/bin/kubelet")
+	code, out := run("systemctl", "start", "kubelet")
+	require.Equal(t, 1, code)
+	require.Contains(t, out, "not found")
+	require.Equal(t, UnitInactive, h.UnitState("kubelet"))
+}
+
+func TestKubeadmApplyRefusesSkewAndWrongBinary(t *testing.T) {
+	h, err := NewHost("cp", RoleControlPlane, "v1.29.0")
+	require.NoError(t, err)
+	h.WriteFile("/usr/bin/kubeadm", binary(Kubeadm, "v1.31.0"))
+	res, err := h.Run(context.Background(), nodeexec.Command{Argv: []string{"/usr/bin/kubeadm", "upgrade", "apply", "v1.31.0", "--yes"}})
+	require.NoError(t, err)
+	require.Equal(t, 1, res.ExitCode)
+	require.Contains(t, string(res.Output), "skips a minor version")
+	res, err = h.Run(context.Background(), nodeexec.Command{Argv: []string{"/usr/bin/kubeadm", "upgrade", "apply", "v1.30.0", "--yes"}})
+	require.NoError(t, err)
+	require.Equal(t, 1, res.ExitCode)
+	require.Contains(t, string(res.Output), "differs from kubeadm's v1.31.0")
+	require.Equal(t, "v1.29.0", h.Version(ControlPlane))
+}
+
+func TestNewHostErrors(t *testing.T) {
+	_, err := NewHost("", RoleWorker, from)
+	require.ErrorIs(t, err, ErrInvalidCluster)
+	_, err = NewHost("n", "boss", from)
+	require.ErrorIs(t, err, ErrInvalidCluster)
+	_, err = NewHost("n", RoleWorker, "latest")
+	require.ErrorIs(t, err, ErrInvalidCluster)
+}
+
+func TestCanceledContext(t *testing.T) {
+	h, err := NewHost("n", RoleWorker, from)
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err = h.Run(ctx, nodeexec.Command{Argv: []string{"systemctl", "stop", "kubelet"}})
+	require.ErrorIs(t, err, context.Canceled)
+	require.Equal(t, UnitActive, h.UnitState("kubelet"))
+}
+
+func TestLearnsEveryLibraryScript(t *testing.T) {
+	kinds := map[scriptKind]bool{}
+	for _, k := range knownScripts() {
+		kinds[k] = true
+	}
+	require.Len(t, kinds, int(scriptVerify), "every script kind was found in the library's plan")
+}
