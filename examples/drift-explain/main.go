@@ -1,0 +1,372 @@
+// Command drift-explain says which stamped objects (Nodes, NodeClaims, CAPI
+// Machines) have drifted from a pool's template and why, field by field,
+// and what would drift if a proposed template were applied.
+//
+//	drift-explain [flags] TEMPLATE.yaml OBJECTS.yaml
+//
+// TEMPLATE.yaml is the pool (a Karpenter NodePool, a CAPI MachineDeployment,
+// ...); the part at -path (default spec.template) is the desired spec.
+// OBJECTS.yaml holds the objects, as a YAML list, a kind: List or several
+// documents separated by "---". See README.md.
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"text/tabwriter"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"sigs.k8s.io/yaml"
+
+	"github.com/upgradekit/upgradekit/drift"
+)
+
+func main() {
+	if err := run(context.Background(), os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		if !errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(os.Stderr, "drift-explain:", err)
+		}
+		os.Exit(1)
+	}
+}
+
+type options struct {
+	prefix, hashVersion, path, proposed string
+	stamp                               bool
+	templateFile, objectsFile           string
+}
+
+func parseFlags(args []string, stderr io.Writer) (options, error) {
+	var o options
+	fs := flag.NewFlagSet("drift-explain", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: drift-explain [flags] TEMPLATE.yaml OBJECTS.yaml")
+		fs.PrintDefaults()
+	}
+	fs.StringVar(&o.prefix, "prefix", "upgradekit.io", "annotation prefix: <prefix>/hash, <prefix>/hash-version, <prefix>/hash-fields")
+	fs.StringVar(&o.hashVersion, "hash-version", "v1", "hash version of the desired stamp; objects stamped with another version need a re-stamp")
+	fs.StringVar(&o.path, "path", "spec.template", "dot path of the desired spec inside TEMPLATE.yaml")
+	fs.BoolVar(&o.stamp, "stamp", false, "write the objects back to stdout as YAML, stamped with TEMPLATE.yaml")
+	fs.StringVar(&o.proposed, "proposed", "", "proposed template (YAML): print what would drift if it were applied")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if fs.NArg() != 2 {
+		fs.Usage()
+		return o, fmt.Errorf("want 2 arguments (TEMPLATE.yaml OBJECTS.yaml), got %d", fs.NArg())
+	}
+	if o.stamp && o.proposed != "" {
+		return o, errors.New("-stamp and -proposed cannot be combined")
+	}
+	o.templateFile, o.objectsFile = fs.Arg(0), fs.Arg(1)
+	return o, nil
+}
+
+// pool is the desired state read from a template file: the hashed spec and
+// the node requirements, which (as in Karpenter) are checked against node
+// labels rather than hashed.
+type pool struct {
+	spec         map[string]any
+	requirements drift.Check // nil when the template has none
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	o, err := parseFlags(args, stderr)
+	if err != nil {
+		return err
+	}
+	hasher, err := drift.NewHasher(o.hashVersion, drift.IgnorePaths("spec.requirements"))
+	if err != nil {
+		return fmt.Errorf("-hash-version: %w", err)
+	}
+	stamper, err := drift.NewStamper(o.prefix, hasher)
+	if err != nil {
+		return fmt.Errorf("-prefix: %w", err)
+	}
+	desired, err := readPool(o.templateFile, o.path)
+	if err != nil {
+		return err
+	}
+	objs, err := readObjects(o.objectsFile)
+	if err != nil {
+		return err
+	}
+
+	switch {
+	case o.stamp:
+		return writeStamped(stdout, stamper, desired.spec, objs)
+	case o.proposed != "":
+		proposed, err := readPool(o.proposed, o.path)
+		if err != nil {
+			return err
+		}
+		return whatIf(ctx, stdout, stamper, desired, proposed, objs)
+	default:
+		return explain(ctx, stdout, stamper, desired, objs)
+	}
+}
+
+// explain prints, per object, its stamp state and every drift reason with
+// the fields that changed.
+func explain(ctx context.Context, w io.Writer, s *drift.Stamper, desired pool, objs []*unstructured.Unstructured) error {
+	static, err := drift.NewStaticHash(s, desired.spec)
+	if err != nil {
+		return err
+	}
+	checks := []drift.Check{static}
+	if desired.requirements != nil {
+		checks = append(checks, desired.requirements)
+	}
+	report, err := drift.DryRun(ctx, drift.NewDetector(checks...), metaObjects(objs))
+	if err != nil {
+		return err
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "OBJECT\tSTAMP\tVERDICT\tREASON\tFIELDS")
+	for i, obj := range objs {
+		check := s.Check(obj, static.Desired().Hash)
+		printObject(tw, name(obj), check, report.Objects[i], "drifted", "current")
+	}
+	tw.Flush()
+	fmt.Fprintf(w, "\n%d of %d objects drifted\n", report.Drifted, report.Total)
+	return nil
+}
+
+// whatIf prints, per object, whether it would drift if proposed replaced
+// the current template (drift.Stamper.DryRun).
+func whatIf(ctx context.Context, w io.Writer, s *drift.Stamper, current, proposed pool, objs []*unstructured.Unstructured) error {
+	var extra []drift.Check
+	if proposed.requirements != nil {
+		extra = append(extra, proposed.requirements)
+	}
+	report, err := s.DryRun(ctx, proposed.spec, metaObjects(objs), extra...)
+	if err != nil {
+		return err
+	}
+	now, err := s.Compute(current.spec)
+	if err != nil {
+		return err
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "OBJECT\tSTAMP\tIF APPLIED\tREASON\tFIELDS")
+	for i, obj := range objs {
+		printObject(tw, name(obj), s.Check(obj, now.Hash), report.Objects[i], "would drift", "would not drift")
+	}
+	tw.Flush()
+	fmt.Fprintf(w, "\n%d of %d objects would drift\n", report.Drifted, report.Total)
+	return nil
+}
+
+// printObject prints one row per drift reason, or one row saying why the
+// object is not drifted.
+func printObject(tw io.Writer, obj string, check drift.CheckResult, rep drift.ObjectReport, drifted, notDrifted string) {
+	stamp := check.State.String()
+	if rep.Err != nil {
+		fmt.Fprintf(tw, "%s\t%s\terror\t%v\t-\n", obj, stamp, rep.Err)
+		return
+	}
+	for _, r := range rep.Reasons {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", obj, stamp, drifted, r.Name, fields(r))
+	}
+	if len(rep.Reasons) > 0 {
+		return
+	}
+	switch check.State {
+	case drift.NeedsRestamp:
+		fmt.Fprintf(tw, "%s\t%s\tneeds re-stamp\tstamped with %s, desired %s: not compared, not drifted\t-\n",
+			obj, stamp, check.Stamped.Version, check.Desired.Version)
+	case drift.Unknown:
+		why := "not stamped"
+		if check.Err != nil && !errors.Is(check.Err, drift.ErrNotStamped) {
+			why = check.Err.Error()
+		}
+		fmt.Fprintf(tw, "%s\t%s\tunknown\t%s: not drifted\t-\n", obj, stamp, why)
+	default:
+		fmt.Fprintf(tw, "%s\t%s\t%s\t-\t-\n", obj, stamp, notDrifted)
+	}
+}
+
+// fields renders a reason's evidence: changed fields and failed labels.
+func fields(r drift.Reason) string {
+	var out []string
+	for _, e := range r.Evidence {
+		switch e.Kind {
+		case drift.EvidenceHash:
+			continue
+		case drift.EvidenceLabel:
+			out = append(out, fmt.Sprintf("%s=%q (need %s)", e.Key, e.Got, e.Want))
+		default:
+			f := e.Key
+			if e.Detail != "" {
+				f += " (" + e.Detail + ")"
+			}
+			out = append(out, f)
+		}
+	}
+	if len(out) == 0 {
+		return "-"
+	}
+	return strings.Join(out, ", ")
+}
+
+// writeStamped stamps every object with spec and prints them as YAML
+// documents.
+func writeStamped(w io.Writer, s *drift.Stamper, spec map[string]any, objs []*unstructured.Unstructured) error {
+	for i, obj := range objs {
+		if _, err := s.Stamp(obj, spec); err != nil {
+			return fmt.Errorf("%s: %w", name(obj), err)
+		}
+		b, err := yaml.Marshal(obj.Object)
+		if err != nil {
+			return err
+		}
+		if i > 0 {
+			fmt.Fprintln(w, "---")
+		}
+		if _, err := w.Write(b); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// readPool reads the desired spec at path from a template file, and its
+// spec.requirements if it has any.
+func readPool(file, path string) (pool, error) {
+	docs, err := readDocs(file)
+	if err != nil {
+		return pool{}, err
+	}
+	if len(docs) != 1 {
+		return pool{}, fmt.Errorf("%s: want one template document, got %d", file, len(docs))
+	}
+	doc, ok := docs[0].(map[string]any)
+	if !ok {
+		return pool{}, fmt.Errorf("%s: template is not a YAML object", file)
+	}
+	spec := doc
+	if path != "" {
+		for _, key := range strings.Split(path, ".") {
+			next, ok := spec[key].(map[string]any)
+			if !ok {
+				return pool{}, fmt.Errorf("%s: no object at %s (see -path)", file, path)
+			}
+			spec = next
+		}
+	}
+	p := pool{spec: spec}
+	inner, _ := spec["spec"].(map[string]any)
+	raw, ok := inner["requirements"]
+	if !ok {
+		return p, nil
+	}
+	js, err := json.Marshal(raw)
+	if err != nil {
+		return pool{}, err
+	}
+	var reqs []corev1.NodeSelectorRequirement
+	dec := json.NewDecoder(bytes.NewReader(js))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&reqs); err != nil {
+		return pool{}, fmt.Errorf("%s: %s.spec.requirements: %w", file, path, err)
+	}
+	check, err := drift.NewRequirements(reqs, drift.WithLabelAliases(drift.KarpenterLabelAliases()))
+	if err != nil {
+		return pool{}, fmt.Errorf("%s: %s.spec.requirements: %w", file, path, err)
+	}
+	p.requirements = check
+	return p, nil
+}
+
+// readObjects reads objects from a YAML list, a kind: List, or several
+// documents.
+func readObjects(file string) ([]*unstructured.Unstructured, error) {
+	docs, err := readDocs(file)
+	if err != nil {
+		return nil, err
+	}
+	var items []any
+	for _, d := range docs {
+		switch v := d.(type) {
+		case []any:
+			items = append(items, v...)
+		case map[string]any:
+			if list, ok := v["items"].([]any); ok && strings.HasSuffix(fmt.Sprint(v["kind"]), "List") {
+				items = append(items, list...)
+			} else {
+				items = append(items, v)
+			}
+		default:
+			return nil, fmt.Errorf("%s: document is neither an object nor a list", file)
+		}
+	}
+	var objs []*unstructured.Unstructured
+	for i, it := range items {
+		m, ok := it.(map[string]any)
+		if !ok {
+			return nil, fmt.Errorf("%s: object %d is not a YAML object", file, i)
+		}
+		obj := &unstructured.Unstructured{Object: m}
+		if obj.GetName() == "" {
+			return nil, fmt.Errorf("%s: object %d has no metadata.name", file, i)
+		}
+		objs = append(objs, obj)
+	}
+	if len(objs) == 0 {
+		return nil, fmt.Errorf("%s: no objects", file)
+	}
+	return objs, nil
+}
+
+// readDocs decodes every non-empty YAML document of a file.
+func readDocs(file string) ([]any, error) {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return nil, err
+	}
+	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(b), 4096)
+	var docs []any
+	for {
+		var d any
+		err := dec.Decode(&d)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", file, err)
+		}
+		if d != nil {
+			docs = append(docs, d)
+		}
+	}
+	if len(docs) == 0 {
+		return nil, fmt.Errorf("%s: empty", file)
+	}
+	return docs, nil
+}
+
+func metaObjects(objs []*unstructured.Unstructured) []metav1.Object {
+	out := make([]metav1.Object, len(objs))
+	for i, o := range objs {
+		out[i] = o
+	}
+	return out
+}
+
+func name(obj *unstructured.Unstructured) string {
+	if k := obj.GetKind(); k != "" {
+		return k + "/" + obj.GetName()
+	}
+	return obj.GetName()
+}
