@@ -79,39 +79,39 @@ func (e *Extension) Handlers(namePrefix string) []server.ExtensionHandler {
 
 // CanUpdateMachine answers the hook for one Machine (KubeadmControlPlane).
 func (e *Extension) CanUpdateMachine(ctx context.Context, req *runtimehooksv1.CanUpdateMachineRequest, resp *runtimehooksv1.CanUpdateMachineResponse) {
-	log := e.logger(ctx).WithValues("hook", "CanUpdateMachine", "machine", req.Desired.Machine.Namespace+"/"+req.Desired.Machine.Name)
 	cur := diff.State{Machine: &req.Current.Machine, Bootstrap: req.Current.BootstrapConfig, Infrastructure: req.Current.InfrastructureMachine}
 	des := diff.State{Machine: &req.Desired.Machine, Bootstrap: req.Desired.BootstrapConfig, Infrastructure: req.Desired.InfrastructureMachine}
-	patches, msg, err := e.answer(ctx, req.GetSettings(), cur, des, false)
-	if err != nil {
-		log.Error(err, "cannot answer")
-		resp.SetStatus(runtimehooksv1.ResponseStatusFailure)
-		resp.SetMessage(err.Error())
-		return
+	log := e.logger(ctx).WithValues("hook", "CanUpdateMachine", "machine", req.Desired.Machine.Namespace+"/"+req.Desired.Machine.Name)
+	if p, ok := e.respond(ctx, log, req.GetSettings(), cur, des, false, resp); ok {
+		resp.MachinePatch, resp.BootstrapConfigPatch, resp.InfrastructureMachinePatch = p[diff.Machine], p[diff.Bootstrap], p[diff.Infrastructure]
 	}
-	resp.SetStatus(runtimehooksv1.ResponseStatusSuccess)
-	resp.SetMessage(msg)
-	resp.MachinePatch, resp.BootstrapConfigPatch, resp.InfrastructureMachinePatch = patches[diff.Machine], patches[diff.Bootstrap], patches[diff.Infrastructure]
-	log.V(1).Info("answered", "message", msg)
 }
 
 // CanUpdateMachineSet answers the hook for a MachineSet's templates
 // (MachineDeployment rollouts).
 func (e *Extension) CanUpdateMachineSet(ctx context.Context, req *runtimehooksv1.CanUpdateMachineSetRequest, resp *runtimehooksv1.CanUpdateMachineSetResponse) {
-	log := e.logger(ctx).WithValues("hook", "CanUpdateMachineSet", "machineSet", req.Desired.MachineSet.Namespace+"/"+req.Desired.MachineSet.Name)
 	cur := diff.State{Machine: &req.Current.MachineSet, Bootstrap: req.Current.BootstrapConfigTemplate, Infrastructure: req.Current.InfrastructureMachineTemplate}
 	des := diff.State{Machine: &req.Desired.MachineSet, Bootstrap: req.Desired.BootstrapConfigTemplate, Infrastructure: req.Desired.InfrastructureMachineTemplate}
-	patches, msg, err := e.answer(ctx, req.GetSettings(), cur, des, true)
+	log := e.logger(ctx).WithValues("hook", "CanUpdateMachineSet", "machineSet", req.Desired.MachineSet.Namespace+"/"+req.Desired.MachineSet.Name)
+	if p, ok := e.respond(ctx, log, req.GetSettings(), cur, des, true, resp); ok {
+		resp.MachineSetPatch, resp.BootstrapConfigTemplatePatch, resp.InfrastructureMachineTemplatePatch = p[diff.Machine], p[diff.Bootstrap], p[diff.Infrastructure]
+	}
+}
+
+// respond answers and sets status and message; ok says whether the
+// patches are to be set.
+func (e *Extension) respond(ctx context.Context, log logr.Logger, settings map[string]string, cur, des diff.State, templates bool, resp runtimehooksv1.ResponseObject) ([3]runtimehooksv1.Patch, bool) {
+	patches, msg, err := e.answer(ctx, settings, cur, des, templates)
 	if err != nil {
 		log.Error(err, "cannot answer")
 		resp.SetStatus(runtimehooksv1.ResponseStatusFailure)
 		resp.SetMessage(err.Error())
-		return
+		return patches, false
 	}
 	resp.SetStatus(runtimehooksv1.ResponseStatusSuccess)
 	resp.SetMessage(msg)
-	resp.MachineSetPatch, resp.BootstrapConfigTemplatePatch, resp.InfrastructureMachineTemplatePatch = patches[diff.Machine], patches[diff.Bootstrap], patches[diff.Infrastructure]
 	log.V(1).Info("answered", "message", msg)
+	return patches, true
 }
 
 func (e *Extension) logger(ctx context.Context) logr.Logger {
