@@ -208,3 +208,12 @@ func TestParseAge(t *testing.T) {
 		require.Error(t, err, in)
 	}
 }
+
+func TestNodeClassFamilyMustAgreeWithAlias(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "nodeclass.yaml")
+	require.NoError(t, os.WriteFile(p, []byte("kind: EC2NodeClass\nspec:\n  amiFamily: Bottlerocket\n  amiSelectorTerms:\n  - alias: al2023@latest\n"), 0o644))
+	_, stderr, err := runCmd(t, "-kubernetes-version", "1.31", p, "testdata/catalog.json")
+	require.ErrorIs(t, err, amiselect.ErrInvalidFamily)
+	require.Contains(t, stderr, "invalid: ")
+	require.Contains(t, stderr, "amiFamily")
+}

@@ -212,3 +212,47 @@ func TestBadInput(t *testing.T) {
 		})
 	}
 }
+
+// TestCAPIMachines stamps Cluster API Machines from a MachineDeployment's
+// template and explains a change of its Kubernetes version.
+func TestCAPIMachines(t *testing.T) {
+	dir := t.TempDir()
+	md := func(version string) string {
+		p := filepath.Join(dir, "md-"+version+".yaml")
+		require.NoError(t, os.WriteFile(p, []byte(`apiVersion: cluster.x-k8s.io/v1beta2
+kind: MachineDeployment
+metadata:
+  name: md-0
+spec:
+  clusterName: demo
+  template:
+    spec:
+      clusterName: demo
+      version: `+version+`
+      bootstrap:
+        configRef: {apiGroup: bootstrap.cluster.x-k8s.io, kind: KubeadmConfigTemplate, name: md-0}
+      infrastructureRef: {apiGroup: infrastructure.cluster.x-k8s.io, kind: DockerMachineTemplate, name: md-0}
+`), 0o644))
+		return p
+	}
+	machines := filepath.Join(dir, "machines.yaml")
+	require.NoError(t, os.WriteFile(machines, []byte(`- apiVersion: cluster.x-k8s.io/v1beta2
+  kind: Machine
+  metadata: {name: md-0-a}
+- apiVersion: cluster.x-k8s.io/v1beta2
+  kind: Machine
+  metadata: {name: md-0-b}
+`), 0o644))
+	stamped, stderr, err := runCmd(t, "-stamp", md("v1.31.4"), machines)
+	require.NoError(t, err, stderr)
+	stampedFile := filepath.Join(dir, "stamped.yaml")
+	require.NoError(t, os.WriteFile(stampedFile, []byte(stamped), 0o644))
+
+	out, stderr, err := runCmd(t, "-proposed", md("v1.32.1"), md("v1.31.4"), stampedFile)
+	require.NoError(t, err, stderr)
+	want := map[string][]row{
+		"Machine/md-0-a": {{"Current", "would drift", "NodePoolDrifted", "spec.version (Modified)"}},
+		"Machine/md-0-b": {{"Current", "would drift", "NodePoolDrifted", "spec.version (Modified)"}},
+	}
+	require.Empty(t, cmp.Diff(want, table(t, out)), out)
+}
