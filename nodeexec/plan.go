@@ -153,6 +153,13 @@ type Step struct {
 	Rollback []string `json:"rollback,omitempty"`
 	// OnInterrupt picks the resume behaviour; see InterruptPolicy.
 	OnInterrupt InterruptPolicy `json:"onInterrupt,omitempty"`
+	// NothingToUndo declares that the step leaves nothing a plan rollback
+	// has to undo (a service restart, a verification, a snapshot), so
+	// rollback passes over it. A completed step with neither Rollback nor
+	// NothingToUndo stops a plan rollback in PlanNeedsAttention: undoing
+	// the steps before it would put old components under whatever it
+	// changed (old binaries under an upgraded control plane, say).
+	NothingToUndo bool `json:"nothingToUndo,omitempty"`
 }
 
 // EffectiveInterruptPolicy returns the policy the runner applies, with the
@@ -208,7 +215,9 @@ type Plan struct {
 	// Steps run in order.
 	Steps []Step `json:"steps"`
 	// RollbackOnFailure rolls back the failed step and every completed
-	// step, in reverse order, when a step exhausts its retry budget.
+	// step, in reverse order, when a step exhausts its retry budget. The
+	// rollback stops in PlanNeedsAttention at a completed step that has
+	// no Rollback and does not declare NothingToUndo.
 	RollbackOnFailure bool `json:"rollbackOnFailure,omitempty"`
 }
 
@@ -251,6 +260,9 @@ func (p Plan) Validate() error {
 				add(fmt.Sprintf("%s.namespaces[%d]", f, k), ErrUnknownNamespace, "%q listed twice", n)
 			}
 			nsSeen[n] = true
+		}
+		if s.NothingToUndo && s.Rollback != nil {
+			add(f+".nothingToUndo", ErrConflictingFields, "a step with a rollback argv has something to undo")
 		}
 		if s.InContainer && len(s.Namespaces) > 0 {
 			add(f+".namespaces", ErrConflictingFields, "inContainer steps enter no host namespace")

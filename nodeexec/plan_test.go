@@ -35,6 +35,7 @@ func TestValidate(t *testing.T) {
 		{"unknown namespace", func(p *Plan) { p.Steps[0].Namespaces = []Namespace{"mount", "cgroup"} }, []error{ErrUnknownNamespace}, "steps[0].namespaces[1]"},
 		{"namespace twice", func(p *Plan) { p.Steps[0].Namespaces = []Namespace{"uts", "uts"} }, []error{ErrUnknownNamespace}, "steps[0].namespaces[1]"},
 		{"in container with namespaces", func(p *Plan) { p.Steps[0].InContainer = true; p.Steps[0].Namespaces = []Namespace{"uts"} }, []error{ErrConflictingFields}, "steps[0].namespaces"},
+		{"nothing to undo with a rollback", func(p *Plan) { p.Steps[0].NothingToUndo = true; p.Steps[0].Rollback = []string{"r"} }, []error{ErrConflictingFields}, "steps[0].nothingToUndo"},
 		{"negative timeout", func(p *Plan) { p.Steps[0].Timeout = -time.Second }, []error{ErrNegativeDuration}, "steps[0].timeout"},
 		{"negative attempts", func(p *Plan) { p.Steps[0].Retry.Attempts = -1 }, []error{ErrNegativeDuration}, "steps[0].retry.attempts"},
 		{"negative backoff", func(p *Plan) { p.Steps[0].Retry.Backoff = -1 }, []error{ErrNegativeDuration}, "steps[0].retry.backoff"},

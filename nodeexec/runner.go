@@ -128,12 +128,24 @@ func (r *Runner) JournalPath(planName string) string {
 // Reset deletes the journal of the named plan so the next Run starts from
 // the first step. It is the explicit way to retry a plan that ended in a
 // terminal state.
+//
+// Reset takes the journal's lock first, so it never deletes the journal
+// of a plan a runner is executing: it then returns a *JournalError
+// wrapping ErrJournalLocked and leaves the file alone.
 func (r *Runner) Reset(planName string) error {
-	err := os.Remove(r.JournalPath(planName))
+	path := r.JournalPath(planName)
+	unlock, err := lockFile(path + ".lock")
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil
+		return nil // no journal directory, so no journal
 	}
-	return err
+	if err != nil {
+		return &JournalError{Path: path, Err: err}
+	}
+	defer unlock()
+	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return &JournalError{Path: path, Err: err}
+	}
+	return nil
 }
 
 // Run executes plan, resuming from its journal if one exists. It returns
@@ -142,6 +154,11 @@ func (r *Runner) Reset(planName string) error {
 // was run and the journal shows how far it got).
 func (r *Runner) Run(ctx context.Context, plan Plan) (Outcome, error) {
 	if err := plan.Validate(); err != nil {
+		return Outcome{}, err
+	}
+	// A context that already ended must not count as a run, a resume or
+	// an attempt in the journal.
+	if err := interrupted(ctx); err != nil {
 		return Outcome{}, err
 	}
 	stopAt := len(plan.Steps) - 1
@@ -337,6 +354,11 @@ func (s *session) step(ctx context.Context, i int) error {
 		if rec.Resumed > s.r.maxResumes {
 			return s.stop(i, fmt.Sprintf("step interrupted %d times (limit %d)", rec.Resumed, s.r.maxResumes))
 		}
+		// Journal the resume before the check or rollback runs: if that
+		// kills the runner too, the count must still grow toward the limit.
+		if err := s.persist(); err != nil {
+			return err
+		}
 		switch policy {
 		case InterruptStop:
 			return s.stop(i, "interrupted while running; the step is neither idempotent nor checkable")
@@ -401,6 +423,11 @@ func (s *session) step(ctx context.Context, i int) error {
 
 	attempts := st.Retry.attempts()
 	for n := 1; ; n++ {
+		// Never journal an attempt that cannot start: a step marked
+		// Running but never run would be treated as interrupted next time.
+		if err := interrupted(ctx); err != nil {
+			return err
+		}
 		rec.State, rec.Started = StepRunning, s.r.clock.Now().UTC()
 		rec.Attempts++
 		if err := s.persist(); err != nil { // journaled before the command starts
@@ -515,8 +542,26 @@ func (s *session) needsAttention(i int, phase Phase, res Result, err error, why 
 	return s.persist()
 }
 
+// rollbackBlocked ends a rollback at step k, which completed, cannot be
+// undone and did not declare NothingToUndo: rolling back the steps before
+// it would run old components under what it changed.
+func (s *session) rollbackBlocked(k int, orig *Failure) error {
+	rec := &s.j.Steps[k]
+	why := fmt.Sprintf("rollback stopped at step %q: it completed and has no rollback argv, so the steps before it were left as they are (undoing them would put old components under what it changed)", rec.Name)
+	if orig != nil {
+		why += fmt.Sprintf("; the plan was rolling back because step %q failed (exit %d)", orig.Step, orig.ExitCode)
+	}
+	rec.Note = "completed and cannot be undone; rollback stopped here"
+	s.j.State = PlanNeedsAttention
+	s.j.Failure = &Failure{Step: rec.Name, Phase: PhaseRollback, ExitCode: rec.ExitCode, Output: rec.Output, Error: why, Attempts: rec.Attempts}
+	s.log.Info("plan needs attention", "step", rec.Name, "reason", why)
+	return s.persist()
+}
+
 // rollback undoes, in reverse order, every step that ran and has a
-// rollback argv (and whose backup, if it declares one, was taken). Steps
+// rollback argv (and whose backup, if it declares one, was taken). It
+// stops in PlanNeedsAttention at the first completed step that has no
+// rollback argv and does not declare NothingToUndo. Steps
 // already RolledBack are not undone twice; a step found RollingBack (the
 // runner died mid-rollback) is rolled back again, so rollback argvs must be
 // idempotent (restoring a backup is).
@@ -530,6 +575,9 @@ func (s *session) rollback(ctx context.Context) error {
 			continue
 		}
 		if len(st.Rollback) == 0 {
+			if rec.State == StepSucceeded && !st.NothingToUndo {
+				return s.rollbackBlocked(k, orig)
+			}
 			rec.Note = "no rollback argv; left as is"
 			continue
 		}

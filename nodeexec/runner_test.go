@@ -503,3 +503,129 @@ func TestStopAfter(t *testing.T) {
 	_, err = newTestRunner(t, h, t.TempDir(), WithStopAfter("nope")).Run(t.Context(), p)
 	require.ErrorIs(t, err, ErrInvalidName)
 }
+
+func TestCancelledContextJournalsNoAttempt(t *testing.T) {
+	t.Run("cancelled before Run", func(t *testing.T) {
+		h := &scriptedHost{}
+		p := threeStepPlan()
+		p.Steps[0].Idempotent = false // a phantom attempt would stop the next run
+		r := newTestRunner(t, h, t.TempDir())
+		ctx, cancel := context.WithCancel(t.Context())
+		cancel()
+		_, err := r.Run(ctx, p)
+		require.ErrorIs(t, err, context.Canceled)
+		require.Empty(t, h.Calls())
+		out, err := r.Run(t.Context(), p)
+		require.NoError(t, err)
+		rec, _ := out.Step("one")
+		require.Equal(t, 1, rec.Attempts)
+		require.Zero(t, rec.Resumed)
+	})
+	t.Run("cancelled between backup and first attempt", func(t *testing.T) {
+		h := &scriptedHost{}
+		p := threeStepPlan()
+		p.Steps[0].Idempotent = false
+		ctx, cancel := context.WithCancel(t.Context())
+		// The journal write that records the backup is the last thing
+		// before the first attempt; cancel right there.
+		r := newTestRunner(t, h, t.TempDir(), WithProgress(func(o Outcome) {
+			if rec, _ := o.Step("one"); rec.BackupTaken && rec.State == StepPending {
+				cancel()
+			}
+		}))
+		_, err := r.Run(ctx, p)
+		require.ErrorIs(t, err, context.Canceled)
+		require.Equal(t, []string{"one/backup"}, h.Calls())
+		j, err := ReadJournal(r.JournalPath(p.Name))
+		require.NoError(t, err)
+		require.Equal(t, StepRecord{Name: "one", State: StepPending, BackupTaken: true}, j.Steps[0])
+
+		h.reset()
+		r2 := newTestRunner(t, h, r.dir)
+		out, err := r2.Run(t.Context(), p)
+		require.NoError(t, err, "the step never started, so it is not interrupted")
+		require.Equal(t, []string{"one/run", "two/run", "three/backup", "three/run"}, h.Calls())
+		require.Equal(t, PlanSucceeded, out.State)
+	})
+}
+
+func TestResumeCountedBeforeCheckRuns(t *testing.T) {
+	// A check that kills its runner (here: blocks until cancelled) must
+	// still use up a resume, or the plan loops forever.
+	h := &scriptedHost{}
+	p := threeStepPlan()
+	p.Steps[1].Idempotent = false
+	p.Steps[1].Check = []string{"c"}
+	h.exits = map[string][]int{"two/check": {1, 0}}
+	r := newTestRunner(t, h, t.TempDir(), WithMaxResumes(1))
+	interruptAt(t, r, h, p, "two/run")
+	interruptAt(t, r, h, p, "two/check")
+	j, err := ReadJournal(r.JournalPath(p.Name))
+	require.NoError(t, err)
+	require.Equal(t, 1, j.Steps[1].Resumed)
+	out, err := r.Run(t.Context(), p)
+	require.ErrorIs(t, err, ErrNeedsAttention)
+	require.Contains(t, out.Failure.Error, "interrupted 2 times")
+	require.Empty(t, h.Calls())
+}
+
+func TestResetRespectsLock(t *testing.T) {
+	h := &scriptedHost{}
+	dir := t.TempDir()
+	r := newTestRunner(t, h, dir)
+	_, err := r.Run(t.Context(), threeStepPlan())
+	require.NoError(t, err)
+	path := r.JournalPath("p")
+
+	unlock, err := lockFile(path + ".lock")
+	require.NoError(t, err)
+	err = r.Reset("p")
+	require.ErrorIs(t, err, ErrJournalLocked)
+	var je *JournalError
+	require.ErrorAs(t, err, &je)
+	require.Equal(t, path, je.Path)
+	require.FileExists(t, path, "a locked journal is not deleted")
+	unlock()
+
+	require.NoError(t, r.Reset("p"))
+	require.NoFileExists(t, path)
+	require.NoError(t, r.Reset("p"), "resetting twice is fine")
+	require.NoError(t, newTestRunner(t, h, filepath.Join(dir, "missing")).Reset("p"))
+}
+
+func TestRollbackStopsAtStepThatCannotBeUndone(t *testing.T) {
+	p := threeStepPlan()
+	p.RollbackOnFailure = true
+	p.Steps[1].Rollback = nil // "two" is like `kubeadm upgrade apply`
+
+	t.Run("stops in NeedsAttention", func(t *testing.T) {
+		h := &scriptedHost{exits: map[string][]int{"three/run": {1}}}
+		out, err := newTestRunner(t, h, t.TempDir()).Run(t.Context(), p)
+		require.ErrorIs(t, err, ErrNeedsAttention)
+		require.Equal(t, PlanNeedsAttention, out.State)
+		require.Equal(t, []string{"one/backup", "one/run", "two/run", "three/backup", "three/run", "three/rollback"}, h.Calls(),
+			"one is not rolled back under two")
+		require.Equal(t, []StepState{StepSucceeded, StepSucceeded, StepRolledBack}, states(out))
+		require.Equal(t, "two", out.Failure.Step)
+		require.Equal(t, PhaseRollback, out.Failure.Phase)
+		require.Contains(t, out.Failure.Error, `rollback stopped at step "two"`)
+		require.Contains(t, out.Failure.Error, `step "three" failed (exit 1)`)
+	})
+	t.Run("NothingToUndo lets the rollback pass", func(t *testing.T) {
+		p := p
+		p.Steps = append([]Step(nil), p.Steps...)
+		p.Steps[1].NothingToUndo = true
+		h := &scriptedHost{exits: map[string][]int{"three/run": {1}}}
+		out, err := newTestRunner(t, h, t.TempDir()).Run(t.Context(), p)
+		require.ErrorIs(t, err, ErrRolledBack)
+		require.Equal(t, []StepState{StepRolledBack, StepSucceeded, StepRolledBack}, states(out))
+		require.Contains(t, h.Calls(), "one/rollback")
+	})
+	t.Run("a failed step without rollback does not block", func(t *testing.T) {
+		h := &scriptedHost{exits: map[string][]int{"two/run": {1}}}
+		out, err := newTestRunner(t, h, t.TempDir()).Run(t.Context(), p)
+		require.ErrorIs(t, err, ErrRolledBack)
+		require.Equal(t, []string{"one/backup", "one/run", "two/run", "one/rollback"}, h.Calls())
+		require.Equal(t, PlanRolledBack, out.State)
+	})
+}

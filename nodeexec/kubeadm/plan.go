@@ -283,6 +283,8 @@ func (b builder) steps() []nodeexec.Step {
 			Timeout:    5 * time.Minute,
 			Retry:      retry,
 			Idempotent: true,
+			// The snapshot is what a human restores from; it changes nothing.
+			NothingToUndo: true,
 		})
 	}
 	tree := func(name, dir, unit string) {
@@ -308,6 +310,8 @@ systemctl restart "$2"`, b.backup(dir), unit)
 			Timeout:    2 * time.Minute,
 			Retry:      retry,
 			Idempotent: true,
+			// The containerd rollback restarts the restored containerd.
+			NothingToUndo: true,
 		})
 	}
 	if !c.SkipCNIPlugins {
@@ -334,6 +338,9 @@ systemctl restart "$2"`, b.backup(dir), unit)
 		Timeout:    15 * time.Minute,
 		Retry:      nodeexec.RetryPolicy{Attempts: 2, Backoff: 30 * time.Second},
 		Idempotent: true, // kubeadm documents `kubeadm upgrade` as idempotent
+		// No Rollback and not NothingToUndo on purpose: a plan rollback stops
+		// here (PlanNeedsAttention) instead of putting the old kubeadm,
+		// containerd and CNI plugins under an upgraded control plane.
 		// Keep a copy of /etc/kubernetes for manual recovery; kubeadm keeps
 		// its own in /etc/kubernetes/tmp as well.
 		Backup: nodeexec.ShellArgv(`set -eu
@@ -351,6 +358,8 @@ cp -a /etc/kubernetes/. "$1"/`, b.backup("etc-kubernetes")),
 				Env:        []nodeexec.EnvVar{{Name: "UPGRADEKIT_FILE_CONTENT", Value: UpgradeConfiguration(c.ToVersion)}},
 				Timeout:    time.Minute,
 				Idempotent: true,
+				// Only writes a file in the staging directory.
+				NothingToUndo: true,
 			})
 			upgrade.Argv = []string{kubeadm, "upgrade", "apply", "--config", cfgPath, "--yes"}
 		} else {
@@ -383,14 +392,17 @@ cp -a /etc/kubernetes/. "$1"/`, b.backup("etc-kubernetes")),
 		Timeout:    2 * time.Minute,
 		Retry:      retry,
 		Idempotent: true,
+		// Undoing kubelet-stop restarts the restored kubelet.
+		NothingToUndo: true,
 	})
 	add(nodeexec.Step{
 		Name: StepVerify,
 		Argv: nodeexec.ShellArgv(scriptVerify, kubeadm, b.bin("kubelet"), b.bin("kubectl"), c.ToVersion, c.Node, string(c.Role)),
 		// The kubelet needs a few seconds to report its new version.
-		Retry:      nodeexec.RetryPolicy{Attempts: 12, Backoff: 5 * time.Second, MaxBackoff: 10 * time.Second},
-		Timeout:    time.Minute,
-		Idempotent: true,
+		Retry:         nodeexec.RetryPolicy{Attempts: 12, Backoff: 5 * time.Second, MaxBackoff: 10 * time.Second},
+		Timeout:       time.Minute,
+		Idempotent:    true,
+		NothingToUndo: true,
 	})
 	return steps
 }

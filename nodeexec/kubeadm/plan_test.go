@@ -281,3 +281,22 @@ func TestBinaryInstallBackupRestoreForReal(t *testing.T) {
 	got, _ = os.ReadFile(filepath.Join(bin, "kubectl"))
 	require.Equal(t, "old", string(got))
 }
+
+func TestOnlyKubeadmUpgradeBlocksRollback(t *testing.T) {
+	// A plan rollback stops at a completed step that has no rollback
+	// and does not declare NothingToUndo. That must be exactly the
+	// kubeadm upgrade, for every role and version gate.
+	for _, role := range []Role{RoleFirstControlPlane, RoleControlPlane, RoleWorker} {
+		for _, v := range [][2]string{{"v1.29.4", "v1.30.2"}, {"v1.31.4", "v1.32.1"}} {
+			p, err := NewPlan(Config{Node: "n1", Role: role, FromVersion: v[0], ToVersion: v[1], RollbackOnFailure: true})
+			require.NoError(t, err)
+			var blocking []string
+			for _, s := range p.Steps {
+				if len(s.Rollback) == 0 && !s.NothingToUndo {
+					blocking = append(blocking, s.Name)
+				}
+			}
+			require.Equal(t, []string{StepKubeadmUpgrade}, blocking, "%s %s", role, v[1])
+		}
+	}
+}
