@@ -144,30 +144,55 @@ func TestWorkerBeforeControlPlaneFails(t *testing.T) {
 	require.Equal(t, from, fleet.ClusterVersion())
 }
 
-func TestRollbackRestoresPreviousVersions(t *testing.T) {
-	faults := NewFaults(1).FailStep("demo-md-0-0", kubeadm.StepVerify, 100)
-	_, c, fleet := upgradeFleet(t, WithFaults(faults))
-	fc := testingclock.NewFakeClock(time.Unix(0, 0))
-	stop := DriveClock(fc, 10*time.Second)
-	defer stop()
-	out, err := runPlan(t, fleet.Host("demo-control-plane-0"), kubeadm.RoleFirstControlPlane, nil, nodeexec.WithClock(fc))
-	require.NoError(t, err)
-	require.Equal(t, nodeexec.PlanSucceeded, out.State)
-
-	h := fleet.Host("demo-md-0-0")
-	out, err = runPlan(t, h, kubeadm.RoleWorker, func(c *kubeadm.Config) { c.RollbackOnFailure = true }, nodeexec.WithClock(fc))
-	require.ErrorIs(t, err, nodeexec.ErrRolledBack)
-	require.Equal(t, nodeexec.PlanRolledBack, out.State)
-	require.Equal(t, kubeadm.StepVerify, out.Failure.Step)
-	for _, comp := range []Component{Kubeadm, Kubelet, Kubectl} {
-		require.Equal(t, from, h.Version(comp), comp)
+func TestRollback(t *testing.T) {
+	tests := []struct {
+		name      string
+		failStep  string
+		times     int
+		wantState nodeexec.PlanState
+		wantErr   error
+		// versions after the rollback
+		kubelet, kubectl, kubeadm, containerd, cni string
+	}{
+		{
+			// Everything the plan changed is undone: the binary backup, the
+			// tree backups (containerd, CNI) and the unit restarts.
+			name: "failure before kubeadm upgrade rolls back every step", failStep: kubeadm.StepKubeadmBinary, times: 1,
+			wantState: nodeexec.PlanRolledBack, wantErr: nodeexec.ErrRolledBack,
+			kubelet: from, kubectl: from, kubeadm: from, containerd: DefaultContainerdVersion, cni: DefaultCNIVersion,
+		},
+		{
+			// kubeadm-upgrade has no rollback argv, so the runner undoes
+			// the steps after it and stops there for a human.
+			name: "failure after kubeadm upgrade rolls back to it", failStep: kubeadm.StepVerify, times: 100,
+			wantState: nodeexec.PlanNeedsAttention, wantErr: nodeexec.ErrNeedsAttention,
+			kubelet: from, kubectl: from, kubeadm: to, containerd: "2.0.5", cni: "v1.7.1",
+		},
 	}
-	require.Equal(t, from, h.RunningVersion(Kubelet), "the kubelet was restarted on the restored binary")
-	require.Equal(t, DefaultContainerdVersion, h.RunningVersion(Containerd))
-	require.Equal(t, DefaultCNIVersion, h.Version(CNI))
-	v, _ := nodeVersion(t, c, "demo-md-0-0")
-	require.Equal(t, from, v)
-	require.Len(t, faults.Injected(), 12, "verify has 12 attempts")
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			faults := NewFaults(1).FailStep("demo-md-0-0", tt.failStep, tt.times)
+			_, c, fleet := upgradeFleet(t, WithFaults(faults))
+			fleet.Host("demo-control-plane-0").kubeadm.set(to) // as if the control plane were done
+			fc := testingclock.NewFakeClock(time.Unix(0, 0))
+			stop := DriveClock(fc, 10*time.Second)
+			defer stop()
+
+			h := fleet.Host("demo-md-0-0")
+			out, err := runPlan(t, h, kubeadm.RoleWorker, func(c *kubeadm.Config) { c.RollbackOnFailure = true }, nodeexec.WithClock(fc))
+			require.ErrorIs(t, err, tt.wantErr)
+			require.Equal(t, tt.wantState, out.State)
+			require.Equal(t, tt.kubelet, h.Version(Kubelet))
+			require.Equal(t, tt.kubelet, h.RunningVersion(Kubelet), "the kubelet was restarted on the restored binary")
+			require.Equal(t, tt.kubectl, h.Version(Kubectl))
+			require.Equal(t, tt.kubeadm, h.Version(Kubeadm))
+			require.Equal(t, tt.containerd, h.Version(Containerd))
+			require.Equal(t, tt.containerd, h.RunningVersion(Containerd))
+			require.Equal(t, tt.cni, h.Version(CNI))
+			v, _ := nodeVersion(t, c, "demo-md-0-0")
+			require.Equal(t, tt.kubelet, v)
+		})
+	}
 }
 
 func TestUnknownCommandsFail(t *testing.T) {
