@@ -390,6 +390,9 @@ func (p *Planner) Plan(ctx context.Context, c Cluster) (*Plan, error) {
 	byName := make(map[string]*work, len(all))
 	for _, w := range all {
 		byName[w.pm.Machine] = w
+		if !w.disrupts() {
+			w.pm.ToVersion = w.pm.FromVersion
+		}
 	}
 	plan.Machines = make([]PlannedMachine, 0, len(all))
 	for _, b := range plan.Batches {
@@ -437,9 +440,6 @@ func (p *Planner) choose(ctx context.Context, c Cluster, w *work) error {
 		ch = Choice{Method: MethodBlocked, Strategy: s.Name(), Reason: fmt.Sprintf("strategy %s does not handle a %s decision", s.Name(), d.Outcome)}
 	}
 	w.pm.Method, w.pm.Strategy, w.pm.Reason = ch.Method, ch.Strategy, ch.Reason
-	if !w.disrupts() {
-		w.pm.ToVersion = w.pm.FromVersion
-	}
 	return nil
 }
 
@@ -487,11 +487,6 @@ func (p *Planner) checkSkew(all []*work, target *version.Version) {
 			w.set(MethodBlocked, fmt.Sprintf("kubelet %s would be newer than API server %s", w.pm.ToVersion, "v"+api.String()), ErrVersionSkew)
 		case w.pm.Method == MethodInPlace && (w.ver.Major() != target.Major() || target.Minor() > w.ver.Minor()+1):
 			w.set(MethodBlocked, fmt.Sprintf("in-place %s -> %s skips a minor version", w.pm.FromVersion, w.pm.ToVersion), ErrVersionSkew)
-		}
-	}
-	for _, w := range all {
-		if !w.disrupts() {
-			w.pm.ToVersion = w.pm.FromVersion
 		}
 	}
 }
