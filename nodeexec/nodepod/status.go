@@ -48,7 +48,12 @@ type Status struct {
 	Reason, Message string
 }
 
-type readOptions struct{ crashLoopRestarts int32 }
+type readOptions struct {
+	crashLoopRestarts int32
+	// Per pod, set by ReadStatus: a non-zero exit is final when the pod
+	// has failed or never restarts its containers.
+	podFailed, restartNever bool
+}
 
 // ReadOption configures ReadStatus.
 type ReadOption func(*readOptions)
@@ -62,7 +67,11 @@ func WithCrashLoopRestarts(n int32) ReadOption {
 
 // ReadStatus turns a pod built by Build into per-step conditions. It reads
 // LastTerminationState and restart counts, so a container in a crash loop
-// is reported as Failed with its exit code, not as "waiting".
+// is reported as Failed with its exit code, not as "waiting". A single
+// non-zero exit is reported as Running (the runner resumes when restarted)
+// unless the pod failed, its restartPolicy is Never, or the runner's
+// summary in the termination message says the plan ended; then the
+// step's own exit code from the summary is reported, not the runner's.
 //
 // In init-container modes every step has its own container. In
 // ModeSingleContainer per-step states come from the runner's summary
@@ -75,6 +84,8 @@ func ReadStatus(pod *corev1.Pod, opts ...ReadOption) Status {
 	for _, f := range opts {
 		f(&o)
 	}
+	o.podFailed = pod.Status.Phase == corev1.PodFailed
+	o.restartNever = pod.Spec.RestartPolicy == corev1.RestartPolicyNever
 	var names []string
 	if s := pod.Annotations[AnnotationSteps]; s != "" {
 		names = strings.Split(s, ",")
@@ -98,10 +109,15 @@ func ReadStatus(pod *corev1.Pod, opts ...ReadOption) Status {
 		}
 	}
 	summary := map[string]nodeexec.SummaryStep{}
+	var failedStep string // the step the runner's summary blames
+	var failedExit int32
 	if single {
 		if sum, ok := terminationSummary(byName[StatusContainer]); ok {
 			for _, s := range sum.Steps {
 				summary[s.Name] = s
+			}
+			if sum.FailedStep != "" && sum.State.Terminal() && sum.State != nodeexec.PlanSucceeded {
+				failedStep, failedExit = sum.FailedStep, int32(sum.ExitCode)
 			}
 		}
 	}
@@ -120,11 +136,19 @@ func ReadStatus(pod *corev1.Pod, opts ...ReadOption) Status {
 		if s.Phase == PhaseSucceeded {
 			done++
 		}
-		if s.Phase == PhaseFailed && st.Failed == nil {
+		if failedStep != "" && n == failedStep {
+			// Rolled-back steps also show Failed; the summary says which
+			// step actually failed, and with what exit code.
+			s.Phase, s.ExitCode, s.Message = PhaseFailed, failedExit, main.Message
+		}
+		if s.Phase == PhaseFailed && st.Failed == nil && (failedStep == "" || n == failedStep) {
 			f := s
 			st.Failed = &f
 		}
 		st.Steps = append(st.Steps, s)
+	}
+	if failedStep != "" && st.Failed == nil { // a step not in the annotation
+		st.Failed = &StepStatus{Name: failedStep, Phase: PhaseFailed, ExitCode: failedExit, Reason: main.Reason, Message: main.Message}
 	}
 	if len(names) > 0 {
 		st.Progress = float64(done) / float64(len(names))
@@ -197,15 +221,35 @@ func containerStatus(name string, byName map[string]corev1.ContainerStatus, o re
 		return s
 	}
 	s.Restarts = cs.RestartCount
+	// crashed is the phase of a container that exited non-zero with t.
+	// One crash is not a failure: the journaled runner exits when killed
+	// mid-step and resumes when the kubelet restarts it. It is final when
+	// the runner's summary says the plan ended, when the pod failed or
+	// never restarts containers, or after the crash-loop threshold.
+	crashed := func(t *corev1.ContainerStateTerminated) Phase {
+		s.ExitCode, s.Message = t.ExitCode, t.Message
+		terminal := false
+		if sum, ok := parseSummary(t.Message); ok {
+			terminal = sum.State.Terminal()
+			s.ExitCode, s.Message = summaryExit(name, sum, t.ExitCode), summaryMessage(sum)
+		}
+		if terminal || o.podFailed || o.restartNever || cs.RestartCount >= o.crashLoopRestarts {
+			return PhaseFailed
+		}
+		return PhaseRunning
+	}
 	last := cs.LastTerminationState.Terminated
 	switch {
 	case cs.State.Terminated != nil:
 		t := cs.State.Terminated
-		s.ExitCode, s.Reason, s.Message = t.ExitCode, t.Reason, t.Message
+		s.Reason = t.Reason
 		if t.ExitCode == 0 {
-			s.Phase = PhaseSucceeded
+			s.Phase, s.Message = PhaseSucceeded, t.Message
+			if sum, ok := parseSummary(t.Message); ok {
+				s.Message = summaryMessage(sum)
+			}
 		} else {
-			s.Phase = PhaseFailed
+			s.Phase = crashed(t)
 		}
 	case cs.State.Running != nil:
 		s.Phase = PhaseRunning
@@ -216,18 +260,48 @@ func containerStatus(name string, byName map[string]corev1.ContainerStatus, o re
 		w := cs.State.Waiting
 		s.Reason, s.Message = w.Reason, w.Message
 		switch {
-		case last != nil && last.ExitCode != 0 && cs.RestartCount >= o.crashLoopRestarts:
-			s.Phase, s.ExitCode = PhaseFailed, last.ExitCode
-			if last.Message != "" {
-				s.Message = last.Message
-			}
 		case last != nil && last.ExitCode != 0:
-			s.Phase, s.ExitCode = PhaseRunning, last.ExitCode // restarting to resume
+			msg := w.Message
+			s.Phase = crashed(last)
+			if s.Phase == PhaseRunning || s.Message == "" {
+				s.Message = msg // restarting to resume: say why it waits
+			}
 		case isConfigError(w.Reason):
 			s.Phase = PhaseFailed
 		}
 	}
 	return s
+}
+
+func parseSummary(msg string) (nodeexec.Summary, bool) {
+	if msg == "" || msg[0] != '{' {
+		return nodeexec.Summary{}, false
+	}
+	sum, err := nodeexec.ParseSummary([]byte(msg))
+	return sum, err == nil
+}
+
+// summaryExit is the exit code of the step a runner container reported
+// on: the failed step's when the plan failed, else the named step's last
+// run; the runner's own exit code (1) says nothing about the step.
+func summaryExit(container string, sum nodeexec.Summary, runnerExit int32) int32 {
+	if sum.FailedStep != "" {
+		return int32(sum.ExitCode)
+	}
+	for _, st := range sum.Steps {
+		if st.Name == container && st.ExitCode != 0 {
+			return int32(st.ExitCode)
+		}
+	}
+	return runnerExit
+}
+
+// summaryMessage is a readable line instead of the raw summary JSON.
+func summaryMessage(sum nodeexec.Summary) string {
+	if sum.FailedStep != "" {
+		return fmt.Sprintf("plan %s %s: step %q exited with code %d", sum.Plan, sum.State, sum.FailedStep, sum.ExitCode)
+	}
+	return fmt.Sprintf("plan %s %s", sum.Plan, sum.State)
 }
 
 // isConfigError reports waiting reasons that never resolve by waiting.

@@ -176,3 +176,81 @@ func TestReadStatusCrashLoopThreshold(t *testing.T) {
 	require.Equal(t, "kubeadm: preflight failed", s.Failed.Message)
 	require.Equal(t, int32(1), s.Failed.Restarts)
 }
+
+func TestReadStatusSingleCrashIsNotFinal(t *testing.T) {
+	// One crash (terminated non-zero, not yet restarted) of a runner
+	// whose pod restarts containers is the resume path, not a failure.
+	once := podWith(ModeInitContainers, corev1.PodPending, []corev1.ContainerStatus{terminated("a", 0, "Completed"), terminated("b", 137, "Error")})
+	once.Spec.RestartPolicy = corev1.RestartPolicyOnFailure
+	s := ReadStatus(once)
+	require.Equal(t, PhaseRunning, s.Phase)
+	require.Equal(t, []Phase{PhaseSucceeded, PhaseRunning, PhasePending}, phases(s))
+	require.Nil(t, s.Failed)
+
+	never := once.DeepCopy()
+	never.Spec.RestartPolicy = corev1.RestartPolicyNever
+	require.Equal(t, PhaseFailed, ReadStatus(never).Phase, "restartPolicy Never: the crash is final")
+
+	failed := once.DeepCopy()
+	failed.Status.Phase = corev1.PodFailed
+	require.Equal(t, PhaseFailed, ReadStatus(failed).Phase, "the pod failed: the crash is final")
+
+	looping := once.DeepCopy()
+	looping.Status.InitContainerStatuses[1].RestartCount = 3
+	require.Equal(t, PhaseFailed, ReadStatus(looping).Phase, "crash-loop threshold reached")
+}
+
+func summaryMsg(state nodeexec.PlanState, failed string, exit int, steps ...nodeexec.StepRecord) string {
+	o := nodeexec.Outcome{Plan: "p", State: state, Steps: steps}
+	if failed != "" {
+		o.Failure = &nodeexec.Failure{Step: failed, ExitCode: exit}
+	}
+	return string(nodeexec.Summarize(o))
+}
+
+func TestReadStatusSingleContainerRollbackNamesFailedStep(t *testing.T) {
+	// b failed with exit 7 and the plan was rolled back: a and b both
+	// show RolledBack, but the failure is b's, not a's.
+	cs := terminated(StatusContainer, 1, "Error")
+	cs.State.Terminated.Message = summaryMsg(nodeexec.PlanRolledBack, "b", 7,
+		nodeexec.StepRecord{Name: "a", State: nodeexec.StepRolledBack},
+		nodeexec.StepRecord{Name: "b", State: nodeexec.StepRolledBack, ExitCode: 7},
+		nodeexec.StepRecord{Name: "c", State: nodeexec.StepPending})
+	pod := podWith(ModeSingleContainer, corev1.PodRunning, nil, cs)
+	pod.Spec.RestartPolicy = corev1.RestartPolicyOnFailure
+	s := ReadStatus(pod)
+	require.Equal(t, PhaseFailed, s.Phase, "a terminal summary is final at once")
+	require.NotNil(t, s.Failed)
+	require.Equal(t, "b", s.Failed.Name)
+	require.Equal(t, int32(7), s.Failed.ExitCode)
+	require.Contains(t, s.Message, `step "b" exited with code 7`)
+}
+
+func TestReadStatusJournaledInitContainerUsesSummary(t *testing.T) {
+	// Journaled init layout: container b runs the runner up to step b;
+	// the runner exits 1 but step b itself exited 5.
+	b := terminated("b", 1, "Error")
+	b.State.Terminated.Message = summaryMsg(nodeexec.PlanFailed, "b", 5,
+		nodeexec.StepRecord{Name: "a", State: nodeexec.StepSucceeded},
+		nodeexec.StepRecord{Name: "b", State: nodeexec.StepFailed, ExitCode: 5},
+		nodeexec.StepRecord{Name: "c", State: nodeexec.StepPending})
+	pod := podWith(ModeInitContainers, corev1.PodPending, []corev1.ContainerStatus{terminated("a", 0, "Completed"), b})
+	pod.Spec.RestartPolicy = corev1.RestartPolicyOnFailure
+	s := ReadStatus(pod)
+	require.Equal(t, PhaseFailed, s.Phase, "the plan ended: no need to wait for a crash loop")
+	require.Equal(t, "b", s.Failed.Name)
+	require.Equal(t, int32(5), s.Failed.ExitCode)
+	require.Equal(t, `plan p Failed: step "b" exited with code 5`, s.Failed.Message)
+	require.NotContains(t, s.Message, "{", "no raw JSON")
+
+	// Killed mid-step (plan still Running): resuming, not failed.
+	k := terminated("b", 137, "Error")
+	k.State.Terminated.Message = summaryMsg(nodeexec.PlanRunning, "", 0,
+		nodeexec.StepRecord{Name: "a", State: nodeexec.StepSucceeded},
+		nodeexec.StepRecord{Name: "b", State: nodeexec.StepRunning},
+		nodeexec.StepRecord{Name: "c", State: nodeexec.StepPending})
+	pod.Status.InitContainerStatuses[1] = k
+	s = ReadStatus(pod)
+	require.Equal(t, PhaseRunning, s.Phase)
+	require.Equal(t, "plan p Running", s.Steps[1].Message)
+}
