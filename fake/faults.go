@@ -380,3 +380,12 @@ func DriveClock(c *testingclock.FakeClock, quantum time.Duration) (stop func()) 
 	var once sync.Once
 	return func() { once.Do(func() { close(done); wg.Wait() }) }
 }
+
+// String renders "node/step: what" for host faults and "verb Kind: what"
+// for API faults.
+func (i Injection) String() string {
+	if i.Verb != "" {
+		return fmt.Sprintf("%s %s: %s", i.Verb, i.Kind, i.What)
+	}
+	return fmt.Sprintf("%s/%s: %s", i.Node, i.Step, i.What)
+}

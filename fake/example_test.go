@@ -1,0 +1,77 @@
+package fake_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/upgradekit/upgradekit/fake"
+	"github.com/upgradekit/upgradekit/nodeexec"
+	"github.com/upgradekit/upgradekit/nodeexec/kubeadm"
+)
+
+// Build a cluster, give every node a simulated host, and upgrade the first
+// control plane node and a worker from v1.30.4 to v1.31.2 with the real
+// kubeadm plans and nodeexec's Runner. The Nodes report the new kubelet
+// version; an injected API conflict is retried by the host.
+func Example() {
+	ctx := context.Background()
+	cl := fake.NewCluster("demo").ControlPlane(1, "v1.30.4").MachineDeployment("md-0", 2, "v1.30.4")
+
+	faults := fake.NewFaults(1).APIError(fake.VerbUpdateStatus, "Node", fake.Conflict, 1)
+	c, err := cl.Client(fake.WithInterceptor(faults.Interceptor()))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fleet, err := fake.NewFleet(cl, fake.WithNodeClient(c))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	journal, _ := os.MkdirTemp("", "fake-example")
+	defer os.RemoveAll(journal)
+
+	upgrade := func(node string, role kubeadm.Role) {
+		h := fleet.Host(node)
+		h.Stage(fake.Staging{Kubernetes: "v1.31.2", Containerd: "2.0.5", CNI: "v1.7.1"})
+		plan, err := kubeadm.NewPlan(kubeadm.Config{Node: node, Role: role, FromVersion: "v1.30.4", ToVersion: "v1.31.2"})
+		if err != nil {
+			fmt.Println(err)
+			return
+		}
+		runner, err := nodeexec.NewRunner(h, nodeexec.WithJournalDir(journal))
+		if err != nil {
+			fmt.Println(err)
+			return
+		}
+		out, err := runner.Run(ctx, plan)
+		fmt.Println(node, out.State, err)
+	}
+	upgrade("demo-control-plane-0", kubeadm.RoleFirstControlPlane)
+	upgrade("demo-md-0-0", kubeadm.RoleWorker)
+
+	var nodes corev1.NodeList
+	_ = c.List(ctx, &nodes)
+	for _, n := range nodes.Items {
+		fmt.Println(n.Name, n.Spec.ProviderID, n.Status.NodeInfo.KubeletVersion)
+	}
+	fmt.Println("injected:", faults.Injected())
+
+	// API faults are real API errors.
+	faults.APIError(fake.VerbGet, "Node", fake.Throttled, 1)
+	err = c.Get(ctx, client.ObjectKey{Name: "demo-md-0-1"}, &corev1.Node{})
+	fmt.Println(apierrors.IsTooManyRequests(err))
+	// Output:
+	// demo-control-plane-0 Succeeded <nil>
+	// demo-md-0-0 Succeeded <nil>
+	// demo-control-plane-0 docker:////demo-control-plane-0 v1.31.2
+	// demo-md-0-0 docker:////demo-md-0-0 v1.31.2
+	// demo-md-0-1 docker:////demo-md-0-1 v1.30.4
+	// injected: [update/status Node: Conflict]
+	// true
+}
