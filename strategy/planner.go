@@ -281,20 +281,25 @@ func (p *Planner) Plan(ctx context.Context, c Cluster) (*Plan, error) {
 		return nil, err
 	}
 	names := map[string]string{}
+	versions := map[string]*version.Version{} // a cluster has few distinct versions; parse each once
 	limits := make([][2]int, len(c.Workers))
 	var all []*work
 	add := func(field string, m *Machine, role Role, group int, groupName string) error {
 		if m.Name == "" {
 			return fmt.Errorf("%w: %s.name: empty", ErrInvalidCluster, field)
 		}
-		field = fmt.Sprintf("%s[%s]", field, m.Name)
+		field = field + "[" + m.Name + "]"
 		if prev, dup := names[m.Name]; dup {
 			return fmt.Errorf("%w: %s: name also used by %s", ErrInvalidCluster, field, prev)
 		}
 		names[m.Name] = field
-		v, err := parseVersion(field+".version", m.Version)
-		if err != nil {
-			return err
+		v, seen := versions[m.Version]
+		if !seen {
+			var err error
+			if v, err = parseVersion(field+".version", m.Version); err != nil {
+				return err
+			}
+			versions[m.Version] = v
 		}
 		if v != nil && target != nil && v.GreaterThan(target) {
 			return fmt.Errorf("%w: %s.version: %s is newer than targetVersion %s (downgrades are not planned)", ErrInvalidCluster, field, m.Version, c.TargetVersion)
