@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math"
 	"path"
 	"time"
 
@@ -298,7 +299,9 @@ func Build(plan nodeexec.Plan, opts ...Option) (*corev1.Pod, error) {
 		pod.Spec.ImagePullSecrets = append(pod.Spec.ImagePullSecrets, corev1.LocalObjectReference{Name: s})
 	}
 	if d, ok := b.deadline(); ok {
-		pod.Spec.ActiveDeadlineSeconds = ptr.To(int64(d / time.Second))
+		// The API accepts 1..MaxInt32 seconds.
+		secs := min(max(int64(d/time.Second), 1), math.MaxInt32)
+		pod.Spec.ActiveDeadlineSeconds = ptr.To(secs)
 	}
 	if o.stageFrom != "" {
 		pod.Spec.InitContainers = append(pod.Spec.InitContainers, b.stage())
@@ -476,27 +479,64 @@ func (b *podBuilder) raw(name string, s nodeexec.Step, argv []string) corev1.Con
 	return c
 }
 
-// deadline is the sum over steps of timeout x attempts (+ backoffs), plus
-// the overhead; ok is false when a step has no timeout.
+// deadline is an upper bound of the plan's run time: per step, every
+// attempt (timeout x attempts plus the longest wait between them), the
+// check and backup, and, when the step may be rolled back (plan rollback
+// on failure, or the Rollback interrupt policy), the rollback with the
+// same budget; plus the overhead. ok is false when a step has no timeout.
+// The arithmetic saturates, so absurd budgets give a long deadline, never
+// a wrapped-around short one; Build caps it at what the API accepts.
 func (b *podBuilder) deadline() (time.Duration, bool) {
 	total := b.o.deadlineOverhead
 	for _, s := range b.plan.Steps {
 		if s.Timeout <= 0 {
 			return 0, false
 		}
-		n := time.Duration(max(s.Retry.Attempts, 1))
-		total += n * s.Timeout
-		// Upper bound of the waits between attempts.
-		wait := s.Retry.MaxBackoff
-		if wait <= 0 {
-			wait = s.Retry.Backoff << min(n, 16)
+		n := int64(max(s.Retry.Attempts, 1))
+		// The longest wait between attempts: the one before the last,
+		// Backoff doubled n-2 times, capped at MaxBackoff.
+		wait := satShift(s.Retry.Backoff, max(n-2, 0))
+		if s.Retry.MaxBackoff > 0 {
+			wait = min(wait, s.Retry.MaxBackoff)
 		}
-		total += (n - 1) * wait
+		budget := satAdd(satMul(s.Timeout, n), satMul(wait, n-1))
+		total = satAdd(total, budget)
 		if len(s.Backup) > 0 || len(s.Check) > 0 {
-			total += 2 * s.Timeout
+			total = satAdd(total, satMul(s.Timeout, 2))
+		}
+		if len(s.Rollback) > 0 && (b.plan.RollbackOnFailure || s.EffectiveInterruptPolicy() == nodeexec.InterruptRollback) {
+			total = satAdd(total, budget) // rollback runs with the same retry budget
 		}
 	}
 	return total, true
+}
+
+func satAdd(a, b time.Duration) time.Duration {
+	if b > 0 && a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
+}
+
+func satMul(d time.Duration, n int64) time.Duration {
+	if d <= 0 || n <= 0 {
+		return 0
+	}
+	if d > math.MaxInt64/time.Duration(n) {
+		return math.MaxInt64
+	}
+	return d * time.Duration(n)
+}
+
+// satShift is d doubled k times, saturating.
+func satShift(d time.Duration, k int64) time.Duration {
+	for ; k > 0 && d > 0; k-- {
+		if d > math.MaxInt64/2 {
+			return math.MaxInt64
+		}
+		d *= 2
+	}
+	return d
 }
 
 // CreateOrGet creates pod, or returns the existing pod of the same name if
@@ -505,13 +545,12 @@ func (b *podBuilder) deadline() (time.Duration, bool) {
 // fingerprint annotation is compared and ErrPlanChanged returned when it
 // differs, so a changed plan never silently reuses an old pod.
 func CreateOrGet(ctx context.Context, c client.Client, pod *corev1.Pod) (*corev1.Pod, bool, error) {
-	err := c.Create(ctx, pod.DeepCopy())
+	// Create fills in the object from the API server's answer; reading it
+	// back with Get could miss it on a cached client.
+	created := pod.DeepCopy()
+	err := c.Create(ctx, created)
 	if err == nil {
-		got := &corev1.Pod{}
-		if err := c.Get(ctx, client.ObjectKeyFromObject(pod), got); err != nil {
-			return nil, true, fmt.Errorf("nodepod: get created pod %s/%s: %w", pod.Namespace, pod.Name, err)
-		}
-		return got, true, nil
+		return created, true, nil
 	}
 	if !apierrors.IsAlreadyExists(err) {
 		return nil, false, fmt.Errorf("nodepod: create pod %s/%s: %w", pod.Namespace, pod.Name, err)

@@ -1,6 +1,7 @@
 package nodepod
 
 import (
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -212,4 +213,36 @@ func TestDeadline(t *testing.T) {
 	pod, err = Build(p, WithImage("i"))
 	require.NoError(t, err)
 	require.Nil(t, pod.Spec.ActiveDeadlineSeconds, "a step without a deadline means no pod deadline")
+}
+
+func TestDeadlineIncludesRollbackAndSaturates(t *testing.T) {
+	p := testPlan()
+	p.Steps[1].Rollback = []string{"undo"}
+	p.Steps[1].Retry = nodeexec.RetryPolicy{Attempts: 2, Backoff: 30 * time.Second}
+	pod, err := Build(p, WithImage("i"), WithDeadlineOverhead(time.Minute))
+	require.NoError(t, err)
+	// 6m as above, + 1m and a 30s wait for the second attempt of "uname".
+	require.Equal(t, int64(7*60+30), *pod.Spec.ActiveDeadlineSeconds)
+
+	p.RollbackOnFailure = true
+	pod, err = Build(p, WithImage("i"), WithDeadlineOverhead(time.Minute))
+	require.NoError(t, err)
+	// + the rollback of "uname" with the same budget (2m30s).
+	require.Equal(t, int64(10*60), *pod.Spec.ActiveDeadlineSeconds)
+
+	for name, mutate := range map[string]func(*nodeexec.Step){
+		"attempts x timeout": func(s *nodeexec.Step) { s.Timeout = time.Duration(math.MaxInt64 / 2); s.Retry.Attempts = 1 << 30 },
+		"backoff shift":      func(s *nodeexec.Step) { s.Retry = nodeexec.RetryPolicy{Attempts: 200, Backoff: time.Hour} },
+		"sum of steps":       func(s *nodeexec.Step) { s.Timeout = time.Duration(math.MaxInt64 / 2) },
+	} {
+		t.Run(name, func(t *testing.T) {
+			p := testPlan()
+			for i := range p.Steps {
+				mutate(&p.Steps[i])
+			}
+			pod, err := Build(p, WithImage("i"))
+			require.NoError(t, err)
+			require.Equal(t, int64(math.MaxInt32), *pod.Spec.ActiveDeadlineSeconds, "saturates at the API maximum, never wraps")
+		})
+	}
 }
