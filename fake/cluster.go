@@ -189,6 +189,11 @@ func (c *Cluster) newPool(call, name string, replicas int, version string, opts 
 	for _, o := range opts {
 		o(p)
 	}
+	for i := range p.notReady {
+		if i < 0 || i >= replicas {
+			c.fail("%s: WithNotReady(%d): index out of range [0, %d)", call, i, replicas)
+		}
+	}
 	if p.image == "" {
 		n := name
 		if n == "" {

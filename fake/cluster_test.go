@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/upgradekit/upgradekit/fake/envtest"
+	"github.com/upgradekit/upgradekit/nodeexec"
 )
 
 func demo() *Cluster {
@@ -95,6 +96,7 @@ func TestBuilderErrors(t *testing.T) {
 		"pod on no node":     NewCluster("demo").ControlPlane(1, "v1.31.0").Pod("p", "nope", nil),
 		"bad namespace":      NewCluster("demo").InNamespace("A B"),
 		"bad infrastructure": NewCluster("demo").WithInfrastructure(Infrastructure{Kind: "X"}),
+		"not-ready index":    NewCluster("demo").MachineDeployment("md", 2, "v1.31.0", WithNotReady(2)),
 	}
 	for name, cl := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -186,6 +188,18 @@ func TestApplyToRealAPIServer(t *testing.T) {
 	ctx := context.Background()
 	require.NoError(t, cl.Apply(ctx, env.Client))
 	checkCluster(t, ctx, env.Client, "ns1")
+
+	// A host writes its Node's status in the real API server too.
+	h, err := NewHost("demo-md-0-1", RoleWorker, "v1.30.4", WithNodeClient(env.Client))
+	require.NoError(t, err)
+	h.WriteFile("/usr/bin/kubelet", binary(Kubelet, "v1.31.2"))
+	res, err := h.Run(ctx, nodeexec.Command{Argv: []string{"systemctl", "restart", "kubelet"}})
+	require.NoError(t, err)
+	require.Equal(t, 0, res.ExitCode, "%s", res.Output)
+	var n corev1.Node
+	require.NoError(t, env.Client.Get(ctx, client.ObjectKey{Name: "demo-md-0-1"}, &n))
+	require.Equal(t, "v1.31.2", n.Status.NodeInfo.KubeletVersion)
+	require.Equal(t, []corev1.NodeCondition{NodeReady(true)}, normalise(n.Status.Conditions))
 }
 
 func TestAWSInfrastructure(t *testing.T) {

@@ -85,6 +85,7 @@ type Faults struct {
 	fail     map[stepKey]int
 	flaky    float64
 	notReady map[stepKey]bool
+	fired    map[stepKey]bool
 	slow     map[stepKey]time.Duration
 	api      []*apiRule
 	log      []Injection
@@ -95,7 +96,7 @@ type Faults struct {
 func NewFaults(seed uint64) *Faults {
 	return &Faults{
 		rng:  rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
-		fail: map[stepKey]int{}, notReady: map[stepKey]bool{}, slow: map[stepKey]time.Duration{},
+		fail: map[stepKey]int{}, notReady: map[stepKey]bool{}, fired: map[stepKey]bool{}, slow: map[stepKey]time.Duration{},
 	}
 }
 
@@ -118,7 +119,8 @@ func (f *Faults) FlakySteps(p float64) *Faults {
 }
 
 // NotReadyAfter marks node's Node NotReady right after step first
-// succeeds on it (the kubelet's next start marks it Ready again).
+// succeeds on it (the kubelet's next start marks it Ready again). With node
+// "" it fires once on every node.
 func (f *Faults) NotReadyAfter(node, step string) *Faults {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -211,13 +213,9 @@ func (f *Faults) before(ctx context.Context, h *Host, cmd nodeexec.Command) (res
 func (f *Faults) after(ctx context.Context, h *Host, cmd nodeexec.Command) error {
 	f.mu.Lock()
 	k := stepKey{h.node, cmd.Step}
-	fire := f.notReady[k]
-	if !fire {
-		k = stepKey{"", cmd.Step}
-		fire = f.notReady[k]
-	}
-	if fire && k.node != "" {
-		delete(f.notReady, k)
+	fire := !f.fired[k] && (f.notReady[k] || f.notReady[stepKey{"", cmd.Step}])
+	if fire {
+		f.fired[k] = true
 	}
 	f.mu.Unlock()
 	if !fire {

@@ -251,3 +251,18 @@ func TestFlakyAPIDeterministicBySeed(t *testing.T) {
 	require.Contains(t, run(3), true)
 	require.Contains(t, run(3), false)
 }
+
+func TestNotReadyAfterStepOnEveryNode(t *testing.T) {
+	faults := NewFaults(1).NotReadyAfter("", "s")
+	_, c, fleet := upgradeFleet(t, WithFaults(faults))
+	for _, name := range []string{"demo-md-0-0", "demo-md-0-1"} {
+		for i := 0; i < 2; i++ {
+			res, err := fleet.Host(name).Run(context.Background(), nodeexec.Command{Step: "s", Phase: nodeexec.PhaseRun, Argv: []string{"systemctl", "daemon-reload"}})
+			require.NoError(t, err)
+			require.Equal(t, 0, res.ExitCode)
+		}
+		_, ready := nodeVersion(t, c, name)
+		require.Equal(t, corev1.ConditionFalse, ready)
+	}
+	require.Len(t, faults.Injected(), 2, "once per node")
+}

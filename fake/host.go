@@ -470,11 +470,10 @@ func (h *Host) resolve(prog string) string {
 func (h *Host) versionOf(prog string, want Component, format string) (int, string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	c, v, err := h.program(prog, want)
+	_, v, err := h.program(prog, want)
 	if err != "" {
 		return 126, err
 	}
-	_ = c
 	return 0, fmt.Sprintf(format, v)
 }
 
