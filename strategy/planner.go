@@ -271,6 +271,21 @@ func (w *work) set(m Method, reason string, err error) {
 // Plan plans the rollout of c. Input that cannot be planned is an
 // ErrInvalidCluster naming the field; problems the plan works around
 // (malformed budgets) are Warnings.
+//
+// The rules, in order: each machine's Decision (given, or from the
+// Decider) goes through the group's or the planner's Strategy. Failed
+// machines, and everything once the circuit breaker is open, are skipped;
+// so are machines or nodes annotated do-not-disrupt and nodes a
+// PodDisruptionBudget pins. Version skew is checked next (see ErrVersionSkew).
+// Control plane machines then get one batch each, with a health gate after
+// each. Worker groups follow, in input order, each in batches ordered
+// unhealthy first, then empty, then oldest, then by name: in-place updates
+// use maxUnavailable (with maxUnavailable 0, one at a time covered by a
+// surge machine, as CAPI does), replacements use maxSurge then
+// maxUnavailable, replace-first uses maxSurge (at least one), and every
+// active budget that covers a machine's reason caps the batch. A budget
+// that allows 0 skips the machines it covers. Machines already unavailable
+// or being disrupted before the plan are not counted against the limits.
 func (p *Planner) Plan(ctx context.Context, c Cluster) (*Plan, error) {
 	if p == nil {
 		return nil, fmt.Errorf("%w: nil planner", ErrInvalidStrategy)
@@ -515,10 +530,6 @@ func (p *Planner) planGroup(plan *Plan, g *Group, gi int, lim [2]int, all []*wor
 		if w.group != gi || !w.disrupts() {
 			continue
 		}
-		if w.pm.Method == MethodInPlace && unavail == 0 {
-			w.set(MethodBlocked, "maxUnavailable is 0 and an in-place update takes the node out of service", nil)
-			continue
-		}
 		if i := zeroBudget(g.Budgets, allowed, w.pm.Disruption); i >= 0 {
 			msg := fmt.Sprintf("disruption budget workers[%s].budgets[%d] allows no %s disruption now", g.Name, i, w.pm.Disruption)
 			var err error
@@ -540,6 +551,7 @@ func (p *Planner) planGroup(plan *Plan, g *Group, gi int, lim [2]int, all []*wor
 		}
 		used := make([]int, len(g.Budgets))
 		var s, u int
+		covered := false // an in-place update covered by a surge machine
 		rest := todo[:0:0]
 		for _, w := range todo {
 			if len(b.Machines) >= capN || !fitsBudgets(g.Budgets, allowed, used, w.pm.Disruption) {
@@ -549,8 +561,12 @@ func (p *Planner) planGroup(plan *Plan, g *Group, gi int, lim [2]int, all []*wor
 			ok := false
 			switch w.pm.Method {
 			case MethodInPlace:
-				if ok = u < unavail; ok {
-					u++
+				if u < unavail {
+					u, ok = u+1, true
+				} else if unavail == 0 && s < surge && !covered {
+					// As CAPI does: with maxUnavailable 0, one extra machine
+					// covers one in-place update at a time.
+					s, ok, covered = s+1, true, true
 				}
 			case MethodReplace:
 				if s < surge {

@@ -220,8 +220,15 @@ func checkPlan(t *testing.T, p *Planner, c Cluster, plan *Plan, where string) {
 				replFirst++
 			}
 		}
-		require.LessOrEqual(t, inPlace, unavail, "%s: batch %d: in place over maxUnavailable", where, b.Index)
-		onSurge := max(0, repl-(unavail-inPlace)) // fewest replacements that must surge
+		inPlaceOnSurge := 0
+		if unavail == 0 {
+			// CAPI covers one in-place update with one surge machine.
+			require.LessOrEqual(t, inPlace, 1, "%s: batch %d: in place with maxUnavailable 0", where, b.Index)
+			inPlaceOnSurge = inPlace
+		} else {
+			require.LessOrEqual(t, inPlace, unavail, "%s: batch %d: in place over maxUnavailable", where, b.Index)
+		}
+		onSurge := inPlaceOnSurge + max(0, repl-(unavail-inPlace+inPlaceOnSurge)) // fewest machines that must surge
 		require.LessOrEqual(t, onSurge, surge, "%s: batch %d: unavailable over maxUnavailable", where, b.Index)
 		require.LessOrEqual(t, replFirst+onSurge, max(surge, 1), "%s: batch %d: surge over maxSurge", where, b.Index)
 		for i, bd := range g.Budgets {

@@ -91,7 +91,7 @@ func TestPlanRolloutLimitsAndMethods(t *testing.T) {
 		{"replace surge 1 unavailable 1", nil, dReplace, RollingUpdate{MaxUnavailable: count(1)}, []int{2, 2, 1}, 0},
 		{"replace 40% / 20%: surge 2, unavailable 1", nil, dReplace, RollingUpdate{MaxSurge: new(intstr.FromString("40%")), MaxUnavailable: new(intstr.FromString("20%"))}, []int{3, 2}, 0},
 		{"in place uses unavailable only", nil, dInPlace, RollingUpdate{MaxSurge: count(3), MaxUnavailable: count(2)}, []int{2, 2, 1}, 0},
-		{"in place with maxUnavailable 0 is blocked", nil, dInPlace, RollingUpdate{}, nil, 5},
+		{"in place with maxUnavailable 0: one at a time, covered by a surge machine", nil, dInPlace, RollingUpdate{MaxSurge: count(3)}, []int{1, 1, 1, 1, 1}, 0},
 		{"replace-first uses surge", ReplaceFirstStrategy(), dReplace, RollingUpdate{MaxSurge: count(2), MaxUnavailable: count(4)}, []int{2, 2, 1}, 0},
 		{"replace-first with surge 0 goes one at a time", ReplaceFirstStrategy(), dReplace, RollingUpdate{MaxSurge: count(0), MaxUnavailable: count(4)}, []int{1, 1, 1, 1, 1}, 0},
 		{"on-delete plans nothing", OnDeleteStrategy(), dReplace, RollingUpdate{}, nil, 0},
