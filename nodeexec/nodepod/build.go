@@ -425,15 +425,23 @@ func (b *podBuilder) unionNamespaces() []nodeexec.Namespace {
 func (b *podBuilder) stage() corev1.Container {
 	c := b.base(StageContainer)
 	dst := path.Join(b.o.stagingHostPath, "staging")
-	// The copy needs no capability beyond writing the hostPath as root.
 	c.Command = []string{"/bin/sh", "-c", `set -eu; mkdir -p "$2"; cp -a -- "$1"/. "$2"/`, "sh", path.Clean(b.o.stageFrom), dst}
 	c.VolumeMounts = b.mount()
 	c.SecurityContext = &corev1.SecurityContext{
 		RunAsUser:                ptr.To[int64](0),
 		AllowPrivilegeEscalation: ptr.To(false),
-		Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"NET_RAW"}},
+		Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}, Add: stageCapabilities()},
 	}
 	return c
+}
+
+// stageCapabilities are all the stage copy (cp -a as root into the
+// hostPath) needs: CHOWN to keep owners, FOWNER to set modes and times on
+// files it just gave away, FSETID to keep setuid/setgid bits, and
+// DAC_OVERRIDE to replace files a previous stage left owned by another
+// user. Everything else is dropped.
+func stageCapabilities() []corev1.Capability {
+	return []corev1.Capability{"CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID"}
 }
 
 // runner is a container running the journaled runner, up to stopAfter.
@@ -469,9 +477,12 @@ func (b *podBuilder) raw(name string, s nodeexec.Step, argv []string) corev1.Con
 	for _, e := range s.Env {
 		c.Env = append(c.Env, corev1.EnvVar{Name: e.Name, Value: e.Value})
 	}
-	if len(ns) == 0 {
+	if len(ns) == 0 { // an InContainer step: no host access, no capability
 		c.Command = argv
-		c.SecurityContext = &corev1.SecurityContext{AllowPrivilegeEscalation: ptr.To(false)}
+		c.SecurityContext = &corev1.SecurityContext{
+			AllowPrivilegeEscalation: ptr.To(false),
+			Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+		}
 		return c
 	}
 	c.Command = nodeexec.NsenterArgv(b.o.nsenter, nodeexec.Target{PID: b.o.targetPID, Namespaces: ns}, argv)

@@ -105,7 +105,9 @@ func TestPrivilegesPerContainer(t *testing.T) {
 	require.Equal(t, []corev1.Capability{"SYS_ADMIN", "SYS_CHROOT", "SYS_PTRACE"}, caps("containerd"))
 	require.Equal(t, []corev1.Capability{"SYS_ADMIN", "SYS_PTRACE"}, caps("uname"), "no mount namespace: no SYS_CHROOT")
 	require.Empty(t, caps("api-call"), "in-container steps get no capability")
-	require.Empty(t, caps(StageContainer))
+	require.Equal(t, []corev1.Capability{"ALL"}, byName["api-call"].SecurityContext.Capabilities.Drop, "and lose the runtime defaults")
+	require.Equal(t, []corev1.Capability{"CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID"}, caps(StageContainer), "only what cp -a needs")
+	require.Equal(t, []corev1.Capability{"ALL"}, byName[StageContainer].SecurityContext.Capabilities.Drop)
 	require.False(t, *byName[StageContainer].SecurityContext.AllowPrivilegeEscalation)
 	require.False(t, *byName["api-call"].SecurityContext.AllowPrivilegeEscalation)
 	for _, n := range []string{"containerd", "uname", StatusContainer} {

@@ -53,9 +53,13 @@
 // this way stay in the pod's cgroup: a step that must outlive the pod
 // should go through systemd (systemctl), as the kubeadm plans do.
 //
-// The stage container needs no capability (it writes the hostPath as
-// root, allowPrivilegeEscalation false); InContainer steps get none and
-// allowPrivilegeEscalation false. Because of hostPID, hostPath and the
+// The stage container drops ALL capabilities and adds back only what
+// cp -a as root needs to reproduce the tree in the hostPath (CHOWN,
+// DAC_OVERRIDE, FOWNER, FSETID), with allowPrivilegeEscalation false. In
+// the raw init-container layout an InContainer step has its own container
+// with ALL capabilities dropped and allowPrivilegeEscalation false; in the
+// runner layouts (WithRunnerCommand, ModeSingleContainer) InContainer
+// steps run inside the runner's container and so share its privileges. Because of hostPID, hostPath and the
 // added capabilities, the namespace must admit the "privileged" Pod
 // Security Standard.
 //
