@@ -2,6 +2,7 @@ package strategy_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"time"
@@ -145,4 +146,21 @@ func ExamplePlanner_Plan() {
 	// 4         md-c     md             InPlace  v1.30.4 -> v1.31.1  in place: 1 changes covered by kubernetes
 	// -         md-d     md             Skip     v1.30.4             node has karpenter.sh/do-not-disrupt
 	// health gate after batch 1, 2, 3
+}
+
+// A budget that allows no disruption during weekday business hours (UTC)
+// and is inactive, so unlimited, outside them.
+func ExampleBudget_Allowed() {
+	b := strategy.Budget{Nodes: "0", Schedule: "0 9 * * 1-5", Duration: 8 * time.Hour}
+	for _, at := range []string{"2026-01-05T10:00:00Z", "2026-01-05T18:00:00Z"} {
+		now, _ := time.Parse(time.RFC3339, at)
+		n, _ := b.Allowed(clocktesting.NewFakePassiveClock(now), 20)
+		fmt.Println(at, n == strategy.Unlimited, n)
+	}
+	_, err := strategy.Budget{Nodes: "10%", Schedule: "every day", Duration: time.Hour}.Allowed(clocktesting.NewFakePassiveClock(time.Now()), 20)
+	fmt.Println(errors.Is(err, strategy.ErrInvalidBudget))
+	// Output:
+	// 2026-01-05T10:00:00Z false 0
+	// 2026-01-05T18:00:00Z true 2147483647
+	// true
 }

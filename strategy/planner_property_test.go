@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand"
 	"os"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -124,7 +125,7 @@ func TestPlanProperties(t *testing.T) {
 	t.Logf("seed %d (replay with PLAN_SEED=%d)", seed, seed)
 	r := rand.New(rand.NewSource(seed))
 	const clusters = 1500
-	var machines, batches, blocked, skipped int
+	var machines, batches, blocked, skipped, orders int
 	for i := range clusters {
 		c, opts := randomCluster(r)
 		p, err := NewPlanner(opts...)
@@ -132,13 +133,30 @@ func TestPlanProperties(t *testing.T) {
 		plan, err := p.Plan(context.Background(), c)
 		require.NoError(t, err, "cluster %d (seed %d)", i, seed)
 		checkPlan(t, p, c, plan, fmt.Sprintf("cluster %d (seed %d)", i, seed))
+		if i%5 == 0 { // the same cluster with its machines listed in another order plans the same batches
+			shuffled := c
+			shuffled.ControlPlane = slices.Clone(c.ControlPlane)
+			r.Shuffle(len(shuffled.ControlPlane), func(a, b int) {
+				shuffled.ControlPlane[a], shuffled.ControlPlane[b] = shuffled.ControlPlane[b], shuffled.ControlPlane[a]
+			})
+			shuffled.Workers = slices.Clone(c.Workers)
+			for gi := range shuffled.Workers {
+				ms := slices.Clone(shuffled.Workers[gi].Machines)
+				r.Shuffle(len(ms), func(a, b int) { ms[a], ms[b] = ms[b], ms[a] })
+				shuffled.Workers[gi].Machines = ms
+			}
+			again, err := p.Plan(context.Background(), shuffled)
+			require.NoError(t, err)
+			require.Equal(t, batchNames(plan), batchNames(again), "cluster %d (seed %d): order of input changed the plan", i, seed)
+			orders++
+		}
 		machines += len(plan.Machines)
 		batches += len(plan.Batches)
 		s := plan.Summary()
 		blocked += s[MethodBlocked]
 		skipped += s[MethodSkip]
 	}
-	t.Logf("%d random clusters: %d machines, %d batches, %d blocked, %d skipped", clusters, machines, batches, blocked, skipped)
+	t.Logf("%d random clusters (%d replanned shuffled): %d machines, %d batches, %d blocked, %d skipped", clusters, orders, machines, batches, blocked, skipped)
 }
 
 func checkPlan(t *testing.T, p *Planner, c Cluster, plan *Plan, where string) {
