@@ -11,9 +11,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
@@ -438,6 +438,23 @@ func (c *Cluster) Objects() ([]client.Object, error) {
 		pdb := &policyv1.PodDisruptionBudget{ObjectMeta: meta("PodDisruptionBudget", ns, p.name, nil)}
 		mu := p.maxUnavailable
 		pdb.Spec = policyv1.PodDisruptionBudgetSpec{Selector: &metav1.LabelSelector{MatchLabels: p.selector}, MaxUnavailable: &mu}
+		// The status the disruption controller would compute: every pod
+		// the builder makes is Ready. Without it a real API server refuses
+		// every eviction (no controller runs in envtest).
+		expected := int32(0)
+		for _, pod := range c.pods {
+			if labels.SelectorFromSet(p.selector).Matches(labels.Set(pod.labels)) {
+				expected++
+			}
+		}
+		unavailable, err := intstr.GetScaledValueFromIntOrPercent(&mu, int(expected), true)
+		if err != nil {
+			return nil, fmt.Errorf("fake: %w: PodDisruptionBudget %q: maxUnavailable: %v", ErrInvalidCluster, p.name, err)
+		}
+		desired := max(expected-int32(unavailable), 0)
+		pdb.Generation = 1
+		pdb.Status = policyv1.PodDisruptionBudgetStatus{ObservedGeneration: 1, ExpectedPods: expected, CurrentHealthy: expected,
+			DesiredHealthy: desired, DisruptionsAllowed: max(expected-desired, 0)}
 		objs = append(objs, pdb)
 	}
 	return objs, nil
@@ -639,7 +656,7 @@ func (c *Cluster) Apply(ctx context.Context, cl client.Client) error {
 		if err := copyStatus(want, o); err != nil {
 			return fmt.Errorf("fake: apply status of %T %s: %w", o, o.GetName(), err)
 		}
-		if err := cl.Status().Update(ctx, o); err != nil && !apierrors.IsNotFound(err) {
+		if err := cl.Status().Update(ctx, o); err != nil {
 			return fmt.Errorf("fake: apply status of %T %s/%s: %w", o, o.GetNamespace(), o.GetName(), err)
 		}
 	}
@@ -648,7 +665,7 @@ func (c *Cluster) Apply(ctx context.Context, cl client.Client) error {
 
 func hasStatus(o client.Object) bool {
 	switch o.(type) {
-	case *corev1.Namespace, *policyv1.PodDisruptionBudget, *unstructured.Unstructured:
+	case *corev1.Namespace, *unstructured.Unstructured:
 		return false
 	}
 	return true

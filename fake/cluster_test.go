@@ -8,6 +8,8 @@ import (
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	bootstrapv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
@@ -164,6 +166,8 @@ func checkCluster(t *testing.T, ctx context.Context, c client.Client, ns string)
 	var pdb policyv1.PodDisruptionBudget
 	require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "web"}, &pdb))
 	require.Equal(t, intstr.FromInt32(1), *pdb.Spec.MaxUnavailable)
+	require.Equal(t, int32(1), pdb.Status.DisruptionsAllowed)
+	require.Equal(t, int32(2), pdb.Status.ExpectedPods)
 }
 
 // normalise drops server-side time rounding differences.
@@ -189,8 +193,19 @@ func TestApplyToRealAPIServer(t *testing.T) {
 	require.NoError(t, cl.Apply(ctx, env.Client))
 	checkCluster(t, ctx, env.Client, "ns1")
 
+	// The real Eviction API enforces the PDB whose status the builder wrote:
+	// one of the two web pods may go, not both.
+	evict := func(name string) error {
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns1", Name: name}}
+		return env.Client.SubResource("eviction").Create(ctx, pod, &policyv1.Eviction{})
+	}
+	require.NoError(t, evict("web-0"))
+	var h *Host
+	err := evict("web-1")
+	require.True(t, apierrors.IsTooManyRequests(err), "%v", err)
+
 	// A host writes its Node's status in the real API server too.
-	h, err := NewHost("demo-md-0-1", RoleWorker, "v1.30.4", WithNodeClient(env.Client))
+	h, err = NewHost("demo-md-0-1", RoleWorker, "v1.30.4", WithNodeClient(env.Client))
 	require.NoError(t, err)
 	h.WriteFile("/usr/bin/kubelet", binary(Kubelet, "v1.31.2"))
 	res, err := h.Run(ctx, nodeexec.Command{Argv: []string{"systemctl", "restart", "kubelet"}})

@@ -48,9 +48,11 @@
 // fake/envtest's real API server (Cluster.Apply into envtest.StartForTest)
 // whenever the test depends on what the API server does: CRD validation and
 // defaulting, status subresource semantics, resourceVersion conflicts
-// between real writers, field selectors, server-side apply, the Eviction
-// API and PodDisruptionBudget enforcement (which the fake client does not
-// implement). Install the infrastructure machine CRD with
+// between real writers, field selectors, server-side apply, and above all
+// evictions: the fake client's eviction just deletes the pod, while the
+// real Eviction API enforces PodDisruptionBudgets (the builder writes the
+// PDB status the disruption controller would, because no controller runs
+// in envtest). Install the infrastructure machine CRD with
 // envtest.WithCRDs(cluster.InfrastructureCRD()).
 //
 // What it is not: a simulation of controllers. Nothing reconciles: no
