@@ -34,7 +34,7 @@ func ExampleBuild() {
 	}
 	// Output:
 	// upgradekit-upgrade-w-1 on w-1 hostPID: true restart: OnFailure
-	// upgradekit-stage []
+	// upgradekit-stage [CHOWN DAC_OVERRIDE FOWNER FSETID]
 	// kubelet-binary [SYS_ADMIN SYS_CHROOT SYS_PTRACE]
 	// kubelet-restart [SYS_ADMIN SYS_CHROOT SYS_PTRACE]
 	// upgradekit-status [SYS_ADMIN SYS_CHROOT SYS_PTRACE]
