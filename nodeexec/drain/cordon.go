@@ -5,11 +5,15 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/retry"
+	"k8s.io/utils/ptr"
 )
 
 // AnnotationCordon is the node annotation that records who cordoned the
@@ -65,14 +69,16 @@ func readRecord(n *corev1.Node) (*CordonRecord, error) {
 // Cordon marks node unschedulable on behalf of owner and records the prior
 // state in AnnotationCordon. It is idempotent for the same owner (and
 // re-cordons if someone uncordoned in between); another owner's record is
-// an *OwnershipError (ErrCordonedByOther). Updates use the node's
-// resourceVersion and retry on conflict.
+// an *OwnershipError (ErrCordonedByOther). The change is a JSON merge
+// patch of spec.unschedulable and the annotation (other fields are left
+// alone), preconditioned on the resourceVersion the record was read at;
+// conflicts are retried from a fresh read with backoff.
 func Cordon(ctx context.Context, cs kubernetes.Interface, node, owner string) (CordonRecord, error) {
 	if owner == "" {
 		return CordonRecord{}, ErrInvalidOwner
 	}
 	var rec CordonRecord
-	err := retry.RetryOnConflict(retry.DefaultBackoff, func() error {
+	err := retry.RetryOnConflict(conflictBackoff, func() error {
 		n, err := cs.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
 		if err != nil {
 			return err
@@ -96,13 +102,7 @@ func Cordon(ctx context.Context, cs kubernetes.Interface, node, owner string) (C
 		if err != nil {
 			return err
 		}
-		if n.Annotations == nil {
-			n.Annotations = map[string]string{}
-		}
-		n.Annotations[AnnotationCordon] = string(raw)
-		n.Spec.Unschedulable = true
-		_, err = cs.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{})
-		return err
+		return patchNode(ctx, cs, n, ptr.To(string(raw)), ptr.To(true))
 	})
 	if err != nil {
 		return CordonRecord{}, wrapf(err, "cordon node %s", node)
@@ -129,7 +129,7 @@ func Uncordon(ctx context.Context, cs kubernetes.Interface, node, owner string) 
 		return UncordonResult{}, ErrInvalidOwner
 	}
 	var res UncordonResult
-	err := retry.RetryOnConflict(retry.DefaultBackoff, func() error {
+	err := retry.RetryOnConflict(conflictBackoff, func() error {
 		res = UncordonResult{}
 		n, err := cs.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
 		if err != nil {
@@ -146,20 +146,53 @@ func Uncordon(ctx context.Context, cs kubernetes.Interface, node, owner string) 
 		case existing.Owner != owner:
 			return &OwnershipError{Node: node, Owner: owner, Holder: existing.Owner, Err: ErrNotOwner}
 		}
-		delete(n.Annotations, AnnotationCordon)
+		var unschedulable *bool
 		if existing.PriorUnschedulable {
 			res.Reason = "node was already cordoned before we cordoned it; left cordoned"
 		} else {
-			n.Spec.Unschedulable = false
+			unschedulable = ptr.To(false)
 			res.Uncordoned = true
 		}
-		_, err = cs.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{})
-		return err
+		return patchNode(ctx, cs, n, nil, unschedulable)
 	})
 	if err != nil {
 		return UncordonResult{}, wrapf(err, "uncordon node %s", node)
 	}
 	return res, nil
+}
+
+// conflictBackoff spaces out retries after a conflict: node objects change
+// often (kubelet status updates), and the record must be written against
+// the version it was read from. About 13s in all.
+var conflictBackoff = wait.Backoff{Steps: 8, Duration: 100 * time.Millisecond, Factor: 2, Jitter: 0.2, Cap: 5 * time.Second}
+
+// patchNode sets (or, with a nil record, removes) the cordon record and,
+// when unschedulable is not nil, spec.unschedulable, with a JSON merge
+// patch like kubectl cordon: it touches nothing else, so fields this
+// client does not know survive. The resourceVersion read with the record
+// is a precondition, so a record changed meanwhile is a Conflict (retried
+// from a fresh read), never overwritten.
+func patchNode(ctx context.Context, cs kubernetes.Interface, n *corev1.Node, record *string, unschedulable *bool) error {
+	type meta struct {
+		ResourceVersion string             `json:"resourceVersion"`
+		Annotations     map[string]*string `json:"annotations"`
+	}
+	type spec struct {
+		Unschedulable *bool `json:"unschedulable,omitempty"`
+	}
+	patch := struct {
+		Metadata meta  `json:"metadata"`
+		Spec     *spec `json:"spec,omitempty"`
+	}{Metadata: meta{ResourceVersion: n.ResourceVersion, Annotations: map[string]*string{AnnotationCordon: record}}}
+	if unschedulable != nil {
+		patch.Spec = &spec{Unschedulable: unschedulable}
+	}
+	body, err := json.Marshal(patch)
+	if err != nil {
+		return err
+	}
+	_, err = cs.CoreV1().Nodes().Patch(ctx, n.Name, types.MergePatchType, body, metav1.PatchOptions{})
+	return err
 }
 
 func wrapf(err error, format string, args ...any) error {

@@ -46,21 +46,34 @@ type PDBStatus struct {
 	CurrentHealthy     int32
 	DesiredHealthy     int32
 	ExpectedPods       int32
+	// Stale is true when the disruption controller has not processed the
+	// budget's latest spec (status.observedGeneration < generation); the
+	// eviction API refuses evictions it covers until it has.
+	Stale bool
 }
 
+// String describes the budget in one line, for logs and error messages.
 func (p PDBStatus) String() string {
-	return fmt.Sprintf("PDB %s/%s (disruptionsAllowed=%d, healthy %d/%d, desired %d)",
+	s := fmt.Sprintf("PDB %s/%s (disruptionsAllowed=%d, healthy %d/%d, desired %d",
 		p.Namespace, p.Name, p.DisruptionsAllowed, p.CurrentHealthy, p.ExpectedPods, p.DesiredHealthy)
+	if p.Stale {
+		s += ", status stale"
+	}
+	return s + ")"
 }
 
 // BlockedPod is a pod that kept the drain from finishing, and why.
 type BlockedPod struct {
 	Namespace, Name string
 	Reason          string
-	// PDBs are the budgets that select the pod and allow no disruption.
+	// PDBs are the budgets that keep the pod from being evicted: those
+	// that select it and allow no disruption or have a stale status, or,
+	// when more than one selects it, all of them.
 	PDBs []PDBStatus
 }
 
+// String describes the pod, the reason and the blocking budgets in one
+// line.
 func (b BlockedPod) String() string {
 	s := b.Namespace + "/" + b.Name + ": " + b.Reason
 	for _, p := range b.PDBs {
@@ -203,6 +216,11 @@ func Drain(ctx context.Context, cs kubernetes.Interface, node string, opts ...Op
 				return kdrain.MakePodDeleteStatusOkay()
 			},
 			func(p corev1.Pod) kdrain.PodDeleteStatus {
+				// Like Karpenter, the opt-out protects only running work:
+				// a finished or already terminating pod cannot block.
+				if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed || p.DeletionTimestamp != nil {
+					return kdrain.MakePodDeleteStatusOkay()
+				}
 				for _, k := range o.optOut {
 					if p.Annotations[k] == "true" {
 						mu.Lock()
@@ -313,23 +331,35 @@ func diagnose(ctx context.Context, cs kubernetes.Interface, pods []corev1.Pod) (
 			pdbsByNS[p.Namespace] = pdbs
 		}
 		b := BlockedPod{Namespace: p.Namespace, Name: p.Name}
+		var matching []PDBStatus
+		stale := false
 		for _, pdb := range pdbs {
 			sel, err := metav1.LabelSelectorAsSelector(pdb.Spec.Selector)
 			if err != nil || !sel.Matches(labels.Set(cur.Labels)) {
 				continue
 			}
-			if pdb.Status.DisruptionsAllowed > 0 {
-				continue
-			}
-			b.PDBs = append(b.PDBs, PDBStatus{
+			st := PDBStatus{
 				Namespace: pdb.Namespace, Name: pdb.Name,
 				DisruptionsAllowed: pdb.Status.DisruptionsAllowed,
 				CurrentHealthy:     pdb.Status.CurrentHealthy,
 				DesiredHealthy:     pdb.Status.DesiredHealthy,
 				ExpectedPods:       pdb.Status.ExpectedPods,
-			})
+				Stale:              pdb.Status.ObservedGeneration < pdb.Generation,
+			}
+			matching = append(matching, st)
+			stale = stale || st.Stale
+			if st.DisruptionsAllowed <= 0 || st.Stale {
+				b.PDBs = append(b.PDBs, st)
+			}
 		}
 		switch {
+		case len(matching) > 1:
+			// The eviction API answers 500 for a pod covered by more than
+			// one budget: it cannot be evicted until all but one are gone.
+			b.PDBs = matching
+			b.Reason = fmt.Sprintf("selected by %d PodDisruptionBudgets; the eviction API refuses pods covered by more than one", len(matching))
+		case stale:
+			b.Reason = "PodDisruptionBudget status is stale (observedGeneration < generation); eviction waits for the disruption controller"
 		case len(b.PDBs) > 0:
 			b.Reason = "eviction refused by PodDisruptionBudget"
 		case cur.DeletionTimestamp != nil:

@@ -113,8 +113,10 @@ func TestCordonOwnership(t *testing.T) {
 	})
 	t.Run("retries on conflict", func(t *testing.T) {
 		cs := fake.NewClientset(node("n1", false))
-		conflicts := 1
-		cs.PrependReactor("update", "nodes", func(k8stesting.Action) (bool, runtime.Object, error) {
+		// More conflicts than client-go's DefaultBackoff (4 tries) allows:
+		// a busy node must not make cordoning fail.
+		conflicts := 5
+		cs.PrependReactor("patch", "nodes", func(k8stesting.Action) (bool, runtime.Object, error) {
 			if conflicts > 0 {
 				conflicts--
 				return true, nil, errConflict()
@@ -124,6 +126,31 @@ func TestCordonOwnership(t *testing.T) {
 		_, err := Cordon(ctx, cs, "n1", "o")
 		require.NoError(t, err)
 		require.Equal(t, 0, conflicts)
+	})
+	t.Run("merge patch with a resourceVersion precondition, never a full update", func(t *testing.T) {
+		n := node("n1", false)
+		n.ResourceVersion = "42"
+		cs := fake.NewClientset(n)
+		_, err := Cordon(ctx, cs, "n1", "o")
+		require.NoError(t, err)
+		_, err = Uncordon(ctx, cs, "n1", "o")
+		require.NoError(t, err)
+		var patches []string
+		for _, a := range cs.Actions() {
+			require.NotEqual(t, "update", a.GetVerb(), "a full-object update drops fields this client does not know")
+			if pa, ok := a.(k8stesting.PatchAction); ok {
+				require.Equal(t, types.MergePatchType, pa.GetPatchType())
+				patches = append(patches, string(pa.GetPatch()))
+			}
+		}
+		require.Len(t, patches, 2)
+		require.Contains(t, patches[0], `"resourceVersion":"42"`)
+		require.Contains(t, patches[0], `"unschedulable":true`)
+		require.Contains(t, patches[1], `"annotations":{"upgradekit.io/cordon":null}`)
+		require.Contains(t, patches[1], `"unschedulable":false`)
+		got := getNode(t, cs, "n1")
+		require.False(t, got.Spec.Unschedulable)
+		require.NotContains(t, got.Annotations, AnnotationCordon)
 	})
 }
 
@@ -255,6 +282,22 @@ func TestDrainRefusals(t *testing.T) {
 			require.NoError(t, err, "nothing is evicted when the drain is refused up front")
 		})
 	}
+	t.Run("opt-out ignored for finished and terminating pods", func(t *testing.T) {
+		optOut := func(p *corev1.Pod) { p.Annotations = map[string]string{DefaultOptOutAnnotation: "true"} }
+		cs := fakeWithEviction(node("n1", true),
+			pod("default", "done", "n1", optOut, func(p *corev1.Pod) { p.Status.Phase = corev1.PodSucceeded }),
+			pod("default", "crashed", "n1", optOut, func(p *corev1.Pod) { p.Status.Phase = corev1.PodFailed }),
+			pod("default", "going", "n1", optOut, func(p *corev1.Pod) {
+				p.DeletionTimestamp = ptr.To(metav1.NewTime(time.Now()))
+				p.Finalizers = []string{"example.com/hold"}
+			}))
+		_, err := Drain(ctx, cs, "n1", WithGracePeriod(0), WithTimeout(2*time.Second))
+		require.NotErrorIs(t, err, ErrOptedOut, "Karpenter honours do-not-disrupt only on active pods")
+		var de *DrainError
+		if errors.As(err, &de) {
+			require.Empty(t, de.Blocked, "%v", de)
+		}
+	})
 	t.Run("opt-out disabled", func(t *testing.T) {
 		cs := fakeWithEviction(node("n1", true), pod("default", "batch", "n1", func(p *corev1.Pod) {
 			p.Annotations = map[string]string{DefaultOptOutAnnotation: "true"}
@@ -300,6 +343,29 @@ func TestDiagnoseFindsBlockingPDBs(t *testing.T) {
 	require.Equal(t, "evicted, still terminating", got["db"].Reason)
 	require.Empty(t, got["free"].PDBs, "a PDB that allows disruptions does not block")
 	require.Contains(t, got["web"].String(), "blocked by PDB default/web-pdb (disruptionsAllowed=0")
+
+	t.Run("two budgets, stale budget", func(t *testing.T) {
+		stale := pdb("stale", 1, map[string]string{"app": "api"})
+		stale.Generation, stale.Status.ObservedGeneration = 3, 2
+		cs := fake.NewClientset(
+			pod("default", "web", "n1"), pod("default", "api", "n1"),
+			pdb("web-a", 1, map[string]string{"app": "web"}),
+			pdb("web-b", 1, map[string]string{"app": "web"}),
+			stale,
+		)
+		blocked, err := Diagnose(ctx, cs, "n1", nil)
+		require.NoError(t, err)
+		got := map[string]BlockedPod{}
+		for _, b := range blocked {
+			got[b.Name] = b
+		}
+		require.Equal(t, "selected by 2 PodDisruptionBudgets; the eviction API refuses pods covered by more than one", got["web"].Reason)
+		require.Len(t, got["web"].PDBs, 2, "both budgets are named, though each allows a disruption")
+		require.Contains(t, got["api"].Reason, "status is stale")
+		require.Len(t, got["api"].PDBs, 1)
+		require.True(t, got["api"].PDBs[0].Stale)
+		require.Contains(t, got["api"].String(), "status stale")
+	})
 
 	de := &DrainError{Node: "n1", Err: ErrDrainTimeout, Blocked: blocked[:1]}
 	require.True(t, errors.Is(de, ErrDrainTimeout))
