@@ -166,6 +166,13 @@ func NewPlan(cfg Config) (nodeexec.Plan, error) {
 			return nodeexec.Plan{}, err
 		}
 	}
+	// Steps copy the staging tree onto / and restore backups onto /; with
+	// either directory at / itself they would copy the root onto itself.
+	for field, p := range map[string]string{"stagingDir": cfg.StagingDir, "backupDir": cfg.BackupDir} {
+		if path.Clean(p) == "/" {
+			return nodeexec.Plan{}, configError(field, "%q: must not be the root directory", p)
+		}
+	}
 	to, _ := parse(cfg.ToVersion)
 	b := builder{cfg: cfg, gate131: atLeast(to, 31), gate132: atLeast(to, 32)}
 	plan := nodeexec.Plan{

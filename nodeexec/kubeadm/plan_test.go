@@ -182,6 +182,8 @@ func TestNewPlanRejects(t *testing.T) {
 		{"unknown role", func(c *Config) { c.Role = "etcd" }, ErrInvalidConfig},
 		{"bad node", func(c *Config) { c.Node = "Bad Node" }, ErrInvalidConfig},
 		{"relative staging", func(c *Config) { c.StagingDir = "staging" }, ErrInvalidConfig},
+		{"staging at root", func(c *Config) { c.StagingDir = "/" }, ErrInvalidConfig},
+		{"backup at root", func(c *Config) { c.BackupDir = "//." }, ErrInvalidConfig},
 		{"shell characters in version", func(c *Config) { c.FromVersion, c.ToVersion = "v1.32.0", "v1.32.0+a;b" }, ErrInvalidVersion},
 		{"bad plan name", func(c *Config) { c.PlanName = "Not_A_Label" }, nodeexec.ErrInvalidName},
 	}

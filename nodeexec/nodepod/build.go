@@ -190,6 +190,11 @@ func WithDeadlineOverhead(d time.Duration) Option { return func(o *options) { o.
 // characters.
 func Name(plan nodeexec.Plan) string { return shortName("upgradekit-" + plan.Name) }
 
+// backupContainerName names the container that runs step's backup in the
+// raw layout: step + "-backup", hash-shortened when that exceeds a DNS
+// label (a 63-character step name would otherwise be rejected).
+func backupContainerName(step string) string { return shortName(step + backupSuffix) }
+
 func shortName(s string) string {
 	if len(s) <= validation.DNS1123LabelMaxLength {
 		return s
@@ -294,7 +299,7 @@ func Build(plan nodeexec.Plan, opts ...Option) (*corev1.Pod, error) {
 	pod.Labels[LabelManagedBy] = ManagedByValue
 	pod.Labels[LabelPlan] = labelValue(plan.Name)
 	pod.Labels[LabelNode] = labelValue(plan.Node)
-	pod.Labels[LabelPlanHash] = fp[:16]
+	pod.Labels[LabelPlanHash] = fp[:min(16, len(fp))]
 	for _, s := range o.pullSecrets {
 		pod.Spec.ImagePullSecrets = append(pod.Spec.ImagePullSecrets, corev1.LocalObjectReference{Name: s})
 	}
@@ -318,7 +323,7 @@ func Build(plan nodeexec.Plan, opts ...Option) (*corev1.Pod, error) {
 		pod.Spec.RestartPolicy = corev1.RestartPolicyNever
 		for _, s := range plan.Steps {
 			if len(s.Backup) > 0 {
-				pod.Spec.InitContainers = append(pod.Spec.InitContainers, b.raw(s.Name+backupSuffix, s, s.Backup))
+				pod.Spec.InitContainers = append(pod.Spec.InitContainers, b.raw(backupContainerName(s.Name), s, s.Backup))
 			}
 			pod.Spec.InitContainers = append(pod.Spec.InitContainers, b.raw(s.Name, s, s.Argv))
 		}

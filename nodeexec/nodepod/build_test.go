@@ -248,3 +248,24 @@ func TestDeadlineIncludesRollbackAndSaturates(t *testing.T) {
 		})
 	}
 }
+
+func TestLongStepNameBackupContainer(t *testing.T) {
+	// A step name may use all 63 characters of a DNS label; its backup
+	// container name must still be one, and ReadStatus must find it.
+	p := testPlan()
+	long := strings.Repeat("c", 63)
+	p.Steps[0].Name = long
+	pod, err := Build(p, WithImage("i"))
+	require.NoError(t, err)
+	name := pod.Spec.InitContainers[0].Name
+	require.Len(t, name, 63)
+	require.NotEqual(t, long, name)
+	require.Equal(t, long, pod.Spec.InitContainers[1].Name)
+
+	pod.Status.Phase = corev1.PodFailed
+	pod.Status.InitContainerStatuses = []corev1.ContainerStatus{{Name: name, State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 4, Reason: "Error"}}}}
+	s := ReadStatus(pod)
+	require.Equal(t, PhaseFailed, s.Phase)
+	require.Equal(t, name, s.Failed.Name)
+	require.Equal(t, int32(4), s.Failed.ExitCode)
+}

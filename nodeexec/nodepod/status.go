@@ -101,7 +101,7 @@ func ReadStatus(pod *corev1.Pod, opts ...ReadOption) Status {
 	// Auxiliary containers fail the upgrade but are not steps.
 	aux := []string{StageContainer}
 	for _, n := range names {
-		aux = append(aux, n+backupSuffix)
+		aux = append(aux, backupContainerName(n))
 	}
 	for _, a := range aux {
 		if s := containerStatus(a, byName, o); s.Phase == PhaseFailed && st.Failed == nil {
