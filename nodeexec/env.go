@@ -71,7 +71,7 @@ func FromEnv(getenv func(string) string) (EnvConfig, error) {
 	if s := getenv(EnvTargetPID); s != "" {
 		pid, err := strconv.Atoi(s)
 		if err != nil || pid < 1 {
-			return EnvConfig{}, fmt.Errorf("nodeexec: %s=%q: want a PID >= 1", EnvTargetPID, s)
+			return EnvConfig{}, fmt.Errorf("nodeexec: %s=%q: want a PID >= 1: %w", EnvTargetPID, s, ErrInvalidOption)
 		}
 		c.TargetPID = pid
 	}

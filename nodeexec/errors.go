@@ -39,6 +39,14 @@ var (
 	// ErrConflictingFields: two fields that exclude each other are both
 	// set (for example InContainer together with Namespaces).
 	ErrConflictingFields = errors.New("conflicting fields")
+	// ErrMalformed: encoded input (a plan for DecodePlan or FromEnv, a
+	// summary for ParseSummary) is not valid JSON of the expected shape:
+	// syntax errors, unknown fields, trailing data, missing names.
+	ErrMalformed = errors.New("malformed input")
+	// ErrInvalidOption: a Runner option or runner environment variable
+	// has an unusable value (nil Executor or clock, empty journal
+	// directory, target PID < 1).
+	ErrInvalidOption = errors.New("invalid option")
 
 	// ErrJournalCorrupt: the journal file exists but cannot be decoded or
 	// is internally inconsistent. Nothing is run and the file is left

@@ -363,10 +363,10 @@ func DecodePlan(data []byte) (Plan, error) {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&p); err != nil {
-		return Plan{}, fmt.Errorf("nodeexec: decode plan: %w", err)
+		return Plan{}, fmt.Errorf("nodeexec: decode plan: %w: %w", ErrMalformed, err)
 	}
 	if _, err := dec.Token(); err != io.EOF {
-		return Plan{}, fmt.Errorf("nodeexec: decode plan: trailing data after the plan object")
+		return Plan{}, fmt.Errorf("nodeexec: decode plan: %w: trailing data after the plan object", ErrMalformed)
 	}
 	if err := p.Validate(); err != nil {
 		return Plan{}, err

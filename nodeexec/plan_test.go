@@ -118,8 +118,10 @@ func TestEncodeDecodePlan(t *testing.T) {
 
 	_, err = DecodePlan([]byte(`{"name":"x","node":"n","steps":[{"name":"a","argv":["true"]}],"extra":1}`))
 	require.ErrorContains(t, err, "unknown field")
+	require.ErrorIs(t, err, ErrMalformed)
 	_, err = DecodePlan([]byte(`{"name":"x","node":"n","steps":[{"name":"a","argv":["true"]}]} {}`))
 	require.ErrorContains(t, err, "trailing data")
+	require.ErrorIs(t, err, ErrMalformed)
 	_, err = DecodePlan([]byte(`{"name":"x","node":"n","steps":[{"name":"a","argv":[]}]}`))
 	require.ErrorIs(t, err, ErrEmptyArgv)
 
@@ -175,8 +177,9 @@ func TestFromEnv(t *testing.T) {
 	env[EnvTargetPID] = "0"
 	_, err = FromEnv(func(k string) string { return env[k] })
 	require.ErrorContains(t, err, EnvTargetPID)
+	require.ErrorIs(t, err, ErrInvalidOption)
 	env[EnvPlan] = "{"
 	_, err = FromEnv(func(k string) string { return env[k] })
-	require.Error(t, err)
+	require.ErrorIs(t, err, ErrMalformed)
 	require.False(t, errors.Is(err, ErrMissingEnv))
 }

@@ -107,15 +107,15 @@ func NewRunner(exec Executor, opts ...RunnerOption) (*Runner, error) {
 	}
 	switch {
 	case exec == nil:
-		return nil, errors.New("nodeexec: NewRunner: nil Executor")
+		return nil, fmt.Errorf("nodeexec: NewRunner: nil Executor: %w", ErrInvalidOption)
 	case r.dir == "":
-		return nil, errors.New("nodeexec: NewRunner: empty journal directory")
+		return nil, fmt.Errorf("nodeexec: NewRunner: empty journal directory: %w", ErrInvalidOption)
 	case r.pid < 1:
-		return nil, fmt.Errorf("nodeexec: NewRunner: target PID %d: must be >= 1", r.pid)
+		return nil, fmt.Errorf("nodeexec: NewRunner: target PID %d: must be >= 1: %w", r.pid, ErrInvalidOption)
 	case r.outputLimit < 0 || r.maxResumes < 0:
 		return nil, fmt.Errorf("nodeexec: NewRunner: %w", ErrNegativeDuration)
 	case r.clock == nil:
-		return nil, errors.New("nodeexec: NewRunner: nil clock")
+		return nil, fmt.Errorf("nodeexec: NewRunner: nil clock: %w", ErrInvalidOption)
 	}
 	return r, nil
 }

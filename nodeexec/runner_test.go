@@ -450,11 +450,13 @@ func TestDirectAndInContainerHaveNoTarget(t *testing.T) {
 
 func TestNewRunnerRejectsBadOptions(t *testing.T) {
 	_, err := NewRunner(nil)
-	require.Error(t, err)
+	require.ErrorIs(t, err, ErrInvalidOption)
 	_, err = NewRunner(OSExecutor{}, WithJournalDir(""))
-	require.Error(t, err)
+	require.ErrorIs(t, err, ErrInvalidOption)
 	_, err = NewRunner(OSExecutor{}, WithTargetPID(0))
-	require.Error(t, err)
+	require.ErrorIs(t, err, ErrInvalidOption)
+	_, err = NewRunner(OSExecutor{}, WithClock(nil))
+	require.ErrorIs(t, err, ErrInvalidOption)
 	_, err = NewRunner(OSExecutor{}, WithMaxResumes(-1))
 	require.ErrorIs(t, err, ErrNegativeDuration)
 }

@@ -59,17 +59,17 @@ func ParseSummary(data []byte) (Summary, error) {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&s); err != nil {
-		return Summary{}, fmt.Errorf("nodeexec: parse summary: %w", err)
+		return Summary{}, fmt.Errorf("nodeexec: parse summary: %w: %w", ErrMalformed, err)
 	}
 	if dec.More() {
-		return Summary{}, fmt.Errorf("nodeexec: parse summary: trailing data")
+		return Summary{}, fmt.Errorf("nodeexec: parse summary: %w: trailing data", ErrMalformed)
 	}
 	if s.Plan == "" || !s.State.known() {
-		return Summary{}, fmt.Errorf("nodeexec: parse summary: missing plan or unknown state %q", s.State)
+		return Summary{}, fmt.Errorf("nodeexec: parse summary: %w: missing plan or unknown state %q", ErrMalformed, s.State)
 	}
 	for i, st := range s.Steps {
 		if st.Name == "" || !st.State.known() {
-			return Summary{}, fmt.Errorf("nodeexec: parse summary: steps[%d]: bad name or state", i)
+			return Summary{}, fmt.Errorf("nodeexec: parse summary: %w: steps[%d]: bad name or state", ErrMalformed, i)
 		}
 	}
 	return s, nil

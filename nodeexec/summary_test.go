@@ -41,7 +41,7 @@ func TestSummaryLimit(t *testing.T) {
 func TestParseSummaryRejects(t *testing.T) {
 	for _, in := range []string{``, `{}`, `{"p":"x","s":"Dancing"}`, `{"p":"x","s":"Running","st":[{"n":"","s":"Pending"}]}`, `{"p":"x","s":"Running","zz":1}`, `{"p":"x","s":"Running"} {}`} {
 		_, err := ParseSummary([]byte(in))
-		require.Error(t, err, in)
+		require.ErrorIs(t, err, ErrMalformed, in)
 	}
 }
 
