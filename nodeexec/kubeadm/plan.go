@@ -74,21 +74,32 @@ type Config struct {
 	PlanName string
 	// Node is the Kubernetes node name (also used by the verify step).
 	Node string
+	// Role picks the kubeadm command (upgrade apply or upgrade node) and
+	// whether the etcd snapshot is taken.
 	Role Role
 	// FromVersion and ToVersion are Kubernetes versions in the canonical
 	// form `kubeadm version -o short` prints: "v1.31.4", optionally with
 	// a pre-release suffix ("v1.31.4-eks-1-31-5"); no build metadata
 	// ("+..."). ToVersion must be exactly what the new binaries report.
 	FromVersion, ToVersion string
-	// StagingDir, BackupDir, BinDir and PKIDir are host paths.
+	// StagingDir, BackupDir, BinDir and PKIDir are absolute host paths;
+	// StagingDir and BackupDir must not be "/".
+	//
+	// StagingDir holds what the plan installs (layout above); default
+	// DefaultStagingDir.
 	StagingDir string
 	// BackupDir defaults to DefaultBackupRoot/<plan name>. Backups are
 	// kept after success (unlike EKS Anywhere, which deletes them).
 	BackupDir string
-	BinDir    string
-	PKIDir    string
-	// SkipContainerd and SkipCNIPlugins leave those components alone.
+	// BinDir is where kubeadm, kubelet and kubectl are installed; default
+	// DefaultBinDir.
+	BinDir string
+	// PKIDir holds the etcd client certificates for the snapshot; default
+	// DefaultPKIDir.
+	PKIDir string
+	// SkipContainerd leaves containerd alone (no install, no restart).
 	SkipContainerd bool
+	// SkipCNIPlugins leaves the CNI plugin binaries alone.
 	SkipCNIPlugins bool
 	// SkipEtcdSnapshot skips the snapshot on the first control plane (for
 	// external etcd, where the snapshot is someone else's job).
@@ -96,6 +107,8 @@ type Config struct {
 	// RollbackOnFailure is copied into the plan. Note that the
 	// kubeadm-upgrade step has no automatic rollback: undoing `kubeadm
 	// upgrade apply` means restoring the etcd snapshot, a human decision.
+	// A failure after it therefore rolls back the later steps and stops
+	// at it in PlanNeedsAttention, leaving the earlier ones installed.
 	RollbackOnFailure bool
 }
 
