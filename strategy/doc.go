@@ -23,6 +23,19 @@
 // ExtensionConfig settings SettingDisabled and SettingIgnore and rejects
 // unknown ones.
 //
+// Strategies are values behind one interface, composed in an ordered list
+// like Karpenter's disruption methods: InPlaceStrategy,
+// RollingReplaceStrategy (maxSurge/maxUnavailable rounded like
+// Kubernetes), ReplaceFirstStrategy, OnDeleteStrategy, FallbackStrategy (in
+// place, else replace) and NeverReplaceStrategy (report Blocked instead).
+// A Planner turns a Cluster (control plane, worker groups, per-machine
+// changes, budgets with UTC cron windows) into an ordered Plan of batches:
+// control plane first and one machine at a time, no version skew, no batch
+// over maxUnavailable, maxSurge or a disruption budget, do-not-disrupt and
+// PDB-blocked machines skipped with a reason, canary waves, a circuit
+// breaker. Preview renders the plan as a value, JSON or a table before
+// anything happens.
+//
 // MachineUpdater answers the UpdateMachine hook: it finds the Node through
 // spec.providerID, upgrades it with a kubeadm plan run by an upgrader pod
 // (package nodeexec), keeps all progress in the workload cluster (the pod,
