@@ -201,7 +201,7 @@ func assign(cs diff.ChangeSet, route func(diff.Change) (Action, string)) Decisio
 		d.Message = declineMessage(d.Uncovered)
 	case d.InPlace.Len() > 0:
 		d.Outcome = InPlace
-		d.Message = fmt.Sprintf("in place: %d changes covered by %s", d.InPlace.Len(), strings.Join(d.Updaters(), ", "))
+		d.Message = "in place by " + strings.Join(d.Updaters(), ", ") + ": " + fieldList(d.InPlace, false)
 	default:
 		d.Outcome = NoChange
 		d.Message = "no changes"
@@ -210,18 +210,27 @@ func assign(cs diff.ChangeSet, route func(diff.Change) (Action, string)) Decisio
 }
 
 func declineMessage(uncovered diff.ChangeSet) string {
-	const show = 10
-	var parts []string
-	for i, c := range uncovered.Changes {
-		if i == show {
-			parts = append(parts, fmt.Sprintf("and %d more", uncovered.Len()-show))
-			break
-		}
-		parts = append(parts, fmt.Sprintf("%s (%s)", c.Field, c.Category))
-	}
 	noun := "changes"
 	if uncovered.Len() == 1 {
 		noun = "change"
 	}
-	return fmt.Sprintf("cannot update in place: %d %s not covered: %s", uncovered.Len(), noun, strings.Join(parts, ", "))
+	return fmt.Sprintf("cannot update in place: %d %s not covered: %s", uncovered.Len(), noun, fieldList(uncovered, true))
+}
+
+// fieldList names up to ten changed fields, with categories when asked.
+func fieldList(cs diff.ChangeSet, categories bool) string {
+	const show = 10
+	var parts []string
+	for i, c := range cs.Changes {
+		if i == show {
+			parts = append(parts, fmt.Sprintf("and %d more", cs.Len()-show))
+			break
+		}
+		if categories {
+			parts = append(parts, fmt.Sprintf("%s (%s)", c.Field, c.Category))
+		} else {
+			parts = append(parts, c.Field)
+		}
+	}
+	return strings.Join(parts, ", ")
 }

@@ -16,7 +16,7 @@ import (
 
 // Decisions as a decider would give them, for the strategy examples.
 var (
-	inPlace = strategy.Decision{Outcome: strategy.InPlace, Message: "in place: 1 changes covered by kubernetes"}
+	inPlace = strategy.Decision{Outcome: strategy.InPlace, Message: "in place by kubernetes: machine.spec.version"}
 	replace = strategy.Decision{Outcome: strategy.Replace, Message: "cannot update in place: 1 change not covered: infrastructure.spec.ami.id (InfrastructureImage)"}
 )
 
@@ -139,11 +139,11 @@ func ExamplePlanner_Plan() {
 	_ = plan.WriteTable(os.Stdout)
 	// Output:
 	// BATCH     MACHINE  GROUP          METHOD   VERSION             REASON
-	// 1         cp-1     control-plane  InPlace  v1.30.4 -> v1.31.1  in place: 1 changes covered by kubernetes
-	// 2         cp-2     control-plane  InPlace  v1.30.4 -> v1.31.1  in place: 1 changes covered by kubernetes
-	// 3 canary  md-a     md             InPlace  v1.30.4 -> v1.31.1  in place: 1 changes covered by kubernetes
-	// 4         md-b     md             InPlace  v1.30.4 -> v1.31.1  in place: 1 changes covered by kubernetes
-	// 4         md-c     md             InPlace  v1.30.4 -> v1.31.1  in place: 1 changes covered by kubernetes
+	// 1         cp-1     control-plane  InPlace  v1.30.4 -> v1.31.1  in place by kubernetes: machine.spec.version
+	// 2         cp-2     control-plane  InPlace  v1.30.4 -> v1.31.1  in place by kubernetes: machine.spec.version
+	// 3 canary  md-a     md             InPlace  v1.30.4 -> v1.31.1  in place by kubernetes: machine.spec.version
+	// 4         md-b     md             InPlace  v1.30.4 -> v1.31.1  in place by kubernetes: machine.spec.version
+	// 4         md-c     md             InPlace  v1.30.4 -> v1.31.1  in place by kubernetes: machine.spec.version
 	// -         md-d     md             Skip     v1.30.4             node has karpenter.sh/do-not-disrupt
 	// health gate after batch 1, 2, 3
 }
