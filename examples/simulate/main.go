@@ -1,0 +1,285 @@
+// Command simulate is upgradekit's main demo: on an embedded fake cluster it
+// previews a rollout (per machine: in place or replace, and why), runs it
+// with the real kubeadm plans against simulated node hosts on a virtual
+// clock with live progress, and prints a summary. -timeline writes the
+// rollout as a self-contained HTML/SVG timeline.
+//
+//	go run ./examples/simulate
+//	go run ./examples/simulate -from v1.30.4 -to v1.31.2 -workers md-0=5,md-1=5 -new-image md-1 -timeline rollout.html
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/upgradekit/upgradekit/diff"
+	"github.com/upgradekit/upgradekit/fake"
+	"github.com/upgradekit/upgradekit/strategy"
+)
+
+type options struct {
+	controlPlanes int
+	workers       []pool
+	from, to      string
+	newImage      []string
+	strategy      string
+	faults        []fault
+	seed          uint64
+	timeline      string
+	bar           bool
+}
+
+type pool struct {
+	name     string
+	replicas int
+}
+
+type fault struct {
+	node, step string
+	times      int
+}
+
+func parseFlags(args []string, stderr io.Writer) (options, error) {
+	var o options
+	var workers, newImage, faults string
+	fs := flag.NewFlagSet("simulate", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.IntVar(&o.controlPlanes, "control-planes", 3, "control plane machines")
+	fs.StringVar(&workers, "workers", "md-0=5,md-1=5", "machine deployments as name=replicas,...")
+	fs.StringVar(&o.from, "from", "v1.30.4", "Kubernetes version the cluster runs")
+	fs.StringVar(&o.to, "to", "v1.31.2", "Kubernetes version to roll out")
+	fs.StringVar(&newImage, "new-image", "md-1", "machine deployments whose infrastructure image also changes (replaced, not updated in place)")
+	fs.StringVar(&o.strategy, "strategy", "fallback", "fallback (in place, else rolling replace), inplace-only (never replace), rolling (always replace)")
+	fs.StringVar(&faults, "fail", "", "inject step failures: node/step=times,... (e.g. demo-md-0-1/kubeadm-upgrade=1)")
+	fs.Uint64Var(&o.seed, "seed", 1, "seed for injected faults")
+	fs.StringVar(&o.timeline, "timeline", "", "write an HTML/SVG timeline of the rollout to this file")
+	fs.BoolVar(&o.bar, "progress-bar", isTerminal(os.Stdout), "draw a progress bar (default: when stdout is a terminal)")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if fs.NArg() > 0 {
+		return o, fmt.Errorf("unexpected arguments: %v", fs.Args())
+	}
+	if o.controlPlanes < 1 {
+		return o, errors.New("-control-planes must be at least 1")
+	}
+	for _, w := range splitList(workers) {
+		name, n, ok := strings.Cut(w, "=")
+		r, err := strconv.Atoi(n)
+		if !ok || err != nil || r < 1 || name == "" {
+			return o, fmt.Errorf("-workers: %q is not name=replicas", w)
+		}
+		o.workers = append(o.workers, pool{name, r})
+	}
+	o.newImage = splitList(newImage)
+	for _, f := range splitList(faults) {
+		target, n, ok := strings.Cut(f, "=")
+		node, step, ok2 := strings.Cut(target, "/")
+		times, err := strconv.Atoi(n)
+		if !ok || !ok2 || err != nil || times < 1 {
+			return o, fmt.Errorf("-fail: %q is not node/step=times", f)
+		}
+		o.faults = append(o.faults, fault{node, step, times})
+	}
+	return o, nil
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func isTerminal(f *os.File) bool {
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}
+
+func planner(name string) (*strategy.Planner, error) {
+	kubeadm, err := strategy.ForCategories("kubeadm", diff.CategoryKubernetesVersion, diff.CategoryEtcdVersion,
+		diff.CategoryControlPlaneConfig, diff.CategoryKubeletConfig, diff.CategoryKubeadmConfig)
+	if err != nil {
+		return nil, err
+	}
+	rolling, err := strategy.RollingReplaceStrategy(strategy.RollingUpdate{})
+	if err != nil {
+		return nil, err
+	}
+	var s strategy.Strategy
+	switch name {
+	case "fallback":
+		if s, err = strategy.FallbackStrategy(rolling); err != nil {
+			return nil, err
+		}
+	case "inplace-only":
+		s = strategy.Strategies{strategy.InPlaceStrategy(), strategy.NeverReplaceStrategy()}
+	case "rolling":
+		s = rolling
+	default:
+		return nil, fmt.Errorf("-strategy: unknown %q (fallback, inplace-only, rolling)", name)
+	}
+	decider := strategy.Updaters(kubeadm)
+	if name == "rolling" {
+		decider = strategy.Updaters()
+	}
+	return strategy.NewPlanner(strategy.WithDecider(decider), strategy.WithStrategy(s))
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	o, err := parseFlags(args, stderr)
+	if err != nil {
+		return err
+	}
+	cl := fake.NewCluster("demo").ControlPlane(o.controlPlanes, o.from)
+	images := map[string]string{}
+	for _, w := range o.workers {
+		cl.MachineDeployment(w.name, w.replicas, o.from, fake.WithImage("kindest/node:"+o.from))
+	}
+	for _, name := range o.newImage {
+		images[name] = "kindest/node:" + o.to
+	}
+	p, err := planner(o.strategy)
+	if err != nil {
+		return err
+	}
+	faults := fake.NewFaults(o.seed)
+	for _, f := range o.faults {
+		faults.FailStep(f.node, f.step, f.times)
+	}
+	total := 0
+	prog := newProgress(stdout, o.bar)
+	sim, err := fake.NewSimulator(cl, fake.WithPlanner(p), fake.WithSimFaults(faults), fake.WithEvents(prog.event))
+	if err != nil {
+		return err
+	}
+	rollout := fake.Rollout{ToVersion: o.to, Images: images}
+
+	fmt.Fprintf(stdout, "Cluster demo: %d control plane machines, %d machine deployments, %s -> %s\n\n", o.controlPlanes, len(o.workers), o.from, o.to)
+	preview, err := sim.Preview(ctx, rollout)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(stdout, "Preview (nothing has happened yet):")
+	if err := preview.WriteTable(stdout); err != nil {
+		return err
+	}
+	for _, pm := range preview.Machines {
+		if pm.Batch > 0 {
+			total++
+		}
+	}
+	prog.total = total
+
+	fmt.Fprintln(stdout, "\nRollout:")
+	res, err := sim.Run(ctx, rollout)
+	if err != nil {
+		return err
+	}
+	prog.finish()
+	summarize(stdout, res)
+	if o.timeline != "" {
+		f, err := os.Create(o.timeline)
+		if err != nil {
+			return err
+		}
+		if err := writeTimeline(f, res); err != nil {
+			f.Close()
+			return err
+		}
+		if err := f.Close(); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "timeline written to %s\n", o.timeline)
+	}
+	if len(res.Violations) > 0 {
+		return fmt.Errorf("%d invariant violations", len(res.Violations))
+	}
+	return nil
+}
+
+// progress prints live progress: a bar on a terminal, plain lines otherwise.
+type progress struct {
+	w     io.Writer
+	bar   bool
+	total int
+	done  map[string]bool
+	last  string
+}
+
+func newProgress(w io.Writer, bar bool) *progress {
+	return &progress{w: w, bar: bar, done: map[string]bool{}}
+}
+
+func (p *progress) event(e fake.Event) {
+	finished := e.Step == "verify" || e.Step == "drain-and-delete-old" || e.Outcome == "Failed"
+	if finished {
+		p.done[e.Machine] = true
+	}
+	if !p.bar {
+		fmt.Fprintf(p.w, "  %s  batch %-2d %-24s %-7s %-22s %s\n", e.End.Format("15:04:05"), e.Batch, e.Machine, e.Method, e.Step, e.Outcome)
+		return
+	}
+	const width = 30
+	n := 0
+	if p.total > 0 {
+		n = len(p.done) * width / p.total
+	}
+	line := fmt.Sprintf("\r  [%s%s] %d/%d machines  %-24s %-22s", strings.Repeat("#", n), strings.Repeat(".", width-n), len(p.done), p.total, e.Machine, e.Step)
+	p.last = line
+	fmt.Fprint(p.w, line)
+}
+
+func (p *progress) finish() {
+	if p.bar {
+		fmt.Fprintln(p.w)
+	}
+}
+
+func summarize(w io.Writer, res *fake.Result) {
+	methods := map[strategy.Method]int{}
+	for _, pm := range res.Plan.Machines {
+		if pm.Batch > 0 {
+			methods[pm.Method]++
+		}
+	}
+	var parts []string
+	for m, n := range methods {
+		parts = append(parts, fmt.Sprintf("%d %s", n, m))
+	}
+	sort.Strings(parts)
+	fmt.Fprintf(w, "\nSummary: %s in %d batches, %s of virtual time", strings.Join(parts, ", "), len(res.Plan.Batches), res.End.Sub(res.Start).Round(time.Second))
+	if len(res.Failed) > 0 {
+		fmt.Fprintf(w, "; failed: %s", strings.Join(res.Failed, ", "))
+	}
+	fmt.Fprintln(w)
+	if len(res.Violations) == 0 {
+		fmt.Fprintln(w, "Invariants held: control plane first and one at a time, no version skew, every updated machine converged.")
+	}
+	for _, v := range res.Violations {
+		fmt.Fprintln(w, "VIOLATION:", v)
+	}
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		if !errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(os.Stderr, "simulate:", err)
+		}
+		os.Exit(1)
+	}
+}

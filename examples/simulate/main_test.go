@@ -1,0 +1,94 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/xml"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestDefaultDemo runs the README's command (with a timeline) and checks the
+// preview, the live progress, the summary and the timeline.
+func TestDefaultDemo(t *testing.T) {
+	timeline := filepath.Join(t.TempDir(), "rollout.html")
+	var out bytes.Buffer
+	require.NoError(t, run(context.Background(), []string{"-progress-bar=false", "-timeline", timeline}, &out, &bytes.Buffer{}))
+	s := out.String()
+	require.Contains(t, s, "Preview (nothing has happened yet):")
+	require.Contains(t, s, "infrastructure.spec.customImage (InfrastructureImage)", "the preview says why md-1 is replaced")
+	require.Contains(t, s, "demo-control-plane-0     InPlace kubeadm-upgrade        Succeeded")
+	require.Contains(t, s, "demo-md-1-4              Replace drain-and-delete-old   Replaced")
+	require.Contains(t, s, "Summary: 5 Replace, 8 InPlace in 13 batches")
+	require.Contains(t, s, "Invariants held")
+
+	machines := []string{"demo-control-plane-0", "demo-control-plane-1", "demo-control-plane-2"}
+	for _, md := range []string{"demo-md-0-", "demo-md-1-"} {
+		for i := 0; i < 5; i++ {
+			machines = append(machines, md+string(rune('0'+i)))
+		}
+	}
+	checkTimeline(t, timeline, machines, false)
+}
+
+// checkTimeline parses the SVG out of the page as XML and finds one lane
+// per machine (and a failure mark when expected).
+func checkTimeline(t *testing.T, path string, machines []string, wantFailure bool) {
+	t.Helper()
+	raw, err := os.ReadFile(path)
+	require.NoError(t, err)
+	page := string(raw)
+	require.True(t, strings.HasPrefix(page, "<!DOCTYPE html>"))
+	start, end := strings.Index(page, "<svg"), strings.Index(page, "</svg>")
+	require.True(t, start > 0 && end > start, "the page holds an SVG")
+	var svg struct {
+		Texts []string `xml:"text"`
+		Rects []struct {
+			Fill  string `xml:"fill,attr"`
+			Title string `xml:"title"`
+		} `xml:"rect"`
+	}
+	require.NoError(t, xml.Unmarshal([]byte(page[start:end+len("</svg>")]), &svg), "the SVG is well-formed XML")
+	labels := strings.Join(svg.Texts, "\n")
+	for _, m := range machines {
+		require.Contains(t, labels, m+" (", "a lane for %s", m)
+	}
+	failed := false
+	for _, r := range svg.Rects {
+		if r.Fill == "#d64545" {
+			failed = true
+		}
+	}
+	require.Equal(t, wantFailure, failed)
+	require.Equal(t, wantFailure, strings.Contains(labels, "✗"))
+}
+
+func TestDemoWithAFailure(t *testing.T) {
+	timeline := filepath.Join(t.TempDir(), "rollout.html")
+	var out bytes.Buffer
+	err := run(context.Background(), []string{"-progress-bar=false", "-control-planes", "1", "-workers", "md-0=2", "-new-image", "",
+		"-fail", "demo-md-0-1/kubeadm-upgrade=50", "-timeline", timeline}, &out, &bytes.Buffer{})
+	require.NoError(t, err, out.String())
+	require.Contains(t, out.String(), "failed: demo-md-0-1")
+	checkTimeline(t, timeline, []string{"demo-control-plane-0", "demo-md-0-0", "demo-md-0-1"}, true)
+}
+
+func TestProgressBar(t *testing.T) {
+	var out bytes.Buffer
+	require.NoError(t, run(context.Background(), []string{"-progress-bar", "-control-planes", "1", "-workers", "md-0=1"}, &out, &bytes.Buffer{}))
+	require.Contains(t, out.String(), "\r  [##############################] 2/2 machines")
+}
+
+func TestBadFlags(t *testing.T) {
+	for _, args := range [][]string{
+		{"-workers", "md-0"}, {"-workers", "md-0=0"}, {"-fail", "node-step=1"}, {"-strategy", "yolo"},
+		{"-control-planes", "0"}, {"-to", "latest"}, {"extra"},
+	} {
+		err := run(context.Background(), args, &bytes.Buffer{}, &bytes.Buffer{})
+		require.Error(t, err, "%v", args)
+	}
+}
