@@ -1,0 +1,72 @@
+package strategy
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"github.com/upgradekit/upgradekit/diff"
+	"github.com/upgradekit/upgradekit/drift"
+)
+
+// DriftDiffer plugs the diff engine into package drift (which, as a leaf,
+// cannot import it): with it, drift's Explain and WithOldSpecs name every
+// changed field, list elements by key, with old and new values, instead of
+// the two-level fingerprints. opts tune the comparison (diff.ListKey for
+// your lists, diff.Ignore...); their patterns address the spec as
+// "infrastructure.spec", so a NodePool template's spec.taints is
+// "infrastructure.spec.spec.taints". Paths in the result are relative to
+// the spec, as drift's are.
+func DriftDiffer(opts ...diff.Option) (drift.Differ, error) {
+	d, err := diff.New(append([]diff.Option{diff.WithoutDefaults()}, opts...)...)
+	if err != nil {
+		return nil, err
+	}
+	return drift.DifferFunc(func(ctx context.Context, old, new any) ([]drift.FieldChange, error) {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		a, err := asSpecObject(old)
+		if err != nil {
+			return nil, fmt.Errorf("old spec: %w", err)
+		}
+		b, err := asSpecObject(new)
+		if err != nil {
+			return nil, fmt.Errorf("new spec: %w", err)
+		}
+		cs, err := d.Objects(diff.Infrastructure, a, b)
+		if err != nil {
+			return nil, err
+		}
+		out := make([]drift.FieldChange, 0, cs.Len())
+		for _, c := range cs.Changes {
+			kind := drift.ChangeModified
+			switch c.Op {
+			case diff.OpAdd:
+				kind = drift.ChangeAdded
+			case diff.OpRemove:
+				kind = drift.ChangeRemoved
+			}
+			out = append(out, drift.FieldChange{
+				Path: strings.TrimPrefix(c.Field, "infrastructure.spec."),
+				Kind: kind, Old: c.Old, New: c.New,
+			})
+		}
+		return out, nil
+	}), nil
+}
+
+// asSpecObject wraps any spec value as {"spec": <its JSON form>}, the shape
+// the diff engine compares.
+func asSpecObject(v any) (map[string]any, error) {
+	raw, err := json.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	var spec any
+	if err := json.Unmarshal(raw, &spec); err != nil {
+		return nil, err
+	}
+	return map[string]any{"spec": spec}, nil
+}
