@@ -386,8 +386,9 @@ func (c *Cluster) Objects() ([]client.Object, error) {
 		kcp.Status = controlplanev1.KubeadmControlPlaneStatus{
 			Selector: clusterv1.ClusterNameLabel + "=" + c.name + "," + clusterv1.MachineControlPlaneLabel,
 			Replicas: new(int32(p.replicas)), ReadyReplicas: new(c.readyCount(p)), AvailableReplicas: new(c.readyCount(p)),
-			UpToDateReplicas: new(int32(p.replicas)), Version: p.version,
-			Initialization: controlplanev1.KubeadmControlPlaneInitializationStatus{ControlPlaneInitialized: new(true)},
+			UpToDateReplicas: new(int32(p.replicas)),
+			Versions:         []clusterv1.StatusVersion{{Version: p.version, Replicas: int32(p.replicas)}},
+			Initialization:   controlplanev1.KubeadmControlPlaneInitializationStatus{ControlPlaneInitialized: new(true)},
 		}
 		objs = append(objs, kcp)
 		owner := ownerRef(controlplanev1.GroupVersion.String(), "KubeadmControlPlane", kcp.ObjectMeta, true)
@@ -516,7 +517,7 @@ func (c *Cluster) machines(p *pool, prefix string, labels map[string]string, own
 		}
 		m.Status = clusterv1.MachineStatus{
 			NodeRef:    clusterv1.MachineNodeReference{Name: name},
-			NodeInfo:   &corev1.NodeSystemInfo{KubeletVersion: p.version, KubeProxyVersion: p.version, ContainerRuntimeVersion: "containerd://" + DefaultContainerdVersion, OperatingSystem: "linux", Architecture: "amd64"},
+			NodeInfo:   &corev1.NodeSystemInfo{KubeletVersion: p.version, ContainerRuntimeVersion: "containerd://" + DefaultContainerdVersion, OperatingSystem: "linux", Architecture: "amd64"},
 			Phase:      string(clusterv1.MachinePhaseRunning),
 			Conditions: readyCondition(!p.notReady[i]),
 			Initialization: clusterv1.MachineInitializationStatus{
@@ -543,7 +544,7 @@ func (c *Cluster) node(n NodeInfo) *corev1.Node {
 	}
 	node.Status = corev1.NodeStatus{
 		Conditions: []corev1.NodeCondition{NodeReady(n.Ready)},
-		NodeInfo: corev1.NodeSystemInfo{KubeletVersion: n.Version, KubeProxyVersion: n.Version,
+		NodeInfo: corev1.NodeSystemInfo{KubeletVersion: n.Version,
 			ContainerRuntimeVersion: "containerd://" + DefaultContainerdVersion, OperatingSystem: "linux", Architecture: "amd64"},
 	}
 	return node

@@ -150,7 +150,7 @@ func checkCluster(t *testing.T, ctx context.Context, c client.Client, ns string)
 	require.Equal(t, ms.UID, m.OwnerReferences[0].UID, "owner references point at the real owner")
 	var kcp controlplanev1.KubeadmControlPlane
 	require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "demo-control-plane"}, &kcp))
-	require.Equal(t, "v1.30.4", kcp.Status.Version)
+	require.Equal(t, []clusterv1.StatusVersion{{Version: "v1.30.4", Replicas: 3}}, kcp.Status.Versions)
 
 	infra := &unstructured.Unstructured{}
 	infra.SetAPIVersion(DockerMachine.APIVersion)

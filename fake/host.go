@@ -599,6 +599,7 @@ func (h *Host) nodeKubeletVersion(ctx context.Context) (string, error) {
 	n := &corev1.Node{}
 	if err := h.client.Get(ctx, client.ObjectKey{Name: h.node}, n); err != nil {
 		if apierrors.IsNotFound(err) {
+			//lint:ignore ST1005 the verify step prints kubectl's own wording
 			return "", fmt.Errorf("Error from server (NotFound): nodes %q not found", h.node)
 		}
 		return "", err
