@@ -1,4 +1,4 @@
-//go:build unix && !linux
+//go:build unix
 
 package nodeexec
 
@@ -14,7 +14,7 @@ import (
 // context cancellation kill the whole group, so a step's children (nsenter
 // forks when entering a PID namespace) do not outlive its deadline.
 func setProcessGroup(cmd *exec.Cmd) {
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.SysProcAttr = procAttr()
 	cmd.Cancel = func() error {
 		if cmd.Process == nil {
 			return nil
