@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -231,27 +232,13 @@ func (c *Catalog) DescribeImages(ctx context.Context, q Query) ([]Image, error) 
 	}
 	if !sorted {
 		sort.Slice(hits, func(a, b int) bool { return hits[a] < hits[b] })
-		hits = compactIdx(hits)
+		hits = slices.Compact(hits)
 	}
 	out := make([]Image, len(hits))
 	for i, idx := range hits {
 		out[i] = c.images[idx]
 	}
 	return out, nil
-}
-
-func compactIdx(s []int32) []int32 {
-	if len(s) < 2 {
-		return s
-	}
-	j := 1
-	for i := 1; i < len(s); i++ {
-		if s[i] != s[j-1] {
-			s[j] = s[i]
-			j++
-		}
-	}
-	return s[:j]
 }
 
 func (c *Catalog) ownedBy(img *Image, owners []string) bool {

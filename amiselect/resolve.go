@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -455,7 +456,7 @@ func (r *resolver) result() []Selected {
 	for req, s := range r.slots {
 		terms := s.terms
 		sort.Ints(terms)
-		terms = compactInts(terms)
+		terms = slices.Compact(terms)
 		out = append(out, Selected{
 			ID:           s.img.ID,
 			Name:         s.img.Name,
@@ -477,20 +478,6 @@ func (r *resolver) result() []Selected {
 		return a.Requirements.less(b.Requirements)
 	})
 	return out
-}
-
-func compactInts(s []int) []int {
-	if len(s) < 2 {
-		return s
-	}
-	j := 1
-	for i := 1; i < len(s); i++ {
-		if s[i] != s[j-1] {
-			s[j] = s[i]
-			j++
-		}
-	}
-	return s[:j]
 }
 
 func (r *resolver) skips() []Skip {
