@@ -120,8 +120,7 @@ func NewSimulator(cl *Cluster, opts ...SimOption) (*Simulator, error) {
 		return nil, err
 	}
 	if s.planner == nil {
-		kubeadmUpdater, err := strategy.ForCategories("kubeadm", diff.CategoryKubernetesVersion, diff.CategoryEtcdVersion,
-			diff.CategoryControlPlaneConfig, diff.CategoryKubeletConfig, diff.CategoryKubeadmConfig)
+		kubeadmUpdater, err := strategy.ForCategories("kubeadm", strategy.KubeadmCategories()...)
 		if err != nil {
 			return nil, err
 		}

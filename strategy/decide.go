@@ -62,6 +62,15 @@ func ForCategories(name string, cats ...diff.Category) (Updater, error) {
 	return NewUpdater(name, func(c diff.Change) bool { return set[c.Category] })
 }
 
+// KubeadmCategories are the changes a kubeadm upgrade applies to a running
+// node: Kubernetes and etcd versions, addons, control plane, kubelet and
+// kubeadm configuration. Everything else (images, files, users, disks...)
+// needs a new machine.
+func KubeadmCategories() []diff.Category {
+	return []diff.Category{diff.CategoryKubernetesVersion, diff.CategoryEtcdVersion, diff.CategoryAddons,
+		diff.CategoryControlPlaneConfig, diff.CategoryKubeletConfig, diff.CategoryKubeadmConfig}
+}
+
 // ForPaths is an updater covering changes at or below the given path
 // patterns, in diff's syntax ("bootstrap.spec.files",
 // "infrastructure(AWSMachine).spec.ami").

@@ -170,3 +170,13 @@ func TestPolicyRejectsBadRules(t *testing.T) {
 	_, err = strategy.NewUpdater("", nil)
 	require.ErrorIs(t, err, strategy.ErrInvalidRule)
 }
+
+func TestKubeadmCategories(t *testing.T) {
+	u := must(strategy.ForCategories("kubeadm", strategy.KubeadmCategories()...))
+	for _, c := range []diff.Category{diff.CategoryKubernetesVersion, diff.CategoryEtcdVersion, diff.CategoryAddons} {
+		require.True(t, u.Covers(diff.Change{Category: c}), c)
+	}
+	for _, c := range []diff.Category{diff.CategoryImage, diff.CategoryFiles, diff.CategoryUsers, diff.CategoryDisks} {
+		require.False(t, u.Covers(diff.Change{Category: c}), c)
+	}
+}

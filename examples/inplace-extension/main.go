@@ -38,7 +38,13 @@ import (
 )
 
 // defaultCategories are the changes kubeadm can apply to a running node.
-const defaultCategories = "KubernetesVersion,EtcdVersion,Addons,ControlPlaneConfig,KubeletConfig,KubeadmConfig"
+func defaultCategories() string {
+	var names []string
+	for _, c := range strategy.KubeadmCategories() {
+		names = append(names, string(c))
+	}
+	return strings.Join(names, ",")
+}
 
 type options struct {
 	host, certDir, namePrefix, updaterImage, categories, namespace string
@@ -55,7 +61,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.port, "port", 9443, "port to serve the hooks on")
 	fs.StringVar(&o.certDir, "cert-dir", "/tmp/k8s-webhook-server/serving-certs", "directory with tls.crt and tls.key")
 	fs.StringVar(&o.namePrefix, "name", "upgradekit", "prefix of the handler names in the ExtensionConfig")
-	fs.StringVar(&o.categories, "in-place", defaultCategories, "comma-separated diff categories applied in place; anything else makes CAPI replace the machine")
+	fs.StringVar(&o.categories, "in-place", defaultCategories(), "comma-separated diff categories applied in place; anything else makes CAPI replace the machine")
 	fs.StringVar(&o.updaterImage, "updater-image", "", "image of the node upgrader pod (it carries the kubeadm/kubelet/kubectl binaries); required unless -no-update-machine")
 	fs.StringVar(&o.namespace, "updater-namespace", nodepod.DefaultNamespace, "namespace of the upgrader pods in workload clusters")
 	fs.IntVar(&o.retryAfter, "retry-after", 15, "seconds CAPI waits between UpdateMachine calls while a node upgrades")

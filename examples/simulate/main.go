@@ -21,7 +21,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/upgradekit/upgradekit/diff"
 	"github.com/upgradekit/upgradekit/fake"
 	"github.com/upgradekit/upgradekit/strategy"
 )
@@ -109,8 +108,7 @@ func isTerminal(f *os.File) bool {
 }
 
 func planner(name string) (*strategy.Planner, error) {
-	kubeadm, err := strategy.ForCategories("kubeadm", diff.CategoryKubernetesVersion, diff.CategoryEtcdVersion,
-		diff.CategoryControlPlaneConfig, diff.CategoryKubeletConfig, diff.CategoryKubeadmConfig)
+	kubeadm, err := strategy.ForCategories("kubeadm", strategy.KubeadmCategories()...)
 	if err != nil {
 		return nil, err
 	}
