@@ -30,6 +30,15 @@
 // refused (ErrJournalCorrupt, ErrJournalMismatch) without running anything
 // or touching the file.
 //
+// Runner.Rollback is the operator's rollback: it undoes a plan that ended
+// Failed, NeedsAttention or Succeeded (or whose runner died mid-step) with
+// the same journaled machinery as RollbackOnFailure (reverse order,
+// NothingToUndo steps passed over, a stop in PlanNeedsAttention at a
+// completed step that cannot be undone, resume after a crash, never twice).
+// It refuses a plan whose runner holds the lock (ErrJournalLocked), a
+// journal of another plan (ErrJournalMismatch) and a plan that never ran
+// (ErrNoJournal). Reset deletes a journal so the plan can run again.
+//
 // Sub-packages: kubeadm (step library for kubeadm in-place upgrades),
 // nodepod (the privileged pod and its status) and drain (owned cordon,
 // PDB-respecting drain with diagnosis).

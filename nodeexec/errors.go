@@ -58,6 +58,10 @@ var (
 	ErrJournalMismatch = errors.New("journal belongs to a different plan")
 	// ErrJournalLocked: another runner holds the journal's lock.
 	ErrJournalLocked = errors.New("journal is locked by another runner")
+	// ErrNoJournal: Runner.Rollback found no journal for the plan, so
+	// nothing of it ran there and there is nothing to undo. Errors wrapping
+	// it also satisfy errors.Is(err, fs.ErrNotExist).
+	ErrNoJournal = errors.New("no journal for the plan")
 
 	// ErrStepFailed: the plan ended in PlanFailed.
 	ErrStepFailed = errors.New("step failed")
@@ -103,7 +107,7 @@ func (e *JournalError) Error() string {
 }
 
 // Unwrap returns the sentinel (ErrJournalCorrupt, ErrJournalMismatch,
-// ErrJournalLocked) or the underlying I/O error.
+// ErrJournalLocked, ErrNoJournal) or the underlying I/O error.
 func (e *JournalError) Unwrap() error { return e.Err }
 
 // PlanError is returned by Runner.Run when a plan reaches a terminal state

@@ -76,3 +76,54 @@ func ExampleRequiredCapabilities() {
 	// [SYS_ADMIN SYS_CHROOT SYS_PTRACE]
 	// [SYS_ADMIN SYS_PTRACE]
 }
+
+// An operator takes back a plan that succeeded: the steps are undone in
+// reverse order, the restart step (NothingToUndo) is passed over, and the
+// journal makes a second request a no-op.
+func ExampleRunner_Rollback() {
+	dir, _ := os.MkdirTemp("", "nodeexec-rollback-example")
+	defer os.RemoveAll(dir)
+
+	plan := nodeexec.Plan{
+		Name: "upgrade-worker-1", Node: "worker-1",
+		Steps: []nodeexec.Step{
+			{Name: "kubelet-binary", Argv: []string{"install", "/staging/kubelet", "/usr/bin/kubelet"}, Idempotent: true,
+				Backup: []string{"cp", "-a", "/usr/bin/kubelet", "/backup/kubelet"}, Rollback: []string{"cp", "-a", "/backup/kubelet", "/usr/bin/kubelet"}},
+			{Name: "kubelet-config", Argv: []string{"kubeadm", "upgrade", "node"}, Idempotent: true,
+				Rollback: []string{"cp", "-a", "/backup/config.yaml", "/var/lib/kubelet/config.yaml"}},
+			{Name: "kubelet-restart", Argv: []string{"systemctl", "restart", "kubelet"}, Idempotent: true, NothingToUndo: true},
+		},
+	}
+	host := nodeexec.ExecutorFunc(func(_ context.Context, c nodeexec.Command) (nodeexec.Result, error) {
+		if c.Phase == nodeexec.PhaseRollback {
+			fmt.Println("host runs", c.Step, c.Phase, c.Argv)
+		}
+		return nodeexec.Result{}, nil
+	})
+	runner, _ := nodeexec.NewRunner(host, nodeexec.WithJournalDir(dir))
+	out, _ := runner.Run(context.Background(), plan)
+	fmt.Println("run:", out.State)
+
+	out, err := runner.Rollback(context.Background(), plan)
+	fmt.Println("rollback:", out.State, err)
+	for _, s := range out.Steps {
+		fmt.Println(" ", s.Name, s.State)
+	}
+	again, err := runner.Rollback(context.Background(), plan)
+	fmt.Println("again:", again.State, err)
+
+	// A plan that never ran here has nothing to undo.
+	plan.Name = "never-ran"
+	_, err = runner.Rollback(context.Background(), plan)
+	fmt.Println(errors.Is(err, nodeexec.ErrNoJournal))
+	// Output:
+	// run: Succeeded
+	// host runs kubelet-config rollback [cp -a /backup/config.yaml /var/lib/kubelet/config.yaml]
+	// host runs kubelet-binary rollback [cp -a /backup/kubelet /usr/bin/kubelet]
+	// rollback: RolledBack <nil>
+	//   kubelet-binary RolledBack
+	//   kubelet-config RolledBack
+	//   kubelet-restart Succeeded
+	// again: RolledBack <nil>
+	// true
+}

@@ -31,6 +31,9 @@ const DefaultJournalDir = "/var/lib/upgradekit/journal"
 //   - a plan whose journal is terminal is not run again: Run returns the
 //     recorded outcome.
 //
+// Rollback undoes a plan on request with the same journal; Reset deletes
+// the journal so the plan can run again.
+//
 // A Runner is safe for concurrent use on different plans; two runners on
 // the same plan and journal directory exclude each other with a lock file
 // (ErrJournalLocked).
@@ -177,36 +180,13 @@ func (r *Runner) Run(ctx context.Context, plan Plan) (Outcome, error) {
 		return Outcome{}, &JournalError{Path: r.dir, Err: err}
 	}
 	path := r.JournalPath(plan.Name)
-	unlock, err := lockFile(path + ".lock")
+	j, found, unlock, err := r.openJournal(path, plan)
 	if err != nil {
-		return Outcome{}, &JournalError{Path: path, Err: err}
+		return Outcome{}, err
 	}
 	defer unlock()
-
-	fp := plan.Fingerprint()
-	j, err := ReadJournal(path)
-	switch {
-	case errors.Is(err, fs.ErrNotExist):
-		j = newJournal(plan, fp)
-	case err != nil:
-		var je *JournalError
-		if !errors.As(err, &je) {
-			err = &JournalError{Path: path, Err: err}
-		}
-		return Outcome{}, err
-	default:
-		if j.Plan != plan.Name || j.Fingerprint != fp {
-			return Outcome{}, &JournalError{Path: path, Err: ErrJournalMismatch,
-				Detail: fmt.Sprintf("journal is for plan %q fingerprint %.12s, running plan %q fingerprint %.12s", j.Plan, j.Fingerprint, plan.Name, fp)}
-		}
-		if len(j.Steps) != len(plan.Steps) {
-			return Outcome{}, &JournalError{Path: path, Err: ErrJournalCorrupt, Detail: "step count differs from the plan"}
-		}
-		for i := range j.Steps {
-			if j.Steps[i].Name != plan.Steps[i].Name {
-				return Outcome{}, &JournalError{Path: path, Err: ErrJournalCorrupt, Detail: fmt.Sprintf("steps[%d] is %q, plan has %q", i, j.Steps[i].Name, plan.Steps[i].Name)}
-			}
-		}
+	if !found {
+		j = newJournal(plan, plan.Fingerprint())
 	}
 	log := r.log.WithValues("plan", plan.Name, "node", plan.Node)
 	if j.State.Terminal() {
@@ -242,6 +222,149 @@ func (r *Runner) Run(ctx context.Context, plan Plan) (Outcome, error) {
 		}
 	}
 	log.Info("plan finished", "state", j.State)
+	return j.Outcome.clone(), terminalError(j.Outcome)
+}
+
+// openJournal takes the lock of the journal at path and reads it, checking
+// that it was written for plan. found is false when there is no journal
+// yet. On success the caller owns the lock and must call unlock; on error
+// the lock is already released. A journal directory that does not exist
+// is an error wrapping fs.ErrNotExist.
+func (r *Runner) openJournal(path string, plan Plan) (j Journal, found bool, unlock func(), err error) {
+	unlock, err = lockFile(path + ".lock")
+	if err != nil {
+		return Journal{}, false, nil, &JournalError{Path: path, Err: err}
+	}
+	j, err = ReadJournal(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return Journal{}, false, unlock, nil
+	}
+	if err == nil {
+		err = journalMatches(path, j, plan)
+	}
+	if err != nil {
+		unlock()
+		var je *JournalError
+		if !errors.As(err, &je) {
+			err = &JournalError{Path: path, Err: err}
+		}
+		return Journal{}, false, nil, err
+	}
+	return j, true, unlock, nil
+}
+
+// journalMatches refuses a journal written for another plan (name or
+// fingerprint) or whose steps are not the plan's.
+func journalMatches(path string, j Journal, plan Plan) error {
+	if fp := plan.Fingerprint(); j.Plan != plan.Name || j.Fingerprint != fp {
+		return &JournalError{Path: path, Err: ErrJournalMismatch,
+			Detail: fmt.Sprintf("journal is for plan %q fingerprint %.12s, running plan %q fingerprint %.12s", j.Plan, j.Fingerprint, plan.Name, fp)}
+	}
+	if len(j.Steps) != len(plan.Steps) {
+		return &JournalError{Path: path, Err: ErrJournalCorrupt, Detail: "step count differs from the plan"}
+	}
+	for i := range j.Steps {
+		if j.Steps[i].Name != plan.Steps[i].Name {
+			return &JournalError{Path: path, Err: ErrJournalCorrupt, Detail: fmt.Sprintf("steps[%d] is %q, plan has %q", i, j.Steps[i].Name, plan.Steps[i].Name)}
+		}
+	}
+	return nil
+}
+
+// Rollback undoes plan on request: an operator (or a controller) decides
+// that a plan that ended Failed, NeedsAttention or even Succeeded must be
+// taken back. It runs the Rollback argv of every step that ran, in reverse
+// order, with the same machinery and guarantees as RollbackOnFailure:
+//
+//   - a step that failed, or that was interrupted (found Running in the
+//     journal because its runner died), is rolled back like a failed step;
+//   - a step that declares a Backup which was never taken is passed over
+//     (there is nothing to restore), as are Skipped and Pending steps and
+//     steps that declare NothingToUndo;
+//   - a completed step with neither a Rollback argv nor NothingToUndo
+//     stops the rollback in PlanNeedsAttention, leaving the steps before
+//     it as they are;
+//   - every transition is journaled before the command runs, so a
+//     rollback interrupted by a crash or a cancelled context is resumed by
+//     the next Rollback (or Run) call: steps already RolledBack are not
+//     undone twice, the step that was RollingBack is rolled back again
+//     (rollback argvs must be idempotent, as restoring a backup is);
+//   - a plan already RolledBack runs nothing and returns its outcome.
+//
+// Rollback returns the outcome and a nil error when the plan ends
+// PlanRolledBack; a *PlanError wrapping ErrNeedsAttention when it stops in
+// PlanNeedsAttention (Rollback may be called again once the cause is
+// fixed: it retries the rollback that failed). It refuses, running nothing
+// and leaving the journal untouched, with a *JournalError wrapping:
+//
+//   - ErrNoJournal (and fs.ErrNotExist) when the plan has no journal in the
+//     runner's directory: nothing of it ran there, or it was Reset;
+//   - ErrJournalLocked when a runner holds the journal's lock (the plan is
+//     running: stop or delete the upgrader pod first);
+//   - ErrJournalMismatch when the journal was written for another plan or
+//     another version of it (undoing with different rollback argvs than
+//     the steps that ran would be a guess);
+//   - ErrJournalCorrupt when the journal cannot be decoded or its step
+//     states contradict each other.
+//
+// The runner's WithStopAfter setting does not apply to Rollback. After a
+// rollback, Run returns the RolledBack outcome until Reset is called.
+func (r *Runner) Rollback(ctx context.Context, plan Plan) (Outcome, error) {
+	if err := plan.Validate(); err != nil {
+		return Outcome{}, err
+	}
+	if err := interrupted(ctx); err != nil {
+		return Outcome{}, err
+	}
+	path := r.JournalPath(plan.Name)
+	j, found, unlock, err := r.openJournal(path, plan)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return Outcome{}, err
+	}
+	if err != nil || !found {
+		if unlock != nil {
+			unlock()
+		}
+		return Outcome{}, &JournalError{Path: path, Err: fmt.Errorf("%w: %w", ErrNoJournal, fs.ErrNotExist),
+			Detail: "nothing of the plan ran with this journal directory, so there is nothing to roll back"}
+	}
+	defer unlock()
+	log := r.log.WithValues("plan", plan.Name, "node", plan.Node)
+	s := &session{r: r, plan: plan, j: &j, path: path, log: log}
+	switch j.State {
+	case PlanRolledBack:
+		log.Info("plan already rolled back; nothing to undo")
+		r.writeSummary(j.Outcome)
+		return j.Outcome.clone(), nil
+	case PlanRollingBack:
+		log.Info("resuming an interrupted rollback")
+	default:
+		s.requestedFrom = j.State
+		for i := range j.Steps {
+			if j.Steps[i].State == StepRunning {
+				j.Steps[i].State = StepFailed
+				j.Steps[i].Note = "interrupted while running; rolled back as a failed step"
+			}
+		}
+		j.State = PlanRollingBack
+		// Terminal journals are not checked when read (they are only
+		// reported); this one is about to be acted on.
+		if err := checkStepStates(j.Outcome); err != nil {
+			return Outcome{}, &JournalError{Path: path, Err: ErrJournalCorrupt, Detail: err.Error()}
+		}
+	}
+	j.Runs++
+	if err := s.persist(); err != nil {
+		return j.Outcome.clone(), err
+	}
+	log.Info("rollback started", "run", j.Runs, "journal", path, "from", s.requestedFrom)
+	if err := s.rollback(ctx); err != nil {
+		return j.Outcome.clone(), err
+	}
+	log.Info("rollback finished", "state", j.State)
+	if j.State == PlanRolledBack {
+		return j.Outcome.clone(), nil
+	}
 	return j.Outcome.clone(), terminalError(j.Outcome)
 }
 
@@ -282,6 +405,9 @@ type session struct {
 	j    *Journal
 	path string
 	log  logr.Logger
+	// requestedFrom is the state the plan was in when Rollback was
+	// called; empty for a rollback on failure (or a resumed one).
+	requestedFrom PlanState
 }
 
 func (s *session) persist() error {
@@ -548,7 +674,10 @@ func (s *session) needsAttention(i int, phase Phase, res Result, err error, why 
 func (s *session) rollbackBlocked(k int, orig *Failure) error {
 	rec := &s.j.Steps[k]
 	why := fmt.Sprintf("rollback stopped at step %q: it completed and has no rollback argv, so the steps before it were left as they are (undoing them would put old components under what it changed)", rec.Name)
-	if orig != nil {
+	switch {
+	case s.requestedFrom != "":
+		why += fmt.Sprintf("; the rollback was requested while the plan was %s", s.requestedFrom)
+	case orig != nil:
 		why += fmt.Sprintf("; the plan was rolling back because step %q failed (exit %d)", orig.Step, orig.ExitCode)
 	}
 	rec.Note = "completed and cannot be undone; rollback stopped here"
@@ -596,7 +725,10 @@ func (s *session) rollback(ctx context.Context) error {
 		}
 		if err != nil || res.ExitCode != 0 {
 			why := "rollback failed"
-			if orig != nil {
+			switch {
+			case s.requestedFrom != "":
+				why = fmt.Sprintf("requested rollback of the %s plan failed", s.requestedFrom)
+			case orig != nil:
 				why = fmt.Sprintf("rollback failed after step %q failed (exit %d)", orig.Step, orig.ExitCode)
 			}
 			return s.needsAttention(k, PhaseRollback, res, err, why)

@@ -1,0 +1,396 @@
+package nodeexec
+
+import (
+	"context"
+	"encoding/json"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/stretchr/testify/require"
+)
+
+func TestRollbackOnRequest(t *testing.T) {
+	tests := []struct {
+		name string
+		// plan changes threeStepPlan; nil keeps it.
+		plan func(*Plan)
+		// exits scripts the host for the run that prepares the journal.
+		exits map[string][]int
+		// prepare brings the journal into the state under test; nil runs
+		// the plan once.
+		prepare    func(t *testing.T, r *Runner, h *scriptedHost, p Plan)
+		wantCalls  []string
+		wantStates []StepState
+		wantState  PlanState
+		wantErr    error
+		// wantFailure is the failing step recorded after the rollback
+		// ("" for none).
+		wantFailure string
+		wantError   string
+	}{
+		{
+			name:       "succeeded plan: every step undone in reverse order",
+			wantCalls:  []string{"three/rollback", "two/rollback", "one/rollback"},
+			wantStates: []StepState{StepRolledBack, StepRolledBack, StepRolledBack},
+			wantState:  PlanRolledBack,
+		},
+		{
+			name:        "failed plan: the failed step and the ones before it",
+			exits:       map[string][]int{"two/run": {1}},
+			wantCalls:   []string{"two/rollback", "one/rollback"},
+			wantStates:  []StepState{StepRolledBack, StepRolledBack, StepPending},
+			wantState:   PlanRolledBack,
+			wantFailure: "two",
+		},
+		{
+			name:        "failed backup: nothing to restore for that step",
+			exits:       map[string][]int{"three/backup": {2}},
+			wantCalls:   []string{"two/rollback", "one/rollback"},
+			wantStates:  []StepState{StepRolledBack, StepRolledBack, StepFailed},
+			wantState:   PlanRolledBack,
+			wantFailure: "three",
+		},
+		{
+			name:       "a step its check skipped was not done by the plan",
+			plan:       func(p *Plan) { p.Steps[1].Check = []string{"is-done"} },
+			exits:      map[string][]int{"two/check": {0}},
+			wantCalls:  []string{"three/rollback", "one/rollback"},
+			wantStates: []StepState{StepRolledBack, StepSkipped, StepRolledBack},
+			wantState:  PlanRolledBack,
+		},
+		{
+			name:       "NothingToUndo steps are passed over",
+			plan:       func(p *Plan) { p.Steps[1].Rollback, p.Steps[1].NothingToUndo = nil, true },
+			wantCalls:  []string{"three/rollback", "one/rollback"},
+			wantStates: []StepState{StepRolledBack, StepSucceeded, StepRolledBack},
+			wantState:  PlanRolledBack,
+		},
+		{
+			name:        "a completed step that cannot be undone stops the rollback",
+			plan:        func(p *Plan) { p.Steps[1].Rollback = nil },
+			wantCalls:   []string{"three/rollback"},
+			wantStates:  []StepState{StepSucceeded, StepSucceeded, StepRolledBack},
+			wantState:   PlanNeedsAttention,
+			wantErr:     ErrNeedsAttention,
+			wantFailure: "two",
+			wantError:   "the rollback was requested while the plan was Succeeded",
+		},
+		{
+			name:        "already rolled back on failure: nothing runs twice",
+			plan:        func(p *Plan) { p.RollbackOnFailure = true },
+			exits:       map[string][]int{"three/run": {1}},
+			wantStates:  []StepState{StepRolledBack, StepRolledBack, StepRolledBack},
+			wantState:   PlanRolledBack,
+			wantFailure: "three",
+		},
+		{
+			name:        "NeedsAttention after a failed automatic rollback: the failed rollback is retried",
+			plan:        func(p *Plan) { p.RollbackOnFailure = true },
+			exits:       map[string][]int{"three/run": {1}, "two/rollback": {9, 0}},
+			wantCalls:   []string{"two/rollback", "one/rollback"},
+			wantStates:  []StepState{StepRolledBack, StepRolledBack, StepRolledBack},
+			wantState:   PlanRolledBack,
+			wantFailure: "two",
+		},
+		{
+			name: "NeedsAttention after an interrupted non-idempotent step: it is rolled back as failed",
+			plan: func(p *Plan) { p.Steps[1].Idempotent = false },
+			prepare: func(t *testing.T, r *Runner, h *scriptedHost, p Plan) {
+				interruptAt(t, r, h, p, "two/run")
+				_, err := r.Run(t.Context(), p)
+				require.ErrorIs(t, err, ErrNeedsAttention)
+			},
+			wantCalls:   []string{"two/rollback", "one/rollback"},
+			wantStates:  []StepState{StepRolledBack, StepRolledBack, StepPending},
+			wantState:   PlanRolledBack,
+			wantFailure: "two",
+		},
+		{
+			name: "runner died mid-step (journal Running, lock free)",
+			prepare: func(t *testing.T, r *Runner, h *scriptedHost, p Plan) {
+				interruptAt(t, r, h, p, "three/run")
+			},
+			wantCalls:  []string{"three/rollback", "two/rollback", "one/rollback"},
+			wantStates: []StepState{StepRolledBack, StepRolledBack, StepRolledBack},
+			wantState:  PlanRolledBack,
+		},
+		{
+			name: "stopped after a step, between two init containers",
+			prepare: func(t *testing.T, r *Runner, h *scriptedHost, p Plan) {
+				_, err := newTestRunner(t, h, r.dir, WithStopAfter("one")).Run(t.Context(), p)
+				require.NoError(t, err)
+			},
+			wantCalls:  []string{"one/rollback"},
+			wantStates: []StepState{StepRolledBack, StepPending, StepPending},
+			wantState:  PlanRolledBack,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := threeStepPlan()
+			if tt.plan != nil {
+				tt.plan(&p)
+			}
+			h := &scriptedHost{exits: tt.exits}
+			r := newTestRunner(t, h, t.TempDir())
+			if tt.prepare != nil {
+				tt.prepare(t, r, h, p)
+			} else {
+				_, _ = r.Run(t.Context(), p)
+			}
+			before, err := ReadJournal(r.JournalPath(p.Name))
+			require.NoError(t, err)
+			h.reset()
+
+			out, err := r.Rollback(t.Context(), p)
+			if tt.wantErr != nil {
+				require.ErrorIs(t, err, tt.wantErr)
+				var pe *PlanError
+				require.ErrorAs(t, err, &pe)
+				require.Equal(t, tt.wantState, pe.State)
+			} else {
+				require.NoError(t, err)
+			}
+			require.Equal(t, tt.wantCalls, h.Calls())
+			require.Equal(t, tt.wantStates, states(out))
+			require.Equal(t, tt.wantState, out.State)
+			if tt.wantFailure == "" {
+				require.Nil(t, out.Failure)
+			} else {
+				require.NotNil(t, out.Failure)
+				require.Equal(t, tt.wantFailure, out.Failure.Step)
+			}
+			if tt.wantError != "" {
+				require.Contains(t, out.Failure.Error, tt.wantError)
+			}
+			for _, c := range h.cmds {
+				require.Equal(t, PhaseRollback, c.Phase, "a rollback runs rollback argvs only")
+			}
+
+			// The journal on disk is what Rollback returned.
+			j, err := ReadJournal(r.JournalPath(p.Name))
+			require.NoError(t, err)
+			require.Empty(t, cmp.Diff(out, j.Outcome))
+			if len(tt.wantCalls) > 0 {
+				require.Equal(t, before.Runs+1, j.Runs, "a rollback that acts counts as a run")
+			}
+
+			// Asking again runs nothing new: a finished rollback is final,
+			// a stopped one stops at the same place.
+			h.reset()
+			again, err := r.Rollback(t.Context(), p)
+			if tt.wantErr != nil {
+				require.ErrorIs(t, err, tt.wantErr)
+			} else {
+				require.NoError(t, err)
+			}
+			require.Empty(t, h.Calls())
+			require.Equal(t, tt.wantStates, states(again))
+
+			// And Run does not undo the rollback.
+			_, err = r.Run(t.Context(), p)
+			require.Error(t, err)
+			require.Empty(t, h.Calls())
+		})
+	}
+}
+
+func TestRequestedRollbackFailsThenIsRetried(t *testing.T) {
+	h := &scriptedHost{exits: map[string][]int{"two/rollback": {9, 0}}}
+	p := threeStepPlan()
+	r := newTestRunner(t, h, t.TempDir())
+	_, err := r.Run(t.Context(), p)
+	require.NoError(t, err)
+	h.reset()
+
+	out, err := r.Rollback(t.Context(), p)
+	require.ErrorIs(t, err, ErrNeedsAttention)
+	require.Equal(t, []string{"three/rollback", "two/rollback"}, h.Calls(), "one is not rolled back under a step that is still upgraded")
+	require.Equal(t, []StepState{StepSucceeded, StepRollingBack, StepRolledBack}, states(out))
+	require.Equal(t, Failure{Step: "two", Phase: PhaseRollback, ExitCode: 9, Output: "two/rollback output",
+		Error: "requested rollback of the Succeeded plan failed", Attempts: 1}, *out.Failure)
+
+	// Once the cause is fixed, asking again retries from the failed step.
+	h.reset()
+	out, err = r.Rollback(t.Context(), p)
+	require.NoError(t, err)
+	require.Equal(t, []string{"two/rollback", "one/rollback"}, h.Calls())
+	require.Equal(t, PlanRolledBack, out.State)
+}
+
+// interruptRollbackAt starts Rollback, waits until the host runs at (which
+// blocks), and cancels, leaving the journal as a crash would.
+func interruptRollbackAt(t *testing.T, r *Runner, h *scriptedHost, p Plan, at string) {
+	t.Helper()
+	h.block = at
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { _, err := r.Rollback(ctx, p); done <- err }()
+	require.Eventually(t, func() bool {
+		c := h.Calls()
+		return len(c) > 0 && c[len(c)-1] == at
+	}, 5*time.Second, time.Millisecond)
+	cancel()
+	require.ErrorIs(t, <-done, context.Canceled)
+	h.block = ""
+	h.reset()
+}
+
+func TestRequestedRollbackResumesAfterCrash(t *testing.T) {
+	resumers := map[string]func(*Runner, context.Context, Plan) (Outcome, error){
+		"Rollback": (*Runner).Rollback,
+		"Run":      (*Runner).Run,
+	}
+	for name, resume := range resumers {
+		t.Run("resumed by "+name, func(t *testing.T) {
+			h := &scriptedHost{}
+			p := threeStepPlan()
+			r := newTestRunner(t, h, t.TempDir())
+			_, err := r.Run(t.Context(), p)
+			require.NoError(t, err)
+			h.reset()
+
+			interruptRollbackAt(t, r, h, p, "two/rollback")
+			j, err := ReadJournal(r.JournalPath(p.Name))
+			require.NoError(t, err)
+			require.Equal(t, PlanRollingBack, j.State)
+			require.Equal(t, []StepState{StepSucceeded, StepRollingBack, StepRolledBack}, states(j.Outcome))
+
+			out, err := resume(newTestRunner(t, h, r.dir), t.Context(), p)
+			if name == "Run" {
+				require.ErrorIs(t, err, ErrRolledBack, "Run reports a rolled-back plan as not succeeded")
+			} else {
+				require.NoError(t, err)
+			}
+			require.Equal(t, []string{"two/rollback", "one/rollback"}, h.Calls(), "three is not undone twice; two is redone")
+			require.Equal(t, PlanRolledBack, out.State)
+			require.Equal(t, 3, out.Runs, "run, rollback, resume")
+		})
+	}
+}
+
+func TestRollbackRefusals(t *testing.T) {
+	tests := []struct {
+		name string
+		// setup prepares dir (the runner's journal directory) and returns
+		// the plan to roll back and a function releasing anything it holds.
+		setup func(t *testing.T, dir string) Plan
+		ctx   func(context.Context) context.Context
+		want  []error
+	}{
+		{
+			name:  "plan that never ran",
+			setup: func(t *testing.T, dir string) Plan { return threeStepPlan() },
+			want:  []error{ErrNoJournal, fs.ErrNotExist},
+		},
+		{
+			name: "journal directory missing",
+			setup: func(t *testing.T, dir string) Plan {
+				require.NoError(t, os.Remove(dir))
+				return threeStepPlan()
+			},
+			want: []error{ErrNoJournal, fs.ErrNotExist},
+		},
+		{
+			name: "plan is running (lock held)",
+			setup: func(t *testing.T, dir string) Plan {
+				runOnce(t, dir, threeStepPlan())
+				unlock, err := lockFile(filepath.Join(dir, JournalFileName("p")) + ".lock")
+				require.NoError(t, err)
+				t.Cleanup(unlock)
+				return threeStepPlan()
+			},
+			want: []error{ErrJournalLocked},
+		},
+		{
+			name: "journal of another version of the plan",
+			setup: func(t *testing.T, dir string) Plan {
+				runOnce(t, dir, threeStepPlan())
+				p := threeStepPlan()
+				p.Steps[0].Rollback = []string{"restore-differently"}
+				return p
+			},
+			want: []error{ErrJournalMismatch},
+		},
+		{
+			name: "corrupt journal",
+			setup: func(t *testing.T, dir string) Plan {
+				require.NoError(t, os.WriteFile(filepath.Join(dir, JournalFileName("p")), []byte("{not json"), 0o600))
+				return threeStepPlan()
+			},
+			want: []error{ErrJournalCorrupt},
+		},
+		{
+			name: "terminal journal whose steps contradict each other",
+			setup: func(t *testing.T, dir string) Plan {
+				p := threeStepPlan()
+				j := newJournal(p, p.Fingerprint())
+				j.State = PlanNeedsAttention
+				j.Steps[0].State, j.Steps[1].State = StepRunning, StepRunning
+				b, err := json.Marshal(j)
+				require.NoError(t, err)
+				require.NoError(t, os.WriteFile(filepath.Join(dir, JournalFileName("p")), b, 0o600))
+				return p
+			},
+			want: []error{ErrJournalCorrupt},
+		},
+		{
+			name: "invalid plan",
+			setup: func(t *testing.T, dir string) Plan {
+				runOnce(t, dir, threeStepPlan())
+				p := threeStepPlan()
+				p.Steps[2].Rollback = []string{""}
+				return p
+			},
+			want: []error{ErrInvalidPlan, ErrEmptyArgv},
+		},
+		{
+			name: "context already cancelled",
+			setup: func(t *testing.T, dir string) Plan {
+				runOnce(t, dir, threeStepPlan())
+				return threeStepPlan()
+			},
+			ctx: func(ctx context.Context) context.Context {
+				ctx, cancel := context.WithCancel(ctx)
+				cancel()
+				return ctx
+			},
+			want: []error{context.Canceled},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			p := tt.setup(t, dir)
+			path := filepath.Join(dir, JournalFileName("p"))
+			before, readErr := os.ReadFile(path)
+			ctx := t.Context()
+			if tt.ctx != nil {
+				ctx = tt.ctx(ctx)
+			}
+			h := &scriptedHost{}
+			_, err := newTestRunner(t, h, dir).Rollback(ctx, p)
+			for _, want := range tt.want {
+				require.ErrorIs(t, err, want)
+			}
+			require.Empty(t, h.Calls(), "nothing runs")
+			after, afterErr := os.ReadFile(path)
+			require.Equal(t, readErr == nil, afterErr == nil, "no journal appears or disappears")
+			require.Equal(t, before, after, "the journal is untouched")
+			if tt.name == "journal directory missing" {
+				require.NoDirExists(t, dir, "a refused rollback creates nothing")
+			}
+		})
+	}
+}
+
+// runOnce runs p to success in dir.
+func runOnce(t *testing.T, dir string, p Plan) {
+	t.Helper()
+	_, err := newTestRunner(t, &scriptedHost{}, dir).Run(t.Context(), p)
+	require.NoError(t, err)
+}
