@@ -1,0 +1,148 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/upgradekit/upgradekit/nodeexec"
+)
+
+// statusJSON is one line of `status -o json`: the journal as stored, plus
+// where it was read from.
+type statusJSON struct {
+	Path string `json:"journal"`
+	nodeexec.Journal
+}
+
+// status prints the journals of the named plans (all journals in the
+// directory when none is named, or the one file given with -journal).
+func status(args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	flags := flag.NewFlagSet("upgrader status", flag.ContinueOnError)
+	flags.SetOutput(stderr)
+	dir := flags.String("journal-dir", "", "journal directory; default $"+nodeexec.EnvJournalDir+" or "+nodeexec.DefaultJournalDir)
+	file := flags.String("journal", "", "read this journal file instead of looking plans up in the directory")
+	format := flags.String("o", "text", "output: text, or json (one journal object per line)")
+	tail := flags.Int("tail", 3, "lines of each step's journaled output to print (text only; 0 for none)")
+	if err := flags.Parse(args); err != nil {
+		return usageError(err)
+	}
+	switch {
+	case *format != "text" && *format != "json":
+		fmt.Fprintf(stderr, "upgrader status: -o %q: want text or json\n", *format)
+		return exitUsage
+	case *tail < 0:
+		fmt.Fprintf(stderr, "upgrader status: -tail %d: want 0 or more\n", *tail)
+		return exitUsage
+	case *file != "" && (*dir != "" || flags.NArg() > 0):
+		fmt.Fprintln(stderr, "upgrader status: -journal names one file; it takes no -journal-dir or plan names")
+		return exitUsage
+	}
+	for _, p := range flags.Args() {
+		if err := checkPlanName(p); err != nil {
+			fmt.Fprintf(stderr, "upgrader status: %v\n", err)
+			return exitUsage
+		}
+	}
+	paths, err := journalPaths(*file, journalDir(*dir, getenv), flags.Args())
+	if err != nil {
+		fmt.Fprintf(stderr, "upgrader status: %v\n", err)
+		return exitError
+	}
+	code := exitOK
+	for i, path := range paths {
+		j, err := nodeexec.ReadJournal(path)
+		if errors.Is(err, fs.ErrNotExist) {
+			err = fmt.Errorf("%s: no journal: the plan has not run with this journal directory", path)
+		}
+		if err != nil {
+			fmt.Fprintf(stderr, "upgrader status: %v\n", err)
+			code = max(code, exitError)
+			continue
+		}
+		code = max(code, stateCode(j.State))
+		if *format == "json" {
+			b, err := json.Marshal(statusJSON{Path: path, Journal: j})
+			if err != nil {
+				fmt.Fprintf(stderr, "upgrader status: %v\n", err)
+				return exitError
+			}
+			fmt.Fprintf(stdout, "%s\n", b)
+			continue
+		}
+		if i > 0 {
+			fmt.Fprintln(stdout)
+		}
+		printJournal(stdout, path, j, *tail)
+	}
+	return code
+}
+
+// journalPaths resolves what status reads.
+func journalPaths(file, dir string, plans []string) ([]string, error) {
+	if file != "" {
+		return []string{file}, nil
+	}
+	var paths []string
+	for _, p := range plans {
+		paths = append(paths, filepath.Join(dir, nodeexec.JournalFileName(p)))
+	}
+	if len(paths) > 0 {
+		return paths, nil
+	}
+	paths, err := filepath.Glob(filepath.Join(dir, nodeexec.JournalFileName("*")))
+	if err == nil && len(paths) == 0 {
+		if _, err = os.Stat(dir); err == nil {
+			err = fmt.Errorf("no journals in %s", dir)
+		}
+	}
+	slices.Sort(paths)
+	return paths, err
+}
+
+// printJournal writes one journal as text: a header, a table of steps,
+// the failure, and the tail of each step's output.
+func printJournal(w io.Writer, path string, j nodeexec.Journal, tail int) {
+	fmt.Fprintf(w, "plan %s  node %s  state %s  runs %d  updated %s\n", j.Plan, j.Node, j.State, j.Runs, j.Updated.Format(time.RFC3339))
+	fmt.Fprintf(w, "journal %s\n", path)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "STEP\tSTATE\tATTEMPTS\tEXIT\tBACKUP\tNOTE")
+	for _, s := range j.Steps {
+		exit, backup := "-", "-"
+		if s.Attempts > 0 && s.State != nodeexec.StepRunning { // a running step has no exit code yet
+			exit = fmt.Sprint(s.ExitCode)
+		}
+		if s.BackupTaken {
+			backup = "taken"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\n", s.Name, s.State, s.Attempts, exit, backup, s.Note)
+	}
+	_ = tw.Flush()
+	if f := j.Failure; f != nil {
+		fmt.Fprintf(w, "failure: step %q (%s) exit code %d after %d attempt(s)%s\n", f.Step, f.Phase, f.ExitCode, f.Attempts, suffix(": ", f.Error))
+		printTail(w, "failure output", f.Output, tail)
+	}
+	for _, s := range j.Steps {
+		printTail(w, "output of "+s.Name, s.Output, tail)
+	}
+}
+
+func printTail(w io.Writer, title, output string, n int) {
+	lines := strings.Split(strings.TrimRight(output, "\n"), "\n")
+	if n == 0 || output == "" {
+		return
+	}
+	fmt.Fprintf(w, "%s (last %d of %d lines):\n", title, min(n, len(lines)), len(lines))
+	for _, l := range lines[max(0, len(lines)-n):] {
+		fmt.Fprintf(w, "  | %s\n", l)
+	}
+}
