@@ -3,9 +3,12 @@ package nodeexec
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -393,4 +396,92 @@ func runOnce(t *testing.T, dir string, p Plan) {
 	t.Helper()
 	_, err := newTestRunner(t, &scriptedHost{}, dir).Run(t.Context(), p)
 	require.NoError(t, err)
+}
+
+// FuzzRollback hands Rollback journals of threeStepPlan (variants) in every
+// combination of plan and step states, including the terminal ones Run
+// never resumes and combinations no runner writes. Whatever the journal,
+// Rollback must not panic, must fail only with a corrupt-journal or
+// needs-attention error, and may only undo steps that ran, newest first,
+// each once.
+func FuzzRollback(f *testing.F) {
+	f.Add(uint8(2), uint8(2), uint8(2), uint8(2), uint8(0b101), uint8(0), uint8(0))     // Succeeded
+	f.Add(uint8(3), uint8(2), uint8(4), uint8(0), uint8(0b001), uint8(0), uint8(0))     // Failed at two
+	f.Add(uint8(5), uint8(2), uint8(1), uint8(0), uint8(0b001), uint8(0), uint8(0))     // NeedsAttention, interrupted two
+	f.Add(uint8(5), uint8(2), uint8(5), uint8(6), uint8(0b101), uint8(0), uint8(0))     // NeedsAttention, failed rollback of two
+	f.Add(uint8(1), uint8(2), uint8(5), uint8(6), uint8(0b101), uint8(0), uint8(0))     // RollingBack (crash mid-rollback)
+	f.Add(uint8(2), uint8(2), uint8(2), uint8(2), uint8(0b101), uint8(0b010), uint8(0)) // two cannot be undone
+	f.Add(uint8(2), uint8(2), uint8(2), uint8(2), uint8(0b101), uint8(0b010), uint8(0b010))
+	f.Add(uint8(0), uint8(2), uint8(1), uint8(0), uint8(0b001), uint8(0), uint8(0)) // Running, runner died
+	f.Add(uint8(5), uint8(1), uint8(1), uint8(0), uint8(0), uint8(0), uint8(0))     // contradictory
+	f.Add(uint8(4), uint8(6), uint8(6), uint8(6), uint8(0b111), uint8(0), uint8(0)) // RolledBack
+	planStates := []PlanState{PlanRunning, PlanRollingBack, PlanSucceeded, PlanFailed, PlanRolledBack, PlanNeedsAttention}
+	stepStates := []StepState{StepPending, StepRunning, StepSucceeded, StepSkipped, StepFailed, StepRollingBack, StepRolledBack}
+	f.Fuzz(func(t *testing.T, ps, s0, s1, s2, backups, noRollback, nothingToUndo uint8) {
+		p := threeStepPlan()
+		for i := range p.Steps {
+			if noRollback&(1<<i) != 0 {
+				p.Steps[i].Rollback = nil
+				p.Steps[i].NothingToUndo = nothingToUndo&(1<<i) != 0
+			}
+		}
+		j := newJournal(p, p.Fingerprint())
+		j.State = planStates[int(ps)%len(planStates)]
+		in := []StepState{stepStates[int(s0)%len(stepStates)], stepStates[int(s1)%len(stepStates)], stepStates[int(s2)%len(stepStates)]}
+		for i := range j.Steps {
+			j.Steps[i].State = in[i]
+			j.Steps[i].BackupTaken = backups&(1<<i) != 0
+		}
+		dir := t.TempDir()
+		path := filepath.Join(dir, JournalFileName(p.Name))
+		data, err := json.Marshal(j)
+		require.NoError(t, err)
+		if err := os.WriteFile(path, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		h := &scriptedHost{}
+		r, err := NewRunner(h, WithJournalDir(dir))
+		require.NoError(t, err)
+
+		out, err := r.Rollback(context.Background(), p)
+		calls := h.Calls()
+		var pe *PlanError
+		switch {
+		case err == nil:
+			require.Equal(t, PlanRolledBack, out.State)
+		case errors.Is(err, ErrJournalCorrupt):
+			require.Empty(t, calls)
+			after, rerr := os.ReadFile(path)
+			require.NoError(t, rerr)
+			require.Equal(t, data, after, "a refused journal is untouched")
+			return
+		case errors.As(err, &pe) && errors.Is(err, ErrNeedsAttention):
+			// The host never fails, so only a step that cannot be undone
+			// stops the rollback.
+			k := slices.IndexFunc(p.Steps, func(s Step) bool { return s.Name == out.Failure.Step })
+			require.GreaterOrEqual(t, k, 0)
+			require.Equal(t, StepSucceeded, in[k])
+			require.Nil(t, p.Steps[k].Rollback)
+			require.False(t, p.Steps[k].NothingToUndo)
+		default:
+			t.Fatalf("unexpected error class: %v", err)
+		}
+		last := len(p.Steps)
+		for _, c := range calls {
+			step, phase, _ := strings.Cut(c, "/")
+			require.Equal(t, string(PhaseRollback), phase)
+			k := slices.IndexFunc(p.Steps, func(s Step) bool { return s.Name == step })
+			require.Less(t, k, last, "rollbacks run newest first, each once: %v", calls)
+			last = k
+			require.Contains(t, []StepState{StepRunning, StepSucceeded, StepFailed, StepRollingBack}, in[k], "only steps that ran are undone: %v from %v", calls, in)
+			require.Equal(t, StepRolledBack, out.Steps[k].State)
+		}
+		onDisk, err := ReadJournal(path)
+		require.NoError(t, err)
+		require.Empty(t, cmp.Diff(out, onDisk.Outcome))
+
+		h.reset()
+		_, _ = r.Rollback(context.Background(), p)
+		require.Empty(t, h.Calls(), "a second rollback undoes nothing again")
+	})
 }
