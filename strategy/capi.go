@@ -35,6 +35,7 @@ type Extension struct {
 	diffOpts []diff.Option
 	differ   *diff.Differ
 	log      logr.Logger
+	metrics  *Metrics
 }
 
 // ExtensionOption configures an Extension.
@@ -49,6 +50,10 @@ func WithDiffOptions(opts ...diff.Option) ExtensionOption {
 // WithLogger sets the logger; by default the request context's logger is
 // used (the runtime server puts controller-runtime's logger there).
 func WithLogger(l logr.Logger) ExtensionOption { return func(e *Extension) { e.log = l } }
+
+// WithMetrics counts every answer in m's MetricDecisions, by hook and
+// outcome (HookAccept, HookDecline, HookError).
+func WithMetrics(m *Metrics) ExtensionOption { return func(e *Extension) { e.metrics = m } }
 
 // NewExtension builds the hook handlers around a decider.
 func NewExtension(d Decider, opts ...ExtensionOption) (*Extension, error) {
@@ -81,8 +86,9 @@ func (e *Extension) Handlers(namePrefix string) []server.ExtensionHandler {
 func (e *Extension) CanUpdateMachine(ctx context.Context, req *runtimehooksv1.CanUpdateMachineRequest, resp *runtimehooksv1.CanUpdateMachineResponse) {
 	cur := diff.State{Machine: &req.Current.Machine, Bootstrap: req.Current.BootstrapConfig, Infrastructure: req.Current.InfrastructureMachine}
 	des := diff.State{Machine: &req.Desired.Machine, Bootstrap: req.Desired.BootstrapConfig, Infrastructure: req.Desired.InfrastructureMachine}
-	log := e.logger(ctx).WithValues("hook", "CanUpdateMachine", "machine", req.Desired.Machine.Namespace+"/"+req.Desired.Machine.Name)
-	if p, ok := e.respond(ctx, log, req.GetSettings(), cur, des, false, resp); ok {
+	log := e.logger(ctx).WithValues("hook", "CanUpdateMachine", "machine", req.Desired.Machine.Namespace+"/"+req.Desired.Machine.Name,
+		"cluster", req.Desired.Machine.Namespace+"/"+req.Desired.Machine.Spec.ClusterName)
+	if p, ok := e.respond(ctx, log, "CanUpdateMachine", req.GetSettings(), cur, des, false, resp); ok {
 		resp.MachinePatch, resp.BootstrapConfigPatch, resp.InfrastructureMachinePatch = p[diff.Machine], p[diff.Bootstrap], p[diff.Infrastructure]
 	}
 }
@@ -92,26 +98,44 @@ func (e *Extension) CanUpdateMachine(ctx context.Context, req *runtimehooksv1.Ca
 func (e *Extension) CanUpdateMachineSet(ctx context.Context, req *runtimehooksv1.CanUpdateMachineSetRequest, resp *runtimehooksv1.CanUpdateMachineSetResponse) {
 	cur := diff.State{Machine: &req.Current.MachineSet, Bootstrap: req.Current.BootstrapConfigTemplate, Infrastructure: req.Current.InfrastructureMachineTemplate}
 	des := diff.State{Machine: &req.Desired.MachineSet, Bootstrap: req.Desired.BootstrapConfigTemplate, Infrastructure: req.Desired.InfrastructureMachineTemplate}
-	log := e.logger(ctx).WithValues("hook", "CanUpdateMachineSet", "machineSet", req.Desired.MachineSet.Namespace+"/"+req.Desired.MachineSet.Name)
-	if p, ok := e.respond(ctx, log, req.GetSettings(), cur, des, true, resp); ok {
+	log := e.logger(ctx).WithValues("hook", "CanUpdateMachineSet", "machineSet", req.Desired.MachineSet.Namespace+"/"+req.Desired.MachineSet.Name,
+		"cluster", req.Desired.MachineSet.Namespace+"/"+req.Desired.MachineSet.Spec.ClusterName)
+	if p, ok := e.respond(ctx, log, "CanUpdateMachineSet", req.GetSettings(), cur, des, true, resp); ok {
 		resp.MachineSetPatch, resp.BootstrapConfigTemplatePatch, resp.InfrastructureMachineTemplatePatch = p[diff.Machine], p[diff.Bootstrap], p[diff.Infrastructure]
 	}
 }
 
-// respond answers and sets status and message; ok says whether the
-// patches are to be set.
-func (e *Extension) respond(ctx context.Context, log logr.Logger, settings map[string]string, cur, des diff.State, templates bool, resp runtimehooksv1.ResponseObject) ([3]runtimehooksv1.Patch, bool) {
-	patches, msg, err := e.answer(ctx, settings, cur, des, templates)
+// respond answers, sets status and message, counts the decision and
+// logs it (declines at V(0) with the uncovered fields, accepts at V(1));
+// ok says whether the patches are to be set.
+func (e *Extension) respond(ctx context.Context, log logr.Logger, hook string, settings map[string]string, cur, des diff.State, templates bool, resp runtimehooksv1.ResponseObject) ([3]runtimehooksv1.Patch, bool) {
+	a, err := e.answer(ctx, settings, cur, des, templates)
 	if err != nil {
+		e.metrics.decision(hook, HookError)
 		log.Error(err, "cannot answer")
 		resp.SetStatus(runtimehooksv1.ResponseStatusFailure)
 		resp.SetMessage(err.Error())
-		return patches, false
+		return a.patches, false
 	}
 	resp.SetStatus(runtimehooksv1.ResponseStatusSuccess)
-	resp.SetMessage(msg)
-	log.V(1).Info("answered", "message", msg)
-	return patches, true
+	resp.SetMessage(a.msg)
+	if a.decline {
+		e.metrics.decision(hook, HookDecline)
+		log.Info("declined: Cluster API will roll out the machine", "uncovered", a.uncovered, "message", a.msg)
+		return a.patches, true
+	}
+	e.metrics.decision(hook, HookAccept)
+	log.V(1).Info("accepted", "message", a.msg)
+	return a.patches, true
+}
+
+// answer is a CanUpdate* answer before it is written to the response.
+type answer struct {
+	patches [3]runtimehooksv1.Patch
+	msg     string
+	decline bool
+	// uncovered names the fields that made a decline ("field (Category)").
+	uncovered []string
 }
 
 func (e *Extension) logger(ctx context.Context) logr.Logger {
@@ -123,11 +147,11 @@ func (e *Extension) logger(ctx context.Context) logr.Logger {
 
 // answer diffs, decides and builds the patches (undefined patches when
 // declining or when an object has nothing to patch).
-func (e *Extension) answer(ctx context.Context, settings map[string]string, cur, des diff.State, templates bool) ([3]runtimehooksv1.Patch, string, error) {
-	var patches [3]runtimehooksv1.Patch
+func (e *Extension) answer(ctx context.Context, settings map[string]string, cur, des diff.State, templates bool) (answer, error) {
+	var a answer
 	differ, disabled, err := e.differFor(settings)
 	if err != nil {
-		return patches, "", err
+		return a, err
 	}
 	var cs diff.ChangeSet
 	if templates {
@@ -136,31 +160,48 @@ func (e *Extension) answer(ctx context.Context, settings map[string]string, cur,
 		cs, err = differ.Machines(cur, des)
 	}
 	if err != nil {
-		return patches, "", err
+		return a, err
 	}
 	if disabled {
 		if cs.Empty() {
-			return patches, "no changes", nil
+			a.msg = "no changes"
+			return a, nil
 		}
-		return patches, "cannot update in place: disabled by the " + SettingDisabled + " setting", nil
+		a.msg, a.decline = "cannot update in place: disabled by the "+SettingDisabled+" setting", true
+		a.uncovered = fieldNames(cs)
+		return a, nil
 	}
 	d, err := e.decider.Decide(ctx, cs)
 	if err != nil {
-		return patches, "", err
+		return a, err
 	}
+	a.msg = d.Message
 	if d.Outcome != InPlace {
-		return patches, d.Message, nil
+		if d.Outcome == Replace {
+			a.decline, a.uncovered = true, fieldNames(d.Uncovered)
+		}
+		return a, nil
 	}
 	for _, o := range []diff.Object{diff.Machine, diff.Bootstrap, diff.Infrastructure} {
 		jp, err := d.InPlace.JSONPatch(o)
 		if err != nil {
-			return patches, "", err
+			return answer{}, err
 		}
 		if string(jp) != "[]" {
-			patches[o] = runtimehooksv1.Patch{PatchType: runtimehooksv1.JSONPatchType, Patch: jp}
+			a.patches[o] = runtimehooksv1.Patch{PatchType: runtimehooksv1.JSONPatchType, Patch: jp}
 		}
 	}
-	return patches, d.Message, nil
+	return a, nil
+}
+
+// fieldNames lists every change as "field (Category)", for logs (values
+// stay out: they may be secrets).
+func fieldNames(cs diff.ChangeSet) []string {
+	out := make([]string, 0, cs.Len())
+	for _, c := range cs.Changes {
+		out = append(out, fmt.Sprintf("%s (%s)", c.Field, c.Category))
+	}
+	return out
 }
 
 // differFor honours the request's settings; unknown settings are an error

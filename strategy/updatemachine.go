@@ -4,18 +4,25 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
+	"sync"
+	"time"
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/version"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/clock"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	runtimehooksv1 "sigs.k8s.io/cluster-api/api/runtime/hooks/v1alpha1"
 	"sigs.k8s.io/cluster-api/exp/runtime/server"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
+	"github.com/upgradekit/upgradekit/nodeexec/drain"
 	"github.com/upgradekit/upgradekit/nodeexec/kubeadm"
 	"github.com/upgradekit/upgradekit/nodeexec/nodepod"
 )
@@ -29,19 +36,47 @@ type WorkloadClient func(ctx context.Context, cluster types.NamespacedName) (cli
 // machine's node in place with a kubeadm plan (nodeexec/kubeadm) run by an
 // upgrader pod (nodeexec/nodepod) on that node.
 //
+// By default it drains the node first (see WithoutDrain): it cordons the
+// node as DefaultCordonOwner, evicts its pods through the Eviction API in a
+// bounded attempt per call (WithDrainAttempt), answers RetryAfterSeconds
+// with the PodDisruptionBudgets and pods in the way while the drain is
+// unfinished, and Failure once it stays unfinished past WithDrainTimeout.
+// The upgrader pod starts only once the node is drained, and the node is
+// uncordoned (only if this updater cordoned it) once the kubelet reports
+// the desired version, before the answer "done".
+//
 // It keeps no state in memory: the Node (found through spec.providerID,
-// since CAPI strips status from the request), the kubeadm-config ConfigMap
-// and the upgrader pod, whose name is derived from the plan, are the state.
-// A restarted extension therefore continues where the last one was. It
-// answers RetryAfterSeconds > 0 while the update runs, 0 only once the
-// node's kubelet reports the desired version, and Failure (with the failed
-// step and its exit code) on a terminal failure.
+// since CAPI strips status from the request) with its UpdateRecord
+// (AnnotationInPlaceUpdate) and cordon record, the kubeadm-config
+// ConfigMap and the upgrader pod, whose name is derived from the plan, are
+// the state. A restarted extension therefore continues where the last one
+// was, drain deadline included. It answers RetryAfterSeconds > 0 while the
+// update runs, 0 only once the node's kubelet reports the desired version,
+// and Failure (starting with a Failure* reason; for a failed step, its
+// name and exit code) on a terminal failure.
+//
+// Progress is visible as the Node condition ConditionInPlaceUpdate, as
+// Events on the Machine (WithEventRecorder), in Prometheus metrics
+// (WithUpdaterMetrics) and in logs with the keys machine, cluster, node,
+// phase and step.
 type MachineUpdater struct {
-	workload   WorkloadClient
-	podOpts    []nodepod.Option
-	planHook   func(*kubeadm.Config)
-	retryAfter int32
-	log        logr.Logger
+	workload     WorkloadClient
+	clientset    WorkloadClientset
+	podOpts      []nodepod.Option
+	planHook     func(*kubeadm.Config)
+	retryAfter   int32
+	log          logr.Logger
+	drain        bool
+	drainTimeout time.Duration
+	drainAttempt time.Duration
+	drainOpts    []drain.Option
+	cordonOwner  string
+	recorder     events.EventRecorder
+	metrics      *Metrics
+	clock        clock.PassiveClock
+
+	mu          sync.Mutex
+	lastFailure map[string]string // machine -> failure reason, for requests with no node to keep it on
 }
 
 // MachineUpdaterOption configures a MachineUpdater.
@@ -66,21 +101,60 @@ func WithRetryAfter(seconds int32) MachineUpdaterOption {
 }
 
 // WithUpdaterLogger sets the logger (default: the request context's).
+// Transitions (started, drained, succeeded, failed) log at V(0), every
+// in-progress answer at V(1).
 func WithUpdaterLogger(l logr.Logger) MachineUpdaterOption {
 	return func(u *MachineUpdater) { u.log = l }
 }
 
-// NewMachineUpdater builds the UpdateMachine handler.
+// WithEventRecorder records Kubernetes Events on the Machine, in the
+// management cluster, with the EventReason* reasons. A controller-runtime
+// manager hands one out with mgr.GetEventRecorder(name); without a manager
+// use k8s.io/client-go/tools/events.NewBroadcaster. The recorder's scheme
+// needs no CAPI types: the Machine carries its kind.
+func WithEventRecorder(r events.EventRecorder) MachineUpdaterOption {
+	return func(u *MachineUpdater) { u.recorder = r }
+}
+
+// WithUpdaterMetrics records the UpdateMachine metrics (machines in
+// progress, failures, time per machine) in m.
+func WithUpdaterMetrics(m *Metrics) MachineUpdaterOption {
+	return func(u *MachineUpdater) { u.metrics = m }
+}
+
+// WithUpdaterClock sets the clock for update and drain start times and the drain
+// deadline (default: the real clock; tests use a fake one).
+func WithUpdaterClock(c clock.PassiveClock) MachineUpdaterOption {
+	return func(u *MachineUpdater) { u.clock = c }
+}
+
+// NewMachineUpdater builds the UpdateMachine handler. Draining is on by
+// default, so it needs WithWorkloadClientset, or WithoutDrain.
 func NewMachineUpdater(workload WorkloadClient, opts ...MachineUpdaterOption) (*MachineUpdater, error) {
 	if workload == nil {
 		return nil, fmt.Errorf("%w: nil workload client getter", ErrInvalidRule)
 	}
-	u := &MachineUpdater{workload: workload, retryAfter: 15}
+	u := &MachineUpdater{
+		workload: workload, retryAfter: 15,
+		drain: true, drainTimeout: DefaultDrainTimeout, drainAttempt: DefaultDrainAttempt, cordonOwner: DefaultCordonOwner,
+		clock: clock.RealClock{}, lastFailure: map[string]string{},
+	}
 	for _, o := range opts {
 		o(u)
 	}
-	if u.retryAfter <= 0 {
+	switch {
+	case u.retryAfter <= 0:
 		return nil, fmt.Errorf("%w: retry after %d seconds: must be positive", ErrInvalidRule, u.retryAfter)
+	case u.drain && u.clientset == nil:
+		return nil, fmt.Errorf("%w: draining (on by default) needs WithWorkloadClientset; pass WithoutDrain to update nodes without draining them", ErrInvalidRule)
+	case u.drainAttempt <= 0:
+		return nil, fmt.Errorf("%w: drain attempt %s: must be positive", ErrInvalidRule, u.drainAttempt)
+	case u.drainTimeout < 0:
+		return nil, fmt.Errorf("%w: drain timeout %s: must not be negative", ErrInvalidRule, u.drainTimeout)
+	case u.cordonOwner == "":
+		return nil, fmt.Errorf("%w: empty cordon owner", ErrInvalidRule)
+	case u.clock == nil:
+		return nil, fmt.Errorf("%w: nil clock", ErrInvalidRule)
 	}
 	return u, nil
 }
@@ -94,23 +168,42 @@ func (u *MachineUpdater) Handler(namePrefix string) server.ExtensionHandler {
 // Machine only.
 func (u *MachineUpdater) UpdateMachine(ctx context.Context, req *runtimehooksv1.UpdateMachineRequest, resp *runtimehooksv1.UpdateMachineResponse) {
 	m := &req.Desired.Machine
+	key := m.Namespace + "/" + m.Name
 	log := u.log
 	if log.GetSink() == nil {
 		log = logr.FromContextOrDiscard(ctx)
 	}
-	log = log.WithValues("hook", "UpdateMachine", "machine", m.Namespace+"/"+m.Name)
-	res := u.update(ctx, m)
+	log = log.WithValues("hook", "UpdateMachine", "machine", key, "cluster", m.Namespace+"/"+m.Spec.ClusterName)
+	res := u.update(ctx, log, m)
+	log = log.WithValues("phase", res.phase)
+	if res.node != "" {
+		log = log.WithValues("node", res.node)
+	}
+	if res.step != "" {
+		log = log.WithValues("step", res.step)
+	}
 	switch {
 	case res.err != nil:
-		log.Error(res.err, "in-place update failed")
+		u.metrics.track(key, ReasonFailed)
+		if res.newFailure {
+			log.Error(res.err, "in-place update failed", "reason", res.failure)
+		} else {
+			log.V(1).Info("in-place update still failing", "reason", res.failure, "message", res.err.Error())
+		}
 		resp.SetStatus(runtimehooksv1.ResponseStatusFailure)
 		resp.SetMessage(res.err.Error())
 	case res.done:
-		log.Info("in-place update done", "message", res.msg)
+		u.metrics.untrack(key)
+		if res.finished {
+			log.Info("in-place update done", "message", res.msg)
+		} else {
+			log.V(1).Info("nothing to update", "message", res.msg)
+		}
 		resp.SetStatus(runtimehooksv1.ResponseStatusSuccess)
 		resp.SetMessage(res.msg)
 		resp.RetryAfterSeconds = 0
 	default:
+		u.metrics.track(key, res.phase)
 		log.V(1).Info("in-place update in progress", "message", res.msg)
 		resp.SetStatus(runtimehooksv1.ResponseStatusSuccess)
 		resp.SetMessage(res.msg)
@@ -122,43 +215,104 @@ func (u *MachineUpdater) UpdateMachine(ctx context.Context, req *runtimehooksv1.
 var ErrUpdateFailed = errors.New("in-place update failed")
 
 type updateResult struct {
-	done bool
-	msg  string
-	err  error // terminal
+	done     bool
+	finished bool   // done, and this call ended an update recorded on the node
+	phase    string // a Reason* constant; "" when there is nothing to show
+	msg      string
+	err      error  // terminal; wraps ErrUpdateFailed
+	failure  string // a Failure* constant, with err
+	node     string
+	step     string
+	// newFailure: this answer starts a failure (not a repeat of the last).
+	newFailure bool
 }
 
-func waiting(format string, args ...any) updateResult {
-	return updateResult{msg: fmt.Sprintf(format, args...)}
+func waiting(phase, format string, args ...any) updateResult {
+	return updateResult{phase: phase, msg: fmt.Sprintf(format, args...)}
 }
 
-func failed(format string, args ...any) updateResult {
-	return updateResult{err: fmt.Errorf("%w: %s", ErrUpdateFailed, fmt.Sprintf(format, args...))}
+func failedAs(reason, format string, args ...any) updateResult {
+	return updateResult{phase: ReasonFailed, failure: reason,
+		err: fmt.Errorf("%w: %s: %s", ErrUpdateFailed, reason, fmt.Sprintf(format, args...))}
 }
 
-func (u *MachineUpdater) update(ctx context.Context, m *clusterv1.Machine) updateResult {
+// call is what one UpdateMachine call knows once the node is found.
+type call struct {
+	machine *clusterv1.Machine
+	cluster types.NamespacedName
+	c       client.Client
+	node    *corev1.Node
+	prev    *corev1.NodeCondition // ConditionInPlaceUpdate as read
+	now     time.Time
+	log     logr.Logger
+}
+
+func (st *call) nowMeta() metav1.Time { return metav1.NewTime(st.now) }
+
+func (u *MachineUpdater) update(ctx context.Context, log logr.Logger, m *clusterv1.Machine) updateResult {
+	var res updateResult
 	switch {
 	case m.Spec.ProviderID == "":
-		return failed("desired Machine has no spec.providerID: the node cannot be found")
+		res = failedAs(FailureInvalidMachine, "desired Machine has no spec.providerID: the node cannot be found")
 	case m.Spec.Version == "":
-		return failed("desired Machine has no spec.version")
+		res = failedAs(FailureInvalidMachine, "desired Machine has no spec.version")
 	case m.Spec.ClusterName == "":
-		return failed("desired Machine has no spec.clusterName")
+		res = failedAs(FailureInvalidMachine, "desired Machine has no spec.clusterName")
 	}
-	to, err := version.ParseSemantic(m.Spec.Version)
-	if err != nil {
-		return failed("spec.version %q: %v", m.Spec.Version, err)
+	var to *version.Version
+	if res.err == nil {
+		var err error
+		if to, err = version.ParseSemantic(m.Spec.Version); err != nil {
+			res = failedAs(FailureInvalidMachine, "spec.version %q: %v", m.Spec.Version, err)
+		}
 	}
-	c, err := u.workload(ctx, types.NamespacedName{Namespace: m.Namespace, Name: m.Spec.ClusterName})
+	if res.err != nil {
+		u.reportWithoutNode(m, &res)
+		return res
+	}
+	cluster := types.NamespacedName{Namespace: m.Namespace, Name: m.Spec.ClusterName}
+	c, err := u.workload(ctx, cluster)
 	if err != nil {
-		return waiting("waiting for the workload cluster: %v", err)
+		return waiting(ReasonPending, "waiting for the workload cluster: %v", err)
 	}
 	node, err := nodeByProviderID(ctx, c, m.Spec.ProviderID)
 	if err != nil {
-		return waiting("waiting for the node: %v", err)
+		return waiting(ReasonPending, "waiting for the node: %v", err)
 	}
+	u.forgetFailure(m)
+	st := &call{machine: m, cluster: cluster, c: c, node: node, prev: InPlaceUpdateCondition(node), now: u.clock.Now(), log: log.WithValues("node", node.Name)}
+	res = u.updateNode(ctx, st, to)
+	res.node = node.Name
+	u.report(ctx, st, &res)
+	return res
+}
+
+func (u *MachineUpdater) updateNode(ctx context.Context, st *call, to *version.Version) updateResult {
+	m, c, node := st.machine, st.c, st.node
 	current := node.Status.NodeInfo.KubeletVersion
+	rec, err := readUpdateRecord(node)
+	if err != nil {
+		st.log.Info("replacing an unreadable update record", "error", err.Error())
+	}
 	if current == m.Spec.Version {
-		return updateResult{done: true, msg: fmt.Sprintf("node %s runs kubelet %s", node.Name, current)}
+		return u.finish(ctx, st, rec)
+	}
+	if rec == nil || rec.Version != m.Spec.Version {
+		rec = &UpdateRecord{Machine: m.Namespace + "/" + m.Name, Version: m.Spec.Version, Started: st.nowMeta()}
+		if u.drain {
+			rec.DrainStarted = &rec.Started
+		}
+		if err := writeUpdateRecord(ctx, c, node.Name, rec); err != nil {
+			return waiting(ReasonPending, "recording the update's start on node %s: %v", node.Name, err)
+		}
+		st.log.Info("in-place update started", "from", current, "to", m.Spec.Version, "drain", u.drain)
+		u.event(m, eventNormal, EventReasonUpdateStarted, "Update", "In-place update of node %s from %s to %s started", node.Name, current, m.Spec.Version)
+	}
+	if u.drain && rec.Drained == nil {
+		if res, ok := u.drainNode(ctx, st, rec); !ok {
+			res.step = "drain"
+			return res
+		}
 	}
 
 	role := kubeadm.RoleWorker
@@ -166,7 +320,7 @@ func (u *MachineUpdater) update(ctx context.Context, m *clusterv1.Machine) updat
 		role = kubeadm.RoleControlPlane
 		clusterVersion, err := kubeadmClusterVersion(ctx, c)
 		if err != nil {
-			return waiting("waiting for the kubeadm-config ConfigMap: %v", err)
+			return waiting(ReasonPending, "waiting for the kubeadm-config ConfigMap: %v", err)
 		}
 		if clusterVersion.LessThan(to) {
 			role = kubeadm.RoleFirstControlPlane
@@ -178,40 +332,163 @@ func (u *MachineUpdater) update(ctx context.Context, m *clusterv1.Machine) updat
 	}
 	plan, err := kubeadm.NewPlan(cfg)
 	if err != nil {
-		return failed("node %s from %s to %s: %v", node.Name, current, m.Spec.Version, err)
+		return failedAs(FailurePlanRejected, "node %s from %s to %s: %v", node.Name, current, m.Spec.Version, err)
 	}
 	pod, err := nodepod.Build(plan, u.podOpts...)
 	if err != nil {
-		return failed("building the upgrader pod: %v", err)
+		return failedAs(FailurePodBuild, "building the upgrader pod: %v", err)
 	}
 	got, created, err := nodepod.CreateOrGet(ctx, c, pod)
 	switch {
 	case errors.Is(err, nodepod.ErrPlanChanged):
 		if st := nodepod.ReadStatus(got); st.Phase == nodepod.PhaseRunning || st.Phase == nodepod.PhasePending {
-			return waiting("an upgrader pod for an earlier plan is still running on %s", node.Name)
+			return waiting(ReasonPending, "an upgrader pod for an earlier plan is still running on %s", node.Name)
 		}
 		if err := c.Delete(ctx, got); err != nil && !apierrors.IsNotFound(err) {
-			return waiting("replacing the finished upgrader pod of an earlier plan: %v", err)
+			return waiting(ReasonPending, "replacing the finished upgrader pod of an earlier plan: %v", err)
 		}
-		return waiting("replaced the finished upgrader pod of an earlier plan on %s", node.Name)
+		return waiting(ReasonPending, "replaced the finished upgrader pod of an earlier plan on %s", node.Name)
 	case err != nil:
-		return waiting("upgrader pod: %v", err)
+		return waiting(ReasonPending, "upgrader pod: %v", err)
 	case created:
-		return waiting("started %s upgrade of node %s from %s to %s (pod %s/%s)", role, node.Name, current, m.Spec.Version, got.Namespace, got.Name)
+		st.log.Info("upgrader pod created", "pod", got.Namespace+"/"+got.Name, "role", string(role))
+		return waiting(ReasonUpgrading, "started %s upgrade of node %s from %s to %s (pod %s/%s)", role, node.Name, current, m.Spec.Version, got.Namespace, got.Name)
 	}
-	st := nodepod.ReadStatus(got)
-	switch st.Phase {
+	ps := nodepod.ReadStatus(got)
+	switch ps.Phase {
 	case nodepod.PhaseFailed:
 		step := "pod"
 		var code int32
-		if st.Failed != nil {
-			step, code = st.Failed.Name, st.Failed.ExitCode
+		if ps.Failed != nil {
+			step, code = ps.Failed.Name, ps.Failed.ExitCode
 		}
-		return failed("node %s: step %s failed with exit code %d: %s %s (pod %s/%s)", node.Name, step, code, st.Reason, st.Message, got.Namespace, got.Name)
+		res := failedAs(FailureStepFailed, "node %s: step %s failed with exit code %d: %s %s (pod %s/%s)", node.Name, step, code, ps.Reason, ps.Message, got.Namespace, got.Name)
+		res.step = step
+		return res
 	case nodepod.PhaseSucceeded:
-		return waiting("upgrade steps done on %s; waiting for the kubelet to report %s (reports %s)", node.Name, m.Spec.Version, current)
+		return waiting(ReasonWaitingForKubelet, "upgrade steps done on %s; waiting for the kubelet to report %s (reports %s)", node.Name, m.Spec.Version, current)
 	}
-	return waiting("upgrading node %s: %.0f%% of %d steps done", node.Name, st.Progress*100, len(st.Steps))
+	res := waiting(ReasonUpgrading, "upgrading node %s: %.0f%% of %d steps done", node.Name, ps.Progress*100, len(ps.Steps))
+	for _, s := range ps.Steps {
+		if s.Phase != nodepod.PhaseSucceeded {
+			res.step = s.Name
+			break
+		}
+	}
+	return res
+}
+
+// finish ends an update once the kubelet reports the desired version:
+// uncordon (our cordon only), then drop the record, then report.
+func (u *MachineUpdater) finish(ctx context.Context, st *call, rec *UpdateRecord) updateResult {
+	node, want := st.node, st.machine.Spec.Version
+	if _, cordoned := node.Annotations[drain.AnnotationCordon]; cordoned && u.clientset != nil {
+		cs, err := u.clientset(ctx, st.cluster)
+		if err != nil {
+			return waiting(ReasonWaitingForKubelet, "kubelet reports %s; waiting for a clientset of the workload cluster to uncordon node %s: %v", want, node.Name, err)
+		}
+		res, err := drain.Uncordon(ctx, cs, node.Name, u.cordonOwner)
+		var oe *drain.OwnershipError
+		switch {
+		case errors.As(err, &oe):
+			st.log.V(1).Info("not uncordoning: the cordon is not ours", "holder", oe.Holder)
+		case err != nil:
+			return waiting(ReasonWaitingForKubelet, "kubelet reports %s; uncordoning node %s: %v", want, node.Name, err)
+		case res.Uncordoned:
+			st.log.Info("node uncordoned", "step", "uncordon")
+		default:
+			st.log.Info("node left cordoned", "step", "uncordon", "reason", res.Reason)
+		}
+	}
+	msg := fmt.Sprintf("node %s runs kubelet %s", node.Name, want)
+	if rec == nil {
+		res := updateResult{done: true, msg: msg}
+		if st.prev != nil && st.prev.Reason != ReasonSucceeded {
+			res.phase = ReasonSucceeded // an update ended outside our sight: say so
+		}
+		return res
+	}
+	if err := writeUpdateRecord(ctx, st.c, node.Name, nil); err != nil {
+		return waiting(ReasonWaitingForKubelet, "kubelet reports %s; clearing the update record on node %s: %v", want, node.Name, err)
+	}
+	took := st.now.Sub(rec.Started.Time)
+	u.metrics.updateDuration(took)
+	u.event(st.machine, eventNormal, EventReasonUpdateSucceeded, "Update", "Node %s runs kubelet %s; the in-place update took %s", node.Name, want, took.Truncate(time.Second))
+	return updateResult{done: true, finished: true, phase: ReasonSucceeded, msg: msg + "; in-place update done in " + took.Truncate(time.Second).String()}
+}
+
+// report writes the node condition when it changed, and records what
+// starts with this answer: a failure, a blocked drain. Those transitions
+// are read from the node's condition, so restarted or parallel extensions
+// do not repeat them (barring a race between two replicas).
+func (u *MachineUpdater) report(ctx context.Context, st *call, res *updateResult) {
+	if res.phase == "" {
+		return
+	}
+	msg := res.msg
+	if res.err != nil {
+		msg = strings.TrimPrefix(res.err.Error(), ErrUpdateFailed.Error()+": ")
+	}
+	msg = truncate(msg, maxConditionMessage)
+	prev := st.prev
+	status := conditionStatus(res.phase)
+	if prev == nil || prev.Reason != res.phase || prev.Message != msg || prev.Status != status {
+		now := st.nowMeta()
+		cond := corev1.NodeCondition{Type: ConditionInPlaceUpdate, Status: status, Reason: res.phase, Message: msg, LastHeartbeatTime: now, LastTransitionTime: now}
+		if prev != nil && prev.Status == status {
+			cond.LastTransitionTime = prev.LastTransitionTime
+		}
+		if err := patchCondition(ctx, st.c, st.node, cond); err != nil {
+			// Best effort: the answer to CAPI is what matters; the next
+			// call writes it again.
+			st.log.V(1).Info("could not write the node condition", "error", err.Error())
+		}
+	}
+	switch {
+	case res.err != nil && (prev == nil || prev.Reason != ReasonFailed):
+		res.newFailure = true
+		u.metrics.failure(res.failure)
+		u.event(st.machine, eventWarning, EventReasonUpdateFailed, "Update", "%s", msg)
+	case res.phase == ReasonDrainBlocked && (prev == nil || prev.Reason != ReasonDrainBlocked):
+		u.event(st.machine, eventWarning, EventReasonDrainBlocked, "Drain", "%s", msg)
+	}
+}
+
+// reportWithoutNode records a failure found before any node is known,
+// remembering it in memory so that retries do not repeat it.
+func (u *MachineUpdater) reportWithoutNode(m *clusterv1.Machine, res *updateResult) {
+	key := m.Namespace + "/" + m.Name
+	u.mu.Lock()
+	repeat := u.lastFailure[key] == res.failure
+	u.lastFailure[key] = res.failure
+	u.mu.Unlock()
+	if repeat {
+		return
+	}
+	res.newFailure = true
+	u.metrics.failure(res.failure)
+	u.event(m, eventWarning, EventReasonUpdateFailed, "Update", "%s", strings.TrimPrefix(res.err.Error(), ErrUpdateFailed.Error()+": "))
+}
+
+func (u *MachineUpdater) forgetFailure(m *clusterv1.Machine) {
+	u.mu.Lock()
+	delete(u.lastFailure, m.Namespace+"/"+m.Name)
+	u.mu.Unlock()
+}
+
+const (
+	eventNormal  = corev1.EventTypeNormal
+	eventWarning = corev1.EventTypeWarning
+)
+
+// event records an Event on the Machine, if a recorder is set.
+func (u *MachineUpdater) event(m *clusterv1.Machine, typ, reason, action, note string, args ...any) {
+	if u.recorder == nil {
+		return
+	}
+	obj := m.DeepCopy()
+	obj.SetGroupVersionKind(clusterv1.GroupVersion.WithKind("Machine"))
+	u.recorder.Eventf(obj, nil, typ, reason, action, note, args...)
 }
 
 // nodeByProviderID finds the Node whose spec.providerID is id.

@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
@@ -15,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/upgradekit/upgradekit/fake/envtest"
+	"github.com/upgradekit/upgradekit/nodeexec/drain"
 	"github.com/upgradekit/upgradekit/nodeexec/nodepod"
 	"github.com/upgradekit/upgradekit/strategy"
 )
@@ -92,8 +94,12 @@ func TestUpdateMachineAgainstRealAPIServer(t *testing.T) {
 		require.Equal(t, types.NamespacedName{Namespace: "default", Name: "demo"}, cluster)
 		return c, nil
 	}
+	cs, err := kubernetes.NewForConfig(env.Config)
+	require.NoError(t, err)
+	clientset := func(context.Context, types.NamespacedName) (kubernetes.Interface, error) { return cs, nil }
 	call := func(req *runtimehooksv1.UpdateMachineRequest) runtimehooksv1.UpdateMachineResponse {
-		u, err := strategy.NewMachineUpdater(workload, strategy.WithPodOptions(nodepod.WithImage("registry.example/upgrader:v1.31.1")), strategy.WithRetryAfter(5))
+		u, err := strategy.NewMachineUpdater(workload, strategy.WithWorkloadClientset(clientset),
+			strategy.WithPodOptions(nodepod.WithImage("registry.example/upgrader:v1.31.1")), strategy.WithRetryAfter(5))
 		require.NoError(t, err)
 		var resp runtimehooksv1.UpdateMachineResponse
 		u.UpdateMachine(ctx, req, &resp)
@@ -113,6 +119,9 @@ func TestUpdateMachineAgainstRealAPIServer(t *testing.T) {
 		pod := &pods.Items[0]
 		require.Equal(t, "cp-0", pod.Spec.NodeName)
 		require.Contains(t, pod.Annotations[nodepod.AnnotationSteps], "kubeadm-upgrade")
+		require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(cp), cp))
+		require.True(t, cp.Spec.Unschedulable, "drained (nothing to evict) and cordoned before the upgrade")
+		require.Equal(t, strategy.ReasonUpgrading, strategy.InPlaceUpdateCondition(cp).Reason)
 
 		// Asked again (a restarted extension): same pod, still running.
 		resp = call(req)
@@ -130,6 +139,14 @@ func TestUpdateMachineAgainstRealAPIServer(t *testing.T) {
 		resp = call(req)
 		require.Equal(t, runtimehooksv1.ResponseStatusSuccess, resp.Status)
 		require.Equal(t, int32(0), resp.RetryAfterSeconds, resp.Message)
+		require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(cp), cp))
+		require.False(t, cp.Spec.Unschedulable, "uncordoned once the kubelet reports the version")
+		require.NotContains(t, cp.Annotations, drain.AnnotationCordon)
+		require.NotContains(t, cp.Annotations, strategy.AnnotationInPlaceUpdate)
+		cond := strategy.InPlaceUpdateCondition(cp)
+		require.NotNil(t, cond)
+		require.Equal(t, strategy.ReasonSucceeded, cond.Reason)
+		require.Equal(t, corev1.ConditionFalse, cond.Status)
 	})
 
 	t.Run("a failed step is a Failure naming the step and exit code", func(t *testing.T) {
@@ -142,7 +159,11 @@ func TestUpdateMachineAgainstRealAPIServer(t *testing.T) {
 		finishPod(t, ctx, c, &pods.Items[0], "kubeadm-upgrade", 3)
 		resp = call(req)
 		require.Equal(t, runtimehooksv1.ResponseStatusFailure, resp.Status)
-		require.Contains(t, resp.Message, "step kubeadm-upgrade failed with exit code 3")
+		require.Contains(t, resp.Message, strategy.FailureStepFailed+": node md-0-a: step kubeadm-upgrade failed with exit code 3")
+		n := &corev1.Node{}
+		require.NoError(t, c.Get(ctx, types.NamespacedName{Name: "md-0-a"}, n))
+		require.True(t, n.Spec.Unschedulable, "a failed node stays cordoned: its pods are not sent back to a half-upgraded node")
+		require.Equal(t, strategy.ReasonFailed, strategy.InPlaceUpdateCondition(n).Reason)
 	})
 
 	t.Run("workload clients from CAPI's kubeconfig secrets", func(t *testing.T) {
@@ -178,9 +199,9 @@ func TestUpdateMachineAgainstRealAPIServer(t *testing.T) {
 			req  *runtimehooksv1.UpdateMachineRequest
 			msg  string
 		}{
-			{"skipped minor", updateReq("md-0-a", "docker:////md-0-a", "v1.32.0", false), "skip"},
+			{"skipped minor", updateReq("md-0-a", "docker:////md-0-a", "v1.32.0", false), strategy.FailurePlanRejected + ": node md-0-a from v1.30.4 to v1.32.0"},
 			{"downgrade", updateReq("md-0-a", "docker:////md-0-a", "v1.29.9", false), "downgrade"},
-			{"no providerID", updateReq("x", "", "v1.31.1", false), "no spec.providerID"},
+			{"no providerID", updateReq("x", "", "v1.31.1", false), strategy.FailureInvalidMachine + ": desired Machine has no spec.providerID"},
 			{"bad version", updateReq("x", "docker:////md-0-a", "latest", false), "spec.version"},
 		}
 		for _, tc := range cases {

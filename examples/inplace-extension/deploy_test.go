@@ -8,8 +8,11 @@ import (
 	"os"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/stretchr/testify/require"
+	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 
 	"github.com/upgradekit/upgradekit/fake/envtest"
@@ -36,6 +39,16 @@ func TestDeployManifestsApply(t *testing.T) {
 			continue
 		}
 		kinds[obj.GetKind()]++
+		if obj.GetKind() == "ClusterRole" {
+			var role rbacv1.ClusterRole
+			require.NoError(t, runtime.DefaultUnstructuredConverter.FromUnstructured(obj.Object, &role))
+			// Exactly what the extension does in the management cluster:
+			// read kubeconfig secrets, record Events on Machines.
+			require.Empty(t, cmp.Diff([]rbacv1.PolicyRule{
+				{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get"}},
+				{APIGroups: []string{"events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
+			}, role.Rules))
+		}
 		if obj.GroupVersionKind().Group == "cert-manager.io" {
 			continue
 		}

@@ -1,7 +1,9 @@
 // Command inplace-extension is a Cluster API runtime extension that updates
 // machines in place with upgradekit: CanUpdateMachine and
 // CanUpdateMachineSet decide (and answer with patches), UpdateMachine
-// upgrades the node with a kubeadm plan run by an upgrader pod.
+// drains the node, upgrades it with a kubeadm plan run by an upgrader pod,
+// and uncordons it. Progress shows as a Node condition, Events on the
+// Machine, Prometheus metrics (-metrics-bind-address) and logs.
 //
 //	inplace-extension -cert-dir /tmp/k8s-webhook-server/serving-certs \
 //	    -updater-image registry.example/upgradekit-upgrader:v1.31.1
@@ -19,10 +21,13 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/events"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	runtimecatalog "sigs.k8s.io/cluster-api/api/runtime/catalog"
 	runtimehooksv1 "sigs.k8s.io/cluster-api/api/runtime/hooks/v1alpha1"
@@ -31,6 +36,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/config"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/upgradekit/upgradekit/diff"
 	"github.com/upgradekit/upgradekit/nodeexec/nodepod"
@@ -51,6 +57,9 @@ type options struct {
 	port                                                           int
 	retryAfter                                                     int
 	noUpdate                                                       bool
+	drain                                                          bool
+	drainTimeout                                                   time.Duration
+	metricsAddr                                                    string
 }
 
 func parseFlags(args []string, stderr io.Writer) (options, error) {
@@ -66,17 +75,32 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.namespace, "updater-namespace", nodepod.DefaultNamespace, "namespace of the upgrader pods in workload clusters")
 	fs.IntVar(&o.retryAfter, "retry-after", 15, "seconds CAPI waits between UpdateMachine calls while a node upgrades")
 	fs.BoolVar(&o.noUpdate, "no-update-machine", false, "serve only CanUpdateMachine/CanUpdateMachineSet (decide, do not update)")
+	fs.BoolVar(&o.drain, "drain", true, "cordon and drain each node (Eviction API, PDBs respected) before upgrading it, uncordon after")
+	fs.DurationVar(&o.drainTimeout, "drain-timeout", strategy.DefaultDrainTimeout, "how long a drain may stay unfinished before UpdateMachine answers Failure naming the blocking PDBs (0: no deadline)")
+	fs.StringVar(&o.metricsAddr, "metrics-bind-address", ":8080", `address of the Prometheus /metrics endpoint (plain HTTP); "0" disables it`)
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
 	if !o.noUpdate && o.updaterImage == "" {
 		return o, errors.New("-updater-image is required (or -no-update-machine)")
 	}
+	if o.drainTimeout < 0 {
+		return o, fmt.Errorf("-drain-timeout %s: must not be negative", o.drainTimeout)
+	}
 	return o, nil
 }
 
+// deps are what the handlers use besides the flags.
+type deps struct {
+	// mgmt reads the <cluster>-kubeconfig secrets (nil with -no-update-machine).
+	mgmt     client.Reader
+	scheme   *runtime.Scheme
+	recorder events.EventRecorder // Events on Machines; nil records none
+	metrics  *strategy.Metrics
+}
+
 // handlers builds the extension's hook handlers.
-func handlers(o options, mgmt client.Reader, scheme *runtime.Scheme) ([]server.ExtensionHandler, error) {
+func handlers(o options, d deps) ([]server.ExtensionHandler, error) {
 	var cats []diff.Category
 	for _, c := range strings.Split(o.categories, ",") {
 		if c = strings.TrimSpace(c); c != "" {
@@ -87,7 +111,7 @@ func handlers(o options, mgmt client.Reader, scheme *runtime.Scheme) ([]server.E
 	if err != nil {
 		return nil, err
 	}
-	ext, err := strategy.NewExtension(strategy.Updaters(kubeadmUpdater))
+	ext, err := strategy.NewExtension(strategy.Updaters(kubeadmUpdater), strategy.WithMetrics(d.metrics))
 	if err != nil {
 		return nil, err
 	}
@@ -95,17 +119,30 @@ func handlers(o options, mgmt client.Reader, scheme *runtime.Scheme) ([]server.E
 	if o.noUpdate {
 		return hs, nil
 	}
-	updater, err := strategy.NewMachineUpdater(strategy.KubeconfigSecretClients(mgmt, scheme),
+	opts := []strategy.MachineUpdaterOption{
 		strategy.WithRetryAfter(int32(o.retryAfter)),
-		strategy.WithPodOptions(nodepod.WithImage(o.updaterImage), nodepod.WithNamespace(o.namespace)))
+		strategy.WithPodOptions(nodepod.WithImage(o.updaterImage), nodepod.WithNamespace(o.namespace)),
+		strategy.WithWorkloadClientset(strategy.KubeconfigSecretClientsets(d.mgmt)),
+		strategy.WithDrainTimeout(o.drainTimeout),
+		strategy.WithUpdaterMetrics(d.metrics),
+	}
+	if !o.drain {
+		opts = append(opts, strategy.WithoutDrain())
+	}
+	if d.recorder != nil {
+		opts = append(opts, strategy.WithEventRecorder(d.recorder))
+	}
+	updater, err := strategy.NewMachineUpdater(strategy.KubeconfigSecretClients(d.mgmt, d.scheme), opts...)
 	if err != nil {
 		return nil, err
 	}
 	return append(hs, updater.Handler(o.namePrefix)), nil
 }
 
-// serve runs the runtime extension server until ctx ends.
-func serve(ctx context.Context, o options, mgmt client.Reader, scheme *runtime.Scheme, log logr.Logger) error {
+// serve runs the runtime extension server, and the metrics server unless
+// -metrics-bind-address is "0", until ctx ends. The metrics are registered
+// on controller-runtime's registry, which the metrics server serves.
+func serve(ctx context.Context, o options, d deps, log logr.Logger) error {
 	catalog := runtimecatalog.New()
 	if err := runtimehooksv1.AddToCatalog(catalog); err != nil {
 		return err
@@ -114,7 +151,12 @@ func serve(ctx context.Context, o options, mgmt client.Reader, scheme *runtime.S
 	if err != nil {
 		return err
 	}
-	hs, err := handlers(o, mgmt, scheme)
+	if d.metrics == nil {
+		if d.metrics, err = strategy.NewMetrics(nil); err != nil {
+			return err
+		}
+	}
+	hs, err := handlers(o, d)
 	if err != nil {
 		return err
 	}
@@ -124,7 +166,23 @@ func serve(ctx context.Context, o options, mgmt client.Reader, scheme *runtime.S
 		}
 		log.Info("serving hook", "handler", h.Name)
 	}
-	return srv.Start(ctx)
+	// Plain HTTP, like a controller-runtime manager's default; put it
+	// behind kube-rbac-proxy or use SecureServing if scrapes must be
+	// authenticated.
+	ms, err := metricsserver.NewServer(metricsserver.Options{BindAddress: o.metricsAddr}, nil, nil)
+	if err != nil {
+		return err
+	}
+	if ms == nil { // "0": disabled
+		return srv.Start(ctx)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	metricsDone := make(chan error, 1)
+	go func() { metricsDone <- ms.Start(ctx) }()
+	err = srv.Start(ctx)
+	cancel()
+	return errors.Join(err, <-metricsDone)
 }
 
 func run(ctx context.Context, args []string, stderr io.Writer) error {
@@ -141,7 +199,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	if err := clusterv1.AddToScheme(scheme); err != nil {
 		return err
 	}
-	var mgmt client.Reader
+	d := deps{scheme: scheme}
 	if !o.noUpdate {
 		cfg, err := config.GetConfig()
 		if err != nil {
@@ -151,9 +209,21 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		if err != nil {
 			return err
 		}
-		mgmt = c
+		d.mgmt = c
+		// Events on Machines in the management cluster (events.k8s.io/v1),
+		// as a controller-runtime manager's GetEventRecorder would record.
+		cs, err := kubernetes.NewForConfig(cfg)
+		if err != nil {
+			return err
+		}
+		b := events.NewBroadcaster(&events.EventSinkImpl{Interface: cs.EventsV1()})
+		if err := b.StartRecordingToSinkWithContext(ctx); err != nil {
+			return err
+		}
+		defer b.Shutdown()
+		d.recorder = b.NewRecorder(scheme, "upgradekit-inplace-extension")
 	}
-	return serve(ctx, o, mgmt, scheme, log)
+	return serve(ctx, o, d, log)
 }
 
 func main() {

@@ -7,20 +7,24 @@ import (
 	"encoding/json"
 	"net/http"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/events"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	runtimecatalog "sigs.k8s.io/cluster-api/api/runtime/catalog"
 	runtimehooksv1 "sigs.k8s.io/cluster-api/api/runtime/hooks/v1alpha1"
 	fakeclient "sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	"github.com/upgradekit/upgradekit/internal/testcerts"
+	"github.com/upgradekit/upgradekit/strategy"
 )
 
 func TestFlags(t *testing.T) {
@@ -33,6 +37,16 @@ func TestFlags(t *testing.T) {
 	o, err = parseFlags([]string{"-updater-image", "img:v1", "-in-place", "KubernetesVersion"}, &out)
 	require.NoError(t, err)
 	require.Equal(t, "img:v1", o.updaterImage)
+	require.True(t, o.drain, "draining is on by default")
+	require.Equal(t, strategy.DefaultDrainTimeout, o.drainTimeout)
+	require.Equal(t, ":8080", o.metricsAddr)
+	o, err = parseFlags([]string{"-updater-image", "img:v1", "-drain=false", "-drain-timeout", "1h", "-metrics-bind-address", "0"}, &out)
+	require.NoError(t, err)
+	require.False(t, o.drain)
+	require.Equal(t, time.Hour, o.drainTimeout)
+	require.Equal(t, "0", o.metricsAddr)
+	_, err = parseFlags([]string{"-updater-image", "img:v1", "-drain-timeout", "-1m"}, &out)
+	require.ErrorContains(t, err, "-drain-timeout -1m0s: must not be negative")
 	_, err = parseFlags([]string{"-bogus"}, &out)
 	require.Error(t, err)
 	require.Contains(t, out.String(), "flag provided but not defined")
@@ -44,7 +58,9 @@ func TestServesTheHooksOverHTTPS(t *testing.T) {
 	dir := t.TempDir()
 	pool := testcerts.Write(t, dir)
 	port := testcerts.FreePort(t)
-	o, err := parseFlags([]string{"-host", "127.0.0.1", "-port", strconv.Itoa(port), "-cert-dir", dir, "-updater-image", "registry.example/upgrader:v1.31.1"}, &bytes.Buffer{})
+	metricsPort := testcerts.FreePort(t)
+	o, err := parseFlags([]string{"-host", "127.0.0.1", "-port", strconv.Itoa(port), "-cert-dir", dir, "-updater-image", "registry.example/upgrader:v1.31.1",
+		"-metrics-bind-address", "127.0.0.1:" + strconv.Itoa(metricsPort)}, &bytes.Buffer{})
 	require.NoError(t, err)
 	scheme := runtime.NewScheme()
 	require.NoError(t, clientgoscheme.AddToScheme(scheme))
@@ -52,7 +68,9 @@ func TestServesTheHooksOverHTTPS(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- serve(ctx, o, mgmt, scheme, logr.Discard()) }()
+	go func() {
+		done <- serve(ctx, o, deps{mgmt: mgmt, scheme: scheme, recorder: events.NewFakeRecorder(10)}, logr.Discard())
+	}()
 	t.Cleanup(func() {
 		cancel()
 		require.NoError(t, <-done)
@@ -126,4 +144,33 @@ func TestServesTheHooksOverHTTPS(t *testing.T) {
 	require.Equal(t, runtimehooksv1.ResponseStatusSuccess, up.Status, up.Message)
 	require.Positive(t, up.RetryAfterSeconds)
 	require.Contains(t, up.Message, "waiting for the workload cluster")
+
+	// The decisions above are on /metrics, served from controller-runtime's
+	// registry, with the UpdateMachine machine counted as pending.
+	metricsURL := "http://127.0.0.1:" + strconv.Itoa(metricsPort) + "/metrics"
+	require.Eventually(t, func() bool {
+		r, err := http.Get(metricsURL)
+		if err == nil {
+			r.Body.Close()
+		}
+		return err == nil && r.StatusCode == http.StatusOK
+	}, 30*time.Second, 50*time.Millisecond, "metrics server did not come up")
+	require.NoError(t, testutil.ScrapeAndCompare(metricsURL, strings.NewReader(`
+# HELP upgradekit_inplace_decisions_total CanUpdateMachine and CanUpdateMachineSet answers, by hook and outcome (accept, decline, error).
+# TYPE upgradekit_inplace_decisions_total counter
+upgradekit_inplace_decisions_total{hook="CanUpdateMachine",outcome="accept"} 1
+upgradekit_inplace_decisions_total{hook="CanUpdateMachine",outcome="decline"} 1
+upgradekit_inplace_decisions_total{hook="CanUpdateMachine",outcome="error"} 0
+upgradekit_inplace_decisions_total{hook="CanUpdateMachineSet",outcome="accept"} 0
+upgradekit_inplace_decisions_total{hook="CanUpdateMachineSet",outcome="decline"} 0
+upgradekit_inplace_decisions_total{hook="CanUpdateMachineSet",outcome="error"} 0
+# HELP upgradekit_inplace_machines_in_progress Machines whose last UpdateMachine answer from this process was in progress, by phase.
+# TYPE upgradekit_inplace_machines_in_progress gauge
+upgradekit_inplace_machines_in_progress{phase="DrainBlocked"} 0
+upgradekit_inplace_machines_in_progress{phase="Draining"} 0
+upgradekit_inplace_machines_in_progress{phase="Failed"} 0
+upgradekit_inplace_machines_in_progress{phase="Pending"} 1
+upgradekit_inplace_machines_in_progress{phase="Upgrading"} 0
+upgradekit_inplace_machines_in_progress{phase="WaitingForKubelet"} 0
+`), strategy.MetricDecisions, strategy.MetricMachinesInProgress))
 }

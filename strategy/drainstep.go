@@ -1,0 +1,224 @@
+package strategy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/upgradekit/upgradekit/nodeexec/drain"
+	"github.com/upgradekit/upgradekit/nodeexec/nodepod"
+)
+
+// DefaultCordonOwner is the owner MachineUpdater records when it cordons a
+// node (drain.AnnotationCordon); it only ever uncordons a node whose cordon
+// record names this owner, and leaves a node that was already cordoned
+// before it came cordoned.
+const DefaultCordonOwner = "upgradekit-inplace-update"
+
+// Drain defaults.
+const (
+	// DefaultDrainTimeout is how long a drain may stay unfinished, counted
+	// from its start recorded on the Node, before UpdateMachine answers
+	// Failure (FailureDrainTimeout).
+	DefaultDrainTimeout = 30 * time.Minute
+	// DefaultDrainAttempt bounds the eviction work done in one
+	// UpdateMachine call. Cluster API waits 10 seconds for a hook by
+	// default, so the call must come back well within that.
+	DefaultDrainAttempt = 5 * time.Second
+)
+
+// WorkloadClientset returns a client-go clientset for the workload cluster
+// a Machine belongs to; MachineUpdater needs it to cordon, drain (the
+// Eviction API) and uncordon the node. KubeconfigSecretClientsets builds
+// one from the same <cluster>-kubeconfig secret KubeconfigSecretClients
+// uses.
+type WorkloadClientset func(ctx context.Context, cluster types.NamespacedName) (kubernetes.Interface, error)
+
+// WithWorkloadClientset sets how MachineUpdater reaches the workload
+// cluster's API for cordon, drain and uncordon. Draining is on by default
+// and needs it; see WithoutDrain.
+func WithWorkloadClientset(cs WorkloadClientset) MachineUpdaterOption {
+	return func(u *MachineUpdater) { u.clientset = cs }
+}
+
+// WithoutDrain updates nodes without cordoning and draining them first,
+// which is what Cluster API and EKS Anywhere do for in-place updates: the
+// node keeps its pods while kubeadm, the kubelet and containerd restart
+// under them. Prefer draining unless the node's workloads tolerate that
+// (or the cluster has a single node whose pods cannot go anywhere).
+func WithoutDrain() MachineUpdaterOption {
+	return func(u *MachineUpdater) { u.drain = false }
+}
+
+// WithDrainTimeout sets how long a drain may stay unfinished before
+// UpdateMachine answers Failure naming what blocks it (default
+// DefaultDrainTimeout; 0 means no deadline). The deadline counts from the
+// drain's start as recorded on the Node (AnnotationInPlaceUpdate), so a
+// restarted extension keeps it. After the deadline the node stays
+// cordoned and each call still tries to evict: once the blocking
+// PodDisruptionBudget allows it, the update carries on by itself.
+func WithDrainTimeout(d time.Duration) MachineUpdaterOption {
+	return func(u *MachineUpdater) { u.drainTimeout = d }
+}
+
+// WithDrainAttempt bounds the eviction work of one UpdateMachine call
+// (default DefaultDrainAttempt). Keep it well below the hook's
+// timeoutSeconds in the ExtensionConfig (10 seconds by default).
+func WithDrainAttempt(d time.Duration) MachineUpdaterOption {
+	return func(u *MachineUpdater) { u.drainAttempt = d }
+}
+
+// WithDrainOptions passes options to drain.Drain (grace period, force,
+// opt-out annotations, pod selector, eviction retry delay; default retry
+// delay here is 1 second). drain.WithTimeout and drain.WithSkip are set by
+// MachineUpdater (WithDrainAttempt, and nodepod.Selector() so the upgrader
+// pod is never evicted) and cannot be overridden.
+func WithDrainOptions(opts ...drain.Option) MachineUpdaterOption {
+	return func(u *MachineUpdater) { u.drainOpts = append(u.drainOpts, opts...) }
+}
+
+// WithCordonOwner sets the owner recorded on cordons (default
+// DefaultCordonOwner). Use a distinct owner per extension if several
+// extensions update the same workload clusters.
+func WithCordonOwner(owner string) MachineUpdaterOption {
+	return func(u *MachineUpdater) { u.cordonOwner = owner }
+}
+
+// drainNode cordons the node and makes one bounded drain attempt. It
+// returns ok when the node is drained (and the record says so); otherwise
+// the result to answer.
+func (u *MachineUpdater) drainNode(ctx context.Context, st *call, rec *UpdateRecord) (updateResult, bool) {
+	node := st.node.Name
+	cs, err := u.clientset(ctx, st.cluster)
+	if err != nil {
+		return waiting(ReasonDraining, "waiting for a clientset of the workload cluster: %v", err), false
+	}
+	if rec.DrainStarted == nil {
+		started := st.nowMeta()
+		rec.DrainStarted = &started
+		if err := writeUpdateRecord(ctx, st.c, node, rec); err != nil {
+			return waiting(ReasonDraining, "recording the drain's start on node %s: %v", node, err), false
+		}
+	}
+	elapsed := st.now.Sub(rec.DrainStarted.Time).Truncate(time.Second)
+	overdue := u.drainTimeout > 0 && elapsed > u.drainTimeout
+
+	if _, err := drain.Cordon(ctx, cs, node, u.cordonOwner); err != nil {
+		var oe *drain.OwnershipError
+		if !errors.As(err, &oe) {
+			return waiting(ReasonDraining, "cordoning node %s: %v", node, err), false
+		}
+		what := fmt.Sprintf("node %s is cordoned by %q (annotation %s), not by %q", node, oe.Holder, drain.AnnotationCordon, u.cordonOwner)
+		if overdue {
+			return failedAs(FailureDrainTimeout, "%s: drain not started after %s (deadline %s)", what, elapsed, u.drainTimeout), false
+		}
+		return waiting(ReasonDrainBlocked, "%s; waiting for it to be released", what), false
+	}
+
+	log := st.log.WithValues("step", "drain")
+	opts := append([]drain.Option{drain.WithEvictionRetryDelay(time.Second), drain.WithLogger(log.V(1))}, u.drainOpts...)
+	opts = append(opts, drain.WithTimeout(u.drainAttempt), drain.WithSkip(nodepod.Selector()))
+	rep, err := drain.Drain(ctx, cs, node, opts...)
+	if len(rep.Evicted) > 0 {
+		log.V(1).Info("evicted pods", "pods", rep.Evicted)
+	}
+	if err == nil {
+		drained := st.nowMeta()
+		rec.Drained = &drained
+		if err := writeUpdateRecord(ctx, st.c, node, rec); err != nil {
+			return waiting(ReasonDraining, "recording the end of the drain on node %s: %v", node, err), false
+		}
+		log.Info("node drained", "evicted", len(rep.Evicted), "took", elapsed.String())
+		u.event(st.machine, eventNormal, EventReasonNodeDrained, "Drain", "Drained node %s in %s: %d pod(s) evicted in the last attempt", node, elapsed, len(rep.Evicted))
+		return updateResult{}, true
+	}
+	var de *drain.DrainError
+	if !errors.As(err, &de) {
+		return waiting(ReasonDraining, "draining node %s: %v", node, err), false
+	}
+	what := describeDrain(de)
+	if overdue {
+		return failedAs(FailureDrainTimeout, "node %s: drain not finished after %s (deadline %s): %s; the node stays cordoned and the drain resumes on the next call", node, elapsed, u.drainTimeout, what), false
+	}
+	reason := ReasonDraining
+	if drainBlocked(de) {
+		reason = ReasonDrainBlocked
+	}
+	deadline := "no deadline"
+	if u.drainTimeout > 0 {
+		deadline = "deadline " + u.drainTimeout.String()
+	}
+	return waiting(reason, "draining node %s for %s (%s): %s", node, elapsed, deadline, what), false
+}
+
+// drainBlocked tells a drain that cannot progress on its own (a PDB, an
+// opt-out, an unmanaged pod) from one that is only slow (pods terminating).
+func drainBlocked(de *drain.DrainError) bool {
+	if errors.Is(de, drain.ErrOptedOut) || errors.Is(de, drain.ErrDrainBlocked) {
+		return true
+	}
+	for _, b := range de.Blocked {
+		if len(b.PDBs) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// describeDrain says what keeps the drain from finishing: each blocking
+// PodDisruptionBudget with the pods it holds, then the other pods left.
+func describeDrain(de *drain.DrainError) string {
+	const maxPods = 5
+	type pdbPods struct {
+		pdb  drain.PDBStatus
+		pods []string
+	}
+	if (errors.Is(de, drain.ErrOptedOut) || errors.Is(de, drain.ErrDrainBlocked)) && de.Detail != "" {
+		return de.Detail // kubectl's list of every pod it will not evict, and why
+	}
+	var pdbs []*pdbPods
+	byName := map[string]*pdbPods{}
+	var others []string
+	for _, b := range de.Blocked {
+		pod := b.Namespace + "/" + b.Name
+		if len(b.PDBs) == 0 {
+			others = append(others, pod+" ("+b.Reason+")")
+			continue
+		}
+		for _, p := range b.PDBs {
+			key := p.Namespace + "/" + p.Name
+			e, ok := byName[key]
+			if !ok {
+				e = &pdbPods{pdb: p}
+				byName[key] = e
+				pdbs = append(pdbs, e)
+			}
+			e.pods = append(e.pods, pod)
+		}
+	}
+	list := func(pods []string) string {
+		if len(pods) > maxPods {
+			return strings.Join(pods[:maxPods], ", ") + fmt.Sprintf(" and %d more", len(pods)-maxPods)
+		}
+		return strings.Join(pods, ", ")
+	}
+	var parts []string
+	for _, e := range pdbs {
+		parts = append(parts, fmt.Sprintf("%s holds %s", e.pdb, list(e.pods)))
+	}
+	if len(others) > 0 {
+		parts = append(parts, "pods left: "+list(others))
+	}
+	if len(parts) == 0 {
+		if de.Detail != "" {
+			return fmt.Sprintf("%v: %s", de.Err, de.Detail)
+		}
+		return de.Err.Error()
+	}
+	return strings.Join(parts, "; ")
+}

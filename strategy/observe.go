@@ -1,0 +1,429 @@
+package strategy
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+)
+
+// ConditionInPlaceUpdate is the Node condition MachineUpdater writes on the
+// workload cluster's Node, so that `kubectl describe node` shows how the
+// in-place update goes. Its status is True while an update is under way
+// (reasons ReasonPending, ReasonDraining, ReasonDrainBlocked,
+// ReasonUpgrading, ReasonWaitingForKubelet) and False once it is over
+// (ReasonSucceeded) or has failed (ReasonFailed; Cluster API keeps calling,
+// so a failed update that becomes possible again, say after a PDB is
+// relaxed, goes back to True).
+const ConditionInPlaceUpdate corev1.NodeConditionType = "upgradekit.io/InPlaceUpdate"
+
+// Reasons of ConditionInPlaceUpdate. They are stable: alert on them. They
+// are also the values of the "phase" label of MetricMachinesInProgress.
+const (
+	// ReasonPending: waiting for something outside the node's update (the
+	// workload cluster, kubeadm-config, the upgrader pod of an earlier plan).
+	ReasonPending = "Pending"
+	// ReasonDraining: the node is cordoned and its pods are being evicted.
+	ReasonDraining = "Draining"
+	// ReasonDrainBlocked: the drain cannot progress: a PodDisruptionBudget
+	// allows no disruption, a pod opted out of disruption, a pod has no
+	// controller, or another owner holds the cordon. The message names them.
+	ReasonDrainBlocked = "DrainBlocked"
+	// ReasonUpgrading: the upgrader pod runs the kubeadm plan on the node.
+	ReasonUpgrading = "Upgrading"
+	// ReasonWaitingForKubelet: the plan finished; the kubelet does not
+	// report the desired version yet.
+	ReasonWaitingForKubelet = "WaitingForKubelet"
+	// ReasonSucceeded: the kubelet reports the desired version and the node
+	// is uncordoned (unless someone else had cordoned it).
+	ReasonSucceeded = "Succeeded"
+	// ReasonFailed: the update failed; the message starts with one of the
+	// Failure* reasons.
+	ReasonFailed = "Failed"
+)
+
+// Failure reasons: the "reason" label of MetricFailures, and the first word
+// of a Failure answer's message and of the Failed condition's message.
+const (
+	// FailureInvalidMachine: the desired Machine lacks spec.providerID,
+	// spec.version or spec.clusterName, or its version does not parse.
+	FailureInvalidMachine = "InvalidMachine"
+	// FailurePlanRejected: no kubeadm plan goes from the node's version to
+	// the desired one (a skipped minor, a downgrade).
+	FailurePlanRejected = "PlanRejected"
+	// FailurePodBuild: the upgrader pod cannot be built from the options.
+	FailurePodBuild = "PodBuild"
+	// FailureStepFailed: a step of the upgrader pod failed.
+	FailureStepFailed = "StepFailed"
+	// FailureDrainTimeout: the drain did not finish before the drain
+	// deadline (WithDrainTimeout).
+	FailureDrainTimeout = "DrainTimeout"
+)
+
+// Reasons of the Kubernetes Events MachineUpdater records on the Machine
+// (in the management cluster). Stable, like the condition reasons.
+const (
+	// EventReasonUpdateStarted (Normal): an in-place update of the
+	// machine's node started.
+	EventReasonUpdateStarted = "InPlaceUpdateStarted"
+	// EventReasonNodeDrained (Normal): the node is cordoned and drained.
+	EventReasonNodeDrained = "NodeDrained"
+	// EventReasonDrainBlocked (Warning): the drain stopped progressing; the
+	// note names the PodDisruptionBudgets and pods in the way.
+	EventReasonDrainBlocked = "NodeDrainBlocked"
+	// EventReasonUpdateSucceeded (Normal): the kubelet reports the desired
+	// version; the note says how long the update took.
+	EventReasonUpdateSucceeded = "InPlaceUpdateSucceeded"
+	// EventReasonUpdateFailed (Warning): the update failed; the note starts
+	// with a Failure* reason.
+	EventReasonUpdateFailed = "InPlaceUpdateFailed"
+)
+
+// Values of the "outcome" label of MetricDecisions.
+const (
+	// HookAccept: CanUpdate* answered that the change can be applied in
+	// place (patches returned), or that there is nothing to change.
+	HookAccept = "accept"
+	// HookDecline: CanUpdate* declined; Cluster API rolls the machine.
+	HookDecline = "decline"
+	// HookError: the request could not be answered (Failure response).
+	HookError = "error"
+)
+
+// Names of the metrics registered by NewMetrics.
+const (
+	// MetricDecisions counts CanUpdateMachine and CanUpdateMachineSet
+	// answers, by "hook" and "outcome" (HookAccept, HookDecline, HookError).
+	MetricDecisions = "upgradekit_inplace_decisions_total"
+	// MetricMachinesInProgress is, per "phase" (a Reason* constant but
+	// ReasonSucceeded), the number of machines whose last UpdateMachine
+	// answer from this process was in that phase, forgetting machines not
+	// asked about for a while (WithStaleAfter). See Metrics for what that
+	// means with several replicas.
+	MetricMachinesInProgress = "upgradekit_inplace_machines_in_progress"
+	// MetricFailures counts in-place updates that entered a failure, by
+	// "reason" (a Failure* constant).
+	MetricFailures = "upgradekit_inplace_update_failures_total"
+	// MetricUpdateDuration is the time from an update's start, as recorded
+	// on the Node (AnnotationInPlaceUpdate), to the answer "done".
+	MetricUpdateDuration = "upgradekit_inplace_update_duration_seconds"
+)
+
+// AnnotationInPlaceUpdate is the Node annotation in which MachineUpdater
+// keeps an UpdateRecord, as JSON, while it updates the node. It is how a
+// restarted extension (or another replica) keeps the drain deadline and
+// the update's start time; it is removed when the update is done.
+const AnnotationInPlaceUpdate = "upgradekit.io/in-place-update"
+
+// UpdateRecord is the state of one in-place update kept on the Node.
+type UpdateRecord struct {
+	// Machine is the Machine's namespace/name.
+	Machine string `json:"machine"`
+	// Version is the Kubernetes version the update goes to; a record for
+	// another version is replaced (a new update).
+	Version string `json:"version"`
+	// Started is when the update started.
+	Started metav1.Time `json:"started"`
+	// DrainStarted is when draining started; the drain deadline counts
+	// from here.
+	DrainStarted *metav1.Time `json:"drainStarted,omitempty"`
+	// Drained is when the drain finished; the upgrader pod starts after.
+	Drained *metav1.Time `json:"drained,omitempty"`
+}
+
+// ErrMetricsRegistration is matched by NewMetrics' errors: a collector of
+// another type or shape is already registered under one of the names.
+var ErrMetricsRegistration = errors.New("cannot register upgradekit metrics")
+
+// inProgressPhases are the phases MetricMachinesInProgress always reports,
+// zeros included, so dashboards see every series from the start.
+var inProgressPhases = []string{ReasonPending, ReasonDraining, ReasonDrainBlocked, ReasonUpgrading, ReasonWaitingForKubelet, ReasonFailed}
+
+// Metrics are the Prometheus metrics of Extension (WithMetrics) and
+// MachineUpdater (WithUpdaterMetrics). A nil *Metrics records nothing.
+//
+// Counters and the histogram are exact per process. The in-progress gauge
+// is what this process last answered for each machine: Cluster API sends
+// each call to any replica behind the extension's Service, so with several
+// replicas each one reports the machines it happened to answer, a machine
+// may be counted by more than one replica, and a machine whose update ended
+// on another replica lingers here until WithStaleAfter forgets it. Use
+// max() over replicas as a rough signal, or, for an exact count, the Nodes'
+// ConditionInPlaceUpdate (kube-state-metrics exports every node condition
+// as kube_node_status_condition).
+type Metrics struct {
+	decisions *prometheus.CounterVec
+	failures  *prometheus.CounterVec
+	duration  prometheus.Histogram
+	progress  *progressCollector
+}
+
+// MetricsOption configures NewMetrics.
+type MetricsOption func(*metricsOptions)
+
+type metricsOptions struct {
+	staleAfter time.Duration
+	clock      clock.PassiveClock
+}
+
+// WithStaleAfter sets how long a machine counts in MetricMachinesInProgress
+// after its last UpdateMachine call (default 15 minutes: longer than any
+// RetryAfterSeconds and than Cluster API's backoff after a few failures).
+func WithStaleAfter(d time.Duration) MetricsOption {
+	return func(o *metricsOptions) { o.staleAfter = d }
+}
+
+// WithMetricsClock sets the clock that ages in-progress entries (tests).
+func WithMetricsClock(c clock.PassiveClock) MetricsOption {
+	return func(o *metricsOptions) { o.clock = c }
+}
+
+// NewMetrics creates the metrics and registers them on reg; a nil reg
+// means controller-runtime's registry (sigs.k8s.io/controller-runtime/pkg/metrics.Registry),
+// which a manager's metrics server serves. Calling it again with the same
+// registry reuses the collectors already registered (options of the later
+// call are then ignored) instead of failing; a different collector under
+// one of the names is an error matching ErrMetricsRegistration.
+func NewMetrics(reg prometheus.Registerer, opts ...MetricsOption) (*Metrics, error) {
+	o := metricsOptions{staleAfter: 15 * time.Minute, clock: clock.RealClock{}}
+	for _, f := range opts {
+		f(&o)
+	}
+	if o.staleAfter <= 0 {
+		return nil, fmt.Errorf("%w: stale after %s: must be positive", ErrInvalidRule, o.staleAfter)
+	}
+	if o.clock == nil {
+		return nil, fmt.Errorf("%w: nil clock", ErrInvalidRule)
+	}
+	if reg == nil {
+		reg = ctrlmetrics.Registry
+	}
+	m := &Metrics{
+		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: MetricDecisions,
+			Help: "CanUpdateMachine and CanUpdateMachineSet answers, by hook and outcome (accept, decline, error).",
+		}, []string{"hook", "outcome"}),
+		failures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: MetricFailures,
+			Help: "In-place updates that entered a failure, by reason.",
+		}, []string{"reason"}),
+		duration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    MetricUpdateDuration,
+			Help:    "Seconds from the start of an in-place update, as recorded on the Node, to done.",
+			Buckets: []float64{30, 60, 120, 300, 600, 900, 1200, 1800, 2700, 3600, 5400, 7200},
+		}),
+		progress: &progressCollector{
+			desc: prometheus.NewDesc(MetricMachinesInProgress,
+				"Machines whose last UpdateMachine answer from this process was in progress, by phase.", []string{"phase"}, nil),
+			seen:       map[string]progressEntry{},
+			staleAfter: o.staleAfter,
+			clock:      o.clock,
+		},
+	}
+	if err := register(reg, &m.decisions); err != nil {
+		return nil, err
+	}
+	if err := register(reg, &m.failures); err != nil {
+		return nil, err
+	}
+	if err := register(reg, &m.duration); err != nil {
+		return nil, err
+	}
+	if err := register(reg, &m.progress); err != nil {
+		return nil, err
+	}
+	// Every series exists from the start, at zero.
+	for _, h := range []string{"CanUpdateMachine", "CanUpdateMachineSet"} {
+		for _, out := range []string{HookAccept, HookDecline, HookError} {
+			m.decisions.WithLabelValues(h, out)
+		}
+	}
+	for _, r := range []string{FailureInvalidMachine, FailurePlanRejected, FailurePodBuild, FailureStepFailed, FailureDrainTimeout} {
+		m.failures.WithLabelValues(r)
+	}
+	return m, nil
+}
+
+// register registers *c, or replaces it with the collector of the same
+// type already registered under its descriptors.
+func register[T prometheus.Collector](reg prometheus.Registerer, c *T) error {
+	err := reg.Register(*c)
+	if err == nil {
+		return nil
+	}
+	var are prometheus.AlreadyRegisteredError
+	if errors.As(err, &are) {
+		if existing, ok := are.ExistingCollector.(T); ok {
+			*c = existing
+			return nil
+		}
+	}
+	return fmt.Errorf("%w: %w", ErrMetricsRegistration, err)
+}
+
+func (m *Metrics) decision(hook, outcome string) {
+	if m != nil {
+		m.decisions.WithLabelValues(hook, outcome).Inc()
+	}
+}
+
+func (m *Metrics) failure(reason string) {
+	if m != nil {
+		m.failures.WithLabelValues(reason).Inc()
+	}
+}
+
+func (m *Metrics) updateDuration(d time.Duration) {
+	if m != nil && d >= 0 {
+		m.duration.Observe(d.Seconds())
+	}
+}
+
+func (m *Metrics) track(machine, phase string) {
+	if m != nil {
+		m.progress.set(machine, phase)
+	}
+}
+
+func (m *Metrics) untrack(machine string) {
+	if m != nil {
+		m.progress.remove(machine)
+	}
+}
+
+type progressEntry struct {
+	phase string
+	seen  time.Time
+}
+
+// progressCollector computes MetricMachinesInProgress when scraped, from
+// the last phase answered per machine, forgetting stale entries.
+type progressCollector struct {
+	desc       *prometheus.Desc
+	mu         sync.Mutex
+	seen       map[string]progressEntry
+	staleAfter time.Duration
+	clock      clock.PassiveClock
+}
+
+func (p *progressCollector) set(machine, phase string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.seen[machine] = progressEntry{phase: phase, seen: p.clock.Now()}
+}
+
+func (p *progressCollector) remove(machine string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	delete(p.seen, machine)
+}
+
+// Describe implements prometheus.Collector.
+func (p *progressCollector) Describe(ch chan<- *prometheus.Desc) { ch <- p.desc }
+
+// Collect implements prometheus.Collector.
+func (p *progressCollector) Collect(ch chan<- prometheus.Metric) {
+	counts := map[string]int{}
+	p.mu.Lock()
+	now := p.clock.Now()
+	for k, e := range p.seen {
+		if now.Sub(e.seen) > p.staleAfter {
+			delete(p.seen, k)
+			continue
+		}
+		counts[e.phase]++
+	}
+	p.mu.Unlock()
+	for _, phase := range inProgressPhases {
+		if m, err := prometheus.NewConstMetric(p.desc, prometheus.GaugeValue, float64(counts[phase]), phase); err == nil {
+			ch <- m
+		}
+	}
+}
+
+// InPlaceUpdateCondition returns the node's ConditionInPlaceUpdate, or nil.
+func InPlaceUpdateCondition(n *corev1.Node) *corev1.NodeCondition {
+	if n == nil {
+		return nil
+	}
+	for i := range n.Status.Conditions {
+		if n.Status.Conditions[i].Type == ConditionInPlaceUpdate {
+			return &n.Status.Conditions[i]
+		}
+	}
+	return nil
+}
+
+// conditionStatus is True while an update is under way.
+func conditionStatus(reason string) corev1.ConditionStatus {
+	if reason == ReasonSucceeded || reason == ReasonFailed {
+		return corev1.ConditionFalse
+	}
+	return corev1.ConditionTrue
+}
+
+// maxConditionMessage keeps condition messages readable in kubectl.
+const maxConditionMessage = 1024
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n-len("…")] + "…"
+}
+
+// patchCondition writes cond on the node's status with a strategic merge
+// patch keyed by condition type: it touches only that condition, carries
+// no resourceVersion (so it cannot conflict with the kubelet's own status
+// patches) and leaves every other condition as the kubelet wrote it.
+func patchCondition(ctx context.Context, c client.Client, node *corev1.Node, cond corev1.NodeCondition) error {
+	data, err := json.Marshal(map[string]any{"status": map[string]any{"conditions": []corev1.NodeCondition{cond}}})
+	if err != nil {
+		return err
+	}
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node.Name}}
+	return c.Status().Patch(ctx, n, client.RawPatch(types.StrategicMergePatchType, data))
+}
+
+// readUpdateRecord returns the node's UpdateRecord, nil when there is none
+// or when the annotation does not hold one (it is then overwritten).
+func readUpdateRecord(n *corev1.Node) (*UpdateRecord, error) {
+	raw, ok := n.Annotations[AnnotationInPlaceUpdate]
+	if !ok {
+		return nil, nil
+	}
+	var r UpdateRecord
+	if err := json.Unmarshal([]byte(raw), &r); err != nil || r.Version == "" {
+		return nil, fmt.Errorf("node %s: annotation %s is not an update record: %q", n.Name, AnnotationInPlaceUpdate, raw)
+	}
+	return &r, nil
+}
+
+// writeUpdateRecord sets (or, with nil, removes) the node's UpdateRecord
+// with a JSON merge patch of that one annotation.
+func writeUpdateRecord(ctx context.Context, c client.Client, node string, r *UpdateRecord) error {
+	var v any // null removes the key
+	if r != nil {
+		b, err := json.Marshal(r)
+		if err != nil {
+			return err
+		}
+		v = string(b)
+	}
+	data, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{AnnotationInPlaceUpdate: v}}})
+	if err != nil {
+		return err
+	}
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}
+	return c.Patch(ctx, n, client.RawPatch(types.MergePatchType, data))
+}
