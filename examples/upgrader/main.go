@@ -156,19 +156,22 @@ func runPlan(ctx context.Context, cmd string, args []string, getenv func(string)
 		}
 		return getenv(k)
 	})
+	if errors.Is(err, nodeexec.ErrMissingEnv) {
+		err = fmt.Errorf("%w (give -plan FILE or set $%s)", err, nodeexec.EnvPlan)
+	}
 	if err != nil {
-		fmt.Fprintf(stderr, "upgrader %s: %v (set -plan FILE or $%s)\n", cmd, err, nodeexec.EnvPlan)
+		fmt.Fprintf(stderr, "upgrader %s: %v\n", cmd, err)
 		return exitError
 	}
 
-	exec := cfg.Executor()
-	exec.Tee = stderr // live step output, for pod logs
+	executor := cfg.Executor()
+	executor.Tee = stderr // live step output, for pod logs
 	p := &progress{w: stdout}
 	opts := append(cfg.RunnerOptions(), nodeexec.WithProgress(p.update))
 	if *direct {
 		opts = append(opts, nodeexec.WithDirect())
 	}
-	runner, err := nodeexec.NewRunner(exec, opts...)
+	runner, err := nodeexec.NewRunner(executor, opts...)
 	if err != nil {
 		fmt.Fprintf(stderr, "upgrader %s: %v\n", cmd, err)
 		return exitError
