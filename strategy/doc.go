@@ -40,6 +40,55 @@
 // spec.providerID, upgrades it with a kubeadm plan run by an upgrader pod
 // (package nodeexec), keeps all progress in the workload cluster (the pod,
 // the Node, kubeadm-config) so a restarted extension carries on, and
-// answers done only when the kubelet reports the desired version. It does
-// not drain the node first yet.
+// answers done only when the kubelet reports the desired version.
+//
+// # Drain before in-place
+//
+// Cluster API does not drain a machine it updates in place, and EKS
+// Anywhere does not either: pods keep running while kubeadm, containerd and
+// the kubelet restart under them. MachineUpdater drains by default
+// (WithoutDrain turns it off): it cordons the node as DefaultCordonOwner,
+// evicts pods through the Eviction API so PodDisruptionBudgets hold
+// (package nodeexec/drain; DaemonSet, mirror and upgrader pods stay), and
+// starts the upgrader pod only once the node is empty. Because
+// UpdateMachine is a polling hook, each call does a bounded attempt
+// (WithDrainAttempt) and answers RetryAfterSeconds naming the budgets and
+// pods still in the way. The drain's start is kept on the Node
+// (AnnotationInPlaceUpdate), so the deadline (WithDrainTimeout) survives a
+// restart; past it the answer is Failure (FailureDrainTimeout) naming the
+// budgets, the node stays cordoned and later calls keep trying, so the
+// update resumes by itself once a budget allows it. When the kubelet
+// reports the desired version the node is uncordoned, but only if this
+// updater cordoned it: a node someone else had cordoned stays cordoned. A
+// failed update leaves the node cordoned, so its pods do not come back to a
+// half-upgraded node. On a single-node cluster evicted pods have nowhere to
+// go until the node is uncordoned, and a budget that requires them
+// available blocks until the deadline: use WithoutDrain there, or relax
+// the budget.
+//
+// # Observability
+//
+// Everything the updater does is visible four ways, with stable names that
+// are exported constants:
+//
+//   - a Node condition, ConditionInPlaceUpdate, with the reasons
+//     ReasonPending, ReasonDraining, ReasonDrainBlocked, ReasonUpgrading,
+//     ReasonWaitingForKubelet, ReasonSucceeded and ReasonFailed, written
+//     with a strategic-merge patch of the status that touches only that
+//     condition (no resourceVersion, so it never conflicts with the
+//     kubelet's status updates, which leave foreign conditions alone);
+//   - Kubernetes Events on the Machine in the management cluster
+//     (WithEventRecorder; reasons EventReasonUpdateStarted,
+//     EventReasonNodeDrained, EventReasonDrainBlocked,
+//     EventReasonUpdateSucceeded, EventReasonUpdateFailed), recorded on
+//     transitions read from the Node, so a restarted extension does not
+//     repeat them;
+//   - Prometheus metrics (NewMetrics, on controller-runtime's registry by
+//     default): MetricDecisions for the CanUpdate* answers, and
+//     MetricMachinesInProgress, MetricFailures and MetricUpdateDuration for
+//     UpdateMachine; see Metrics for what the in-progress gauge means with
+//     several replicas;
+//   - logr logs with the keys hook, machine, cluster, node, phase and step:
+//     transitions at V(0), each in-progress answer at V(1). Declines are
+//     logged with the uncovered fields (names and categories, never values).
 package strategy

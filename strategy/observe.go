@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
@@ -375,11 +376,16 @@ func conditionStatus(reason string) corev1.ConditionStatus {
 // maxConditionMessage keeps condition messages readable in kubectl.
 const maxConditionMessage = 1024
 
+// truncate cuts s to at most n bytes, on a rune boundary, marking the cut.
 func truncate(s string, n int) string {
 	if len(s) <= n {
 		return s
 	}
-	return s[:n-len("…")] + "…"
+	cut := n - len("…")
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…"
 }
 
 // patchCondition writes cond on the node's status with a strategic merge

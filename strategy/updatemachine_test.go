@@ -3,6 +3,7 @@ package strategy_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
@@ -11,6 +12,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"k8s.io/client-go/tools/events"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	runtimehooksv1 "sigs.k8s.io/cluster-api/api/runtime/hooks/v1alpha1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -97,8 +99,14 @@ func TestUpdateMachineAgainstRealAPIServer(t *testing.T) {
 	cs, err := kubernetes.NewForConfig(env.Config)
 	require.NoError(t, err)
 	clientset := func(context.Context, types.NamespacedName) (kubernetes.Interface, error) { return cs, nil }
+	// Events go to the API server through client-go's events broadcaster,
+	// as a controller-runtime manager's GetEventRecorder would send them.
+	broadcaster := events.NewBroadcaster(&events.EventSinkImpl{Interface: cs.EventsV1()})
+	require.NoError(t, broadcaster.StartRecordingToSinkWithContext(ctx))
+	t.Cleanup(broadcaster.Shutdown)
+	recorder := broadcaster.NewRecorder(env.Scheme, "upgradekit-test")
 	call := func(req *runtimehooksv1.UpdateMachineRequest) runtimehooksv1.UpdateMachineResponse {
-		u, err := strategy.NewMachineUpdater(workload, strategy.WithWorkloadClientset(clientset),
+		u, err := strategy.NewMachineUpdater(workload, strategy.WithWorkloadClientset(clientset), strategy.WithEventRecorder(recorder),
 			strategy.WithPodOptions(nodepod.WithImage("registry.example/upgrader:v1.31.1")), strategy.WithRetryAfter(5))
 		require.NoError(t, err)
 		var resp runtimehooksv1.UpdateMachineResponse
@@ -147,6 +155,21 @@ func TestUpdateMachineAgainstRealAPIServer(t *testing.T) {
 		require.NotNil(t, cond)
 		require.Equal(t, strategy.ReasonSucceeded, cond.Reason)
 		require.Equal(t, corev1.ConditionFalse, cond.Status)
+
+		// The Events are on the Machine, with stable reasons.
+		var reasons []string
+		require.Eventually(t, func() bool {
+			list, err := cs.EventsV1().Events("default").List(ctx, metav1.ListOptions{})
+			require.NoError(t, err)
+			reasons = reasons[:0]
+			for _, e := range list.Items {
+				if e.Regarding.Kind == "Machine" && e.Regarding.APIVersion == clusterv1.GroupVersion.String() && e.Regarding.Name == "cp-0" {
+					reasons = append(reasons, e.Reason)
+				}
+			}
+			return len(reasons) == 3
+		}, 30*time.Second, 100*time.Millisecond)
+		require.ElementsMatch(t, []string{strategy.EventReasonUpdateStarted, strategy.EventReasonNodeDrained, strategy.EventReasonUpdateSucceeded}, reasons)
 	})
 
 	t.Run("a failed step is a Failure naming the step and exit code", func(t *testing.T) {

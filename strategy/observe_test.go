@@ -1,0 +1,188 @@
+package strategy_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/funcr"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/require"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	clocktesting "k8s.io/utils/clock/testing"
+	runtimehooksv1 "sigs.k8s.io/cluster-api/api/runtime/hooks/v1alpha1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	"github.com/upgradekit/upgradekit/diff"
+	"github.com/upgradekit/upgradekit/strategy"
+)
+
+func TestNewMetricsRegistration(t *testing.T) {
+	t.Run("a second call on the same registry shares the collectors", func(t *testing.T) {
+		reg := prometheus.NewRegistry()
+		m1, err := strategy.NewMetrics(reg)
+		require.NoError(t, err)
+		m2, err := strategy.NewMetrics(reg)
+		require.NoError(t, err, "no duplicate-registration error, no panic")
+		k8s := must(strategy.ForCategories("kubernetes", diff.CategoryKubernetesVersion))
+		for _, m := range []*strategy.Metrics{m1, m2} {
+			ext, err := strategy.NewExtension(strategy.Updaters(k8s), strategy.WithMetrics(m))
+			require.NoError(t, err)
+			var resp runtimehooksv1.CanUpdateMachineResponse
+			ext.CanUpdateMachine(context.Background(), versionChange(t), &resp)
+			require.Equal(t, runtimehooksv1.ResponseStatusSuccess, resp.Status, resp.Message)
+		}
+		require.Equal(t, 2.0, counter(t, reg, strategy.MetricDecisions, "outcome", strategy.HookAccept))
+	})
+
+	t.Run("controller-runtime's registry by default", func(t *testing.T) {
+		_, err := strategy.NewMetrics(nil)
+		require.NoError(t, err)
+		_, err = strategy.NewMetrics(nil)
+		require.NoError(t, err)
+		n, err := testutil.GatherAndCount(ctrlmetrics.Registry, strategy.MetricDecisions, strategy.MetricMachinesInProgress, strategy.MetricFailures, strategy.MetricUpdateDuration)
+		require.NoError(t, err)
+		require.Equal(t, 6+6+5+1, n, "every series exists at zero from the start")
+	})
+
+	t.Run("another collector under one of the names is a typed error", func(t *testing.T) {
+		reg := prometheus.NewRegistry()
+		require.NoError(t, reg.Register(prometheus.NewGauge(prometheus.GaugeOpts{Name: strategy.MetricUpdateDuration, Help: "not ours"})))
+		_, err := strategy.NewMetrics(reg)
+		require.ErrorIs(t, err, strategy.ErrMetricsRegistration)
+		require.ErrorContains(t, err, strategy.MetricUpdateDuration)
+	})
+
+	t.Run("bad options", func(t *testing.T) {
+		_, err := strategy.NewMetrics(prometheus.NewRegistry(), strategy.WithStaleAfter(0))
+		require.ErrorIs(t, err, strategy.ErrInvalidRule)
+		_, err = strategy.NewMetrics(prometheus.NewRegistry(), strategy.WithMetricsClock(nil))
+		require.ErrorIs(t, err, strategy.ErrInvalidRule)
+	})
+}
+
+// versionChange is a CanUpdateMachine request for a version change only.
+func versionChange(t *testing.T) *runtimehooksv1.CanUpdateMachineRequest {
+	cur, des, curCfg, desCfg, curInfra, desInfra := machinePair()
+	desCfg.Spec = curCfg.Spec
+	return &runtimehooksv1.CanUpdateMachineRequest{
+		Current: runtimehooksv1.CanUpdateMachineRequestObjects{Machine: *cur, BootstrapConfig: raw(t, curCfg), InfrastructureMachine: raw(t, curInfra)},
+		Desired: runtimehooksv1.CanUpdateMachineRequestObjects{Machine: *des, BootstrapConfig: raw(t, desCfg), InfrastructureMachine: raw(t, desInfra)},
+	}
+}
+
+// TestExtensionObservesDecisions: every CanUpdate* answer is counted by
+// hook and outcome, and a decline is logged with the fields it is about.
+func TestExtensionObservesDecisions(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, err := strategy.NewMetrics(reg)
+	require.NoError(t, err)
+	var logs []string
+	log := funcr.New(func(prefix, args string) { logs = append(logs, args) }, funcr.Options{Verbosity: 1})
+	k8s := must(strategy.ForCategories("kubernetes", diff.CategoryKubernetesVersion))
+	ext, err := strategy.NewExtension(strategy.Updaters(k8s), strategy.WithMetrics(m), strategy.WithLogger(log))
+	require.NoError(t, err)
+	ctx := context.Background()
+
+	var resp runtimehooksv1.CanUpdateMachineResponse
+	ext.CanUpdateMachine(ctx, versionChange(t), &resp)
+	require.Equal(t, runtimehooksv1.ResponseStatusSuccess, resp.Status)
+
+	decline := versionChange(t)
+	decline.Desired.InfrastructureMachine = raw(t, map[string]any{"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta2", "kind": "DockerMachine",
+		"metadata": map[string]any{"name": "cp-1"}, "spec": map[string]any{"customImage": "kindest/node:v1.31.1", "providerID": "docker:////cp-1"}})
+	resp = runtimehooksv1.CanUpdateMachineResponse{}
+	ext.CanUpdateMachine(ctx, decline, &resp)
+	require.False(t, resp.MachinePatch.IsDefined())
+
+	bad := versionChange(t)
+	bad.Settings = map[string]string{"upgradekit.io/typo": "x"}
+	resp = runtimehooksv1.CanUpdateMachineResponse{}
+	ext.CanUpdateMachine(ctx, bad, &resp)
+	require.Equal(t, runtimehooksv1.ResponseStatusFailure, resp.Status)
+
+	var setResp runtimehooksv1.CanUpdateMachineSetResponse
+	ext.CanUpdateMachineSet(ctx, &runtimehooksv1.CanUpdateMachineSetRequest{}, &setResp)
+	require.Equal(t, runtimehooksv1.ResponseStatusSuccess, setResp.Status, "nothing changes: accept with no patches")
+
+	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP upgradekit_inplace_decisions_total CanUpdateMachine and CanUpdateMachineSet answers, by hook and outcome (accept, decline, error).
+# TYPE upgradekit_inplace_decisions_total counter
+upgradekit_inplace_decisions_total{hook="CanUpdateMachine",outcome="accept"} 1
+upgradekit_inplace_decisions_total{hook="CanUpdateMachine",outcome="decline"} 1
+upgradekit_inplace_decisions_total{hook="CanUpdateMachine",outcome="error"} 1
+upgradekit_inplace_decisions_total{hook="CanUpdateMachineSet",outcome="accept"} 1
+upgradekit_inplace_decisions_total{hook="CanUpdateMachineSet",outcome="decline"} 0
+upgradekit_inplace_decisions_total{hook="CanUpdateMachineSet",outcome="error"} 0
+`), strategy.MetricDecisions))
+
+	var declined string
+	for _, l := range logs {
+		if strings.Contains(l, `"msg"="declined`) {
+			declined = l
+		}
+	}
+	require.NotEmpty(t, declined, "logs: %q", logs)
+	require.Contains(t, declined, `"machine"="default/cp-1"`)
+	require.Contains(t, declined, `"cluster"="default/demo"`)
+	require.Contains(t, declined, `"uncovered"=["infrastructure.spec.customImage (InfrastructureImage)"]`)
+	require.NotContains(t, declined, "kindest/node:v1.31.1", "values stay out of logs")
+}
+
+// TestUpdateMachineFailuresWithoutANode: a request that names no node
+// fails; the failure is counted and recorded once per episode, and the
+// machine shows in the in-progress gauge until it goes stale.
+func TestUpdateMachineFailuresWithoutANode(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
+	reg := prometheus.NewRegistry()
+	m, err := strategy.NewMetrics(reg, strategy.WithMetricsClock(clk), strategy.WithStaleAfter(10*time.Minute))
+	require.NoError(t, err)
+	rec := events.NewFakeRecorder(10)
+	workload := func(context.Context, types.NamespacedName) (client.Client, error) {
+		t.Fatal("a request without providerID must not reach the workload cluster")
+		return nil, nil
+	}
+	newUpdater := func() *strategy.MachineUpdater {
+		u, err := strategy.NewMachineUpdater(workload, strategy.WithoutDrain(), strategy.WithUpdaterMetrics(m),
+			strategy.WithEventRecorder(rec), strategy.WithUpdaterLogger(logr.Discard()))
+		require.NoError(t, err)
+		return u
+	}
+	u := newUpdater()
+	req := updateReq("md-0-x", "", "v1.31.1", false)
+	for range 3 {
+		var resp runtimehooksv1.UpdateMachineResponse
+		u.UpdateMachine(context.Background(), req, &resp)
+		require.Equal(t, runtimehooksv1.ResponseStatusFailure, resp.Status)
+		require.Equal(t, "in-place update failed: InvalidMachine: desired Machine has no spec.providerID: the node cannot be found", resp.Message)
+	}
+	require.Equal(t, 1.0, counter(t, reg, strategy.MetricFailures, "reason", strategy.FailureInvalidMachine))
+	require.Equal(t, []string{"Warning InPlaceUpdateFailed InvalidMachine: desired Machine has no spec.providerID: the node cannot be found"}, recorded(rec))
+	gauge := func(v string) string {
+		return `
+# HELP upgradekit_inplace_machines_in_progress Machines whose last UpdateMachine answer from this process was in progress, by phase.
+# TYPE upgradekit_inplace_machines_in_progress gauge
+upgradekit_inplace_machines_in_progress{phase="DrainBlocked"} 0
+upgradekit_inplace_machines_in_progress{phase="Draining"} 0
+upgradekit_inplace_machines_in_progress{phase="Failed"} ` + v + `
+upgradekit_inplace_machines_in_progress{phase="Pending"} 0
+upgradekit_inplace_machines_in_progress{phase="Upgrading"} 0
+upgradekit_inplace_machines_in_progress{phase="WaitingForKubelet"} 0
+`
+	}
+	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(gauge("1")), strategy.MetricMachinesInProgress))
+	clk.Step(11 * time.Minute)
+	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(gauge("0")), strategy.MetricMachinesInProgress), "not asked for a while: forgotten")
+
+	// This memory is per process, as documented: a restarted extension
+	// records the failure once more.
+	var resp runtimehooksv1.UpdateMachineResponse
+	newUpdater().UpdateMachine(context.Background(), req, &resp)
+	require.Equal(t, 2.0, counter(t, reg, strategy.MetricFailures, "reason", strategy.FailureInvalidMachine))
+	require.Len(t, recorded(rec), 1)
+}
