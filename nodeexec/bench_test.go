@@ -51,7 +51,7 @@ func BenchmarkJournalWrite(b *testing.B) {
 	b.Run("os-writefile", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			data, err := json.MarshalIndent(j, "", "  ")
+			data, err := json.Marshal(j)
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -256,8 +256,11 @@ func checkStepStates(o Outcome) error {
 // writeJournal replaces path atomically: write a temporary file in the same
 // directory, fsync it, rename it over path, fsync the directory. A crash at
 // any point leaves either the old or the new journal, never a torn one.
+// The JSON is compact: the journal is rewritten at every state change, and
+// indenting it cost as much as encoding it (`upgrader status` or jq read
+// it for people).
 func writeJournal(path string, j Journal) error {
-	data, err := json.MarshalIndent(j, "", "  ")
+	data, err := json.Marshal(j)
 	if err != nil {
 		return err
 	}
