@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/funcr"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -147,9 +146,11 @@ func TestUpdateMachineFailuresWithoutANode(t *testing.T) {
 		t.Fatal("a request without providerID must not reach the workload cluster")
 		return nil, nil
 	}
+	var logs []string
+	log := funcr.New(func(prefix, args string) { logs = append(logs, args) }, funcr.Options{Verbosity: 1})
 	newUpdater := func() *strategy.MachineUpdater {
 		u, err := strategy.NewMachineUpdater(workload, strategy.WithoutDrain(), strategy.WithUpdaterMetrics(m),
-			strategy.WithEventRecorder(rec), strategy.WithUpdaterLogger(logr.Discard()))
+			strategy.WithEventRecorder(rec), strategy.WithUpdaterLogger(log))
 		require.NoError(t, err)
 		return u
 	}
@@ -162,6 +163,18 @@ func TestUpdateMachineFailuresWithoutANode(t *testing.T) {
 		require.Equal(t, "in-place update failed: InvalidMachine: desired Machine has no spec.providerID: the node cannot be found", resp.Message)
 	}
 	require.Equal(t, 1.0, counter(t, reg, strategy.MetricFailures, "reason", strategy.FailureInvalidMachine))
+	// One error log for the failure, V(1) lines for its repeats, all with
+	// the stable keys.
+	require.Len(t, logs, 3)
+	for i, l := range logs {
+		require.Contains(t, l, `"hook"="UpdateMachine" "machine"="default/md-0-x" "cluster"="default/demo" "phase"="Failed"`)
+		require.Contains(t, l, `"reason"="InvalidMachine"`)
+		if i == 0 {
+			require.Contains(t, l, `"msg"="in-place update failed" "error"=`)
+		} else {
+			require.Contains(t, l, `"level"=1 "msg"="in-place update still failing"`)
+		}
+	}
 	require.Equal(t, []string{"Warning InPlaceUpdateFailed InvalidMachine: desired Machine has no spec.providerID: the node cannot be found"}, recorded(rec))
 	gauge := func(v string) string {
 		return `

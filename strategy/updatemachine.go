@@ -450,6 +450,7 @@ func (u *MachineUpdater) report(ctx context.Context, st *call, res *updateResult
 		u.metrics.failure(res.failure)
 		u.event(st.machine, eventWarning, EventReasonUpdateFailed, "Update", "%s", msg)
 	case res.phase == ReasonDrainBlocked && (prev == nil || prev.Reason != ReasonDrainBlocked):
+		st.log.Info("drain blocked", "step", "drain", "message", msg)
 		u.event(st.machine, eventWarning, EventReasonDrainBlocked, "Drain", "%s", msg)
 	}
 }

@@ -176,13 +176,15 @@ func serve(ctx context.Context, o options, d deps, log logr.Logger) error {
 	if ms == nil { // "0": disabled
 		return srv.Start(ctx)
 	}
+	// Whichever server stops first (an error, or ctx ending) stops the other.
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	metricsDone := make(chan error, 1)
-	go func() { metricsDone <- ms.Start(ctx) }()
-	err = srv.Start(ctx)
+	done := make(chan error, 2)
+	go func() { done <- ms.Start(ctx) }()
+	go func() { done <- srv.Start(ctx) }()
+	first := <-done
 	cancel()
-	return errors.Join(err, <-metricsDone)
+	return errors.Join(first, <-done)
 }
 
 func run(ctx context.Context, args []string, stderr io.Writer) error {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/tls"
 	"encoding/json"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -173,4 +174,26 @@ upgradekit_inplace_machines_in_progress{phase="Pending"} 1
 upgradekit_inplace_machines_in_progress{phase="Upgrading"} 0
 upgradekit_inplace_machines_in_progress{phase="WaitingForKubelet"} 0
 `), strategy.MetricDecisions, strategy.MetricMachinesInProgress))
+}
+
+// TestMetricsServerFailureStopsTheExtension: a metrics port already in use
+// is an error from serve, not an extension silently running without
+// metrics.
+func TestMetricsServerFailureStopsTheExtension(t *testing.T) {
+	dir := t.TempDir()
+	testcerts.Write(t, dir)
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer taken.Close()
+	o, err := parseFlags([]string{"-host", "127.0.0.1", "-port", strconv.Itoa(testcerts.FreePort(t)), "-cert-dir", dir,
+		"-no-update-machine", "-metrics-bind-address", taken.Addr().String()}, &bytes.Buffer{})
+	require.NoError(t, err)
+	done := make(chan error, 1)
+	go func() { done <- serve(t.Context(), o, deps{scheme: runtime.NewScheme()}, logr.Discard()) }()
+	select {
+	case err := <-done:
+		require.ErrorContains(t, err, "address already in use")
+	case <-time.After(30 * time.Second):
+		t.Fatal("serve kept running without its metrics server")
+	}
 }
