@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
@@ -16,10 +17,12 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/validation"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	clienttesting "k8s.io/client-go/testing"
 	bootstrapv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
 	controlplanev1 "sigs.k8s.io/cluster-api/api/controlplane/kubeadm/v1beta2"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
@@ -92,12 +95,22 @@ func WithNotReady(indexes ...int) PoolOption {
 	}
 }
 
+// WithRollingUpdate sets a MachineDeployment's
+// spec.rollout.strategy.rollingUpdate (nil keeps CAPI's defaults, maxSurge
+// 1 and maxUnavailable 0). It has no effect on the control plane, which
+// KubeadmControlPlane always rolls one machine at a time.
+func WithRollingUpdate(maxSurge, maxUnavailable *intstr.IntOrString) PoolOption {
+	return func(p *pool) { p.surge, p.unavailable = maxSurge, maxUnavailable }
+}
+
 type pool struct {
-	name     string // "" for the control plane
-	replicas int
-	version  string
-	image    string
-	notReady map[int]bool
+	name        string // "" for the control plane
+	replicas    int
+	version     string
+	image       string
+	notReady    map[int]bool
+	surge       *intstr.IntOrString
+	unavailable *intstr.IntOrString
 }
 
 type podSpec struct {
@@ -304,6 +317,32 @@ func NewScheme() (*runtime.Scheme, error) {
 	return s, nil
 }
 
+// schemes caches one scheme per infrastructure kind: building one costs
+// milliseconds, a scheme is safe for concurrent use once built, and tests
+// build many clusters.
+var schemes sync.Map // schema.GroupVersionKind -> *runtime.Scheme
+
+// scheme is NewScheme plus the cluster's infrastructure kind, registered as
+// unstructured.
+func (c *Cluster) scheme() (*runtime.Scheme, error) {
+	gv, err := schema.ParseGroupVersion(c.infra.APIVersion)
+	if err != nil {
+		return nil, fmt.Errorf("fake: %w: infrastructure apiVersion %q: %v", ErrInvalidCluster, c.infra.APIVersion, err)
+	}
+	gvk := gv.WithKind(c.infra.Kind)
+	if s, ok := schemes.Load(gvk); ok {
+		return s.(*runtime.Scheme), nil
+	}
+	s, err := NewScheme()
+	if err != nil {
+		return nil, err
+	}
+	s.AddKnownTypeWithName(gvk, &unstructured.Unstructured{})
+	s.AddKnownTypeWithName(gv.WithKind(c.infra.Kind+"List"), &unstructured.UnstructuredList{})
+	actual, _ := schemes.LoadOrStore(gvk, s)
+	return actual.(*runtime.Scheme), nil
+}
+
 func shortHash(s string, n int) string {
 	sum := sha256.Sum256([]byte(s))
 	return hex.EncodeToString(sum[:])[:n]
@@ -409,6 +448,10 @@ func (c *Cluster) Objects() ([]client.Object, error) {
 		md := &clusterv1.MachineDeployment{ObjectMeta: meta("MachineDeployment", ns, name, clusterLabels)}
 		md.OwnerReferences = []metav1.OwnerReference{clusterOwner}
 		md.Spec = clusterv1.MachineDeploymentSpec{ClusterName: c.name, Replicas: new(int32(p.replicas)), Selector: metav1.LabelSelector{MatchLabels: sel}, Template: tmpl}
+		if p.surge != nil || p.unavailable != nil {
+			md.Spec.Rollout.Strategy = clusterv1.MachineDeploymentRolloutStrategy{Type: clusterv1.RollingUpdateMachineDeploymentStrategyType,
+				RollingUpdate: clusterv1.MachineDeploymentRolloutStrategyRollingUpdate{MaxSurge: p.surge, MaxUnavailable: p.unavailable}}
+		}
 		md.Status = clusterv1.MachineDeploymentStatus{Selector: labelString(sel), Replicas: new(int32(p.replicas)),
 			ReadyReplicas: new(c.readyCount(p)), AvailableReplicas: new(c.readyCount(p)), UpToDateReplicas: new(int32(p.replicas)),
 			Phase: string(clusterv1.MachineDeploymentPhaseRunning)}
@@ -564,7 +607,18 @@ func statusObjects() []client.Object {
 type ClientOption func(*clientOptions)
 
 type clientOptions struct {
-	funcs *interceptor.Funcs
+	funcs   *interceptor.Funcs
+	noApply bool
+}
+
+// WithoutServerSideApply backs the client with client-go's plain object
+// tracker instead of the field-managing one: no managedFields and no
+// server-side apply (client.Apply fails), but every update is several
+// times cheaper, because the field-managing tracker rebuilds a REST mapper
+// for each write. The Simulator uses it; keep the default when the code
+// under test applies server-side.
+func WithoutServerSideApply() ClientOption {
+	return func(o *clientOptions) { o.noApply = true }
 }
 
 // WithInterceptor wraps the client with controller-runtime interceptor
@@ -574,9 +628,11 @@ func WithInterceptor(f interceptor.Funcs) ClientOption {
 }
 
 // Client returns a controller-runtime fake client holding the cluster's
-// objects, with a scheme from NewScheme, status subresources for every
-// type that has a status, and the infrastructure kind registered as
-// unstructured.
+// objects, with a scheme from NewScheme plus the infrastructure kind
+// registered as unstructured, and status subresources for every type that
+// has a status. The scheme is built once per infrastructure kind and
+// shared by the clients of every cluster using that kind: read it, do not
+// add types to it (build your own client for that).
 func (c *Cluster) Client(opts ...ClientOption) (client.WithWatch, error) {
 	objs, err := c.Objects()
 	if err != nil {
@@ -586,17 +642,14 @@ func (c *Cluster) Client(opts ...ClientOption) (client.WithWatch, error) {
 	for _, opt := range opts {
 		opt(&o)
 	}
-	s, err := NewScheme()
+	s, err := c.scheme()
 	if err != nil {
 		return nil, err
 	}
-	gv, err := schema.ParseGroupVersion(c.infra.APIVersion)
-	if err != nil {
-		return nil, fmt.Errorf("fake: %w: infrastructure apiVersion %q: %v", ErrInvalidCluster, c.infra.APIVersion, err)
-	}
-	s.AddKnownTypeWithName(gv.WithKind(c.infra.Kind), &unstructured.Unstructured{})
-	s.AddKnownTypeWithName(gv.WithKind(c.infra.Kind+"List"), &unstructured.UnstructuredList{})
 	b := crfake.NewClientBuilder().WithScheme(s).WithObjects(objs...).WithStatusSubresource(statusObjects()...)
+	if o.noApply {
+		b = b.WithObjectTracker(clienttesting.NewObjectTracker(s, serializer.NewCodecFactory(s).UniversalDecoder()))
+	}
 	if o.funcs != nil {
 		b = b.WithInterceptorFuncs(*o.funcs)
 	}
