@@ -56,7 +56,8 @@ type Injection struct {
 	Node, Step string
 	Verb       Verb
 	Kind       string
-	// What is "fail", "slow", "deadline", "not-ready" or the APIFault.
+	// What is "fail", "slow", "deadline", "not-ready", "crash-during",
+	// "crash-after" or the APIFault.
 	What string
 }
 
@@ -87,6 +88,8 @@ type Faults struct {
 	notReady map[stepKey]bool
 	fired    map[stepKey]bool
 	slow     map[stepKey]time.Duration
+	crash    map[crashKey]bool
+	crashed  map[crashKey]bool
 	api      []*apiRule
 	log      []Injection
 }
@@ -97,6 +100,7 @@ func NewFaults(seed uint64) *Faults {
 	return &Faults{
 		rng:  rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
 		fail: map[stepKey]int{}, notReady: map[stepKey]bool{}, fired: map[stepKey]bool{}, slow: map[stepKey]time.Duration{},
+		crash: map[crashKey]bool{}, crashed: map[crashKey]bool{},
 	}
 }
 
@@ -138,6 +142,54 @@ func (f *Faults) SlowStep(node, step string, d time.Duration) *Faults {
 	defer f.mu.Unlock()
 	f.slow[stepKey{node, step}] = d
 	return f
+}
+
+// CrashPoint is when, relative to a step, a simulated runner crash happens.
+type CrashPoint string
+
+// Crash points.
+const (
+	// CrashDuring kills the runner while the step runs: the command's
+	// effects happened, its outcome never reached the journal, so the
+	// journal shows the step Running and the next runner resumes it by its
+	// InterruptPolicy.
+	CrashDuring CrashPoint = "during"
+	// CrashAfter kills the runner between the step and the next one: the
+	// step is journaled as done, the next has not started. After a plan's
+	// last step there is nothing left to interrupt, so it does not fire.
+	CrashAfter CrashPoint = "after"
+)
+
+type crashKey struct {
+	stepKey
+	at CrashPoint
+}
+
+// CrashRunner makes the runner working on node crash once at point of
+// step (node "" fires once on every node). A Host cannot kill the process
+// that drives it: the Simulator (or a harness of your own, through
+// TakeCrash) cancels the Runner's context at that point and starts a new
+// Runner on the same journal, as the upgrader pod's restart would.
+func (f *Faults) CrashRunner(node, step string, at CrashPoint) *Faults {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.crash[crashKey{stepKey{node, step}, at}] = true
+	return f
+}
+
+// TakeCrash reports whether a crash is due on node at point of step, and
+// if so consumes it (each rule fires once per node) and records the
+// injection ("crash-during" or "crash-after").
+func (f *Faults) TakeCrash(node, step string, at CrashPoint) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	k := crashKey{stepKey{node, step}, at}
+	if f.crashed[k] || !(f.crash[k] || f.crash[crashKey{stepKey{"", step}, at}]) {
+		return false
+	}
+	f.crashed[k] = true
+	f.log = append(f.log, Injection{Node: node, Step: step, What: "crash-" + string(at)})
+	return true
 }
 
 // APIError makes the first times calls of verb on kind ("" for every kind,
@@ -378,6 +430,28 @@ func DriveClock(c *testingclock.FakeClock, quantum time.Duration) (stop func()) 
 	var once sync.Once
 	return func() { once.Do(func() { close(done); wg.Wait() }) }
 }
+
+// SkipAheadClock is a clock.Clock over a FakeClock whose After and Sleep
+// do not wait: they step the FakeClock by the duration and return at
+// once. Give it to a nodeexec.Runner (nodeexec.WithClock) and its retry
+// backoffs cost no wall time while still showing in virtual time, with no
+// goroutine polling the clock as DriveClock does. Timers and tickers
+// (NewTimer, Tick, AfterFunc) are the FakeClock's own and still wait for
+// someone to step it.
+type SkipAheadClock struct {
+	*testingclock.FakeClock
+}
+
+// After steps the clock by d and returns a channel holding the new time.
+func (c SkipAheadClock) After(d time.Duration) <-chan time.Time {
+	c.Step(max(d, 0))
+	ch := make(chan time.Time, 1)
+	ch <- c.Now()
+	return ch
+}
+
+// Sleep steps the clock by d.
+func (c SkipAheadClock) Sleep(d time.Duration) { c.Step(max(d, 0)) }
 
 // String renders "node/step: what" for host faults and "verb Kind: what"
 // for API faults.
