@@ -36,13 +36,32 @@
 // Faults fails a step on a node k times (or randomly, from a seed), marks
 // a node NotReady after a step, makes a step slow on a virtual clock
 // (k8s.io/utils/clock/testing.FakeClock, so deadlines are tested without
-// sleeping; DriveClock makes a Runner's backoff waits instant), and makes
-// chosen API verbs fail with conflicts, timeouts or throttling through
-// controller-runtime's interceptor.
+// sleeping; SkipAheadClock or DriveClock make a Runner's backoff waits
+// instant), crashes the runner during or between steps (CrashRunner), and
+// makes chosen API verbs fail with conflicts, timeouts or throttling
+// through controller-runtime's interceptor.
+//
+// # Simulator
+//
+// NewSimulator(cluster) plans a Rollout with a strategy.Planner (or just
+// a strategy.Strategy: in place, rolling, fallback, replace-first, never
+// replace) and runs it to completion on a virtual clock: in-place machines
+// are cordoned, run the real kubeadm plans through nodeexec's Runner on
+// their hosts (a crashed runner is replaced by a new one on the same
+// journal, as a restarted upgrader pod would be; failures roll back) and
+// are uncordoned; replaced machines are swapped for new ones. The Result
+// is the plan, a timeline of events, every host command, and the broken
+// invariants. The invariants are reusable: CheckSkew (no kubelet newer
+// than the control plane), CheckDisruption (no group over its maxSurge +
+// maxUnavailable at any instant, control plane one at a time),
+// CheckNoRerun (no completed step run again), CheckCordons (no node left
+// cordoned, nobody else's cordon lifted), plus converged versions. A
+// 1,000-node in-place upgrade simulates in a few seconds (BENCHMARKS.md).
 //
 // # fake client or fake/envtest?
 //
-// The fake client is fast (no processes) and is right for logic that only
+// The fake client is fast (no processes; WithoutServerSideApply makes its
+// writes several times cheaper still) and is right for logic that only
 // reads and writes objects: deciding what to upgrade next, reacting to
 // Node versions and conditions, retrying on injected errors. Prefer
 // fake/envtest's real API server (Cluster.Apply into envtest.StartForTest)

@@ -12,6 +12,7 @@ import (
 	"github.com/upgradekit/upgradekit/fake"
 	"github.com/upgradekit/upgradekit/nodeexec"
 	"github.com/upgradekit/upgradekit/nodeexec/kubeadm"
+	"github.com/upgradekit/upgradekit/strategy"
 )
 
 // Build a cluster, give every node a simulated host, and upgrade the first
@@ -74,4 +75,53 @@ func Example() {
 	// demo-md-0-1 docker:////demo-md-0-1 v1.30.4
 	// injected: [update/status Node: Conflict]
 	// true
+}
+
+// Run a whole rollout over a fake cluster on a virtual clock: a 1.30 ->
+// 1.31 upgrade of one control plane machine and three workers, in place,
+// while the upgrader on one worker crashes mid-step (a new runner resumes
+// from the journal) and another worker's kubeadm upgrade keeps failing
+// (its plan rolls back the steps before it, and the node is schedulable
+// again at its old version). Copy this into your own tests and swap in your
+// planner (WithPlanner) or strategy (WithStrategy).
+func ExampleSimulator() {
+	ctx := context.Background()
+	cl := fake.NewCluster("demo").ControlPlane(1, "v1.30.4").MachineDeployment("md-0", 3, "v1.30.4")
+	faults := fake.NewFaults(42).
+		CrashRunner("demo-md-0-0", "kubelet-binary", fake.CrashDuring).
+		FailStep("demo-md-0-2", "kubeadm-upgrade", 100)
+	sim, err := fake.NewSimulator(cl, fake.WithSimFaults(faults), fake.WithStrategy(strategy.NeverReplaceStrategy()))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	res, err := sim.Run(ctx, fake.Rollout{ToVersion: "v1.31.2"})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println("batches:", len(res.Plan.Batches), "took:", res.End.Sub(res.Start))
+	fmt.Println("failed:", res.Failed, "runner restarts:", res.Restarts)
+	fmt.Println("violations:", len(res.Violations), "left cordoned:", res.LeftCordoned)
+	for _, e := range res.Events {
+		if e.Machine == "demo-md-0-2" && e.Outcome != "Succeeded" {
+			fmt.Println(e.Machine, e.Step, e.Outcome)
+		}
+	}
+	for _, n := range []string{"demo-control-plane-0", "demo-md-0-0", "demo-md-0-2"} {
+		var node corev1.Node
+		_ = sim.Client().Get(ctx, client.ObjectKey{Name: n}, &node)
+		fmt.Println(n, node.Status.NodeInfo.KubeletVersion, "unschedulable:", node.Spec.Unschedulable)
+	}
+	// Output:
+	// batches: 4 took: 26m10s
+	// failed: [demo-md-0-2] runner restarts: 1
+	// violations: 0 left cordoned: []
+	// demo-md-0-2 containerd RolledBack
+	// demo-md-0-2 cni-plugins RolledBack
+	// demo-md-0-2 kubeadm-binary RolledBack
+	// demo-md-0-2 kubeadm-upgrade Failed
+	// demo-control-plane-0 v1.31.2 unschedulable: false
+	// demo-md-0-0 v1.31.2 unschedulable: false
+	// demo-md-0-2 v1.30.4 unschedulable: false
 }

@@ -2,20 +2,27 @@ package fake
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"sort"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/version"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/util/retry"
 	clocktesting "k8s.io/utils/clock/testing"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/upgradekit/upgradekit/diff"
 	"github.com/upgradekit/upgradekit/nodeexec"
+	"github.com/upgradekit/upgradekit/nodeexec/drain"
 	"github.com/upgradekit/upgradekit/nodeexec/kubeadm"
 	"github.com/upgradekit/upgradekit/strategy"
 )
@@ -44,38 +51,82 @@ type Event struct {
 	Outcome string `json:"outcome"`
 }
 
+// Execution is one command a simulated host ran (or would have run, when
+// the runner crashed first), in the order they ran.
+type Execution struct {
+	Machine  string         `json:"machine"`
+	Step     string         `json:"step"`
+	Phase    nodeexec.Phase `json:"phase"`
+	ExitCode int            `json:"exitCode"`
+	// Crashed marks the command during which (CrashDuring) or right
+	// before which (CrashAfter the previous step; the command then did
+	// not run) the runner crashed.
+	Crashed bool      `json:"crashed,omitempty"`
+	At      time.Time `json:"at"`
+}
+
 // Result is what a simulation did.
 type Result struct {
 	// Plan is the rollout plan that was executed.
 	Plan *strategy.Plan `json:"plan"`
 	// Events is the timeline, in the order things happened.
 	Events []Event `json:"events"`
+	// Executions are the host commands, in order.
+	Executions []Execution `json:"executions,omitempty"`
 	// Start and End bound the rollout in virtual time.
 	Start time.Time `json:"start"`
 	End   time.Time `json:"end"`
+	// Limits is how many machines of each group ("" is the control plane)
+	// may be disrupted at once: the group's maxSurge + maxUnavailable, at
+	// least 1; 1 for the control plane.
+	Limits map[string]int `json:"limits"`
+	// CordonedBefore lists the nodes that were unschedulable before the
+	// rollout (someone else's cordon: they must stay cordoned).
+	CordonedBefore []string `json:"cordonedBefore,omitempty"`
+	// LeftCordoned lists nodes the simulator cordoned and left cordoned on
+	// purpose: their update failed without a rollback, so they need a
+	// person.
+	LeftCordoned []string `json:"leftCordoned,omitempty"`
+	// Restarts counts runner restarts after injected crashes.
+	Restarts int `json:"restarts,omitempty"`
 	// Failed lists machines whose update failed.
 	Failed []string `json:"failed,omitempty"`
 	// Violations lists broken invariants (empty when all held).
 	Violations []string `json:"violations,omitempty"`
 }
 
+// SimulatorCordonOwner is the owner the Simulator writes into the
+// nodeexec/drain cordon record (drain.AnnotationCordon) of the nodes it
+// cordons.
+const SimulatorCordonOwner = "upgradekit-simulator"
+
 // Simulator runs a rollout plan from package strategy over a fake cluster
-// with simulated hosts, on a virtual clock: in-place machines run the real
-// kubeadm plans through nodeexec's Runner against their Host, replaced
-// machines are swapped for new ones at the desired version. Prefer
-// fake/envtest when the test is about the API server itself.
+// with simulated hosts, on a virtual clock: in-place machines are cordoned,
+// run the real kubeadm plans through nodeexec's Runner against their Host
+// (restarted on the same journal after injected crashes) and are
+// uncordoned; replaced machines are swapped for new ones at the desired
+// version. After every batch and at the end it checks the invariants
+// (CheckSkew, CheckDisruption, CheckNoRerun, CheckCordons, converged
+// versions). Prefer fake/envtest when the test is about the API server
+// itself.
 type Simulator struct {
-	cl       *Cluster
-	c        client.WithWatch
-	fleet    *Fleet
-	clock    *clocktesting.FakeClock
-	planner  *strategy.Planner
-	stepTime time.Duration
-	replace  time.Duration
-	gate     time.Duration
-	journal  string
-	faults   *Faults
-	onEvent  func(Event)
+	cl           *Cluster
+	c            client.WithWatch
+	fleet        *Fleet
+	clock        *clocktesting.FakeClock
+	planner      *strategy.Planner
+	strategy     strategy.Strategy
+	stepTime     time.Duration
+	replace      time.Duration
+	gate         time.Duration
+	maxRestarts  int
+	journal      string
+	faults       *Faults
+	onEvent      func(Event)
+	roles        map[string]Role
+	pools        map[string]string
+	versions     map[string]string // node -> kubelet version, as last read
+	controlPlane []string
 }
 
 // SimOption configures a Simulator.
@@ -85,25 +136,40 @@ type SimOption func(*Simulator)
 // etcd and kubeadm/kubelet configuration changes, else rolling replace).
 func WithPlanner(p *strategy.Planner) SimOption { return func(s *Simulator) { s.planner = p } }
 
+// WithStrategy keeps the default planner's decider (kubeadm's in-place
+// categories) but plans with s (strategy.InPlaceStrategy(),
+// RollingReplaceStrategy, FallbackStrategy...). WithPlanner overrides it.
+func WithStrategy(st strategy.Strategy) SimOption { return func(s *Simulator) { s.strategy = st } }
+
 // WithStepTime sets the virtual time each host command takes (default 20s).
 func WithStepTime(d time.Duration) SimOption { return func(s *Simulator) { s.stepTime = d } }
 
-// WithSimFaults injects host and API faults.
+// WithSimFaults injects host and API faults, and runner crashes
+// (Faults.CrashRunner).
 func WithSimFaults(f *Faults) SimOption { return func(s *Simulator) { s.faults = f } }
 
 // WithEvents calls f for every timeline event as it completes (live
 // progress).
 func WithEvents(f func(Event)) SimOption { return func(s *Simulator) { s.onEvent = f } }
 
+// WithMaxRestarts sets how many times a crashed runner is restarted on one
+// machine before the machine counts as failed (default 3).
+func WithMaxRestarts(n int) SimOption { return func(s *Simulator) { s.maxRestarts = n } }
+
 // NewSimulator builds the fake cluster's client and hosts. The clock starts
-// at a fixed time, so timelines are reproducible.
+// at a fixed time, so timelines are reproducible. The client has no
+// server-side apply (WithoutServerSideApply), which makes every write
+// several times cheaper.
 func NewSimulator(cl *Cluster, opts ...SimOption) (*Simulator, error) {
-	s := &Simulator{cl: cl, stepTime: 20 * time.Second, replace: 4 * time.Minute, gate: time.Minute,
+	s := &Simulator{cl: cl, stepTime: 20 * time.Second, replace: 4 * time.Minute, gate: time.Minute, maxRestarts: 3,
 		clock: clocktesting.NewFakeClock(time.Date(2026, 1, 1, 9, 0, 0, 0, time.UTC))}
 	for _, o := range opts {
 		o(s)
 	}
-	var copts []ClientOption
+	if s.maxRestarts < 0 {
+		return nil, fmt.Errorf("fake: %w: max restarts %d is negative", ErrInvalidCluster, s.maxRestarts)
+	}
+	copts := []ClientOption{WithoutServerSideApply()}
 	if s.faults != nil {
 		copts = append(copts, WithInterceptor(s.faults.Interceptor()))
 	}
@@ -119,21 +185,29 @@ func NewSimulator(cl *Cluster, opts ...SimOption) (*Simulator, error) {
 	if s.fleet, err = NewFleet(cl, hopts...); err != nil {
 		return nil, err
 	}
+	s.roles, s.pools, s.versions = map[string]Role{}, map[string]string{}, map[string]string{}
+	for _, n := range cl.Nodes() {
+		s.roles[n.Name], s.pools[n.Name], s.versions[n.Name] = n.Role, n.Pool, n.Version
+		if n.Role == RoleControlPlane {
+			s.controlPlane = append(s.controlPlane, n.Name)
+		}
+	}
 	if s.planner == nil {
 		kubeadmUpdater, err := strategy.ForCategories("kubeadm", strategy.KubeadmCategories()...)
 		if err != nil {
 			return nil, err
 		}
-		rolling, err := strategy.RollingReplaceStrategy(strategy.RollingUpdate{})
-		if err != nil {
-			return nil, err
-		}
-		fallback, err := strategy.FallbackStrategy(rolling)
-		if err != nil {
-			return nil, err
+		if s.strategy == nil {
+			rolling, err := strategy.RollingReplaceStrategy(strategy.RollingUpdate{})
+			if err != nil {
+				return nil, err
+			}
+			if s.strategy, err = strategy.FallbackStrategy(rolling); err != nil {
+				return nil, err
+			}
 		}
 		if s.planner, err = strategy.NewPlanner(strategy.WithDecider(strategy.Updaters(kubeadmUpdater)),
-			strategy.WithStrategy(fallback), strategy.WithClock(s.clock)); err != nil {
+			strategy.WithStrategy(s.strategy), strategy.WithClock(s.clock)); err != nil {
 			return nil, err
 		}
 	}
@@ -147,7 +221,8 @@ func (s *Simulator) Client() client.Client { return s.c }
 func (s *Simulator) Fleet() *Fleet { return s.fleet }
 
 // Input builds the planner's view of the cluster for a rollout: every
-// machine with its diff against the desired state.
+// machine with its diff against the desired state, and each worker group
+// with its MachineDeployment's rolling update limits.
 func (s *Simulator) Input(ctx context.Context, r Rollout) (strategy.Cluster, error) {
 	if _, err := version.ParseSemantic(r.ToVersion); err != nil {
 		return strategy.Cluster{}, fmt.Errorf("%w: rollout version %q: %v", ErrInvalidCluster, r.ToVersion, err)
@@ -165,9 +240,15 @@ func (s *Simulator) Input(ctx context.Context, r Rollout) (strategy.Cluster, err
 		}
 		i, ok := groups[n.Pool]
 		if !ok {
+			var md clusterv1.MachineDeployment
+			if err := s.c.Get(ctx, client.ObjectKey{Namespace: s.cl.Namespace(), Name: s.cl.name + "-" + n.Pool}, &md); err != nil {
+				return in, err
+			}
+			ru := md.Spec.Rollout.Strategy.RollingUpdate
 			i = len(in.Workers)
 			groups[n.Pool] = i
-			in.Workers = append(in.Workers, strategy.Group{Name: n.Pool})
+			in.Workers = append(in.Workers, strategy.Group{Name: n.Pool,
+				Rollout: strategy.RollingUpdate{MaxSurge: ru.MaxSurge, MaxUnavailable: ru.MaxUnavailable}})
 		}
 		in.Workers[i].Machines = append(in.Workers[i].Machines, m)
 	}
@@ -180,9 +261,7 @@ func (s *Simulator) machine(ctx context.Context, n NodeInfo, r Rollout) (strateg
 	if err := s.c.Get(ctx, client.ObjectKey{Namespace: ns, Name: n.Name}, &m); err != nil {
 		return strategy.Machine{}, err
 	}
-	infra := &unstructured.Unstructured{}
-	infra.SetAPIVersion(s.cl.infra.APIVersion)
-	infra.SetKind(s.cl.infra.Kind)
+	infra := s.newInfra()
 	if err := s.c.Get(ctx, client.ObjectKey{Namespace: ns, Name: n.Name}, infra); err != nil {
 		return strategy.Machine{}, err
 	}
@@ -202,14 +281,24 @@ func (s *Simulator) machine(ctx context.Context, n NodeInfo, r Rollout) (strateg
 	if err != nil {
 		return strategy.Machine{}, err
 	}
-	ready := false
-	for _, c := range node.Status.Conditions {
+	return strategy.Machine{Name: n.Name, NodeName: n.Name, Version: node.Status.NodeInfo.KubeletVersion, Ready: nodeReady(&node),
+		Created: m.CreationTimestamp.Time, Changes: cs}, nil
+}
+
+func (s *Simulator) newInfra() *unstructured.Unstructured {
+	infra := &unstructured.Unstructured{}
+	infra.SetAPIVersion(s.cl.infra.APIVersion)
+	infra.SetKind(s.cl.infra.Kind)
+	return infra
+}
+
+func nodeReady(n *corev1.Node) bool {
+	for _, c := range n.Status.Conditions {
 		if c.Type == corev1.NodeReady {
-			ready = c.Status == corev1.ConditionTrue
+			return c.Status == corev1.ConditionTrue
 		}
 	}
-	return strategy.Machine{Name: n.Name, NodeName: n.Name, Version: node.Status.NodeInfo.KubeletVersion, Ready: ready,
-		Created: m.CreationTimestamp.Time, Changes: cs}, nil
+	return false
 }
 
 // Preview plans the rollout without running it.
@@ -223,10 +312,34 @@ func (s *Simulator) Preview(ctx context.Context, r Rollout) (*strategy.Plan, err
 
 // Run plans the rollout and executes it batch by batch. Machines of one
 // batch run side by side in virtual time; a health gate waits a minute.
+// The error is for what stops the simulation itself (an invalid rollout,
+// a canceled context, an API error outside a machine's update); failed
+// machines and broken invariants are in the Result.
 func (s *Simulator) Run(ctx context.Context, r Rollout) (*Result, error) {
-	plan, err := s.Preview(ctx, r)
+	in, err := s.Input(ctx, r)
 	if err != nil {
 		return nil, err
+	}
+	plan, err := s.planner.Preview(ctx, in)
+	if err != nil {
+		return nil, err
+	}
+	res := &Result{Plan: plan, Start: s.clock.Now(), Limits: map[string]int{"": 1}}
+	for _, g := range in.Workers {
+		surge, unavail, err := g.Rollout.Limits(len(g.Machines))
+		if err != nil {
+			return nil, err
+		}
+		res.Limits[g.Name] = max(1, surge+unavail)
+	}
+	var nodes corev1.NodeList
+	if err := s.c.List(ctx, &nodes); err != nil {
+		return nil, err
+	}
+	for _, n := range nodes.Items {
+		if n.Spec.Unschedulable {
+			res.CordonedBefore = append(res.CordonedBefore, n.Name)
+		}
 	}
 	// The journal is fsynced at every step; on tmpfs that costs nothing,
 	// and a simulation has no crash to survive.
@@ -240,11 +353,16 @@ func (s *Simulator) Run(ctx context.Context, r Rollout) (*Result, error) {
 	}
 	defer os.RemoveAll(journal)
 	s.journal = journal
-	res := &Result{Plan: plan, Start: s.clock.Now()}
 	byName := map[string]strategy.PlannedMachine{}
 	for _, pm := range plan.Machines {
 		byName[pm.Machine] = pm
 	}
+	oldestCP := s.oldestControlPlane()
+	var allNodes []string
+	for n := range s.versions {
+		allNodes = append(allNodes, n)
+	}
+	sort.Strings(allNodes)
 	for _, b := range plan.Batches {
 		if err := ctx.Err(); err != nil {
 			return res, err
@@ -255,6 +373,9 @@ func (s *Simulator) Run(ctx context.Context, r Rollout) (*Result, error) {
 			s.clock.SetTime(start)
 			pm := byName[name]
 			if err := s.runMachine(ctx, r, b, pm, res); err != nil {
+				if ctx.Err() != nil {
+					return res, ctx.Err()
+				}
 				res.Failed = append(res.Failed, name)
 			}
 			if now := s.clock.Now(); now.After(end) {
@@ -265,11 +386,44 @@ func (s *Simulator) Run(ctx context.Context, r Rollout) (*Result, error) {
 		if b.HealthGate {
 			s.clock.Step(s.gate)
 		}
-		res.Violations = append(res.Violations, s.checkSkew(ctx, b.Index)...)
+		// Skew after the batch: only this batch's nodes changed, and the
+		// oldest control plane kubelet only moves up, unless a rollback
+		// moved it down: then every worker is checked again.
+		names := b.Machines
+		cp := s.refreshVersions(ctx, b.Machines)
+		if cp != nil && oldestCP != nil && cp.LessThan(oldestCP) {
+			names = allNodes
+		}
+		oldestCP = cp
+		res.Violations = append(res.Violations, skewViolations(b.Index, oldestCP, s.versions, s.roles, names)...)
 	}
 	res.End = s.clock.Now()
 	res.Violations = append(res.Violations, s.checkConverged(ctx, plan, r, res)...)
+	res.Violations = append(res.Violations, CheckSkew(ctx, s.c, s.cl)...)
+	res.Violations = append(res.Violations, CheckDisruption(res)...)
+	res.Violations = append(res.Violations, CheckNoRerun(res)...)
+	res.Violations = append(res.Violations, CheckCordons(ctx, s.c, res)...)
 	return res, nil
+}
+
+// refreshVersions reads the kubelet versions of the named nodes and
+// returns the oldest control plane kubelet's.
+func (s *Simulator) refreshVersions(ctx context.Context, names []string) *version.Version {
+	for _, name := range names {
+		var n corev1.Node
+		if err := s.c.Get(ctx, client.ObjectKey{Name: name}, &n); err == nil {
+			s.versions[name] = n.Status.NodeInfo.KubeletVersion
+		}
+	}
+	return s.oldestControlPlane()
+}
+
+func (s *Simulator) oldestControlPlane() *version.Version {
+	cps := make(map[string]string, len(s.controlPlane))
+	for _, n := range s.controlPlane {
+		cps[n] = s.versions[n]
+	}
+	return oldestControlPlane(cps, s.roles)
 }
 
 func (s *Simulator) emit(res *Result, e Event) {
@@ -289,6 +443,10 @@ func (s *Simulator) runMachine(ctx context.Context, r Rollout, b strategy.Batch,
 	return nil
 }
 
+// errCrashed is what the executor answers when the simulated runner
+// process dies.
+var errCrashed = errors.New("fake: simulated runner crash")
+
 func (s *Simulator) inPlace(ctx context.Context, r Rollout, b strategy.Batch, pm strategy.PlannedMachine, res *Result) error {
 	h := s.fleet.Host(pm.Node)
 	if h == nil {
@@ -302,24 +460,17 @@ func (s *Simulator) inPlace(ctx context.Context, r Rollout, b strategy.Batch, pm
 		}
 	}
 	h.Stage(Staging{Kubernetes: r.ToVersion, Containerd: DefaultContainerdVersion, CNI: DefaultCNIVersion})
-	plan, err := kubeadm.NewPlan(kubeadm.Config{Node: pm.Node, Role: role, FromVersion: pm.FromVersion, ToVersion: r.ToVersion})
+	plan, err := kubeadm.NewPlan(kubeadm.Config{Node: pm.Node, Role: role, FromVersion: pm.FromVersion, ToVersion: r.ToVersion, RollbackOnFailure: true})
 	if err != nil {
 		s.emit(res, Event{Machine: pm.Machine, Batch: b.Index, Method: pm.Method, Step: "plan", Start: s.clock.Now(), End: s.clock.Now(), Outcome: "Failed"})
 		return err
 	}
-	exec := nodeexec.ExecutorFunc(func(ctx context.Context, cmd nodeexec.Command) (nodeexec.Result, error) {
-		out, err := h.Run(ctx, cmd)
-		s.clock.Step(s.stepTime)
-		return out, err
-	})
-	runner, err := nodeexec.NewRunner(exec, nodeexec.WithJournalDir(s.journal), nodeexec.WithClock(s.clock))
-	if err != nil {
+	start := s.clock.Now()
+	if err := s.cordon(ctx, pm.Node); err != nil {
+		s.emit(res, Event{Machine: pm.Machine, Batch: b.Index, Method: pm.Method, Step: "cordon", Start: start, End: start, Outcome: "Failed"})
 		return err
 	}
-	// Retry backoffs wait on the virtual clock: keep it moving.
-	stop := DriveClock(s.clock, time.Second)
-	out, runErr := runner.Run(ctx, plan)
-	stop()
+	out, runErr := s.runPlan(ctx, h, pm, b, plan, res)
 	steps := append([]nodeexec.StepRecord(nil), out.Steps...)
 	sort.SliceStable(steps, func(i, j int) bool { return steps[i].Started.Before(steps[j].Started) })
 	for _, st := range steps {
@@ -332,96 +483,201 @@ func (s *Simulator) inPlace(ctx context.Context, r Rollout, b strategy.Batch, pm
 		}
 		s.emit(res, Event{Machine: pm.Machine, Batch: b.Index, Method: pm.Method, Step: st.Name, Start: st.Started, End: end, Outcome: string(st.State)})
 	}
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	switch {
+	case out.State == nodeexec.PlanSucceeded && runErr == nil:
+		if err := s.setMachineVersion(ctx, pm.Machine, r.ToVersion, ""); err != nil {
+			return err
+		}
+		return s.uncordon(ctx, pm.Node)
+	case out.State == nodeexec.PlanRolledBack:
+		// Back where it was and healthy: schedulable again, but failed.
+		if err := s.uncordon(ctx, pm.Node); err != nil {
+			return err
+		}
+	default:
+		res.LeftCordoned = append(res.LeftCordoned, pm.Node)
+	}
 	if runErr != nil {
 		return runErr
 	}
-	if out.State != nodeexec.PlanSucceeded {
-		return fmt.Errorf("plan ended %s", out.State)
+	return fmt.Errorf("plan ended %s", out.State)
+}
+
+// runPlan runs plan on h through nodeexec's Runner, starting a new Runner
+// on the same journal after each injected crash.
+func (s *Simulator) runPlan(ctx context.Context, h *Host, pm strategy.PlannedMachine, b strategy.Batch, plan nodeexec.Plan, res *Result) (nodeexec.Outcome, error) {
+	for restarts := 0; ; restarts++ {
+		rctx, cancel := context.WithCancel(ctx)
+		crashed := false
+		lastDone := "" // the last step whose run succeeded, for CrashAfter
+		exec := nodeexec.ExecutorFunc(func(ctx context.Context, cmd nodeexec.Command) (nodeexec.Result, error) {
+			rec := Execution{Machine: pm.Machine, Step: cmd.Step, Phase: cmd.Phase, At: s.clock.Now()}
+			if s.faults != nil && lastDone != "" && cmd.Step != lastDone && s.faults.TakeCrash(h.node, lastDone, CrashAfter) {
+				crashed, rec.Crashed, rec.ExitCode = true, true, -1
+				res.Executions = append(res.Executions, rec)
+				cancel()
+				return nodeexec.Result{ExitCode: -1}, errCrashed
+			}
+			out, err := h.Run(ctx, cmd)
+			s.clock.Step(s.stepTime)
+			rec.ExitCode = out.ExitCode
+			if err == nil && out.ExitCode == 0 && cmd.Phase == nodeexec.PhaseRun {
+				lastDone = cmd.Step
+				if s.faults != nil && s.faults.TakeCrash(h.node, cmd.Step, CrashDuring) {
+					crashed, rec.Crashed = true, true
+					res.Executions = append(res.Executions, rec)
+					cancel()
+					return out, errCrashed
+				}
+			}
+			res.Executions = append(res.Executions, rec)
+			return out, err
+		})
+		// Retry backoffs step the virtual clock instead of waiting.
+		runner, err := nodeexec.NewRunner(exec, nodeexec.WithJournalDir(s.journal), nodeexec.WithClock(SkipAheadClock{s.clock}))
+		if err != nil {
+			cancel()
+			return nodeexec.Outcome{}, err
+		}
+		out, runErr := runner.Run(rctx, plan)
+		cancel()
+		if !crashed || ctx.Err() != nil {
+			return out, runErr
+		}
+		at := s.clock.Now()
+		s.emit(res, Event{Machine: pm.Machine, Batch: b.Index, Method: pm.Method, Step: "runner-restart", Start: at, End: at, Outcome: "Crashed"})
+		if restarts >= s.maxRestarts {
+			return out, fmt.Errorf("runner on %s crashed %d times", pm.Node, restarts+1)
+		}
+		res.Restarts++
 	}
-	return s.setMachineVersion(ctx, pm.Machine, r.ToVersion, "", "")
+}
+
+// cordon marks the node unschedulable with a nodeexec/drain cordon record
+// owned by SimulatorCordonOwner, keeping a record that is already ours
+// (a resumed update).
+func (s *Simulator) cordon(ctx context.Context, name string) error {
+	return s.retry(func() error {
+		var n corev1.Node
+		if err := s.c.Get(ctx, client.ObjectKey{Name: name}, &n); err != nil {
+			return err
+		}
+		if raw, ok := n.Annotations[drain.AnnotationCordon]; ok {
+			var rec drain.CordonRecord
+			if err := json.Unmarshal([]byte(raw), &rec); err != nil || rec.Owner != SimulatorCordonOwner {
+				return fmt.Errorf("node %s is cordoned by someone else (%s=%q)", name, drain.AnnotationCordon, raw)
+			}
+			if n.Spec.Unschedulable {
+				return nil
+			}
+		} else {
+			raw, err := json.Marshal(drain.CordonRecord{Owner: SimulatorCordonOwner, PriorUnschedulable: n.Spec.Unschedulable, Time: metav1.NewTime(s.clock.Now())})
+			if err != nil {
+				return err
+			}
+			if n.Annotations == nil {
+				n.Annotations = map[string]string{}
+			}
+			n.Annotations[drain.AnnotationCordon] = string(raw)
+		}
+		n.Spec.Unschedulable = true
+		return s.c.Update(ctx, &n)
+	})
+}
+
+// uncordon lifts our cordon, unless the node was cordoned before we
+// cordoned it; either way our record goes.
+func (s *Simulator) uncordon(ctx context.Context, name string) error {
+	return s.retry(func() error {
+		var n corev1.Node
+		if err := s.c.Get(ctx, client.ObjectKey{Name: name}, &n); err != nil {
+			return err
+		}
+		raw, ok := n.Annotations[drain.AnnotationCordon]
+		if !ok {
+			return nil
+		}
+		var rec drain.CordonRecord
+		if err := json.Unmarshal([]byte(raw), &rec); err != nil || rec.Owner != SimulatorCordonOwner {
+			return nil // not ours: leave it alone
+		}
+		delete(n.Annotations, drain.AnnotationCordon)
+		if !rec.PriorUnschedulable {
+			n.Spec.Unschedulable = false
+		}
+		return s.c.Update(ctx, &n)
+	})
+}
+
+// simRetry retries immediately: time in a simulation is virtual, and a
+// real backoff would only slow the run down.
+var simRetry = wait.Backoff{Steps: 10}
+
+// retry runs f again on conflicts, timeouts and throttling, which injected
+// API faults produce.
+func (s *Simulator) retry(f func() error) error {
+	return retry.OnError(simRetry, func(err error) bool {
+		return apierrors.IsConflict(err) || apierrors.IsTimeout(err) || apierrors.IsServerTimeout(err) || apierrors.IsTooManyRequests(err)
+	}, f)
 }
 
 // replaceMachine swaps the machine for a new one at the desired version
 // and image: provisioning, then draining and deleting the old one.
 func (s *Simulator) replaceMachine(ctx context.Context, r Rollout, b strategy.Batch, pm strategy.PlannedMachine, res *Result) error {
-	pool := pm.Group
 	start := s.clock.Now()
 	s.clock.Step(s.replace)
 	s.emit(res, Event{Machine: pm.Machine, Batch: b.Index, Method: pm.Method, Step: "provision-replacement", Start: start, End: s.clock.Now(), Outcome: "Succeeded"})
 	start = s.clock.Now()
 	s.clock.Step(s.replace / 4)
 	s.emit(res, Event{Machine: pm.Machine, Batch: b.Index, Method: pm.Method, Step: "drain-and-delete-old", Start: start, End: s.clock.Now(), Outcome: "Replaced"})
-	return s.setMachineVersion(ctx, pm.Machine, r.ToVersion, pool, r.Images[pool])
+	return s.setMachineVersion(ctx, pm.Machine, r.ToVersion, r.Images[pm.Group])
 }
 
 // setMachineVersion records the machine at its new version (and image).
-func (s *Simulator) setMachineVersion(ctx context.Context, name, v, _ string, image string) error {
+func (s *Simulator) setMachineVersion(ctx context.Context, name, v, image string) error {
 	ns := s.cl.Namespace()
-	var m clusterv1.Machine
-	if err := s.c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &m); err != nil {
-		return err
-	}
-	m.Spec.Version = v
-	if err := s.c.Update(ctx, &m); err != nil {
+	err := s.retry(func() error {
+		var m clusterv1.Machine
+		if err := s.c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &m); err != nil {
+			return err
+		}
+		if m.Spec.Version == v {
+			return nil
+		}
+		m.Spec.Version = v
+		return s.c.Update(ctx, &m)
+	})
+	if err != nil {
 		return err
 	}
 	if image != "" {
-		infra := &unstructured.Unstructured{}
-		infra.SetAPIVersion(s.cl.infra.APIVersion)
-		infra.SetKind(s.cl.infra.Kind)
-		if err := s.c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, infra); err != nil {
-			return err
-		}
-		if err := unstructured.SetNestedField(infra.Object, image, s.cl.infra.ImageField...); err != nil {
-			return err
-		}
-		if err := s.c.Update(ctx, infra); err != nil {
+		if err := s.retry(func() error {
+			infra := s.newInfra()
+			if err := s.c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, infra); err != nil {
+				return err
+			}
+			if err := unstructured.SetNestedField(infra.Object, image, s.cl.infra.ImageField...); err != nil {
+				return err
+			}
+			return s.c.Update(ctx, infra)
+		}); err != nil {
 			return err
 		}
 	}
-	var node corev1.Node
-	if err := s.c.Get(ctx, client.ObjectKey{Name: name}, &node); err != nil {
-		return err
-	}
-	if node.Status.NodeInfo.KubeletVersion != v {
+	return s.retry(func() error {
+		var node corev1.Node
+		if err := s.c.Get(ctx, client.ObjectKey{Name: name}, &node); err != nil {
+			return err
+		}
+		if node.Status.NodeInfo.KubeletVersion == v {
+			return nil
+		}
 		node.Status.NodeInfo.KubeletVersion = v
 		return s.c.Status().Update(ctx, &node)
-	}
-	return nil
-}
-
-// checkSkew reports workers whose kubelet is newer than the oldest control
-// plane kubelet, after each batch.
-func (s *Simulator) checkSkew(ctx context.Context, batch int) []string {
-	var nodes corev1.NodeList
-	if err := s.c.List(ctx, &nodes); err != nil {
-		return []string{fmt.Sprintf("batch %d: listing nodes: %v", batch, err)}
-	}
-	var oldestCP *version.Version
-	roles := map[string]Role{}
-	for _, n := range s.cl.Nodes() {
-		roles[n.Name] = n.Role
-	}
-	for _, n := range nodes.Items {
-		v, err := version.ParseSemantic(n.Status.NodeInfo.KubeletVersion)
-		if err != nil || roles[n.Name] != RoleControlPlane {
-			continue
-		}
-		if oldestCP == nil || v.LessThan(oldestCP) {
-			oldestCP = v
-		}
-	}
-	var out []string
-	for _, n := range nodes.Items {
-		v, err := version.ParseSemantic(n.Status.NodeInfo.KubeletVersion)
-		if err != nil || roles[n.Name] != RoleWorker || oldestCP == nil {
-			continue
-		}
-		if v.Major() > oldestCP.Major() || (v.Major() == oldestCP.Major() && v.Minor() > oldestCP.Minor()) {
-			out = append(out, fmt.Sprintf("after batch %d: worker %s runs %s, newer than control plane %s", batch, n.Name, v, oldestCP))
-		}
-	}
-	return out
+	})
 }
 
 // checkConverged reports machines that should have reached the version but

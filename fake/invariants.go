@@ -1,0 +1,215 @@
+package fake
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"sort"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/version"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/upgradekit/upgradekit/nodeexec"
+	"github.com/upgradekit/upgradekit/nodeexec/drain"
+)
+
+// The invariant checks below are what the Simulator verifies after every
+// run; they are exported so a test that drives its own rollout over a fake
+// cluster (its own controller, its own executor) can check the same
+// things. Each returns one line per violation, nil when the invariant
+// holds.
+
+// CheckSkew reports workers whose kubelet is a newer minor than the oldest
+// control plane kubelet: Kubernetes' version skew policy never allows a
+// kubelet newer than the API server. Roles come from cl; the versions
+// from the Nodes c holds.
+func CheckSkew(ctx context.Context, c client.Reader, cl *Cluster) []string {
+	var nodes corev1.NodeList
+	if err := c.List(ctx, &nodes); err != nil {
+		return []string{fmt.Sprintf("skew: listing nodes: %v", err)}
+	}
+	roles := map[string]Role{}
+	for _, n := range cl.Nodes() {
+		roles[n.Name] = n.Role
+	}
+	versions := map[string]string{}
+	var names []string
+	for _, n := range nodes.Items {
+		versions[n.Name] = n.Status.NodeInfo.KubeletVersion
+		names = append(names, n.Name)
+	}
+	return skewViolations(0, oldestControlPlane(versions, roles), versions, roles, names)
+}
+
+// oldestControlPlane returns the oldest control plane kubelet version in
+// versions, or nil.
+func oldestControlPlane(versions map[string]string, roles map[string]Role) *version.Version {
+	var oldest *version.Version
+	for n, s := range versions {
+		if roles[n] != RoleControlPlane {
+			continue
+		}
+		if v, err := version.ParseSemantic(s); err == nil && (oldest == nil || v.LessThan(oldest)) {
+			oldest = v
+		}
+	}
+	return oldest
+}
+
+// skewViolations checks the named workers against oldest, the oldest
+// control plane kubelet; batch 0 means "at the end".
+func skewViolations(batch int, oldest *version.Version, versions map[string]string, roles map[string]Role, names []string) []string {
+	if oldest == nil {
+		return nil
+	}
+	when := "at the end"
+	if batch > 0 {
+		when = fmt.Sprintf("after batch %d", batch)
+	}
+	var out []string
+	for _, n := range names {
+		v, err := version.ParseSemantic(versions[n])
+		if err != nil || roles[n] != RoleWorker {
+			continue
+		}
+		if v.Major() > oldest.Major() || (v.Major() == oldest.Major() && v.Minor() > oldest.Minor()) {
+			out = append(out, fmt.Sprintf("%s: worker %s runs %s, newer than control plane %s", when, n, v, oldest))
+		}
+	}
+	return out
+}
+
+// CheckDisruption reports groups that had more machines disrupted at the
+// same virtual time than res.Limits allows (the control plane, group "",
+// one at a time). A machine is disrupted from the start of its first
+// timeline event to the end of its last.
+func CheckDisruption(res *Result) []string {
+	if res == nil || res.Plan == nil {
+		return nil
+	}
+	group := map[string]string{}
+	for _, pm := range res.Plan.Machines {
+		group[pm.Machine] = pm.Group
+	}
+	type span struct{ start, end time.Time }
+	spans := map[string]*span{}
+	for _, e := range res.Events {
+		sp, ok := spans[e.Machine]
+		if !ok {
+			spans[e.Machine] = &span{e.Start, e.End}
+			continue
+		}
+		if e.Start.Before(sp.start) {
+			sp.start = e.Start
+		}
+		if e.End.After(sp.end) {
+			sp.end = e.End
+		}
+	}
+	type edge struct {
+		at    time.Time
+		delta int
+	}
+	edges := map[string][]edge{}
+	for m, sp := range spans {
+		g := group[m]
+		edges[g] = append(edges[g], edge{sp.start, +1}, edge{sp.end, -1})
+	}
+	groups := make([]string, 0, len(edges))
+	for g := range edges {
+		groups = append(groups, g)
+	}
+	sort.Strings(groups)
+	var out []string
+	for _, g := range groups {
+		es := edges[g]
+		// Ends before starts at the same instant: a machine that finishes
+		// as the next begins does not overlap it.
+		sort.Slice(es, func(i, j int) bool {
+			if !es[i].at.Equal(es[j].at) {
+				return es[i].at.Before(es[j].at)
+			}
+			return es[i].delta < es[j].delta
+		})
+		limit, ok := res.Limits[g]
+		if !ok {
+			limit = 1
+		}
+		cur, peak := 0, 0
+		var at time.Time
+		for _, e := range es {
+			cur += e.delta
+			if cur > peak {
+				peak, at = cur, e.at
+			}
+		}
+		if peak > limit {
+			name := g
+			if name == "" {
+				name = "control plane"
+			}
+			out = append(out, fmt.Sprintf("%s: %d machines disrupted at once at %s, limit %d", name, peak, at.Format(time.RFC3339), limit))
+		}
+	}
+	return out
+}
+
+// CheckNoRerun reports steps run again on a machine after they had
+// completed: the journal must make a resumed runner pass over completed
+// steps. A step may run again only when the runner crashed during it
+// (its completion never reached the journal).
+func CheckNoRerun(res *Result) []string {
+	if res == nil {
+		return nil
+	}
+	type key struct{ machine, step string }
+	done := map[key]bool{}
+	var out []string
+	for _, e := range res.Executions {
+		if e.Phase != nodeexec.PhaseRun {
+			continue
+		}
+		k := key{e.Machine, e.Step}
+		if done[k] {
+			out = append(out, fmt.Sprintf("%s: step %s ran again after it had completed", e.Machine, e.Step))
+		}
+		if e.ExitCode == 0 && !e.Crashed {
+			done[k] = true
+		}
+	}
+	return out
+}
+
+// CheckCordons reports nodes left unschedulable by the rollout (other than
+// res.LeftCordoned, left on purpose after a failure), nodes in
+// res.CordonedBefore made schedulable (someone else's cordon lifted), and
+// cordon records of ours left behind on schedulable nodes.
+func CheckCordons(ctx context.Context, c client.Reader, res *Result) []string {
+	if res == nil {
+		return nil
+	}
+	var nodes corev1.NodeList
+	if err := c.List(ctx, &nodes); err != nil {
+		return []string{fmt.Sprintf("cordons: listing nodes: %v", err)}
+	}
+	var out []string
+	for _, n := range nodes.Items {
+		before := slices.Contains(res.CordonedBefore, n.Name)
+		left := slices.Contains(res.LeftCordoned, n.Name)
+		switch {
+		case before && !n.Spec.Unschedulable:
+			out = append(out, fmt.Sprintf("node %s was cordoned by someone else before the rollout and is schedulable now", n.Name))
+		case !before && !left && n.Spec.Unschedulable:
+			out = append(out, fmt.Sprintf("node %s was left cordoned", n.Name))
+		}
+		var rec drain.CordonRecord
+		if raw, ok := n.Annotations[drain.AnnotationCordon]; ok && !left &&
+			json.Unmarshal([]byte(raw), &rec) == nil && rec.Owner == SimulatorCordonOwner {
+			out = append(out, fmt.Sprintf("node %s still carries the simulator's cordon record", n.Name))
+		}
+	}
+	return out
+}

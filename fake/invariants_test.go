@@ -1,0 +1,261 @@
+package fake_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	clocktesting "k8s.io/utils/clock/testing"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/upgradekit/upgradekit/fake"
+	"github.com/upgradekit/upgradekit/nodeexec"
+	"github.com/upgradekit/upgradekit/nodeexec/drain"
+	"github.com/upgradekit/upgradekit/strategy"
+)
+
+var t0 = time.Date(2026, 1, 1, 9, 0, 0, 0, time.UTC)
+
+func at(min int) time.Time { return t0.Add(time.Duration(min) * time.Minute) }
+
+func TestCheckDisruption(t *testing.T) {
+	plan := &strategy.Plan{Machines: []strategy.PlannedMachine{
+		{Machine: "cp-0"}, {Machine: "cp-1"}, {Machine: "w-0", Group: "md-0"}, {Machine: "w-1", Group: "md-0"}, {Machine: "w-2", Group: "md-0"},
+	}}
+	ev := func(m string, start, end int) fake.Event {
+		return fake.Event{Machine: m, Step: "s", Start: at(start), End: at(end)}
+	}
+	tests := []struct {
+		name   string
+		events []fake.Event
+		limits map[string]int
+		want   []string
+	}{
+		{"one at a time, back to back", []fake.Event{ev("cp-0", 0, 5), ev("cp-1", 5, 9), ev("w-0", 9, 12), ev("w-1", 12, 15)},
+			map[string]int{"": 1, "md-0": 1}, nil},
+		{"two control plane machines overlap", []fake.Event{ev("cp-0", 0, 5), ev("cp-1", 4, 9)},
+			map[string]int{"": 1}, []string{"control plane: 2 machines disrupted at once at 2026-01-01T09:04:00Z, limit 1"}},
+		{"a machine's span covers all its events", []fake.Event{ev("w-0", 0, 1), ev("w-1", 2, 3), ev("w-0", 4, 5)},
+			map[string]int{"md-0": 1}, []string{"md-0: 2 machines disrupted at once at 2026-01-01T09:02:00Z, limit 1"}},
+		{"within a limit of 2", []fake.Event{ev("w-0", 0, 5), ev("w-1", 0, 5), ev("w-2", 5, 7)},
+			map[string]int{"md-0": 2}, nil},
+		{"three over a limit of 2", []fake.Event{ev("w-0", 0, 5), ev("w-1", 0, 5), ev("w-2", 1, 7)},
+			map[string]int{"md-0": 2}, []string{"md-0: 3 machines disrupted at once at 2026-01-01T09:01:00Z, limit 2"}},
+		{"a group without a limit gets 1", []fake.Event{ev("w-0", 0, 5), ev("w-1", 1, 5)},
+			nil, []string{"md-0: 2 machines disrupted at once at 2026-01-01T09:01:00Z, limit 1"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got := fake.CheckDisruption(&fake.Result{Plan: plan, Events: tc.events, Limits: tc.limits})
+			require.Empty(t, cmp.Diff(tc.want, got))
+		})
+	}
+	require.Nil(t, fake.CheckDisruption(nil))
+}
+
+func TestCheckNoRerun(t *testing.T) {
+	run := func(m, step string, code int, crashed bool) fake.Execution {
+		return fake.Execution{Machine: m, Step: step, Phase: nodeexec.PhaseRun, ExitCode: code, Crashed: crashed}
+	}
+	tests := []struct {
+		name string
+		ex   []fake.Execution
+		want []string
+	}{
+		{"each step once", []fake.Execution{run("a", "s1", 0, false), run("a", "s2", 0, false), run("b", "s1", 0, false)}, nil},
+		{"retried after failures", []fake.Execution{run("a", "s1", 1, false), run("a", "s1", 1, false), run("a", "s1", 0, false)}, nil},
+		{"re-run after a crash during it", []fake.Execution{run("a", "s1", 0, true), run("a", "s1", 0, false)}, nil},
+		{"checks and rollbacks are not runs", []fake.Execution{run("a", "s1", 0, false),
+			{Machine: "a", Step: "s1", Phase: nodeexec.PhaseCheck}, {Machine: "a", Step: "s1", Phase: nodeexec.PhaseRollback}}, nil},
+		{"re-run after it completed", []fake.Execution{run("a", "s1", 0, false), run("a", "s2", 0, true), run("a", "s1", 0, false)},
+			[]string{"a: step s1 ran again after it had completed"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			require.Empty(t, cmp.Diff(tc.want, fake.CheckNoRerun(&fake.Result{Executions: tc.ex})))
+		})
+	}
+}
+
+func TestCheckCordonsAndSkew(t *testing.T) {
+	ctx := context.Background()
+	cl := fake.NewCluster("c").ControlPlane(1, "v1.30.4").MachineDeployment("md-0", 4, "v1.30.4")
+	c, err := cl.Client()
+	require.NoError(t, err)
+	update := func(name string, f func(n *corev1.Node)) {
+		var n corev1.Node
+		require.NoError(t, c.Get(ctx, client.ObjectKey{Name: name}, &n))
+		f(&n)
+		require.NoError(t, c.Update(ctx, &n))
+	}
+	res := &fake.Result{CordonedBefore: []string{"c-md-0-0", "c-md-0-1"}, LeftCordoned: []string{"c-md-0-3"}}
+	update("c-md-0-0", func(n *corev1.Node) { n.Spec.Unschedulable = true })
+	update("c-md-0-3", func(n *corev1.Node) { n.Spec.Unschedulable = true })
+	require.Empty(t, fake.CheckCordons(ctx, c, &fake.Result{CordonedBefore: []string{"c-md-0-0"}, LeftCordoned: []string{"c-md-0-3"}}))
+
+	update("c-md-0-2", func(n *corev1.Node) {
+		n.Spec.Unschedulable = true
+		n.Annotations = map[string]string{drain.AnnotationCordon: `{"owner":"` + fake.SimulatorCordonOwner + `"}`}
+	})
+	require.Empty(t, cmp.Diff([]string{
+		"node c-md-0-1 was cordoned by someone else before the rollout and is schedulable now",
+		"node c-md-0-2 was left cordoned",
+		"node c-md-0-2 still carries the simulator's cordon record",
+	}, fake.CheckCordons(ctx, c, res)))
+
+	require.Empty(t, fake.CheckSkew(ctx, c, cl))
+	var n corev1.Node
+	require.NoError(t, c.Get(ctx, client.ObjectKey{Name: "c-md-0-1"}, &n))
+	n.Status.NodeInfo.KubeletVersion = "v1.31.2"
+	require.NoError(t, c.Status().Update(ctx, &n))
+	require.Equal(t, []string{"at the end: worker c-md-0-1 runs 1.31.2, newer than control plane 1.30.4"}, fake.CheckSkew(ctx, c, cl))
+}
+
+func TestTakeCrash(t *testing.T) {
+	f := fake.NewFaults(1).CrashRunner("n1", "a", fake.CrashDuring).CrashRunner("", "b", fake.CrashAfter)
+	require.False(t, f.TakeCrash("n1", "a", fake.CrashAfter), "only the point asked for")
+	require.False(t, f.TakeCrash("n2", "a", fake.CrashDuring), "only the node asked for")
+	require.True(t, f.TakeCrash("n1", "a", fake.CrashDuring))
+	require.False(t, f.TakeCrash("n1", "a", fake.CrashDuring), "once")
+	require.True(t, f.TakeCrash("n1", "b", fake.CrashAfter), "node \"\" fires on every node")
+	require.True(t, f.TakeCrash("n2", "b", fake.CrashAfter))
+	require.False(t, f.TakeCrash("n2", "b", fake.CrashAfter))
+	var what []string
+	for _, i := range f.Injected() {
+		what = append(what, i.String())
+	}
+	require.Equal(t, []string{"n1/a: crash-during", "n1/b: crash-after", "n2/b: crash-after"}, what)
+}
+
+func TestSkipAheadClock(t *testing.T) {
+	fc := clocktesting.NewFakeClock(t0)
+	c := fake.SkipAheadClock{FakeClock: fc}
+	got := <-c.After(30 * time.Second)
+	require.Equal(t, at(0).Add(30*time.Second), got)
+	c.Sleep(time.Minute)
+	require.Equal(t, at(0).Add(90*time.Second), fc.Now())
+	c.Sleep(-time.Second)
+	require.Equal(t, at(0).Add(90*time.Second), fc.Now(), "negative waits do not move time back")
+}
+
+func TestRunnerCrashesAreResumed(t *testing.T) {
+	ctx := context.Background()
+	cl := fake.NewCluster("c").ControlPlane(1, "v1.30.4").MachineDeployment("md-0", 2, "v1.30.4")
+	faults := fake.NewFaults(3).
+		CrashRunner("c-control-plane-0", "kubelet-binary", fake.CrashDuring).
+		CrashRunner("c-md-0-0", "containerd", fake.CrashDuring).
+		CrashRunner("c-md-0-1", "kubeadm-binary", fake.CrashAfter)
+	sim, err := fake.NewSimulator(cl, fake.WithSimFaults(faults))
+	require.NoError(t, err)
+	res, err := sim.Run(ctx, fake.Rollout{ToVersion: "v1.31.2"})
+	require.NoError(t, err)
+	require.Empty(t, res.Violations)
+	require.Empty(t, res.Failed)
+	require.Equal(t, 3, res.Restarts)
+	runs, checks := map[string]int{}, map[string]int{}
+	for _, e := range res.Executions {
+		switch e.Phase {
+		case nodeexec.PhaseRun:
+			runs[e.Machine+"/"+e.Step]++
+		case nodeexec.PhaseCheck:
+			checks[e.Machine+"/"+e.Step]++
+		}
+	}
+	require.Equal(t, 1, runs["c-control-plane-0/kubelet-binary"], "crashed during a checkable step: the check finds it done")
+	require.Equal(t, 2, checks["c-control-plane-0/kubelet-binary"], "checked before the first run and after the crash")
+	require.Equal(t, 2, runs["c-md-0-0/containerd"], "crashed during an idempotent step without a check: run again")
+	require.Equal(t, 1, runs["c-md-0-1/kubeadm-binary"], "crashed after: journaled as done, not run again")
+	var crashedBefore []string
+	for _, e := range res.Executions {
+		if e.Machine == "c-md-0-1" && e.Crashed {
+			crashedBefore = append(crashedBefore, e.Step+"/"+string(e.Phase))
+		}
+	}
+	require.Equal(t, []string{"kubeadm-upgrade/backup"}, crashedBefore, "the runner died before the next step's first command")
+	require.Equal(t, 1, runs["c-md-0-1/kubeadm-upgrade"], "which the next runner then runs once")
+	restarts := 0
+	for _, e := range res.Events {
+		if e.Step == "runner-restart" {
+			restarts++
+		}
+	}
+	require.Equal(t, 3, restarts)
+
+	// Past the restart limit the machine fails, and stays cordoned.
+	cl = fake.NewCluster("d").ControlPlane(1, "v1.30.4").MachineDeployment("md-0", 1, "v1.30.4")
+	faults = fake.NewFaults(3)
+	for _, s := range []string{"containerd", "cni-plugins", "kubeadm-binary"} {
+		faults.CrashRunner("d-md-0-0", s, fake.CrashDuring)
+	}
+	sim, err = fake.NewSimulator(cl, fake.WithSimFaults(faults), fake.WithMaxRestarts(2))
+	require.NoError(t, err)
+	res, err = sim.Run(ctx, fake.Rollout{ToVersion: "v1.31.2"})
+	require.NoError(t, err)
+	require.Equal(t, []string{"d-md-0-0"}, res.Failed)
+	require.Equal(t, []string{"d-md-0-0"}, res.LeftCordoned)
+	require.Empty(t, res.Violations)
+	var n corev1.Node
+	require.NoError(t, sim.Client().Get(ctx, client.ObjectKey{Name: "d-md-0-0"}, &n))
+	require.True(t, n.Spec.Unschedulable)
+	require.Contains(t, n.Annotations[drain.AnnotationCordon], fake.SimulatorCordonOwner)
+
+	_, err = fake.NewSimulator(cl, fake.WithMaxRestarts(-1))
+	require.ErrorIs(t, err, fake.ErrInvalidCluster)
+}
+
+func TestSimulatorHonoursRolloutLimitsAndCordons(t *testing.T) {
+	ctx := context.Background()
+	two := intstr.FromInt32(2)
+	zero := intstr.FromInt32(0)
+	cl := fake.NewCluster("c").ControlPlane(1, "v1.30.4").
+		MachineDeployment("md-0", 5, "v1.30.4", fake.WithRollingUpdate(&zero, &two))
+	sim, err := fake.NewSimulator(cl)
+	require.NoError(t, err)
+	var md clusterv1.MachineDeployment
+	require.NoError(t, sim.Client().Get(ctx, client.ObjectKey{Namespace: cl.Namespace(), Name: "c-md-0"}, &md))
+	require.Equal(t, &two, md.Spec.Rollout.Strategy.RollingUpdate.MaxUnavailable)
+
+	var n corev1.Node
+	require.NoError(t, sim.Client().Get(ctx, client.ObjectKey{Name: "c-md-0-4"}, &n))
+	n.Spec.Unschedulable = true // someone else's cordon
+	require.NoError(t, sim.Client().Update(ctx, &n))
+
+	res, err := sim.Run(ctx, fake.Rollout{ToVersion: "v1.31.2"})
+	require.NoError(t, err)
+	require.Empty(t, res.Violations)
+	require.Equal(t, map[string]int{"": 1, "md-0": 2}, res.Limits)
+	require.Equal(t, []string{"c-md-0-4"}, res.CordonedBefore)
+	var sizes []int
+	for _, b := range res.Plan.Batches {
+		sizes = append(sizes, len(b.Machines))
+	}
+	require.Equal(t, []int{1, 2, 2, 1}, sizes, "maxUnavailable 2: workers two at a time")
+	require.NoError(t, sim.Client().Get(ctx, client.ObjectKey{Name: "c-md-0-4"}, &n))
+	require.True(t, n.Spec.Unschedulable, "someone else's cordon stays")
+	require.NotContains(t, n.Annotations, drain.AnnotationCordon)
+	require.NoError(t, sim.Client().Get(ctx, client.ObjectKey{Name: "c-md-0-0"}, &n))
+	require.False(t, n.Spec.Unschedulable)
+}
+
+func TestWithoutServerSideApply(t *testing.T) {
+	ctx := context.Background()
+	cl := fake.NewCluster("c").ControlPlane(1, "v1.30.4")
+	c, err := cl.Client(fake.WithoutServerSideApply())
+	require.NoError(t, err)
+	var n corev1.Node
+	require.NoError(t, c.Get(ctx, client.ObjectKey{Name: "c-control-plane-0"}, &n))
+	n.Status.NodeInfo.KubeletVersion = "v1.31.2"
+	require.NoError(t, c.Update(ctx, &n))
+	require.NoError(t, c.Get(ctx, client.ObjectKey{Name: "c-control-plane-0"}, &n))
+	require.Equal(t, "v1.30.4", n.Status.NodeInfo.KubeletVersion, "status only through the status subresource")
+	n.Status.NodeInfo.KubeletVersion = "v1.31.2"
+	require.NoError(t, c.Status().Update(ctx, &n))
+	require.NoError(t, c.Get(ctx, client.ObjectKey{Name: "c-control-plane-0"}, &n))
+	require.Equal(t, "v1.31.2", n.Status.NodeInfo.KubeletVersion)
+	require.Empty(t, n.ManagedFields)
+}
