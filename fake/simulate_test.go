@@ -2,12 +2,18 @@ package fake_test
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"math/rand"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/util/retry"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/upgradekit/upgradekit/fake"
 	"github.com/upgradekit/upgradekit/strategy"
@@ -75,27 +81,177 @@ func TestSimulatorReportsFailures(t *testing.T) {
 	require.Empty(t, res.Violations, "a failed machine is reported as failed, not as unconverged")
 }
 
-// TestSimulatorProperty runs randomized clusters and rollouts and checks the
-// invariants every time; a failing seed is printed.
-func TestSimulatorProperty(t *testing.T) {
-	const runs = 120
-	for seed := int64(1); seed <= runs; seed++ {
-		rng := rand.New(rand.NewSource(seed))
-		cl := fake.NewCluster(fmt.Sprintf("c%d", seed)).ControlPlane(1+2*rng.Intn(2), "v1.30.4")
-		images := map[string]string{}
-		for g := 0; g < 1+rng.Intn(3); g++ {
-			name := fmt.Sprintf("md-%d", g)
-			cl.MachineDeployment(name, 1+rng.Intn(4), "v1.30.4", fake.WithImage("img-v1"))
-			if rng.Intn(3) == 0 {
-				images[name] = "img-v2"
-			}
+var (
+	simRuns = flag.Int("sim.runs", 1000, "randomized rollouts TestSimulatorProperty runs")
+	simSeed = flag.Int64("sim.seed", 0, "run only this seed of TestSimulatorProperty (or: -run TestSimulatorProperty/seeds/seed=N$)")
+)
+
+// propertyCase is one randomized rollout: a cluster shape, a change, a
+// strategy and faults, all derived from the seed.
+type propertyCase struct {
+	cluster  *fake.Cluster
+	rollout  fake.Rollout
+	strategy strategy.Strategy
+	faults   *fake.Faults
+	// faulted are the nodes with an injected step failure; only they may
+	// fail (crashes, conflicts and NotReady blips must be survived).
+	faulted map[string]bool
+	// cordoned are nodes cordoned by someone else before the rollout.
+	cordoned []string
+	desc     string
+}
+
+// The worker plan's steps, and those with a retry budget (a single
+// failure of them must be survived).
+var (
+	kubeadmSteps = []string{"containerd", "containerd-restart", "cni-plugins", "kubeadm-binary", "kubeadm-upgrade", "kubectl-binary", "kubelet-stop", "kubelet-binary", "kubelet-restart", "verify"}
+	retriedSteps = []string{"containerd-restart", "kubeadm-upgrade", "kubelet-restart", "verify"}
+)
+
+func newPropertyCase(t *testing.T, seed int64) propertyCase {
+	rng := rand.New(rand.NewSource(seed))
+	name := fmt.Sprintf("c%d", seed)
+	pc := propertyCase{cluster: fake.NewCluster(name).ControlPlane(1+2*rng.Intn(2), "v1.30.4"),
+		faults: fake.NewFaults(uint64(seed)), faulted: map[string]bool{}}
+	images := map[string]string{}
+	intOrPct := func() *intstr.IntOrString {
+		switch rng.Intn(4) {
+		case 0:
+			return nil
+		case 1:
+			v := intstr.FromString(fmt.Sprintf("%d%%", 25*rng.Intn(5)))
+			return &v
+		default:
+			v := intstr.FromInt32(int32(rng.Intn(3)))
+			return &v
 		}
-		sim, err := fake.NewSimulator(cl)
-		require.NoError(t, err, "seed %d", seed)
-		res, err := sim.Run(context.Background(), fake.Rollout{ToVersion: "v1.31.2", Images: images})
-		require.NoError(t, err, "seed %d", seed)
-		require.Empty(t, res.Violations, "seed %d", seed)
-		require.Empty(t, res.Failed, "seed %d", seed)
 	}
-	t.Logf("%d randomized rollouts, all invariants held", runs)
+	var nodes []string
+	for i := range 1 + rng.Intn(3) {
+		pool := fmt.Sprintf("md-%d", i)
+		surge, unavail := intOrPct(), intOrPct()
+		replicas := 1 + rng.Intn(5)
+		if _, _, err := (strategy.RollingUpdate{MaxSurge: surge, MaxUnavailable: unavail}).Limits(replicas); err != nil {
+			surge = nil // both zero is invalid, as in Kubernetes; nil is CAPI's 1
+		}
+		pc.cluster.MachineDeployment(pool, replicas, "v1.30.4", fake.WithImage("img-v1"), fake.WithRollingUpdate(surge, unavail))
+		if rng.Intn(3) == 0 {
+			images[pool] = "img-v2"
+		}
+		for j := range replicas {
+			nodes = append(nodes, fmt.Sprintf("%s-%s-%d", name, pool, j))
+		}
+	}
+	pc.rollout = fake.Rollout{ToVersion: "v1.31.2", Images: images}
+	rolling, err := strategy.RollingReplaceStrategy(strategy.RollingUpdate{})
+	require.NoError(t, err)
+	fallback, err := strategy.FallbackStrategy(rolling)
+	require.NoError(t, err)
+	strategies := []strategy.Strategy{fallback, rolling, strategy.NeverReplaceStrategy(), strategy.ReplaceFirstStrategy()}
+	pc.strategy = strategies[rng.Intn(len(strategies))]
+
+	// Faults on workers (a control plane failure stops every worker
+	// behind it, which TestSimulatorReportsFailures covers).
+	pick := func() string { return nodes[rng.Intn(len(nodes))] }
+	var what []string
+	if rng.Intn(4) == 0 {
+		n, step := pick(), kubeadmSteps[rng.Intn(len(kubeadmSteps))]
+		pc.faults.FailStep(n, step, 100) // beyond every retry budget
+		pc.faulted[n] = true
+		what = append(what, "fail "+n+"/"+step)
+	}
+	if rng.Intn(3) == 0 {
+		n, step := pick(), retriedSteps[rng.Intn(len(retriedSteps))]
+		pc.faults.FailStep(n, step, 1) // within the retry budget
+		what = append(what, "flake "+n+"/"+step)
+	}
+	if rng.Intn(3) == 0 {
+		at := []fake.CrashPoint{fake.CrashDuring, fake.CrashAfter}[rng.Intn(2)]
+		step := kubeadmSteps[rng.Intn(len(kubeadmSteps))]
+		n := pick()
+		if rng.Intn(2) == 0 {
+			n = "" // every node
+		}
+		pc.faults.CrashRunner(n, step, at)
+		what = append(what, fmt.Sprintf("crash %s %s/%s", at, n, step))
+	}
+	if rng.Intn(4) == 0 {
+		pc.faults.NotReadyAfter(pick(), "kubelet-binary")
+		what = append(what, "not-ready")
+	}
+	if rng.Intn(3) == 0 {
+		pc.faults.APIError(fake.VerbUpdate, "Node", fake.Conflict, 1+rng.Intn(3))
+		pc.faults.APIError(fake.VerbUpdateStatus, "Node", fake.Conflict, 1+rng.Intn(3))
+		pc.faults.APIError(fake.VerbUpdate, "Machine", fake.Throttled, 1)
+		what = append(what, "api")
+	}
+	if rng.Intn(4) == 0 {
+		pc.cordoned = append(pc.cordoned, pick())
+	}
+	pc.desc = fmt.Sprintf("strategy %s, images %v, faults %v, cordoned %v", pc.strategy.Name(), images, what, pc.cordoned)
+	return pc
+}
+
+func runPropertyCase(t *testing.T, seed int64) *fake.Result {
+	pc := newPropertyCase(t, seed)
+	ctx := context.Background()
+	sim, err := fake.NewSimulator(pc.cluster, fake.WithStrategy(pc.strategy), fake.WithSimFaults(pc.faults))
+	require.NoError(t, err, "seed %d", seed)
+	for _, n := range pc.cordoned {
+		require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			var node corev1.Node
+			if err := sim.Client().Get(ctx, client.ObjectKey{Name: n}, &node); err != nil {
+				return err
+			}
+			node.Spec.Unschedulable = true
+			return sim.Client().Update(ctx, &node)
+		}))
+	}
+	res, err := sim.Run(ctx, pc.rollout)
+	require.NoError(t, err, "seed %d (%s)", seed, pc.desc)
+	require.Empty(t, res.Violations, "seed %d (%s)", seed, pc.desc)
+	for _, f := range res.Failed {
+		require.True(t, pc.faulted[f], "seed %d (%s): %s failed without an injected failure", seed, pc.desc, f)
+	}
+	return res
+}
+
+// TestSimulatorProperty runs randomized clusters (shapes, rollout limits,
+// strategies, image changes) with randomized faults (hard and transient
+// step failures, runner crashes during and between steps, NotReady nodes,
+// API conflicts and throttling, nodes cordoned by someone else) and checks
+// every invariant each time, plus: only machines with an injected hard
+// failure fail, and a seed replays to the same timeline. Each seed is a
+// parallel subtest; a failing one replays alone with
+// -run 'TestSimulatorProperty/seed=N$'.
+func TestSimulatorProperty(t *testing.T) {
+	start := time.Now()
+	first, last := int64(1), int64(*simRuns)
+	if *simSeed != 0 {
+		first, last = *simSeed, *simSeed
+	}
+	var mu sync.Mutex
+	var runs, machines, failed, restarts, commands int
+	t.Run("seeds", func(t *testing.T) {
+		for seed := first; seed <= last; seed++ {
+			t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
+				t.Parallel()
+				res := runPropertyCase(t, seed)
+				if seed%50 == 0 {
+					again := runPropertyCase(t, seed)
+					require.Equal(t, res.Events, again.Events, "seed %d is not deterministic", seed)
+				}
+				mu.Lock()
+				defer mu.Unlock()
+				runs++
+				machines += len(res.Plan.Machines)
+				failed += len(res.Failed)
+				restarts += res.Restarts
+				commands += len(res.Executions)
+			})
+		}
+	})
+	require.Equal(t, int(last-first+1), runs)
+	t.Logf("%d randomized rollouts (%d machines, %d failed by injected faults, %d runner restarts, %d host commands), all invariants held, in %v",
+		runs, machines, failed, restarts, commands, time.Since(start).Round(time.Millisecond))
 }
