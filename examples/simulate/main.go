@@ -32,6 +32,7 @@ type options struct {
 	newImage      []string
 	strategy      string
 	faults        []fault
+	crashes       []fault
 	seed          uint64
 	timeline      string
 	bar           bool
@@ -59,6 +60,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&newImage, "new-image", "md-1", "machine deployments whose infrastructure image also changes (replaced, not updated in place)")
 	fs.StringVar(&o.strategy, "strategy", "fallback", "fallback (in place, else rolling replace), inplace-only (never replace), rolling (always replace)")
 	fs.StringVar(&faults, "fail", "", "inject step failures: node/step=times,... (e.g. demo-md-0-1/kubeadm-upgrade=1)")
+	var crashes string
+	fs.StringVar(&crashes, "crash", "", "crash the node's upgrader during a step (a new one resumes from the journal): node/step,... (e.g. demo-md-0-0/kubelet-binary)")
 	fs.Uint64Var(&o.seed, "seed", 1, "seed for injected faults")
 	fs.StringVar(&o.timeline, "timeline", "", "write an HTML/SVG timeline of the rollout to this file")
 	fs.BoolVar(&o.bar, "progress-bar", isTerminal(os.Stdout), "draw a progress bar (default: when stdout is a terminal)")
@@ -88,6 +91,13 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 			return o, fmt.Errorf("-fail: %q is not node/step=times", f)
 		}
 		o.faults = append(o.faults, fault{node, step, times})
+	}
+	for _, c := range splitList(crashes) {
+		node, step, ok := strings.Cut(c, "/")
+		if !ok || node == "" || step == "" {
+			return o, fmt.Errorf("-crash: %q is not node/step", c)
+		}
+		o.crashes = append(o.crashes, fault{node: node, step: step})
 	}
 	return o, nil
 }
@@ -156,6 +166,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	faults := fake.NewFaults(o.seed)
 	for _, f := range o.faults {
 		faults.FailStep(f.node, f.step, f.times)
+	}
+	for _, c := range o.crashes {
+		faults.CrashRunner(c.node, c.step, fake.CrashDuring)
 	}
 	total := 0
 	prog := newProgress(stdout, o.bar)
@@ -262,9 +275,16 @@ func summarize(w io.Writer, res *fake.Result) {
 	if len(res.Failed) > 0 {
 		fmt.Fprintf(w, "; failed: %s", strings.Join(res.Failed, ", "))
 	}
+	if res.Restarts > 0 {
+		fmt.Fprintf(w, "; %d upgrader restarts resumed from the journal", res.Restarts)
+	}
 	fmt.Fprintln(w)
+	if len(res.LeftCordoned) > 0 {
+		fmt.Fprintf(w, "Left cordoned for a person (failed without a rollback): %s\n", strings.Join(res.LeftCordoned, ", "))
+	}
 	if len(res.Violations) == 0 {
-		fmt.Fprintln(w, "Invariants held: control plane first and one at a time, no version skew, every updated machine converged.")
+		fmt.Fprintln(w, "Invariants held: control plane first and one at a time; no group over maxSurge+maxUnavailable at once;")
+		fmt.Fprintln(w, "no kubelet newer than the control plane; no completed step run twice; no node left cordoned; every updated machine converged.")
 	}
 	for _, v := range res.Violations {
 		fmt.Fprintln(w, "VIOLATION:", v)

@@ -77,6 +77,19 @@ func TestDemoWithAFailure(t *testing.T) {
 	checkTimeline(t, timeline, []string{"demo-control-plane-0", "demo-md-0-0", "demo-md-0-1"}, true)
 }
 
+func TestDemoWithACrash(t *testing.T) {
+	var out bytes.Buffer
+	err := run(context.Background(), []string{"-progress-bar=false", "-control-planes", "1", "-workers", "md-0=2", "-new-image", "",
+		"-crash", "demo-md-0-0/containerd,demo-md-0-1/kubelet-binary"}, &out, &bytes.Buffer{})
+	require.NoError(t, err, out.String())
+	s := out.String()
+	require.Contains(t, s, "demo-md-0-0              InPlace runner-restart         Crashed")
+	require.Contains(t, s, "Summary: 3 InPlace in 3 batches")
+	require.Contains(t, s, "; 2 upgrader restarts resumed from the journal")
+	require.Contains(t, s, "Invariants held")
+	require.NotContains(t, s, "failed:")
+}
+
 func TestProgressBar(t *testing.T) {
 	var out bytes.Buffer
 	require.NoError(t, run(context.Background(), []string{"-progress-bar", "-control-planes", "1", "-workers", "md-0=1"}, &out, &bytes.Buffer{}))
@@ -86,7 +99,7 @@ func TestProgressBar(t *testing.T) {
 func TestBadFlags(t *testing.T) {
 	for _, args := range [][]string{
 		{"-workers", "md-0"}, {"-workers", "md-0=0"}, {"-fail", "node-step=1"}, {"-strategy", "yolo"},
-		{"-control-planes", "0"}, {"-to", "latest"}, {"extra"},
+		{"-control-planes", "0"}, {"-to", "latest"}, {"extra"}, {"-crash", "node-step"},
 	} {
 		err := run(context.Background(), args, &bytes.Buffer{}, &bytes.Buffer{})
 		require.Error(t, err, "%v", args)
