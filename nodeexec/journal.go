@@ -266,6 +266,7 @@ func writeJournal(path string, j Journal) error {
 	}
 	data = append(data, '\n')
 	dir := filepath.Dir(path)
+	// CreateTemp creates the file 0600: the journal holds step output.
 	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
 	if err != nil {
 		return err
@@ -283,10 +284,6 @@ func writeJournal(path string, j Journal) error {
 		return err
 	}
 	if err := tmp.Close(); err != nil {
-		cleanup()
-		return err
-	}
-	if err := os.Chmod(tmpName, 0o600); err != nil {
 		cleanup()
 		return err
 	}

@@ -631,3 +631,17 @@ func TestRollbackStopsAtStepThatCannotBeUndone(t *testing.T) {
 		require.Equal(t, PlanRolledBack, out.State)
 	})
 }
+
+// The journal holds step output (which can include secrets a command
+// printed): only its owner may read it, whatever the umask.
+func TestJournalIsPrivate(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, JournalFileName("p"))
+	require.NoError(t, writeJournal(path, newJournal(Plan{Name: "p", Steps: []Step{{Name: "a", Argv: []string{"true"}}}}, "fp")))
+	fi, err := os.Stat(path)
+	require.NoError(t, err)
+	require.Equal(t, os.FileMode(0o600), fi.Mode().Perm())
+	entries, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	require.Len(t, entries, 1, "no temporary file left behind")
+}
