@@ -488,7 +488,7 @@ func (s *Simulator) inPlace(ctx context.Context, r Rollout, b strategy.Batch, pm
 	}
 	switch {
 	case out.State == nodeexec.PlanSucceeded && runErr == nil:
-		if err := s.setMachineVersion(ctx, pm.Machine, r.ToVersion, ""); err != nil {
+		if err := s.setMachineVersion(ctx, pm.Machine, r.ToVersion, "", false); err != nil {
 			return err
 		}
 		return s.uncordon(ctx, pm.Node)
@@ -633,11 +633,13 @@ func (s *Simulator) replaceMachine(ctx context.Context, r Rollout, b strategy.Ba
 	start = s.clock.Now()
 	s.clock.Step(s.replace / 4)
 	s.emit(res, Event{Machine: pm.Machine, Batch: b.Index, Method: pm.Method, Step: "drain-and-delete-old", Start: start, End: s.clock.Now(), Outcome: "Replaced"})
-	return s.setMachineVersion(ctx, pm.Machine, r.ToVersion, r.Images[pm.Group])
+	return s.setMachineVersion(ctx, pm.Machine, r.ToVersion, r.Images[pm.Group], true)
 }
 
-// setMachineVersion records the machine at its new version (and image).
-func (s *Simulator) setMachineVersion(ctx context.Context, name, v, image string) error {
+// setMachineVersion records the machine at its new version (and image);
+// with node, its Node's kubelet version too (a replacement: in place, the
+// host's kubelet restart has already reported it).
+func (s *Simulator) setMachineVersion(ctx context.Context, name, v, image string, node bool) error {
 	ns := s.cl.Namespace()
 	err := s.retry(func() error {
 		var m clusterv1.Machine
@@ -666,6 +668,9 @@ func (s *Simulator) setMachineVersion(ctx context.Context, name, v, image string
 		}); err != nil {
 			return err
 		}
+	}
+	if !node {
+		return nil
 	}
 	return s.retry(func() error {
 		var node corev1.Node
