@@ -6,7 +6,16 @@
 // Machine, Prometheus metrics (-metrics-bind-address) and logs.
 //
 //	inplace-extension -cert-dir /tmp/k8s-webhook-server/serving-certs \
-//	    -updater-image registry.example/upgradekit-upgrader:v1.31.1
+//	    -upgrader-image registry.example/upgradekit-upgrader:v1.31.1
+//
+// The upgrader pod runs examples/upgrader's image: by default every step's
+// init container runs "/upgrader run" (-upgrader-command), which reads the
+// plan from the pod's UPGRADEKIT_* environment, and a first init container
+// copies the image's /staging (-stage-from; the Dockerfile's bundle target
+// puts the Kubernetes binaries there) to /var/lib/upgradekit/staging on the
+// node, where the kubeadm plan installs them from. The runner writes a
+// summary to the termination log, which UpdateMachine reads back through
+// the pod's status (nodepod.ReadStatus).
 //
 // See README.md for deploying it next to Cluster API.
 package main
@@ -19,6 +28,8 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -39,6 +50,8 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/upgradekit/upgradekit/diff"
+	"github.com/upgradekit/upgradekit/nodeexec"
+	"github.com/upgradekit/upgradekit/nodeexec/kubeadm"
 	"github.com/upgradekit/upgradekit/nodeexec/nodepod"
 	"github.com/upgradekit/upgradekit/strategy"
 )
@@ -52,14 +65,38 @@ func defaultCategories() string {
 	return strings.Join(names, ",")
 }
 
+// The upgrader pod's defaults fit the image examples/upgrader builds (the
+// bundle target of its Dockerfile): the runner binary at /upgrader, and the
+// Kubernetes binaries under /staging, which the pod's stage container
+// copies to <staging host path>/staging on the node, where the kubeadm
+// plan installs them from.
+const (
+	defaultUpgraderCommand = "/upgrader run"
+	defaultStageFrom       = "/staging"
+)
+
+// skippableSteps are the kubeadm plan steps -skip-steps may leave out,
+// with the component the bundle image then need not carry.
+var skippableSteps = []string{kubeadm.StepContainerd, kubeadm.StepCNIPlugins, kubeadm.StepEtcdSnapshot}
+
+// errInvalidFlag is wrapped by every flag validation error.
+var errInvalidFlag = errors.New("invalid flag")
+
 type options struct {
-	host, certDir, namePrefix, updaterImage, categories, namespace string
-	port                                                           int
-	retryAfter                                                     int
-	noUpdate                                                       bool
-	drain                                                          bool
-	drainTimeout                                                   time.Duration
-	metricsAddr                                                    string
+	host, certDir, namePrefix, categories string
+	port                                  int
+	retryAfter                            int
+	noUpdate                              bool
+	drain                                 bool
+	drainTimeout                          time.Duration
+	metricsAddr                           string
+
+	// The upgrader pod (see podOptions) and the plan it runs (planConfig).
+	upgraderImage, upgraderNamespace, upgraderCommand, upgraderMode, stageFrom, skipSteps string
+	// Parsed from the strings above by parseFlags.
+	runnerArgv []string
+	mode       nodepod.Mode
+	skip       map[string]bool
 }
 
 func parseFlags(args []string, stderr io.Writer) (options, error) {
@@ -71,8 +108,14 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.certDir, "cert-dir", "/tmp/k8s-webhook-server/serving-certs", "directory with tls.crt and tls.key")
 	fs.StringVar(&o.namePrefix, "name", "upgradekit", "prefix of the handler names in the ExtensionConfig")
 	fs.StringVar(&o.categories, "in-place", defaultCategories(), "comma-separated diff categories applied in place; anything else makes CAPI replace the machine")
-	fs.StringVar(&o.updaterImage, "updater-image", "", "image of the node upgrader pod (it carries the kubeadm/kubelet/kubectl binaries); required unless -no-update-machine")
-	fs.StringVar(&o.namespace, "updater-namespace", nodepod.DefaultNamespace, "namespace of the upgrader pods in workload clusters")
+	fs.StringVar(&o.upgraderImage, "upgrader-image", "", "image of the node upgrader pod: examples/upgrader's bundle image with the target version's kubeadm/kubelet/kubectl under /staging; required unless -no-update-machine")
+	fs.StringVar(&o.upgraderImage, "updater-image", "", "old name of -upgrader-image")
+	fs.StringVar(&o.upgraderNamespace, "upgrader-namespace", nodepod.DefaultNamespace, "namespace of the upgrader pods in workload clusters")
+	fs.StringVar(&o.upgraderNamespace, "updater-namespace", nodepod.DefaultNamespace, "old name of -upgrader-namespace")
+	fs.StringVar(&o.upgraderCommand, "upgrader-command", defaultUpgraderCommand, `runner command in the upgrader image, split at spaces (it reads the plan from the UPGRADEKIT_* environment); "" runs each step's argv through nsenter instead (raw layout: no journal, retries or rollback)`)
+	fs.StringVar(&o.upgraderMode, "upgrader-mode", string(nodepod.ModeInitContainers), "upgrader pod layout: InitContainers (a container per step) or SingleContainer (one container runs the plan)")
+	fs.StringVar(&o.stageFrom, "stage-from", defaultStageFrom, `directory of the upgrader image copied to /var/lib/upgradekit/staging on the node before the first step; "" when the nodes have the binaries there already`)
+	fs.StringVar(&o.skipSteps, "skip-steps", "", "comma-separated kubeadm plan steps to leave out, so the bundle need not carry their component: "+strings.Join(skippableSteps, ", "))
 	fs.IntVar(&o.retryAfter, "retry-after", 15, "seconds CAPI waits between UpdateMachine calls while a node upgrades")
 	fs.BoolVar(&o.noUpdate, "no-update-machine", false, "serve only CanUpdateMachine/CanUpdateMachineSet (decide, do not update)")
 	fs.BoolVar(&o.drain, "drain", true, "cordon and drain each node (Eviction API, PDBs respected) before upgrading it, uncordon after")
@@ -81,13 +124,99 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
-	if !o.noUpdate && o.updaterImage == "" {
-		return o, errors.New("-updater-image is required (or -no-update-machine)")
+	if fs.NArg() > 0 {
+		return o, fmt.Errorf("%w: unexpected arguments %q", errInvalidFlag, fs.Args())
 	}
 	if o.drainTimeout < 0 {
-		return o, fmt.Errorf("-drain-timeout %s: must not be negative", o.drainTimeout)
+		return o, fmt.Errorf("%w: -drain-timeout %s: must not be negative", errInvalidFlag, o.drainTimeout)
+	}
+	if o.noUpdate {
+		return o, nil
+	}
+	if o.upgraderImage == "" {
+		return o, fmt.Errorf("%w: -upgrader-image is required (or -no-update-machine)", errInvalidFlag)
+	}
+	if err := o.parseUpgrader(); err != nil {
+		return o, err
 	}
 	return o, nil
+}
+
+// parseUpgrader checks the upgrader pod flags and fills runnerArgv, mode
+// and skip. It finishes by building a pod for a one-step plan with
+// podOptions, so whatever nodepod refuses (a namespace that is not a DNS
+// label, say) is refused at startup rather than at the first UpdateMachine.
+func (o *options) parseUpgrader() error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: %s", errInvalidFlag, fmt.Sprintf(format, args...))
+	}
+	if strings.ContainsAny(o.upgraderCommand, `"'\`) {
+		return bad("-upgrader-command %q: no quotes or escapes, the command is split at spaces", o.upgraderCommand)
+	}
+	o.runnerArgv = strings.Fields(o.upgraderCommand)
+	if argv := o.runnerArgv; len(argv) > 0 && path.Base(argv[0]) == "upgrader" {
+		// examples/upgrader: the pod must run the plan, through nsenter.
+		if len(argv) < 2 || argv[1] != "run" {
+			return bad("-upgrader-command %q: the upgrader pod runs plans, so the upgrader's command must be \"run\" (%q)", o.upgraderCommand, defaultUpgraderCommand)
+		}
+		for _, a := range argv[2:] {
+			if name, _, _ := strings.Cut(strings.TrimLeft(a, "-"), "="); name == "direct" && strings.HasPrefix(a, "-") {
+				return bad("-upgrader-command %q: %s would run host steps inside the container instead of through nsenter", o.upgraderCommand, a)
+			}
+		}
+	}
+	switch o.mode = nodepod.Mode(o.upgraderMode); o.mode {
+	case nodepod.ModeInitContainers:
+	case nodepod.ModeSingleContainer:
+		if len(o.runnerArgv) == 0 {
+			return bad("-upgrader-mode %s needs a runner: set -upgrader-command (default %q)", o.mode, defaultUpgraderCommand)
+		}
+	default:
+		return bad("-upgrader-mode %q: want %s or %s", o.upgraderMode, nodepod.ModeInitContainers, nodepod.ModeSingleContainer)
+	}
+	if o.stageFrom != "" && (!path.IsAbs(o.stageFrom) || path.Clean(o.stageFrom) == "/") {
+		return bad("-stage-from %q: must be an absolute directory of the upgrader image other than / (default %q)", o.stageFrom, defaultStageFrom)
+	}
+	o.skip = map[string]bool{}
+	for _, s := range strings.Split(o.skipSteps, ",") {
+		if s = strings.TrimSpace(s); s == "" {
+			continue
+		}
+		if !slices.Contains(skippableSteps, s) {
+			return bad("-skip-steps: %q cannot be skipped; only %s can", s, strings.Join(skippableSteps, ", "))
+		}
+		o.skip[s] = true
+	}
+	probe := nodeexec.Plan{Name: "probe", Node: "probe", Steps: []nodeexec.Step{{Name: "probe", Argv: []string{"true"}}}}
+	if _, err := nodepod.Build(probe, o.podOptions()...); err != nil {
+		return fmt.Errorf("%w: upgrader pod: %w", errInvalidFlag, err)
+	}
+	return nil
+}
+
+// podOptions are the options of every upgrader pod the extension creates.
+func (o options) podOptions() []nodepod.Option {
+	opts := []nodepod.Option{
+		nodepod.WithImage(o.upgraderImage),
+		nodepod.WithNamespace(o.upgraderNamespace),
+		nodepod.WithMode(o.mode),
+	}
+	if len(o.runnerArgv) > 0 {
+		opts = append(opts, nodepod.WithRunnerCommand(o.runnerArgv...))
+	}
+	if o.stageFrom != "" {
+		opts = append(opts, nodepod.WithStageFrom(o.stageFrom))
+	}
+	return opts
+}
+
+// planConfig adjusts each node's kubeadm plan (strategy.WithPlanConfig).
+// The staging directory stays kubeadm.DefaultStagingDir, which is where
+// the stage container of a pod built with podOptions puts the binaries.
+func (o options) planConfig(c *kubeadm.Config) {
+	c.SkipContainerd = o.skip[kubeadm.StepContainerd]
+	c.SkipCNIPlugins = o.skip[kubeadm.StepCNIPlugins]
+	c.SkipEtcdSnapshot = o.skip[kubeadm.StepEtcdSnapshot]
 }
 
 // deps are what the handlers use besides the flags.
@@ -121,7 +250,8 @@ func handlers(o options, d deps) ([]server.ExtensionHandler, error) {
 	}
 	opts := []strategy.MachineUpdaterOption{
 		strategy.WithRetryAfter(int32(o.retryAfter)),
-		strategy.WithPodOptions(nodepod.WithImage(o.updaterImage), nodepod.WithNamespace(o.namespace)),
+		strategy.WithPodOptions(o.podOptions()...),
+		strategy.WithPlanConfig(o.planConfig),
 		strategy.WithWorkloadClientset(strategy.KubeconfigSecretClientsets(d.mgmt)),
 		strategy.WithDrainTimeout(o.drainTimeout),
 		strategy.WithUpdaterMetrics(d.metrics),

@@ -5,16 +5,21 @@ import (
 	"context"
 	"crypto/tls"
 	"encoding/json"
+	"io"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -25,32 +30,141 @@ import (
 	fakeclient "sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	"github.com/upgradekit/upgradekit/internal/testcerts"
+	"github.com/upgradekit/upgradekit/nodeexec"
+	"github.com/upgradekit/upgradekit/nodeexec/kubeadm"
+	"github.com/upgradekit/upgradekit/nodeexec/nodepod"
 	"github.com/upgradekit/upgradekit/strategy"
 )
 
 func TestFlags(t *testing.T) {
 	var out bytes.Buffer
 	_, err := parseFlags(nil, &out)
-	require.ErrorContains(t, err, "-updater-image is required")
+	require.ErrorIs(t, err, errInvalidFlag)
+	require.ErrorContains(t, err, "-upgrader-image is required")
 	o, err := parseFlags([]string{"-no-update-machine", "-port", "8443"}, &out)
 	require.NoError(t, err)
 	require.Equal(t, 8443, o.port)
-	o, err = parseFlags([]string{"-updater-image", "img:v1", "-in-place", "KubernetesVersion"}, &out)
+	o, err = parseFlags([]string{"-upgrader-image", "img:v1", "-in-place", "KubernetesVersion"}, &out)
 	require.NoError(t, err)
-	require.Equal(t, "img:v1", o.updaterImage)
+	require.Equal(t, "img:v1", o.upgraderImage)
 	require.True(t, o.drain, "draining is on by default")
 	require.Equal(t, strategy.DefaultDrainTimeout, o.drainTimeout)
 	require.Equal(t, ":8080", o.metricsAddr)
-	o, err = parseFlags([]string{"-updater-image", "img:v1", "-drain=false", "-drain-timeout", "1h", "-metrics-bind-address", "0"}, &out)
+	o, err = parseFlags([]string{"-upgrader-image", "img:v1", "-drain=false", "-drain-timeout", "1h", "-metrics-bind-address", "0"}, &out)
 	require.NoError(t, err)
 	require.False(t, o.drain)
 	require.Equal(t, time.Hour, o.drainTimeout)
 	require.Equal(t, "0", o.metricsAddr)
-	_, err = parseFlags([]string{"-updater-image", "img:v1", "-drain-timeout", "-1m"}, &out)
+	_, err = parseFlags([]string{"-upgrader-image", "img:v1", "-drain-timeout", "-1m"}, &out)
 	require.ErrorContains(t, err, "-drain-timeout -1m0s: must not be negative")
 	_, err = parseFlags([]string{"-bogus"}, &out)
 	require.Error(t, err)
 	require.Contains(t, out.String(), "flag provided but not defined")
+}
+
+// TestUpgraderFlags: the upgrader pod flags, what they turn into, and
+// the errors for values that would give pods the upgrader cannot run.
+func TestUpgraderFlags(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		args       []string
+		image      string
+		runner     []string
+		mode       nodepod.Mode
+		stageFrom  string
+		namespace  string
+		skip       map[string]bool
+		wantErr    string
+		nodepodErr bool
+	}{
+		{name: "defaults fit examples/upgrader's bundle image", args: nil,
+			runner: []string{"/upgrader", "run"}, mode: nodepod.ModeInitContainers, stageFrom: "/staging", namespace: nodepod.DefaultNamespace, skip: map[string]bool{}},
+		{name: "old flag names", args: []string{"-updater-image", "registry.example/old:v1", "-updater-namespace", "ops"}, image: "registry.example/old:v1",
+			runner: []string{"/upgrader", "run"}, mode: nodepod.ModeInitContainers, stageFrom: "/staging", namespace: "ops", skip: map[string]bool{}},
+		{name: "single container, own runner, no staging", args: []string{"-upgrader-mode", "SingleContainer", "-upgrader-command", " /opt/bin/runner  --verbose ", "-stage-from", ""},
+			runner: []string{"/opt/bin/runner", "--verbose"}, mode: nodepod.ModeSingleContainer, namespace: nodepod.DefaultNamespace, skip: map[string]bool{}},
+		{name: "raw layout", args: []string{"-upgrader-command", ""},
+			mode: nodepod.ModeInitContainers, stageFrom: "/staging", namespace: nodepod.DefaultNamespace, skip: map[string]bool{}},
+		{name: "skip steps", args: []string{"-skip-steps", "containerd, cni-plugins,etcd-snapshot,"},
+			runner: []string{"/upgrader", "run"}, mode: nodepod.ModeInitContainers, stageFrom: "/staging", namespace: nodepod.DefaultNamespace,
+			skip: map[string]bool{"containerd": true, "cni-plugins": true, "etcd-snapshot": true}},
+
+		{name: "upgrader told to roll back", args: []string{"-upgrader-command", "/upgrader rollback"},
+			wantErr: `-upgrader-command "/upgrader rollback": the upgrader pod runs plans, so the upgrader's command must be "run" ("/upgrader run")`},
+		{name: "upgrader without command", args: []string{"-upgrader-command", "/upgrader"},
+			wantErr: `the upgrader's command must be "run"`},
+		{name: "upgrader run -direct", args: []string{"-upgrader-command", "/upgrader run --direct=true"},
+			wantErr: `-upgrader-command "/upgrader run --direct=true": --direct=true would run host steps inside the container instead of through nsenter`},
+		{name: "quoted command", args: []string{"-upgrader-command", `/upgrader run -plan "a b"`},
+			wantErr: "no quotes or escapes, the command is split at spaces"},
+		{name: "single container without runner", args: []string{"-upgrader-mode", "SingleContainer", "-upgrader-command", ""},
+			wantErr: `-upgrader-mode SingleContainer needs a runner: set -upgrader-command (default "/upgrader run")`},
+		{name: "unknown mode", args: []string{"-upgrader-mode", "initcontainers"},
+			wantErr: `-upgrader-mode "initcontainers": want InitContainers or SingleContainer`},
+		{name: "relative stage dir", args: []string{"-stage-from", "staging"},
+			wantErr: `-stage-from "staging": must be an absolute directory of the upgrader image other than / (default "/staging")`},
+		{name: "stage the whole image", args: []string{"-stage-from", "//"},
+			wantErr: `-stage-from "//": must be an absolute directory`},
+		{name: "unskippable step", args: []string{"-skip-steps", "kubeadm-upgrade"},
+			wantErr: `-skip-steps: "kubeadm-upgrade" cannot be skipped; only containerd, cni-plugins, etcd-snapshot can`},
+		{name: "namespace nodepod refuses", args: []string{"-upgrader-namespace", "Ops_Team"},
+			wantErr: `upgrader pod: nodepod: invalid pod builder options: namespace "Ops_Team"`, nodepodErr: true},
+		{name: "stray argument", args: []string{"registry.example/upgrader:v1"},
+			wantErr: `unexpected arguments ["registry.example/upgrader:v1"]`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o, err := parseFlags(append([]string{"-upgrader-image", "registry.example/upgrader:v1.31.1"}, tc.args...), io.Discard)
+			if tc.wantErr != "" {
+				require.ErrorIs(t, err, errInvalidFlag)
+				require.ErrorContains(t, err, tc.wantErr)
+				if tc.nodepodErr {
+					require.ErrorIs(t, err, nodepod.ErrInvalidOptions)
+				}
+				return
+			}
+			require.NoError(t, err)
+			if tc.image == "" {
+				tc.image = "registry.example/upgrader:v1.31.1"
+			}
+			require.Equal(t, tc.image, o.upgraderImage)
+			require.Empty(t, cmp.Diff(tc.runner, o.runnerArgv, cmpopts.EquateEmpty()))
+			require.Equal(t, tc.mode, o.mode)
+			require.Equal(t, tc.stageFrom, o.stageFrom)
+			require.Equal(t, tc.namespace, o.upgraderNamespace)
+			require.Equal(t, tc.skip, o.skip)
+
+			// What the options do to a pod and a plan.
+			plan, err := kubeadm.NewPlan(planConfigFor(o, kubeadm.RoleFirstControlPlane))
+			require.NoError(t, err)
+			pod, err := nodepod.Build(plan, o.podOptions()...)
+			require.NoError(t, err)
+			require.Equal(t, tc.namespace, pod.Namespace)
+			require.Equal(t, string(tc.mode), pod.Annotations[nodepod.AnnotationMode])
+			var first corev1.Container
+			if len(pod.Spec.InitContainers) > 0 {
+				first = pod.Spec.InitContainers[0]
+			}
+			require.Equal(t, tc.stageFrom != "", first.Name == nodepod.StageContainer, "a stage container iff -stage-from")
+			if tc.runner != nil {
+				require.Equal(t, tc.runner, pod.Spec.Containers[0].Command)
+			} else {
+				require.Equal(t, corev1.RestartPolicyNever, pod.Spec.RestartPolicy, "the raw layout never re-runs a step")
+			}
+			for _, step := range skippableSteps {
+				require.Equal(t, !tc.skip[step], slices.ContainsFunc(plan.Steps, func(s nodeexec.Step) bool { return s.Name == step }),
+					"step %s is in the plan unless skipped", step)
+			}
+		})
+	}
+}
+
+// planConfigFor is the kubeadm configuration MachineUpdater builds for a
+// node (strategy/updatemachine.go), adjusted by the extension's
+// planConfig as WithPlanConfig does.
+func planConfigFor(o options, role kubeadm.Role) kubeadm.Config {
+	cfg := kubeadm.Config{Node: "node-a", Role: role, FromVersion: "v1.30.4", ToVersion: "v1.31.1"}
+	o.planConfig(&cfg)
+	return cfg
 }
 
 // TestServesTheHooksOverHTTPS starts the extension as the binary does
@@ -60,7 +174,7 @@ func TestServesTheHooksOverHTTPS(t *testing.T) {
 	pool := testcerts.Write(t, dir)
 	port := testcerts.FreePort(t)
 	metricsPort := testcerts.FreePort(t)
-	o, err := parseFlags([]string{"-host", "127.0.0.1", "-port", strconv.Itoa(port), "-cert-dir", dir, "-updater-image", "registry.example/upgrader:v1.31.1",
+	o, err := parseFlags([]string{"-host", "127.0.0.1", "-port", strconv.Itoa(port), "-cert-dir", dir, "-upgrader-image", "registry.example/upgrader:v1.31.1",
 		"-metrics-bind-address", "127.0.0.1:" + strconv.Itoa(metricsPort)}, &bytes.Buffer{})
 	require.NoError(t, err)
 	scheme := runtime.NewScheme()
