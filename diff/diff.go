@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 
@@ -163,7 +164,11 @@ func (d *Differ) walk(current, desired State, templates, first bool) (cs ChangeS
 	w := d.pool.Get().(*walker)
 	defer d.pool.Put(w)
 	var curs, dess [numObjects]input
-	var out []Change
+	out := w.out[:0] // scratch: the result is copied out at the end
+	defer func() {
+		clear(out) // do not keep the values alive in the pool
+		w.out = out[:0]
+	}()
 	for o := Object(0); o < numObjects; o++ {
 		cur, err := readInput(o, "current", current.get(o))
 		if err != nil {
@@ -203,7 +208,7 @@ func (d *Differ) walk(current, desired State, templates, first bool) (cs ChangeS
 		return ChangeSet{}, false, nil
 	}
 	sortChanges(out)
-	return ChangeSet{Changes: out, docs: &documents{cur: curs, des: dess, templates: templates}}, true, nil
+	return ChangeSet{Changes: slices.Clone(out), docs: &documents{cur: curs, des: dess, templates: templates}}, true, nil
 }
 
 // compareRoots compares the two roots (for templates, their spec.template).
@@ -305,7 +310,13 @@ func (in input) asData() (map[string]any, error) {
 	return m, nil
 }
 
-var typeMetaType = reflect.TypeFor[metav1.TypeMeta]()
+var (
+	typeMetaType = reflect.TypeFor[metav1.TypeMeta]()
+	typeMetaKind = func() int {
+		f, _ := typeMetaType.FieldByName("Kind")
+		return f.Index[0]
+	}()
+)
 
 func readInput(obj Object, side string, v any) (input, error) {
 	in := input{obj: obj, side: side}
@@ -393,15 +404,13 @@ func readRaw(obj Object, side string, x *runtime.RawExtension) (input, error) {
 
 // typedKind is the kind in TypeMeta if set, else the Go type's name.
 func typedKind(v reflect.Value) string {
-	t := v.Type()
-	for i := 0; i < t.NumField(); i++ {
-		if t.Field(i).Type == typeMetaType && t.Field(i).Anonymous {
-			if k := v.Field(i).FieldByName("Kind").String(); k != "" {
-				return k
-			}
+	p := planFor(v.Type())
+	if p.typeMeta >= 0 {
+		if k := v.Field(p.typeMeta).Field(typeMetaKind).String(); k != "" {
+			return k
 		}
 	}
-	return t.Name()
+	return v.Type().Name()
 }
 
 func checkPair(o Object, cur, des input, templates bool) error {

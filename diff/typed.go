@@ -47,6 +47,7 @@ type typePlan struct {
 	boolMap   bool // map[string]bool
 	isZeroer  bool // *T or T has IsZero() bool
 	stringish bool // kind String
+	typeMeta  int  // struct: index of an embedded metav1.TypeMeta, or -1
 }
 
 type fieldPlan struct {
@@ -92,8 +93,16 @@ func buildPlan(t reflect.Type, building map[reflect.Type]*typePlan) *typePlan {
 	if p := building[t]; p != nil {
 		return p
 	}
-	p := &typePlan{t: t, kind: t.Kind()}
+	p := &typePlan{t: t, kind: t.Kind(), typeMeta: -1}
 	building[t] = p
+	if t.Kind() == reflect.Struct {
+		for i := 0; i < t.NumField(); i++ {
+			if t.Field(i).Type == typeMetaType && t.Field(i).Anonymous {
+				p.typeMeta = i
+				break
+			}
+		}
+	}
 	p.isZeroer = t.Implements(isZeroerType) || reflect.PointerTo(t).Implements(isZeroerType)
 	switch t {
 	case timeType:
@@ -432,6 +441,9 @@ func (w *walker) cmpTyped(a, b reflect.Value, aOK, bOK bool, p *typePlan) {
 				return
 			}
 			fp := &p.fields[i]
+			if !w.scopeAllows(fp.name) {
+				continue // status and most of metadata: not even looked at
+			}
 			var fa, fb reflect.Value
 			var pa, pb bool
 			if aOK {
@@ -446,7 +458,7 @@ func (w *walker) cmpTyped(a, b reflect.Value, aOK, bOK bool, p *typePlan) {
 					pb = present(fb, fp)
 				}
 			}
-			if !pa && !pb || !w.scopeAllows(fp.name) {
+			if !pa && !pb {
 				continue
 			}
 			if w.enterField(fp.name) {
@@ -806,41 +818,41 @@ func typedScalarEqual(a, b reflect.Value) bool {
 	return errA == nil && errB == nil && dataEqual(da, db)
 }
 
-// typedKeyText renders a key field of a typed element for a selector.
-func typedKeyText(v reflect.Value, key string) string {
+// appendTypedKeyText appends a key field of a typed element for a selector.
+func appendTypedKeyText(b []byte, v reflect.Value, key string) []byte {
 	for v.Kind() == reflect.Pointer || v.Kind() == reflect.Interface {
 		if v.IsNil() {
-			return ""
+			return b
 		}
 		v = v.Elem()
 	}
 	if v.Kind() != reflect.Struct {
 		d, _ := valueData(v)
-		return scalarText(d)
+		return appendScalarText(b, d)
 	}
 	p := planFor(v.Type())
 	i, ok := p.byName[key]
 	if !ok {
-		return ""
+		return b
 	}
 	f, ok := fieldOf(v, p.fields[i].index)
 	if !ok {
-		return ""
+		return b
 	}
 	for f.Kind() == reflect.Pointer {
 		if f.IsNil() {
-			return ""
+			return b
 		}
 		f = f.Elem()
 	}
 	switch f.Kind() {
 	case reflect.String:
-		return f.String()
+		return append(b, f.String()...)
 	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
-		return strconv.FormatInt(f.Int(), 10)
+		return strconv.AppendInt(b, f.Int(), 10)
 	}
 	d, _ := valueData(f)
-	return scalarText(d)
+	return appendScalarText(b, d)
 }
 
 func (l typedList) enter(s bool, i int, keyed bool) bool {

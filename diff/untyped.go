@@ -69,21 +69,23 @@ func (w *walker) cmpData(a, b any) {
 		}
 		return
 	case string:
+		// Changes carry a and b, not x and y: they already hold the
+		// strings, boxing them again would allocate.
 		y, ok := b.(string)
 		switch {
 		case b == nil:
 			if x != "" {
-				w.emit(OpRemove, x, nil)
+				w.emit(OpRemove, a, nil)
 			}
 		case !ok:
 			w.replaceData(a, b)
 		case x == y:
 		case y == "":
-			w.emit(OpRemove, x, nil)
+			w.emit(OpRemove, a, nil)
 		case x == "":
-			w.emit(OpAdd, nil, y)
+			w.emit(OpAdd, nil, b)
 		default:
-			w.emit(OpReplace, x, y)
+			w.emit(OpReplace, a, b)
 		}
 		return
 	case bool:

@@ -1,9 +1,10 @@
 package diff
 
 import (
+	"cmp"
 	"fmt"
 	"reflect"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -28,9 +29,12 @@ type walker struct {
 	first    bool // stop at the first difference
 	found    bool
 	changes  []Change
+	out      []Change // scratch: the changes of all objects of a walk
 	frames   []frame
 	act      []activeSet
-	depth    int // len(act)-1
+	depth    int          // len(act)-1
+	cls      [2]activeSet // scratch for classify
+	buf      []byte       // scratch for paths
 	err      error
 	maxDepth int
 	prefix   int // number of template prefix frames
@@ -177,28 +181,18 @@ func (w *walker) emit(op Op, old, new any) {
 	c := Change{
 		Object: w.obj,
 		Kind:   w.kind,
-		Path:   w.pointer(len(w.frames)),
-		Field:  w.field(),
 		Op:     op,
 		Old:    old,
 		New:    new,
 		reveal: w.cfg.reveal,
 	}
-	c.rel = c.Path
-	if w.prefix > 0 {
-		c.rel = c.Path[len(w.pointer(w.prefix)):]
-	}
-	for i, f := range w.frames {
-		if f.elem {
-			c.ListPath = w.pointer(i)
-			break
-		}
-	}
-	c.Category, c.Sensitive = w.classify()
-	if !c.Sensitive && !c.reveal {
+	w.paths(&c)
+	var below activeSet
+	c.Category, c.Sensitive, below = w.classify()
+	if !c.Sensitive && !c.reveal && len(below) > 0 {
 		// Sensitive values below the change's path (a whole file added)
 		// are redacted inside the value.
-		redOld, redNew := w.redactBelow(old), w.redactBelow(new)
+		redOld, redNew := redactValue(old, below), redactValue(new, below)
 		if !sameData(redOld, old) || !sameData(redNew, new) {
 			c.Sensitive, c.partial = true, true
 			c.redOld, c.redNew = redOld, redNew
@@ -207,69 +201,114 @@ func (w *walker) emit(op Op, old, new any) {
 	w.changes = append(w.changes, c)
 }
 
-// pointer renders the first n frames as an RFC 6901 pointer.
-func (w *walker) pointer(n int) string {
-	var b strings.Builder
-	for _, f := range w.frames[:n] {
-		b.WriteByte('/')
-		if f.elem {
-			b.WriteString(strconv.Itoa(f.idx))
-			continue
+// paths sets the change's Path, rel, ListPath and Field. They are written
+// into the walker's scratch buffer and become one string, which the four
+// share: one allocation per change.
+func (w *walker) paths(c *Change) {
+	b := w.buf[:0]
+	relStart, listEnd := 0, -1
+	for i, f := range w.frames {
+		if i == w.prefix {
+			relStart = len(b)
 		}
-		b.WriteString(escapePointer(f.name))
+		if f.elem && listEnd < 0 {
+			listEnd = len(b)
+		}
+		b = appendPointerToken(b, f)
 	}
-	return b.String()
+	if w.prefix >= len(w.frames) {
+		relStart = len(b)
+	}
+	np := len(b)
+	b = w.appendField(b)
+	w.buf = b
+	all := string(b)
+	c.Path, c.Field = all[:np], all[np:]
+	c.rel = c.Path
+	if w.prefix > 0 {
+		c.rel = c.Path[relStart:]
+	}
+	if listEnd >= 0 {
+		c.ListPath = c.Path[:listEnd]
+	}
+}
+
+// appendPointerToken appends "/" and the frame's RFC 6901 token.
+func appendPointerToken(b []byte, f frame) []byte {
+	b = append(b, '/')
+	if f.elem {
+		return strconv.AppendInt(b, int64(f.idx), 10)
+	}
+	if !strings.ContainsAny(f.name, "~/") {
+		return append(b, f.name...)
+	}
+	for i := 0; i < len(f.name); i++ {
+		switch c := f.name[i]; c {
+		case '~':
+			b = append(b, '~', '0')
+		case '/':
+			b = append(b, '~', '1')
+		default:
+			b = append(b, c)
+		}
+	}
+	return b
 }
 
 // field renders the readable path.
-func (w *walker) field() string {
-	var b strings.Builder
-	b.WriteString(w.obj.String())
+func (w *walker) field() string { return string(w.appendField(nil)) }
+
+// appendField appends the readable path.
+func (w *walker) appendField(b []byte) []byte {
+	b = append(b, w.obj.String()...)
 	for _, f := range w.frames {
 		if !f.elem {
 			if strings.ContainsAny(f.name, ".[]/ ") {
-				b.WriteString(`["`)
-				b.WriteString(f.name)
-				b.WriteString(`"]`)
+				b = append(b, `["`...)
+				b = append(b, f.name...)
+				b = append(b, `"]`...)
 			} else {
-				b.WriteByte('.')
-				b.WriteString(f.name)
+				b = append(b, '.')
+				b = append(b, f.name...)
 			}
 			continue
 		}
-		b.WriteByte('[')
-		if sel := f.selector(); sel != "" {
-			b.WriteString(sel)
+		b = append(b, '[')
+		if len(f.keys) > 0 {
+			b = f.appendSelector(b)
 		} else {
-			b.WriteString(strconv.Itoa(f.idx))
+			b = strconv.AppendInt(b, int64(f.idx), 10)
 		}
-		b.WriteByte(']')
+		b = append(b, ']')
 	}
-	return b.String()
+	return b
 }
 
-func (f frame) selector() string {
-	if len(f.keys) == 0 {
-		return ""
-	}
-	parts := make([]string, 0, len(f.keys))
-	for _, k := range f.keys {
-		var v string
+// appendSelector appends the element's keys, "k1=v1,k2=v2".
+func (f frame) appendSelector(b []byte) []byte {
+	for i, k := range f.keys {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, k...)
+		b = append(b, '=')
 		switch {
 		case f.keyU != nil:
-			v = scalarText(f.keyU[k])
+			b = appendScalarText(b, f.keyU[k])
 		case f.keyT.IsValid():
-			v = typedKeyText(f.keyT, k)
+			b = appendTypedKeyText(b, f.keyT, k)
 		}
-		parts = append(parts, k+"="+v)
 	}
-	return strings.Join(parts, ",")
+	return b
 }
 
-// classify finds the category and sensitivity of the current path.
-func (w *walker) classify() (Category, bool) {
+// classify finds the category and sensitivity of the current path, and
+// returns the classification rules active there (for values below it). The
+// set lives in the walker's scratch space until the next call.
+func (w *walker) classify() (Category, bool, activeSet) {
 	t := &w.cfg.classify[w.obj]
-	set := t.start(nil, w.kind)
+	set := t.start(w.cls[0], w.kind)
+	w.cls[0] = set
 	var best *rule
 	sensitive := false
 	visit := func(s activeSet) {
@@ -287,44 +326,29 @@ func (w *walker) classify() (Category, bool) {
 		}
 	}
 	visit(set)
+	cur := 0
 	for _, f := range w.frames {
 		if f.noRules {
 			continue
 		}
-		var next activeSet
-		if f.elem {
-			next = descendElem(nil, set)
-		} else {
-			next = descendField(nil, set, f.name)
+		if len(set) == 0 {
+			break // nothing below can match
 		}
+		next := w.cls[1-cur][:0]
+		if f.elem {
+			next = descendElem(next, set)
+		} else {
+			next = descendField(next, set, f.name)
+		}
+		cur = 1 - cur
+		w.cls[cur] = next
 		set = next
 		visit(set)
 	}
 	if best == nil {
-		return CategoryOther, sensitive
+		return CategoryOther, sensitive, set
 	}
-	return best.category, sensitive
-}
-
-// redactBelow returns v with values under sensitive paths below the
-// current path replaced by their digest.
-func (w *walker) redactBelow(v any) any {
-	if v == nil {
-		return nil
-	}
-	t := &w.cfg.classify[w.obj]
-	set := t.start(nil, w.kind)
-	for _, f := range w.frames {
-		if f.noRules {
-			continue
-		}
-		if f.elem {
-			set = descendElem(nil, set)
-		} else {
-			set = descendField(nil, set, f.name)
-		}
-	}
-	return redactValue(v, set)
+	return best.category, sensitive, set
 }
 
 func redactValue(v any, set activeSet) any {
@@ -399,11 +423,19 @@ func escapePointer(s string) string {
 // sortChanges orders changes by object, then path with indices compared as
 // numbers, so typed and unstructured inputs give the same order.
 func sortChanges(cs []Change) {
-	sort.SliceStable(cs, func(i, j int) bool {
-		if cs[i].Object != cs[j].Object {
-			return cs[i].Object < cs[j].Object
+	if len(cs) < 2 {
+		return
+	}
+	slices.SortStableFunc(cs, func(a, b Change) int {
+		switch {
+		case a.Object != b.Object:
+			return cmp.Compare(a.Object, b.Object)
+		case lessPointer(a.Path, b.Path):
+			return -1
+		case lessPointer(b.Path, a.Path):
+			return 1
 		}
-		return lessPointer(cs[i].Path, cs[j].Path)
+		return 0
 	})
 }
 
@@ -433,14 +465,16 @@ func nextToken(p string) (tok, rest string) {
 	return p, ""
 }
 
-// scalarText renders a scalar for a readable key selector.
-func scalarText(v any) string {
+// appendScalarText appends a scalar for a readable key selector.
+func appendScalarText(b []byte, v any) []byte {
 	switch x := v.(type) {
 	case string:
-		return x
+		return append(b, x...)
 	case nil:
-		return ""
+		return b
+	case int64:
+		return strconv.AppendInt(b, x, 10)
 	default:
-		return fmt.Sprint(x)
+		return fmt.Append(b, x)
 	}
 }
