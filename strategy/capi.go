@@ -2,11 +2,13 @@ package strategy
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
 
 	"github.com/go-logr/logr"
+	"k8s.io/apimachinery/pkg/runtime"
 	runtimehooksv1 "sigs.k8s.io/cluster-api/api/runtime/hooks/v1alpha1"
 	"sigs.k8s.io/cluster-api/exp/runtime/server"
 
@@ -88,6 +90,11 @@ func (e *Extension) CanUpdateMachine(ctx context.Context, req *runtimehooksv1.Ca
 	des := diff.State{Machine: &req.Desired.Machine, Bootstrap: req.Desired.BootstrapConfig, Infrastructure: req.Desired.InfrastructureMachine}
 	log := e.logger(ctx).WithValues("hook", "CanUpdateMachine", "machine", req.Desired.Machine.Namespace+"/"+req.Desired.Machine.Name,
 		"cluster", req.Desired.Machine.Namespace+"/"+req.Desired.Machine.Spec.ClusterName)
+	if err := requireObjects("machine", req.Current.Machine.Name, req.Desired.Machine.Name,
+		"infrastructureMachine", req.Current.InfrastructureMachine, req.Desired.InfrastructureMachine); err != nil {
+		e.fail(log, "CanUpdateMachine", err, resp)
+		return
+	}
 	if p, ok := e.respond(ctx, log, "CanUpdateMachine", req.GetSettings(), cur, des, false, resp); ok {
 		resp.MachinePatch, resp.BootstrapConfigPatch, resp.InfrastructureMachinePatch = p[diff.Machine], p[diff.Bootstrap], p[diff.Infrastructure]
 	}
@@ -100,9 +107,47 @@ func (e *Extension) CanUpdateMachineSet(ctx context.Context, req *runtimehooksv1
 	des := diff.State{Machine: &req.Desired.MachineSet, Bootstrap: req.Desired.BootstrapConfigTemplate, Infrastructure: req.Desired.InfrastructureMachineTemplate}
 	log := e.logger(ctx).WithValues("hook", "CanUpdateMachineSet", "machineSet", req.Desired.MachineSet.Namespace+"/"+req.Desired.MachineSet.Name,
 		"cluster", req.Desired.MachineSet.Namespace+"/"+req.Desired.MachineSet.Spec.ClusterName)
+	if err := requireObjects("machineSet", req.Current.MachineSet.Name, req.Desired.MachineSet.Name,
+		"infrastructureMachineTemplate", req.Current.InfrastructureMachineTemplate, req.Desired.InfrastructureMachineTemplate); err != nil {
+		e.fail(log, "CanUpdateMachineSet", err, resp)
+		return
+	}
 	if p, ok := e.respond(ctx, log, "CanUpdateMachineSet", req.GetSettings(), cur, des, true, resp); ok {
 		resp.MachineSetPatch, resp.BootstrapConfigTemplatePatch, resp.InfrastructureMachineTemplatePatch = p[diff.Machine], p[diff.Bootstrap], p[diff.Infrastructure]
 	}
+}
+
+// ErrIncompleteRequest is matched by the Failure answered to a CanUpdate*
+// request that lacks an object Cluster API always sends (a nameless
+// Machine or MachineSet, no infrastructure object): deciding on half a
+// request could accept a change nobody looked at.
+var ErrIncompleteRequest = errors.New("incomplete request")
+
+// requireObjects checks that both sides name their machine (or machine
+// set) and carry their infrastructure object.
+func requireObjects(machineField, curName, desName, infraField string, curInfra, desInfra runtime.RawExtension) error {
+	for _, c := range []struct {
+		field string
+		ok    bool
+	}{
+		{"current." + machineField + ".metadata.name", curName != ""},
+		{"desired." + machineField + ".metadata.name", desName != ""},
+		{"current." + infraField, len(curInfra.Raw) > 0 || curInfra.Object != nil},
+		{"desired." + infraField, len(desInfra.Raw) > 0 || desInfra.Object != nil},
+	} {
+		if !c.ok {
+			return fmt.Errorf("%w: %s is missing", ErrIncompleteRequest, c.field)
+		}
+	}
+	return nil
+}
+
+// fail answers Failure with err's message, counted and logged.
+func (e *Extension) fail(log logr.Logger, hook string, err error, resp runtimehooksv1.ResponseObject) {
+	e.metrics.decision(hook, HookError)
+	log.Error(err, "cannot answer")
+	resp.SetStatus(runtimehooksv1.ResponseStatusFailure)
+	resp.SetMessage(err.Error())
 }
 
 // respond answers, sets status and message, counts the decision and
@@ -111,10 +156,7 @@ func (e *Extension) CanUpdateMachineSet(ctx context.Context, req *runtimehooksv1
 func (e *Extension) respond(ctx context.Context, log logr.Logger, hook string, settings map[string]string, cur, des diff.State, templates bool, resp runtimehooksv1.ResponseObject) ([3]runtimehooksv1.Patch, bool) {
 	a, err := e.answer(ctx, settings, cur, des, templates)
 	if err != nil {
-		e.metrics.decision(hook, HookError)
-		log.Error(err, "cannot answer")
-		resp.SetStatus(runtimehooksv1.ResponseStatusFailure)
-		resp.SetMessage(err.Error())
+		e.fail(log, hook, err, resp)
 		return a.patches, false
 	}
 	resp.SetStatus(runtimehooksv1.ResponseStatusSuccess)

@@ -45,6 +45,19 @@ func (c hookClient) call(hook runtimecatalog.Hook, name string, req, resp any) {
 	require.NoError(c.t, json.NewDecoder(r.Body).Decode(resp))
 }
 
+// post sends body as is and decodes the response: for requests that
+// json.Marshal would never produce.
+func (c hookClient) post(hook runtimecatalog.Hook, name string, body []byte, resp any) {
+	c.t.Helper()
+	gvh, err := c.catalog.GroupVersionHook(hook)
+	require.NoError(c.t, err)
+	r, err := c.http.Post(c.base+runtimecatalog.GVHToPath(gvh, name), "application/json", bytes.NewReader(body))
+	require.NoError(c.t, err)
+	defer r.Body.Close()
+	require.Equal(c.t, http.StatusOK, r.StatusCode)
+	require.NoError(c.t, json.NewDecoder(r.Body).Decode(resp))
+}
+
 // startExtension serves the extension's handlers over HTTPS with CAPI's own
 // runtime extension server and returns a client trusting its CA.
 func startExtension(t *testing.T, ext *strategy.Extension) hookClient {
@@ -223,7 +236,7 @@ func TestExtensionOverHTTPS(t *testing.T) {
 			}, "invalid JSON"},
 			{"infrastructure machine missing on one side", func(r *runtimehooksv1.CanUpdateMachineRequest) {
 				r.Desired.InfrastructureMachine = runtime.RawExtension{}
-			}, "nil object"},
+			}, "incomplete request: desired.infrastructureMachine is missing"},
 			{"infrastructure kinds differ", func(r *runtimehooksv1.CanUpdateMachineRequest) {
 				r.Desired.InfrastructureMachine = raw(t, map[string]any{"kind": "AWSMachine", "spec": map[string]any{}})
 			}, "kind mismatch"},
@@ -245,6 +258,47 @@ func TestExtensionOverHTTPS(t *testing.T) {
 				var resp runtimehooksv1.CanUpdateMachineResponse
 				c.call(runtimehooksv1.CanUpdateMachine, "upgradekit-can-update-machine", req, &resp)
 				require.Equal(t, runtimehooksv1.ResponseStatusFailure, resp.Status)
+				require.Contains(t, resp.Message, tc.message)
+				require.False(t, resp.MachinePatch.IsDefined(), "never a silent accept")
+			})
+		}
+	})
+
+	t.Run("malformed bodies are Failure responses", func(t *testing.T) {
+		cur, des, curCfg, desCfg, curInfra, desInfra := machinePair()
+		valid, err := json.Marshal(&runtimehooksv1.CanUpdateMachineRequest{
+			TypeMeta: hookTypeMeta("CanUpdateMachineRequest"),
+			Current:  runtimehooksv1.CanUpdateMachineRequestObjects{Machine: *cur, BootstrapConfig: raw(t, curCfg), InfrastructureMachine: raw(t, curInfra)},
+			Desired:  runtimehooksv1.CanUpdateMachineRequestObjects{Machine: *des, BootstrapConfig: raw(t, desCfg), InfrastructureMachine: raw(t, desInfra)},
+		})
+		require.NoError(t, err)
+		wrongKind, err := json.Marshal(&runtimehooksv1.CanUpdateMachineRequest{
+			TypeMeta: hookTypeMeta("CanUpdateMachineRequest"),
+			Current:  runtimehooksv1.CanUpdateMachineRequestObjects{Machine: *cur, BootstrapConfig: raw(t, curCfg), InfrastructureMachine: raw(t, curInfra)},
+			Desired: runtimehooksv1.CanUpdateMachineRequestObjects{Machine: *des, InfrastructureMachine: raw(t, desInfra),
+				BootstrapConfig: raw(t, map[string]any{"apiVersion": "v1", "kind": "ConfigMap", "data": map[string]any{"a": "b"}})},
+		})
+		require.NoError(t, err)
+		noName := bytes.Replace(valid, []byte(`"name":"`+des.Name+`"`), []byte(`"name":""`), -1)
+		require.NotEqual(t, valid, noName)
+		// 21 MiB: past the 20 MiB that CAPI's runtime server reads.
+		oversized := append(append([]byte(`{"apiVersion":"hooks.runtime.cluster.x-k8s.io/v1alpha1","kind":"CanUpdateMachineRequest","settings":{"x":"`),
+			bytes.Repeat([]byte("a"), 21<<20)...), []byte(`"}}`)...)
+		for _, tc := range []struct {
+			name, message string
+			body          []byte
+		}{
+			{"not JSON", "error unmarshalling request", []byte(`{"current": {`)},
+			{"a JSON array", "error unmarshalling request", []byte(`[]`)},
+			{"a bootstrap config of another kind", "kind mismatch", wrongKind},
+			{"no objects at all", "incomplete request: current.machine.metadata.name is missing", []byte(`{"apiVersion":"hooks.runtime.cluster.x-k8s.io/v1alpha1","kind":"CanUpdateMachineRequest"}`)},
+			{"nameless machines", "incomplete request: current.machine.metadata.name is missing", noName},
+			{"oversized", "request body too large", oversized},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				var resp runtimehooksv1.CanUpdateMachineResponse
+				c.post(runtimehooksv1.CanUpdateMachine, "upgradekit-can-update-machine", tc.body, &resp)
+				require.Equal(t, runtimehooksv1.ResponseStatusFailure, resp.Status, resp.Message)
 				require.Contains(t, resp.Message, tc.message)
 				require.False(t, resp.MachinePatch.IsDefined(), "never a silent accept")
 			})

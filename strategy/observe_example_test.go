@@ -7,6 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	runtimehooksv1 "sigs.k8s.io/cluster-api/api/runtime/hooks/v1alpha1"
@@ -31,7 +32,7 @@ func ExampleNewMetrics() {
 	machine := func(version, image string) runtimehooksv1.CanUpdateMachineRequestObjects {
 		infra, _ := json.Marshal(map[string]any{"kind": "DockerMachine", "spec": map[string]any{"customImage": image}})
 		return runtimehooksv1.CanUpdateMachineRequestObjects{
-			Machine:               clusterv1.Machine{Spec: clusterv1.MachineSpec{ClusterName: "demo", Version: version}},
+			Machine:               clusterv1.Machine{ObjectMeta: metav1.ObjectMeta{Name: "demo-md-0-abcde"}, Spec: clusterv1.MachineSpec{ClusterName: "demo", Version: version}},
 			InfrastructureMachine: runtime.RawExtension{Raw: infra},
 		}
 	}

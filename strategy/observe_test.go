@@ -107,7 +107,8 @@ func TestExtensionObservesDecisions(t *testing.T) {
 
 	var setResp runtimehooksv1.CanUpdateMachineSetResponse
 	ext.CanUpdateMachineSet(ctx, &runtimehooksv1.CanUpdateMachineSetRequest{}, &setResp)
-	require.Equal(t, runtimehooksv1.ResponseStatusSuccess, setResp.Status, "nothing changes: accept with no patches")
+	require.Equal(t, runtimehooksv1.ResponseStatusFailure, setResp.Status, "an empty request is incomplete, not an accept")
+	require.Equal(t, "incomplete request: current.machineSet.metadata.name is missing", setResp.Message)
 
 	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(`
 # HELP upgradekit_inplace_decisions_total CanUpdateMachine and CanUpdateMachineSet answers, by hook and outcome (accept, decline, error).
@@ -115,9 +116,9 @@ func TestExtensionObservesDecisions(t *testing.T) {
 upgradekit_inplace_decisions_total{hook="CanUpdateMachine",outcome="accept"} 1
 upgradekit_inplace_decisions_total{hook="CanUpdateMachine",outcome="decline"} 1
 upgradekit_inplace_decisions_total{hook="CanUpdateMachine",outcome="error"} 1
-upgradekit_inplace_decisions_total{hook="CanUpdateMachineSet",outcome="accept"} 1
+upgradekit_inplace_decisions_total{hook="CanUpdateMachineSet",outcome="accept"} 0
 upgradekit_inplace_decisions_total{hook="CanUpdateMachineSet",outcome="decline"} 0
-upgradekit_inplace_decisions_total{hook="CanUpdateMachineSet",outcome="error"} 0
+upgradekit_inplace_decisions_total{hook="CanUpdateMachineSet",outcome="error"} 1
 `), strategy.MetricDecisions))
 
 	var declined string
