@@ -42,8 +42,7 @@ import (
 func TestUpdateMachineCreatesAPodTheUpgraderRuns(t *testing.T) {
 	env := envtest.StartForTest(t)
 	ctx := context.Background()
-	wl := env.Client // the workload cluster
-	require.NoError(t, wl.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: nodepod.DefaultNamespace}}))
+	wl := env.Client // the workload cluster; the extension creates the upgrader namespace
 	require.NoError(t, wl.Create(ctx, &corev1.ConfigMap{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: "kubeadm-config"},
 		Data:       map[string]string{"ClusterConfiguration": "apiVersion: kubeadm.k8s.io/v1beta4\nkind: ClusterConfiguration\nkubernetesVersion: v1.30.4\n"},
@@ -116,6 +115,9 @@ func TestUpdateMachineCreatesAPodTheUpgraderRuns(t *testing.T) {
 			require.Equal(t, runtimehooksv1.ResponseStatusSuccess, resp.Status, resp.Message)
 			require.Contains(t, resp.Message, "started "+string(tc.role)+" upgrade of node "+tc.node)
 
+			var ns corev1.Namespace
+			require.NoError(t, wl.Get(ctx, client.ObjectKey{Name: nodepod.DefaultNamespace}, &ns), "the extension created the upgrader namespace")
+			require.Equal(t, "privileged", ns.Labels[podSecurityEnforce], "the upgrader pod needs the privileged Pod Security level")
 			var pods corev1.PodList
 			require.NoError(t, wl.List(ctx, &pods, client.InNamespace(nodepod.DefaultNamespace), client.MatchingLabels{nodepod.LabelNode: tc.node}))
 			require.Len(t, pods.Items, 1)

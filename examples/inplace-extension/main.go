@@ -31,11 +31,16 @@ import (
 	"path"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
 	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/events"
@@ -87,6 +92,7 @@ type options struct {
 	port                                  int
 	retryAfter                            int
 	noUpdate                              bool
+	createNamespace                       bool
 	drain                                 bool
 	drainTimeout                          time.Duration
 	metricsAddr                           string
@@ -112,6 +118,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.upgraderImage, "updater-image", "", "old name of -upgrader-image")
 	fs.StringVar(&o.upgraderNamespace, "upgrader-namespace", nodepod.DefaultNamespace, "namespace of the upgrader pods in workload clusters")
 	fs.StringVar(&o.upgraderNamespace, "updater-namespace", nodepod.DefaultNamespace, "old name of -upgrader-namespace")
+	fs.BoolVar(&o.createNamespace, "create-upgrader-namespace", true, "create the upgrader namespace in a workload cluster that lacks it, labelled for the privileged Pod Security Standard the upgrader pod needs (an existing namespace is left as it is)")
 	fs.StringVar(&o.upgraderCommand, "upgrader-command", defaultUpgraderCommand, `runner command in the upgrader image, split at spaces (it reads the plan from the UPGRADEKIT_* environment); "" runs each step's argv through nsenter instead (raw layout: no journal, retries or rollback)`)
 	fs.StringVar(&o.upgraderMode, "upgrader-mode", string(nodepod.ModeInitContainers), "upgrader pod layout: InitContainers (a container per step) or SingleContainer (one container runs the plan)")
 	fs.StringVar(&o.stageFrom, "stage-from", defaultStageFrom, `directory of the upgrader image copied to /var/lib/upgradekit/staging on the node before the first step; "" when the nodes have the binaries there already`)
@@ -262,11 +269,60 @@ func handlers(o options, d deps) ([]server.ExtensionHandler, error) {
 	if d.recorder != nil {
 		opts = append(opts, strategy.WithEventRecorder(d.recorder))
 	}
-	updater, err := strategy.NewMachineUpdater(strategy.KubeconfigSecretClients(d.mgmt, d.scheme), opts...)
+	workload := strategy.KubeconfigSecretClients(d.mgmt, d.scheme)
+	if o.createNamespace {
+		workload = withNamespace(workload, o.upgraderNamespace)
+	}
+	updater, err := strategy.NewMachineUpdater(workload, opts...)
 	if err != nil {
 		return nil, err
 	}
 	return append(hs, updater.Handler(o.namePrefix)), nil
+}
+
+// podSecurityEnforce is the Pod Security admission label of a namespace.
+const podSecurityEnforce = "pod-security.kubernetes.io/enforce"
+
+// withNamespace makes sure each workload cluster has the namespace the
+// upgrader pods go to, once per cluster and process, before the first
+// client for that cluster is handed out: without it UpdateMachine could
+// drain a node and then fail to create its upgrader pod. A missing
+// namespace is created with the privileged Pod Security level (the pod
+// uses hostPID, a hostPath and added capabilities); an existing one is
+// not changed. Until that succeeds the cluster has no client, so
+// UpdateMachine keeps answering "waiting for the workload cluster" with
+// the error, and nothing is drained.
+func withNamespace(get strategy.WorkloadClient, namespace string) strategy.WorkloadClient {
+	var mu sync.Mutex
+	ready := map[types.NamespacedName]bool{}
+	return func(ctx context.Context, cluster types.NamespacedName) (client.Client, error) {
+		c, err := get(ctx, cluster)
+		if err != nil {
+			return nil, err
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if ready[cluster] {
+			return c, nil
+		}
+		// Get first: an identity that may not create namespaces is fine
+		// as long as the namespace exists.
+		err = c.Get(ctx, types.NamespacedName{Name: namespace}, &corev1.Namespace{})
+		if apierrors.IsNotFound(err) {
+			err = c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace, Labels: map[string]string{
+				podSecurityEnforce:     "privileged",
+				nodepod.LabelManagedBy: nodepod.ManagedByValue,
+			}}})
+			if apierrors.IsAlreadyExists(err) {
+				err = nil
+			}
+		}
+		if err != nil {
+			return nil, fmt.Errorf("namespace %s for the upgrader pods in cluster %s: %w", namespace, cluster, err)
+		}
+		ready[cluster] = true
+		return c, nil
+	}
 }
 
 // serve runs the runtime extension server, and the metrics server unless

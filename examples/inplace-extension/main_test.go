@@ -48,6 +48,7 @@ func TestFlags(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "img:v1", o.upgraderImage)
 	require.True(t, o.drain, "draining is on by default")
+	require.True(t, o.createNamespace, "the upgrader namespace is created where missing by default")
 	require.Equal(t, strategy.DefaultDrainTimeout, o.drainTimeout)
 	require.Equal(t, ":8080", o.metricsAddr)
 	o, err = parseFlags([]string{"-upgrader-image", "img:v1", "-drain=false", "-drain-timeout", "1h", "-metrics-bind-address", "0"}, &out)
