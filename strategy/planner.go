@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/version"
@@ -252,6 +253,16 @@ type work struct {
 	pm    PlannedMachine
 	ver   *version.Version
 	group int // -1 for the control plane
+	rank  int // sort rank: unhealthy, empty, the rest
+	pos   int // position in its batch
+}
+
+// field names the machine in the input, for error messages.
+func (w *work) field(c *Cluster) string {
+	if w.group < 0 {
+		return "controlPlane[" + w.m.Name + "]"
+	}
+	return "workers[" + c.Workers[w.group].Name + "].machines[" + w.m.Name + "]"
 }
 
 func (w *work) disrupts() bool {
@@ -295,34 +306,48 @@ func (p *Planner) Plan(ctx context.Context, c Cluster) (*Plan, error) {
 	if err != nil {
 		return nil, err
 	}
-	names := map[string]string{}
+	n := len(c.ControlPlane)
+	for gi := range c.Workers {
+		n += len(c.Workers[gi].Machines)
+	}
+	// One allocation for every machine's work; workers are added group by
+	// group, so group gi's machines are all[groupStart[gi]:groupStart[gi+1]].
+	works := make([]work, 0, n)
+	all := make([]*work, 0, n)
+	groupStart := make([]int, len(c.Workers)+1)
+	names := make(map[string]int, n)          // name -> index in all
 	versions := map[string]*version.Version{} // a cluster has few distinct versions; parse each once
 	limits := make([][2]int, len(c.Workers))
-	var all []*work
-	add := func(field string, m *Machine, role Role, group int, groupName string) error {
+	add := func(m *Machine, role Role, group int, groupName string) error {
+		works = append(works, work{m: m, group: group})
+		w := &works[len(works)-1]
 		if m.Name == "" {
+			field := "controlPlane"
+			if group >= 0 {
+				field = "workers[" + groupName + "].machines"
+			}
 			return fmt.Errorf("%w: %s.name: empty", ErrInvalidCluster, field)
 		}
-		field = field + "[" + m.Name + "]"
 		if prev, dup := names[m.Name]; dup {
-			return fmt.Errorf("%w: %s: name also used by %s", ErrInvalidCluster, field, prev)
+			return fmt.Errorf("%w: %s: name also used by %s", ErrInvalidCluster, w.field(&c), all[prev].field(&c))
 		}
-		names[m.Name] = field
+		names[m.Name] = len(all)
 		v, seen := versions[m.Version]
 		if !seen {
 			var err error
-			if v, err = parseVersion(field+".version", m.Version); err != nil {
+			if v, err = parseVersion(w.field(&c)+".version", m.Version); err != nil {
 				return err
 			}
 			versions[m.Version] = v
 		}
 		if v != nil && target != nil && v.GreaterThan(target) {
-			return fmt.Errorf("%w: %s.version: %s is newer than targetVersion %s (downgrades are not planned)", ErrInvalidCluster, field, m.Version, c.TargetVersion)
+			return fmt.Errorf("%w: %s.version: %s is newer than targetVersion %s (downgrades are not planned)", ErrInvalidCluster, w.field(&c), m.Version, c.TargetVersion)
 		}
-		w := &work{m: m, ver: v, group: group, pm: PlannedMachine{
+		w.ver, w.rank = v, sortRank(m)
+		w.pm = PlannedMachine{
 			Machine: m.Name, Node: m.NodeName, Role: role, Group: groupName,
 			FromVersion: m.Version, ToVersion: m.Version, Disruption: disruptionOf(m),
-		}}
+		}
 		if v != nil && target != nil && !v.EqualTo(target) {
 			w.pm.ToVersion = c.TargetVersion
 		}
@@ -330,11 +355,11 @@ func (p *Planner) Plan(ctx context.Context, c Cluster) (*Plan, error) {
 		return nil
 	}
 	for i := range c.ControlPlane {
-		if err := add("controlPlane", &c.ControlPlane[i], RoleControlPlane, -1, ""); err != nil {
+		if err := add(&c.ControlPlane[i], RoleControlPlane, -1, ""); err != nil {
 			return nil, err
 		}
 	}
-	groupNames := map[string]bool{}
+	groupNames := make(map[string]bool, len(c.Workers))
 	for gi := range c.Workers {
 		g := &c.Workers[gi]
 		if g.Name == "" || groupNames[g.Name] {
@@ -346,12 +371,14 @@ func (p *Planner) Plan(ctx context.Context, c Cluster) (*Plan, error) {
 			return nil, fmt.Errorf("%w: workers[%s].rollout: %w", ErrInvalidCluster, g.Name, err)
 		}
 		limits[gi] = [2]int{s, u}
+		groupStart[gi] = len(all)
 		for i := range g.Machines {
-			if err := add("workers["+g.Name+"].machines", &g.Machines[i], RoleWorker, gi, g.Name); err != nil {
+			if err := add(&g.Machines[i], RoleWorker, gi, g.Name); err != nil {
 				return nil, err
 			}
 		}
 	}
+	groupStart[len(c.Workers)] = len(all)
 
 	// Decide and choose.
 	failures := 0
@@ -359,7 +386,7 @@ func (p *Planner) Plan(ctx context.Context, c Cluster) (*Plan, error) {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		if err := p.choose(ctx, c, w); err != nil {
+		if err := p.choose(ctx, &c, w); err != nil {
 			return nil, err
 		}
 		if w.m.Failed {
@@ -368,13 +395,17 @@ func (p *Planner) Plan(ctx context.Context, c Cluster) (*Plan, error) {
 	}
 	open := p.maxFailures > 0 && failures >= p.maxFailures
 	plan.CircuitOpen = open
+	var openReason string
+	if open {
+		openReason = fmt.Sprintf("circuit breaker open: %d machines failed (limit %d)", failures, p.maxFailures)
+	}
 	for _, w := range all {
 		switch {
 		case !w.disrupts():
 		case w.m.Failed:
 			w.set(MethodSkip, "an earlier update failed; needs attention before it is tried again", nil)
 		case open:
-			w.set(MethodSkip, fmt.Sprintf("circuit breaker open: %d machines failed (limit %d)", failures, p.maxFailures), nil)
+			w.set(MethodSkip, openReason, nil)
 		case w.m.Annotations[DoNotDisruptAnnotation] == "true":
 			w.set(MethodSkip, "machine has "+DoNotDisruptAnnotation, nil)
 		case w.m.NodeAnnotations[DoNotDisruptAnnotation] == "true":
@@ -387,8 +418,8 @@ func (p *Planner) Plan(ctx context.Context, c Cluster) (*Plan, error) {
 
 	// Control plane: one machine per batch, each followed by a health gate.
 	var cp []*work
-	for _, w := range all {
-		if w.group < 0 && w.disrupts() {
+	for _, w := range all[:groupStart[0]] {
+		if w.disrupts() {
 			cp = append(cp, w)
 		}
 	}
@@ -399,36 +430,39 @@ func (p *Planner) Plan(ctx context.Context, c Cluster) (*Plan, error) {
 	}
 
 	canary := p.canary
+	var scratch groupScratch
 	for gi := range c.Workers {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		p.planGroup(plan, &c.Workers[gi], gi, limits[gi], all, &canary)
+		p.planGroup(plan, &c.Workers[gi], limits[gi], all[groupStart[gi]:groupStart[gi+1]], &canary, &scratch)
 	}
 
-	// Report: batched machines in batch order, then the rest in input order.
-	byName := make(map[string]*work, len(all))
+	// Report: batched machines in batch order, then the rest in input
+	// order. A batched machine's place is its batch's offset plus its
+	// position in the batch.
+	offset := make([]int, len(plan.Batches)+1)
+	for i, b := range plan.Batches {
+		offset[i+1] = offset[i] + len(b.Machines)
+	}
+	batched := offset[len(plan.Batches)]
+	plan.Machines = make([]PlannedMachine, len(all))
+	rest := batched
 	for _, w := range all {
-		byName[w.pm.Machine] = w
 		if !w.disrupts() {
 			w.pm.ToVersion = w.pm.FromVersion
 		}
-	}
-	plan.Machines = make([]PlannedMachine, 0, len(all))
-	for _, b := range plan.Batches {
-		for _, n := range b.Machines {
-			plan.Machines = append(plan.Machines, byName[n].pm)
-		}
-	}
-	for _, w := range all {
-		if w.pm.Batch == 0 {
-			plan.Machines = append(plan.Machines, w.pm)
+		if w.pm.Batch > 0 {
+			plan.Machines[offset[w.pm.Batch-1]+w.pos] = w.pm
+		} else {
+			plan.Machines[rest] = w.pm
+			rest++
 		}
 	}
 	return plan, nil
 }
 
-func (p *Planner) choose(ctx context.Context, c Cluster, w *work) error {
+func (p *Planner) choose(ctx context.Context, c *Cluster, w *work) error {
 	m := w.m
 	var d Decision
 	switch {
@@ -511,8 +545,15 @@ func (p *Planner) checkSkew(all []*work, target *version.Version) {
 	}
 }
 
-// planGroup batches one worker group under its rollout limits and budgets.
-func (p *Planner) planGroup(plan *Plan, g *Group, gi int, lim [2]int, all []*work, canary *int) {
+// groupScratch holds buffers planGroup reuses from group to group.
+type groupScratch struct {
+	todo, rest []*work
+	used       []int
+}
+
+// planGroup batches one worker group (its machines are ws) under its
+// rollout limits and budgets.
+func (p *Planner) planGroup(plan *Plan, g *Group, lim [2]int, ws []*work, canary *int, sc *groupScratch) {
 	surge, unavail := lim[0], lim[1]
 	size := len(g.Machines)
 	// Budgets: which are malformed (warned, count 0) and what each allows.
@@ -525,9 +566,9 @@ func (p *Planner) planGroup(plan *Plan, g *Group, gi int, lim [2]int, all []*wor
 		}
 		allowed[i] = n
 	}
-	var todo []*work
-	for _, w := range all {
-		if w.group != gi || !w.disrupts() {
+	todo := sc.todo[:0]
+	for _, w := range ws {
+		if !w.disrupts() {
 			continue
 		}
 		if i := zeroBudget(g.Budgets, allowed, w.pm.Disruption); i >= 0 {
@@ -542,6 +583,11 @@ func (p *Planner) planGroup(plan *Plan, g *Group, gi int, lim [2]int, all []*wor
 		todo = append(todo, w)
 	}
 	sortWork(todo)
+	rest := sc.rest[:0]
+	if cap(sc.used) < len(g.Budgets) {
+		sc.used = make([]int, len(g.Budgets))
+	}
+	used := sc.used[:len(g.Budgets)]
 	for len(todo) > 0 {
 		b := Batch{Index: len(plan.Batches) + 1, Phase: PhaseWorkers, Group: g.Name}
 		capN := Unlimited
@@ -549,10 +595,10 @@ func (p *Planner) planGroup(plan *Plan, g *Group, gi int, lim [2]int, all []*wor
 			capN, b.Canary, b.HealthGate = *canary, true, true
 			*canary = 0
 		}
-		used := make([]int, len(g.Budgets))
+		clear(used)
 		var s, u int
 		covered := false // an in-place update covered by a surge machine
-		rest := todo[:0:0]
+		rest = rest[:0]
 		for _, w := range todo {
 			if len(b.Machines) >= capN || !fitsBudgets(g.Budgets, allowed, used, w.pm.Disruption) {
 				rest = append(rest, w)
@@ -588,18 +634,21 @@ func (p *Planner) planGroup(plan *Plan, g *Group, gi int, lim [2]int, all []*wor
 					used[i]++
 				}
 			}
+			w.pm.Batch, w.pos = b.Index, len(b.Machines)
 			b.Machines = append(b.Machines, w.pm.Machine)
-			w.pm.Batch = b.Index
 		}
 		if len(b.Machines) == 0 { // cannot happen: every remaining machine fits an empty batch
 			for _, w := range rest {
 				w.set(MethodBlocked, "no batch can hold it under the rollout limits", nil)
 			}
-			return
+			break
 		}
 		plan.Batches = append(plan.Batches, b)
-		todo = rest
+		todo, rest = rest, todo
 	}
+	clear(todo[:cap(todo)]) // the pointers stay valid, but do not keep them
+	clear(rest[:cap(rest)])
+	sc.todo, sc.rest = todo[:0], rest[:0]
 }
 
 func zeroBudget(budgets []Budget, allowed []int, r Reason) int {
@@ -630,24 +679,29 @@ func disruptionOf(m *Machine) Reason {
 	return ReasonDrifted
 }
 
-// sortWork orders machines: unhealthy first, then empty, then oldest, then
-// by name.
-func sortWork(ws []*work) {
-	rank := func(w *work) int {
-		switch {
-		case !w.m.Ready:
-			return 0
-		case w.m.Empty:
-			return 1
-		}
-		return 2
+// sortRank ranks machines for sortWork: unhealthy first, then empty.
+func sortRank(m *Machine) int {
+	switch {
+	case !m.Ready:
+		return 0
+	case m.Empty:
+		return 1
 	}
-	slices.SortStableFunc(ws, func(a, b *work) int {
-		return cmp.Or(
-			cmp.Compare(rank(a), rank(b)),
-			a.m.Created.Compare(b.m.Created),
-			cmp.Compare(a.m.Name, b.m.Name),
-		)
+	return 2
+}
+
+// sortWork orders machines: unhealthy first, then empty, then oldest, then
+// by name. Names are unique, so the order is total and needs no stable
+// sort.
+func sortWork(ws []*work) {
+	slices.SortFunc(ws, func(a, b *work) int {
+		if a.rank != b.rank {
+			return cmp.Compare(a.rank, b.rank)
+		}
+		if c := a.m.Created.Compare(b.m.Created); c != 0 {
+			return c
+		}
+		return strings.Compare(a.m.Name, b.m.Name)
 	})
 }
 
