@@ -80,8 +80,9 @@ const (
 	defaultStageFrom       = "/staging"
 )
 
-// skippableSteps are the kubeadm plan steps -skip-steps may leave out,
-// with the component the bundle image then need not carry.
+// skippableSteps are the kubeadm plan steps -skip-steps may leave out
+// (kubeadm.Config's Skip* fields); the bundle image then need not carry
+// what they install or use.
 var skippableSteps = []string{kubeadm.StepContainerd, kubeadm.StepCNIPlugins, kubeadm.StepEtcdSnapshot}
 
 // errInvalidFlag is wrapped by every flag validation error.
