@@ -37,8 +37,9 @@
 // a node NotReady after a step, makes a step slow on a virtual clock
 // (k8s.io/utils/clock/testing.FakeClock, so deadlines are tested without
 // sleeping; SkipAheadClock or DriveClock make a Runner's backoff waits
-// instant), crashes the runner during or between steps (CrashRunner), and
-// makes chosen API verbs fail with conflicts, timeouts or throttling
+// instant), crashes the runner during or between steps (CrashRunner) or
+// the controller between batches (CrashController: its plan is lost and a
+// new one is made from the cluster), and makes chosen API verbs fail with conflicts, timeouts or throttling
 // through controller-runtime's interceptor.
 //
 // # Simulator

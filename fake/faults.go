@@ -57,7 +57,7 @@ type Injection struct {
 	Verb       Verb
 	Kind       string
 	// What is "fail", "slow", "deadline", "not-ready", "crash-during",
-	// "crash-after" or the APIFault.
+	// "crash-after", "crash-controller" or the APIFault.
 	What string
 }
 
@@ -90,6 +90,7 @@ type Faults struct {
 	slow     map[stepKey]time.Duration
 	crash    map[crashKey]bool
 	crashed  map[crashKey]bool
+	ctrl     map[int]bool
 	api      []*apiRule
 	log      []Injection
 }
@@ -100,7 +101,7 @@ func NewFaults(seed uint64) *Faults {
 	return &Faults{
 		rng:  rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
 		fail: map[stepKey]int{}, notReady: map[stepKey]bool{}, fired: map[stepKey]bool{}, slow: map[stepKey]time.Duration{},
-		crash: map[crashKey]bool{}, crashed: map[crashKey]bool{},
+		crash: map[crashKey]bool{}, crashed: map[crashKey]bool{}, ctrl: map[int]bool{},
 	}
 }
 
@@ -189,6 +190,35 @@ func (f *Faults) TakeCrash(node, step string, at CrashPoint) bool {
 	}
 	f.crashed[k] = true
 	f.log = append(f.log, Injection{Node: node, Step: step, What: "crash-" + string(at)})
+	return true
+}
+
+// CrashController makes the controller driving a rollout crash once after
+// each given number of completed batches (counted over the whole rollout,
+// from 1). Its plan is lost: the Simulator starts over as a new controller
+// would, planning again from what the cluster says (machines already at
+// the desired state have nothing to do; failed ones are marked on their
+// Machine and count against the circuit breaker).
+func (f *Faults) CrashController(afterBatches ...int) *Faults {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, n := range afterBatches {
+		f.ctrl[n] = true
+	}
+	return f
+}
+
+// TakeControllerCrash reports whether the controller crashes now, after
+// completed batches, consuming the crash and recording the injection
+// ("crash-controller").
+func (f *Faults) TakeControllerCrash(completed int) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !f.ctrl[completed] {
+		return false
+	}
+	delete(f.ctrl, completed)
+	f.log = append(f.log, Injection{Step: fmt.Sprintf("after batch %d", completed), What: "crash-controller"})
 	return true
 }
 
@@ -458,6 +488,9 @@ func (c SkipAheadClock) Sleep(d time.Duration) { c.Step(max(d, 0)) }
 func (i Injection) String() string {
 	if i.Verb != "" {
 		return fmt.Sprintf("%s %s: %s", i.Verb, i.Kind, i.What)
+	}
+	if i.Node == "" {
+		return fmt.Sprintf("%s: %s", i.Step, i.What)
 	}
 	return fmt.Sprintf("%s/%s: %s", i.Node, i.Step, i.What)
 }

@@ -259,3 +259,57 @@ func TestWithoutServerSideApply(t *testing.T) {
 	require.Equal(t, "v1.31.2", n.Status.NodeInfo.KubeletVersion)
 	require.Empty(t, n.ManagedFields)
 }
+
+func TestControllerCrashPlansAgainFromTheCluster(t *testing.T) {
+	ctx := context.Background()
+	build := func() *fake.Cluster {
+		return fake.NewCluster("c").ControlPlane(1, "v1.30.4").MachineDeployment("md-0", 4, "v1.30.4")
+	}
+	faults := fake.NewFaults(1).FailStep("c-md-0-0", "kubeadm-upgrade", 100).CrashController(2)
+	sim, err := fake.NewSimulator(build(), fake.WithSimFaults(faults))
+	require.NoError(t, err)
+	res, err := sim.Run(ctx, fake.Rollout{ToVersion: "v1.31.2"})
+	require.NoError(t, err)
+	require.Empty(t, res.Violations)
+	require.Equal(t, 1, res.ControllerRestarts)
+	require.Len(t, res.Plans, 2)
+	require.Equal(t, []string{"c-md-0-0"}, res.Failed)
+	second := res.Plans[1]
+	for name, want := range map[string]strategy.Method{
+		"c-control-plane-0": strategy.MethodSkip, // done before the crash: no change
+		"c-md-0-0":          strategy.MethodSkip, // failed before the crash: not retried blindly
+		"c-md-0-1":          strategy.MethodInPlace,
+	} {
+		pm, ok := second.Machine(name)
+		require.True(t, ok, name)
+		require.Equal(t, want, pm.Method, "%s: %s", name, pm.Reason)
+	}
+	upgrades := 0
+	for _, e := range res.Executions {
+		if e.Machine == "c-md-0-0" && e.Step == "kubeadm-upgrade" && e.Phase == nodeexec.PhaseRun {
+			upgrades++
+		}
+	}
+	require.Equal(t, 2, upgrades, "its two attempts in the first plan, none after")
+	var m clusterv1.Machine
+	require.NoError(t, sim.Client().Get(ctx, client.ObjectKey{Namespace: "default", Name: "c-md-0-0"}, &m))
+	require.Contains(t, m.Annotations[fake.FailedAnnotation], "kubeadm-upgrade")
+	require.Contains(t, faults.Injected()[len(faults.Injected())-1].String(), "after batch 2: crash-controller")
+
+	// With a circuit breaker at one failure, the new controller stops.
+	k, err := strategy.ForCategories("kubeadm", strategy.KubeadmCategories()...)
+	require.NoError(t, err)
+	p, err := strategy.NewPlanner(strategy.WithDecider(strategy.Updaters(k)), strategy.WithStrategy(strategy.NeverReplaceStrategy()), strategy.WithMaxFailures(1))
+	require.NoError(t, err)
+	sim, err = fake.NewSimulator(build(), fake.WithPlanner(p),
+		fake.WithSimFaults(fake.NewFaults(1).FailStep("c-md-0-0", "kubeadm-upgrade", 100).CrashController(2)))
+	require.NoError(t, err)
+	res, err = sim.Run(ctx, fake.Rollout{ToVersion: "v1.31.2"})
+	require.NoError(t, err)
+	require.Empty(t, res.Violations)
+	require.True(t, res.Plans[1].CircuitOpen)
+	require.Empty(t, res.Plans[1].Batches)
+	var n corev1.Node
+	require.NoError(t, sim.Client().Get(ctx, client.ObjectKey{Name: "c-md-0-3"}, &n))
+	require.Equal(t, "v1.30.4", n.Status.NodeInfo.KubeletVersion, "nothing more was upgraded")
+}

@@ -67,8 +67,12 @@ type Execution struct {
 
 // Result is what a simulation did.
 type Result struct {
-	// Plan is the rollout plan that was executed.
+	// Plan is the rollout plan the rollout started with.
 	Plan *strategy.Plan `json:"plan"`
+	// Plans are every plan the rollout followed: Plan, then one more per
+	// controller crash (Faults.CrashController), made from the cluster as
+	// it was then. Event batch numbers refer to the plan in force.
+	Plans []*strategy.Plan `json:"plans"`
 	// Events is the timeline, in the order things happened.
 	Events []Event `json:"events"`
 	// Executions are the host commands, in order.
@@ -89,11 +93,20 @@ type Result struct {
 	LeftCordoned []string `json:"leftCordoned,omitempty"`
 	// Restarts counts runner restarts after injected crashes.
 	Restarts int `json:"restarts,omitempty"`
+	// ControllerRestarts counts controller crashes, each followed by a new
+	// plan.
+	ControllerRestarts int `json:"controllerRestarts,omitempty"`
 	// Failed lists machines whose update failed.
 	Failed []string `json:"failed,omitempty"`
 	// Violations lists broken invariants (empty when all held).
 	Violations []string `json:"violations,omitempty"`
 }
+
+// FailedAnnotation is set on a Machine whose update failed in a
+// simulation (the value says how), so that a controller planning again
+// after a crash sees the failure (strategy.Machine.Failed) and counts it
+// against its circuit breaker instead of retrying blindly.
+const FailedAnnotation = "fake.upgradekit.io/update-failed"
 
 // SimulatorCordonOwner is the owner the Simulator writes into the
 // nodeexec/drain cordon record (drain.AnnotationCordon) of the nodes it
@@ -281,8 +294,9 @@ func (s *Simulator) machine(ctx context.Context, n NodeInfo, r Rollout) (strateg
 	if err != nil {
 		return strategy.Machine{}, err
 	}
+	_, failed := m.Annotations[FailedAnnotation]
 	return strategy.Machine{Name: n.Name, NodeName: n.Name, Version: node.Status.NodeInfo.KubeletVersion, Ready: nodeReady(&node),
-		Created: m.CreationTimestamp.Time, Changes: cs}, nil
+		Created: m.CreationTimestamp.Time, Changes: cs, Failed: failed, Annotations: m.Annotations, NodeAnnotations: node.Annotations}, nil
 }
 
 func (s *Simulator) newInfra() *unstructured.Unstructured {
@@ -353,52 +367,78 @@ func (s *Simulator) Run(ctx context.Context, r Rollout) (*Result, error) {
 	}
 	defer os.RemoveAll(journal)
 	s.journal = journal
-	byName := map[string]strategy.PlannedMachine{}
-	for _, pm := range plan.Machines {
-		byName[pm.Machine] = pm
-	}
 	oldestCP := s.oldestControlPlane()
 	var allNodes []string
 	for n := range s.versions {
 		allNodes = append(allNodes, n)
 	}
 	sort.Strings(allNodes)
-	for _, b := range plan.Batches {
-		if err := ctx.Err(); err != nil {
+	res.Plans = []*strategy.Plan{plan}
+	completed := 0
+	for {
+		byName := map[string]strategy.PlannedMachine{}
+		for _, pm := range plan.Machines {
+			byName[pm.Machine] = pm
+		}
+		crashed := false
+		for _, b := range plan.Batches {
+			if err := ctx.Err(); err != nil {
+				return res, err
+			}
+			start := s.clock.Now()
+			end := start
+			for _, name := range b.Machines {
+				s.clock.SetTime(start)
+				pm := byName[name]
+				if err := s.runMachine(ctx, r, b, pm, res); err != nil {
+					if ctx.Err() != nil {
+						return res, ctx.Err()
+					}
+					res.Failed = append(res.Failed, name)
+					if err := s.markFailed(ctx, name, err); err != nil {
+						return res, err
+					}
+				}
+				if now := s.clock.Now(); now.After(end) {
+					end = now
+				}
+			}
+			s.clock.SetTime(end)
+			if b.HealthGate {
+				s.clock.Step(s.gate)
+			}
+			// Skew after the batch: only this batch's nodes changed, and the
+			// oldest control plane kubelet only moves up, unless a rollback
+			// moved it down: then every worker is checked again.
+			names := b.Machines
+			cp := s.refreshVersions(ctx, b.Machines)
+			if cp != nil && oldestCP != nil && cp.LessThan(oldestCP) {
+				names = allNodes
+			}
+			oldestCP = cp
+			res.Violations = append(res.Violations, skewViolations(b.Index, oldestCP, s.versions, s.roles, names)...)
+			completed++
+			if s.faults != nil && s.faults.TakeControllerCrash(completed) {
+				crashed = true
+				break
+			}
+		}
+		if !crashed {
+			break
+		}
+		// A new controller knows only what the cluster says.
+		res.ControllerRestarts++
+		in, err := s.Input(ctx, r)
+		if err != nil {
 			return res, err
 		}
-		start := s.clock.Now()
-		end := start
-		for _, name := range b.Machines {
-			s.clock.SetTime(start)
-			pm := byName[name]
-			if err := s.runMachine(ctx, r, b, pm, res); err != nil {
-				if ctx.Err() != nil {
-					return res, ctx.Err()
-				}
-				res.Failed = append(res.Failed, name)
-			}
-			if now := s.clock.Now(); now.After(end) {
-				end = now
-			}
+		if plan, err = s.planner.Preview(ctx, in); err != nil {
+			return res, err
 		}
-		s.clock.SetTime(end)
-		if b.HealthGate {
-			s.clock.Step(s.gate)
-		}
-		// Skew after the batch: only this batch's nodes changed, and the
-		// oldest control plane kubelet only moves up, unless a rollback
-		// moved it down: then every worker is checked again.
-		names := b.Machines
-		cp := s.refreshVersions(ctx, b.Machines)
-		if cp != nil && oldestCP != nil && cp.LessThan(oldestCP) {
-			names = allNodes
-		}
-		oldestCP = cp
-		res.Violations = append(res.Violations, skewViolations(b.Index, oldestCP, s.versions, s.roles, names)...)
+		res.Plans = append(res.Plans, plan)
 	}
 	res.End = s.clock.Now()
-	res.Violations = append(res.Violations, s.checkConverged(ctx, plan, r, res)...)
+	res.Violations = append(res.Violations, s.checkConverged(ctx, r, res)...)
 	res.Violations = append(res.Violations, CheckSkew(ctx, s.c, s.cl)...)
 	res.Violations = append(res.Violations, CheckDisruption(res)...)
 	res.Violations = append(res.Violations, CheckNoRerun(res)...)
@@ -685,30 +725,76 @@ func (s *Simulator) setMachineVersion(ctx context.Context, name, v, image string
 	})
 }
 
-// checkConverged reports machines that should have reached the version but
-// did not, and batches that broke the control-plane-one-at-a-time rule.
-func (s *Simulator) checkConverged(ctx context.Context, plan *strategy.Plan, r Rollout, res *Result) []string {
+// markFailed records a machine's failed update on the Machine, where a
+// controller planning again finds it.
+func (s *Simulator) markFailed(ctx context.Context, name string, cause error) error {
+	return s.retry(func() error {
+		var m clusterv1.Machine
+		if err := s.c.Get(ctx, client.ObjectKey{Namespace: s.cl.Namespace(), Name: name}, &m); err != nil {
+			return err
+		}
+		if m.Annotations == nil {
+			m.Annotations = map[string]string{}
+		}
+		msg := cause.Error()
+		if len(msg) > 256 {
+			msg = msg[:256]
+		}
+		m.Annotations[FailedAnnotation] = msg
+		return s.c.Update(ctx, &m)
+	})
+}
+
+// checkConverged reports machines that ran (or that the last plan
+// batched) and did not reach the version, failed ones aside, and batches
+// that broke the control-plane-one-at-a-time rule.
+func (s *Simulator) checkConverged(ctx context.Context, r Rollout, res *Result) []string {
 	var out []string
 	failed := map[string]bool{}
 	for _, f := range res.Failed {
 		failed[f] = true
 	}
-	for _, b := range plan.Batches {
-		if b.Phase == strategy.PhaseControlPlane && len(b.Machines) != 1 {
-			out = append(out, fmt.Sprintf("batch %d holds %d control plane machines", b.Index, len(b.Machines)))
+	for _, plan := range res.Plans {
+		for _, b := range plan.Batches {
+			if b.Phase == strategy.PhaseControlPlane && len(b.Machines) != 1 {
+				out = append(out, fmt.Sprintf("batch %d holds %d control plane machines", b.Index, len(b.Machines)))
+			}
 		}
 	}
-	for _, pm := range plan.Machines {
-		if pm.Batch == 0 || failed[pm.Machine] {
+	nodes := map[string]string{}
+	var order []string
+	add := func(machine, node string) {
+		if _, seen := nodes[machine]; !seen {
+			nodes[machine] = node
+			order = append(order, machine)
+		}
+	}
+	last := res.Plans[len(res.Plans)-1]
+	for _, pm := range last.Machines {
+		if pm.Batch > 0 {
+			add(pm.Machine, pm.Node)
+		}
+	}
+	all := map[string]string{}
+	for _, plan := range res.Plans {
+		for _, pm := range plan.Machines {
+			all[pm.Machine] = pm.Node
+		}
+	}
+	for _, e := range res.Events {
+		add(e.Machine, all[e.Machine])
+	}
+	for _, name := range order {
+		if failed[name] {
 			continue
 		}
 		var node corev1.Node
-		if err := s.c.Get(ctx, client.ObjectKey{Name: pm.Node}, &node); err != nil {
-			out = append(out, fmt.Sprintf("%s: %v", pm.Machine, err))
+		if err := s.c.Get(ctx, client.ObjectKey{Name: nodes[name]}, &node); err != nil {
+			out = append(out, fmt.Sprintf("%s: %v", name, err))
 			continue
 		}
 		if got := node.Status.NodeInfo.KubeletVersion; got != r.ToVersion {
-			out = append(out, fmt.Sprintf("%s: kubelet %s, want %s", pm.Machine, got, r.ToVersion))
+			out = append(out, fmt.Sprintf("%s: kubelet %s, want %s", name, got, r.ToVersion))
 		}
 	}
 	return out

@@ -176,6 +176,11 @@ func newPropertyCase(t *testing.T, seed int64) propertyCase {
 		what = append(what, fmt.Sprintf("crash %s %s/%s", at, n, step))
 	}
 	if rng.Intn(4) == 0 {
+		n := 1 + rng.Intn(4)
+		pc.faults.CrashController(n)
+		what = append(what, fmt.Sprintf("controller crash after batch %d", n))
+	}
+	if rng.Intn(4) == 0 {
 		pc.faults.NotReadyAfter(pick(), "kubelet-binary")
 		what = append(what, "not-ready")
 	}
@@ -219,7 +224,8 @@ func runPropertyCase(t *testing.T, seed int64) *fake.Result {
 // TestSimulatorProperty runs randomized clusters (shapes, rollout limits,
 // strategies, image changes) with randomized faults (hard and transient
 // step failures, runner crashes during and between steps, NotReady nodes,
-// API conflicts and throttling, nodes cordoned by someone else) and checks
+// controller crashes that lose the plan, API conflicts and throttling,
+// nodes cordoned by someone else) and checks
 // every invariant each time, plus: only machines with an injected hard
 // failure fail, and a seed replays to the same timeline. Each seed is a
 // parallel subtest; a failing one replays alone with
@@ -231,7 +237,7 @@ func TestSimulatorProperty(t *testing.T) {
 		first, last = *simSeed, *simSeed
 	}
 	var mu sync.Mutex
-	var runs, machines, failed, restarts, commands int
+	var runs, machines, failed, restarts, replans, commands int
 	t.Run("seeds", func(t *testing.T) {
 		for seed := first; seed <= last; seed++ {
 			t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
@@ -247,11 +253,12 @@ func TestSimulatorProperty(t *testing.T) {
 				machines += len(res.Plan.Machines)
 				failed += len(res.Failed)
 				restarts += res.Restarts
+				replans += res.ControllerRestarts
 				commands += len(res.Executions)
 			})
 		}
 	})
 	require.Equal(t, int(last-first+1), runs)
-	t.Logf("%d randomized rollouts (%d machines, %d failed by injected faults, %d runner restarts, %d host commands), all invariants held, in %v",
-		runs, machines, failed, restarts, commands, time.Since(start).Round(time.Millisecond))
+	t.Logf("%d randomized rollouts (%d machines, %d failed by injected faults, %d runner restarts, %d controller restarts, %d host commands), all invariants held, in %v",
+		runs, machines, failed, restarts, replans, commands, time.Since(start).Round(time.Millisecond))
 }
