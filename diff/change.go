@@ -89,6 +89,12 @@ const (
 type Change struct {
 	// Object is the object the change belongs to.
 	Object Object `json:"object"`
+
+	// Private fields sit here to fill what would be padding.
+	reveal  bool
+	partial bool   // only parts of the values are sensitive: show red
+	relOff  uint32 // Path[relOff:] is the path below a template's spec.template
+
 	// Kind is the object's kind when known (Machine, KubeadmConfig,
 	// AWSMachine...).
 	Kind string `json:"kind,omitempty"`
@@ -114,11 +120,19 @@ type Change struct {
 	// the outermost list on its path. Patches replace that list whole.
 	ListPath string `json:"-"`
 
-	rel     string // Path below a template's spec.template ("" root: same as Path)
-	reveal  bool
-	partial bool // only parts of the values are sensitive: show redOld/redNew
-	redOld  any
-	redNew  any
+	red *redacted // when partial
+}
+
+// redacted holds a change's values with their sensitive parts replaced.
+type redacted struct{ old, new any }
+
+// rel is the path below a template's spec.template, or Path; "" for a
+// change at the template's root.
+func (c *Change) rel() string {
+	if int(c.relOff) > len(c.Path) { // a copy whose Path was edited
+		return c.Path
+	}
+	return c.Path[c.relOff:]
 }
 
 // String renders the change for a log line:
@@ -152,8 +166,8 @@ func (c Change) shown() (old, new any) {
 	switch {
 	case !c.Sensitive || c.reveal:
 		return c.Old, c.New
-	case c.partial:
-		return c.redOld, c.redNew
+	case c.partial && c.red != nil:
+		return c.red.old, c.red.new
 	}
 	if c.Old != nil {
 		old = Redact(c.Old)

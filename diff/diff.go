@@ -163,7 +163,7 @@ func (d *Differ) run(current, desired State, templates, first bool) (ChangeSet, 
 func (d *Differ) walk(current, desired State, templates, first bool) (cs ChangeSet, found bool, err error) {
 	w := d.pool.Get().(*walker)
 	defer d.pool.Put(w)
-	var curs, dess [numObjects]input
+	var curs, dess [numObjects]doc
 	out := w.out[:0] // scratch: the result is copied out at the end
 	defer func() {
 		clear(out) // do not keep the values alive in the pool
@@ -189,7 +189,7 @@ func (d *Differ) walk(current, desired State, templates, first bool) (cs ChangeS
 				return ChangeSet{}, false, err
 			}
 		}
-		curs[o], dess[o] = cur, des
+		curs[o], dess[o] = docOf(cur), docOf(des)
 		w.reset(&d.cfg, o, des.kind, first)
 		if templates {
 			w.enterPrefix("spec")
@@ -215,7 +215,7 @@ func (d *Differ) walk(current, desired State, templates, first bool) (cs ChangeS
 func compareRoots(w *walker, cur, des input, templates bool) {
 	if cur.typed.IsValid() && des.typed.IsValid() && cur.typed.Type() == des.typed.Type() {
 		a, b := cur.typed, des.typed
-		p := planFor(a.Type())
+		p := cur.plan
 		aOK, bOK := true, true
 		if templates {
 			for _, name := range []string{"spec", "template"} {
@@ -287,6 +287,7 @@ func dataAt(m map[string]any, path ...string) any {
 // input is one object as given, read into a typed value or JSON data.
 type input struct {
 	typed reflect.Value // addressable struct
+	plan  *typePlan     // typed's plan
 	data  map[string]any
 	kind  string
 	obj   Object
@@ -379,7 +380,8 @@ func readInput(obj Object, side string, v any) (input, error) {
 			return bad(ErrUnsupportedValue, "%T is not an object (want a struct, unstructured, map or JSON)", v)
 		}
 		in.typed = rv
-		in.kind = typedKind(rv)
+		in.plan = planFor(rv.Type())
+		in.kind = typedKind(rv, in.plan)
 		return in, nil
 	}
 	if err := checkJSONData(in.data, 0); err != nil {
@@ -403,8 +405,7 @@ func readRaw(obj Object, side string, x *runtime.RawExtension) (input, error) {
 }
 
 // typedKind is the kind in TypeMeta if set, else the Go type's name.
-func typedKind(v reflect.Value) string {
-	p := planFor(v.Type())
+func typedKind(v reflect.Value, p *typePlan) string {
 	if p.typeMeta >= 0 {
 		if k := v.Field(p.typeMeta).Field(typeMetaKind).String(); k != "" {
 			return k

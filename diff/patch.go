@@ -2,6 +2,7 @@ package diff
 
 import (
 	"encoding/json"
+	"reflect"
 	"sort"
 	"strconv"
 	"strings"
@@ -9,25 +10,42 @@ import (
 )
 
 // documents keeps what a change set needs to build patches: the compared
-// objects, converted to JSON data on first use.
+// objects, converted to JSON data on first use. It is allocated for every
+// diff with changes, so it is kept small; the JSON forms live in a second
+// allocation made only when a patch is asked for.
 type documents struct {
-	cur, des  [numObjects]input
+	cur, des  [numObjects]doc
 	templates bool
 
-	once    [numObjects]sync.Once
-	curData [numObjects]map[string]any
-	desData [numObjects]map[string]any
-	err     [numObjects]error
+	mu     sync.Mutex
+	loaded [numObjects]*loadedDoc
+}
+
+// doc is one compared object: a typed value or JSON data.
+type doc struct {
+	typed reflect.Value // addressable struct
+	data  map[string]any
+}
+
+func docOf(in input) doc { return doc{typed: in.typed, data: in.data} }
+
+type loadedDoc struct {
+	cur, des map[string]any
+	err      error
 }
 
 func (d *documents) load(o Object) (cur, des map[string]any, err error) {
-	d.once[o].Do(func() {
-		if d.curData[o], d.err[o] = d.cur[o].asData(); d.err[o] != nil {
-			return
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	l := d.loaded[o]
+	if l == nil {
+		l = &loadedDoc{}
+		if l.cur, l.err = (input{typed: d.cur[o].typed, data: d.cur[o].data}).asData(); l.err == nil {
+			l.des, l.err = (input{typed: d.des[o].typed, data: d.des[o].data}).asData()
 		}
-		d.desData[o], d.err[o] = d.des[o].asData()
-	})
-	return d.curData[o], d.desData[o], d.err[o]
+		d.loaded[o] = l
+	}
+	return l.cur, l.des, l.err
 }
 
 // PatchOp is one RFC 6902 operation.

@@ -267,7 +267,7 @@ func (p Pattern) Match(c Change) bool {
 	if p.p.kind != "" && p.p.kind != c.Kind {
 		return false
 	}
-	rel := c.rel
+	rel := c.rel()
 	if rel == "" {
 		rel = c.Path // a Change built by hand
 	}

@@ -165,17 +165,25 @@ func (w *walker) checkData(v any) bool {
 // only when a difference is possible; the final change list is sorted
 // anyway, so iteration order does not show.
 func (w *walker) cmpMaps(a, b map[string]any) {
+	inBoth := 0 // keys of a found in b
 	for k, av := range a {
 		if w.done() {
 			return
+		}
+		bv, ok := b[k]
+		if ok {
+			inBoth++
 		}
 		if !w.scopeAllows(k) {
 			continue
 		}
 		if w.enterField(k) {
-			w.cmpData(av, b[k])
+			w.cmpData(av, bv)
 		}
 		w.leave()
+	}
+	if inBoth == len(b) {
+		return // b has no key a lacks
 	}
 	for k, bv := range b {
 		if w.done() {

@@ -195,7 +195,7 @@ func (w *walker) emit(op Op, old, new any) {
 		redOld, redNew := redactValue(old, below), redactValue(new, below)
 		if !sameData(redOld, old) || !sameData(redNew, new) {
 			c.Sensitive, c.partial = true, true
-			c.redOld, c.redNew = redOld, redNew
+			c.red = &redacted{old: redOld, new: redNew}
 		}
 	}
 	w.changes = append(w.changes, c)
@@ -224,9 +224,8 @@ func (w *walker) paths(c *Change) {
 	w.buf = b
 	all := string(b)
 	c.Path, c.Field = all[:np], all[np:]
-	c.rel = c.Path
 	if w.prefix > 0 {
-		c.rel = c.Path[relStart:]
+		c.relOff = uint32(relStart)
 	}
 	if listEnd >= 0 {
 		c.ListPath = c.Path[:listEnd]
