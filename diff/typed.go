@@ -461,6 +461,9 @@ func (w *walker) cmpTyped(a, b reflect.Value, aOK, bOK bool, p *typePlan) {
 			if !pa && !pb {
 				continue
 			}
+			if pa && pb && typedSame(fa, fb, fp.plan, len(w.frames)+1, w.maxDepth) {
+				continue // identical: no rule can find a change here
+			}
 			if w.enterField(fp.name) {
 				w.cmpTyped(fa, fb, pa, pb, fp.plan)
 			}
@@ -497,6 +500,110 @@ func (w *walker) cmpTyped(a, b reflect.Value, aOK, bOK bool, p *typePlan) {
 			w.emit(OpAdd, nil, scalarOf(b))
 		}
 	}
+}
+
+// typedSame reports whether a and b (present, of one Go type, plan p) are
+// identical in every field their JSON form has, so that comparing them
+// would find no change under any option: with equal values on both sides
+// no ignore, list key, default, strictness or order rule can report one.
+// It is conservative: whatever could fail the walk (NaN, unsupported
+// kinds, custom marshalers, nesting beyond maxDepth) and any difference of
+// form (nil against empty) answers false, and the walk decides. depth is
+// the number of path steps to a and b; no frames are pushed, nothing is
+// allocated.
+func typedSame(a, b reflect.Value, p *typePlan, depth, maxDepth int) bool {
+	if depth > maxDepth {
+		return false
+	}
+	switch p.leaf {
+	case leafNone:
+	case leafTime:
+		return timeOf(a).Unix() == timeOf(b).Unix()
+	case leafMicroTime:
+		return microTimeOf(a).UnixMicro() == microTimeOf(b).UnixMicro()
+	case leafDuration:
+		return a.Field(0).Int() == b.Field(0).Int()
+	case leafBytes:
+		return a.IsNil() == b.IsNil() && bytes.Equal(a.Bytes(), b.Bytes())
+	default: // quantities, int-or-strings, marshalers, unsupported kinds
+		return false
+	}
+	switch p.kind {
+	case reflect.Pointer:
+		if a.IsNil() || b.IsNil() {
+			return a.IsNil() && b.IsNil()
+		}
+		return typedSame(a.Elem(), b.Elem(), p.elem, depth+1, maxDepth)
+	case reflect.Interface:
+		if a.IsNil() || b.IsNil() {
+			return a.IsNil() && b.IsNil()
+		}
+		ea, eb := a.Elem(), b.Elem()
+		return ea.Type() == eb.Type() && typedSame(ea, eb, planFor(ea.Type()), depth+1, maxDepth)
+	case reflect.Struct:
+		for i := range p.fields {
+			fp := &p.fields[i]
+			fa, okA := fieldOf(a, fp.index)
+			fb, okB := fieldOf(b, fp.index)
+			if okA != okB {
+				return false
+			}
+			if okA && !typedSame(fa, fb, fp.plan, depth+1, maxDepth) {
+				return false
+			}
+		}
+		return true
+	case reflect.Slice, reflect.Array:
+		if p.kind == reflect.Slice && a.IsNil() != b.IsNil() {
+			return false
+		}
+		n := a.Len()
+		if b.Len() != n {
+			return false
+		}
+		for i := 0; i < n; i++ {
+			if !typedSame(a.Index(i), b.Index(i), p.elem, depth+1, maxDepth) {
+				return false
+			}
+		}
+		return true
+	case reflect.Map:
+		if a.IsNil() != b.IsNil() || a.Len() != b.Len() {
+			return false
+		}
+		if p.strMap && a.CanInterface() && b.CanInterface() {
+			if depth+1 > maxDepth && a.Len() > 0 {
+				return false
+			}
+			ma, mb := a.Interface().(map[string]string), b.Interface().(map[string]string)
+			for k, va := range ma {
+				if vb, ok := mb[k]; !ok || va != vb {
+					return false
+				}
+			}
+			return true
+		}
+		iter := a.MapRange()
+		for iter.Next() {
+			vb := b.MapIndex(iter.Key())
+			if !vb.IsValid() || !typedSame(iter.Value(), vb, p.elem, depth+1, maxDepth) {
+				return false
+			}
+		}
+		return true
+	case reflect.String:
+		return a.String() == b.String()
+	case reflect.Bool:
+		return a.Bool() == b.Bool()
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		return a.Int() == b.Int()
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr:
+		return a.Uint() == b.Uint()
+	case reflect.Float32, reflect.Float64:
+		fa, fb := a.Float(), b.Float()
+		return fa == fb && !math.IsInf(fa, 0) // NaN != NaN
+	}
+	return false
 }
 
 // scalarOf returns a bool or number as JSON data.
