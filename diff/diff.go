@@ -164,10 +164,10 @@ func (d *Differ) walk(current, desired State, templates, first bool) (cs ChangeS
 	w := d.pool.Get().(*walker)
 	defer d.pool.Put(w)
 	var curs, dess [numObjects]doc
-	out := w.out[:0] // scratch: the result is copied out at the end
+	w.changes = w.changes[:0] // every object's changes; copied out at the end
 	defer func() {
-		clear(out) // do not keep the values alive in the pool
-		w.out = out[:0]
+		clear(w.changes) // do not keep the values alive in the pool
+		w.changes = w.changes[:0]
 	}()
 	for o := Object(0); o < numObjects; o++ {
 		cur, err := readInput(o, "current", current.get(o))
@@ -202,13 +202,12 @@ func (d *Differ) walk(current, desired State, templates, first bool) (cs ChangeS
 		if first && w.found {
 			return ChangeSet{}, true, nil
 		}
-		out = append(out, w.changes...)
 	}
-	if len(out) == 0 {
+	if len(w.changes) == 0 {
 		return ChangeSet{}, false, nil
 	}
-	sortChanges(out)
-	return ChangeSet{Changes: slices.Clone(out), docs: &documents{cur: curs, des: dess, templates: templates}}, true, nil
+	sortChanges(w.changes)
+	return ChangeSet{Changes: slices.Clone(w.changes), docs: &documents{cur: curs, des: dess, templates: templates}}, true, nil
 }
 
 // compareRoots compares the two roots (for templates, their spec.template).
@@ -411,7 +410,7 @@ func typedKind(v reflect.Value, p *typePlan) string {
 			return k
 		}
 	}
-	return v.Type().Name()
+	return p.name
 }
 
 func checkPair(o Object, cur, des input, templates bool) error {

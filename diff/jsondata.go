@@ -108,15 +108,22 @@ func checkJSONData(v any, depth int) error {
 	if depth > 1000 {
 		return fmt.Errorf("%w: nested more than 1000 levels", ErrTooDeep)
 	}
+	leafOK := depth < 1000 // a leaf one level down needs no call
 	switch x := v.(type) {
 	case map[string]any:
 		for k, e := range x {
+			if leafOK && isPlainLeaf(e) {
+				continue
+			}
 			if err := checkJSONData(e, depth+1); err != nil {
 				return fmt.Errorf("%s: %w", k, err)
 			}
 		}
 	case []any:
 		for i, e := range x {
+			if leafOK && isPlainLeaf(e) {
+				continue
+			}
 			if err := checkJSONData(e, depth+1); err != nil {
 				return fmt.Errorf("[%d]: %w", i, err)
 			}
@@ -132,6 +139,16 @@ func checkJSONData(v any, depth int) error {
 		}
 	}
 	return nil
+}
+
+// isPlainLeaf reports whether v is a string, bool, null or int64: JSON
+// data that needs no check.
+func isPlainLeaf(v any) bool {
+	switch v.(type) {
+	case string, bool, nil, int64:
+		return true
+	}
+	return false
 }
 
 // decodeJSON parses raw JSON into JSON data with normalised numbers.

@@ -43,11 +43,12 @@ type typePlan struct {
 	fields    []fieldPlan
 	byName    map[string]int
 	elem      *typePlan
-	strMap    bool // map[string]string
-	boolMap   bool // map[string]bool
-	isZeroer  bool // *T or T has IsZero() bool
-	stringish bool // kind String
-	typeMeta  int  // struct: index of an embedded metav1.TypeMeta, or -1
+	strMap    bool   // map[string]string
+	boolMap   bool   // map[string]bool
+	isZeroer  bool   // *T or T has IsZero() bool
+	stringish bool   // kind String
+	typeMeta  int    // struct: index of an embedded metav1.TypeMeta, or -1
+	name      string // t.Name()
 }
 
 type fieldPlan struct {
@@ -93,7 +94,7 @@ func buildPlan(t reflect.Type, building map[reflect.Type]*typePlan) *typePlan {
 	if p := building[t]; p != nil {
 		return p
 	}
-	p := &typePlan{t: t, kind: t.Kind(), typeMeta: -1}
+	p := &typePlan{t: t, kind: t.Kind(), typeMeta: -1, name: t.Name()}
 	building[t] = p
 	if t.Kind() == reflect.Struct {
 		for i := 0; i < t.NumField(); i++ {
@@ -461,8 +462,12 @@ func (w *walker) cmpTyped(a, b reflect.Value, aOK, bOK bool, p *typePlan) {
 			if !pa && !pb {
 				continue
 			}
-			if pa && pb && typedSame(fa, fb, fp.plan, len(w.frames)+1, w.maxDepth) {
-				continue // identical: no rule can find a change here
+			// Identical values cannot differ under any rule. (Not tried on
+			// metadata, where only labels and annotations are compared
+			// and the rest, name and uid, mostly differs.)
+			if pa && pb && (len(w.frames) > w.prefix || fp.name != "metadata") &&
+				typedSame(fa, fb, fp.plan, len(w.frames)+1, w.maxDepth) {
+				continue
 			}
 			if w.enterField(fp.name) {
 				w.cmpTyped(fa, fb, pa, pb, fp.plan)

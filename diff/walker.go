@@ -28,8 +28,7 @@ type walker struct {
 	kind     string
 	first    bool // stop at the first difference
 	found    bool
-	changes  []Change
-	out      []Change // scratch: the changes of all objects of a walk
+	changes  []Change // scratch: the changes of all objects of a walk
 	frames   []frame
 	act      []activeSet
 	depth    int          // len(act)-1
@@ -57,7 +56,6 @@ func (w *walker) scopeAllows(name string) bool {
 func (w *walker) reset(cfg *config, obj Object, kind string, first bool) {
 	w.cfg, w.obj, w.kind, w.first = cfg, obj, kind, first
 	w.found, w.err = false, nil
-	w.changes = w.changes[:0]
 	w.frames = w.frames[:0]
 	w.prefix = 0
 	w.maxDepth = cfg.maxDepth
@@ -178,15 +176,11 @@ func (w *walker) emit(op Op, old, new any) {
 	if w.first {
 		return
 	}
-	c := Change{
-		Object: w.obj,
-		Kind:   w.kind,
-		Op:     op,
-		Old:    old,
-		New:    new,
-		reveal: w.cfg.reveal,
-	}
-	w.paths(&c)
+	// Built in place: a Change is large, copies cost.
+	w.changes = append(w.changes, Change{})
+	c := &w.changes[len(w.changes)-1]
+	c.Object, c.Kind, c.Op, c.Old, c.New, c.reveal = w.obj, w.kind, op, old, new, w.cfg.reveal
+	w.paths(c)
 	var below activeSet
 	c.Category, c.Sensitive, below = w.classify()
 	if !c.Sensitive && !c.reveal && len(below) > 0 {
@@ -198,7 +192,6 @@ func (w *walker) emit(op Op, old, new any) {
 			c.red = &redacted{old: redOld, new: redNew}
 		}
 	}
-	w.changes = append(w.changes, c)
 }
 
 // paths sets the change's Path, rel, ListPath and Field. They are written
@@ -232,13 +225,36 @@ func (w *walker) paths(c *Change) {
 	}
 }
 
+// needsEscape reports whether a field name has "~" or "/", which RFC 6901
+// escapes.
+func needsEscape(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c == '~' || c == '/' {
+			return true
+		}
+	}
+	return false
+}
+
+// needsQuote reports whether a field name must be written ["name"] in a
+// readable path.
+func needsQuote(s string) bool {
+	for i := 0; i < len(s); i++ {
+		switch s[i] {
+		case '.', '[', ']', '/', ' ':
+			return true
+		}
+	}
+	return false
+}
+
 // appendPointerToken appends "/" and the frame's RFC 6901 token.
 func appendPointerToken(b []byte, f frame) []byte {
 	b = append(b, '/')
 	if f.elem {
 		return strconv.AppendInt(b, int64(f.idx), 10)
 	}
-	if !strings.ContainsAny(f.name, "~/") {
+	if !needsEscape(f.name) {
 		return append(b, f.name...)
 	}
 	for i := 0; i < len(f.name); i++ {
@@ -262,7 +278,7 @@ func (w *walker) appendField(b []byte) []byte {
 	b = append(b, w.obj.String()...)
 	for _, f := range w.frames {
 		if !f.elem {
-			if strings.ContainsAny(f.name, ".[]/ ") {
+			if needsQuote(f.name) {
 				b = append(b, `["`...)
 				b = append(b, f.name...)
 				b = append(b, `"]`...)
