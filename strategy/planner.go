@@ -250,7 +250,7 @@ func NewPlanner(opts ...PlannerOption) (*Planner, error) {
 // work is a machine on its way through planning.
 type work struct {
 	m     *Machine
-	pm    PlannedMachine
+	pm    *PlannedMachine // the machine's entry in Plan.Machines
 	ver   *version.Version
 	group int // -1 for the control plane
 	rank  int // sort rank: unhealthy, empty, the rest
@@ -314,12 +314,15 @@ func (p *Planner) Plan(ctx context.Context, c Cluster) (*Plan, error) {
 	// group, so group gi's machines are all[groupStart[gi]:groupStart[gi+1]].
 	works := make([]work, 0, n)
 	all := make([]*work, 0, n)
+	// Plan.Machines is filled in input order and put in report order at
+	// the end.
+	plan.Machines = make([]PlannedMachine, n)
 	groupStart := make([]int, len(c.Workers)+1)
 	names := make(map[string]int, n)          // name -> index in all
 	versions := map[string]*version.Version{} // a cluster has few distinct versions; parse each once
 	limits := make([][2]int, len(c.Workers))
 	add := func(m *Machine, role Role, group int, groupName string) error {
-		works = append(works, work{m: m, group: group})
+		works = append(works, work{m: m, group: group, pm: &plan.Machines[len(all)]})
 		w := &works[len(works)-1]
 		if m.Name == "" {
 			field := "controlPlane"
@@ -344,7 +347,7 @@ func (p *Planner) Plan(ctx context.Context, c Cluster) (*Plan, error) {
 			return fmt.Errorf("%w: %s.version: %s is newer than targetVersion %s (downgrades are not planned)", ErrInvalidCluster, w.field(&c), m.Version, c.TargetVersion)
 		}
 		w.ver, w.rank = v, sortRank(m)
-		w.pm = PlannedMachine{
+		*w.pm = PlannedMachine{
 			Machine: m.Name, Node: m.NodeName, Role: role, Group: groupName,
 			FromVersion: m.Version, ToVersion: m.Version, Disruption: disruptionOf(m),
 		}
@@ -440,23 +443,30 @@ func (p *Planner) Plan(ctx context.Context, c Cluster) (*Plan, error) {
 
 	// Report: batched machines in batch order, then the rest in input
 	// order. A batched machine's place is its batch's offset plus its
-	// position in the batch.
+	// position in the batch; the entries are moved there in place.
 	offset := make([]int, len(plan.Batches)+1)
 	for i, b := range plan.Batches {
 		offset[i+1] = offset[i] + len(b.Machines)
 	}
-	batched := offset[len(plan.Batches)]
-	plan.Machines = make([]PlannedMachine, len(all))
-	rest := batched
-	for _, w := range all {
+	dest := make([]int, len(all))
+	rest := offset[len(plan.Batches)]
+	for i, w := range all {
 		if !w.disrupts() {
 			w.pm.ToVersion = w.pm.FromVersion
 		}
 		if w.pm.Batch > 0 {
-			plan.Machines[offset[w.pm.Batch-1]+w.pos] = w.pm
+			dest[i] = offset[w.pm.Batch-1] + w.pos
 		} else {
-			plan.Machines[rest] = w.pm
+			dest[i] = rest
 			rest++
+		}
+	}
+	ms := plan.Machines
+	for i := range ms {
+		for dest[i] != i {
+			j := dest[i]
+			ms[i], ms[j] = ms[j], ms[i]
+			dest[i], dest[j] = dest[j], dest[i]
 		}
 	}
 	return plan, nil

@@ -38,10 +38,12 @@ func benchStates() (cur, des []diff.State) {
 	return cur, des
 }
 
+// benchCluster builds the planner's input around the change sets, as a
+// controller would from its cache: slices are sized up front.
 func benchCluster(changes []diff.ChangeSet) Cluster {
-	c := Cluster{Name: "big", TargetVersion: "v1.31.1"}
+	const groups = 20
+	c := Cluster{Name: "big", TargetVersion: "v1.31.1", ControlPlane: make([]Machine, 0, 3), Workers: make([]Group, 0, groups)}
 	epoch := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
-	groups := 20
 	per := (benchMachines - 3) / groups
 	for i := range benchMachines {
 		m := Machine{Name: fmt.Sprintf("m-%05d", i), Version: "v1.30.4", Ready: i%50 != 0, Empty: i%17 == 0,
@@ -52,7 +54,11 @@ func benchCluster(changes []diff.ChangeSet) Cluster {
 		}
 		g := min((i-3)/per, groups-1)
 		if len(c.Workers) <= g {
-			c.Workers = append(c.Workers, Group{Name: fmt.Sprintf("md-%02d", g),
+			size := per
+			if g == groups-1 {
+				size = benchMachines - 3 - per*(groups-1)
+			}
+			c.Workers = append(c.Workers, Group{Name: fmt.Sprintf("md-%02d", g), Machines: make([]Machine, 0, size),
 				Rollout: RollingUpdate{MaxSurge: new(intstr.FromString("10%")), MaxUnavailable: new(intstr.FromString("5%"))},
 				Budgets: []Budget{{Nodes: "20%"}, {Nodes: "5", Reasons: []Reason{ReasonUnhealthy}, Schedule: "0 9 * * *", Duration: 8 * time.Hour}}})
 		}
