@@ -463,9 +463,11 @@ func (w *walker) cmpTyped(a, b reflect.Value, aOK, bOK bool, p *typePlan) {
 				continue
 			}
 			// Identical values cannot differ under any rule. (Not tried on
-			// metadata, where only labels and annotations are compared
-			// and the rest, name and uid, mostly differs.)
-			if pa && pb && (len(w.frames) > w.prefix || fp.name != "metadata") &&
+			// the root's fields: in metadata only labels and annotations
+			// are compared and the rest, name and uid, mostly differs; and
+			// spec is where the changes are, its fields are tried one by
+			// one.)
+			if pa && pb && len(w.frames) > w.prefix &&
 				typedSame(fa, fb, fp.plan, len(w.frames)+1, w.maxDepth) {
 				continue
 			}
