@@ -21,13 +21,27 @@ type documents struct {
 	loaded [numObjects]*loadedDoc
 }
 
-// doc is one compared object: a typed value or JSON data.
-type doc struct {
-	typed reflect.Value // addressable struct
-	data  map[string]any
+// doc is one compared object: JSON data (map[string]any), a pointer to
+// the typed struct, or nil.
+type doc = any
+
+func docOf(in input) doc {
+	if in.data != nil || !in.typed.IsValid() {
+		return in.data
+	}
+	return in.typed.Addr().Interface()
 }
 
-func docOf(in input) doc { return doc{typed: in.typed, data: in.data} }
+// docData is the JSON form of a doc.
+func docData(d doc) (map[string]any, error) {
+	switch x := d.(type) {
+	case nil:
+		return nil, nil
+	case map[string]any:
+		return x, nil
+	}
+	return input{typed: reflect.ValueOf(d).Elem()}.asData()
+}
 
 type loadedDoc struct {
 	cur, des map[string]any
@@ -40,8 +54,8 @@ func (d *documents) load(o Object) (cur, des map[string]any, err error) {
 	l := d.loaded[o]
 	if l == nil {
 		l = &loadedDoc{}
-		if l.cur, l.err = (input{typed: d.cur[o].typed, data: d.cur[o].data}).asData(); l.err == nil {
-			l.des, l.err = (input{typed: d.des[o].typed, data: d.des[o].data}).asData()
+		if l.cur, l.err = docData(d.cur[o]); l.err == nil {
+			l.des, l.err = docData(d.des[o])
 		}
 		d.loaded[o] = l
 	}

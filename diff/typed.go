@@ -437,12 +437,15 @@ func (w *walker) cmpTyped(a, b reflect.Value, aOK, bOK bool, p *typePlan) {
 	}
 	switch p.kind {
 	case reflect.Struct:
+		// The scope limits only the root's fields and metadata's.
+		scoped := len(w.frames)-w.prefix == 0 ||
+			(len(w.frames)-w.prefix == 1 && w.frames[w.prefix].name == "metadata")
 		for i := range p.fields {
 			if w.done() {
 				return
 			}
 			fp := &p.fields[i]
-			if !w.scopeAllows(fp.name) {
+			if scoped && !w.scopeAllows(fp.name) {
 				continue // status and most of metadata: not even looked at
 			}
 			var fa, fb reflect.Value
