@@ -448,25 +448,34 @@ func (p *Planner) Plan(ctx context.Context, c Cluster) (*Plan, error) {
 	for i, b := range plan.Batches {
 		offset[i+1] = offset[i] + len(b.Machines)
 	}
-	dest := make([]int, len(all))
+	src := make([]int, len(all)) // src[k]: the input index of the entry that goes to k
 	rest := offset[len(plan.Batches)]
 	for i, w := range all {
 		if !w.disrupts() {
 			w.pm.ToVersion = w.pm.FromVersion
 		}
 		if w.pm.Batch > 0 {
-			dest[i] = offset[w.pm.Batch-1] + w.pos
+			src[offset[w.pm.Batch-1]+w.pos] = i
 		} else {
-			dest[i] = rest
+			src[rest] = i
 			rest++
 		}
 	}
+	// Follow each cycle of the permutation, moving every entry once.
 	ms := plan.Machines
 	for i := range ms {
-		for dest[i] != i {
-			j := dest[i]
-			ms[i], ms[j] = ms[j], ms[i]
-			dest[i], dest[j] = dest[j], dest[i]
+		if src[i] < 0 || src[i] == i {
+			continue
+		}
+		tmp, k := ms[i], i
+		for {
+			s := src[k]
+			src[k] = -1
+			if s == i {
+				ms[k] = tmp
+				break
+			}
+			ms[k], k = ms[s], s
 		}
 	}
 	return plan, nil
