@@ -975,8 +975,7 @@ func appendTypedKeyText(b []byte, v reflect.Value, key string) []byte {
 func (l typedList) enter(s bool, i int, keyed bool) bool {
 	ok := l.w.enterElem(i)
 	if keyed && len(l.keys) > 0 {
-		f := &l.w.frames[len(l.w.frames)-1]
-		f.keys, f.keyT = l.keys, l.side(s).Index(i)
+		l.w.setKey(keyInfo{keys: l.keys, keyT: l.side(s).Index(i)})
 	}
 	return ok
 }

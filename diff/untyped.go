@@ -242,8 +242,7 @@ func (l dataList) enter(s bool, i int, keyed bool) bool {
 	ok := l.w.enterElem(i)
 	if keyed && len(l.keys) > 0 {
 		if m, isMap := l.side(s)[i].(map[string]any); isMap {
-			f := &l.w.frames[len(l.w.frames)-1]
-			f.keys, f.keyU = l.keys, m
+			l.w.setKey(keyInfo{keys: l.keys, keyU: m})
 		}
 	}
 	return ok

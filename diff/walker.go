@@ -9,15 +9,22 @@ import (
 	"strings"
 )
 
-// frame is one step of the path being walked.
+// frame is one step of the path being walked. It holds one pointer (the
+// name): frames are written on every step, and while the GC marks, every
+// pointer slot written costs a write barrier.
 type frame struct {
 	name    string // field name, for fields
-	elem    bool   // a list element
 	idx     int    // the element's index
-	keys    []string
-	keyT    reflect.Value  // typed keyed element, for the readable selector
-	keyU    map[string]any // unstructured keyed element
-	noRules bool           // template prefix: shown in paths, not matched by rules
+	key     int32  // 1 + index in walker.keyed for a keyed element, else 0
+	elem    bool   // a list element
+	noRules bool   // template prefix: shown in paths, not matched by rules
+}
+
+// keyInfo is a keyed list element, for its readable selector.
+type keyInfo struct {
+	keys []string
+	keyT reflect.Value  // typed keyed element
+	keyU map[string]any // unstructured keyed element
 }
 
 // walker compares one object. It is reused through a pool, so its slices
@@ -30,6 +37,7 @@ type walker struct {
 	found    bool
 	changes  []Change // scratch: the changes of all objects of a walk
 	frames   []frame
+	keyed    []keyInfo // the keyed elements among frames
 	act      []activeSet
 	depth    int          // len(act)-1
 	cls      [2]activeSet // scratch for classify
@@ -57,6 +65,8 @@ func (w *walker) reset(cfg *config, obj Object, kind string, first bool) {
 	w.cfg, w.obj, w.kind, w.first = cfg, obj, kind, first
 	w.found, w.err = false, nil
 	w.frames = w.frames[:0]
+	clear(w.keyed)
+	w.keyed = w.keyed[:0]
 	w.prefix = 0
 	w.maxDepth = cfg.maxDepth
 	if len(w.act) == 0 {
@@ -118,8 +128,18 @@ func (w *walker) checkEnter() bool {
 }
 
 func (w *walker) leave() {
+	if k := w.frames[len(w.frames)-1].key; k != 0 {
+		w.keyed[k-1] = keyInfo{}
+		w.keyed = w.keyed[:k-1]
+	}
 	w.frames = w.frames[:len(w.frames)-1]
 	w.depth--
+}
+
+// setKey records the key of the element just entered.
+func (w *walker) setKey(k keyInfo) {
+	w.keyed = append(w.keyed, k)
+	w.frames[len(w.frames)-1].key = int32(len(w.keyed))
 }
 
 func (w *walker) fail(err error, format string, args ...any) {
@@ -289,8 +309,8 @@ func (w *walker) appendField(b []byte) []byte {
 			continue
 		}
 		b = append(b, '[')
-		if len(f.keys) > 0 {
-			b = f.appendSelector(b)
+		if f.key != 0 && len(w.keyed[f.key-1].keys) > 0 {
+			b = w.keyed[f.key-1].appendSelector(b)
 		} else {
 			b = strconv.AppendInt(b, int64(f.idx), 10)
 		}
@@ -300,7 +320,7 @@ func (w *walker) appendField(b []byte) []byte {
 }
 
 // appendSelector appends the element's keys, "k1=v1,k2=v2".
-func (f frame) appendSelector(b []byte) []byte {
+func (f *keyInfo) appendSelector(b []byte) []byte {
 	for i, k := range f.keys {
 		if i > 0 {
 			b = append(b, ',')
