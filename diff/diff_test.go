@@ -354,6 +354,11 @@ func TestBadInput(t *testing.T) {
 	}
 	ms := &clusterv1.MachineSet{}
 	ms.Kind = "MachineSet"
+	ch := make(chan int)
+	var deepTyped deepNode
+	for range 200 {
+		deepTyped = deepNode{A: &deepNode{A: deepTyped.A}}
+	}
 	cases := []struct {
 		name     string
 		cur, des diff.State
@@ -373,6 +378,11 @@ func TestBadInput(t *testing.T) {
 		{"not an object at all", diff.State{Bootstrap: 42}, diff.State{Bootstrap: 43}, diff.ErrUnsupportedValue, ""},
 		{"typed infinity", diff.State{Infrastructure: &floatMachine{}}, diff.State{Infrastructure: &floatMachine{Spec: floatSpec{F: math.Inf(1)}}}, diff.ErrUnsupportedValue, "infrastructure.spec.f"},
 		{"typed channel", diff.State{Infrastructure: &chanMachine{}}, diff.State{Infrastructure: &chanMachine{Spec: chanSpec{C: make(chan int)}}}, diff.ErrUnsupportedValue, "infrastructure.spec.c"},
+		// Identical values on both sides are skipped without a walk, but
+		// never when the walk would fail.
+		{"the same NaN on both sides", diff.State{Infrastructure: &floatMachine{Spec: floatSpec{F: math.NaN()}}}, diff.State{Infrastructure: &floatMachine{Spec: floatSpec{F: math.NaN()}}}, diff.ErrUnsupportedValue, "infrastructure.spec.f"},
+		{"the same channel on both sides", diff.State{Infrastructure: &chanMachine{Spec: chanSpec{C: ch}}}, diff.State{Infrastructure: &chanMachine{Spec: chanSpec{C: ch}}}, diff.ErrUnsupportedValue, "infrastructure.spec.c"},
+		{"the same absurdly deep typed value on both sides", diff.State{Infrastructure: &deepMachine{Spec: deepTyped}}, diff.State{Infrastructure: &deepMachine{Spec: deepTyped}}, diff.ErrTooDeep, "infrastructure.spec.a.a"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -488,3 +498,44 @@ type chanSpec struct {
 type chanMachine struct {
 	Spec chanSpec `json:"spec"`
 }
+
+type deepNode struct {
+	A *deepNode `json:"a,omitempty"`
+}
+
+type deepMachine struct {
+	Spec deepNode `json:"spec"`
+}
+
+type listSpec struct {
+	L []string `json:"l"`
+	S string   `json:"s"`
+}
+
+type listMachine struct {
+	Spec listSpec `json:"spec"`
+}
+
+// TestIdenticalTypedValues: typed values identical on both sides are
+// skipped without a walk; nil against empty is not identical, so the
+// rules that tell them apart still see them.
+func TestIdenticalTypedValues(t *testing.T) {
+	same := &listMachine{Spec: listSpec{L: []string{"a", "b"}, S: "x"}}
+	cs, err := diff.Objects(diff.Infrastructure, same, &listMachine{Spec: listSpec{L: []string{"a", "b"}, S: "x"}})
+	require.NoError(t, err)
+	require.True(t, cs.Empty(), "%s", cs)
+
+	cur, des := &listMachine{Spec: listSpec{L: nil}}, &listMachine{Spec: listSpec{L: []string{}}}
+	cs, err = diff.Objects(diff.Infrastructure, cur, des)
+	require.NoError(t, err)
+	require.True(t, cs.Empty(), "folded: nil and empty are the same; got %s", cs)
+
+	cs, err = diff.Objects(diff.Infrastructure, cur, des, diff.StrictEmpty("infrastructure.spec.l"))
+	require.NoError(t, err)
+	require.Equal(t, []string{"infrastructure.spec.l: add [] (Other)"}, strings.Split(cs.String(), "\n"))
+
+	eq, err := diff.Equal(diff.State{Infrastructure: same}, diff.State{Infrastructure: same})
+	require.NoError(t, err)
+	require.True(t, eq)
+}
+
