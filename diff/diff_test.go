@@ -538,4 +538,3 @@ func TestIdenticalTypedValues(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, eq)
 }
-
