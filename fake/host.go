@@ -724,7 +724,10 @@ func (h *Host) Ready() bool {
 // clock is stepped by the time spent.
 func (h *Host) sleep(ctx context.Context, d time.Duration) error {
 	if dl, ok := ctx.Deadline(); ok {
-		remaining := time.Until(dl)
+		// The deadline is the Runner's real-time context.WithTimeout, set
+		// microseconds ago: rounded to the second, the time left is the
+		// step's timeout, the same on every run, so timelines replay.
+		remaining := time.Until(dl).Round(time.Second)
 		if d >= remaining {
 			h.advance(max(remaining, 0))
 			return context.DeadlineExceeded

@@ -85,7 +85,8 @@ func skewViolations(batch int, oldest *version.Version, versions map[string]stri
 // CheckDisruption reports groups that had more machines disrupted at the
 // same virtual time than res.Limits allows (the control plane, group "",
 // one at a time). A machine is disrupted from the start of its first
-// timeline event to the end of its last.
+// timeline event to the end of its last, or to res.End when it was left
+// cordoned.
 func CheckDisruption(res *Result) []string {
 	if res == nil || res.Plan == nil {
 		return nil
@@ -112,6 +113,11 @@ func CheckDisruption(res *Result) []string {
 	type edge struct {
 		at    time.Time
 		delta int
+	}
+	for _, m := range res.LeftCordoned {
+		if sp, ok := spans[m]; ok && res.End.After(sp.end) {
+			sp.end = res.End
+		}
 	}
 	edges := map[string][]edge{}
 	for m, sp := range spans {

@@ -48,10 +48,12 @@ func TestCheckDisruption(t *testing.T) {
 			map[string]int{"md-0": 2}, []string{"md-0: 3 machines disrupted at once at 2026-01-01T09:01:00Z, limit 2"}},
 		{"a group without a limit gets 1", []fake.Event{ev("w-0", 0, 5), ev("w-1", 1, 5)},
 			nil, []string{"md-0: 2 machines disrupted at once at 2026-01-01T09:01:00Z, limit 1"}},
+		{"a machine left cordoned stays disrupted to the end", []fake.Event{ev("w-2", 0, 2), ev("w-0", 3, 5)},
+			map[string]int{"md-0": 1}, []string{"md-0: 2 machines disrupted at once at 2026-01-01T09:03:00Z, limit 1"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got := fake.CheckDisruption(&fake.Result{Plan: plan, Events: tc.events, Limits: tc.limits})
+			got := fake.CheckDisruption(&fake.Result{Plan: plan, Events: tc.events, Limits: tc.limits, End: at(10), LeftCordoned: []string{"w-2"}})
 			require.Empty(t, cmp.Diff(tc.want, got))
 		})
 	}
@@ -312,4 +314,42 @@ func TestControllerCrashPlansAgainFromTheCluster(t *testing.T) {
 	var n corev1.Node
 	require.NoError(t, sim.Client().Get(ctx, client.ObjectKey{Name: "c-md-0-3"}, &n))
 	require.Equal(t, "v1.30.4", n.Status.NodeInfo.KubeletVersion, "nothing more was upgraded")
+}
+
+// After a failure that leaves a node cordoned, the group's limit is used
+// up: the simulator holds the rest of the group instead of disrupting more
+// (a reviewer's case: before, the next workers ran and no invariant saw
+// the group over its limit). A failed control plane machine holds every
+// worker.
+func TestFailuresHoldWhatWouldBreakLimits(t *testing.T) {
+	ctx := context.Background()
+	cl := fake.NewCluster("c").ControlPlane(1, "v1.30.4").MachineDeployment("md-0", 3, "v1.30.4")
+	sim, err := fake.NewSimulator(cl, fake.WithSimFaults(fake.NewFaults(1).FailStep("c-md-0-0", "kubectl-binary", 100)))
+	require.NoError(t, err)
+	res, err := sim.Run(ctx, fake.Rollout{ToVersion: "v1.31.2"})
+	require.NoError(t, err)
+	require.Empty(t, res.Violations)
+	require.Equal(t, []string{"c-md-0-0"}, res.Failed)
+	require.Equal(t, []string{"c-md-0-0"}, res.LeftCordoned, "kubectl-binary fails after kubeadm upgrade: no automatic rollback")
+	require.Equal(t, []fake.Hold{
+		{Machine: "c-md-0-1", Reason: "1 machines of the group are left cordoned after failures; the limit is 1"},
+		{Machine: "c-md-0-2", Reason: "1 machines of the group are left cordoned after failures; the limit is 1"},
+	}, res.Held)
+	var n corev1.Node
+	require.NoError(t, sim.Client().Get(ctx, client.ObjectKey{Name: "c-md-0-2"}, &n))
+	require.Equal(t, "v1.30.4", n.Status.NodeInfo.KubeletVersion)
+	require.False(t, n.Spec.Unschedulable)
+
+	cl = fake.NewCluster("d").ControlPlane(3, "v1.30.4").MachineDeployment("md-0", 2, "v1.30.4")
+	sim, err = fake.NewSimulator(cl, fake.WithSimFaults(fake.NewFaults(1).FailStep("d-control-plane-1", "containerd", 100)))
+	require.NoError(t, err)
+	res, err = sim.Run(ctx, fake.Rollout{ToVersion: "v1.31.2"})
+	require.NoError(t, err)
+	require.Empty(t, res.Violations)
+	require.Equal(t, []string{"d-control-plane-1"}, res.Failed)
+	var held []string
+	for _, h := range res.Held {
+		held = append(held, h.Machine)
+	}
+	require.Equal(t, []string{"d-md-0-0", "d-md-0-1"}, held, "workers wait for a control plane that did not make it")
 }

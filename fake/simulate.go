@@ -98,8 +98,19 @@ type Result struct {
 	ControllerRestarts int `json:"controllerRestarts,omitempty"`
 	// Failed lists machines whose update failed.
 	Failed []string `json:"failed,omitempty"`
+	// Held lists machines a plan batched that the simulator did not start,
+	// because failures made it unsafe: a group whose machines left
+	// cordoned already use its disruption limit, or workers behind a
+	// control plane machine that failed. They keep their old state.
+	Held []Hold `json:"held,omitempty"`
 	// Violations lists broken invariants (empty when all held).
 	Violations []string `json:"violations,omitempty"`
+}
+
+// Hold is a machine the simulator held back, and why.
+type Hold struct {
+	Machine string `json:"machine"`
+	Reason  string `json:"reason"`
 }
 
 // FailedAnnotation is set on a Machine whose update failed in a
@@ -375,6 +386,8 @@ func (s *Simulator) Run(ctx context.Context, r Rollout) (*Result, error) {
 	sort.Strings(allNodes)
 	res.Plans = []*strategy.Plan{plan}
 	completed := 0
+	stuck := map[string]int{} // per group: machines left cordoned by earlier batches
+	cpFailed := ""            // a control plane machine whose update failed
 	for {
 		byName := map[string]strategy.PlannedMachine{}
 		for _, pm := range plan.Machines {
@@ -387,14 +400,32 @@ func (s *Simulator) Run(ctx context.Context, r Rollout) (*Result, error) {
 			}
 			start := s.clock.Now()
 			end := start
+			inBatch := map[string]int{}
+			leftBefore := len(res.LeftCordoned)
 			for _, name := range b.Machines {
 				s.clock.SetTime(start)
 				pm := byName[name]
+				// What a controller must not do after failures: disrupt more
+				// of a group than its limit while failed machines are still
+				// out of service, or move workers past a control plane that
+				// did not make it.
+				switch {
+				case pm.Role == strategy.RoleWorker && cpFailed != "":
+					res.Held = append(res.Held, Hold{Machine: name, Reason: fmt.Sprintf("control plane machine %s failed: workers wait (version skew)", cpFailed)})
+					continue
+				case stuck[pm.Group]+inBatch[pm.Group]+1 > res.Limits[pm.Group]:
+					res.Held = append(res.Held, Hold{Machine: name, Reason: fmt.Sprintf("%d machines of the group are left cordoned after failures; the limit is %d", stuck[pm.Group], res.Limits[pm.Group])})
+					continue
+				}
+				inBatch[pm.Group]++
 				if err := s.runMachine(ctx, r, b, pm, res); err != nil {
 					if ctx.Err() != nil {
 						return res, ctx.Err()
 					}
 					res.Failed = append(res.Failed, name)
+					if pm.Role == strategy.RoleControlPlane && cpFailed == "" {
+						cpFailed = name
+					}
 					if err := s.markFailed(ctx, name, err); err != nil {
 						return res, err
 					}
@@ -402,6 +433,9 @@ func (s *Simulator) Run(ctx context.Context, r Rollout) (*Result, error) {
 				if now := s.clock.Now(); now.After(end) {
 					end = now
 				}
+			}
+			for _, n := range res.LeftCordoned[leftBefore:] {
+				stuck[s.groupOf(n)]++
 			}
 			s.clock.SetTime(end)
 			if b.HealthGate {
@@ -445,6 +479,9 @@ func (s *Simulator) Run(ctx context.Context, r Rollout) (*Result, error) {
 	res.Violations = append(res.Violations, CheckCordons(ctx, s.c, res)...)
 	return res, nil
 }
+
+// groupOf returns the node's machine deployment ("" for the control plane).
+func (s *Simulator) groupOf(node string) string { return s.pools[node] }
 
 // refreshVersions reads the kubelet versions of the named nodes and
 // returns the oldest control plane kubelet's.
@@ -783,6 +820,9 @@ func (s *Simulator) checkConverged(ctx context.Context, r Rollout, res *Result) 
 	}
 	for _, e := range res.Events {
 		add(e.Machine, all[e.Machine])
+	}
+	for _, h := range res.Held {
+		failed[h.Machine] = true // not started: nothing to converge
 	}
 	for _, name := range order {
 		if failed[name] {

@@ -237,7 +237,7 @@ func TestSimulatorProperty(t *testing.T) {
 		first, last = *simSeed, *simSeed
 	}
 	var mu sync.Mutex
-	var runs, machines, failed, restarts, replans, commands int
+	var runs, machines, failed, held, restarts, replans, commands int
 	t.Run("seeds", func(t *testing.T) {
 		for seed := first; seed <= last; seed++ {
 			t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
@@ -252,6 +252,7 @@ func TestSimulatorProperty(t *testing.T) {
 				runs++
 				machines += len(res.Plan.Machines)
 				failed += len(res.Failed)
+				held += len(res.Held)
 				restarts += res.Restarts
 				replans += res.ControllerRestarts
 				commands += len(res.Executions)
@@ -259,6 +260,6 @@ func TestSimulatorProperty(t *testing.T) {
 		}
 	})
 	require.Equal(t, int(last-first+1), runs)
-	t.Logf("%d randomized rollouts (%d machines, %d failed by injected faults, %d runner restarts, %d controller restarts, %d host commands), all invariants held, in %v",
-		runs, machines, failed, restarts, replans, commands, time.Since(start).Round(time.Millisecond))
+	t.Logf("%d randomized rollouts (%d machines, %d failed by injected faults, %d held back after failures, %d runner restarts, %d controller restarts, %d host commands), all invariants held, in %v",
+		runs, machines, failed, held, restarts, replans, commands, time.Since(start).Round(time.Millisecond))
 }
