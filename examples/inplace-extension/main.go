@@ -138,6 +138,11 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	if o.drainTimeout < 0 {
 		return o, fmt.Errorf("%w: -drain-timeout %s: must not be negative", errInvalidFlag, o.drainTimeout)
 	}
+	// CAPI's RetryAfterSeconds is an int32; a day is already longer than
+	// anyone wants between two looks at an upgrading node.
+	if o.retryAfter < 1 || o.retryAfter > 86400 {
+		return o, fmt.Errorf("%w: -retry-after %d: must be between 1 and 86400 seconds", errInvalidFlag, o.retryAfter)
+	}
 	if o.noUpdate {
 		return o, nil
 	}

@@ -58,6 +58,11 @@ func TestFlags(t *testing.T) {
 	require.Equal(t, "0", o.metricsAddr)
 	_, err = parseFlags([]string{"-upgrader-image", "img:v1", "-drain-timeout", "-1m"}, &out)
 	require.ErrorContains(t, err, "-drain-timeout -1m0s: must not be negative")
+	for _, v := range []string{"0", "-5", "4294967311"} {
+		_, err = parseFlags([]string{"-upgrader-image", "img:v1", "-retry-after", v}, &out)
+		require.ErrorIs(t, err, errInvalidFlag, v)
+		require.ErrorContains(t, err, "-retry-after "+v+": must be between 1 and 86400 seconds")
+	}
 	_, err = parseFlags([]string{"-bogus"}, &out)
 	require.Error(t, err)
 	require.Contains(t, out.String(), "flag provided but not defined")
