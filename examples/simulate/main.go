@@ -279,6 +279,9 @@ func summarize(w io.Writer, res *fake.Result) {
 		fmt.Fprintf(w, "; %d upgrader restarts resumed from the journal", res.Restarts)
 	}
 	fmt.Fprintln(w)
+	for _, h := range res.Held {
+		fmt.Fprintf(w, "Held back: %s (%s)\n", h.Machine, h.Reason)
+	}
 	if len(res.LeftCordoned) > 0 {
 		fmt.Fprintf(w, "Left cordoned for a person (failed without a rollback): %s\n", strings.Join(res.LeftCordoned, ", "))
 	}

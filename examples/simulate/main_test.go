@@ -90,6 +90,17 @@ func TestDemoWithACrash(t *testing.T) {
 	require.NotContains(t, s, "failed:")
 }
 
+func TestDemoHoldsBackAfterAFailureLeftCordoned(t *testing.T) {
+	var out bytes.Buffer
+	err := run(context.Background(), []string{"-progress-bar=false", "-control-planes", "1", "-workers", "md-0=3", "-new-image", "",
+		"-fail", "demo-md-0-0/kubectl-binary=50"}, &out, &bytes.Buffer{})
+	require.NoError(t, err, out.String())
+	s := out.String()
+	require.Contains(t, s, "Left cordoned for a person (failed without a rollback): demo-md-0-0")
+	require.Contains(t, s, "Held back: demo-md-0-1 (1 machines of the group are left cordoned after failures; the limit is 1)")
+	require.Contains(t, s, "Invariants held")
+}
+
 func TestProgressBar(t *testing.T) {
 	var out bytes.Buffer
 	require.NoError(t, run(context.Background(), []string{"-progress-bar", "-control-planes", "1", "-workers", "md-0=1"}, &out, &bytes.Buffer{}))
