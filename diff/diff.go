@@ -169,20 +169,31 @@ func (d *Differ) walk(current, desired State, templates, first bool) (cs ChangeS
 		clear(w.changes) // do not keep the values alive in the pool
 		w.changes = w.changes[:0]
 	}()
+	// Unstructured inputs must hold nothing but JSON data, anywhere (status
+	// included). Checking them is a walk over both objects; for a plain
+	// diff the comparison walks most of them anyway, so it checks what it
+	// visits and what it skips (out of scope), and marks anything it
+	// leaves unchecked. On any error, or a gap, the inputs are checked
+	// whole first, in the order readInput checks them, so the errors are
+	// the same as when they are checked up front, which Equal (it stops
+	// early), templates (only spec.template is walked), transforms (they
+	// see the data first) and depth limits beyond checkJSONData's still do.
+	lazy := lazyChecks && !first && !templates && d.cfg.maxDepth <= maxJSONDepth
 	for o := Object(0); o < numObjects; o++ {
-		cur, err := readInput(o, "current", current.get(o))
+		lazyO := lazy && len(d.cfg.transforms[o]) == 0
+		cur, err := readInputCheck(o, "current", current.get(o), !lazyO)
 		if err != nil {
 			return ChangeSet{}, false, err
 		}
-		des, err := readInput(o, "desired", desired.get(o))
+		des, err := readInputCheck(o, "desired", desired.get(o), !lazyO)
 		if err != nil {
-			return ChangeSet{}, false, err
+			return ChangeSet{}, false, firstErr(cur.checkIfUnchecked(), err)
 		}
 		if cur.isNil() && des.isNil() {
 			continue
 		}
 		if err := checkPair(o, cur, des, templates); err != nil {
-			return ChangeSet{}, false, err
+			return ChangeSet{}, false, firstErr(cur.checkIfUnchecked(), des.checkIfUnchecked(), err)
 		}
 		if len(d.cfg.transforms[o]) > 0 {
 			if cur, des, err = d.transform(o, cur, des); err != nil {
@@ -191,13 +202,16 @@ func (d *Differ) walk(current, desired State, templates, first bool) (cs ChangeS
 		}
 		curs[o], dess[o] = docOf(cur), docOf(des)
 		w.reset(&d.cfg, o, des.kind, first)
+		w.lazyCheck = cur.unchecked || des.unchecked
 		if templates {
 			w.enterPrefix("spec")
 			w.enterPrefix("template")
 		}
 		compareRoots(w, cur, des, templates)
-		if w.err != nil {
-			return ChangeSet{}, false, w.err
+		if w.err != nil || w.gap {
+			if err := firstErr(cur.checkIfUnchecked(), des.checkIfUnchecked(), w.err); err != nil {
+				return ChangeSet{}, false, err
+			}
 		}
 		if first && w.found {
 			return ChangeSet{}, true, nil
@@ -208,6 +222,28 @@ func (d *Differ) walk(current, desired State, templates, first bool) (cs ChangeS
 	}
 	sortChanges(w.changes)
 	return ChangeSet{Changes: slices.Clone(w.changes), docs: &documents{cur: curs, des: dess, templates: templates}}, true, nil
+}
+
+// lazyChecks lets the walk check unstructured inputs as it goes (see
+// Differ.walk); tests turn it off to compare with checking up front.
+var lazyChecks = true
+
+// checkIfUnchecked checks the input's data if readInput did not.
+func (in input) checkIfUnchecked() error {
+	if !in.unchecked {
+		return nil
+	}
+	return in.check()
+}
+
+// firstErr returns the first non-nil error.
+func firstErr(errs ...error) error {
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // compareRoots compares the two roots (for templates, their spec.template).
@@ -291,6 +327,8 @@ type input struct {
 	kind  string
 	obj   Object
 	side  string
+	// unchecked: data was not checked for values with no JSON form.
+	unchecked bool
 }
 
 func (in input) isNil() bool { return !in.typed.IsValid() && in.data == nil }
@@ -319,6 +357,13 @@ var (
 )
 
 func readInput(obj Object, side string, v any) (input, error) {
+	return readInputCheck(obj, side, v, true)
+}
+
+// readInputCheck is readInput; with validate false, JSON data is not
+// checked here but marked unchecked, for the walk to check as it goes
+// (see Differ.walk).
+func readInputCheck(obj Object, side string, v any, validate bool) (input, error) {
 	in := input{obj: obj, side: side}
 	bad := func(err error, format string, args ...any) (input, error) {
 		return input{}, newErr(obj, side, "", err, format, args...)
@@ -342,7 +387,7 @@ func readInput(obj Object, side string, v any) (input, error) {
 		}
 		in.data = x
 	case json.RawMessage:
-		return readInput(obj, side, []byte(x))
+		return readInputCheck(obj, side, []byte(x), validate)
 	case []byte:
 		if len(strings.TrimSpace(string(x))) == 0 {
 			return in, nil
@@ -360,9 +405,9 @@ func readInput(obj Object, side string, v any) (input, error) {
 		}
 		in.data = m
 	case runtime.RawExtension:
-		return readRaw(obj, side, &x)
+		return readRaw(obj, side, &x, validate)
 	case *runtime.RawExtension:
-		return readRaw(obj, side, x)
+		return readRaw(obj, side, x, validate)
 	default:
 		rv := reflect.ValueOf(v)
 		if rv.Kind() == reflect.Pointer {
@@ -383,22 +428,33 @@ func readInput(obj Object, side string, v any) (input, error) {
 		in.kind = typedKind(rv, in.plan)
 		return in, nil
 	}
-	if err := checkJSONData(in.data, 0); err != nil {
-		return bad(ErrUnsupportedValue, "%v", err)
+	if !validate {
+		in.unchecked = true
+	} else if err := in.check(); err != nil {
+		return input{}, err
 	}
 	in.kind, _ = in.data["kind"].(string)
 	return in, nil
 }
 
-func readRaw(obj Object, side string, x *runtime.RawExtension) (input, error) {
+// check reports the first value in the input's JSON data that is not JSON
+// data.
+func (in input) check() error {
+	if err := checkJSONData(in.data, 0); err != nil {
+		return newErr(in.obj, in.side, "", ErrUnsupportedValue, "%v", err)
+	}
+	return nil
+}
+
+func readRaw(obj Object, side string, x *runtime.RawExtension, validate bool) (input, error) {
 	if x == nil {
 		return input{obj: obj, side: side}, nil
 	}
 	if len(x.Raw) > 0 {
-		return readInput(obj, side, x.Raw)
+		return readInputCheck(obj, side, x.Raw, validate)
 	}
 	if x.Object != nil {
-		return readInput(obj, side, x.Object)
+		return readInputCheck(obj, side, x.Object, validate)
 	}
 	return input{obj: obj, side: side}, nil
 }

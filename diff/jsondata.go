@@ -103,12 +103,15 @@ func normalizeJSON(v any) any {
 	return v
 }
 
+// maxJSONDepth bounds the nesting checkJSONData accepts.
+const maxJSONDepth = 1000
+
 // checkJSONData reports the first value that is not JSON data.
 func checkJSONData(v any, depth int) error {
-	if depth > 1000 {
-		return fmt.Errorf("%w: nested more than 1000 levels", ErrTooDeep)
+	if depth > maxJSONDepth {
+		return fmt.Errorf("%w: nested more than %d levels", ErrTooDeep, maxJSONDepth)
 	}
-	leafOK := depth < 1000 // a leaf one level down needs no call
+	leafOK := depth < maxJSONDepth // a leaf one level down needs no call
 	switch x := v.(type) {
 	case map[string]any:
 		for k, e := range x {

@@ -123,6 +123,9 @@ func (w *walker) replaceData(a, b any) {
 			return
 		}
 	}
+	if w.lazyCheck && (!w.checkDeep(a) || !w.checkDeep(b)) {
+		return // reported whole: their insides were not walked
+	}
 	switch {
 	case a == nil:
 		w.emit(OpAdd, nil, deepCopyData(b))
@@ -133,9 +136,34 @@ func (w *walker) replaceData(a, b any) {
 	}
 }
 
+// checkSkipped checks a value the walk does not compare (out of scope),
+// when the inputs were not checked up front.
+func (w *walker) checkSkipped(v any) {
+	if !w.lazyCheck || w.err != nil || isPlainLeaf(v) {
+		return
+	}
+	if err := checkJSONData(v, len(w.frames)-w.prefix+1); err != nil {
+		w.fail(ErrUnsupportedValue, "%v", err)
+	}
+}
+
+// skipped notes a value left out of the comparison (an ignored path): with
+// inputs not checked up front, they are then checked whole.
+func (w *walker) skipped() {
+	if w.lazyCheck && w.err == nil {
+		w.gap = true
+	}
+}
+
 // checkDeep checks a whole value before it is reported.
 func (w *walker) checkDeep(v any) bool {
-	if err := checkJSONData(v, 0); err != nil {
+	depth := 0
+	if w.lazyCheck {
+		// Unchecked inputs: the same depth limit as the check up front,
+		// counted from the root.
+		depth = len(w.frames) - w.prefix
+	}
+	if err := checkJSONData(v, depth); err != nil {
 		w.fail(ErrUnsupportedValue, "%v", err)
 		return false
 	}
@@ -175,10 +203,14 @@ func (w *walker) cmpMaps(a, b map[string]any) {
 			inBoth++
 		}
 		if !w.scopeAllows(k) {
+			w.checkSkipped(av)
+			w.checkSkipped(bv)
 			continue
 		}
 		if w.enterField(k) {
 			w.cmpData(av, bv)
+		} else {
+			w.skipped()
 		}
 		w.leave()
 	}
@@ -189,11 +221,17 @@ func (w *walker) cmpMaps(a, b map[string]any) {
 		if w.done() {
 			return
 		}
-		if _, seen := a[k]; seen || !w.scopeAllows(k) {
+		if _, seen := a[k]; seen {
+			continue
+		}
+		if !w.scopeAllows(k) {
+			w.checkSkipped(bv)
 			continue
 		}
 		if w.enterField(k) {
 			w.cmpData(nil, bv)
+		} else {
+			w.skipped()
 		}
 		w.leave()
 	}
@@ -240,6 +278,9 @@ func (l dataList) keyEq(x bool, i int, y bool, j int) bool {
 
 func (l dataList) enter(s bool, i int, keyed bool) bool {
 	ok := l.w.enterElem(i)
+	if !ok {
+		l.w.skipped()
+	}
 	if keyed && len(l.keys) > 0 {
 		if m, isMap := l.side(s)[i].(map[string]any); isMap {
 			l.w.setKey(keyInfo{keys: l.keys, keyU: m})
@@ -252,7 +293,7 @@ func (l dataList) cmp(i, j int) { l.w.cmpData(l.a[i], l.b[j]) }
 
 func (l dataList) value(s bool, i int) any {
 	v := l.side(s)[i]
-	if !l.w.checkData(v) {
+	if !l.w.checkData(v) || (l.w.lazyCheck && !l.w.checkDeep(v)) {
 		return nil
 	}
 	return deepCopyData(v)

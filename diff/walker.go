@@ -45,6 +45,12 @@ type walker struct {
 	err      error
 	maxDepth int
 	prefix   int // number of template prefix frames
+
+	// lazyCheck: the inputs' JSON data was not checked up front; the walk
+	// checks what it visits and skips, and sets gap when it leaves a value
+	// unchecked (an ignored path), so the caller checks the inputs whole.
+	lazyCheck bool
+	gap       bool
 }
 
 // scopeAllows limits the comparison to spec, metadata.labels and
@@ -64,6 +70,7 @@ func (w *walker) scopeAllows(name string) bool {
 func (w *walker) reset(cfg *config, obj Object, kind string, first bool) {
 	w.cfg, w.obj, w.kind, w.first = cfg, obj, kind, first
 	w.found, w.err = false, nil
+	w.lazyCheck, w.gap = false, false
 	w.frames = w.frames[:0]
 	clear(w.keyed)
 	w.keyed = w.keyed[:0]

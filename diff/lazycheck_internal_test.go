@@ -1,0 +1,138 @@
+package diff
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestLazyChecksMatchUpFront: checking unstructured inputs during the walk
+// gives the same results and the same errors as checking them whole
+// before it, over random objects with values that have no JSON form
+// placed anywhere: in and out of scope, in lists, under ignored paths,
+// inside values reported whole, and nested past the depth limit.
+func TestLazyChecksMatchUpFront(t *testing.T) {
+	differs := map[string]*Differ{}
+	for name, opts := range map[string][]Option{
+		"default":  nil,
+		"ignore":   {Ignore("infrastructure.spec.b", "infrastructure.spec.l[*].x")},
+		"strict":   {StrictEmpty("infrastructure.spec.a", "infrastructure.spec.l")},
+		"keyed":    {ListKey("infrastructure.spec.l", "k")},
+		"defaults": {Default("infrastructure.spec.a", "d")},
+		"deep":     {MaxDepth(1000)},
+	} {
+		d, err := New(opts...)
+		require.NoError(t, err)
+		differs[name] = d
+	}
+	bad := []func() any{
+		func() any { return math.NaN() },
+		func() any { return math.Inf(-1) },
+		func() any { return make(chan int) },
+		func() any { return struct{ X int }{1} },
+		func() any { return complex(1, 2) },
+	}
+	deep := func(n int) any {
+		var v any = "leaf"
+		for range n {
+			v = map[string]any{"a": v}
+		}
+		return v
+	}
+	r := rand.New(rand.NewPCG(7, 11))
+	var gen func(depth int, badP float64) any
+	gen = func(depth int, badP float64) any {
+		if r.Float64() < badP {
+			return bad[r.IntN(len(bad))]()
+		}
+		switch k := r.IntN(10); {
+		case badP > 0 && r.IntN(60) == 0:
+			return deep(985 + r.IntN(30))
+		case depth > 3 || k < 3:
+			switch r.IntN(6) {
+			case 0:
+				return ""
+			case 1:
+				return int64(r.IntN(3))
+			case 2:
+				return r.IntN(2) == 0
+			case 3:
+				return nil
+			case 4:
+				return float64(r.IntN(3)) + 0.5
+			}
+			return fmt.Sprint("s", r.IntN(3))
+		case k < 6:
+			m := map[string]any{}
+			for range r.IntN(4) {
+				m[[]string{"a", "b", "c", "x", "k"}[r.IntN(5)]] = gen(depth+1, badP)
+			}
+			return m
+		default:
+			l := []any{}
+			for range r.IntN(4) {
+				l = append(l, map[string]any{"k": fmt.Sprint(r.IntN(3)), "x": gen(depth+1, badP)})
+			}
+			return l
+		}
+	}
+	object := func(badP float64) map[string]any {
+		spec := map[string]any{}
+		for _, k := range []string{"a", "b", "l"} {
+			if r.IntN(3) > 0 {
+				spec[k] = gen(1, badP)
+			}
+		}
+		return map[string]any{
+			"kind":     "AWSMachine",
+			"spec":     spec,
+			"status":   gen(1, badP),
+			"metadata": map[string]any{"name": gen(2, badP), "labels": map[string]any{"l": fmt.Sprint(r.IntN(2))}},
+		}
+	}
+	defer func() { lazyChecks = true }()
+	cases, failing := 0, 0
+	for i := range 1500 {
+		badP := []float64{0, 0, 0.02, 0.1}[i%4]
+		cur, des := object(badP), object(badP)
+		if r.IntN(4) == 0 {
+			des = cur // equal objects, invalid values included
+		}
+		for name, d := range differs {
+			lazyChecks = false
+			want, wantErr := d.Machines(State{Infrastructure: cur}, State{Infrastructure: des})
+			lazyChecks = true
+			got, gotErr := d.Machines(State{Infrastructure: cur}, State{Infrastructure: des})
+			cases++
+			if wantErr != nil {
+				failing++
+				require.Error(t, gotErr, "%s #%d: want %v", name, i, wantErr)
+				var we, ge *Error
+				require.True(t, errors.As(wantErr, &we) && errors.As(gotErr, &ge))
+				require.Equal(t, we.Err, ge.Err, "%s #%d: %v / %v", name, i, wantErr, gotErr)
+				require.Equal(t, we.Side, ge.Side, "%s #%d: %v / %v", name, i, wantErr, gotErr)
+				// Checks up front report no path; the walk's own errors do
+				// (which one, when there are several, depends on map order).
+				require.Equal(t, we.Path == "", ge.Path == "", "%s #%d: %v / %v", name, i, wantErr, gotErr)
+				if we.Path == "" {
+					require.Equal(t, we.Object, ge.Object)
+				}
+				continue
+			}
+			require.NoError(t, gotErr, "%s #%d", name, i)
+			require.Equal(t, want.String(), got.String(), "%s #%d", name, i)
+			require.Equal(t, len(want.Changes), len(got.Changes))
+			for j := range want.Changes {
+				require.Equal(t, want.Changes[j].Path, got.Changes[j].Path)
+				require.Equal(t, want.Changes[j].ListPath, got.Changes[j].ListPath)
+			}
+		}
+	}
+	t.Logf("%d diffs, %d of them errors", cases, failing)
+	require.Greater(t, failing, cases/10)
+	require.Less(t, failing, cases*9/10)
+}
