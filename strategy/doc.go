@@ -39,8 +39,9 @@
 // MachineUpdater answers the UpdateMachine hook: it finds the Node through
 // spec.providerID, upgrades it with a kubeadm plan run by an upgrader pod
 // (package nodeexec), keeps all progress in the workload cluster (the pod,
-// the Node, kubeadm-config) so a restarted extension carries on, and
-// answers done only when the kubelet reports the desired version.
+// the Node) so a restarted extension carries on, never runs two upgrader
+// pods on one node, and answers done only when the kubelet reports the
+// desired version and the upgrader pod has succeeded.
 //
 // # Drain before in-place
 //

@@ -101,7 +101,7 @@ func (u *MachineUpdater) drainNode(ctx context.Context, st *call, rec *UpdateRec
 	if rec.DrainStarted == nil {
 		started := st.nowMeta()
 		rec.DrainStarted = &started
-		if err := writeUpdateRecord(ctx, st.c, node, rec); err != nil {
+		if err := st.writeRecord(ctx, rec); err != nil {
 			return waiting(ReasonDraining, "recording the drain's start on node %s: %v", node, err), false
 		}
 	}
@@ -130,7 +130,7 @@ func (u *MachineUpdater) drainNode(ctx context.Context, st *call, rec *UpdateRec
 	if err == nil {
 		drained := st.nowMeta()
 		rec.Drained = &drained
-		if err := writeUpdateRecord(ctx, st.c, node, rec); err != nil {
+		if err := st.writeRecord(ctx, rec); err != nil {
 			return waiting(ReasonDraining, "recording the end of the drain on node %s: %v", node, err), false
 		}
 		log.Info("node drained", "evicted", len(rep.Evicted), "took", elapsed.String())

@@ -140,6 +140,20 @@ type UpdateRecord struct {
 	DrainStarted *metav1.Time `json:"drainStarted,omitempty"`
 	// Drained is when the drain finished; the upgrader pod starts after.
 	Drained *metav1.Time `json:"drained,omitempty"`
+	// Role is the kubeadm role (kubeadm.Role) chosen when the update
+	// started, kept for the whole update: `kubeadm upgrade apply` raises
+	// kubeadm-config's kubernetesVersion while the first control plane's
+	// upgrader pod still has steps to run, after which the role would read
+	// differently and name another plan, and so another pod.
+	Role string `json:"role,omitempty"`
+	// Pod is the upgrader pod of this update, namespace/name, recorded
+	// before the pod is created. Every other upgrader pod on the node
+	// belongs to an abandoned plan.
+	Pod string `json:"pod,omitempty"`
+	// FromVersion is the kubelet version the plan of Pod was built from;
+	// the plan is rebuilt from it while Pod exists, so that it stays the
+	// same plan.
+	FromVersion string `json:"fromVersion,omitempty"`
 }
 
 // ErrMetricsRegistration is matched by NewMetrics' errors: a collector of
@@ -415,21 +429,29 @@ func readUpdateRecord(n *corev1.Node) (*UpdateRecord, error) {
 	return &r, nil
 }
 
+// encodeUpdateRecord returns the annotation value of r.
+func encodeUpdateRecord(r *UpdateRecord) (string, error) {
+	b, err := json.Marshal(r)
+	return string(b), err
+}
+
 // writeUpdateRecord sets (or, with nil, removes) the node's UpdateRecord
-// with a JSON merge patch of that one annotation.
-func writeUpdateRecord(ctx context.Context, c client.Client, node string, r *UpdateRecord) error {
+// with a JSON merge patch of that one annotation. It returns the value
+// written ("" when removed).
+func writeUpdateRecord(ctx context.Context, c client.Client, node string, r *UpdateRecord) (string, error) {
 	var v any // null removes the key
+	raw := ""
 	if r != nil {
-		b, err := json.Marshal(r)
-		if err != nil {
-			return err
+		var err error
+		if raw, err = encodeUpdateRecord(r); err != nil {
+			return "", err
 		}
-		v = string(b)
+		v = raw
 	}
 	data, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{AnnotationInPlaceUpdate: v}}})
 	if err != nil {
-		return err
+		return "", err
 	}
 	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}
-	return c.Patch(ctx, n, client.RawPatch(types.MergePatchType, data))
+	return raw, c.Patch(ctx, n, client.RawPatch(types.MergePatchType, data))
 }

@@ -47,13 +47,32 @@ type WorkloadClient func(ctx context.Context, cluster types.NamespacedName) (cli
 //
 // It keeps no state in memory: the Node (found through spec.providerID,
 // since CAPI strips status from the request) with its UpdateRecord
-// (AnnotationInPlaceUpdate) and cordon record, the kubeadm-config
-// ConfigMap and the upgrader pod, whose name is derived from the plan, are
-// the state. A restarted extension therefore continues where the last one
-// was, drain deadline included. It answers RetryAfterSeconds > 0 while the
-// update runs, 0 only once the node's kubelet reports the desired version,
-// and Failure (starting with a Failure* reason; for a failed step, its
-// name and exit code) on a terminal failure.
+// (AnnotationInPlaceUpdate) and cordon record, and the upgrader pods on the
+// node are the state. A restarted extension therefore continues where the
+// last one was, drain deadline included. The record pins, when the update
+// starts, the target version and the kubeadm role (read once from
+// kube-system/kubeadm-config, which `kubeadm upgrade apply` changes
+// mid-update), and, before the pod is created, the upgrader pod: the plan
+// and its pod stay the same for the whole update.
+//
+// There is never more than one upgrader pod running on a node: before
+// creating one, UpdateMachine lists the upgrader pods on the node
+// (nodepod.Selector, any namespace) and waits while one of another plan (a
+// changed desired version, say) is Pending or Running; finished pods of
+// other plans in its own namespace are deleted first. The workload client
+// therefore needs to list pods in all namespaces, as the drain does.
+//
+// It answers RetryAfterSeconds > 0 while the update runs; 0 ("done") only
+// once the node's kubelet reports the desired version AND no upgrader pod
+// on the node is Pending or Running AND the update's own pod, if any,
+// succeeded (the kubelet reports the new version before the plan's verify
+// step has run); Failure (starting with a Failure* reason; for a failed
+// step, its name and exit code) on a terminal failure, including the
+// update's own pod failing after the kubelet reports the version. A desired
+// version set back to the node's version mid-update is done once the
+// abandoned plan's pod has ended and has been deleted; if that pod had
+// already upgraded the kubelet, going back is a downgrade and is refused
+// (FailurePlanRejected).
 //
 // Progress is visible as the Node condition ConditionInPlaceUpdate, as
 // Events on the Machine (WithEventRecorder), in Prometheus metrics
@@ -245,9 +264,23 @@ type call struct {
 	prev    *corev1.NodeCondition // ConditionInPlaceUpdate as read
 	now     time.Time
 	log     logr.Logger
+	// rec is the node's UpdateRecord as this call last read or wrote it,
+	// and recRaw its annotation value ("" for none).
+	rec    *UpdateRecord
+	recRaw string
 }
 
 func (st *call) nowMeta() metav1.Time { return metav1.NewTime(st.now) }
+
+// writeRecord writes (nil: removes) the node's UpdateRecord and remembers it.
+func (st *call) writeRecord(ctx context.Context, rec *UpdateRecord) error {
+	raw, err := writeUpdateRecord(ctx, st.c, st.node.Name, rec)
+	if err != nil {
+		return err
+	}
+	st.rec, st.recRaw = rec, raw
+	return nil
+}
 
 func (u *MachineUpdater) update(ctx context.Context, log logr.Logger, m *clusterv1.Machine) updateResult {
 	var res updateResult
@@ -287,26 +320,63 @@ func (u *MachineUpdater) update(ctx context.Context, log logr.Logger, m *cluster
 	return res
 }
 
+// updateNode moves the node's update one step. The node's UpdateRecord
+// pins what the update is about once it starts: the target version, the
+// kubeadm role, and (before it is created) the upgrader pod, so later calls
+// keep building the same plan whatever kubeadm-config says by then. The
+// upgrader pods on the node are listed on every call, and:
+//
+//   - no upgrader pod is created while another one (of another plan: an
+//     earlier desired version, an earlier extension's options) is Pending
+//     or Running on the node; the answer is RetryAfterSeconds, naming it;
+//   - a finished upgrader pod of another plan is deleted (in the namespace
+//     this updater creates pods in) before the update's own pod starts;
+//   - the update's own pod failing is a Failure (FailureStepFailed).
+//
+// Once the kubelet reports the desired version, finish decides.
 func (u *MachineUpdater) updateNode(ctx context.Context, st *call, to *version.Version) updateResult {
-	m, c, node := st.machine, st.c, st.node
-	current := node.Status.NodeInfo.KubeletVersion
+	m, node := st.machine, st.node
+	current, want := node.Status.NodeInfo.KubeletVersion, m.Spec.Version
 	rec, err := readUpdateRecord(node)
 	if err != nil {
 		st.log.Info("replacing an unreadable update record", "error", err.Error())
 	}
-	if current == m.Spec.Version {
-		return u.finish(ctx, st, rec)
+	st.rec, st.recRaw = rec, node.Annotations[AnnotationInPlaceUpdate]
+	pods, err := upgraderPodsOn(ctx, st.c, node.Name)
+	if err != nil {
+		return waiting(ReasonPending, "listing the upgrader pods on node %s: %v", node.Name, err)
 	}
-	if rec == nil || rec.Version != m.Spec.Version {
-		rec = &UpdateRecord{Machine: m.Namespace + "/" + m.Name, Version: m.Spec.Version, Started: st.nowMeta()}
+	if current == want {
+		return u.finish(ctx, st, rec, pods)
+	}
+	switch {
+	case rec == nil || rec.Version != want:
+		role, res, ok := u.role(ctx, st, to)
+		if !ok {
+			return res
+		}
+		rec = &UpdateRecord{Machine: m.Namespace + "/" + m.Name, Version: want, Started: st.nowMeta(), Role: string(role)}
 		if u.drain {
 			rec.DrainStarted = &rec.Started
 		}
-		if err := writeUpdateRecord(ctx, c, node.Name, rec); err != nil {
+		if err := st.writeRecord(ctx, rec); err != nil {
 			return waiting(ReasonPending, "recording the update's start on node %s: %v", node.Name, err)
 		}
-		st.log.Info("in-place update started", "from", current, "to", m.Spec.Version, "drain", u.drain)
-		u.event(m, eventNormal, EventReasonUpdateStarted, "Update", "In-place update of node %s from %s to %s started", node.Name, current, m.Spec.Version)
+		st.log.Info("in-place update started", "from", current, "to", want, "role", string(role), "drain", u.drain)
+		u.event(m, eventNormal, EventReasonUpdateStarted, "Update", "In-place update of node %s from %s to %s started", node.Name, current, want)
+	case rec.Role == "":
+		// A record without a role (written by an earlier version of this
+		// updater): choose the role now and keep it from here on.
+		role, res, ok := u.role(ctx, st, to)
+		if !ok {
+			return res
+		}
+		next := *rec
+		next.Role = string(role)
+		if err := st.writeRecord(ctx, &next); err != nil {
+			return waiting(ReasonPending, "recording the update's role on node %s: %v", node.Name, err)
+		}
+		rec = &next
 	}
 	if u.drain && rec.Drained == nil {
 		if res, ok := u.drainNode(ctx, st, rec); !ok {
@@ -314,61 +384,100 @@ func (u *MachineUpdater) updateNode(ctx context.Context, st *call, to *version.V
 			return res
 		}
 	}
+	return u.runPlan(ctx, st, rec, pods)
+}
 
-	role := kubeadm.RoleWorker
-	if _, cp := m.Labels[clusterv1.MachineControlPlaneLabel]; cp {
-		role = kubeadm.RoleControlPlane
-		clusterVersion, err := kubeadmClusterVersion(ctx, c)
-		if err != nil {
-			return waiting(ReasonPending, "waiting for the kubeadm-config ConfigMap: %v", err)
-		}
-		if clusterVersion.LessThan(to) {
-			role = kubeadm.RoleFirstControlPlane
-		}
+// role is the kubeadm role of the machine's node for an update to
+// version to, read from the Machine and kube-system/kubeadm-config. Only
+// called when an update starts: the answer changes during the update.
+func (u *MachineUpdater) role(ctx context.Context, st *call, to *version.Version) (kubeadm.Role, updateResult, bool) {
+	if _, cp := st.machine.Labels[clusterv1.MachineControlPlaneLabel]; !cp {
+		return kubeadm.RoleWorker, updateResult{}, true
 	}
-	cfg := kubeadm.Config{Node: node.Name, Role: role, FromVersion: current, ToVersion: m.Spec.Version}
+	clusterVersion, err := kubeadmClusterVersion(ctx, st.c)
+	if err != nil {
+		return "", waiting(ReasonPending, "waiting for the kubeadm-config ConfigMap: %v", err), false
+	}
+	if clusterVersion.LessThan(to) {
+		return kubeadm.RoleFirstControlPlane, updateResult{}, true
+	}
+	return kubeadm.RoleControlPlane, updateResult{}, true
+}
+
+// runPlan builds the update's plan and pod, waits for or clears the other
+// upgrader pods on the node, creates the pod and reads its status.
+func (u *MachineUpdater) runPlan(ctx context.Context, st *call, rec *UpdateRecord, pods []corev1.Pod) updateResult {
+	c, node := st.c, st.node.Name
+	current, want, role := st.node.Status.NodeInfo.KubeletVersion, rec.Version, kubeadm.Role(rec.Role)
+	from := current
+	if rec.Pod != "" && rec.FromVersion != "" && findPod(pods, rec.Pod) != nil {
+		from = rec.FromVersion // the plan the existing pod runs
+	}
+	cfg := kubeadm.Config{Node: node, Role: role, FromVersion: from, ToVersion: want}
 	if u.planHook != nil {
 		u.planHook(&cfg)
 	}
 	plan, err := kubeadm.NewPlan(cfg)
 	if err != nil {
-		return failedAs(FailurePlanRejected, "node %s from %s to %s: %v", node.Name, current, m.Spec.Version, err)
+		return failedAs(FailurePlanRejected, "node %s from %s to %s: %v", node, from, want, err)
 	}
 	pod, err := nodepod.Build(plan, u.podOpts...)
 	if err != nil {
 		return failedAs(FailurePodBuild, "building the upgrader pod: %v", err)
 	}
+	key := pod.Namespace + "/" + pod.Name
+	if res, ok := u.clearOtherPods(ctx, st, pods, key, pod.Namespace); !ok {
+		return res
+	}
+	if rec.Pod != key || rec.FromVersion != from {
+		// Recorded before the pod exists, so that every later call knows
+		// which upgrader pod on the node is this update's.
+		next := *rec
+		next.Pod, next.FromVersion = key, from
+		if err := st.writeRecord(ctx, &next); err != nil {
+			return waiting(ReasonPending, "recording the upgrader pod on node %s: %v", node, err)
+		}
+	}
 	got, created, err := nodepod.CreateOrGet(ctx, c, pod)
 	switch {
 	case errors.Is(err, nodepod.ErrPlanChanged):
-		if st := nodepod.ReadStatus(got); st.Phase == nodepod.PhaseRunning || st.Phase == nodepod.PhasePending {
-			return waiting(ReasonPending, "an upgrader pod for an earlier plan is still running on %s", node.Name)
+		if !podEnded(got) {
+			return waiting(ReasonPending, "an upgrader pod for an earlier plan is still running on %s", node)
 		}
 		if err := c.Delete(ctx, got); err != nil && !apierrors.IsNotFound(err) {
 			return waiting(ReasonPending, "replacing the finished upgrader pod of an earlier plan: %v", err)
 		}
-		return waiting(ReasonPending, "replaced the finished upgrader pod of an earlier plan on %s", node.Name)
+		return waiting(ReasonPending, "replaced the finished upgrader pod of an earlier plan on %s", node)
 	case err != nil:
 		return waiting(ReasonPending, "upgrader pod: %v", err)
 	case created:
-		st.log.Info("upgrader pod created", "pod", got.Namespace+"/"+got.Name, "role", string(role))
-		return waiting(ReasonUpgrading, "started %s upgrade of node %s from %s to %s (pod %s/%s)", role, node.Name, current, m.Spec.Version, got.Namespace, got.Name)
+		st.log.Info("upgrader pod created", "pod", key, "role", string(role))
+		return waiting(ReasonUpgrading, "started %s upgrade of node %s from %s to %s (pod %s)", role, node, from, want, key)
 	}
 	ps := nodepod.ReadStatus(got)
 	switch ps.Phase {
 	case nodepod.PhaseFailed:
-		step := "pod"
-		var code int32
-		if ps.Failed != nil {
-			step, code = ps.Failed.Name, ps.Failed.ExitCode
-		}
-		res := failedAs(FailureStepFailed, "node %s: step %s failed with exit code %d: %s %s (pod %s/%s)", node.Name, step, code, ps.Reason, ps.Message, got.Namespace, got.Name)
-		res.step = step
-		return res
+		return stepFailed(node, got, ps)
 	case nodepod.PhaseSucceeded:
-		return waiting(ReasonWaitingForKubelet, "upgrade steps done on %s; waiting for the kubelet to report %s (reports %s)", node.Name, m.Spec.Version, current)
+		return waiting(ReasonWaitingForKubelet, "upgrade steps done on %s; waiting for the kubelet to report %s (reports %s)", node, want, current)
 	}
-	res := waiting(ReasonUpgrading, "upgrading node %s: %.0f%% of %d steps done", node.Name, ps.Progress*100, len(ps.Steps))
+	return upgrading(waiting(ReasonUpgrading, "upgrading node %s: %.0f%% of %d steps done", node, ps.Progress*100, len(ps.Steps)), ps)
+}
+
+// stepFailed is the Failure for the update's own upgrader pod failing.
+func stepFailed(node string, pod *corev1.Pod, ps nodepod.Status) updateResult {
+	step := "pod"
+	var code int32
+	if ps.Failed != nil {
+		step, code = ps.Failed.Name, ps.Failed.ExitCode
+	}
+	res := failedAs(FailureStepFailed, "node %s: step %s failed with exit code %d: %s %s (pod %s/%s)", node, step, code, ps.Reason, ps.Message, pod.Namespace, pod.Name)
+	res.step = step
+	return res
+}
+
+// upgrading sets res.step to the first step of ps not yet done.
+func upgrading(res updateResult, ps nodepod.Status) updateResult {
 	for _, s := range ps.Steps {
 		if s.Phase != nodepod.PhaseSucceeded {
 			res.step = s.Name
@@ -378,10 +487,129 @@ func (u *MachineUpdater) updateNode(ctx context.Context, st *call, to *version.V
 	return res
 }
 
-// finish ends an update once the kubelet reports the desired version:
-// uncordon (our cordon only), then drop the record, then report.
-func (u *MachineUpdater) finish(ctx context.Context, st *call, rec *UpdateRecord) updateResult {
+// upgraderPodsOn lists the upgrader pods (nodepod.Selector, any namespace)
+// bound to node.
+func upgraderPodsOn(ctx context.Context, c client.Client, node string) ([]corev1.Pod, error) {
+	var list corev1.PodList
+	if err := c.List(ctx, &list, client.MatchingLabelsSelector{Selector: nodepod.Selector()}); err != nil {
+		return nil, err
+	}
+	out := list.Items[:0]
+	for _, p := range list.Items {
+		if p.Spec.NodeName == node {
+			out = append(out, p)
+		}
+	}
+	return out, nil
+}
+
+// findPod returns the pod namespace/name key among pods, or nil.
+func findPod(pods []corev1.Pod, key string) *corev1.Pod {
+	for i := range pods {
+		if pods[i].Namespace+"/"+pods[i].Name == key {
+			return &pods[i]
+		}
+	}
+	return nil
+}
+
+// podEnded: the pod runs no step any more and will not run one again. A
+// pod being deleted counts as running until its containers have stopped.
+func podEnded(p *corev1.Pod) bool {
+	if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+		return true
+	}
+	if p.DeletionTimestamp != nil {
+		return false
+	}
+	ph := nodepod.ReadStatus(p).Phase // a crash loop is Failed while the pod is Running
+	return ph == nodepod.PhaseSucceeded || ph == nodepod.PhaseFailed
+}
+
+// clearOtherPods deals with the upgrader pods on the node other than ours
+// (namespace/name; "" when the update has none): it answers "wait" while
+// any of them runs, and deletes the finished ones in namespace deleteIn
+// ("" deletes nothing), answering "wait" once more so that the next call
+// starts from a node with no other upgrader pod. ok means there is none
+// left that matters.
+func (u *MachineUpdater) clearOtherPods(ctx context.Context, st *call, pods []corev1.Pod, ours, deleteIn string) (updateResult, bool) {
+	var running, deleted []string
+	for i := range pods {
+		p := &pods[i]
+		key := p.Namespace + "/" + p.Name
+		if key == ours {
+			continue
+		}
+		what := key
+		if plan := p.Labels[nodepod.LabelPlan]; plan != "" {
+			what += " (plan " + plan + ")"
+		}
+		if !podEnded(p) {
+			running = append(running, what)
+			continue
+		}
+		if deleteIn == "" || p.Namespace != deleteIn || p.DeletionTimestamp != nil {
+			continue
+		}
+		if err := st.c.Delete(ctx, p); err != nil && !apierrors.IsNotFound(err) {
+			return waiting(ReasonPending, "deleting the finished upgrader pod %s of an abandoned plan on node %s: %v", what, st.node.Name, err), false
+		}
+		st.log.Info("deleted the finished upgrader pod of an abandoned plan", "pod", key)
+		deleted = append(deleted, what)
+	}
+	if len(running) > 0 {
+		return waiting(ReasonPending, "upgrader pod %s of another plan is still running on node %s; waiting for it to end before going on (never two upgrader pods on one node)", strings.Join(running, ", "), st.node.Name), false
+	}
+	if len(deleted) > 0 {
+		return waiting(ReasonPending, "deleted the finished upgrader pod %s of an abandoned plan on node %s", strings.Join(deleted, ", "), st.node.Name), false
+	}
+	return updateResult{}, true
+}
+
+// finish ends an update once the kubelet reports the desired version. It
+// does not answer done, nor uncordon, while any upgrader pod on the node is
+// Pending or Running: the kubelet reports the new version after the
+// kubelet-restart step, before the plan's verify step has run. In order:
+//
+//   - another plan's upgrader pod still running: wait (ReasonPending); its
+//     finished pods are deleted first (only when the node has an update
+//     record saying which namespace is ours), as in updateNode;
+//   - the update's own pod (the record's Pod, when the record is for the
+//     desired version) still running: wait (ReasonUpgrading), naming the
+//     step; Failed (the verify step, say): Failure (FailureStepFailed),
+//     the node stays cordoned and the record stays;
+//   - otherwise (the pod Succeeded, or there is none: the update needed
+//     no pod, or the desired version went back to the node's version
+//     before the pod of the abandoned plan changed anything, or someone
+//     deleted the pod): uncordon (our cordon only), drop the record, done.
+//
+// A pod of an abandoned plan that Failed is not a Failure of this update:
+// the kubelet reports the desired version, which is all the hook can check;
+// whatever that plan changed before failing stays on the node (its backups
+// stay under nodeexec's backup directory).
+func (u *MachineUpdater) finish(ctx context.Context, st *call, rec *UpdateRecord, pods []corev1.Pod) updateResult {
 	node, want := st.node, st.machine.Spec.Version
+	ours, deleteIn := "", ""
+	if rec != nil && rec.Pod != "" {
+		deleteIn, _, _ = strings.Cut(rec.Pod, "/")
+		if rec.Version == want {
+			ours = rec.Pod
+		}
+	}
+	if res, ok := u.clearOtherPods(ctx, st, pods, ours, deleteIn); !ok {
+		res.msg = fmt.Sprintf("kubelet reports %s, but the update is not over: %s", want, res.msg)
+		return res
+	}
+	if p := findPod(pods, ours); p != nil {
+		ps := nodepod.ReadStatus(p)
+		switch {
+		case ps.Phase == nodepod.PhaseFailed:
+			return stepFailed(node.Name, p, ps)
+		case !podEnded(p):
+			return upgrading(waiting(ReasonUpgrading, "node %s: kubelet reports %s, but upgrader pod %s still runs (%.0f%% of %d steps done); not done before it ends",
+				node.Name, want, ours, ps.Progress*100, len(ps.Steps)), ps)
+		}
+	}
 	if _, cordoned := node.Annotations[drain.AnnotationCordon]; cordoned && u.clientset != nil {
 		cs, err := u.clientset(ctx, st.cluster)
 		if err != nil {
@@ -408,7 +636,7 @@ func (u *MachineUpdater) finish(ctx context.Context, st *call, rec *UpdateRecord
 		}
 		return res
 	}
-	if err := writeUpdateRecord(ctx, st.c, node.Name, nil); err != nil {
+	if err := st.writeRecord(ctx, nil); err != nil {
 		return waiting(ReasonWaitingForKubelet, "kubelet reports %s; clearing the update record on node %s: %v", want, node.Name, err)
 	}
 	took := st.now.Sub(rec.Started.Time)
