@@ -2,15 +2,17 @@ package strategy
 
 import (
 	"context"
+	"crypto/sha256"
 	"fmt"
 	"sync"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
-	"sigs.k8s.io/cluster-api/util/kubeconfig"
+	"sigs.k8s.io/cluster-api/util/secret"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -19,9 +21,13 @@ const userAgent = "upgradekit"
 
 // KubeconfigSecretClients returns a WorkloadClient that reaches each
 // workload cluster with the kubeconfig CAPI keeps in the management cluster
-// (secret <cluster>-kubeconfig, key "value"), read through mgmt. Clients are
-// cached per cluster; a cluster whose secret cannot be read is retried on
-// the next call.
+// (secret <cluster>-kubeconfig, key "value"), read through mgmt. The secret
+// is read on every call (mgmt is typically a manager's cached client, so
+// that is a map lookup) and the client built from it is cached per cluster
+// and per kubeconfig: a rotated secret, or a cluster recreated under the
+// same name with a new CA, gets a new client on the next call, and a secret
+// that cannot be read is an error (retried on the next call), never a stale
+// client. Calls for different clusters do not wait for each other.
 func KubeconfigSecretClients(mgmt client.Reader, scheme *runtime.Scheme) WorkloadClient {
 	get := cachedPerCluster(mgmt, func(cfg *rest.Config) (client.Client, error) {
 		return client.New(cfg, client.Options{Scheme: scheme})
@@ -32,8 +38,7 @@ func KubeconfigSecretClients(mgmt client.Reader, scheme *runtime.Scheme) Workloa
 // KubeconfigSecretClientsets is KubeconfigSecretClients' sibling for
 // MachineUpdater's cordon, drain and uncordon (WithWorkloadClientset): a
 // client-go clientset built from the same <cluster>-kubeconfig secret,
-// cached per cluster, retried on the next call when the secret cannot be
-// read.
+// cached and renewed the same way.
 func KubeconfigSecretClientsets(mgmt client.Reader) WorkloadClientset {
 	get := cachedPerCluster(mgmt, func(cfg *rest.Config) (kubernetes.Interface, error) {
 		return kubernetes.NewForConfig(cfg)
@@ -41,35 +46,58 @@ func KubeconfigSecretClientsets(mgmt client.Reader) WorkloadClientset {
 	return WorkloadClientset(get)
 }
 
-// cachedPerCluster builds, once per cluster, a client from the cluster's
-// kubeconfig secret; failures are not cached.
+// cached is a client and the kubeconfig it was built from (its hash).
+type cached[C any] struct {
+	kubeconfig [sha256.Size]byte
+	client     C
+}
+
+// cachedPerCluster reads the cluster's kubeconfig secret on every call and
+// builds a client when there is none for that kubeconfig yet. The lock only
+// guards the map: the secret read and the client build run outside it.
 func cachedPerCluster[C any](mgmt client.Reader, build func(*rest.Config) (C, error)) func(context.Context, types.NamespacedName) (C, error) {
 	var mu sync.Mutex
-	cache := map[types.NamespacedName]C{}
+	cache := map[types.NamespacedName]cached[C]{}
 	return func(ctx context.Context, cluster types.NamespacedName) (C, error) {
-		mu.Lock()
-		defer mu.Unlock()
 		var zero C
-		if c, ok := cache[cluster]; ok {
-			return c, nil
-		}
 		if mgmt == nil {
 			return zero, fmt.Errorf("kubeconfig of cluster %s: no management cluster client", cluster)
 		}
-		raw, err := kubeconfig.FromSecret(ctx, mgmt, cluster)
+		s, err := secret.GetFromNamespacedName(ctx, mgmt, cluster, secret.Kubeconfig)
 		if err != nil {
+			if apierrors.IsNotFound(err) {
+				mu.Lock()
+				delete(cache, cluster)
+				mu.Unlock()
+			}
 			return zero, fmt.Errorf("kubeconfig of cluster %s: %w", cluster, err)
+		}
+		raw, ok := s.Data[secret.KubeconfigDataName]
+		if !ok {
+			return zero, fmt.Errorf("kubeconfig of cluster %s: secret %s/%s has no key %q", cluster, s.Namespace, s.Name, secret.KubeconfigDataName)
+		}
+		sum := sha256.Sum256(raw)
+		mu.Lock()
+		e, ok := cache[cluster]
+		mu.Unlock()
+		if ok && e.kubeconfig == sum {
+			return e.client, nil
 		}
 		cfg, err := clientcmd.RESTConfigFromKubeConfig(raw)
 		if err != nil {
-			return zero, fmt.Errorf("kubeconfig of cluster %s: %w", cluster, err)
+			return zero, fmt.Errorf("kubeconfig of cluster %s: secret %s/%s: %w", cluster, s.Namespace, s.Name, err)
 		}
 		cfg.UserAgent = userAgent
 		c, err := build(cfg)
 		if err != nil {
 			return zero, fmt.Errorf("client for cluster %s: %w", cluster, err)
 		}
-		cache[cluster] = c
+		mu.Lock()
+		defer mu.Unlock()
+		if e, ok := cache[cluster]; ok && e.kubeconfig == sum {
+			return e.client, nil // built meanwhile by a concurrent call: share it
+		}
+		cache[cluster] = cached[C]{kubeconfig: sum, client: c}
 		return c, nil
 	}
 }
