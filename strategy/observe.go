@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 	"unicode/utf8"
@@ -154,6 +155,13 @@ type UpdateRecord struct {
 	// the plan is rebuilt from it while Pod exists, so that it stays the
 	// same plan.
 	FromVersion string `json:"fromVersion,omitempty"`
+	// Reported is the failure or blocked drain last recorded as an Event
+	// (and, for a failure, in MetricFailures): "Failed/" and a Failure*
+	// reason, or ReasonDrainBlocked; empty once the update goes on. A
+	// repeat is not recorded again, whether or not the Node condition
+	// could be written. It is written with a compare-and-swap of this
+	// annotation, so two replicas do not both record the same transition.
+	Reported string `json:"reported,omitempty"`
 }
 
 // ErrMetricsRegistration is matched by NewMetrics' errors: a collector of
@@ -454,4 +462,26 @@ func writeUpdateRecord(ctx context.Context, c client.Client, node string, r *Upd
 	}
 	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}
 	return raw, c.Patch(ctx, n, client.RawPatch(types.MergePatchType, data))
+}
+
+// swapUpdateRecord replaces the node's UpdateRecord with r only if the
+// annotation still holds old: a JSON patch whose "test" operation makes the
+// API server refuse it when another writer (a replica, a later call) got
+// there first. Unlike a resourceVersion precondition it does not fail on
+// the kubelet's own writes to the Node.
+func swapUpdateRecord(ctx context.Context, c client.Client, node, old string, r *UpdateRecord) (string, error) {
+	raw, err := encodeUpdateRecord(r)
+	if err != nil {
+		return "", err
+	}
+	path := "/metadata/annotations/" + strings.NewReplacer("~", "~0", "/", "~1").Replace(AnnotationInPlaceUpdate)
+	data, err := json.Marshal([]map[string]any{
+		{"op": "test", "path": path, "value": old},
+		{"op": "replace", "path": path, "value": raw},
+	})
+	if err != nil {
+		return "", err
+	}
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}
+	return raw, c.Patch(ctx, n, client.RawPatch(types.JSONPatchType, data))
 }

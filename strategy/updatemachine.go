@@ -646,9 +646,11 @@ func (u *MachineUpdater) finish(ctx context.Context, st *call, rec *UpdateRecord
 }
 
 // report writes the node condition when it changed, and records what
-// starts with this answer: a failure, a blocked drain. Those transitions
-// are read from the node's condition, so restarted or parallel extensions
-// do not repeat them (barring a race between two replicas).
+// starts with this answer: a failure, a blocked drain. Whether it starts
+// here is read from the UpdateRecord's Reported, which is written with a
+// compare-and-swap, so restarted or parallel extensions do not repeat it,
+// even when the condition (a best-effort status write) cannot be written.
+// Without a record, the condition as read decides.
 func (u *MachineUpdater) report(ctx context.Context, st *call, res *updateResult) {
 	if res.phase == "" {
 		return
@@ -672,15 +674,61 @@ func (u *MachineUpdater) report(ctx context.Context, st *call, res *updateResult
 			st.log.V(1).Info("could not write the node condition", "error", err.Error())
 		}
 	}
+	var key string
+	var condNew bool // the condition as read says it starts here
 	switch {
-	case res.err != nil && (prev == nil || prev.Reason != ReasonFailed):
+	case res.err != nil:
+		key, condNew = reportedFailed+res.failure, prev == nil || prev.Reason != ReasonFailed
+	case res.phase == ReasonDrainBlocked:
+		key, condNew = ReasonDrainBlocked, prev == nil || prev.Reason != ReasonDrainBlocked
+	}
+	if !u.starts(ctx, st, key, condNew) {
+		return
+	}
+	if res.err != nil {
 		res.newFailure = true
 		u.metrics.failure(res.failure)
 		u.event(st.machine, eventWarning, EventReasonUpdateFailed, "Update", "%s", msg)
-	case res.phase == ReasonDrainBlocked && (prev == nil || prev.Reason != ReasonDrainBlocked):
-		st.log.Info("drain blocked", "step", "drain", "message", msg)
-		u.event(st.machine, eventWarning, EventReasonDrainBlocked, "Drain", "%s", msg)
+		return
 	}
+	st.log.Info("drain blocked", "step", "drain", "message", msg)
+	u.event(st.machine, eventWarning, EventReasonDrainBlocked, "Drain", "%s", msg)
+}
+
+// reportedFailed prefixes a Failure* reason in UpdateRecord.Reported.
+const reportedFailed = "Failed/"
+
+// starts tells whether the reportable state key ("" for none) starts with
+// this answer, and records it in the node's UpdateRecord. condNew is the
+// answer the condition as read gives, used when there is no record, and
+// when the record cannot be written and does not already say key.
+func (u *MachineUpdater) starts(ctx context.Context, st *call, key string, condNew bool) bool {
+	if st.rec == nil {
+		return key != "" && condNew
+	}
+	if st.rec.Reported == key {
+		return false
+	}
+	next := *st.rec
+	next.Reported = key
+	raw, err := swapUpdateRecord(ctx, st.c, st.node.Name, st.recRaw, &next)
+	if err == nil {
+		st.rec, st.recRaw = &next, raw
+		return key != ""
+	}
+	// Refused (another writer changed the record since it was read) or
+	// failed: the record may already say it.
+	st.log.V(1).Info("could not record the reported state on the node", "reported", key, "error", err.Error())
+	if key == "" {
+		return false
+	}
+	var n corev1.Node
+	if err := st.c.Get(ctx, client.ObjectKeyFromObject(st.node), &n); err == nil {
+		if r, _ := readUpdateRecord(&n); r != nil && r.Reported == key {
+			return false
+		}
+	}
+	return condNew
 }
 
 // reportWithoutNode records a failure found before any node is known,
