@@ -136,3 +136,36 @@ func TestLazyChecksMatchUpFront(t *testing.T) {
 	require.Greater(t, failing, cases/10)
 	require.Less(t, failing, cases*9/10)
 }
+
+// TestClassifyCache: classifications come out the same from the cache as
+// computed, and the cache stops growing at its bound.
+func TestClassifyCache(t *testing.T) {
+	d, err := New(Categorize(CategoryNTP, "infrastructure.spec.m.*.ntp"), Sensitive("infrastructure.spec.m.*.secret"))
+	require.NoError(t, err)
+	spec := func(v string) map[string]any {
+		m := map[string]any{}
+		for i := range maxClassCache + 100 {
+			m[fmt.Sprint("k", i)] = map[string]any{"ntp": v, "secret": v, "files": []any{map[string]any{"content": v}}}
+		}
+		return map[string]any{"kind": "AWSMachine", "spec": map[string]any{"m": m, "ami": v}}
+	}
+	cur, des := State{Infrastructure: spec("a")}, State{Infrastructure: spec("b")}
+	first, err := d.Machines(cur, des)
+	require.NoError(t, err)
+	require.LessOrEqual(t, len(d.cfg.classes.m), maxClassCache)
+	again, err := d.Machines(cur, des)
+	require.NoError(t, err)
+	require.Equal(t, first.String(), again.String())
+	byPath := map[string]Change{}
+	for _, c := range again.Changes {
+		byPath[c.Path] = c
+	}
+	for _, k := range []string{"k0", "k4100"} {
+		require.Equal(t, CategoryNTP, byPath["/spec/m/"+k+"/ntp"].Category)
+		require.True(t, byPath["/spec/m/"+k+"/secret"].Sensitive)
+		require.False(t, byPath["/spec/m/"+k+"/ntp"].Sensitive)
+		require.Equal(t, CategoryOther, byPath["/spec/m/"+k+"/files/0/content"].Category)
+	}
+	require.Equal(t, CategoryImage, byPath["/spec/ami"].Category)
+	require.Len(t, again.Changes, 3*(maxClassCache+100)+1)
+}

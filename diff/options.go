@@ -62,6 +62,7 @@ type config struct {
 	compare    [numObjects]trie // ignore, list keys, strict empty, defaults, ordered
 	classify   [numObjects]trie // categories, sensitivity
 	transforms [numObjects][]transform
+	classes    classCache // classify's results, filled as diffs run
 	reveal     bool
 	ordered    bool
 	maxDepth   int

@@ -2,11 +2,13 @@ package diff
 
 import (
 	"cmp"
+	"encoding/binary"
 	"fmt"
 	"reflect"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 )
 
 // frame is one step of the path being walked. It holds one pointer (the
@@ -41,6 +43,7 @@ type walker struct {
 	act      []activeSet
 	depth    int          // len(act)-1
 	cls      [2]activeSet // scratch for classify
+	classKey []byte       // scratch for classifyCached
 	buf      []byte       // scratch for paths
 	err      error
 	maxDepth int
@@ -209,7 +212,7 @@ func (w *walker) emit(op Op, old, new any) {
 	c.Object, c.Kind, c.Op, c.Old, c.New, c.reveal = w.obj, w.kind, op, old, new, w.cfg.reveal
 	w.paths(c)
 	var below activeSet
-	c.Category, c.Sensitive, below = w.classify()
+	c.Category, c.Sensitive, below = w.classifyCached()
 	if !c.Sensitive && !c.reveal && len(below) > 0 {
 		// Sensitive values below the change's path (a whole file added)
 		// are redacted inside the value.
@@ -342,6 +345,62 @@ func (f *keyInfo) appendSelector(b []byte) []byte {
 		}
 	}
 	return b
+}
+
+// classResult is the classification of one path.
+type classResult struct {
+	cat       Category
+	sensitive bool
+	below     activeSet // classification rules active below the path
+}
+
+// classCache memoises classify per object, kind and path (list indices
+// left out: rules cannot tell elements apart). Machines of one cluster
+// share their schema, so a few hundred paths cover them; the cache stops
+// growing at maxClassCache entries.
+type classCache struct {
+	mu sync.RWMutex
+	m  map[string]*classResult
+}
+
+const maxClassCache = 4096
+
+// classifyCached is classify through the Differ's cache. The returned set
+// must not be changed.
+func (w *walker) classifyCached() (Category, bool, activeSet) {
+	k := w.classKey[:0]
+	k = append(k, byte(w.obj))
+	k = binary.AppendUvarint(k, uint64(len(w.kind)))
+	k = append(k, w.kind...)
+	for _, f := range w.frames {
+		switch {
+		case f.noRules:
+		case f.elem:
+			k = append(k, 0) // a length below is never 0
+		default:
+			k = binary.AppendUvarint(k, uint64(len(f.name))+1)
+			k = append(k, f.name...)
+		}
+	}
+	w.classKey = k
+	cc := &w.cfg.classes
+	cc.mu.RLock()
+	r, ok := cc.m[string(k)]
+	cc.mu.RUnlock()
+	if ok {
+		return r.cat, r.sensitive, r.below
+	}
+	cat, sensitive, below := w.classify()
+	r = &classResult{cat: cat, sensitive: sensitive, below: slices.Clone(below)}
+	cc.mu.Lock()
+	if cc.m == nil {
+		cc.m = map[string]*classResult{}
+	}
+	if len(cc.m) < maxClassCache {
+		cc.m[string(k)] = r
+	}
+	cc.mu.Unlock()
+	return r.cat, r.sensitive, r.below
 }
 
 // classify finds the category and sensitivity of the current path, and
