@@ -37,7 +37,9 @@ func (s State) get(o Object) any {
 }
 
 // Differ is a compiled set of options. It is safe for concurrent use;
-// compile once and reuse it on hot paths.
+// compile once and reuse it on hot paths: it remembers how it classified
+// each field path (at most 4,096 of them), so comparing many machines of
+// one schema gets cheaper after the first.
 type Differ struct {
 	cfg  config
 	pool sync.Pool
