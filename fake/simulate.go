@@ -148,7 +148,7 @@ type Simulator struct {
 	faults       *Faults
 	onEvent      func(Event)
 	roles        map[string]Role
-	pools        map[string]string
+	pools        map[string]string // node -> machine deployment ("" for the control plane)
 	versions     map[string]string // node -> kubelet version, as last read
 	controlPlane []string
 }
@@ -435,7 +435,7 @@ func (s *Simulator) Run(ctx context.Context, r Rollout) (*Result, error) {
 				}
 			}
 			for _, n := range res.LeftCordoned[leftBefore:] {
-				stuck[s.groupOf(n)]++
+				stuck[s.pools[n]]++
 			}
 			s.clock.SetTime(end)
 			if b.HealthGate {
@@ -479,9 +479,6 @@ func (s *Simulator) Run(ctx context.Context, r Rollout) (*Result, error) {
 	res.Violations = append(res.Violations, CheckCordons(ctx, s.c, res)...)
 	return res, nil
 }
-
-// groupOf returns the node's machine deployment ("" for the control plane).
-func (s *Simulator) groupOf(node string) string { return s.pools[node] }
 
 // refreshVersions reads the kubelet versions of the named nodes and
 // returns the oldest control plane kubelet's.

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"os"
 	"path"
 	"regexp"
@@ -9,12 +8,14 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/upgradekit/upgradekit/internal/dockerfile"
 )
 
 // The upgrader image is built by examples/upgrader/Dockerfile. Examples do
 // not import each other, so these tests read what the image holds from the
-// Dockerfile's text, the way examples/upgrader's own tests do, and fail
-// loudly when it changes shape rather than guess.
+// Dockerfile's text with internal/dockerfile, as examples/upgrader's own
+// tests do, and fail loudly when it changes shape rather than guess.
 
 // upgraderImage is what the bundle target of examples/upgrader/Dockerfile
 // puts in the image, as far as the upgrader pod is concerned.
@@ -38,21 +39,6 @@ func (img upgraderImage) lookPath(name string) (string, bool) {
 	return "", false
 }
 
-type dockerStage struct {
-	from, name string
-	instrs     [][2]string // instruction, arguments
-}
-
-func (s dockerStage) all(instr string) []string {
-	var out []string
-	for _, in := range s.instrs {
-		if in[0] == instr {
-			out = append(out, in[1])
-		}
-	}
-	return out
-}
-
 // readUpgraderImage parses examples/upgrader/Dockerfile and returns the
 // contents of its bundle target.
 func readUpgraderImage(t *testing.T) upgraderImage {
@@ -60,44 +46,18 @@ func readUpgraderImage(t *testing.T) upgraderImage {
 	f, err := os.Open("../upgrader/Dockerfile")
 	require.NoError(t, err)
 	defer f.Close()
-	stages := map[string]dockerStage{}
-	var cur *dockerStage
-	var cont string
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		line := strings.TrimSpace(sc.Text())
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		if rest, ok := strings.CutSuffix(line, `\`); ok {
-			cont += rest + " "
-			continue
-		}
-		line, cont = cont+line, ""
-		instr, args, _ := strings.Cut(line, " ")
-		instr, args = strings.ToUpper(instr), strings.Join(strings.Fields(args), " ")
-		if instr == "FROM" {
-			from, name, _ := strings.Cut(args, " AS ")
-			if cur != nil {
-				stages[cur.name] = *cur
-			}
-			cur = &dockerStage{from: from, name: name}
-			continue
-		}
-		if cur != nil {
-			cur.instrs = append(cur.instrs, [2]string{instr, args})
-		}
-	}
-	require.NoError(t, sc.Err())
-	if cur != nil {
-		stages[cur.name] = *cur
+	parsed, err := dockerfile.Parse(f)
+	require.NoError(t, err)
+	stages := map[string]dockerfile.Stage{}
+	for _, st := range parsed {
+		stages[st.Name] = st
 	}
 
 	img := upgraderImage{files: map[string]bool{}, dirs: map[string]bool{}}
 	bundle, ok := stages["bundle"]
 	require.True(t, ok, "the Dockerfile has a bundle stage")
-	require.Equal(t, "upgrader", bundle.from, "the bundle is the upgrader image plus binaries")
-	for _, c := range bundle.all("COPY") {
+	require.Equal(t, "upgrader", bundle.From, "the bundle is the upgrader image plus binaries")
+	for _, c := range bundle.All("COPY") {
 		f := strings.Fields(c)
 		require.Len(t, f, 2, "bundle COPY %q", c)
 		require.True(t, strings.HasSuffix(f[1], "/"), "the bundle copies a directory: %q", c)
@@ -106,14 +66,14 @@ func readUpgraderImage(t *testing.T) upgraderImage {
 
 	up, ok := stages["upgrader"]
 	require.True(t, ok, "the Dockerfile has an upgrader stage")
-	require.Equal(t, "scratch", up.from, "nothing in the image but what its COPYs put there")
-	for _, env := range up.all("ENV") {
+	require.Equal(t, "scratch", up.From, "nothing in the image but what its COPYs put there")
+	for _, env := range up.All("ENV") {
 		if v, ok := strings.CutPrefix(env, "PATH="); ok {
 			img.path = strings.Split(v, ":")
 		}
 	}
 	require.NotEmpty(t, img.path, "the upgrader stage sets PATH")
-	for _, c := range up.all("COPY") {
+	for _, c := range up.All("COPY") {
 		f := strings.Fields(c)
 		require.Len(t, f, 3, "upgrader COPY %q", c)
 		switch f[0] {
@@ -134,18 +94,18 @@ func readUpgraderImage(t *testing.T) upgraderImage {
 }
 
 // stageOutput is the -o path of the build stage's go build.
-func stageOutput(t *testing.T, build dockerStage) string {
+func stageOutput(t *testing.T, build dockerfile.Stage) string {
 	t.Helper()
-	m := regexp.MustCompile(`go build .*-o (\S+) \./examples/upgrader$`).FindStringSubmatch(strings.Join(build.all("RUN"), " "))
+	m := regexp.MustCompile(`go build .*-o (\S+) \./examples/upgrader$`).FindStringSubmatch(strings.Join(build.All("RUN"), " "))
 	require.NotNil(t, m, "the build stage runs go build -o FILE ./examples/upgrader")
 	return m[1]
 }
 
 // rootfs lists the files the tools stage puts under /rootfs, as paths of
 // the final image: busybox, and the applet links of its for loop.
-func rootfs(t *testing.T, tools dockerStage) []string {
+func rootfs(t *testing.T, tools dockerfile.Stage) []string {
 	t.Helper()
-	run := strings.Join(tools.all("RUN"), " ")
+	run := strings.Join(tools.All("RUN"), " ")
 	cp := regexp.MustCompile(`cp /bin/busybox /rootfs(/\S+)`).FindStringSubmatch(run)
 	require.NotNil(t, cp, "the tools stage copies busybox into /rootfs")
 	files := []string{cp[1]}

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"debug/elf"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/upgradekit/upgradekit/internal/dockerfile"
 	"github.com/upgradekit/upgradekit/nodeexec"
 	"github.com/upgradekit/upgradekit/nodeexec/nodepod"
 )
@@ -25,73 +25,28 @@ import (
 // static binary of this package, and that every command the pod runs
 // exists in the image.
 
-type instruction struct{ cmd, args string }
-
-type stage struct {
-	from, name string
-	instrs     []instruction
-}
-
-func (s stage) all(cmd string) []string {
-	var out []string
-	for _, in := range s.instrs {
-		if in.cmd == cmd {
-			out = append(out, in.args)
-		}
-	}
-	return out
-}
-
-// parseDockerfile splits the Dockerfile into stages of instructions,
-// joining continuation lines and dropping comments.
-func parseDockerfile(t *testing.T) []stage {
+// parseDockerfile reads this directory's Dockerfile into stages.
+func parseDockerfile(t *testing.T) []dockerfile.Stage {
 	t.Helper()
 	f, err := os.Open("Dockerfile")
 	require.NoError(t, err)
 	defer f.Close()
-	var stages []stage
-	var cont string
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		line := strings.TrimSpace(sc.Text())
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		if rest, ok := strings.CutSuffix(line, `\`); ok {
-			cont += rest + " "
-			continue
-		}
-		line, cont = cont+line, ""
-		cmd, args, _ := strings.Cut(line, " ")
-		cmd, args = strings.ToUpper(cmd), strings.Join(strings.Fields(args), " ")
-		if cmd == "FROM" {
-			from, name, _ := strings.Cut(args, " AS ")
-			stages = append(stages, stage{from: from, name: name})
-			continue
-		}
-		if len(stages) > 0 {
-			stages[len(stages)-1].instrs = append(stages[len(stages)-1].instrs, instruction{cmd, args})
-		}
-	}
-	require.NoError(t, sc.Err())
+	stages, err := dockerfile.Parse(f)
+	require.NoError(t, err)
 	return stages
 }
 
-func stageNamed(t *testing.T, stages []stage, name string) stage {
+func stageNamed(t *testing.T, stages []dockerfile.Stage, name string) dockerfile.Stage {
 	t.Helper()
-	for _, s := range stages {
-		if s.name == name {
-			return s
-		}
-	}
-	require.Failf(t, "no stage", "Dockerfile has no stage %q", name)
-	return stage{}
+	s, ok := dockerfile.Find(stages, name)
+	require.True(t, ok, "Dockerfile has no stage %q", name)
+	return s
 }
 
 // applets are the busybox links the tools stage creates in /bin.
-func applets(t *testing.T, stages []stage) []string {
+func applets(t *testing.T, stages []dockerfile.Stage) []string {
 	t.Helper()
-	run := strings.Join(stageNamed(t, stages, "tools").all("RUN"), " ")
+	run := strings.Join(stageNamed(t, stages, "tools").All("RUN"), " ")
 	require.Contains(t, run, "apt-get install -y --no-install-recommends busybox-static")
 	_, after, ok := strings.Cut(run, "for applet in ")
 	require.True(t, ok, "the tools stage links busybox applets")
@@ -103,18 +58,18 @@ func TestDockerfileStages(t *testing.T) {
 	stages := parseDockerfile(t)
 	var names []string
 	for _, s := range stages {
-		names = append(names, s.name)
+		names = append(names, s.Name)
 	}
 	require.Equal(t, []string{"build", "tools", "upgrader", "bundle", ""}, names)
 
 	img := stageNamed(t, stages, "upgrader")
-	require.Equal(t, "scratch", img.from)
-	require.Equal(t, []string{"--from=tools /rootfs/ /", "--from=build /out/upgrader /upgrader"}, img.all("COPY"))
-	require.Equal(t, []string{"PATH=/bin"}, img.all("ENV"), "OSExecutor finds nsenter on the runner's PATH")
+	require.Equal(t, "scratch", img.From)
+	require.Equal(t, []string{"--from=tools /rootfs/ /", "--from=build /out/upgrader /upgrader"}, img.All("COPY"))
+	require.Equal(t, []string{"PATH=/bin"}, img.All("ENV"), "OSExecutor finds nsenter on the runner's PATH")
 
 	var entrypoint, cmd []string
-	require.NoError(t, json.Unmarshal([]byte(img.all("ENTRYPOINT")[0]), &entrypoint))
-	require.NoError(t, json.Unmarshal([]byte(img.all("CMD")[0]), &cmd))
+	require.NoError(t, json.Unmarshal([]byte(img.All("ENTRYPOINT")[0]), &entrypoint))
+	require.NoError(t, json.Unmarshal([]byte(img.All("CMD")[0]), &cmd))
 	require.Equal(t, []string{"/upgrader"}, entrypoint)
 	require.Equal(t, exitOK, run(context.Background(), cmd, func(string) string { return "" }, &bytes.Buffer{}, &bytes.Buffer{}),
 		"`docker run IMAGE` runs a command the binary knows")
@@ -122,9 +77,9 @@ func TestDockerfileStages(t *testing.T) {
 	require.Equal(t, []string{"nsenter", "sh", "cp", "mkdir"}, applets(t, stages))
 
 	bundle := stageNamed(t, stages, "bundle")
-	require.Equal(t, "upgrader", bundle.from)
-	require.Equal(t, []string{"examples/upgrader/staging/ /staging/"}, bundle.all("COPY"))
-	require.Equal(t, "upgrader", stages[len(stages)-1].from, "the default target is the image without binaries")
+	require.Equal(t, "upgrader", bundle.From)
+	require.Equal(t, []string{"examples/upgrader/staging/ /staging/"}, bundle.All("COPY"))
+	require.Equal(t, "upgrader", stages[len(stages)-1].From, "the default target is the image without binaries")
 }
 
 // TestDockerfileBuildStage replays the build stage outside docker: the
@@ -132,7 +87,7 @@ func TestDockerfileStages(t *testing.T) {
 // command. The result must be a static binary of this package.
 func TestDockerfileBuildStage(t *testing.T) {
 	build := stageNamed(t, parseDockerfile(t), "build")
-	require.Equal(t, []string{"/src"}, build.all("WORKDIR"))
+	require.Equal(t, []string{"/src"}, build.All("WORKDIR"))
 	root, err := filepath.Abs("../..")
 	require.NoError(t, err)
 
@@ -149,7 +104,7 @@ func TestDockerfileBuildStage(t *testing.T) {
 
 	src := t.TempDir()
 	var copied []string
-	for _, c := range build.all("COPY") {
+	for _, c := range build.All("COPY") {
 		f := strings.Fields(c)
 		dst := f[len(f)-1]
 		for _, pattern := range f[:len(f)-1] {
@@ -170,7 +125,7 @@ func TestDockerfileBuildStage(t *testing.T) {
 		require.Contains(t, copied, d, "the build stage must COPY package %s", d)
 	}
 
-	runs := build.all("RUN")
+	runs := build.All("RUN")
 	require.Len(t, runs, 1)
 	_, cmdline, ok := strings.Cut(runs[0], "CGO_ENABLED=0 ")
 	require.True(t, ok, "the binary is built with CGO_ENABLED=0: %s", runs[0])
