@@ -123,6 +123,7 @@ type options struct {
 	timeout        time.Duration
 	podSelector    string
 	skip           labels.Selector
+	skipNamespace  string
 	gracePeriod    int
 	deleteEmptyDir bool
 	force          bool
@@ -141,8 +142,13 @@ func WithTimeout(d time.Duration) Option { return func(o *options) { o.timeout =
 func WithPodSelector(sel string) Option { return func(o *options) { o.podSelector = sel } }
 
 // WithSkip leaves pods matching sel alone (for example the upgrader pod
-// itself: nodepod.Selector()).
+// itself: nodepod.Selector()). Labels are anyone's to set: combine it with
+// WithSkipNamespace so that a pod elsewhere carrying the same labels is
+// drained like any other.
 func WithSkip(sel labels.Selector) Option { return func(o *options) { o.skip = sel } }
+
+// WithSkipNamespace limits WithSkip to pods in namespace ns.
+func WithSkipNamespace(ns string) Option { return func(o *options) { o.skipNamespace = ns } }
 
 // WithGracePeriod overrides every pod's termination grace period, in
 // seconds; negative (the default) uses each pod's own.
@@ -210,7 +216,7 @@ func Drain(ctx context.Context, cs kubernetes.Interface, node string, opts ...Op
 				return kdrain.MakePodDeleteStatusOkay()
 			},
 			func(p corev1.Pod) kdrain.PodDeleteStatus {
-				if o.skip != nil && o.skip.Matches(labels.Set(p.Labels)) {
+				if o.skip != nil && (o.skipNamespace == "" || p.Namespace == o.skipNamespace) && o.skip.Matches(labels.Set(p.Labels)) {
 					return kdrain.MakePodDeleteStatusSkip()
 				}
 				return kdrain.MakePodDeleteStatusOkay()

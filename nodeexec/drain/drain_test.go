@@ -228,6 +228,20 @@ func TestDrainWithFakeClient(t *testing.T) {
 	require.ElementsMatch(t, []string{"other-node", "cni-x", "kube-apiserver-n1", "upgrader"}, names)
 }
 
+// TestDrainSkipsOnlyInItsNamespace: labels are anyone's to set; with
+// WithSkipNamespace a pod elsewhere that copies the skipped labels is
+// drained like any other instead of escaping the drain.
+func TestDrainSkipsOnlyInItsNamespace(t *testing.T) {
+	ctx := context.Background()
+	upgrader := func(p *corev1.Pod) { p.Labels = map[string]string{"upgrader": "yes"} }
+	cs := fakeWithEviction(node("n1", true),
+		pod("upgradekit-system", "upgrader", "n1", upgrader),
+		pod("tenant", "lookalike", "n1", upgrader))
+	rep, err := Drain(ctx, cs, "n1", WithSkip(labels.SelectorFromSet(labels.Set{"upgrader": "yes"})), WithSkipNamespace("upgradekit-system"), WithGracePeriod(0))
+	require.NoError(t, err)
+	require.Equal(t, []string{"tenant/lookalike"}, rep.Evicted)
+}
+
 func TestDrainRefusals(t *testing.T) {
 	ctx := context.Background()
 	tests := []struct {
