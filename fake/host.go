@@ -415,6 +415,11 @@ func (h *Host) command(ctx context.Context, argv []string) (int, string) {
 	name := path.Base(argv[0])
 	args := argv[1:]
 	switch name {
+	case "true":
+		// What a raw upgrader pod's status container runs (nodepod).
+		if len(args) == 0 {
+			return 0, ""
+		}
 	case "systemctl":
 		return h.systemctl(ctx, args)
 	case "cmp":

@@ -21,12 +21,13 @@ const (
 	scriptBackupTree
 	scriptRestoreTree
 	scriptRestoreTreeRestart
-	scriptRestartUnit
 	scriptInstallFile
 	scriptBackupFile
 	scriptWriteFile
 	scriptBackupEtcKubernetes
 	scriptVerify
+	scriptInstallTreeRestart
+	scriptReplaceBinaryRestart
 )
 
 var (
@@ -56,11 +57,12 @@ func knownScripts() map[string]scriptKind {
 		backup := func(s nodeexec.Step) []string { return s.Backup }
 		rollback := func(s nodeexec.Step) []string { return s.Rollback }
 		learn(kubeadm.StepEtcdSnapshot, run, scriptEtcdSnapshot)
-		learn(kubeadm.StepContainerd, run, scriptInstallTree)
+		learn(kubeadm.StepContainerd, run, scriptInstallTreeRestart)
 		learn(kubeadm.StepContainerd, backup, scriptBackupTree)
 		learn(kubeadm.StepContainerd, rollback, scriptRestoreTreeRestart)
+		learn(kubeadm.StepCNIPlugins, run, scriptInstallTree)
 		learn(kubeadm.StepCNIPlugins, rollback, scriptRestoreTree)
-		learn(kubeadm.StepContainerdReload, run, scriptRestartUnit)
+		learn(kubeadm.StepKubelet, run, scriptReplaceBinaryRestart)
 		learn(kubeadm.StepKubeadmBinary, run, scriptInstallFile)
 		learn(kubeadm.StepKubeadmBinary, backup, scriptBackupFile)
 		learn(kubeadm.StepKubeadmConfig, run, scriptWriteFile)
@@ -73,8 +75,9 @@ func knownScripts() map[string]scriptKind {
 func (h *Host) script(ctx context.Context, k scriptKind, args []string, env map[string]string) (int, string) {
 	want := map[scriptKind]int{
 		scriptEtcdSnapshot: 3, scriptInstallTree: 1, scriptBackupTree: 2, scriptRestoreTree: 1,
-		scriptRestoreTreeRestart: 2, scriptRestartUnit: 1, scriptInstallFile: 2, scriptBackupFile: 2,
+		scriptRestoreTreeRestart: 2, scriptInstallFile: 2, scriptBackupFile: 2,
 		scriptWriteFile: 1, scriptBackupEtcKubernetes: 1, scriptVerify: 6,
+		scriptInstallTreeRestart: 3, scriptReplaceBinaryRestart: 4,
 	}[k]
 	if len(args) != want {
 		return 2, fmt.Sprintf("fake host: script expects %d arguments, got %d: %q", want, len(args), args)
@@ -85,8 +88,6 @@ func (h *Host) script(ctx context.Context, k scriptKind, args []string, env map[
 		}
 	}
 	switch k {
-	case scriptRestartUnit:
-		return h.startUnit(ctx, args[0])
 	case scriptRestoreTreeRestart:
 		if code, out := h.locked(func() (int, string) { return h.restoreTree(args[0]) }); code != 0 {
 			return code, out
@@ -94,6 +95,46 @@ func (h *Host) script(ctx context.Context, k scriptKind, args []string, env map[
 		return h.startUnit(ctx, args[1])
 	case scriptVerify:
 		return h.verify(ctx, args)
+	case scriptInstallTreeRestart:
+		// Install, restart; if the unit does not start, restore and
+		// restart again before failing (the unit never stays down).
+		if code, out := h.locked(func() (int, string) { return h.copyTree(args[0], "/") }); code != 0 {
+			return code, out
+		}
+		code, out := h.startUnit(ctx, args[2])
+		if code == 0 {
+			return 0, out
+		}
+		h.locked(func() (int, string) { return h.restoreTree(args[1]) })
+		if c2, out2 := h.startUnit(ctx, args[2]); c2 != 0 {
+			out += "\n" + out2
+		}
+		return 1, out + "\n" + args[2] + " did not stay up after the install; restored " + args[1]
+	case scriptReplaceBinaryRestart:
+		install := func(src string) (int, string) {
+			return h.locked(func() (int, string) {
+				content, ok := h.files[path.Clean(src)]
+				if !ok {
+					return 1, fmt.Sprintf("cp: cannot stat '%s': No such file or directory", src)
+				}
+				h.files[path.Clean(args[1])] = content
+				return 0, ""
+			})
+		}
+		if code, out := install(args[0]); code != 0 {
+			return code, out
+		}
+		code, out := h.startUnit(ctx, args[3])
+		if code == 0 {
+			return 0, out
+		}
+		if c2, out2 := install(args[2]); c2 != 0 {
+			return 1, out + "\n" + out2
+		}
+		if c2, out2 := h.startUnit(ctx, args[3]); c2 != 0 {
+			out += "\n" + out2
+		}
+		return 1, out + "\n" + args[3] + " did not stay up with " + args[0] + "; restored " + args[2]
 	}
 	return h.locked(func() (int, string) {
 		switch k {

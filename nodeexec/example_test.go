@@ -78,7 +78,7 @@ func ExampleRequiredCapabilities() {
 }
 
 // An operator takes back a plan that succeeded: the steps are undone in
-// reverse order, the restart step (NothingToUndo) is passed over, and the
+// reverse order, the verify step (NothingToUndo) is passed over, and the
 // journal makes a second request a no-op.
 func ExampleRunner_Rollback() {
 	dir, _ := os.MkdirTemp("", "nodeexec-rollback-example")
@@ -87,11 +87,15 @@ func ExampleRunner_Rollback() {
 	plan := nodeexec.Plan{
 		Name: "upgrade-worker-1", Node: "worker-1",
 		Steps: []nodeexec.Step{
-			{Name: "kubelet-binary", Argv: []string{"install", "/staging/kubelet", "/usr/bin/kubelet"}, Idempotent: true,
-				Backup: []string{"cp", "-a", "/usr/bin/kubelet", "/backup/kubelet"}, Rollback: []string{"cp", "-a", "/backup/kubelet", "/usr/bin/kubelet"}},
 			{Name: "kubelet-config", Argv: []string{"kubeadm", "upgrade", "node"}, Idempotent: true,
 				Rollback: []string{"cp", "-a", "/backup/config.yaml", "/var/lib/kubelet/config.yaml"}},
-			{Name: "kubelet-restart", Argv: []string{"systemctl", "restart", "kubelet"}, Idempotent: true, NothingToUndo: true},
+			// A unit the upgrader pod depends on is replaced and restarted
+			// in one step (nodeexec/kubeadm's scripts do it in shell), and
+			// its rollback restarts it too: it is never left stopped.
+			{Name: "kubelet", Argv: []string{"replace-and-restart", "kubelet", "/staging/kubelet"}, Idempotent: true,
+				Backup:   []string{"cp", "-a", "/usr/bin/kubelet", "/backup/kubelet"},
+				Rollback: []string{"replace-and-restart", "kubelet", "/backup/kubelet"}},
+			{Name: "verify", Argv: []string{"kubelet", "--version"}, Idempotent: true, NothingToUndo: true},
 		},
 	}
 	host := nodeexec.ExecutorFunc(func(_ context.Context, c nodeexec.Command) (nodeexec.Result, error) {
@@ -118,12 +122,12 @@ func ExampleRunner_Rollback() {
 	fmt.Println(errors.Is(err, nodeexec.ErrNoJournal))
 	// Output:
 	// run: Succeeded
+	// host runs kubelet rollback [replace-and-restart kubelet /backup/kubelet]
 	// host runs kubelet-config rollback [cp -a /backup/config.yaml /var/lib/kubelet/config.yaml]
-	// host runs kubelet-binary rollback [cp -a /backup/kubelet /usr/bin/kubelet]
 	// rollback: RolledBack <nil>
-	//   kubelet-binary RolledBack
 	//   kubelet-config RolledBack
-	//   kubelet-restart Succeeded
+	//   kubelet RolledBack
+	//   verify Succeeded
 	// again: RolledBack <nil>
 	// true
 }

@@ -1,9 +1,17 @@
 // Package kubeadm builds nodeexec plans that upgrade a kubeadm node in
-// place: an etcd snapshot (first control plane), containerd, CNI plugins,
-// the kubeadm binary, `kubeadm upgrade apply` (first control plane) or
-// `kubeadm upgrade node` (other control planes, workers), kubectl, the
-// kubelet (stopped, replaced, restarted) and a final verification that the
-// versions actually running are the target ones.
+// place: an etcd snapshot (first control plane), containerd (installed and
+// restarted in one step), CNI plugins, the kubeadm binary, `kubeadm upgrade
+// apply` (first control plane) or `kubeadm upgrade node` (other control
+// planes, workers), kubectl, the kubelet (replaced and restarted in one
+// step) and a final verification that the versions actually running are
+// the target ones.
+//
+// No step ends with the kubelet or containerd down: in nodepod's
+// init-container layout only a running kubelet starts the next step's
+// container, so a separate "stop the kubelet" step would leave the node
+// NotReady and the pod stuck for ever. A step that restarts one of them
+// checks it stays up and, if it does not, puts the old files back and
+// restarts it again before failing.
 //
 // The step list follows EKS Anywhere's upgrader, with what it lacks added:
 // every replaced file is backed up first and the backup is kept, every

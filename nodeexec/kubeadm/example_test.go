@@ -19,22 +19,19 @@ func ExampleNewPlan() {
 	for _, s := range plan.Steps {
 		fmt.Println(s.Name)
 	}
-	fmt.Println(plan.Steps[6].Argv)
+	fmt.Println(plan.Steps[5].Argv)
 
 	_, err = kubeadm.NewPlan(kubeadm.Config{Node: "w-1", Role: kubeadm.RoleWorker, FromVersion: "v1.30.2", ToVersion: "v1.32.0"})
 	fmt.Println(errors.Is(err, kubeadm.ErrSkippedMinor))
 	// Output:
 	// etcd-snapshot
 	// containerd
-	// containerd-restart
 	// cni-plugins
 	// kubeadm-binary
 	// kubeadm-config
 	// kubeadm-upgrade
 	// kubectl-binary
-	// kubelet-stop
-	// kubelet-binary
-	// kubelet-restart
+	// kubelet
 	// verify
 	// [/usr/bin/kubeadm upgrade apply --config /var/lib/upgradekit/staging/kubeadm-upgrade-config.yaml --yes]
 	// true

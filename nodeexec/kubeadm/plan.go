@@ -43,19 +43,41 @@ const (
 
 // Step names, in plan order. Steps that do not apply to a role or version
 // are left out.
+//
+// A step that restarts a component the upgrader pod itself depends on
+// (containerd, the kubelet) installs it, restarts it and checks it is
+// running in ONE step, and puts the old files back and restarts again
+// if the new one does not come up. In the init-container layout of package
+// nodepod each step is its own container, and only a running kubelet (with
+// a running containerd) starts the next one: a step that ended with the
+// kubelet stopped would leave the node NotReady and the pod waiting for
+// ever.
 const (
-	StepEtcdSnapshot     = "etcd-snapshot"
-	StepContainerd       = "containerd"
-	StepContainerdReload = "containerd-restart"
-	StepCNIPlugins       = "cni-plugins"
-	StepKubeadmBinary    = "kubeadm-binary"
-	StepKubeadmConfig    = "kubeadm-config"
-	StepKubeadmUpgrade   = "kubeadm-upgrade"
-	StepKubectlBinary    = "kubectl-binary"
-	StepKubeletStop      = "kubelet-stop"
-	StepKubeletBinary    = "kubelet-binary"
-	StepKubeletRestart   = "kubelet-restart"
-	StepVerify           = "verify"
+	StepEtcdSnapshot = "etcd-snapshot"
+	// StepContainerd backs up the host files the staged containerd tree
+	// replaces, installs the tree, runs systemctl daemon-reload, restarts
+	// containerd and checks it is active; if it is not, it restores the
+	// backup and restarts containerd again before failing. Its rollback
+	// restores the backup and restarts containerd. No check (the files
+	// being in place does not mean they run), idempotent (an interrupted
+	// step is run again), retried, 5 minutes per attempt.
+	StepContainerd     = "containerd"
+	StepCNIPlugins     = "cni-plugins"
+	StepKubeadmBinary  = "kubeadm-binary"
+	StepKubeadmConfig  = "kubeadm-config"
+	StepKubeadmUpgrade = "kubeadm-upgrade"
+	StepKubectlBinary  = "kubectl-binary"
+	// StepKubelet backs up the kubelet binary, then replaces it
+	// atomically (copy beside it, rename over it: the running kubelet
+	// keeps its old inode), runs systemctl daemon-reload, restarts the
+	// kubelet and checks it is active; if it is not, it puts the backup
+	// back and restarts again before failing. It never stops the kubelet
+	// on its own: the restart is the only moment it is down. Its rollback
+	// installs the backup the same way and restarts. No check (the binary
+	// on disk may not be the one running), idempotent (an interrupted step
+	// is run again), retried, 3 minutes per attempt.
+	StepKubelet = "kubelet"
+	StepVerify  = "verify"
 )
 
 // Config describes one node's upgrade.
@@ -264,9 +286,35 @@ mkdir -p "$(dirname "$2")"
 ETCDCTL_API=3 "$1" --endpoints=https://127.0.0.1:2379 \
   --cacert="$3/etcd/ca.crt" --cert="$3/apiserver-etcd-client.crt" --key="$3/apiserver-etcd-client.key" \
   snapshot save "$2"`
-	scriptRestartUnit = `set -eu
-systemctl daemon-reload
-systemctl restart "$1"`
+	// $1 staging tree, $2 backup dir (scriptBackupTree's), $3 unit: install
+	// the tree, restart the unit and check it stays up; if it does not, put
+	// the backup back and restart the unit again before failing, so the
+	// step never ends with the unit down.
+	scriptInstallTreeRestart = `set -u
+up() { systemctl daemon-reload && systemctl restart "$1" && sleep 2 && systemctl is-active --quiet "$1"; }
+cp -af -- "$1"/. / || exit 1
+if up "$3"; then exit 0; fi
+echo "$3 did not stay up after the install; restoring $2" >&2
+cp -af -- "$2"/. /
+if [ -f "$2.added" ]; then
+  while IFS= read -r f; do rm -f -- "/$f"; done < "$2.added"
+fi
+up "$3" || echo "$3 did not come back with the restored files either" >&2
+exit 1`
+	// $1 new binary, $2 installed path, $3 backup of the installed one,
+	// $4 unit: replace the binary atomically, restart the unit and check it
+	// stays up; if it does not, put the backup back and restart again
+	// before failing, so the step never ends with the unit down. The unit
+	// is never stopped on its own: the running process keeps the old
+	// binary until the restart replaces it.
+	scriptReplaceBinaryRestart = `set -u
+up() { systemctl daemon-reload && systemctl restart "$1" && sleep 2 && systemctl is-active --quiet "$1"; }
+install() { cp -f -- "$1" "$2.upgradekit-new" && chmod 0755 "$2.upgradekit-new" && mv -f -- "$2.upgradekit-new" "$2"; }
+install "$1" "$2" || exit 1
+if up "$4"; then exit 0; fi
+echo "$4 did not stay up with $1; restoring $3" >&2
+install "$3" "$2" && up "$4" || echo "$4 did not come back with the restored binary either" >&2
+exit 1`
 	// $1 kubeadm, $2 kubelet, $3 kubectl, $4 version, $5 node, $6 role.
 	// The kubelet version is read from the Node object, i.e. what the
 	// running kubelet reports, not just what is on disk.
@@ -307,32 +355,29 @@ func (b builder) steps() []nodeexec.Step {
 			NothingToUndo: true,
 		})
 	}
+	// tree installs a rootfs tree from staging; with a unit it restarts
+	// the unit in the same step (scriptInstallTreeRestart).
 	tree := func(name, dir, unit string) {
-		rollback := nodeexec.ShellArgv(scriptRestoreTree, b.backup(dir))
-		if unit != "" {
-			rollback = nodeexec.ShellArgv(scriptRestoreTree+"\n"+`systemctl daemon-reload
-systemctl restart "$2"`, b.backup(dir), unit)
-		}
-		add(nodeexec.Step{
+		st := nodeexec.Step{
 			Name:       name,
 			Argv:       nodeexec.ShellArgv(scriptInstallTree, b.staging(dir)),
 			Backup:     nodeexec.ShellArgv(scriptBackupTree, b.staging(dir), b.backup(dir)),
-			Rollback:   rollback,
+			Rollback:   nodeexec.ShellArgv(scriptRestoreTree, b.backup(dir)),
 			Timeout:    5 * time.Minute,
 			Idempotent: true,
-		})
+		}
+		if unit != "" {
+			st.Argv = nodeexec.ShellArgv(scriptInstallTreeRestart, b.staging(dir), b.backup(dir), unit)
+			st.Rollback = nodeexec.ShellArgv(scriptRestoreTree+"\n"+`systemctl daemon-reload
+systemctl restart "$2"
+sleep 2
+systemctl is-active --quiet "$2"`, b.backup(dir), unit)
+			st.Retry = retry
+		}
+		add(st)
 	}
 	if !c.SkipContainerd {
 		tree(StepContainerd, "containerd", "containerd")
-		add(nodeexec.Step{
-			Name:       StepContainerdReload,
-			Argv:       nodeexec.ShellArgv(scriptRestartUnit, "containerd"),
-			Timeout:    2 * time.Minute,
-			Retry:      retry,
-			Idempotent: true,
-			// The containerd rollback restarts the restored containerd.
-			NothingToUndo: true,
-		})
 	}
 	if !c.SkipCNIPlugins {
 		tree(StepCNIPlugins, "cni-plugins", "")
@@ -396,24 +441,19 @@ cp -a /etc/kubernetes/. "$1"/`, b.backup("etc-kubernetes")),
 	}
 	add(upgrade)
 	add(binary(StepKubectlBinary, "kubectl"))
+	// The kubelet is replaced and restarted in one step (see the step
+	// list above). No Check: a binary already in place may not be the one
+	// running, and restarting the kubelet again is harmless.
+	kubeletSrc, kubeletDst, kubeletBak := b.staging("kubernetes", "kubelet"), b.bin("kubelet"), b.backup("bin", "kubelet")
 	add(nodeexec.Step{
-		Name: StepKubeletStop,
-		Argv: []string{"systemctl", "stop", "kubelet"},
-		// Undoing the stop restarts the kubelet, which by then runs the
-		// restored binary (rollback goes in reverse order).
-		Rollback:   nodeexec.ShellArgv(scriptRestartUnit, "kubelet"),
-		Timeout:    2 * time.Minute,
+		Name:     StepKubelet,
+		Argv:     nodeexec.ShellArgv(scriptReplaceBinaryRestart, kubeletSrc, kubeletDst, kubeletBak, "kubelet"),
+		Backup:   nodeexec.ShellArgv(scriptBackupFile, kubeletDst, kubeletBak),
+		Rollback: nodeexec.ShellArgv(scriptReplaceBinaryRestart, kubeletBak, kubeletDst, kubeletBak, "kubelet"),
+		Timeout:  3 * time.Minute,
+		Retry:    retry,
+		// Installing the same binary and restarting again is safe.
 		Idempotent: true,
-	})
-	add(binary(StepKubeletBinary, "kubelet"))
-	add(nodeexec.Step{
-		Name:       StepKubeletRestart,
-		Argv:       nodeexec.ShellArgv(scriptRestartUnit, "kubelet"),
-		Timeout:    2 * time.Minute,
-		Retry:      retry,
-		Idempotent: true,
-		// Undoing kubelet-stop restarts the restored kubelet.
-		NothingToUndo: true,
 	})
 	add(nodeexec.Step{
 		Name: StepVerify,

@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -73,8 +74,8 @@ func step(t *testing.T, p nodeexec.Plan, name string) nodeexec.Step {
 }
 
 func TestNewPlanPerRoleAndVersion(t *testing.T) {
-	tail := []string{StepKubectlBinary, StepKubeletStop, StepKubeletBinary, StepKubeletRestart, StepVerify}
-	common := []string{StepContainerd, StepContainerdReload, StepCNIPlugins, StepKubeadmBinary}
+	tail := []string{StepKubectlBinary, StepKubelet, StepVerify}
+	common := []string{StepContainerd, StepCNIPlugins, StepKubeadmBinary}
 	tests := []struct {
 		name       string
 		role       Role
@@ -159,13 +160,13 @@ func TestNewPlanOptionsAndBackups(t *testing.T) {
 		StagingDir: "/opt/stage", BinDir: "/usr/local/bin",
 	})
 	require.NoError(t, err)
-	require.Equal(t, []string{StepKubeadmBinary, StepKubeadmConfig, StepKubeadmUpgrade, StepKubectlBinary, StepKubeletStop, StepKubeletBinary, StepKubeletRestart, StepVerify}, names(p))
+	require.Equal(t, []string{StepKubeadmBinary, StepKubeadmConfig, StepKubeadmUpgrade, StepKubectlBinary, StepKubelet, StepVerify}, names(p))
 	require.True(t, p.RollbackOnFailure)
-	kb := step(t, p, StepKubeletBinary)
-	require.Equal(t, []string{"cmp", "-s", "--", "/opt/stage/kubernetes/kubelet", "/usr/local/bin/kubelet"}, kb.Check)
+	kb := step(t, p, StepKubelet)
+	require.Empty(t, kb.Check, "a binary in place is not proof that it runs: the step always restarts")
+	require.Equal(t, []string{"/opt/stage/kubernetes/kubelet", "/usr/local/bin/kubelet", "/var/lib/upgradekit/backup/cp-0/bin/kubelet", "kubelet"}, kb.Argv[len(kb.Argv)-4:])
 	require.Equal(t, []string{"/usr/local/bin/kubelet", "/var/lib/upgradekit/backup/cp-0/bin/kubelet"}, kb.Backup[len(kb.Backup)-2:])
-	require.Equal(t, []string{"/var/lib/upgradekit/backup/cp-0/bin/kubelet", "/usr/local/bin/kubelet"}, kb.Rollback[len(kb.Rollback)-2:])
-	require.NotEmpty(t, step(t, p, StepKubeletStop).Rollback, "undoing the stop restarts the kubelet")
+	require.Equal(t, []string{"/var/lib/upgradekit/backup/cp-0/bin/kubelet", "/usr/local/bin/kubelet", "/var/lib/upgradekit/backup/cp-0/bin/kubelet", "kubelet"}, kb.Rollback[len(kb.Rollback)-4:])
 	require.Empty(t, step(t, p, StepKubeadmUpgrade).Rollback, "kubeadm upgrade apply is not rolled back automatically")
 	require.NotEmpty(t, step(t, p, StepKubeadmUpgrade).Backup)
 }
@@ -214,47 +215,197 @@ func TestScriptsParse(t *testing.T) {
 	}
 }
 
-// TestTreeInstallBackupRestoreForReal runs the containerd step's backup,
-// install and rollback scripts on this machine. The staging tree mirrors a
-// temporary directory, so "copy onto /" lands there.
-func TestTreeInstallBackupRestoreForReal(t *testing.T) {
-	hostDir := t.TempDir() // stands in for /usr/local/bin on the host
-	stage, backup := t.TempDir(), t.TempDir()
-	rel := strings.TrimPrefix(hostDir, "/")
-	tree := filepath.Join(stage, "containerd", rel)
-	require.NoError(t, os.MkdirAll(tree, 0o755))
-	require.NoError(t, os.WriteFile(filepath.Join(tree, "containerd"), []byte("new containerd"), 0o755))
-	require.NoError(t, os.WriteFile(filepath.Join(tree, "ctr"), []byte("new ctr"), 0o755))
-	require.NoError(t, os.WriteFile(filepath.Join(hostDir, "containerd"), []byte("old containerd"), 0o755))
-	// ctr does not exist yet on the "host": rollback must remove it.
+// fakeSystemd puts a systemctl on PATH that records its calls and runs
+// a unit only while its binary (unitBinary) is not "broken": the scripts
+// then run for real on this machine, restarts included, without systemd.
+// It does not model unit dependencies, timing or anything but the
+// daemon-reload, restart and is-active verbs the scripts use.
+type fakeSystemd struct {
+	exec  nodeexec.OSExecutor
+	log   string
+	state string
+}
 
-	p, err := NewPlan(Config{PlanName: "tree", Node: "n1", Role: RoleWorker, FromVersion: "v1.31.0", ToVersion: "v1.31.1",
-		StagingDir: stage, BackupDir: backup, SkipCNIPlugins: true})
+func newFakeSystemd(t *testing.T, unitBinary string) *fakeSystemd {
+	t.Helper()
+	dir := t.TempDir()
+	f := &fakeSystemd{log: filepath.Join(dir, "calls"), state: filepath.Join(dir, "state")}
+	stub := `#!/bin/sh
+echo "$*" >> "$FAKE_SYSTEMD_LOG"
+case "$1" in
+daemon-reload) exit 0 ;;
+restart)
+  if grep -q broken "$FAKE_SYSTEMD_BINARY"; then echo failed > "$FAKE_SYSTEMD_STATE"; exit 1; fi
+  echo active > "$FAKE_SYSTEMD_STATE"; exit 0 ;;
+is-active) [ "$(cat "$FAKE_SYSTEMD_STATE" 2>/dev/null)" = active ] ;;
+*) exit 2 ;;
+esac
+`
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "systemctl"), []byte(stub), 0o755))
+	require.NoError(t, os.WriteFile(f.state, []byte("active\n"), 0o644))
+	f.exec = nodeexec.OSExecutor{BaseEnv: []string{"PATH=" + dir + ":" + nodeexec.DefaultPath,
+		"FAKE_SYSTEMD_LOG=" + f.log, "FAKE_SYSTEMD_STATE=" + f.state, "FAKE_SYSTEMD_BINARY=" + unitBinary}}
+	return f
+}
+
+// run runs argv and returns its exit code and output.
+func (f *fakeSystemd) run(t *testing.T, argv []string) (int, string) {
+	t.Helper()
+	res, err := f.exec.Run(context.Background(), nodeexec.Command{Argv: argv})
 	require.NoError(t, err)
-	s := step(t, p, StepContainerd)
-	run := func(argv []string) {
-		t.Helper()
-		res, err := nodeexec.OSExecutor{}.Run(context.Background(), nodeexec.Command{Argv: argv})
-		require.NoError(t, err)
-		require.Equal(t, 0, res.ExitCode, "%s", res.Output)
+	return res.ExitCode, string(res.Output)
+}
+
+func (f *fakeSystemd) active(t *testing.T) bool {
+	t.Helper()
+	b, err := os.ReadFile(f.state)
+	require.NoError(t, err)
+	return strings.TrimSpace(string(b)) == "active"
+}
+
+func (f *fakeSystemd) calls(t *testing.T) []string {
+	t.Helper()
+	b, _ := os.ReadFile(f.log)
+	return strings.Split(strings.TrimSpace(string(b)), "\n")
+}
+
+// TestTreeInstallBackupRestoreForReal runs the containerd step's backup,
+// install-and-restart and rollback scripts on this machine. The staging
+// tree mirrors a temporary directory, so "copy onto /" lands there.
+func TestTreeInstallBackupRestoreForReal(t *testing.T) {
+	for _, tc := range []struct {
+		name, newBinary string
+		exit            int
+		want            string
+		restarts        int
+	}{
+		{"a good containerd", "new containerd", 0, "new containerd", 1},
+		// A containerd that does not start is put back before the step
+		// fails: the step never ends with containerd down, since without
+		// it no next container starts.
+		{"a broken containerd", "new containerd, broken", 1, "old containerd", 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			hostDir := t.TempDir() // stands in for /usr/local/bin on the host
+			stage, backup := t.TempDir(), t.TempDir()
+			rel := strings.TrimPrefix(hostDir, "/")
+			tree := filepath.Join(stage, "containerd", rel)
+			require.NoError(t, os.MkdirAll(tree, 0o755))
+			require.NoError(t, os.WriteFile(filepath.Join(tree, "containerd"), []byte(tc.newBinary), 0o755))
+			require.NoError(t, os.WriteFile(filepath.Join(tree, "ctr"), []byte("new ctr"), 0o755))
+			require.NoError(t, os.WriteFile(filepath.Join(hostDir, "containerd"), []byte("old containerd"), 0o755))
+			// ctr does not exist yet on the "host": a restore must remove it.
+			sd := newFakeSystemd(t, filepath.Join(hostDir, "containerd"))
+
+			p, err := NewPlan(Config{PlanName: "tree", Node: "n1", Role: RoleWorker, FromVersion: "v1.31.0", ToVersion: "v1.31.1",
+				StagingDir: stage, BackupDir: backup, SkipCNIPlugins: true})
+			require.NoError(t, err)
+			s := step(t, p, StepContainerd)
+			read := func(name string) string {
+				b, err := os.ReadFile(filepath.Join(hostDir, name))
+				if err != nil {
+					return "<missing>"
+				}
+				return string(b)
+			}
+			code, out := sd.run(t, s.Backup)
+			require.Equal(t, 0, code, out)
+			code, out = sd.run(t, s.Argv)
+			require.Equal(t, tc.exit, code, out)
+			require.Equal(t, tc.want, read("containerd"))
+			require.True(t, sd.active(t), "containerd runs when the step ends, whatever happened: %v", sd.calls(t))
+			require.Equal(t, tc.restarts, strings.Count(strings.Join(sd.calls(t), "\n"), "restart containerd"))
+			if tc.exit != 0 {
+				require.Equal(t, "<missing>", read("ctr"), "the restore removes what the install added")
+				return
+			}
+			require.Equal(t, "new ctr", read("ctr"))
+			code, out = sd.run(t, s.Rollback)
+			require.Equal(t, 0, code, out)
+			require.Equal(t, "old containerd", read("containerd"))
+			require.Equal(t, "<missing>", read("ctr"))
+			require.True(t, sd.active(t))
+		})
 	}
-	read := func(name string) string {
-		b, err := os.ReadFile(filepath.Join(hostDir, name))
-		if err != nil {
-			return "<missing>"
+}
+
+// TestKubeletStepForReal runs the kubelet step's scripts on this machine
+// with a fake systemctl: the kubelet is replaced and restarted in one
+// step, is never left stopped, and a kubelet that does not start is put
+// back and restarted before the step fails.
+func TestKubeletStepForReal(t *testing.T) {
+	for _, tc := range []struct {
+		name, newBinary string
+		exit            int
+		want            string
+	}{
+		{"a good kubelet", "kubelet v1.31.1", 0, "kubelet v1.31.1"},
+		{"a broken kubelet", "kubelet v1.31.1 broken", 1, "kubelet v1.31.0"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			stage, backup, bin := t.TempDir(), t.TempDir(), t.TempDir()
+			require.NoError(t, os.MkdirAll(filepath.Join(stage, "kubernetes"), 0o755))
+			require.NoError(t, os.WriteFile(filepath.Join(stage, "kubernetes", "kubelet"), []byte(tc.newBinary), 0o644))
+			require.NoError(t, os.WriteFile(filepath.Join(bin, "kubelet"), []byte("kubelet v1.31.0"), 0o755))
+			sd := newFakeSystemd(t, filepath.Join(bin, "kubelet"))
+			p, err := NewPlan(Config{PlanName: "kubelet", Node: "n1", Role: RoleWorker, FromVersion: "v1.31.0", ToVersion: "v1.31.1",
+				StagingDir: stage, BackupDir: backup, BinDir: bin})
+			require.NoError(t, err)
+			s := step(t, p, StepKubelet)
+			code, out := sd.run(t, s.Backup)
+			require.Equal(t, 0, code, out)
+			code, out = sd.run(t, s.Argv)
+			require.Equal(t, tc.exit, code, out)
+			got, err := os.ReadFile(filepath.Join(bin, "kubelet"))
+			require.NoError(t, err)
+			require.Equal(t, tc.want, string(got))
+			info, err := os.Stat(filepath.Join(bin, "kubelet"))
+			require.NoError(t, err)
+			require.Equal(t, os.FileMode(0o755), info.Mode().Perm())
+			require.True(t, sd.active(t), "the kubelet runs when the step ends: %v", sd.calls(t))
+			require.NotContains(t, sd.calls(t), "stop kubelet", "never stopped on its own")
+			if tc.exit != 0 {
+				return
+			}
+			code, out = sd.run(t, s.Rollback)
+			require.Equal(t, 0, code, out)
+			got, err = os.ReadFile(filepath.Join(bin, "kubelet"))
+			require.NoError(t, err)
+			require.Equal(t, "kubelet v1.31.0", string(got))
+			require.True(t, sd.active(t))
+		})
+	}
+}
+
+// TestNoStepEndsWithAUnitStopped: in the init-container layout only a
+// running kubelet starts the next container, so no step of any plan may
+// stop the kubelet or containerd (it may only restart them, checking they
+// came up). fake's TestKubeadmPlansCompleteInPods proves the same by
+// running every plan under a simulated kubelet.
+func TestNoStepEndsWithAUnitStopped(t *testing.T) {
+	stopVerbs := []string{"systemctl stop", "systemctl kill", "systemctl disable --now", "systemctl mask --now", "pkill", "killall"}
+	for _, role := range []Role{RoleFirstControlPlane, RoleControlPlane, RoleWorker} {
+		for _, v := range [][2]string{{"v1.29.4", "v1.30.2"}, {"v1.30.4", "v1.31.2"}, {"v1.31.4", "v1.32.1"}} {
+			for _, skip := range []bool{false, true} {
+				p, err := NewPlan(Config{Node: "n1", Role: role, FromVersion: v[0], ToVersion: v[1], SkipContainerd: skip, SkipCNIPlugins: skip})
+				require.NoError(t, err)
+				for _, s := range p.Steps {
+					for _, argv := range [][]string{s.Argv, s.Check, s.Backup, s.Rollback} {
+						joined := strings.Join(argv, " ")
+						for _, unit := range []string{"kubelet", "containerd"} {
+							for _, verb := range stopVerbs {
+								stops := strings.Contains(joined, verb) && strings.Contains(joined, unit)
+								require.False(t, stops, "%s %s: step %s stops %s (%s)", role, v[1], s.Name, unit, verb)
+							}
+							if strings.Contains(joined, "systemctl restart") && slices.Contains(argv, unit) {
+								require.Contains(t, joined, "is-active", "%s: step %s restarts %s without checking it came up", role, s.Name, unit)
+							}
+						}
+					}
+				}
+			}
 		}
-		return string(b)
 	}
-	run(s.Backup)
-	run(s.Argv)
-	require.Equal(t, "new containerd", read("containerd"))
-	require.Equal(t, "new ctr", read("ctr"))
-	// The rollback of containerd also restarts the unit; run only the
-	// restore part here (no systemd in the test environment).
-	restore := append([]string{"/bin/sh", "-c", scriptRestoreTree, "sh"}, s.Rollback[4])
-	run(restore)
-	require.Equal(t, "old containerd", read("containerd"))
-	require.Equal(t, "<missing>", read("ctr"))
 }
 
 func TestBinaryInstallBackupRestoreForReal(t *testing.T) {

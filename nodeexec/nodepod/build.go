@@ -34,7 +34,9 @@ const (
 	// checks, backups, rollback and crash-resume all apply; without one,
 	// each container runs the step's argv through nsenter directly (raw
 	// mode: backups still run, as their own init container, but there is
-	// no journal, no retry, no check and no rollback).
+	// no journal, no retry, no check and no rollback). Only a running
+	// kubelet starts the next container: no step may end with the kubelet
+	// or containerd stopped (see the package documentation).
 	ModeInitContainers Mode = "InitContainers"
 	// ModeSingleContainer runs the whole plan in one container with the
 	// journaled runner. Requires a RunnerCommand.

@@ -19,6 +19,16 @@
 //   - ModeSingleContainer: one container runs the whole plan with the
 //     journaled runner.
 //
+// In both init-container forms the kubelet is what starts each next
+// container, with containerd running it; a container already running is
+// not stopped when either goes down. A step therefore must never end with
+// the kubelet or containerd stopped: one that replaces either installs it,
+// restarts it and checks it runs, all in the same step (as package kubeadm
+// does), and its rollback restarts it too. A plan that stops the kubelet
+// in one step and starts it in a later one leaves the pod stuck for ever,
+// its stopping container still shown Running, with the node NotReady.
+// fake.PodRunner simulates exactly that, to test plans against it.
+//
 // An optional first init container (WithStageFrom) copies a directory of
 // the image to <staging host path>/staging, where package kubeadm expects
 // the new binaries, so nothing is downloaded on the node (air-gapped).

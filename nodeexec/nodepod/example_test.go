@@ -12,8 +12,13 @@ import (
 
 func ExampleBuild() {
 	plan := nodeexec.Plan{Name: "upgrade-w-1", Node: "w-1", Steps: []nodeexec.Step{
-		{Name: "kubelet-binary", Argv: []string{"install", "/staging/kubelet", "/usr/bin/kubelet"}, Timeout: time.Minute, Idempotent: true},
-		{Name: "kubelet-restart", Argv: []string{"systemctl", "restart", "kubelet"}, Timeout: time.Minute, Idempotent: true},
+		{Name: "kubeadm-node", Argv: []string{"kubeadm", "upgrade", "node"}, Timeout: 10 * time.Minute, Idempotent: true},
+		// Replace and restart the kubelet in ONE step: each step is an init
+		// container, and only a running kubelet starts the next one.
+		{Name: "kubelet", Argv: nodeexec.ShellArgv(`set -eu
+cp -f -- "$1" "$2.new" && mv -f -- "$2.new" "$2"
+systemctl restart kubelet && systemctl is-active --quiet kubelet`, "/staging/kubelet", "/usr/bin/kubelet"),
+			Timeout: time.Minute, Idempotent: true},
 	}}
 	pod, err := nodepod.Build(plan,
 		nodepod.WithImage("registry.local/upgrader:v1.32.0"),
@@ -35,8 +40,8 @@ func ExampleBuild() {
 	// Output:
 	// upgradekit-upgrade-w-1 on w-1 hostPID: true restart: OnFailure
 	// upgradekit-stage [CHOWN DAC_OVERRIDE FOWNER FSETID]
-	// kubelet-binary [SYS_ADMIN SYS_CHROOT SYS_PTRACE]
-	// kubelet-restart [SYS_ADMIN SYS_CHROOT SYS_PTRACE]
+	// kubeadm-node [SYS_ADMIN SYS_CHROOT SYS_PTRACE]
+	// kubelet [SYS_ADMIN SYS_CHROOT SYS_PTRACE]
 	// upgradekit-status [SYS_ADMIN SYS_CHROOT SYS_PTRACE]
 }
 
