@@ -31,6 +31,23 @@
 // host learns the library's scripts from a plan the library generates, so
 // a changed script is reported as unknown rather than half-understood.
 //
+// # Pods
+//
+// PodRunner plays a Host's kubelet for an upgrader pod built by
+// nodepod.Build: it starts the init containers one after the other, then
+// the main container, running raw containers' argvs on the Host and
+// runner containers' journaled nodeexec Runner (plan and stop-after step
+// from the container's environment). The kubelet is what starts
+// containers: a container starts only while the Host's kubelet and
+// containerd units are active, a running one is never killed by their
+// stop or restart, and a pod whose next container cannot start is
+// reported as PodStuck at once. That is how a plan that stops the kubelet
+// in one init container and restarts it in a later one shows up: stuck
+// with the kubelet down, the stopping container still "running" in the
+// status the kubelet last reported. The pod status it keeps reads with
+// nodepod.ReadStatus. PodRunner's documentation lists what it does not
+// model (back-off, deadlines, reboots and sandbox loss, among others).
+//
 // # Faults
 //
 // Faults fails a step on a node k times (or randomly, from a seed), marks

@@ -12,6 +12,7 @@ import (
 	"github.com/upgradekit/upgradekit/fake"
 	"github.com/upgradekit/upgradekit/nodeexec"
 	"github.com/upgradekit/upgradekit/nodeexec/kubeadm"
+	"github.com/upgradekit/upgradekit/nodeexec/nodepod"
 	"github.com/upgradekit/upgradekit/strategy"
 )
 
@@ -88,7 +89,7 @@ func ExampleSimulator() {
 	ctx := context.Background()
 	cl := fake.NewCluster("demo").ControlPlane(1, "v1.30.4").MachineDeployment("md-0", 3, "v1.30.4")
 	faults := fake.NewFaults(42).
-		CrashRunner("demo-md-0-0", "kubelet-binary", fake.CrashDuring).
+		CrashRunner("demo-md-0-0", "kubelet", fake.CrashDuring).
 		FailStep("demo-md-0-2", "kubeadm-upgrade", 100)
 	sim, err := fake.NewSimulator(cl, fake.WithSimFaults(faults), fake.WithStrategy(strategy.NeverReplaceStrategy()))
 	if err != nil {
@@ -114,7 +115,7 @@ func ExampleSimulator() {
 		fmt.Println(n, node.Status.NodeInfo.KubeletVersion, "unschedulable:", node.Spec.Unschedulable)
 	}
 	// Output:
-	// batches: 4 took: 26m10s
+	// batches: 4 took: 21m50s
 	// failed: [demo-md-0-2] runner restarts: 1
 	// violations: 0 left cordoned: []
 	// demo-md-0-2 containerd RolledBack
@@ -124,4 +125,29 @@ func ExampleSimulator() {
 	// demo-control-plane-0 v1.31.2 unschedulable: false
 	// demo-md-0-0 v1.31.2 unschedulable: false
 	// demo-md-0-2 v1.30.4 unschedulable: false
+}
+
+// Play the kubelet for an upgrader pod. A plan that stops the kubelet in
+// one step (one init container) and starts it in the next gets stuck: the
+// stopped kubelet cannot start the container that would start it. The
+// stopping container still looks Running, because the kubelet died before
+// it could report the exit. The kubeadm plans restart it within one step.
+func ExamplePodRunner() {
+	h, _ := fake.NewHost("w-0", fake.RoleWorker, "v1.31.2")
+	plan := nodeexec.Plan{Name: "split-restart", Node: "w-0", Steps: []nodeexec.Step{
+		{Name: "stop", Argv: []string{"systemctl", "stop", "kubelet"}},
+		{Name: "start", Argv: []string{"systemctl", "start", "kubelet"}},
+	}}
+	pod, _ := nodepod.Build(plan, nodepod.WithImage("registry.local/upgrader:v1"))
+	pr, err := fake.NewPodRunner(h, pod)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	res, _ := pr.Run(context.Background())
+	fmt.Println(res.Phase, "before", res.Container+":", res.Reason)
+	fmt.Println("pod status says:", nodepod.ReadStatus(pr.Pod()).Phase)
+	// Output:
+	// Stuck before start: kubelet is inactive
+	// pod status says: Running
 }

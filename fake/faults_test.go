@@ -31,7 +31,7 @@ func TestFailStepKTimes(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			faults := NewFaults(7).FailStep("demo-md-0-1", kubeadm.StepKubeletRestart, tt.times)
+			faults := NewFaults(7).FailStep("demo-md-0-1", kubeadm.StepKubelet, tt.times)
 			_, _, fleet := upgradeFleet(t, WithFaults(faults))
 			fleet.Host("demo-control-plane-0").kubeadm.set(to) // as if the control plane were done
 			fc := testingclock.NewFakeClock(time.Unix(0, 0))
@@ -46,13 +46,13 @@ func TestFailStepKTimes(t *testing.T) {
 			out, _ = runPlan(t, fleet.Host("demo-md-0-1"), kubeadm.RoleWorker, nil, nodeexec.WithClock(fc))
 			require.Equal(t, tt.wantState, out.State)
 			for _, s := range out.Steps {
-				if s.Name == kubeadm.StepKubeletRestart {
+				if s.Name == kubeadm.StepKubelet {
 					require.Equal(t, tt.attempts, s.Attempts)
 				}
 			}
 			want := make([]Injection, tt.times)
 			for i := range want {
-				want[i] = Injection{Node: "demo-md-0-1", Step: kubeadm.StepKubeletRestart, What: "fail"}
+				want[i] = Injection{Node: "demo-md-0-1", Step: kubeadm.StepKubelet, What: "fail"}
 			}
 			require.Empty(t, cmp.Diff(want, faults.Injected()))
 		})

@@ -149,7 +149,7 @@ func TestRunnerCrashesAreResumed(t *testing.T) {
 	ctx := context.Background()
 	cl := fake.NewCluster("c").ControlPlane(1, "v1.30.4").MachineDeployment("md-0", 2, "v1.30.4")
 	faults := fake.NewFaults(3).
-		CrashRunner("c-control-plane-0", "kubelet-binary", fake.CrashDuring).
+		CrashRunner("c-control-plane-0", "kubectl-binary", fake.CrashDuring).
 		CrashRunner("c-md-0-0", "containerd", fake.CrashDuring).
 		CrashRunner("c-md-0-1", "kubeadm-binary", fake.CrashAfter)
 	sim, err := fake.NewSimulator(cl, fake.WithSimFaults(faults))
@@ -168,8 +168,8 @@ func TestRunnerCrashesAreResumed(t *testing.T) {
 			checks[e.Machine+"/"+e.Step]++
 		}
 	}
-	require.Equal(t, 1, runs["c-control-plane-0/kubelet-binary"], "crashed during a checkable step: the check finds it done")
-	require.Equal(t, 2, checks["c-control-plane-0/kubelet-binary"], "checked before the first run and after the crash")
+	require.Equal(t, 1, runs["c-control-plane-0/kubectl-binary"], "crashed during a checkable step: the check finds it done")
+	require.Equal(t, 2, checks["c-control-plane-0/kubectl-binary"], "checked before the first run and after the crash")
 	require.Equal(t, 2, runs["c-md-0-0/containerd"], "crashed during an idempotent step without a check: run again")
 	require.Equal(t, 1, runs["c-md-0-1/kubeadm-binary"], "crashed after: journaled as done, not run again")
 	var crashedBefore []string

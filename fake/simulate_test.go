@@ -104,8 +104,8 @@ type propertyCase struct {
 // The worker plan's steps, and those with a retry budget (a single
 // failure of them must be survived).
 var (
-	kubeadmSteps = []string{"containerd", "containerd-restart", "cni-plugins", "kubeadm-binary", "kubeadm-upgrade", "kubectl-binary", "kubelet-stop", "kubelet-binary", "kubelet-restart", "verify"}
-	retriedSteps = []string{"containerd-restart", "kubeadm-upgrade", "kubelet-restart", "verify"}
+	kubeadmSteps = []string{"containerd", "cni-plugins", "kubeadm-binary", "kubeadm-upgrade", "kubectl-binary", "kubelet", "verify"}
+	retriedSteps = []string{"containerd", "kubeadm-upgrade", "kubelet", "verify"}
 )
 
 func newPropertyCase(t *testing.T, seed int64) propertyCase {
@@ -181,7 +181,7 @@ func newPropertyCase(t *testing.T, seed int64) propertyCase {
 		what = append(what, fmt.Sprintf("controller crash after batch %d", n))
 	}
 	if rng.Intn(4) == 0 {
-		pc.faults.NotReadyAfter(pick(), "kubelet-binary")
+		pc.faults.NotReadyAfter(pick(), "kubelet")
 		what = append(what, "not-ready")
 	}
 	if rng.Intn(3) == 0 {
