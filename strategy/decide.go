@@ -62,13 +62,20 @@ func ForCategories(name string, cats ...diff.Category) (Updater, error) {
 	return NewUpdater(name, func(c diff.Change) bool { return set[c.Category] })
 }
 
-// KubeadmCategories are the changes a kubeadm upgrade applies to a running
-// node: Kubernetes and etcd versions, addons, control plane, kubelet and
-// kubeadm configuration. Everything else (images, files, users, disks...)
-// needs a new machine.
+// KubeadmCategories are the changes upgradekit's kubeadm executor (the
+// kubeadm plans of package nodeexec/kubeadm, run by strategy/capi's
+// MachineUpdater) applies to a running node and verifies afterwards: the
+// Kubernetes version, today only that. A change of kubelet arguments, of
+// the kubeadm ClusterConfiguration (etcd image, API server arguments), of
+// addons or of files at the same version has no executor yet, so it is not
+// in this set: accepting it would let Cluster API mark the machine up to
+// date while the node keeps its old configuration. Such changes are
+// declined and the machine is replaced.
+//
+// The contract every default here keeps: a category is in a default
+// accepted set only if an executor applies it and verifies it on the node.
 func KubeadmCategories() []diff.Category {
-	return []diff.Category{diff.CategoryKubernetesVersion, diff.CategoryEtcdVersion, diff.CategoryAddons,
-		diff.CategoryControlPlaneConfig, diff.CategoryKubeletConfig, diff.CategoryKubeadmConfig}
+	return []diff.Category{diff.CategoryKubernetesVersion}
 }
 
 // ForPaths is an updater covering changes at or below the given path

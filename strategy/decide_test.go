@@ -173,10 +173,13 @@ func TestPolicyRejectsBadRules(t *testing.T) {
 
 func TestKubeadmCategories(t *testing.T) {
 	u := must(strategy.ForCategories("kubeadm", strategy.KubeadmCategories()...))
-	for _, c := range []diff.Category{diff.CategoryKubernetesVersion, diff.CategoryEtcdVersion, diff.CategoryAddons} {
-		require.True(t, u.Covers(diff.Change{Category: c}), c)
-	}
-	for _, c := range []diff.Category{diff.CategoryImage, diff.CategoryFiles, diff.CategoryUsers, diff.CategoryDisks} {
+	require.True(t, u.Covers(diff.Change{Category: diff.CategoryKubernetesVersion}))
+	// Everything the kubeadm executor does not apply and verify on the node
+	// stays out of the default accepted set: accepting a kubelet argument
+	// or an etcd image change would mark the machine up to date while the
+	// node keeps the old configuration.
+	for _, c := range []diff.Category{diff.CategoryEtcdVersion, diff.CategoryAddons, diff.CategoryControlPlaneConfig,
+		diff.CategoryKubeletConfig, diff.CategoryKubeadmConfig, diff.CategoryImage, diff.CategoryFiles, diff.CategoryUsers, diff.CategoryDisks} {
 		require.False(t, u.Covers(diff.Change{Category: c}), c)
 	}
 }

@@ -15,13 +15,31 @@
 // A Decision carries the changes applied in place as a diff.ChangeSet, so
 // its JSONPatch and MergePatch are what a CanUpdateMachine response needs.
 //
-// Extension answers Cluster API's CanUpdateMachine and CanUpdateMachineSet
-// runtime hooks with any Decider, using CAPI's real hook types, and
-// registers on sigs.k8s.io/cluster-api/exp/runtime/server. It diffs with
-// diff.InPlaceUpdate (what CAPI re-compares after applying the patches), so
-// an accepted answer leaves CAPI nothing to roll; it honours the
-// ExtensionConfig settings SettingDisabled and SettingIgnore and rejects
-// unknown ones.
+// # The in-place contract
+//
+// Accepting a change in place is a promise: once Cluster API has an
+// accept it cannot fall back to a replacement, it only calls UpdateMachine
+// until that answers done or for ever. So every in-place path built on
+// this package keeps three rules, and strategy/capi enforces them with
+// tests:
+//
+//   - accept only what an executor applies: a change is accepted in place
+//     only if an executor applies it on the node and verifies it there. A
+//     category with no executor is never in a default accepted set
+//     (KubeadmCategories holds only the Kubernetes version, which the
+//     kubeadm plans of nodeexec/kubeadm apply and verify);
+//   - refuse what cannot be applied before accepting: feasibility (a
+//     version a kubeadm plan can reach, an upgrader image for it, the
+//     caller's own checks) is checked at CanUpdate* time, and what fails
+//     is declined with the reason, so Cluster API replaces the machine;
+//   - apply and verify all that was accepted before answering done; an
+//     ignored change (Rule with ActionIgnore) is accepted without being
+//     applied, and recorded in the patches so Cluster API sees nothing left
+//     to roll.
+//
+// An Updater that covers a category is therefore a claim about an
+// executor: ForCategories, ForPaths and NewUpdater describe coverage, and
+// the caller who adds one must also run the code that applies it.
 //
 // Strategies are values behind one interface, composed in an ordered list
 // like Karpenter's disruption methods: InPlaceStrategy,
@@ -36,60 +54,8 @@
 // breaker. Preview renders the plan as a value, JSON or a table before
 // anything happens.
 //
-// MachineUpdater answers the UpdateMachine hook: it finds the Node through
-// spec.providerID, upgrades it with a kubeadm plan run by an upgrader pod
-// (package nodeexec), keeps all progress in the workload cluster (the pod,
-// the Node) so a restarted extension carries on, never runs two upgrader
-// pods on one node, and answers done only when the kubelet reports the
-// desired version and the upgrader pod has succeeded.
-//
-// # Drain before in-place
-//
-// Cluster API does not drain a machine it updates in place, and EKS
-// Anywhere does not either: pods keep running while kubeadm, containerd and
-// the kubelet restart under them. MachineUpdater drains by default
-// (WithoutDrain turns it off): it cordons the node as DefaultCordonOwner,
-// evicts pods through the Eviction API so PodDisruptionBudgets hold
-// (package nodeexec/drain; DaemonSet, mirror and upgrader pods stay), and
-// starts the upgrader pod only once the node is empty. Because
-// UpdateMachine is a polling hook, each call does a bounded attempt
-// (WithDrainAttempt) and answers RetryAfterSeconds naming the budgets and
-// pods still in the way. The drain's start is kept on the Node
-// (AnnotationInPlaceUpdate), so the deadline (WithDrainTimeout) survives a
-// restart; past it the answer is Failure (FailureDrainTimeout) naming the
-// budgets, the node stays cordoned and later calls keep trying, so the
-// update resumes by itself once a budget allows it. When the kubelet
-// reports the desired version the node is uncordoned, but only if this
-// updater cordoned it: a node someone else had cordoned stays cordoned. A
-// failed update leaves the node cordoned, so its pods do not come back to a
-// half-upgraded node. On a single-node cluster evicted pods have nowhere to
-// go until the node is uncordoned, and a budget that requires them
-// available blocks until the deadline: use WithoutDrain there, or relax
-// the budget.
-//
-// # Observability
-//
-// Everything the updater does is visible four ways, with stable names that
-// are exported constants:
-//
-//   - a Node condition, ConditionInPlaceUpdate, with the reasons
-//     ReasonPending, ReasonDraining, ReasonDrainBlocked, ReasonUpgrading,
-//     ReasonWaitingForKubelet, ReasonSucceeded and ReasonFailed, written
-//     with a strategic-merge patch of the status that touches only that
-//     condition (no resourceVersion, so it never conflicts with the
-//     kubelet's status updates, which leave foreign conditions alone);
-//   - Kubernetes Events on the Machine in the management cluster
-//     (WithEventRecorder; reasons EventReasonUpdateStarted,
-//     EventReasonNodeDrained, EventReasonDrainBlocked,
-//     EventReasonUpdateSucceeded, EventReasonUpdateFailed), recorded on
-//     transitions read from the Node, so a restarted extension does not
-//     repeat them;
-//   - Prometheus metrics (NewMetrics, on controller-runtime's registry by
-//     default): MetricDecisions for the CanUpdate* answers, and
-//     MetricMachinesInProgress, MetricFailures and MetricUpdateDuration for
-//     UpdateMachine; see Metrics for what the in-progress gauge means with
-//     several replicas;
-//   - logr logs with the keys hook, machine, cluster, node, phase and step:
-//     transitions at V(0), each in-progress answer at V(1). Declines are
-//     logged with the uncovered fields (names and categories, never values).
+// The Cluster API runtime side (the CanUpdateMachine, CanUpdateMachineSet
+// and UpdateMachine hook handlers, drain before update, observability,
+// workload cluster clients) lives in package strategy/capi, so that this
+// package stays pure: it needs no cluster and no Cluster API runtime.
 package strategy

@@ -15,8 +15,11 @@ const (
 	ActionInPlace Action = "InPlace"
 	// ActionReplace requires replacing the machine.
 	ActionReplace Action = "Replace"
-	// ActionIgnore leaves the change out of the decision (it is neither
-	// applied nor a reason to replace).
+	// ActionIgnore accepts the change without applying it: it is no
+	// reason to replace the machine, and nothing runs on the node for it.
+	// Decision.Ignored lists it; strategy/capi's Extension puts it in the
+	// CanUpdate* patches, so Cluster API records the new value and finds
+	// nothing left to roll.
 	ActionIgnore Action = "Ignore"
 )
 

@@ -1,4 +1,4 @@
-package strategy_test
+package capi_test
 
 import (
 	"context"
@@ -17,7 +17,7 @@ import (
 
 	"github.com/upgradekit/upgradekit/nodeexec/kubeadm"
 	"github.com/upgradekit/upgradekit/nodeexec/nodepod"
-	"github.com/upgradekit/upgradekit/strategy"
+	"github.com/upgradekit/upgradekit/strategy/capi"
 )
 
 // podsCluster is a workload cluster on controller-runtime's fake client:
@@ -44,7 +44,7 @@ func newPodsCluster(t *testing.T) *podsCluster {
 	workload := func(context.Context, types.NamespacedName) (client.Client, error) { return c, nil }
 	return &podsCluster{t: t, c: c, call: func(req *runtimehooksv1.UpdateMachineRequest) runtimehooksv1.UpdateMachineResponse {
 		// A new updater per call: nothing survives in memory.
-		u, err := strategy.NewMachineUpdater(workload, strategy.WithoutDrain(), strategy.WithPodOptions(nodepod.WithImage("r/u:1")))
+		u, err := capi.NewMachineUpdater(workload, capi.WithoutDrain(), capi.WithPodOptions(nodepod.WithImage("r/u:1")))
 		require.NoError(t, err)
 		var resp runtimehooksv1.UpdateMachineResponse
 		u.UpdateMachine(ctx, req, &resp)
@@ -103,13 +103,13 @@ func (pc *podsCluster) runTo(pod *corev1.Pod, step string) {
 	require.NoError(pc.t, pc.c.Status().Update(pc.t.Context(), pod))
 }
 
-func (pc *podsCluster) record() *strategy.UpdateRecord {
+func (pc *podsCluster) record() *capi.UpdateRecord {
 	pc.t.Helper()
-	raw, ok := pc.node().Annotations[strategy.AnnotationInPlaceUpdate]
+	raw, ok := pc.node().Annotations[capi.AnnotationInPlaceUpdate]
 	if !ok {
 		return nil
 	}
-	var r strategy.UpdateRecord
+	var r capi.UpdateRecord
 	require.NoError(pc.t, json.Unmarshal([]byte(raw), &r))
 	return &r
 }
@@ -145,7 +145,7 @@ func TestUpdateMachineKeepsTheRoleOfTheFirstControlPlane(t *testing.T) {
 	require.NoError(t, pc.c.Get(t.Context(), types.NamespacedName{Namespace: "kube-system", Name: "kubeadm-config"}, &cm))
 	cm.Data["ClusterConfiguration"] = "kubernetesVersion: v1.31.1\n" // the upload-config phase of `kubeadm upgrade apply`
 	require.NoError(t, pc.c.Update(t.Context(), &cm))
-	pc.runTo(pod, kubeadm.StepKubeletStop)
+	pc.runTo(pod, kubeadm.StepKubelet)
 
 	for range 2 {
 		resp := pc.call(req)
@@ -229,12 +229,12 @@ func TestUpdateMachineDesiredVersionRevertedMidUpdate(t *testing.T) {
 		pc.kubelet("v1.31.1")
 		resp := pc.call(revert)
 		require.Equal(t, runtimehooksv1.ResponseStatusFailure, resp.Status)
-		require.Contains(t, resp.Message, strategy.FailurePlanRejected+": node cp-0 from v1.31.1 to v1.30.4")
+		require.Contains(t, resp.Message, capi.FailurePlanRejected+": node cp-0 from v1.31.1 to v1.30.4")
 	})
 }
 
 // TestUpdateMachineDoneOnlyWhenThePodIsDone: the kubelet reports the new
-// version after the kubelet-restart step, before the verify step. The
+// version after the kubelet step, before the verify step. The
 // answer follows the update's own pod from there.
 func TestUpdateMachineDoneOnlyWhenThePodIsDone(t *testing.T) {
 	req := updateReq("w-0", "docker:////cp-0", "v1.31.1", false)
@@ -251,7 +251,7 @@ func TestUpdateMachineDoneOnlyWhenThePodIsDone(t *testing.T) {
 		pc, pod := start(t)
 		resp := pc.call(req)
 		requireWaiting(t, resp, "node cp-0: kubelet reports v1.31.1, but upgrader pod "+nodepod.DefaultNamespace+"/"+pod.Name+" still runs")
-		require.Equal(t, strategy.ReasonUpgrading, strategy.InPlaceUpdateCondition(pc.node()).Reason)
+		require.Equal(t, capi.ReasonUpgrading, capi.InPlaceUpdateCondition(pc.node()).Reason)
 		require.NotNil(t, pc.record())
 	})
 
@@ -263,7 +263,7 @@ func TestUpdateMachineDoneOnlyWhenThePodIsDone(t *testing.T) {
 		requireDone(t, resp)
 		require.Contains(t, resp.Message, "in-place update done")
 		require.Nil(t, pc.record())
-		require.Equal(t, strategy.ReasonSucceeded, strategy.InPlaceUpdateCondition(pc.node()).Reason)
+		require.Equal(t, capi.ReasonSucceeded, capi.InPlaceUpdateCondition(pc.node()).Reason)
 	})
 
 	t.Run("verify fails after the kubelet reports the version: Failure", func(t *testing.T) {
@@ -273,10 +273,10 @@ func TestUpdateMachineDoneOnlyWhenThePodIsDone(t *testing.T) {
 		for range 2 {
 			resp := pc.call(req)
 			require.Equal(t, runtimehooksv1.ResponseStatusFailure, resp.Status)
-			require.Contains(t, resp.Message, strategy.FailureStepFailed+": node cp-0: step verify failed with exit code 7")
+			require.Contains(t, resp.Message, capi.FailureStepFailed+": node cp-0: step verify failed with exit code 7")
 		}
 		require.NotNil(t, pc.record(), "a failed update keeps its record")
-		require.Equal(t, strategy.ReasonFailed, strategy.InPlaceUpdateCondition(pc.node()).Reason)
+		require.Equal(t, capi.ReasonFailed, capi.InPlaceUpdateCondition(pc.node()).Reason)
 	})
 }
 
@@ -302,7 +302,10 @@ func TestUpdateMachineNeverStartsASecondPod(t *testing.T) {
 		requireWaiting(t, pc.call(req), "upgrader pod "+nodepod.DefaultNamespace+"/other-plan (plan other-plan) of another plan is still running on node cp-0")
 		require.Len(t, pc.pods(), 1)
 		pc.kubelet("v1.31.1")
-		requireWaiting(t, pc.call(req), "kubelet reports v1.31.1, but the update is not over")
+		// The update started and its own plan has not run: the kubelet
+		// reporting the version is no proof, so the update still waits to
+		// run its plan after the other pod.
+		requireWaiting(t, pc.call(req), "upgrader pod "+nodepod.DefaultNamespace+"/other-plan (plan other-plan) of another plan is still running on node cp-0")
 	})
 
 	t.Run("finished ones are deleted in our namespace only", func(t *testing.T) {

@@ -1,4 +1,4 @@
-package strategy_test
+package capi_test
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 
 	"github.com/upgradekit/upgradekit/diff"
 	"github.com/upgradekit/upgradekit/strategy"
+	"github.com/upgradekit/upgradekit/strategy/capi"
 )
 
 // An Extension counting its decisions. Pass nil instead of a registry to
@@ -21,13 +22,13 @@ import (
 // serves.
 func ExampleNewMetrics() {
 	reg := prometheus.NewRegistry()
-	metrics, err := strategy.NewMetrics(reg)
+	metrics, err := capi.NewMetrics(reg)
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
 	k8s, _ := strategy.ForCategories("kubernetes", diff.CategoryKubernetesVersion)
-	ext, _ := strategy.NewExtension(strategy.Updaters(k8s), strategy.WithMetrics(metrics))
+	ext, _ := capi.NewExtension(strategy.Updaters(k8s), capi.WithMetrics(metrics))
 
 	machine := func(version, image string) runtimehooksv1.CanUpdateMachineRequestObjects {
 		infra, _ := json.Marshal(map[string]any{"kind": "DockerMachine", "spec": map[string]any{"customImage": image}})
@@ -48,7 +49,7 @@ func ExampleNewMetrics() {
 
 	families, _ := reg.Gather()
 	for _, mf := range families {
-		if mf.GetName() != strategy.MetricDecisions {
+		if mf.GetName() != capi.MetricDecisions {
 			continue
 		}
 		for _, m := range mf.GetMetric() {
@@ -67,12 +68,12 @@ func ExampleNewMetrics() {
 func ExampleInPlaceUpdateCondition() {
 	node := &corev1.Node{Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{
 		{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady"},
-		{Type: strategy.ConditionInPlaceUpdate, Status: corev1.ConditionTrue, Reason: strategy.ReasonDrainBlocked,
+		{Type: capi.ConditionInPlaceUpdate, Status: corev1.ConditionTrue, Reason: capi.ReasonDrainBlocked,
 			Message: "draining node md-0-a for 4m0s (deadline 30m0s): PDB apps/web-pdb (disruptionsAllowed=0, healthy 2/2, desired 2) holds apps/web-0"},
 	}}}
-	if c := strategy.InPlaceUpdateCondition(node); c != nil {
+	if c := capi.InPlaceUpdateCondition(node); c != nil {
 		fmt.Println(c.Type, c.Status, c.Reason)
-		fmt.Println("updating:", c.Status == corev1.ConditionTrue, "blocked:", c.Reason == strategy.ReasonDrainBlocked)
+		fmt.Println("updating:", c.Status == corev1.ConditionTrue, "blocked:", c.Reason == capi.ReasonDrainBlocked)
 	}
 	// Output:
 	// upgradekit.io/InPlaceUpdate True DrainBlocked

@@ -1,4 +1,4 @@
-package strategy_test
+package capi_test
 
 import (
 	"context"
@@ -18,50 +18,52 @@ import (
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/upgradekit/upgradekit/diff"
+	"github.com/upgradekit/upgradekit/nodeexec/nodepod"
 	"github.com/upgradekit/upgradekit/strategy"
+	"github.com/upgradekit/upgradekit/strategy/capi"
 )
 
 func TestNewMetricsRegistration(t *testing.T) {
 	t.Run("a second call on the same registry shares the collectors", func(t *testing.T) {
 		reg := prometheus.NewRegistry()
-		m1, err := strategy.NewMetrics(reg)
+		m1, err := capi.NewMetrics(reg)
 		require.NoError(t, err)
-		m2, err := strategy.NewMetrics(reg)
+		m2, err := capi.NewMetrics(reg)
 		require.NoError(t, err, "no duplicate-registration error, no panic")
 		k8s := must(strategy.ForCategories("kubernetes", diff.CategoryKubernetesVersion))
-		for _, m := range []*strategy.Metrics{m1, m2} {
-			ext, err := strategy.NewExtension(strategy.Updaters(k8s), strategy.WithMetrics(m))
+		for _, m := range []*capi.Metrics{m1, m2} {
+			ext, err := capi.NewExtension(strategy.Updaters(k8s), capi.WithMetrics(m))
 			require.NoError(t, err)
 			var resp runtimehooksv1.CanUpdateMachineResponse
 			ext.CanUpdateMachine(context.Background(), versionChange(t), &resp)
 			require.Equal(t, runtimehooksv1.ResponseStatusSuccess, resp.Status, resp.Message)
 		}
-		require.Equal(t, 2.0, counter(t, reg, strategy.MetricDecisions, "outcome", strategy.HookAccept))
+		require.Equal(t, 2.0, counter(t, reg, capi.MetricDecisions, "outcome", capi.HookAccept))
 	})
 
 	t.Run("controller-runtime's registry by default", func(t *testing.T) {
-		_, err := strategy.NewMetrics(nil)
+		_, err := capi.NewMetrics(nil)
 		require.NoError(t, err)
-		_, err = strategy.NewMetrics(nil)
+		_, err = capi.NewMetrics(nil)
 		require.NoError(t, err)
-		n, err := testutil.GatherAndCount(ctrlmetrics.Registry, strategy.MetricDecisions, strategy.MetricMachinesInProgress, strategy.MetricFailures, strategy.MetricUpdateDuration)
+		n, err := testutil.GatherAndCount(ctrlmetrics.Registry, capi.MetricDecisions, capi.MetricMachinesInProgress, capi.MetricFailures, capi.MetricUpdateDuration)
 		require.NoError(t, err)
-		require.Equal(t, 6+6+5+1, n, "every series exists at zero from the start")
+		require.Equal(t, 6+6+12+1, n, "every series exists at zero from the start")
 	})
 
 	t.Run("another collector under one of the names is a typed error", func(t *testing.T) {
 		reg := prometheus.NewRegistry()
-		require.NoError(t, reg.Register(prometheus.NewGauge(prometheus.GaugeOpts{Name: strategy.MetricUpdateDuration, Help: "not ours"})))
-		_, err := strategy.NewMetrics(reg)
-		require.ErrorIs(t, err, strategy.ErrMetricsRegistration)
-		require.ErrorContains(t, err, strategy.MetricUpdateDuration)
+		require.NoError(t, reg.Register(prometheus.NewGauge(prometheus.GaugeOpts{Name: capi.MetricUpdateDuration, Help: "not ours"})))
+		_, err := capi.NewMetrics(reg)
+		require.ErrorIs(t, err, capi.ErrMetricsRegistration)
+		require.ErrorContains(t, err, capi.MetricUpdateDuration)
 	})
 
 	t.Run("bad options", func(t *testing.T) {
-		_, err := strategy.NewMetrics(prometheus.NewRegistry(), strategy.WithStaleAfter(0))
-		require.ErrorIs(t, err, strategy.ErrInvalidRule)
-		_, err = strategy.NewMetrics(prometheus.NewRegistry(), strategy.WithMetricsClock(nil))
-		require.ErrorIs(t, err, strategy.ErrInvalidRule)
+		_, err := capi.NewMetrics(prometheus.NewRegistry(), capi.WithStaleAfter(0))
+		require.ErrorIs(t, err, capi.ErrInvalidOption)
+		_, err = capi.NewMetrics(prometheus.NewRegistry(), capi.WithMetricsClock(nil))
+		require.ErrorIs(t, err, capi.ErrInvalidOption)
 	})
 }
 
@@ -79,12 +81,12 @@ func versionChange(t *testing.T) *runtimehooksv1.CanUpdateMachineRequest {
 // hook and outcome, and a decline is logged with the fields it is about.
 func TestExtensionObservesDecisions(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	m, err := strategy.NewMetrics(reg)
+	m, err := capi.NewMetrics(reg)
 	require.NoError(t, err)
 	var logs []string
 	log := funcr.New(func(prefix, args string) { logs = append(logs, args) }, funcr.Options{Verbosity: 1})
 	k8s := must(strategy.ForCategories("kubernetes", diff.CategoryKubernetesVersion))
-	ext, err := strategy.NewExtension(strategy.Updaters(k8s), strategy.WithMetrics(m), strategy.WithLogger(log))
+	ext, err := capi.NewExtension(strategy.Updaters(k8s), capi.WithMetrics(m), capi.WithLogger(log))
 	require.NoError(t, err)
 	ctx := context.Background()
 
@@ -119,7 +121,7 @@ upgradekit_inplace_decisions_total{hook="CanUpdateMachine",outcome="error"} 1
 upgradekit_inplace_decisions_total{hook="CanUpdateMachineSet",outcome="accept"} 0
 upgradekit_inplace_decisions_total{hook="CanUpdateMachineSet",outcome="decline"} 0
 upgradekit_inplace_decisions_total{hook="CanUpdateMachineSet",outcome="error"} 1
-`), strategy.MetricDecisions))
+`), capi.MetricDecisions))
 
 	var declined string
 	for _, l := range logs {
@@ -140,7 +142,7 @@ upgradekit_inplace_decisions_total{hook="CanUpdateMachineSet",outcome="error"} 1
 func TestUpdateMachineFailuresWithoutANode(t *testing.T) {
 	clk := clocktesting.NewFakeClock(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
 	reg := prometheus.NewRegistry()
-	m, err := strategy.NewMetrics(reg, strategy.WithMetricsClock(clk), strategy.WithStaleAfter(10*time.Minute))
+	m, err := capi.NewMetrics(reg, capi.WithMetricsClock(clk), capi.WithStaleAfter(10*time.Minute))
 	require.NoError(t, err)
 	rec := events.NewFakeRecorder(10)
 	workload := func(context.Context, types.NamespacedName) (client.Client, error) {
@@ -149,9 +151,9 @@ func TestUpdateMachineFailuresWithoutANode(t *testing.T) {
 	}
 	var logs []string
 	log := funcr.New(func(prefix, args string) { logs = append(logs, args) }, funcr.Options{Verbosity: 1})
-	newUpdater := func() *strategy.MachineUpdater {
-		u, err := strategy.NewMachineUpdater(workload, strategy.WithoutDrain(), strategy.WithUpdaterMetrics(m),
-			strategy.WithEventRecorder(rec), strategy.WithUpdaterLogger(log))
+	newUpdater := func() *capi.MachineUpdater {
+		u, err := capi.NewMachineUpdater(workload, capi.WithoutDrain(), capi.WithUpdaterMetrics(m),
+			capi.WithEventRecorder(rec), capi.WithUpdaterLogger(log), capi.WithPodOptions(nodepod.WithImage("r/u:1")))
 		require.NoError(t, err)
 		return u
 	}
@@ -163,7 +165,7 @@ func TestUpdateMachineFailuresWithoutANode(t *testing.T) {
 		require.Equal(t, runtimehooksv1.ResponseStatusFailure, resp.Status)
 		require.Equal(t, "in-place update failed: InvalidMachine: desired Machine has no spec.providerID: the node cannot be found", resp.Message)
 	}
-	require.Equal(t, 1.0, counter(t, reg, strategy.MetricFailures, "reason", strategy.FailureInvalidMachine))
+	require.Equal(t, 1.0, counter(t, reg, capi.MetricFailures, "reason", capi.FailureInvalidMachine))
 	// One error log for the failure, V(1) lines for its repeats, all with
 	// the stable keys.
 	require.Len(t, logs, 3)
@@ -189,14 +191,14 @@ upgradekit_inplace_machines_in_progress{phase="Upgrading"} 0
 upgradekit_inplace_machines_in_progress{phase="WaitingForKubelet"} 0
 `
 	}
-	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(gauge("1")), strategy.MetricMachinesInProgress))
+	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(gauge("1")), capi.MetricMachinesInProgress))
 	clk.Step(11 * time.Minute)
-	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(gauge("0")), strategy.MetricMachinesInProgress), "not asked for a while: forgotten")
+	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(gauge("0")), capi.MetricMachinesInProgress), "not asked for a while: forgotten")
 
 	// This memory is per process, as documented: a restarted extension
 	// records the failure once more.
 	var resp runtimehooksv1.UpdateMachineResponse
 	newUpdater().UpdateMachine(context.Background(), req, &resp)
-	require.Equal(t, 2.0, counter(t, reg, strategy.MetricFailures, "reason", strategy.FailureInvalidMachine))
+	require.Equal(t, 2.0, counter(t, reg, capi.MetricFailures, "reason", capi.FailureInvalidMachine))
 	require.Len(t, recorded(rec), 1)
 }

@@ -1,4 +1,4 @@
-package strategy
+package capi
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/cluster-api/exp/runtime/server"
 
 	"github.com/upgradekit/upgradekit/diff"
+	"github.com/upgradekit/upgradekit/strategy"
 )
 
 // Settings an ExtensionConfig may pass to the extension's in-place hooks.
@@ -20,24 +21,30 @@ const (
 	// SettingDisabled, "true", makes every CanUpdate* answer decline: a
 	// switch to force rolling replacement without redeploying.
 	SettingDisabled = "upgradekit.io/disabled"
-	// SettingIgnore is a comma-separated list of diff path patterns left out
-	// of the decision (e.g. "infrastructure.spec.additionalTags").
+	// SettingIgnore is a comma-separated list of diff path patterns
+	// (e.g. "infrastructure.spec.additionalTags") whose changes are
+	// accepted without being applied: they are no reason to replace the
+	// machine, nothing runs on the node for them, and they are in the
+	// answer's patches so that Cluster API's comparison after applying the
+	// patches finds nothing left to roll.
 	SettingIgnore = "upgradekit.io/ignore"
 )
 
 // Extension answers Cluster API's CanUpdateMachine and CanUpdateMachineSet
-// runtime hooks with a Decider: it diffs current against desired with
+// runtime hooks with a strategy.Decider: it diffs current against desired with
 // CAPI's in-place comparison rules (diff.InPlaceUpdate), decides, and on
 // accept returns JSON patches covering exactly the accepted changes, so
 // that CAPI's re-diff after applying them is empty. On decline it returns
 // no patches and a message naming the uncovered fields; CAPI then rolls the
 // machine out instead.
 type Extension struct {
-	decider  Decider
+	decider  strategy.Decider
 	diffOpts []diff.Option
 	differ   *diff.Differ
 	log      logr.Logger
 	metrics  *Metrics
+	checks   []Check
+	images   ImagesByVersion
 }
 
 // ExtensionOption configures an Extension.
@@ -58,14 +65,25 @@ func WithLogger(l logr.Logger) ExtensionOption { return func(e *Extension) { e.l
 func WithMetrics(m *Metrics) ExtensionOption { return func(e *Extension) { e.metrics = m } }
 
 // NewExtension builds the hook handlers around a decider.
-func NewExtension(d Decider, opts ...ExtensionOption) (*Extension, error) {
+func NewExtension(d strategy.Decider, opts ...ExtensionOption) (*Extension, error) {
 	if d == nil {
-		return nil, fmt.Errorf("%w: nil decider", ErrInvalidRule)
+		return nil, fmt.Errorf("%w: nil decider", ErrInvalidOption)
 	}
 	e := &Extension{decider: d}
 	for _, o := range opts {
 		o(e)
 	}
+	if e.images != nil {
+		if err := e.images.Validate(); err != nil {
+			return nil, err
+		}
+	}
+	for i, c := range e.checks {
+		if c == nil {
+			return nil, fmt.Errorf("%w: checks[%d] is nil", ErrInvalidOption, i)
+		}
+	}
+	e.checks = append([]Check{VersionCheck()}, e.checks...)
 	differ, err := diff.New(append([]diff.Option{diff.InPlaceUpdate()}, e.diffOpts...)...)
 	if err != nil {
 		return nil, err
@@ -95,7 +113,7 @@ func (e *Extension) CanUpdateMachine(ctx context.Context, req *runtimehooksv1.Ca
 		e.fail(log, "CanUpdateMachine", err, resp)
 		return
 	}
-	if p, ok := e.respond(ctx, log, "CanUpdateMachine", req.GetSettings(), cur, des, false, resp); ok {
+	if p, ok := e.respond(ctx, log, "CanUpdateMachine", req.GetSettings(), cur, des, req.Current.Machine.Spec.Version, req.Desired.Machine.Spec.Version, false, resp); ok {
 		resp.MachinePatch, resp.BootstrapConfigPatch, resp.InfrastructureMachinePatch = p[diff.Machine], p[diff.Bootstrap], p[diff.Infrastructure]
 	}
 }
@@ -112,10 +130,15 @@ func (e *Extension) CanUpdateMachineSet(ctx context.Context, req *runtimehooksv1
 		e.fail(log, "CanUpdateMachineSet", err, resp)
 		return
 	}
-	if p, ok := e.respond(ctx, log, "CanUpdateMachineSet", req.GetSettings(), cur, des, true, resp); ok {
+	if p, ok := e.respond(ctx, log, "CanUpdateMachineSet", req.GetSettings(), cur, des, req.Current.MachineSet.Spec.Template.Spec.Version, req.Desired.MachineSet.Spec.Template.Spec.Version, true, resp); ok {
 		resp.MachineSetPatch, resp.BootstrapConfigTemplatePatch, resp.InfrastructureMachineTemplatePatch = p[diff.Machine], p[diff.Bootstrap], p[diff.Infrastructure]
 	}
 }
+
+// ErrInvalidOption is matched by the errors of this package's constructors
+// and of ExtensionConfig settings it cannot use: an option out of range, a
+// nil dependency, an unknown setting. The message names the option.
+var ErrInvalidOption = errors.New("invalid option")
 
 // ErrIncompleteRequest is matched by the Failure answered to a CanUpdate*
 // request that lacks an object Cluster API always sends (a nameless
@@ -153,8 +176,8 @@ func (e *Extension) fail(log logr.Logger, hook string, err error, resp runtimeho
 // respond answers, sets status and message, counts the decision and
 // logs it (declines at V(0) with the uncovered fields, accepts at V(1));
 // ok says whether the patches are to be set.
-func (e *Extension) respond(ctx context.Context, log logr.Logger, hook string, settings map[string]string, cur, des diff.State, templates bool, resp runtimehooksv1.ResponseObject) ([3]runtimehooksv1.Patch, bool) {
-	a, err := e.answer(ctx, settings, cur, des, templates)
+func (e *Extension) respond(ctx context.Context, log logr.Logger, hook string, settings map[string]string, cur, des diff.State, from, to string, templates bool, resp runtimehooksv1.ResponseObject) ([3]runtimehooksv1.Patch, bool) {
+	a, err := e.answer(ctx, settings, cur, des, from, to, templates)
 	if err != nil {
 		e.fail(log, hook, err, resp)
 		return a.patches, false
@@ -187,45 +210,72 @@ func (e *Extension) logger(ctx context.Context) logr.Logger {
 	return logr.FromContextOrDiscard(ctx)
 }
 
-// answer diffs, decides and builds the patches (undefined patches when
-// declining or when an object has nothing to patch).
-func (e *Extension) answer(ctx context.Context, settings map[string]string, cur, des diff.State, templates bool) (answer, error) {
+// answer diffs, decides, checks feasibility and builds the patches
+// (undefined patches when declining or when an object has nothing to
+// patch). from and to are the current and desired Kubernetes versions.
+//
+// An accepted answer patches every change in the diff: the ones an
+// updater applies and the ignored ones (SettingIgnore, a policy's
+// ActionIgnore), so that Cluster API, which applies the patches and
+// compares again, sees nothing left to roll. Ignoring a change means
+// accepting it without doing anything on the node for it.
+func (e *Extension) answer(ctx context.Context, settings map[string]string, cur, des diff.State, from, to string, templates bool) (answer, error) {
 	var a answer
-	differ, disabled, err := e.differFor(settings)
+	set, err := e.settings(settings)
 	if err != nil {
 		return a, err
 	}
 	var cs diff.ChangeSet
 	if templates {
-		cs, err = differ.Templates(cur, des)
+		cs, err = e.differ.Templates(cur, des)
 	} else {
-		cs, err = differ.Machines(cur, des)
+		cs, err = e.differ.Machines(cur, des)
 	}
 	if err != nil {
 		return a, err
 	}
-	if disabled {
-		if cs.Empty() {
-			a.msg = "no changes"
-			return a, nil
-		}
+	if cs.Empty() {
+		a.msg = "no changes"
+		return a, nil
+	}
+	if set.disabled {
 		a.msg, a.decline = "cannot update in place: disabled by the "+SettingDisabled+" setting", true
 		a.uncovered = fieldNames(cs)
 		return a, nil
 	}
-	d, err := e.decider.Decide(ctx, cs)
+	ignored := cs.Filter(set.ignores)
+	rest := cs.Filter(func(c diff.Change) bool { return !set.ignores(c) })
+	d, err := e.decider.Decide(ctx, rest)
 	if err != nil {
 		return a, err
 	}
-	a.msg = d.Message
-	if d.Outcome != InPlace {
-		if d.Outcome == Replace {
-			a.decline, a.uncovered = true, fieldNames(d.Uncovered)
-		}
+	if d.Outcome == strategy.Replace {
+		a.msg, a.decline, a.uncovered = d.Message, true, fieldNames(d.Uncovered)
 		return a, nil
 	}
+	if d.Outcome == strategy.InPlace {
+		req := CheckRequest{Current: cur, Desired: des, FromVersion: from, ToVersion: to, Templates: templates, Decision: d}
+		for _, c := range e.checks {
+			if err := c.Check(ctx, req); err != nil {
+				if !errors.Is(err, ErrInfeasible) {
+					return answer{}, fmt.Errorf("feasibility check: %w", err)
+				}
+				a.msg, a.decline, a.uncovered = "cannot update in place: "+err.Error(), true, fieldNames(d.InPlace)
+				return a, nil
+			}
+		}
+	}
+	a.msg = d.Message
+	if ig := ignored.Len() + d.Ignored.Len(); ig > 0 {
+		note := fmt.Sprintf("%d ignored change(s) accepted without being applied: %s", ig, ignoredList(ignored, d.Ignored))
+		if d.Outcome == strategy.InPlace {
+			a.msg += "; " + note
+		} else {
+			a.msg = note
+		}
+	}
 	for _, o := range []diff.Object{diff.Machine, diff.Bootstrap, diff.Infrastructure} {
-		jp, err := d.InPlace.JSONPatch(o)
+		jp, err := cs.JSONPatch(o)
 		if err != nil {
 			return answer{}, err
 		}
@@ -234,6 +284,21 @@ func (e *Extension) answer(ctx context.Context, settings map[string]string, cur,
 		}
 	}
 	return a, nil
+}
+
+// ignoredList names the ignored fields (no values: they may be secrets).
+func ignoredList(sets ...diff.ChangeSet) string {
+	var names []string
+	for _, cs := range sets {
+		for _, c := range cs.Changes {
+			names = append(names, c.Field)
+		}
+	}
+	const show = 10
+	if len(names) > show {
+		return strings.Join(names[:show], ", ") + fmt.Sprintf(" and %d more", len(names)-show)
+	}
+	return strings.Join(names, ", ")
 }
 
 // fieldNames lists every change as "field (Category)", for logs (values
@@ -246,11 +311,26 @@ func fieldNames(cs diff.ChangeSet) []string {
 	return out
 }
 
-// differFor honours the request's settings; unknown settings are an error
+// requestSettings are an ExtensionConfig's settings, parsed.
+type requestSettings struct {
+	disabled bool
+	ignore   []diff.Pattern
+}
+
+// ignores reports whether a SettingIgnore pattern selects c.
+func (r requestSettings) ignores(c diff.Change) bool {
+	for _, p := range r.ignore {
+		if p.Match(c) {
+			return true
+		}
+	}
+	return false
+}
+
+// settings parses the request's settings; unknown settings are an error
 // so a typo in an ExtensionConfig is seen, not silently ignored.
-func (e *Extension) differFor(settings map[string]string) (*diff.Differ, bool, error) {
-	disabled := false
-	var ignore []string
+func (e *Extension) settings(settings map[string]string) (requestSettings, error) {
+	var r requestSettings
 	keys := make([]string, 0, len(settings))
 	for k := range settings {
 		keys = append(keys, k)
@@ -262,28 +342,25 @@ func (e *Extension) differFor(settings map[string]string) (*diff.Differ, bool, e
 		case SettingDisabled:
 			switch v {
 			case "true":
-				disabled = true
+				r.disabled = true
 			case "false", "":
 			default:
-				return nil, false, fmt.Errorf("%w: setting %s: %q is not true or false", ErrInvalidRule, k, v)
+				return r, fmt.Errorf("%w: setting %s: %q is not true or false", ErrInvalidOption, k, v)
 			}
 		case SettingIgnore:
 			for _, p := range strings.Split(v, ",") {
-				if p = strings.TrimSpace(p); p != "" {
-					ignore = append(ignore, p)
+				if p = strings.TrimSpace(p); p == "" {
+					continue
 				}
+				pat, err := diff.ParsePattern(p)
+				if err != nil {
+					return r, fmt.Errorf("%w: setting %s: %w", ErrInvalidOption, SettingIgnore, err)
+				}
+				r.ignore = append(r.ignore, pat)
 			}
 		default:
-			return nil, false, fmt.Errorf("%w: unknown setting %q (known: %s, %s)", ErrInvalidRule, k, SettingDisabled, SettingIgnore)
+			return r, fmt.Errorf("%w: unknown setting %q (known: %s, %s)", ErrInvalidOption, k, SettingDisabled, SettingIgnore)
 		}
 	}
-	if len(ignore) == 0 {
-		return e.differ, disabled, nil
-	}
-	opts := append([]diff.Option{diff.InPlaceUpdate(), diff.Ignore(ignore...)}, e.diffOpts...)
-	d, err := diff.New(opts...)
-	if err != nil {
-		return nil, false, fmt.Errorf("%w: setting %s: %w", ErrInvalidRule, SettingIgnore, err)
-	}
-	return d, disabled, nil
+	return r, nil
 }

@@ -1,4 +1,4 @@
-package strategy
+package capi
 
 import (
 	"context"
@@ -20,8 +20,8 @@ import (
 	runtimehooksv1 "sigs.k8s.io/cluster-api/api/runtime/hooks/v1alpha1"
 	"sigs.k8s.io/cluster-api/exp/runtime/server"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/yaml"
 
+	"github.com/upgradekit/upgradekit/nodeexec"
 	"github.com/upgradekit/upgradekit/nodeexec/drain"
 	"github.com/upgradekit/upgradekit/nodeexec/kubeadm"
 	"github.com/upgradekit/upgradekit/nodeexec/nodepod"
@@ -50,23 +50,33 @@ type WorkloadClient func(ctx context.Context, cluster types.NamespacedName) (cli
 // (AnnotationInPlaceUpdate) and cordon record, and the upgrader pods on the
 // node are the state. A restarted extension therefore continues where the
 // last one was, drain deadline included. The record pins, when the update
-// starts, the target version and the kubeadm role (read once from
-// kube-system/kubeadm-config, which `kubeadm upgrade apply` changes
-// mid-update), and, before the pod is created, the upgrader pod: the plan
+// starts, the target version and the kubeadm role (chosen once from the
+// control plane Nodes, whose versions change mid-update), and, before the
+// pod is created, the upgrader pod: the plan
 // and its pod stay the same for the whole update.
 //
-// There is never more than one upgrader pod running on a node: before
-// creating one, UpdateMachine lists the upgrader pods on the node
-// (nodepod.Selector, any namespace) and waits while one of another plan (a
-// changed desired version, say) is Pending or Running; finished pods of
-// other plans in its own namespace are deleted first. The workload client
-// therefore needs to list pods in all namespaces, as the drain does.
+// There is never more than one upgrader pod of this updater running on a
+// node: before creating one, UpdateMachine lists the upgrader pods
+// (nodepod.Selector) on the node in the namespace it creates them in (the
+// pod options' namespace) and waits while one of another plan (a changed
+// desired version, say) is Pending or Running; finished pods of other
+// plans there are deleted first. Labels alone are anyone's to set: a pod
+// carrying them in another namespace is neither ours nor skipped by the
+// drain. The workload client lists pods in all namespaces for the drain.
+//
+// Before anything disruptive (cordon, drain, the pod) it builds the plan
+// and has the API server check the pod with a server-side dry run: a plan
+// kubeadm refuses or a pod admission refuses is a Failure
+// (FailurePlanRejected, FailurePodRejected) with the node left as it was.
 //
 // It answers RetryAfterSeconds > 0 while the update runs; 0 ("done") only
 // once the node's kubelet reports the desired version AND no upgrader pod
-// on the node is Pending or Running AND the update's own pod, if any,
-// succeeded (the kubelet reports the new version before the plan's verify
-// step has run); Failure (starting with a Failure* reason; for a failed
+// on the node is Pending or Running AND, for an update it started, the
+// update's own pod was seen Succeeded and that is recorded on the Node
+// (UpdateRecord.Succeeded). A reported version alone is no proof: the
+// kubelet reports the new version before the plan's verify step has run,
+// and a pod deleted before its success was seen is created again (it
+// resumes from the journal on the host). Failure (starting with a Failure* reason; for a failed
 // step, its name and exit code) on a terminal failure, including the
 // update's own pod failing after the kubelet reports the version. A desired
 // version set back to the node's version mid-update is done once the
@@ -96,6 +106,19 @@ type MachineUpdater struct {
 
 	mu          sync.Mutex
 	lastFailure map[string]string // machine -> failure reason, for requests with no node to keep it on
+	// nodeNames caches cluster + providerID -> node name (verified on use).
+	nodeNames map[string]string
+	// missingSince is when each machine's node was first found missing.
+	missingSince  map[string]time.Time
+	goneChecked   map[string]bool
+	nodeGoneGrace time.Duration
+	// podNamespace is where the upgrader pods are created (from podOpts).
+	podNamespace string
+	// images picks the pod's image by target version (WithVersionImages).
+	images          ImagesByVersion
+	updateTimeout   time.Duration
+	notReadyTimeout time.Duration
+	mgmt            client.Reader
 }
 
 // MachineUpdaterOption configures a MachineUpdater.
@@ -105,6 +128,17 @@ type MachineUpdaterOption func(*MachineUpdater)
 // runner command, tolerations...). nodepod.WithImage is required.
 func WithPodOptions(opts ...nodepod.Option) MachineUpdaterOption {
 	return func(u *MachineUpdater) { u.podOpts = append(u.podOpts, opts...) }
+}
+
+// WithVersionImages runs each update's upgrader pod with the image of its
+// target version from images (the bundle that carries that version's
+// binaries), over any nodepod.WithImage in WithPodOptions. A version
+// without an image is a Failure (FailurePodBuild) found before the node is
+// disrupted; pass the same map to the Extension (WithUpgraderImages) so
+// that such a version is declined before Cluster API commits to it.
+// NewMachineUpdater fails on an invalid map.
+func WithVersionImages(images ImagesByVersion) MachineUpdaterOption {
+	return func(u *MachineUpdater) { u.images = images }
 }
 
 // WithPlanConfig lets the caller adjust each kubeadm plan's configuration
@@ -147,34 +181,71 @@ func WithUpdaterClock(c clock.PassiveClock) MachineUpdaterOption {
 	return func(u *MachineUpdater) { u.clock = c }
 }
 
+// DefaultNodeGoneGrace is how long UpdateMachine waits for a machine's
+// Node to (re)appear before it answers Failure (FailureNodeGone).
+const DefaultNodeGoneGrace = 10 * time.Minute
+
+// WithNodeGoneGrace sets how long a machine's Node may be missing (no Node
+// with its spec.providerID) before UpdateMachine answers Failure
+// (FailureNodeGone) instead of waiting (default DefaultNodeGoneGrace; 0
+// waits for ever). The time counts from the first call that found no
+// Node, recorded in NodeGoneConfigMap in the workload cluster so that a
+// restarted extension keeps it (the Node, which holds every other piece of
+// the update's state, is what is missing).
+func WithNodeGoneGrace(d time.Duration) MachineUpdaterOption {
+	return func(u *MachineUpdater) { u.nodeGoneGrace = d }
+}
+
 // NewMachineUpdater builds the UpdateMachine handler. Draining is on by
 // default, so it needs WithWorkloadClientset, or WithoutDrain.
 func NewMachineUpdater(workload WorkloadClient, opts ...MachineUpdaterOption) (*MachineUpdater, error) {
 	if workload == nil {
-		return nil, fmt.Errorf("%w: nil workload client getter", ErrInvalidRule)
+		return nil, fmt.Errorf("%w: nil workload client getter", ErrInvalidOption)
 	}
 	u := &MachineUpdater{
 		workload: workload, retryAfter: 15,
 		drain: true, drainTimeout: DefaultDrainTimeout, drainAttempt: DefaultDrainAttempt, cordonOwner: DefaultCordonOwner,
 		clock: clock.RealClock{}, lastFailure: map[string]string{},
+		nodeNames: map[string]string{}, missingSince: map[string]time.Time{}, goneChecked: map[string]bool{}, nodeGoneGrace: DefaultNodeGoneGrace,
+		updateTimeout: DefaultUpdateTimeout, notReadyTimeout: DefaultNotReadyTimeout,
 	}
 	for _, o := range opts {
 		o(u)
 	}
 	switch {
 	case u.retryAfter <= 0:
-		return nil, fmt.Errorf("%w: retry after %d seconds: must be positive", ErrInvalidRule, u.retryAfter)
+		return nil, fmt.Errorf("%w: retry after %d seconds: must be positive", ErrInvalidOption, u.retryAfter)
 	case u.drain && u.clientset == nil:
-		return nil, fmt.Errorf("%w: draining (on by default) needs WithWorkloadClientset; pass WithoutDrain to update nodes without draining them", ErrInvalidRule)
+		return nil, fmt.Errorf("%w: draining (on by default) needs WithWorkloadClientset; pass WithoutDrain to update nodes without draining them", ErrInvalidOption)
 	case u.drainAttempt <= 0:
-		return nil, fmt.Errorf("%w: drain attempt %s: must be positive", ErrInvalidRule, u.drainAttempt)
+		return nil, fmt.Errorf("%w: drain attempt %s: must be positive", ErrInvalidOption, u.drainAttempt)
 	case u.drainTimeout < 0:
-		return nil, fmt.Errorf("%w: drain timeout %s: must not be negative", ErrInvalidRule, u.drainTimeout)
+		return nil, fmt.Errorf("%w: drain timeout %s: must not be negative", ErrInvalidOption, u.drainTimeout)
 	case u.cordonOwner == "":
-		return nil, fmt.Errorf("%w: empty cordon owner", ErrInvalidRule)
+		return nil, fmt.Errorf("%w: empty cordon owner", ErrInvalidOption)
 	case u.clock == nil:
-		return nil, fmt.Errorf("%w: nil clock", ErrInvalidRule)
+		return nil, fmt.Errorf("%w: nil clock", ErrInvalidOption)
+	case u.updateTimeout < 0 || u.notReadyTimeout < 0:
+		return nil, fmt.Errorf("%w: update timeout %s, not-ready timeout %s: must not be negative", ErrInvalidOption, u.updateTimeout, u.notReadyTimeout)
+	case u.nodeGoneGrace < 0:
+		return nil, fmt.Errorf("%w: node-gone grace %s: must not be negative", ErrInvalidOption, u.nodeGoneGrace)
 	}
+	// The pod options are checked once here, on a one-step plan, so that a
+	// pod that can never be built is refused at startup; the probe also
+	// says which namespace the upgrader pods live in.
+	probeOpts := u.podOpts
+	if u.images != nil {
+		if err := u.images.Validate(); err != nil {
+			return nil, err
+		}
+		img, _ := u.images.Image(u.images.versions()[0])
+		probeOpts = append(append([]nodepod.Option(nil), u.podOpts...), nodepod.WithImage(img))
+	}
+	probe, err := nodepod.Build(nodeexec.Plan{Name: "probe", Node: "probe", Steps: []nodeexec.Step{{Name: "probe", Argv: []string{"true"}}}}, probeOpts...)
+	if err != nil {
+		return nil, fmt.Errorf("%w: upgrader pod options (WithPodOptions): %w", ErrInvalidOption, err)
+	}
+	u.podNamespace = probe.Namespace
 	return u, nil
 }
 
@@ -303,20 +374,157 @@ func (u *MachineUpdater) update(ctx context.Context, log logr.Logger, m *cluster
 		u.reportWithoutNode(m, &res)
 		return res
 	}
+	if u.mgmt != nil {
+		live, res, ok := u.checkRequest(ctx, m)
+		if !ok {
+			if res.err != nil {
+				u.reportWithoutNode(m, &res)
+			}
+			return res
+		}
+		m = live
+	}
 	cluster := types.NamespacedName{Namespace: m.Namespace, Name: m.Spec.ClusterName}
 	c, err := u.workload(ctx, cluster)
 	if err != nil {
 		return waiting(ReasonPending, "waiting for the workload cluster: %v", err)
 	}
-	node, err := nodeByProviderID(ctx, c, m.Spec.ProviderID)
-	if err != nil {
+	key := m.Namespace + "/" + m.Name
+	node, err := u.findNode(ctx, c, cluster, m.Spec.ProviderID)
+	switch {
+	case errors.Is(err, errAmbiguousNode):
+		res = failedAs(FailureAmbiguousNode, "%v: the machine's node cannot be told apart", err)
+		u.reportWithoutNode(m, &res)
+		return res
+	case errors.Is(err, errNoNode):
+		missing := u.nodeMissingFor(ctx, c, key, u.clock.Now())
+		if u.nodeGoneGrace > 0 && missing > u.nodeGoneGrace {
+			res = failedAs(FailureNodeGone, "%v for %s (grace %s): the node is gone; the machine needs replacing", err, missing.Truncate(time.Second), u.nodeGoneGrace)
+			u.reportWithoutNode(m, &res)
+			return res
+		}
+		return waiting(ReasonPending, "waiting for the node: %v (for %s)", err, missing.Truncate(time.Second))
+	case err != nil:
 		return waiting(ReasonPending, "waiting for the node: %v", err)
+	}
+	u.nodeFound(ctx, c, key)
+	if rec, _ := readUpdateRecord(node); rec != nil && rec.Machine != "" && rec.Machine != key {
+		// Not reported on the node: its condition and record are the
+		// other machine's.
+		res = failedAs(FailureNodeClaimed, "node %s is being updated for machine %s (annotation %s), and machine %s names the same node (spec.providerID %q): one node, one machine; if %s is gone, remove the annotation",
+			node.Name, rec.Machine, AnnotationInPlaceUpdate, key, m.Spec.ProviderID, rec.Machine)
+		res.node = node.Name
+		u.reportWithoutNode(m, &res)
+		return res
 	}
 	u.forgetFailure(m)
 	st := &call{machine: m, cluster: cluster, c: c, node: node, prev: InPlaceUpdateCondition(node), now: u.clock.Now(), log: log.WithValues("node", node.Name)}
 	res = u.updateNode(ctx, st, to)
+	res = u.deadlines(st, res)
 	res.node = node.Name
 	u.report(ctx, st, &res)
+	return res
+}
+
+// WithManagementReader checks every UpdateMachine request against the
+// management cluster before acting on it, through mgmt (a manager's cached
+// client is fine): the Machine must exist, carry Cluster API's
+// update-in-progress annotation (clusterv1.UpdateInProgressAnnotation:
+// Cluster API asked for this update) and name the same cluster,
+// providerID and version as the request. A request that does not match is
+// a Failure (FailureRequestMismatch) and nothing is done. The live
+// Machine's UID also lets the Events attach to it, so that `kubectl
+// describe machine` shows them; without this option the request's Machine
+// is used as sent.
+func WithManagementReader(mgmt client.Reader) MachineUpdaterOption {
+	return func(u *MachineUpdater) { u.mgmt = mgmt }
+}
+
+// checkRequest compares the request's Machine with the live one and
+// returns the one to act on: the request's, with the live UID.
+func (u *MachineUpdater) checkRequest(ctx context.Context, m *clusterv1.Machine) (*clusterv1.Machine, updateResult, bool) {
+	var live clusterv1.Machine
+	if err := u.mgmt.Get(ctx, types.NamespacedName{Namespace: m.Namespace, Name: m.Name}, &live); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, failedAs(FailureRequestMismatch, "no Machine %s/%s in the management cluster", m.Namespace, m.Name), false
+		}
+		return nil, waiting(ReasonPending, "reading Machine %s/%s from the management cluster: %v", m.Namespace, m.Name, err), false
+	}
+	if _, ok := live.Annotations[clusterv1.UpdateInProgressAnnotation]; !ok {
+		return nil, failedAs(FailureRequestMismatch, "Machine %s/%s has no %s annotation: Cluster API has not asked for its in-place update",
+			m.Namespace, m.Name, clusterv1.UpdateInProgressAnnotation), false
+	}
+	for _, f := range []struct{ field, req, live string }{
+		{"spec.clusterName", m.Spec.ClusterName, live.Spec.ClusterName},
+		{"spec.providerID", m.Spec.ProviderID, live.Spec.ProviderID},
+		{"spec.version", m.Spec.Version, live.Spec.Version},
+	} {
+		if f.req != f.live {
+			return nil, failedAs(FailureRequestMismatch, "Machine %s/%s: the request's %s %q is not the Machine's %q", m.Namespace, m.Name, f.field, f.req, f.live), false
+		}
+	}
+	out := m.DeepCopy()
+	out.UID = live.UID
+	return out, updateResult{}, true
+}
+
+// Deadline defaults.
+const (
+	// DefaultUpdateTimeout bounds a whole update, from its start recorded
+	// on the Node to done (WithUpdateTimeout).
+	DefaultUpdateTimeout = 2 * time.Hour
+	// DefaultNotReadyTimeout bounds how long the node may stay NotReady
+	// while its update is under way (WithNotReadyTimeout).
+	DefaultNotReadyTimeout = 15 * time.Minute
+)
+
+// WithUpdateTimeout sets how long an update may go on, counted from its
+// start recorded on the Node, before an answer that would say "still
+// working" says Failure (FailureUpdateTimeout) instead (default
+// DefaultUpdateTimeout; 0: no deadline). Nothing is interrupted: if the
+// update finishes later, the next call answers done.
+func WithUpdateTimeout(d time.Duration) MachineUpdaterOption {
+	return func(u *MachineUpdater) { u.updateTimeout = d }
+}
+
+// WithNotReadyTimeout sets how long the node's Ready condition may stay
+// False or Unknown while its update is under way (the kubelet restart
+// makes it NotReady for seconds) before an answer that would say "still
+// working" says Failure (FailureNodeNotReady) instead (default
+// DefaultNotReadyTimeout; 0: no deadline). A kubelet that does not come
+// back starts no further step, so waiting longer would wait for ever.
+func WithNotReadyTimeout(d time.Duration) MachineUpdaterOption {
+	return func(u *MachineUpdater) { u.notReadyTimeout = d }
+}
+
+// deadlines turns an in-progress answer for an update recorded on the
+// node into a Failure once the update or the node's NotReady spell has
+// lasted too long. Answers that are done or already failures pass.
+func (u *MachineUpdater) deadlines(st *call, res updateResult) updateResult {
+	if res.done || res.err != nil || st.rec == nil {
+		return res
+	}
+	if u.notReadyTimeout > 0 {
+		for _, c := range st.node.Status.Conditions {
+			if c.Type != corev1.NodeReady || c.Status == corev1.ConditionTrue || c.LastTransitionTime.IsZero() {
+				continue
+			}
+			if d := st.now.Sub(c.LastTransitionTime.Time); d > u.notReadyTimeout {
+				out := failedAs(FailureNodeNotReady, "node %s has been NotReady (%s: %s) for %s during its update (deadline %s): its kubelet starts no further step; %s",
+					st.node.Name, c.Reason, c.Message, d.Truncate(time.Second), u.notReadyTimeout, res.msg)
+				out.step = res.step
+				return out
+			}
+		}
+	}
+	if u.updateTimeout > 0 {
+		if d := st.now.Sub(st.rec.Started.Time); d > u.updateTimeout {
+			out := failedAs(FailureUpdateTimeout, "node %s: update to %s not done after %s (deadline %s): %s",
+				st.node.Name, st.rec.Version, d.Truncate(time.Second), u.updateTimeout, res.msg)
+			out.step = res.step
+			return out
+		}
+	}
 	return res
 }
 
@@ -342,13 +550,20 @@ func (u *MachineUpdater) updateNode(ctx context.Context, st *call, to *version.V
 		st.log.Info("replacing an unreadable update record", "error", err.Error())
 	}
 	st.rec, st.recRaw = rec, node.Annotations[AnnotationInPlaceUpdate]
-	pods, err := upgraderPodsOn(ctx, st.c, node.Name)
+
+	pods, err := upgraderPodsOn(ctx, st.c, u.podNamespace, node.Name)
 	if err != nil {
 		return waiting(ReasonPending, "listing the upgrader pods on node %s: %v", node.Name, err)
 	}
-	if current == want {
+	if current == want && !u.unproven(rec, want, pods) {
 		return u.finish(ctx, st, rec, pods)
 	}
+	// Otherwise the kubelet may report the version, but an update of ours
+	// to it has no recorded success and no pod to show one (the pod was
+	// deleted by someone, or the record was written by an earlier version
+	// of this updater): a reported version is not proof that the plan
+	// verified the node, so the plan runs (again). Its pod resumes from the
+	// journal on the host, re-running nothing that is done.
 	switch {
 	case rec == nil || rec.Version != want:
 		role, res, ok := u.role(ctx, st, to)
@@ -378,6 +593,14 @@ func (u *MachineUpdater) updateNode(ctx context.Context, st *call, to *version.V
 		}
 		rec = &next
 	}
+	if rec.Drained == nil && findPod(pods, rec.Pod) == nil {
+		// Nothing disruptive has happened yet, or only a drain that has
+		// not finished: check that the plan can be built and that the API
+		// server accepts its pod before the node is (further) disrupted.
+		if res, ok := u.validate(ctx, st, rec); !ok {
+			return res
+		}
+	}
 	if u.drain && rec.Drained == nil {
 		if res, ok := u.drainNode(ctx, st, rec); !ok {
 			res.step = "drain"
@@ -387,21 +610,129 @@ func (u *MachineUpdater) updateNode(ctx context.Context, st *call, to *version.V
 	return u.runPlan(ctx, st, rec, pods)
 }
 
-// role is the kubeadm role of the machine's node for an update to
-// version to, read from the Machine and kube-system/kubeadm-config. Only
-// called when an update starts: the answer changes during the update.
+// buildPod builds the update's kubeadm plan and its upgrader pod from the
+// kubelet version from. Its errors cannot heal by waiting: they are
+// Failures (FailurePlanRejected, FailurePodBuild).
+func (u *MachineUpdater) buildPod(st *call, rec *UpdateRecord, from string) (*corev1.Pod, updateResult, bool) {
+	node := st.node.Name
+	cfg := kubeadm.Config{Node: node, Role: kubeadm.Role(rec.Role), FromVersion: from, ToVersion: rec.Version}
+	if u.planHook != nil {
+		u.planHook(&cfg)
+	}
+	plan, err := kubeadm.NewPlan(cfg)
+	if err != nil {
+		return nil, failedAs(FailurePlanRejected, "node %s from %s to %s: %v", node, from, rec.Version, err), false
+	}
+	opts := u.podOpts
+	if u.images != nil {
+		img, ok := u.images.Image(rec.Version)
+		if !ok {
+			return nil, failedAs(FailurePodBuild, "no upgrader image for %s (have: %s); the extension's CanUpdate* should have declined it (capi.WithUpgraderImages with the same map)",
+				rec.Version, strings.Join(u.images.versions(), ", ")), false
+		}
+		opts = append(append([]nodepod.Option(nil), u.podOpts...), nodepod.WithImage(img))
+	}
+	pod, err := nodepod.Build(plan, opts...)
+	if err != nil {
+		return nil, failedAs(FailurePodBuild, "building the upgrader pod: %v", err), false
+	}
+	return pod, updateResult{}, true
+}
+
+// validate builds the plan and the pod and has the API server check the
+// pod with a server-side dry run, so that an update that cannot run is
+// refused before the node is cordoned and drained, not after: a plan
+// kubeadm refuses, or a pod that admission refuses (Pod Security, a
+// policy webhook, an invalid field), is a Failure and the node is left as
+// it is. A dry run that fails for a reason that may pass (the namespace
+// does not exist yet, the API server is unreachable) is answered Pending,
+// still before any disruption.
+func (u *MachineUpdater) validate(ctx context.Context, st *call, rec *UpdateRecord) (updateResult, bool) {
+	pod, res, ok := u.buildPod(st, rec, st.node.Status.NodeInfo.KubeletVersion)
+	if !ok {
+		return res, false
+	}
+	err := st.c.Create(ctx, pod.DeepCopy(), client.DryRunAll)
+	switch {
+	case err == nil, apierrors.IsAlreadyExists(err):
+		return updateResult{}, true
+	case podRefused(err):
+		return failedAs(FailurePodRejected, "the API server refuses the upgrader pod %s/%s for node %s (dry run, before any disruption): %v",
+			pod.Namespace, pod.Name, st.node.Name, err), false
+	}
+	return waiting(ReasonPending, "checking the upgrader pod %s/%s with a dry run before disrupting node %s: %v", pod.Namespace, pod.Name, st.node.Name, err), false
+}
+
+// podRefused tells an API refusal that waiting will not heal (admission,
+// validation) from a transient error.
+func podRefused(err error) bool {
+	return apierrors.IsForbidden(err) || apierrors.IsInvalid(err) || apierrors.IsBadRequest(err)
+}
+
+// unproven reports whether rec is an update of ours to want that has no
+// recorded success and whose own pod is not on the node: "done" needs a
+// success of the update's own pod, seen and recorded.
+func (u *MachineUpdater) unproven(rec *UpdateRecord, want string, pods []corev1.Pod) bool {
+	if rec == nil || rec.Version != want || rec.Succeeded != nil {
+		return false
+	}
+	return rec.Pod == "" || findPod(pods, rec.Pod) == nil
+}
+
+// recordSuccess writes, once, that the update's own pod succeeded: the
+// proof finish needs, which stays on the Node if the pod goes away.
+func (u *MachineUpdater) recordSuccess(ctx context.Context, st *call, rec *UpdateRecord) (*UpdateRecord, error) {
+	if rec.Succeeded != nil {
+		return rec, nil
+	}
+	next := *rec
+	now := st.nowMeta()
+	next.Succeeded = &now
+	if err := st.writeRecord(ctx, &next); err != nil {
+		return rec, err
+	}
+	return &next, nil
+}
+
+// LabelControlPlaneNode is the label kubeadm puts on control plane Nodes;
+// MachineUpdater reads the control plane's state from the Nodes carrying it.
+const LabelControlPlaneNode = "node-role.kubernetes.io/control-plane"
+
+// role is the kubeadm role of the machine's node for an update to version
+// to. Only called when an update starts: the answer changes during the
+// update, so the record pins it.
+//
+// A control plane node runs `kubeadm upgrade apply` (first control plane:
+// etcd snapshot first) unless the upgrade to this version already ran or
+// runs on another control plane node: another control plane Node whose
+// kubelet reports to or later, or whose UpdateRecord goes to to with the
+// first-control-plane role. kube-system/kubeadm-config is not evidence:
+// KubeadmControlPlane writes the new version there before it updates any
+// machine in place, so reading it would make every node "other control
+// plane" and the apply, and the snapshot, would never run.
 func (u *MachineUpdater) role(ctx context.Context, st *call, to *version.Version) (kubeadm.Role, updateResult, bool) {
 	if _, cp := st.machine.Labels[clusterv1.MachineControlPlaneLabel]; !cp {
 		return kubeadm.RoleWorker, updateResult{}, true
 	}
-	clusterVersion, err := kubeadmClusterVersion(ctx, st.c)
-	if err != nil {
-		return "", waiting(ReasonPending, "waiting for the kubeadm-config ConfigMap: %v", err), false
+	var nodes corev1.NodeList
+	if err := st.c.List(ctx, &nodes, client.HasLabels{LabelControlPlaneNode}); err != nil {
+		return "", waiting(ReasonPending, "listing the control plane nodes to choose the kubeadm role: %v", err), false
 	}
-	if clusterVersion.LessThan(to) {
-		return kubeadm.RoleFirstControlPlane, updateResult{}, true
+	for i := range nodes.Items {
+		n := &nodes.Items[i]
+		if n.Name == st.node.Name {
+			continue
+		}
+		if v, err := version.ParseSemantic(n.Status.NodeInfo.KubeletVersion); err == nil && !v.LessThan(to) {
+			st.log.V(1).Info("upgrade node: another control plane node is at the version already", "other", n.Name)
+			return kubeadm.RoleControlPlane, updateResult{}, true
+		}
+		if rec, _ := readUpdateRecord(n); rec != nil && rec.Role == string(kubeadm.RoleFirstControlPlane) && rec.Version == st.machine.Spec.Version {
+			st.log.V(1).Info("upgrade node: another control plane node runs the upgrade apply", "other", n.Name)
+			return kubeadm.RoleControlPlane, updateResult{}, true
+		}
 	}
-	return kubeadm.RoleControlPlane, updateResult{}, true
+	return kubeadm.RoleFirstControlPlane, updateResult{}, true
 }
 
 // runPlan builds the update's plan and pod, waits for or clears the other
@@ -410,20 +741,14 @@ func (u *MachineUpdater) runPlan(ctx context.Context, st *call, rec *UpdateRecor
 	c, node := st.c, st.node.Name
 	current, want, role := st.node.Status.NodeInfo.KubeletVersion, rec.Version, kubeadm.Role(rec.Role)
 	from := current
-	if rec.Pod != "" && rec.FromVersion != "" && findPod(pods, rec.Pod) != nil {
-		from = rec.FromVersion // the plan the existing pod runs
+	if rec.Pod != "" && rec.FromVersion != "" {
+		// The plan the update's pod runs, or ran before it went away:
+		// rebuilt the same, its pod resumes from the host's journal.
+		from = rec.FromVersion
 	}
-	cfg := kubeadm.Config{Node: node, Role: role, FromVersion: from, ToVersion: want}
-	if u.planHook != nil {
-		u.planHook(&cfg)
-	}
-	plan, err := kubeadm.NewPlan(cfg)
-	if err != nil {
-		return failedAs(FailurePlanRejected, "node %s from %s to %s: %v", node, from, want, err)
-	}
-	pod, err := nodepod.Build(plan, u.podOpts...)
-	if err != nil {
-		return failedAs(FailurePodBuild, "building the upgrader pod: %v", err)
+	pod, res, ok := u.buildPod(st, rec, from)
+	if !ok {
+		return res
 	}
 	key := pod.Namespace + "/" + pod.Name
 	if res, ok := u.clearOtherPods(ctx, st, pods, key, pod.Namespace); !ok {
@@ -448,6 +773,10 @@ func (u *MachineUpdater) runPlan(ctx context.Context, st *call, rec *UpdateRecor
 			return waiting(ReasonPending, "replacing the finished upgrader pod of an earlier plan: %v", err)
 		}
 		return waiting(ReasonPending, "replaced the finished upgrader pod of an earlier plan on %s", node)
+	case err != nil && podRefused(err):
+		// Accepted by the dry run before the drain, refused now (a policy
+		// changed meanwhile): waiting will not heal it.
+		return failedAs(FailurePodRejected, "the API server refuses the upgrader pod %s for node %s: %v", key, node, err)
 	case err != nil:
 		return waiting(ReasonPending, "upgrader pod: %v", err)
 	case created:
@@ -459,6 +788,9 @@ func (u *MachineUpdater) runPlan(ctx context.Context, st *call, rec *UpdateRecor
 	case nodepod.PhaseFailed:
 		return stepFailed(node, got, ps)
 	case nodepod.PhaseSucceeded:
+		if _, err := u.recordSuccess(ctx, st, rec); err != nil {
+			return waiting(ReasonWaitingForKubelet, "upgrade steps done on %s; recording their success: %v", node, err)
+		}
 		return waiting(ReasonWaitingForKubelet, "upgrade steps done on %s; waiting for the kubelet to report %s (reports %s)", node, want, current)
 	}
 	return upgrading(waiting(ReasonUpgrading, "upgrading node %s: %.0f%% of %d steps done", node, ps.Progress*100, len(ps.Steps)), ps)
@@ -487,11 +819,13 @@ func upgrading(res updateResult, ps nodepod.Status) updateResult {
 	return res
 }
 
-// upgraderPodsOn lists the upgrader pods (nodepod.Selector, any namespace)
-// bound to node.
-func upgraderPodsOn(ctx context.Context, c client.Client, node string) ([]corev1.Pod, error) {
+// upgraderPodsOn lists the upgrader pods (nodepod.Selector) bound to node
+// in namespace, where this updater creates them. Labels alone are anyone's
+// to set: a pod carrying them in another namespace is not an upgrader pod
+// of ours, blocks nothing and is drained like any other pod.
+func upgraderPodsOn(ctx context.Context, c client.Client, namespace, node string) ([]corev1.Pod, error) {
 	var list corev1.PodList
-	if err := c.List(ctx, &list, client.MatchingLabelsSelector{Selector: nodepod.Selector()}); err != nil {
+	if err := c.List(ctx, &list, client.InNamespace(namespace), client.MatchingLabelsSelector{Selector: nodepod.Selector()}); err != nil {
 		return nil, err
 	}
 	out := list.Items[:0]
@@ -569,7 +903,7 @@ func (u *MachineUpdater) clearOtherPods(ctx context.Context, st *call, pods []co
 // finish ends an update once the kubelet reports the desired version. It
 // does not answer done, nor uncordon, while any upgrader pod on the node is
 // Pending or Running: the kubelet reports the new version after the
-// kubelet-restart step, before the plan's verify step has run. In order:
+// kubelet step, before the plan's verify step has run. In order:
 //
 //   - another plan's upgrader pod still running: wait (ReasonPending); its
 //     finished pods are deleted first (only when the node has an update
@@ -578,10 +912,13 @@ func (u *MachineUpdater) clearOtherPods(ctx context.Context, st *call, pods []co
 //     desired version) still running: wait (ReasonUpgrading), naming the
 //     step; Failed (the verify step, say): Failure (FailureStepFailed),
 //     the node stays cordoned and the record stays;
-//   - otherwise (the pod Succeeded, or there is none: the update needed
-//     no pod, or the desired version went back to the node's version
-//     before the pod of the abandoned plan changed anything, or someone
-//     deleted the pod): uncordon (our cordon only), drop the record, done.
+//   - otherwise (the pod Succeeded, and that is recorded on the Node
+//     first; or a success was recorded already; or there was no update of
+//     ours to this version: the node was already there, or the desired
+//     version went back to the node's version before the pod of the
+//     abandoned plan changed anything): uncordon (our cordon only), drop
+//     the record, done. An update of ours whose pod is gone without a
+//     recorded success never gets here: updateNode runs its plan again.
 //
 // A pod of an abandoned plan that Failed is not a Failure of this update:
 // the kubelet reports the desired version, which is all the hook can check;
@@ -608,6 +945,10 @@ func (u *MachineUpdater) finish(ctx context.Context, st *call, rec *UpdateRecord
 		case !podEnded(p):
 			return upgrading(waiting(ReasonUpgrading, "node %s: kubelet reports %s, but upgrader pod %s still runs (%.0f%% of %d steps done); not done before it ends",
 				node.Name, want, ours, ps.Progress*100, len(ps.Steps)), ps)
+		}
+		var err error
+		if rec, err = u.recordSuccess(ctx, st, rec); err != nil {
+			return waiting(ReasonWaitingForKubelet, "kubelet reports %s and upgrader pod %s succeeded; recording it on node %s: %v", want, ours, node.Name, err)
 		}
 	}
 	if _, cordoned := node.Annotations[drain.AnnotationCordon]; cordoned && u.clientset != nil {
@@ -768,37 +1109,129 @@ func (u *MachineUpdater) event(m *clusterv1.Machine, typ, reason, action, note s
 	u.recorder.Eventf(obj, nil, typ, reason, action, note, args...)
 }
 
-// nodeByProviderID finds the Node whose spec.providerID is id.
-func nodeByProviderID(ctx context.Context, c client.Client, id string) (*corev1.Node, error) {
+// Errors of findNode.
+var (
+	errNoNode        = errors.New("no node")
+	errAmbiguousNode = errors.New("more than one node")
+)
+
+// findNode finds the Node whose spec.providerID is id. The name found last
+// time is tried first with a Get (one object, not a list of every node on
+// every call) and used if its providerID still matches; otherwise all
+// Nodes are listed, and two Nodes with the same providerID are an error:
+// updating either could update the wrong machine.
+func (u *MachineUpdater) findNode(ctx context.Context, c client.Client, cluster types.NamespacedName, id string) (*corev1.Node, error) {
+	cacheKey := cluster.String() + "\x00" + id
+	u.mu.Lock()
+	name, ok := u.nodeNames[cacheKey]
+	u.mu.Unlock()
+	if ok {
+		var n corev1.Node
+		err := c.Get(ctx, types.NamespacedName{Name: name}, &n)
+		if err == nil && n.Spec.ProviderID == id {
+			return &n, nil
+		}
+		if err != nil && !apierrors.IsNotFound(err) {
+			return nil, err
+		}
+	}
 	var nodes corev1.NodeList
 	if err := c.List(ctx, &nodes); err != nil {
 		return nil, err
 	}
+	var found []*corev1.Node
 	for i := range nodes.Items {
 		if nodes.Items[i].Spec.ProviderID == id {
-			return &nodes.Items[i], nil
+			found = append(found, &nodes.Items[i])
 		}
 	}
-	return nil, fmt.Errorf("no node with providerID %q", id)
+	switch len(found) {
+	case 0:
+		u.mu.Lock()
+		delete(u.nodeNames, cacheKey)
+		u.mu.Unlock()
+		return nil, fmt.Errorf("%w with spec.providerID %q", errNoNode, id)
+	case 1:
+		u.mu.Lock()
+		u.nodeNames[cacheKey] = found[0].Name
+		u.mu.Unlock()
+		return found[0], nil
+	}
+	names := make([]string, len(found))
+	for i, n := range found {
+		names[i] = n.Name
+	}
+	return nil, fmt.Errorf("%w with spec.providerID %q: %s", errAmbiguousNode, id, strings.Join(names, ", "))
 }
 
-// kubeadmClusterVersion reads kubernetesVersion from kube-system/kubeadm-config:
-// kubeadm upgrade apply raises it, so the first control plane machine to
-// reach a version is the one whose cluster version is still older.
-func kubeadmClusterVersion(ctx context.Context, c client.Client) (*version.Version, error) {
+// NodeGoneConfigMap is the ConfigMap, in the upgrader pods' namespace of
+// the workload cluster, where MachineUpdater records since when each
+// machine's Node has been missing (key "<namespace>.<machine>", value an
+// RFC 3339 time): the Node, which holds every other piece of an update's
+// state, is what is gone, and the node-gone grace must survive a restart
+// of the extension.
+const NodeGoneConfigMap = "upgradekit-nodes-gone"
+
+// nodeGoneKey is the ConfigMap key of a machine ("namespace/name"):
+// namespaces have no dots, so "namespace.name" is unique.
+func nodeGoneKey(machine string) string { return strings.Replace(machine, "/", ".", 1) }
+
+// nodeMissingFor returns how long the machine's node has been missing,
+// counting from the first call that did not find it, as recorded in
+// NodeGoneConfigMap (and in memory, when the record cannot be written:
+// then a restarted extension starts counting again).
+func (u *MachineUpdater) nodeMissingFor(ctx context.Context, c client.Client, machine string, now time.Time) time.Duration {
+	u.mu.Lock()
+	since, ok := u.missingSince[machine]
+	if !ok {
+		since = now
+		u.missingSince[machine] = now
+	}
+	u.mu.Unlock()
+	key := nodeGoneKey(machine)
 	var cm corev1.ConfigMap
-	if err := c.Get(ctx, types.NamespacedName{Namespace: "kube-system", Name: "kubeadm-config"}, &cm); err != nil {
-		return nil, err
+	err := c.Get(ctx, types.NamespacedName{Namespace: u.podNamespace, Name: NodeGoneConfigMap}, &cm)
+	switch {
+	case err == nil:
+		if t, perr := time.Parse(time.RFC3339, cm.Data[key]); perr == nil {
+			if t.Before(since) {
+				since = t
+			}
+			break
+		}
+		if cm.Data == nil {
+			cm.Data = map[string]string{}
+		}
+		cm.Data[key] = since.UTC().Format(time.RFC3339)
+		_ = c.Update(ctx, &cm) // a conflict is retried on the next call
+	case apierrors.IsNotFound(err):
+		cm = corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: u.podNamespace, Name: NodeGoneConfigMap,
+			Labels: map[string]string{nodepod.LabelManagedBy: nodepod.ManagedByValue}},
+			Data: map[string]string{key: since.UTC().Format(time.RFC3339)}}
+		_ = c.Create(ctx, &cm) // no namespace yet: counted in memory only
 	}
-	var cc struct {
-		KubernetesVersion string `json:"kubernetesVersion"`
+	return now.Sub(since)
+}
+
+// nodeFound forgets that the machine's node was missing. The ConfigMap is
+// read only when this process saw it missing, or once per process and
+// machine otherwise, so that found nodes cost no extra read on every call.
+func (u *MachineUpdater) nodeFound(ctx context.Context, c client.Client, machine string) {
+	u.mu.Lock()
+	_, wasMissing := u.missingSince[machine]
+	delete(u.missingSince, machine)
+	checked := u.goneChecked[machine]
+	u.goneChecked[machine] = true
+	u.mu.Unlock()
+	if !wasMissing && checked {
+		return
 	}
-	if err := yaml.Unmarshal([]byte(cm.Data["ClusterConfiguration"]), &cc); err != nil {
-		return nil, fmt.Errorf("ClusterConfiguration: %w", err)
+	var cm corev1.ConfigMap
+	if err := c.Get(ctx, types.NamespacedName{Namespace: u.podNamespace, Name: NodeGoneConfigMap}, &cm); err != nil {
+		return
 	}
-	v, err := version.ParseSemantic(cc.KubernetesVersion)
-	if err != nil {
-		return nil, fmt.Errorf("ClusterConfiguration.kubernetesVersion %q: %w", cc.KubernetesVersion, err)
+	if _, ok := cm.Data[nodeGoneKey(machine)]; ok {
+		delete(cm.Data, nodeGoneKey(machine))
+		_ = c.Update(ctx, &cm) // best effort; a failed update is retried by the next process that finds the node
 	}
-	return v, nil
 }

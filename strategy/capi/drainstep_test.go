@@ -1,4 +1,4 @@
-package strategy_test
+package capi_test
 
 import (
 	"context"
@@ -27,7 +27,7 @@ import (
 	"github.com/upgradekit/upgradekit/fake/envtest"
 	"github.com/upgradekit/upgradekit/nodeexec/drain"
 	"github.com/upgradekit/upgradekit/nodeexec/nodepod"
-	"github.com/upgradekit/upgradekit/strategy"
+	"github.com/upgradekit/upgradekit/strategy/capi"
 )
 
 // appPod creates a ReplicaSet-owned pod on node and marks it Running and
@@ -98,11 +98,11 @@ func histogram(t *testing.T, reg prometheus.Gatherer, name string) (uint64, floa
 	return 0, 0
 }
 
-func record(t *testing.T, n *corev1.Node) strategy.UpdateRecord {
+func record(t *testing.T, n *corev1.Node) capi.UpdateRecord {
 	t.Helper()
-	raw, ok := n.Annotations[strategy.AnnotationInPlaceUpdate]
+	raw, ok := n.Annotations[capi.AnnotationInPlaceUpdate]
 	require.True(t, ok, "node %s has no update record", n.Name)
-	var r strategy.UpdateRecord
+	var r capi.UpdateRecord
 	require.NoError(t, json.Unmarshal([]byte(raw), &r))
 	return r
 }
@@ -136,22 +136,22 @@ func TestUpdateMachineDrainsFirst(t *testing.T) {
 	clk := clocktesting.NewFakeClock(start)
 	recorder := events.NewFakeRecorder(100)
 	reg := prometheus.NewRegistry()
-	metrics, err := strategy.NewMetrics(reg, strategy.WithMetricsClock(clk))
+	metrics, err := capi.NewMetrics(reg, capi.WithMetricsClock(clk))
 	require.NoError(t, err)
 	workload := func(context.Context, types.NamespacedName) (client.Client, error) { return c, nil }
 	clientset := func(context.Context, types.NamespacedName) (kubernetes.Interface, error) { return cs, nil }
-	call := func(req *runtimehooksv1.UpdateMachineRequest, opts ...strategy.MachineUpdaterOption) runtimehooksv1.UpdateMachineResponse {
+	call := func(req *runtimehooksv1.UpdateMachineRequest, opts ...capi.MachineUpdaterOption) runtimehooksv1.UpdateMachineResponse {
 		t.Helper()
 		// A new updater per call: nothing survives in memory.
-		u, err := strategy.NewMachineUpdater(workload, append([]strategy.MachineUpdaterOption{
-			strategy.WithWorkloadClientset(clientset),
-			strategy.WithPodOptions(nodepod.WithImage("registry.example/upgrader:v1.31.1")),
-			strategy.WithRetryAfter(5),
-			strategy.WithDrainAttempt(2 * time.Second),
-			strategy.WithDrainOptions(drain.WithGracePeriod(0), drain.WithEvictionRetryDelay(200*time.Millisecond)),
-			strategy.WithUpdaterClock(clk),
-			strategy.WithEventRecorder(recorder),
-			strategy.WithUpdaterMetrics(metrics),
+		u, err := capi.NewMachineUpdater(workload, append([]capi.MachineUpdaterOption{
+			capi.WithWorkloadClientset(clientset),
+			capi.WithPodOptions(nodepod.WithImage("registry.example/upgrader:v1.31.1")),
+			capi.WithRetryAfter(5),
+			capi.WithDrainAttempt(2 * time.Second),
+			capi.WithDrainOptions(drain.WithGracePeriod(0), drain.WithEvictionRetryDelay(200*time.Millisecond)),
+			capi.WithUpdaterClock(clk),
+			capi.WithEventRecorder(recorder),
+			capi.WithUpdaterMetrics(metrics),
 		}, opts...)...)
 		require.NoError(t, err)
 		var resp runtimehooksv1.UpdateMachineResponse
@@ -171,7 +171,7 @@ func TestUpdateMachineDrainsFirst(t *testing.T) {
 	}
 	inProgress := func(phase string, n int) string {
 		out := "# HELP upgradekit_inplace_machines_in_progress Machines whose last UpdateMachine answer from this process was in progress, by phase.\n# TYPE upgradekit_inplace_machines_in_progress gauge\n"
-		for _, p := range []string{strategy.ReasonDrainBlocked, strategy.ReasonDraining, strategy.ReasonFailed, strategy.ReasonPending, strategy.ReasonUpgrading, strategy.ReasonWaitingForKubelet} {
+		for _, p := range []string{capi.ReasonDrainBlocked, capi.ReasonDraining, capi.ReasonFailed, capi.ReasonPending, capi.ReasonUpgrading, capi.ReasonWaitingForKubelet} {
 			v := 0
 			if p == phase {
 				v = n
@@ -194,7 +194,7 @@ func TestUpdateMachineDrainsFirst(t *testing.T) {
 	require.Empty(t, upgraderPods("md-0-a"), "no upgrade before the node is drained")
 	get(node)
 	require.True(t, node.Spec.Unschedulable)
-	require.Contains(t, node.Annotations[drain.AnnotationCordon], strategy.DefaultCordonOwner)
+	require.Contains(t, node.Annotations[drain.AnnotationCordon], capi.DefaultCordonOwner)
 	rec := record(t, node)
 	require.Equal(t, "v1.31.1", rec.Version)
 	require.Equal(t, "default/md-0-a", rec.Machine)
@@ -202,16 +202,16 @@ func TestUpdateMachineDrainsFirst(t *testing.T) {
 	require.NotNil(t, rec.DrainStarted)
 	require.True(t, rec.DrainStarted.Time.Equal(start))
 	require.Nil(t, rec.Drained)
-	cond := strategy.InPlaceUpdateCondition(node)
+	cond := capi.InPlaceUpdateCondition(node)
 	require.NotNil(t, cond)
-	require.Equal(t, strategy.ReasonDrainBlocked, cond.Reason)
+	require.Equal(t, capi.ReasonDrainBlocked, cond.Reason)
 	require.Equal(t, corev1.ConditionTrue, cond.Status)
 	require.Contains(t, cond.Message, "apps/web-pdb")
 	require.Equal(t, []string{
 		"Normal InPlaceUpdateStarted In-place update of node md-0-a from v1.30.4 to v1.31.1 started",
 		"Warning NodeDrainBlocked " + cond.Message,
 	}, recorded(recorder))
-	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(inProgress(strategy.ReasonDrainBlocked, 1)), strategy.MetricMachinesInProgress))
+	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(inProgress(capi.ReasonDrainBlocked, 1)), capi.MetricMachinesInProgress))
 
 	// 2. Ten minutes later, a restarted extension: still blocked, same
 	// deadline, no second event.
@@ -229,19 +229,19 @@ func TestUpdateMachineDrainsFirst(t *testing.T) {
 	require.Contains(t, resp.Message, "holds apps/web-0, apps/web-1")
 	t.Logf("past the deadline: %s", resp.Message)
 	require.True(t, get(node).Spec.Unschedulable)
-	cond = strategy.InPlaceUpdateCondition(node)
-	require.Equal(t, strategy.ReasonFailed, cond.Reason)
+	cond = capi.InPlaceUpdateCondition(node)
+	require.Equal(t, capi.ReasonFailed, cond.Reason)
 	require.Equal(t, corev1.ConditionFalse, cond.Status)
 	evs := recorded(recorder)
 	require.Len(t, evs, 1)
 	require.Contains(t, evs[0], "Warning InPlaceUpdateFailed DrainTimeout: node md-0-a: drain not finished")
-	require.Equal(t, 1.0, counter(t, reg, strategy.MetricFailures, "reason", strategy.FailureDrainTimeout))
+	require.Equal(t, 1.0, counter(t, reg, capi.MetricFailures, "reason", capi.FailureDrainTimeout))
 
 	// CAPI retries the failed machine: the same failure is not counted twice.
 	resp = call(req)
 	require.Equal(t, runtimehooksv1.ResponseStatusFailure, resp.Status)
 	require.Empty(t, recorded(recorder))
-	require.Equal(t, 1.0, counter(t, reg, strategy.MetricFailures, "reason", strategy.FailureDrainTimeout))
+	require.Equal(t, 1.0, counter(t, reg, capi.MetricFailures, "reason", capi.FailureDrainTimeout))
 
 	// 4. The budget is relaxed: the drain finishes and the upgrader starts.
 	allowDisruptions(t, cs, "apps", "web-pdb", 2)
@@ -252,7 +252,7 @@ func TestUpdateMachineDrainsFirst(t *testing.T) {
 	require.False(t, podExists(t, cs, "apps", "web-1"))
 	pods := upgraderPods("md-0-a")
 	require.Len(t, pods, 1)
-	require.Equal(t, strategy.ReasonUpgrading, strategy.InPlaceUpdateCondition(get(node)).Reason)
+	require.Equal(t, capi.ReasonUpgrading, capi.InPlaceUpdateCondition(get(node)).Reason)
 	require.NotNil(t, record(t, node).Drained)
 	require.Equal(t, []string{"Normal NodeDrained Drained node md-0-a in 31m0s: 2 pod(s) evicted in the last attempt"}, recorded(recorder))
 
@@ -260,7 +260,7 @@ func TestUpdateMachineDrainsFirst(t *testing.T) {
 	finishPod(t, ctx, c, &pods[0], "", 0)
 	resp = call(req)
 	require.Equal(t, int32(5), resp.RetryAfterSeconds)
-	require.Equal(t, strategy.ReasonWaitingForKubelet, strategy.InPlaceUpdateCondition(get(node)).Reason)
+	require.Equal(t, capi.ReasonWaitingForKubelet, capi.InPlaceUpdateCondition(get(node)).Reason)
 	require.True(t, node.Spec.Unschedulable, "still cordoned until the kubelet reports the version")
 
 	clk.Step(4 * time.Minute)
@@ -272,21 +272,21 @@ func TestUpdateMachineDrainsFirst(t *testing.T) {
 	get(node)
 	require.False(t, node.Spec.Unschedulable)
 	require.NotContains(t, node.Annotations, drain.AnnotationCordon)
-	require.NotContains(t, node.Annotations, strategy.AnnotationInPlaceUpdate)
-	cond = strategy.InPlaceUpdateCondition(node)
-	require.Equal(t, strategy.ReasonSucceeded, cond.Reason)
+	require.NotContains(t, node.Annotations, capi.AnnotationInPlaceUpdate)
+	cond = capi.InPlaceUpdateCondition(node)
+	require.Equal(t, capi.ReasonSucceeded, cond.Reason)
 	require.Equal(t, corev1.ConditionFalse, cond.Status)
 	require.Equal(t, []string{"Normal InPlaceUpdateSucceeded Node md-0-a runs kubelet v1.31.1; the in-place update took 35m0s"}, recorded(recorder))
-	count, sum := histogram(t, reg, strategy.MetricUpdateDuration)
+	count, sum := histogram(t, reg, capi.MetricUpdateDuration)
 	require.Equal(t, uint64(1), count)
 	require.Equal(t, (35 * time.Minute).Seconds(), sum)
-	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(inProgress("", 0)), strategy.MetricMachinesInProgress))
+	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(inProgress("", 0)), capi.MetricMachinesInProgress))
 
 	// Asked again: done, nothing recorded twice.
 	resp = call(req)
 	require.Equal(t, int32(0), resp.RetryAfterSeconds)
 	require.Empty(t, recorded(recorder))
-	count, _ = histogram(t, reg, strategy.MetricUpdateDuration)
+	count, _ = histogram(t, reg, capi.MetricUpdateDuration)
 	require.Equal(t, uint64(1), count)
 
 	t.Run("a node cordoned by someone else stays cordoned", func(t *testing.T) {
@@ -308,11 +308,35 @@ func TestUpdateMachineDrainsFirst(t *testing.T) {
 		recorded(recorder)
 	})
 
+	t.Run("a cordon taken over during the update stays", func(t *testing.T) {
+		n := createNode(t, ctx, c, "md-0-t", "docker:////md-0-t", "v1.30.4")
+		req := updateReq("md-0-t", "docker:////md-0-t", "v1.31.1", false)
+		resp := call(req)
+		require.Contains(t, resp.Message, "started worker upgrade of node md-0-t")
+		require.True(t, get(n).Spec.Unschedulable, "cordoned by us")
+		// An operator wants the node kept out of scheduling after the
+		// update: the cordon record now names them. (A plain kubectl
+		// cordon of a node already cordoned changes nothing the API can
+		// show, so it cannot be told from ours; the record can.)
+		n.Annotations[drain.AnnotationCordon] = `{"owner":"oncall","priorUnschedulable":true}`
+		require.NoError(t, c.Update(ctx, n))
+		pods := upgraderPods("md-0-t")
+		require.Len(t, pods, 1)
+		finishPod(t, ctx, c, &pods[0], "", 0)
+		setKubelet(t, ctx, c, n, "v1.31.1")
+		resp = call(req)
+		require.Equal(t, int32(0), resp.RetryAfterSeconds, resp.Message)
+		get(n)
+		require.True(t, n.Spec.Unschedulable, "the operator's cordon, taken over mid-update, is not ours to lift")
+		require.Contains(t, n.Annotations[drain.AnnotationCordon], "oncall")
+		recorded(recorder)
+	})
+
 	t.Run("WithoutDrain leaves the node and its pods alone", func(t *testing.T) {
 		n := createNode(t, ctx, c, "md-0-c", "docker:////md-0-c", "v1.30.4")
 		appPod(t, cs, "apps", "web-2", "md-0-c", web)
 		allowDisruptions(t, cs, "apps", "web-pdb", 0)
-		resp := call(updateReq("md-0-c", "docker:////md-0-c", "v1.31.1", false), strategy.WithoutDrain())
+		resp := call(updateReq("md-0-c", "docker:////md-0-c", "v1.31.1", false), capi.WithoutDrain())
 		require.Contains(t, resp.Message, "started worker upgrade of node md-0-c")
 		require.False(t, get(n).Spec.Unschedulable)
 		require.True(t, podExists(t, cs, "apps", "web-2"))
@@ -332,7 +356,7 @@ func TestUpdateMachineDrainsFirst(t *testing.T) {
 		require.Equal(t, int32(5), resp.RetryAfterSeconds)
 		require.Contains(t, resp.Message, "karpenter.sh/do-not-disrupt=true")
 		require.Contains(t, resp.Message, "apps/precious")
-		require.Equal(t, strategy.ReasonDrainBlocked, strategy.InPlaceUpdateCondition(get(n)).Reason)
+		require.Equal(t, capi.ReasonDrainBlocked, capi.InPlaceUpdateCondition(get(n)).Reason)
 		require.Empty(t, upgraderPods("md-0-d"))
 	})
 
@@ -344,7 +368,7 @@ func TestUpdateMachineDrainsFirst(t *testing.T) {
 		resp := call(req)
 		require.Equal(t, int32(5), resp.RetryAfterSeconds)
 		require.Contains(t, resp.Message, `node md-0-e is cordoned by "kured"`)
-		require.Equal(t, strategy.ReasonDrainBlocked, strategy.InPlaceUpdateCondition(get(n)).Reason)
+		require.Equal(t, capi.ReasonDrainBlocked, capi.InPlaceUpdateCondition(get(n)).Reason)
 		clk.Step(time.Hour)
 		resp = call(req)
 		require.Equal(t, runtimehooksv1.ResponseStatusFailure, resp.Status)
@@ -378,21 +402,23 @@ func TestNewMachineUpdaterRefusesBadDrainOptions(t *testing.T) {
 	clientset := func(context.Context, types.NamespacedName) (kubernetes.Interface, error) { return nil, nil }
 	cases := []struct {
 		name string
-		opts []strategy.MachineUpdaterOption
+		opts []capi.MachineUpdaterOption
 		want string
 	}{
 		{"drain needs a clientset", nil, "needs WithWorkloadClientset"},
-		{"attempt must be positive", []strategy.MachineUpdaterOption{strategy.WithWorkloadClientset(clientset), strategy.WithDrainAttempt(0)}, "drain attempt 0s"},
-		{"timeout not negative", []strategy.MachineUpdaterOption{strategy.WithWorkloadClientset(clientset), strategy.WithDrainTimeout(-time.Second)}, "drain timeout -1s"},
-		{"owner", []strategy.MachineUpdaterOption{strategy.WithWorkloadClientset(clientset), strategy.WithCordonOwner("")}, "empty cordon owner"},
+		{"attempt must be positive", []capi.MachineUpdaterOption{capi.WithWorkloadClientset(clientset), capi.WithDrainAttempt(0)}, "drain attempt 0s"},
+		{"timeout not negative", []capi.MachineUpdaterOption{capi.WithWorkloadClientset(clientset), capi.WithDrainTimeout(-time.Second)}, "drain timeout -1s"},
+		{"owner", []capi.MachineUpdaterOption{capi.WithWorkloadClientset(clientset), capi.WithCordonOwner("")}, "empty cordon owner"},
+		{"a pod that can never be built", []capi.MachineUpdaterOption{capi.WithoutDrain()}, "upgrader pod options (WithPodOptions): nodepod: invalid pod builder options: image is required"},
+		{"node-gone grace", []capi.MachineUpdaterOption{capi.WithoutDrain(), capi.WithNodeGoneGrace(-time.Second)}, "node-gone grace -1s"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := strategy.NewMachineUpdater(workload, tc.opts...)
-			require.ErrorIs(t, err, strategy.ErrInvalidRule)
+			_, err := capi.NewMachineUpdater(workload, tc.opts...)
+			require.ErrorIs(t, err, capi.ErrInvalidOption)
 			require.ErrorContains(t, err, tc.want)
 		})
 	}
-	_, err := strategy.NewMachineUpdater(workload, strategy.WithoutDrain())
+	_, err := capi.NewMachineUpdater(workload, capi.WithoutDrain(), capi.WithPodOptions(nodepod.WithImage("r/u:1")))
 	require.NoError(t, err, "no clientset needed without draining")
 }

@@ -1,4 +1,4 @@
-package strategy
+package capi
 
 import (
 	"context"
@@ -65,6 +65,33 @@ const (
 	FailurePlanRejected = "PlanRejected"
 	// FailurePodBuild: the upgrader pod cannot be built from the options.
 	FailurePodBuild = "PodBuild"
+	// FailurePodRejected: the API server refuses the upgrader pod
+	// (Pod Security admission, a policy webhook, an invalid field). It is
+	// found with a server-side dry run before the node is cordoned, so the
+	// node is left as it was.
+	FailurePodRejected = "PodRejected"
+	// FailureNodeGone: no Node has the machine's spec.providerID, and none
+	// came back within WithNodeGoneGrace.
+	FailureNodeGone = "NodeGone"
+	// FailureAmbiguousNode: two or more Nodes have the machine's
+	// spec.providerID; updating one could update the wrong machine.
+	FailureAmbiguousNode = "AmbiguousNode"
+	// FailureNodeClaimed: the node's update record names another Machine
+	// (two Machines with one providerID); the first one keeps the node.
+	FailureNodeClaimed = "NodeClaimed"
+	// FailureUpdateTimeout: the update was not done within
+	// WithUpdateTimeout of its start; it goes on, and a later call answers
+	// done if it finishes.
+	FailureUpdateTimeout = "UpdateTimeout"
+	// FailureNodeNotReady: the node stayed NotReady during its update
+	// longer than WithNotReadyTimeout (a kubelet that does not come back
+	// starts no further step).
+	FailureNodeNotReady = "NodeNotReady"
+	// FailureRequestMismatch: the request does not match the Machine in
+	// the management cluster (WithManagementReader): no such Machine, no
+	// update-in-progress annotation, or another cluster, providerID or
+	// version.
+	FailureRequestMismatch = "RequestMismatch"
 	// FailureStepFailed: a step of the upgrader pod failed.
 	FailureStepFailed = "StepFailed"
 	// FailureDrainTimeout: the drain did not finish before the drain
@@ -155,6 +182,13 @@ type UpdateRecord struct {
 	// the plan is rebuilt from it while Pod exists, so that it stays the
 	// same plan.
 	FromVersion string `json:"fromVersion,omitempty"`
+	// Succeeded is when the update's own upgrader pod (Pod) was seen
+	// Succeeded: its verify step checked the node. MachineUpdater answers
+	// done only with it, so a pod deleted before its success was seen is
+	// created again (it resumes from the journal on the host) rather than
+	// taken for done. Records without it (older versions of this updater
+	// wrote none) are proven the same way.
+	Succeeded *metav1.Time `json:"succeeded,omitempty"`
 	// Reported is the failure or blocked drain last recorded as an Event
 	// (and, for a failure, in MetricFailures): "Failed/" and a Failure*
 	// reason, or ReasonDrainBlocked; empty once the update goes on. A
@@ -223,10 +257,10 @@ func NewMetrics(reg prometheus.Registerer, opts ...MetricsOption) (*Metrics, err
 		f(&o)
 	}
 	if o.staleAfter <= 0 {
-		return nil, fmt.Errorf("%w: stale after %s: must be positive", ErrInvalidRule, o.staleAfter)
+		return nil, fmt.Errorf("%w: stale after %s: must be positive", ErrInvalidOption, o.staleAfter)
 	}
 	if o.clock == nil {
-		return nil, fmt.Errorf("%w: nil clock", ErrInvalidRule)
+		return nil, fmt.Errorf("%w: nil clock", ErrInvalidOption)
 	}
 	if reg == nil {
 		reg = ctrlmetrics.Registry
@@ -271,7 +305,8 @@ func NewMetrics(reg prometheus.Registerer, opts ...MetricsOption) (*Metrics, err
 			m.decisions.WithLabelValues(h, out)
 		}
 	}
-	for _, r := range []string{FailureInvalidMachine, FailurePlanRejected, FailurePodBuild, FailureStepFailed, FailureDrainTimeout} {
+	for _, r := range []string{FailureInvalidMachine, FailurePlanRejected, FailurePodBuild, FailurePodRejected, FailureNodeGone,
+		FailureAmbiguousNode, FailureNodeClaimed, FailureUpdateTimeout, FailureNodeNotReady, FailureRequestMismatch, FailureStepFailed, FailureDrainTimeout} {
 		m.failures.WithLabelValues(r)
 	}
 	return m, nil

@@ -1,4 +1,4 @@
-package strategy
+package capi
 
 import (
 	"context"
@@ -75,7 +75,8 @@ func WithDrainAttempt(d time.Duration) MachineUpdaterOption {
 
 // WithDrainOptions passes options to drain.Drain (grace period, force,
 // opt-out annotations, pod selector, eviction retry delay; default retry
-// delay here is 1 second). drain.WithTimeout and drain.WithSkip are set by
+// delay here is 1 second). drain.WithTimeout, drain.WithSkip and
+// drain.WithSkipNamespace (our upgrader pods, in our namespace only) are set by
 // MachineUpdater (WithDrainAttempt, and nodepod.Selector() so the upgrader
 // pod is never evicted) and cannot be overridden.
 func WithDrainOptions(opts ...drain.Option) MachineUpdaterOption {
@@ -122,7 +123,7 @@ func (u *MachineUpdater) drainNode(ctx context.Context, st *call, rec *UpdateRec
 
 	log := st.log.WithValues("step", "drain")
 	opts := append([]drain.Option{drain.WithEvictionRetryDelay(time.Second), drain.WithLogger(log.V(1))}, u.drainOpts...)
-	opts = append(opts, drain.WithTimeout(u.drainAttempt), drain.WithSkip(nodepod.Selector()))
+	opts = append(opts, drain.WithTimeout(u.drainAttempt), drain.WithSkip(nodepod.Selector()), drain.WithSkipNamespace(u.podNamespace))
 	rep, err := drain.Drain(ctx, cs, node, opts...)
 	if len(rep.Evicted) > 0 {
 		log.V(1).Info("evicted pods", "pods", rep.Evicted)

@@ -1,4 +1,4 @@
-package strategy_test
+package capi_test
 
 import (
 	"context"
@@ -18,7 +18,7 @@ import (
 	crfake "sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
-	"github.com/upgradekit/upgradekit/strategy"
+	"github.com/upgradekit/upgradekit/strategy/capi"
 )
 
 // kubeconfigFor is the kubeconfig CAPI would write for a cluster served at
@@ -52,8 +52,8 @@ func TestKubeconfigSecretClientsFollowTheSecret(t *testing.T) {
 	mgmt := crfake.NewClientBuilder().WithScheme(s).Build()
 	ctx := t.Context()
 	key := types.NamespacedName{Namespace: "default", Name: "demo"}
-	clients := strategy.KubeconfigSecretClients(mgmt, s)
-	clientsets := strategy.KubeconfigSecretClientsets(mgmt)
+	clients := capi.KubeconfigSecretClients(mgmt, s)
+	clientsets := capi.KubeconfigSecretClientsets(mgmt)
 	host := func() string {
 		t.Helper()
 		cs, err := clientsets(ctx, key)
@@ -121,7 +121,7 @@ func TestKubeconfigSecretClientsDoNotSerialiseClusters(t *testing.T) {
 			}
 			return c.Get(ctx, key, obj, opts...)
 		}}).Build()
-	clients := strategy.KubeconfigSecretClients(mgmt, s)
+	clients := capi.KubeconfigSecretClients(mgmt, s)
 	slowDone := make(chan error, 1)
 	go func() {
 		_, err := clients(t.Context(), types.NamespacedName{Namespace: "default", Name: "slow"})

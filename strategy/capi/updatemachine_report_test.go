@@ -1,4 +1,4 @@
-package strategy_test
+package capi_test
 
 import (
 	"context"
@@ -25,7 +25,7 @@ import (
 
 	"github.com/upgradekit/upgradekit/nodeexec/drain"
 	"github.com/upgradekit/upgradekit/nodeexec/nodepod"
-	"github.com/upgradekit/upgradekit/strategy"
+	"github.com/upgradekit/upgradekit/strategy/capi"
 )
 
 // TestUpdateMachineReportsOnceWithoutNodeStatus: without permission to
@@ -54,14 +54,14 @@ func TestUpdateMachineReportsOnceWithoutNodeStatus(t *testing.T) {
 	clk := clocktesting.NewFakeClock(time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC))
 	recorder := events.NewFakeRecorder(100)
 	reg := prometheus.NewRegistry()
-	metrics, err := strategy.NewMetrics(reg)
+	metrics, err := capi.NewMetrics(reg)
 	require.NoError(t, err)
 	workload := func(context.Context, types.NamespacedName) (client.Client, error) { return c, nil }
 	clientset := func(context.Context, types.NamespacedName) (kubernetes.Interface, error) { return cs, nil }
 	call := func(req *runtimehooksv1.UpdateMachineRequest) runtimehooksv1.UpdateMachineResponse {
 		t.Helper()
-		u, err := strategy.NewMachineUpdater(workload, strategy.WithWorkloadClientset(clientset), strategy.WithUpdaterClock(clk),
-			strategy.WithEventRecorder(recorder), strategy.WithUpdaterMetrics(metrics), strategy.WithPodOptions(nodepod.WithImage("r/u:1")))
+		u, err := capi.NewMachineUpdater(workload, capi.WithWorkloadClientset(clientset), capi.WithUpdaterClock(clk),
+			capi.WithEventRecorder(recorder), capi.WithUpdaterMetrics(metrics), capi.WithPodOptions(nodepod.WithImage("r/u:1")))
 		require.NoError(t, err)
 		var resp runtimehooksv1.UpdateMachineResponse
 		u.UpdateMachine(ctx, req, &resp)
@@ -82,19 +82,19 @@ func TestUpdateMachineReportsOnceWithoutNodeStatus(t *testing.T) {
 	require.Len(t, evs, 2, "%q", evs)
 	require.Contains(t, evs[0], "Normal InPlaceUpdateStarted")
 	require.Contains(t, evs[1], `Warning NodeDrainBlocked node md-0-a is cordoned by "kured"`)
-	require.Equal(t, strategy.ReasonDrainBlocked, reported())
+	require.Equal(t, capi.ReasonDrainBlocked, reported())
 
 	clk.Step(time.Hour)
 	for range 3 {
 		resp := call(req)
 		require.Equal(t, runtimehooksv1.ResponseStatusFailure, resp.Status)
-		require.Contains(t, resp.Message, strategy.FailureDrainTimeout)
+		require.Contains(t, resp.Message, capi.FailureDrainTimeout)
 	}
 	evs = recorded(recorder)
 	require.Len(t, evs, 1, "%q", evs)
 	require.Contains(t, evs[0], "Warning InPlaceUpdateFailed DrainTimeout: node md-0-a is cordoned by \"kured\"")
-	require.Equal(t, 1.0, counter(t, reg, strategy.MetricFailures, "reason", strategy.FailureDrainTimeout))
-	require.Equal(t, "Failed/"+strategy.FailureDrainTimeout, reported())
+	require.Equal(t, 1.0, counter(t, reg, capi.MetricFailures, "reason", capi.FailureDrainTimeout))
+	require.Equal(t, "Failed/"+capi.FailureDrainTimeout, reported())
 
 	// kured lets go: the drain goes on and the reported state is cleared,
 	// so a later block would be reported again.
@@ -106,7 +106,7 @@ func TestUpdateMachineReportsOnceWithoutNodeStatus(t *testing.T) {
 
 	require.Positive(t, statusPatches, "the condition was attempted")
 	require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(node), node))
-	require.Nil(t, strategy.InPlaceUpdateCondition(node), "and never written")
+	require.Nil(t, capi.InPlaceUpdateCondition(node), "and never written")
 }
 
 // TestUpdateMachineReportedIsCompareAndSwap: when another replica records
@@ -128,10 +128,10 @@ func TestUpdateMachineReportedIsCompareAndSwap(t *testing.T) {
 					var n corev1.Node
 					require.NoError(t, cl.Get(ctx, client.ObjectKeyFromObject(obj), &n))
 					rec := record(t, &n)
-					rec.Reported = "Failed/" + strategy.FailurePlanRejected
+					rec.Reported = "Failed/" + capi.FailurePlanRejected
 					rec.Started = metav1.NewTime(rec.Started.Add(time.Second)) // its own write differs
 					require.NoError(t, cl.Patch(ctx, &n, client.RawPatch(types.MergePatchType, mustJSON(t, map[string]any{
-						"metadata": map[string]any{"annotations": map[string]any{strategy.AnnotationInPlaceUpdate: string(mustJSON(t, rec))}}}))))
+						"metadata": map[string]any{"annotations": map[string]any{capi.AnnotationInPlaceUpdate: string(mustJSON(t, rec))}}}))))
 				}
 				return cl.Patch(ctx, obj, patch, opts...)
 			},
@@ -140,12 +140,12 @@ func TestUpdateMachineReportedIsCompareAndSwap(t *testing.T) {
 	createNode(t, ctx, c, "md-0-a", "docker:////md-0-a", "v1.30.4")
 	recorder := events.NewFakeRecorder(10)
 	workload := func(context.Context, types.NamespacedName) (client.Client, error) { return c, nil }
-	u, err := strategy.NewMachineUpdater(workload, strategy.WithoutDrain(), strategy.WithEventRecorder(recorder), strategy.WithPodOptions(nodepod.WithImage("r/u:1")))
+	u, err := capi.NewMachineUpdater(workload, capi.WithoutDrain(), capi.WithEventRecorder(recorder), capi.WithPodOptions(nodepod.WithImage("r/u:1")))
 	require.NoError(t, err)
 	var resp runtimehooksv1.UpdateMachineResponse
 	u.UpdateMachine(ctx, updateReq("md-0-a", "docker:////md-0-a", "v1.32.0", false), &resp)
 	require.Equal(t, runtimehooksv1.ResponseStatusFailure, resp.Status)
-	require.Contains(t, resp.Message, strategy.FailurePlanRejected)
+	require.Contains(t, resp.Message, capi.FailurePlanRejected)
 	require.True(t, raced)
 	evs := recorded(recorder)
 	require.Len(t, evs, 1, "%q", evs)

@@ -1,4 +1,4 @@
-package strategy_test
+package capi_test
 
 import (
 	"bytes"
@@ -23,6 +23,7 @@ import (
 	"github.com/upgradekit/upgradekit/diff"
 	"github.com/upgradekit/upgradekit/internal/testcerts"
 	"github.com/upgradekit/upgradekit/strategy"
+	"github.com/upgradekit/upgradekit/strategy/capi"
 )
 
 type hookClient struct {
@@ -60,7 +61,7 @@ func (c hookClient) post(hook runtimecatalog.Hook, name string, body []byte, res
 
 // startExtension serves the extension's handlers over HTTPS with CAPI's own
 // runtime extension server and returns a client trusting its CA.
-func startExtension(t *testing.T, ext *strategy.Extension) hookClient {
+func startExtension(t *testing.T, ext *capi.Extension) hookClient {
 	t.Helper()
 	catalog := runtimecatalog.New()
 	require.NoError(t, runtimehooksv1.AddToCatalog(catalog))
@@ -154,7 +155,7 @@ func applyLikeCAPI(t *testing.T, obj any, p runtimehooksv1.Patch) []byte {
 func TestExtensionOverHTTPS(t *testing.T) {
 	k8s := must(strategy.ForCategories("kubernetes", diff.CategoryKubernetesVersion))
 	etcd := must(strategy.ForCategories("etcd", diff.CategoryEtcdVersion))
-	ext, err := strategy.NewExtension(strategy.Updaters(k8s, etcd))
+	ext, err := capi.NewExtension(strategy.Updaters(k8s, etcd))
 	require.NoError(t, err)
 	c := startExtension(t, ext)
 	hookTypeMeta := func(kind string) metav1.TypeMeta {
@@ -244,7 +245,7 @@ func TestExtensionOverHTTPS(t *testing.T) {
 				r.Settings = map[string]string{"upgradekit.io/typo": "x"}
 			}, `unknown setting "upgradekit.io/typo"`},
 			{"bad setting value", func(r *runtimehooksv1.CanUpdateMachineRequest) {
-				r.Settings = map[string]string{strategy.SettingDisabled: "yes"}
+				r.Settings = map[string]string{capi.SettingDisabled: "yes"}
 			}, "is not true or false"},
 		}
 		for _, tc := range cases {
@@ -316,18 +317,25 @@ func TestExtensionOverHTTPS(t *testing.T) {
 			}
 		}
 		req := base()
-		req.Settings = map[string]string{strategy.SettingIgnore: "infrastructure.spec.customImage"}
+		req.Settings = map[string]string{capi.SettingIgnore: "infrastructure.spec.customImage"}
 		var resp runtimehooksv1.CanUpdateMachineResponse
 		c.call(runtimehooksv1.CanUpdateMachine, "upgradekit-can-update-machine", req, &resp)
 		require.Equal(t, runtimehooksv1.ResponseStatusSuccess, resp.Status, resp.Message)
 		require.True(t, resp.MachinePatch.IsDefined(), "the image change is ignored, the rest is in place: %s", resp.Message)
 
 		req = base()
-		req.Settings = map[string]string{strategy.SettingDisabled: "true", strategy.SettingIgnore: "infrastructure.spec.customImage"}
+		req.Settings = map[string]string{capi.SettingDisabled: "true", capi.SettingIgnore: "infrastructure.spec.customImage"}
 		resp = runtimehooksv1.CanUpdateMachineResponse{}
 		c.call(runtimehooksv1.CanUpdateMachine, "upgradekit-can-update-machine", req, &resp)
 		require.Equal(t, runtimehooksv1.ResponseStatusSuccess, resp.Status)
 		require.False(t, resp.MachinePatch.IsDefined())
 		require.Contains(t, resp.Message, "disabled")
 	})
+}
+
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
 }

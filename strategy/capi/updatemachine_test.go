@@ -1,4 +1,4 @@
-package strategy_test
+package capi_test
 
 import (
 	"context"
@@ -20,7 +20,7 @@ import (
 	"github.com/upgradekit/upgradekit/fake/envtest"
 	"github.com/upgradekit/upgradekit/nodeexec/drain"
 	"github.com/upgradekit/upgradekit/nodeexec/nodepod"
-	"github.com/upgradekit/upgradekit/strategy"
+	"github.com/upgradekit/upgradekit/strategy/capi"
 )
 
 func createNode(t *testing.T, ctx context.Context, c client.Client, name, providerID, kubelet string) *corev1.Node {
@@ -106,8 +106,8 @@ func TestUpdateMachineAgainstRealAPIServer(t *testing.T) {
 	t.Cleanup(broadcaster.Shutdown)
 	recorder := broadcaster.NewRecorder(env.Scheme, "upgradekit-test")
 	call := func(req *runtimehooksv1.UpdateMachineRequest) runtimehooksv1.UpdateMachineResponse {
-		u, err := strategy.NewMachineUpdater(workload, strategy.WithWorkloadClientset(clientset), strategy.WithEventRecorder(recorder),
-			strategy.WithPodOptions(nodepod.WithImage("registry.example/upgrader:v1.31.1")), strategy.WithRetryAfter(5))
+		u, err := capi.NewMachineUpdater(workload, capi.WithWorkloadClientset(clientset), capi.WithEventRecorder(recorder),
+			capi.WithPodOptions(nodepod.WithImage("registry.example/upgrader:v1.31.1")), capi.WithRetryAfter(5))
 		require.NoError(t, err)
 		var resp runtimehooksv1.UpdateMachineResponse
 		u.UpdateMachine(ctx, req, &resp)
@@ -129,7 +129,7 @@ func TestUpdateMachineAgainstRealAPIServer(t *testing.T) {
 		require.Contains(t, pod.Annotations[nodepod.AnnotationSteps], "kubeadm-upgrade")
 		require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(cp), cp))
 		require.True(t, cp.Spec.Unschedulable, "drained (nothing to evict) and cordoned before the upgrade")
-		require.Equal(t, strategy.ReasonUpgrading, strategy.InPlaceUpdateCondition(cp).Reason)
+		require.Equal(t, capi.ReasonUpgrading, capi.InPlaceUpdateCondition(cp).Reason)
 
 		// Asked again (a restarted extension): same pod, still running.
 		resp = call(req)
@@ -150,10 +150,10 @@ func TestUpdateMachineAgainstRealAPIServer(t *testing.T) {
 		require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(cp), cp))
 		require.False(t, cp.Spec.Unschedulable, "uncordoned once the kubelet reports the version")
 		require.NotContains(t, cp.Annotations, drain.AnnotationCordon)
-		require.NotContains(t, cp.Annotations, strategy.AnnotationInPlaceUpdate)
-		cond := strategy.InPlaceUpdateCondition(cp)
+		require.NotContains(t, cp.Annotations, capi.AnnotationInPlaceUpdate)
+		cond := capi.InPlaceUpdateCondition(cp)
 		require.NotNil(t, cond)
-		require.Equal(t, strategy.ReasonSucceeded, cond.Reason)
+		require.Equal(t, capi.ReasonSucceeded, cond.Reason)
 		require.Equal(t, corev1.ConditionFalse, cond.Status)
 
 		// The Events are on the Machine, with stable reasons.
@@ -169,7 +169,7 @@ func TestUpdateMachineAgainstRealAPIServer(t *testing.T) {
 			}
 			return len(reasons) == 3
 		}, 30*time.Second, 100*time.Millisecond)
-		require.ElementsMatch(t, []string{strategy.EventReasonUpdateStarted, strategy.EventReasonNodeDrained, strategy.EventReasonUpdateSucceeded}, reasons)
+		require.ElementsMatch(t, []string{capi.EventReasonUpdateStarted, capi.EventReasonNodeDrained, capi.EventReasonUpdateSucceeded}, reasons)
 	})
 
 	t.Run("a failed step is a Failure naming the step and exit code", func(t *testing.T) {
@@ -182,15 +182,15 @@ func TestUpdateMachineAgainstRealAPIServer(t *testing.T) {
 		finishPod(t, ctx, c, &pods.Items[0], "kubeadm-upgrade", 3)
 		resp = call(req)
 		require.Equal(t, runtimehooksv1.ResponseStatusFailure, resp.Status)
-		require.Contains(t, resp.Message, strategy.FailureStepFailed+": node md-0-a: step kubeadm-upgrade failed with exit code 3")
+		require.Contains(t, resp.Message, capi.FailureStepFailed+": node md-0-a: step kubeadm-upgrade failed with exit code 3")
 		n := &corev1.Node{}
 		require.NoError(t, c.Get(ctx, types.NamespacedName{Name: "md-0-a"}, n))
 		require.True(t, n.Spec.Unschedulable, "a failed node stays cordoned: its pods are not sent back to a half-upgraded node")
-		require.Equal(t, strategy.ReasonFailed, strategy.InPlaceUpdateCondition(n).Reason)
+		require.Equal(t, capi.ReasonFailed, capi.InPlaceUpdateCondition(n).Reason)
 	})
 
 	t.Run("workload clients from CAPI's kubeconfig secrets", func(t *testing.T) {
-		get := strategy.KubeconfigSecretClients(c, env.Scheme)
+		get := capi.KubeconfigSecretClients(c, env.Scheme)
 		key := types.NamespacedName{Namespace: "default", Name: "demo"}
 		_, err := get(ctx, key)
 		require.Error(t, err, "no secret yet")
@@ -222,9 +222,9 @@ func TestUpdateMachineAgainstRealAPIServer(t *testing.T) {
 			req  *runtimehooksv1.UpdateMachineRequest
 			msg  string
 		}{
-			{"skipped minor", updateReq("md-0-a", "docker:////md-0-a", "v1.32.0", false), strategy.FailurePlanRejected + ": node md-0-a from v1.30.4 to v1.32.0"},
+			{"skipped minor", updateReq("md-0-a", "docker:////md-0-a", "v1.32.0", false), capi.FailurePlanRejected + ": node md-0-a from v1.30.4 to v1.32.0"},
 			{"downgrade", updateReq("md-0-a", "docker:////md-0-a", "v1.29.9", false), "downgrade"},
-			{"no providerID", updateReq("x", "", "v1.31.1", false), strategy.FailureInvalidMachine + ": desired Machine has no spec.providerID"},
+			{"no providerID", updateReq("x", "", "v1.31.1", false), capi.FailureInvalidMachine + ": desired Machine has no spec.providerID"},
 			{"bad version", updateReq("x", "docker:////md-0-a", "latest", false), "spec.version"},
 		}
 		for _, tc := range cases {
@@ -238,6 +238,6 @@ func TestUpdateMachineAgainstRealAPIServer(t *testing.T) {
 		resp := call(updateReq("x", "docker:////nowhere", "v1.31.1", false))
 		require.Equal(t, runtimehooksv1.ResponseStatusSuccess, resp.Status)
 		require.Equal(t, int32(5), resp.RetryAfterSeconds)
-		require.Contains(t, resp.Message, "no node with providerID")
+		require.Contains(t, resp.Message, "no node with spec.providerID")
 	})
 }

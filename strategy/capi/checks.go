@@ -1,0 +1,141 @@
+package capi
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/upgradekit/upgradekit/diff"
+	"github.com/upgradekit/upgradekit/nodeexec/kubeadm"
+	"github.com/upgradekit/upgradekit/strategy"
+)
+
+// ErrInfeasible is wrapped by a Check's error to say "this change cannot be
+// applied in place": the Extension then declines, naming the error, and
+// Cluster API replaces the machine instead. Any other error from a check
+// is answered as a Failure, and Cluster API asks again.
+var ErrInfeasible = errors.New("infeasible in place")
+
+// CheckRequest is what a feasibility check sees: one CanUpdateMachine or
+// CanUpdateMachineSet request whose changes the Decider would apply in
+// place.
+type CheckRequest struct {
+	// Current and Desired are the request's objects. For a MachineSet
+	// request (Templates) Machine holds the *clusterv1.MachineSet and the
+	// others are templates.
+	Current, Desired diff.State
+	// FromVersion and ToVersion are the current and desired
+	// spec.version (spec.template.spec.version for a MachineSet), as sent.
+	FromVersion, ToVersion string
+	// Templates is true for CanUpdateMachineSet.
+	Templates bool
+	// Decision is the Decider's InPlace decision; Decision.InPlace holds
+	// the changes that would be applied.
+	Decision strategy.Decision
+}
+
+// VersionChanged reports whether the request changes the Kubernetes
+// version in place.
+func (r CheckRequest) VersionChanged() bool {
+	return r.FromVersion != r.ToVersion && slices.ContainsFunc(r.Decision.InPlace.Changes, func(c diff.Change) bool {
+		return c.Category == diff.CategoryKubernetesVersion
+	})
+}
+
+// Check is a feasibility check the Extension runs before it accepts an
+// in-place update: accepting is a promise, since Cluster API cannot fall
+// back to a replacement once UpdateMachine has started, so everything that
+// can be known to fail must be refused here. A Check returns nil to allow,
+// an error wrapping ErrInfeasible to decline (the message is shown on the
+// Machine), or another error for "cannot tell now".
+type Check interface {
+	Check(ctx context.Context, req CheckRequest) error
+}
+
+// CheckFunc adapts a function to a Check.
+type CheckFunc func(ctx context.Context, req CheckRequest) error
+
+// Check calls f.
+func (f CheckFunc) Check(ctx context.Context, req CheckRequest) error { return f(ctx, req) }
+
+// WithChecks adds feasibility checks, run in order after the built-in
+// version check (VersionCheck), which is always on.
+func WithChecks(checks ...Check) ExtensionOption {
+	return func(e *Extension) { e.checks = append(e.checks, checks...) }
+}
+
+// VersionCheck declines a Kubernetes version change that no kubeadm plan
+// can make: a downgrade, a skipped minor version, a major change, or a
+// version not in the canonical "vX.Y.Z" form kubeadm reports
+// (kubeadm.CheckUpgrade, the same rule UpdateMachine's plan applies). The
+// Extension always runs it first.
+func VersionCheck() Check {
+	return CheckFunc(func(_ context.Context, r CheckRequest) error {
+		if !r.VersionChanged() {
+			return nil
+		}
+		if err := kubeadm.CheckUpgrade(r.FromVersion, r.ToVersion); err != nil {
+			return fmt.Errorf("%w: spec.version: %w", ErrInfeasible, err)
+		}
+		return nil
+	})
+}
+
+// ImagesByVersion maps a Kubernetes version ("v1.31.4") to the upgrader
+// image that carries its binaries (nodepod.WithImage). The Extension
+// declines a version change to a version the map does not have
+// (WithUpgraderImages), and MachineUpdater runs each update with the image
+// of its target version.
+type ImagesByVersion map[string]string
+
+// Validate checks that every entry has a canonical version and an image.
+func (m ImagesByVersion) Validate() error {
+	if len(m) == 0 {
+		return fmt.Errorf("%w: upgrader images: no version", ErrInvalidOption)
+	}
+	for _, v := range m.versions() {
+		if err := kubeadm.CheckUpgrade(v, v); err != nil {
+			return fmt.Errorf("%w: upgrader images: version %q: %w", ErrInvalidOption, v, err)
+		}
+		if strings.TrimSpace(m[v]) == "" {
+			return fmt.Errorf("%w: upgrader images: version %s has no image", ErrInvalidOption, v)
+		}
+	}
+	return nil
+}
+
+// Image returns the image for version, and whether there is one.
+func (m ImagesByVersion) Image(version string) (string, bool) {
+	img, ok := m[version]
+	return img, ok && img != ""
+}
+
+func (m ImagesByVersion) versions() []string {
+	vs := make([]string, 0, len(m))
+	for v := range m {
+		vs = append(vs, v)
+	}
+	slices.Sort(vs)
+	return vs
+}
+
+// WithUpgraderImages makes the Extension decline a version change to a
+// version that has no upgrader image in images: without one, UpdateMachine
+// could not build the upgrader pod, and the machine would be stranded.
+// NewExtension fails on an invalid map.
+func WithUpgraderImages(images ImagesByVersion) ExtensionOption {
+	return func(e *Extension) {
+		e.images = images
+		e.checks = append(e.checks, CheckFunc(func(_ context.Context, r CheckRequest) error {
+			if !r.VersionChanged() {
+				return nil
+			}
+			if _, ok := images.Image(r.ToVersion); !ok {
+				return fmt.Errorf("%w: spec.version: no upgrader image for %s (have: %s)", ErrInfeasible, r.ToVersion, strings.Join(images.versions(), ", "))
+			}
+			return nil
+		}))
+	}
+}

@@ -1,0 +1,114 @@
+// Package capi is upgradekit's Cluster API runtime side: the handlers of
+// the in-place update hooks (CanUpdateMachine, CanUpdateMachineSet and
+// UpdateMachine) built on package strategy's decisions and on package
+// nodeexec's upgrader pods, with drain before update, observability and
+// clients for the workload clusters.
+//
+// Extension answers Cluster API's CanUpdateMachine and CanUpdateMachineSet
+// runtime hooks with any strategy.Decider, using CAPI's real hook types,
+// and registers on sigs.k8s.io/cluster-api/exp/runtime/server. It keeps
+// the in-place contract stated in package strategy:
+//
+//   - it diffs with diff.InPlaceUpdate (what CAPI re-compares after
+//     applying the patches) and, on accept, patches every change, the ones
+//     applied in place and the ignored ones (SettingIgnore, a policy's
+//     ActionIgnore), so that CAPI finds nothing left to roll;
+//   - before accepting it runs feasibility checks: VersionCheck (always;
+//     kubeadm.CheckUpgrade: no skipped minor, downgrade or major change),
+//     WithUpgraderImages (a bundle for the target version) and WithChecks
+//     (for example ControlPlaneSkewCheck: no worker kubelet newer than its
+//     control plane).
+//     A check's ErrInfeasible declines with the reason; any other error
+//     answers Failure and CAPI asks again;
+//   - it honours the ExtensionConfig settings SettingDisabled and
+//     SettingIgnore and rejects unknown ones.
+//
+// Its decisions are only as good as the executor behind them: pair it with
+// a Decider whose updaters MachineUpdater (or your own UpdateMachine)
+// applies, such as strategy.ForCategories("kubeadm",
+// strategy.KubeadmCategories()...).
+//
+// MachineUpdater answers the UpdateMachine hook: it finds the Node through
+// spec.providerID, upgrades it with a kubeadm plan run by an upgrader pod
+// (package nodeexec), keeps all progress in the workload cluster (the pod,
+// the Node) so a restarted extension carries on, and never runs two
+// upgrader pods on one node. It never strands a node:
+//
+//   - with WithManagementReader, a request is acted on only if the live
+//     Machine backs it (FailureRequestMismatch otherwise);
+//   - before anything disruptive it builds the plan and has the API server
+//     dry-run the pod: a plan kubeadm refuses or a pod admission refuses is
+//     a Failure (FailurePlanRejected, FailurePodRejected) on an untouched
+//     node; the control plane role comes from the control plane Nodes,
+//     not from kubeadm-config, which KubeadmControlPlane rewrites first;
+//   - it answers done only on a recorded success of the update's own pod
+//     (UpdateRecord.Succeeded); a pod gone before that is created again
+//     and resumes from the host's journal;
+//   - every wait ends: a node gone past WithNodeGoneGrace, an update past
+//     WithUpdateTimeout, a node NotReady past WithNotReadyTimeout, a drain
+//     past WithDrainTimeout are Failures with stable reasons; two Nodes
+//     with one providerID or two Machines on one Node are Failures too;
+//   - upgrader pods are recognised by namespace and record, not labels.
+//
+// What it applies is the Kubernetes version (strategy.KubeadmCategories):
+// pair it with an Extension that accepts nothing else. It verifies the
+// update with the plan's verify step (kubeadm, kubelet and kubectl
+// binaries at the version, containerd and kubelet active, the Node's
+// kubelet version and, on control planes, the kube-apiserver image) and
+// with the kubelet version the Node reports.
+//
+// # Drain before in-place
+//
+// Cluster API does not drain a machine it updates in place, and EKS
+// Anywhere does not either: pods keep running while kubeadm, containerd and
+// the kubelet restart under them. MachineUpdater drains by default
+// (WithoutDrain turns it off): it cordons the node as DefaultCordonOwner,
+// evicts pods through the Eviction API so PodDisruptionBudgets hold
+// (package nodeexec/drain; DaemonSet, mirror and upgrader pods stay), and
+// starts the upgrader pod only once the node is empty. Because
+// UpdateMachine is a polling hook, each call does a bounded attempt
+// (WithDrainAttempt) and answers RetryAfterSeconds naming the budgets and
+// pods still in the way. The drain's start is kept on the Node
+// (AnnotationInPlaceUpdate), so the deadline (WithDrainTimeout) survives a
+// restart; past it the answer is Failure (FailureDrainTimeout) naming the
+// budgets, the node stays cordoned and later calls keep trying, so the
+// update resumes by itself once a budget allows it. When the kubelet
+// reports the desired version the node is uncordoned, but only if this
+// updater cordoned it: a node someone else had cordoned stays cordoned,
+// and so does one whose cordon record (drain.AnnotationCordon) someone
+// took over during the update. A plain `kubectl cordon` of a node this
+// updater has already cordoned changes nothing the API can show, so it
+// cannot be told from ours: to keep such a node cordoned, write your own
+// owner into drain.AnnotationCordon. A
+// failed update leaves the node cordoned, so its pods do not come back to a
+// half-upgraded node. On a single-node cluster evicted pods have nowhere to
+// go until the node is uncordoned, and a budget that requires them
+// available blocks until the deadline: use WithoutDrain there, or relax
+// the budget.
+//
+// # Observability
+//
+// Everything the updater does is visible four ways, with stable names that
+// are exported constants:
+//
+//   - a Node condition, ConditionInPlaceUpdate, with the reasons
+//     ReasonPending, ReasonDraining, ReasonDrainBlocked, ReasonUpgrading,
+//     ReasonWaitingForKubelet, ReasonSucceeded and ReasonFailed, written
+//     with a strategic-merge patch of the status that touches only that
+//     condition (no resourceVersion, so it never conflicts with the
+//     kubelet's status updates, which leave foreign conditions alone);
+//   - Kubernetes Events on the Machine in the management cluster
+//     (WithEventRecorder; reasons EventReasonUpdateStarted,
+//     EventReasonNodeDrained, EventReasonDrainBlocked,
+//     EventReasonUpdateSucceeded, EventReasonUpdateFailed), recorded on
+//     transitions read from the Node, so a restarted extension does not
+//     repeat them;
+//   - Prometheus metrics (NewMetrics, on controller-runtime's registry by
+//     default): MetricDecisions for the CanUpdate* answers, and
+//     MetricMachinesInProgress, MetricFailures and MetricUpdateDuration for
+//     UpdateMachine; see Metrics for what the in-progress gauge means with
+//     several replicas;
+//   - logr logs with the keys hook, machine, cluster, node, phase and step:
+//     transitions at V(0), each in-progress answer at V(1). Declines are
+//     logged with the uncovered fields (names and categories, never values).
+package capi

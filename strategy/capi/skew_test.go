@@ -1,0 +1,82 @@
+package capi_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	runtimehooksv1 "sigs.k8s.io/cluster-api/api/runtime/hooks/v1alpha1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	fakeclient "sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	"github.com/upgradekit/upgradekit/diff"
+	"github.com/upgradekit/upgradekit/strategy"
+	"github.com/upgradekit/upgradekit/strategy/capi"
+)
+
+func TestControlPlaneSkewCheck(t *testing.T) {
+	scheme := runtime.NewScheme()
+	require.NoError(t, clusterv1.AddToScheme(scheme))
+	cp := func(name, v string) client.Object {
+		return &clusterv1.Machine{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default",
+			Labels: map[string]string{clusterv1.ClusterNameLabel: "demo", clusterv1.MachineControlPlaneLabel: ""}},
+			Spec: clusterv1.MachineSpec{ClusterName: "demo", Version: v}}
+	}
+	otherCluster := &clusterv1.Machine{ObjectMeta: metav1.ObjectMeta{Name: "other-cp", Namespace: "default",
+		Labels: map[string]string{clusterv1.ClusterNameLabel: "other", clusterv1.MachineControlPlaneLabel: ""}},
+		Spec: clusterv1.MachineSpec{ClusterName: "other", Version: "v1.29.0"}}
+	kubeadm := must(strategy.ForCategories("kubeadm", strategy.KubeadmCategories()...))
+
+	for _, tc := range []struct {
+		name         string
+		objs         []client.Object
+		controlPlane bool
+		to           string
+		status       runtimehooksv1.ResponseStatus
+		accept       bool
+		message      string
+	}{
+		{"control plane upgraded", []client.Object{cp("cp-a", "v1.31.1"), cp("cp-b", "v1.31.0"), otherCluster}, false, "v1.31.1",
+			runtimehooksv1.ResponseStatusSuccess, true, "in place by kubeadm"},
+		{"control plane halfway", []client.Object{cp("cp-a", "v1.31.1"), cp("cp-b", "v1.30.4")}, false, "v1.31.1",
+			runtimehooksv1.ResponseStatusSuccess, false, "newer than the control plane (machine cp-b is at v1.30.4)"},
+		{"a patch within the control plane's minor", []client.Object{cp("cp-a", "v1.30.4")}, false, "v1.30.5",
+			runtimehooksv1.ResponseStatusSuccess, true, "in place by kubeadm"},
+		{"a control plane machine is KubeadmControlPlane's to order", []client.Object{cp("cp-b", "v1.30.4")}, true, "v1.31.1",
+			runtimehooksv1.ResponseStatusSuccess, true, "in place by kubeadm"},
+		{"no control plane machines (managed)", nil, false, "v1.31.1",
+			runtimehooksv1.ResponseStatusSuccess, true, "in place by kubeadm"},
+		{"an unreadable control plane version", []client.Object{cp("cp-a", "latest")}, false, "v1.31.1",
+			runtimehooksv1.ResponseStatusFailure, false, `machine default/cp-a: spec.version "latest"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			mgmt := fakeclient.NewClientBuilder().WithScheme(scheme).WithObjects(tc.objs...).Build()
+			ext, err := capi.NewExtension(strategy.Updaters(kubeadm), capi.WithChecks(capi.ControlPlaneSkewCheck(mgmt)))
+			require.NoError(t, err)
+			cur, des, curCfg, desCfg, curInfra, desInfra := contractPair()
+			cur.Spec.Version, des.Spec.Version = "v1.30.4", tc.to
+			if tc.controlPlane {
+				cur.Labels = map[string]string{clusterv1.MachineControlPlaneLabel: ""}
+				des.Labels = map[string]string{clusterv1.MachineControlPlaneLabel: ""}
+			}
+			resp := canUpdateMachine(t, ext, nil, cur, des, curCfg, desCfg, curInfra, desInfra)
+			require.Equal(t, tc.status, resp.Status, resp.Message)
+			require.Contains(t, resp.Message, tc.message)
+			require.Equal(t, tc.accept, resp.MachinePatch.IsDefined(), resp.Message)
+		})
+	}
+
+	t.Run("a check on the MachineSet request", func(t *testing.T) {
+		mgmt := fakeclient.NewClientBuilder().WithScheme(scheme).WithObjects(cp("cp-a", "v1.30.4")).Build()
+		check := capi.ControlPlaneSkewCheck(mgmt)
+		ms := &clusterv1.MachineSet{ObjectMeta: metav1.ObjectMeta{Name: "md-0", Namespace: "default"}, Spec: clusterv1.MachineSetSpec{ClusterName: "demo"}}
+		d := strategy.Decision{Outcome: strategy.InPlace, InPlace: diff.ChangeSet{Changes: []diff.Change{{Category: diff.CategoryKubernetesVersion}}}}
+		err := check.Check(context.Background(), capi.CheckRequest{Templates: true, FromVersion: "v1.30.4", ToVersion: "v1.31.1", Decision: d,
+			Current: diff.State{Machine: ms}, Desired: diff.State{Machine: ms}})
+		require.ErrorIs(t, err, capi.ErrInfeasible)
+		require.ErrorContains(t, err, "upgrade the control plane first")
+	})
+}

@@ -1,0 +1,214 @@
+package capi_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	clocktesting "k8s.io/utils/clock/testing"
+	runtimehooksv1 "sigs.k8s.io/cluster-api/api/runtime/hooks/v1alpha1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+
+	"github.com/upgradekit/upgradekit/fake"
+	"github.com/upgradekit/upgradekit/nodeexec/nodepod"
+	"github.com/upgradekit/upgradekit/strategy/capi"
+)
+
+// TestUpdateMachineProperty drives MachineUpdater itself, the way Cluster
+// API does (call until done, a new updater per call as after an extension
+// restart), against a simulated cluster (one control plane machine, two
+// workers, fake.Fleet) whose kubelets (fake.PodRunner) run the upgrader
+// pods it creates, in either init-container layout, with faults between
+// calls: the upgrader pod deleted, a worker's Node lost, the API server
+// refusing the pod, a kubelet step failing once. Every run must end, and:
+//
+//   - done only with a verified node: the kubelet runs the target version
+//     and the kubelet and containerd units are active;
+//   - never a node left with its kubelet stopped;
+//   - no endless waiting: every run ends done or in a Failure whose reason
+//     is one of the stable Failure* constants, within the call budget.
+//
+// What it does not cover: the drain (the controller-runtime fake client
+// and client-go's fake clientset do not share objects; the drain and
+// cordon ownership are tested against a real API server in
+// drainstep_test.go), several machines at once (they go one after the
+// other, as Cluster API takes them), and more than one control plane
+// machine.
+// UPGRADEKIT_PROPERTY_RUNS sets the number of runs (default 100; 300 take
+// about 4 minutes with the race detector on 2 cores), and
+// UPGRADEKIT_PROPERTY_DEBUG=1 (or "all") logs the failures (or every answer).
+func TestUpdateMachineProperty(t *testing.T) {
+	runs := 100
+	if s := os.Getenv("UPGRADEKIT_PROPERTY_RUNS"); s != "" {
+		n, err := strconv.Atoi(s)
+		require.NoError(t, err)
+		runs = n
+	}
+	ends := map[string]int{}
+	for seed := int64(1); seed <= int64(runs); seed++ {
+		end := propertyRun(t, seed)
+		ends[end]++
+	}
+	t.Logf("%d runs: %v", runs, ends)
+	require.Positive(t, ends["done"], "some runs must succeed, or the faults are too many to show anything")
+}
+
+const (
+	propFrom = "v1.30.4"
+	propTo   = "v1.31.1"
+)
+
+// propertyRun plays one rollout of a cluster with one control plane
+// machine and two workers, one machine after the other as Cluster API
+// does (control plane first), and returns how it ended: "done" or the
+// Failure reason of the first machine that failed (the rollout stops
+// there).
+func propertyRun(t *testing.T, seed int64) string {
+	rng := rand.New(rand.NewSource(seed))
+	ctx := context.Background()
+	clk := clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	refuse := rng.Intn(10) == 0 // the API server refuses the upgrader pod (Pod Security, say)
+	cl := fake.NewCluster("p").ControlPlane(1, propFrom).MachineDeployment("md", 2, propFrom)
+	c, err := cl.Client(fake.WithInterceptor(interceptor.Funcs{Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+		if _, pod := obj.(*corev1.Pod); pod && refuse {
+			return apierrors.NewForbidden(schema.GroupResource{Resource: "pods"}, obj.GetName(), fmt.Errorf("violates PodSecurity \"baseline:latest\": hostPID"))
+		}
+		return c.Create(ctx, obj, opts...)
+	}}))
+	require.NoError(t, err)
+	faults := fake.NewFaults(uint64(seed))
+	for _, n := range cl.Nodes() {
+		if rng.Intn(8) == 0 {
+			faults.FailStep(n.Name, "kubelet", 1) // one failed attempt: the step's retry budget absorbs it
+		}
+	}
+	fleet, err := fake.NewFleet(cl, fake.WithNodeClient(c), fake.WithHostClock(clk), fake.WithFaults(faults))
+	require.NoError(t, err)
+	journal := t.TempDir()
+	layout := []nodepod.Option{nodepod.WithImage("r/u:1"), nodepod.WithStageFrom("/staging")}
+	if rng.Intn(2) == 0 {
+		layout = append(layout, nodepod.WithRunnerCommand("/upgrader", "run"))
+	}
+	workload := func(context.Context, types.NamespacedName) (client.Client, error) { return c, nil }
+	// The kubelet's pods, by namespace/name (the fake client sets no
+	// UIDs); a deleted pod's runner goes with it.
+	runners := map[string]*fake.PodRunner{}
+
+	for _, m := range cl.Nodes() {
+		host := fleet.Host(m.Name)
+		req := updateReq(m.Name, m.ProviderID, propTo, m.Role == fake.RoleControlPlane)
+		req.Desired.Machine.Spec.ClusterName = "p"
+		nodeLost := false
+		end := ""
+		const budget = 60
+		for call := 0; call < budget && end == ""; call++ {
+			u, err := capi.NewMachineUpdater(workload, capi.WithoutDrain(), capi.WithPodOptions(layout...),
+				capi.WithUpdaterClock(clk), capi.WithNodeGoneGrace(10*time.Minute))
+			require.NoError(t, err)
+			var resp runtimehooksv1.UpdateMachineResponse
+			u.UpdateMachine(ctx, req, &resp)
+			where := fmt.Sprintf("seed %d machine %s call %d: %s", seed, m.Name, call, resp.Message)
+			if os.Getenv("UPGRADEKIT_PROPERTY_DEBUG") == "all" {
+				t.Logf("%s", where)
+			}
+
+			if resp.Status == runtimehooksv1.ResponseStatusFailure {
+				reason := failureReason(resp.Message)
+				if os.Getenv("UPGRADEKIT_PROPERTY_DEBUG") != "" {
+					t.Logf("%s", where)
+				}
+				require.NotEmpty(t, reason, "a Failure names a stable reason: %s", where)
+				if !nodeLost {
+					require.Equal(t, fake.UnitActive, host.UnitState("kubelet"), "never a stopped kubelet: %s", where)
+				}
+				if refuse {
+					require.Equal(t, capi.FailurePodRejected, reason, where)
+					require.Equal(t, propFrom, host.RunningVersion(fake.Kubelet), "refused before anything ran: %s", where)
+				}
+				return reason
+			}
+			if resp.RetryAfterSeconds == 0 {
+				require.False(t, nodeLost, "done for a node that is gone: %s", where)
+				require.Equal(t, propTo, host.RunningVersion(fake.Kubelet), "done only with a verified node: %s", where)
+				require.Equal(t, fake.UnitActive, host.UnitState("kubelet"), where)
+				require.Equal(t, fake.UnitActive, host.UnitState("containerd"), where)
+				end = "done"
+				break
+			}
+
+			// Between two calls: faults, then the kubelet runs what it can.
+			switch f := rng.Intn(12); {
+			case f == 0 && !nodeLost: // a cleanup job or an operator deletes the upgrader pod
+				for _, p := range upgraderPods(t, c) {
+					require.NoError(t, c.Delete(ctx, &p))
+					delete(runners, p.Namespace+"/"+p.Name)
+				}
+			case f == 1 && !nodeLost && m.Role != fake.RoleControlPlane: // the worker's Node is deleted
+				var n corev1.Node
+				require.NoError(t, c.Get(ctx, client.ObjectKey{Name: m.Name}, &n))
+				require.NoError(t, c.Delete(ctx, &n))
+				nodeLost = true
+			}
+			clk.Step(time.Minute)
+			if nodeLost {
+				continue // its kubelet reports nothing any more
+			}
+			for _, p := range upgraderPods(t, c) {
+				if p.Spec.NodeName != m.Name {
+					continue
+				}
+				r, ok := runners[p.Namespace+"/"+p.Name]
+				if !ok {
+					r, err = fake.NewPodRunner(host, &p, fake.WithPodJournalDir(journal+"/"+m.Name),
+						fake.WithPodImageStaging(fake.Staging{Kubernetes: propTo, Containerd: "2.0.5", CNI: "v1.7.1"}))
+					require.NoError(t, err)
+					runners[p.Namespace+"/"+p.Name] = r
+				}
+				pr, err := r.Run(ctx)
+				require.NoError(t, err)
+				if os.Getenv("UPGRADEKIT_PROPERTY_DEBUG") == "all" {
+					t.Logf("kubelet: pod %s: %s %s %s; host kubelet %s %s", p.Name, pr.Phase, pr.Container, pr.Reason, host.RunningVersion(fake.Kubelet), host.UnitState("kubelet"))
+				}
+				p.Status = r.Pod().Status
+				require.NoError(t, c.Status().Update(ctx, &p))
+			}
+		}
+		require.NotEmpty(t, end, "seed %d machine %s: no end after %d calls (endless waiting)", seed, m.Name, budget)
+	}
+	return "done"
+}
+
+func upgraderPods(t *testing.T, c client.Client) []corev1.Pod {
+	t.Helper()
+	var l corev1.PodList
+	require.NoError(t, c.List(context.Background(), &l, client.MatchingLabelsSelector{Selector: nodepod.Selector()}))
+	return l.Items
+}
+
+// failureReason returns the Failure* reason a Failure message starts with.
+func failureReason(msg string) string {
+	rest, ok := strings.CutPrefix(msg, capi.ErrUpdateFailed.Error()+": ")
+	if !ok {
+		return ""
+	}
+	reason, _, _ := strings.Cut(rest, ":")
+	for _, r := range []string{capi.FailureInvalidMachine, capi.FailurePlanRejected, capi.FailurePodBuild, capi.FailurePodRejected,
+		capi.FailureNodeGone, capi.FailureAmbiguousNode, capi.FailureNodeClaimed, capi.FailureUpdateTimeout, capi.FailureNodeNotReady,
+		capi.FailureRequestMismatch, capi.FailureStepFailed, capi.FailureDrainTimeout} {
+		if reason == r {
+			return r
+		}
+	}
+	return ""
+}
