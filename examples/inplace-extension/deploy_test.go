@@ -46,9 +46,11 @@ func TestDeployManifestsApply(t *testing.T) {
 			var role rbacv1.ClusterRole
 			require.NoError(t, runtime.DefaultUnstructuredConverter.FromUnstructured(obj.Object, &role))
 			// Exactly what the extension does in the management cluster:
-			// read kubeconfig secrets, record Events on Machines.
+			// read kubeconfig secrets, list control plane Machines, record
+			// Events on Machines.
 			require.Empty(t, cmp.Diff([]rbacv1.PolicyRule{
 				{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get"}},
+				{APIGroups: []string{"cluster.x-k8s.io"}, Resources: []string{"machines"}, Verbs: []string{"get", "list"}},
 				{APIGroups: []string{"events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
 			}, role.Rules))
 		}

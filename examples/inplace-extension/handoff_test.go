@@ -25,7 +25,7 @@ import (
 	"github.com/upgradekit/upgradekit/nodeexec"
 	"github.com/upgradekit/upgradekit/nodeexec/kubeadm"
 	"github.com/upgradekit/upgradekit/nodeexec/nodepod"
-	"github.com/upgradekit/upgradekit/strategy"
+	"github.com/upgradekit/upgradekit/strategy/capi"
 )
 
 // The handoff between the two reference binaries: UpdateMachine (this
@@ -94,7 +94,7 @@ func TestUpdateMachineCreatesAPodTheUpgraderRuns(t *testing.T) {
 			// The extension as run() builds it, minus the servers.
 			o, err := parseFlags(append([]string{"-upgrader-image", "registry.example/upgradekit-upgrader:v1.31.1"}, tc.args...), &strings.Builder{})
 			require.NoError(t, err)
-			metrics, err := strategy.NewMetrics(prometheus.NewRegistry())
+			metrics, err := capi.NewMetrics(prometheus.NewRegistry())
 			require.NoError(t, err)
 			hs, err := handlers(o, deps{mgmt: mgmt, scheme: env.Scheme, recorder: events.NewFakeRecorder(100), metrics: metrics})
 			require.NoError(t, err)
@@ -110,6 +110,11 @@ func TestUpdateMachineCreatesAPodTheUpgraderRuns(t *testing.T) {
 			if tc.controlPlane {
 				m.Labels[clusterv1.MachineControlPlaneLabel] = ""
 			}
+			// The live Machine, as Cluster API marks it for the update:
+			// the extension checks every request against it.
+			live := m.DeepCopy()
+			live.Annotations = map[string]string{clusterv1.UpdateInProgressAnnotation: ""}
+			require.NoError(t, mgmt.Create(ctx, live))
 			var resp runtimehooksv1.UpdateMachineResponse
 			update(ctx, &runtimehooksv1.UpdateMachineRequest{Desired: runtimehooksv1.UpdateMachineRequestObjects{Machine: m}}, &resp)
 			require.Equal(t, runtimehooksv1.ResponseStatusSuccess, resp.Status, resp.Message)

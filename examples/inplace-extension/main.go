@@ -59,9 +59,11 @@ import (
 	"github.com/upgradekit/upgradekit/nodeexec/kubeadm"
 	"github.com/upgradekit/upgradekit/nodeexec/nodepod"
 	"github.com/upgradekit/upgradekit/strategy"
+	"github.com/upgradekit/upgradekit/strategy/capi"
 )
 
-// defaultCategories are the changes kubeadm can apply to a running node.
+// defaultCategories are the changes this extension's UpdateMachine applies
+// to a running node and verifies (strategy.KubeadmCategories).
 func defaultCategories() string {
 	var names []string
 	for _, c := range strategy.KubeadmCategories() {
@@ -100,7 +102,11 @@ type options struct {
 
 	// The upgrader pod (see podOptions) and the plan it runs (planConfig).
 	upgraderImage, upgraderNamespace, upgraderCommand, upgraderMode, stageFrom, skipSteps string
+	upgraderImages                                                                        string
+	// images is -upgrader-images parsed; nil without it.
+	images capi.ImagesByVersion
 	// Parsed from the strings above by parseFlags.
+	cats       []diff.Category
 	runnerArgv []string
 	mode       nodepod.Mode
 	skip       map[string]bool
@@ -114,9 +120,10 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.port, "port", 9443, "port to serve the hooks on")
 	fs.StringVar(&o.certDir, "cert-dir", "/tmp/k8s-webhook-server/serving-certs", "directory with tls.crt and tls.key")
 	fs.StringVar(&o.namePrefix, "name", "upgradekit", "prefix of the handler names in the ExtensionConfig")
-	fs.StringVar(&o.categories, "in-place", defaultCategories(), "comma-separated diff categories applied in place; anything else makes CAPI replace the machine")
+	fs.StringVar(&o.categories, "in-place", defaultCategories(), "comma-separated diff categories accepted in place; anything else makes CAPI replace the machine. With UpdateMachine served here, only what it applies: "+defaultCategories())
 	fs.StringVar(&o.upgraderImage, "upgrader-image", "", "image of the node upgrader pod: examples/upgrader's bundle image with the target version's kubeadm/kubelet/kubectl under /staging; required unless -no-update-machine")
 	fs.StringVar(&o.upgraderImage, "updater-image", "", "old name of -upgrader-image")
+	fs.StringVar(&o.upgraderImages, "upgrader-images", "", "upgrader image per Kubernetes version, version=image,... (e.g. v1.31.1=registry.example/upgrader:v1.31.1): each update runs its target version's bundle, and a version change to a version not listed is declined at CanUpdate*; instead of -upgrader-image")
 	fs.StringVar(&o.upgraderNamespace, "upgrader-namespace", nodepod.DefaultNamespace, "namespace of the upgrader pods in workload clusters")
 	fs.StringVar(&o.upgraderNamespace, "updater-namespace", nodepod.DefaultNamespace, "old name of -upgrader-namespace")
 	fs.BoolVar(&o.createNamespace, "create-upgrader-namespace", true, "create the upgrader namespace in a workload cluster that lacks it, labelled for the privileged Pod Security Standard the upgrader pod needs (an existing namespace is left as it is)")
@@ -127,7 +134,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.retryAfter, "retry-after", 15, "seconds CAPI waits between UpdateMachine calls while a node upgrades")
 	fs.BoolVar(&o.noUpdate, "no-update-machine", false, "serve only CanUpdateMachine/CanUpdateMachineSet (decide, do not update)")
 	fs.BoolVar(&o.drain, "drain", true, "cordon and drain each node (Eviction API, PDBs respected) before upgrading it, uncordon after")
-	fs.DurationVar(&o.drainTimeout, "drain-timeout", strategy.DefaultDrainTimeout, "how long a drain may stay unfinished before UpdateMachine answers Failure naming the blocking PDBs (0: no deadline)")
+	fs.DurationVar(&o.drainTimeout, "drain-timeout", capi.DefaultDrainTimeout, "how long a drain may stay unfinished before UpdateMachine answers Failure naming the blocking PDBs (0: no deadline)")
 	fs.StringVar(&o.metricsAddr, "metrics-bind-address", ":8080", `address of the Prometheus /metrics endpoint (plain HTTP); "0" disables it`)
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -143,16 +150,75 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	if o.retryAfter < 1 || o.retryAfter > 86400 {
 		return o, fmt.Errorf("%w: -retry-after %d: must be between 1 and 86400 seconds", errInvalidFlag, o.retryAfter)
 	}
+	if err := o.parseCategories(); err != nil {
+		return o, err
+	}
 	if o.noUpdate {
 		return o, nil
 	}
-	if o.upgraderImage == "" {
-		return o, fmt.Errorf("%w: -upgrader-image is required (or -no-update-machine)", errInvalidFlag)
+	if err := o.parseImages(); err != nil {
+		return o, err
+	}
+	if o.upgraderImage == "" && o.images == nil {
+		return o, fmt.Errorf("%w: -upgrader-image or -upgrader-images is required (or -no-update-machine)", errInvalidFlag)
 	}
 	if err := o.parseUpgrader(); err != nil {
 		return o, err
 	}
 	return o, nil
+}
+
+// parseCategories fills cats from -in-place. With UpdateMachine served
+// here, only the categories its kubeadm plan applies and verifies may be
+// accepted (strategy.KubeadmCategories): accepting anything else would let
+// Cluster API mark a machine up to date that the node never got. With
+// -no-update-machine another extension applies the changes, so any
+// category name goes.
+func (o *options) parseCategories() error {
+	o.cats = nil
+	for _, c := range strings.Split(o.categories, ",") {
+		if c = strings.TrimSpace(c); c != "" {
+			o.cats = append(o.cats, diff.Category(c))
+		}
+	}
+	if len(o.cats) == 0 {
+		return fmt.Errorf("%w: -in-place %q: name at least one diff category", errInvalidFlag, o.categories)
+	}
+	if o.noUpdate {
+		return nil
+	}
+	applied := strategy.KubeadmCategories()
+	for _, c := range o.cats {
+		if !slices.Contains(applied, c) {
+			return fmt.Errorf("%w: -in-place: %q has no executor here (UpdateMachine applies and verifies only %s): it would be accepted and never applied; use -no-update-machine if another extension applies it", errInvalidFlag, c, defaultCategories())
+		}
+	}
+	return nil
+}
+
+// parseImages fills images from -upgrader-images.
+func (o *options) parseImages() error {
+	if strings.TrimSpace(o.upgraderImages) == "" {
+		return nil
+	}
+	if o.upgraderImage != "" {
+		return fmt.Errorf("%w: -upgrader-image and -upgrader-images: set one", errInvalidFlag)
+	}
+	o.images = capi.ImagesByVersion{}
+	for _, kv := range strings.Split(o.upgraderImages, ",") {
+		v, img, ok := strings.Cut(strings.TrimSpace(kv), "=")
+		if !ok || v == "" || img == "" {
+			return fmt.Errorf("%w: -upgrader-images: %q is not version=image", errInvalidFlag, kv)
+		}
+		if _, dup := o.images[v]; dup {
+			return fmt.Errorf("%w: -upgrader-images: version %s twice", errInvalidFlag, v)
+		}
+		o.images[v] = img
+	}
+	if err := o.images.Validate(); err != nil {
+		return fmt.Errorf("%w: -upgrader-images: %w", errInvalidFlag, err)
+	}
+	return nil
 }
 
 // parseUpgrader checks the upgrader pod flags and fills runnerArgv, mode
@@ -209,8 +275,17 @@ func (o *options) parseUpgrader() error {
 
 // podOptions are the options of every upgrader pod the extension creates.
 func (o options) podOptions() []nodepod.Option {
+	img := o.upgraderImage
+	if o.images != nil {
+		// Any of them: the probe build needs one, and WithVersionImages
+		// sets each update's own.
+		for _, i := range o.images {
+			img = i
+			break
+		}
+	}
 	opts := []nodepod.Option{
-		nodepod.WithImage(o.upgraderImage),
+		nodepod.WithImage(img),
 		nodepod.WithNamespace(o.upgraderNamespace),
 		nodepod.WithMode(o.mode),
 	}
@@ -223,7 +298,7 @@ func (o options) podOptions() []nodepod.Option {
 	return opts
 }
 
-// planConfig adjusts each node's kubeadm plan (strategy.WithPlanConfig).
+// planConfig adjusts each node's kubeadm plan (capi.WithPlanConfig).
 // The staging directory stays kubeadm.DefaultStagingDir, which is where
 // the stage container of a pod built with podOptions puts the binaries.
 func (o options) planConfig(c *kubeadm.Config) {
@@ -238,22 +313,24 @@ type deps struct {
 	mgmt     client.Reader
 	scheme   *runtime.Scheme
 	recorder events.EventRecorder // Events on Machines; nil records none
-	metrics  *strategy.Metrics
+	metrics  *capi.Metrics
 }
 
 // handlers builds the extension's hook handlers.
 func handlers(o options, d deps) ([]server.ExtensionHandler, error) {
-	var cats []diff.Category
-	for _, c := range strings.Split(o.categories, ",") {
-		if c = strings.TrimSpace(c); c != "" {
-			cats = append(cats, diff.Category(c))
-		}
-	}
-	kubeadmUpdater, err := strategy.ForCategories("kubeadm", cats...)
+	kubeadmUpdater, err := strategy.ForCategories("kubeadm", o.cats...)
 	if err != nil {
 		return nil, err
 	}
-	ext, err := strategy.NewExtension(strategy.Updaters(kubeadmUpdater), strategy.WithMetrics(d.metrics))
+	extOpts := []capi.ExtensionOption{capi.WithMetrics(d.metrics)}
+	if o.images != nil {
+		extOpts = append(extOpts, capi.WithUpgraderImages(o.images))
+	}
+	if d.mgmt != nil {
+		// No kubelet newer than its control plane: declined, never stranded.
+		extOpts = append(extOpts, capi.WithChecks(capi.ControlPlaneSkewCheck(d.mgmt)))
+	}
+	ext, err := capi.NewExtension(strategy.Updaters(kubeadmUpdater), extOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -261,25 +338,31 @@ func handlers(o options, d deps) ([]server.ExtensionHandler, error) {
 	if o.noUpdate {
 		return hs, nil
 	}
-	opts := []strategy.MachineUpdaterOption{
-		strategy.WithRetryAfter(int32(o.retryAfter)),
-		strategy.WithPodOptions(o.podOptions()...),
-		strategy.WithPlanConfig(o.planConfig),
-		strategy.WithWorkloadClientset(strategy.KubeconfigSecretClientsets(d.mgmt)),
-		strategy.WithDrainTimeout(o.drainTimeout),
-		strategy.WithUpdaterMetrics(d.metrics),
+	opts := []capi.MachineUpdaterOption{
+		capi.WithRetryAfter(int32(o.retryAfter)),
+		capi.WithPodOptions(o.podOptions()...),
+		capi.WithPlanConfig(o.planConfig),
+		capi.WithWorkloadClientset(capi.KubeconfigSecretClientsets(d.mgmt)),
+		capi.WithDrainTimeout(o.drainTimeout),
+		capi.WithUpdaterMetrics(d.metrics),
 	}
 	if !o.drain {
-		opts = append(opts, strategy.WithoutDrain())
+		opts = append(opts, capi.WithoutDrain())
+	}
+	if o.images != nil {
+		opts = append(opts, capi.WithVersionImages(o.images))
 	}
 	if d.recorder != nil {
-		opts = append(opts, strategy.WithEventRecorder(d.recorder))
+		opts = append(opts, capi.WithEventRecorder(d.recorder))
 	}
-	workload := strategy.KubeconfigSecretClients(d.mgmt, d.scheme)
+	// Every request is checked against the live Machine before anything is
+	// done, and Events attach to it.
+	opts = append(opts, capi.WithManagementReader(d.mgmt))
+	workload := capi.KubeconfigSecretClients(d.mgmt, d.scheme)
 	if o.createNamespace {
 		workload = withNamespace(workload, o.upgraderNamespace)
 	}
-	updater, err := strategy.NewMachineUpdater(workload, opts...)
+	updater, err := capi.NewMachineUpdater(workload, opts...)
 	if err != nil {
 		return nil, err
 	}
@@ -298,7 +381,7 @@ const podSecurityEnforce = "pod-security.kubernetes.io/enforce"
 // not changed. Until that succeeds the cluster has no client, so
 // UpdateMachine keeps answering "waiting for the workload cluster" with
 // the error, and nothing is drained.
-func withNamespace(get strategy.WorkloadClient, namespace string) strategy.WorkloadClient {
+func withNamespace(get capi.WorkloadClient, namespace string) capi.WorkloadClient {
 	var mu sync.Mutex
 	ready := map[types.NamespacedName]bool{}
 	return func(ctx context.Context, cluster types.NamespacedName) (client.Client, error) {
@@ -344,7 +427,7 @@ func serve(ctx context.Context, o options, d deps, log logr.Logger) error {
 		return err
 	}
 	if d.metrics == nil {
-		if d.metrics, err = strategy.NewMetrics(nil); err != nil {
+		if d.metrics, err = capi.NewMetrics(nil); err != nil {
 			return err
 		}
 	}

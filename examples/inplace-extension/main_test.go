@@ -29,18 +29,19 @@ import (
 	runtimehooksv1 "sigs.k8s.io/cluster-api/api/runtime/hooks/v1alpha1"
 	fakeclient "sigs.k8s.io/controller-runtime/pkg/client/fake"
 
+	"github.com/upgradekit/upgradekit/diff"
 	"github.com/upgradekit/upgradekit/internal/testcerts"
 	"github.com/upgradekit/upgradekit/nodeexec"
 	"github.com/upgradekit/upgradekit/nodeexec/kubeadm"
 	"github.com/upgradekit/upgradekit/nodeexec/nodepod"
-	"github.com/upgradekit/upgradekit/strategy"
+	"github.com/upgradekit/upgradekit/strategy/capi"
 )
 
 func TestFlags(t *testing.T) {
 	var out bytes.Buffer
 	_, err := parseFlags(nil, &out)
 	require.ErrorIs(t, err, errInvalidFlag)
-	require.ErrorContains(t, err, "-upgrader-image is required")
+	require.ErrorContains(t, err, "-upgrader-image or -upgrader-images is required")
 	o, err := parseFlags([]string{"-no-update-machine", "-port", "8443"}, &out)
 	require.NoError(t, err)
 	require.Equal(t, 8443, o.port)
@@ -49,7 +50,7 @@ func TestFlags(t *testing.T) {
 	require.Equal(t, "img:v1", o.upgraderImage)
 	require.True(t, o.drain, "draining is on by default")
 	require.True(t, o.createNamespace, "the upgrader namespace is created where missing by default")
-	require.Equal(t, strategy.DefaultDrainTimeout, o.drainTimeout)
+	require.Equal(t, capi.DefaultDrainTimeout, o.drainTimeout)
 	require.Equal(t, ":8080", o.metricsAddr)
 	o, err = parseFlags([]string{"-upgrader-image", "img:v1", "-drain=false", "-drain-timeout", "1h", "-metrics-bind-address", "0"}, &out)
 	require.NoError(t, err)
@@ -62,6 +63,32 @@ func TestFlags(t *testing.T) {
 		_, err = parseFlags([]string{"-upgrader-image", "img:v1", "-retry-after", v}, &out)
 		require.ErrorIs(t, err, errInvalidFlag, v)
 		require.ErrorContains(t, err, "-retry-after "+v+": must be between 1 and 86400 seconds")
+	}
+	// Only what UpdateMachine applies may be accepted in place.
+	_, err = parseFlags([]string{"-upgrader-image", "img:v1", "-in-place", "KubernetesVersion,KubeletConfig"}, &out)
+	require.ErrorIs(t, err, errInvalidFlag)
+	require.ErrorContains(t, err, `-in-place: "KubeletConfig" has no executor here`)
+	_, err = parseFlags([]string{"-upgrader-image", "img:v1", "-in-place", " , "}, &out)
+	require.ErrorContains(t, err, "name at least one diff category")
+	o, err = parseFlags([]string{"-no-update-machine", "-in-place", "KubernetesVersion,Files"}, &out)
+	require.NoError(t, err, "deciding only: another extension applies the changes")
+	require.Equal(t, []diff.Category{diff.CategoryKubernetesVersion, diff.CategoryFiles}, o.cats)
+	// One bundle per version.
+	o, err = parseFlags([]string{"-upgrader-images", "v1.31.1=r/u:v1.31.1, v1.32.0=r/u:v1.32.0"}, &out)
+	require.NoError(t, err)
+	require.Equal(t, capi.ImagesByVersion{"v1.31.1": "r/u:v1.31.1", "v1.32.0": "r/u:v1.32.0"}, o.images)
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-upgrader-images", "v1.31.1"}, `"v1.31.1" is not version=image`},
+		{[]string{"-upgrader-images", "1.31.1=img"}, `version "1.31.1"`},
+		{[]string{"-upgrader-images", "v1.31.1=a,v1.31.1=b"}, "version v1.31.1 twice"},
+		{[]string{"-upgrader-images", "v1.31.1=a", "-upgrader-image", "b"}, "set one"},
+	} {
+		_, err = parseFlags(tc.args, &out)
+		require.ErrorIs(t, err, errInvalidFlag, tc.args)
+		require.ErrorContains(t, err, tc.want)
 	}
 	_, err = parseFlags([]string{"-bogus"}, &out)
 	require.Error(t, err)
@@ -185,6 +212,7 @@ func TestServesTheHooksOverHTTPS(t *testing.T) {
 	require.NoError(t, err)
 	scheme := runtime.NewScheme()
 	require.NoError(t, clientgoscheme.AddToScheme(scheme))
+	require.NoError(t, clusterv1.AddToScheme(scheme))
 	mgmt := fakeclient.NewClientBuilder().WithScheme(scheme).Build()
 
 	ctx, cancel := context.WithCancel(context.Background())
@@ -258,6 +286,9 @@ func TestServesTheHooksOverHTTPS(t *testing.T) {
 	var up runtimehooksv1.UpdateMachineResponse
 	m := machine("v1.31.1")
 	m.Spec.ProviderID = "docker:////m"
+	live := m.DeepCopy()
+	live.Annotations = map[string]string{clusterv1.UpdateInProgressAnnotation: ""}
+	require.NoError(t, mgmt.Create(ctx, live), "the Machine Cluster API marked for the update")
 	post(runtimehooksv1.UpdateMachine, "upgradekit-update-machine", &runtimehooksv1.UpdateMachineRequest{
 		TypeMeta: metav1.TypeMeta{APIVersion: runtimehooksv1.GroupVersion.String(), Kind: "UpdateMachineRequest"},
 		Desired:  runtimehooksv1.UpdateMachineRequestObjects{Machine: m},
@@ -293,7 +324,7 @@ upgradekit_inplace_machines_in_progress{phase="Failed"} 0
 upgradekit_inplace_machines_in_progress{phase="Pending"} 1
 upgradekit_inplace_machines_in_progress{phase="Upgrading"} 0
 upgradekit_inplace_machines_in_progress{phase="WaitingForKubelet"} 0
-`), strategy.MetricDecisions, strategy.MetricMachinesInProgress))
+`), capi.MetricDecisions, capi.MetricMachinesInProgress))
 }
 
 // TestMetricsServerFailureStopsTheExtension: a metrics port already in use

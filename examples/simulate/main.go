@@ -61,7 +61,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.strategy, "strategy", "fallback", "fallback (in place, else rolling replace), inplace-only (never replace), rolling (always replace)")
 	fs.StringVar(&faults, "fail", "", "inject step failures: node/step=times,... (e.g. demo-md-0-1/kubeadm-upgrade=1)")
 	var crashes string
-	fs.StringVar(&crashes, "crash", "", "crash the node's upgrader during a step (a new one resumes from the journal): node/step,... (e.g. demo-md-0-0/kubelet-binary)")
+	fs.StringVar(&crashes, "crash", "", "crash the node's upgrader during a step (a new one resumes from the journal): node/step,... (e.g. demo-md-0-0/kubelet)")
 	fs.Uint64Var(&o.seed, "seed", 1, "seed for injected faults")
 	fs.StringVar(&o.timeline, "timeline", "", "write an HTML/SVG timeline of the rollout to this file")
 	fs.BoolVar(&o.bar, "progress-bar", isTerminal(os.Stdout), "draw a progress bar (default: when stdout is a terminal)")

@@ -80,7 +80,7 @@ func TestDemoWithAFailure(t *testing.T) {
 func TestDemoWithACrash(t *testing.T) {
 	var out bytes.Buffer
 	err := run(context.Background(), []string{"-progress-bar=false", "-control-planes", "1", "-workers", "md-0=2", "-new-image", "",
-		"-crash", "demo-md-0-0/containerd,demo-md-0-1/kubelet-binary"}, &out, &bytes.Buffer{})
+		"-crash", "demo-md-0-0/containerd,demo-md-0-1/kubelet"}, &out, &bytes.Buffer{})
 	require.NoError(t, err, out.String())
 	s := out.String()
 	require.Contains(t, s, "demo-md-0-0              InPlace runner-restart         Crashed")
