@@ -130,7 +130,9 @@ func TestUpdateMachineCreatesAPodTheUpgraderRuns(t *testing.T) {
 
 			// It is the pod podOptions builds for the plan planConfig
 			// shapes: the rest of this test is about both.
-			cfg := kubeadm.Config{Node: tc.node, Role: tc.role, FromVersion: "v1.30.4", ToVersion: "v1.31.1"}
+			// The updater names each update's plan (its journal on the
+			// host is the update's own); the rest is the same plan.
+			cfg := kubeadm.Config{Node: tc.node, Role: tc.role, FromVersion: "v1.30.4", ToVersion: "v1.31.1", PlanName: pod.Labels[nodepod.LabelPlan]}
 			o.planConfig(&cfg)
 			plan, err := kubeadm.NewPlan(cfg)
 			require.NoError(t, err)

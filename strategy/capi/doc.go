@@ -48,7 +48,14 @@
 //     WithUpdateTimeout, a node NotReady past WithNotReadyTimeout, a drain
 //     past WithDrainTimeout are Failures with stable reasons; two Nodes
 //     with one providerID or two Machines on one Node are Failures too;
-//   - upgrader pods are recognised by namespace and record, not labels.
+//   - upgrader pods are recognised by namespace and record, not labels;
+//   - a failed update is retried from the management cluster, never with
+//     a shell on the node: a new value of the Machine's AnnotationRetry
+//     starts a new attempt, whose plan has a name (and so a journal on the
+//     host) of its own, with fresh deadlines. Each update, and each
+//     attempt of it, runs under its own plan name: a journal left by an
+//     earlier update (Failed, RolledBack, Succeeded, or written for another
+//     from-version) is never resumed by a later one.
 //
 // What it applies is the Kubernetes version (strategy.KubeadmCategories):
 // pair it with an Extension that accepts nothing else. It verifies the
@@ -100,7 +107,8 @@
 //   - Kubernetes Events on the Machine in the management cluster
 //     (WithEventRecorder; reasons EventReasonUpdateStarted,
 //     EventReasonNodeDrained, EventReasonDrainBlocked,
-//     EventReasonUpdateSucceeded, EventReasonUpdateFailed), recorded on
+//     EventReasonUpdateSucceeded, EventReasonUpdateFailed,
+//     EventReasonUpdateRetried), recorded on
 //     transitions read from the Node, so a restarted extension does not
 //     repeat them;
 //   - Prometheus metrics (NewMetrics, on controller-runtime's registry by

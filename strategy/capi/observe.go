@@ -116,6 +116,9 @@ const (
 	// EventReasonUpdateFailed (Warning): the update failed; the note starts
 	// with a Failure* reason.
 	EventReasonUpdateFailed = "InPlaceUpdateFailed"
+	// EventReasonUpdateRetried (Normal): a failed update starts a new
+	// attempt because the Machine's AnnotationRetry changed.
+	EventReasonUpdateRetried = "InPlaceUpdateRetried"
 )
 
 // Values of the "outcome" label of MetricDecisions.
@@ -196,6 +199,14 @@ type UpdateRecord struct {
 	// could be written. It is written with a compare-and-swap of this
 	// annotation, so two replicas do not both record the same transition.
 	Reported string `json:"reported,omitempty"`
+	// Attempt counts the retries of this update asked for with
+	// AnnotationRetry (0: the first attempt). Each attempt runs its plan
+	// under its own name, so with a journal of its own on the host.
+	Attempt int `json:"attempt,omitempty"`
+	// RetryToken is the value of the Machine's AnnotationRetry that the
+	// last retry (or, without one, the start of the update) consumed; a
+	// different value asks for a new attempt.
+	RetryToken string `json:"retryToken,omitempty"`
 }
 
 // ErrMetricsRegistration is matched by NewMetrics' errors: a collector of

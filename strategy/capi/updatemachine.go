@@ -2,6 +2,8 @@ package capi
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strings"
@@ -421,6 +423,7 @@ func (u *MachineUpdater) update(ctx context.Context, log logr.Logger, m *cluster
 	st := &call{machine: m, cluster: cluster, c: c, node: node, prev: InPlaceUpdateCondition(node), now: u.clock.Now(), log: log.WithValues("node", node.Name)}
 	res = u.updateNode(ctx, st, to)
 	res = u.deadlines(st, res)
+	res = u.retry(ctx, st, res)
 	res.node = node.Name
 	u.report(ctx, st, &res)
 	return res
@@ -465,6 +468,15 @@ func (u *MachineUpdater) checkRequest(ctx context.Context, m *clusterv1.Machine)
 	}
 	out := m.DeepCopy()
 	out.UID = live.UID
+	// A retry is asked for on the live Machine; the request's copy of the
+	// annotation is not trusted.
+	delete(out.Annotations, AnnotationRetry)
+	if v, ok := live.Annotations[AnnotationRetry]; ok {
+		if out.Annotations == nil {
+			out.Annotations = map[string]string{}
+		}
+		out.Annotations[AnnotationRetry] = v
+	}
 	return out, updateResult{}, true
 }
 
@@ -570,7 +582,10 @@ func (u *MachineUpdater) updateNode(ctx context.Context, st *call, to *version.V
 		if !ok {
 			return res
 		}
-		rec = &UpdateRecord{Machine: m.Namespace + "/" + m.Name, Version: want, Started: st.nowMeta(), Role: string(role)}
+		// A retry token already on the Machine when the update starts is
+		// no request to retry this update.
+		rec = &UpdateRecord{Machine: m.Namespace + "/" + m.Name, Version: want, Started: st.nowMeta(), Role: string(role),
+			RetryToken: m.Annotations[AnnotationRetry]}
 		if u.drain {
 			rec.DrainStarted = &rec.Started
 		}
@@ -610,12 +625,23 @@ func (u *MachineUpdater) updateNode(ctx context.Context, st *call, to *version.V
 	return u.runPlan(ctx, st, rec, pods)
 }
 
+// planName names the plan of one attempt of one update: a new update (a
+// new record, started at another time) or a retry never meets the journal
+// an earlier one left on the host, whose steps may have ended Failed,
+// RolledBack or Succeeded for other binaries; calls within one attempt
+// name the same plan, so a recreated pod resumes from its journal.
+// WithPlanConfig may set another name (then retries share a journal).
+func planName(node string, rec *UpdateRecord) string {
+	sum := sha256.Sum256([]byte(fmt.Sprintf("%s\x00%s\x00%s\x00%d\x00%d", node, rec.Version, rec.Role, rec.Started.Unix(), rec.Attempt)))
+	return "kubeadm-" + hex.EncodeToString(sum[:])[:12]
+}
+
 // buildPod builds the update's kubeadm plan and its upgrader pod from the
 // kubelet version from. Its errors cannot heal by waiting: they are
 // Failures (FailurePlanRejected, FailurePodBuild).
 func (u *MachineUpdater) buildPod(st *call, rec *UpdateRecord, from string) (*corev1.Pod, updateResult, bool) {
 	node := st.node.Name
-	cfg := kubeadm.Config{Node: node, Role: kubeadm.Role(rec.Role), FromVersion: from, ToVersion: rec.Version}
+	cfg := kubeadm.Config{Node: node, Role: kubeadm.Role(rec.Role), FromVersion: from, ToVersion: rec.Version, PlanName: planName(node, rec)}
 	if u.planHook != nil {
 		u.planHook(&cfg)
 	}
@@ -1234,4 +1260,72 @@ func (u *MachineUpdater) nodeFound(ctx context.Context, c client.Client, machine
 		delete(cm.Data, nodeGoneKey(machine))
 		_ = c.Update(ctx, &cm) // best effort; a failed update is retried by the next process that finds the node
 	}
+}
+
+// AnnotationRetry is the Machine annotation (in the management cluster)
+// with which an operator retries a failed in-place update: set it, or
+// change its value, to any new string (a date, say):
+//
+//	kubectl annotate machine NAME upgradekit.io/retry-update="$(date +%s)" --overwrite
+//
+// When an update recorded on the node is answered Failure (a failed step,
+// a refused pod, a deadline) and the Machine's value differs from the one
+// the update last consumed, the next answer starts a new attempt instead:
+// the failed upgrader pod is deleted, the attempt's plan gets a name of its
+// own, so it runs with a new journal on the host (a failed, rolled back or
+// stale journal from another from-version cannot stop it), and the update
+// deadline and, if the drain had not finished, the drain deadline start
+// again. The node stays cordoned while the drain had finished. One value
+// is one retry: a new attempt that fails again needs a new value. A value
+// present when the update starts, or set while it goes well, asks for
+// nothing. While the update's own upgrader pod still runs (a deadline
+// passed), the Failure stays and the retry waits for that pod to end.
+//
+// With WithManagementReader the value is read from the live Machine; the
+// request's copy is not trusted. Failures with no update recorded on a
+// node (the node is gone, ambiguous or claimed; the request does not
+// match) are not retried this way: they end when their cause does.
+const AnnotationRetry = "upgradekit.io/retry-update"
+
+// retry turns a Failure of an update recorded on the node into the start
+// of a new attempt when the Machine asks for one (AnnotationRetry).
+func (u *MachineUpdater) retry(ctx context.Context, st *call, res updateResult) updateResult {
+	if res.err == nil || st.rec == nil {
+		return res
+	}
+	token := st.machine.Annotations[AnnotationRetry]
+	if token == "" || token == st.rec.RetryToken {
+		return res
+	}
+	pods, err := upgraderPodsOn(ctx, st.c, u.podNamespace, st.node.Name)
+	if err != nil {
+		return res
+	}
+	failed := findPod(pods, st.rec.Pod)
+	if failed != nil && !podEnded(failed) {
+		res.err = fmt.Errorf("%w; a retry is asked for (%s=%q), and starts once upgrader pod %s ends", res.err, AnnotationRetry, token, st.rec.Pod)
+		return res
+	}
+	next := *st.rec
+	next.Attempt++
+	next.RetryToken = token
+	next.Pod, next.FromVersion = "", ""
+	next.Succeeded = nil
+	next.Reported = ""
+	next.Started = st.nowMeta()
+	if next.Drained == nil && next.DrainStarted != nil {
+		next.DrainStarted = &next.Started
+	}
+	if err := st.writeRecord(ctx, &next); err != nil {
+		return res
+	}
+	if failed != nil && failed.Namespace == u.podNamespace {
+		if err := st.c.Delete(ctx, failed); err != nil && !apierrors.IsNotFound(err) {
+			st.log.Info("deleting the failed upgrader pod for a retry; the next call deletes it", "pod", failed.Namespace+"/"+failed.Name, "error", err.Error())
+		}
+	}
+	st.log.Info("in-place update retried", "attempt", next.Attempt, "after", res.failure)
+	u.event(st.machine, eventNormal, EventReasonUpdateRetried, "Update", "Attempt %d of the in-place update of node %s to %s, asked for by %s=%q after %s",
+		next.Attempt+1, st.node.Name, next.Version, AnnotationRetry, token, res.failure)
+	return waiting(ReasonPending, "retrying the update of node %s to %s (attempt %d, %s=%q) after: %v", st.node.Name, next.Version, next.Attempt+1, AnnotationRetry, token, res.err)
 }

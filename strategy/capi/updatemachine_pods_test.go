@@ -30,7 +30,7 @@ type podsCluster struct {
 	call func(*runtimehooksv1.UpdateMachineRequest) runtimehooksv1.UpdateMachineResponse
 }
 
-func newPodsCluster(t *testing.T) *podsCluster {
+func newPodsCluster(t *testing.T, opts ...capi.MachineUpdaterOption) *podsCluster {
 	t.Helper()
 	s := runtime.NewScheme()
 	require.NoError(t, clientgoscheme.AddToScheme(s))
@@ -44,7 +44,7 @@ func newPodsCluster(t *testing.T) *podsCluster {
 	workload := func(context.Context, types.NamespacedName) (client.Client, error) { return c, nil }
 	return &podsCluster{t: t, c: c, call: func(req *runtimehooksv1.UpdateMachineRequest) runtimehooksv1.UpdateMachineResponse {
 		// A new updater per call: nothing survives in memory.
-		u, err := capi.NewMachineUpdater(workload, capi.WithoutDrain(), capi.WithPodOptions(nodepod.WithImage("r/u:1")))
+		u, err := capi.NewMachineUpdater(workload, append([]capi.MachineUpdaterOption{capi.WithoutDrain(), capi.WithPodOptions(nodepod.WithImage("r/u:1"))}, opts...)...)
 		require.NoError(t, err)
 		var resp runtimehooksv1.UpdateMachineResponse
 		u.UpdateMachine(ctx, req, &resp)

@@ -31,7 +31,8 @@ import (
 // workers, fake.Fleet) whose kubelets (fake.PodRunner) run the upgrader
 // pods it creates, in either init-container layout, with faults between
 // calls: the upgrader pod deleted, a worker's Node lost, the API server
-// refusing the pod, a kubelet step failing once. Every run must end, and:
+// refusing the pod, a kubelet step failing once; after a failed step, an
+// operator may retry once (capi.AnnotationRetry). Every run must end, and:
 //
 //   - done only with a verified node: the kubelet runs the target version
 //     and the kubelet and containerd units are active;
@@ -62,6 +63,7 @@ func TestUpdateMachineProperty(t *testing.T) {
 	}
 	t.Logf("%d runs: %v", runs, ends)
 	require.Positive(t, ends["done"], "some runs must succeed, or the faults are too many to show anything")
+	require.Positive(t, ends["done after a retry"], "a retried failure must be able to end done")
 }
 
 const (
@@ -104,12 +106,13 @@ func propertyRun(t *testing.T, seed int64) string {
 	// The kubelet's pods, by namespace/name (the fake client sets no
 	// UIDs); a deleted pod's runner goes with it.
 	runners := map[string]*fake.PodRunner{}
+	retriedDone := 0
 
 	for _, m := range cl.Nodes() {
 		host := fleet.Host(m.Name)
 		req := updateReq(m.Name, m.ProviderID, propTo, m.Role == fake.RoleControlPlane)
 		req.Desired.Machine.Spec.ClusterName = "p"
-		nodeLost := false
+		nodeLost, retried := false, false
 		end := ""
 		const budget = 60
 		for call := 0; call < budget && end == ""; call++ {
@@ -136,6 +139,16 @@ func propertyRun(t *testing.T, seed int64) string {
 					require.Equal(t, capi.FailurePodRejected, reason, where)
 					require.Equal(t, propFrom, host.RunningVersion(fake.Kubelet), "refused before anything ran: %s", where)
 				}
+				if reason == capi.FailureStepFailed && !retried && rng.Intn(2) == 0 {
+					// An operator retries from the management cluster.
+					retried = true
+					if req.Desired.Machine.Annotations == nil {
+						req.Desired.Machine.Annotations = map[string]string{}
+					}
+					req.Desired.Machine.Annotations[capi.AnnotationRetry] = fmt.Sprintf("%d", call)
+					clk.Step(time.Minute)
+					continue
+				}
 				return reason
 			}
 			if resp.RetryAfterSeconds == 0 {
@@ -144,6 +157,9 @@ func propertyRun(t *testing.T, seed int64) string {
 				require.Equal(t, fake.UnitActive, host.UnitState("kubelet"), where)
 				require.Equal(t, fake.UnitActive, host.UnitState("containerd"), where)
 				end = "done"
+				if retried {
+					retriedDone++
+				}
 				break
 			}
 
@@ -185,6 +201,9 @@ func propertyRun(t *testing.T, seed int64) string {
 			}
 		}
 		require.NotEmpty(t, end, "seed %d machine %s: no end after %d calls (endless waiting)", seed, m.Name, budget)
+	}
+	if retriedDone > 0 {
+		return "done after a retry"
 	}
 	return "done"
 }
