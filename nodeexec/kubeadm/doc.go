@@ -1,10 +1,12 @@
-// Package kubeadm builds nodeexec plans that upgrade a kubeadm node in
-// place: an etcd snapshot (first control plane), containerd (installed and
-// restarted in one step), CNI plugins, the kubeadm binary, `kubeadm upgrade
+// Package kubeadm builds nodeexec plans that change a kubeadm node in
+// place. NewPlan upgrades its Kubernetes version: an etcd snapshot (first
+// control plane), containerd (installed and restarted in one step), CNI
+// plugins, the kubeadm binary, `kubeadm upgrade
 // apply` (first control plane) or `kubeadm upgrade node` (other control
 // planes, workers), kubectl, the kubelet (replaced and restarted in one
 // step) and a final verification that the versions actually running are
-// the target ones.
+// the target ones. NewKubeletArgsPlan changes the kubelet's extra
+// arguments at the same version (below).
 //
 // No step ends with the kubelet or containerd down: in nodepod's
 // init-container layout only a running kubelet starts the next step's
@@ -23,6 +25,38 @@
 // need: a kubeadm.k8s.io/v1beta4 UpgradeConfiguration for `upgrade apply`
 // from 1.31 (flags before that), and skipping the CoreDNS addon phase from 1.32 (Cluster API
 // owns CoreDNS).
+//
+// # Kubelet arguments without a version change
+//
+// NewKubeletArgsPlan applies a change of a KubeadmConfig's
+// nodeRegistration.kubeletExtraArgs in place, at the same Kubernetes
+// version: StepKubeletArgs backs up /var/lib/kubelet/kubeadm-flags.env,
+// rewrites it atomically, restarts the kubelet, checks it stays active and
+// puts the old file back (restarting again) if it does not;
+// StepKubeletArgsVerify reads the running kubelet's command line
+// (/proc/<MainPID>/cmdline) and checks every desired --name=value is on
+// it and no other value of a replaced or removed flag is.
+//
+// What it models of kubeadm (KubeadmFlags): kubeadm writes the file as
+// KUBELET_KUBEADM_ARGS="--name=value ..." from its own flags
+// (--container-runtime-endpoint, --pod-infra-container-image,
+// --register-with-taints, --hostname-override) overridden by the extra
+// args, sorted by name then value. The step writes what `kubeadm join`
+// would write with the new extra args, so an in-place change and a
+// replacement machine end with the same file. Flags to remove are those
+// of the previous config (KubeletArgsConfig.Previous) and those a
+// record file next to kubeadm-flags.env says an earlier plan applied;
+// kubeadm's own flags are never added, changed or removed
+// (ErrKubeadmOwnedArg). The kubelet unit passes $KUBELET_KUBEADM_ARGS to
+// ExecStart, which systemd splits at whitespace and unquotes, so values
+// with whitespace, quotes or backslashes cannot reach the kubelet intact
+// and are refused at plan construction (ErrInvalidKubeletArg); all other
+// printable values ($, backticks, ;, * ...) are passed as argv elements
+// and written verbatim. A flags file in any form kubeadm does not write is
+// refused by the step, which then changes nothing (ErrUnsupportedFlagsFile
+// is the model's equivalent). Flags set outside kubeadm-flags.env
+// (KUBELET_EXTRA_ARGS in /etc/default/kubelet) are not edited; a removed
+// flag still set there makes the verification fail.
 //
 // What it is not: it does not drain (use package nodeexec/drain before the
 // plan runs), it does not update Cluster API objects, and it does not roll

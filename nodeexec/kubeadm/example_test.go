@@ -36,3 +36,36 @@ func ExampleNewPlan() {
 	// [/usr/bin/kubeadm upgrade apply --config /var/lib/upgradekit/staging/kubeadm-upgrade-config.yaml --yes]
 	// true
 }
+
+// A kubeletExtraArgs change on a worker: max-pods changes, node-labels is
+// no longer set, cloud-provider stays. Values reach the node's scripts as
+// argv elements; a value systemd would split or unquote is refused with a
+// *KubeletArgError naming it.
+func ExampleNewKubeletArgsPlan() {
+	plan, err := kubeadm.NewKubeletArgsPlan(kubeadm.KubeletArgsConfig{
+		PlanName: "w-1-kubelet-args", Node: "w-1",
+		Desired:  []kubeadm.KubeletArg{{Name: "cloud-provider", Value: "external"}, {Name: "max-pods", Value: "250"}},
+		Previous: []kubeadm.KubeletArg{{Name: "cloud-provider", Value: "external"}, {Name: "max-pods", Value: "110"}, {Name: "node-labels", Value: "tier=web"}},
+	})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	for _, s := range plan.Steps {
+		fmt.Println(s.Name, s.Argv[4:])
+	}
+
+	// What the step does to kubeadm's file, as a pure function.
+	f, _ := kubeadm.ParseKubeadmFlags(`KUBELET_KUBEADM_ARGS="--cloud-provider=external --container-runtime-endpoint=unix:///run/containerd/containerd.sock --max-pods=110 --node-labels=tier=web"` + "\n")
+	fmt.Print(f.WithExtraArgs([]kubeadm.KubeletArg{{Name: "cloud-provider", Value: "external"}, {Name: "max-pods", Value: "250"}}, []string{"node-labels"}))
+
+	_, err = kubeadm.NewKubeletArgsPlan(kubeadm.KubeletArgsConfig{Node: "w-1",
+		Desired: []kubeadm.KubeletArg{{Name: "node-labels", Value: "tier=web zone=a"}}})
+	var argErr *kubeadm.KubeletArgError
+	fmt.Println(errors.As(err, &argErr), argErr.Field, errors.Is(err, kubeadm.ErrInvalidKubeletArg))
+	// Output:
+	// kubelet-args [/var/lib/kubelet/kubeadm-flags.env /var/lib/kubelet/upgradekit-kubelet-extra-args /var/lib/upgradekit/backup/w-1-kubelet-args /proc 5 2 --cloud-provider=external --max-pods=250 node-labels]
+	// kubelet-args-verify [/var/lib/kubelet/kubeadm-flags.env /var/lib/kubelet/upgradekit-kubelet-extra-args /var/lib/upgradekit/backup/w-1-kubelet-args /proc 5 2 --cloud-provider=external --max-pods=250 node-labels]
+	// KUBELET_KUBEADM_ARGS="--cloud-provider=external --container-runtime-endpoint=unix:///run/containerd/containerd.sock --max-pods=250"
+	// true desired[0].value true
+}

@@ -1,6 +1,10 @@
 package kubeadm
 
-import "testing"
+import (
+	"errors"
+	"slices"
+	"testing"
+)
 
 func FuzzCheckUpgrade(f *testing.F) {
 	for _, s := range [][2]string{
@@ -23,6 +27,58 @@ func FuzzCheckUpgrade(f *testing.F) {
 		}
 		if tv.LessThan(fv) || tv.Major() != fv.Major() || tv.Minor() > fv.Minor()+1 {
 			t.Fatalf("accepted %q -> %q", from, to)
+		}
+	})
+}
+
+// FuzzKubeadmFlags: parsing never panics; whatever parses writes back to
+// a file that parses to the same arguments and lines (parse → write →
+// parse), and applying extra arguments (valid ones, as a plan would) gives
+// a parsable file that applying them again does not change.
+func FuzzKubeadmFlags(f *testing.F) {
+	for _, s := range []string{
+		kubeadmFile, "", "\n", "# c\n" + kubeadmFile + "X=1", `KUBELET_KUBEADM_ARGS=""`, `KUBELET_KUBEADM_ARGS="--a=\"b\""`,
+		"KUBELET_KUBEADM_ARGS=\"--a=b\t--c=d\"\r\n", "# x \\\nKUBELET_KUBEADM_ARGS=\"--a=b\"", `KUBELET_KUBEADM_ARGS='--a=b'`,
+	} {
+		f.Add(s, "max-pods", "250", "node-labels")
+	}
+	f.Fuzz(func(t *testing.T, content, name, value, remove string) {
+		parsed, err := ParseKubeadmFlags(content)
+		if err != nil {
+			if !errors.Is(err, ErrUnsupportedFlagsFile) {
+				t.Fatalf("error %v does not wrap ErrUnsupportedFlagsFile", err)
+			}
+			return
+		}
+		out := parsed.String()
+		again, err := ParseKubeadmFlags(out)
+		if err != nil {
+			t.Fatalf("written file %q does not parse: %v", out, err)
+		}
+		if !slices.Equal(parsed.Args, again.Args) || again.String() != out {
+			t.Fatalf("round trip changed %q into %q", out, again.String())
+		}
+		var desired []KubeletArg
+		if ValidateKubeletArgName(name) == nil && ValidateKubeletArgValue(value) == nil {
+			desired = []KubeletArg{{Name: name, Value: value}}
+		}
+		applied := parsed.WithExtraArgs(desired, []string{remove})
+		reparsed, err := ParseKubeadmFlags(applied.String())
+		if err != nil {
+			t.Fatalf("file with %v does not parse: %v\n%q", desired, err, applied.String())
+		}
+		if twice := reparsed.WithExtraArgs(desired, []string{remove}).String(); twice != applied.String() {
+			t.Fatalf("applying twice changed %q into %q", applied.String(), twice)
+		}
+		for _, a := range reparsed.Args {
+			if a.Name == remove && !slices.Contains(desired, a) {
+				t.Fatalf("--%s kept after its removal: %q", remove, applied.String())
+			}
+		}
+		for _, d := range desired {
+			if !slices.Contains(reparsed.Args, d) {
+				t.Fatalf("%s missing from %q", d, applied.String())
+			}
 		}
 	})
 }
