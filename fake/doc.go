@@ -26,7 +26,11 @@
 // trees are installed and backed up, `kubeadm upgrade apply|node` checks
 // versions and kubeadm's ordering (a Fleet shares the cluster's kubeadm
 // configuration between hosts), a kubelet restart reports the new version
-// on the Node, and rollbacks restore what the backups saved. Anything else
+// on the Node, and rollbacks restore what the backups saved. The
+// kubelet-args plan (kubeadm.NewKubeletArgsPlan) runs too: the host keeps
+// a kubeadm-flags.env (DefaultKubeadmFlags at first), rewrites it with the
+// library's own model (kubeadm.KubeadmFlags), and a kubelet start reads it
+// (Host.KubeletArgs is what the running kubelet got). Anything else
 // fails with ExitUnknownCommand; nothing unknown succeeds silently. The
 // host learns the library's scripts from a plan the library generates, so
 // a changed script is reported as unknown rather than half-understood.
@@ -95,5 +99,10 @@
 // What it is not: a simulation of controllers. Nothing reconciles: no
 // Machine is created when a MachineDeployment changes, no Pod is
 // rescheduled, and Node status changes only when a Host or the test writes
-// it. The hosts model the kubeadm library's commands, not Linux.
+// it. The hosts model the kubeadm library's commands, not Linux: for the
+// kubelet-args plan, the kubelet accepts any flag (inject a failure with
+// Faults to test a kubelet that refuses one), the settle wait and
+// /proc/<MainPID>/cmdline are not modelled (the host remembers the
+// arguments the kubelet read at its last start), and the kubelet always
+// reads kubeadm.DefaultKubeadmFlagsFile, whatever FlagsFile a plan names.
 package fake

@@ -154,6 +154,7 @@ type Host struct {
 	faults       *Faults
 	history      []nodeexec.Command
 	notReady     bool
+	kubeletArgs  []string // what the running kubelet read from kubeadm-flags.env
 }
 
 // NewHost returns a host for node at Kubernetes version, with the
@@ -189,6 +190,7 @@ func newHost(node string, role Role, version string, ks *kubeadmState, opts []Ho
 	h.files[CNIPluginPath] = binary(CNI, h.cni)
 	h.files["/etc/kubernetes/kubelet.conf"] = "kubelet kubeconfig for " + node
 	h.files["/var/lib/kubelet/config.yaml"] = "kind: KubeletConfiguration # " + version
+	h.files[kubeadm.DefaultKubeadmFlagsFile] = DefaultKubeadmFlags
 	if role == RoleControlPlane {
 		h.cp = version
 		h.files["/etc/kubernetes/admin.conf"] = "admin kubeconfig"
@@ -201,6 +203,7 @@ func newHost(node string, role Role, version string, ks *kubeadmState, opts []Ho
 	}
 	h.units["kubelet"], h.units["containerd"] = UnitActive, UnitActive
 	h.running[Kubelet], h.running[Containerd] = version, h.containerd
+	h.kubeletArgs = h.readKubeletArgs()
 	return h, nil
 }
 
@@ -397,6 +400,9 @@ func (h *Host) exec(ctx context.Context, cmd nodeexec.Command) (int, string) {
 		}
 	}
 	if argv[0] == "/bin/sh" && len(argv) >= 4 && argv[1] == "-c" {
+		if k, ok := knownKubeletArgsScripts()[argv[2]]; ok {
+			return h.kubeletArgsScript(ctx, k, argv[4:])
+		}
 		s, ok := knownScripts()[argv[2]]
 		if !ok {
 			return ExitUnknownCommand, fmt.Sprintf("fake host %s: unknown shell script (the simulated host interprets only the kubeadm step library's scripts):\n%s", h.node, argv[2])
@@ -519,6 +525,9 @@ func (h *Host) systemctl(ctx context.Context, args []string) (int, string) {
 		}
 		h.units[unit] = UnitInactive
 		delete(h.running, Component(unit))
+		if unit == "kubelet" {
+			h.kubeletArgs = nil
+		}
 		return 0, ""
 	case "start", "restart":
 		return h.startUnit(ctx, unit)
@@ -548,6 +557,9 @@ func (h *Host) startUnit(ctx context.Context, unit string) (int, string) {
 	if msg != "" {
 		h.units[unit] = UnitInactive
 		delete(h.running, Component(unit))
+		if unit == "kubelet" {
+			h.kubeletArgs = nil
+		}
 		h.mu.Unlock()
 		return 1, fmt.Sprintf("Job for %s.service failed because the control process exited with error code.\n%s", unit, msg)
 	}
@@ -555,6 +567,7 @@ func (h *Host) startUnit(ctx context.Context, unit string) (int, string) {
 	h.running[Component(unit)] = v
 	if unit == "kubelet" {
 		h.notReady = false
+		h.kubeletArgs = h.readKubeletArgs()
 	}
 	h.mu.Unlock()
 	if unit == "kubelet" {
