@@ -41,7 +41,12 @@ func MachineDeploymentRollout() Option {
 // spec.version and spec.failureDomain (references, providerID, readiness
 // gates, deletion timeouts and taints are cleaned up first), the whole spec
 // of the bootstrap config and infrastructure machine, and no metadata.
-// Lists are compared by index, as CAPI does.
+// Lists are compared by index, as CAPI does. CAPI compares JSON data with
+// go-cmp, so empty values are strict (StrictEmpty without patterns): ""
+// against absent, [] against absent, {} against absent all differ, and the
+// patches write the empty values or delete the fields, whichever desired
+// has. (The typed Machine cannot tell "" from absent, its fields being
+// omitempty, so neither does the comparison there.)
 func InPlaceUpdate() Option {
 	return Options{
 		Ignore(
@@ -56,6 +61,7 @@ func InPlaceUpdate() Option {
 			"machine.spec.taints",
 		),
 		OrderedLists(),
+		StrictEmpty(),
 	}
 }
 

@@ -93,6 +93,7 @@ type Change struct {
 	// Private fields sit here to fill what would be padding.
 	reveal  bool
 	partial bool   // only parts of the values are sensitive: show red
+	strict  bool   // compared under StrictEmpty: patches copy desired exactly
 	relOff  uint32 // Path[relOff:] is the path below a template's spec.template
 
 	// Kind is the object's kind when known (Machine, KubeadmConfig,

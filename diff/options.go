@@ -65,6 +65,7 @@ type config struct {
 	classes    classCache // classify's results, filled as diffs run
 	reveal     bool
 	ordered    bool
+	strictAll  bool // StrictEmpty() without patterns: everywhere
 	maxDepth   int
 	order      int
 	errs       []error
@@ -122,12 +123,25 @@ func ListIndex(pattern string) Option {
 type indexMarker struct{}
 
 // StrictEmpty makes an empty value (empty string, list or object) at these
-// paths differ from an absent one. By default they are the same, as
-// omitempty makes them on the wire; Kubernetes has a few places where the
-// difference matters, such as a kubeadm nodeRegistration.taints of [] (no
-// taints) against absent (the default control-plane taint).
+// paths differ from an absent one (a pattern ending in ".**" covers a
+// whole subtree). By default they are the
+// same, as omitempty makes them on the wire; Kubernetes has a few places
+// where the difference matters, such as a kubeadm nodeRegistration.taints
+// of [] (no taints) against absent (the default control-plane taint).
+//
+// Without patterns it applies everywhere: the comparison is then as strict
+// as go-cmp's on JSON data ("" against absent, [] against absent, {} against
+// absent and {"a": {}} against absent all differ), which is how Cluster API
+// compares after an in-place extension's patches (see InPlaceUpdate). Under
+// it, a value that becomes "" is a replacement, not a removal, and the
+// patches (JSONPatch, MergePatch) write the empty value rather than delete
+// the field, so applying them gives exactly the desired value. An explicit
+// JSON null still equals absent.
 func StrictEmpty(patterns ...string) Option {
 	return optionFunc(func(c *config) {
+		if len(patterns) == 0 {
+			c.strictAll = true
+		}
 		for _, p := range patterns {
 			c.addRule(ruleStrictEmpty, p, rule{})
 		}

@@ -69,6 +69,20 @@ type PatchOp struct {
 	Value any    `json:"value,omitempty"`
 }
 
+// MarshalJSON writes the operation; add, replace and test always carry a
+// value, null included (RFC 6902 requires the member), remove never does.
+func (op PatchOp) MarshalJSON() ([]byte, error) {
+	if op.Op == "remove" || op.Value != nil {
+		type plain PatchOp
+		return json.Marshal(plain(op))
+	}
+	return json.Marshal(struct {
+		Op    string `json:"op"`
+		Path  string `json:"path"`
+		Value any    `json:"value"`
+	}{op.Op, op.Path, nil})
+}
+
 // JSONPatch returns an RFC 6902 JSON patch that, applied to the current
 // object, makes the paths of the changes in the set equal to desired and
 // leaves every other path untouched: what CAPI's CanUpdateMachine and
@@ -103,7 +117,8 @@ func (cs ChangeSet) PatchOps(obj Object) ([]PatchOp, error) {
 
 // MergePatch returns the RFC 7386 merge patch equivalent of JSONPatch
 // (lists are always replaced whole in a merge patch). An object with no
-// changes gives "{}".
+// changes gives "{}". A merge patch cannot set a field to an explicit null
+// (null deletes it): where desired has one, use JSONPatch.
 func (cs ChangeSet) MergePatch(obj Object) ([]byte, error) {
 	cur, target, err := cs.target(obj)
 	if err != nil {
@@ -155,7 +170,10 @@ func (cs ChangeSet) target(obj Object) (cur, target map[string]any, err error) {
 			p = c.ListPath
 		}
 		toks := parsePointer(p)
-		if v, ok := lookupPointer(des, toks); ok && !(c.Op == OpRemove && c.ListPath == "" && emptyData(v)) {
+		// Under StrictEmpty desired is copied exactly, empty values and
+		// nulls included; otherwise an empty value is written as absent.
+		v, ok := lookupPointer(des, toks)
+		if ok && (c.strict || !(c.Op == OpRemove && c.ListPath == "" && emptyData(v))) {
 			setPointer(target, toks, deepCopyData(v))
 		} else {
 			deletePointer(target, toks)

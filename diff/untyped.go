@@ -9,7 +9,9 @@ import (
 // absent. An absent object or list is compared as an empty one, member by
 // member, so rules below it (ignore, defaults, strict emptiness) still apply
 // and changes are reported at the leaves. Empty strings, lists and objects
-// equal absent ones unless StrictEmpty says otherwise here.
+// equal absent ones unless StrictEmpty says otherwise here; so does an
+// explicit null, except that under StrictEmpty cmpMaps tells a member set to
+// null from a missing one.
 func (w *walker) cmpData(a, b any) {
 	if w.done() {
 		return
@@ -25,7 +27,7 @@ func (w *walker) cmpData(a, b any) {
 	if a == nil && b == nil {
 		return
 	}
-	if (a == nil || b == nil) && w.strict() {
+	if (a == nil || b == nil) && w.strict() && !w.inScopedContainer() {
 		if a == nil && w.checkDeep(b) {
 			w.emit(OpAdd, nil, deepCopyData(b))
 		} else if b == nil && w.checkDeep(a) {
@@ -80,11 +82,11 @@ func (w *walker) cmpData(a, b any) {
 		case !ok:
 			w.replaceData(a, b)
 		case x == y:
-		case y == "":
+		case y == "" && !w.strict():
 			w.emit(OpRemove, a, nil)
-		case x == "":
+		case x == "" && !w.strict():
 			w.emit(OpAdd, nil, b)
-		default:
+		default: // under StrictEmpty "" is a value like any other
 			w.emit(OpReplace, a, b)
 		}
 		return
@@ -104,6 +106,13 @@ func (w *walker) cmpData(a, b any) {
 	if eq, both := numbersEqual(a, b); !both || !eq {
 		w.replaceData(a, b)
 	}
+}
+
+// inScopedContainer reports whether the walk is at metadata, which is
+// compared in part only (labels and annotations): a strict comparison there
+// goes member by member, so it never reports the rest of metadata.
+func (w *walker) inScopedContainer() bool {
+	return len(w.frames)-w.prefix == 1 && w.frames[w.prefix].name == "metadata"
 }
 
 // replaceData reports a change between values of different types (or
@@ -208,7 +217,11 @@ func (w *walker) cmpMaps(a, b map[string]any) {
 			continue
 		}
 		if w.enterField(k) {
-			w.cmpData(av, bv)
+			if av == nil && !ok && w.strict() {
+				w.emit(OpRemove, nil, nil) // an explicit null against absent
+			} else {
+				w.cmpData(av, bv)
+			}
 		} else {
 			w.skipped()
 		}
@@ -229,7 +242,11 @@ func (w *walker) cmpMaps(a, b map[string]any) {
 			continue
 		}
 		if w.enterField(k) {
-			w.cmpData(nil, bv)
+			if bv == nil && w.strict() {
+				w.emit(OpAdd, nil, nil) // absent against an explicit null
+			} else {
+				w.cmpData(nil, bv)
+			}
 		} else {
 			w.skipped()
 		}
@@ -262,7 +279,9 @@ func (l dataList) keyEq(x bool, i int, y bool, j int) bool {
 	mx, okx := ex.(map[string]any)
 	my, oky := ey.(map[string]any)
 	if !okx || !oky {
-		return false
+		// An element that is not an object has no key: it matches an
+		// identical element only.
+		return dataEqual(ex, ey)
 	}
 	for _, k := range l.keys {
 		vx, vy := mx[k], my[k]

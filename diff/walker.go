@@ -183,7 +183,7 @@ func (w *walker) lookup(kind ruleKind) *rule {
 	return best
 }
 
-func (w *walker) strict() bool { return w.has(ruleStrictEmpty) }
+func (w *walker) strict() bool { return w.cfg.strictAll || w.has(ruleStrictEmpty) }
 
 func (w *walker) ordered() bool { return w.cfg.ordered || w.has(ruleOrdered) }
 
@@ -210,6 +210,7 @@ func (w *walker) emit(op Op, old, new any) {
 	w.changes = append(w.changes, Change{})
 	c := &w.changes[len(w.changes)-1]
 	c.Object, c.Kind, c.Op, c.Old, c.New, c.reveal = w.obj, w.kind, op, old, new, w.cfg.reveal
+	c.strict = w.strict()
 	w.paths(c)
 	var below activeSet
 	c.Category, c.Sensitive, below = w.classifyCached()
