@@ -13,14 +13,18 @@ import (
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 	clocktesting "k8s.io/utils/clock/testing"
 	runtimehooksv1 "sigs.k8s.io/cluster-api/api/runtime/hooks/v1alpha1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	"github.com/upgradekit/upgradekit/fake"
+	"github.com/upgradekit/upgradekit/fake/envtest"
+	"github.com/upgradekit/upgradekit/nodeexec/drain"
 	"github.com/upgradekit/upgradekit/nodeexec/nodepod"
 	"github.com/upgradekit/upgradekit/strategy/capi"
 )
@@ -58,7 +62,7 @@ func TestUpdateMachineProperty(t *testing.T) {
 	}
 	ends := map[string]int{}
 	for seed := int64(1); seed <= int64(runs); seed++ {
-		end := propertyRun(t, seed)
+		end := propertyRun(t, seed, nil)
 		ends[end]++
 	}
 	t.Logf("%d runs: %v", runs, ends)
@@ -76,19 +80,33 @@ const (
 // does (control plane first), and returns how it ended: "done" or the
 // Failure reason of the first machine that failed (the rollout stops
 // there).
-func propertyRun(t *testing.T, seed int64) string {
+//
+// With a world (a real API server, see TestUpdateMachinePropertyWithDrain)
+// the updater also drains, and an operator may cordon a node before its
+// update (kubectl cordon) or take over the updater's cordon record during
+// it; such a node must still be cordoned when its update ends.
+func propertyRun(t *testing.T, seed int64, w *propertyWorld) string {
 	rng := rand.New(rand.NewSource(seed))
 	ctx := context.Background()
 	clk := clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	refuse := rng.Intn(10) == 0 // the API server refuses the upgrader pod (Pod Security, say)
-	cl := fake.NewCluster("p").ControlPlane(1, propFrom).MachineDeployment("md", 2, propFrom)
-	c, err := cl.Client(fake.WithInterceptor(interceptor.Funcs{Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+	cl := fake.NewCluster(fmt.Sprintf("p%d", seed)).ControlPlane(1, propFrom).MachineDeployment("md", 2, propFrom)
+	funcs := interceptor.Funcs{Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
 		if _, pod := obj.(*corev1.Pod); pod && refuse {
 			return apierrors.NewForbidden(schema.GroupResource{Resource: "pods"}, obj.GetName(), fmt.Errorf("violates PodSecurity \"baseline:latest\": hostPID"))
 		}
 		return c.Create(ctx, obj, opts...)
-	}}))
+	}}
+	var c client.WithWatch
+	var err error
+	if w == nil {
+		c, err = cl.Client(fake.WithInterceptor(funcs))
+	} else {
+		c, err = w.nodes(t, cl, funcs)
+		defer w.clear(t) // each run is a cluster of its own
+	}
 	require.NoError(t, err)
+	foreign := map[string]bool{} // nodes an operator cordoned
 	faults := fake.NewFaults(uint64(seed))
 	for _, n := range cl.Nodes() {
 		if rng.Intn(8) == 0 {
@@ -116,8 +134,12 @@ func propertyRun(t *testing.T, seed int64) string {
 		end := ""
 		const budget = 60
 		for call := 0; call < budget && end == ""; call++ {
-			u, err := capi.NewMachineUpdater(workload, capi.WithoutDrain(), capi.WithPodOptions(layout...),
-				capi.WithUpdaterClock(clk), capi.WithNodeGoneGrace(10*time.Minute))
+			opts := []capi.MachineUpdaterOption{capi.WithoutDrain(), capi.WithPodOptions(layout...),
+				capi.WithUpdaterClock(clk), capi.WithNodeGoneGrace(10 * time.Minute)}
+			if w != nil {
+				opts = append(opts[1:], w.drain...)
+			}
+			u, err := capi.NewMachineUpdater(workload, opts...)
 			require.NoError(t, err)
 			var resp runtimehooksv1.UpdateMachineResponse
 			u.UpdateMachine(ctx, req, &resp)
@@ -134,6 +156,7 @@ func propertyRun(t *testing.T, seed int64) string {
 				require.NotEmpty(t, reason, "a Failure names a stable reason: %s", where)
 				if !nodeLost {
 					require.Equal(t, fake.UnitActive, host.UnitState("kubelet"), "never a stopped kubelet: %s", where)
+					w.requireForeignCordonKept(t, c, m.Name, foreign, where)
 				}
 				if refuse {
 					require.Equal(t, capi.FailurePodRejected, reason, where)
@@ -156,6 +179,7 @@ func propertyRun(t *testing.T, seed int64) string {
 				require.Equal(t, propTo, host.RunningVersion(fake.Kubelet), "done only with a verified node: %s", where)
 				require.Equal(t, fake.UnitActive, host.UnitState("kubelet"), where)
 				require.Equal(t, fake.UnitActive, host.UnitState("containerd"), where)
+				w.requireForeignCordonKept(t, c, m.Name, foreign, where)
 				end = "done"
 				if retried {
 					retriedDone++
@@ -167,7 +191,10 @@ func propertyRun(t *testing.T, seed int64) string {
 			switch f := rng.Intn(12); {
 			case f == 0 && !nodeLost: // a cleanup job or an operator deletes the upgrader pod
 				for _, p := range upgraderPods(t, c) {
-					require.NoError(t, c.Delete(ctx, &p))
+					// The kubelet stops the containers and confirms the
+					// deletion (grace 0 plays that on a real API server,
+					// where no kubelet would).
+					require.NoError(t, c.Delete(ctx, &p, client.GracePeriodSeconds(0)))
 					delete(runners, p.Namespace+"/"+p.Name)
 				}
 			case f == 1 && !nodeLost && m.Role != fake.RoleControlPlane: // the worker's Node is deleted
@@ -175,6 +202,9 @@ func propertyRun(t *testing.T, seed int64) string {
 				require.NoError(t, c.Get(ctx, client.ObjectKey{Name: m.Name}, &n))
 				require.NoError(t, c.Delete(ctx, &n))
 				nodeLost = true
+			case f == 2 && !nodeLost && w != nil: // an operator cordons the node as their own
+				operatorCordon(t, c, m.Name)
+				foreign[m.Name] = true
 			}
 			clk.Step(time.Minute)
 			if nodeLost {
@@ -230,4 +260,107 @@ func failureReason(msg string) string {
 		}
 	}
 	return ""
+}
+
+// propertyWorld runs propertyRun against a real API server, with the
+// drain on.
+type propertyWorld struct {
+	c     client.WithWatch
+	drain []capi.MachineUpdaterOption
+	// kept counts the ends of updates of operator-cordoned nodes, checked
+	// to be still cordoned.
+	kept int
+}
+
+// nodes creates cl's Nodes (only those: the updater reads nothing else of
+// the workload cluster) with their kubelet versions, and returns the
+// world's client with funcs in front of it.
+func (w *propertyWorld) nodes(t *testing.T, cl *fake.Cluster, funcs interceptor.Funcs) (client.WithWatch, error) {
+	objs, err := cl.Objects()
+	if err != nil {
+		return nil, err
+	}
+	for _, o := range objs {
+		n, ok := o.(*corev1.Node)
+		if !ok {
+			continue
+		}
+		status := n.Status
+		n.ResourceVersion = ""
+		if err := w.c.Create(t.Context(), n); err != nil {
+			return nil, err
+		}
+		n.Status = status
+		if err := w.c.Status().Update(t.Context(), n); err != nil {
+			return nil, err
+		}
+	}
+	return interceptor.NewClient(w.c, funcs), nil
+}
+
+// clear deletes every Node and upgrader pod, so that the next run's
+// control plane role is not chosen from this run's Nodes.
+func (w *propertyWorld) clear(t *testing.T) {
+	require.NoError(t, w.c.DeleteAllOf(t.Context(), &corev1.Pod{}, client.InNamespace(nodepod.DefaultNamespace), client.GracePeriodSeconds(0)))
+	require.NoError(t, w.c.DeleteAllOf(t.Context(), &corev1.Node{}))
+}
+
+// operatorCordon is an operator cordoning node as their own: a kubectl
+// cordon before the updater cordons it, or, once it has, taking the
+// cordon record over (a plain kubectl cordon of a node the updater has
+// already cordoned changes nothing anyone can see; see the drain docs).
+func operatorCordon(t *testing.T, c client.Client, node string) {
+	t.Helper()
+	var n corev1.Node
+	require.NoError(t, c.Get(t.Context(), client.ObjectKey{Name: node}, &n))
+	if _, ours := n.Annotations[drain.AnnotationCordon]; ours {
+		n.Annotations[drain.AnnotationCordon] = `{"owner":"oncall","priorUnschedulable":true}`
+	}
+	n.Spec.Unschedulable = true
+	require.NoError(t, c.Update(t.Context(), &n))
+}
+
+// requireForeignCordonKept: a node an operator cordoned is still cordoned.
+func (w *propertyWorld) requireForeignCordonKept(t *testing.T, c client.Client, node string, foreign map[string]bool, where string) {
+	t.Helper()
+	if w == nil || !foreign[node] {
+		return
+	}
+	w.kept++
+	var n corev1.Node
+	require.NoError(t, c.Get(t.Context(), client.ObjectKey{Name: node}, &n))
+	require.True(t, n.Spec.Unschedulable, "an operator's cordon was lifted: %s", where)
+}
+
+// TestUpdateMachinePropertyWithDrain is TestUpdateMachineProperty against
+// a real API server with the drain on (cordon, evictions, uncordon), and
+// an operator who may cordon a node as their own: 0 foreign cordons
+// lifted. UPGRADEKIT_PROPERTY_DRAIN_RUNS sets the number of runs (default
+// 20).
+func TestUpdateMachinePropertyWithDrain(t *testing.T) {
+	runs := 20
+	if s := os.Getenv("UPGRADEKIT_PROPERTY_DRAIN_RUNS"); s != "" {
+		n, err := strconv.Atoi(s)
+		require.NoError(t, err)
+		runs = n
+	}
+	env := envtest.StartForTest(t)
+	c, err := client.NewWithWatch(env.Config, client.Options{Scheme: env.Scheme})
+	require.NoError(t, err)
+	cs, err := kubernetes.NewForConfig(env.Config)
+	require.NoError(t, err)
+	require.NoError(t, c.Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: nodepod.DefaultNamespace}}))
+	clientset := func(context.Context, types.NamespacedName) (kubernetes.Interface, error) { return cs, nil }
+	w := &propertyWorld{c: c, drain: []capi.MachineUpdaterOption{
+		capi.WithWorkloadClientset(clientset),
+		capi.WithDrainAttempt(time.Second),
+		capi.WithDrainOptions(drain.WithGracePeriod(0)),
+	}}
+	ends := map[string]int{}
+	for seed := int64(1); seed <= int64(runs); seed++ {
+		ends[propertyRun(t, seed, w)]++
+	}
+	t.Logf("%d runs with the drain: %v; %d updates of operator-cordoned nodes ended with the cordon kept", runs, ends, w.kept)
+	require.Positive(t, w.kept, "the operator's cordon must be exercised")
+	require.Positive(t, ends["done"]+ends["done after a retry"], "some runs must succeed")
 }
