@@ -177,9 +177,36 @@ func (cs ChangeSet) target(obj Object) (cur, target map[string]any, err error) {
 			setPointer(target, toks, deepCopyData(v))
 		} else {
 			deletePointer(target, toks)
+			if c.strict {
+				pruneEmptied(target, des, toks)
+			}
 		}
 	}
 	return cur, target, nil
+}
+
+// pruneEmptied follows a deletion at toks up the objects it emptied: an
+// object left empty where desired has none becomes what desired has there
+// (absent, null or another value). Changes are reported at the leaves, so
+// an object absent from desired loses its members one by one; under
+// StrictEmpty the empty object left behind would still differ.
+func pruneEmptied(target, des map[string]any, toks []string) {
+	for i := len(toks) - 1; i > 0; i-- {
+		parent := toks[:i]
+		pv, _ := lookupPointer(target, parent)
+		if m, isMap := pv.(map[string]any); !isMap || len(m) > 0 {
+			return
+		}
+		dv, inDes := lookupPointer(des, parent)
+		if _, isMap := dv.(map[string]any); isMap {
+			return
+		}
+		if inDes {
+			setPointer(target, parent, deepCopyData(dv))
+			return
+		}
+		deletePointer(target, parent)
+	}
 }
 
 func parsePointer(p string) []string {

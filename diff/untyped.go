@@ -27,7 +27,10 @@ func (w *walker) cmpData(a, b any) {
 	if a == nil && b == nil {
 		return
 	}
-	if (a == nil || b == nil) && w.strict() && !w.inScopedContainer() {
+	// Under StrictEmpty an empty value against an absent one is a change
+	// here; anything else is compared member by member as usual, so that
+	// changes are still reported at the leaves.
+	if (a == nil || b == nil) && w.strict() && !w.inScopedContainer() && emptyData(a) && emptyData(b) {
 		if a == nil && w.checkDeep(b) {
 			w.emit(OpAdd, nil, deepCopyData(b))
 		} else if b == nil && w.checkDeep(a) {
