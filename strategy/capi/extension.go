@@ -41,6 +41,7 @@ type Extension struct {
 	decider  strategy.Decider
 	diffOpts []diff.Option
 	differ   *diff.Differ
+	strict   *diff.Differ // diff.InPlaceUpdate alone, for the self-check
 	log      logr.Logger
 	metrics  *Metrics
 	checks   []Check
@@ -89,6 +90,9 @@ func NewExtension(d strategy.Decider, opts ...ExtensionOption) (*Extension, erro
 		return nil, err
 	}
 	e.differ = differ
+	if e.strict, err = diff.New(diff.InPlaceUpdate()); err != nil {
+		return nil, err
+	}
 	return e, nil
 }
 
@@ -236,7 +240,7 @@ func (e *Extension) answer(ctx context.Context, settings map[string]string, cur,
 	}
 	if cs.Empty() {
 		a.msg = "no changes"
-		return a, nil
+		return e.checkPatched(a, cur, des, templates), nil
 	}
 	if set.disabled {
 		a.msg, a.decline = "cannot update in place: disabled by the "+SettingDisabled+" setting", true
@@ -283,7 +287,29 @@ func (e *Extension) answer(ctx context.Context, settings map[string]string, cur,
 			a.patches[o] = runtimehooksv1.Patch{PatchType: runtimehooksv1.JSONPatchType, Patch: jp}
 		}
 	}
-	return a, nil
+	return e.checkPatched(a, cur, des, templates), nil
+}
+
+// checkPatched is the last step of an answer that does not decline: it
+// turns into a decline when Cluster API, after applying the patches, would
+// still find differences (see SelfCheckMessage).
+func (e *Extension) checkPatched(a answer, cur, des diff.State, templates bool) answer {
+	left, err := e.selfCheck(cur, des, a.patches, templates)
+	if err == nil && len(left) == 0 {
+		return a
+	}
+	msg := "cannot update in place: " + SelfCheckMessage + ": "
+	if err != nil {
+		msg += err.Error()
+	} else {
+		const show = 10
+		names := left
+		if len(names) > show {
+			names = append(names[:show:show], fmt.Sprintf("and %d more", len(left)-show))
+		}
+		msg += strings.Join(names, ", ")
+	}
+	return answer{msg: msg, decline: true, uncovered: left}
 }
 
 // ignoredList names the ignored fields (no values: they may be secrets).

@@ -1,0 +1,181 @@
+package capi
+
+import (
+	"encoding/json"
+	"fmt"
+	"reflect"
+	"strings"
+
+	jsonpatch "github.com/evanphx/json-patch/v5"
+	"k8s.io/apimachinery/pkg/runtime"
+	runtimehooksv1 "sigs.k8s.io/cluster-api/api/runtime/hooks/v1alpha1"
+
+	"github.com/upgradekit/upgradekit/diff"
+)
+
+// SelfCheckMessage is in the message of a decline made by the Extension's
+// last check: before answering a CanUpdate* request without declining, it
+// applies its own patches to the current objects the way Cluster API does
+// (spec only; spec.template.spec for templates) and compares the result
+// with desired by Cluster API's strict in-place rules (diff.InPlaceUpdate
+// alone, without WithDiffOptions). Whatever is left would make Cluster API
+// roll the machine after all, so the answer becomes a decline naming those
+// fields. It should never happen; when it does, the diff options hide a
+// difference Cluster API sees.
+const SelfCheckMessage = "the answer's patches would leave differences Cluster API rolls out for"
+
+// selfCheck returns the fields in which current, patched with the answer's
+// patches as Cluster API patches it, still differs from desired (nil when
+// nothing is left).
+func (e *Extension) selfCheck(cur, des diff.State, patches [3]runtimehooksv1.Patch, templates bool) ([]string, error) {
+	specPath := []string{"spec"}
+	if templates {
+		specPath = []string{"spec", "template", "spec"}
+	}
+	patched := cur
+	for _, o := range []diff.Object{diff.Machine, diff.Bootstrap, diff.Infrastructure} {
+		p := patches[o]
+		if !p.IsDefined() {
+			continue
+		}
+		obj, err := applyAsCAPI(objectOf(cur, o), p, specPath)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", o, err)
+		}
+		switch o {
+		case diff.Machine:
+			patched.Machine = obj
+		case diff.Bootstrap:
+			patched.Bootstrap = obj
+		default:
+			patched.Infrastructure = obj
+		}
+	}
+	var left diff.ChangeSet
+	var err error
+	if templates {
+		left, err = e.strict.Templates(patched, des)
+	} else {
+		left, err = e.strict.Machines(patched, des)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if left.Empty() {
+		return nil, nil
+	}
+	return fieldNames(left), nil
+}
+
+func objectOf(s diff.State, o diff.Object) any {
+	switch o {
+	case diff.Machine:
+		return s.Machine
+	case diff.Bootstrap:
+		return s.Bootstrap
+	default:
+		return s.Infrastructure
+	}
+}
+
+// applyAsCAPI applies a patch to obj's JSON form and copies back the
+// field at specPath only, as Cluster API's ApplyPatchToObject does; a typed
+// obj (the Machine or MachineSet) comes back as a new value of its type,
+// as from ApplyPatchToTypedObject, other objects as JSON.
+func applyAsCAPI(obj any, p runtimehooksv1.Patch, specPath []string) (any, error) {
+	doc, err := jsonOf(obj)
+	if err != nil {
+		return nil, err
+	}
+	var out []byte
+	switch p.PatchType {
+	case runtimehooksv1.JSONPatchType:
+		jp, err := jsonpatch.DecodePatch(p.Patch)
+		if err != nil {
+			return nil, fmt.Errorf("decoding our JSON patch: %w", err)
+		}
+		if out, err = jp.Apply(doc); err != nil {
+			return nil, fmt.Errorf("applying our JSON patch: %w", err)
+		}
+	case runtimehooksv1.JSONMergePatchType:
+		if out, err = jsonpatch.MergePatch(doc, p.Patch); err != nil {
+			return nil, fmt.Errorf("applying our merge patch: %w", err)
+		}
+	default:
+		return nil, fmt.Errorf("unknown patch type %q", p.PatchType)
+	}
+	var before, after map[string]any
+	if err := json.Unmarshal(doc, &before); err != nil {
+		return nil, err
+	}
+	if err := json.Unmarshal(out, &after); err != nil {
+		return nil, err
+	}
+	if v, ok := fieldAt(after, specPath); ok && before != nil {
+		if err := setFieldAt(before, specPath, v); err != nil {
+			return nil, err
+		}
+	}
+	merged, err := json.Marshal(before)
+	if err != nil {
+		return nil, err
+	}
+	if rv := reflect.ValueOf(obj); rv.Kind() == reflect.Pointer && rv.Elem().Kind() == reflect.Struct {
+		typed := reflect.New(rv.Elem().Type())
+		if err := json.Unmarshal(merged, typed.Interface()); err != nil {
+			return nil, err
+		}
+		return typed.Interface(), nil
+	}
+	return merged, nil
+}
+
+// jsonOf is the JSON form of one of a request's objects.
+func jsonOf(obj any) ([]byte, error) {
+	switch x := obj.(type) {
+	case runtime.RawExtension:
+		if len(x.Raw) == 0 && x.Object != nil {
+			return json.Marshal(x.Object)
+		}
+		return x.Raw, nil
+	case *runtime.RawExtension:
+		if x == nil {
+			return nil, nil
+		}
+		return jsonOf(*x)
+	}
+	return json.Marshal(obj)
+}
+
+func fieldAt(m map[string]any, path []string) (any, bool) {
+	var v any = m
+	for _, k := range path {
+		mm, ok := v.(map[string]any)
+		if !ok {
+			return nil, false
+		}
+		if v, ok = mm[k]; !ok {
+			return nil, false
+		}
+	}
+	return v, true
+}
+
+func setFieldAt(m map[string]any, path []string, v any) error {
+	for i, k := range path {
+		if i == len(path)-1 {
+			m[k] = v
+			return nil
+		}
+		next, ok := m[k].(map[string]any)
+		if !ok {
+			if m[k] != nil {
+				return fmt.Errorf("%s is not an object", strings.Join(path[:i+1], "."))
+			}
+			next = map[string]any{}
+			m[k] = next
+		}
+		m = next
+	}
+	return nil
+}
