@@ -11,18 +11,24 @@ BENCHTIME ?= 1s
 # module so the core stays free of their dependencies (e.g. amiselect/aws).
 MODULES := $(shell find . -name go.mod -not -path './.git/*' -printf '%h\n' | sort)
 
-.PHONY: test unit lint bench fuzz-smoke envtest-assets demo
+.PHONY: test unit lint bench fuzz-smoke envtest-assets capi-inplace-oracle demo
 
 ## envtest-assets: build (once, then cached) kube-apiserver + etcd from the Go module proxy.
 envtest-assets:
 	@hack/envtest-assets.sh
 
-## test: the whole suite with the race detector, against a real kube-apiserver + etcd.
+## capi-inplace-oracle: build (once per CAPI version, then cached) CAPI's own in-place comparison as a test oracle.
+capi-inplace-oracle:
+	@hack/capi-inplace-oracle.sh
+
+## test: the whole suite with the race detector, against a real kube-apiserver + etcd
+## and against CAPI's own in-place comparison (hack/capi-inplace-oracle.sh).
 test:
 	@assets="$$(hack/envtest-assets.sh)"; \
+	oracle="$$(hack/capi-inplace-oracle.sh)"; \
 	for m in $(MODULES); do \
 	  echo "== go test -race $$m/..."; \
-	  (cd "$$m" && KUBEBUILDER_ASSETS="$$assets" go test -race -count=1 ./...); \
+	  (cd "$$m" && KUBEBUILDER_ASSETS="$$assets" UPGRADEKIT_CAPI_ORACLE="$$oracle" go test -race -count=1 ./...); \
 	done
 
 ## unit: fast tests only (envtest-backed tests skip explicitly).

@@ -22,7 +22,12 @@
 //
 // What is compared: spec, metadata.labels and metadata.annotations; never
 // status or the rest of metadata. Empty strings, lists and objects equal
-// absent ones (as omitempty makes them on the wire); 0 and false do not. Lists
+// absent ones (as omitempty makes them on the wire); 0 and false do not.
+// StrictEmpty turns that off at given paths or, without patterns,
+// everywhere: then "", [], {} and null differ from absent, as they do for
+// go-cmp on JSON data, and patches write them exactly (InPlaceUpdate does
+// this, as Cluster API compares strictly after an in-place extension's
+// patches; tested against Cluster API's own code). Lists
 // with a natural key (files by path, users by name, kubelet arguments by
 // name, taints by key and effect...) are matched by key, so one inserted file
 // is one added file; other lists are matched by index.

@@ -21,7 +21,23 @@
 //     A check's ErrInfeasible declines with the reason; any other error
 //     answers Failure and CAPI asks again;
 //   - it honours the ExtensionConfig settings SettingDisabled and
-//     SettingIgnore and rejects unknown ones.
+//     SettingIgnore and rejects unknown ones;
+//   - it is as strict as CAPI about empty values: CAPI compares the patched
+//     objects' JSON with go-cmp, so "" , [] and {} (and null) differ from
+//     an absent field, and diff.InPlaceUpdate compares them so
+//     (diff.StrictEmpty), patching them in or out as desired has them;
+//   - last, it checks every answer that does not decline ("no changes"
+//     included): it applies its own patches to the current objects as CAPI
+//     does (spec only, spec.template.spec for MachineSets) and compares the
+//     result with desired by diff.InPlaceUpdate alone. Anything left, such
+//     as a field WithDiffOptions hides, turns the answer into a decline
+//     naming the fields (SelfCheckMessage): it never accepts what CAPI
+//     would then roll out anyway.
+//
+// The contract is tested against CAPI's own code: hack/capi-inplace-oracle.sh
+// builds CAPI v1.14's applyPatchesToRequest and matchesMachine /
+// matchesMachineSet into a test oracle, and the package's oracle test checks
+// thousands of generated requests and answers with it.
 //
 // Its decisions are only as good as the executor behind them: pair it with
 // a Decider whose updaters MachineUpdater (or your own UpdateMachine)
