@@ -115,7 +115,7 @@ func ExampleSimulator() {
 		fmt.Println(n, node.Status.NodeInfo.KubeletVersion, "unschedulable:", node.Spec.Unschedulable)
 	}
 	// Output:
-	// batches: 4 took: 21m50s
+	// batches: 4 took: 23m10s
 	// failed: [demo-md-0-2] runner restarts: 1
 	// violations: 0 left cordoned: []
 	// demo-md-0-2 containerd RolledBack

@@ -212,11 +212,19 @@ func binary(c Component, version string) string { return "fake-binary " + string
 // binaryVersion returns the component and version of a simulated binary.
 func binaryVersion(content string) (Component, string, bool) {
 	f := strings.Fields(content)
+	if len(f) == 4 && f[3] == crashesOnStart {
+		f = f[:3]
+	}
 	if len(f) != 3 || f[0] != "fake-binary" {
 		return "", "", false
 	}
 	return Component(f[1]), f[2], true
 }
+
+// crashesOnStart, appended to a simulated binary, makes a daemon that
+// reports its version (`kubelet --version` works) but exits when its unit
+// starts it: a bad build, a flag it no longer accepts.
+const crashesOnStart = "crashes-on-start"
 
 func (h *Host) writeManifests() {
 	h.files["/etc/kubernetes/manifests/kube-apiserver.yaml"] = "image: registry.k8s.io/kube-apiserver:" + h.cp
@@ -554,6 +562,9 @@ func (h *Host) startUnit(ctx context.Context, unit string) (int, string) {
 		p = ContainerdPath
 	}
 	_, v, msg := h.program(p, Component(unit))
+	if msg == "" && strings.HasSuffix(h.files[h.resolve(p)], " "+crashesOnStart) {
+		msg = fmt.Sprintf("%s: exited with status 1 right after starting", p)
+	}
 	if msg != "" {
 		h.units[unit] = UnitInactive
 		delete(h.running, Component(unit))

@@ -290,5 +290,5 @@ func TestLearnsEveryLibraryScript(t *testing.T) {
 	for _, k := range knownScripts() {
 		kinds[k] = true
 	}
-	require.Len(t, kinds, int(scriptReplaceBinaryRestart), "every script kind was found in the library's plan")
+	require.Len(t, kinds, int(scriptBundle), "every script kind was found in the library's plan")
 }

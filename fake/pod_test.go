@@ -344,7 +344,9 @@ func TestPodBrokenKubeletNeverLeavesItDown(t *testing.T) {
 			h, err := NewHost("cp-0", RoleControlPlane, from, fakeClock())
 			require.NoError(t, err)
 			h.Stage(newBits)
-			h.WriteFile(path.Join(kubeadm.DefaultStagingDir, "kubernetes", "kubelet"), "truncated download")
+			// It reports the right version (the bundle step passes) but
+			// exits once started.
+			h.WriteFile(path.Join(kubeadm.DefaultStagingDir, "kubernetes", "kubelet"), binary(Kubelet, to)+" "+crashesOnStart)
 			plan, err := kubeadm.NewPlan(kubeadm.Config{Node: "cp-0", Role: kubeadm.RoleFirstControlPlane, FromVersion: from, ToVersion: to})
 			require.NoError(t, err)
 			pod, err := nodepod.Build(plan, append([]nodepod.Option{nodepod.WithImage("registry.local/upgrader:v1")}, layout.opts...)...)

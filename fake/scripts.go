@@ -28,6 +28,7 @@ const (
 	scriptVerify
 	scriptInstallTreeRestart
 	scriptReplaceBinaryRestart
+	scriptBundle
 )
 
 var (
@@ -68,6 +69,7 @@ func knownScripts() map[string]scriptKind {
 		learn(kubeadm.StepKubeadmConfig, run, scriptWriteFile)
 		learn(kubeadm.StepKubeadmUpgrade, backup, scriptBackupEtcKubernetes)
 		learn(kubeadm.StepVerify, run, scriptVerify)
+		learn(kubeadm.StepBundle, run, scriptBundle)
 	})
 	return scripts
 }
@@ -79,6 +81,9 @@ func (h *Host) script(ctx context.Context, k scriptKind, args []string, env map[
 		scriptWriteFile: 1, scriptBackupEtcKubernetes: 1, scriptVerify: 6,
 		scriptInstallTreeRestart: 3, scriptReplaceBinaryRestart: 4,
 	}[k]
+	if k == scriptBundle {
+		return h.bundle(args)
+	}
 	if len(args) != want {
 		return 2, fmt.Sprintf("fake host: script expects %d arguments, got %d: %q", want, len(args), args)
 	}
@@ -245,6 +250,44 @@ func (h *Host) restoreTree(dir string) (int, string) {
 
 // verify interprets the verify step: $1 kubeadm, $2 kubelet, $3 kubectl,
 // $4 version, $5 node, $6 role.
+// bundle checks the staged programs' versions and that every other
+// staged path exists (a directory: holds a file), as scriptBundle does.
+func (h *Host) bundle(a []string) (int, string) {
+	fail := func(format string, args ...any) (int, string) { return 1, "bundle: " + fmt.Sprintf(format, args...) }
+	if len(a) < 2 || a[0] == "" || a[1] == "" {
+		return 2, fmt.Sprintf("fake host: bundle script expects a staging directory and a version, got %q", a)
+	}
+	dir, version := a[0], a[1]
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, c := range []Component{Kubeadm, Kubelet, Kubectl} {
+		_, v, msg := h.program(path.Join(dir, string(c)), c)
+		if msg != "" {
+			return fail("staged %s/%s does not run: %s", dir, c, msg)
+		}
+		if v != version {
+			return fail("staged %s is %s, want %s: the upgrader image carries another bundle", c, v, version)
+		}
+	}
+	for _, p := range a[2:] {
+		p = path.Clean(p)
+		if _, ok := h.files[p]; ok {
+			continue
+		}
+		found := false
+		for f := range h.files {
+			if strings.HasPrefix(f, p+"/") {
+				found = true
+				break
+			}
+		}
+		if !found {
+			return fail("staged %s is missing", p)
+		}
+	}
+	return 0, "bundle: " + version + " staged"
+}
+
 func (h *Host) verify(ctx context.Context, a []string) (int, string) {
 	fail := func(format string, args ...any) (int, string) { return 1, "verify: " + fmt.Sprintf(format, args...) }
 	version, node, role := a[3], a[4], a[5]

@@ -19,11 +19,12 @@ func ExampleNewPlan() {
 	for _, s := range plan.Steps {
 		fmt.Println(s.Name)
 	}
-	fmt.Println(plan.Steps[5].Argv)
+	fmt.Println(plan.Steps[6].Argv)
 
 	_, err = kubeadm.NewPlan(kubeadm.Config{Node: "w-1", Role: kubeadm.RoleWorker, FromVersion: "v1.30.2", ToVersion: "v1.32.0"})
 	fmt.Println(errors.Is(err, kubeadm.ErrSkippedMinor))
 	// Output:
+	// bundle
 	// etcd-snapshot
 	// containerd
 	// cni-plugins

@@ -78,6 +78,13 @@ const (
 	// is run again), retried, 3 minutes per attempt.
 	StepKubelet = "kubelet"
 	StepVerify  = "verify"
+	// StepBundle, the first step, checks the staged bundle before anything
+	// on the node changes: kubeadm, kubelet and kubectl in the staging
+	// directory run and report the target version, and every tree or file
+	// a later step installs from is there. An upgrader image carrying
+	// another version's bundle fails here, on an untouched node, instead
+	// of at the verify step after the install.
+	StepBundle = "bundle"
 )
 
 // Config describes one node's upgrade.
@@ -315,6 +322,25 @@ if up "$4"; then exit 0; fi
 echo "$4 did not stay up with $1; restoring $3" >&2
 install "$3" "$2" && up "$4" || echo "$4 did not come back with the restored binary either" >&2
 exit 1`
+	// $1 staged kubernetes dir, $2 version, then the staged paths later
+	// steps install from (a directory must not be empty).
+	scriptBundle = `set -eu
+fail() { echo "bundle: $*" >&2; exit 1; }
+k=$1 v=$2
+shift 2
+got=$("$k/kubeadm" version -o short) || fail "staged $k/kubeadm does not run"
+[ "$got" = "$v" ] || fail "staged kubeadm is $got, want $v: the upgrader image carries another bundle"
+got=$("$k/kubelet" --version) || fail "staged $k/kubelet does not run"
+[ "$got" = "Kubernetes $v" ] || fail "staged kubelet is '$got', want $v: the upgrader image carries another bundle"
+"$k/kubectl" version --client 2>/dev/null | grep -qxF "Client Version: $v" || fail "staged kubectl is not $v: the upgrader image carries another bundle"
+for p in "$@"; do
+  if [ -d "$p" ]; then
+    [ -n "$(ls -A "$p")" ] || fail "staged $p is empty"
+  else
+    [ -e "$p" ] || fail "staged $p is missing"
+  fi
+done
+echo "bundle: $v staged"`
 	// $1 kubeadm, $2 kubelet, $3 kubectl, $4 version, $5 node, $6 role.
 	// The kubelet version is read from the Node object, i.e. what the
 	// running kubelet reports, not just what is on disk.
@@ -344,6 +370,24 @@ func (b builder) steps() []nodeexec.Step {
 	add := func(s nodeexec.Step) { steps = append(steps, s) }
 	retry := nodeexec.RetryPolicy{Attempts: 3, Backoff: 5 * time.Second, MaxBackoff: 30 * time.Second}
 
+	bundle := []string{b.staging("kubernetes"), c.ToVersion}
+	if c.Role == RoleFirstControlPlane && !c.SkipEtcdSnapshot {
+		bundle = append(bundle, b.staging("etcd", "etcdctl"))
+	}
+	if !c.SkipContainerd {
+		bundle = append(bundle, b.staging("containerd"))
+	}
+	if !c.SkipCNIPlugins {
+		bundle = append(bundle, b.staging("cni-plugins"))
+	}
+	add(nodeexec.Step{
+		Name:       StepBundle,
+		Argv:       nodeexec.ShellArgv(scriptBundle, bundle...),
+		Timeout:    time.Minute,
+		Idempotent: true,
+		// It only reads the staging directory.
+		NothingToUndo: true,
+	})
 	if c.Role == RoleFirstControlPlane && !c.SkipEtcdSnapshot {
 		add(nodeexec.Step{
 			Name:       StepEtcdSnapshot,

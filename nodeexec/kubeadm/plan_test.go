@@ -2,6 +2,7 @@ package kubeadm
 
 import (
 	"context"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -129,7 +130,7 @@ func TestNewPlanPerRoleAndVersion(t *testing.T) {
 			p, err := NewPlan(Config{Node: "node-1.example", Role: tt.role, FromVersion: tt.from, ToVersion: tt.to})
 			require.NoError(t, err)
 			require.NoError(t, p.Validate())
-			require.Equal(t, tt.wantSteps, names(p))
+			require.Equal(t, append([]string{StepBundle}, tt.wantSteps...), names(p), "the bundle is checked first, before anything changes")
 			require.Equal(t, tt.wantArgv, step(t, p, StepKubeadmUpgrade).Argv)
 			require.Equal(t, string(tt.role), p.Role)
 			require.Equal(t, tt.to, p.ToVersion)
@@ -160,7 +161,8 @@ func TestNewPlanOptionsAndBackups(t *testing.T) {
 		StagingDir: "/opt/stage", BinDir: "/usr/local/bin",
 	})
 	require.NoError(t, err)
-	require.Equal(t, []string{StepKubeadmBinary, StepKubeadmConfig, StepKubeadmUpgrade, StepKubectlBinary, StepKubelet, StepVerify}, names(p))
+	require.Equal(t, []string{StepBundle, StepKubeadmBinary, StepKubeadmConfig, StepKubeadmUpgrade, StepKubectlBinary, StepKubelet, StepVerify}, names(p))
+	require.Equal(t, []string{"/opt/stage/kubernetes", "v1.32.0"}, step(t, p, StepBundle).Argv[4:], "only the staged paths the plan installs from are required")
 	require.True(t, p.RollbackOnFailure)
 	kb := step(t, p, StepKubelet)
 	require.Empty(t, kb.Check, "a binary in place is not proof that it runs: the step always restarts")
@@ -452,4 +454,64 @@ func TestOnlyKubeadmUpgradeBlocksRollback(t *testing.T) {
 			require.Equal(t, []string{StepKubeadmUpgrade}, blocking, "%s %s", role, v[1])
 		}
 	}
+}
+
+// TestBundleStepForReal runs the bundle step's script against a staging
+// directory of stand-in binaries: the right bundle passes, another
+// version's bundle or a missing tree fails before anything is installed.
+func TestBundleStepForReal(t *testing.T) {
+	stage := func(t *testing.T, version string, trees ...string) string {
+		dir := t.TempDir()
+		k := filepath.Join(dir, "kubernetes")
+		require.NoError(t, os.MkdirAll(k, 0o755))
+		for name, out := range map[string]string{
+			"kubeadm": version,
+			"kubelet": "Kubernetes " + version,
+			"kubectl": "Client Version: " + version + "\nKustomize Version: v5.6.0",
+		} {
+			require.NoError(t, os.WriteFile(filepath.Join(k, name), []byte("#!/bin/sh\nprintf '%s\\n' '"+out+"'\n"), 0o755))
+		}
+		for _, tr := range trees {
+			require.NoError(t, os.MkdirAll(filepath.Join(dir, tr, "usr", "bin"), 0o755))
+			require.NoError(t, os.WriteFile(filepath.Join(dir, tr, "usr", "bin", tr), []byte("x"), 0o755))
+		}
+		return dir
+	}
+	run := func(t *testing.T, staging string) (int, string) {
+		p, err := NewPlan(Config{Node: "w-1", Role: RoleWorker, FromVersion: "v1.31.4", ToVersion: "v1.32.1", StagingDir: staging})
+		require.NoError(t, err)
+		argv := step(t, p, StepBundle).Argv
+		require.Equal(t, StepBundle, p.Steps[0].Name, "the first step")
+		out, err := exec.Command(argv[0], argv[1:]...).CombinedOutput()
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			return ee.ExitCode(), string(out)
+		}
+		require.NoError(t, err)
+		return 0, string(out)
+	}
+	for _, tc := range []struct {
+		name    string
+		version string
+		trees   []string
+		code    int
+		out     string
+	}{
+		{"the target version's bundle", "v1.32.1", []string{"containerd", "cni-plugins"}, 0, "bundle: v1.32.1 staged"},
+		{"another version's bundle", "v1.31.9", []string{"containerd", "cni-plugins"}, 1, "staged kubeadm is v1.31.9, want v1.32.1: the upgrader image carries another bundle"},
+		{"no containerd tree", "v1.32.1", []string{"cni-plugins"}, 1, "/containerd is missing"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, out := run(t, stage(t, tc.version, tc.trees...))
+			require.Equal(t, tc.code, code, out)
+			require.Contains(t, out, tc.out)
+		})
+	}
+	t.Run("an empty tree", func(t *testing.T) {
+		dir := stage(t, "v1.32.1", "cni-plugins")
+		require.NoError(t, os.MkdirAll(filepath.Join(dir, "containerd"), 0o755))
+		code, out := run(t, dir)
+		require.Equal(t, 1, code, out)
+		require.Contains(t, out, "/containerd is empty")
+	})
 }
