@@ -1,6 +1,8 @@
 // Package kubeadm builds nodeexec plans that change a kubeadm node in
-// place. NewPlan upgrades its Kubernetes version: an etcd snapshot (first
-// control plane), containerd (installed and restarted in one step), CNI
+// place. NewPlan upgrades its Kubernetes version: a check of the staged
+// bundle before anything changes (its kubeadm, kubelet and kubectl report
+// the target version; every tree the plan installs from is there), an etcd
+// snapshot (first control plane), containerd (installed and restarted in one step), CNI
 // plugins, the kubeadm binary, `kubeadm upgrade
 // apply` (first control plane) or `kubeadm upgrade node` (other control
 // planes, workers), kubectl, the kubelet (replaced and restarted in one
