@@ -80,12 +80,16 @@ chmod -R u+w "$copy"
   for p in controlplane/kubeadm/reconcilers/kubeadmcontrolplane core/reconcilers/machinedeployment; do
     [[ -d "$p" ]] || { log "$p is not in sigs.k8s.io/cluster-api@${CAPI_VERSION}"; exit 1; }
   done
-  cp "$glue/kubeadmcontrolplane/export_oracle.go" controlplane/kubeadm/reconcilers/kubeadmcontrolplane/zz_upgradekit_export_oracle.go
-  cp "$glue/machinedeployment/export_oracle.go" core/reconcilers/machinedeployment/zz_upgradekit_export_oracle.go
+  # The glue carries `//go:build ignore` in upgradekit's tree, so that
+  # neither our builds nor `go mod tidy` (which honours every tag but
+  # "ignore") see CAPI's internal imports; the copies drop that line.
+  unignore() { sed '1{/^\/\/go:build ignore$/d}' "$1" > "$2"; }
+  unignore "$glue/kubeadmcontrolplane/export_oracle.go" controlplane/kubeadm/reconcilers/kubeadmcontrolplane/zz_upgradekit_export_oracle.go
+  unignore "$glue/machinedeployment/export_oracle.go" core/reconcilers/machinedeployment/zz_upgradekit_export_oracle.go
   mkdir -p cmd/upgradekit-capi-inplace-oracle
-  cp "$glue/main.go" cmd/upgradekit-capi-inplace-oracle/main.go
+  unignore "$glue/main.go" cmd/upgradekit-capi-inplace-oracle/main.go
   mkdir -p "$work/out"
-  go build -tags upgradekit_capi_oracle -trimpath -ldflags='-s -w' -o "$work/out/capi-inplace-oracle" ./cmd/upgradekit-capi-inplace-oracle >&2
+  go build -trimpath -ldflags='-s -w' -o "$work/out/capi-inplace-oracle" ./cmd/upgradekit-capi-inplace-oracle >&2
 )
 # Smoke test: an unknown hook must come back as an error line.
 reply=$(printf '{"hook":"none","request":{},"response":{}}\n' | "$work/out/capi-inplace-oracle")

@@ -1,4 +1,4 @@
-//go:build upgradekit_capi_oracle
+//go:build ignore
 
 // Command capi-inplace-oracle is upgradekit's test oracle for Cluster API's
 // in-place comparison. It is not part of upgradekit's module:

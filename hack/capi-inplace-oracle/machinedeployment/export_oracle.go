@@ -1,4 +1,4 @@
-//go:build upgradekit_capi_oracle
+//go:build ignore
 
 // This file is upgradekit's, not Cluster API's. hack/capi-inplace-oracle.sh
 // copies it into a private copy of sigs.k8s.io/cluster-api (package
