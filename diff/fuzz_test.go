@@ -99,10 +99,7 @@ func FuzzOracle(f *testing.F) {
 		if !okA || !okB {
 			return
 		}
-		if cs.Empty() != cmp.Equal(na, nb) {
-			t.Fatalf("diff says empty=%v, go-cmp says equal=%v\n%s\n%s\nchanges:\n%s\ncmp: %s",
-				cs.Empty(), cmp.Equal(na, nb), a, b, cs, cmp.Diff(na, nb))
-		}
+		requireAgreesWithCmp(t, cs, na, nb, a, b)
 	})
 }
 
@@ -235,10 +232,7 @@ func FuzzStrictOracle(f *testing.F) {
 		if !okA || !okB {
 			return
 		}
-		if cs.Empty() != cmp.Equal(sa, sb) {
-			t.Fatalf("diff says empty=%v, go-cmp says equal=%v\n%s\n%s\nchanges:\n%s\ncmp: %s",
-				cs.Empty(), cmp.Equal(sa, sb), a, b, cs, cmp.Diff(sa, sb))
-		}
+		requireAgreesWithCmp(t, cs, sa, sb, a, b)
 		jp, err := cs.JSONPatch(diff.Infrastructure)
 		if err != nil {
 			t.Fatalf("patch: %v", err)
@@ -278,4 +272,14 @@ func numbersOnly(v any) any {
 		return fold(x)
 	}
 	return v
+}
+
+// requireAgreesWithCmp fails unless cs is empty exactly when go-cmp finds
+// x and y (the normalised forms of the inputs a and b) equal.
+func requireAgreesWithCmp(t *testing.T, cs diff.ChangeSet, x, y any, a, b []byte) {
+	t.Helper()
+	if cs.Empty() != cmp.Equal(x, y) {
+		t.Fatalf("diff says empty=%v, go-cmp says equal=%v\n%s\n%s\nchanges:\n%s\ncmp: %s",
+			cs.Empty(), cmp.Equal(x, y), a, b, cs, cmp.Diff(x, y))
+	}
 }
