@@ -155,6 +155,9 @@ type Host struct {
 	history      []nodeexec.Command
 	notReady     bool
 	kubeletArgs  []string // what the running kubelet read from kubeadm-flags.env
+	// observe, when set, sees every command Run answered, once it returns
+	// (the Simulator's MachineUpdater mode records Executions with it).
+	observe func(nodeexec.Command, nodeexec.Result, error)
 }
 
 // NewHost returns a host for node at Kubernetes version, with the
@@ -361,6 +364,14 @@ func (h *Host) Stage(s Staging) {
 // Run implements nodeexec.Executor. It accepts argvs with or without the
 // nsenter prefix nodeexec.NsenterArgv produces.
 func (h *Host) Run(ctx context.Context, cmd nodeexec.Command) (nodeexec.Result, error) {
+	res, err := h.run(ctx, cmd)
+	if h.observe != nil {
+		h.observe(cmd, res, err)
+	}
+	return res, err
+}
+
+func (h *Host) run(ctx context.Context, cmd nodeexec.Command) (nodeexec.Result, error) {
 	if err := ctx.Err(); err != nil {
 		return nodeexec.Result{ExitCode: -1}, fmt.Errorf("fake host %s: step %q %s: %w", h.node, cmd.Step, cmd.Phase, err)
 	}

@@ -24,7 +24,9 @@ import (
 	"github.com/upgradekit/upgradekit/nodeexec"
 	"github.com/upgradekit/upgradekit/nodeexec/drain"
 	"github.com/upgradekit/upgradekit/nodeexec/kubeadm"
+	"github.com/upgradekit/upgradekit/nodeexec/nodepod"
 	"github.com/upgradekit/upgradekit/strategy"
+	"github.com/upgradekit/upgradekit/strategy/capi"
 )
 
 // Rollout is the change a simulation applies to every machine.
@@ -98,6 +100,14 @@ type Result struct {
 	ControllerRestarts int `json:"controllerRestarts,omitempty"`
 	// Failed lists machines whose update failed.
 	Failed []string `json:"failed,omitempty"`
+	// Reasons says why each machine of Failed failed: the error of its
+	// update. In MachineUpdater mode (WithMachineUpdater) it is the hook's
+	// Failure message, which starts with capi.ErrUpdateFailed's text and a
+	// capi.Failure* reason ("in-place update failed: StepFailed: ...").
+	Reasons map[string]string `json:"reasons,omitempty"`
+	// UpdateCalls counts the UpdateMachine calls made in MachineUpdater
+	// mode (0 otherwise).
+	UpdateCalls int `json:"updateCalls,omitempty"`
 	// Held lists machines a plan batched that the simulator did not start,
 	// because failures made it unsafe: a group whose machines left
 	// cordoned already use its disruption limit, or workers behind a
@@ -151,6 +161,12 @@ type Simulator struct {
 	pools        map[string]string // node -> machine deployment ("" for the control plane)
 	versions     map[string]string // node -> kubelet version, as last read
 	controlPlane []string
+	// MachineUpdater mode (WithMachineUpdater).
+	updater     bool
+	updaterOpts []capi.MachineUpdaterOption
+	podOpts     []nodepod.Option
+	callBudget  int
+	cur         *updaterRun // the in-place update under way, for the hosts' observers
 }
 
 // SimOption configures a Simulator.
@@ -186,7 +202,9 @@ func WithMaxRestarts(n int) SimOption { return func(s *Simulator) { s.maxRestart
 // several times cheaper.
 func NewSimulator(cl *Cluster, opts ...SimOption) (*Simulator, error) {
 	s := &Simulator{cl: cl, stepTime: 20 * time.Second, replace: 4 * time.Minute, gate: time.Minute, maxRestarts: 3,
-		clock: clocktesting.NewFakeClock(time.Date(2026, 1, 1, 9, 0, 0, 0, time.UTC))}
+		clock:      clocktesting.NewFakeClock(time.Date(2026, 1, 1, 9, 0, 0, 0, time.UTC)),
+		podOpts:    DefaultSimulatorPodOptions(),
+		callBudget: DefaultUpdateCallBudget}
 	for _, o := range opts {
 		o(s)
 	}
@@ -208,6 +226,11 @@ func NewSimulator(cl *Cluster, opts ...SimOption) (*Simulator, error) {
 	}
 	if s.fleet, err = NewFleet(cl, hopts...); err != nil {
 		return nil, err
+	}
+	if s.updater {
+		if err := s.setUpUpdater(); err != nil {
+			return nil, err
+		}
 	}
 	s.roles, s.pools, s.versions = map[string]Role{}, map[string]string{}, map[string]string{}
 	for _, n := range cl.Nodes() {
@@ -423,6 +446,10 @@ func (s *Simulator) Run(ctx context.Context, r Rollout) (*Result, error) {
 						return res, ctx.Err()
 					}
 					res.Failed = append(res.Failed, name)
+					if res.Reasons == nil {
+						res.Reasons = map[string]string{}
+					}
+					res.Reasons[name] = err.Error()
 					if pm.Role == strategy.RoleControlPlane && cpFailed == "" {
 						cpFailed = name
 					}
@@ -510,6 +537,9 @@ func (s *Simulator) emit(res *Result, e Event) {
 func (s *Simulator) runMachine(ctx context.Context, r Rollout, b strategy.Batch, pm strategy.PlannedMachine, res *Result) error {
 	switch pm.Method {
 	case strategy.MethodInPlace:
+		if s.updater {
+			return s.inPlaceUpdater(ctx, r, b, pm, res)
+		}
 		return s.inPlace(ctx, r, b, pm, res)
 	case strategy.MethodReplace, strategy.MethodReplaceFirst:
 		return s.replaceMachine(ctx, r, b, pm, res)
