@@ -80,6 +80,55 @@
 // cordoned, nobody else's cordon lifted), plus converged versions. A
 // 1,000-node in-place upgrade simulates in a few seconds (BENCHMARKS.md).
 //
+// # Simulator with the MachineUpdater
+//
+// By default the simulator runs each in-place machine's kubeadm plan
+// through nodeexec's Runner itself, which tests the planner and the plans
+// but not the code that drives them in a cluster. WithMachineUpdater
+// updates each in-place machine with a real capi.MachineUpdater instead,
+// called the way Cluster API calls an UpdateMachine extension: a request
+// with the desired Machine (spec.version the rollout's, its providerID,
+// clusterName and, for the control plane, the control-plane label; no
+// status) and its infrastructure machine, a new updater for every call
+// (as after an extension restart: all state is in the cluster), until it
+// answers done (RetryAfterSeconds 0) or Failure. Between two calls the
+// node's kubelet is played by a PodRunner on the node's Host: it runs the
+// upgrader pods the updater created (with the staging the simulator
+// provides), writes their status through the simulator's client, and the
+// virtual clock moves by the RetryAfterSeconds answered (or further, when
+// the pod's commands took longer: each host command takes the step time).
+// It checks, besides the invariants above: "done" only for a verified
+// node (the kubelet runs the target version, kubelet and containerd
+// active), never a node whose kubelet is stopped after its update, and no
+// endless waiting: a machine neither done nor failed within the call
+// budget (WithUpdateCallBudget) fails and is a violation. The timeline
+// has one event per plan step (from the journals on the host, or the pod's
+// container statuses when the layout has no runner), the runner restarts,
+// and one "UpdateMachine/<phase>" event per run of answers in the same
+// phase (capi.Reason*, as the node's condition says). A Failure is in
+// Result.Failed and Result.Reasons (the hook's message, with its
+// capi.Failure* reason) and stops the rollout as any failure does; the
+// node is left cordoned unless nothing ran on it or its plan rolled back.
+// Faults apply: step failures, slow steps and NotReady nodes through the
+// Host, runner crashes through the PodRunner's restart of a
+// restartPolicy OnFailure container (resumed from the journal; the raw
+// layout's pod fails instead), API faults through the client's
+// interceptor (the updater's, the kubelet's and the hosts' calls alike),
+// and controller crashes between batches.
+//
+// What that mode does not model: the drain (the fake client has no
+// Eviction API: the updater runs WithoutDrain and the simulator cordons
+// around the update, as in the default mode; drains are tested against a
+// real API server in strategy/capi), Cluster API's management cluster
+// (no update-in-progress annotation and no spec.version change on the live
+// Machine before the update, so capi.WithManagementReader would refuse
+// every request; the Machine gets its new version once done), calls in
+// the middle of a pod (the kubelet runs a pod's containers to their end,
+// or until one cannot start, between two calls, so an answer never sees a
+// pod half-way), several machines of a batch at the same instant (they
+// run one after the other from the batch's start in virtual time), and
+// the retry annotation (no operator retries a Failure).
+//
 // # fake client or fake/envtest?
 //
 // The fake client is fast (no processes; WithoutServerSideApply makes its

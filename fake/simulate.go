@@ -141,8 +141,11 @@ const SimulatorCordonOwner = "upgradekit-simulator"
 // uncordoned; replaced machines are swapped for new ones at the desired
 // version. After every batch and at the end it checks the invariants
 // (CheckSkew, CheckDisruption, CheckNoRerun, CheckCordons, converged
-// versions). Prefer fake/envtest when the test is about the API server
-// itself.
+// versions). WithMachineUpdater has a real capi.MachineUpdater update the
+// in-place machines instead, called as Cluster API calls it, with the
+// hosts' kubelets running its upgrader pods (see the package
+// documentation). Prefer fake/envtest when the test is about the API
+// server itself.
 type Simulator struct {
 	cl           *Cluster
 	c            client.WithWatch

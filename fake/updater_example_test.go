@@ -1,0 +1,44 @@
+package fake_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/upgradekit/upgradekit/fake"
+	"github.com/upgradekit/upgradekit/strategy/capi"
+)
+
+// ExampleWithMachineUpdater runs a rollout whose in-place machines are
+// updated by capi.MachineUpdater, called as Cluster API calls it, with the
+// simulated kubelets running its upgrader pods. A worker's kubelet step
+// keeps failing: the hook answers Failure, and the Result says why.
+func ExampleWithMachineUpdater() {
+	cl := fake.NewCluster("demo").ControlPlane(1, "v1.30.4").MachineDeployment("md-0", 2, "v1.30.4")
+	faults := fake.NewFaults(1).FailStep("demo-md-0-1", "kubelet", 100)
+	sim, err := fake.NewSimulator(cl, fake.WithSimFaults(faults), fake.WithMachineUpdater(capi.WithRetryAfter(30)))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	res, err := sim.Run(context.Background(), fake.Rollout{ToVersion: "v1.31.2"})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println("UpdateMachine calls:", res.UpdateCalls, "violations:", len(res.Violations))
+	fmt.Println("failed:", res.Failed, "left cordoned:", res.LeftCordoned)
+	reason, _, _ := strings.Cut(res.Reasons["demo-md-0-1"], " with exit code")
+	fmt.Println(reason)
+	for _, e := range res.Events {
+		if e.Machine == "demo-md-0-0" && strings.HasPrefix(e.Step, fake.UpdateMachineStep) {
+			fmt.Println(e.Machine, e.Step, e.Outcome, e.End.Sub(e.Start))
+		}
+	}
+	// Output:
+	// UpdateMachine calls: 6 violations: 0
+	// failed: [demo-md-0-1] left cordoned: [demo-md-0-1]
+	// in-place update failed: StepFailed: node demo-md-0-1: step kubelet failed
+	// demo-md-0-0 UpdateMachine/Upgrading Waiting 5m20s
+	// demo-md-0-0 UpdateMachine/Succeeded Succeeded 0s
+}
