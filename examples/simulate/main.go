@@ -2,10 +2,17 @@
 // previews a rollout (per machine: in place or replace, and why), runs it
 // with the real kubeadm plans against simulated node hosts on a virtual
 // clock with live progress, and prints a summary. -timeline writes the
-// rollout as a self-contained HTML/SVG timeline.
+// rollout as a self-contained HTML/SVG timeline. -updater capi has the
+// real capi.MachineUpdater update the in-place machines, called as Cluster
+// API calls the UpdateMachine hook, with the simulated kubelets running
+// its upgrader pods (fake.WithMachineUpdater).
 //
 //	go run ./examples/simulate
 //	go run ./examples/simulate -from v1.30.4 -to v1.31.2 -workers md-0=5,md-1=5 -new-image md-1 -timeline rollout.html
+//	go run ./examples/simulate -updater capi -control-planes 1 -workers md-0=3 -new-image ""
+//
+// Exit codes: 0 done (and for -h), 1 the rollout broke an invariant or
+// could not run, 2 a usage error.
 package main
 
 import (
@@ -23,7 +30,31 @@ import (
 
 	"github.com/upgradekit/upgradekit/fake"
 	"github.com/upgradekit/upgradekit/strategy"
+	"github.com/upgradekit/upgradekit/strategy/capi"
 )
+
+// Exit codes.
+const (
+	exitOK      = 0
+	exitFailure = 1
+	exitUsage   = 2
+)
+
+// Updaters (-updater).
+const (
+	updaterSimulator = "simulator"
+	updaterCAPI      = "capi"
+)
+
+// usageError is a command line the command cannot run; printed, when the
+// flag package has already printed it.
+type usageError struct {
+	err     error
+	printed bool
+}
+
+func (e usageError) Error() string { return e.err.Error() }
+func (e usageError) Unwrap() error { return e.err }
 
 type options struct {
 	controlPlanes int
@@ -36,6 +67,7 @@ type options struct {
 	seed          uint64
 	timeline      string
 	bar           bool
+	updater       string
 }
 
 type pool struct {
@@ -48,8 +80,18 @@ type fault struct {
 	times      int
 }
 
+// parseFlags parses the command line; its errors are usageErrors (or
+// flag.ErrHelp for -h, after the usage is printed).
 func parseFlags(args []string, stderr io.Writer) (options, error) {
-	var o options
+	o, printed, err := parseArgs(args, stderr)
+	if err != nil && !errors.Is(err, flag.ErrHelp) {
+		return o, usageError{err: err, printed: printed}
+	}
+	return o, err
+}
+
+// parseArgs parses args; printed says the flag package printed the error.
+func parseArgs(args []string, stderr io.Writer) (o options, printed bool, err error) {
 	var workers, newImage, faults string
 	fs := flag.NewFlagSet("simulate", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -65,20 +107,24 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.Uint64Var(&o.seed, "seed", 1, "seed for injected faults")
 	fs.StringVar(&o.timeline, "timeline", "", "write an HTML/SVG timeline of the rollout to this file")
 	fs.BoolVar(&o.bar, "progress-bar", isTerminal(os.Stdout), "draw a progress bar (default: when stdout is a terminal)")
+	fs.StringVar(&o.updater, "updater", updaterSimulator, "what updates in-place machines: simulator (the simulator runs the kubeadm plans), capi (a real capi.MachineUpdater called as Cluster API calls the UpdateMachine hook, the simulated kubelets running its upgrader pods)")
 	if err := fs.Parse(args); err != nil {
-		return o, err
+		return o, true, err
+	}
+	if o.updater != updaterSimulator && o.updater != updaterCAPI {
+		return o, false, fmt.Errorf("-updater: unknown %q (%s, %s)", o.updater, updaterSimulator, updaterCAPI)
 	}
 	if fs.NArg() > 0 {
-		return o, fmt.Errorf("unexpected arguments: %v", fs.Args())
+		return o, false, fmt.Errorf("unexpected arguments: %v", fs.Args())
 	}
 	if o.controlPlanes < 1 {
-		return o, errors.New("-control-planes must be at least 1")
+		return o, false, errors.New("-control-planes must be at least 1")
 	}
 	for _, w := range splitList(workers) {
 		name, n, ok := strings.Cut(w, "=")
 		r, err := strconv.Atoi(n)
 		if !ok || err != nil || r < 1 || name == "" {
-			return o, fmt.Errorf("-workers: %q is not name=replicas", w)
+			return o, false, fmt.Errorf("-workers: %q is not name=replicas", w)
 		}
 		o.workers = append(o.workers, pool{name, r})
 	}
@@ -88,18 +134,18 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		node, step, ok2 := strings.Cut(target, "/")
 		times, err := strconv.Atoi(n)
 		if !ok || !ok2 || err != nil || times < 1 {
-			return o, fmt.Errorf("-fail: %q is not node/step=times", f)
+			return o, false, fmt.Errorf("-fail: %q is not node/step=times", f)
 		}
 		o.faults = append(o.faults, fault{node, step, times})
 	}
 	for _, c := range splitList(crashes) {
 		node, step, ok := strings.Cut(c, "/")
 		if !ok || node == "" || step == "" {
-			return o, fmt.Errorf("-crash: %q is not node/step", c)
+			return o, false, fmt.Errorf("-crash: %q is not node/step", c)
 		}
 		o.crashes = append(o.crashes, fault{node: node, step: step})
 	}
-	return o, nil
+	return o, false, nil
 }
 
 func splitList(s string) []string {
@@ -161,7 +207,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	p, err := planner(o.strategy)
 	if err != nil {
-		return err
+		return usageError{err: err}
 	}
 	faults := fake.NewFaults(o.seed)
 	for _, f := range o.faults {
@@ -172,14 +218,28 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	total := 0
 	prog := newProgress(stdout, o.bar)
-	sim, err := fake.NewSimulator(cl, fake.WithPlanner(p), fake.WithSimFaults(faults), fake.WithEvents(prog.event))
+	simOpts := []fake.SimOption{fake.WithPlanner(p), fake.WithSimFaults(faults), fake.WithEvents(prog.event)}
+	if o.updater == updaterCAPI {
+		simOpts = append(simOpts, fake.WithMachineUpdater(capi.WithRetryAfter(30)))
+	}
+	sim, err := fake.NewSimulator(cl, simOpts...)
+	if errors.Is(err, fake.ErrInvalidCluster) {
+		return usageError{err: err} // a -from that is no version, say
+	}
 	if err != nil {
 		return err
 	}
 	rollout := fake.Rollout{ToVersion: o.to, Images: images}
 
-	fmt.Fprintf(stdout, "Cluster demo: %d control plane machines, %d machine deployments, %s -> %s\n\n", o.controlPlanes, len(o.workers), o.from, o.to)
+	fmt.Fprintf(stdout, "Cluster demo: %d control plane machines, %d machine deployments, %s -> %s\n", o.controlPlanes, len(o.workers), o.from, o.to)
+	if o.updater == updaterCAPI {
+		fmt.Fprintln(stdout, "In-place machines are updated by capi.MachineUpdater, called as Cluster API calls the UpdateMachine hook.")
+	}
+	fmt.Fprintln(stdout)
 	preview, err := sim.Preview(ctx, rollout)
+	if errors.Is(err, fake.ErrInvalidCluster) {
+		return usageError{err: err} // a -to that is no version
+	}
 	if err != nil {
 		return err
 	}
@@ -235,7 +295,8 @@ func newProgress(w io.Writer, bar bool) *progress {
 }
 
 func (p *progress) event(e fake.Event) {
-	finished := e.Step == "verify" || e.Step == "drain-and-delete-old" || e.Outcome == "Failed"
+	finished := e.Step == "verify" || e.Step == "drain-and-delete-old" || e.Outcome == "Failed" ||
+		e.Step == fake.UpdateMachineStep+capi.ReasonSucceeded
 	if finished {
 		p.done[e.Machine] = true
 	}
@@ -278,7 +339,15 @@ func summarize(w io.Writer, res *fake.Result) {
 	if res.Restarts > 0 {
 		fmt.Fprintf(w, "; %d upgrader restarts resumed from the journal", res.Restarts)
 	}
+	if res.UpdateCalls > 0 {
+		fmt.Fprintf(w, "; %d UpdateMachine calls", res.UpdateCalls)
+	}
 	fmt.Fprintln(w)
+	for _, m := range res.Failed {
+		if why := res.Reasons[m]; why != "" {
+			fmt.Fprintf(w, "Failed: %s: %s\n", m, why)
+		}
+	}
 	for _, h := range res.Held {
 		fmt.Fprintf(w, "Held back: %s (%s)\n", h.Machine, h.Reason)
 	}
@@ -297,10 +366,22 @@ func summarize(w io.Writer, res *fake.Result) {
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
-		if !errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintln(os.Stderr, "simulate:", err)
-		}
-		os.Exit(1)
+	os.Exit(exitCode(run(ctx, os.Args[1:], os.Stdout, os.Stderr), os.Stderr))
+}
+
+// exitCode prints err (the flag package has printed its own) and maps it
+// to the exit code: 0 for none and for -h, 2 for a usage error, else 1.
+func exitCode(err error, stderr io.Writer) int {
+	if err == nil || errors.Is(err, flag.ErrHelp) {
+		return exitOK
 	}
+	var ue usageError
+	if errors.As(err, &ue) {
+		if !ue.printed {
+			fmt.Fprintln(stderr, "simulate:", err)
+		}
+		return exitUsage
+	}
+	fmt.Fprintln(stderr, "simulate:", err)
+	return exitFailure
 }

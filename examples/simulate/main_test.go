@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/xml"
+	"errors"
+	"flag"
 	"os"
 	"path/filepath"
 	"strings"
@@ -110,9 +112,60 @@ func TestProgressBar(t *testing.T) {
 func TestBadFlags(t *testing.T) {
 	for _, args := range [][]string{
 		{"-workers", "md-0"}, {"-workers", "md-0=0"}, {"-fail", "node-step=1"}, {"-strategy", "yolo"},
-		{"-control-planes", "0"}, {"-to", "latest"}, {"extra"}, {"-crash", "node-step"},
+		{"-control-planes", "0"}, {"-to", "latest"}, {"-from", "latest"}, {"extra"}, {"-crash", "node-step"},
+		{"-updater", "kubeadm"}, {"-updater"}, {"-no-such-flag"},
 	} {
-		err := run(context.Background(), args, &bytes.Buffer{}, &bytes.Buffer{})
+		var stderr bytes.Buffer
+		err := run(context.Background(), args, &bytes.Buffer{}, &stderr)
 		require.Error(t, err, "%v", args)
+		require.Equal(t, exitUsage, exitCode(err, &stderr), "%v: a usage error exits 2", args)
+		require.Equal(t, 1, strings.Count(stderr.String(), err.Error()), "%v: the error is printed once: %s", args, stderr.String())
 	}
+}
+
+func TestHelpExitsZero(t *testing.T) {
+	var stderr bytes.Buffer
+	err := run(context.Background(), []string{"-h"}, &bytes.Buffer{}, &stderr)
+	require.ErrorIs(t, err, flag.ErrHelp)
+	require.Equal(t, exitOK, exitCode(err, &stderr))
+	require.Contains(t, stderr.String(), "-updater string")
+	require.Contains(t, stderr.String(), "capi (a real capi.MachineUpdater")
+	require.Equal(t, exitOK, exitCode(nil, &stderr))
+	require.Equal(t, exitFailure, exitCode(errors.New("3 invariant violations"), &stderr))
+}
+
+// TestUpdaterCAPI runs the rollout with -updater capi: the in-place
+// machines are updated by capi.MachineUpdater, and the timeline shows its
+// answers.
+func TestUpdaterCAPI(t *testing.T) {
+	timeline := filepath.Join(t.TempDir(), "rollout.html")
+	var out bytes.Buffer
+	err := run(context.Background(), []string{"-progress-bar=false", "-updater", "capi", "-control-planes", "1", "-workers", "md-0=2", "-new-image", "",
+		"-crash", "demo-md-0-0/kubelet", "-timeline", timeline}, &out, &bytes.Buffer{})
+	require.NoError(t, err, out.String())
+	s := out.String()
+	require.Contains(t, s, "In-place machines are updated by capi.MachineUpdater")
+	require.Contains(t, s, "demo-control-plane-0     InPlace UpdateMachine/Upgrading Waiting")
+	require.Contains(t, s, "demo-md-0-1              InPlace UpdateMachine/Succeeded Succeeded")
+	require.Contains(t, s, "demo-md-0-0              InPlace runner-restart         Crashed")
+	require.Contains(t, s, "Summary: 3 InPlace in 3 batches")
+	require.Contains(t, s, "; 1 upgrader restarts resumed from the journal; 6 UpdateMachine calls")
+	require.Contains(t, s, "Invariants held")
+	checkTimeline(t, timeline, []string{"demo-control-plane-0", "demo-md-0-0", "demo-md-0-1"}, false)
+}
+
+func TestUpdaterCAPIWithAFailedStep(t *testing.T) {
+	timeline := filepath.Join(t.TempDir(), "rollout.html")
+	var out bytes.Buffer
+	err := run(context.Background(), []string{"-progress-bar=false", "-updater", "capi", "-control-planes", "1", "-workers", "md-0=2", "-new-image", "",
+		"-fail", "demo-control-plane-0/kubelet=50", "-timeline", timeline}, &out, &bytes.Buffer{})
+	require.NoError(t, err, out.String())
+	s := out.String()
+	require.Contains(t, s, "demo-control-plane-0     InPlace UpdateMachine/Failed   Failed")
+	require.Contains(t, s, "failed: demo-control-plane-0")
+	require.Contains(t, s, "Failed: demo-control-plane-0: in-place update failed: StepFailed: node demo-control-plane-0: step kubelet failed with exit code")
+	require.Contains(t, s, "Held back: demo-md-0-0 (control plane machine demo-control-plane-0 failed: workers wait (version skew))")
+	require.Contains(t, s, "Left cordoned for a person (failed without a rollback): demo-control-plane-0")
+	require.Contains(t, s, "Invariants held")
+	checkTimeline(t, timeline, []string{"demo-control-plane-0", "demo-md-0-0", "demo-md-0-1"}, true)
 }
