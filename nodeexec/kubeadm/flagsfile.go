@@ -138,11 +138,18 @@ func ParseKubeadmFlags(content string) (KubeadmFlags, error) {
 	return f, nil
 }
 
+// RemoveAllExtraArgs, as a name to remove (KubeadmFlags.WithExtraArgs,
+// KubeletArgsConfig.ReplaceAll), stands for every argument that is not
+// one of kubeadm's own. No valid argument name can be "*".
+const RemoveAllExtraArgs = "*"
+
 // WithExtraArgs returns the file with every argument named in remove or
 // in desired taken out, desired added, and the arguments sorted the way
 // kubeadm sorts them (by name, then value): what `kubeadm join` writes
 // when kubeletExtraArgs is desired, with the file's other arguments as
-// kubeadm's own. Other lines are kept.
+// kubeadm's own. Other lines are kept. RemoveAllExtraArgs in remove takes
+// out every argument that is not one of kubeadm's own
+// (KubeadmOwnedKubeletArgs).
 func (f KubeadmFlags) WithExtraArgs(desired []KubeletArg, remove []string) KubeadmFlags {
 	drop := map[string]bool{}
 	for _, n := range remove {
@@ -151,9 +158,10 @@ func (f KubeadmFlags) WithExtraArgs(desired []KubeletArg, remove []string) Kubea
 	for _, a := range desired {
 		drop[a.Name] = true
 	}
+	all := drop[RemoveAllExtraArgs]
 	args := make([]KubeletArg, 0, len(f.Args)+len(desired))
 	for _, a := range f.Args {
-		if !drop[a.Name] {
+		if !drop[a.Name] && (!all || slices.Contains(KubeadmOwnedKubeletArgs(), a.Name)) {
 			args = append(args, a)
 		}
 	}

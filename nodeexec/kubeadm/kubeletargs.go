@@ -131,6 +131,14 @@ type KubeletArgsConfig struct {
 	// RollbackOnFailure is copied into the plan: a failed verification
 	// then restores the old flags and restarts the kubelet.
 	RollbackOnFailure bool
+	// ReplaceAll removes every argument of kubeadm-flags.env that is
+	// neither desired nor one of kubeadm's own (KubeadmOwnedKubeletArgs),
+	// whatever Previous says: the file becomes what `kubeadm join` writes
+	// with Desired as the extra args. Use it when the extra args the node
+	// was joined with are not known (Cluster API's UpdateMachine hook sends
+	// only the desired configuration). Flags set elsewhere (the unit's
+	// drop-in, /etc/default/kubelet) are not touched.
+	ReplaceAll bool
 }
 
 func (c *KubeletArgsConfig) defaults() {
@@ -250,6 +258,9 @@ func NewKubeletArgsPlan(cfg KubeletArgsConfig) (nodeexec.Plan, error) {
 	args := append([]string{cfg.FlagsFile, cfg.RecordFile, cfg.BackupDir, cfg.ProcDir,
 		strconv.Itoa(int(cfg.Settle / time.Second)), strconv.Itoa(len(desired))}, desired...)
 	args = append(args, removed...)
+	if cfg.ReplaceAll {
+		args = append(args, RemoveAllExtraArgs)
+	}
 	argv := func(script string) []string { return nodeexec.ShellArgv(script, args...) }
 	plan := nodeexec.Plan{
 		Name:              cfg.PlanName,
@@ -322,6 +333,7 @@ IFS=$nl
 for tok in $desired; do name=${tok%%=*}; remove="$remove${name#--}$nl"; done
 IFS=$ifs
 has() { case "$nl$remove" in *"$nl$1$nl"*) return 0 ;; esac; return 1; }
+owned() { case "$1" in container-runtime-endpoint|hostname-override|pod-infra-container-image|register-with-taints) return 0 ;; esac; return 1; }
 wanted() { case "$nl$desired" in *"$nl$1$nl"*) return 0 ;; esac; return 1; }
 flagname() {
   case "$1" in --*=*) ;; *) return 1 ;; esac
@@ -366,6 +378,9 @@ render() {
   IFS=" $tab"
   for tok in $body; do
     flagname "$tok" || die "$flags: $tok is not a --name=value argument; not editing it"
+    if ! has "$name" && has '*' && ! owned "$name"; then
+      remove="$remove$name$nl" # ReplaceAll: removed, and checked gone from the running kubelet
+    fi
     has "$name" || list="$list$name$tab${tok#*=}$nl"
   done
   IFS=$nl

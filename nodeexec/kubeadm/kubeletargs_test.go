@@ -546,7 +546,7 @@ printf '%s' "$new_record" > "$backup/out-record"`, args...)
 func TestKubeletArgsScriptMatchesModel(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	pick := func(s []string) string { return s[rng.IntN(len(s))] }
-	names := []string{"a", "a-b", "a.b", "max-pods", "node-labels", "v", "A", "a_b", "0x"}
+	names := []string{"a", "a-b", "a.b", "max-pods", "node-labels", "container-runtime-endpoint", "v", "A", "a_b", "0x"}
 	values := []string{"", "1", "b", "a=b", "=", "$(id)", "`id`", "*", "ü", "--x", "x;y", "%s"}
 	lines := []string{"", "# c", "; c", "  # c", "FOO=bar", "# KUBELET_KUBEADM_ARGS old", "\t", "X=\"q\"", "# c \\"}
 	n := 150
@@ -575,15 +575,18 @@ func TestKubeletArgsScriptMatchesModel(t *testing.T) {
 		}
 		var desired []KubeletArg
 		for range rng.IntN(4) {
-			desired = append(desired, KubeletArg{Name: pick(names[:6]), Value: pick(values)})
+			desired = append(desired, KubeletArg{Name: pick(names[:5]), Value: pick(values)})
 		}
 		var previous []string
 		for range rng.IntN(3) {
-			previous = append(previous, pick(names[:6]))
+			previous = append(previous, pick(names[:5]))
+		}
+		if rng.IntN(3) == 0 {
+			previous = append(previous, RemoveAllExtraArgs) // ReplaceAll
 		}
 		record := ""
 		if rng.IntN(3) == 0 {
-			record = FormatKubeletArgsRecord([]KubeletArg{{Name: pick(names[:6]), Value: pick(values)}})
+			record = FormatKubeletArgsRecord([]KubeletArg{{Name: pick(names[:5]), Value: pick(values)}})
 		}
 		t.Run(fmt.Sprint(i), func(t *testing.T) {
 			gotFlags, gotRecord, gotErr := renderScript(t, content, record, desired, previous)
