@@ -65,8 +65,10 @@ func ForCategories(name string, cats ...diff.Category) (Updater, error) {
 // KubeadmCategories are the changes upgradekit's kubeadm executor (the
 // kubeadm plans of package nodeexec/kubeadm, run by strategy/capi's
 // MachineUpdater) applies to a running node and verifies afterwards: the
-// Kubernetes version, today only that. A change of kubelet arguments, of
-// the kubeadm ClusterConfiguration (etcd image, API server arguments), of
+// Kubernetes version, today only that (kubelet extra arguments are applied
+// too, but they are paths, not a category: KubeletExtraArgsPaths). A
+// change of the rest of the kubelet's configuration, of the kubeadm
+// ClusterConfiguration (etcd image, API server arguments), of
 // addons or of files at the same version has no executor yet, so it is not
 // in this set: accepting it would let Cluster API mark the machine up to
 // date while the node keeps its old configuration. Such changes are
@@ -76,6 +78,25 @@ func ForCategories(name string, cats ...diff.Category) (Updater, error) {
 // accepted set only if an executor applies it and verifies it on the node.
 func KubeadmCategories() []diff.Category {
 	return []diff.Category{diff.CategoryKubernetesVersion}
+}
+
+// KubeletExtraArgsPaths are the KubeadmConfig fields of the kubelet's
+// extra arguments (nodeRegistration.kubeletExtraArgs of the init and join
+// configurations), in diff's path syntax. strategy/capi's MachineUpdater
+// applies them in place (kubeadm.NewKubeletArgsPlan: kubeadm-flags.env
+// rewritten as `kubeadm join` writes it, the kubelet restarted and its
+// running command line verified), so an updater covering them keeps the
+// in-place contract when paired with that MachineUpdater:
+//
+//	kubeletArgs, _ := strategy.ForPaths("kubelet-args", strategy.KubeletExtraArgsPaths()...)
+//
+// The rest of nodeRegistration (taints, criSocket, name...) and
+// kubeletConfiguration have no executor and stay declined.
+func KubeletExtraArgsPaths() []string {
+	return []string{
+		"bootstrap.spec.initConfiguration.nodeRegistration.kubeletExtraArgs",
+		"bootstrap.spec.joinConfiguration.nodeRegistration.kubeletExtraArgs",
+	}
 }
 
 // ForPaths is an updater covering changes at or below the given path

@@ -330,7 +330,17 @@ func handlers(o options, d deps) ([]server.ExtensionHandler, error) {
 		// No kubelet newer than its control plane: declined, never stranded.
 		extOpts = append(extOpts, capi.WithChecks(capi.ControlPlaneSkewCheck(d.mgmt)))
 	}
-	ext, err := capi.NewExtension(strategy.Updaters(kubeadmUpdater), extOpts...)
+	updaters := []strategy.Updater{kubeadmUpdater}
+	if !o.noUpdate {
+		// UpdateMachine (served here) applies the kubelet's extra
+		// arguments with every update and verifies them on the node.
+		kubeletArgs, err := strategy.ForPaths("kubelet-args", strategy.KubeletExtraArgsPaths()...)
+		if err != nil {
+			return nil, err
+		}
+		updaters = append(updaters, kubeletArgs)
+	}
+	ext, err := capi.NewExtension(strategy.Updaters(updaters...), extOpts...)
 	if err != nil {
 		return nil, err
 	}

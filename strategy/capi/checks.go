@@ -61,7 +61,7 @@ type CheckFunc func(ctx context.Context, req CheckRequest) error
 func (f CheckFunc) Check(ctx context.Context, req CheckRequest) error { return f(ctx, req) }
 
 // WithChecks adds feasibility checks, run in order after the built-in
-// version check (VersionCheck), which is always on.
+// checks, which are always on: VersionCheck, then KubeletArgsCheck.
 func WithChecks(checks ...Check) ExtensionOption {
 	return func(e *Extension) { e.checks = append(e.checks, checks...) }
 }

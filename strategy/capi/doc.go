@@ -73,12 +73,21 @@
 //     earlier update (Failed, RolledBack, Succeeded, or written for another
 //     from-version) is never resumed by a later one.
 //
-// What it applies is the Kubernetes version (strategy.KubeadmCategories):
-// pair it with an Extension that accepts nothing else. It verifies the
-// update with the plan's verify step (kubeadm, kubelet and kubectl
-// binaries at the version, containerd and kubelet active, the Node's
-// kubelet version and, on control planes, the kube-apiserver image) and
-// with the kubelet version the Node reports.
+// What it applies is the Kubernetes version (strategy.KubeadmCategories)
+// and the kubelet's extra arguments (strategy.KubeletExtraArgsPaths): pair
+// it with an Extension that accepts nothing else. It verifies the version
+// with the plan's verify step (kubeadm, kubelet and kubectl binaries at
+// the version, containerd and kubelet active, the Node's kubelet version
+// and, on control planes, the kube-apiserver image) and with the kubelet
+// version the Node reports. The kubelet's extra arguments of the desired
+// KubeadmConfig (the join configuration's, or the init configuration's on
+// the first control plane) are written into kubeadm-flags.env as
+// `kubeadm join` writes them (kubeadm.NewKubeletArgsPlan with ReplaceAll),
+// by the same plan after the kubelet step or, at the same version, by a
+// plan of their own; they are verified on the running kubelet's command
+// line, and a digest of them is kept on the Node (AnnotationKubeletArgs)
+// once done, so they are applied again only when they change. The
+// Extension's KubeletArgsCheck declines arguments that cannot be written.
 //
 // # Drain before in-place
 //

@@ -199,6 +199,11 @@ type UpdateRecord struct {
 	// could be written. It is written with a compare-and-swap of this
 	// annotation, so two replicas do not both record the same transition.
 	Reported string `json:"reported,omitempty"`
+	// KubeletArgs is the digest of the desired kubelet extra arguments
+	// this update applies with its plan ("" when the request carried no
+	// KubeadmConfig); once the update is done it is kept on the Node as
+	// AnnotationKubeletArgs. Other desired arguments are another update.
+	KubeletArgs string `json:"kubeletArgs,omitempty"`
 	// Attempt counts the retries of this update asked for with
 	// AnnotationRetry (0: the first attempt). Each attempt runs its plan
 	// under its own name, so with a journal of its own on the host.

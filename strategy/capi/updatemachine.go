@@ -14,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/version"
 	"k8s.io/client-go/tools/events"
@@ -266,7 +267,7 @@ func (u *MachineUpdater) UpdateMachine(ctx context.Context, req *runtimehooksv1.
 		log = logr.FromContextOrDiscard(ctx)
 	}
 	log = log.WithValues("hook", "UpdateMachine", "machine", key, "cluster", m.Namespace+"/"+m.Spec.ClusterName)
-	res := u.update(ctx, log, m)
+	res := u.update(ctx, log, m, req.Desired.BootstrapConfig)
 	log = log.WithValues("phase", res.phase)
 	if res.node != "" {
 		log = log.WithValues("node", res.node)
@@ -337,6 +338,8 @@ type call struct {
 	prev    *corev1.NodeCondition // ConditionInPlaceUpdate as read
 	now     time.Time
 	log     logr.Logger
+	// args are the desired kubelet extra arguments.
+	args kubeletArgs
 	// rec is the node's UpdateRecord as this call last read or wrote it,
 	// and recRaw its annotation value ("" for none).
 	rec    *UpdateRecord
@@ -355,9 +358,14 @@ func (st *call) writeRecord(ctx context.Context, rec *UpdateRecord) error {
 	return nil
 }
 
-func (u *MachineUpdater) update(ctx context.Context, log logr.Logger, m *clusterv1.Machine) updateResult {
+func (u *MachineUpdater) update(ctx context.Context, log logr.Logger, m *clusterv1.Machine, bootstrap runtime.RawExtension) updateResult {
 	var res updateResult
+	args, err := desiredKubeletArgs(bootstrap, false)
+	if err != nil {
+		res = failedAs(FailureInvalidMachine, "desired %v", err)
+	}
 	switch {
+	case res.err != nil:
 	case m.Spec.ProviderID == "":
 		res = failedAs(FailureInvalidMachine, "desired Machine has no spec.providerID: the node cannot be found")
 	case m.Spec.Version == "":
@@ -420,7 +428,7 @@ func (u *MachineUpdater) update(ctx context.Context, log logr.Logger, m *cluster
 		return res
 	}
 	u.forgetFailure(m)
-	st := &call{machine: m, cluster: cluster, c: c, node: node, prev: InPlaceUpdateCondition(node), now: u.clock.Now(), log: log.WithValues("node", node.Name)}
+	st := &call{machine: m, cluster: cluster, c: c, node: node, prev: InPlaceUpdateCondition(node), now: u.clock.Now(), log: log.WithValues("node", node.Name), args: args}
 	res = u.updateNode(ctx, st, to)
 	res = u.deadlines(st, res)
 	res = u.retry(ctx, st, res)
@@ -567,7 +575,11 @@ func (u *MachineUpdater) updateNode(ctx context.Context, st *call, to *version.V
 	if err != nil {
 		return waiting(ReasonPending, "listing the upgrader pods on node %s: %v", node.Name, err)
 	}
-	if current == want && !u.unproven(rec, want, pods) {
+	// The kubelet's extra arguments are done when the node's annotation
+	// says they were applied, or this update applied them with success.
+	argsDone := st.args.digest == "" || node.Annotations[AnnotationKubeletArgs] == st.args.digest ||
+		(rec != nil && rec.Version == want && rec.KubeletArgs == st.args.digest && rec.Succeeded != nil)
+	if current == want && !u.unproven(rec, want, pods) && argsDone {
 		return u.finish(ctx, st, rec, pods)
 	}
 	// Otherwise the kubelet may report the version, but an update of ours
@@ -577,7 +589,7 @@ func (u *MachineUpdater) updateNode(ctx context.Context, st *call, to *version.V
 	// verified the node, so the plan runs (again). Its pod resumes from the
 	// journal on the host, re-running nothing that is done.
 	switch {
-	case rec == nil || rec.Version != want:
+	case rec == nil || rec.Version != want || rec.KubeletArgs != st.args.digest:
 		role, res, ok := u.role(ctx, st, to)
 		if !ok {
 			return res
@@ -585,7 +597,7 @@ func (u *MachineUpdater) updateNode(ctx context.Context, st *call, to *version.V
 		// A retry token already on the Machine when the update starts is
 		// no request to retry this update.
 		rec = &UpdateRecord{Machine: m.Namespace + "/" + m.Name, Version: want, Started: st.nowMeta(), Role: string(role),
-			RetryToken: m.Annotations[AnnotationRetry]}
+			RetryToken: m.Annotations[AnnotationRetry], KubeletArgs: st.args.digest}
 		if u.drain {
 			rec.DrainStarted = &rec.Started
 		}
@@ -632,7 +644,7 @@ func (u *MachineUpdater) updateNode(ctx context.Context, st *call, to *version.V
 // name the same plan, so a recreated pod resumes from its journal.
 // WithPlanConfig may set another name (then retries share a journal).
 func planName(node string, rec *UpdateRecord) string {
-	sum := sha256.Sum256([]byte(fmt.Sprintf("%s\x00%s\x00%s\x00%d\x00%d", node, rec.Version, rec.Role, rec.Started.Unix(), rec.Attempt)))
+	sum := sha256.Sum256([]byte(fmt.Sprintf("%s\x00%s\x00%s\x00%d\x00%d\x00%s", node, rec.Version, rec.Role, rec.Started.Unix(), rec.Attempt, rec.KubeletArgs)))
 	return "kubeadm-" + hex.EncodeToString(sum[:])[:12]
 }
 
@@ -645,9 +657,24 @@ func (u *MachineUpdater) buildPod(st *call, rec *UpdateRecord, from string) (*co
 	if u.planHook != nil {
 		u.planHook(&cfg)
 	}
-	plan, err := kubeadm.NewPlan(cfg)
-	if err != nil {
-		return nil, failedAs(FailurePlanRejected, "node %s from %s to %s: %v", node, from, rec.Version, err), false
+	var plan nodeexec.Plan
+	var err error
+	switch {
+	case rec.KubeletArgs != "" && from == rec.Version:
+		// Same version: only the kubelet's extra arguments.
+		plan, err = kubeadm.NewKubeletArgsPlan(kubeletArgsConfig(node, cfg.PlanName, "", st.args.args))
+		if err != nil {
+			return nil, failedAs(FailurePlanRejected, "node %s: kubelet extra arguments: %v", node, err), false
+		}
+	default:
+		if plan, err = kubeadm.NewPlan(cfg); err != nil {
+			return nil, failedAs(FailurePlanRejected, "node %s from %s to %s: %v", node, from, rec.Version, err), false
+		}
+		if rec.KubeletArgs != "" {
+			if plan, err = withKubeletArgs(plan, st.args.args); err != nil {
+				return nil, failedAs(FailurePlanRejected, "node %s: kubelet extra arguments: %v", node, err), false
+			}
+		}
 	}
 	opts := u.podOpts
 	if u.images != nil {
@@ -1002,6 +1029,13 @@ func (u *MachineUpdater) finish(ctx context.Context, st *call, rec *UpdateRecord
 			res.phase = ReasonSucceeded // an update ended outside our sight: say so
 		}
 		return res
+	}
+	if rec.KubeletArgs != "" && rec.Succeeded != nil && node.Annotations[AnnotationKubeletArgs] != rec.KubeletArgs {
+		// The plan applied and verified the kubelet's extra arguments:
+		// kept on the Node, so that later updates know them applied.
+		if err := patchNodeAnnotation(ctx, st.c, node.Name, AnnotationKubeletArgs, rec.KubeletArgs); err != nil {
+			return waiting(ReasonWaitingForKubelet, "kubelet reports %s; recording the applied kubelet extra arguments on node %s: %v", want, node.Name, err)
+		}
 	}
 	if err := st.writeRecord(ctx, nil); err != nil {
 		return waiting(ReasonWaitingForKubelet, "kubelet reports %s; clearing the update record on node %s: %v", want, node.Name, err)

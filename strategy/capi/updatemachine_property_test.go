@@ -35,11 +35,13 @@ import (
 // workers, fake.Fleet) whose kubelets (fake.PodRunner) run the upgrader
 // pods it creates, in either init-container layout, with faults between
 // calls: the upgrader pod deleted, a worker's Node lost, the API server
-// refusing the pod, a kubelet step failing once; after a failed step, an
+// refusing the pod, a kubelet step failing once, with or without a change
+// of the kubelet's extra arguments; after a failed step, an
 // operator may retry once (capi.AnnotationRetry). Every run must end, and:
 //
 //   - done only with a verified node: the kubelet runs the target version
-//     and the kubelet and containerd units are active;
+//     with the desired extra arguments, and the kubelet and containerd
+//     units are active;
 //   - never a node left with its kubelet stopped;
 //   - no endless waiting: every run ends done or in a Failure whose reason
 //     is one of the stable Failure* constants, within the call budget.
@@ -130,6 +132,13 @@ func propertyRun(t *testing.T, seed int64, w *propertyWorld) string {
 		host := fleet.Host(m.Name)
 		req := updateReq(m.Name, m.ProviderID, propTo, m.Role == fake.RoleControlPlane)
 		req.Desired.Machine.Spec.ClusterName = "p"
+		// The desired KubeadmConfig changes the kubelet's extra arguments
+		// along with the version, or not.
+		var wantArgs []string
+		if rng.Intn(2) == 0 {
+			wantArgs = []string{fmt.Sprintf("max-pods=%d", 100+rng.Intn(100))}
+		}
+		req.Desired.BootstrapConfig = workerConfig(t, wantArgs...)
 		nodeLost, retried := false, false
 		end := ""
 		const budget = 60
@@ -179,6 +188,9 @@ func propertyRun(t *testing.T, seed int64, w *propertyWorld) string {
 				require.Equal(t, propTo, host.RunningVersion(fake.Kubelet), "done only with a verified node: %s", where)
 				require.Equal(t, fake.UnitActive, host.UnitState("kubelet"), where)
 				require.Equal(t, fake.UnitActive, host.UnitState("containerd"), where)
+				for _, a := range wantArgs {
+					require.Contains(t, host.KubeletArgs(), "--"+a, "done only with the desired kubelet arguments running: %s", where)
+				}
 				w.requireForeignCordonKept(t, c, m.Name, foreign, where)
 				end = "done"
 				if retried {
