@@ -27,7 +27,9 @@
 //     only if an executor applies it on the node and verifies it there. A
 //     category with no executor is never in a default accepted set
 //     (KubeadmCategories holds only the Kubernetes version, which the
-//     kubeadm plans of nodeexec/kubeadm apply and verify);
+//     kubeadm plans of nodeexec/kubeadm apply and verify; the kubelet's
+//     extra arguments, KubeletExtraArgsPaths, are applied and verified by
+//     the same executor);
 //   - refuse what cannot be applied before accepting: feasibility (a
 //     version a kubeadm plan can reach, an upgrader image for it, the
 //     caller's own checks) is checked at CanUpdate* time, and what fails
