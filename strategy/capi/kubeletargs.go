@@ -38,66 +38,80 @@ type kubeletArgs struct {
 	digest string
 }
 
-// desiredKubeletArgs reads nodeRegistration.kubeletExtraArgs of the
-// configuration kubeadm ran on the node: the join configuration when the
-// KubeadmConfig has one (every machine but the first control plane; Cluster
-// API clears the other one), else the init configuration. For a
-// KubeadmConfigTemplate, set template to read spec.template.spec.
-func desiredKubeletArgs(raw runtime.RawExtension, template bool) (kubeletArgs, error) {
+// desiredSpec decodes the desired KubeadmConfig's spec (for a
+// KubeadmConfigTemplate, set template: spec.template.spec); nil when raw
+// is empty or another kind (another bootstrap provider).
+func desiredSpec(raw runtime.RawExtension, template bool) (*bootstrapv1.KubeadmConfigSpec, error) {
 	b := raw.Raw
 	if b == nil && raw.Object != nil {
 		var err error
 		if b, err = json.Marshal(raw.Object); err != nil {
-			return kubeletArgs{}, fmt.Errorf("bootstrap config: %w", err)
+			return nil, fmt.Errorf("bootstrap config: %w", err)
 		}
 	}
 	if len(b) == 0 {
-		return kubeletArgs{}, nil
+		return nil, nil
 	}
 	var head struct {
 		APIVersion string `json:"apiVersion"`
 		Kind       string `json:"kind"`
 	}
 	if err := json.Unmarshal(b, &head); err != nil {
-		return kubeletArgs{}, fmt.Errorf("bootstrap config: %w", err)
+		return nil, fmt.Errorf("bootstrap config: %w", err)
 	}
 	want := "KubeadmConfig"
 	if template {
 		want = "KubeadmConfigTemplate"
 	}
 	if head.Kind != want || head.APIVersion != bootstrapv1.GroupVersion.String() {
-		return kubeletArgs{}, nil
+		return nil, nil
 	}
-	var spec bootstrapv1.KubeadmConfigSpec
 	if template {
 		var t bootstrapv1.KubeadmConfigTemplate
 		if err := json.Unmarshal(b, &t); err != nil {
-			return kubeletArgs{}, fmt.Errorf("bootstrap config template: %w", err)
+			return nil, fmt.Errorf("bootstrap config template: %w", err)
 		}
-		spec = t.Spec.Template.Spec
-	} else {
-		var c bootstrapv1.KubeadmConfig
-		if err := json.Unmarshal(b, &c); err != nil {
-			return kubeletArgs{}, fmt.Errorf("bootstrap config: %w", err)
+		return &t.Spec.Template.Spec, nil
+	}
+	var c bootstrapv1.KubeadmConfig
+	if err := json.Unmarshal(b, &c); err != nil {
+		return nil, fmt.Errorf("bootstrap config: %w", err)
+	}
+	return &c.Spec, nil
+}
+
+// argsOf converts Cluster API's extra arguments (a nil value is "").
+func argsOf(in []bootstrapv1.Arg) []kubeadm.KubeletArg {
+	out := make([]kubeadm.KubeletArg, 0, len(in))
+	for _, a := range in {
+		v := ""
+		if a.Value != nil {
+			v = *a.Value
 		}
-		spec = c.Spec
+		out = append(out, kubeadm.KubeletArg{Name: a.Name, Value: v})
+	}
+	return out
+}
+
+// desiredKubeletArgs reads nodeRegistration.kubeletExtraArgs of the
+// configuration kubeadm ran on the node: the join configuration when the
+// KubeadmConfig has one (every machine but the first control plane; Cluster
+// API clears the other one), else the init configuration.
+func desiredKubeletArgs(spec *bootstrapv1.KubeadmConfigSpec) kubeletArgs {
+	if spec == nil {
+		return kubeletArgs{}
 	}
 	from := spec.InitConfiguration.NodeRegistration.KubeletExtraArgs
 	if spec.JoinConfiguration.IsDefined() {
 		from = spec.JoinConfiguration.NodeRegistration.KubeletExtraArgs
 	}
-	out := kubeletArgs{args: make([]kubeadm.KubeletArg, 0, len(from))}
+	out := kubeletArgs{args: argsOf(from)}
 	sum := sha256.New()
-	for _, a := range from {
-		v := ""
-		if a.Value != nil {
-			v = *a.Value
-		}
-		out.args = append(out.args, kubeadm.KubeletArg{Name: a.Name, Value: v})
-		fmt.Fprintf(sum, "%s=%s\n", a.Name, v)
+	for _, a := range out.args {
+		fmt.Fprintf(sum, "%s=%s\n", a.Name, a.Value)
 	}
 	out.digest = hex.EncodeToString(sum.Sum(nil))[:16]
-	return out, nil
+	return out
 }
 
 // kubeletArgsConfig is the kubelet-args plan's configuration for desired:
@@ -145,7 +159,8 @@ func KubeletArgsCheck() Check {
 		if !ok {
 			return nil
 		}
-		ka, err := desiredKubeletArgs(raw, r.Templates)
+		spec, err := desiredSpec(raw, r.Templates)
+		ka := desiredKubeletArgs(spec)
 		if err != nil || ka.digest == "" {
 			return nil // not a KubeadmConfig this updater applies
 		}

@@ -360,10 +360,11 @@ func (st *call) writeRecord(ctx context.Context, rec *UpdateRecord) error {
 
 func (u *MachineUpdater) update(ctx context.Context, log logr.Logger, m *clusterv1.Machine, bootstrap runtime.RawExtension) updateResult {
 	var res updateResult
-	args, err := desiredKubeletArgs(bootstrap, false)
+	spec, err := desiredSpec(bootstrap, false)
 	if err != nil {
 		res = failedAs(FailureInvalidMachine, "desired %v", err)
 	}
+	args := desiredKubeletArgs(spec)
 	switch {
 	case res.err != nil:
 	case m.Spec.ProviderID == "":
