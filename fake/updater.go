@@ -121,6 +121,7 @@ type updaterRun struct {
 	steps         map[string]bool       // plan steps of the upgrader pods seen
 	runners       map[string]*PodRunner // the kubelet's pods, by namespace/name
 	gone          []*PodRunner          // pods deleted since the kubelet ran them
+	unrunnable    map[string]bool       // pods the simulated kubelet cannot run, reported once
 	ran           bool                  // a plan step's command ran on the host
 	events        []Event               // runner restarts
 	crashLog      int                   // Faults.Injected entries already seen
@@ -189,7 +190,7 @@ func (s *Simulator) inPlaceUpdater(ctx context.Context, r Rollout, b strategy.Ba
 		return err
 	}
 	run := &updaterRun{machine: pm.Machine, node: pm.Node, batch: b.Index, res: res, journal: filepath.Join(s.journal, pm.Node),
-		steps: map[string]bool{}, runners: map[string]*PodRunner{}, restartPolicy: map[string]corev1.RestartPolicy{}}
+		steps: map[string]bool{}, runners: map[string]*PodRunner{}, restartPolicy: map[string]corev1.RestartPolicy{}, unrunnable: map[string]bool{}}
 	if s.faults != nil {
 		run.crashLog = len(s.faults.Injected())
 	}
@@ -347,6 +348,9 @@ func (s *Simulator) playKubelet(ctx context.Context, h *Host, run *updaterRun, s
 				run.steps[st] = true
 			}
 		}
+		if run.unrunnable[key] {
+			continue
+		}
 		pr, ok := run.runners[key]
 		if !ok {
 			var err error
@@ -355,6 +359,7 @@ func (s *Simulator) playKubelet(ctx context.Context, h *Host, run *updaterRun, s
 				// A pod no kubelet can run: it stays Pending, and the
 				// updater's answers show it.
 				run.res.Violations = append(run.res.Violations, fmt.Sprintf("%s: the simulated kubelet cannot run upgrader pod %s: %v", run.machine, key, err))
+				run.unrunnable[key] = true
 				continue
 			}
 			run.runners[key] = pr

@@ -68,6 +68,7 @@ func TestMachineUpdaterModeConvergesLikeTheDefault(t *testing.T) {
 		// opts are built anew for each mode: faults fire once.
 		opts     func() []fake.SimOption
 		restarts int
+		replans  int // controller restarts
 	}{
 		{name: "one control plane, one pool", to: "v1.31.2",
 			cluster: func() *fake.Cluster {
@@ -99,6 +100,14 @@ func TestMachineUpdaterModeConvergesLikeTheDefault(t *testing.T) {
 				return []fake.SimOption{fake.WithSimFaults(fake.NewFaults(3).CrashRunner("demo-md-0-1", "kubelet", fake.CrashDuring).CrashRunner("demo-md-0-0", "containerd", fake.CrashAfter))}
 			},
 			restarts: 2},
+		{name: "controller crash between batches", to: "v1.31.2",
+			cluster: func() *fake.Cluster {
+				return fake.NewCluster("demo").ControlPlane(1, "v1.30.4").MachineDeployment("md-0", 3, "v1.30.4")
+			},
+			opts: func() []fake.SimOption {
+				return []fake.SimOption{fake.WithSimFaults(fake.NewFaults(9).CrashController(1, 3))}
+			},
+			replans: 2},
 		{name: "API faults and a flaky step", to: "v1.31.2",
 			cluster: func() *fake.Cluster {
 				return fake.NewCluster("demo").ControlPlane(1, "v1.30.4").MachineDeployment("md-0", 2, "v1.30.4")
@@ -129,6 +138,7 @@ func TestMachineUpdaterModeConvergesLikeTheDefault(t *testing.T) {
 				require.Empty(t, res.Failed, "%s: %v", mode, res.Reasons)
 				require.Empty(t, res.LeftCordoned, mode)
 				require.Equal(t, tc.restarts, res.Restarts, mode)
+				require.Equal(t, tc.replans, res.ControllerRestarts, mode)
 				if tc.restarts > 0 {
 					require.Empty(t, fake.CheckNoRerun(res), "a step crashed during runs again, nothing else")
 				}
