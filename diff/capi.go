@@ -46,7 +46,11 @@ func MachineDeploymentRollout() Option {
 // against absent, [] against absent, {} against absent all differ, and the
 // patches write the empty values or delete the fields, whichever desired
 // has. (The typed Machine cannot tell "" from absent, its fields being
-// omitempty, so neither does the comparison there.)
+// omitempty, so neither does the comparison there.) CAPI decodes numbers
+// into int64 or float64 and go-cmp tells them apart, so numbers are strict
+// too (StrictNumbers): 8 against 8.0 differs, and the patches write floats
+// in a float form and rewrite the integral floats of current's spec that
+// CAPI's re-marshalling would turn into integers.
 func InPlaceUpdate() Option {
 	return Options{
 		Ignore(
@@ -62,6 +66,7 @@ func InPlaceUpdate() Option {
 		),
 		OrderedLists(),
 		StrictEmpty(),
+		StrictNumbers(),
 	}
 }
 

@@ -91,10 +91,11 @@ type Change struct {
 	Object Object `json:"object"`
 
 	// Private fields sit here to fill what would be padding.
-	reveal  bool
-	partial bool   // only parts of the values are sensitive: show red
-	strict  bool   // compared under StrictEmpty: patches copy desired exactly
-	relOff  uint32 // Path[relOff:] is the path below a template's spec.template
+	reveal    bool
+	partial   bool   // only parts of the values are sensitive: show red
+	strict    bool   // compared under StrictEmpty: patches copy desired exactly
+	strictNum bool   // compared under StrictNumbers: floats are shown as floats
+	relOff    uint32 // Path[relOff:] is the path below a template's spec.template
 
 	// Kind is the object's kind when known (Machine, KubeadmConfig,
 	// AWSMachine...).
@@ -162,8 +163,18 @@ func (c Change) String() string {
 	return b.String()
 }
 
-// shown returns the values as String and MarshalJSON show them.
+// shown returns the values as String and MarshalJSON show them. Under
+// StrictNumbers floats keep a float form (8.0), so that a change of kind
+// alone does not read "8 -> 8".
 func (c Change) shown() (old, new any) {
+	old, new = c.shownValues()
+	if c.strictNum {
+		old, new = floatForms(old), floatForms(new)
+	}
+	return old, new
+}
+
+func (c Change) shownValues() (old, new any) {
 	switch {
 	case !c.Sensitive || c.reveal:
 		return c.Old, c.New

@@ -223,7 +223,7 @@ func (d *Differ) walk(current, desired State, templates, first bool) (cs ChangeS
 		return ChangeSet{}, false, nil
 	}
 	sortChanges(w.changes)
-	return ChangeSet{Changes: slices.Clone(w.changes), docs: &documents{cur: curs, des: dess, templates: templates}}, true, nil
+	return ChangeSet{Changes: slices.Clone(w.changes), docs: &documents{cur: curs, des: dess, templates: templates, strictNum: d.cfg.strictNum}}, true, nil
 }
 
 // lazyChecks lets the walk check unstructured inputs as it goes (see

@@ -7,12 +7,19 @@ import (
 	"io"
 	"math"
 	"strconv"
+	"strings"
 )
 
 // JSON data is what encoding/json decodes into an any: map[string]any,
-// []any, string, bool, nil and numbers. Numbers are normalised to int64 when
-// integral and representable, float64 otherwise; unstructured content from
-// client-go (int64, float64) and decoded JSON (json.Number) compare equal.
+// []any, string, bool, nil and numbers. Raw JSON is decoded as Kubernetes
+// decodes it into unstructured content (k8s.io/apimachinery's
+// unstructured JSON scheme, sigs.k8s.io/json with PreserveInts): a number
+// literal with neither a fraction nor an exponent that fits in an int64
+// becomes an int64, any other number a float64, so 8 is an int64 and 8.0
+// and 8e0 are float64. By default numbers are compared by value, whatever
+// their Go type (int64, float64, json.Number...): 8 equals 8.0. Under
+// StrictNumbers an integer never equals a float, as for go-cmp on
+// unstructured content.
 
 // numberOf returns v as a number. isInt says whether i holds the value.
 func numberOf(v any) (i int64, f float64, isInt, ok bool) {
@@ -63,6 +70,35 @@ func floatNumber(x float64) (int64, float64, bool, bool) {
 		return int64(x), x, true, true
 	}
 	return 0, x, false, true
+}
+
+// floatKind reports whether v, a number, is a float64 once in unstructured
+// content: a Go float, a json.Number whose literal Kubernetes decodes as a
+// float64 (see above), or an unsigned integer beyond int64 (encoding/json
+// writes it as an integer literal that overflows an int64).
+func floatKind(v any) bool {
+	switch x := v.(type) {
+	case float64, float32:
+		return true
+	case json.Number:
+		_, err := strconv.ParseInt(string(x), 10, 64)
+		return err != nil
+	case uint64:
+		return x > math.MaxInt64
+	case uint:
+		return uint64(x) > math.MaxInt64
+	}
+	return false
+}
+
+// numbersSame is numbersEqual under StrictNumbers: equal values of the same
+// kind (integer or float).
+func numbersSame(a, b any, strictNum bool) (equal, bothNumbers bool) {
+	eq, both := numbersEqual(a, b)
+	if eq && strictNum && floatKind(a) != floatKind(b) {
+		return false, true
+	}
+	return eq, both
 }
 
 func numbersEqual(a, b any) (equal, bothNumbers bool) {
@@ -154,7 +190,8 @@ func isPlainLeaf(v any) bool {
 	return false
 }
 
-// decodeJSON parses raw JSON into JSON data with normalised numbers.
+// decodeJSON parses raw JSON into JSON data, numbers decoded as
+// Kubernetes decodes them (int64 or float64, see above).
 func decodeJSON(raw []byte) (any, error) {
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.UseNumber()
@@ -167,7 +204,125 @@ func decodeJSON(raw []byte) (any, error) {
 	if _, err := dec.Token(); err != io.EOF {
 		return nil, fmt.Errorf("trailing data after the JSON value at offset %d", dec.InputOffset())
 	}
-	return normalizeJSON(v), nil
+	return decodeNumbers(v), nil
+}
+
+// decodeNumbers replaces the json.Number values of freshly decoded JSON
+// data, in place, by int64 or float64 as Kubernetes decodes the literal.
+// A literal that is no float64 either (1e400) is kept, for checkJSONData
+// to report.
+func decodeNumbers(v any) any {
+	switch x := v.(type) {
+	case map[string]any:
+		for k, e := range x {
+			if n, ok := e.(json.Number); ok {
+				x[k] = decodeNumber(n)
+			} else if !isPlainLeaf(e) {
+				x[k] = decodeNumbers(e)
+			}
+		}
+		return x
+	case []any:
+		for i, e := range x {
+			x[i] = decodeNumbers(e)
+		}
+		return x
+	case json.Number:
+		return decodeNumber(x)
+	}
+	return v
+}
+
+func decodeNumber(n json.Number) any {
+	if i, err := strconv.ParseInt(string(n), 10, 64); err == nil {
+		return i
+	}
+	if f, err := strconv.ParseFloat(string(n), 64); err == nil {
+		return f
+	}
+	return n
+}
+
+// reencoded returns a copy of JSON data as it is after encoding/json writes
+// it and Kubernetes decodes it again (see decodeJSON): a float with an
+// integral value that encoding/json writes as an integer literal fitting
+// in an int64 (below 1e21 in magnitude; -0 is written "-0") becomes an
+// int64. Cluster API patches current objects in that form (it re-marshals
+// the object before applying the patch).
+func reencoded(v any) any {
+	switch x := v.(type) {
+	case map[string]any:
+		out := make(map[string]any, len(x))
+		for k, e := range x {
+			out[k] = reencoded(e)
+		}
+		return out
+	case []any:
+		out := make([]any, len(x))
+		for i, e := range x {
+			out[i] = reencoded(e)
+		}
+		return out
+	case float64:
+		return reencodedFloat(x)
+	case float32:
+		return reencodedFloat(float64(x))
+	case json.Number:
+		return decodeNumber(x)
+	}
+	return v
+}
+
+func reencodedFloat(f float64) any {
+	// encoding/json writes |f| < 1e21 in 'f' format: an integral value
+	// has no fraction. -2^63 is the only float at or beyond ±2^63 that
+	// fits in an int64.
+	if f == math.Trunc(f) && f >= -(1<<63) && f < 1<<63 {
+		return int64(f)
+	}
+	return f
+}
+
+// floatForms returns a copy of JSON data in which every float is a
+// json.Number whose literal Kubernetes decodes as a float64 again: 8.0 is
+// written "8.0" (encoding/json would write "8", an int64 once decoded),
+// -0.0 "-0.0". Integers and other values are kept.
+func floatForms(v any) any {
+	switch x := v.(type) {
+	case map[string]any:
+		out := make(map[string]any, len(x))
+		for k, e := range x {
+			out[k] = floatForms(e)
+		}
+		return out
+	case []any:
+		out := make([]any, len(x))
+		for i, e := range x {
+			out[i] = floatForms(e)
+		}
+		return out
+	case float64, float32, uint64, uint:
+		if !floatKind(x) {
+			return v
+		}
+		_, f, _, _ := numberOf(x)
+		if math.IsNaN(f) || math.IsInf(f, 0) {
+			return v // no JSON form: left for the encoder to refuse
+		}
+		return json.Number(floatLiteral(f))
+	}
+	return v
+}
+
+// floatLiteral is f as encoding/json writes it, with ".0" added when that
+// is an integer literal.
+func floatLiteral(f float64) string {
+	raw, _ := json.Marshal(f)
+	s := string(raw)
+	if !strings.ContainsAny(s, ".eE") {
+		s += ".0"
+	}
+	return s
 }
 
 // toJSONData converts any JSON-marshalable value to JSON data.
@@ -201,7 +356,11 @@ func emptyData(v any) bool {
 }
 
 // dataEqual is exact JSON equality (no folding), numbers compared by value.
-func dataEqual(a, b any) bool {
+func dataEqual(a, b any) bool { return dataSame(a, b, false) }
+
+// dataSame is dataEqual; with strictNum an integer never equals a float
+// (StrictNumbers).
+func dataSame(a, b any, strictNum bool) bool {
 	switch x := a.(type) {
 	case map[string]any:
 		y, ok := b.(map[string]any)
@@ -210,7 +369,7 @@ func dataEqual(a, b any) bool {
 		}
 		for k, e := range x {
 			f, ok := y[k]
-			if !ok || !dataEqual(e, f) {
+			if !ok || !dataSame(e, f, strictNum) {
 				return false
 			}
 		}
@@ -221,7 +380,7 @@ func dataEqual(a, b any) bool {
 			return false
 		}
 		for i := range x {
-			if !dataEqual(x[i], y[i]) {
+			if !dataSame(x[i], y[i], strictNum) {
 				return false
 			}
 		}
@@ -235,7 +394,7 @@ func dataEqual(a, b any) bool {
 	case nil:
 		return b == nil
 	}
-	eq, both := numbersEqual(a, b)
+	eq, both := numbersSame(a, b, strictNum)
 	return both && eq
 }
 

@@ -66,6 +66,7 @@ type config struct {
 	reveal     bool
 	ordered    bool
 	strictAll  bool // StrictEmpty() without patterns: everywhere
+	strictNum  bool // StrictNumbers(): integers differ from floats
 	maxDepth   int
 	order      int
 	errs       []error
@@ -146,6 +147,28 @@ func StrictEmpty(patterns ...string) Option {
 			c.addRule(ruleStrictEmpty, p, rule{})
 		}
 	})
+}
+
+// StrictNumbers makes an integer differ from a float of the same value, as
+// go-cmp tells an int64 from a float64 in unstructured content: 8 against
+// 8.0 (or 8e0) is a change, and so is 0 against -0.0. Raw JSON is decoded
+// as Kubernetes decodes it (a literal with neither fraction nor exponent
+// that fits in an int64 is an integer, any other number a float); Go
+// integers are integers and Go floats floats. By default numbers are
+// compared by value only. Two floats are still compared by value (-0.0
+// equals 0.0), and so are two integers, exactly (2^53+1 differs from
+// 2^53). A number never equals a string ("8").
+//
+// Patches (JSONPatch, MergePatch, PatchOps) then keep the kind: a float is
+// written with a fraction or an exponent ("8.0", not encoding/json's "8"),
+// so that the patched object decodes to exactly desired's numbers. As
+// Cluster API re-marshals the current object with encoding/json before it
+// applies a patch, which turns an integral float into an integer, a patch
+// also rewrites such floats of current's spec in their float form; a set
+// of changes with nothing to patch still gives an empty patch. InPlaceUpdate
+// includes StrictNumbers.
+func StrictNumbers() Option {
+	return optionFunc(func(c *config) { c.strictNum = true })
 }
 
 // Default makes an absent or empty value at pattern equal to value, for

@@ -16,6 +16,7 @@ import (
 type documents struct {
 	cur, des  [numObjects]doc
 	templates bool
+	strictNum bool // StrictNumbers: patches keep integers and floats apart
 
 	mu     sync.Mutex
 	loaded [numObjects]*loadedDoc
@@ -104,14 +105,30 @@ func (cs ChangeSet) JSONPatch(obj Object) ([]byte, error) {
 	return json.Marshal(ops)
 }
 
-// PatchOps is JSONPatch as values.
+// PatchOps is JSONPatch as values. Under StrictNumbers a float value is a
+// json.Number in float form ("8.0"), so that marshalling it keeps its kind.
 func (cs ChangeSet) PatchOps(obj Object) ([]PatchOp, error) {
 	cur, target, err := cs.target(obj)
 	if err != nil || target == nil {
 		return nil, err
 	}
+	strictNum := cs.docs.strictNum
 	var ops []PatchOp
-	patchOps(cur, target, "", &ops)
+	if strictNum {
+		// Against current as Cluster API patches it; but a patch that
+		// re-marshalling alone would make right must not be empty (an
+		// empty patch is not applied, so current is not re-marshalled):
+		// it writes the changes against current as it is.
+		patchOps(reencoded(cur).(map[string]any), target, "", true, &ops)
+		if len(ops) == 0 {
+			patchOps(cur, target, "", true, &ops)
+		}
+		for i := range ops {
+			ops[i].Value = floatForms(ops[i].Value)
+		}
+		return ops, nil
+	}
+	patchOps(cur, target, "", false, &ops)
 	return ops, nil
 }
 
@@ -127,15 +144,30 @@ func (cs ChangeSet) MergePatch(obj Object) ([]byte, error) {
 	if target == nil {
 		return []byte("{}"), nil
 	}
-	m := mergeDiff(cur, target)
+	strictNum := cs.docs.strictNum
+	var m map[string]any
+	if strictNum {
+		// As in PatchOps.
+		if m = mergeDiff(reencoded(cur).(map[string]any), target, true); m == nil {
+			m = mergeDiff(cur, target, true)
+		}
+	} else {
+		m = mergeDiff(cur, target, false)
+	}
 	if m == nil {
 		return []byte("{}"), nil
+	}
+	if strictNum {
+		return json.Marshal(floatForms(m))
 	}
 	return json.Marshal(m)
 }
 
 // target returns current and current-with-the-set's-spec-changes-applied.
-// target is nil when the set holds no spec changes for obj.
+// target is nil when the set holds no spec changes for obj. Under
+// StrictNumbers target keeps current's own numbers where nothing changed,
+// so that patches against current as Cluster API patches it, re-marshalled
+// (see reencoded), restore their float forms.
 func (cs ChangeSet) target(obj Object) (cur, target map[string]any, err error) {
 	if obj >= numObjects {
 		return nil, nil, newErr(obj, "", "", ErrWrongKind, "unknown object")
@@ -290,7 +322,7 @@ func deletePointer(doc map[string]any, toks []string) {
 
 // patchOps appends the RFC 6902 operations turning a into b. Objects are
 // compared key by key; anything else that differs is replaced whole.
-func patchOps(a, b map[string]any, prefix string, ops *[]PatchOp) {
+func patchOps(a, b map[string]any, prefix string, strictNum bool, ops *[]PatchOp) {
 	for _, k := range sortedKeys(a) {
 		if _, ok := b[k]; !ok {
 			*ops = append(*ops, PatchOp{Op: "remove", Path: prefix + "/" + escapePointer(k)})
@@ -303,12 +335,12 @@ func patchOps(a, b map[string]any, prefix string, ops *[]PatchOp) {
 		switch {
 		case !inA:
 			*ops = append(*ops, PatchOp{Op: "add", Path: path, Value: bv})
-		case dataEqual(av, bv):
+		case dataSame(av, bv, strictNum):
 		default:
 			am, aIsMap := av.(map[string]any)
 			bm, bIsMap := bv.(map[string]any)
 			if aIsMap && bIsMap {
-				patchOps(am, bm, path, ops)
+				patchOps(am, bm, path, strictNum, ops)
 			} else {
 				*ops = append(*ops, PatchOp{Op: "replace", Path: path, Value: bv})
 			}
@@ -318,7 +350,7 @@ func patchOps(a, b map[string]any, prefix string, ops *[]PatchOp) {
 
 // mergeDiff returns the RFC 7386 merge patch turning a into b, or nil when
 // they are equal.
-func mergeDiff(a, b map[string]any) map[string]any {
+func mergeDiff(a, b map[string]any, strictNum bool) map[string]any {
 	var out map[string]any
 	set := func(k string, v any) {
 		if out == nil {
@@ -336,13 +368,13 @@ func mergeDiff(a, b map[string]any) map[string]any {
 	for _, k := range sortedKeys(b) {
 		av, inA := a[k]
 		bv := b[k]
-		if inA && dataEqual(av, bv) {
+		if inA && dataSame(av, bv, strictNum) {
 			continue
 		}
 		am, aIsMap := av.(map[string]any)
 		bm, bIsMap := bv.(map[string]any)
 		if inA && aIsMap && bIsMap {
-			if sub := mergeDiff(am, bm); sub != nil {
+			if sub := mergeDiff(am, bm, strictNum); sub != nil {
 				set(k, sub)
 			}
 			continue

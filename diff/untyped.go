@@ -106,7 +106,7 @@ func (w *walker) cmpData(a, b any) {
 		w.emit(OpRemove, a, nil)
 		return
 	}
-	if eq, both := numbersEqual(a, b); !both || !eq {
+	if eq, both := numbersSame(a, b, w.cfg.strictNum); !both || !eq {
 		w.replaceData(a, b)
 	}
 }
@@ -277,21 +277,21 @@ func (l dataList) side(s bool) []any {
 func (l dataList) keyEq(x bool, i int, y bool, j int) bool {
 	ex, ey := l.side(x)[i], l.side(y)[j]
 	if len(l.keys) == 0 {
-		return dataEqual(ex, ey)
+		return dataSame(ex, ey, l.w.cfg.strictNum)
 	}
 	mx, okx := ex.(map[string]any)
 	my, oky := ey.(map[string]any)
 	if !okx || !oky {
 		// An element that is not an object has no key: it matches an
 		// identical element only.
-		return dataEqual(ex, ey)
+		return dataSame(ex, ey, l.w.cfg.strictNum)
 	}
 	for _, k := range l.keys {
 		vx, vy := mx[k], my[k]
 		if emptyData(vx) && emptyData(vy) {
 			continue
 		}
-		if !dataEqual(vx, vy) {
+		if !dataSame(vx, vy, l.w.cfg.strictNum) {
 			return false
 		}
 	}

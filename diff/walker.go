@@ -210,7 +210,7 @@ func (w *walker) emit(op Op, old, new any) {
 	w.changes = append(w.changes, Change{})
 	c := &w.changes[len(w.changes)-1]
 	c.Object, c.Kind, c.Op, c.Old, c.New, c.reveal = w.obj, w.kind, op, old, new, w.cfg.reveal
-	c.strict = w.strict()
+	c.strict, c.strictNum = w.strict(), w.cfg.strictNum
 	w.paths(c)
 	var below activeSet
 	c.Category, c.Sensitive, below = w.classifyCached()

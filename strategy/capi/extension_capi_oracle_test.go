@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -169,7 +170,13 @@ func TestExtensionAgreesWithCAPIOracle(t *testing.T) {
 		mismatches                               []string
 		accepted, declined, capiMatchesUnpatched int
 	)
+	kinds := map[string]int{} // mismatches by what went wrong, numbers' forms apart
 	report := func(c oracleCase, decider, what string, resp runtimehooksv1.ResponseObject, v oracleVerdict) {
+		kind := what
+		if slices.ContainsFunc(c.edits, func(e string) bool { return strings.HasPrefix(e, "numbers:") }) {
+			kind += " (numbers' forms)"
+		}
+		kinds[kind]++
 		rb, _ := json.Marshal(resp)
 		mismatches = append(mismatches, fmt.Sprintf("%s / %s: %s\n  edits: %s\n  our answer: %s\n  CAPI: %s", c.hook, decider, what,
 			strings.Join(c.edits, "; "), rb, strings.Join(v.Reasons, " | ")))
@@ -212,6 +219,9 @@ func TestExtensionAgreesWithCAPIOracle(t *testing.T) {
 	}
 	t.Logf("%d generated requests (%d CanUpdateMachine, %d CanUpdateMachineSet) x %d deciders: %d accepted, %d declined; CAPI matches %d requests without any patch; %d mismatches",
 		len(cases), len(cases)/2, len(cases)/2, len(deciders), accepted, declined, capiMatchesUnpatched, len(mismatches))
+	for _, k := range slices.Sorted(maps.Keys(kinds)) {
+		t.Logf("  %d: %s", kinds[k], k)
+	}
 	if len(mismatches) > 0 {
 		show := mismatches[:min(len(mismatches), 8)]
 		t.Fatalf("%d answers disagree with Cluster API's own comparison; the first %d:\n%s", len(mismatches), len(show), strings.Join(show, "\n"))
@@ -555,6 +565,9 @@ func genSides(r *rand.Rand) (cur, des *side, edits []string) {
 	}
 	apply(des, "desired:", r.IntN(4))
 	apply(cur, "current:", r.IntN(3))
+	for range r.IntN(3) {
+		edits = append(edits, numberForms(r, cur, des))
+	}
 	if cur.machine.Version != "v1.30.4" {
 		cur.machine.Version = "v1.30.4" // the version only moves forward
 	}
@@ -636,4 +649,109 @@ func genMachineSetCase(t *testing.T, r *rand.Rand) oracleCase {
 		req.Desired.BootstrapConfigTemplate = tmpl("KubeadmConfigTemplate", des, des.bootLabels, des.bootstrap)
 	}
 	return oracleCase{hook: "CanUpdateMachineSet", req: mustJSON(t, req), edits: edits}
+}
+
+// Numbers as CAPI sees them. CAPI decodes the request's objects into
+// unstructured maps (Unstructured.UnmarshalJSON, i.e.
+// k8s.io/apimachinery/pkg/util/json.Unmarshal, which is sigs.k8s.io/json's
+// UnmarshalCaseSensitivePreserveInts): a number literal without a fraction
+// or an exponent that fits in an int64 becomes an int64, every other one
+// (8.0, 8e0, 9223372036854775808) a float64. patch.ConvertToRawExtension
+// keeps that map as the object and re-marshals it as Raw with
+// encoding/json, so a float64 with an integral value below 1e21 becomes an
+// integer literal there ("8.0" -> 8 -> "8"; -0.0 -> "-0"). A patch is
+// applied to that Raw with evanphx/json-patch, which copies the patch's
+// values verbatim, and patch.Patch decodes the result with the
+// UniversalDeserializer, by the same int64-or-float64 rule, and copies its
+// spec into the object; an object without a patch keeps the map decoded
+// from the request. go-cmp then compares the maps: an int64 never equals a
+// float64 ("8" against "8.0" differs, and so do "0" against "-0.0"), two
+// int64 or two float64 compare by value (-0.0 equals 0.0), a string "8"
+// equals no number. So:
+//
+//   - desired's numbers are what their literals say (int64 or float64);
+//   - an unpatched current object's numbers likewise;
+//   - a patched current object's numbers are what the patch writes where
+//     it writes, and elsewhere what re-marshalling made of them: an
+//     integral float64 below 1e21 that fits in an int64 is an int64 there.
+//
+// numberForms writes one value in two of its forms, one per side, at the
+// same place (sometimes the same form, sometimes absent on one side), to
+// check that InPlaceUpdate (diff.StrictNumbers) and the patches (float
+// forms kept) agree with that.
+func numberForms(r *rand.Rand, cur, des *side) string {
+	family := numberFamilies[r.IntN(len(numberFamilies))]
+	target := numberTargets[r.IntN(len(numberTargets))]
+	pick := func() (any, string) {
+		if r.IntN(8) == 0 {
+			return nil, "absent"
+		}
+		lit := family[r.IntN(len(family))]
+		if strings.HasPrefix(lit, `"`) {
+			return strings.Trim(lit, `"`), lit
+		}
+		return json.Number(lit), lit
+	}
+	cv, ct := pick()
+	dv, dt := cv, ct
+	if r.IntN(3) != 0 {
+		dv, dt = pick()
+	}
+	set := func(s *side, v any) {
+		spec := s.infra
+		if target.bootstrap {
+			spec = s.bootstrap
+		}
+		parent := spec
+		for _, k := range target.path[:len(target.path)-1] {
+			next, ok := parent[k].(map[string]any)
+			if !ok {
+				next = map[string]any{}
+				parent[k] = next
+			}
+			parent = next
+		}
+		k := target.path[len(target.path)-1]
+		switch {
+		case v == nil:
+			delete(parent, k)
+		case target.list:
+			parent[k] = []any{json.Number("1"), v}
+		default:
+			parent[k] = v
+		}
+	}
+	set(cur, cv)
+	set(des, dv)
+	name := "infrastructure"
+	if target.bootstrap {
+		name = "bootstrap"
+	}
+	return fmt.Sprintf("numbers: %s.spec.%s current %s desired %s", name, strings.Join(target.path, "."), ct, dt)
+}
+
+// numberFamilies are forms of one value each, as JSON literals (quoted: a
+// string).
+var numberFamilies = [][]string{
+	{"8", "8.0", "8e0", "8E+0", "80e-1", `"8"`},
+	{"0", "-0", "0.0", "-0.0", "0e5"},
+	{"-12", "-12.0", "-1.2e1"},
+	{"2.5", "2.50", "25e-1"},
+	{"9007199254740993", "9007199254740993.0", "9007199254740992", "9.007199254740993e15"}, // beyond 2^53
+	{"9223372036854775807", "9223372036854775808", "9.223372036854775807e18"},              // int64 bounds
+	{"1e21", "1000000000000000000000", "1E+21"},
+}
+
+// numberTargets are where numberForms writes.
+var numberTargets = []struct {
+	bootstrap bool
+	path      []string
+	list      bool
+}{
+	{false, []string{"rootVolume", "size"}, false},
+	{false, []string{"rootVolume", "iops"}, false},
+	{false, []string{"spotMarketOptions", "maxPrice"}, false},
+	{false, []string{"placement", "weights"}, true},
+	{true, []string{"ntp", "maxPoll"}, false},
+	{true, []string{"joinConfiguration", "timeouts", "kubeletHealthCheckSeconds"}, false},
 }

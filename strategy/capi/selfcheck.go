@@ -1,6 +1,7 @@
 package capi
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"reflect"
@@ -8,6 +9,7 @@ import (
 
 	jsonpatch "github.com/evanphx/json-patch/v5"
 	"k8s.io/apimachinery/pkg/runtime"
+	utiljson "k8s.io/apimachinery/pkg/util/json"
 	runtimehooksv1 "sigs.k8s.io/cluster-api/api/runtime/hooks/v1alpha1"
 
 	"github.com/upgradekit/upgradekit/diff"
@@ -82,9 +84,18 @@ func objectOf(s diff.State, o diff.Object) any {
 // field at specPath only, as Cluster API's ApplyPatchToObject does; a typed
 // obj (the Machine or MachineSet) comes back as a new value of its type,
 // as from ApplyPatchToTypedObject, other objects as JSON.
+//
+// Numbers end up as in Cluster API's patched object: the patch applies to
+// the object re-marshalled from its unstructured form (ConvertToRawExtension:
+// an integral float such as 8.0 is written 8, an integer once decoded), and
+// the result keeps the patch's literals (8.0 stays a float), which the diff
+// decodes as Kubernetes does.
 func applyAsCAPI(obj any, p runtimehooksv1.Patch, specPath []string) (any, error) {
 	doc, err := jsonOf(obj)
 	if err != nil {
+		return nil, err
+	}
+	if doc, err = remarshal(doc); err != nil {
 		return nil, err
 	}
 	var out []byte
@@ -105,10 +116,10 @@ func applyAsCAPI(obj any, p runtimehooksv1.Patch, specPath []string) (any, error
 		return nil, fmt.Errorf("unknown patch type %q", p.PatchType)
 	}
 	var before, after map[string]any
-	if err := json.Unmarshal(doc, &before); err != nil {
+	if err := decodeLiterals(doc, &before); err != nil {
 		return nil, err
 	}
-	if err := json.Unmarshal(out, &after); err != nil {
+	if err := decodeLiterals(out, &after); err != nil {
 		return nil, err
 	}
 	if v, ok := fieldAt(after, specPath); ok && before != nil {
@@ -128,6 +139,28 @@ func applyAsCAPI(obj any, p runtimehooksv1.Patch, specPath []string) (any, error
 		return typed.Interface(), nil
 	}
 	return merged, nil
+}
+
+// remarshal is doc decoded into unstructured content (int64 or float64
+// numbers, as k8s.io/apimachinery decodes them) and marshalled again with
+// encoding/json, as Cluster API's ConvertToRawExtension makes Raw.
+func remarshal(doc []byte) ([]byte, error) {
+	if len(bytes.TrimSpace(doc)) == 0 {
+		return doc, nil
+	}
+	var v any
+	if err := utiljson.Unmarshal(doc, &v); err != nil {
+		return nil, err
+	}
+	return json.Marshal(v)
+}
+
+// decodeLiterals decodes JSON keeping numbers as json.Number, so that
+// marshalling them again writes the same literals.
+func decodeLiterals(doc []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(doc))
+	dec.UseNumber()
+	return dec.Decode(v)
 }
 
 // jsonOf is the JSON form of one of a request's objects.
