@@ -27,14 +27,19 @@
 // everywhere: then "", [], {} and null differ from absent, as they do for
 // go-cmp on JSON data, and patches write them exactly (InPlaceUpdate does
 // this, as Cluster API compares strictly after an in-place extension's
-// patches; tested against Cluster API's own code). Lists
-// with a natural key (files by path, users by name, kubelet arguments by
-// name, taints by key and effect...) are matched by key, so one inserted file
-// is one added file; other lists are matched by index.
+// patches; tested against Cluster API's own code). Numbers are compared by
+// value, so 8 equals 8.0; StrictNumbers makes an integer differ from a
+// float, as go-cmp tells an int64 from a float64 in unstructured content
+// (raw JSON is decoded as Kubernetes decodes it: 8 is an integer, 8.0 and
+// 8e0 floats), and patches then write floats in a float form ("8.0");
+// InPlaceUpdate includes it. Lists with a natural key (files by path, users
+// by name, kubelet arguments by name, taints by key and effect...) are
+// matched by key, so one inserted file is one added file; other lists are
+// matched by index.
 //
 // Behaviour is tuned by composable options, as with go-cmp: Ignore, ListKey,
-// ListIndex, StrictEmpty, Default, OrderedLists, Sensitive, Categorize,
-// Transform, ShowSecrets, MaxDepth. Presets reproduce Cluster API's own
+// ListIndex, StrictEmpty, StrictNumbers, Default, OrderedLists, Sensitive,
+// Categorize, Transform, ShowSecrets, MaxDepth. Presets reproduce Cluster API's own
 // rules: MachineDeploymentRollout (what makes a MachineDeployment roll),
 // KubeadmControlPlane (what makes a control plane machine out of date) and
 // InPlaceUpdate (what CAPI compares after an in-place extension's patches).

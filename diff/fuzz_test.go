@@ -9,6 +9,7 @@ import (
 
 	jsonpatch "github.com/evanphx/json-patch/v5"
 	"github.com/google/go-cmp/cmp"
+	utiljson "k8s.io/apimachinery/pkg/util/json"
 	bootstrapv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
 
 	"github.com/upgradekit/upgradekit/diff"
@@ -248,6 +249,70 @@ func FuzzStrictOracle(f *testing.F) {
 		sp, ok := spec(patched)
 		if ok && !cmp.Equal(sp, sb) {
 			t.Fatalf("patch %s on %s: %s", jp, a, cmp.Diff(sb, sp))
+		}
+	})
+}
+
+// FuzzStrictNumbersOracle: under StrictEmpty() and StrictNumbers(), with
+// metadata ignored and no list keys, a pair has no changes exactly when
+// go-cmp finds the two specs equal as Cluster API decodes them (int64 or
+// float64, see strictnumbers_test.go), nothing folded; and the JSON patch,
+// applied as Cluster API applies it (to current re-marshalled), turns
+// current's spec into one go-cmp finds equal to desired's.
+func FuzzStrictNumbersOracle(f *testing.F) {
+	fuzzSeeds(f)
+	f.Add([]byte(`{"spec":{"a":8,"b":[0,2.5],"s":"x"}}`), []byte(`{"spec":{"a":8.0,"b":[-0.0,25e-1],"s":"x"}}`))
+	f.Add([]byte(`{"spec":{"a":8.0,"b":-0.0,"s":"x"}}`), []byte(`{"spec":{"a":8.0,"b":-0.0,"s":"y"}}`))
+	f.Add([]byte(`{"spec":{"a":9223372036854775807}}`), []byte(`{"spec":{"a":9223372036854775808}}`))
+	f.Add([]byte(`{"spec":{"a":1e21,"b":8e0}}`), []byte(`{"spec":{"a":1000000000000000000000,"b":8}}`))
+	d, err := diff.New(diff.WithoutDefaults(), diff.StrictEmpty(), diff.StrictNumbers(), diff.Ignore("*.metadata"))
+	if err != nil {
+		f.Fatal(err)
+	}
+	decode := func(raw []byte) (map[string]any, bool) {
+		var v map[string]any
+		if utiljson.Unmarshal(raw, &v) != nil || v == nil {
+			return nil, false
+		}
+		s, present := v["spec"]
+		if present && s == nil {
+			return nil, false // "spec": null: Cluster API never sends it
+		}
+		return v, true
+	}
+	f.Fuzz(func(t *testing.T, a, b []byte) {
+		cs, err := d.Objects(diff.Infrastructure, a, b)
+		if err != nil {
+			return
+		}
+		va, okA := decode(a)
+		vb, okB := decode(b)
+		if !okA || !okB {
+			return
+		}
+		requireAgreesWithCmp(t, cs, va["spec"], vb["spec"], a, b)
+		jp, err := cs.JSONPatch(diff.Infrastructure)
+		if err != nil {
+			t.Fatalf("patch: %v", err)
+		}
+		if string(jp) == "[]" {
+			return // not applied; cs is empty, so the specs are equal
+		}
+		p, err := jsonpatch.DecodePatch(jp)
+		if err != nil {
+			t.Fatalf("decode %s: %v", jp, err)
+		}
+		remarshalled, err := json.Marshal(va)
+		if err != nil {
+			t.Fatalf("re-marshal: %v", err)
+		}
+		patched, err := p.Apply(remarshalled)
+		if err != nil {
+			return // a spec that is not an object cannot be patched below it
+		}
+		vp, ok := decode(patched)
+		if ok && !cmp.Equal(vp["spec"], vb["spec"]) {
+			t.Fatalf("patch %s on %s: %s", jp, remarshalled, cmp.Diff(vb["spec"], vp["spec"]))
 		}
 	})
 }
