@@ -36,11 +36,7 @@ func workerConfig(t *testing.T, args ...string) runtime.RawExtension {
 }
 
 func stepNames(pod *corev1.Pod) []string {
-	var out []string
-	for _, s := range strings.Split(pod.Annotations[nodepod.AnnotationSteps], ",") {
-		out = append(out, s)
-	}
-	return out
+	return strings.Split(pod.Annotations[nodepod.AnnotationSteps], ",")
 }
 
 // TestUpdateMachineAppliesKubeletArgs: the kubelet's extra arguments of
