@@ -15,6 +15,7 @@
 //     ActionIgnore), so that CAPI finds nothing left to roll;
 //   - before accepting it runs feasibility checks: VersionCheck (always;
 //     kubeadm.CheckUpgrade: no skipped minor, downgrade or major change),
+//     KubeletArgsCheck (always: kubelet extra arguments it can write),
 //     WithUpgraderImages (a bundle for the target version) and WithChecks
 //     (for example ControlPlaneSkewCheck: no worker kubelet newer than its
 //     control plane).
@@ -25,7 +26,9 @@
 //   - it is as strict as CAPI about empty values: CAPI compares the patched
 //     objects' JSON with go-cmp, so "" , [] and {} (and null) differ from
 //     an absent field, and diff.InPlaceUpdate compares them so
-//     (diff.StrictEmpty), patching them in or out as desired has them;
+//     (diff.StrictEmpty), patching them in or out as desired has them; the
+//     same holds for numbers: an integer differs from a float of the same
+//     value (diff.StrictNumbers), and patches write floats in float form;
 //   - last, it checks every answer that does not decline ("no changes"
 //     included): it applies its own patches to the current objects as CAPI
 //     does (spec only, spec.template.spec for MachineSets) and compares the
