@@ -8,7 +8,16 @@
 // planes, workers), kubectl, the kubelet (replaced and restarted in one
 // step) and a final verification that the versions actually running are
 // the target ones. NewKubeletArgsPlan changes the kubelet's extra
-// arguments at the same version (below).
+// arguments at the same version (below). NewControlPlaneConfigPlan applies
+// a changed control plane configuration (API server, controller-manager
+// and scheduler arguments, etcd's image and arguments) at the same
+// version: `kubeadm upgrade node phase control-plane` renders the static
+// pod manifests again from kube-system/kubeadm-config, and a verify step
+// checks the expected arguments and image tag in the manifests and that
+// the mirror pods are Ready. It does not model arguments kubeadm must
+// quote in YAML (they fail the verification) and it does not check that
+// removed arguments are gone (kubeadm renders the whole manifest from
+// kubeadm-config, so the caller checks kubeadm-config first).
 //
 // No step ends with the kubelet or containerd down: in nodepod's
 // init-container layout only a running kubelet starts the next step's

@@ -70,3 +70,24 @@ func ExampleNewKubeletArgsPlan() {
 	// KUBELET_KUBEADM_ARGS="--cloud-provider=external --container-runtime-endpoint=unix:///run/containerd/containerd.sock --max-pods=250"
 	// true desired[0].value true
 }
+
+// An API server argument changed at the same version: the manifests are
+// rendered again from kubeadm-config, then checked.
+func ExampleNewControlPlaneConfigPlan() {
+	plan, err := kubeadm.NewControlPlaneConfigPlan(kubeadm.ControlPlaneConfig{
+		PlanName: "cp-0-config", Node: "cp-0",
+		Expect: []kubeadm.ManifestExpectation{{Component: "kube-apiserver", Args: []kubeadm.KubeletArg{{Name: "audit-log-maxage", Value: "30"}}}},
+	})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	for _, s := range plan.Steps {
+		fmt.Println(s.Name)
+	}
+	fmt.Println(plan.Steps[0].Argv)
+	// Output:
+	// control-plane-config
+	// control-plane-config-verify
+	// [/usr/bin/kubeadm upgrade node phase control-plane --certificate-renewal=false]
+}
