@@ -99,6 +99,27 @@ func KubeletExtraArgsPaths() []string {
 	}
 }
 
+// ControlPlaneConfigPaths are the KubeadmConfig ClusterConfiguration
+// fields strategy/capi's MachineUpdater applies in place on control plane
+// nodes and verifies in their static pod manifests: the API server,
+// controller-manager and scheduler extra arguments, and local etcd's image
+// tag and extra arguments (kubeadm.NewControlPlaneConfigPlan, after
+// KubeadmControlPlane has written them into kubeadm-config). On workers
+// kubeadm join does not read ClusterConfiguration, so there is nothing to
+// apply. The rest of ClusterConfiguration (certSANs, networking, DNS,
+// extra volumes...) has no executor and stays declined.
+//
+//	cp, _ := strategy.ForPaths("control-plane-config", strategy.ControlPlaneConfigPaths()...)
+func ControlPlaneConfigPaths() []string {
+	return []string{
+		"bootstrap.spec.clusterConfiguration.apiServer.extraArgs",
+		"bootstrap.spec.clusterConfiguration.controllerManager.extraArgs",
+		"bootstrap.spec.clusterConfiguration.scheduler.extraArgs",
+		"bootstrap.spec.clusterConfiguration.etcd.local.imageTag",
+		"bootstrap.spec.clusterConfiguration.etcd.local.extraArgs",
+	}
+}
+
 // ForPaths is an updater covering changes at or below the given path
 // patterns, in diff's syntax ("bootstrap.spec.files",
 // "infrastructure(AWSMachine).spec.ami").

@@ -338,7 +338,12 @@ func handlers(o options, d deps) ([]server.ExtensionHandler, error) {
 		if err != nil {
 			return nil, err
 		}
-		updaters = append(updaters, kubeletArgs)
+		// And, on control planes, the static pods' configuration.
+		cpConfig, err := strategy.ForPaths("control-plane-config", strategy.ControlPlaneConfigPaths()...)
+		if err != nil {
+			return nil, err
+		}
+		updaters = append(updaters, kubeletArgs, cpConfig)
 	}
 	ext, err := capi.NewExtension(strategy.Updaters(updaters...), extOpts...)
 	if err != nil {

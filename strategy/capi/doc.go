@@ -91,6 +91,18 @@
 // line, and a digest of them is kept on the Node (AnnotationKubeletArgs)
 // once done, so they are applied again only when they change. The
 // Extension's KubeletArgsCheck declines arguments that cannot be written.
+// On control plane machines it also applies the control plane
+// configuration of the desired ClusterConfiguration
+// (strategy.ControlPlaneConfigPaths: API server, controller-manager and
+// scheduler extra arguments, etcd's image tag and extra arguments): once
+// kube-system/kubeadm-config carries it (KubeadmControlPlane writes it
+// before updating machines; until then the answer waits, nothing
+// disrupted), at the same version by kubeadm.NewControlPlaneConfigPlan
+// (`kubeadm upgrade node phase control-plane`), and with a version change
+// by the version plan's own `kubeadm upgrade`; either way the manifests
+// are checked for the expected arguments and image and the mirror pods
+// for Ready before done, and a digest is kept on the Node
+// (AnnotationControlPlaneConfig).
 //
 // # Drain before in-place
 //

@@ -204,6 +204,11 @@ type UpdateRecord struct {
 	// KubeadmConfig); once the update is done it is kept on the Node as
 	// AnnotationKubeletArgs. Other desired arguments are another update.
 	KubeletArgs string `json:"kubeletArgs,omitempty"`
+	// ControlPlaneConfig is the digest of the desired control plane
+	// configuration (static pod extraArgs, etcd image) this update applies
+	// and verifies on a control plane node ("" otherwise); once the update
+	// is done it is kept on the Node as AnnotationControlPlaneConfig.
+	ControlPlaneConfig string `json:"controlPlaneConfig,omitempty"`
 	// Attempt counts the retries of this update asked for with
 	// AnnotationRetry (0: the first attempt). Each attempt runs its plan
 	// under its own name, so with a journal of its own on the host.

@@ -340,6 +340,8 @@ type call struct {
 	log     logr.Logger
 	// args are the desired kubelet extra arguments.
 	args kubeletArgs
+	// cp is the desired control plane configuration (control planes only).
+	cp controlPlaneConfig
 	// rec is the node's UpdateRecord as this call last read or wrote it,
 	// and recRaw its annotation value ("" for none).
 	rec    *UpdateRecord
@@ -365,6 +367,8 @@ func (u *MachineUpdater) update(ctx context.Context, log logr.Logger, m *cluster
 		res = failedAs(FailureInvalidMachine, "desired %v", err)
 	}
 	args := desiredKubeletArgs(spec)
+	_, isCP := m.Labels[clusterv1.MachineControlPlaneLabel]
+	cpc := desiredControlPlaneConfig(spec, isCP)
 	switch {
 	case res.err != nil:
 	case m.Spec.ProviderID == "":
@@ -429,7 +433,7 @@ func (u *MachineUpdater) update(ctx context.Context, log logr.Logger, m *cluster
 		return res
 	}
 	u.forgetFailure(m)
-	st := &call{machine: m, cluster: cluster, c: c, node: node, prev: InPlaceUpdateCondition(node), now: u.clock.Now(), log: log.WithValues("node", node.Name), args: args}
+	st := &call{machine: m, cluster: cluster, c: c, node: node, prev: InPlaceUpdateCondition(node), now: u.clock.Now(), log: log.WithValues("node", node.Name), args: args, cp: cpc}
 	res = u.updateNode(ctx, st, to)
 	res = u.deadlines(st, res)
 	res = u.retry(ctx, st, res)
@@ -580,7 +584,9 @@ func (u *MachineUpdater) updateNode(ctx context.Context, st *call, to *version.V
 	// says they were applied, or this update applied them with success.
 	argsDone := st.args.digest == "" || node.Annotations[AnnotationKubeletArgs] == st.args.digest ||
 		(rec != nil && rec.Version == want && rec.KubeletArgs == st.args.digest && rec.Succeeded != nil)
-	if current == want && !u.unproven(rec, want, pods) && argsDone {
+	cpDone := st.cp.digest == "" || node.Annotations[AnnotationControlPlaneConfig] == st.cp.digest ||
+		(rec != nil && rec.Version == want && rec.ControlPlaneConfig == st.cp.digest && rec.Succeeded != nil)
+	if current == want && !u.unproven(rec, want, pods) && argsDone && cpDone {
 		return u.finish(ctx, st, rec, pods)
 	}
 	// Otherwise the kubelet may report the version, but an update of ours
@@ -590,7 +596,7 @@ func (u *MachineUpdater) updateNode(ctx context.Context, st *call, to *version.V
 	// verified the node, so the plan runs (again). Its pod resumes from the
 	// journal on the host, re-running nothing that is done.
 	switch {
-	case rec == nil || rec.Version != want || rec.KubeletArgs != st.args.digest:
+	case rec == nil || rec.Version != want || rec.KubeletArgs != st.args.digest || rec.ControlPlaneConfig != st.cp.digest:
 		role, res, ok := u.role(ctx, st, to)
 		if !ok {
 			return res
@@ -598,7 +604,7 @@ func (u *MachineUpdater) updateNode(ctx context.Context, st *call, to *version.V
 		// A retry token already on the Machine when the update starts is
 		// no request to retry this update.
 		rec = &UpdateRecord{Machine: m.Namespace + "/" + m.Name, Version: want, Started: st.nowMeta(), Role: string(role),
-			RetryToken: m.Annotations[AnnotationRetry], KubeletArgs: st.args.digest}
+			RetryToken: m.Annotations[AnnotationRetry], KubeletArgs: st.args.digest, ControlPlaneConfig: st.cp.digest}
 		if u.drain {
 			rec.DrainStarted = &rec.Started
 		}
@@ -625,6 +631,17 @@ func (u *MachineUpdater) updateNode(ctx context.Context, st *call, to *version.V
 		// Nothing disruptive has happened yet, or only a drain that has
 		// not finished: check that the plan can be built and that the API
 		// server accepts its pod before the node is (further) disrupted.
+		if rec.ControlPlaneConfig != "" {
+			// kubeadm renders the manifests from kubeadm-config, which
+			// KubeadmControlPlane updates before it updates machines.
+			why, err := kubeadmConfigMatches(ctx, st.c, st.cp)
+			if err != nil {
+				return waiting(ReasonPending, "checking kubeadm-config before updating control plane node %s: %v", node.Name, err)
+			}
+			if why != "" {
+				return waiting(ReasonPending, "kube-system/kubeadm-config does not carry the desired control plane configuration yet (%s); KubeadmControlPlane writes it before it updates machines", why)
+			}
+		}
 		if res, ok := u.validate(ctx, st, rec); !ok {
 			return res
 		}
@@ -645,7 +662,7 @@ func (u *MachineUpdater) updateNode(ctx context.Context, st *call, to *version.V
 // name the same plan, so a recreated pod resumes from its journal.
 // WithPlanConfig may set another name (then retries share a journal).
 func planName(node string, rec *UpdateRecord) string {
-	sum := sha256.Sum256([]byte(fmt.Sprintf("%s\x00%s\x00%s\x00%d\x00%d\x00%s", node, rec.Version, rec.Role, rec.Started.Unix(), rec.Attempt, rec.KubeletArgs)))
+	sum := sha256.Sum256([]byte(fmt.Sprintf("%s\x00%s\x00%s\x00%d\x00%d\x00%s\x00%s", node, rec.Version, rec.Role, rec.Started.Unix(), rec.Attempt, rec.KubeletArgs, rec.ControlPlaneConfig)))
 	return "kubeadm-" + hex.EncodeToString(sum[:])[:12]
 }
 
@@ -661,6 +678,17 @@ func (u *MachineUpdater) buildPod(st *call, rec *UpdateRecord, from string) (*co
 	var plan nodeexec.Plan
 	var err error
 	switch {
+	case rec.ControlPlaneConfig != "" && from == rec.Version:
+		// Same version on a control plane: the static pod manifests,
+		// then the kubelet's extra arguments.
+		if plan, err = controlPlaneConfigPlan(node, cfg.PlanName, st.cp); err != nil {
+			return nil, failedAs(FailurePlanRejected, "node %s: control plane configuration: %v", node, err), false
+		}
+		if rec.KubeletArgs != "" {
+			if plan, err = withKubeletArgs(plan, st.args.args); err != nil {
+				return nil, failedAs(FailurePlanRejected, "node %s: kubelet extra arguments: %v", node, err), false
+			}
+		}
 	case rec.KubeletArgs != "" && from == rec.Version:
 		// Same version: only the kubelet's extra arguments.
 		plan, err = kubeadm.NewKubeletArgsPlan(kubeletArgsConfig(node, cfg.PlanName, "", st.args.args))
@@ -670,6 +698,12 @@ func (u *MachineUpdater) buildPod(st *call, rec *UpdateRecord, from string) (*co
 	default:
 		if plan, err = kubeadm.NewPlan(cfg); err != nil {
 			return nil, failedAs(FailurePlanRejected, "node %s from %s to %s: %v", node, from, rec.Version, err), false
+		}
+		if rec.ControlPlaneConfig != "" {
+			// `kubeadm upgrade` rendered the manifests; check them.
+			if plan, err = withControlPlaneVerify(plan, st.cp); err != nil {
+				return nil, failedAs(FailurePlanRejected, "node %s: control plane configuration: %v", node, err), false
+			}
 		}
 		if rec.KubeletArgs != "" {
 			if plan, err = withKubeletArgs(plan, st.args.args); err != nil {
@@ -1036,6 +1070,12 @@ func (u *MachineUpdater) finish(ctx context.Context, st *call, rec *UpdateRecord
 		// kept on the Node, so that later updates know them applied.
 		if err := patchNodeAnnotation(ctx, st.c, node.Name, AnnotationKubeletArgs, rec.KubeletArgs); err != nil {
 			return waiting(ReasonWaitingForKubelet, "kubelet reports %s; recording the applied kubelet extra arguments on node %s: %v", want, node.Name, err)
+		}
+	}
+	if rec.ControlPlaneConfig != "" && rec.Succeeded != nil && node.Annotations[AnnotationControlPlaneConfig] != rec.ControlPlaneConfig {
+		// The plan rendered and verified the static pod manifests.
+		if err := patchNodeAnnotation(ctx, st.c, node.Name, AnnotationControlPlaneConfig, rec.ControlPlaneConfig); err != nil {
+			return waiting(ReasonWaitingForKubelet, "kubelet reports %s; recording the applied control plane configuration on node %s: %v", want, node.Name, err)
 		}
 	}
 	if err := st.writeRecord(ctx, nil); err != nil {
