@@ -171,9 +171,9 @@ func KubeletArgsCheck() Check {
 	})
 }
 
-// patchNodeAnnotation sets one annotation of the Node with a JSON merge
-// patch of that key only.
-func patchNodeAnnotation(ctx context.Context, c client.Client, node, key, value string) error {
+// patchNodeAnnotation sets one annotation of the Node (value nil removes
+// it) with a JSON merge patch of that key only.
+func patchNodeAnnotation(ctx context.Context, c client.Client, node, key string, value any) error {
 	data, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{key: value}}})
 	if err != nil {
 		return err

@@ -106,6 +106,22 @@ func TestUpdateMachineAppliesKubeletArgs(t *testing.T) {
 		require.Empty(t, pc.pods())
 	})
 
+	t.Run("the first control plane's arguments are its init configuration's", func(t *testing.T) {
+		pc := newPodsCluster(t)
+		cfg := &bootstrapv1.KubeadmConfig{
+			TypeMeta: metav1.TypeMeta{APIVersion: bootstrapv1.GroupVersion.String(), Kind: "KubeadmConfig"},
+			Spec: bootstrapv1.KubeadmConfigSpec{InitConfiguration: bootstrapv1.InitConfiguration{NodeRegistration: bootstrapv1.NodeRegistrationOptions{
+				KubeletExtraArgs: []bootstrapv1.Arg{{Name: "node-labels", Value: ptrTo("a=b c")}}}}},
+		}
+		b, err := json.Marshal(cfg)
+		require.NoError(t, err)
+		req := updateReq("w-0", "docker:////cp-0", "v1.30.4", false)
+		req.Desired.BootstrapConfig = runtime.RawExtension{Raw: b}
+		resp := pc.call(req)
+		require.Equal(t, runtimehooksv1.ResponseStatusFailure, resp.Status, resp.Message)
+		require.Contains(t, resp.Message, "node-labels", "read from initConfiguration (no joinConfiguration)")
+	})
+
 	t.Run("no KubeadmConfig in the request: the kubelet's arguments are left alone", func(t *testing.T) {
 		pc := newPodsCluster(t)
 		requireDone(t, pc.call(updateReq("w-0", "docker:////cp-0", "v1.30.4", false)))
@@ -136,6 +152,13 @@ func TestExtensionAcceptsKubeletArgsItCanApply(t *testing.T) {
 	require.Equal(t, runtimehooksv1.ResponseStatusSuccess, resp.Status, resp.Message)
 	require.False(t, resp.MachinePatch.IsDefined() || resp.BootstrapConfigPatch.IsDefined(), "declined: %s", resp.Message)
 	require.Contains(t, resp.Message, "kubelet extra arguments cannot be applied in place")
+
+	// The rest of nodeRegistration has no executor.
+	taints := desCfg.DeepCopy()
+	taints.Spec.JoinConfiguration.NodeRegistration.KubeletExtraArgs = []bootstrapv1.Arg{{Name: "max-pods", Value: ptrTo("200")}}
+	taints.Spec.JoinConfiguration.NodeRegistration.Taints = &[]corev1.Taint{{Key: "dedicated", Value: "x", Effect: corev1.TaintEffectNoSchedule}}
+	resp = canUpdateMachine(t, ext, nil, cur, des, curCfg, taints, curInfra, desInfra)
+	require.False(t, resp.BootstrapConfigPatch.IsDefined(), "taints are not kubelet extra arguments: %s", resp.Message)
 
 	// Kubelet arguments unchanged, but unwritable: every update would fail
 	// at the node, so even a version change is declined.

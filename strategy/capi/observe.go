@@ -512,12 +512,7 @@ func writeUpdateRecord(ctx context.Context, c client.Client, node string, r *Upd
 		}
 		v = raw
 	}
-	data, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{AnnotationInPlaceUpdate: v}}})
-	if err != nil {
-		return "", err
-	}
-	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}
-	return raw, c.Patch(ctx, n, client.RawPatch(types.MergePatchType, data))
+	return raw, patchNodeAnnotation(ctx, c, node, AnnotationInPlaceUpdate, v)
 }
 
 // swapUpdateRecord replaces the node's UpdateRecord with r only if the

@@ -582,11 +582,18 @@ func (u *MachineUpdater) updateNode(ctx context.Context, st *call, to *version.V
 	}
 	// The kubelet's extra arguments are done when the node's annotation
 	// says they were applied, or this update applied them with success.
-	argsDone := st.args.digest == "" || node.Annotations[AnnotationKubeletArgs] == st.args.digest ||
-		(rec != nil && rec.Version == want && rec.KubeletArgs == st.args.digest && rec.Succeeded != nil)
-	cpDone := st.cp.digest == "" || node.Annotations[AnnotationControlPlaneConfig] == st.cp.digest ||
-		(rec != nil && rec.Version == want && rec.ControlPlaneConfig == st.cp.digest && rec.Succeeded != nil)
-	if current == want && !u.unproven(rec, want, pods) && argsDone && cpDone {
+	// A digest is applied when the Node keeps it, or this update applied
+	// it with success.
+	applied := func(annotation, digest, recorded string) bool {
+		return digest == "" || node.Annotations[annotation] == digest ||
+			(rec != nil && rec.Version == want && recorded == digest && rec.Succeeded != nil)
+	}
+	var recArgs, recCP string
+	if rec != nil {
+		recArgs, recCP = rec.KubeletArgs, rec.ControlPlaneConfig
+	}
+	if current == want && !u.unproven(rec, want, pods) &&
+		applied(AnnotationKubeletArgs, st.args.digest, recArgs) && applied(AnnotationControlPlaneConfig, st.cp.digest, recCP) {
 		return u.finish(ctx, st, rec, pods)
 	}
 	// Otherwise the kubelet may report the version, but an update of ours
@@ -677,19 +684,16 @@ func (u *MachineUpdater) buildPod(st *call, rec *UpdateRecord, from string) (*co
 	}
 	var plan nodeexec.Plan
 	var err error
+	argsOnly := false
 	switch {
 	case rec.ControlPlaneConfig != "" && from == rec.Version:
-		// Same version on a control plane: the static pod manifests,
-		// then the kubelet's extra arguments.
+		// Same version on a control plane: the static pod manifests
+		// (then, below, the kubelet's extra arguments).
 		if plan, err = controlPlaneConfigPlan(node, cfg.PlanName, st.cp); err != nil {
 			return nil, failedAs(FailurePlanRejected, "node %s: control plane configuration: %v", node, err), false
 		}
-		if rec.KubeletArgs != "" {
-			if plan, err = withKubeletArgs(plan, st.args.args); err != nil {
-				return nil, failedAs(FailurePlanRejected, "node %s: kubelet extra arguments: %v", node, err), false
-			}
-		}
 	case rec.KubeletArgs != "" && from == rec.Version:
+		argsOnly = true
 		// Same version: only the kubelet's extra arguments.
 		plan, err = kubeadm.NewKubeletArgsPlan(kubeletArgsConfig(node, cfg.PlanName, "", st.args.args))
 		if err != nil {
@@ -705,10 +709,10 @@ func (u *MachineUpdater) buildPod(st *call, rec *UpdateRecord, from string) (*co
 				return nil, failedAs(FailurePlanRejected, "node %s: control plane configuration: %v", node, err), false
 			}
 		}
-		if rec.KubeletArgs != "" {
-			if plan, err = withKubeletArgs(plan, st.args.args); err != nil {
-				return nil, failedAs(FailurePlanRejected, "node %s: kubelet extra arguments: %v", node, err), false
-			}
+	}
+	if rec.KubeletArgs != "" && !argsOnly {
+		if plan, err = withKubeletArgs(plan, st.args.args); err != nil {
+			return nil, failedAs(FailurePlanRejected, "node %s: kubelet extra arguments: %v", node, err), false
 		}
 	}
 	opts := u.podOpts
@@ -1065,17 +1069,17 @@ func (u *MachineUpdater) finish(ctx context.Context, st *call, rec *UpdateRecord
 		}
 		return res
 	}
-	if rec.KubeletArgs != "" && rec.Succeeded != nil && node.Annotations[AnnotationKubeletArgs] != rec.KubeletArgs {
-		// The plan applied and verified the kubelet's extra arguments:
-		// kept on the Node, so that later updates know them applied.
-		if err := patchNodeAnnotation(ctx, st.c, node.Name, AnnotationKubeletArgs, rec.KubeletArgs); err != nil {
-			return waiting(ReasonWaitingForKubelet, "kubelet reports %s; recording the applied kubelet extra arguments on node %s: %v", want, node.Name, err)
+	// What the plan applied and verified is kept on the Node, so that
+	// later updates know it applied.
+	for _, d := range []struct{ annotation, digest string }{
+		{AnnotationKubeletArgs, rec.KubeletArgs},
+		{AnnotationControlPlaneConfig, rec.ControlPlaneConfig},
+	} {
+		if d.digest == "" || rec.Succeeded == nil || node.Annotations[d.annotation] == d.digest {
+			continue
 		}
-	}
-	if rec.ControlPlaneConfig != "" && rec.Succeeded != nil && node.Annotations[AnnotationControlPlaneConfig] != rec.ControlPlaneConfig {
-		// The plan rendered and verified the static pod manifests.
-		if err := patchNodeAnnotation(ctx, st.c, node.Name, AnnotationControlPlaneConfig, rec.ControlPlaneConfig); err != nil {
-			return waiting(ReasonWaitingForKubelet, "kubelet reports %s; recording the applied control plane configuration on node %s: %v", want, node.Name, err)
+		if err := patchNodeAnnotation(ctx, st.c, node.Name, d.annotation, d.digest); err != nil {
+			return waiting(ReasonWaitingForKubelet, "kubelet reports %s; recording %s on node %s: %v", want, d.annotation, node.Name, err)
 		}
 	}
 	if err := st.writeRecord(ctx, nil); err != nil {
