@@ -419,8 +419,10 @@ func (h *Host) exec(ctx context.Context, cmd nodeexec.Command) (int, string) {
 		}
 	}
 	if argv[0] == "/bin/sh" && len(argv) >= 4 && argv[1] == "-c" {
-		if k, ok := knownKubeletArgsScripts()[argv[2]]; ok {
-			return h.kubeletArgsScript(ctx, k, argv[4:])
+		for _, interpret := range planScripts {
+			if code, out, ok := interpret(ctx, h, argv[2], argv[4:], env); ok {
+				return code, out
+			}
 		}
 		s, ok := knownScripts()[argv[2]]
 		if !ok {
@@ -430,6 +432,11 @@ func (h *Host) exec(ctx context.Context, cmd nodeexec.Command) (int, string) {
 	}
 	return h.command(ctx, argv)
 }
+
+// planScripts interpret the shell scripts of the step library's plans
+// other than NewPlan's (knownScripts): each answers ok=false for a script
+// it does not know. Each plan's interpreter adds itself in its file's init.
+var planScripts []func(ctx context.Context, h *Host, script string, args []string, env map[string]string) (code int, out string, ok bool)
 
 func unknown(argv []string) (int, string) {
 	return ExitUnknownCommand, fmt.Sprintf("fake host: unknown command %q", argv)

@@ -176,6 +176,17 @@ func (h *Host) restoreKubeletArgs(c kubeletArgsCall) (int, string) {
 }
 
 // kubeletArgsScript interprets the kubelet-args plan's scripts.
+func init() {
+	planScripts = append(planScripts, func(ctx context.Context, h *Host, script string, args []string, _ map[string]string) (int, string, bool) {
+		k, ok := knownKubeletArgsScripts()[script]
+		if !ok {
+			return 0, "", false
+		}
+		code, out := h.kubeletArgsScript(ctx, k, args)
+		return code, out, true
+	})
+}
+
 func (h *Host) kubeletArgsScript(ctx context.Context, k kubeletArgsKind, args []string) (int, string) {
 	if k == scriptKubeletArgsBackup {
 		if len(args) != 3 {
