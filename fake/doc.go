@@ -30,7 +30,15 @@
 // kubelet-args plan (kubeadm.NewKubeletArgsPlan) runs too: the host keeps
 // a kubeadm-flags.env (DefaultKubeadmFlags at first), rewrites it with the
 // library's own model (kubeadm.KubeadmFlags), and a kubelet start reads it
-// (Host.KubeletArgs is what the running kubelet got). Anything else
+// (Host.KubeletArgs is what the running kubelet got). On control plane
+// hosts the static pod manifests are YAML rendered as kubeadm renders them
+// (sigs.k8s.io/yaml, so a value YAML must quote comes out quoted) from
+// kube-system/kubeadm-config's ClusterConfiguration, read through the
+// node client, by `kubeadm upgrade apply|node` and by the control plane
+// configuration plan's `kubeadm upgrade node phase control-plane`
+// (kubeadm.NewControlPlaneConfigPlan); the kubelet then keeps the mirror
+// pods kube-system/<component>-<node> in step (Host.StaticPodCommand and
+// Host.StaticPodImage read the manifests on disk). Anything else
 // fails with ExitUnknownCommand; nothing unknown succeeds silently. The
 // host learns the library's scripts from a plan the library generates, so
 // a changed script is reported as unknown rather than half-understood.
@@ -154,4 +162,13 @@
 // /proc/<MainPID>/cmdline are not modelled (the host remembers the
 // arguments the kubelet read at its last start), and the kubelet always
 // reads kubeadm.DefaultKubeadmFlagsFile, whatever FlagsFile a plan names.
+// For the control plane configuration: a static pod runs whatever its
+// manifest says (no crash loop on a bad flag, no image pull failure:
+// inject a failed step with Faults instead), a mirror pod is Ready exactly
+// while the kubelet runs, a host without a node client or a cluster
+// without kubeadm-config renders kubeadm's defaults where real kubeadm
+// would refuse, only extra arguments and etcd's image tag are rendered
+// (not certSANs, volumes or feature gates), and kubeadm's wait for the
+// static pod hash to change is modelled only as "fails while the kubelet
+// is stopped".
 package fake

@@ -200,7 +200,7 @@ func newHost(node string, role Role, version string, ks *kubeadmState, opts []Ho
 		h.files["/etc/kubernetes/pki/etcd/ca.crt"] = "etcd ca"
 		h.files["/etc/kubernetes/pki/apiserver-etcd-client.crt"] = "etcd client cert"
 		h.files["/etc/kubernetes/pki/apiserver-etcd-client.key"] = "etcd client key"
-		h.writeManifests()
+		h.renderManifests(staticPodConfig{})
 	} else {
 		h.etcd = ""
 	}
@@ -228,11 +228,6 @@ func binaryVersion(content string) (Component, string, bool) {
 // reports its version (`kubelet --version` works) but exits when its unit
 // starts it: a bad build, a flag it no longer accepts.
 const crashesOnStart = "crashes-on-start"
-
-func (h *Host) writeManifests() {
-	h.files["/etc/kubernetes/manifests/kube-apiserver.yaml"] = "image: registry.k8s.io/kube-apiserver:" + h.cp
-	h.files["/etc/kubernetes/manifests/etcd.yaml"] = "image: registry.k8s.io/etcd:" + h.etcd
-}
 
 // Node returns the host's node name.
 func (h *Host) Node() string { return h.node }
@@ -470,7 +465,7 @@ func (h *Host) command(ctx context.Context, argv []string) (int, string) {
 		}
 	case "kubeadm":
 		if len(args) >= 2 && args[0] == "upgrade" {
-			return h.kubeadmUpgrade(argv[0], args[1:])
+			return h.kubeadmUpgrade(ctx, argv[0], args[1:])
 		}
 		if len(args) == 3 && args[0] == "version" && args[1] == "-o" && args[2] == "short" {
 			return h.versionOf(argv[0], Kubeadm, "%s")
@@ -654,8 +649,26 @@ func (h *Host) nodeKubeletVersion(ctx context.Context) (string, error) {
 	return n.Status.NodeInfo.KubeletVersion, nil
 }
 
-// kubeadmUpgrade interprets `kubeadm upgrade apply|node ...`.
-func (h *Host) kubeadmUpgrade(prog string, args []string) (int, string) {
+// kubeadmUpgrade interprets `kubeadm upgrade apply|node ...` and `kubeadm
+// upgrade node phase control-plane`. On a control plane host each renders
+// the static pod manifests from kubeadm-config's ClusterConfiguration (read
+// through the node client) and the kubelet then runs them (mirror pods
+// updated).
+func (h *Host) kubeadmUpgrade(ctx context.Context, prog string, args []string) (int, string) {
+	cfg, err := h.clusterConfiguration(ctx)
+	if err != nil {
+		return 1, "[upgrade/config] FATAL: " + err.Error()
+	}
+	code, out := h.kubeadmUpgradeLocked(prog, args, cfg)
+	if code == 0 && h.role == RoleControlPlane {
+		if err := h.syncMirrorPods(ctx); err != nil {
+			return 1, out + "\n[upgrade/staticpods] FATAL: " + err.Error()
+		}
+	}
+	return code, out
+}
+
+func (h *Host) kubeadmUpgradeLocked(prog string, args []string, cfg staticPodConfig) (int, string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	_, kv, msg := h.program(prog, Kubeadm)
@@ -663,6 +676,9 @@ func (h *Host) kubeadmUpgrade(prog string, args []string) (int, string) {
 		return 126, msg
 	}
 	sub, flags := args[0], args[1:]
+	if sub == "node" && len(flags) >= 2 && flags[0] == "phase" && flags[1] == "control-plane" {
+		return h.controlPlanePhase(kv, flags[2:], cfg)
+	}
 	target, configPath := "", ""
 	for i := 0; i < len(flags); i++ {
 		f := flags[i]
@@ -704,7 +720,7 @@ func (h *Host) kubeadmUpgrade(prog string, args []string) (int, string) {
 			return 1, fmt.Sprintf("[upgrade/version] FATAL: %v", err)
 		}
 		h.kubeadm.set(target)
-		h.upgradeControlPlane(target)
+		h.upgradeControlPlane(target, cfg)
 		return 0, fmt.Sprintf("[upgrade/successful] SUCCESS! Your cluster was upgraded to %q. Enjoy!", target)
 	case "node":
 		if configPath != "" {
@@ -714,7 +730,7 @@ func (h *Host) kubeadmUpgrade(prog string, args []string) (int, string) {
 			return 1, fmt.Sprintf("[upgrade] FATAL: the cluster is at %s (kubeadm-config) and this kubeadm is %s; run `kubeadm upgrade apply` on the first control plane node first", cluster, kv)
 		}
 		if h.role == RoleControlPlane {
-			h.upgradeControlPlane(cluster)
+			h.upgradeControlPlane(cluster, cfg)
 		}
 		h.files["/var/lib/kubelet/config.yaml"] = "kind: KubeletConfiguration # " + cluster
 		return 0, "[upgrade] The configuration for this node was successfully upgraded!"
@@ -722,12 +738,39 @@ func (h *Host) kubeadmUpgrade(prog string, args []string) (int, string) {
 	return unknown(append([]string{prog, "upgrade"}, args...))
 }
 
-func (h *Host) upgradeControlPlane(v string) {
+// controlPlanePhase interprets `kubeadm upgrade node phase control-plane`:
+// the manifests rendered again at the cluster's version from
+// kubeadm-config, which is what KubeadmControlPlane changed. Like kubeadm
+// it waits for the kubelet to restart the changed static pods, so with the
+// kubelet stopped it times out and leaves the manifests as they were.
+// h.mu is held.
+func (h *Host) controlPlanePhase(kv string, flags []string, cfg staticPodConfig) (int, string) {
+	for _, f := range flags {
+		if !strings.HasPrefix(f, "--certificate-renewal=") {
+			return 1, fmt.Sprintf("Error: unknown flag: %s", f)
+		}
+	}
+	if h.role != RoleControlPlane {
+		return 1, "[upgrade/staticpods] FATAL: this node has no static control plane pods"
+	}
+	cluster := h.kubeadm.get()
+	if kv != cluster {
+		return 1, fmt.Sprintf("[upgrade] FATAL: the cluster is at %s (kubeadm-config) and this kubeadm is %s", cluster, kv)
+	}
+	if h.units["kubelet"] != UnitActive {
+		return 1, "[upgrade/staticpods] FATAL: couldn't upgrade control plane. kubeadm has tried to recover everything into the earlier state. Errors faced: timed out waiting for the condition"
+	}
+	h.cp = cluster
+	h.renderManifests(cfg)
+	return 0, "[upgrade/staticpods] Component \"kube-apiserver\" upgraded successfully!"
+}
+
+func (h *Host) upgradeControlPlane(v string, cfg staticPodConfig) {
 	h.cp = v
 	if e, ok := h.etcdVersions[minor(v)]; ok {
 		h.etcd = e
 	}
-	h.writeManifests()
+	h.renderManifests(cfg)
 	h.files["/var/lib/kubelet/config.yaml"] = "kind: KubeletConfiguration # " + v
 }
 

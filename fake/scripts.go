@@ -245,6 +245,7 @@ func (h *Host) restoreTree(dir string) (int, string) {
 			}
 		}
 	}
+	h.loadStaticPods() // the kubelet runs the manifests put back
 	return 0, ""
 }
 
