@@ -18,9 +18,11 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	clocktesting "k8s.io/utils/clock/testing"
+	bootstrapv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
 	runtimehooksv1 "sigs.k8s.io/cluster-api/api/runtime/hooks/v1alpha1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	"github.com/upgradekit/upgradekit/fake"
 	"github.com/upgradekit/upgradekit/fake/envtest"
@@ -36,12 +38,16 @@ import (
 // pods it creates, in either init-container layout, with faults between
 // calls: the upgrader pod deleted, a worker's Node lost, the API server
 // refusing the pod, a kubelet step failing once, with or without a change
-// of the kubelet's extra arguments; after a failed step, an
+// of the kubelet's extra arguments and, on the control plane, of its
+// ClusterConfiguration (API server arguments, etcd image: rendered from
+// kubeadm-config by kubeadm upgrade on the fake host and verified in the
+// manifests and mirror pods); after a failed step, an
 // operator may retry once (capi.AnnotationRetry). Every run must end, and:
 //
 //   - done only with a verified node: the kubelet runs the target version
-//     with the desired extra arguments, and the kubelet and containerd
-//     units are active;
+//     with the desired extra arguments, the control plane's static pods
+//     run the desired arguments and etcd image, and the kubelet and
+//     containerd units are active;
 //   - never a node left with its kubelet stopped;
 //   - no endless waiting: every run ends done or in a Failure whose reason
 //     is one of the stable Failure* constants, within the call budget.
@@ -139,6 +145,29 @@ func propertyRun(t *testing.T, seed int64, w *propertyWorld) string {
 			wantArgs = []string{fmt.Sprintf("max-pods=%d", 100+rng.Intn(100))}
 		}
 		req.Desired.BootstrapConfig = workerConfig(t, wantArgs...)
+		// The control plane machine changes its ClusterConfiguration along
+		// with the version, or not; KubeadmControlPlane writes it into
+		// kubeadm-config first.
+		var wantCP []string
+		if m.Role == fake.RoleControlPlane {
+			var cc bootstrapv1.ClusterConfiguration
+			if rng.Intn(2) == 0 {
+				cc.APIServer.ExtraArgs = []bootstrapv1.Arg{{Name: "audit-log-maxage", Value: ptrTo(strconv.Itoa(1 + rng.Intn(60)))}}
+				cc.Etcd.Local.ImageTag = "3.5.16-0"
+				wantCP = []string{"--audit-log-maxage=" + *cc.APIServer.ExtraArgs[0].Value}
+			}
+			cfg := &bootstrapv1.KubeadmConfig{
+				TypeMeta: metav1.TypeMeta{APIVersion: bootstrapv1.GroupVersion.String(), Kind: "KubeadmConfig"},
+				Spec: bootstrapv1.KubeadmConfigSpec{ClusterConfiguration: cc, JoinConfiguration: bootstrapv1.JoinConfiguration{
+					ControlPlane: &bootstrapv1.JoinControlPlane{}, NodeRegistration: bootstrapv1.NodeRegistrationOptions{Name: m.Name}}},
+			}
+			for _, a := range wantArgs {
+				n, v, _ := strings.Cut(a, "=")
+				cfg.Spec.JoinConfiguration.NodeRegistration.KubeletExtraArgs = append(cfg.Spec.JoinConfiguration.NodeRegistration.KubeletExtraArgs, bootstrapv1.Arg{Name: n, Value: ptrTo(v)})
+			}
+			req.Desired.BootstrapConfig = raw(t, cfg)
+			writeKubeadmConfig(t, c, kubeadmConfigFor(t, propTo, cc))
+		}
 		nodeLost, retried := false, false
 		end := ""
 		const budget = 60
@@ -190,6 +219,10 @@ func propertyRun(t *testing.T, seed int64, w *propertyWorld) string {
 				require.Equal(t, fake.UnitActive, host.UnitState("containerd"), where)
 				for _, a := range wantArgs {
 					require.Contains(t, host.KubeletArgs(), "--"+a, "done only with the desired kubelet arguments running: %s", where)
+				}
+				for _, a := range wantCP {
+					require.Contains(t, host.StaticPodCommand("kube-apiserver"), a, "done only with the desired API server arguments: %s", where)
+					require.Equal(t, "registry.k8s.io/etcd:3.5.16-0", host.StaticPodImage("etcd"), "done only with the desired etcd image: %s", where)
 				}
 				w.requireForeignCordonKept(t, c, m.Name, foreign, where)
 				end = "done"
@@ -248,6 +281,18 @@ func propertyRun(t *testing.T, seed int64, w *propertyWorld) string {
 		return "done after a retry"
 	}
 	return "done"
+}
+
+// writeKubeadmConfig creates or replaces kube-system/kubeadm-config's
+// ClusterConfiguration, as KubeadmControlPlane does.
+func writeKubeadmConfig(t *testing.T, c client.Client, clusterConfiguration string) {
+	t.Helper()
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: "kubeadm-config"}}
+	_, err := controllerutil.CreateOrUpdate(context.Background(), c, cm, func() error {
+		cm.Data = map[string]string{"ClusterConfiguration": clusterConfiguration}
+		return nil
+	})
+	require.NoError(t, err)
 }
 
 func upgraderPods(t *testing.T, c client.Client) []corev1.Pod {
