@@ -137,7 +137,8 @@ type Journal struct {
 }
 
 // JournalFileName is the file name of plan's journal inside the journal
-// directory.
+// directory. It does not check planName: use Runner.JournalPath, or
+// CheckPlanName first, with a name that comes from outside.
 func JournalFileName(planName string) string { return planName + ".journal.json" }
 
 // ReadJournal reads and checks a journal file. A missing file is returned

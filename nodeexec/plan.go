@@ -221,6 +221,16 @@ type Plan struct {
 	RollbackOnFailure bool `json:"rollbackOnFailure,omitempty"`
 }
 
+// CheckPlanName returns a *ValidationError (field "name", ErrInvalidName)
+// unless name is a valid plan name: a DNS-1123 label, so it is safe as a
+// file name in the journal directory and as part of a pod name.
+func CheckPlanName(name string) error {
+	if msgs := validation.IsDNS1123Label(name); len(msgs) > 0 {
+		return &ValidationError{Field: "name", Err: ErrInvalidName, Detail: fmt.Sprintf("%q: %s", name, strings.Join(msgs, "; "))}
+	}
+	return nil
+}
+
 // Validate checks the plan and returns every problem found, joined; each
 // is a *ValidationError that unwraps to ErrInvalidPlan and a specific
 // sentinel (ErrEmptyArgv, ErrUnknownNamespace, ...).
@@ -229,8 +239,8 @@ func (p Plan) Validate() error {
 	add := func(field string, sentinel error, detail string, args ...any) {
 		errs = append(errs, &ValidationError{Field: field, Err: sentinel, Detail: fmt.Sprintf(detail, args...)})
 	}
-	if msgs := validation.IsDNS1123Label(p.Name); len(msgs) > 0 {
-		add("name", ErrInvalidName, "%q: %s", p.Name, strings.Join(msgs, "; "))
+	if err := CheckPlanName(p.Name); err != nil {
+		errs = append(errs, err)
 	}
 	if msgs := validation.IsDNS1123Subdomain(p.Node); len(msgs) > 0 {
 		add("node", ErrInvalidName, "%q: %s", p.Node, strings.Join(msgs, "; "))

@@ -145,7 +145,7 @@ func TestRollbackOnRequest(t *testing.T) {
 			} else {
 				_, _ = r.Run(t.Context(), p)
 			}
-			before, err := ReadJournal(r.JournalPath(p.Name))
+			before, err := ReadJournal(journalPath(t, r, p.Name))
 			require.NoError(t, err)
 			h.reset()
 
@@ -175,7 +175,7 @@ func TestRollbackOnRequest(t *testing.T) {
 			}
 
 			// The journal on disk is what Rollback returned.
-			j, err := ReadJournal(r.JournalPath(p.Name))
+			j, err := ReadJournal(journalPath(t, r, p.Name))
 			require.NoError(t, err)
 			require.Empty(t, cmp.Diff(out, j.Outcome))
 			if len(tt.wantCalls) > 0 {
@@ -258,7 +258,7 @@ func TestRequestedRollbackResumesAfterCrash(t *testing.T) {
 			h.reset()
 
 			interruptRollbackAt(t, r, h, p, "two/rollback")
-			j, err := ReadJournal(r.JournalPath(p.Name))
+			j, err := ReadJournal(journalPath(t, r, p.Name))
 			require.NoError(t, err)
 			require.Equal(t, PlanRollingBack, j.State)
 			require.Equal(t, []StepState{StepSucceeded, StepRollingBack, StepRolledBack}, states(j.Outcome))

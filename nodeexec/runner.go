@@ -123,9 +123,14 @@ func NewRunner(exec Executor, opts ...RunnerOption) (*Runner, error) {
 	return r, nil
 }
 
-// JournalPath returns where the journal of the named plan lives.
-func (r *Runner) JournalPath(planName string) string {
-	return filepath.Join(r.dir, JournalFileName(planName))
+// JournalPath returns where the journal of the named plan lives. A name
+// that is not a valid plan name (CheckPlanName: "../x", "a/b", "") is a
+// *ValidationError: it could name a file outside the journal directory.
+func (r *Runner) JournalPath(planName string) (string, error) {
+	if err := CheckPlanName(planName); err != nil {
+		return "", err
+	}
+	return filepath.Join(r.dir, JournalFileName(planName)), nil
 }
 
 // Reset deletes the journal of the named plan so the next Run starts from
@@ -135,8 +140,14 @@ func (r *Runner) JournalPath(planName string) string {
 // Reset takes the journal's lock first, so it never deletes the journal
 // of a plan a runner is executing: it then returns a *JournalError
 // wrapping ErrJournalLocked and leaves the file alone.
+//
+// A name that is not a valid plan name is a *ValidationError and nothing
+// is deleted.
 func (r *Runner) Reset(planName string) error {
-	path := r.JournalPath(planName)
+	path, err := r.JournalPath(planName)
+	if err != nil {
+		return err
+	}
 	unlock, err := lockFile(path + ".lock")
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil // no journal directory, so no journal
@@ -179,7 +190,10 @@ func (r *Runner) Run(ctx context.Context, plan Plan) (Outcome, error) {
 	if err := os.MkdirAll(r.dir, 0o700); err != nil {
 		return Outcome{}, &JournalError{Path: r.dir, Err: err}
 	}
-	path := r.JournalPath(plan.Name)
+	path, err := r.JournalPath(plan.Name) // validated: cannot fail
+	if err != nil {
+		return Outcome{}, err
+	}
 	j, found, unlock, err := r.openJournal(path, plan)
 	if err != nil {
 		return Outcome{}, err
@@ -316,7 +330,10 @@ func (r *Runner) Rollback(ctx context.Context, plan Plan) (Outcome, error) {
 	if err := interrupted(ctx); err != nil {
 		return Outcome{}, err
 	}
-	path := r.JournalPath(plan.Name)
+	path, err := r.JournalPath(plan.Name) // validated: cannot fail
+	if err != nil {
+		return Outcome{}, err
+	}
 	j, found, unlock, err := r.openJournal(path, plan)
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return Outcome{}, err

@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -99,10 +101,10 @@ func TestRunSucceedsAndIsNotRepeated(t *testing.T) {
 	require.Equal(t, &Target{PID: 1, Namespaces: DefaultNamespaces()}, h.cmds[1].Target)
 
 	// The journal on disk is what Run returned.
-	j, err := ReadJournal(r.JournalPath("p"))
+	j, err := ReadJournal(journalPath(t, r, "p"))
 	require.NoError(t, err)
 	require.Empty(t, cmp.Diff(out, j.Outcome))
-	info, err := os.Stat(r.JournalPath("p"))
+	info, err := os.Stat(journalPath(t, r, "p"))
 	require.NoError(t, err)
 	require.Equal(t, os.FileMode(0o600), info.Mode().Perm())
 
@@ -276,7 +278,7 @@ func TestResumeAfterInterruption(t *testing.T) {
 			r := newTestRunner(t, h, t.TempDir())
 			interruptAt(t, r, h, p, "two/run")
 
-			j, err := ReadJournal(r.JournalPath(p.Name))
+			j, err := ReadJournal(journalPath(t, r, p.Name))
 			require.NoError(t, err)
 			require.Equal(t, []StepState{StepSucceeded, StepRunning, StepPending}, states(j.Outcome))
 
@@ -387,7 +389,7 @@ func TestBadJournalsRunNothingAndLoseNothing(t *testing.T) {
 			h := &scriptedHost{}
 			dir := t.TempDir()
 			r := newTestRunner(t, h, dir)
-			path := r.JournalPath("p")
+			path := journalPath(t, r, "p")
 			require.NoError(t, os.WriteFile(path, tt.content, 0o600))
 			_, err := r.Run(t.Context(), threeStepPlan())
 			require.ErrorIs(t, err, tt.want)
@@ -419,7 +421,7 @@ func TestJournalLock(t *testing.T) {
 	h := &scriptedHost{}
 	dir := t.TempDir()
 	r := newTestRunner(t, h, dir)
-	unlock, err := lockFile(r.JournalPath("p") + ".lock")
+	unlock, err := lockFile(journalPath(t, r, "p") + ".lock")
 	require.NoError(t, err)
 	_, err = r.Run(t.Context(), threeStepPlan())
 	require.ErrorIs(t, err, ErrJournalLocked)
@@ -538,7 +540,7 @@ func TestCancelledContextJournalsNoAttempt(t *testing.T) {
 		_, err := r.Run(ctx, p)
 		require.ErrorIs(t, err, context.Canceled)
 		require.Equal(t, []string{"one/backup"}, h.Calls())
-		j, err := ReadJournal(r.JournalPath(p.Name))
+		j, err := ReadJournal(journalPath(t, r, p.Name))
 		require.NoError(t, err)
 		require.Equal(t, StepRecord{Name: "one", State: StepPending, BackupTaken: true}, j.Steps[0])
 
@@ -562,7 +564,7 @@ func TestResumeCountedBeforeCheckRuns(t *testing.T) {
 	r := newTestRunner(t, h, t.TempDir(), WithMaxResumes(1))
 	interruptAt(t, r, h, p, "two/run")
 	interruptAt(t, r, h, p, "two/check")
-	j, err := ReadJournal(r.JournalPath(p.Name))
+	j, err := ReadJournal(journalPath(t, r, p.Name))
 	require.NoError(t, err)
 	require.Equal(t, 1, j.Steps[1].Resumed)
 	out, err := r.Run(t.Context(), p)
@@ -577,7 +579,7 @@ func TestResetRespectsLock(t *testing.T) {
 	r := newTestRunner(t, h, dir)
 	_, err := r.Run(t.Context(), threeStepPlan())
 	require.NoError(t, err)
-	path := r.JournalPath("p")
+	path := journalPath(t, r, "p")
 
 	unlock, err := lockFile(path + ".lock")
 	require.NoError(t, err)
@@ -644,4 +646,38 @@ func TestJournalIsPrivate(t *testing.T) {
 	entries, err := os.ReadDir(dir)
 	require.NoError(t, err)
 	require.Len(t, entries, 1, "no temporary file left behind")
+}
+
+func journalPath(t *testing.T, r *Runner, plan string) string {
+	t.Helper()
+	p, err := r.JournalPath(plan)
+	require.NoError(t, err)
+	return p
+}
+
+// TestJournalNamesStayInTheJournalDirectory: Reset and JournalPath refuse
+// names that could reach outside the journal directory, and Reset deletes
+// nothing then.
+func TestJournalNamesStayInTheJournalDirectory(t *testing.T) {
+	root := t.TempDir()
+	dir := filepath.Join(root, "journal")
+	require.NoError(t, os.MkdirAll(dir, 0o700))
+	victim := filepath.Join(root, "x.journal.json")
+	require.NoError(t, os.WriteFile(victim, []byte("not ours"), 0o600))
+	r, err := NewRunner(&scriptedHost{}, WithJournalDir(dir))
+	require.NoError(t, err)
+	for _, name := range []string{"../x", "", "a/b", "/abs", "x\x00", "UPPER", strings.Repeat("a", 64)} {
+		t.Run(fmt.Sprintf("%q", name), func(t *testing.T) {
+			err := r.Reset(name)
+			require.ErrorIs(t, err, ErrInvalidName)
+			require.ErrorIs(t, err, ErrInvalidPlan)
+			var ve *ValidationError
+			require.ErrorAs(t, err, &ve)
+			require.Equal(t, "name", ve.Field)
+			_, err = r.JournalPath(name)
+			require.ErrorIs(t, err, ErrInvalidName)
+		})
+	}
+	_, err = os.Stat(victim)
+	require.NoError(t, err, "the file outside the journal directory is still there")
 }

@@ -42,8 +42,6 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"path/filepath"
-	"strings"
 	"syscall"
 
 	"github.com/upgradekit/upgradekit/nodeexec"
@@ -177,7 +175,12 @@ func runPlan(ctx context.Context, cmd string, args []string, getenv func(string)
 		return exitError
 	}
 	plan := cfg.Plan
-	fmt.Fprintf(stdout, "upgrader: %s plan %s on node %s (%d steps), journal %s\n", cmd, plan.Name, plan.Node, len(plan.Steps), runner.JournalPath(plan.Name))
+	journal, err := runner.JournalPath(plan.Name)
+	if err != nil {
+		fmt.Fprintf(stderr, "upgrader %s: %v\n", cmd, err)
+		return exitError
+	}
+	fmt.Fprintf(stdout, "upgrader: %s plan %s on node %s (%d steps), journal %s\n", cmd, plan.Name, plan.Node, len(plan.Steps), journal)
 
 	var out nodeexec.Outcome
 	if cmd == "run" {
@@ -235,11 +238,16 @@ func reset(args []string, getenv func(string) string, stdout, stderr io.Writer) 
 		return exitError
 	}
 	for _, plan := range flags.Args() {
-		if err := checkPlanName(plan); err != nil {
+		if err := nodeexec.CheckPlanName(plan); err != nil {
 			fmt.Fprintf(stderr, "upgrader reset: %v\n", err)
 			return exitUsage
 		}
-		_, statErr := os.Stat(runner.JournalPath(plan))
+		journal, err := runner.JournalPath(plan) // checked above
+		if err != nil {
+			fmt.Fprintf(stderr, "upgrader reset: %v\n", err)
+			return exitUsage
+		}
+		_, statErr := os.Stat(journal)
 		if err := runner.Reset(plan); err != nil {
 			fmt.Fprintf(stderr, "upgrader reset: %v\n", err)
 			return exitError
@@ -262,14 +270,6 @@ func journalDir(flagValue string, getenv func(string) string) string {
 		}
 	}
 	return nodeexec.DefaultJournalDir
-}
-
-// checkPlanName refuses names that would leave the journal directory.
-func checkPlanName(p string) error {
-	if p == "" || p == "." || p == ".." || strings.ContainsRune(p, filepath.Separator) {
-		return fmt.Errorf("plan name %q: not a plan name", p)
-	}
-	return nil
 }
 
 // usageError maps a flag parsing error to an exit code (the flag package

@@ -301,7 +301,7 @@ func TestUsage(t *testing.T) {
 		{"bad output format", nil, []string{"status", "-o", "yaml"}, exitUsage, `-o "yaml"`},
 		{"negative tail", nil, []string{"status", "-tail", "-1"}, exitUsage, "-tail -1"},
 		{"journal file and plan names", nil, []string{"status", "-journal", "f", "demo"}, exitUsage, "-journal names one file"},
-		{"plan name with a slash", nil, []string{"status", "../etc"}, exitUsage, "not a plan name"},
+		{"plan name with a slash", nil, []string{"status", "../etc"}, exitUsage, "invalid plan: name: invalid name: \"../etc\""},
 		{"status of an unknown plan", nil, []string{"status", "-journal-dir", journal, "nope"}, exitError, "no journal"},
 		{"status of an empty directory", nil, []string{"status", "-journal-dir", t.TempDir()}, exitError, "no journals in"},
 		{"reset without plan", nil, []string{"reset"}, exitUsage, "name the plans"},

@@ -48,7 +48,7 @@ func status(args []string, getenv func(string) string, stdout, stderr io.Writer)
 		return exitUsage
 	}
 	for _, p := range flags.Args() {
-		if err := checkPlanName(p); err != nil {
+		if err := nodeexec.CheckPlanName(p); err != nil {
 			fmt.Fprintf(stderr, "upgrader status: %v\n", err)
 			return exitUsage
 		}

@@ -77,6 +77,9 @@ func Cordon(ctx context.Context, cs kubernetes.Interface, node, owner string) (C
 	if owner == "" {
 		return CordonRecord{}, ErrInvalidOwner
 	}
+	if err := checkNode(node); err != nil {
+		return CordonRecord{}, err
+	}
 	var rec CordonRecord
 	err := retry.RetryOnConflict(conflictBackoff, func() error {
 		n, err := cs.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
@@ -127,6 +130,9 @@ type UncordonResult struct {
 func Uncordon(ctx context.Context, cs kubernetes.Interface, node, owner string) (UncordonResult, error) {
 	if owner == "" {
 		return UncordonResult{}, ErrInvalidOwner
+	}
+	if err := checkNode(node); err != nil {
+		return UncordonResult{}, err
 	}
 	var res UncordonResult
 	err := retry.RetryOnConflict(conflictBackoff, func() error {

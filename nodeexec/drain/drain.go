@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
 	kdrain "k8s.io/kubectl/pkg/drain"
 )
@@ -37,7 +38,20 @@ var (
 	// ErrEvictionFailed: an eviction or deletion failed for another reason
 	// than a PodDisruptionBudget (the detail has the API error).
 	ErrEvictionFailed = errors.New("eviction failed")
+	// ErrInvalidNode: the node name is empty or not a valid Node name. An
+	// empty name would select every unscheduled pod of the cluster (the
+	// field selector spec.nodeName=""), so Drain, Diagnose, Cordon and
+	// Uncordon refuse it before any request.
+	ErrInvalidNode = errors.New("invalid node name")
 )
+
+// checkNode refuses a node name that is not a valid Node name.
+func checkNode(node string) error {
+	if msgs := validation.IsDNS1123Subdomain(node); len(msgs) > 0 {
+		return fmt.Errorf("drain: node %q: %w: %s", node, ErrInvalidNode, strings.Join(msgs, "; "))
+	}
+	return nil
+}
 
 // PDBStatus is a PodDisruptionBudget as seen when diagnosing.
 type PDBStatus struct {
@@ -187,6 +201,9 @@ func Drain(ctx context.Context, cs kubernetes.Interface, node string, opts ...Op
 	for _, f := range opts {
 		f(&o)
 	}
+	if err := checkNode(node); err != nil {
+		return Report{Node: node}, err
+	}
 	if _, err := labels.Parse(o.podSelector); err != nil {
 		return Report{}, fmt.Errorf("drain: pod selector %q: %w", o.podSelector, err)
 	}
@@ -291,6 +308,9 @@ func Drain(ctx context.Context, cs kubernetes.Interface, node string, opts ...Op
 // (not DaemonSet or mirror pods, not matching skip) and, for each, the
 // PodDisruptionBudgets that select it and currently allow no disruption.
 func Diagnose(ctx context.Context, cs kubernetes.Interface, node string, skip labels.Selector) ([]BlockedPod, error) {
+	if err := checkNode(node); err != nil {
+		return nil, err
+	}
 	pl, err := cs.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{
 		FieldSelector: fields.OneTermEqualSelector("spec.nodeName", node).String(),
 	})

@@ -3,6 +3,7 @@ package drain
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -396,4 +397,29 @@ func TestDrainPodSelector(t *testing.T) {
 	require.Equal(t, []string{"default/web"}, rep.Evicted)
 	_, err = cs.CoreV1().Pods("default").Get(ctx, "db", metav1.GetOptions{})
 	require.NoError(t, err, "pods outside the selector stay")
+}
+
+// TestRefusesUnsafeNodeNames: an empty name would make the field selector
+// spec.nodeName="" select every unscheduled pod of the cluster; such names
+// are refused before any request reaches the API server.
+func TestRefusesUnsafeNodeNames(t *testing.T) {
+	pending := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "pending", Namespace: "default"}} // no nodeName
+	for _, name := range []string{"", "../n1", "N1", "n1 ", "a/b"} {
+		t.Run(fmt.Sprintf("%q", name), func(t *testing.T) {
+			cs := fake.NewClientset(node("n1", false), pending)
+			cs.PrependReactor("*", "*", func(a k8stesting.Action) (bool, runtime.Object, error) {
+				t.Errorf("no request may be sent for node %q: %s %s", name, a.GetVerb(), a.GetResource().Resource)
+				return false, nil, nil
+			})
+			_, err := Drain(t.Context(), cs, name)
+			require.ErrorIs(t, err, ErrInvalidNode)
+			_, err = Diagnose(t.Context(), cs, name, nil)
+			require.ErrorIs(t, err, ErrInvalidNode)
+			_, err = Cordon(t.Context(), cs, name, "me")
+			require.ErrorIs(t, err, ErrInvalidNode)
+			_, err = Uncordon(t.Context(), cs, name, "me")
+			require.ErrorIs(t, err, ErrInvalidNode)
+			require.Contains(t, err.Error(), fmt.Sprintf("%q", name), "the error names the node")
+		})
+	}
 }
