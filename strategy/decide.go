@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/upgradekit/upgradekit/diff"
@@ -50,17 +51,61 @@ func NewUpdater(name string, covers CoversFunc) (Updater, error) {
 }
 
 // ForCategories is an updater covering every change of the given
-// categories.
+// categories, which must be built in (diff.BuiltinCategories): a typo
+// ("KubernetesVerison") would otherwise cover nothing, silently, and every
+// machine would be replaced. Unknown categories are an
+// *UnknownCategoryError. For categories of your own diff.Categorize rules
+// use ForCustomCategories.
 func ForCategories(name string, cats ...diff.Category) (Updater, error) {
+	builtin := diff.BuiltinCategories()
+	for _, c := range cats {
+		if !slices.Contains(builtin, c) {
+			return nil, &UnknownCategoryError{Updater: name, Category: c, Valid: builtin}
+		}
+	}
+	return ForCustomCategories(name, cats...)
+}
+
+// ForCustomCategories is ForCategories without the check that each
+// category is built in: for updaters of categories that your own
+// diff.Categorize rules assign.
+func ForCustomCategories(name string, cats ...diff.Category) (Updater, error) {
 	if len(cats) == 0 {
 		return nil, fmt.Errorf("%w: updater %q: no categories", ErrInvalidRule, name)
 	}
 	set := map[diff.Category]bool{}
 	for _, c := range cats {
+		if c == "" {
+			return nil, fmt.Errorf("%w: updater %q: empty category", ErrInvalidRule, name)
+		}
 		set[c] = true
 	}
 	return NewUpdater(name, func(c diff.Change) bool { return set[c.Category] })
 }
+
+// UnknownCategoryError is ForCategories' error for a category that is not
+// built in. It unwraps to ErrInvalidRule.
+type UnknownCategoryError struct {
+	// Updater is the updater's name.
+	Updater string
+	// Category is the unknown category.
+	Category diff.Category
+	// Valid lists the built-in categories.
+	Valid []diff.Category
+}
+
+// Error implements error.
+func (e *UnknownCategoryError) Error() string {
+	valid := make([]string, len(e.Valid))
+	for i, c := range e.Valid {
+		valid[i] = string(c)
+	}
+	return fmt.Sprintf("%v: updater %q: unknown category %q (valid: %s; use ForCustomCategories for categories of your own Categorize rules)",
+		ErrInvalidRule, e.Updater, e.Category, strings.Join(valid, ", "))
+}
+
+// Unwrap returns ErrInvalidRule.
+func (e *UnknownCategoryError) Unwrap() error { return ErrInvalidRule }
 
 // KubeadmCategories are the changes upgradekit's kubeadm executor (the
 // kubeadm plans of package nodeexec/kubeadm, run by strategy/capi's

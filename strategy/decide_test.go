@@ -183,3 +183,30 @@ func TestKubeadmCategories(t *testing.T) {
 		require.False(t, u.Covers(diff.Change{Category: c}), c)
 	}
 }
+
+// TestForCategoriesRejectsUnknownCategories: a typo would cover nothing and
+// every machine would be replaced; it is a typed error listing the valid
+// categories. Categories of one's own rules go through ForCustomCategories.
+func TestForCategoriesRejectsUnknownCategories(t *testing.T) {
+	_, err := strategy.ForCategories("kubeadm", diff.CategoryKubernetesVersion, "KubernetesVerison")
+	require.ErrorIs(t, err, strategy.ErrInvalidRule)
+	var unknown *strategy.UnknownCategoryError
+	require.ErrorAs(t, err, &unknown)
+	require.Equal(t, diff.Category("KubernetesVerison"), unknown.Category)
+	require.Equal(t, diff.BuiltinCategories(), unknown.Valid)
+	require.Contains(t, err.Error(), `unknown category "KubernetesVerison"`)
+	require.Contains(t, err.Error(), "KubernetesVersion, EtcdVersion")
+
+	for _, c := range diff.BuiltinCategories() {
+		_, err := strategy.ForCategories("one", c)
+		require.NoError(t, err, c)
+	}
+
+	mine := diff.Category("MyAgentConfig")
+	u, err := strategy.ForCustomCategories("agent", mine)
+	require.NoError(t, err)
+	require.True(t, u.Covers(diff.Change{Category: mine}))
+	require.False(t, u.Covers(diff.Change{Category: diff.CategoryFiles}))
+	_, err = strategy.ForCustomCategories("agent", "")
+	require.ErrorIs(t, err, strategy.ErrInvalidRule)
+}
