@@ -11,8 +11,11 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 
@@ -31,6 +34,10 @@ func TestDeployManifestsApply(t *testing.T) {
 	ctx := context.Background()
 	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(raw), 4096)
 	kinds := map[string]int{}
+	roles := map[string][]rbacv1.PolicyRule{}
+	var clusterWide []string // roles bound cluster-wide
+	var policy networkingv1.NetworkPolicy
+	var deploy appsv1.Deployment
 	for {
 		var obj unstructured.Unstructured
 		err := dec.Decode(&obj.Object)
@@ -45,22 +52,61 @@ func TestDeployManifestsApply(t *testing.T) {
 		if obj.GetKind() == "ClusterRole" {
 			var role rbacv1.ClusterRole
 			require.NoError(t, runtime.DefaultUnstructuredConverter.FromUnstructured(obj.Object, &role))
-			// Exactly what the extension does in the management cluster:
-			// read kubeconfig secrets, list control plane Machines, record
-			// Events on Machines.
-			require.Empty(t, cmp.Diff([]rbacv1.PolicyRule{
-				{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get"}},
-				{APIGroups: []string{"cluster.x-k8s.io"}, Resources: []string{"machines"}, Verbs: []string{"get", "list"}},
-				{APIGroups: []string{"events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
-			}, role.Rules))
+			roles[role.Name] = role.Rules
+		}
+		if obj.GetKind() == "NetworkPolicy" {
+			require.NoError(t, runtime.DefaultUnstructuredConverter.FromUnstructured(obj.Object, &policy))
+		}
+		if obj.GetKind() == "Deployment" {
+			require.NoError(t, runtime.DefaultUnstructuredConverter.FromUnstructured(obj.Object, &deploy))
+		}
+		if obj.GetKind() == "ClusterRoleBinding" {
+			var b rbacv1.ClusterRoleBinding
+			require.NoError(t, runtime.DefaultUnstructuredConverter.FromUnstructured(obj.Object, &b))
+			clusterWide = append(clusterWide, b.RoleRef.Name)
 		}
 		if obj.GroupVersionKind().Group == "cert-manager.io" {
 			continue
 		}
 		require.NoError(t, env.Client.Create(ctx, &obj), "%s %s", obj.GetKind(), obj.GetName())
 	}
-	require.Equal(t, map[string]int{"Namespace": 1, "ServiceAccount": 1, "ClusterRole": 1, "ClusterRoleBinding": 1,
-		"Issuer": 1, "Certificate": 1, "Service": 1, "Deployment": 1, "ExtensionConfig": 1}, kinds)
+	require.Equal(t, map[string]int{"Namespace": 1, "ServiceAccount": 1, "ClusterRole": 2, "ClusterRoleBinding": 1, "RoleBinding": 1,
+		"Issuer": 1, "Certificate": 1, "Service": 1, "NetworkPolicy": 1, "Deployment": 1, "ExtensionConfig": 1}, kinds)
+	// The NetworkPolicy covers the extension's pods and admits only Cluster
+	// API's controllers' namespaces, on the hooks' port only.
+	sel, err := metav1.LabelSelectorAsSelector(&policy.Spec.PodSelector)
+	require.NoError(t, err)
+	require.True(t, sel.Matches(labels.Set(deploy.Spec.Template.Labels)), "the NetworkPolicy selects the extension's pods")
+	require.Equal(t, []networkingv1.PolicyType{networkingv1.PolicyTypeIngress}, policy.Spec.PolicyTypes)
+	require.Len(t, policy.Spec.Ingress, 1)
+	in := policy.Spec.Ingress[0]
+	require.Len(t, in.Ports, 1)
+	require.Equal(t, int32(9443), in.Ports[0].Port.IntVal)
+	require.Equal(t, int32(9443), deploy.Spec.Template.Spec.Containers[0].Ports[0].ContainerPort, "the port the hooks are served on")
+	require.Len(t, in.From, 1)
+	require.Nil(t, in.From[0].PodSelector)
+	nsSel, err := metav1.LabelSelectorAsSelector(in.From[0].NamespaceSelector)
+	require.NoError(t, err)
+	for ns, want := range map[string]bool{"capi-system": true, "capi-kubeadm-control-plane-system": true, "default": false, "kube-system": false, "upgradekit-system": false} {
+		require.Equal(t, want, nsSel.Matches(labels.Set{"kubernetes.io/metadata.name": ns}), ns)
+	}
+	// Exactly what the extension does in the management cluster: read
+	// Machines and record Events on them cluster-wide, and read kubeconfig
+	// secrets only where a RoleBinding grants it.
+	require.Empty(t, cmp.Diff(map[string][]rbacv1.PolicyRule{
+		"upgradekit-extension": {
+			{APIGroups: []string{"cluster.x-k8s.io"}, Resources: []string{"machines"}, Verbs: []string{"get", "list"}},
+			{APIGroups: []string{"events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
+		},
+		"upgradekit-extension-kubeconfig": {
+			{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get"}},
+		},
+	}, roles))
+	for _, name := range clusterWide {
+		for _, r := range roles[name] {
+			require.NotContains(t, r.Resources, "secrets", "ClusterRole %s is bound cluster-wide: it must not read Secrets", name)
+		}
+	}
 }
 
 // TestDeployArgsParse: the Deployment's args are flags the binary accepts,

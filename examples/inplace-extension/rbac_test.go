@@ -1,0 +1,439 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"k8s.io/client-go/tools/events"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	runtimecatalog "sigs.k8s.io/cluster-api/api/runtime/catalog"
+	runtimehooksv1 "sigs.k8s.io/cluster-api/api/runtime/hooks/v1alpha1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/upgradekit/upgradekit/fake"
+	"github.com/upgradekit/upgradekit/fake/envtest"
+	"github.com/upgradekit/upgradekit/internal/testcerts"
+	"github.com/upgradekit/upgradekit/nodeexec/nodepod"
+	"github.com/upgradekit/upgradekit/strategy/capi"
+)
+
+// extensionUser is the identity deploy/extension.yaml runs the extension as.
+const extensionUser = "system:serviceaccount:upgradekit-system:upgradekit-extension"
+
+// apiRequest is one request the extension made to the management cluster,
+// as RBAC sees it.
+type apiRequest struct {
+	verb, group, resource, namespace, name string
+	status                                 int
+}
+
+func (r apiRequest) String() string {
+	return fmt.Sprintf("%s %s/%s %s/%s -> %d", r.verb, r.group, r.resource, r.namespace, r.name, r.status)
+}
+
+// requestLog records every request made through a rest.Config.
+type requestLog struct {
+	mu   sync.Mutex
+	reqs []apiRequest
+}
+
+func (l *requestLog) wrap(rt http.RoundTripper) http.RoundTripper {
+	return roundTripFunc(func(req *http.Request) (*http.Response, error) {
+		resp, err := rt.RoundTrip(req)
+		r := parseAPIRequest(req)
+		if resp != nil {
+			r.status = resp.StatusCode
+		}
+		l.mu.Lock()
+		l.reqs = append(l.reqs, r)
+		l.mu.Unlock()
+		return resp, err
+	})
+}
+
+func (l *requestLog) all() []apiRequest {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.reqs)
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// parseAPIRequest reads an API path (/api/v1/namespaces/ns/secrets/name,
+// /apis/group/version/machines) and method into RBAC's terms.
+func parseAPIRequest(req *http.Request) apiRequest {
+	parts := strings.Split(strings.Trim(req.URL.Path, "/"), "/")
+	var r apiRequest
+	switch {
+	case len(parts) >= 2 && parts[0] == "api":
+		parts = parts[2:]
+	case len(parts) >= 3 && parts[0] == "apis":
+		r.group, parts = parts[1], parts[3:]
+	default:
+		r.verb, r.resource = strings.ToLower(req.Method), req.URL.Path
+		return r
+	}
+	if len(parts) >= 2 && parts[0] == "namespaces" {
+		r.namespace, parts = parts[1], parts[2:]
+	}
+	if len(parts) > 0 {
+		r.resource = parts[0]
+	}
+	if len(parts) > 1 {
+		r.name = parts[1]
+	}
+	if len(parts) > 2 {
+		r.resource += "/" + parts[2]
+	}
+	switch req.Method {
+	case http.MethodGet:
+		switch {
+		case req.URL.Query().Get("watch") == "true":
+			r.verb = "watch"
+		case r.name == "":
+			r.verb = "list"
+		default:
+			r.verb = "get"
+		}
+	case http.MethodPost:
+		r.verb = "create"
+	case http.MethodPut:
+		r.verb = "update"
+	case http.MethodPatch:
+		r.verb = "patch"
+	case http.MethodDelete:
+		r.verb = "delete"
+	}
+	return r
+}
+
+// deployRBAC applies the Namespace, ServiceAccount and RBAC objects of
+// deploy/extension.yaml and returns the rules each binding grants: "" for
+// cluster-wide, else the RoleBinding's namespace.
+func deployRBAC(t *testing.T, c client.Client) map[string][]rbacv1.PolicyRule {
+	t.Helper()
+	raw, err := os.ReadFile("deploy/extension.yaml")
+	require.NoError(t, err)
+	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(raw), 4096)
+	roles := map[string][]rbacv1.PolicyRule{}
+	grants := map[string][]rbacv1.PolicyRule{}
+	var bindings []struct{ namespace, role string }
+	for {
+		var obj unstructured.Unstructured
+		err := dec.Decode(&obj.Object)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		require.NoError(t, err)
+		switch obj.GetKind() {
+		case "Namespace", "ServiceAccount":
+		case "ClusterRole":
+			var role rbacv1.ClusterRole
+			require.NoError(t, runtime.DefaultUnstructuredConverter.FromUnstructured(obj.Object, &role))
+			roles[role.Name] = role.Rules
+		case "ClusterRoleBinding", "RoleBinding":
+			var ref struct {
+				RoleRef rbacv1.RoleRef `json:"roleRef"`
+			}
+			require.NoError(t, runtime.DefaultUnstructuredConverter.FromUnstructured(obj.Object, &ref))
+			bindings = append(bindings, struct{ namespace, role string }{obj.GetNamespace(), ref.RoleRef.Name})
+		default:
+			continue
+		}
+		require.NoError(t, c.Create(t.Context(), &obj), "%s %s", obj.GetKind(), obj.GetName())
+	}
+	for _, b := range bindings {
+		grants[b.namespace] = append(grants[b.namespace], roles[b.role]...)
+	}
+	return grants
+}
+
+// granted reports whether rules allow r.
+func granted(rules []rbacv1.PolicyRule, r apiRequest) bool {
+	for _, rule := range rules {
+		if slices.Contains(rule.APIGroups, r.group) && slices.Contains(rule.Resources, r.resource) && slices.Contains(rule.Verbs, r.verb) &&
+			(len(rule.ResourceNames) == 0 || slices.Contains(rule.ResourceNames, r.name)) {
+			return true
+		}
+	}
+	return false
+}
+
+// TestLeastPrivilegeOverHTTPS runs the extension as deploy/extension.yaml
+// deploys it: served over HTTPS, its management-cluster client
+// impersonating the manifest's ServiceAccount with exactly the manifest's
+// RBAC on a real API server (which, as envtest, also plays the workload
+// cluster, reached through the <cluster>-kubeconfig secret). A worker
+// Machine goes through a whole in-place update (CanUpdateMachine, then
+// UpdateMachine until done while a simulated kubelet runs the upgrader
+// pod), spoofed UpdateMachine requests change nothing, and every request
+// the extension made to the management cluster is compared with the
+// rules: none refused (nothing missing) and every rule used (nothing in
+// excess) but the one the test cannot provoke, which says why it is there.
+func TestLeastPrivilegeOverHTTPS(t *testing.T) {
+	ctx := t.Context()
+	cl := fake.NewCluster("demo").ControlPlane(1, "v1.31.1").MachineDeployment("md", 1, "v1.30.4")
+	env := envtest.StartForTest(t, envtest.WithCRDs(cl.InfrastructureCRD()))
+	admin := env.Client
+	require.NoError(t, cl.Apply(ctx, admin))
+	worker := cl.Nodes()[1]
+	require.Equal(t, fake.RoleWorker, worker.Role)
+	grants := deployRBAC(t, admin)
+	require.NotContains(t, fmt.Sprint(grants[""]), "secrets", "no Secret is readable cluster-wide")
+
+	// CAPI's kubeconfig secret for the cluster, and secrets the extension
+	// has no business reading.
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters["demo"] = &clientcmdapi.Cluster{Server: env.Config.Host, CertificateAuthorityData: env.Config.CAData}
+	kc.AuthInfos["admin"] = &clientcmdapi.AuthInfo{ClientCertificateData: env.Config.CertData, ClientKeyData: env.Config.KeyData, Token: env.Config.BearerToken}
+	kc.Contexts["demo"] = &clientcmdapi.Context{Cluster: "demo", AuthInfo: "admin"}
+	kc.CurrentContext = "demo"
+	kubeconfig, err := clientcmd.Write(*kc)
+	require.NoError(t, err)
+	require.NoError(t, admin.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "demo-kubeconfig"},
+		Type: clusterv1.ClusterSecretType, Data: map[string][]byte{"value": kubeconfig}}))
+	require.NoError(t, admin.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: "etcd-keys"},
+		Data: map[string][]byte{"key": []byte("not for the extension")}}))
+
+	// The extension's management-cluster identity: the ServiceAccount,
+	// every request recorded.
+	log := &requestLog{}
+	sa := rest.CopyConfig(env.Config)
+	sa.Impersonate = rest.ImpersonationConfig{UserName: extensionUser}
+	sa.Wrap(log.wrap)
+	mgmt, err := client.New(sa, client.Options{Scheme: env.Scheme})
+	require.NoError(t, err)
+	cs, err := kubernetes.NewForConfig(sa)
+	require.NoError(t, err)
+	broadcaster := events.NewBroadcaster(&events.EventSinkImpl{Interface: cs.EventsV1()})
+	require.NoError(t, broadcaster.StartRecordingToSinkWithContext(ctx))
+	t.Cleanup(broadcaster.Shutdown)
+
+	// Not granted: another namespace's secret, listing secrets.
+	err = mgmt.Get(ctx, client.ObjectKey{Namespace: "kube-system", Name: "etcd-keys"}, &corev1.Secret{})
+	require.True(t, apierrors.IsForbidden(err), "kube-system secrets: %v", err)
+	err = mgmt.List(ctx, &corev1.SecretList{}, client.InNamespace("default"))
+	require.True(t, apierrors.IsForbidden(err), "listing secrets: %v", err)
+	probes := len(log.all())
+
+	dir := t.TempDir()
+	pool := testcerts.Write(t, dir)
+	port := testcerts.FreePort(t)
+	o, err := parseFlags([]string{"-host", "127.0.0.1", "-port", strconv.Itoa(port), "-cert-dir", dir, "-metrics-bind-address", "0",
+		"-upgrader-image", "registry.example/upgrader:v1.31.1", "-skip-steps", "containerd,cni-plugins", "-retry-after", "1"}, &bytes.Buffer{})
+	require.NoError(t, err)
+	serveCtx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- serve(serveCtx, o, deps{mgmt: mgmt, scheme: env.Scheme, recorder: broadcaster.NewRecorder(env.Scheme, "upgradekit-inplace-extension")}, logr.Discard())
+	}()
+	t.Cleanup(func() {
+		cancel()
+		require.NoError(t, <-done)
+	})
+	httpc := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}}
+	base := "https://127.0.0.1:" + strconv.Itoa(port)
+	catalog := runtimecatalog.New()
+	require.NoError(t, runtimehooksv1.AddToCatalog(catalog))
+	post := func(hook runtimecatalog.Hook, name string, req, resp any) {
+		t.Helper()
+		gvh, err := catalog.GroupVersionHook(hook)
+		require.NoError(t, err)
+		body, err := json.Marshal(req)
+		require.NoError(t, err)
+		r, err := httpc.Post(base+runtimecatalog.GVHToPath(gvh, name), "application/json", bytes.NewReader(body))
+		require.NoError(t, err)
+		defer r.Body.Close()
+		require.Equal(t, http.StatusOK, r.StatusCode)
+		require.NoError(t, json.NewDecoder(r.Body).Decode(resp))
+	}
+	require.Eventually(t, func() bool {
+		r, err := httpc.Get(base + "/")
+		if err == nil {
+			r.Body.Close()
+		}
+		return err == nil
+	}, 30*time.Second, 50*time.Millisecond)
+
+	var live clusterv1.Machine
+	require.NoError(t, admin.Get(ctx, client.ObjectKey{Namespace: cl.Namespace(), Name: worker.Name}, &live))
+	desired := live.DeepCopy()
+	desired.Spec.Version = "v1.31.1"
+	desired.TypeMeta = metav1.TypeMeta{APIVersion: clusterv1.GroupVersion.String(), Kind: "Machine"}
+	current := live.DeepCopy()
+	current.TypeMeta = desired.TypeMeta
+	ref := live.Spec.InfrastructureRef
+	mapping, err := admin.RESTMapper().RESTMapping(schema.GroupKind{Group: ref.APIGroup, Kind: ref.Kind})
+	require.NoError(t, err)
+	infra := &unstructured.Unstructured{}
+	infra.SetGroupVersionKind(mapping.GroupVersionKind)
+	require.NoError(t, admin.Get(ctx, client.ObjectKey{Namespace: live.Namespace, Name: ref.Name}, infra))
+	infraRaw, err := json.Marshal(infra)
+	require.NoError(t, err)
+
+	// CanUpdateMachine: accepted, after the skew check listed the control
+	// plane Machines.
+	var can runtimehooksv1.CanUpdateMachineResponse
+	post(runtimehooksv1.CanUpdateMachine, "upgradekit-can-update-machine", &runtimehooksv1.CanUpdateMachineRequest{
+		TypeMeta: metav1.TypeMeta{APIVersion: runtimehooksv1.GroupVersion.String(), Kind: "CanUpdateMachineRequest"},
+		Current:  runtimehooksv1.CanUpdateMachineRequestObjects{Machine: *current, InfrastructureMachine: runtime.RawExtension{Raw: infraRaw}},
+		Desired:  runtimehooksv1.CanUpdateMachineRequestObjects{Machine: *desired, InfrastructureMachine: runtime.RawExtension{Raw: infraRaw}},
+	}, &can)
+	require.Equal(t, runtimehooksv1.ResponseStatusSuccess, can.Status, can.Message)
+	require.True(t, can.MachinePatch.IsDefined(), can.Message)
+
+	updateMachine := func(m *clusterv1.Machine) runtimehooksv1.UpdateMachineResponse {
+		t.Helper()
+		var resp runtimehooksv1.UpdateMachineResponse
+		post(runtimehooksv1.UpdateMachine, "upgradekit-update-machine", &runtimehooksv1.UpdateMachineRequest{
+			TypeMeta: metav1.TypeMeta{APIVersion: runtimehooksv1.GroupVersion.String(), Kind: "UpdateMachineRequest"},
+			Desired:  runtimehooksv1.UpdateMachineRequestObjects{Machine: *m, InfrastructureMachine: runtime.RawExtension{Raw: infraRaw}},
+		}, &resp)
+		return resp
+	}
+	untouched := func(where string) {
+		t.Helper()
+		var n corev1.Node
+		require.NoError(t, admin.Get(ctx, client.ObjectKey{Name: worker.Name}, &n))
+		require.False(t, n.Spec.Unschedulable, "%s: not cordoned", where)
+		require.Empty(t, n.Annotations[capi.AnnotationInPlaceUpdate], "%s: no update recorded", where)
+		var pods corev1.PodList
+		require.NoError(t, admin.List(ctx, &pods, client.InNamespace(nodepod.DefaultNamespace)))
+		require.Empty(t, pods.Items, "%s: no upgrader pod", where)
+	}
+
+	// Spoofed requests, valid JSON over the same HTTPS endpoint.
+	resp := updateMachine(desired)
+	require.Equal(t, runtimehooksv1.ResponseStatusFailure, resp.Status, resp.Message)
+	require.Contains(t, resp.Message, capi.FailureRequestMismatch)
+	require.Contains(t, resp.Message, "Cluster API has not asked for its in-place update")
+	untouched("a Machine Cluster API has not marked")
+
+	// Cluster API marks the Machine for the update and sets its spec.
+	patch := client.MergeFrom(live.DeepCopy())
+	live.Spec.Version = "v1.31.1"
+	if live.Annotations == nil {
+		live.Annotations = map[string]string{}
+	}
+	live.Annotations[clusterv1.UpdateInProgressAnnotation] = ""
+	require.NoError(t, admin.Patch(ctx, &live, patch))
+
+	for _, spoof := range []struct {
+		name string
+		edit func(m *clusterv1.Machine)
+		want string
+	}{
+		{"another version", func(m *clusterv1.Machine) { m.Spec.Version = "v1.32.0" }, `spec.version "v1.32.0" is not the Machine's "v1.31.1"`},
+		{"another node", func(m *clusterv1.Machine) { m.Spec.ProviderID = cl.Nodes()[0].ProviderID }, "spec.providerID"},
+		{"another cluster", func(m *clusterv1.Machine) { m.Spec.ClusterName = "other" }, "spec.clusterName"},
+		{"no such Machine", func(m *clusterv1.Machine) { m.Name = "nope" }, "no Machine " + cl.Namespace() + "/nope"},
+	} {
+		m := desired.DeepCopy()
+		spoof.edit(m)
+		resp := updateMachine(m)
+		require.Equal(t, runtimehooksv1.ResponseStatusFailure, resp.Status, "%s: %s", spoof.name, resp.Message)
+		require.Contains(t, resp.Message, spoof.want, spoof.name)
+		untouched(spoof.name)
+	}
+
+	// The real update, to done, the node's kubelet simulated.
+	fleet, err := fake.NewFleet(cl, fake.WithNodeClient(admin))
+	require.NoError(t, err)
+	host := fleet.Host(worker.Name)
+	runners := map[string]*fake.PodRunner{}
+	journal := t.TempDir()
+	var answers []string
+	for call := 0; ; call++ {
+		require.Less(t, call, 30, "no end: %v", answers)
+		resp := updateMachine(desired)
+		require.Equal(t, runtimehooksv1.ResponseStatusSuccess, resp.Status, resp.Message)
+		answers = append(answers, resp.Message)
+		if resp.RetryAfterSeconds == 0 {
+			break
+		}
+		var pods corev1.PodList
+		require.NoError(t, admin.List(ctx, &pods, client.InNamespace(nodepod.DefaultNamespace)))
+		for i := range pods.Items {
+			p := &pods.Items[i]
+			r, ok := runners[p.Name]
+			if !ok {
+				r, err = fake.NewPodRunner(host, p, fake.WithPodJournalDir(journal),
+					fake.WithPodImageStaging(fake.Staging{Kubernetes: "v1.31.1", Containerd: "2.0.5", CNI: "v1.7.1"}))
+				require.NoError(t, err)
+				runners[p.Name] = r
+			}
+			_, err := r.Run(ctx)
+			require.NoError(t, err)
+			p.Status = r.Pod().Status
+			require.NoError(t, admin.Status().Update(ctx, p))
+		}
+	}
+	require.Equal(t, "v1.31.1", host.RunningVersion(fake.Kubelet))
+	var n corev1.Node
+	require.NoError(t, admin.Get(ctx, client.ObjectKey{Name: worker.Name}, &n))
+	require.False(t, n.Spec.Unschedulable, "uncordoned once done")
+	require.Eventually(t, func() bool { // the Events, sent asynchronously
+		return slices.ContainsFunc(log.all(), func(r apiRequest) bool { return r.resource == "events" && r.verb == "create" })
+	}, 30*time.Second, 100*time.Millisecond)
+
+	// Every request: allowed (nothing missing), and each rule was needed.
+	used := map[string]bool{}
+	for _, r := range log.all()[probes:] {
+		require.NotContains(t, []int{http.StatusUnauthorized, http.StatusForbidden}, r.status, "refused: %s", r)
+		allowed := granted(grants[""], r) || (r.namespace != "" && granted(grants[r.namespace], r))
+		require.True(t, allowed, "made but not granted by the manifests (the server must have refused it): %s", r)
+		if r.resource == "secrets" {
+			require.Equal(t, "get default/demo-kubeconfig", r.verb+" "+r.namespace+"/"+r.name, "the only Secret read")
+		}
+		used[r.group+"/"+r.resource+"/"+r.verb] = true
+	}
+	// An Event that repeats is patched (its series count), which a single
+	// update does not provoke.
+	unprovoked := map[string]string{"events.k8s.io/events/patch": "repeated Events are patched"}
+	var excess []string
+	for _, rules := range grants {
+		for _, rule := range rules {
+			for _, g := range rule.APIGroups {
+				for _, res := range rule.Resources {
+					for _, v := range rule.Verbs {
+						if k := g + "/" + res + "/" + v; !used[k] && unprovoked[k] == "" {
+							excess = append(excess, k)
+						}
+					}
+				}
+			}
+		}
+	}
+	sort.Strings(excess)
+	require.Empty(t, excess, "granted but never used: remove from deploy/extension.yaml")
+}
