@@ -8,10 +8,13 @@ import (
 	"fmt"
 	"math"
 	"path"
+	"sort"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
@@ -65,7 +68,24 @@ const (
 const (
 	DefaultNamespace       = "upgradekit-system"
 	DefaultStagingHostPath = "/var/lib/upgradekit"
+	// DefaultPriorityClass is the upgrader pod's priority class unless
+	// WithPriorityClass says otherwise: a pod that is upgrading its node
+	// must be the last the kubelet evicts under disk or memory pressure
+	// (staging writes hundreds of MB under the staging host path) and must
+	// not be preempted mid-step. The API server creates this class itself.
+	DefaultPriorityClass = "system-node-critical"
 )
+
+// DefaultResources are every container's resources unless WithResources
+// says otherwise: requests without limits, so the pod is Burstable (not
+// BestEffort, the first evicted) and kubeadm is never OOM-killed by a limit
+// of ours.
+func DefaultResources() corev1.ResourceRequirements {
+	return corev1.ResourceRequirements{Requests: corev1.ResourceList{
+		corev1.ResourceCPU:    resource.MustParse("100m"),
+		corev1.ResourceMemory: resource.MustParse("128Mi"),
+	}}
+}
 
 // ErrInvalidOptions is wrapped by builder configuration errors.
 var ErrInvalidOptions = errors.New("invalid pod builder options")
@@ -122,8 +142,8 @@ func WithImagePullSecrets(names ...string) Option {
 // needs no API access; InContainer steps might).
 func WithServiceAccount(name string) Option { return func(o *options) { o.serviceAccount = name } }
 
-// WithPriorityClass sets the pod's priority class (for example
-// system-node-critical, so the upgrader is not preempted mid-step).
+// WithPriorityClass sets the pod's priority class (default
+// DefaultPriorityClass; "" for none, the cluster's default priority).
 func WithPriorityClass(name string) Option { return func(o *options) { o.priorityClass = name } }
 
 // WithTolerations adds tolerations to the built-in ones (unschedulable,
@@ -145,7 +165,8 @@ func WithStagingHostPath(p string) Option { return func(o *options) { o.stagingH
 // nothing but the image.
 func WithStageFrom(dir string) Option { return func(o *options) { o.stageFrom = dir } }
 
-// WithResources sets every container's resources.
+// WithResources sets every container's resources (default
+// DefaultResources). Limits below requests are refused.
 func WithResources(r corev1.ResourceRequirements) Option { return func(o *options) { o.resources = r } }
 
 // WithRunnerCommand sets the argv of the runner binary inside the image,
@@ -227,6 +248,8 @@ func Build(plan nodeexec.Plan, opts ...Option) (*corev1.Pod, error) {
 		extraLabels:      map[string]string{},
 		targetPID:        1,
 		deadlineOverhead: 10 * time.Minute,
+		priorityClass:    DefaultPriorityClass,
+		resources:        DefaultResources(),
 	}
 	for _, f := range opts {
 		f(&o)
@@ -255,6 +278,9 @@ func Build(plan nodeexec.Plan, opts ...Option) (*corev1.Pod, error) {
 	}
 	if msgs := validation.IsDNS1123Label(o.namespace); len(msgs) > 0 {
 		return bad("namespace %q: %v", o.namespace, msgs)
+	}
+	if err := o.validate(); err != nil {
+		return nil, fmt.Errorf("nodepod: %w: %w", ErrInvalidOptions, err)
 	}
 	planJSON, err := nodeexec.EncodePlan(plan)
 	if err != nil {
@@ -342,6 +368,111 @@ func Build(plan nodeexec.Plan, opts ...Option) (*corev1.Pod, error) {
 		seen[c.Name] = true
 	}
 	return pod, nil
+}
+
+// validate refuses, before any request, what the API server would reject
+// in the pod built from o, naming the option: names, labels, tolerations,
+// pull policy, resources.
+func (o options) validate() error {
+	var errs []error
+	add := func(field string, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%s: %s", field, fmt.Sprintf(format, args...)))
+	}
+	subdomain := func(field, v string) {
+		if msgs := validation.IsDNS1123Subdomain(v); len(msgs) > 0 {
+			add(field, "%q: %s", v, strings.Join(msgs, "; "))
+		}
+	}
+	if strings.TrimSpace(o.image) != o.image || strings.ContainsAny(o.image, " \t\n\r\x00") {
+		add("image", "%q contains whitespace", o.image)
+	}
+	switch o.pullPolicy {
+	case "", corev1.PullAlways, corev1.PullIfNotPresent, corev1.PullNever:
+	default:
+		add("imagePullPolicy", "%q (want Always, IfNotPresent or Never)", o.pullPolicy)
+	}
+	for i, n := range o.pullSecrets {
+		subdomain(fmt.Sprintf("imagePullSecrets[%d]", i), n)
+	}
+	if o.serviceAccount != "" {
+		subdomain("serviceAccount", o.serviceAccount)
+	}
+	if o.priorityClass != "" {
+		subdomain("priorityClass", o.priorityClass)
+	}
+	for i, t := range o.tolerations {
+		f := fmt.Sprintf("tolerations[%d]", i)
+		if t.Key != "" {
+			if msgs := validation.IsQualifiedName(t.Key); len(msgs) > 0 {
+				add(f+".key", "%q: %s", t.Key, strings.Join(msgs, "; "))
+			}
+		}
+		switch t.Operator {
+		case corev1.TolerationOpExists:
+			if t.Value != "" {
+				add(f+".value", "must be empty with operator Exists")
+			}
+		case "", corev1.TolerationOpEqual:
+			if t.Key == "" {
+				add(f+".operator", "Equal needs a key")
+			}
+			if msgs := validation.IsValidLabelValue(t.Value); len(msgs) > 0 {
+				add(f+".value", "%q: %s", t.Value, strings.Join(msgs, "; "))
+			}
+		default:
+			add(f+".operator", "%q (want Exists or Equal)", t.Operator)
+		}
+		switch t.Effect {
+		case "", corev1.TaintEffectNoSchedule, corev1.TaintEffectPreferNoSchedule, corev1.TaintEffectNoExecute:
+		default:
+			add(f+".effect", "%q (want NoSchedule, PreferNoSchedule or NoExecute)", t.Effect)
+		}
+		if t.TolerationSeconds != nil && t.Effect != corev1.TaintEffectNoExecute {
+			add(f+".tolerationSeconds", "only with effect NoExecute")
+		}
+	}
+	keys := make([]string, 0, len(o.extraLabels))
+	for k := range o.extraLabels {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		if msgs := validation.IsQualifiedName(k); len(msgs) > 0 {
+			add("labels", "key %q: %s", k, strings.Join(msgs, "; "))
+		}
+		if msgs := validation.IsValidLabelValue(o.extraLabels[k]); len(msgs) > 0 {
+			add("labels["+k+"]", "%q: %s", o.extraLabels[k], strings.Join(msgs, "; "))
+		}
+		switch k {
+		case LabelName, LabelManagedBy, LabelPlan, LabelNode, LabelPlanHash:
+			add("labels", "key %q is set by Build (it identifies upgrader pods)", k)
+		}
+	}
+	for name, req := range o.resources.Requests {
+		if req.Sign() < 0 {
+			add("resources.requests["+string(name)+"]", "%s is negative", req.String())
+		}
+		if lim, ok := o.resources.Limits[name]; ok && req.Cmp(lim) > 0 {
+			add("resources.requests["+string(name)+"]", "%s is above the limit %s", req.String(), lim.String())
+		}
+	}
+	for name, lim := range o.resources.Limits {
+		if lim.Sign() < 0 {
+			add("resources.limits["+string(name)+"]", "%s is negative", lim.String())
+		}
+	}
+	if o.nsenter == "" {
+		add("nsenterPath", "empty")
+	}
+	for i, a := range o.runnerCommand {
+		if a == "" || strings.ContainsRune(a, 0) {
+			add(fmt.Sprintf("runnerCommand[%d]", i), "%q: empty or contains NUL", a)
+		}
+	}
+	if o.stageFrom != "" && (!path.IsAbs(o.stageFrom) || path.Clean(o.stageFrom) == "/") {
+		add("stageFrom", "%q must be an absolute path other than /", o.stageFrom)
+	}
+	return errors.Join(errs...)
 }
 
 func stepList(p nodeexec.Plan) string {

@@ -269,3 +269,59 @@ func TestLongStepNameBackupContainer(t *testing.T) {
 	require.Equal(t, name, s.Failed.Name)
 	require.Equal(t, int32(4), s.Failed.ExitCode)
 }
+
+// TestBuildDefaultsKeepTheUpgraderFromEviction: by default the pod is
+// system-node-critical and Burstable (requests, no limits), so disk or
+// memory pressure evicts it last, and a limit of ours never OOM-kills
+// kubeadm; both can be overridden.
+func TestBuildDefaultsKeepTheUpgraderFromEviction(t *testing.T) {
+	pod, err := Build(testPlan(), WithImage("img"), WithRunnerCommand("/upgrader", "run"))
+	require.NoError(t, err)
+	require.Equal(t, DefaultPriorityClass, pod.Spec.PriorityClassName)
+	for _, c := range append(pod.Spec.InitContainers, pod.Spec.Containers...) {
+		require.Empty(t, cmp.Diff(DefaultResources(), c.Resources), c.Name)
+		require.Empty(t, c.Resources.Limits, c.Name)
+	}
+	pod, err = Build(testPlan(), WithImage("img"), WithPriorityClass(""), WithResources(corev1.ResourceRequirements{}))
+	require.NoError(t, err)
+	require.Empty(t, pod.Spec.PriorityClassName)
+	require.Empty(t, pod.Spec.Containers[0].Resources.Requests)
+}
+
+// TestBuildRefusesWhatTheAPIServerWould: options the API server would
+// reject (so an update would be refused only after the node was drained)
+// are an ErrInvalidOptions naming the option.
+func TestBuildRefusesWhatTheAPIServerWould(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		opt   Option
+		field string
+	}{
+		{"image with a space", WithImage("registry/upgrader :v1"), "image"},
+		{"pull policy", WithImagePullPolicy("Sometimes"), "imagePullPolicy"},
+		{"pull secret name", WithImagePullSecrets("Reg_Cred"), "imagePullSecrets[0]"},
+		{"service account", WithServiceAccount("Upgrader!"), "serviceAccount"},
+		{"priority class", WithPriorityClass("Critical Class"), "priorityClass"},
+		{"toleration key", WithTolerations(corev1.Toleration{Key: "bad key", Operator: corev1.TolerationOpExists}), "tolerations[0].key"},
+		{"toleration operator", WithTolerations(corev1.Toleration{Key: "k", Operator: "Maybe"}), "tolerations[0].operator"},
+		{"toleration Exists with a value", WithTolerations(corev1.Toleration{Key: "k", Operator: corev1.TolerationOpExists, Value: "v"}), "tolerations[0].value"},
+		{"toleration effect", WithTolerations(corev1.Toleration{Key: "k", Operator: corev1.TolerationOpExists, Effect: "NoWay"}), "tolerations[0].effect"},
+		{"toleration seconds without NoExecute", WithTolerations(corev1.Toleration{Key: "k", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule, TolerationSeconds: new(int64(5))}), "tolerations[0].tolerationSeconds"},
+		{"label key", WithLabels(map[string]string{"bad key": "v"}), "labels"},
+		{"label value", WithLabels(map[string]string{"team": "a b"}), "labels[team]"},
+		{"our own label", WithLabels(map[string]string{LabelManagedBy: "me"}), "labels"},
+		{"requests above limits", WithResources(corev1.ResourceRequirements{
+			Requests: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("1Gi")},
+			Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("128Mi")}}), "resources.requests[memory]"},
+		{"negative request", WithResources(corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("-1")}}), "resources.requests[cpu]"},
+		{"empty nsenter", WithNsenterPath(""), "nsenterPath"},
+		{"empty runner argument", WithRunnerCommand("/upgrader", ""), "runnerCommand[1]"},
+		{"relative stage-from", WithStageFrom("staging"), "stageFrom"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Build(testPlan(), WithImage("registry/upgrader:v1"), tc.opt)
+			require.ErrorIs(t, err, ErrInvalidOptions)
+			require.Contains(t, err.Error(), tc.field+":")
+		})
+	}
+}

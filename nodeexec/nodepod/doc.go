@@ -56,7 +56,12 @@
 //     granted.
 //
 // That is not "privileged: true": no host devices, no writable /sys, no
-// full capability set. The AppArmor and SELinux settings are derived from
+// full capability set. It is nonetheless root on the node in all but
+// name: a process that has entered the host's mount namespace with
+// SYS_ADMIN can read and write every host file (kubelet credentials,
+// /etc/kubernetes/pki, the etcd data directory) and start anything
+// through systemd. Treat whoever can create pods in the upgrader
+// namespace, or choose the plan such a pod runs, as node administrators. The AppArmor and SELinux settings are derived from
 // the runtimes' default profiles, not tested here (this machine has
 // neither). Steps that need more than nsenter itself (loading modules,
 // mounting filesystems) need WithPrivileged. Processes started on the host
@@ -72,6 +77,14 @@
 // steps run inside the runner's container and so share its privileges. Because of hostPID, hostPath and the
 // added capabilities, the namespace must admit the "privileged" Pod
 // Security Standard.
+//
+// By default the pod has priority class DefaultPriorityClass
+// (system-node-critical) and every container DefaultResources (requests,
+// no limits): a BestEffort pod would be the kubelet's first victim under
+// the disk pressure that staging hundreds of MB invites, in the middle of
+// a step. Build refuses options the API server would reject (names,
+// labels, tolerations, pull policy, resources), naming the option, so
+// that a bad option fails before a node is drained rather than after.
 //
 // Built-in tolerations keep the pod schedulable on a cordoned node and on
 // control planes, and tolerate not-ready/unreachable NoExecute without a

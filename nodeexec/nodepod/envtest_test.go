@@ -1,10 +1,12 @@
 package nodepod_test
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -30,6 +32,17 @@ func TestPodsAreAcceptedByAPIServer(t *testing.T) {
 		"journaled":  {nodepod.WithImage("registry.local/upgrader:v1"), nodepod.WithStageFrom("/upgradekit"), nodepod.WithRunnerCommand("/upgrader")},
 		"single":     {nodepod.WithImage("registry.local/upgrader:v1"), nodepod.WithMode(nodepod.ModeSingleContainer), nodepod.WithRunnerCommand("/upgrader")},
 		"privileged": {nodepod.WithImage("registry.local/upgrader:v1"), nodepod.WithPrivileged()},
+		// Every option Build validates, at values it accepts: the API
+		// server must accept them too (Build refuses no more than it).
+		"every-option": {nodepod.WithImage("registry.local:5000/upgrader@sha256:" + strings.Repeat("a", 64)), nodepod.WithImagePullPolicy(corev1.PullIfNotPresent),
+			nodepod.WithImagePullSecrets("reg-cred.v1"), nodepod.WithServiceAccount("upgrader.sa"), nodepod.WithPriorityClass("system-cluster-critical"),
+			nodepod.WithTolerations(corev1.Toleration{Key: "example.com/maintenance", Operator: corev1.TolerationOpEqual, Value: "yes", Effect: corev1.TaintEffectNoExecute, TolerationSeconds: new(int64(60))},
+				corev1.Toleration{Operator: corev1.TolerationOpExists}),
+			nodepod.WithLabels(map[string]string{"example.com/team": "nodes", "tier": ""}),
+			nodepod.WithResources(corev1.ResourceRequirements{
+				Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("0"), corev1.ResourceMemory: resource.MustParse("64Mi")},
+				Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("64Mi")}}),
+			nodepod.WithRunnerCommand("/upgrader", "run"), nodepod.WithStageFrom("/staging"), nodepod.WithNsenterPath("/usr/bin/nsenter")},
 	}
 	for name, opts := range layouts {
 		t.Run(name, func(t *testing.T) {
