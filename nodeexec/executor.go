@@ -100,7 +100,16 @@ type OSExecutor struct {
 	// WaitDelay bounds how long Run waits for output pipes after the
 	// process exits or is killed; zero means 5 seconds.
 	WaitDelay time.Duration
+	// KillGrace is how long a cancelled command (the step's deadline, or
+	// the runner's context ended) has between SIGTERM and SIGKILL to its
+	// process group; zero means DefaultKillGrace.
+	KillGrace time.Duration
 }
+
+// DefaultKillGrace is OSExecutor's default KillGrace: short enough that a
+// runner whose pod is deleted still journals the interruption within the
+// upgrader pod's termination grace period (30 seconds).
+const DefaultKillGrace = 10 * time.Second
 
 // NsenterArgv returns the argv that runs argv inside the namespaces of
 // target through nsenter: nsenter --target PID --mount ... -- argv...
@@ -144,13 +153,22 @@ func (e OSExecutor) Run(ctx context.Context, c Command) (Result, error) {
 	}
 	cmd.Stdout = w
 	cmd.Stderr = w
-	setProcessGroup(cmd)
+	grace := e.KillGrace
+	if grace <= 0 {
+		grace = DefaultKillGrace
+	}
+	exited := make(chan struct{})
+	setProcessGroup(cmd, grace, exited)
 	cmd.WaitDelay = e.WaitDelay
 	if cmd.WaitDelay == 0 {
 		cmd.WaitDelay = 5 * time.Second
 	}
+	// Go kills the process itself WaitDelay after Cancel: not before the
+	// grace is over.
+	cmd.WaitDelay += grace
 	start := time.Now()
 	err := cmd.Run()
+	close(exited)
 	res := Result{ExitCode: -1, Duration: time.Since(start)}
 	res.Output, res.Truncated = out.bytes()
 	if cmd.ProcessState != nil {

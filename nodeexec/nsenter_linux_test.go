@@ -203,3 +203,60 @@ func TestOSExecutorResults(t *testing.T) {
 	require.Equal(t, -1, res.ExitCode)
 	require.Less(t, time.Since(start), 5*time.Second, "pipes held by the killed grandchild must not block Run")
 }
+
+// TestOSExecutorStopsGracefully: a cancelled command gets SIGTERM first and
+// may end cleanly (a step that traps it finishes its cleanup and reports
+// its own exit code); one that ignores SIGTERM is SIGKILLed, with its
+// whole process group, KillGrace later.
+func TestOSExecutorStopsGracefully(t *testing.T) {
+	t.Run("SIGTERM first", func(t *testing.T) {
+		ctx, cancel := context.WithCancel(t.Context())
+		time.AfterFunc(300*time.Millisecond, cancel)
+		res, err := OSExecutor{}.Run(ctx, Command{Argv: []string{"/bin/sh", "-c", `trap 'echo cleaned up; exit 7' TERM; sleep 30 & wait`}})
+		require.ErrorIs(t, err, context.Canceled)
+		require.Equal(t, 7, res.ExitCode, "the step ended itself: %s", res.Output)
+		require.Contains(t, string(res.Output), "cleaned up")
+	})
+	t.Run("SIGKILL after the grace", func(t *testing.T) {
+		ctx, cancel := context.WithCancel(t.Context())
+		time.AfterFunc(200*time.Millisecond, cancel)
+		start := time.Now()
+		res, err := OSExecutor{KillGrace: 500 * time.Millisecond}.Run(ctx, Command{Argv: []string{"/bin/sh", "-c", `trap '' TERM; sleep 30 & sleep 30; wait`}})
+		took := time.Since(start)
+		require.ErrorIs(t, err, context.Canceled)
+		require.Equal(t, -1, res.ExitCode, "killed by a signal")
+		require.GreaterOrEqual(t, took, 650*time.Millisecond, "not killed before the grace")
+		require.Less(t, took, 5*time.Second)
+	})
+}
+
+// TestRunnerSoftStopLetsTheStepFinish: once the soft stop is done the step
+// under way finishes and the next does not start; the plan stays Running
+// and the next run starts where it stopped.
+func TestRunnerSoftStopLetsTheStepFinish(t *testing.T) {
+	dir := t.TempDir()
+	marker := filepath.Join(dir, "first-done")
+	soft, stop := context.WithCancel(t.Context())
+	plan := Plan{Name: "p", Node: "n", Steps: []Step{
+		{Name: "first", Argv: []string{"/bin/sh", "-c", `sleep 0.5; touch "$1"`, "sh", marker}, Timeout: time.Minute, Idempotent: true},
+		{Name: "second", Argv: []string{"/bin/true"}, Timeout: time.Minute, Idempotent: true},
+	}}
+	r, err := NewRunner(OSExecutor{}, WithJournalDir(filepath.Join(dir, "journal")), WithDirect(), WithSoftStop(soft))
+	require.NoError(t, err)
+	time.AfterFunc(100*time.Millisecond, stop) // SIGTERM while the first step runs
+	out, err := r.Run(t.Context(), plan)
+	require.ErrorIs(t, err, context.Canceled)
+	require.Contains(t, err.Error(), `before step "second"`)
+	require.Equal(t, PlanRunning, out.State)
+	require.Equal(t, StepSucceeded, out.Steps[0].State, "the step under way finished")
+	require.Equal(t, StepPending, out.Steps[1].State)
+	_, err = os.Stat(marker)
+	require.NoError(t, err)
+
+	r, err = NewRunner(OSExecutor{}, WithJournalDir(filepath.Join(dir, "journal")), WithDirect())
+	require.NoError(t, err)
+	out, err = r.Run(t.Context(), plan)
+	require.NoError(t, err)
+	require.Equal(t, PlanSucceeded, out.State)
+	require.Equal(t, 1, out.Steps[0].Attempts, "the first step did not run again")
+}

@@ -8,21 +8,35 @@ import (
 	"os"
 	"os/exec"
 	"syscall"
+	"time"
 )
 
 // setProcessGroup starts the command in its own process group and makes
-// context cancellation kill the whole group, so a step's children (nsenter
-// forks when entering a PID namespace) do not outlive its deadline.
-func setProcessGroup(cmd *exec.Cmd) {
+// context cancellation stop the whole group, so a step's children (nsenter
+// forks when entering a PID namespace) do not outlive its deadline: SIGTERM
+// first, so the step can end cleanly, then SIGKILL for whatever of the group
+// is left grace later, or as soon as the step's own process has exited.
+// exited is closed by the caller once the command has been waited for.
+func setProcessGroup(cmd *exec.Cmd, grace time.Duration, exited <-chan struct{}) {
 	cmd.SysProcAttr = procAttr()
 	cmd.Cancel = func() error {
 		if cmd.Process == nil {
 			return nil
 		}
-		err := syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		pgid := cmd.Process.Pid
+		err := syscall.Kill(-pgid, syscall.SIGTERM)
 		if errors.Is(err, syscall.ESRCH) {
 			return os.ErrProcessDone
 		}
+		go func() {
+			t := time.NewTimer(grace)
+			defer t.Stop()
+			select {
+			case <-exited: // stragglers of a group whose leader is gone
+			case <-t.C:
+			}
+			_ = syscall.Kill(-pgid, syscall.SIGKILL)
+		}()
 		return err
 	}
 }

@@ -49,6 +49,7 @@ type Runner struct {
 	progress    func(Outcome)
 	stopAfter   string
 	summaryFile string
+	softStop    context.Context
 }
 
 // RunnerOption configures a Runner.
@@ -93,6 +94,16 @@ func WithProgress(f func(Outcome)) RunnerOption { return func(r *Runner) { r.pro
 // init container while keeping the journal's guarantees: each container
 // runs the plan up to its step, skipping what earlier ones completed.
 func WithStopAfter(step string) RunnerOption { return func(r *Runner) { r.stopAfter = step } }
+
+// WithSoftStop makes Run stop before starting the next step once stop is
+// done, while the step under way (and a rollback under way) keeps running
+// under Run's own context. Run then returns an error wrapping
+// context.Canceled, the plan stays Running in the journal, and the next
+// Run continues with the step that did not start. A runner in a pod wires
+// SIGTERM to stop and cancels Run's context only after a grace period, so
+// that pod deletion does not kill `kubeadm upgrade apply` mid-way when it
+// could finish.
+func WithSoftStop(stop context.Context) RunnerOption { return func(r *Runner) { r.softStop = stop } }
 
 // NewRunner returns a Runner that executes commands through exec.
 func NewRunner(exec Executor, opts ...RunnerOption) (*Runner, error) {
@@ -221,6 +232,10 @@ func (r *Runner) Run(ctx context.Context, plan Plan) (Outcome, error) {
 		}
 	}
 	for i := 0; i <= stopAt && !j.State.Terminal(); i++ {
+		if r.softStop != nil && r.softStop.Err() != nil && j.Steps[i].State == StepPending {
+			log.Info("stop requested; not starting the next step", "step", plan.Steps[i].Name)
+			return j.Outcome.clone(), fmt.Errorf("nodeexec: interrupted before step %q: %w", plan.Steps[i].Name, context.Canceled)
+		}
 		if err := s.step(ctx, i); err != nil {
 			return j.Outcome.clone(), err
 		}

@@ -26,7 +26,10 @@
 //	   running runner, corrupt or written for another plan
 //	2  usage: unknown command, bad flag or argument
 //	3  Running or RollingBack: interrupted by SIGTERM/SIGINT (run it again
-//	   to resume), or, for status, still in progress or its runner died
+//	   to resume), or, for status, still in progress or its runner died.
+//	   A signal stops the run between steps; the step under way gets 15
+//	   seconds to finish before its processes get SIGTERM, then SIGKILL
+//	   10 seconds later
 //	4  RolledBack (run, status)
 //	5  Failed
 //	6  NeedsAttention
@@ -43,6 +46,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/upgradekit/upgradekit/nodeexec"
 )
@@ -84,8 +88,10 @@ default to the UPGRADEKIT_* environment the upgrader pod sets.`
 
 func main() {
 	// SIGTERM (pod deletion) and SIGINT cancel the context: the runner
-	// kills the running step's process group and leaves the step Running
-	// in the journal, so the next run resumes it per its interrupt policy.
+	// starts no further step and gives the one under way -stop-grace to end
+	// before it stops its process group (SIGTERM, then SIGKILL); a step
+	// stopped that way stays Running in the journal, so the next run
+	// resumes it per its interrupt policy.
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	go func() { <-ctx.Done(); stop() }() // a second signal kills at once
 	os.Exit(run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr))
@@ -113,12 +119,17 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 }
 
+// defaultStopGrace is how long the step under way may go on after
+// SIGTERM (-stop-grace).
+const defaultStopGrace = 15 * time.Second
+
 // runPlan is "run" and "rollback": both need the plan and a runner.
 func runPlan(ctx context.Context, cmd string, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("upgrader "+cmd, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	planFile := fs.String("plan", "", "plan file (JSON, as nodeexec.EncodePlan writes it); default $"+nodeexec.EnvPlan)
 	direct := fs.Bool("direct", false, "run steps without nsenter, in this process's namespaces (on the host itself, or tests)")
+	grace := fs.Duration("stop-grace", defaultStopGrace, "after SIGTERM/SIGINT, how long the step under way may go on before its processes are stopped (no new step starts); keep it and 10s under the pod's termination grace period")
 	// Every other flag overrides the environment variable of the same
 	// meaning, so FromEnv stays the one parser of the runner settings.
 	env := map[string]*string{
@@ -135,6 +146,10 @@ func runPlan(ctx context.Context, cmd string, args []string, getenv func(string)
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "upgrader %s: unexpected arguments %q\n", cmd, fs.Args())
+		return exitUsage
+	}
+	if *grace < 0 {
+		fmt.Fprintf(stderr, "upgrader %s: -stop-grace %s: must not be negative\n", cmd, *grace)
 		return exitUsage
 	}
 	if *planFile != "" {
@@ -169,6 +184,9 @@ func runPlan(ctx context.Context, cmd string, args []string, getenv func(string)
 	if *direct {
 		opts = append(opts, nodeexec.WithDirect())
 	}
+	if cmd == "run" {
+		opts = append(opts, nodeexec.WithSoftStop(ctx)) // see -stop-grace below
+	}
 	runner, err := nodeexec.NewRunner(executor, opts...)
 	if err != nil {
 		fmt.Fprintf(stderr, "upgrader %s: %v\n", cmd, err)
@@ -182,11 +200,31 @@ func runPlan(ctx context.Context, cmd string, args []string, getenv func(string)
 	}
 	fmt.Fprintf(stdout, "upgrader: %s plan %s on node %s (%d steps), journal %s\n", cmd, plan.Name, plan.Node, len(plan.Steps), journal)
 
+	// ctx ends at SIGTERM (pod deletion): no new step starts, and the step
+	// or rollback under way has -stop-grace to finish before it is stopped
+	// (SIGTERM to its process group, SIGKILL nodeexec.DefaultKillGrace
+	// later), all within the pod's 30-second termination grace period.
+	hard, cancelHard := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelHard()
+	go func() {
+		select {
+		case <-ctx.Done():
+		case <-hard.Done():
+			return
+		}
+		t := time.NewTimer(*grace)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			cancelHard()
+		case <-hard.Done():
+		}
+	}()
 	var out nodeexec.Outcome
 	if cmd == "run" {
-		out, err = runner.Run(ctx, plan)
+		out, err = runner.Run(hard, plan)
 	} else {
-		out, err = runner.Rollback(ctx, plan)
+		out, err = runner.Rollback(hard, plan)
 	}
 	return report(cmd, out, err, p.last != nil, stdout, stderr)
 }

@@ -77,10 +77,11 @@ func journalStates(t *testing.T, path string) (nodeexec.PlanState, []nodeexec.St
 }
 
 // TestSIGTERMIsRecordedAndResumed sends the signal the kubelet sends when
-// the upgrader pod is deleted.
+// the upgrader pod is deleted, to a step that takes longer than the stop
+// grace: it is stopped once the grace is over, and resumed by the next run.
 func TestSIGTERMIsRecordedAndResumed(t *testing.T) {
 	plan, journal, _, ledger := slowOncePlan(t, false)
-	cmd, out := startUpgrader(t, "run", "-plan", plan, "-direct", "-journal-dir", journal)
+	cmd, out := startUpgrader(t, "run", "-plan", plan, "-direct", "-journal-dir", journal, "-stop-grace", "1s")
 	require.Eventually(t, func() bool { return strings.Contains(ledger(), "two started") }, 20*time.Second, 5*time.Millisecond)
 	start := time.Now()
 	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
@@ -89,7 +90,9 @@ func TestSIGTERMIsRecordedAndResumed(t *testing.T) {
 	var exitErr *exec.ExitError
 	require.ErrorAs(t, err, &exitErr)
 	require.Equal(t, exitInProgress, exitErr.ExitCode())
-	require.Less(t, time.Since(start), 10*time.Second, "the step's sleep was killed, not waited for")
+	took := time.Since(start)
+	require.GreaterOrEqual(t, took, time.Second, "the step had its grace")
+	require.Less(t, took, 10*time.Second, "the step's sleep was stopped after the grace, not waited for")
 	require.Contains(t, out.String(), "upgrader: interrupted")
 
 	path := filepath.Join(journal, nodeexec.JournalFileName("slow"))
@@ -102,6 +105,39 @@ func TestSIGTERMIsRecordedAndResumed(t *testing.T) {
 	require.Equal(t, exitOK, r.code)
 	require.Equal(t, "one ran\ntwo started\ntwo started\ntwo done\nthree ran\n", ledger(),
 		"one did not run again; the interrupted (idempotent) two ran again")
+}
+
+// TestSIGTERMLetsTheStepUnderWayFinish: a step that ends within the stop
+// grace finishes, the next one does not start, and the next run goes on
+// from there without running the finished step again.
+func TestSIGTERMLetsTheStepUnderWayFinish(t *testing.T) {
+	dir := t.TempDir()
+	ledgerPath := filepath.Join(dir, "ledger")
+	appendLine := `echo "$2" >> "$1"`
+	data, err := nodeexec.EncodePlan(nodeexec.Plan{Name: "graceful", Node: "node-a", Steps: []nodeexec.Step{
+		{Name: "one", Argv: nodeexec.ShellArgv(`echo "one started" >> "$1"; sleep 1; echo "one done" >> "$1"`, ledgerPath)},
+		{Name: "two", Argv: nodeexec.ShellArgv(appendLine, ledgerPath, "two ran")},
+	}})
+	require.NoError(t, err)
+	plan, journal := filepath.Join(dir, "plan.json"), filepath.Join(dir, "journal")
+	require.NoError(t, os.WriteFile(plan, data, 0o600))
+	ledger := func() string { b, _ := os.ReadFile(ledgerPath); return string(b) }
+
+	cmd, out := startUpgrader(t, "run", "-plan", plan, "-direct", "-journal-dir", journal, "-stop-grace", "20s")
+	require.Eventually(t, func() bool { return strings.Contains(ledger(), "one started") }, 20*time.Second, 5*time.Millisecond)
+	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
+	err = cmd.Wait()
+	t.Logf("--- upgrader output ---\n%s", out)
+	var exitErr *exec.ExitError
+	require.ErrorAs(t, err, &exitErr)
+	require.Equal(t, exitInProgress, exitErr.ExitCode())
+	require.Equal(t, "one started\none done\n", ledger(), "one finished; two did not start")
+	state, steps := journalStates(t, filepath.Join(journal, nodeexec.JournalFileName("graceful")))
+	require.Equal(t, nodeexec.PlanRunning, state)
+	require.Equal(t, []nodeexec.StepState{nodeexec.StepSucceeded, nodeexec.StepPending}, steps)
+
+	require.Equal(t, exitOK, upgrader(t, nil, "run", "-plan", plan, "-direct", "-journal-dir", journal).code)
+	require.Equal(t, "one started\none done\ntwo ran\n", ledger())
 }
 
 // TestRollbackResumesAfterSIGKILL kills the upgrader in the middle of a
