@@ -6,12 +6,14 @@ import (
 	"errors"
 	"io"
 	"os"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -38,6 +40,7 @@ func TestDeployManifestsApply(t *testing.T) {
 	var clusterWide []string // roles bound cluster-wide
 	var policy networkingv1.NetworkPolicy
 	var deploy appsv1.Deployment
+	var pdb policyv1.PodDisruptionBudget
 	for {
 		var obj unstructured.Unstructured
 		err := dec.Decode(&obj.Object)
@@ -57,6 +60,9 @@ func TestDeployManifestsApply(t *testing.T) {
 		if obj.GetKind() == "NetworkPolicy" {
 			require.NoError(t, runtime.DefaultUnstructuredConverter.FromUnstructured(obj.Object, &policy))
 		}
+		if obj.GetKind() == "PodDisruptionBudget" {
+			require.NoError(t, runtime.DefaultUnstructuredConverter.FromUnstructured(obj.Object, &pdb))
+		}
 		if obj.GetKind() == "Deployment" {
 			require.NoError(t, runtime.DefaultUnstructuredConverter.FromUnstructured(obj.Object, &deploy))
 		}
@@ -71,7 +77,24 @@ func TestDeployManifestsApply(t *testing.T) {
 		require.NoError(t, env.Client.Create(ctx, &obj), "%s %s", obj.GetKind(), obj.GetName())
 	}
 	require.Equal(t, map[string]int{"Namespace": 1, "ServiceAccount": 1, "ClusterRole": 2, "ClusterRoleBinding": 1, "RoleBinding": 1,
-		"Issuer": 1, "Certificate": 1, "Service": 1, "NetworkPolicy": 1, "Deployment": 1, "ExtensionConfig": 1}, kinds)
+		"Issuer": 1, "Certificate": 1, "Service": 1, "NetworkPolicy": 1, "Deployment": 1, "PodDisruptionBudget": 1, "ExtensionConfig": 1}, kinds)
+	// Served from two replicas that a drain cannot both take, each with
+	// probes and resources, as a numeric non-root user, metrics on the
+	// loopback only.
+	require.GreaterOrEqual(t, *deploy.Spec.Replicas, int32(2))
+	pdbSel, err := metav1.LabelSelectorAsSelector(pdb.Spec.Selector)
+	require.NoError(t, err)
+	require.True(t, pdbSel.Matches(labels.Set(deploy.Spec.Template.Labels)), "the PDB covers the extension's pods")
+	require.Equal(t, int32(1), pdb.Spec.MinAvailable.IntVal)
+	c := deploy.Spec.Template.Spec.Containers[0]
+	require.NotNil(t, c.ReadinessProbe)
+	require.NotNil(t, c.LivenessProbe)
+	require.NotEmpty(t, c.Resources.Requests)
+	require.NotNil(t, deploy.Spec.Template.Spec.SecurityContext.RunAsUser)
+	require.NotZero(t, *deploy.Spec.Template.Spec.SecurityContext.RunAsUser)
+	o, err := parseFlags(c.Args, io.Discard)
+	require.NoError(t, err)
+	require.True(t, strings.HasPrefix(o.metricsAddr, "127.0.0.1:"), "plain-HTTP metrics on the loopback only: %s", o.metricsAddr)
 	// The NetworkPolicy covers the extension's pods and admits only Cluster
 	// API's controllers' namespaces, on the hooks' port only.
 	sel, err := metav1.LabelSelectorAsSelector(&policy.Spec.PodSelector)
