@@ -356,6 +356,15 @@ func (h *Host) Stage(s Staging) {
 	}
 }
 
+// clearDir removes every file under dir.
+func (h *Host) clearDir(dir string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, f := range h.under(path.Clean(dir)) {
+		delete(h.files, f)
+	}
+}
+
 // Run implements nodeexec.Executor. It accepts argvs with or without the
 // nsenter prefix nodeexec.NsenterArgv produces.
 func (h *Host) Run(ctx context.Context, cmd nodeexec.Command) (nodeexec.Result, error) {

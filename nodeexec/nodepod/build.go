@@ -563,7 +563,9 @@ func (b *podBuilder) unionNamespaces() []nodeexec.Namespace {
 func (b *podBuilder) stage() corev1.Container {
 	c := b.base(StageContainer)
 	dst := path.Join(b.o.stagingHostPath, "staging")
-	c.Command = []string{"/bin/sh", "-c", `set -eu; mkdir -p "$2"; cp -a -- "$1"/. "$2"/`, "sh", path.Clean(b.o.stageFrom), dst}
+	// The previous bundle's tree goes first: a file the new bundle does not
+	// carry (a containerd tree, say) must not be installed from it.
+	c.Command = []string{"/bin/sh", "-c", `set -eu; rm -rf -- "$2"; mkdir -p "$2"; cp -a -- "$1"/. "$2"/`, "sh", path.Clean(b.o.stageFrom), dst}
 	c.VolumeMounts = b.mount()
 	c.SecurityContext = &corev1.SecurityContext{
 		RunAsUser:                ptr.To[int64](0),

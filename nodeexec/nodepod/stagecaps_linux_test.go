@@ -14,7 +14,8 @@ import (
 // as root under a bounding set of exactly stageCapabilities() and checks
 // that it reproduces a tree with foreign owners and a setuid binary, and
 // that it can re-stage over its previous copy (files owned by another
-// user in read-only directories). With no capability it must fail, so
+// user in read-only directories), leaving nothing of the previous copy
+// behind. With no capability it must fail, so
 // the test proves the capabilities are needed, not just allowed.
 func TestStageCapabilitiesAreEnough(t *testing.T) {
 	if os.Geteuid() != 0 {
@@ -65,7 +66,13 @@ func TestStageCapabilitiesAreEnough(t *testing.T) {
 
 	dst := filepath.Join(t.TempDir(), "staging")
 	require.NoError(t, run(dst, caps), "first stage")
+	stale := filepath.Join(dst, "ro", "from-an-older-bundle")
+	require.NoError(t, os.Chmod(filepath.Join(dst, "ro"), 0o755))
+	require.NoError(t, os.WriteFile(stale, []byte("old"), 0o600))
+	require.NoError(t, os.Chmod(filepath.Join(dst, "ro"), 0o555))
 	require.NoError(t, run(dst, caps), "re-stage over the previous copy")
+	_, err = os.Stat(stale)
+	require.ErrorIs(t, err, os.ErrNotExist, "nothing of an older bundle is left to be installed")
 	fi, err := os.Stat(filepath.Join(dst, "bin", "tool"))
 	require.NoError(t, err)
 	require.Equal(t, os.FileMode(0o755)|os.ModeSetuid, fi.Mode())
