@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
+	"github.com/upgradekit/upgradekit/nodeexec"
 	"github.com/upgradekit/upgradekit/nodeexec/kubeadm"
 )
 
@@ -324,26 +325,12 @@ var (
 // from a plan it generates, as knownScripts does for NewPlan's.
 func knownCPConfigScripts() map[string]cpConfigKind {
 	cpConfigScriptsOnce.Do(func() {
-		cpConfigScripts = map[string]cpConfigKind{}
-		plan, err := kubeadm.NewControlPlaneConfigPlan(kubeadm.ControlPlaneConfig{Node: "learn", Expect: []kubeadm.ManifestExpectation{{Component: "etcd"}}})
-		if err != nil {
-			return
-		}
-		for _, s := range plan.Steps {
-			for _, l := range []struct {
-				step string
-				argv []string
-				k    cpConfigKind
-			}{
-				{kubeadm.StepControlPlaneConfig, s.Backup, scriptCopyManifests},
-				{kubeadm.StepControlPlaneConfig, s.Rollback, scriptCopyManifests},
-				{kubeadm.StepControlPlaneConfigVerify, s.Argv, scriptVerifyManifests},
-			} {
-				if s.Name == l.step && len(l.argv) > 2 && l.argv[0] == "/bin/sh" {
-					cpConfigScripts[l.argv[2]] = l.k
-				}
-			}
-		}
+		cpConfigScripts = learnScripts(func() (nodeexec.Plan, error) {
+			return kubeadm.NewControlPlaneConfigPlan(kubeadm.ControlPlaneConfig{Node: "learn", Expect: []kubeadm.ManifestExpectation{{Component: "etcd"}}})
+		},
+			scriptSource[cpConfigKind]{kubeadm.StepControlPlaneConfig, backupArgv, scriptCopyManifests},
+			scriptSource[cpConfigKind]{kubeadm.StepControlPlaneConfig, rollbackArgv, scriptCopyManifests},
+			scriptSource[cpConfigKind]{kubeadm.StepControlPlaneConfigVerify, runArgv, scriptVerifyManifests})
 	})
 	return cpConfigScripts
 }

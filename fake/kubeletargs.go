@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/upgradekit/upgradekit/nodeexec"
 	"github.com/upgradekit/upgradekit/nodeexec/kubeadm"
 )
 
@@ -32,28 +33,14 @@ var (
 // plan the library generates, as knownScripts does for NewPlan's.
 func knownKubeletArgsScripts() map[string]kubeletArgsKind {
 	kubeletArgsScriptsOnce.Do(func() {
-		kubeletArgsScripts = map[string]kubeletArgsKind{}
-		plan, err := kubeadm.NewKubeletArgsPlan(kubeadm.KubeletArgsConfig{Node: "learn"})
-		if err != nil {
-			return
-		}
-		for _, s := range plan.Steps {
-			for _, l := range []struct {
-				step string
-				argv []string
-				k    kubeletArgsKind
-			}{
-				{kubeadm.StepKubeletArgs, s.Backup, scriptKubeletArgsBackup},
-				{kubeadm.StepKubeletArgs, s.Argv, scriptKubeletArgsApply},
-				{kubeadm.StepKubeletArgs, s.Check, scriptKubeletArgsCheck},
-				{kubeadm.StepKubeletArgs, s.Rollback, scriptKubeletArgsRollback},
-				{kubeadm.StepKubeletArgsVerify, s.Argv, scriptKubeletArgsVerify},
-			} {
-				if s.Name == l.step && len(l.argv) > 2 && l.argv[0] == "/bin/sh" {
-					kubeletArgsScripts[l.argv[2]] = l.k
-				}
-			}
-		}
+		kubeletArgsScripts = learnScripts(func() (nodeexec.Plan, error) {
+			return kubeadm.NewKubeletArgsPlan(kubeadm.KubeletArgsConfig{Node: "learn"})
+		},
+			scriptSource[kubeletArgsKind]{kubeadm.StepKubeletArgs, backupArgv, scriptKubeletArgsBackup},
+			scriptSource[kubeletArgsKind]{kubeadm.StepKubeletArgs, runArgv, scriptKubeletArgsApply},
+			scriptSource[kubeletArgsKind]{kubeadm.StepKubeletArgs, checkArgv, scriptKubeletArgsCheck},
+			scriptSource[kubeletArgsKind]{kubeadm.StepKubeletArgs, rollbackArgv, scriptKubeletArgsRollback},
+			scriptSource[kubeletArgsKind]{kubeadm.StepKubeletArgsVerify, runArgv, scriptKubeletArgsVerify})
 	})
 	return kubeletArgsScripts
 }

@@ -42,36 +42,62 @@ var (
 // shows up as an unknown-script failure in this package's tests).
 func knownScripts() map[string]scriptKind {
 	scriptsOnce.Do(func() {
-		scripts = map[string]scriptKind{}
-		plan, err := kubeadm.NewPlan(kubeadm.Config{Node: "learn", Role: kubeadm.RoleFirstControlPlane, FromVersion: "v1.30.0", ToVersion: "v1.31.0"})
-		if err != nil {
-			return
-		}
-		learn := func(step string, pick func(nodeexec.Step) []string, k scriptKind) {
-			for _, s := range plan.Steps {
-				if argv := pick(s); s.Name == step && len(argv) > 2 && argv[0] == "/bin/sh" {
-					scripts[argv[2]] = k
-				}
-			}
-		}
-		run := func(s nodeexec.Step) []string { return s.Argv }
-		backup := func(s nodeexec.Step) []string { return s.Backup }
-		rollback := func(s nodeexec.Step) []string { return s.Rollback }
-		learn(kubeadm.StepEtcdSnapshot, run, scriptEtcdSnapshot)
-		learn(kubeadm.StepContainerd, run, scriptInstallTreeRestart)
-		learn(kubeadm.StepContainerd, backup, scriptBackupTree)
-		learn(kubeadm.StepContainerd, rollback, scriptRestoreTreeRestart)
-		learn(kubeadm.StepCNIPlugins, run, scriptInstallTree)
-		learn(kubeadm.StepCNIPlugins, rollback, scriptRestoreTree)
-		learn(kubeadm.StepKubelet, run, scriptReplaceBinaryRestart)
-		learn(kubeadm.StepKubeadmBinary, run, scriptInstallFile)
-		learn(kubeadm.StepKubeadmBinary, backup, scriptBackupFile)
-		learn(kubeadm.StepKubeadmConfig, run, scriptWriteFile)
-		learn(kubeadm.StepKubeadmUpgrade, backup, scriptBackupEtcKubernetes)
-		learn(kubeadm.StepVerify, run, scriptVerify)
-		learn(kubeadm.StepBundle, run, scriptBundle)
+		type src = scriptSource[scriptKind]
+		scripts = learnScripts(func() (nodeexec.Plan, error) {
+			return kubeadm.NewPlan(kubeadm.Config{Node: "learn", Role: kubeadm.RoleFirstControlPlane, FromVersion: "v1.30.0", ToVersion: "v1.31.0"})
+		},
+			src{kubeadm.StepEtcdSnapshot, runArgv, scriptEtcdSnapshot},
+			src{kubeadm.StepContainerd, runArgv, scriptInstallTreeRestart},
+			src{kubeadm.StepContainerd, backupArgv, scriptBackupTree},
+			src{kubeadm.StepContainerd, rollbackArgv, scriptRestoreTreeRestart},
+			src{kubeadm.StepCNIPlugins, runArgv, scriptInstallTree},
+			src{kubeadm.StepCNIPlugins, rollbackArgv, scriptRestoreTree},
+			src{kubeadm.StepKubelet, runArgv, scriptReplaceBinaryRestart},
+			src{kubeadm.StepKubeadmBinary, runArgv, scriptInstallFile},
+			src{kubeadm.StepKubeadmBinary, backupArgv, scriptBackupFile},
+			src{kubeadm.StepKubeadmConfig, runArgv, scriptWriteFile},
+			src{kubeadm.StepKubeadmUpgrade, backupArgv, scriptBackupEtcKubernetes},
+			src{kubeadm.StepVerify, runArgv, scriptVerify},
+			src{kubeadm.StepBundle, runArgv, scriptBundle})
 	})
 	return scripts
+}
+
+// scriptSource names where a plan carries one of its shell scripts: the
+// step, and which of its argvs (Step.Argv, Backup, Check or Rollback).
+type scriptSource[K comparable] struct {
+	step string
+	argv func(nodeexec.Step) []string
+	kind K
+}
+
+// Step argv selectors for scriptSource.
+var (
+	runArgv      = func(s nodeexec.Step) []string { return s.Argv }
+	backupArgv   = func(s nodeexec.Step) []string { return s.Backup }
+	checkArgv    = func(s nodeexec.Step) []string { return s.Check }
+	rollbackArgv = func(s nodeexec.Step) []string { return s.Rollback }
+)
+
+// learnScripts maps the text of each "/bin/sh -c SCRIPT" a plan the
+// library generated carries at the given sources to its kind: how a Host
+// recognises exactly the scripts the library emits (a plan that cannot be
+// generated learns nothing, and the host then refuses its scripts as
+// unknown).
+func learnScripts[K comparable](generate func() (nodeexec.Plan, error), sources ...scriptSource[K]) map[string]K {
+	out := map[string]K{}
+	plan, err := generate()
+	if err != nil {
+		return out
+	}
+	for _, s := range plan.Steps {
+		for _, src := range sources {
+			if argv := src.argv(s); s.Name == src.step && len(argv) > 2 && argv[0] == "/bin/sh" {
+				out[argv[2]] = src.kind
+			}
+		}
+	}
+	return out
 }
 
 func (h *Host) script(ctx context.Context, k scriptKind, args []string, env map[string]string) (int, string) {
