@@ -1,11 +1,8 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"errors"
 	"io"
-	"os"
 	"strings"
 	"testing"
 
@@ -16,10 +13,8 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 
 	"github.com/upgradekit/upgradekit/fake/envtest"
 	"github.com/upgradekit/upgradekit/nodeexec/kubeadm"
@@ -30,27 +25,15 @@ import (
 // server with the CAPI CRDs (server-side validation included), except the
 // cert-manager objects, whose CRDs are not installed there.
 func TestDeployManifestsApply(t *testing.T) {
-	raw, err := os.ReadFile("deploy/extension.yaml")
-	require.NoError(t, err)
 	env := envtest.StartForTest(t)
 	ctx := context.Background()
-	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(raw), 4096)
 	kinds := map[string]int{}
 	roles := map[string][]rbacv1.PolicyRule{}
 	var clusterWide []string // roles bound cluster-wide
 	var policy networkingv1.NetworkPolicy
 	var deploy appsv1.Deployment
 	var pdb policyv1.PodDisruptionBudget
-	for {
-		var obj unstructured.Unstructured
-		err := dec.Decode(&obj.Object)
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		require.NoError(t, err)
-		if obj.Object == nil {
-			continue
-		}
+	for _, obj := range deployManifests(t) {
 		kinds[obj.GetKind()]++
 		if obj.GetKind() == "ClusterRole" {
 			var role rbacv1.ClusterRole
@@ -135,17 +118,8 @@ func TestDeployManifestsApply(t *testing.T) {
 // TestDeployArgsParse: the Deployment's args are flags the binary accepts,
 // and they give the upgrader pod examples/upgrader's bundle image expects.
 func TestDeployArgsParse(t *testing.T) {
-	raw, err := os.ReadFile("deploy/extension.yaml")
-	require.NoError(t, err)
-	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(raw), 4096)
 	var args []string
-	for {
-		var obj unstructured.Unstructured
-		err := dec.Decode(&obj.Object)
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		require.NoError(t, err)
+	for _, obj := range deployManifests(t) {
 		if obj.GetKind() != "Deployment" {
 			continue
 		}

@@ -12,8 +12,6 @@ import (
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/client-go/tools/events"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	runtimehooksv1 "sigs.k8s.io/cluster-api/api/runtime/hooks/v1alpha1"
@@ -50,17 +48,9 @@ func TestUpdateMachineCreatesAPodTheUpgraderRuns(t *testing.T) {
 
 	// The management cluster holds the workload cluster's kubeconfig
 	// secret, as CAPI writes it.
-	kc := clientcmdapi.NewConfig()
-	kc.Clusters["demo"] = &clientcmdapi.Cluster{Server: env.Config.Host, CertificateAuthorityData: env.Config.CAData}
-	kc.AuthInfos["admin"] = &clientcmdapi.AuthInfo{ClientCertificateData: env.Config.CertData, ClientKeyData: env.Config.KeyData, Token: env.Config.BearerToken}
-	kc.Contexts["demo"] = &clientcmdapi.Context{Cluster: "demo", AuthInfo: "admin"}
-	kc.CurrentContext = "demo"
-	raw, err := clientcmd.Write(*kc)
+	secret, err := env.KubeconfigSecret("default", "demo")
 	require.NoError(t, err)
-	mgmt := fakeclient.NewClientBuilder().WithScheme(env.Scheme).WithObjects(&corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "demo-kubeconfig", Labels: map[string]string{clusterv1.ClusterNameLabel: "demo"}},
-		Data:       map[string][]byte{"value": raw},
-	}).Build()
+	mgmt := fakeclient.NewClientBuilder().WithScheme(env.Scheme).WithObjects(secret).Build()
 	img := readUpgraderImage(t)
 
 	for _, tc := range []struct {

@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"crypto/tls"
 	"encoding/json"
 	"io"
 	"net"
@@ -25,7 +24,6 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/events"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
-	runtimecatalog "sigs.k8s.io/cluster-api/api/runtime/catalog"
 	runtimehooksv1 "sigs.k8s.io/cluster-api/api/runtime/hooks/v1alpha1"
 	fakeclient "sigs.k8s.io/controller-runtime/pkg/client/fake"
 
@@ -224,29 +222,7 @@ func TestServesTheHooksOverHTTPS(t *testing.T) {
 		cancel()
 		require.NoError(t, <-done)
 	})
-	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}}
-	base := "https://127.0.0.1:" + strconv.Itoa(port)
-	catalog := runtimecatalog.New()
-	require.NoError(t, runtimehooksv1.AddToCatalog(catalog))
-	post := func(hook runtimecatalog.Hook, name string, req, resp any) {
-		t.Helper()
-		gvh, err := catalog.GroupVersionHook(hook)
-		require.NoError(t, err)
-		body, err := json.Marshal(req)
-		require.NoError(t, err)
-		r, err := client.Post(base+runtimecatalog.GVHToPath(gvh, name), "application/json", bytes.NewReader(body))
-		require.NoError(t, err)
-		defer r.Body.Close()
-		require.Equal(t, http.StatusOK, r.StatusCode)
-		require.NoError(t, json.NewDecoder(r.Body).Decode(resp))
-	}
-	require.Eventually(t, func() bool {
-		r, err := client.Get(base + "/")
-		if err == nil {
-			r.Body.Close()
-		}
-		return err == nil
-	}, 30*time.Second, 50*time.Millisecond)
+	post := newHookClient(t, port, pool).post
 
 	var disc runtimehooksv1.DiscoveryResponse
 	post(runtimehooksv1.Discovery, "", &runtimehooksv1.DiscoveryRequest{TypeMeta: metav1.TypeMeta{APIVersion: runtimehooksv1.GroupVersion.String(), Kind: "DiscoveryRequest"}}, &disc)

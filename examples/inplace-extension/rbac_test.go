@@ -3,13 +3,9 @@ package main
 import (
 	"bytes"
 	"context"
-	"crypto/tls"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"net/http"
-	"os"
 	"slices"
 	"sort"
 	"strconv"
@@ -27,14 +23,10 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/client-go/tools/events"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
-	runtimecatalog "sigs.k8s.io/cluster-api/api/runtime/catalog"
 	runtimehooksv1 "sigs.k8s.io/cluster-api/api/runtime/hooks/v1alpha1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -142,19 +134,10 @@ func parseAPIRequest(req *http.Request) apiRequest {
 // cluster-wide, else the RoleBinding's namespace.
 func deployRBAC(t *testing.T, c client.Client) map[string][]rbacv1.PolicyRule {
 	t.Helper()
-	raw, err := os.ReadFile("deploy/extension.yaml")
-	require.NoError(t, err)
-	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(raw), 4096)
 	roles := map[string][]rbacv1.PolicyRule{}
 	grants := map[string][]rbacv1.PolicyRule{}
 	var bindings []struct{ namespace, role string }
-	for {
-		var obj unstructured.Unstructured
-		err := dec.Decode(&obj.Object)
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		require.NoError(t, err)
+	for _, obj := range deployManifests(t) {
 		switch obj.GetKind() {
 		case "Namespace", "ServiceAccount":
 		case "ClusterRole":
@@ -213,15 +196,9 @@ func TestLeastPrivilegeOverHTTPS(t *testing.T) {
 
 	// CAPI's kubeconfig secret for the cluster, and secrets the extension
 	// has no business reading.
-	kc := clientcmdapi.NewConfig()
-	kc.Clusters["demo"] = &clientcmdapi.Cluster{Server: env.Config.Host, CertificateAuthorityData: env.Config.CAData}
-	kc.AuthInfos["admin"] = &clientcmdapi.AuthInfo{ClientCertificateData: env.Config.CertData, ClientKeyData: env.Config.KeyData, Token: env.Config.BearerToken}
-	kc.Contexts["demo"] = &clientcmdapi.Context{Cluster: "demo", AuthInfo: "admin"}
-	kc.CurrentContext = "demo"
-	kubeconfig, err := clientcmd.Write(*kc)
+	secret, err := env.KubeconfigSecret("default", "demo")
 	require.NoError(t, err)
-	require.NoError(t, admin.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "demo-kubeconfig"},
-		Type: clusterv1.ClusterSecretType, Data: map[string][]byte{"value": kubeconfig}}))
+	require.NoError(t, admin.Create(ctx, secret))
 	require.NoError(t, admin.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: "etcd-keys"},
 		Data: map[string][]byte{"key": []byte("not for the extension")}}))
 
@@ -261,29 +238,8 @@ func TestLeastPrivilegeOverHTTPS(t *testing.T) {
 		cancel()
 		require.NoError(t, <-done)
 	})
-	httpc := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}}
-	base := "https://127.0.0.1:" + strconv.Itoa(port)
-	catalog := runtimecatalog.New()
-	require.NoError(t, runtimehooksv1.AddToCatalog(catalog))
-	post := func(hook runtimecatalog.Hook, name string, req, resp any) {
-		t.Helper()
-		gvh, err := catalog.GroupVersionHook(hook)
-		require.NoError(t, err)
-		body, err := json.Marshal(req)
-		require.NoError(t, err)
-		r, err := httpc.Post(base+runtimecatalog.GVHToPath(gvh, name), "application/json", bytes.NewReader(body))
-		require.NoError(t, err)
-		defer r.Body.Close()
-		require.Equal(t, http.StatusOK, r.StatusCode)
-		require.NoError(t, json.NewDecoder(r.Body).Decode(resp))
-	}
-	require.Eventually(t, func() bool {
-		r, err := httpc.Get(base + "/")
-		if err == nil {
-			r.Body.Close()
-		}
-		return err == nil
-	}, 30*time.Second, 50*time.Millisecond)
+	hooks := newHookClient(t, port, pool)
+	post := hooks.post
 
 	var live clusterv1.Machine
 	require.NoError(t, admin.Get(ctx, client.ObjectKey{Namespace: cl.Namespace(), Name: worker.Name}, &live))

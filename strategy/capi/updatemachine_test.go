@@ -10,8 +10,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/client-go/tools/events"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	runtimehooksv1 "sigs.k8s.io/cluster-api/api/runtime/hooks/v1alpha1"
@@ -195,17 +193,9 @@ func TestUpdateMachineAgainstRealAPIServer(t *testing.T) {
 		_, err := get(ctx, key)
 		require.Error(t, err, "no secret yet")
 
-		kc := clientcmdapi.NewConfig()
-		kc.Clusters["demo"] = &clientcmdapi.Cluster{Server: env.Config.Host, CertificateAuthorityData: env.Config.CAData}
-		kc.AuthInfos["admin"] = &clientcmdapi.AuthInfo{ClientCertificateData: env.Config.CertData, ClientKeyData: env.Config.KeyData, Token: env.Config.BearerToken}
-		kc.Contexts["demo"] = &clientcmdapi.Context{Cluster: "demo", AuthInfo: "admin"}
-		kc.CurrentContext = "demo"
-		raw, err := clientcmd.Write(*kc)
+		secret, err := env.KubeconfigSecret("default", "demo")
 		require.NoError(t, err)
-		require.NoError(t, c.Create(ctx, &corev1.Secret{
-			ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "demo-kubeconfig", Labels: map[string]string{clusterv1.ClusterNameLabel: "demo"}},
-			Data:       map[string][]byte{"value": raw},
-		}))
+		require.NoError(t, c.Create(ctx, secret))
 		wc, err := get(ctx, key)
 		require.NoError(t, err, "a failure is not cached")
 		var nodes corev1.NodeList
