@@ -22,6 +22,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -437,7 +438,11 @@ func serve(ctx context.Context, o options, d deps, log logr.Logger) error {
 	if err := runtimehooksv1.AddToCatalog(catalog); err != nil {
 		return err
 	}
-	srv, err := server.New(server.Options{Catalog: catalog, Host: o.host, Port: o.port, CertDir: o.certDir})
+	// HTTP/1.1 only, as Cluster API's own servers: HTTP/2's rapid reset
+	// (CVE-2023-44487) and stream multiplexing are of no use to a client
+	// that sends one request at a time.
+	srv, err := server.New(server.Options{Catalog: catalog, Host: o.host, Port: o.port, CertDir: o.certDir,
+		TLSOpts: []func(*tls.Config){func(c *tls.Config) { c.NextProtos = []string{"http/1.1"} }}})
 	if err != nil {
 		return err
 	}

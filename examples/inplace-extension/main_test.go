@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"io"
 	"net"
@@ -231,6 +232,21 @@ func TestServesTheHooksOverHTTPS(t *testing.T) {
 		names = append(names, h.Name)
 	}
 	require.ElementsMatch(t, []string{"upgradekit-can-update-machine", "upgradekit-can-update-machineset", "upgradekit-update-machine"}, names)
+	// HTTP/2 is not offered, even to a client that asks for it.
+	h2 := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{ForceAttemptHTTP2: true,
+		TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12, NextProtos: []string{"h2", "http/1.1"}}}}
+	r, err := h2.Get("https://127.0.0.1:" + strconv.Itoa(port) + "/")
+	require.NoError(t, err)
+	r.Body.Close()
+	require.Equal(t, "HTTP/1.1", r.Proto)
+	for _, h := range disc.Handlers {
+		want := int32(capi.HandlerTimeoutCanUpdate / time.Second)
+		if h.Name == "upgradekit-update-machine" {
+			want = int32(capi.HandlerTimeoutUpdateMachine / time.Second)
+		}
+		require.Equal(t, want, *h.TimeoutSeconds, "discovery announces %s's timeout", h.Name)
+		require.Equal(t, runtimehooksv1.FailurePolicyFail, *h.FailurePolicy, h.Name)
+	}
 
 	machine := func(v string) clusterv1.Machine {
 		return clusterv1.Machine{ObjectMeta: metav1.ObjectMeta{Name: "m", Namespace: "default"}, Spec: clusterv1.MachineSpec{ClusterName: "demo", Version: v}}

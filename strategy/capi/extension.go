@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -46,7 +47,13 @@ type Extension struct {
 	metrics  *Metrics
 	checks   []Check
 	images   ImagesByVersion
+	failure  runtimehooksv1.FailurePolicy
 }
+
+// HandlerTimeoutCanUpdate is the TimeoutSeconds the CanUpdate* handlers
+// announce in discovery: a decision reads nothing but the request (and
+// the Checks' reads), well within Cluster API's default of 10 seconds.
+const HandlerTimeoutCanUpdate = 10 * time.Second
 
 // ExtensionOption configures an Extension.
 type ExtensionOption func(*Extension)
@@ -65,14 +72,27 @@ func WithLogger(l logr.Logger) ExtensionOption { return func(e *Extension) { e.l
 // outcome (HookAccept, HookDecline, HookError).
 func WithMetrics(m *Metrics) ExtensionOption { return func(e *Extension) { e.metrics = m } }
 
+// WithFailurePolicy sets the FailurePolicy the CanUpdate* handlers
+// announce in discovery (default runtimehooksv1.FailurePolicyFail: while
+// the extension cannot answer, Cluster API keeps asking and changes
+// nothing). runtimehooksv1.FailurePolicyIgnore makes Cluster API go on
+// without an answer, that is, roll machines out by replacement while the
+// extension is down.
+func WithFailurePolicy(p runtimehooksv1.FailurePolicy) ExtensionOption {
+	return func(e *Extension) { e.failure = p }
+}
+
 // NewExtension builds the hook handlers around a decider.
 func NewExtension(d strategy.Decider, opts ...ExtensionOption) (*Extension, error) {
 	if d == nil {
 		return nil, fmt.Errorf("%w: nil decider", ErrInvalidOption)
 	}
-	e := &Extension{decider: d}
+	e := &Extension{decider: d, failure: runtimehooksv1.FailurePolicyFail}
 	for _, o := range opts {
 		o(e)
+	}
+	if e.failure != runtimehooksv1.FailurePolicyFail && e.failure != runtimehooksv1.FailurePolicyIgnore {
+		return nil, fmt.Errorf("%w: failure policy %q (want %s or %s)", ErrInvalidOption, e.failure, runtimehooksv1.FailurePolicyFail, runtimehooksv1.FailurePolicyIgnore)
 	}
 	if e.images != nil {
 		if err := e.images.Validate(); err != nil {
@@ -100,9 +120,12 @@ func NewExtension(d strategy.Decider, opts ...ExtensionOption) (*Extension, erro
 // sigs.k8s.io/cluster-api/exp/runtime/server.Server; names are prefixed
 // with namePrefix ("<prefix>-can-update-machine", ...).
 func (e *Extension) Handlers(namePrefix string) []server.ExtensionHandler {
+	timeout := int32(HandlerTimeoutCanUpdate / time.Second)
 	return []server.ExtensionHandler{
-		{Hook: runtimehooksv1.CanUpdateMachine, Name: namePrefix + "-can-update-machine", HandlerFunc: e.CanUpdateMachine},
-		{Hook: runtimehooksv1.CanUpdateMachineSet, Name: namePrefix + "-can-update-machineset", HandlerFunc: e.CanUpdateMachineSet},
+		{Hook: runtimehooksv1.CanUpdateMachine, Name: namePrefix + "-can-update-machine", HandlerFunc: e.CanUpdateMachine,
+			TimeoutSeconds: &timeout, FailurePolicy: new(e.failure)},
+		{Hook: runtimehooksv1.CanUpdateMachineSet, Name: namePrefix + "-can-update-machineset", HandlerFunc: e.CanUpdateMachineSet,
+			TimeoutSeconds: &timeout, FailurePolicy: new(e.failure)},
 	}
 }
 

@@ -14,14 +14,17 @@ import (
 	"github.com/stretchr/testify/require"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	bootstrapv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	runtimecatalog "sigs.k8s.io/cluster-api/api/runtime/catalog"
 	runtimehooksv1 "sigs.k8s.io/cluster-api/api/runtime/hooks/v1alpha1"
 	"sigs.k8s.io/cluster-api/exp/runtime/server"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/upgradekit/upgradekit/diff"
 	"github.com/upgradekit/upgradekit/internal/testcerts"
+	"github.com/upgradekit/upgradekit/nodeexec/nodepod"
 	"github.com/upgradekit/upgradekit/strategy"
 	"github.com/upgradekit/upgradekit/strategy/capi"
 )
@@ -338,4 +341,36 @@ func must[T any](v T, err error) T {
 		panic(err)
 	}
 	return v
+}
+
+// TestHandlersAnnounceTimeoutsAndFailurePolicies: the handlers tell
+// Cluster API's discovery how long they may take (UpdateMachine's drain
+// diagnosis exceeds the 10-second default) and what to do while the
+// extension cannot answer (Fail unless asked otherwise; UpdateMachine
+// always Fail).
+func TestHandlersAnnounceTimeoutsAndFailurePolicies(t *testing.T) {
+	k8s := must(strategy.ForCategories("kubernetes", diff.CategoryKubernetesVersion))
+	for _, tc := range []struct {
+		opts []capi.ExtensionOption
+		want runtimehooksv1.FailurePolicy
+	}{
+		{nil, runtimehooksv1.FailurePolicyFail},
+		{[]capi.ExtensionOption{capi.WithFailurePolicy(runtimehooksv1.FailurePolicyIgnore)}, runtimehooksv1.FailurePolicyIgnore},
+	} {
+		ext, err := capi.NewExtension(strategy.Updaters(k8s), tc.opts...)
+		require.NoError(t, err)
+		for _, h := range ext.Handlers("x") {
+			require.Equal(t, int32(10), *h.TimeoutSeconds, h.Name)
+			require.Equal(t, tc.want, *h.FailurePolicy, h.Name)
+		}
+	}
+	_, err := capi.NewExtension(strategy.Updaters(k8s), capi.WithFailurePolicy("Sometimes"))
+	require.ErrorIs(t, err, capi.ErrInvalidOption)
+
+	u, err := capi.NewMachineUpdater(func(context.Context, types.NamespacedName) (client.Client, error) { return nil, nil }, capi.WithoutDrain(),
+		capi.WithPodOptions(nodepod.WithImage("img")))
+	require.NoError(t, err)
+	h := u.Handler("x")
+	require.Equal(t, int32(30), *h.TimeoutSeconds)
+	require.Equal(t, runtimehooksv1.FailurePolicyFail, *h.FailurePolicy)
 }

@@ -254,8 +254,17 @@ func NewMachineUpdater(workload WorkloadClient, opts ...MachineUpdaterOption) (*
 
 // Handler returns the handler to register on CAPI's runtime server.
 func (u *MachineUpdater) Handler(namePrefix string) server.ExtensionHandler {
-	return server.ExtensionHandler{Hook: runtimehooksv1.UpdateMachine, Name: namePrefix + "-update-machine", HandlerFunc: u.UpdateMachine}
+	timeout := int32(HandlerTimeoutUpdateMachine / time.Second)
+	return server.ExtensionHandler{Hook: runtimehooksv1.UpdateMachine, Name: namePrefix + "-update-machine", HandlerFunc: u.UpdateMachine,
+		TimeoutSeconds: &timeout, FailurePolicy: new(runtimehooksv1.FailurePolicyFail)}
 }
+
+// HandlerTimeoutUpdateMachine is the TimeoutSeconds the UpdateMachine
+// handler announces in discovery: one call may read the workload
+// cluster's pods and PodDisruptionBudgets to say why a drain is blocked,
+// which takes longer than Cluster API's default of 10 seconds on a large
+// node. Its FailurePolicy is Fail: an update Cluster API may not ignore.
+const HandlerTimeoutUpdateMachine = 30 * time.Second
 
 // UpdateMachine answers the hook. It is idempotent and driven by the desired
 // Machine only.
