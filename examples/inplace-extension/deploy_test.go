@@ -102,6 +102,7 @@ func TestDeployManifestsApply(t *testing.T) {
 	require.Empty(t, cmp.Diff(map[string][]rbacv1.PolicyRule{
 		"upgradekit-extension": {
 			{APIGroups: []string{"cluster.x-k8s.io"}, Resources: []string{"machines"}, Verbs: []string{"get", "list"}},
+			{APIGroups: []string{"bootstrap.cluster.x-k8s.io"}, Resources: []string{"kubeadmconfigs"}, Verbs: []string{"get"}},
 			{APIGroups: []string{"events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
 		},
 		"upgradekit-extension-kubeconfig": {

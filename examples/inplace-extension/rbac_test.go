@@ -26,6 +26,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/events"
+	bootstrapv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	runtimehooksv1 "sigs.k8s.io/cluster-api/api/runtime/hooks/v1alpha1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -268,12 +269,27 @@ func TestLeastPrivilegeOverHTTPS(t *testing.T) {
 	require.Equal(t, runtimehooksv1.ResponseStatusSuccess, can.Status, can.Message)
 	require.True(t, can.MachinePatch.IsDefined(), can.Message)
 
+	// The Machine's KubeadmConfig, which Cluster API sends along.
+	kc := &bootstrapv1.KubeadmConfig{}
+	require.NoError(t, admin.Get(ctx, client.ObjectKey{Namespace: live.Namespace, Name: live.Spec.Bootstrap.ConfigRef.Name}, kc))
+	kcRaw := func(mutate func(*bootstrapv1.KubeadmConfig)) runtime.RawExtension {
+		c := kc.DeepCopy()
+		c.TypeMeta = metav1.TypeMeta{APIVersion: bootstrapv1.GroupVersion.String(), Kind: "KubeadmConfig"}
+		if mutate != nil {
+			mutate(c)
+		}
+		b, err := json.Marshal(c)
+		require.NoError(t, err)
+		return runtime.RawExtension{Raw: b}
+	}
+	bootstrap := kcRaw(nil)
 	updateMachine := func(m *clusterv1.Machine) runtimehooksv1.UpdateMachineResponse {
 		t.Helper()
 		var resp runtimehooksv1.UpdateMachineResponse
 		post(runtimehooksv1.UpdateMachine, "upgradekit-update-machine", &runtimehooksv1.UpdateMachineRequest{
 			TypeMeta: metav1.TypeMeta{APIVersion: runtimehooksv1.GroupVersion.String(), Kind: "UpdateMachineRequest"},
-			Desired:  runtimehooksv1.UpdateMachineRequestObjects{Machine: *m, InfrastructureMachine: runtime.RawExtension{Raw: infraRaw}},
+			Desired: runtimehooksv1.UpdateMachineRequestObjects{Machine: *m, InfrastructureMachine: runtime.RawExtension{Raw: infraRaw},
+				BootstrapConfig: bootstrap},
 		}, &resp)
 		return resp
 	}
@@ -303,6 +319,23 @@ func TestLeastPrivilegeOverHTTPS(t *testing.T) {
 	}
 	live.Annotations[clusterv1.UpdateInProgressAnnotation] = ""
 	require.NoError(t, admin.Patch(ctx, &live, patch))
+	kcPatch := client.MergeFrom(kc.DeepCopy())
+	if kc.Annotations == nil {
+		kc.Annotations = map[string]string{}
+	}
+	kc.Annotations[clusterv1.UpdateInProgressAnnotation] = ""
+	require.NoError(t, admin.Patch(ctx, kc, kcPatch))
+
+	// Kubelet arguments Cluster API never asked for.
+	bootstrap = kcRaw(func(c *bootstrapv1.KubeadmConfig) {
+		c.Spec.JoinConfiguration.NodeRegistration.KubeletExtraArgs = append(c.Spec.JoinConfiguration.NodeRegistration.KubeletExtraArgs,
+			bootstrapv1.Arg{Name: "authorization-mode", Value: new("AlwaysAllow")})
+	})
+	resp = updateMachine(desired)
+	require.Equal(t, runtimehooksv1.ResponseStatusFailure, resp.Status, resp.Message)
+	require.Contains(t, resp.Message, "bootstrap config spec is not KubeadmConfig")
+	untouched("kubelet arguments Cluster API never asked for")
+	bootstrap = kcRaw(nil)
 
 	for _, spoof := range []struct {
 		name string

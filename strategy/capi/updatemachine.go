@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -12,13 +13,16 @@ import (
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/version"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
+	bootstrapv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	runtimehooksv1 "sigs.k8s.io/cluster-api/api/runtime/hooks/v1alpha1"
 	"sigs.k8s.io/cluster-api/exp/runtime/server"
@@ -399,7 +403,7 @@ func (u *MachineUpdater) update(ctx context.Context, log logr.Logger, m *cluster
 		return res
 	}
 	if u.mgmt != nil {
-		live, res, ok := u.checkRequest(ctx, m)
+		live, res, ok := u.checkRequest(ctx, m, spec)
 		if !ok {
 			if res.err != nil {
 				u.reportWithoutNode(m, &res)
@@ -456,8 +460,13 @@ func (u *MachineUpdater) update(ctx context.Context, log logr.Logger, m *cluster
 // client is fine): the Machine must exist, carry Cluster API's
 // update-in-progress annotation (clusterv1.UpdateInProgressAnnotation:
 // Cluster API asked for this update) and name the same cluster,
-// providerID and version as the request. A request that does not match is
-// a Failure (FailureRequestMismatch) and nothing is done. The live
+// providerID and version as the request; when the request carries a
+// KubeadmConfig, the Machine's bootstrap config must be that KubeadmConfig,
+// carry the annotation too, and have the same spec (Cluster API sends the
+// live object), so that the kubelet arguments and control plane
+// configuration applied are Cluster API's, not a caller's. A request that
+// does not match is a Failure (FailureRequestMismatch) and nothing is
+// done. mgmt needs get on Machines and KubeadmConfigs. The live
 // Machine's UID also lets the Events attach to it, so that `kubectl
 // describe machine` shows them; without this option the request's Machine
 // is used as sent.
@@ -465,9 +474,10 @@ func WithManagementReader(mgmt client.Reader) MachineUpdaterOption {
 	return func(u *MachineUpdater) { u.mgmt = mgmt }
 }
 
-// checkRequest compares the request's Machine with the live one and
-// returns the one to act on: the request's, with the live UID.
-func (u *MachineUpdater) checkRequest(ctx context.Context, m *clusterv1.Machine) (*clusterv1.Machine, updateResult, bool) {
+// checkRequest compares the request's Machine (and its KubeadmConfig spec,
+// when the request carries one) with the live ones and returns the Machine
+// to act on: the request's, with the live UID.
+func (u *MachineUpdater) checkRequest(ctx context.Context, m *clusterv1.Machine, spec *bootstrapv1.KubeadmConfigSpec) (*clusterv1.Machine, updateResult, bool) {
 	var live clusterv1.Machine
 	if err := u.mgmt.Get(ctx, types.NamespacedName{Namespace: m.Namespace, Name: m.Name}, &live); err != nil {
 		if apierrors.IsNotFound(err) {
@@ -488,6 +498,11 @@ func (u *MachineUpdater) checkRequest(ctx context.Context, m *clusterv1.Machine)
 			return nil, failedAs(FailureRequestMismatch, "Machine %s/%s: the request's %s %q is not the Machine's %q", m.Namespace, m.Name, f.field, f.req, f.live), false
 		}
 	}
+	if spec != nil {
+		if res, ok := u.checkBootstrapConfig(ctx, &live, spec); !ok {
+			return nil, res, false
+		}
+	}
 	out := m.DeepCopy()
 	out.UID = live.UID
 	// A retry is asked for on the live Machine; the request's copy of the
@@ -500,6 +515,45 @@ func (u *MachineUpdater) checkRequest(ctx context.Context, m *clusterv1.Machine)
 		out.Annotations[AnnotationRetry] = v
 	}
 	return out, updateResult{}, true
+}
+
+// checkBootstrapConfig requires the request's KubeadmConfig spec to be the
+// live one the Machine refers to, marked by Cluster API for the update:
+// what UpdateMachine applies from it (kubelet arguments, control plane
+// configuration) must be what Cluster API holds, not what a caller sent.
+func (u *MachineUpdater) checkBootstrapConfig(ctx context.Context, live *clusterv1.Machine, spec *bootstrapv1.KubeadmConfigSpec) (updateResult, bool) {
+	ref := live.Spec.Bootstrap.ConfigRef
+	if ref.Kind != "KubeadmConfig" || ref.APIGroup != bootstrapv1.GroupVersion.Group {
+		return failedAs(FailureRequestMismatch, "the request carries a KubeadmConfig, but Machine %s/%s's bootstrap config is %q (%s)",
+			live.Namespace, live.Name, ref.Kind, ref.APIGroup), false
+	}
+	obj := &unstructured.Unstructured{}
+	obj.SetGroupVersionKind(bootstrapv1.GroupVersion.WithKind("KubeadmConfig"))
+	key := types.NamespacedName{Namespace: live.Namespace, Name: ref.Name}
+	if err := u.mgmt.Get(ctx, key, obj); err != nil {
+		if apierrors.IsNotFound(err) {
+			return failedAs(FailureRequestMismatch, "no KubeadmConfig %s in the management cluster", key), false
+		}
+		return waiting(ReasonPending, "reading KubeadmConfig %s from the management cluster: %v", key, err), false
+	}
+	if _, ok := obj.GetAnnotations()[clusterv1.UpdateInProgressAnnotation]; !ok {
+		return failedAs(FailureRequestMismatch, "KubeadmConfig %s has no %s annotation: Cluster API has not asked for its in-place update",
+			key, clusterv1.UpdateInProgressAnnotation), false
+	}
+	var liveSpec bootstrapv1.KubeadmConfigSpec
+	if raw, ok := obj.Object["spec"]; ok {
+		b, err := json.Marshal(raw)
+		if err == nil {
+			err = json.Unmarshal(b, &liveSpec)
+		}
+		if err != nil {
+			return failedAs(FailureRequestMismatch, "KubeadmConfig %s: spec: %v", key, err), false
+		}
+	}
+	if !apiequality.Semantic.DeepEqual(*spec, liveSpec) {
+		return failedAs(FailureRequestMismatch, "the request's bootstrap config spec is not KubeadmConfig %s's", key), false
+	}
+	return updateResult{}, true
 }
 
 // Deadline defaults.

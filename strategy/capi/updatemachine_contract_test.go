@@ -2,6 +2,7 @@ package capi_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	clocktesting "k8s.io/utils/clock/testing"
+	bootstrapv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	runtimehooksv1 "sigs.k8s.io/cluster-api/api/runtime/hooks/v1alpha1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -434,6 +436,58 @@ func TestUpdateMachineChecksTheRequestAgainstTheMachine(t *testing.T) {
 			require.Contains(t, resp.Message, tc.message)
 			require.Empty(t, pc.pods(), "nothing done for a request the cluster does not back")
 			require.Nil(t, pc.record())
+		})
+	}
+
+	// The KubeadmConfig a request carries must be Cluster API's.
+	kubeadmConfig := func(args ...string) *bootstrapv1.KubeadmConfig {
+		kc := &bootstrapv1.KubeadmConfig{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "w-0",
+			Annotations: map[string]string{clusterv1.UpdateInProgressAnnotation: ""}}}
+		for _, a := range args {
+			n, v, _ := strings.Cut(a, "=")
+			kc.Spec.JoinConfiguration.NodeRegistration.KubeletExtraArgs = append(kc.Spec.JoinConfiguration.NodeRegistration.KubeletExtraArgs, bootstrapv1.Arg{Name: n, Value: ptrTo(v)})
+		}
+		kc.Spec.JoinConfiguration.NodeRegistration.Name = "w"
+		return kc
+	}
+	withConfigRef := func(m *clusterv1.Machine) {
+		m.Spec.Bootstrap.ConfigRef = clusterv1.ContractVersionedObjectReference{APIGroup: bootstrapv1.GroupVersion.Group, Kind: "KubeadmConfig", Name: "w-0"}
+	}
+	bscheme := runtime.NewScheme()
+	require.NoError(t, clusterv1.AddToScheme(bscheme))
+	require.NoError(t, bootstrapv1.AddToScheme(bscheme))
+	for _, tc := range []struct {
+		name    string
+		objs    []client.Object
+		args    []string // the request's kubelet arguments
+		message string   // "" for a match
+	}{
+		{"the live KubeadmConfig's spec", []client.Object{machine(withConfigRef), kubeadmConfig("max-pods=200")}, []string{"max-pods=200"}, ""},
+		{"kubelet arguments the KubeadmConfig does not have", []client.Object{machine(withConfigRef), kubeadmConfig("max-pods=200")}, []string{"max-pods=200", "v=9"},
+			"the request's bootstrap config spec is not KubeadmConfig default/w-0's"},
+		{"a KubeadmConfig Cluster API has not marked", []client.Object{machine(withConfigRef), func() client.Object { kc := kubeadmConfig(); kc.Annotations = nil; return kc }()}, nil,
+			"KubeadmConfig default/w-0 has no"},
+		{"no such KubeadmConfig", []client.Object{machine(withConfigRef)}, nil, "no KubeadmConfig default/w-0"},
+		{"a Machine without a KubeadmConfig", []client.Object{machine(nil), kubeadmConfig()}, nil, "the request carries a KubeadmConfig"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pc := newPodsCluster(t)
+			mgmt := crfake.NewClientBuilder().WithScheme(bscheme).WithObjects(tc.objs...).Build()
+			workload := func(context.Context, types.NamespacedName) (client.Client, error) { return pc.c, nil }
+			u, err := capi.NewMachineUpdater(workload, capi.WithoutDrain(), capi.WithPodOptions(nodepod.WithImage("r/u:1")), capi.WithManagementReader(mgmt))
+			require.NoError(t, err)
+			req := updateReq("w-0", "docker:////cp-0", "v1.31.1", false)
+			req.Desired.BootstrapConfig = workerConfig(t, tc.args...)
+			var resp runtimehooksv1.UpdateMachineResponse
+			u.UpdateMachine(t.Context(), req, &resp)
+			if tc.message == "" {
+				requireWaiting(t, resp, "started worker upgrade")
+				return
+			}
+			require.Equal(t, runtimehooksv1.ResponseStatusFailure, resp.Status, resp.Message)
+			require.Contains(t, resp.Message, capi.FailureRequestMismatch)
+			require.Contains(t, resp.Message, tc.message)
+			require.Empty(t, pc.pods(), "nothing done for a request the cluster does not back")
 		})
 	}
 
