@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# Releases upgradekit at one version: the root module and every nested
+# module that depends on it (today amiselect/aws) get the same version, and
+# each nested module requires the root at exactly that version (its
+# `replace ... => ../..` stays for work inside the repository; the go
+# command ignores a dependency's replace directives, so consumers resolve
+# the required version from their proxy).
+#
+#   hack/release.sh [-proxy DIR] [-no-tag] VERSION
+#
+# Steps: check VERSION (vX.Y.Z or vX.Y.Z-pre) and that the work tree is
+# clean; set the nested requires (a commit "release VERSION" when they
+# change); tag VERSION and <subdir>/VERSION for each nested module (unless
+# -no-tag). With -proxy DIR it also writes a file-based Go module proxy of
+# the released modules (GOPROXY=file://DIR), built by hack/release from the
+# tagged commit: what the release test installs into a consumer module.
+# Pushing the commit and the tags is left to the person releasing.
+set -euo pipefail
+
+usage() { echo "usage: hack/release.sh [-proxy DIR] [-no-tag] VERSION" >&2; exit 2; }
+proxy="" tag=1
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    -h|--help) echo "usage: hack/release.sh [-proxy DIR] [-no-tag] VERSION"; exit 0 ;;
+    -proxy) [[ $# -ge 2 ]] || usage; proxy="$2"; shift 2 ;;
+    -no-tag) tag=0; shift ;;
+    -*) echo "release: unknown flag $1" >&2; usage ;;
+    *) break ;;
+  esac
+done
+[[ $# -eq 1 ]] || usage
+version="$1"
+[[ "$version" =~ ^v[0-9]+\.[0-9]+\.[0-9]+(-[0-9A-Za-z.-]+)?$ ]] || { echo "release: version '$version' is not vX.Y.Z[-pre]" >&2; exit 2; }
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+rootmod=$(go list -m)
+if [[ -n "$(git status --porcelain)" ]]; then
+  echo "release: the work tree has uncommitted changes" >&2
+  exit 1
+fi
+
+# Nested modules released with the root: those that require it.
+nested=()
+while IFS= read -r mod; do
+  dir=${mod#./}
+  [[ "$dir" == . || "$dir" == hack/* ]] && continue
+  if (cd "$dir" && go mod edit -json | grep -q "\"Path\": \"$rootmod\""); then
+    nested+=("$dir")
+  fi
+done < <(find . -name go.mod -not -path './.git/*' -printf '%h\n' | sort)
+
+for dir in "${nested[@]}"; do
+  (cd "$dir" && go mod edit -require="$rootmod@$version")
+done
+if [[ -n "$(git status --porcelain)" ]]; then
+  git add -- $(printf '%s/go.mod ' "${nested[@]}")
+  git commit -q -m "release $version: nested modules require $rootmod $version"
+fi
+
+if [[ $tag == 1 ]]; then
+  git tag "$version"
+  for dir in "${nested[@]}"; do
+    git tag "$dir/$version"
+  done
+  echo "release: tagged $version$(printf ' %s/'"$version" "${nested[@]}") at $(git rev-parse --short HEAD)" >&2
+fi
+
+if [[ -n "$proxy" ]]; then
+  mkdir -p "$proxy"
+  proxy=$(cd "$proxy" && pwd)
+  mods=("$rootmod")
+  for dir in "${nested[@]}"; do
+    mods+=("$(cd "$dir" && go list -m)=$dir")
+  done
+  (cd hack/release && GOWORK=off go run . -repo "$root" -rev HEAD -version "$version" -out "$proxy" "${mods[@]}")
+  echo "release: wrote GOPROXY=file://$proxy for ${mods[*]}" >&2
+fi

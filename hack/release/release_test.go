@@ -1,0 +1,97 @@
+package main
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestConsumerGetsTheRelease releases a clone of the repository at a test
+// version into a file-based proxy (hack/release.sh -proxy), then, from a
+// new module outside the repository, `go get`s the root and the nested
+// amiselect/aws module at that version through it (the rest of the
+// dependencies through the usual proxy) and builds and runs a program
+// using both: the nested module's require of the root resolves.
+func TestConsumerGetsTheRelease(t *testing.T) {
+	top, err := exec.Command("git", "rev-parse", "--show-toplevel").Output()
+	if err != nil {
+		t.Fatalf("not in a git repository: %v", err)
+	}
+	tmp := t.TempDir()
+	clone := filepath.Join(tmp, "repo")
+	sh(t, "", nil, "git", "clone", "--quiet", strings.TrimSpace(string(top)), clone)
+	sh(t, clone, nil, "git", "config", "user.email", "release-test@example.invalid")
+	sh(t, clone, nil, "git", "config", "user.name", "release test")
+	const version = "v0.1.0-releasetest.1"
+	proxy := filepath.Join(tmp, "proxy")
+	sh(t, clone, nil, "hack/release.sh", "-proxy", proxy, version)
+
+	tags := sh(t, clone, nil, "git", "tag", "--points-at", "HEAD")
+	for _, want := range []string{version, "amiselect/aws/" + version} {
+		if !strings.Contains(tags, want) {
+			t.Fatalf("tag %s missing; HEAD has %q", want, tags)
+		}
+	}
+	nested, err := os.ReadFile(filepath.Join(clone, "amiselect/aws/go.mod"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(nested), "github.com/upgradekit/upgradekit "+version) {
+		t.Fatalf("amiselect/aws/go.mod does not require the root at %s:\n%s", version, nested)
+	}
+
+	consumer := filepath.Join(tmp, "consumer")
+	if err := os.MkdirAll(consumer, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(consumer, "go.mod"), "module example.com/consumer\n\ngo 1.26.0\n")
+	writeFile(t, filepath.Join(consumer, "main.go"), `package main
+
+import (
+	"fmt"
+
+	"github.com/upgradekit/upgradekit/amiselect/aws"
+	"github.com/upgradekit/upgradekit/diff"
+)
+
+func main() {
+	cs, err := diff.Machines(
+		diff.State{Machine: map[string]any{"kind": "Machine", "spec": map[string]any{"version": "v1.30.4"}}},
+		diff.State{Machine: map[string]any{"kind": "Machine", "spec": map[string]any{"version": "v1.31.1"}}})
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(cs.Categories(), aws.ErrNoClient != nil)
+}
+`)
+	upstream := strings.TrimSpace(sh(t, "", nil, "go", "env", "GOPROXY"))
+	env := []string{"GOPROXY=file://" + proxy + "," + upstream, "GONOSUMDB=github.com/upgradekit", "GOFLAGS=-mod=mod", "GOWORK=off"}
+	sh(t, consumer, env, "go", "get", "github.com/upgradekit/upgradekit@"+version, "github.com/upgradekit/upgradekit/amiselect/aws@"+version)
+	if got := strings.TrimSpace(sh(t, consumer, env, "go", "list", "-m", "-f", "{{.Version}}", "github.com/upgradekit/upgradekit")); got != version {
+		t.Fatalf("the consumer resolved github.com/upgradekit/upgradekit %s, want %s", got, version)
+	}
+	if out := sh(t, consumer, env, "go", "run", "."); strings.TrimSpace(out) != "[KubernetesVersion] true" {
+		t.Fatalf("consumer printed %q", out)
+	}
+}
+
+func sh(t *testing.T, dir string, env []string, argv ...string) string {
+	t.Helper()
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), env...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s: %v\n%s", strings.Join(argv, " "), err, out)
+	}
+	return string(out)
+}
+
+func writeFile(t *testing.T, path, content string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
