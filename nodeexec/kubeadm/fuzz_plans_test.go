@@ -10,7 +10,7 @@ import (
 	"github.com/upgradekit/upgradekit/nodeexec/nodepod"
 )
 
-// FuzzNewPlans feeds the three plan constructors hostile configurations
+// FuzzNewPlans feeds the four plan constructors hostile configurations
 // (names, versions, paths, arguments): none panics or takes more than 2
 // seconds, every refusal wraps ErrInvalidConfig (or the plan's
 // ErrInvalidPlan, or a version error of CheckUpgrade), and every plan
@@ -51,5 +51,7 @@ func FuzzNewPlans(f *testing.F) {
 		p, err = NewControlPlaneConfigPlan(ControlPlaneConfig{PlanName: name, Node: node, ManifestDir: dir,
 			Expect: []ManifestExpectation{{Component: component, ImageTag: tag, Args: []KubeletArg{{Name: cpArg, Value: cpValue}}}}})
 		ok("NewControlPlaneConfigPlan", p, err)
+		p, err = NewFilesPlan(FilesConfig{PlanName: name, Node: node, Files: []File{{Path: dir, Content: []byte(cpValue), Permissions: argValue, Owner: argName}}})
+		ok("NewFilesPlan", p, err)
 	})
 }
