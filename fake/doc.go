@@ -30,7 +30,9 @@
 // kubelet-args plan (kubeadm.NewKubeletArgsPlan) runs too: the host keeps
 // a kubeadm-flags.env (DefaultKubeadmFlags at first), rewrites it with the
 // library's own model (kubeadm.KubeadmFlags), and a kubelet start reads it
-// (Host.KubeletArgs is what the running kubelet got). On control plane
+// (Host.KubeletArgs is what the running kubelet got). The files plan
+// (kubeadm.NewFilesPlan) writes files with their mode and owner
+// (Host.FileAttrs). On control plane
 // hosts the static pod manifests are YAML rendered as kubeadm renders them
 // (sigs.k8s.io/yaml, so a value YAML must quote comes out quoted) from
 // kube-system/kubeadm-config's ClusterConfiguration, read through the
@@ -162,6 +164,9 @@
 // /proc/<MainPID>/cmdline are not modelled (the host remembers the
 // arguments the kubelet read at its last start), and the kubelet always
 // reads kubeadm.DefaultKubeadmFlagsFile, whatever FlagsFile a plan names.
+// For files (kubeadm.NewFilesPlan): modes and owners are kept as the plan
+// set them (other files are 644 root:root), root is the only account (its
+// name and ID 0 agree), and no directory has a mode of its own.
 // For the control plane configuration: a static pod runs whatever its
 // manifest says (no crash loop on a bad flag, no image pull failure:
 // inject a failed step with Faults instead), a mirror pod is Ready exactly

@@ -154,7 +154,8 @@ type Host struct {
 	faults       *Faults
 	history      []nodeexec.Command
 	notReady     bool
-	kubeletArgs  []string // what the running kubelet read from kubeadm-flags.env
+	kubeletArgs  []string             // what the running kubelet read from kubeadm-flags.env
+	attrs        map[string]fileAttrs // modes and owners the files plan set
 	// observe, when set, sees every command Run answered, once it returns
 	// (the Simulator's MachineUpdater mode records Executions with it).
 	observe func(nodeexec.Command, nodeexec.Result, error)
