@@ -144,6 +144,22 @@ func KubeletExtraArgsPaths() []string {
 	}
 }
 
+// FilesPaths are the KubeadmConfig files (bootstrap.spec.files), which
+// strategy/capi's MachineUpdater writes in place (kubeadm.NewFilesPlan:
+// content, mode and owner, verified by SHA-256, mode and owner) when the
+// content is inline. Its Extension's FilesCheck declines a change of a file
+// it cannot write (content from a Secret, append, a template, a path kubeadm
+// owns, more than an upgrader pod carries), so an updater covering them
+// keeps the in-place contract when paired with that MachineUpdater:
+//
+//	files, _ := strategy.ForPaths("files", strategy.FilesPaths()...)
+//
+// A file removed from the KubeadmConfig stays on the node (cloud-init does
+// not delete files either), and nothing is restarted after a write.
+func FilesPaths() []string {
+	return []string{"bootstrap.spec.files"}
+}
+
 // ControlPlaneConfigPaths are the KubeadmConfig ClusterConfiguration
 // fields strategy/capi's MachineUpdater applies in place on control plane
 // nodes and verifies in their static pod manifests: the API server,

@@ -28,9 +28,9 @@
 //     category with no executor is never in a default accepted set
 //     (KubeadmCategories holds only the Kubernetes version, which the
 //     kubeadm plans of nodeexec/kubeadm apply and verify; the kubelet's
-//     extra arguments, KubeletExtraArgsPaths, and the control plane's
-//     static pod configuration, ControlPlaneConfigPaths, are applied and
-//     verified by the same executor);
+//     extra arguments, KubeletExtraArgsPaths, the control plane's static
+//     pod configuration, ControlPlaneConfigPaths, and the KubeadmConfig's
+//     files, FilesPaths, are applied and verified by the same executor);
 //   - refuse what cannot be applied before accepting: feasibility (a
 //     version a kubeadm plan can reach, an upgrader image for it, the
 //     caller's own checks) is checked at CanUpdate* time, and what fails

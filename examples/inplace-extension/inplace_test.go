@@ -20,8 +20,9 @@ import (
 )
 
 // TestAcceptsWhatUpdateMachineApplies: with UpdateMachine served here the
-// extension accepts a kubelet extra-argument change and a control plane
-// argument change in place (UpdateMachine applies both); with
+// extension accepts a kubelet extra-argument change, a control plane
+// argument change and a file change in place (UpdateMachine applies them);
+// with
 // -no-update-machine only the -in-place categories are accepted.
 func TestAcceptsWhatUpdateMachineApplies(t *testing.T) {
 	canUpdate := func(t *testing.T, args []string, edit func(*bootstrapv1.KubeadmConfig)) runtimehooksv1.CanUpdateMachineResponse {
@@ -63,7 +64,10 @@ func TestAcceptsWhatUpdateMachineApplies(t *testing.T) {
 	apiserverArgs := func(c *bootstrapv1.KubeadmConfig) {
 		c.Spec.ClusterConfiguration.APIServer.ExtraArgs = []bootstrapv1.Arg{{Name: "audit-log-maxage", Value: &v}}
 	}
-	for _, edit := range []func(*bootstrapv1.KubeadmConfig){kubeletArgs, apiserverArgs} {
+	file := func(c *bootstrapv1.KubeadmConfig) {
+		c.Spec.Files = []bootstrapv1.File{{Path: "/etc/example/limits.conf", Content: "nofile=65536"}}
+	}
+	for _, edit := range []func(*bootstrapv1.KubeadmConfig){kubeletArgs, apiserverArgs, file} {
 		resp := canUpdate(t, []string{"-upgrader-image", "registry.example/upgrader:v1.31.1"}, edit)
 		require.True(t, resp.BootstrapConfigPatch.IsDefined(), "accepted: %s", resp.Message)
 		resp = canUpdate(t, []string{"-no-update-machine"}, edit)

@@ -344,7 +344,12 @@ func handlers(o options, d deps) ([]server.ExtensionHandler, error) {
 		if err != nil {
 			return nil, err
 		}
-		updaters = append(updaters, kubeletArgs, cpConfig)
+		// And the KubeadmConfig's files it can write (inline content).
+		files, err := strategy.ForPaths("files", strategy.FilesPaths()...)
+		if err != nil {
+			return nil, err
+		}
+		updaters = append(updaters, kubeletArgs, cpConfig, files)
 	}
 	ext, err := capi.NewExtension(strategy.Updaters(updaters...), extOpts...)
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"path"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -91,14 +92,22 @@ func octalMode(p string) (string, error) {
 	return strconv.FormatUint(v, 8), nil
 }
 
+// withDefaults fills an empty Permissions and Owner with cloud-init's
+// defaults.
+func (f File) withDefaults() File {
+	if f.Permissions == "" {
+		f.Permissions = "0644"
+	}
+	if f.Owner == "" {
+		f.Owner = "root:root"
+	}
+	return f
+}
+
 func (c *FilesConfig) defaults() {
+	c.Files = slices.Clone(c.Files)
 	for i := range c.Files {
-		if c.Files[i].Permissions == "" {
-			c.Files[i].Permissions = "0644"
-		}
-		if c.Files[i].Owner == "" {
-			c.Files[i].Owner = "root:root"
-		}
+		c.Files[i] = c.Files[i].withDefaults()
 	}
 	if c.PlanName == "" {
 		sum := sha256.New()
@@ -115,8 +124,10 @@ func (c *FilesConfig) defaults() {
 
 // ValidateFile reports, as an error wrapping ErrInvalidConfig and naming
 // the field, why NewFilesPlan would refuse f (field prefixes the field
-// names, e.g. "files[2]").
+// names, e.g. "files[2]"). An empty Permissions or Owner takes the
+// default, as in NewFilesPlan.
 func ValidateFile(field string, f File) error {
+	f = f.withDefaults()
 	if err := absPath(field+".path", f.Path); err != nil {
 		return err
 	}

@@ -1,7 +1,10 @@
 package capi_test
 
 import (
+	"bytes"
+	"compress/gzip"
 	"context"
+	"encoding/base64"
 	"fmt"
 	"slices"
 	"strings"
@@ -33,6 +36,7 @@ func defaultInPlaceUpdaters(t *testing.T) strategy.Decider {
 		must(strategy.ForCategories("kubeadm", strategy.KubeadmCategories()...)),
 		must(strategy.ForPaths("kubelet-args", strategy.KubeletExtraArgsPaths()...)),
 		must(strategy.ForPaths("control-plane-config", strategy.ControlPlaneConfigPaths()...)),
+		must(strategy.ForPaths("files", strategy.FilesPaths()...)),
 	)
 }
 
@@ -153,6 +157,30 @@ func TestEachInPlaceCategoryEndsAppliedOrDeclined(t *testing.T) {
 			applied: func(t *testing.T, h *fake.Host) {
 				require.Contains(t, h.StaticPodCommand("kube-apiserver"), "--audit-log-maxage=30")
 			}},
+		{name: "a file, worker",
+			edit: func(_ *clusterv1.Machine, cfg *bootstrapv1.KubeadmConfig) {
+				cfg.Spec.Files = append(cfg.Spec.Files, bootstrapv1.File{Path: "/etc/example/limits.conf", Content: "nofile=65536\n", Permissions: "0600"})
+			},
+			applied: func(t *testing.T, h *fake.Host) {
+				got, _ := h.File("/etc/example/limits.conf")
+				require.Equal(t, "nofile=65536\n", got)
+				mode, _ := h.FileAttrs("/etc/example/limits.conf")
+				require.Equal(t, "600", mode)
+			}},
+		{name: "a gzip+base64 file, control plane", controlPlane: true,
+			edit: func(_ *clusterv1.Machine, cfg *bootstrapv1.KubeadmConfig) {
+				cfg.Spec.Files = append(cfg.Spec.Files, bootstrapv1.File{Path: "/etc/example/audit.yaml", Content: gzipBase64(t, "rules: []\n"), Encoding: bootstrapv1.GzipBase64})
+			},
+			applied: func(t *testing.T, h *fake.Host) {
+				got, _ := h.File("/etc/example/audit.yaml")
+				require.Equal(t, "rules: []\n", got)
+			}},
+		{name: "a file from a Secret: not written in place",
+			edit: func(_ *clusterv1.Machine, cfg *bootstrapv1.KubeadmConfig) {
+				cfg.Spec.Files = append(cfg.Spec.Files, bootstrapv1.File{Path: "/etc/example/token",
+					ContentFrom: bootstrapv1.FileSource{Secret: bootstrapv1.SecretFileSource{Name: "token", Key: "value"}}})
+			},
+			declined: "its content comes from Secret token"},
 		{name: "API server certSANs: no executor", controlPlane: true,
 			edit: func(_ *clusterv1.Machine, cfg *bootstrapv1.KubeadmConfig) {
 				cfg.Spec.ClusterConfiguration.APIServer.CertSANs = []string{"api.example"}
@@ -231,6 +259,16 @@ func TestEachInPlaceCategoryEndsAppliedOrDeclined(t *testing.T) {
 			require.Len(t, pods.Items, n)
 		})
 	}
+}
+
+func gzipBase64(t *testing.T, s string) string {
+	t.Helper()
+	var b bytes.Buffer
+	zw := gzip.NewWriter(&b)
+	_, err := zw.Write([]byte(s))
+	require.NoError(t, err)
+	require.NoError(t, zw.Close())
+	return base64.StdEncoding.EncodeToString(b.Bytes())
 }
 
 // driveUpdate calls UpdateMachine as Cluster API does until it answers

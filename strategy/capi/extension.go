@@ -104,7 +104,7 @@ func NewExtension(d strategy.Decider, opts ...ExtensionOption) (*Extension, erro
 			return nil, fmt.Errorf("%w: checks[%d] is nil", ErrInvalidOption, i)
 		}
 	}
-	e.checks = append([]Check{VersionCheck(), KubeletArgsCheck()}, e.checks...)
+	e.checks = append([]Check{VersionCheck(), KubeletArgsCheck(), FilesCheck()}, e.checks...)
 	differ, err := diff.New(append([]diff.Option{diff.InPlaceUpdate()}, e.diffOpts...)...)
 	if err != nil {
 		return nil, err

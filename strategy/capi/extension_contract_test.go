@@ -244,3 +244,42 @@ func TestExtensionPatchesIgnoredChanges(t *testing.T) {
 }
 
 func ptrTo[T any](v T) *T { return &v }
+
+// TestExtensionAcceptsFilesItCanWrite: with the files updater, a changed
+// inline file is accepted (and the patch leaves CAPI nothing to roll); a
+// changed file MachineUpdater cannot write is declined naming it, while
+// such a file left unchanged does not stand in the way.
+func TestExtensionAcceptsFilesItCanWrite(t *testing.T) {
+	files := must(strategy.ForPaths("files", strategy.FilesPaths()...))
+	ext, err := capi.NewExtension(strategy.Updaters(files))
+	require.NoError(t, err)
+	secret := bootstrapv1.File{Path: "/etc/example/token", ContentFrom: bootstrapv1.FileSource{Secret: bootstrapv1.SecretFileSource{Name: "token", Key: "value"}}}
+	for _, tc := range []struct {
+		name    string
+		cur     []bootstrapv1.File
+		des     []bootstrapv1.File
+		accept  bool
+		message string
+	}{
+		{"inline content changed", []bootstrapv1.File{{Path: "/etc/motd", Content: "v1"}}, []bootstrapv1.File{{Path: "/etc/motd", Content: "v2"}}, true, "in place"},
+		{"a file added beside an unchanged Secret file", []bootstrapv1.File{secret}, []bootstrapv1.File{secret, {Path: "/etc/motd", Content: "v2"}}, true, "in place"},
+		{"a Secret file added", nil, []bootstrapv1.File{secret}, false, "its content comes from Secret token"},
+		{"append", nil, []bootstrapv1.File{{Path: "/etc/motd", Content: "x", Append: new(true)}}, false, "append"},
+		{"a kubeadm key", nil, []bootstrapv1.File{{Path: "/etc/kubernetes/pki/ca.key", Content: "x"}}, false, "/etc/kubernetes/pki"},
+		{"a template", nil, []bootstrapv1.File{{Path: "/etc/motd", Content: "{{ .controlPlane.version }}", ContentFormat: bootstrapv1.FileContentFormatTemplate}}, false, "Template"},
+		{"bad base64", nil, []bootstrapv1.File{{Path: "/etc/motd", Content: "!!", Encoding: bootstrapv1.Base64}}, false, "cannot be written in place"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cur, des, curCfg, desCfg, curInfra, desInfra := contractPair()
+			des.Spec.Version = cur.Spec.Version
+			curCfg.Spec.Files, desCfg.Spec.Files = tc.cur, tc.des
+			resp := canUpdateMachine(t, ext, nil, cur, des, curCfg, desCfg, curInfra, desInfra)
+			require.Equal(t, runtimehooksv1.ResponseStatusSuccess, resp.Status, resp.Message)
+			require.Contains(t, resp.Message, tc.message)
+			require.Equal(t, tc.accept, resp.BootstrapConfigPatch.IsDefined(), resp.Message)
+			if tc.accept {
+				requireNothingLeftToRoll(t, resp, cur, des, curCfg, desCfg, curInfra, desInfra)
+			}
+		})
+	}
+}

@@ -355,6 +355,8 @@ type call struct {
 	args kubeletArgs
 	// cp is the desired control plane configuration (control planes only).
 	cp controlPlaneConfig
+	// files are the desired KubeadmConfig files written in place.
+	files desiredFileSet
 	// rec is the node's UpdateRecord as this call last read or wrote it,
 	// and recRaw its annotation value ("" for none).
 	rec    *UpdateRecord
@@ -382,6 +384,7 @@ func (u *MachineUpdater) update(ctx context.Context, log logr.Logger, m *cluster
 	args := desiredKubeletArgs(spec)
 	_, isCP := m.Labels[clusterv1.MachineControlPlaneLabel]
 	cpc := desiredControlPlaneConfig(spec, isCP)
+	files := desiredFiles(spec)
 	switch {
 	case res.err != nil:
 	case m.Spec.ProviderID == "":
@@ -446,7 +449,7 @@ func (u *MachineUpdater) update(ctx context.Context, log logr.Logger, m *cluster
 		return res
 	}
 	u.forgetFailure(m)
-	st := &call{machine: m, cluster: cluster, c: c, node: node, prev: InPlaceUpdateCondition(node), now: u.clock.Now(), log: log.WithValues("node", node.Name), args: args, cp: cpc}
+	st := &call{machine: m, cluster: cluster, c: c, node: node, prev: InPlaceUpdateCondition(node), now: u.clock.Now(), log: log.WithValues("node", node.Name), args: args, cp: cpc, files: files}
 	res = u.updateNode(ctx, st, to)
 	res = u.deadlines(st, res)
 	res = u.retry(ctx, st, res)
@@ -651,12 +654,13 @@ func (u *MachineUpdater) updateNode(ctx context.Context, st *call, to *version.V
 		return digest == "" || node.Annotations[annotation] == digest ||
 			(rec != nil && rec.Version == want && recorded == digest && rec.Succeeded != nil)
 	}
-	var recArgs, recCP string
+	var recArgs, recCP, recFiles string
 	if rec != nil {
-		recArgs, recCP = rec.KubeletArgs, rec.ControlPlaneConfig
+		recArgs, recCP, recFiles = rec.KubeletArgs, rec.ControlPlaneConfig, rec.Files
 	}
 	if current == want && !u.unproven(rec, want, pods) &&
-		applied(AnnotationKubeletArgs, st.args.digest, recArgs) && applied(AnnotationControlPlaneConfig, st.cp.digest, recCP) {
+		applied(AnnotationKubeletArgs, st.args.digest, recArgs) && applied(AnnotationControlPlaneConfig, st.cp.digest, recCP) &&
+		applied(AnnotationFiles, st.files.digest, recFiles) {
 		return u.finish(ctx, st, rec, pods)
 	}
 	// Otherwise the kubelet may report the version, but an update of ours
@@ -666,7 +670,7 @@ func (u *MachineUpdater) updateNode(ctx context.Context, st *call, to *version.V
 	// verified the node, so the plan runs (again). Its pod resumes from the
 	// journal on the host, re-running nothing that is done.
 	switch {
-	case rec == nil || rec.Version != want || rec.KubeletArgs != st.args.digest || rec.ControlPlaneConfig != st.cp.digest:
+	case rec == nil || rec.Version != want || rec.KubeletArgs != st.args.digest || rec.ControlPlaneConfig != st.cp.digest || rec.Files != st.files.digest:
 		role, res, ok := u.role(ctx, st, to)
 		if !ok {
 			return res
@@ -674,7 +678,7 @@ func (u *MachineUpdater) updateNode(ctx context.Context, st *call, to *version.V
 		// A retry token already on the Machine when the update starts is
 		// no request to retry this update.
 		rec = &UpdateRecord{Machine: m.Namespace + "/" + m.Name, Version: want, Started: st.nowMeta(), Role: string(role),
-			RetryToken: m.Annotations[AnnotationRetry], KubeletArgs: st.args.digest, ControlPlaneConfig: st.cp.digest}
+			RetryToken: m.Annotations[AnnotationRetry], KubeletArgs: st.args.digest, ControlPlaneConfig: st.cp.digest, Files: st.files.digest}
 		if u.drain {
 			rec.DrainStarted = &rec.Started
 		}
@@ -732,7 +736,7 @@ func (u *MachineUpdater) updateNode(ctx context.Context, st *call, to *version.V
 // name the same plan, so a recreated pod resumes from its journal.
 // WithPlanConfig may set another name (then retries share a journal).
 func planName(node string, rec *UpdateRecord) string {
-	sum := sha256.Sum256([]byte(fmt.Sprintf("%s\x00%s\x00%s\x00%d\x00%d\x00%s\x00%s", node, rec.Version, rec.Role, rec.Started.Unix(), rec.Attempt, rec.KubeletArgs, rec.ControlPlaneConfig)))
+	sum := sha256.Sum256([]byte(fmt.Sprintf("%s\x00%s\x00%s\x00%d\x00%d\x00%s\x00%s\x00%s", node, rec.Version, rec.Role, rec.Started.Unix(), rec.Attempt, rec.KubeletArgs, rec.ControlPlaneConfig, rec.Files)))
 	return "kubeadm-" + hex.EncodeToString(sum[:])[:12]
 }
 
@@ -776,6 +780,11 @@ func (u *MachineUpdater) buildPod(st *call, rec *UpdateRecord, from string) (*co
 	if rec.KubeletArgs != "" && !argsOnly {
 		if plan, err = withKubeletArgs(plan, st.args.args); err != nil {
 			return nil, failedAs(FailurePlanRejected, "node %s: kubelet extra arguments: %v", node, err), false
+		}
+	}
+	if rec.Files != "" {
+		if plan, err = withFiles(plan, st.files); err != nil {
+			return nil, failedAs(FailurePlanRejected, "node %s: files: %v", node, err), false
 		}
 	}
 	opts := u.podOpts
@@ -1137,6 +1146,7 @@ func (u *MachineUpdater) finish(ctx context.Context, st *call, rec *UpdateRecord
 	for _, d := range []struct{ annotation, digest string }{
 		{AnnotationKubeletArgs, rec.KubeletArgs},
 		{AnnotationControlPlaneConfig, rec.ControlPlaneConfig},
+		{AnnotationFiles, rec.Files},
 	} {
 		if d.digest == "" || rec.Succeeded == nil || node.Annotations[d.annotation] == d.digest {
 			continue
