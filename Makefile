@@ -11,7 +11,7 @@ BENCHTIME ?= 1s
 # module so the core stays free of their dependencies (e.g. amiselect/aws).
 MODULES := $(shell find . -name go.mod -not -path './.git/*' -printf '%h\n' | sort)
 
-.PHONY: test unit lint bench fuzz-smoke envtest-assets capi-inplace-oracle demo
+.PHONY: test unit lint bench fuzz-smoke envtest-assets capi-inplace-oracle capi-managers demo
 
 ## envtest-assets: build (once, then cached) kube-apiserver + etcd from the Go module proxy.
 envtest-assets:
@@ -21,14 +21,20 @@ envtest-assets:
 capi-inplace-oracle:
 	@hack/capi-inplace-oracle.sh
 
-## test: the whole suite with the race detector, against a real kube-apiserver + etcd
-## and against CAPI's own in-place comparison (hack/capi-inplace-oracle.sh).
+## capi-managers: build (once per CAPI version, then cached) CAPI's core, kubeadm bootstrap and control plane managers.
+capi-managers:
+	@hack/capi-managers.sh
+
+## test: the whole suite with the race detector, against a real kube-apiserver + etcd,
+## CAPI's own in-place comparison (hack/capi-inplace-oracle.sh) and CAPI's own
+## managers (hack/capi-managers.sh).
 test:
 	@assets="$$(hack/envtest-assets.sh)"; \
 	oracle="$$(hack/capi-inplace-oracle.sh)"; \
+	managers="$$(hack/capi-managers.sh)"; \
 	for m in $(MODULES); do \
 	  echo "== go test -race $$m/..."; \
-	  (cd "$$m" && KUBEBUILDER_ASSETS="$$assets" UPGRADEKIT_CAPI_ORACLE="$$oracle" go test -race -count=1 ./...); \
+	  (cd "$$m" && KUBEBUILDER_ASSETS="$$assets" UPGRADEKIT_CAPI_ORACLE="$$oracle" UPGRADEKIT_CAPI_MANAGERS="$$managers" go test -race -count=1 ./...); \
 	done
 
 ## unit: fast tests only (envtest-backed tests skip explicitly).

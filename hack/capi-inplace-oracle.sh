@@ -59,24 +59,12 @@ work=$(mktemp -d "$cache_root/.build-XXXXXX")
 trap 'chmod -R u+w "$work" 2>/dev/null; rm -rf "$work"' EXIT
 
 log "building the oracle from sigs.k8s.io/cluster-api@${CAPI_VERSION} (once per version; about a minute or two)"
-field() { sed -n "s/^[[:space:]]*\"$1\": \"\(.*\)\",*\$/\1/p"; }
-capi_info=$(cd "$repo" && go mod download -json "sigs.k8s.io/cluster-api@${CAPI_VERSION}")
-api_info=$(cd "$repo" && go mod download -json "sigs.k8s.io/cluster-api/api@${CAPI_VERSION}")
-src=$(printf '%s\n' "$capi_info" | field Dir)
-api_sum=$(printf '%s\n' "$api_info" | field Sum)
-api_gomod_sum=$(printf '%s\n' "$api_info" | field GoModSum)
-[[ -d "$src" && -n "$api_sum" && -n "$api_gomod_sum" ]] || { log "could not download sigs.k8s.io/cluster-api{,/api}@${CAPI_VERSION} from the module proxy"; exit 1; }
-
 copy="$work/cluster-api"
-cp -R "$src" "$copy"
-chmod -R u+w "$copy"
+# shellcheck source=lib/capi-module.sh
+. "$repo/hack/lib/capi-module.sh"
+capi_module_copy "$repo" "$CAPI_VERSION" "$copy" || exit 1
 (
   cd "$copy"
-  # The repository's go.mod points the api module at ./api, which is a module
-  # of its own and not in this module's zip: use the published one.
-  go mod edit -dropreplace=sigs.k8s.io/cluster-api/api -require="sigs.k8s.io/cluster-api/api@${CAPI_VERSION}"
-  printf 'sigs.k8s.io/cluster-api/api %s %s\nsigs.k8s.io/cluster-api/api %s/go.mod %s\n' \
-    "$CAPI_VERSION" "$api_sum" "$CAPI_VERSION" "$api_gomod_sum" >> go.sum
   for p in controlplane/kubeadm/reconcilers/kubeadmcontrolplane core/reconcilers/machinedeployment; do
     [[ -d "$p" ]] || { log "$p is not in sigs.k8s.io/cluster-api@${CAPI_VERSION}"; exit 1; }
   done

@@ -1,0 +1,266 @@
+package capitest
+
+import (
+	"bytes"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"math/big"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/upgradekit/upgradekit/fake/envtest"
+)
+
+// Manager names one of Cluster API's managers.
+type Manager string
+
+// The managers hack/capi-managers.sh builds, by binary name.
+const (
+	Core                Manager = "capi-manager"
+	KubeadmBootstrap    Manager = "capi-kubeadm-bootstrap-manager"
+	KubeadmControlPlane Manager = "capi-kubeadm-control-plane-manager"
+)
+
+// DefaultFeatureGates are the gates every manager is started with: what
+// Cluster API's in-place update path needs.
+const DefaultFeatureGates = "InPlaceUpdates=true,RuntimeSDK=true"
+
+// EnvManagers names the directory of the built managers
+// (hack/capi-managers.sh prints it).
+const EnvManagers = "UPGRADEKIT_CAPI_MANAGERS"
+
+// ErrNotReady is wrapped by Start's error when a manager exits or does not
+// become ready in time; the error includes the end of its log.
+var ErrNotReady = errors.New("manager not ready")
+
+type options struct {
+	managers     []Manager
+	featureGates string
+	readyTimeout time.Duration
+	logDir       string
+}
+
+// Option configures Start.
+type Option func(*options)
+
+// WithManagers starts only these managers (default: all three).
+func WithManagers(ms ...Manager) Option {
+	return func(o *options) { o.managers = append([]Manager(nil), ms...) }
+}
+
+// WithFeatureGates replaces DefaultFeatureGates ("Name=true,...").
+func WithFeatureGates(gates string) Option { return func(o *options) { o.featureGates = gates } }
+
+// WithReadyTimeout bounds how long each manager may take to answer its
+// readiness probe (default 90s: two busy cores are slow to start three).
+func WithReadyTimeout(d time.Duration) Option { return func(o *options) { o.readyTimeout = d } }
+
+// WithLogDir writes each manager's output to <dir>/<manager>.log (default:
+// a temporary directory, removed by Stop).
+func WithLogDir(dir string) Option { return func(o *options) { o.logDir = dir } }
+
+// Managers are running Cluster API managers.
+type Managers struct {
+	dir   string // temporary files: kubeconfig, certificates, logs
+	own   bool   // dir is ours to remove
+	logs  map[Manager]string
+	procs map[Manager]*exec.Cmd
+	done  map[Manager]chan struct{}
+	once  sync.Once
+	err   error
+}
+
+// Start starts the managers in binDir against env, each with its own
+// webhook, health and diagnostics ports on 127.0.0.1 and a self-signed
+// serving certificate, and returns once each answers its readiness probe.
+// ctx bounds the start only. On error nothing is left running.
+func Start(ctx context.Context, env *envtest.Env, binDir string, opts ...Option) (*Managers, error) {
+	o := options{managers: []Manager{Core, KubeadmBootstrap, KubeadmControlPlane}, featureGates: DefaultFeatureGates, readyTimeout: 90 * time.Second}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	tmp, err := os.MkdirTemp("", "upgradekit-capitest-")
+	if err != nil {
+		return nil, err
+	}
+	m := &Managers{dir: tmp, own: true, logs: map[Manager]string{}, procs: map[Manager]*exec.Cmd{}, done: map[Manager]chan struct{}{}}
+	logDir := o.logDir
+	if logDir == "" {
+		logDir = tmp
+	}
+	fail := func(err error) (*Managers, error) {
+		return nil, errors.Join(err, m.Stop())
+	}
+	kc, err := env.Kubeconfig("management")
+	if err != nil {
+		return fail(err)
+	}
+	kcPath := filepath.Join(tmp, "kubeconfig")
+	if err := os.WriteFile(kcPath, kc, 0o600); err != nil {
+		return fail(err)
+	}
+	certDir := filepath.Join(tmp, "certs")
+	if err := writeServingCert(certDir); err != nil {
+		return fail(err)
+	}
+	for _, mgr := range o.managers {
+		bin := filepath.Join(binDir, string(mgr))
+		if _, err := os.Stat(bin); err != nil {
+			return fail(fmt.Errorf("capitest: %s: %w (build it with hack/capi-managers.sh)", mgr, err))
+		}
+		ports, err := freePorts(3)
+		if err != nil {
+			return fail(err)
+		}
+		health := "127.0.0.1:" + strconv.Itoa(ports[1])
+		logPath := filepath.Join(logDir, string(mgr)+".log")
+		logFile, err := os.Create(logPath)
+		if err != nil {
+			return fail(err)
+		}
+		cmd := exec.Command(bin, "--kubeconfig", kcPath, "--leader-elect=false",
+			"--webhook-port", strconv.Itoa(ports[0]), "--webhook-cert-dir", certDir,
+			"--health-addr", health, "--diagnostics-address", "127.0.0.1:"+strconv.Itoa(ports[2]), "--insecure-diagnostics",
+			"--feature-gates", o.featureGates)
+		cmd.Stdout, cmd.Stderr = logFile, logFile
+		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // never outlive the test
+		if err := cmd.Start(); err != nil {
+			logFile.Close()
+			return fail(fmt.Errorf("capitest: starting %s: %w", mgr, err))
+		}
+		done := make(chan struct{})
+		go func() { _ = cmd.Wait(); logFile.Close(); close(done) }()
+		m.procs[mgr], m.done[mgr], m.logs[mgr] = cmd, done, logPath
+		if err := waitReady(ctx, "http://"+health+"/readyz", done, o.readyTimeout); err != nil {
+			return fail(fmt.Errorf("capitest: %s: %w: %w\n%s", mgr, ErrNotReady, err, tail(logPath, 20)))
+		}
+	}
+	return m, nil
+}
+
+// LogPath returns where a manager's output goes.
+func (m *Managers) LogPath(mgr Manager) string { return m.logs[mgr] }
+
+// Stop stops every manager (SIGTERM, then SIGKILL after 10 seconds) and
+// removes the temporary files. It is safe to call more than once.
+func (m *Managers) Stop() error {
+	m.once.Do(func() {
+		for mgr, cmd := range m.procs {
+			_ = cmd.Process.Signal(syscall.SIGTERM)
+			select {
+			case <-m.done[mgr]:
+			case <-time.After(10 * time.Second):
+				_ = cmd.Process.Kill()
+				<-m.done[mgr]
+			}
+		}
+		if m.own {
+			m.err = os.RemoveAll(m.dir)
+		}
+	})
+	return m.err
+}
+
+func waitReady(ctx context.Context, url string, exited <-chan struct{}, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	c := &http.Client{Timeout: 2 * time.Second}
+	for {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			return err
+		}
+		if resp, err := c.Do(req); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		select {
+		case <-exited:
+			return errors.New("exited before it was ready")
+		case <-ctx.Done():
+			return fmt.Errorf("no ready answer from %s: %w", url, ctx.Err())
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+func freePorts(n int) ([]int, error) {
+	var ports []int
+	var ls []net.Listener
+	defer func() {
+		for _, l := range ls {
+			l.Close()
+		}
+	}()
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		ls = append(ls, l)
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
+}
+
+// writeServingCert writes a self-signed certificate for 127.0.0.1 and
+// localhost as tls.crt and tls.key, where controller-runtime's webhook
+// server looks for them.
+func writeServingCert(dir string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return err
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "capitest"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		BasicConstraintsValid: true, IsCA: true,
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, DNSNames: []string{"localhost"},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		return err
+	}
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "tls.crt"), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, "tls.key"), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), 0o600)
+}
+
+// tail returns the last n lines of a file.
+func tail(path string, n int) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	lines := bytes.Split(bytes.TrimRight(b, "\n"), []byte("\n"))
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.TrimSpace(string(bytes.Join(lines, []byte("\n"))))
+}

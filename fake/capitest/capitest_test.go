@@ -1,0 +1,47 @@
+package capitest_test
+
+import (
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/upgradekit/upgradekit/fake/capitest"
+	"github.com/upgradekit/upgradekit/fake/envtest"
+)
+
+// TestManagersReconcileAgainstEnvtest starts Cluster API's three managers
+// against a real API server and shows the core manager's own Cluster
+// controller at work: a Cluster gets Cluster API's finalizer and its
+// status conditions, written by Cluster API, not by us.
+func TestManagersReconcileAgainstEnvtest(t *testing.T) {
+	env := envtest.StartForTest(t)
+	start := time.Now()
+	m := capitest.StartForTest(t, env)
+	t.Logf("three managers ready in %s", time.Since(start).Round(time.Millisecond))
+
+	c := env.Client
+	cluster := &clusterv1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "demo"},
+		Spec: clusterv1.ClusterSpec{ClusterNetwork: clusterv1.ClusterNetwork{ServiceDomain: "cluster.local"}}}
+	require.NoError(t, c.Create(t.Context(), cluster))
+	require.Eventually(t, func() bool {
+		require.NoError(t, c.Get(t.Context(), client.ObjectKeyFromObject(cluster), cluster))
+		return len(cluster.Finalizers) > 0 && len(cluster.Status.Conditions) > 0
+	}, 60*time.Second, 200*time.Millisecond, "Cluster API's Cluster controller reconciles the Cluster")
+	require.Contains(t, cluster.Finalizers, clusterv1.ClusterFinalizer)
+
+	log, err := os.ReadFile(m.LogPath(capitest.Core))
+	require.NoError(t, err)
+	require.Contains(t, string(log), `"Starting workers" controller="machine"`, "the Machine controller (UpdateMachine's caller) runs")
+	for _, mgr := range []capitest.Manager{capitest.KubeadmBootstrap, capitest.KubeadmControlPlane} {
+		log, err := os.ReadFile(m.LogPath(mgr))
+		require.NoError(t, err)
+		require.True(t, strings.Contains(string(log), `"Starting workers"`), "%s runs its controllers", mgr)
+	}
+	require.NoError(t, m.Stop())
+}

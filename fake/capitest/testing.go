@@ -1,0 +1,51 @@
+package capitest
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+
+	"github.com/upgradekit/upgradekit/fake/envtest"
+)
+
+// StartForTest starts the managers for t against env and stops them in
+// t.Cleanup, logging each manager's log path. The managers come from
+// EnvManagers when set; otherwise they are built with
+// hack/capi-managers.sh from this module's source tree (cached by version),
+// unless envtest.SkipEnvVar is set, which skips t.
+func StartForTest(t testing.TB, env *envtest.Env, opts ...Option) *Managers {
+	t.Helper()
+	dir := os.Getenv(EnvManagers)
+	if dir == "" {
+		if os.Getenv(envtest.SkipEnvVar) != "" {
+			t.Skipf("%s is set: skipping a test that needs Cluster API's managers (build them with hack/capi-managers.sh and set %s)", envtest.SkipEnvVar, EnvManagers)
+		}
+		_, file, _, _ := runtime.Caller(0)
+		script := filepath.Join(filepath.Dir(file), "..", "..", "hack", "capi-managers.sh")
+		var stderr bytes.Buffer
+		cmd := exec.Command(script)
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("building Cluster API's managers with %s: %v\n%s", script, err, stderr.String())
+		}
+		dir = strings.TrimSpace(string(out))
+	}
+	m, err := Start(t.Context(), env, dir, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for mgr, p := range m.logs {
+		t.Logf("%s logs to %s", mgr, p)
+	}
+	t.Cleanup(func() {
+		if err := m.Stop(); err != nil {
+			t.Errorf("stopping Cluster API's managers: %v", err)
+		}
+	})
+	return m
+}
