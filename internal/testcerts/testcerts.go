@@ -18,10 +18,15 @@ import (
 	"time"
 )
 
+// CAFile is the name under which Write leaves the CA certificate (PEM),
+// for clients configured with a CA bundle, such as an ExtensionConfig.
+const CAFile = "ca.crt"
+
 // Write creates a CA and a certificate for 127.0.0.1 signed by it, writes
 // the certificate and key into dir as tls.crt and tls.key (the names
 // controller-runtime's webhook server and CAPI's runtime server expect)
-// and returns a pool that trusts the CA. It fails t on any error.
+// and the CA as CAFile, and returns a pool that trusts the CA. It fails t
+// on any error.
 func Write(t testing.TB, dir string) *x509.CertPool {
 	t.Helper()
 	must := func(err error) {
@@ -55,6 +60,7 @@ func Write(t testing.TB, dir string) *x509.CertPool {
 	must(err)
 	must(os.WriteFile(filepath.Join(dir, "tls.crt"), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600))
 	must(os.WriteFile(filepath.Join(dir, "tls.key"), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), 0o600))
+	must(os.WriteFile(filepath.Join(dir, CAFile), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}), 0o600))
 	pool := x509.NewCertPool()
 	pool.AddCert(ca)
 	return pool
