@@ -3,15 +3,8 @@ package capitest
 import (
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
 	"fmt"
-	"math/big"
 	"net"
 	"net/http"
 	"os"
@@ -24,6 +17,7 @@ import (
 	"time"
 
 	"github.com/upgradekit/upgradekit/fake/envtest"
+	"github.com/upgradekit/upgradekit/internal/testcerts"
 )
 
 // Manager names one of Cluster API's managers.
@@ -86,7 +80,7 @@ type Managers struct {
 }
 
 // Start starts the managers in binDir against env, each with its own
-// webhook, health and diagnostics ports on 127.0.0.1 and a self-signed
+// webhook, health and diagnostics ports on 127.0.0.1 and a throwaway
 // serving certificate, and returns once each answers its readiness probe.
 // ctx bounds the start only. On error nothing is left running.
 func Start(ctx context.Context, env *envtest.Env, binDir string, opts ...Option) (*Managers, error) {
@@ -115,7 +109,7 @@ func Start(ctx context.Context, env *envtest.Env, binDir string, opts ...Option)
 		return fail(err)
 	}
 	certDir := filepath.Join(tmp, "certs")
-	if err := writeServingCert(certDir); err != nil {
+	if _, err := testcerts.WriteFiles(certDir); err != nil {
 		return fail(err)
 	}
 	for _, mgr := range o.managers {
@@ -218,38 +212,6 @@ func freePorts(n int) ([]int, error) {
 		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
 	}
 	return ports, nil
-}
-
-// writeServingCert writes a self-signed certificate for 127.0.0.1 and
-// localhost as tls.crt and tls.key, where controller-runtime's webhook
-// server looks for them.
-func writeServingCert(dir string) error {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return err
-	}
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return err
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "capitest"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		BasicConstraintsValid: true, IsCA: true,
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, DNSNames: []string{"localhost"},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		return err
-	}
-	keyDER, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		return err
-	}
-	if err := os.WriteFile(filepath.Join(dir, "tls.crt"), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
-		return err
-	}
-	return os.WriteFile(filepath.Join(dir, "tls.key"), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), 0o600)
 }
 
 // tail returns the last n lines of a file.

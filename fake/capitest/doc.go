@@ -12,7 +12,7 @@
 // kube-apiserver and etcd. What it is not, yet:
 //
 //   - the managers' admission webhooks serve (on ports of their own, with
-//     a self-signed certificate) but no webhook configuration points the
+//     a throwaway certificate) but no webhook configuration points the
 //     API server at them: objects are neither defaulted nor validated by
 //     Cluster API's webhooks, so a test creates them complete;
 //   - there is no infrastructure provider and no workload cluster: Machines

@@ -29,41 +29,66 @@ const CAFile = "ca.crt"
 // on any error.
 func Write(t testing.TB, dir string) *x509.CertPool {
 	t.Helper()
-	must := func(err error) {
-		t.Helper()
-		if err != nil {
-			t.Fatalf("testcerts: %v", err)
-		}
+	pool, err := WriteFiles(dir)
+	if err != nil {
+		t.Fatalf("testcerts: %v", err)
 	}
+	return pool
+}
+
+// WriteFiles is Write for code that has no testing.TB (a harness started
+// from a test): the same files, and an error instead of a failed test.
+func WriteFiles(dir string) (*x509.CertPool, error) {
 	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	must(err)
+	if err != nil {
+		return nil, err
+	}
 	caTmpl := &x509.Certificate{
 		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "upgradekit-test-ca"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
 		IsCA: true, KeyUsage: x509.KeyUsageCertSign, BasicConstraintsValid: true,
 	}
 	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
-	must(err)
+	if err != nil {
+		return nil, err
+	}
 	ca, err := x509.ParseCertificate(caDER)
-	must(err)
+	if err != nil {
+		return nil, err
+	}
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	must(err)
+	if err != nil {
+		return nil, err
+	}
 	tmpl := &x509.Certificate{
 		SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "upgradekit-test-server"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
 		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, DNSNames: []string{"localhost"},
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
-	must(err)
+	if err != nil {
+		return nil, err
+	}
 	keyDER, err := x509.MarshalECPrivateKey(key)
-	must(err)
-	must(os.WriteFile(filepath.Join(dir, "tls.crt"), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600))
-	must(os.WriteFile(filepath.Join(dir, "tls.key"), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), 0o600))
-	must(os.WriteFile(filepath.Join(dir, CAFile), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}), 0o600))
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	for name, b := range map[string]*pem.Block{
+		"tls.crt": {Type: "CERTIFICATE", Bytes: der},
+		"tls.key": {Type: "EC PRIVATE KEY", Bytes: keyDER},
+		CAFile:    {Type: "CERTIFICATE", Bytes: caDER},
+	} {
+		if err := os.WriteFile(filepath.Join(dir, name), pem.EncodeToMemory(b), 0o600); err != nil {
+			return nil, err
+		}
+	}
 	pool := x509.NewCertPool()
 	pool.AddCert(ca)
-	return pool
+	return pool, nil
 }
 
 // FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
