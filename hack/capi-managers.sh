@@ -7,7 +7,9 @@
 #
 #   capi-manager  capi-kubeadm-bootstrap-manager  capi-kubeadm-control-plane-manager
 #
-# on stdout; everything else goes to stderr. fake/capitest starts them
+# and, for each, <name>.webhooks.yaml: its admission webhook configurations
+# as Cluster API ships them (config/webhook/manifests.yaml), which
+# fake/capitest points at the running manager; on stdout; everything else goes to stderr. fake/capitest starts them
 # against an envtest API server:
 #
 #   UPGRADEKIT_CAPI_MANAGERS=$(hack/capi-managers.sh) go test ./fake/capitest/
@@ -37,7 +39,12 @@ cache_root="${UPGRADEKIT_CAPI_MANAGERS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/up
 dest="$cache_root/capi-${CAPI_VERSION}_$(go env GOOS)-$(go env GOARCH)"
 names=(capi-manager capi-kubeadm-bootstrap-manager capi-kubeadm-control-plane-manager)
 mains=(core bootstrap/kubeadm controlplane/kubeadm)
-if [[ -x "$dest/${names[2]}" ]]; then
+complete() {
+  for n in "${names[@]}"; do
+    [[ -x "$1/$n" && -f "$1/$n.webhooks.yaml" ]] || return 1
+  done
+}
+if complete "$dest"; then
   printf '%s\n' "$dest"
   exit 0
 fi
@@ -56,6 +63,7 @@ mkdir -p "$work/out"
   for i in "${!mains[@]}"; do
     [[ -f "${mains[$i]}/main.go" ]] || { log "${mains[$i]}/main.go is not in sigs.k8s.io/cluster-api@${CAPI_VERSION}"; exit 1; }
     go build -trimpath -ldflags='-s -w' -o "$work/out/${names[$i]}" "./${mains[$i]}" >&2
+    cp "${mains[$i]}/config/webhook/manifests.yaml" "$work/out/${names[$i]}.webhooks.yaml"
   done
 )
 # Smoke test: each manager knows its flags.
@@ -63,13 +71,18 @@ for n in "${names[@]}"; do
   "$work/out/$n" --help 2>&1 | grep -q -- '--webhook-port' || { log "$n does not answer --help as a manager"; exit 1; }
 done
 chmod 0755 "$work/out"
+rm -rf "$dest.old"
+if [[ -e "$dest" ]] && ! complete "$dest"; then
+  mv -T "$dest" "$dest.old" # built by an earlier version of this script
+fi
 if ! mv -T "$work/out" "$dest" 2>/dev/null; then
-  if [[ -x "$dest/${names[2]}" ]]; then
+  if complete "$dest"; then
     log "another run published $dest first; using it"
   else
     rm -rf "$dest"
     mv -T "$work/out" "$dest"
   fi
 fi
+rm -rf "$dest.old"
 log "done in $(( $(date +%s) - start ))s: $dest"
 printf '%s\n' "$dest"

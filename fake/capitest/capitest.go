@@ -3,8 +3,10 @@ package capitest
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -15,6 +17,10 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/upgradekit/upgradekit/fake/envtest"
 	"github.com/upgradekit/upgradekit/internal/testcerts"
@@ -112,6 +118,10 @@ func Start(ctx context.Context, env *envtest.Env, binDir string, opts ...Option)
 	if _, err := testcerts.WriteFiles(certDir); err != nil {
 		return fail(err)
 	}
+	ca, err := os.ReadFile(filepath.Join(certDir, testcerts.CAFile))
+	if err != nil {
+		return fail(err)
+	}
 	for _, mgr := range o.managers {
 		bin := filepath.Join(binDir, string(mgr))
 		if _, err := os.Stat(bin); err != nil {
@@ -143,8 +153,55 @@ func Start(ctx context.Context, env *envtest.Env, binDir string, opts ...Option)
 		if err := waitReady(ctx, "http://"+health+"/readyz", done, o.readyTimeout); err != nil {
 			return fail(fmt.Errorf("capitest: %s: %w: %w\n%s", mgr, ErrNotReady, err, tail(logPath, 20)))
 		}
+		if err := installWebhooks(ctx, env.Client, filepath.Join(binDir, string(mgr)+".webhooks.yaml"), mgr, ports[0], ca); err != nil {
+			return fail(fmt.Errorf("capitest: %s: webhook configurations: %w", mgr, err))
+		}
 	}
 	return m, nil
+}
+
+// installWebhooks creates a manager's admission webhook configurations as
+// Cluster API ships them, named after the manager, with each webhook's
+// service reference replaced by the manager's local URL and the CA that
+// signed its serving certificate: the API server then calls the manager's
+// own defaulting and validation, as in a real management cluster.
+func installWebhooks(ctx context.Context, c client.Client, path string, mgr Manager, port int, ca []byte) error {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(raw), 4096)
+	for {
+		var obj unstructured.Unstructured
+		if err := dec.Decode(&obj.Object); err != nil {
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return err
+		}
+		if obj.Object == nil {
+			continue
+		}
+		hooks, _, err := unstructured.NestedSlice(obj.Object, "webhooks")
+		if err != nil {
+			return err
+		}
+		for i := range hooks {
+			h, ok := hooks[i].(map[string]any)
+			if !ok {
+				return fmt.Errorf("%s: webhooks[%d] is not an object", path, i)
+			}
+			p, _, _ := unstructured.NestedString(h, "clientConfig", "service", "path")
+			h["clientConfig"] = map[string]any{"url": fmt.Sprintf("https://127.0.0.1:%d%s", port, p), "caBundle": base64.StdEncoding.EncodeToString(ca)}
+		}
+		if err := unstructured.SetNestedSlice(obj.Object, hooks, "webhooks"); err != nil {
+			return err
+		}
+		obj.SetName(string(mgr) + "-" + obj.GetName())
+		if err := c.Create(ctx, &obj); err != nil {
+			return fmt.Errorf("%s %s: %w", obj.GetKind(), obj.GetName(), err)
+		}
+	}
 }
 
 // LogPath returns where a manager's output goes.

@@ -27,7 +27,7 @@ func TestManagersReconcileAgainstEnvtest(t *testing.T) {
 
 	c := env.Client
 	cluster := &clusterv1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "demo"},
-		Spec: clusterv1.ClusterSpec{ClusterNetwork: clusterv1.ClusterNetwork{ServiceDomain: "cluster.local"}}}
+		Spec: clusterv1.ClusterSpec{InfrastructureRef: clusterv1.ContractVersionedObjectReference{APIGroup: "infrastructure.cluster.x-k8s.io", Kind: "DockerCluster", Name: "demo"}}}
 	require.NoError(t, c.Create(t.Context(), cluster))
 	require.Eventually(t, func() bool {
 		require.NoError(t, c.Get(t.Context(), client.ObjectKeyFromObject(cluster), cluster))
@@ -44,4 +44,27 @@ func TestManagersReconcileAgainstEnvtest(t *testing.T) {
 		require.True(t, strings.Contains(string(log), `"Starting workers"`), "%s runs its controllers", mgr)
 	}
 	require.NoError(t, m.Stop())
+}
+
+// TestManagersAdmitThroughTheirWebhooks: the API server calls the
+// managers' own admission webhooks, as in a real management cluster: a
+// Machine is defaulted by Cluster API (its cluster-name label) and a
+// Machine Cluster API's validation refuses is refused.
+func TestManagersAdmitThroughTheirWebhooks(t *testing.T) {
+	env := envtest.StartForTest(t)
+	capitest.StartForTest(t, env, capitest.WithManagers(capitest.Core))
+	c := env.Client
+	machine := func(name, version string) *clusterv1.Machine {
+		return &clusterv1.Machine{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name},
+			Spec: clusterv1.MachineSpec{ClusterName: "demo", Version: version,
+				Bootstrap:         clusterv1.Bootstrap{DataSecretName: new("bootstrap")},
+				InfrastructureRef: clusterv1.ContractVersionedObjectReference{APIGroup: "infrastructure.cluster.x-k8s.io", Kind: "DockerMachine", Name: name}}}
+	}
+	m := machine("m-0", "v1.31.1")
+	require.NoError(t, c.Create(t.Context(), m))
+	require.Equal(t, "demo", m.Labels[clusterv1.ClusterNameLabel], "defaulted by Cluster API's Machine webhook")
+
+	err := c.Create(t.Context(), machine("m-1", "1.31"))
+	require.Error(t, err, "refused by Cluster API's Machine webhook")
+	require.Contains(t, err.Error(), "admission webhook")
 }
