@@ -9,12 +9,13 @@
 //
 // What runs for real: each manager's main (flags, controllers, caches,
 // its runtime client, leader election off), talking to envtest's
-// kube-apiserver and etcd. What it is not, yet:
+// kube-apiserver and etcd, and each manager's admission webhooks: its
+// webhook configurations, as Cluster API ships them
+// (config/webhook/manifests.yaml, copied by hack/capi-managers.sh), are
+// created with their service references replaced by the manager's local
+// URL and CA, so the API server defaults and validates Cluster API's
+// objects through Cluster API's own code. What it is not, yet:
 //
-//   - the managers' admission webhooks serve (on ports of their own, with
-//     a throwaway certificate) but no webhook configuration points the
-//     API server at them: objects are neither defaulted nor validated by
-//     Cluster API's webhooks, so a test creates them complete;
 //   - there is no infrastructure provider and no workload cluster: Machines
 //     are not provisioned and nothing reaches a <cluster>-kubeconfig;
 //   - the CRDs are fake/envtest's (Cluster API's config/crd/bases, served
