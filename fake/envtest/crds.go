@@ -11,6 +11,9 @@ import (
 	"path/filepath"
 	"runtime/debug"
 	"sync"
+
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	crenvtest "sigs.k8s.io/controller-runtime/pkg/envtest"
 )
 
 // CAPIModule is the module whose zip ships the Cluster API CRDs.
@@ -156,4 +159,32 @@ func capiVersionFromGoList(ctx context.Context) (string, error) {
 		}
 	}
 	return "", fmt.Errorf("`go list -m %s` found no version in the current module", CAPIModule+"/api")
+}
+
+// capiCRDs reads the Cluster API CRDs (CAPICRDPaths) and labels the
+// kubeadm bootstrap and control plane ones with the contract versions they
+// follow, as Cluster API's kustomizations do when it is installed
+// (bootstrap/kubeadm/config/crd/kustomization.yaml): Cluster API's
+// controllers refuse a KubeadmConfigTemplate or KubeadmControlPlane whose
+// CRD lacks them.
+func capiCRDs(ctx context.Context) ([]*apiextensionsv1.CustomResourceDefinition, error) {
+	paths, err := CAPICRDPaths(ctx)
+	if err != nil {
+		return nil, err
+	}
+	opts := crenvtest.CRDInstallOptions{Paths: paths, ErrorIfPathMissing: true}
+	if err := crenvtest.ReadCRDFiles(&opts); err != nil {
+		return nil, fmt.Errorf("reading the Cluster API CRDs: %w", err)
+	}
+	for _, crd := range opts.CRDs {
+		switch crd.Spec.Group {
+		case "bootstrap.cluster.x-k8s.io", "controlplane.cluster.x-k8s.io":
+			if crd.Labels == nil {
+				crd.Labels = map[string]string{}
+			}
+			crd.Labels["cluster.x-k8s.io/v1beta1"] = "v1beta1"
+			crd.Labels["cluster.x-k8s.io/v1beta2"] = "v1beta2"
+		}
+	}
+	return opts.CRDs, nil
 }

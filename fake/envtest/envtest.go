@@ -158,12 +158,13 @@ func Start(ctx context.Context, opts ...Option) (*Env, error) {
 		return nil, err
 	}
 	paths := append([]string(nil), o.crdPaths...)
+	crds := append([]*apiextensionsv1.CustomResourceDefinition(nil), o.crds...)
 	if !o.noCAPICRDs {
-		capi, err := CAPICRDPaths(ctx)
+		capi, err := capiCRDs(ctx)
 		if err != nil {
 			return nil, err
 		}
-		paths = append(paths, capi...)
+		crds = append(crds, capi...)
 	}
 	scheme := o.scheme
 	if scheme == nil {
@@ -179,7 +180,7 @@ func Start(ctx context.Context, opts ...Option) (*Env, error) {
 		// without spokes keeps envtest from wiring webhooks in.
 		Scheme:                   clientgoscheme.Scheme,
 		CRDDirectoryPaths:        paths,
-		CRDs:                     o.crds,
+		CRDs:                     crds,
 		ErrorIfCRDPathMissing:    true,
 		ControlPlaneStartTimeout: o.startTimeout,
 		ControlPlaneStopTimeout:  30 * time.Second,
