@@ -43,6 +43,11 @@ func StartForTest(t testing.TB, env *envtest.Env, opts ...Option) *Managers {
 		t.Logf("%s logs to %s", mgr, p)
 	}
 	t.Cleanup(func() {
+		if t.Failed() {
+			for mgr, p := range m.logs {
+				t.Logf("%s, last lines of its log:\n%s", mgr, tail(p, 40))
+			}
+		}
 		if err := m.Stop(); err != nil {
 			t.Errorf("stopping Cluster API's managers: %v", err)
 		}

@@ -1,0 +1,147 @@
+package capitest
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"math/big"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	bootstrapv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/upgradekit/upgradekit/fake/envtest"
+)
+
+// ClusterObjects returns a workload cluster for the harness, to create in
+// order with an administrator's client of env: the Cluster (a control
+// plane endpoint set) and its TestCluster, its CA Secret
+// (<name>-ca, which the kubeadm bootstrap provider reads to join
+// workers), its kubeconfig Secret (<name>-kubeconfig, reaching env
+// itself: env is the management cluster and the workload cluster), and
+// one control plane Machine at cpVersion named <name>-cp-0, with its
+// bootstrap data Secret and TestMachine. The control plane Machine is not
+// managed by a KubeadmControlPlane: once it has a Node, Cluster API marks
+// the control plane initialized and the kubeadm bootstrap provider
+// generates join data for the cluster's MachineDeployments.
+func ClusterObjects(env *envtest.Env, namespace, name, cpVersion string) ([]client.Object, error) {
+	if env == nil {
+		return nil, errors.New("capitest: ClusterObjects: nil env")
+	}
+	if namespace == "" || name == "" {
+		return nil, fmt.Errorf("capitest: ClusterObjects: namespace %q and name %q must both be set", namespace, name)
+	}
+	kubeconfig, err := env.KubeconfigSecret(namespace, name)
+	if err != nil {
+		return nil, err
+	}
+	crt, key, err := newCA(name)
+	if err != nil {
+		return nil, err
+	}
+	labels := map[string]string{clusterv1.ClusterNameLabel: name}
+	cluster := &clusterv1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name},
+		Spec: clusterv1.ClusterSpec{ControlPlaneEndpoint: clusterv1.APIEndpoint{Host: "127.0.0.1", Port: 6443},
+			InfrastructureRef: clusterv1.ContractVersionedObjectReference{APIGroup: InfraGroup, Kind: InfraClusterKind, Name: name}}}
+	infraCluster := &unstructured.Unstructured{}
+	infraCluster.SetGroupVersionKind(InfraClusterGVK)
+	infraCluster.SetNamespace(namespace)
+	infraCluster.SetName(name)
+	infraCluster.SetLabels(labels)
+	infraCluster.Object["spec"] = map[string]any{"controlPlaneEndpoint": map[string]any{"host": "127.0.0.1", "port": int64(6443)}}
+	ca := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name + "-ca", Labels: labels},
+		Type: clusterv1.ClusterSecretType, Data: map[string][]byte{corev1.TLSCertKey: crt, corev1.TLSPrivateKeyKey: key}}
+	cp := name + "-cp-0"
+	data := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: cp + "-bootstrap", Labels: labels},
+		Type: clusterv1.ClusterSecretType, Data: map[string][]byte{"value": []byte("#cloud-config\n"), "format": []byte("cloud-config")}}
+	machine := &clusterv1.Machine{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: cp,
+		Labels: map[string]string{clusterv1.ClusterNameLabel: name, clusterv1.MachineControlPlaneLabel: ""}},
+		Spec: clusterv1.MachineSpec{ClusterName: name, Version: cpVersion,
+			Bootstrap:         clusterv1.Bootstrap{DataSecretName: &data.Name},
+			InfrastructureRef: clusterv1.ContractVersionedObjectReference{APIGroup: InfraGroup, Kind: InfraMachineKind, Name: cp}}}
+	infra := &unstructured.Unstructured{}
+	infra.SetGroupVersionKind(InfraMachineGVK)
+	infra.SetNamespace(namespace)
+	infra.SetName(cp)
+	infra.SetLabels(labels)
+	infra.Object["spec"] = map[string]any{}
+	return []client.Object{infraCluster, cluster, ca, kubeconfig, data, infra, machine}, nil
+}
+
+// MachineDeploymentObjects returns a MachineDeployment of replicas
+// machines at version in a cluster, with its KubeadmConfigTemplate and
+// TestMachineTemplate (both named <name>-0; spec.template.spec.image is
+// "test-image-1", a field no updater covers, to change for a rollout).
+// Its rollout strategy is RollingUpdate with maxSurge 0 and
+// maxUnavailable 1: Cluster API updates one machine at a time and, when
+// the change can be made in place, moves machines instead of creating
+// one more first.
+func MachineDeploymentObjects(namespace, cluster, name string, replicas int32, version string) []client.Object {
+	labels := map[string]string{clusterv1.ClusterNameLabel: cluster}
+	tmpl := name + "-0"
+	kct := &bootstrapv1.KubeadmConfigTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: tmpl, Labels: labels},
+		Spec: bootstrapv1.KubeadmConfigTemplateSpec{Template: bootstrapv1.KubeadmConfigTemplateResource{
+			Spec: bootstrapv1.KubeadmConfigSpec{JoinConfiguration: bootstrapv1.JoinConfiguration{}}}}}
+	imt := &unstructured.Unstructured{}
+	imt.SetGroupVersionKind(InfraTemplateGVK)
+	imt.SetNamespace(namespace)
+	imt.SetName(tmpl)
+	imt.SetLabels(labels)
+	imt.Object["spec"] = map[string]any{"template": map[string]any{"spec": map[string]any{"image": "test-image-1"}}}
+	zero, one := intstr.FromInt32(0), intstr.FromInt32(1)
+	md := &clusterv1.MachineDeployment{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name, Labels: labels},
+		Spec: clusterv1.MachineDeploymentSpec{ClusterName: cluster, Replicas: &replicas,
+			Selector: metav1.LabelSelector{MatchLabels: map[string]string{clusterv1.ClusterNameLabel: cluster, clusterv1.MachineDeploymentNameLabel: name}},
+			Rollout: clusterv1.MachineDeploymentRolloutSpec{Strategy: clusterv1.MachineDeploymentRolloutStrategy{
+				Type:          clusterv1.RollingUpdateMachineDeploymentStrategyType,
+				RollingUpdate: clusterv1.MachineDeploymentRolloutStrategyRollingUpdate{MaxSurge: &zero, MaxUnavailable: &one}}},
+			Template: clusterv1.MachineTemplateSpec{
+				ObjectMeta: clusterv1.ObjectMeta{Labels: map[string]string{clusterv1.ClusterNameLabel: cluster, clusterv1.MachineDeploymentNameLabel: name}},
+				Spec: clusterv1.MachineSpec{ClusterName: cluster, Version: version,
+					Bootstrap:         clusterv1.Bootstrap{ConfigRef: clusterv1.ContractVersionedObjectReference{APIGroup: bootstrapv1.GroupVersion.Group, Kind: "KubeadmConfigTemplate", Name: tmpl}},
+					InfrastructureRef: clusterv1.ContractVersionedObjectReference{APIGroup: InfraGroup, Kind: InfraTemplateKind, Name: tmpl}}}}}
+	return []client.Object{kct, imt, md}
+}
+
+// Create creates objs in order through c (an object that exists already
+// is left as it is).
+func Create(ctx context.Context, c client.Client, objs ...client.Object) error {
+	for _, o := range objs {
+		if err := c.Create(ctx, o); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("capitest: creating %T %s/%s: %w", o, o.GetNamespace(), o.GetName(), err)
+		}
+	}
+	return nil
+}
+
+// newCA returns a self-signed CA certificate and key, PEM encoded.
+func newCA(cn string) (crt, key []byte, err error) {
+	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, nil, err
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: cn + "-ca"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature, IsCA: true, BasicConstraintsValid: true}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &k.PublicKey, k)
+	if err != nil {
+		return nil, nil, err
+	}
+	kder, err := x509.MarshalECPrivateKey(k)
+	if err != nil {
+		return nil, nil, err
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}), nil
+}

@@ -1,0 +1,517 @@
+package capitest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/upgradekit/upgradekit/fake"
+	"github.com/upgradekit/upgradekit/nodeexec/nodepod"
+)
+
+type providerOptions struct {
+	hostOpts []fake.HostOption
+	images   map[string]fake.Staging
+	interval time.Duration
+	log      logr.Logger
+}
+
+// ProviderOption configures StartProvider.
+type ProviderOption func(*providerOptions)
+
+// WithHostOptions applies opts to every simulated host the provider boots
+// (fake.WithFaults to inject failures, fake.WithComponentVersions, ...).
+// The provider always adds fake.WithNodeClient with its own client.
+func WithHostOptions(opts ...fake.HostOption) ProviderOption {
+	return func(o *providerOptions) { o.hostOpts = append(o.hostOpts, opts...) }
+}
+
+// WithUpgraderImage says what an upgrader image holds in its staging
+// directory: a pod's stage container running image copies s onto the
+// host (nodepod.WithStageFrom). An image the provider was not told about
+// holds nothing, and its stage container fails as `cp` would.
+func WithUpgraderImage(image string, s fake.Staging) ProviderOption {
+	return func(o *providerOptions) { o.images[image] = s }
+}
+
+// WithPollInterval sets how often the provider and each kubelet look at
+// the API server (default 100ms).
+func WithPollInterval(d time.Duration) ProviderOption {
+	return func(o *providerOptions) { o.interval = d }
+}
+
+// WithProviderLogger logs what the provider and kubelets do (default:
+// discard).
+func WithProviderLogger(l logr.Logger) ProviderOption {
+	return func(o *providerOptions) { o.log = l }
+}
+
+// Provider is the harness's infrastructure provider and the kubelets of
+// the machines it boots, in the test's process, against one API server
+// that is both the management cluster and every workload cluster (a
+// Cluster's <cluster>-kubeconfig Secret points back at it).
+//
+// As an infrastructure provider (InfrastructureCRDs) it provisions a
+// TestCluster at once (its spec.controlPlaneEndpoint is the user's) and a
+// TestMachine at once, as soon as its Machine (the owner reference Cluster
+// API sets) has bootstrap data: it boots a simulated host (fake.Host) at
+// the Machine's spec.version, control plane or worker by the Machine's
+// label, and sets spec.providerID, status.addresses and
+// status.initialization.provisioned. A TestMachine that is deleted is
+// gone at once (no finalizer): its host is shut down and its Node
+// deleted.
+//
+// As the kubelet of each host it registers the Node (named after the
+// Machine, with the providerID, Ready, the host's kubelet version; the
+// host keeps both current as its kubelet restarts), and for every pod
+// bound to the node: runs upgrader pods (built by nodeexec/nodepod)
+// through fake.PodRunner on the host (the real nodeexec runner, the
+// journal in a directory of the provider's) and writes the status the
+// kubelet reports; marks other pods Running and Ready; and finishes the
+// deletion of pods being deleted (evictions included), as a kubelet
+// confirms a stopped container.
+//
+// Faithful where the in-place path depends on it: a stopped kubelet (or
+// containerd) starts no container and reports nothing; a running step is
+// never killed by a kubelet restart; a deleted pod is not run again; a
+// deleted machine's Node disappears. What it does not model, besides what
+// fake.PodRunner and fake.Host list: pods other than upgrader pods run no
+// containers (they are only reported Running and Ready); a pod deleted
+// while its container runs finishes that container first (PodRunner.Run
+// is not interruptible); Node heartbeats, leases, NotReady after a
+// kubelet stop (no node lifecycle controller runs) and node-pressure
+// evictions; one API server serves every cluster, so Node names (the
+// Machine names) must be unique across the workload clusters of one
+// harness.
+type Provider struct {
+	c    client.Client
+	o    providerOptions
+	dir  string
+	stop context.CancelFunc
+	done chan struct{}
+
+	mu      sync.Mutex
+	fleets  map[types.NamespacedName]*fake.Fleet // by Cluster
+	kubelet map[string]*kubelet                  // by node name
+	errs    []error
+}
+
+// StartProvider starts the provider against c (an administrator's client
+// of the API server, where InfrastructureCRDs must be installed). Stop it
+// with Stop.
+func StartProvider(c client.Client, opts ...ProviderOption) (*Provider, error) {
+	o := providerOptions{images: map[string]fake.Staging{}, interval: 100 * time.Millisecond, log: logr.Discard()}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if c == nil {
+		return nil, errors.New("capitest: StartProvider: nil client")
+	}
+	if o.interval <= 0 {
+		return nil, fmt.Errorf("capitest: StartProvider: poll interval %s is not positive", o.interval)
+	}
+	dir, err := os.MkdirTemp("", "upgradekit-capitest-provider-")
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	p := &Provider{c: c, o: o, dir: dir, stop: cancel, done: make(chan struct{}),
+		fleets: map[types.NamespacedName]*fake.Fleet{}, kubelet: map[string]*kubelet{}}
+	go p.loop(ctx)
+	return p, nil
+}
+
+// Host returns the simulated host of a node (the Machine's name), or nil
+// if the provider has not booted it or it was deleted.
+func (p *Provider) Host(node string) *fake.Host {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if k := p.kubelet[node]; k != nil {
+		return k.host
+	}
+	return nil
+}
+
+// Nodes returns the names of the nodes running now, sorted.
+func (p *Provider) Nodes() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Sorted(maps.Keys(p.kubelet))
+}
+
+// Errors returns what went wrong in the provider or a kubelet so far (an
+// API request that failed, a pod the kubelet could not run): a test can
+// require it empty. Conflicts and objects deleted meanwhile are retried,
+// not reported.
+func (p *Provider) Errors() []error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]error(nil), p.errs...)
+}
+
+func (p *Provider) report(err error) {
+	if err == nil || apierrors.IsConflict(err) || apierrors.IsNotFound(err) || errors.Is(err, context.Canceled) {
+		return
+	}
+	p.o.log.Error(err, "capitest provider")
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.errs) < 100 {
+		p.errs = append(p.errs, err)
+	}
+}
+
+// Stop stops the provider and every kubelet and removes their files. The
+// Nodes stay in the API server. Safe to call more than once.
+func (p *Provider) Stop() error {
+	p.stop()
+	<-p.done
+	return os.RemoveAll(p.dir)
+}
+
+func (p *Provider) loop(ctx context.Context) {
+	defer close(p.done)
+	t := time.NewTicker(p.o.interval)
+	defer t.Stop()
+	for {
+		p.reconcile(ctx)
+		select {
+		case <-ctx.Done():
+			p.mu.Lock()
+			ks := slices.Collect(maps.Values(p.kubelet))
+			p.mu.Unlock()
+			for _, k := range ks {
+				k.stopAndWait()
+			}
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// reconcile provisions TestClusters and TestMachines and retires the
+// hosts of machines gone.
+func (p *Provider) reconcile(ctx context.Context) {
+	var clusters unstructured.UnstructuredList
+	clusters.SetGroupVersionKind(InfraClusterGVK.GroupVersion().WithKind(InfraClusterKind + "List"))
+	if err := p.c.List(ctx, &clusters); err != nil {
+		p.report(fmt.Errorf("listing %s: %w", InfraClusterKind, err))
+		return
+	}
+	for i := range clusters.Items {
+		ic := &clusters.Items[i]
+		if ok, _, _ := unstructured.NestedBool(ic.Object, "status", "initialization", "provisioned"); ok || ic.GetDeletionTimestamp() != nil {
+			continue
+		}
+		patch := client.MergeFrom(ic.DeepCopy())
+		if err := unstructured.SetNestedField(ic.Object, map[string]any{"initialization": map[string]any{"provisioned": true}}, "status"); err != nil {
+			p.report(err)
+			continue
+		}
+		if err := p.c.Status().Patch(ctx, ic, patch); err != nil {
+			p.report(fmt.Errorf("provisioning %s %s/%s: %w", InfraClusterKind, ic.GetNamespace(), ic.GetName(), err))
+		}
+	}
+	var list unstructured.UnstructuredList
+	list.SetGroupVersionKind(InfraMachineGVK.GroupVersion().WithKind(InfraMachineKind + "List"))
+	if err := p.c.List(ctx, &list); err != nil {
+		p.report(fmt.Errorf("listing %s: %w", InfraMachineKind, err))
+		return
+	}
+	alive := map[string]bool{}
+	for i := range list.Items {
+		im := &list.Items[i]
+		if im.GetDeletionTimestamp() != nil {
+			continue
+		}
+		m, err := p.owner(ctx, im)
+		if err != nil {
+			p.report(err)
+			continue
+		}
+		if m == nil || m.Spec.Bootstrap.DataSecretName == nil {
+			alive[im.GetName()] = p.Host(im.GetName()) != nil
+			continue // waits for its Machine and bootstrap data, as providers do
+		}
+		alive[m.Name] = true
+		if err := p.provision(ctx, im, m); err != nil {
+			p.report(fmt.Errorf("provisioning %s %s/%s: %w", InfraMachineKind, im.GetNamespace(), im.GetName(), err))
+		}
+	}
+	p.mu.Lock()
+	var gone []*kubelet
+	for name, k := range p.kubelet {
+		if !alive[name] {
+			gone = append(gone, k)
+			delete(p.kubelet, name)
+		}
+	}
+	p.mu.Unlock()
+	for _, k := range gone {
+		k.stopAndWait()
+		k.fleet.Remove(k.node)
+		err := p.c.Delete(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: k.node}})
+		if err != nil && !apierrors.IsNotFound(err) {
+			p.report(fmt.Errorf("deleting the Node of removed machine %s: %w", k.node, err))
+		}
+	}
+}
+
+// owner returns the Machine owning an infrastructure machine, or nil
+// while Cluster API has not set the reference yet.
+func (p *Provider) owner(ctx context.Context, im *unstructured.Unstructured) (*clusterv1.Machine, error) {
+	for _, ref := range im.GetOwnerReferences() {
+		if ref.Kind != "Machine" || ref.APIVersion != clusterv1.GroupVersion.String() {
+			continue
+		}
+		m := &clusterv1.Machine{}
+		if err := p.c.Get(ctx, client.ObjectKey{Namespace: im.GetNamespace(), Name: ref.Name}, m); err != nil {
+			if apierrors.IsNotFound(err) {
+				return nil, nil
+			}
+			return nil, fmt.Errorf("the Machine owning %s %s/%s: %w", InfraMachineKind, im.GetNamespace(), im.GetName(), err)
+		}
+		return m, nil
+	}
+	return nil, nil
+}
+
+func (p *Provider) provision(ctx context.Context, im *unstructured.Unstructured, m *clusterv1.Machine) error {
+	if m.Name != im.GetName() {
+		return fmt.Errorf("machine %s owns it: the provider names the node after the machine and needs both names equal", m.Name)
+	}
+	if err := p.boot(ctx, m); err != nil {
+		return err
+	}
+	providerID := ProviderIDPrefix + m.Namespace + "/" + m.Name
+	if got, _, _ := unstructured.NestedString(im.Object, "spec", "providerID"); got != providerID {
+		patch := client.MergeFrom(im.DeepCopy())
+		if err := unstructured.SetNestedField(im.Object, providerID, "spec", "providerID"); err != nil {
+			return err
+		}
+		if err := p.c.Patch(ctx, im, patch); err != nil {
+			return err
+		}
+	}
+	if ok, _, _ := unstructured.NestedBool(im.Object, "status", "initialization", "provisioned"); !ok {
+		patch := client.MergeFrom(im.DeepCopy())
+		status := map[string]any{
+			"initialization": map[string]any{"provisioned": true},
+			"addresses": []any{
+				map[string]any{"type": string(clusterv1.MachineInternalIP), "address": "127.0.0.1"},
+				map[string]any{"type": string(clusterv1.MachineHostName), "address": m.Name},
+			},
+		}
+		if err := unstructured.SetNestedField(im.Object, status, "status"); err != nil {
+			return err
+		}
+		if err := p.c.Status().Patch(ctx, im, patch); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// boot starts the machine's host and kubelet once.
+func (p *Provider) boot(ctx context.Context, m *clusterv1.Machine) error {
+	if p.Host(m.Name) != nil {
+		return nil
+	}
+	role := fake.RoleWorker
+	if _, cp := m.Labels[clusterv1.MachineControlPlaneLabel]; cp {
+		role = fake.RoleControlPlane
+	}
+	key := types.NamespacedName{Namespace: m.Namespace, Name: m.Spec.ClusterName}
+	p.mu.Lock()
+	fleet := p.fleets[key]
+	if fleet == nil {
+		fleet = fake.NewEmptyFleet(append([]fake.HostOption{fake.WithNodeClient(p.c)}, p.o.hostOpts...)...)
+		p.fleets[key] = fleet
+	}
+	p.mu.Unlock()
+	host := fleet.Host(m.Name)
+	if host == nil {
+		var err error
+		if host, err = fleet.Add(m.Name, role, m.Spec.Version); err != nil {
+			return err
+		}
+	}
+	if err := p.register(ctx, m, host, role); err != nil {
+		return fmt.Errorf("registering Node %s: %w", m.Name, err)
+	}
+	journal := filepath.Join(p.dir, m.Name)
+	if err := os.MkdirAll(journal, 0o700); err != nil {
+		return err
+	}
+	kctx, cancel := context.WithCancel(context.Background())
+	k := &kubelet{p: p, node: m.Name, host: host, fleet: fleet, journal: journal, runners: map[types.UID]*fake.PodRunner{},
+		cancel: cancel, done: make(chan struct{})}
+	p.mu.Lock()
+	p.kubelet[m.Name] = k
+	p.mu.Unlock()
+	go k.loop(kctx)
+	p.o.log.Info("booted", "node", m.Name, "role", role, "version", m.Spec.Version)
+	return nil
+}
+
+// register creates the Node the kubelet registers at its first start.
+func (p *Provider) register(ctx context.Context, m *clusterv1.Machine, h *fake.Host, role fake.Role) error {
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: m.Name, Labels: map[string]string{
+		corev1.LabelHostname: m.Name, corev1.LabelOSStable: "linux", corev1.LabelArchStable: "amd64"}},
+		Spec: corev1.NodeSpec{ProviderID: ProviderIDPrefix + m.Namespace + "/" + m.Name}}
+	if role == fake.RoleControlPlane {
+		n.Labels["node-role.kubernetes.io/control-plane"] = ""
+	}
+	if err := p.c.Create(ctx, n); err != nil {
+		if !apierrors.IsAlreadyExists(err) {
+			return err
+		}
+		if err := p.c.Get(ctx, client.ObjectKey{Name: m.Name}, n); err != nil {
+			return err
+		}
+	}
+	n.Status.Conditions = []corev1.NodeCondition{fake.NodeReady(h.Ready())}
+	for _, t := range []corev1.NodeConditionType{corev1.NodeMemoryPressure, corev1.NodeDiskPressure, corev1.NodePIDPressure} {
+		n.Status.Conditions = append(n.Status.Conditions, corev1.NodeCondition{Type: t, Status: corev1.ConditionFalse, Reason: "KubeletHas" + "No" + string(t),
+			LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()})
+	}
+	n.Status.NodeInfo = corev1.NodeSystemInfo{KubeletVersion: h.RunningVersion(fake.Kubelet), OperatingSystem: "linux", Architecture: "amd64",
+		ContainerRuntimeVersion: "containerd://" + h.RunningVersion(fake.Containerd)}
+	n.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "127.0.0.1"}, {Type: corev1.NodeHostName, Address: m.Name}}
+	return p.c.Status().Update(ctx, n)
+}
+
+// kubelet plays one node's kubelet.
+type kubelet struct {
+	p       *Provider
+	node    string
+	host    *fake.Host
+	fleet   *fake.Fleet
+	journal string
+	runners map[types.UID]*fake.PodRunner
+	cancel  context.CancelFunc
+	done    chan struct{}
+}
+
+func (k *kubelet) stopAndWait() {
+	k.cancel()
+	<-k.done
+}
+
+func (k *kubelet) loop(ctx context.Context) {
+	defer close(k.done)
+	t := time.NewTicker(k.p.o.interval)
+	defer t.Stop()
+	for {
+		k.sync(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (k *kubelet) sync(ctx context.Context) {
+	var pods corev1.PodList
+	if err := k.p.c.List(ctx, &pods); err != nil {
+		k.p.report(fmt.Errorf("kubelet %s: listing pods: %w", k.node, err))
+		return
+	}
+	for i := range pods.Items {
+		pod := &pods.Items[i]
+		if pod.Spec.NodeName != k.node || ctx.Err() != nil {
+			continue
+		}
+		if pod.DeletionTimestamp != nil {
+			// The containers stopped (a running step has finished: Run
+			// is synchronous); the kubelet confirms the deletion.
+			delete(k.runners, pod.UID)
+			err := k.p.c.Delete(ctx, pod, client.GracePeriodSeconds(0), client.Preconditions{UID: &pod.UID})
+			if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+				k.p.report(fmt.Errorf("kubelet %s: deleting pod %s/%s: %w", k.node, pod.Namespace, pod.Name, err))
+			}
+			continue
+		}
+		if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+			continue
+		}
+		if k.host.UnitState("kubelet") != fake.UnitActive {
+			continue // a stopped kubelet starts and reports nothing
+		}
+		if _, upgrader := pod.Annotations[nodepod.AnnotationSteps]; upgrader {
+			k.runUpgrader(ctx, pod)
+			continue
+		}
+		if pod.Status.Phase == "" || pod.Status.Phase == corev1.PodPending {
+			k.writeStatus(ctx, pod, runningStatus(pod))
+		}
+	}
+}
+
+func (k *kubelet) runUpgrader(ctx context.Context, pod *corev1.Pod) {
+	r := k.runners[pod.UID]
+	if r == nil {
+		opts := []fake.PodOption{fake.WithPodJournalDir(k.journal)}
+		for _, c := range pod.Spec.InitContainers {
+			if s, ok := k.p.o.images[c.Image]; ok && c.Name == nodepod.StageContainer {
+				opts = append(opts, fake.WithPodImageStaging(s))
+			}
+		}
+		var err error
+		if r, err = fake.NewPodRunner(k.host, pod, opts...); err != nil {
+			k.p.report(fmt.Errorf("kubelet %s: pod %s/%s: %w", k.node, pod.Namespace, pod.Name, err))
+			return
+		}
+		k.runners[pod.UID] = r
+	}
+	if _, err := r.Run(ctx); err != nil {
+		k.p.report(fmt.Errorf("kubelet %s: running pod %s/%s: %w", k.node, pod.Namespace, pod.Name, err))
+		return
+	}
+	k.writeStatus(ctx, pod, r.Pod().Status)
+}
+
+func (k *kubelet) writeStatus(ctx context.Context, pod *corev1.Pod, st corev1.PodStatus) {
+	if equality.Semantic.DeepEqual(pod.Status, st) {
+		return
+	}
+	pod.Status = st
+	if err := k.p.c.Status().Update(ctx, pod); err != nil {
+		k.p.report(fmt.Errorf("kubelet %s: status of pod %s/%s: %w", k.node, pod.Namespace, pod.Name, err))
+	}
+}
+
+// runningStatus is what a kubelet reports for a pod whose containers all
+// started and are ready.
+func runningStatus(pod *corev1.Pod) corev1.PodStatus {
+	now := metav1.Now()
+	st := corev1.PodStatus{Phase: corev1.PodRunning, StartTime: &now, HostIP: "127.0.0.1", PodIP: "10.0.0.1",
+		Conditions: []corev1.PodCondition{
+			{Type: corev1.PodScheduled, Status: corev1.ConditionTrue, LastTransitionTime: now},
+			{Type: corev1.PodInitialized, Status: corev1.ConditionTrue, LastTransitionTime: now},
+			{Type: corev1.ContainersReady, Status: corev1.ConditionTrue, LastTransitionTime: now},
+			{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: now},
+		}}
+	for _, c := range pod.Spec.Containers {
+		st.ContainerStatuses = append(st.ContainerStatuses, corev1.ContainerStatus{Name: c.Name, Image: c.Image, Ready: true, Started: new(true),
+			State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: now}}})
+	}
+	return st
+}
