@@ -1,0 +1,327 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/tools/events"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/upgradekit/upgradekit/fake"
+	"github.com/upgradekit/upgradekit/fake/capitest"
+	"github.com/upgradekit/upgradekit/internal/testcerts"
+	"github.com/upgradekit/upgradekit/nodeexec/nodepod"
+	"github.com/upgradekit/upgradekit/strategy/capi"
+)
+
+const (
+	e2eFrom, e2eTo = "v1.30.4", "v1.31.1"
+	e2eImage       = "registry.example/upgrader:v1.31.1"
+)
+
+// e2eExtension serves the extension, as its main does, on a free port
+// with a throwaway certificate and registers it with Cluster API through
+// an ExtensionConfig. It returns a stop function (also run in t.Cleanup).
+func e2eExtension(t *testing.T, h *capitest.Harness, dir string, port int, reg *prometheus.Registry, register bool) (stop func()) {
+	t.Helper()
+	ctrllog.SetLogger(logr.Discard()) // as main sets its own
+	o, err := parseFlags([]string{"-host", "127.0.0.1", "-port", strconv.Itoa(port), "-cert-dir", dir, "-metrics-bind-address", "0",
+		"-upgrader-images", e2eTo + "=" + e2eImage, "-retry-after", "1"}, &bytes.Buffer{})
+	require.NoError(t, err)
+	metrics, err := capi.NewMetrics(reg)
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- serve(ctx, o, deps{mgmt: h.Env.Client, scheme: h.Env.Scheme, recorder: events.NewFakeRecorder(1000), metrics: metrics}, logr.Discard())
+	}()
+	stopped := false
+	stop = func() {
+		if !stopped {
+			stopped = true
+			cancel()
+			require.NoError(t, <-done)
+		}
+	}
+	t.Cleanup(stop)
+	if register {
+		ca, err := os.ReadFile(filepath.Join(dir, testcerts.CAFile))
+		require.NoError(t, err)
+		rctx, rcancel := context.WithTimeout(t.Context(), time.Minute)
+		defer rcancel()
+		names, err := capitest.RegisterExtension(rctx, h.Env.Client, "upgradekit", "https://127.0.0.1:"+strconv.Itoa(port), ca)
+		require.NoError(t, err)
+		require.Len(t, names, 3, "the three in-place handlers: %v", names)
+	}
+	return stop
+}
+
+// e2eMachines returns a MachineDeployment's Machines by name.
+func e2eMachines(t *testing.T, c client.Client, md string) map[string]clusterv1.Machine {
+	t.Helper()
+	var ms clusterv1.MachineList
+	require.NoError(t, c.List(t.Context(), &ms, client.InNamespace("default"), client.MatchingLabels{clusterv1.MachineDeploymentNameLabel: md}))
+	out := map[string]clusterv1.Machine{}
+	for _, m := range ms.Items {
+		out[m.Name] = m
+	}
+	return out
+}
+
+// settled: n Machines, each with its Node, running at version, up to
+// date by Cluster API's own condition and not updating.
+func settled(ms map[string]clusterv1.Machine, n int, version string) bool {
+	if len(ms) != n {
+		return false
+	}
+	for _, m := range ms {
+		if m.DeletionTimestamp != nil || !m.Status.NodeRef.IsDefined() || m.Status.Phase != string(clusterv1.MachinePhaseRunning) || m.Spec.Version != version {
+			return false
+		}
+		if !conditionIs(m.Status.Conditions, clusterv1.MachineUpToDateCondition, "True") || conditionIs(m.Status.Conditions, clusterv1.MachineUpdatingCondition, "True") {
+			return false
+		}
+		if _, updating := m.Annotations[clusterv1.UpdateInProgressAnnotation]; updating {
+			return false
+		}
+	}
+	return true
+}
+
+func conditionIs(conds []metav1.Condition, t, status string) bool {
+	for _, c := range conds {
+		if c.Type == t {
+			return string(c.Status) == status
+		}
+	}
+	return false
+}
+
+// mdSettled: Cluster API's MachineDeployment status has caught up with
+// the spec and counts n replicas, all up to date and available.
+func mdSettled(t *testing.T, c client.Client, name string, n int32) bool {
+	t.Helper()
+	var md clusterv1.MachineDeployment
+	require.NoError(t, c.Get(t.Context(), client.ObjectKey{Namespace: "default", Name: name}, &md))
+	st := md.Status
+	return st.ObservedGeneration == md.Generation && ptrIs(st.Replicas, n) && ptrIs(st.UpToDateReplicas, n) && ptrIs(st.AvailableReplicas, n)
+}
+
+func ptrIs(p *int32, n int32) bool { return p != nil && *p == n }
+
+// upgraderPods returns the upgrader pods of the named nodes.
+func upgraderPods(t *testing.T, c client.Client, nodes []string) []corev1.Pod {
+	t.Helper()
+	var pods corev1.PodList
+	require.NoError(t, c.List(t.Context(), &pods, client.InNamespace(nodepod.DefaultNamespace)))
+	var out []corev1.Pod
+	for _, p := range pods.Items {
+		if slices.Contains(nodes, p.Spec.NodeName) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// TestClusterAPIDrivesTheExtension runs Cluster API v1.14's own managers
+// (InPlaceUpdates on) against a real API server, with the harness's
+// provider and a simulated kubelet per machine, and this extension
+// registered through an ExtensionConfig, and changes three
+// MachineDeployments at once:
+//
+//   - "inplace", 3 machines, v1.30.4 -> v1.31.1: Cluster API asks
+//     CanUpdateMachineSet (its only question for a MachineDeployment:
+//     CanUpdateMachine is KubeadmControlPlane's), moves the machines to the
+//     new MachineSet and calls UpdateMachine; the upgrader pods run on the
+//     simulated nodes; every Machine ends up to date with the same name
+//     and providerID;
+//   - "image", 2 machines, a new infrastructure template (an image no
+//     updater covers): declined, Cluster API replaces the machines, the
+//     extension never touches a node;
+//   - "skip", 2 machines, v1.30.4 -> v1.32.0 (a skipped minor):
+//     infeasible, declined, replaced, nothing drained.
+func TestClusterAPIDrivesTheExtension(t *testing.T) {
+	h := capitest.NewForTest(t, capitest.WithUpgraderImage(e2eImage, fake.Staging{Kubernetes: e2eTo, Containerd: "2.0.5", CNI: "v1.7.1"}))
+	ctx, c := t.Context(), h.Env.Client
+	objs, err := capitest.ClusterObjects(h.Env, "default", "demo", e2eTo)
+	require.NoError(t, err)
+	require.NoError(t, capitest.Create(ctx, c, objs...))
+	sizes := map[string]int{"inplace": 3, "image": 2, "skip": 2}
+	for md, n := range sizes {
+		require.NoError(t, capitest.Create(ctx, c, capitest.MachineDeploymentObjects("default", "demo", md, int32(n), e2eFrom)...))
+	}
+	start := time.Now()
+	before := map[string]map[string]clusterv1.Machine{}
+	require.Eventually(t, func() bool {
+		for md, n := range sizes {
+			if before[md] = e2eMachines(t, c, md); !settled(before[md], n, e2eFrom) {
+				return false
+			}
+		}
+		return true
+	}, 2*time.Minute, 200*time.Millisecond, "machines provisioned; provider: %v", h.Provider.Errors())
+	t.Logf("7 machines provisioned in %s", time.Since(start).Round(time.Millisecond))
+
+	dir := t.TempDir()
+	testcerts.Write(t, dir)
+	reg := prometheus.NewRegistry()
+	e2eExtension(t, h, dir, testcerts.FreePort(t), reg, true)
+
+	// The three changes, at once.
+	edit := func(name string, mutate func(*clusterv1.MachineDeployment)) {
+		var md clusterv1.MachineDeployment
+		require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: "default", Name: name}, &md))
+		patch := client.MergeFrom(md.DeepCopy())
+		mutate(&md)
+		require.NoError(t, c.Patch(ctx, &md, patch))
+	}
+	tmpl := &unstructured.Unstructured{}
+	tmpl.SetGroupVersionKind(capitest.InfraTemplateGVK)
+	require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: "default", Name: "image-0"}, tmpl))
+	tmpl.SetResourceVersion("")
+	tmpl.SetUID("")
+	tmpl.SetName("image-1")
+	require.NoError(t, unstructured.SetNestedField(tmpl.Object, "test-image-2", "spec", "template", "spec", "image"))
+	require.NoError(t, c.Create(ctx, tmpl))
+	start = time.Now()
+	edit("inplace", func(md *clusterv1.MachineDeployment) { md.Spec.Template.Spec.Version = e2eTo })
+	edit("image", func(md *clusterv1.MachineDeployment) { md.Spec.Template.Spec.InfrastructureRef.Name = "image-1" })
+	edit("skip", func(md *clusterv1.MachineDeployment) { md.Spec.Template.Spec.Version = "v1.32.0" })
+
+	after := map[string]map[string]clusterv1.Machine{}
+	replaced := func(md string) bool {
+		for name := range after[md] {
+			if _, old := before[md][name]; old {
+				return false
+			}
+		}
+		return true
+	}
+	require.Eventually(t, func() bool {
+		after["inplace"] = e2eMachines(t, c, "inplace")
+		after["image"] = e2eMachines(t, c, "image")
+		after["skip"] = e2eMachines(t, c, "skip")
+		return settled(after["inplace"], 3, e2eTo) && settled(after["image"], 2, e2eFrom) && replaced("image") &&
+			settled(after["skip"], 2, "v1.32.0") && replaced("skip") &&
+			mdSettled(t, c, "inplace", 3) && mdSettled(t, c, "image", 2) && mdSettled(t, c, "skip", 2)
+	}, 5*time.Minute, 500*time.Millisecond, "rollouts end; machines %v; provider: %v", machineNames(after), h.Provider.Errors())
+	t.Logf("in place (3) and replaced (2+2) in %s", time.Since(start).Round(time.Millisecond))
+
+	// In place: the same machines, nodes and providerIDs, upgraded on the
+	// host by a succeeded upgrader pod each, and Cluster API's own
+	// bookkeeping says so.
+	inplace := slices.Sorted(maps.Keys(before["inplace"]))
+	require.Equal(t, inplace, slices.Sorted(maps.Keys(after["inplace"])), "no machine replaced")
+	for _, name := range inplace {
+		require.Equal(t, before["inplace"][name].Spec.ProviderID, after["inplace"][name].Spec.ProviderID)
+		require.Equal(t, e2eTo, h.Provider.Host(name).RunningVersion(fake.Kubelet), "%s upgraded on the host", name)
+		var n corev1.Node
+		require.NoError(t, c.Get(ctx, client.ObjectKey{Name: name}, &n))
+		require.Equal(t, e2eTo, n.Status.NodeInfo.KubeletVersion)
+		require.False(t, n.Spec.Unschedulable, "%s uncordoned", name)
+		require.NotContains(t, n.Annotations, capi.AnnotationInPlaceUpdate, "%s: the update's record is removed once done", name)
+		require.Contains(t, n.Annotations, capi.AnnotationKubeletArgs, "%s: the applied kubelet arguments' digest", name)
+	}
+	pods := upgraderPods(t, c, inplace)
+	require.NotEmpty(t, pods)
+	for _, name := range inplace {
+		require.True(t, slices.ContainsFunc(pods, func(p corev1.Pod) bool { return p.Spec.NodeName == name && p.Status.Phase == corev1.PodSucceeded }),
+			"%s: a succeeded upgrader pod", name)
+	}
+	var sets clusterv1.MachineSetList
+	require.NoError(t, c.List(ctx, &sets, client.InNamespace("default"), client.MatchingLabels{clusterv1.MachineDeploymentNameLabel: "inplace"}))
+	for _, ms := range sets.Items {
+		if ms.Spec.Template.Spec.Version == e2eTo {
+			require.Equal(t, int32(3), *ms.Spec.Replicas, "the new MachineSet holds the moved machines")
+		} else {
+			require.Zero(t, *ms.Spec.Replicas, "the old MachineSet %s is empty", ms.Name)
+		}
+	}
+
+	// Declined: Cluster API replaced the machines; the extension created
+	// no upgrader pod and recorded no update on any of their nodes.
+	for _, d := range []string{"image", "skip"} {
+		var nodes []string
+		for name := range before[d] {
+			nodes = append(nodes, name)
+		}
+		for name := range after[d] {
+			nodes = append(nodes, name)
+			var n corev1.Node
+			require.NoError(t, c.Get(ctx, client.ObjectKey{Name: name}, &n))
+			require.NotContains(t, n.Annotations, capi.AnnotationInPlaceUpdate, "%s: %s untouched", d, name)
+			require.NotContains(t, n.Annotations, capi.AnnotationKubeletArgs, "%s: %s untouched", d, name)
+		}
+		require.Empty(t, upgraderPods(t, c, nodes), "%s: no upgrader pod", d)
+	}
+	require.Empty(t, h.Provider.Errors())
+
+	// What Cluster API asked, as the extension's metrics counted it.
+	decisions := metricSums(t, reg, capi.MetricDecisions, "hook", "outcome")
+	require.GreaterOrEqual(t, decisions["CanUpdateMachineSet/accept"], 1.0, "the version change: %v", decisions)
+	require.GreaterOrEqual(t, decisions["CanUpdateMachineSet/decline"], 2.0, "the image and the skipped minor: %v", decisions)
+	// A MachineDeployment's rollout asks per MachineSet only: in Cluster
+	// API v1.14.2 CanUpdateMachine is KubeadmControlPlane's hook
+	// (controlplane/kubeadm/reconcilers/kubeadmcontrolplane/inplace_canupdatemachine.go
+	// is its only caller).
+	require.Zero(t, decisions["CanUpdateMachine/accept"]+decisions["CanUpdateMachine/decline"], "%v", decisions)
+	require.Zero(t, decisions["CanUpdateMachineSet/error"]+decisions["CanUpdateMachine/error"], "%v", decisions)
+	require.Equal(t, 3.0, metricSums(t, reg, capi.MetricUpdateDuration)[""], "three updates done")
+	for reason, n := range metricSums(t, reg, capi.MetricFailures, "reason") {
+		require.Zero(t, n, "no update failed: %s", reason)
+	}
+}
+
+// metricSums sums a metric family's samples (counters, or histogram
+// sample counts) by the values of labels, joined with "/".
+func metricSums(t *testing.T, reg *prometheus.Registry, name string, labels ...string) map[string]float64 {
+	t.Helper()
+	fams, err := reg.Gather()
+	require.NoError(t, err)
+	out := map[string]float64{}
+	for _, f := range fams {
+		if f.GetName() != name {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			var key []string
+			for _, l := range labels {
+				for _, lp := range m.GetLabel() {
+					if lp.GetName() == l {
+						key = append(key, lp.GetValue())
+					}
+				}
+			}
+			v := m.GetCounter().GetValue()
+			if m.GetHistogram() != nil {
+				v = float64(m.GetHistogram().GetSampleCount())
+			}
+			out[strings.Join(key, "/")] += v
+		}
+	}
+	return out
+}
+
+func machineNames(ms map[string]map[string]clusterv1.Machine) map[string][]string {
+	out := map[string][]string{}
+	for md, m := range ms {
+		out[md] = slices.Sorted(maps.Keys(m))
+	}
+	return out
+}
