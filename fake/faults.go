@@ -114,6 +114,15 @@ func (f *Faults) FailStep(node, step string, times int) *Faults {
 	return f
 }
 
+// Heal clears the failures FailStep has left to inject into step on node,
+// as when an operator fixes the cause before retrying.
+func (f *Faults) Heal(node, step string) *Faults {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.fail, stepKey{node, step})
+	return f
+}
+
 // FlakySteps makes every run-phase command fail with probability p, drawn
 // from the seeded generator.
 func (f *Faults) FlakySteps(p float64) *Faults {

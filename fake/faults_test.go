@@ -59,6 +59,22 @@ func TestFailStepKTimes(t *testing.T) {
 	}
 }
 
+// TestHealClearsFailuresLeft: once healed, a step that would have failed
+// runs; nothing more is injected.
+func TestHealClearsFailuresLeft(t *testing.T) {
+	faults := NewFaults(7).FailStep("demo-md-0-1", kubeadm.StepKubelet, 100)
+	_, _, fleet := upgradeFleet(t, WithFaults(faults))
+	fleet.Host("demo-control-plane-0").kubeadm.set(to)
+	fc := testingclock.NewFakeClock(time.Unix(0, 0))
+	stop := DriveClock(fc, 5*time.Second)
+	defer stop()
+	faults.Heal("demo-md-0-1", kubeadm.StepKubelet)
+	out, err := runPlan(t, fleet.Host("demo-md-0-1"), kubeadm.RoleWorker, nil, nodeexec.WithClock(fc))
+	require.NoError(t, err)
+	require.Equal(t, nodeexec.PlanSucceeded, out.State)
+	require.Empty(t, faults.Injected())
+}
+
 func TestFlakyStepsAreDeterministicBySeed(t *testing.T) {
 	run := func(seed uint64) []Injection {
 		faults := NewFaults(seed).FlakySteps(0.3)
