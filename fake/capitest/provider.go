@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -153,6 +154,25 @@ func (p *Provider) Nodes() []string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return slices.Sorted(maps.Keys(p.kubelet))
+}
+
+// HoldPods makes a node's kubelet start no container until ReleasePods,
+// as a kubelet slow to pull an image would: the node's pods stay Pending
+// (deletions still finish). It reports whether the node is running. A
+// test uses it to act while a pod is known to be in flight.
+func (p *Provider) HoldPods(node string) bool { return p.hold(node, true) }
+
+// ReleasePods undoes HoldPods. It reports whether the node is running.
+func (p *Provider) ReleasePods(node string) bool { return p.hold(node, false) }
+
+func (p *Provider) hold(node string, on bool) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	k := p.kubelet[node]
+	if k != nil {
+		k.held.Store(on)
+	}
+	return k != nil
 }
 
 // Errors returns what went wrong in the provider or a kubelet so far (an
@@ -405,6 +425,7 @@ type kubelet struct {
 	fleet   *fake.Fleet
 	journal string
 	runners map[types.UID]*fake.PodRunner
+	held    atomic.Bool
 	cancel  context.CancelFunc
 	done    chan struct{}
 }
@@ -452,7 +473,7 @@ func (k *kubelet) sync(ctx context.Context) {
 		if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
 			continue
 		}
-		if k.host.UnitState("kubelet") != fake.UnitActive {
+		if k.host.UnitState("kubelet") != fake.UnitActive || k.held.Load() {
 			continue // a stopped kubelet starts and reports nothing
 		}
 		if _, upgrader := pod.Annotations[nodepod.AnnotationSteps]; upgrader {

@@ -12,6 +12,11 @@ import (
 	"github.com/upgradekit/upgradekit/fake/envtest"
 )
 
+// EnvKeepLogs, when set to a directory, makes StartForTest keep each
+// test's manager logs in <dir>/<test name>/ instead of a temporary
+// directory removed when the test ends.
+const EnvKeepLogs = "UPGRADEKIT_CAPITEST_LOGS"
+
 // StartForTest starts the managers for t against env and stops them in
 // t.Cleanup, logging each manager's log path. The managers come from
 // EnvManagers when set; otherwise they are built with
@@ -34,6 +39,13 @@ func StartForTest(t testing.TB, env *envtest.Env, opts ...Option) *Managers {
 			t.Fatalf("building Cluster API's managers with %s: %v\n%s", script, err, stderr.String())
 		}
 		dir = strings.TrimSpace(string(out))
+	}
+	if keep := os.Getenv(EnvKeepLogs); keep != "" {
+		logDir := filepath.Join(keep, strings.NewReplacer("/", "_", " ", "_").Replace(t.Name()))
+		if err := os.MkdirAll(logDir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		opts = append([]Option{WithLogDir(logDir)}, opts...)
 	}
 	m, err := Start(t.Context(), env, dir, opts...)
 	if err != nil {
