@@ -7,6 +7,9 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/utils/ptr"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/cluster-api/util/conditions"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	crenvtest "sigs.k8s.io/controller-runtime/pkg/envtest"
 
@@ -100,4 +103,68 @@ func RegisterExtension(ctx context.Context, c client.Client, name, url string, c
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
+}
+
+// WaitForRollout waits until Cluster API reports the MachineDeployment
+// namespace/name rolled out at version: its status caught up with its
+// spec, every replica up to date and available, and each of its Machines
+// running at version with a Node, up to date by Cluster API's own
+// condition and not being updated. It returns those Machines by name, or
+// an error saying what was still missing when ctx ended.
+func WaitForRollout(ctx context.Context, c client.Reader, namespace, name, version string) (map[string]clusterv1.Machine, error) {
+	for {
+		ms, why, err := rolledOut(ctx, c, namespace, name, version)
+		if err != nil {
+			return nil, err
+		}
+		if why == "" {
+			return ms, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("capitest: MachineDeployment %s/%s at %s: %s: %w", namespace, name, version, why, ctx.Err())
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// rolledOut says why the rollout is not done yet ("" when it is).
+func rolledOut(ctx context.Context, c client.Reader, namespace, name, version string) (map[string]clusterv1.Machine, string, error) {
+	var md clusterv1.MachineDeployment
+	if err := c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, &md); err != nil {
+		return nil, "", fmt.Errorf("capitest: MachineDeployment %s/%s: %w", namespace, name, err)
+	}
+	want := ptr.Deref(md.Spec.Replicas, 1)
+	st := md.Status
+	if st.ObservedGeneration != md.Generation {
+		return nil, "status not observed yet", nil
+	}
+	if ptr.Deref(st.Replicas, -1) != want || ptr.Deref(st.UpToDateReplicas, -1) != want || ptr.Deref(st.AvailableReplicas, -1) != want {
+		return nil, fmt.Sprintf("replicas %d, up to date %d, available %d of %d", ptr.Deref(st.Replicas, 0), ptr.Deref(st.UpToDateReplicas, 0), ptr.Deref(st.AvailableReplicas, 0), want), nil
+	}
+	var list clusterv1.MachineList
+	if err := c.List(ctx, &list, client.InNamespace(namespace), client.MatchingLabels{clusterv1.MachineDeploymentNameLabel: name}); err != nil {
+		return nil, "", fmt.Errorf("capitest: Machines of %s/%s: %w", namespace, name, err)
+	}
+	if int32(len(list.Items)) != want {
+		return nil, fmt.Sprintf("%d Machines, want %d", len(list.Items), want), nil
+	}
+	ms := map[string]clusterv1.Machine{}
+	for _, m := range list.Items {
+		switch {
+		case m.DeletionTimestamp != nil:
+			return nil, "Machine " + m.Name + " is being deleted", nil
+		case m.Spec.Version != version:
+			return nil, "Machine " + m.Name + " is at " + m.Spec.Version, nil
+		case !m.Status.NodeRef.IsDefined() || m.Status.Phase != string(clusterv1.MachinePhaseRunning):
+			return nil, "Machine " + m.Name + " is " + m.Status.Phase, nil
+		case !conditions.IsTrue(&m, clusterv1.MachineUpToDateCondition) || conditions.IsTrue(&m, clusterv1.MachineUpdatingCondition):
+			return nil, "Machine " + m.Name + " is not up to date yet", nil
+		}
+		if _, updating := m.Annotations[clusterv1.UpdateInProgressAnnotation]; updating {
+			return nil, "Machine " + m.Name + " is being updated", nil
+		}
+		ms[m.Name] = m
+	}
+	return ms, "", nil
 }

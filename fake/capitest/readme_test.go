@@ -1,0 +1,127 @@
+package capitest_test
+
+import (
+	"context"
+	"crypto/tls"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	runtimecatalog "sigs.k8s.io/cluster-api/api/runtime/catalog"
+	runtimehooksv1 "sigs.k8s.io/cluster-api/api/runtime/hooks/v1alpha1"
+	"sigs.k8s.io/cluster-api/exp/runtime/server"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/upgradekit/upgradekit/fake"
+	"github.com/upgradekit/upgradekit/fake/capitest"
+	"github.com/upgradekit/upgradekit/internal/testcerts"
+	"github.com/upgradekit/upgradekit/nodeexec/nodepod"
+	"github.com/upgradekit/upgradekit/strategy"
+	"github.com/upgradekit/upgradekit/strategy/capi"
+)
+
+const upgraderImage = "registry.example/upgrader:v1.31.1"
+
+// README:begin
+func TestMyExtensionUnderClusterAPI(t *testing.T) {
+	// envtest, Cluster API's own managers (InPlaceUpdates on), and a
+	// provider whose simulated nodes run the upgrader image's bundle.
+	h := capitest.NewForTest(t, capitest.WithUpgraderImage(upgraderImage,
+		fake.Staging{Kubernetes: "v1.31.1", Containerd: "2.0.5", CNI: "v1.7.1"}))
+	ctx, c := t.Context(), h.Env.Client
+
+	// A workload cluster: a control plane at v1.31.1, two workers at v1.30.4.
+	cluster, err := capitest.ClusterObjects(h.Env, "default", "demo", "v1.31.1")
+	require.NoError(t, err)
+	require.NoError(t, capitest.Create(ctx, c, cluster...))
+	require.NoError(t, capitest.Create(ctx, c, capitest.MachineDeploymentObjects("default", "demo", "md", 2, "v1.30.4")...))
+	wait, cancel := context.WithTimeout(ctx, 3*time.Minute)
+	defer cancel()
+	before, err := capitest.WaitForRollout(wait, c, "default", "md", "v1.30.4")
+	require.NoError(t, err)
+
+	// Your extension, over HTTPS, registered as users do: an ExtensionConfig.
+	url, caBundle := serveMyExtension(t, h)
+	_, err = capitest.RegisterExtension(wait, c, "my-extension", url, caBundle)
+	require.NoError(t, err)
+
+	// Cluster API rolls the MachineDeployment to v1.31.1 through your hooks.
+	var md clusterv1.MachineDeployment
+	require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: "default", Name: "md"}, &md))
+	patch := client.MergeFrom(md.DeepCopy())
+	md.Spec.Template.Spec.Version = "v1.31.1"
+	require.NoError(t, c.Patch(ctx, &md, patch))
+	after, err := capitest.WaitForRollout(wait, c, "default", "md", "v1.31.1")
+	require.NoError(t, err)
+	for name := range before {
+		require.Contains(t, after, name, "updated in place, not replaced")
+		require.Equal(t, "v1.31.1", h.Provider.Host(name).RunningVersion(fake.Kubelet))
+	}
+}
+
+// README:end
+
+// serveMyExtension serves an in-place extension built on strategy/capi
+// (Kubernetes versions only) on a free local port with a throwaway
+// certificate until the test ends, and returns its URL and CA bundle.
+func serveMyExtension(t *testing.T, h *capitest.Harness) (string, []byte) {
+	t.Helper()
+	mgmt := h.Env.Client
+	kubeadm, err := strategy.ForCategories("kubeadm", strategy.KubeadmCategories()...)
+	require.NoError(t, err)
+	ext, err := capi.NewExtension(strategy.Updaters(kubeadm), capi.WithChecks(capi.ControlPlaneSkewCheck(mgmt)))
+	require.NoError(t, err)
+	updater, err := capi.NewMachineUpdater(capi.KubeconfigSecretClients(mgmt, h.Env.Scheme),
+		capi.WithWorkloadClientset(capi.KubeconfigSecretClientsets(mgmt)),
+		capi.WithManagementReader(mgmt), capi.WithRetryAfter(1),
+		capi.WithPodOptions(nodepod.WithImage(upgraderImage), nodepod.WithStageFrom("/staging"), nodepod.WithRunnerCommand("/upgrader", "run")))
+	require.NoError(t, err)
+	// The upgrader pods' namespace in the workload cluster (here: the same
+	// API server).
+	require.NoError(t, mgmt.Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: nodepod.DefaultNamespace,
+		Labels: map[string]string{"pod-security.kubernetes.io/enforce": "privileged"}}}))
+
+	dir := t.TempDir()
+	testcerts.Write(t, dir)
+	port := testcerts.FreePort(t)
+	catalog := runtimecatalog.New()
+	require.NoError(t, runtimehooksv1.AddToCatalog(catalog))
+	srv, err := server.New(server.Options{Catalog: catalog, Host: "127.0.0.1", Port: port, CertDir: dir,
+		TLSOpts: []func(*tls.Config){func(c *tls.Config) { c.NextProtos = []string{"http/1.1"} }}})
+	require.NoError(t, err)
+	for _, hd := range append(ext.Handlers("my"), updater.Handler("my")) {
+		require.NoError(t, srv.AddExtensionHandler(hd))
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Start(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		require.NoError(t, <-done)
+	})
+	ca, err := os.ReadFile(filepath.Join(dir, testcerts.CAFile))
+	require.NoError(t, err)
+	return "https://127.0.0.1:" + strconv.Itoa(port), ca
+}
+
+// TestREADMEShowsTheHarnessTest: the README's harness snippet is
+// TestMyExtensionUnderClusterAPI as compiled and run here, word for word.
+func TestREADMEShowsTheHarnessTest(t *testing.T) {
+	src, err := os.ReadFile("readme_test.go")
+	require.NoError(t, err)
+	begin, end := "// README:"+"begin\n", "\n// README:"+"end"
+	s := string(src)
+	i, j := strings.Index(s, begin), strings.Index(s, end)
+	require.True(t, i >= 0 && j > i, "markers in readme_test.go")
+	snippet := strings.TrimSpace(s[i+len(begin) : j])
+	readme, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	require.NoError(t, err)
+	require.Contains(t, string(readme), "```go\n"+snippet+"\n```", "README.md must show TestMyExtensionUnderClusterAPI as it is in fake/capitest/readme_test.go")
+}
