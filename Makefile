@@ -11,7 +11,7 @@ BENCHTIME ?= 1s
 # module so the core stays free of their dependencies (e.g. amiselect/aws).
 MODULES := $(shell find . -name go.mod -not -path './.git/*' -printf '%h\n' | sort)
 
-.PHONY: test unit lint bench fuzz-smoke envtest-assets capi-inplace-oracle capi-managers demo
+.PHONY: test unit e2e lint bench fuzz-smoke envtest-assets capi-inplace-oracle capi-managers demo
 
 ## envtest-assets: build (once, then cached) kube-apiserver + etcd from the Go module proxy.
 envtest-assets:
@@ -36,6 +36,19 @@ test:
 	  echo "== go test -race $$m/..."; \
 	  (cd "$$m" && KUBEBUILDER_ASSETS="$$assets" UPGRADEKIT_CAPI_ORACLE="$$oracle" UPGRADEKIT_CAPI_MANAGERS="$$managers" go test -race -count=1 ./...); \
 	done
+
+## e2e: only the scenarios Cluster API's own controllers drive (fake/capitest and
+## examples/inplace-extension's TestClusterAPI*), with their wall times; they are
+## part of `make test` too.
+e2e:
+	@assets="$$(hack/envtest-assets.sh)"; \
+	managers="$$(hack/capi-managers.sh)"; \
+	log="$$(mktemp)"; rc=0; \
+	KUBEBUILDER_ASSETS="$$assets" UPGRADEKIT_CAPI_MANAGERS="$$managers" \
+	  go test -race -count=1 -v -run 'ClusterAPI|Managers' ./fake/capitest/ ./examples/inplace-extension/ >"$$log" 2>&1 || rc=$$?; \
+	grep -E '^(--- |ok|FAIL)|(in|machines [a-z]+ in) [0-9.]+m?s$$' "$$log" || true; \
+	if [[ $$rc -ne 0 ]]; then tail -n 200 "$$log"; fi; \
+	rm -f "$$log"; exit $$rc
 
 ## unit: fast tests only (envtest-backed tests skip explicitly).
 unit:

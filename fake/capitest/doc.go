@@ -1,26 +1,53 @@
-// Package capitest runs Cluster API's own managers against a real API
-// server from a test: the core manager, the kubeadm bootstrap provider and
-// the kubeadm control plane provider of the sigs.k8s.io/cluster-api version
-// upgradekit's go.mod requires, built from the Go module proxy by
-// hack/capi-managers.sh (no container images, no Docker, no kind), started
-// as child processes against a fake/envtest API server with the feature
-// gates the in-place path needs (InPlaceUpdates, RuntimeSDK), and stopped
-// when the test ends.
+// Package capitest runs Cluster API's own controllers from a test, so an
+// in-place update extension (upgradekit's, or yours) is exercised by the
+// real callers of its hooks instead of by a model of them: the core
+// manager, the kubeadm bootstrap provider and the kubeadm control plane
+// provider of the sigs.k8s.io/cluster-api version upgradekit's go.mod
+// requires, built from the Go module proxy by hack/capi-managers.sh (no
+// container images, no Docker, no kind), started as child processes
+// against a fake/envtest API server with the feature gates the in-place
+// path needs (InPlaceUpdates, RuntimeSDK), and stopped when the test ends.
 //
-// What runs for real: each manager's main (flags, controllers, caches,
-// its runtime client, leader election off), talking to envtest's
-// kube-apiserver and etcd, and each manager's admission webhooks: its
-// webhook configurations, as Cluster API ships them
-// (config/webhook/manifests.yaml, copied by hack/capi-managers.sh), are
-// created with their service references replaced by the manager's local
-// URL and CA, so the API server defaults and validates Cluster API's
-// objects through Cluster API's own code. What it is not, yet:
+// NewForTest starts everything in one call: envtest, the infrastructure
+// CRDs, the three managers and the Provider. ClusterObjects and
+// MachineDeploymentObjects build a workload cluster to create,
+// RegisterExtension registers an extension through an ExtensionConfig and
+// waits for Cluster API to discover it, and WaitForRollout waits for
+// Cluster API to report a MachineDeployment rolled out.
 //
-//   - there is no infrastructure provider and no workload cluster: Machines
-//     are not provisioned and nothing reaches a <cluster>-kubeconfig;
-//   - the CRDs are fake/envtest's (Cluster API's config/crd/bases, served
-//     without conversion webhooks: v1beta2 only).
+// What is Cluster API's, for real: each manager's main (flags,
+// controllers, caches, its runtime client, ExtensionConfig discovery, the
+// calls to CanUpdateMachineSet and UpdateMachine and what it does with
+// the answers), talking to envtest's kube-apiserver and etcd, and each
+// manager's admission webhooks: its webhook configurations, as Cluster
+// API ships them (config/webhook/manifests.yaml, copied by
+// hack/capi-managers.sh), are created with their service references
+// replaced by the manager's local URL and CA, so the API server defaults
+// and validates Cluster API's objects through Cluster API's own code.
 //
-// Those are the steps between this package and Cluster API driving an
-// in-place update through upgradekit's extension end to end.
+// What is ours:
+//
+//   - the infrastructure provider (Provider, InfrastructureCRDs): it
+//     provisions at once and boots a simulated host (fake.Host) per
+//     machine; Provider documents what its kubelets model and what they
+//     do not;
+//   - the workload cluster is the same API server (the <cluster>-kubeconfig
+//     Secret points back at envtest), so Node names must be unique across
+//     the clusters of one harness;
+//   - ClusterObjects' control plane is a standalone Machine with its own
+//     bootstrap data, not a KubeadmControlPlane;
+//   - the CRDs are fake/envtest's (Cluster API's config/crd/bases with the
+//     contract labels its kustomizations add, served without conversion
+//     webhooks: v1beta2 only).
+//
+// Not covered yet: KubeadmControlPlane's in-place path (CanUpdateMachine
+// is only called by it in Cluster API v1.14.2). Before it updates a
+// machine, KubeadmControlPlane's preflight checks (reconcilers/
+// kubeadmcontrolplane/preflight.go, preflightChecks) require every etcd
+// member healthy, which it learns by dialling each etcd Pod through the
+// API server's portforward subresource (controlplane/kubeadm/pkg/proxy/
+// dial.go); envtest has no kubelet to forward to and no etcd members per
+// node, so stacked etcd cannot pass. KubeadmControlPlane's in-place calls
+// are covered by strategy/capi's tests against requests built as its code
+// builds them.
 package capitest
