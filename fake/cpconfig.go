@@ -204,6 +204,11 @@ func (h *Host) loadStaticPods() {
 	}
 }
 
+// SyncMirrorPods writes the mirror pods of the host's static pods through
+// its node client, as a kubelet does when it starts: for a provisioner
+// booting a control plane host. Upgrades keep them in step by themselves.
+func (h *Host) SyncMirrorPods(ctx context.Context) error { return h.syncMirrorPods(ctx) }
+
 // syncMirrorPods writes the mirror pods of the host's static pods through
 // its node client, as the kubelet does: kube-system/<component>-<node>,
 // Ready while the kubelet runs and the manifest parses. A host without a

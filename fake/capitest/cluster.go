@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	bootstrapv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
+	controlplanev1 "sigs.k8s.io/cluster-api/api/controlplane/kubeadm/v1beta2"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -113,6 +114,79 @@ func MachineDeploymentObjects(namespace, cluster, name string, replicas int32, v
 					Bootstrap:         clusterv1.Bootstrap{ConfigRef: clusterv1.ContractVersionedObjectReference{APIGroup: bootstrapv1.GroupVersion.Group, Kind: "KubeadmConfigTemplate", Name: tmpl}},
 					InfrastructureRef: clusterv1.ContractVersionedObjectReference{APIGroup: InfraGroup, Kind: InfraTemplateKind, Name: tmpl}}}}}
 	return []client.Object{kct, imt, md}
+}
+
+// KubeadmControlPlaneObjects returns a workload cluster whose control
+// plane is a KubeadmControlPlane of replicas machines at version, to
+// create in order with an administrator's client of env: its TestCluster,
+// the Cluster, its kubeconfig Secret (reaching env; KubeadmControlPlane
+// adopts it), the external etcd's CA and client certificate Secrets
+// (<name>-etcd, <name>-apiserver-etcd-client), the control plane's
+// TestMachineTemplate (<name>-cp-0) and the KubeadmControlPlane (<name>-cp),
+// rolling out with maxSurge 0: one machine at a time, in place when the
+// extension accepts.
+//
+// The cluster uses external etcd. KubeadmControlPlane checks the health
+// of stacked etcd members by port-forwarding to each etcd Pod through the
+// API server, which needs a kubelet envtest does not have (see the
+// package documentation); with external etcd it checks the API server,
+// controller manager and scheduler Pods of each machine, which the
+// harness's kubelets report.
+func KubeadmControlPlaneObjects(env *envtest.Env, namespace, name string, replicas int32, version string) ([]client.Object, error) {
+	if env == nil {
+		return nil, errors.New("capitest: KubeadmControlPlaneObjects: nil env")
+	}
+	if namespace == "" || name == "" {
+		return nil, fmt.Errorf("capitest: KubeadmControlPlaneObjects: namespace %q and name %q must both be set", namespace, name)
+	}
+	kubeconfig, err := env.KubeconfigSecret(namespace, name)
+	if err != nil {
+		return nil, err
+	}
+	etcdCA, _, err := newCA(name + "-etcd")
+	if err != nil {
+		return nil, err
+	}
+	clientCrt, clientKey, err := newCA(name + "-apiserver-etcd-client")
+	if err != nil {
+		return nil, err
+	}
+	labels := map[string]string{clusterv1.ClusterNameLabel: name}
+	secret := func(suffix string, data map[string][]byte) *corev1.Secret {
+		return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name + "-" + suffix, Labels: labels},
+			Type: clusterv1.ClusterSecretType, Data: data}
+	}
+	infraCluster := &unstructured.Unstructured{}
+	infraCluster.SetGroupVersionKind(InfraClusterGVK)
+	infraCluster.SetNamespace(namespace)
+	infraCluster.SetName(name)
+	infraCluster.SetLabels(labels)
+	infraCluster.Object["spec"] = map[string]any{"controlPlaneEndpoint": map[string]any{"host": "127.0.0.1", "port": int64(6443)}}
+	kcpName, tmplName := name+"-cp", name+"-cp-0"
+	cluster := &clusterv1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name},
+		Spec: clusterv1.ClusterSpec{ControlPlaneEndpoint: clusterv1.APIEndpoint{Host: "127.0.0.1", Port: 6443},
+			InfrastructureRef: clusterv1.ContractVersionedObjectReference{APIGroup: InfraGroup, Kind: InfraClusterKind, Name: name},
+			ControlPlaneRef:   clusterv1.ContractVersionedObjectReference{APIGroup: controlplanev1.GroupVersion.Group, Kind: "KubeadmControlPlane", Name: kcpName}}}
+	tmpl := &unstructured.Unstructured{}
+	tmpl.SetGroupVersionKind(InfraTemplateGVK)
+	tmpl.SetNamespace(namespace)
+	tmpl.SetName(tmplName)
+	tmpl.SetLabels(labels)
+	tmpl.Object["spec"] = map[string]any{"template": map[string]any{"spec": map[string]any{"image": "test-image-1"}}}
+	zero := intstr.FromInt32(0)
+	kcp := &controlplanev1.KubeadmControlPlane{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: kcpName, Labels: labels},
+		Spec: controlplanev1.KubeadmControlPlaneSpec{Replicas: &replicas, Version: version,
+			MachineTemplate: controlplanev1.KubeadmControlPlaneMachineTemplate{Spec: controlplanev1.KubeadmControlPlaneMachineTemplateSpec{
+				InfrastructureRef: clusterv1.ContractVersionedObjectReference{APIGroup: InfraGroup, Kind: InfraTemplateKind, Name: tmplName}}},
+			KubeadmConfigSpec: bootstrapv1.KubeadmConfigSpec{ClusterConfiguration: bootstrapv1.ClusterConfiguration{
+				Etcd: bootstrapv1.Etcd{External: bootstrapv1.ExternalEtcd{Endpoints: []string{"https://127.0.0.1:2379"},
+					CAFile: "/etc/kubernetes/pki/etcd/ca.crt", CertFile: "/etc/kubernetes/pki/apiserver-etcd-client.crt", KeyFile: "/etc/kubernetes/pki/apiserver-etcd-client.key"}}}},
+			Rollout: controlplanev1.KubeadmControlPlaneRolloutSpec{Strategy: controlplanev1.KubeadmControlPlaneRolloutStrategy{
+				Type: controlplanev1.RollingUpdateStrategyType, RollingUpdate: controlplanev1.KubeadmControlPlaneRolloutStrategyRollingUpdate{MaxSurge: &zero}}}}}
+	return []client.Object{infraCluster, cluster, kubeconfig,
+		secret("etcd", map[string][]byte{corev1.TLSCertKey: etcdCA}),
+		secret("apiserver-etcd-client", map[string][]byte{corev1.TLSCertKey: clientCrt, corev1.TLSPrivateKeyKey: clientKey}),
+		tmpl, kcp}, nil
 }
 
 // Create creates objs in order through c (an object that exists already

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -19,8 +20,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
+	bootstrapv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
 
 	"github.com/upgradekit/upgradekit/fake"
 	"github.com/upgradekit/upgradekit/nodeexec/nodepod"
@@ -73,7 +76,11 @@ func WithProviderLogger(l logr.Logger) ProviderOption {
 // TestMachine at once, as soon as its Machine (the owner reference Cluster
 // API sets) has bootstrap data: it boots a simulated host (fake.Host) at
 // the Machine's spec.version, control plane or worker by the Machine's
-// label, and sets spec.providerID, status.addresses and
+// label (the first control plane of a cluster also does what `kubeadm
+// init` leaves in the cluster: kube-system/kubeadm-config with the
+// ClusterConfiguration of its bootstrap data; control planes register
+// their static pods' mirror pods and record their certificates' expiry on
+// their KubeadmConfig, see certificatesExpiry), and sets spec.providerID, status.addresses and
 // status.initialization.provisioned. A TestMachine that is deleted is
 // gone at once (no finalizer): its host is shut down and its Node
 // deleted.
@@ -372,8 +379,21 @@ func (p *Provider) boot(ctx context.Context, m *clusterv1.Machine) error {
 			return err
 		}
 	}
+	if role == fake.RoleControlPlane {
+		if err := p.kubeadmInit(ctx, m); err != nil {
+			return fmt.Errorf("kubeadm init on %s: %w", m.Name, err)
+		}
+		if err := p.certificatesExpiry(ctx, m); err != nil {
+			return fmt.Errorf("certificates expiry of %s: %w", m.Name, err)
+		}
+	}
 	if err := p.register(ctx, m, host, role); err != nil {
 		return fmt.Errorf("registering Node %s: %w", m.Name, err)
+	}
+	if role == fake.RoleControlPlane {
+		if err := host.SyncMirrorPods(ctx); err != nil {
+			return fmt.Errorf("mirror pods of %s: %w", m.Name, err)
+		}
 	}
 	journal := filepath.Join(p.dir, m.Name)
 	if err := os.MkdirAll(journal, 0o700); err != nil {
@@ -390,13 +410,99 @@ func (p *Provider) boot(ctx context.Context, m *clusterv1.Machine) error {
 	return nil
 }
 
+// kubeadmInit does what `kubeadm init` leaves in the cluster that Cluster
+// API reads: kube-system/kubeadm-config with the ClusterConfiguration from
+// the machine's bootstrap data (the /run/kubeadm/kubeadm.yaml the kubeadm
+// bootstrap provider writes for an init). Bootstrap data without an init
+// configuration (a join, or data that is not the kubeadm bootstrap
+// provider's) and a cluster that has kubeadm-config already are left
+// alone.
+func (p *Provider) kubeadmInit(ctx context.Context, m *clusterv1.Machine) error {
+	key := client.ObjectKey{Namespace: metav1.NamespaceSystem, Name: "kubeadm-config"}
+	if err := p.c.Get(ctx, key, &corev1.ConfigMap{}); err == nil || !apierrors.IsNotFound(err) {
+		return err
+	}
+	var data corev1.Secret
+	if err := p.c.Get(ctx, client.ObjectKey{Namespace: m.Namespace, Name: *m.Spec.Bootstrap.DataSecretName}, &data); err != nil {
+		return err
+	}
+	var cloudInit struct {
+		WriteFiles []struct {
+			Path    string `json:"path"`
+			Content string `json:"content"`
+		} `json:"write_files"`
+	}
+	if err := yaml.Unmarshal(data.Data["value"], &cloudInit); err != nil {
+		return nil // not cloud-init: nothing kubeadm would init from
+	}
+	for _, f := range cloudInit.WriteFiles {
+		if f.Path != "/run/kubeadm/kubeadm.yaml" {
+			continue
+		}
+		var cluster string
+		init := false
+		for _, doc := range strings.Split(f.Content, "\n---") {
+			var meta struct {
+				Kind string `json:"kind"`
+			}
+			if err := yaml.Unmarshal([]byte(doc), &meta); err != nil {
+				return fmt.Errorf("%s: %w", f.Path, err)
+			}
+			switch meta.Kind {
+			case "ClusterConfiguration":
+				cluster = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(doc), "---")) + "\n"
+			case "InitConfiguration":
+				init = true
+			}
+		}
+		if !init || cluster == "" {
+			return nil
+		}
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name},
+			Data: map[string]string{"ClusterConfiguration": cluster}}
+		if err := p.c.Create(ctx, cm); err != nil && !apierrors.IsAlreadyExists(err) {
+			return err
+		}
+		p.o.log.Info("kubeadm init", "node", m.Name)
+	}
+	return nil
+}
+
+// certificatesExpiry records, on a control plane machine's KubeadmConfig,
+// when the certificates kubeadm issued at boot expire (one year, kubeadm's
+// default), in Cluster API's documented annotation. KubeadmControlPlane
+// otherwise reads the API server's serving certificate through a
+// port-forward to its Pod, which needs a kubelet serving the API server's
+// portforward subresource; the harness's kubelets do not.
+func (p *Provider) certificatesExpiry(ctx context.Context, m *clusterv1.Machine) error {
+	ref := m.Spec.Bootstrap.ConfigRef
+	if ref.Kind != "KubeadmConfig" || ref.Name == "" {
+		return nil
+	}
+	var cfg bootstrapv1.KubeadmConfig
+	if err := p.c.Get(ctx, client.ObjectKey{Namespace: m.Namespace, Name: ref.Name}, &cfg); err != nil {
+		return err
+	}
+	if _, ok := cfg.Annotations[clusterv1.MachineCertificatesExpiryDateAnnotation]; ok {
+		return nil
+	}
+	patch := client.MergeFrom(cfg.DeepCopy())
+	if cfg.Annotations == nil {
+		cfg.Annotations = map[string]string{}
+	}
+	cfg.Annotations[clusterv1.MachineCertificatesExpiryDateAnnotation] = time.Now().AddDate(1, 0, 0).UTC().Format(time.RFC3339)
+	return p.c.Patch(ctx, &cfg, patch)
+}
+
 // register creates the Node the kubelet registers at its first start.
 func (p *Provider) register(ctx context.Context, m *clusterv1.Machine, h *fake.Host, role fake.Role) error {
 	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: m.Name, Labels: map[string]string{
 		corev1.LabelHostname: m.Name, corev1.LabelOSStable: "linux", corev1.LabelArchStable: "amd64"}},
 		Spec: corev1.NodeSpec{ProviderID: ProviderIDPrefix + m.Namespace + "/" + m.Name}}
-	if role == fake.RoleControlPlane {
+	if role == fake.RoleControlPlane { // what kubeadm init/join marks a control plane with
 		n.Labels["node-role.kubernetes.io/control-plane"] = ""
+		n.Labels["node.kubernetes.io/exclude-from-external-load-balancers"] = ""
+		n.Spec.Taints = []corev1.Taint{{Key: "node-role.kubernetes.io/control-plane", Effect: corev1.TaintEffectNoSchedule}}
 	}
 	if err := p.c.Create(ctx, n); err != nil {
 		if !apierrors.IsAlreadyExists(err) {
