@@ -33,6 +33,9 @@ const AnnotationControlPlaneConfig = "upgradekit.io/control-plane-config"
 type controlPlaneConfig struct {
 	expect []kubeadm.ManifestExpectation
 	digest string
+	// externalEtcd: the cluster's etcd is not on its control plane nodes,
+	// so no node of it takes the etcd snapshot.
+	externalEtcd bool
 }
 
 // desiredControlPlaneConfig reads the parts of the desired
@@ -50,6 +53,8 @@ func desiredControlPlaneConfig(spec *bootstrapv1.KubeadmConfigSpec, controlPlane
 	}}
 	if !cc.Etcd.External.IsDefined() { // external etcd is not this node's
 		out.expect = append(out.expect, kubeadm.ManifestExpectation{Component: "etcd", Args: argsOf(cc.Etcd.Local.ExtraArgs), ImageTag: cc.Etcd.Local.ImageTag})
+	} else {
+		out.externalEtcd = true
 	}
 	sum := sha256.New()
 	for _, e := range out.expect {

@@ -745,7 +745,10 @@ func planName(node string, rec *UpdateRecord) string {
 // Failures (FailurePlanRejected, FailurePodBuild).
 func (u *MachineUpdater) buildPod(st *call, rec *UpdateRecord, from string) (*corev1.Pod, updateResult, bool) {
 	node := st.node.Name
-	cfg := kubeadm.Config{Node: node, Role: kubeadm.Role(rec.Role), FromVersion: from, ToVersion: rec.Version, PlanName: planName(node, rec)}
+	cfg := kubeadm.Config{Node: node, Role: kubeadm.Role(rec.Role), FromVersion: from, ToVersion: rec.Version, PlanName: planName(node, rec),
+		// External etcd has no member on this node to snapshot: backing
+		// it up is its operator's job (WithPlanConfig may say otherwise).
+		SkipEtcdSnapshot: st.cp.externalEtcd}
 	if u.planHook != nil {
 		u.planHook(&cfg)
 	}

@@ -2,6 +2,7 @@ package capi_test
 
 import (
 	"context"
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
@@ -504,4 +505,30 @@ func TestUpdateMachineChecksTheRequestAgainstTheMachine(t *testing.T) {
 		requireWaiting(t, resp, "started worker upgrade")
 		require.Equal(t, []types.UID{"uid-w-0"}, rec.uids)
 	})
+}
+
+// TestUpdateMachineSkipsTheSnapshotOfExternalEtcd: with external etcd
+// (the desired KubeadmConfig's clusterConfiguration.etcd.external) no
+// control plane node holds an etcd member, so the first control plane's
+// plan has no etcd snapshot step; it still runs `kubeadm upgrade apply`.
+func TestUpdateMachineSkipsTheSnapshotOfExternalEtcd(t *testing.T) {
+	pc := newPodsCluster(t)
+	ctx := t.Context()
+	var n corev1.Node
+	require.NoError(t, pc.c.Get(ctx, client.ObjectKey{Name: "cp-0"}, &n))
+	n.Labels = map[string]string{capi.LabelControlPlaneNode: ""}
+	require.NoError(t, pc.c.Update(ctx, &n))
+	cfg := &bootstrapv1.KubeadmConfig{TypeMeta: metav1.TypeMeta{APIVersion: bootstrapv1.GroupVersion.String(), Kind: "KubeadmConfig"},
+		Spec: bootstrapv1.KubeadmConfigSpec{ClusterConfiguration: bootstrapv1.ClusterConfiguration{Etcd: bootstrapv1.Etcd{External: bootstrapv1.ExternalEtcd{
+			Endpoints: []string{"https://etcd.example:2379"}, CAFile: "/etc/etcd/ca.crt", CertFile: "/etc/etcd/client.crt", KeyFile: "/etc/etcd/client.key"}}}}}
+	raw, err := json.Marshal(cfg)
+	require.NoError(t, err)
+	req := updateReq("cp-0", "docker:////cp-0", "v1.31.1", true)
+	req.Desired.BootstrapConfig = runtime.RawExtension{Raw: raw}
+	requireWaiting(t, pc.call(req), "started first-control-plane upgrade of node cp-0")
+	pods := pc.pods()
+	require.Len(t, pods, 1)
+	steps := pods[0].Annotations[nodepod.AnnotationSteps]
+	require.NotContains(t, steps, kubeadm.StepEtcdSnapshot, "external etcd: nothing on this node to snapshot")
+	require.Contains(t, steps, kubeadm.StepKubeadmUpgrade)
 }
