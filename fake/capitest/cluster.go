@@ -119,8 +119,9 @@ func MachineDeploymentObjects(namespace, cluster, name string, replicas int32, v
 // KubeadmControlPlaneObjects returns a workload cluster whose control
 // plane is a KubeadmControlPlane of replicas machines at version, to
 // create in order with an administrator's client of env: its TestCluster,
-// the Cluster, its kubeconfig Secret (reaching env; KubeadmControlPlane
-// adopts it), the external etcd's CA and client certificate Secrets
+// the Cluster, its kubeconfig Secret (reaching env; of type Opaque, so
+// KubeadmControlPlane treats it as user-provided and neither adopts nor
+// rotates it), the external etcd's CA and client certificate Secrets
 // (<name>-etcd, <name>-apiserver-etcd-client), the control plane's
 // TestMachineTemplate (<name>-cp-0) and the KubeadmControlPlane (<name>-cp),
 // rolling out with maxSurge 0: one machine at a time, in place when the
@@ -143,6 +144,10 @@ func KubeadmControlPlaneObjects(env *envtest.Env, namespace, name string, replic
 	if err != nil {
 		return nil, err
 	}
+	// A user-provided kubeconfig (not of Cluster API's secret type):
+	// KubeadmControlPlane neither adopts nor rotates it. Rotation would
+	// re-sign it with the cluster CA, which envtest does not trust.
+	kubeconfig.Type = corev1.SecretTypeOpaque
 	etcdCA, _, err := newCA(name + "-etcd")
 	if err != nil {
 		return nil, err

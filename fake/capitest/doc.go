@@ -40,14 +40,16 @@
 //     contract labels its kustomizations add, served without conversion
 //     webhooks: v1beta2 only).
 //
-// Not covered yet: KubeadmControlPlane's in-place path (CanUpdateMachine
-// is only called by it in Cluster API v1.14.2). Before it updates a
-// machine, KubeadmControlPlane's preflight checks (reconcilers/
-// kubeadmcontrolplane/preflight.go, preflightChecks) require every etcd
-// member healthy, which it learns by dialling each etcd Pod through the
-// API server's portforward subresource (controlplane/kubeadm/pkg/proxy/
-// dial.go); envtest has no kubelet to forward to and no etcd members per
-// node, so stacked etcd cannot pass. KubeadmControlPlane's in-place calls
-// are covered by strategy/capi's tests against requests built as its code
-// builds them.
+// KubeadmControlPlane: KubeadmControlPlaneObjects gives a cluster whose
+// control plane KubeadmControlPlane's own controller creates, initialises
+// and scales on the harness (the provider does what kubeadm init and join
+// leave that it reads). It uses external etcd: with stacked etcd,
+// KubeadmControlPlane's preflight checks (reconcilers/kubeadmcontrolplane/
+// preflight.go, checkHealthiness) require each etcd member healthy, which
+// it learns by dialling each etcd Pod through the API server's
+// portforward subresource (controlplane/kubeadm/pkg/proxy/dial.go); envtest
+// has no kubelet to forward to. Not covered yet: a KubeadmControlPlane
+// version change carried in place to the end (KubeadmControlPlane asks
+// CanUpdateMachine and calls UpdateMachine on the harness, but the
+// simulated `kubeadm upgrade apply` fails there; see the issue tracker).
 package capitest

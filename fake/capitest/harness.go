@@ -66,11 +66,16 @@ func InstallInfrastructure(ctx context.Context, env *envtest.Env) error {
 	return ctx.Err()
 }
 
+// registrySettle is how long RegisterExtension waits after discovery for
+// every manager's registry to hold the handlers (they requeue each second).
+const registrySettle = 3 * time.Second
+
 // RegisterExtension registers a runtime extension the way a user does:
 // an ExtensionConfig named name whose client config is url and the CA
 // bundle that signed the extension's serving certificate. It returns once
 // Cluster API's ExtensionConfig controller has discovered the extension's
-// handlers (their names, "<handler>.<name>"), or with an error naming
+// handlers (their names, "<handler>.<name>") and the other managers have
+// had time to load them (3 seconds), or with an error naming
 // the ExtensionConfig's conditions when ctx ends first.
 func RegisterExtension(ctx context.Context, c client.Client, name, url string, caBundle []byte) ([]string, error) {
 	ec := &unstructured.Unstructured{Object: map[string]any{
@@ -87,6 +92,16 @@ func RegisterExtension(ctx context.Context, c client.Client, name, url string, c
 		}
 		hs, _, _ := unstructured.NestedSlice(ec.Object, "status", "handlers")
 		if len(hs) > 0 {
+			// Every other manager's ExtensionConfig controller retries each
+			// second until it sees the Discovered condition, and only then
+			// puts the handlers in its own registry; a change made before
+			// that is rolled out as if there were no extension (found with
+			// KubeadmControlPlane, which scaled a machine down instead).
+			select {
+			case <-ctx.Done():
+				return nil, fmt.Errorf("capitest: ExtensionConfig %s: %w", name, ctx.Err())
+			case <-time.After(registrySettle):
+			}
 			var names []string
 			for _, h := range hs {
 				if m, ok := h.(map[string]any); ok {

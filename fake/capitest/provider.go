@@ -608,9 +608,15 @@ func (k *kubelet) runUpgrader(ctx context.Context, pod *corev1.Pod) {
 		}
 		k.runners[pod.UID] = r
 	}
-	if _, err := r.Run(ctx); err != nil {
+	res, err := r.Run(ctx)
+	if err != nil {
 		k.p.report(fmt.Errorf("kubelet %s: running pod %s/%s: %w", k.node, pod.Namespace, pod.Name, err))
 		return
+	}
+	for _, run := range res.Runs {
+		if run.ExitCode != 0 {
+			k.p.o.log.Info("container failed", "node", k.node, "pod", pod.Namespace+"/"+pod.Name, "container", run.Name, "exitCode", run.ExitCode, "output", run.Output)
+		}
 	}
 	k.writeStatus(ctx, pod, r.Pod().Status)
 }
