@@ -253,8 +253,10 @@ func (h *Host) syncMirrorPods(ctx context.Context) error {
 			}
 			if !slices.Equal(pod.Spec.Containers[0].Command, p.command) || pod.Spec.Containers[0].Image != p.image {
 				// A changed manifest is a new static pod: the kubelet
-				// replaces its mirror pod.
-				if err := h.client.Delete(ctx, &pod); err != nil && !apierrors.IsNotFound(err) {
+				// replaces its mirror pod, deleting the old one at once
+				// (grace period 0, as its mirror client does: a real API
+				// server would otherwise keep it terminating).
+				if err := h.client.Delete(ctx, &pod, client.GracePeriodSeconds(0), client.Preconditions{UID: &pod.UID}); err != nil && !apierrors.IsNotFound(err) {
 					return err
 				}
 				return apierrors.NewConflict(corev1.Resource("pods"), key.Name, errors.New("mirror pod replaced"))
