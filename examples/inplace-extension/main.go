@@ -302,10 +302,13 @@ func (o options) podOptions() []nodepod.Option {
 // planConfig adjusts each node's kubeadm plan (capi.WithPlanConfig).
 // The staging directory stays kubeadm.DefaultStagingDir, which is where
 // the stage container of a pod built with podOptions puts the binaries.
+//
+// A skip MachineUpdater already decided (no etcd snapshot when etcd is
+// external) is kept: -skip-steps only adds skips.
 func (o options) planConfig(c *kubeadm.Config) {
-	c.SkipContainerd = o.skip[kubeadm.StepContainerd]
-	c.SkipCNIPlugins = o.skip[kubeadm.StepCNIPlugins]
-	c.SkipEtcdSnapshot = o.skip[kubeadm.StepEtcdSnapshot]
+	c.SkipContainerd = c.SkipContainerd || o.skip[kubeadm.StepContainerd]
+	c.SkipCNIPlugins = c.SkipCNIPlugins || o.skip[kubeadm.StepCNIPlugins]
+	c.SkipEtcdSnapshot = c.SkipEtcdSnapshot || o.skip[kubeadm.StepEtcdSnapshot]
 }
 
 // deps are what the handlers use besides the flags.

@@ -27,6 +27,7 @@ import (
 	runtimehooksv1 "sigs.k8s.io/cluster-api/api/runtime/hooks/v1alpha1"
 	"sigs.k8s.io/cluster-api/exp/runtime/server"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
 
 	"github.com/upgradekit/upgradekit/nodeexec"
 	"github.com/upgradekit/upgradekit/nodeexec/drain"
@@ -357,6 +358,9 @@ type call struct {
 	cp controlPlaneConfig
 	// files are the desired KubeadmConfig files written in place.
 	files desiredFileSet
+	// externalEtcd: the cluster's etcd is external (etcdTopology), so the
+	// first control plane takes no etcd snapshot.
+	externalEtcd bool
 	// rec is the node's UpdateRecord as this call last read or wrote it,
 	// and recRaw its annotation value ("" for none).
 	rec    *UpdateRecord
@@ -748,7 +752,7 @@ func (u *MachineUpdater) buildPod(st *call, rec *UpdateRecord, from string) (*co
 	cfg := kubeadm.Config{Node: node, Role: kubeadm.Role(rec.Role), FromVersion: from, ToVersion: rec.Version, PlanName: planName(node, rec),
 		// External etcd has no member on this node to snapshot: backing
 		// it up is its operator's job (WithPlanConfig may say otherwise).
-		SkipEtcdSnapshot: st.cp.externalEtcd}
+		SkipEtcdSnapshot: st.cp.externalEtcd || st.externalEtcd}
 	if u.planHook != nil {
 		u.planHook(&cfg)
 	}
@@ -815,6 +819,9 @@ func (u *MachineUpdater) buildPod(st *call, rec *UpdateRecord, from string) (*co
 // does not exist yet, the API server is unreachable) is answered Pending,
 // still before any disruption.
 func (u *MachineUpdater) validate(ctx context.Context, st *call, rec *UpdateRecord) (updateResult, bool) {
+	if res, ok := etcdTopology(ctx, st, rec); !ok {
+		return res, false
+	}
 	pod, res, ok := u.buildPod(st, rec, st.node.Status.NodeInfo.KubeletVersion)
 	if !ok {
 		return res, false
@@ -859,6 +866,39 @@ func (u *MachineUpdater) recordSuccess(ctx context.Context, st *call, rec *Updat
 		return rec, err
 	}
 	return &next, nil
+}
+
+// etcdTopology reads, for the first control plane of an update, whether
+// the cluster's etcd is external, from kube-system/kubeadm-config's
+// ClusterConfiguration in the workload cluster: what kubeadm itself reads.
+// The Machine's KubeadmConfig is not enough: KubeadmControlPlane gives a
+// joined control plane's KubeadmConfig no ClusterConfiguration. A missing
+// ConfigMap means stacked etcd; a failed read is answered Pending, so the
+// plan is never built two different ways.
+func etcdTopology(ctx context.Context, st *call, rec *UpdateRecord) (updateResult, bool) {
+	if rec.Role != string(kubeadm.RoleFirstControlPlane) || st.cp.externalEtcd {
+		return updateResult{}, true
+	}
+	var cm corev1.ConfigMap
+	err := st.c.Get(ctx, client.ObjectKey{Namespace: metav1.NamespaceSystem, Name: "kubeadm-config"}, &cm)
+	if apierrors.IsNotFound(err) {
+		return updateResult{}, true
+	}
+	if err != nil {
+		return waiting(ReasonPending, "reading kube-system/kubeadm-config for the etcd topology: %v", err), false
+	}
+	var cc struct {
+		Etcd struct {
+			External *struct {
+				Endpoints []string `json:"endpoints"`
+			} `json:"external"`
+		} `json:"etcd"`
+	}
+	if err := yaml.Unmarshal([]byte(cm.Data["ClusterConfiguration"]), &cc); err != nil {
+		return failedAs(FailurePlanRejected, "kube-system/kubeadm-config: ClusterConfiguration: %v", err), false
+	}
+	st.externalEtcd = cc.Etcd.External != nil && len(cc.Etcd.External.Endpoints) > 0
+	return updateResult{}, true
 }
 
 // LabelControlPlaneNode is the label kubeadm puts on control plane Nodes;
@@ -912,6 +952,9 @@ func (u *MachineUpdater) runPlan(ctx context.Context, st *call, rec *UpdateRecor
 		// The plan the update's pod runs, or ran before it went away:
 		// rebuilt the same, its pod resumes from the host's journal.
 		from = rec.FromVersion
+	}
+	if res, ok := etcdTopology(ctx, st, rec); !ok {
+		return res
 	}
 	pod, res, ok := u.buildPod(st, rec, from)
 	if !ok {

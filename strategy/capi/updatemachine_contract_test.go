@@ -507,28 +507,50 @@ func TestUpdateMachineChecksTheRequestAgainstTheMachine(t *testing.T) {
 	})
 }
 
-// TestUpdateMachineSkipsTheSnapshotOfExternalEtcd: with external etcd
-// (the desired KubeadmConfig's clusterConfiguration.etcd.external) no
+// TestUpdateMachineSkipsTheSnapshotOfExternalEtcd: with external etcd no
 // control plane node holds an etcd member, so the first control plane's
 // plan has no etcd snapshot step; it still runs `kubeadm upgrade apply`.
+// External etcd is read from the desired KubeadmConfig or, since
+// KubeadmControlPlane gives a joined control plane's KubeadmConfig no
+// ClusterConfiguration, from kube-system/kubeadm-config.
 func TestUpdateMachineSkipsTheSnapshotOfExternalEtcd(t *testing.T) {
-	pc := newPodsCluster(t)
-	ctx := t.Context()
-	var n corev1.Node
-	require.NoError(t, pc.c.Get(ctx, client.ObjectKey{Name: "cp-0"}, &n))
-	n.Labels = map[string]string{capi.LabelControlPlaneNode: ""}
-	require.NoError(t, pc.c.Update(ctx, &n))
-	cfg := &bootstrapv1.KubeadmConfig{TypeMeta: metav1.TypeMeta{APIVersion: bootstrapv1.GroupVersion.String(), Kind: "KubeadmConfig"},
-		Spec: bootstrapv1.KubeadmConfigSpec{ClusterConfiguration: bootstrapv1.ClusterConfiguration{Etcd: bootstrapv1.Etcd{External: bootstrapv1.ExternalEtcd{
-			Endpoints: []string{"https://etcd.example:2379"}, CAFile: "/etc/etcd/ca.crt", CertFile: "/etc/etcd/client.crt", KeyFile: "/etc/etcd/client.key"}}}}}
-	raw, err := json.Marshal(cfg)
-	require.NoError(t, err)
-	req := updateReq("cp-0", "docker:////cp-0", "v1.31.1", true)
-	req.Desired.BootstrapConfig = runtime.RawExtension{Raw: raw}
-	requireWaiting(t, pc.call(req), "started first-control-plane upgrade of node cp-0")
-	pods := pc.pods()
-	require.Len(t, pods, 1)
-	steps := pods[0].Annotations[nodepod.AnnotationSteps]
-	require.NotContains(t, steps, kubeadm.StepEtcdSnapshot, "external etcd: nothing on this node to snapshot")
-	require.Contains(t, steps, kubeadm.StepKubeadmUpgrade)
+	external := bootstrapv1.Etcd{External: bootstrapv1.ExternalEtcd{
+		Endpoints: []string{"https://etcd.example:2379"}, CAFile: "/etc/etcd/ca.crt", CertFile: "/etc/etcd/client.crt", KeyFile: "/etc/etcd/client.key"}}
+	for _, tc := range []struct {
+		name        string
+		machineEtcd *bootstrapv1.Etcd // the Machine's KubeadmConfig's clusterConfiguration.etcd; nil: none
+		configMap   string            // kubeadm-config's ClusterConfiguration
+		snapshot    bool
+	}{
+		{name: "external in the KubeadmConfig", machineEtcd: &external, configMap: "kubernetesVersion: v1.31.1\n"},
+		{name: "external in kubeadm-config only", configMap: "kubernetesVersion: v1.31.1\netcd:\n  external:\n    endpoints:\n    - https://etcd.example:2379\n"},
+		{name: "stacked", configMap: "kubernetesVersion: v1.31.1\netcd:\n  local:\n    dataDir: /var/lib/etcd\n", snapshot: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pc := newPodsCluster(t)
+			ctx := t.Context()
+			var cm corev1.ConfigMap
+			require.NoError(t, pc.c.Get(ctx, types.NamespacedName{Namespace: "kube-system", Name: "kubeadm-config"}, &cm))
+			cm.Data["ClusterConfiguration"] = tc.configMap
+			require.NoError(t, pc.c.Update(ctx, &cm))
+			var n corev1.Node
+			require.NoError(t, pc.c.Get(ctx, client.ObjectKey{Name: "cp-0"}, &n))
+			n.Labels = map[string]string{capi.LabelControlPlaneNode: ""}
+			require.NoError(t, pc.c.Update(ctx, &n))
+			req := updateReq("cp-0", "docker:////cp-0", "v1.31.1", true)
+			if tc.machineEtcd != nil {
+				cfg := &bootstrapv1.KubeadmConfig{TypeMeta: metav1.TypeMeta{APIVersion: bootstrapv1.GroupVersion.String(), Kind: "KubeadmConfig"},
+					Spec: bootstrapv1.KubeadmConfigSpec{ClusterConfiguration: bootstrapv1.ClusterConfiguration{Etcd: *tc.machineEtcd}}}
+				raw, err := json.Marshal(cfg)
+				require.NoError(t, err)
+				req.Desired.BootstrapConfig = runtime.RawExtension{Raw: raw}
+			}
+			requireWaiting(t, pc.call(req), "started first-control-plane upgrade of node cp-0")
+			pods := pc.pods()
+			require.Len(t, pods, 1)
+			steps := pods[0].Annotations[nodepod.AnnotationSteps]
+			require.Equal(t, tc.snapshot, strings.Contains(steps, kubeadm.StepEtcdSnapshot), "steps: %s", steps)
+			require.Contains(t, steps, kubeadm.StepKubeadmUpgrade)
+		})
+	}
 }
