@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/events"
+	controlplanev1 "sigs.k8s.io/cluster-api/api/controlplane/kubeadm/v1beta2"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
@@ -37,6 +38,12 @@ import (
 const (
 	e2eFrom, e2eTo = "v1.30.4", "v1.31.1"
 	e2eImage       = "registry.example/upgrader:v1.31.1"
+	// KubeadmControlPlane's scenario goes from e2eTo to e2eNext: from
+	// v1.31 on, KubeadmControlPlane's desired ClusterConfiguration carries
+	// featureGates.ControlPlaneKubeletLocalMode, so a v1.30 -> v1.31
+	// control plane update changes a field no updater applies, and is
+	// declined (and replaced) by design.
+	e2eNext, e2eNextImage = "v1.32.0", "registry.example/upgrader:v1.32.0"
 )
 
 // e2eExtension serves the extension, as its main does, on a free port
@@ -52,7 +59,7 @@ func e2eExtensionWith(t *testing.T, h *capitest.Harness, dir string, port int, r
 	t.Helper()
 	ctrllog.SetLogger(logr.Discard()) // as main sets its own
 	o, err := parseFlags([]string{"-host", "127.0.0.1", "-port", strconv.Itoa(port), "-cert-dir", dir, "-metrics-bind-address", "0",
-		"-upgrader-images", e2eTo + "=" + e2eImage, "-retry-after", "1"}, &bytes.Buffer{})
+		"-upgrader-images", e2eTo + "=" + e2eImage + "," + e2eNext + "=" + e2eNextImage, "-retry-after", "1"}, &bytes.Buffer{})
 	require.NoError(t, err)
 	metrics, err := capi.NewMetrics(reg)
 	require.NoError(t, err)
@@ -466,4 +473,90 @@ func conditionReason(conds []metav1.Condition, t string) string {
 		}
 	}
 	return ""
+}
+
+// kcpSettled: Cluster API's KubeadmControlPlane reports n replicas at
+// version, all up to date and available, and each control plane Machine
+// runs at version, up to date and not being updated.
+func kcpSettled(t *testing.T, c client.Client, name string, n int32, version string) (map[string]clusterv1.Machine, bool) {
+	t.Helper()
+	var kcp controlplanev1.KubeadmControlPlane
+	require.NoError(t, c.Get(t.Context(), client.ObjectKey{Namespace: "default", Name: name}, &kcp))
+	st := kcp.Status
+	if st.ObservedGeneration != kcp.Generation || !ptrIs(st.Replicas, n) || !ptrIs(st.UpToDateReplicas, n) || !ptrIs(st.AvailableReplicas, n) {
+		return nil, false
+	}
+	var list clusterv1.MachineList
+	require.NoError(t, c.List(t.Context(), &list, client.InNamespace("default"), client.HasLabels{clusterv1.MachineControlPlaneLabel}))
+	ms := map[string]clusterv1.Machine{}
+	for _, m := range list.Items {
+		ms[m.Name] = m
+	}
+	return ms, settled(ms, int(n), version)
+}
+
+// TestClusterAPIDrivesKubeadmControlPlaneInPlace: KubeadmControlPlane's
+// own controller takes three control planes from v1.31.1 to v1.32.0 in
+// place through the extension, one at a time: for each, its preflight
+// checks (the control plane Pods the kubelets report), CanUpdateMachine,
+// the Machine marked for update, UpdateMachine until done. Every machine
+// keeps its name; each host runs kubelet and API server v1.32.0; the
+// first control plane ran `kubeadm upgrade apply` and, etcd being
+// external, no etcd snapshot.
+func TestClusterAPIDrivesKubeadmControlPlaneInPlace(t *testing.T) {
+	h := capitest.NewForTest(t, capitest.WithUpgraderImage(e2eNextImage, fake.Staging{Kubernetes: e2eNext, Containerd: "2.0.5", CNI: "v1.7.1"}))
+	ctx, c := t.Context(), h.Env.Client
+	objs, err := capitest.KubeadmControlPlaneObjects(h.Env, "default", "demo", 3, e2eTo)
+	require.NoError(t, err)
+	require.NoError(t, capitest.Create(ctx, c, objs...))
+	start := time.Now()
+	var before map[string]clusterv1.Machine
+	require.Eventually(t, func() bool {
+		var ok bool
+		before, ok = kcpSettled(t, c, "demo-cp", 3, e2eTo)
+		return ok
+	}, 4*time.Minute, 500*time.Millisecond, "KubeadmControlPlane provisioned")
+	t.Logf("3 control planes provisioned in %s", time.Since(start).Round(time.Millisecond))
+
+	dir := t.TempDir()
+	testcerts.Write(t, dir)
+	reg := prometheus.NewRegistry()
+	e2eExtension(t, h, dir, testcerts.FreePort(t), reg, true)
+	var kcp controlplanev1.KubeadmControlPlane
+	require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: "default", Name: "demo-cp"}, &kcp))
+	patch := client.MergeFrom(kcp.DeepCopy())
+	kcp.Spec.Version = e2eNext
+	require.NoError(t, c.Patch(ctx, &kcp, patch))
+
+	start = time.Now()
+	var after map[string]clusterv1.Machine
+	require.Eventually(t, func() bool {
+		var ok bool
+		after, ok = kcpSettled(t, c, "demo-cp", 3, e2eNext)
+		return ok
+	}, 5*time.Minute, 500*time.Millisecond, "KubeadmControlPlane updated")
+	t.Logf("3 control planes updated in place in %s", time.Since(start).Round(time.Millisecond))
+
+	names := slices.Sorted(maps.Keys(before))
+	require.Equal(t, names, slices.Sorted(maps.Keys(after)), "no control plane replaced")
+	applied := 0
+	for _, name := range names {
+		host := h.Provider.Host(name)
+		require.Equal(t, e2eNext, host.RunningVersion(fake.Kubelet), name)
+		require.Equal(t, "registry.k8s.io/kube-apiserver:"+e2eNext, host.StaticPodImage("kube-apiserver"), name)
+		for _, cmd := range host.Commands() {
+			require.NotEqual(t, kubeadm.StepEtcdSnapshot, cmd.Step, "%s: etcd is external: no snapshot", name)
+		}
+		if slices.ContainsFunc(host.Commands(), func(cmd nodeexec.Command) bool {
+			return cmd.Step == kubeadm.StepKubeadmUpgrade && slices.Contains(cmd.Argv, "apply")
+		}) {
+			applied++
+		}
+	}
+	require.Equal(t, 1, applied, "exactly one control plane ran `kubeadm upgrade apply`")
+	decisions := metricSums(t, reg, capi.MetricDecisions, "hook", "outcome")
+	require.GreaterOrEqual(t, decisions["CanUpdateMachine/accept"], 3.0, "KubeadmControlPlane asks per machine: %v", decisions)
+	require.Zero(t, decisions["CanUpdateMachine/decline"]+decisions["CanUpdateMachine/error"], "%v", decisions)
+	require.Equal(t, 3.0, metricSums(t, reg, capi.MetricUpdateDuration)[""], "three updates done")
+	require.Empty(t, h.Provider.Errors())
 }
