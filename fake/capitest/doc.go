@@ -41,15 +41,13 @@
 //     webhooks: v1beta2 only).
 //
 // KubeadmControlPlane: KubeadmControlPlaneObjects gives a cluster whose
-// control plane KubeadmControlPlane's own controller creates, initialises
-// and scales on the harness (the provider does what kubeadm init and join
-// leave that it reads). It uses external etcd: with stacked etcd,
-// KubeadmControlPlane's preflight checks (reconcilers/kubeadmcontrolplane/
-// preflight.go, checkHealthiness) require each etcd member healthy, which
-// it learns by dialling each etcd Pod through the API server's
-// portforward subresource (controlplane/kubeadm/pkg/proxy/dial.go); envtest
-// has no kubelet to forward to. Not covered yet: a KubeadmControlPlane
-// version change carried in place to the end (KubeadmControlPlane asks
-// CanUpdateMachine and calls UpdateMachine on the harness, but the
-// simulated `kubeadm upgrade apply` fails there; see the issue tracker).
+// control plane KubeadmControlPlane's own controller creates, initialises,
+// scales and updates in place through the extension (CanUpdateMachine is
+// its hook; the provider does what kubeadm init and join leave that it
+// reads). It uses external etcd: with stacked etcd, KubeadmControlPlane's
+// preflight checks (reconcilers/kubeadmcontrolplane/preflight.go,
+// checkHealthiness) require each etcd member healthy, which it learns by
+// dialling each etcd Pod through the API server's portforward subresource
+// (controlplane/kubeadm/pkg/proxy/dial.go); envtest has no kubelet to
+// forward to, so stacked etcd cannot pass them here.
 package capitest
