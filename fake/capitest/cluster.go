@@ -56,12 +56,7 @@ func ClusterObjects(env *envtest.Env, namespace, name, cpVersion string) ([]clie
 	cluster := &clusterv1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name},
 		Spec: clusterv1.ClusterSpec{ControlPlaneEndpoint: clusterv1.APIEndpoint{Host: "127.0.0.1", Port: 6443},
 			InfrastructureRef: clusterv1.ContractVersionedObjectReference{APIGroup: InfraGroup, Kind: InfraClusterKind, Name: name}}}
-	infraCluster := &unstructured.Unstructured{}
-	infraCluster.SetGroupVersionKind(InfraClusterGVK)
-	infraCluster.SetNamespace(namespace)
-	infraCluster.SetName(name)
-	infraCluster.SetLabels(labels)
-	infraCluster.Object["spec"] = map[string]any{"controlPlaneEndpoint": map[string]any{"host": "127.0.0.1", "port": int64(6443)}}
+	infraCluster := testCluster(namespace, name)
 	ca := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name + "-ca", Labels: labels},
 		Type: clusterv1.ClusterSecretType, Data: map[string][]byte{corev1.TLSCertKey: crt, corev1.TLSPrivateKeyKey: key}}
 	cp := name + "-cp-0"
@@ -161,12 +156,7 @@ func KubeadmControlPlaneObjects(env *envtest.Env, namespace, name string, replic
 		return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name + "-" + suffix, Labels: labels},
 			Type: clusterv1.ClusterSecretType, Data: data}
 	}
-	infraCluster := &unstructured.Unstructured{}
-	infraCluster.SetGroupVersionKind(InfraClusterGVK)
-	infraCluster.SetNamespace(namespace)
-	infraCluster.SetName(name)
-	infraCluster.SetLabels(labels)
-	infraCluster.Object["spec"] = map[string]any{"controlPlaneEndpoint": map[string]any{"host": "127.0.0.1", "port": int64(6443)}}
+	infraCluster := testCluster(namespace, name)
 	kcpName, tmplName := name+"-cp", name+"-cp-0"
 	cluster := &clusterv1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name},
 		Spec: clusterv1.ClusterSpec{ControlPlaneEndpoint: clusterv1.APIEndpoint{Host: "127.0.0.1", Port: 6443},
@@ -192,6 +182,18 @@ func KubeadmControlPlaneObjects(env *envtest.Env, namespace, name string, replic
 		secret("etcd", map[string][]byte{corev1.TLSCertKey: etcdCA}),
 		secret("apiserver-etcd-client", map[string][]byte{corev1.TLSCertKey: clientCrt, corev1.TLSPrivateKeyKey: clientKey}),
 		tmpl, kcp}, nil
+}
+
+// testCluster is a cluster's TestCluster, its control plane endpoint set
+// to where the Cluster's is.
+func testCluster(namespace, name string) *unstructured.Unstructured {
+	ic := &unstructured.Unstructured{}
+	ic.SetGroupVersionKind(InfraClusterGVK)
+	ic.SetNamespace(namespace)
+	ic.SetName(name)
+	ic.SetLabels(map[string]string{clusterv1.ClusterNameLabel: name})
+	ic.Object["spec"] = map[string]any{"controlPlaneEndpoint": map[string]any{"host": "127.0.0.1", "port": int64(6443)}}
+	return ic
 }
 
 // Create creates objs in order through c (an object that exists already

@@ -1,12 +1,13 @@
 package capitest_test
 
 import (
-	"slices"
+	"context"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -14,31 +15,6 @@ import (
 	"github.com/upgradekit/upgradekit/fake"
 	"github.com/upgradekit/upgradekit/fake/capitest"
 )
-
-// mdMachines returns the MachineDeployment's Machines, by name.
-func mdMachines(t *testing.T, c client.Client, md string) map[string]clusterv1.Machine {
-	t.Helper()
-	var ms clusterv1.MachineList
-	require.NoError(t, c.List(t.Context(), &ms, client.InNamespace("default"), client.MatchingLabels{clusterv1.MachineDeploymentNameLabel: md}))
-	out := map[string]clusterv1.Machine{}
-	for _, m := range ms.Items {
-		out[m.Name] = m
-	}
-	return out
-}
-
-// running: every machine has its Node and runs at version.
-func running(ms map[string]clusterv1.Machine, n int, version string) bool {
-	if len(ms) != n {
-		return false
-	}
-	for _, m := range ms {
-		if !m.Status.NodeRef.IsDefined() || m.Status.Phase != string(clusterv1.MachinePhaseRunning) || m.Spec.Version != version || m.DeletionTimestamp != nil {
-			return false
-		}
-	}
-	return true
-}
 
 // TestClusterAPIProvisionsAndRollsOnTheHarness: Cluster API's own
 // controllers create a MachineDeployment's machines on the harness's
@@ -55,11 +31,10 @@ func TestClusterAPIProvisionsAndRollsOnTheHarness(t *testing.T) {
 	require.NoError(t, capitest.Create(ctx, c, capitest.MachineDeploymentObjects("default", "demo", "md", 3, "v1.30.4")...))
 
 	start := time.Now()
-	var before map[string]clusterv1.Machine
-	require.Eventually(t, func() bool {
-		before = mdMachines(t, c, "md")
-		return running(before, 3, "v1.30.4")
-	}, 2*time.Minute, 200*time.Millisecond, "3 machines provisioned: %v, provider: %v", slices.Collect(mapsKeys(before)), h.Provider.Errors())
+	wait, cancel := context.WithTimeout(ctx, 4*time.Minute)
+	defer cancel()
+	before, err := capitest.WaitForRollout(wait, c, "default", "md", "v1.30.4")
+	require.NoError(t, err, "provider: %v", h.Provider.Errors())
 	t.Logf("3 machines running in %s", time.Since(start).Round(time.Millisecond))
 	for name, m := range before {
 		require.Equal(t, capitest.ProviderIDPrefix+"default/"+name, m.Spec.ProviderID)
@@ -85,28 +60,16 @@ func TestClusterAPIProvisionsAndRollsOnTheHarness(t *testing.T) {
 	require.NoError(t, c.Patch(ctx, &md, patch))
 
 	start = time.Now()
-	var after map[string]clusterv1.Machine
-	require.Eventually(t, func() bool {
-		after = mdMachines(t, c, "md")
-		return running(after, 3, "v1.30.4") && !slices.ContainsFunc(slices.Collect(mapsKeys(after)), func(n string) bool { _, old := before[n]; return old })
-	}, 3*time.Minute, 200*time.Millisecond, "every machine replaced: before %v, after %v", slices.Collect(mapsKeys(before)), slices.Collect(mapsKeys(after)))
+	after, err := capitest.WaitForRollout(wait, c, "default", "md", "v1.30.4")
+	require.NoError(t, err, "provider: %v", h.Provider.Errors())
+	for name := range after {
+		require.NotContains(t, before, name, "every machine replaced")
+	}
 	t.Logf("3 machines replaced in %s", time.Since(start).Round(time.Millisecond))
 	for name := range before {
-		require.Nil(t, h.Provider.Host(name), "the old machine %s is gone", name)
 		require.Eventually(t, func() bool {
-			return client.IgnoreNotFound(c.Get(ctx, client.ObjectKey{Name: name}, &corev1.Node{})) == nil &&
-				c.Get(ctx, client.ObjectKey{Name: name}, &corev1.Node{}) != nil
-		}, 30*time.Second, 100*time.Millisecond, "the old Node %s is deleted", name)
+			return h.Provider.Host(name) == nil && apierrors.IsNotFound(c.Get(ctx, client.ObjectKey{Name: name}, &corev1.Node{}))
+		}, 30*time.Second, 100*time.Millisecond, "the old machine %s and its Node are gone", name)
 	}
 	require.Empty(t, h.Provider.Errors())
-}
-
-func mapsKeys[V any](m map[string]V) func(func(string) bool) {
-	return func(yield func(string) bool) {
-		for k := range m {
-			if !yield(k) {
-				return
-			}
-		}
-	}
 }
