@@ -125,7 +125,7 @@ func (c *Cache) initLocked() {
 // DescribeImages implements ImageSource. The returned slice is the caller's;
 // the images' Tags maps are shared and must not be modified.
 func (c *Cache) DescribeImages(ctx context.Context, q Query) ([]Image, error) {
-	if c.src == nil {
+	if isNilSource(c.src) {
 		return nil, nilSourceError("Cache")
 	}
 	key := "i" + queryKey(q)
@@ -157,7 +157,7 @@ func (c *Cache) DescribeImages(ctx context.Context, q Query) ([]Image, error) {
 
 // GetParameter implements ImageSource.
 func (c *Cache) GetParameter(ctx context.Context, name string) (string, error) {
-	if c.src == nil {
+	if isNilSource(c.src) {
 		return "", nilSourceError("Cache")
 	}
 	key := "p" + name
@@ -259,7 +259,7 @@ func wait(ctx context.Context, cl *call) (retry bool, err error) {
 // again, and returns how many it forgot. It asks the underlying source about
 // those images in one query (deprecated images included).
 func (c *Cache) InvalidateDeprecated(ctx context.Context) (int, error) {
-	if c.src == nil {
+	if isNilSource(c.src) {
 		return 0, nilSourceError("Cache")
 	}
 	c.mu.Lock()

@@ -118,7 +118,7 @@ func (c *Catalog) GetParameter(ctx context.Context, name string) (string, error)
 	v, ok := c.params[name]
 	c.mu.RUnlock()
 	if !ok {
-		return "", fmt.Errorf("parameter %q: %w", name, ErrParameterNotFound)
+		return "", fmt.Errorf("parameter %s: %w", quote(name), ErrParameterNotFound)
 	}
 	return v, nil
 }
@@ -402,6 +402,9 @@ type describeImagesOutput struct {
 // an *Error matching ErrInvalidCatalog that names the offending path. Options
 // as for NewCatalog.
 func LoadCatalog(r io.Reader, opts ...Option) (*Catalog, error) {
+	if r == nil {
+		return nil, fieldError(ErrInvalidCatalog, "", "", "nil reader")
+	}
 	var out describeImagesOutput
 	dec := json.NewDecoder(r)
 	if err := dec.Decode(&out); err != nil {

@@ -3,7 +3,7 @@ package amiselect
 import (
 	"errors"
 	"fmt"
-	"strconv"
+	"reflect"
 	"strings"
 )
 
@@ -78,11 +78,14 @@ func (e *Error) Error() string {
 	}
 	if e.Value != "" {
 		b.WriteString(" ")
-		b.WriteString(strconv.Quote(e.Value))
+		b.WriteString(quote(e.Value))
 	}
 	if e.Reason != "" {
 		b.WriteString(": ")
 		b.WriteString(e.Reason)
+	}
+	if b.Len() == 0 {
+		return "amiselect: error"
 	}
 	return b.String()
 }
@@ -135,6 +138,16 @@ func (e *NoImagesError) Unwrap() error { return ErrNoImages }
 
 // nilSourceError is the error for a nil ImageSource given to (or held by)
 // caller.
+// isNilSource reports whether src is nil or a typed nil pointer (a nil
+// *Catalog in an ImageSource).
+func isNilSource(src ImageSource) bool {
+	if src == nil {
+		return true
+	}
+	v := reflect.ValueOf(src)
+	return v.Kind() == reflect.Pointer && v.IsNil()
+}
+
 func nilSourceError(caller string) *Error {
 	return &Error{Kind: ErrInvalidSource, Path: "src", Index: -1, Field: "src",
 		Reason: caller + " needs a non-nil ImageSource"}

@@ -118,7 +118,7 @@ const (
 // nodes). Only ErrParameterNotFound is skipped.
 func Resolve(ctx context.Context, src ImageSource, terms []Term, opts ...Option) (*Resolution, error) {
 	o := newOptions(opts)
-	if src == nil {
+	if isNilSource(src) {
 		return nil, nilSourceError("Resolve")
 	}
 	if err := Validate(terms, WithFamily(o.family)); err != nil {

@@ -116,7 +116,7 @@ func Validate(terms []Term, opts ...Option) error {
 			}
 		}
 	}
-	return errors.Join(errs...)
+	return errors.Join(cutErrors(errs)...)
 }
 
 func validateTerm(i int, t Term) []error {

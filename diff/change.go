@@ -45,7 +45,7 @@ func (o *Object) UnmarshalText(b []byte) error {
 			return nil
 		}
 	}
-	return fmt.Errorf("%w: unknown object %q", ErrInvalidOption, b)
+	return fmt.Errorf("%w: unknown object %s", ErrInvalidOption, quote(string(b)))
 }
 
 // Op is what happened to a value, named after RFC 6902's operations.
@@ -232,7 +232,9 @@ func compactJSON(v any, limit int) string {
 	enc := json.NewEncoder(&buf)
 	enc.SetEscapeHTML(false)
 	if err := enc.Encode(v); err != nil {
-		return fmt.Sprintf("%v", v)
+		// Not JSON data (a cycle, NaN, a func in a hand-built Change):
+		// never print the value itself, fmt would recurse through a cycle.
+		return fmt.Sprintf("<%T: not JSON data>", v)
 	}
 	raw := bytes.TrimSpace(buf.Bytes())
 	if len(raw) > limit {
@@ -259,8 +261,13 @@ func (cs ChangeSet) Len() int { return len(cs.Changes) }
 
 // Filter returns the changes for which keep returns true. The result can
 // still produce patches.
+//
+// A nil keep keeps nothing.
 func (cs ChangeSet) Filter(keep func(Change) bool) ChangeSet {
 	out := ChangeSet{docs: cs.docs}
+	if keep == nil {
+		return out
+	}
 	for _, c := range cs.Changes {
 		if keep(c) {
 			out.Changes = append(out.Changes, c)

@@ -163,6 +163,9 @@ func (d *Differ) run(current, desired State, templates, first bool) (ChangeSet, 
 // walk compares every object of the two states. With first set it stops at
 // the first difference and reports it through found.
 func (d *Differ) walk(current, desired State, templates, first bool) (cs ChangeSet, found bool, err error) {
+	if d == nil || d.pool.New == nil {
+		return ChangeSet{}, false, fmt.Errorf("%w: Differ not constructed with New", ErrInvalidOption)
+	}
 	w := d.pool.Get().(*walker)
 	defer d.pool.Put(w)
 	var curs, dess [numObjects]doc

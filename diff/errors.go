@@ -52,11 +52,16 @@ func (e *Error) Error() string {
 		msg += " (" + e.Side + ")"
 	}
 	if e.Path != "" {
-		msg += " at " + e.Path
+		msg += " at " + cutPath(e.Path)
 	}
-	msg += ": " + e.Err.Error()
+	if e.Err != nil {
+		msg += ": " + e.Err.Error()
+	}
 	if e.Detail != "" {
-		msg += ": " + e.Detail
+		msg += ": " + cutPath(e.Detail)
+	}
+	if msg == "" {
+		return "diff: error"
 	}
 	return msg
 }
@@ -66,4 +71,16 @@ func (e *Error) Unwrap() error { return e.Err }
 
 func newErr(obj Object, side, path string, err error, format string, args ...any) *Error {
 	return &Error{Object: obj, Side: side, Path: path, Err: err, Detail: fmt.Sprintf(format, args...)}
+}
+
+// maxPath is how much of a path an error message shows: a cyclic or very
+// deep value is refused at a path of a thousand segments.
+const maxPath = 256
+
+// cutPath keeps the start and the end of a long path (or detail).
+func cutPath(p string) string {
+	if len(p) <= maxPath {
+		return p
+	}
+	return p[:maxPath/2] + fmt.Sprintf(" ...(%d bytes)... ", len(p)) + p[len(p)-maxPath/2:]
 }

@@ -47,7 +47,7 @@ type pattern struct {
 func parsePattern(text string) (pattern, error) {
 	p := pattern{text: text}
 	bad := func(format string, args ...any) (pattern, error) {
-		return pattern{}, fmt.Errorf("%w: path pattern %q: %s", ErrInvalidOption, text, fmt.Sprintf(format, args...))
+		return pattern{}, fmt.Errorf("%w: path pattern %s: %s", ErrInvalidOption, quote(text), fmt.Sprintf(format, args...))
 	}
 	s := text
 	// Object.
@@ -70,7 +70,7 @@ func parsePattern(text string) (pattern, error) {
 			}
 		}
 		if !found {
-			return bad("unknown object %q (want machine, bootstrap, infrastructure or *)", obj)
+			return bad("unknown object %s (want machine, bootstrap, infrastructure or *)", quote(obj))
 		}
 	}
 	if strings.HasPrefix(s, "(") {

@@ -82,8 +82,11 @@ type Check interface {
 // CheckFunc adapts a function to Check.
 type CheckFunc func(ctx context.Context, obj metav1.Object) (*Reason, error)
 
-// Check calls f.
+// Check calls f; a nil f is an ErrInvalidOption error.
 func (f CheckFunc) Check(ctx context.Context, obj metav1.Object) (*Reason, error) {
+	if f == nil {
+		return nil, fmt.Errorf("%w: nil CheckFunc", ErrInvalidOption)
+	}
 	return f(ctx, obj)
 }
 
@@ -142,10 +145,14 @@ func (e *CheckError) Error() string { return fmt.Sprintf("drift: check %d: %v", 
 func (e *CheckError) Unwrap() error { return e.Err }
 
 // First runs the checks in order and returns the first reason found, or
-// nil. It stops at the first error (a *CheckError) or when ctx is done.
+// nil. A nil obj is ErrNilObject (a nil Detector has no checks and finds
+// nothing). It stops at the first error (a *CheckError) or when ctx is done.
 func (d *Detector) First(ctx context.Context, obj metav1.Object) (*Reason, error) {
 	if d == nil {
 		return nil, nil
+	}
+	if isNilObject(obj) {
+		return nil, ErrNilObject
 	}
 	for i, c := range d.checks {
 		if err := ctx.Err(); err != nil {
@@ -167,6 +174,9 @@ func (d *Detector) First(ctx context.Context, obj metav1.Object) (*Reason, error
 func (d *Detector) All(ctx context.Context, obj metav1.Object) ([]Reason, error) {
 	if d == nil {
 		return nil, nil
+	}
+	if isNilObject(obj) {
+		return nil, ErrNilObject
 	}
 	var out []Reason
 	var errs []error
@@ -245,6 +255,9 @@ func (c *StaticHash) Desired() Stamp {
 func (c *StaticHash) Check(ctx context.Context, obj metav1.Object) (*Reason, error) {
 	if c == nil || !c.stamper.valid() || c.stamp.Hash.IsZero() {
 		return nil, fmt.Errorf("%w: StaticHash not constructed with NewStaticHash", ErrInvalidOption)
+	}
+	if isNilObject(obj) {
+		return nil, ErrNilObject
 	}
 	res := c.stamper.Check(obj, c.stamp.Hash)
 	if res.State != Drifted {

@@ -9,6 +9,9 @@ import (
 )
 
 func objectName(obj metav1.Object) string {
+	if isNilObject(obj) {
+		return "<nil>"
+	}
 	if ns := obj.GetNamespace(); ns != "" {
 		return ns + "/" + obj.GetName()
 	}
@@ -198,8 +201,15 @@ func runBump(ctx context.Context, objs []metav1.Object, b VersionBump, apply boo
 		if err := ctx.Err(); err != nil {
 			return rep, err
 		}
-		ann := obj.GetAnnotations()
 		entry := BumpEntry{Name: objectName(obj), Action: ActionNone}
+		if isNilObject(obj) {
+			// Nothing to read or re-stamp: reported like an unstamped object.
+			entry.Before, entry.After = Unknown, Unknown
+			rep.Unknown++
+			rep.Objects = append(rep.Objects, entry)
+			continue
+		}
+		ann := obj.GetAnnotations()
 		version, hasVersion := ann[b.To.VersionKey()]
 		switch {
 		case hasVersion && version == toStamp.Hash.Version:

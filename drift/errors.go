@@ -3,6 +3,7 @@ package drift
 import (
 	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 )
 
@@ -41,7 +42,19 @@ var (
 	// ErrNoImage is returned by image checks when the ImageChooser has no
 	// image for a node's requirements.
 	ErrNoImage = errors.New("drift: no image for requirements")
+	// ErrNilObject is returned when an object to stamp, check or explain
+	// is nil (a nil interface or a typed nil pointer).
+	ErrNilObject = errors.New("drift: nil object")
 )
+
+// isNilObject reports whether obj is nil or a typed nil pointer.
+func isNilObject(obj any) bool {
+	if obj == nil {
+		return true
+	}
+	v := reflect.ValueOf(obj)
+	return v.Kind() == reflect.Pointer && v.IsNil()
+}
 
 // MaxDepth is the deepest nesting (pointers, maps, slices and interfaces
 // each count one level) the hasher descends before giving up with
@@ -64,10 +77,14 @@ type PathError struct {
 
 // Error implements error.
 func (e *PathError) Error() string {
-	if e.Path == "" {
-		return e.Err.Error() + " (at the root)"
+	msg := "drift: error"
+	if e.Err != nil {
+		msg = e.Err.Error()
 	}
-	return e.Err.Error() + " (at " + e.Path + ")"
+	if e.Path == "" {
+		return msg + " (at the root)"
+	}
+	return msg + " (at " + e.Path + ")"
 }
 
 // Unwrap returns the underlying error.

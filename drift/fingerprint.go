@@ -176,8 +176,11 @@ type Differ interface {
 // DifferFunc adapts a function to Differ.
 type DifferFunc func(ctx context.Context, old, new any) ([]FieldChange, error)
 
-// Diff calls f.
+// Diff calls f; a nil f is an ErrInvalidOption error.
 func (f DifferFunc) Diff(ctx context.Context, old, new any) ([]FieldChange, error) {
+	if f == nil {
+		return nil, fmt.Errorf("%w: nil DifferFunc", ErrInvalidOption)
+	}
 	return f(ctx, old, new)
 }
 

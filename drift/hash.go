@@ -47,15 +47,15 @@ func (h Hash) IsZero() bool { return h.Version == "" }
 // pairs it with version. Errors wrap ErrInvalidAnnotation.
 func ParseHash(version, value string) (Hash, error) {
 	if err := validateVersion(version); err != nil {
-		return Hash{}, fmt.Errorf("%w: version %q: %v", ErrInvalidAnnotation, version, err)
+		return Hash{}, fmt.Errorf("%w: version %s: %v", ErrInvalidAnnotation, quote(version), err)
 	}
 	if len(value) != 16 {
-		return Hash{}, fmt.Errorf("%w: hash %q is not 16 hex digits", ErrInvalidAnnotation, value)
+		return Hash{}, fmt.Errorf("%w: hash %s is not 16 hex digits", ErrInvalidAnnotation, quote(value))
 	}
 	for i := 0; i < len(value); i++ {
 		c := value[i]
 		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
-			return Hash{}, fmt.Errorf("%w: hash %q is not 16 lower-case hex digits", ErrInvalidAnnotation, value)
+			return Hash{}, fmt.Errorf("%w: hash %s is not 16 lower-case hex digits", ErrInvalidAnnotation, quote(value))
 		}
 	}
 	u, err := strconv.ParseUint(value, 16, 64)
@@ -102,7 +102,7 @@ const MaxVersionLen = 63 - 1 - len(EncodingVersion)
 // ErrInvalidOption.
 func NewHasher(version string, opts ...Option) (*Hasher, error) {
 	if err := validateVersion(version); err != nil {
-		return nil, fmt.Errorf("%w: version %q: %v", ErrInvalidOption, version, err)
+		return nil, fmt.Errorf("%w: version %s: %v", ErrInvalidOption, quote(version), err)
 	}
 	if strings.Contains(version, "+") {
 		return nil, fmt.Errorf("%w: version %q: '+' is reserved as the separator from the encoding version", ErrInvalidOption, version)

@@ -18,8 +18,11 @@ type ImageChooser interface {
 // ImageChooserFunc adapts a function to ImageChooser.
 type ImageChooserFunc func(ctx context.Context, labels map[string]string) (string, error)
 
-// ChooseImage calls f.
+// ChooseImage calls f; a nil f is an ErrInvalidOption error.
 func (f ImageChooserFunc) ChooseImage(ctx context.Context, labels map[string]string) (string, error) {
+	if f == nil {
+		return "", fmt.Errorf("%w: nil ImageChooserFunc", ErrInvalidOption)
+	}
 	return f(ctx, labels)
 }
 
@@ -68,6 +71,9 @@ func NewImage(chooser ImageChooser, imageOf func(metav1.Object) (string, bool), 
 func (c *Image) Check(ctx context.Context, obj metav1.Object) (*Reason, error) {
 	if c == nil || c.chooser == nil || c.imageOf == nil {
 		return nil, fmt.Errorf("%w: Image not constructed with NewImage", ErrInvalidOption)
+	}
+	if isNilObject(obj) {
+		return nil, ErrNilObject
 	}
 	got, ok := c.imageOf(obj)
 	if !ok || got == "" {

@@ -122,7 +122,7 @@ func newKeyReq(r corev1.NodeSelectorRequirement) (*keyReq, error) {
 		kr.complement = true
 		kr.lte = &n
 	default:
-		return nil, fmt.Errorf("%w: %s: unknown operator %q", ErrInvalidRequirement, r.Key, r.Operator)
+		return nil, fmt.Errorf("%w: %s: unknown operator %s", ErrInvalidRequirement, quote(r.Key), quote(string(r.Operator)))
 	}
 	return kr, nil
 }
@@ -300,6 +300,12 @@ func NewRequirements(reqs []corev1.NodeSelectorRequirement, opts ...Requirements
 
 // Check implements Check.
 func (c *Requirements) Check(_ context.Context, obj metav1.Object) (*Reason, error) {
+	if c == nil {
+		return nil, fmt.Errorf("%w: Requirements not constructed with NewRequirements", ErrInvalidOption)
+	}
+	if isNilObject(obj) {
+		return nil, ErrNilObject
+	}
 	labels := obj.GetLabels()
 	if c.labelsOf != nil {
 		labels = c.labelsOf(obj)

@@ -48,7 +48,7 @@ func NewStamper(prefix string, h *Hasher, opts ...StamperOption) (*Stamper, erro
 		return nil, fmt.Errorf("%w: nil Hasher", ErrInvalidOption)
 	}
 	if errs := validation.IsDNS1123Subdomain(prefix); len(errs) > 0 {
-		return nil, fmt.Errorf("%w: annotation prefix %q: %v", ErrInvalidOption, prefix, errs)
+		return nil, fmt.Errorf("%w: annotation prefix %s: %v", ErrInvalidOption, quote(prefix), errs)
 	}
 	s := &Stamper{prefix: prefix, hasher: h, maxFields: DefaultMaxFingerprintFields}
 	for _, o := range opts {
@@ -76,13 +76,21 @@ func (s *Stamper) valid() bool { return s != nil && s.prefix != "" && s.hasher.v
 var errStamperNotConstructed = fmt.Errorf("%w: Stamper not constructed with NewStamper", ErrInvalidOption)
 
 // HashKey is the hash annotation's name.
-func (s *Stamper) HashKey() string { return s.prefix + HashSuffix }
+func (s *Stamper) HashKey() string { return s.key(HashSuffix) }
+
+// key is prefix+suffix, or "" for a nil Stamper.
+func (s *Stamper) key(suffix string) string {
+	if s == nil {
+		return ""
+	}
+	return s.prefix + suffix
+}
 
 // VersionKey is the hash-version annotation's name.
-func (s *Stamper) VersionKey() string { return s.prefix + VersionSuffix }
+func (s *Stamper) VersionKey() string { return s.key(VersionSuffix) }
 
 // FieldsKey is the field-fingerprints annotation's name.
-func (s *Stamper) FieldsKey() string { return s.prefix + FieldsSuffix }
+func (s *Stamper) FieldsKey() string { return s.key(FieldsSuffix) }
 
 // Stamp is what gets written on an object: the hash and the field
 // fingerprints of a desired spec.
@@ -110,7 +118,12 @@ func (s *Stamper) Compute(spec any) (Stamp, error) {
 }
 
 // Stamp computes the stamp of spec and writes it on obj.
+//
+// A nil obj is ErrNilObject and nothing is computed.
 func (s *Stamper) Stamp(obj metav1.Object, spec any) (Stamp, error) {
+	if isNilObject(obj) {
+		return Stamp{}, ErrNilObject
+	}
 	st, err := s.Compute(spec)
 	if err != nil {
 		return Stamp{}, err
@@ -121,9 +134,9 @@ func (s *Stamper) Stamp(obj metav1.Object, spec any) (Stamp, error) {
 
 // Apply writes st on obj's annotations. The annotation map is replaced by
 // an updated copy, so maps shared with other objects are not modified.
-// A Stamper not made by NewStamper writes nothing.
+// A Stamper not made by NewStamper, or a nil obj, writes nothing.
 func (s *Stamper) Apply(obj metav1.Object, st Stamp) {
-	if !s.valid() {
+	if !s.valid() || isNilObject(obj) {
 		return
 	}
 	ann := maps.Clone(obj.GetAnnotations())
@@ -193,9 +206,14 @@ type CheckResult struct {
 // missing annotations mean Unknown; a different hash version means
 // NeedsRestamp (not drifted); unreadable annotations mean Unknown; only the
 // same version with a different value is Drifted.
+//
+// A nil obj is Unknown with Err ErrNilObject.
 func (s *Stamper) Check(obj metav1.Object, desired Hash) CheckResult {
 	if !s.valid() {
 		return CheckResult{Desired: desired, Err: errStamperNotConstructed}
+	}
+	if isNilObject(obj) {
+		return CheckResult{Desired: desired, Err: ErrNilObject}
 	}
 	return s.checkAnnotations(obj.GetAnnotations(), desired)
 }
@@ -214,7 +232,7 @@ func (s *Stamper) checkAnnotations(ann map[string]string, desired Hash) CheckRes
 	}
 	res.Stamped.Version = version
 	if err := validateVersion(version); err != nil {
-		res.Err = fmt.Errorf("%w: %s %q: %v", ErrInvalidAnnotation, s.VersionKey(), version, err)
+		res.Err = fmt.Errorf("%w: %s %s: %v", ErrInvalidAnnotation, s.VersionKey(), quote(version), err)
 		return res
 	}
 	if version != desired.Version {
@@ -286,6 +304,9 @@ func WithKnownFields(paths ...string) ExplainOption {
 func (s *Stamper) Explain(ctx context.Context, obj metav1.Object, desired any, opts ...ExplainOption) (Explanation, error) {
 	if !s.valid() {
 		return Explanation{}, errStamperNotConstructed
+	}
+	if isNilObject(obj) {
+		return Explanation{}, ErrNilObject
 	}
 	var cfg explainConfig
 	for _, o := range opts {

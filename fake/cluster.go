@@ -30,6 +30,7 @@ import (
 	crfake "sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
+	"github.com/upgradekit/upgradekit/internal/errtext"
 	"github.com/upgradekit/upgradekit/nodeexec/kubeadm"
 )
 
@@ -155,10 +156,14 @@ type Cluster struct {
 func NewCluster(name string) *Cluster {
 	c := &Cluster{name: name, namespace: metav1.NamespaceDefault, infra: DockerMachine}
 	if msgs := validation.IsDNS1123Label(name); len(msgs) > 0 {
-		c.fail("NewCluster: name %q: %s", name, strings.Join(msgs, "; "))
+		c.fail("NewCluster: name %s: %s", errtext.Quote(name), strings.Join(msgs, "; "))
 	}
 	return c
 }
+
+// errNilCluster is what taking objects, a client, hosts or a simulator
+// from a nil *Cluster returns.
+var errNilCluster = fmt.Errorf("fake: %w: nil or zero *Cluster (use NewCluster)", ErrInvalidCluster)
 
 func (c *Cluster) fail(format string, args ...any) {
 	if c.err == nil {
@@ -184,8 +189,14 @@ func (c *Cluster) Namespace() string { return c.namespace }
 // WithInfrastructure sets the infrastructure machine kind (default
 // DockerMachine).
 func (c *Cluster) WithInfrastructure(infra Infrastructure) *Cluster {
-	if infra.APIVersion == "" || infra.Kind == "" || len(infra.ImageField) == 0 || infra.ProviderID == nil {
+	gv, gvErr := schema.ParseGroupVersion(infra.APIVersion)
+	switch {
+	case infra.APIVersion == "" || infra.Kind == "" || len(infra.ImageField) == 0 || infra.ProviderID == nil:
 		c.fail("WithInfrastructure: %q %q: apiVersion, kind, imageField and providerID are all required", infra.APIVersion, infra.Kind)
+	case gvErr != nil || gv.Version == "" || len(validation.IsDNS1123Subdomain(gv.Group)) > 0:
+		c.fail("WithInfrastructure: apiVersion %q is not group/version", infra.APIVersion)
+	case len(validation.IsDNS1035Label(strings.ToLower(infra.Kind))) > 0:
+		c.fail("WithInfrastructure: kind %q is not a Kind name", infra.Kind)
 	}
 	c.infra = infra
 	return c
@@ -200,7 +211,9 @@ func (c *Cluster) newPool(call, name string, replicas int, version string, opts 
 	}
 	p := &pool{name: name, replicas: replicas, version: version, notReady: map[int]bool{}}
 	for _, o := range opts {
-		o(p)
+		if o != nil {
+			o(p)
+		}
 	}
 	for i := range p.notReady {
 		if i < 0 || i >= replicas {
@@ -388,6 +401,9 @@ func NodeReady(ready bool) corev1.NodeCondition {
 // before what they own), with deterministic names and UIDs, including
 // status. Infrastructure machines are *unstructured.Unstructured.
 func (c *Cluster) Objects() ([]client.Object, error) {
+	if c == nil || c.infra.Kind == "" {
+		return nil, errNilCluster
+	}
 	if c.err != nil {
 		return nil, c.err
 	}
@@ -640,7 +656,9 @@ func (c *Cluster) Client(opts ...ClientOption) (client.WithWatch, error) {
 	}
 	o := clientOptions{}
 	for _, opt := range opts {
-		opt(&o)
+		if opt != nil {
+			opt(&o)
+		}
 	}
 	s, err := c.scheme()
 	if err != nil {
@@ -687,6 +705,9 @@ func (c *Cluster) Apply(ctx context.Context, cl client.Client) error {
 	objs, err := c.Objects()
 	if err != nil {
 		return err
+	}
+	if cl == nil {
+		return fmt.Errorf("fake: %w: Apply %s: nil client", ErrInvalidCluster, c.name)
 	}
 	uids := map[types.UID]types.UID{}
 	for _, o := range objs {

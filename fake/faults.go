@@ -80,6 +80,11 @@ type apiRule struct {
 // shared). It is safe for concurrent use; with concurrent callers the
 // sequence, and so which call gets a probabilistic fault, depends on
 // scheduling.
+//
+// A nil *Faults injects nothing (hosts and interceptors given one run
+// unchanged) and reports nothing; its rule methods return a new Faults
+// seeded with 0 that holds the rule, so build on their result. A zero
+// Faults works as one from NewFaults(0).
 type Faults struct {
 	mu       sync.Mutex
 	rng      *rand.Rand
@@ -105,9 +110,26 @@ func NewFaults(seed uint64) *Faults {
 	}
 }
 
+// ready returns f with its maps made, or a new Faults seeded with 0 when
+// f is nil, so that a nil or zero Faults can be built on.
+func (f *Faults) ready() *Faults {
+	if f == nil {
+		return NewFaults(0)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.rng == nil {
+		n := NewFaults(0)
+		f.rng, f.fail, f.notReady, f.fired, f.slow = n.rng, n.fail, n.notReady, n.fired, n.slow
+		f.crash, f.crashed, f.ctrl = n.crash, n.crashed, n.ctrl
+	}
+	return f
+}
+
 // FailStep makes the run phase of step on node exit with ExitInjected the
 // first times times it runs.
 func (f *Faults) FailStep(node, step string, times int) *Faults {
+	f = f.ready()
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.fail[stepKey{node, step}] += max(times, 0)
@@ -117,6 +139,7 @@ func (f *Faults) FailStep(node, step string, times int) *Faults {
 // Heal clears the failures FailStep has left to inject into step on node,
 // as when an operator fixes the cause before retrying.
 func (f *Faults) Heal(node, step string) *Faults {
+	f = f.ready()
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	delete(f.fail, stepKey{node, step})
@@ -126,6 +149,7 @@ func (f *Faults) Heal(node, step string) *Faults {
 // FlakySteps makes every run-phase command fail with probability p, drawn
 // from the seeded generator.
 func (f *Faults) FlakySteps(p float64) *Faults {
+	f = f.ready()
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.flaky = p
@@ -136,6 +160,7 @@ func (f *Faults) FlakySteps(p float64) *Faults {
 // succeeds on it (the kubelet's next start marks it Ready again). With node
 // "" it fires once on every node.
 func (f *Faults) NotReadyAfter(node, step string) *Faults {
+	f = f.ready()
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.notReady[stepKey{node, step}] = true
@@ -148,6 +173,7 @@ func (f *Faults) NotReadyAfter(node, step string) *Faults {
 // command fails with context.DeadlineExceeded, as a real slow command
 // killed at its deadline would.
 func (f *Faults) SlowStep(node, step string, d time.Duration) *Faults {
+	f = f.ready()
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.slow[stepKey{node, step}] = d
@@ -181,6 +207,7 @@ type crashKey struct {
 // TakeCrash) cancels the Runner's context at that point and starts a new
 // Runner on the same journal, as the upgrader pod's restart would.
 func (f *Faults) CrashRunner(node, step string, at CrashPoint) *Faults {
+	f = f.ready()
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.crash[crashKey{stepKey{node, step}, at}] = true
@@ -191,6 +218,9 @@ func (f *Faults) CrashRunner(node, step string, at CrashPoint) *Faults {
 // if so consumes it (each rule fires once per node) and records the
 // injection ("crash-during" or "crash-after").
 func (f *Faults) TakeCrash(node, step string, at CrashPoint) bool {
+	if f == nil {
+		return false
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	k := crashKey{stepKey{node, step}, at}
@@ -209,6 +239,7 @@ func (f *Faults) TakeCrash(node, step string, at CrashPoint) bool {
 // the desired state have nothing to do; failed ones are marked on their
 // Machine and count against the circuit breaker).
 func (f *Faults) CrashController(afterBatches ...int) *Faults {
+	f = f.ready()
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for _, n := range afterBatches {
@@ -221,6 +252,9 @@ func (f *Faults) CrashController(afterBatches ...int) *Faults {
 // completed batches, consuming the crash and recording the injection
 // ("crash-controller").
 func (f *Faults) TakeControllerCrash(completed int) bool {
+	if f == nil {
+		return false
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if !f.ctrl[completed] {
@@ -234,6 +268,7 @@ func (f *Faults) TakeControllerCrash(completed int) bool {
 // APIError makes the first times calls of verb on kind ("" for every kind,
 // else the Kind such as "Node") fail with fault.
 func (f *Faults) APIError(verb Verb, kind string, fault APIFault, times int) *Faults {
+	f = f.ready()
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.api = append(f.api, &apiRule{verb: verb, kind: kind, fault: fault, remaining: max(times, 0)})
@@ -243,6 +278,7 @@ func (f *Faults) APIError(verb Verb, kind string, fault APIFault, times int) *Fa
 // FlakyAPI makes calls of verb on kind fail with fault with probability p,
 // drawn from the seeded generator.
 func (f *Faults) FlakyAPI(verb Verb, kind string, fault APIFault, p float64) *Faults {
+	f = f.ready()
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.api = append(f.api, &apiRule{verb: verb, kind: kind, fault: fault, p: p, randomized: true})
@@ -251,6 +287,9 @@ func (f *Faults) FlakyAPI(verb Verb, kind string, fault APIFault, p float64) *Fa
 
 // Injected returns the faults that fired, in order.
 func (f *Faults) Injected() []Injection {
+	if f == nil {
+		return nil
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return append([]Injection(nil), f.log...)
@@ -268,7 +307,7 @@ func (f *Faults) match(m map[stepKey]int, node, step string) (stepKey, bool) {
 // before runs ahead of a host command; handled means the command does not
 // run and res/err are its outcome.
 func (f *Faults) before(ctx context.Context, h *Host, cmd nodeexec.Command) (res nodeexec.Result, err error, handled bool) {
-	if cmd.Phase != nodeexec.PhaseRun {
+	if f == nil || cmd.Phase != nodeexec.PhaseRun {
 		return res, nil, false
 	}
 	f.mu.Lock()
@@ -289,7 +328,7 @@ func (f *Faults) before(ctx context.Context, h *Host, cmd nodeexec.Command) (res
 	k, fail := f.match(f.fail, h.node, cmd.Step)
 	if fail {
 		f.fail[k]--
-	} else if f.flaky > 0 && f.rng.Float64() < f.flaky {
+	} else if f.flaky > 0 && f.rng != nil && f.rng.Float64() < f.flaky {
 		fail = true
 	}
 	f.mu.Unlock()
@@ -302,6 +341,9 @@ func (f *Faults) before(ctx context.Context, h *Host, cmd nodeexec.Command) (res
 
 // after runs once a host command succeeded.
 func (f *Faults) after(ctx context.Context, h *Host, cmd nodeexec.Command) error {
+	if f == nil {
+		return nil
+	}
 	f.mu.Lock()
 	k := stepKey{h.node, cmd.Step}
 	fire := !f.fired[k] && (f.notReady[k] || f.notReady[stepKey{"", cmd.Step}])
@@ -324,6 +366,9 @@ func (f *Faults) record(i Injection) {
 
 // apiFault returns the error for a call, or nil.
 func (f *Faults) apiFault(c client.Client, verb Verb, obj any, name string) error {
+	if f == nil {
+		return nil
+	}
 	kind := ""
 	gvk := schema.GroupVersionKind{}
 	if o, ok := obj.(client.Object); ok {
@@ -344,7 +389,7 @@ func (f *Faults) apiFault(c client.Client, verb Verb, obj any, name string) erro
 			continue
 		}
 		if r.randomized {
-			if f.rng.Float64() < r.p {
+			if f.rng != nil && f.rng.Float64() < r.p {
 				hit = r
 				break
 			}
@@ -446,8 +491,12 @@ func (f *Faults) Interceptor() interceptor.Funcs {
 
 // DriveClock keeps stepping c by quantum whenever something waits on it
 // (a Runner's retry backoff, a timer), so code that sleeps on a FakeClock
-// runs at full speed. Call the returned function to stop it.
+// runs at full speed. Call the returned function to stop it. A nil c has
+// nothing to drive: stop does nothing.
 func DriveClock(c *testingclock.FakeClock, quantum time.Duration) (stop func()) {
+	if c == nil {
+		return func() {}
+	}
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -482,15 +531,24 @@ type SkipAheadClock struct {
 }
 
 // After steps the clock by d and returns a channel holding the new time.
+// Without a FakeClock the channel holds the zero time.
 func (c SkipAheadClock) After(d time.Duration) <-chan time.Time {
-	c.Step(max(d, 0))
 	ch := make(chan time.Time, 1)
+	if c.FakeClock == nil {
+		ch <- time.Time{}
+		return ch
+	}
+	c.Step(max(d, 0))
 	ch <- c.Now()
 	return ch
 }
 
-// Sleep steps the clock by d.
-func (c SkipAheadClock) Sleep(d time.Duration) { c.Step(max(d, 0)) }
+// Sleep steps the clock by d (without a FakeClock it returns at once).
+func (c SkipAheadClock) Sleep(d time.Duration) {
+	if c.FakeClock != nil {
+		c.Step(max(d, 0))
+	}
+}
 
 // String renders "node/step: what" for host faults and "verb Kind: what"
 // for API faults.

@@ -283,3 +283,53 @@ func TestNotReadyAfterStepOnEveryNode(t *testing.T) {
 	}
 	require.Len(t, faults.Injected(), 2, "once per node")
 }
+
+// TestNilAndZeroFaults: a nil *Faults injects nothing and its rule methods
+// return a usable Faults; a zero Faults works like NewFaults(0). Neither
+// panics.
+func TestNilAndZeroFaults(t *testing.T) {
+	var none *Faults
+	require.Nil(t, none.Injected())
+	require.False(t, none.TakeCrash("n", "s", CrashDuring))
+	require.False(t, none.TakeControllerCrash(1))
+
+	// A host given a nil *Faults runs unchanged.
+	_, _, fleet := upgradeFleet(t, WithFaults(none))
+	fleet.Host("demo-control-plane-0").kubeadm.set(to)
+	fc := testingclock.NewFakeClock(time.Unix(0, 0))
+	stop := DriveClock(fc, 5*time.Second)
+	defer stop()
+	out, err := runPlan(t, fleet.Host("demo-md-0-0"), kubeadm.RoleWorker, nil, nodeexec.WithClock(fc))
+	require.NoError(t, err)
+	require.Equal(t, nodeexec.PlanSucceeded, out.State)
+
+	// Rules built on nil and on a zero value fire.
+	for name, f := range map[string]*Faults{
+		"nil":  none.FailStep("demo-md-0-0", kubeadm.StepKubelet, 3),
+		"zero": (&Faults{}).FailStep("demo-md-0-0", kubeadm.StepKubelet, 3).FlakySteps(0).SlowStep("x", "y", 0).APIError(VerbGet, "", Conflict, 0),
+	} {
+		t.Run(name, func(t *testing.T) {
+			require.NotNil(t, f)
+			_, _, fleet := upgradeFleet(t, WithFaults(f))
+			fleet.Host("demo-control-plane-0").kubeadm.set(to)
+			out, _ := runPlan(t, fleet.Host("demo-md-0-0"), kubeadm.RoleWorker, nil, nodeexec.WithClock(fc))
+			require.Equal(t, nodeexec.PlanFailed, out.State)
+			require.Len(t, f.Injected(), 3)
+		})
+	}
+}
+
+// TestNilClusterIsAnError: hosts, objects and simulators of a nil
+// *Cluster are ErrInvalidCluster, not a panic.
+func TestNilClusterIsAnError(t *testing.T) {
+	var cl *Cluster
+	_, err := NewSimulator(cl)
+	require.ErrorIs(t, err, ErrInvalidCluster)
+	_, err = NewFleet(cl)
+	require.ErrorIs(t, err, ErrInvalidCluster)
+	_, err = cl.Objects()
+	require.ErrorIs(t, err, ErrInvalidCluster)
+	_, err = cl.Client()
+	require.ErrorIs(t, err, ErrInvalidCluster)
+	require.ErrorIs(t, cl.Apply(t.Context(), nil), ErrInvalidCluster)
+}

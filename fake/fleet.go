@@ -21,6 +21,9 @@ type Fleet struct {
 // pool's version, with opts applied to each. Pass WithNodeClient with a
 // client holding cl's objects so kubelet restarts show on the Nodes.
 func NewFleet(cl *Cluster, opts ...HostOption) (*Fleet, error) {
+	if cl == nil {
+		return nil, errNilCluster
+	}
 	if cl.err != nil {
 		return nil, cl.err
 	}
@@ -114,4 +117,9 @@ func (f *Fleet) Hosts() []*Host {
 
 // ClusterVersion returns the version kubeadm's cluster configuration is at
 // ("" before a control plane host joined an empty fleet).
-func (f *Fleet) ClusterVersion() string { return f.state.get() }
+func (f *Fleet) ClusterVersion() string {
+	if f.state == nil {
+		return ""
+	}
+	return f.state.get()
+}

@@ -15,6 +15,7 @@ import (
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/upgradekit/upgradekit/internal/errtext"
 	"github.com/upgradekit/upgradekit/nodeexec"
 	"github.com/upgradekit/upgradekit/nodeexec/kubeadm"
 )
@@ -78,7 +79,13 @@ func WithNodeClient(c client.Client) HostOption { return func(h *Host) { h.clien
 // WithHostClock sets the clock slow steps advance (default: the real clock,
 // which slow steps then only read). Use a *testingclock.FakeClock to test
 // deadlines without sleeping; see Faults.SlowStep.
-func WithHostClock(c clock.Clock) HostOption { return func(h *Host) { h.clock = c } }
+func WithHostClock(c clock.Clock) HostOption {
+	return func(h *Host) {
+		if c != nil {
+			h.clock = c
+		}
+	}
+}
 
 // WithFaults injects the faults f describes into the host's commands.
 func WithFaults(f *Faults) HostOption { return func(h *Host) { h.faults = f } }
@@ -173,7 +180,7 @@ func newHost(node string, role Role, version string, ks *kubeadmState, opts []Ho
 		return nil, fmt.Errorf("fake: %w: NewHost: empty node name", ErrInvalidCluster)
 	}
 	if role != RoleControlPlane && role != RoleWorker {
-		return nil, fmt.Errorf("fake: %w: NewHost %s: role %q (want %s or %s)", ErrInvalidCluster, node, role, RoleControlPlane, RoleWorker)
+		return nil, fmt.Errorf("fake: %w: NewHost %s: role %s (want %s or %s)", ErrInvalidCluster, errtext.Quote(node), errtext.Quote(string(role)), RoleControlPlane, RoleWorker)
 	}
 	if err := kubeadm.CheckUpgrade(version, version); err != nil {
 		return nil, fmt.Errorf("fake: %w: NewHost %s: version: %w", ErrInvalidCluster, node, err)
@@ -184,7 +191,9 @@ func newHost(node string, role Role, version string, ks *kubeadmState, opts []Ho
 		etcd: DefaultEtcdVersion, etcdVersions: map[string]string{}, kubeadm: ks, clock: clock.RealClock{},
 	}
 	for _, o := range opts {
-		o(h)
+		if o != nil {
+			o(h)
+		}
 	}
 	bin := kubeadm.DefaultBinDir
 	for _, c := range []Component{Kubeadm, Kubelet, Kubectl} {
@@ -285,6 +294,9 @@ func (h *Host) File(p string) (string, bool) {
 func (h *Host) WriteFile(p, content string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if h.files == nil {
+		return // a Host not made by NewHost has no file system
+	}
 	h.files[path.Clean(p)] = content
 }
 
@@ -339,6 +351,9 @@ type Staging struct {
 func (h *Host) Stage(s Staging) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if h.files == nil {
+		return // a Host not made by NewHost has no file system
+	}
 	dir := s.Dir
 	if dir == "" {
 		dir = kubeadm.DefaultStagingDir
@@ -368,7 +383,12 @@ func (h *Host) clearDir(dir string) {
 
 // Run implements nodeexec.Executor. It accepts argvs with or without the
 // nsenter prefix nodeexec.NsenterArgv produces.
+//
+// A Host not made by NewHost (or Fleet.Add) runs nothing: ErrInvalidCluster.
 func (h *Host) Run(ctx context.Context, cmd nodeexec.Command) (nodeexec.Result, error) {
+	if h.files == nil || h.clock == nil {
+		return nodeexec.Result{ExitCode: -1}, fmt.Errorf("fake: %w: Host not made by NewHost", ErrInvalidCluster)
+	}
 	res, err := h.run(ctx, cmd)
 	if h.observe != nil {
 		h.observe(cmd, res, err)

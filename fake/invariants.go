@@ -27,6 +27,9 @@ import (
 // kubelet newer than the API server. Roles come from cl; the versions
 // from the Nodes c holds.
 func CheckSkew(ctx context.Context, c client.Reader, cl *Cluster) []string {
+	if c == nil || cl == nil {
+		return []string{"skew: nil client or cluster"}
+	}
 	var nodes corev1.NodeList
 	if err := c.List(ctx, &nodes); err != nil {
 		return []string{fmt.Sprintf("skew: listing nodes: %v", err)}
@@ -196,6 +199,9 @@ func CheckNoRerun(res *Result) []string {
 func CheckCordons(ctx context.Context, c client.Reader, res *Result) []string {
 	if res == nil {
 		return nil
+	}
+	if c == nil {
+		return []string{"cordons: nil client"}
 	}
 	var nodes corev1.NodeList
 	if err := c.List(ctx, &nodes); err != nil {

@@ -203,7 +203,9 @@ func NewPodRunner(h *Host, pod *corev1.Pod, opts ...PodOption) (*PodRunner, erro
 	}
 	p := &PodRunner{host: h, pod: pod.DeepCopy(), maxRestarts: 3, steps: map[string]bool{}}
 	for _, o := range opts {
-		o(p)
+		if o != nil {
+			o(p)
+		}
 	}
 	if p.maxRestarts < 0 {
 		return bad("max restarts: %d is negative", p.maxRestarts)
@@ -254,6 +256,9 @@ func envValue(c corev1.Container, name string) string {
 func (p *PodRunner) Pod() *corev1.Pod {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.pod == nil {
+		return nil // not made by NewPodRunner
+	}
 	out := p.pod.DeepCopy()
 	out.Status = *p.reported.DeepCopy()
 	return out
@@ -297,6 +302,9 @@ func (p *PodRunner) status(i int) *corev1.ContainerStatus {
 func (p *PodRunner) Run(ctx context.Context) (PodResult, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.pod == nil || p.host == nil {
+		return PodResult{}, fmt.Errorf("fake: %w: PodRunner not made by NewPodRunner", ErrInvalidPod)
+	}
 	if p.final != nil {
 		return *p.final, nil
 	}

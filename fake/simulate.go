@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/upgradekit/upgradekit/diff"
+	"github.com/upgradekit/upgradekit/internal/errtext"
 	"github.com/upgradekit/upgradekit/nodeexec"
 	"github.com/upgradekit/upgradekit/nodeexec/drain"
 	"github.com/upgradekit/upgradekit/nodeexec/kubeadm"
@@ -204,12 +205,17 @@ func WithMaxRestarts(n int) SimOption { return func(s *Simulator) { s.maxRestart
 // server-side apply (WithoutServerSideApply), which makes every write
 // several times cheaper.
 func NewSimulator(cl *Cluster, opts ...SimOption) (*Simulator, error) {
+	if cl == nil {
+		return nil, errNilCluster
+	}
 	s := &Simulator{cl: cl, stepTime: 20 * time.Second, replace: 4 * time.Minute, gate: time.Minute, maxRestarts: 3,
 		clock:      clocktesting.NewFakeClock(time.Date(2026, 1, 1, 9, 0, 0, 0, time.UTC)),
 		podOpts:    DefaultSimulatorPodOptions(),
 		callBudget: DefaultUpdateCallBudget}
 	for _, o := range opts {
-		o(s)
+		if o != nil {
+			o(s)
+		}
 	}
 	if s.maxRestarts < 0 {
 		return nil, fmt.Errorf("fake: %w: max restarts %d is negative", ErrInvalidCluster, s.maxRestarts)
@@ -274,8 +280,11 @@ func (s *Simulator) Fleet() *Fleet { return s.fleet }
 // machine with its diff against the desired state, and each worker group
 // with its MachineDeployment's rolling update limits.
 func (s *Simulator) Input(ctx context.Context, r Rollout) (strategy.Cluster, error) {
+	if s.cl == nil || s.c == nil {
+		return strategy.Cluster{}, fmt.Errorf("fake: %w: Simulator not made by NewSimulator", ErrInvalidCluster)
+	}
 	if _, err := version.ParseSemantic(r.ToVersion); err != nil {
-		return strategy.Cluster{}, fmt.Errorf("%w: rollout version %q: %v", ErrInvalidCluster, r.ToVersion, err)
+		return strategy.Cluster{}, fmt.Errorf("%w: rollout version %s is not a version", ErrInvalidCluster, errtext.Quote(r.ToVersion))
 	}
 	in := strategy.Cluster{Name: s.cl.Name(), TargetVersion: r.ToVersion}
 	groups := map[string]int{}

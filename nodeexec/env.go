@@ -56,6 +56,9 @@ func (c EnvConfig) Executor() OSExecutor { return OSExecutor{NsenterPath: c.Nsen
 //	runner, err := nodeexec.NewRunner(cfg.Executor(), cfg.RunnerOptions()...)
 //	outcome, err := runner.Run(ctx, cfg.Plan)
 func FromEnv(getenv func(string) string) (EnvConfig, error) {
+	if getenv == nil {
+		return EnvConfig{}, fmt.Errorf("nodeexec: FromEnv: %w: nil getenv", ErrInvalidOption)
+	}
 	raw := getenv(EnvPlan)
 	if raw == "" {
 		return EnvConfig{}, fmt.Errorf("nodeexec: %s: %w", EnvPlan, ErrMissingEnv)

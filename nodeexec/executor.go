@@ -72,8 +72,13 @@ type Executor interface {
 // ExecutorFunc adapts a function to Executor.
 type ExecutorFunc func(ctx context.Context, cmd Command) (Result, error)
 
-// Run calls f.
-func (f ExecutorFunc) Run(ctx context.Context, cmd Command) (Result, error) { return f(ctx, cmd) }
+// Run calls f; a nil f is an ErrInvalidOption error and runs nothing.
+func (f ExecutorFunc) Run(ctx context.Context, cmd Command) (Result, error) {
+	if f == nil {
+		return Result{}, fmt.Errorf("nodeexec: %w: nil ExecutorFunc", ErrInvalidOption)
+	}
+	return f(ctx, cmd)
+}
 
 // DefaultPath is the PATH given to commands when OSExecutor.BaseEnv is nil.
 const DefaultPath = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"

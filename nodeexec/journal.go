@@ -6,9 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/upgradekit/upgradekit/internal/errtext"
 )
 
 // JournalVersion is the journal file format version this package writes.
@@ -147,6 +150,11 @@ func JournalFileName(planName string) string { return planName + ".journal.json"
 func ReadJournal(path string) (Journal, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
+		var pe *fs.PathError
+		if errors.As(err, &pe) {
+			// The path as given, cut: the error may be logged or reported.
+			pe.Path = errtext.Quote(pe.Path)
+		}
 		return Journal{}, err
 	}
 	j, err := DecodeJournal(data)

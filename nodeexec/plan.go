@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/upgradekit/upgradekit/internal/errtext"
 	"k8s.io/apimachinery/pkg/util/validation"
 )
 
@@ -226,7 +227,7 @@ type Plan struct {
 // file name in the journal directory and as part of a pod name.
 func CheckPlanName(name string) error {
 	if msgs := validation.IsDNS1123Label(name); len(msgs) > 0 {
-		return &ValidationError{Field: "name", Err: ErrInvalidName, Detail: fmt.Sprintf("%q: %s", name, strings.Join(msgs, "; "))}
+		return &ValidationError{Field: "name", Err: ErrInvalidName, Detail: fmt.Sprintf("%s: %s", errtext.Quote(name), strings.Join(msgs, "; "))}
 	}
 	return nil
 }
@@ -243,7 +244,7 @@ func (p Plan) Validate() error {
 		errs = append(errs, err)
 	}
 	if msgs := validation.IsDNS1123Subdomain(p.Node); len(msgs) > 0 {
-		add("node", ErrInvalidName, "%q: %s", p.Node, strings.Join(msgs, "; "))
+		add("node", ErrInvalidName, "%s: %s", errtext.Quote(p.Node), strings.Join(msgs, "; "))
 	}
 	if len(p.Steps) == 0 {
 		add("steps", ErrNoSteps, "")
@@ -308,7 +309,7 @@ func (p Plan) Validate() error {
 			add(f+".onInterrupt", ErrInvalidPolicy, "%q", s.OnInterrupt)
 		}
 	}
-	return errors.Join(errs...)
+	return errors.Join(errtext.Cut(errs)...)
 }
 
 func validateArgv(field string, argv []string, required bool, add func(string, error, string, ...any)) {

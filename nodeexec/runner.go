@@ -117,7 +117,9 @@ func NewRunner(exec Executor, opts ...RunnerOption) (*Runner, error) {
 		maxResumes:  3,
 	}
 	for _, o := range opts {
-		o(r)
+		if o != nil {
+			o(r)
+		}
 	}
 	switch {
 	case exec == nil:

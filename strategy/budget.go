@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/robfig/cron/v3"
+	"github.com/upgradekit/upgradekit/internal/errtext"
 	"k8s.io/utils/clock"
 )
 
@@ -70,7 +71,7 @@ func (b Budget) nodes(total int) (int, error) {
 		return 0, fmt.Errorf("%w: nodes: %q is negative", ErrInvalidBudget, b.Nodes)
 	}
 	if !isDigits(s) || len(s) > 9 {
-		return 0, fmt.Errorf("%w: nodes: %q is not a count or a percentage", ErrInvalidBudget, b.Nodes)
+		return 0, fmt.Errorf("%w: nodes: %s is not a count or a percentage", ErrInvalidBudget, errtext.Quote(b.Nodes))
 	}
 	return atoi(s), nil
 }
@@ -86,11 +87,11 @@ func (b Budget) schedule() (cron.Schedule, error) {
 	case b.Duration == 0:
 		return nil, fmt.Errorf("%w: duration: required when schedule is set", ErrInvalidBudget)
 	case strings.Contains(b.Schedule, "TZ=") || strings.Contains(b.Schedule, "CRON_TZ="):
-		return nil, fmt.Errorf("%w: schedule: %q: time zones are not supported (schedules are UTC)", ErrInvalidBudget, b.Schedule)
+		return nil, fmt.Errorf("%w: schedule: %s: time zones are not supported (schedules are UTC)", ErrInvalidBudget, errtext.Quote(b.Schedule))
 	}
 	s, err := cron.ParseStandard("TZ=UTC " + b.Schedule)
 	if err != nil {
-		return nil, fmt.Errorf("%w: schedule: %q: %w", ErrInvalidBudget, b.Schedule, err)
+		return nil, fmt.Errorf("%w: schedule: %s: %s", ErrInvalidBudget, errtext.Quote(b.Schedule), errtext.Clip(err.Error()))
 	}
 	return s, nil
 }
@@ -154,5 +155,5 @@ func AllowedFor(budgets []Budget, c clock.PassiveClock, size int, reason Reason)
 			allowed = n
 		}
 	}
-	return allowed, errors.Join(errs...)
+	return allowed, errors.Join(errtext.Cut(errs)...)
 }

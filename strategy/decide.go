@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/upgradekit/upgradekit/diff"
+	"github.com/upgradekit/upgradekit/internal/errtext"
 )
 
 // Errors returned by this package, matched with errors.Is.
@@ -71,12 +72,12 @@ func ForCategories(name string, cats ...diff.Category) (Updater, error) {
 // diff.Categorize rules assign.
 func ForCustomCategories(name string, cats ...diff.Category) (Updater, error) {
 	if len(cats) == 0 {
-		return nil, fmt.Errorf("%w: updater %q: no categories", ErrInvalidRule, name)
+		return nil, fmt.Errorf("%w: updater %s: no categories", ErrInvalidRule, errtext.Quote(name))
 	}
 	set := map[diff.Category]bool{}
 	for _, c := range cats {
 		if c == "" {
-			return nil, fmt.Errorf("%w: updater %q: empty category", ErrInvalidRule, name)
+			return nil, fmt.Errorf("%w: updater %s: empty category", ErrInvalidRule, errtext.Quote(name))
 		}
 		set[c] = true
 	}
@@ -100,8 +101,8 @@ func (e *UnknownCategoryError) Error() string {
 	for i, c := range e.Valid {
 		valid[i] = string(c)
 	}
-	return fmt.Sprintf("%v: updater %q: unknown category %q (valid: %s; use ForCustomCategories for categories of your own Categorize rules)",
-		ErrInvalidRule, e.Updater, e.Category, strings.Join(valid, ", "))
+	return fmt.Sprintf("%v: updater %s: unknown category %s (valid: %s; use ForCustomCategories for categories of your own Categorize rules)",
+		ErrInvalidRule, errtext.Quote(e.Updater), errtext.Quote(string(e.Category)), strings.Join(valid, ", "))
 }
 
 // Unwrap returns ErrInvalidRule.
@@ -186,13 +187,13 @@ func ControlPlaneConfigPaths() []string {
 // "infrastructure(AWSMachine).spec.ami").
 func ForPaths(name string, patterns ...string) (Updater, error) {
 	if len(patterns) == 0 {
-		return nil, fmt.Errorf("%w: updater %q: no paths", ErrInvalidRule, name)
+		return nil, fmt.Errorf("%w: updater %s: no paths", ErrInvalidRule, errtext.Quote(name))
 	}
 	ps := make([]diff.Pattern, 0, len(patterns))
 	for _, s := range patterns {
 		p, err := diff.ParsePattern(s)
 		if err != nil {
-			return nil, fmt.Errorf("%w: updater %q: %w", ErrInvalidRule, name, err)
+			return nil, fmt.Errorf("%w: updater %s: %w", ErrInvalidRule, errtext.Quote(name), err)
 		}
 		ps = append(ps, p)
 	}
@@ -266,8 +267,11 @@ type Decider interface {
 // DeciderFunc adapts a function to a Decider.
 type DeciderFunc func(ctx context.Context, cs diff.ChangeSet) (Decision, error)
 
-// Decide calls f.
+// Decide calls f; a nil f is an ErrInvalidStrategy error.
 func (f DeciderFunc) Decide(ctx context.Context, cs diff.ChangeSet) (Decision, error) {
+	if f == nil {
+		return Decision{}, fmt.Errorf("%w: nil DeciderFunc", ErrInvalidStrategy)
+	}
 	return f(ctx, cs)
 }
 

@@ -12,6 +12,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/upgradekit/upgradekit/diff"
+	"github.com/upgradekit/upgradekit/internal/errtext"
 )
 
 // DoNotDisruptAnnotation on a machine or its node keeps the planner from
@@ -300,6 +301,9 @@ func (w *work) set(m Method, reason string, err error) {
 func (p *Planner) Plan(ctx context.Context, c Cluster) (*Plan, error) {
 	if p == nil {
 		return nil, fmt.Errorf("%w: nil planner", ErrInvalidStrategy)
+	}
+	if p.strategy == nil || p.decider == nil || p.clock == nil {
+		return nil, fmt.Errorf("%w: Planner not constructed with NewPlanner", ErrInvalidStrategy)
 	}
 	plan := &Plan{Cluster: c.Name, At: p.clock.Now().UTC()}
 	target, err := parseVersion("targetVersion", c.TargetVersion)
@@ -741,7 +745,8 @@ func parseVersion(field, s string) (*version.Version, error) {
 	}
 	v, err := version.ParseGeneric(s)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %s: %w", ErrInvalidCluster, field, err)
+		// version's error quotes all of s; say it once, cut.
+		return nil, fmt.Errorf("%w: %s: %s is not a version", ErrInvalidCluster, field, errtext.Quote(s))
 	}
 	return v, nil
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/upgradekit/upgradekit/diff"
+	"github.com/upgradekit/upgradekit/internal/errtext"
 )
 
 // Action is what a policy does with a change.
@@ -75,7 +76,7 @@ type compiledRule struct {
 func NewPolicy(rules []Rule, def Action, updaters ...Updater) (*Policy, error) {
 	p := &Policy{def: def, byName: map[string]Updater{}}
 	if !validAction(def) || def == "" {
-		return nil, fmt.Errorf("%w: default action %q", ErrInvalidRule, def)
+		return nil, fmt.Errorf("%w: default action %s", ErrInvalidRule, errtext.Quote(string(def)))
 	}
 	for _, u := range updaters {
 		if u == nil {

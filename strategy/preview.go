@@ -44,13 +44,16 @@ func (pl *Plan) JSON() ([]byte, error) {
 // WriteTable writes the plan as an aligned table, one machine a line (batch,
 // machine, role/group, method, versions, reason), then gates and warnings.
 func (pl *Plan) WriteTable(w io.Writer) error {
+	if w == nil || pl == nil {
+		return fmt.Errorf("%w: WriteTable needs a plan and a writer", ErrInvalidStrategy)
+	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "BATCH\tMACHINE\tGROUP\tMETHOD\tVERSION\tREASON")
 	for _, m := range pl.Machines {
 		batch := "-"
 		if m.Batch > 0 {
 			batch = strconv.Itoa(m.Batch)
-			if b := pl.Batches[m.Batch-1]; b.Canary {
+			if m.Batch <= len(pl.Batches) && pl.Batches[m.Batch-1].Canary {
 				batch += " canary"
 			}
 		}

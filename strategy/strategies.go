@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/upgradekit/upgradekit/internal/errtext"
 	"k8s.io/apimachinery/pkg/util/intstr"
 )
 
@@ -168,7 +169,7 @@ func scaled(field string, v *intstr.IntOrString, total int, roundUp bool) (int, 
 	if v.Type == intstr.String {
 		p, ok := strings.CutSuffix(v.StrVal, "%")
 		if !ok || !isDigits(p) || len(p) > 3 || atoi(p) > 100 {
-			return 0, fmt.Errorf("%w: %s: %q is not a count or a percentage from 0%% to 100%%", ErrInvalidStrategy, field, v.StrVal)
+			return 0, fmt.Errorf("%w: %s: %s is not a count or a percentage from 0%% to 100%%", ErrInvalidStrategy, field, errtext.Quote(v.StrVal))
 		}
 	} else if v.IntVal < 0 {
 		return 0, fmt.Errorf("%w: %s: %d is negative", ErrInvalidStrategy, field, v.IntVal)

@@ -92,7 +92,9 @@ type Managers struct {
 func Start(ctx context.Context, env *envtest.Env, binDir string, opts ...Option) (*Managers, error) {
 	o := options{managers: []Manager{Core, KubeadmBootstrap, KubeadmControlPlane}, featureGates: DefaultFeatureGates, readyTimeout: 90 * time.Second}
 	for _, opt := range opts {
-		opt(&o)
+		if opt != nil {
+			opt(&o)
+		}
 	}
 	tmp, err := os.MkdirTemp("", "upgradekit-capitest-")
 	if err != nil {

@@ -126,7 +126,9 @@ type Provider struct {
 func StartProvider(c client.Client, opts ...ProviderOption) (*Provider, error) {
 	o := providerOptions{images: map[string]fake.Staging{}, interval: 100 * time.Millisecond, log: logr.Discard()}
 	for _, opt := range opts {
-		opt(&o)
+		if opt != nil {
+			opt(&o)
+		}
 	}
 	if c == nil {
 		return nil, errors.New("capitest: StartProvider: nil client")

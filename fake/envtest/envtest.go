@@ -151,7 +151,9 @@ func NewScheme() (*runtime.Scheme, error) {
 func Start(ctx context.Context, opts ...Option) (*Env, error) {
 	o := options{log: logr.Discard(), startTimeout: 60 * time.Second}
 	for _, opt := range opts {
-		opt(&o)
+		if opt != nil {
+			opt(&o)
+		}
 	}
 	dir, err := resolveAssets(o.assetsDir)
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/upgradekit/upgradekit/internal/errtext"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -48,7 +49,7 @@ type OwnershipError struct {
 
 // Error implements error.
 func (e *OwnershipError) Error() string {
-	return fmt.Sprintf("drain: node %s: %v: held by %q, requested by %q", e.Node, e.Err, e.Holder, e.Owner)
+	return fmt.Sprintf("drain: node %s: %v: held by %s, requested by %s", errtext.Quote(e.Node), e.Err, errtext.Quote(e.Holder), errtext.Quote(e.Owner))
 }
 
 // Unwrap returns the sentinel.
@@ -77,7 +78,7 @@ func Cordon(ctx context.Context, cs kubernetes.Interface, node, owner string) (C
 	if owner == "" {
 		return CordonRecord{}, ErrInvalidOwner
 	}
-	if err := checkNode(node); err != nil {
+	if err := checkArgs(cs, node); err != nil {
 		return CordonRecord{}, err
 	}
 	var rec CordonRecord
@@ -131,7 +132,7 @@ func Uncordon(ctx context.Context, cs kubernetes.Interface, node, owner string) 
 	if owner == "" {
 		return UncordonResult{}, ErrInvalidOwner
 	}
-	if err := checkNode(node); err != nil {
+	if err := checkArgs(cs, node); err != nil {
 		return UncordonResult{}, err
 	}
 	var res UncordonResult

@@ -5,12 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"reflect"
 	"sort"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/upgradekit/upgradekit/internal/errtext"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -43,14 +45,30 @@ var (
 	// field selector spec.nodeName=""), so Drain, Diagnose, Cordon and
 	// Uncordon refuse it before any request.
 	ErrInvalidNode = errors.New("invalid node name")
+	// ErrNoClient: the clientset is nil.
+	ErrNoClient = errors.New("nil clientset")
 )
 
-// checkNode refuses a node name that is not a valid Node name.
-func checkNode(node string) error {
+// checkArgs refuses a nil clientset and a node name that is not a valid
+// Node name, before any request.
+func checkArgs(cs kubernetes.Interface, node string) error {
+	if isNil(cs) {
+		return fmt.Errorf("drain: node %s: %w", errtext.Quote(node), ErrNoClient)
+	}
 	if msgs := validation.IsDNS1123Subdomain(node); len(msgs) > 0 {
-		return fmt.Errorf("drain: node %q: %w: %s", node, ErrInvalidNode, strings.Join(msgs, "; "))
+		return fmt.Errorf("drain: node %s: %w: %s", errtext.Quote(node), ErrInvalidNode, strings.Join(msgs, "; "))
 	}
 	return nil
+}
+
+// isNil reports whether cs is nil, including a typed nil pointer in the
+// interface (a nil *kubernetes.Clientset).
+func isNil(cs kubernetes.Interface) bool {
+	if cs == nil {
+		return true
+	}
+	v := reflect.ValueOf(cs)
+	return v.Kind() == reflect.Pointer && v.IsNil()
 }
 
 // PDBStatus is a PodDisruptionBudget as seen when diagnosing.
@@ -199,9 +217,11 @@ func WithLogger(l logr.Logger) Option { return func(o *options) { o.log = l } }
 func Drain(ctx context.Context, cs kubernetes.Interface, node string, opts ...Option) (Report, error) {
 	o := options{timeout: 10 * time.Minute, gracePeriod: -1, deleteEmptyDir: true, optOut: []string{DefaultOptOutAnnotation}, retryDelay: 5 * time.Second, log: logr.Discard()}
 	for _, f := range opts {
-		f(&o)
+		if f != nil {
+			f(&o)
+		}
 	}
-	if err := checkNode(node); err != nil {
+	if err := checkArgs(cs, node); err != nil {
 		return Report{Node: node}, err
 	}
 	if _, err := labels.Parse(o.podSelector); err != nil {
@@ -308,7 +328,7 @@ func Drain(ctx context.Context, cs kubernetes.Interface, node string, opts ...Op
 // (not DaemonSet or mirror pods, not matching skip) and, for each, the
 // PodDisruptionBudgets that select it and currently allow no disruption.
 func Diagnose(ctx context.Context, cs kubernetes.Interface, node string, skip labels.Selector) ([]BlockedPod, error) {
-	if err := checkNode(node); err != nil {
+	if err := checkArgs(cs, node); err != nil {
 		return nil, err
 	}
 	pl, err := cs.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{

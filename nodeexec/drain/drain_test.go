@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/utils/ptr"
@@ -420,6 +421,28 @@ func TestRefusesUnsafeNodeNames(t *testing.T) {
 			_, err = Uncordon(t.Context(), cs, name, "me")
 			require.ErrorIs(t, err, ErrInvalidNode)
 			require.Contains(t, err.Error(), fmt.Sprintf("%q", name), "the error names the node")
+		})
+	}
+}
+
+// TestRefusesNilClientset: a nil clientset, bare or typed, is an error
+// naming ErrNoClient from every entry point, not a nil-pointer panic.
+func TestRefusesNilClientset(t *testing.T) {
+	for name, cs := range map[string]kubernetes.Interface{
+		"nil interface":      nil,
+		"nil *Clientset":     (*kubernetes.Clientset)(nil),
+		"nil fake clientset": (*fake.Clientset)(nil),
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := Drain(t.Context(), cs, "n1")
+			require.ErrorIs(t, err, ErrNoClient)
+			_, err = Diagnose(t.Context(), cs, "n1", nil)
+			require.ErrorIs(t, err, ErrNoClient)
+			_, err = Cordon(t.Context(), cs, "n1", "me")
+			require.ErrorIs(t, err, ErrNoClient)
+			_, err = Uncordon(t.Context(), cs, "n1", "me")
+			require.ErrorIs(t, err, ErrNoClient)
+			require.Contains(t, err.Error(), `"n1"`)
 		})
 	}
 }

@@ -131,7 +131,7 @@ func (c ControlPlaneConfig) validate() error {
 			return configError(field+".imageTag", "%q is not an image tag", e.ImageTag)
 		}
 		for j, a := range e.Args {
-			if err := ValidateKubeletArgName(a.Name); err != nil {
+			if err := checkKubeletArgName(a.Name); err != nil {
 				return configError(fmt.Sprintf("%s.args[%d].name", field, j), "%v", err)
 			}
 			if strings.ContainsAny(a.Value, "\x00\n\r") {

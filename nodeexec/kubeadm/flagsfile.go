@@ -7,6 +7,8 @@ import (
 	"strings"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/upgradekit/upgradekit/internal/errtext"
 )
 
 // KubeletArg is one kubelet flag, passed to the kubelet as --Name=Value:
@@ -235,7 +237,7 @@ func ParseKubeletArgsRecord(content string) ([]string, error) {
 		name, _, ok := strings.Cut(line, "=")
 		name, dashes := strings.CutPrefix(name, "--")
 		if !ok || !dashes || !flagNameInFile(name) {
-			return nil, unsupported("record line %d: %q is not a --name=value line", n+1, line)
+			return nil, unsupported("record line %d: %s is not a --name=value line", n+1, errtext.Quote(line))
 		}
 		names = append(names, name)
 	}
@@ -251,7 +253,16 @@ const (
 // ValidateKubeletArgName checks a flag name a plan may set: lowercase
 // ASCII letters, digits and dashes, starting with a letter or digit (no
 // leading dashes: the plan adds them), at most MaxKubeletArgNameLength.
+//
+// The error matches ErrInvalidKubeletArg.
 func ValidateKubeletArgName(name string) error {
+	if err := checkKubeletArgName(name); err != nil {
+		return fmt.Errorf("kubeadm: %w: %v", ErrInvalidKubeletArg, err)
+	}
+	return nil
+}
+
+func checkKubeletArgName(name string) error {
 	switch {
 	case name == "":
 		return errors.New("empty name")
@@ -277,7 +288,16 @@ func ValidateKubeletArgName(name string) error {
 // without its quotes); it is refused rather than written.
 // Shell metacharacters ($, `, ;, |, &, *, ...) are fine: no shell ever
 // parses the value.
+//
+// The error matches ErrInvalidKubeletArg.
 func ValidateKubeletArgValue(value string) error {
+	if err := checkKubeletArgValue(value); err != nil {
+		return fmt.Errorf("kubeadm: %w: %v", ErrInvalidKubeletArg, err)
+	}
+	return nil
+}
+
+func checkKubeletArgValue(value string) error {
 	if len(value) > MaxKubeletArgValueLength {
 		return fmt.Errorf("value longer than %d bytes", MaxKubeletArgValueLength)
 	}

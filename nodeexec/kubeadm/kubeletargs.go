@@ -192,15 +192,15 @@ func (c KubeletArgsConfig) validate() error {
 		return &KubeletArgError{Field: field, Name: name, Err: err, Detail: detail}
 	}
 	for i, a := range c.Desired {
-		if err := ValidateKubeletArgName(a.Name); err != nil {
+		if err := checkKubeletArgName(a.Name); err != nil {
 			return argErr(fmt.Sprintf("desired[%d].name", i), a.Name, ErrInvalidKubeletArg, err.Error())
 		}
-		if err := ValidateKubeletArgValue(a.Value); err != nil {
+		if err := checkKubeletArgValue(a.Value); err != nil {
 			return argErr(fmt.Sprintf("desired[%d].value", i), a.Name, ErrInvalidKubeletArg, err.Error())
 		}
 	}
 	for i, a := range c.Previous {
-		if err := ValidateKubeletArgName(a.Name); err != nil {
+		if err := checkKubeletArgName(a.Name); err != nil {
 			return argErr(fmt.Sprintf("previous[%d].name", i), a.Name, ErrInvalidKubeletArg, err.Error())
 		}
 	}

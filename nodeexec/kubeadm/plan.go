@@ -11,6 +11,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/validation"
 
+	"github.com/upgradekit/upgradekit/internal/errtext"
 	"github.com/upgradekit/upgradekit/nodeexec"
 )
 
@@ -161,7 +162,7 @@ func (c *Config) defaults() {
 }
 
 func configError(field, format string, args ...any) error {
-	return fmt.Errorf("kubeadm: %s: %w: %s", field, ErrInvalidConfig, fmt.Sprintf(format, args...))
+	return fmt.Errorf("kubeadm: %s: %w: %s", errtext.Clip(field), ErrInvalidConfig, errtext.Clip(fmt.Sprintf(format, args...)))
 }
 
 func absPath(field, p string) error {

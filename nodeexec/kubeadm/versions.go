@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/upgradekit/upgradekit/internal/errtext"
 	"k8s.io/apimachinery/pkg/util/version"
 )
 
@@ -25,7 +26,7 @@ type VersionError struct {
 
 // Error implements error.
 func (e *VersionError) Error() string {
-	return fmt.Sprintf("kubeadm: upgrade %s -> %s: %v", e.From, e.To, e.Err)
+	return errtext.Clip(fmt.Sprintf("kubeadm: upgrade %s -> %s: %v", errtext.Quote(e.From), errtext.Quote(e.To), e.Err))
 }
 
 // Unwrap returns the sentinel.

@@ -22,6 +22,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/upgradekit/upgradekit/internal/errtext"
 	"github.com/upgradekit/upgradekit/nodeexec"
 )
 
@@ -252,7 +253,9 @@ func Build(plan nodeexec.Plan, opts ...Option) (*corev1.Pod, error) {
 		resources:        DefaultResources(),
 	}
 	for _, f := range opts {
-		f(&o)
+		if f != nil {
+			f(&o)
+		}
 	}
 	if err := plan.Validate(); err != nil {
 		return nil, err
@@ -696,6 +699,9 @@ func satShift(d time.Duration, k int64) time.Duration {
 // fingerprint annotation is compared and ErrPlanChanged returned when it
 // differs, so a changed plan never silently reuses an old pod.
 func CreateOrGet(ctx context.Context, c client.Client, pod *corev1.Pod) (*corev1.Pod, bool, error) {
+	if c == nil || pod == nil {
+		return nil, false, fmt.Errorf("nodepod: %w: CreateOrGet needs a client and a pod", ErrInvalidOptions)
+	}
 	// Create fills in the object from the API server's answer; reading it
 	// back with Get could miss it on a cached client.
 	created := pod.DeepCopy()
@@ -704,7 +710,7 @@ func CreateOrGet(ctx context.Context, c client.Client, pod *corev1.Pod) (*corev1
 		return created, true, nil
 	}
 	if !apierrors.IsAlreadyExists(err) {
-		return nil, false, fmt.Errorf("nodepod: create pod %s/%s: %w", pod.Namespace, pod.Name, err)
+		return nil, false, fmt.Errorf("nodepod: create pod %s: %w", errtext.Quote(pod.Namespace+"/"+pod.Name), err)
 	}
 	got := &corev1.Pod{}
 	if err := c.Get(ctx, types.NamespacedName{Namespace: pod.Namespace, Name: pod.Name}, got); err != nil {

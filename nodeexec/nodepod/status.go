@@ -79,10 +79,18 @@ func WithCrashLoopRestarts(n int32) ReadOption {
 // last: it is there once the container has exited at least once (even
 // when killed); while the first run is in progress steps show Pending and
 // the full detail is in the journal on the host.
+//
+// A nil pod reads as Pending with Reason "NoPod": there is nothing to
+// read yet, which is not a failure of the upgrade.
 func ReadStatus(pod *corev1.Pod, opts ...ReadOption) Status {
+	if pod == nil {
+		return Status{Phase: PhasePending, Reason: "NoPod", Message: "no upgrader pod"}
+	}
 	o := readOptions{crashLoopRestarts: 3}
 	for _, f := range opts {
-		f(&o)
+		if f != nil {
+			f(&o)
+		}
 	}
 	o.podFailed = pod.Status.Phase == corev1.PodFailed
 	o.restartNever = pod.Spec.RestartPolicy == corev1.RestartPolicyNever

@@ -254,3 +254,12 @@ func TestReadStatusJournaledInitContainerUsesSummary(t *testing.T) {
 	require.Equal(t, PhaseRunning, s.Phase)
 	require.Equal(t, "plan p Running", s.Steps[1].Message)
 }
+
+// TestReadStatusOfNoPod: a nil pod reads as Pending (nothing to read yet),
+// not as a panic and not as a failure.
+func TestReadStatusOfNoPod(t *testing.T) {
+	st := ReadStatus(nil)
+	require.Equal(t, PhasePending, st.Phase)
+	require.Nil(t, st.Failed)
+	require.Equal(t, "NoPod", st.Reason)
+}

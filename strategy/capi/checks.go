@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/upgradekit/upgradekit/diff"
+	"github.com/upgradekit/upgradekit/internal/errtext"
 	"github.com/upgradekit/upgradekit/nodeexec/kubeadm"
 	"github.com/upgradekit/upgradekit/strategy"
 )
@@ -57,8 +58,13 @@ type Check interface {
 // CheckFunc adapts a function to a Check.
 type CheckFunc func(ctx context.Context, req CheckRequest) error
 
-// Check calls f.
-func (f CheckFunc) Check(ctx context.Context, req CheckRequest) error { return f(ctx, req) }
+// Check calls f; a nil f is an ErrInvalidOption error.
+func (f CheckFunc) Check(ctx context.Context, req CheckRequest) error {
+	if f == nil {
+		return fmt.Errorf("%w: nil CheckFunc", ErrInvalidOption)
+	}
+	return f(ctx, req)
+}
 
 // WithChecks adds feasibility checks, run in order after the built-in
 // checks, which are always on: VersionCheck, then KubeletArgsCheck.
@@ -97,10 +103,10 @@ func (m ImagesByVersion) Validate() error {
 	}
 	for _, v := range m.versions() {
 		if err := kubeadm.CheckUpgrade(v, v); err != nil {
-			return fmt.Errorf("%w: upgrader images: version %q: %w", ErrInvalidOption, v, err)
+			return fmt.Errorf("%w: upgrader images: version %s is not a version", ErrInvalidOption, errtext.Quote(v))
 		}
 		if strings.TrimSpace(m[v]) == "" {
-			return fmt.Errorf("%w: upgrader images: version %s has no image", ErrInvalidOption, v)
+			return fmt.Errorf("%w: upgrader images: version %s has no image", ErrInvalidOption, errtext.Quote(v))
 		}
 	}
 	return nil

@@ -89,7 +89,9 @@ func NewExtension(d strategy.Decider, opts ...ExtensionOption) (*Extension, erro
 	}
 	e := &Extension{decider: d, failure: runtimehooksv1.FailurePolicyFail}
 	for _, o := range opts {
-		o(e)
+		if o != nil {
+			o(e)
+		}
 	}
 	if e.failure != runtimehooksv1.FailurePolicyFail && e.failure != runtimehooksv1.FailurePolicyIgnore {
 		return nil, fmt.Errorf("%w: failure policy %q (want %s or %s)", ErrInvalidOption, e.failure, runtimehooksv1.FailurePolicyFail, runtimehooksv1.FailurePolicyIgnore)
@@ -121,16 +123,29 @@ func NewExtension(d strategy.Decider, opts ...ExtensionOption) (*Extension, erro
 // with namePrefix ("<prefix>-can-update-machine", ...).
 func (e *Extension) Handlers(namePrefix string) []server.ExtensionHandler {
 	timeout := int32(HandlerTimeoutCanUpdate / time.Second)
+	failure := runtimehooksv1.FailurePolicyFail
+	if e != nil && e.failure != "" {
+		failure = e.failure
+	}
 	return []server.ExtensionHandler{
 		{Hook: runtimehooksv1.CanUpdateMachine, Name: namePrefix + "-can-update-machine", HandlerFunc: e.CanUpdateMachine,
-			TimeoutSeconds: &timeout, FailurePolicy: new(e.failure)},
+			TimeoutSeconds: &timeout, FailurePolicy: new(failure)},
 		{Hook: runtimehooksv1.CanUpdateMachineSet, Name: namePrefix + "-can-update-machineset", HandlerFunc: e.CanUpdateMachineSet,
-			TimeoutSeconds: &timeout, FailurePolicy: new(e.failure)},
+			TimeoutSeconds: &timeout, FailurePolicy: new(failure)},
 	}
 }
 
 // CanUpdateMachine answers the hook for one Machine (KubeadmControlPlane).
+// A nil request, or an Extension not made by NewExtension, is a Failure;
+// with a nil response there is nowhere to answer and nothing is done.
 func (e *Extension) CanUpdateMachine(ctx context.Context, req *runtimehooksv1.CanUpdateMachineRequest, resp *runtimehooksv1.CanUpdateMachineResponse) {
+	if resp == nil {
+		return
+	}
+	if err := e.usable(req == nil); err != nil {
+		failResponse(err, resp)
+		return
+	}
 	cur := diff.State{Machine: &req.Current.Machine, Bootstrap: req.Current.BootstrapConfig, Infrastructure: req.Current.InfrastructureMachine}
 	des := diff.State{Machine: &req.Desired.Machine, Bootstrap: req.Desired.BootstrapConfig, Infrastructure: req.Desired.InfrastructureMachine}
 	log := e.logger(ctx).WithValues("hook", "CanUpdateMachine", "machine", req.Desired.Machine.Namespace+"/"+req.Desired.Machine.Name,
@@ -147,7 +162,16 @@ func (e *Extension) CanUpdateMachine(ctx context.Context, req *runtimehooksv1.Ca
 
 // CanUpdateMachineSet answers the hook for a MachineSet's templates
 // (MachineDeployment rollouts).
+// A nil request, or an Extension not made by NewExtension, is a Failure;
+// with a nil response there is nowhere to answer and nothing is done.
 func (e *Extension) CanUpdateMachineSet(ctx context.Context, req *runtimehooksv1.CanUpdateMachineSetRequest, resp *runtimehooksv1.CanUpdateMachineSetResponse) {
+	if resp == nil {
+		return
+	}
+	if err := e.usable(req == nil); err != nil {
+		failResponse(err, resp)
+		return
+	}
 	cur := diff.State{Machine: &req.Current.MachineSet, Bootstrap: req.Current.BootstrapConfigTemplate, Infrastructure: req.Current.InfrastructureMachineTemplate}
 	des := diff.State{Machine: &req.Desired.MachineSet, Bootstrap: req.Desired.BootstrapConfigTemplate, Infrastructure: req.Desired.InfrastructureMachineTemplate}
 	log := e.logger(ctx).WithValues("hook", "CanUpdateMachineSet", "machineSet", req.Desired.MachineSet.Namespace+"/"+req.Desired.MachineSet.Name,
@@ -190,6 +214,24 @@ func requireObjects(machineField, curName, desName, infraField string, curInfra,
 		}
 	}
 	return nil
+}
+
+// usable refuses a nil or unconstructed Extension and a nil request.
+func (e *Extension) usable(nilRequest bool) error {
+	if e == nil || e.decider == nil || e.differ == nil {
+		return fmt.Errorf("%w: Extension not constructed with NewExtension", ErrInvalidOption)
+	}
+	if nilRequest {
+		return fmt.Errorf("%w: no request", ErrIncompleteRequest)
+	}
+	return nil
+}
+
+// failResponse answers Failure with err's message, without metrics or
+// logs (for an Extension that has neither).
+func failResponse(err error, resp runtimehooksv1.ResponseObject) {
+	resp.SetStatus(runtimehooksv1.ResponseStatusFailure)
+	resp.SetMessage(err.Error())
 }
 
 // fail answers Failure with err's message, counted and logged.

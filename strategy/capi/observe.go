@@ -279,7 +279,9 @@ func WithMetricsClock(c clock.PassiveClock) MetricsOption {
 func NewMetrics(reg prometheus.Registerer, opts ...MetricsOption) (*Metrics, error) {
 	o := metricsOptions{staleAfter: 15 * time.Minute, clock: clock.RealClock{}}
 	for _, f := range opts {
-		f(&o)
+		if f != nil {
+			f(&o)
+		}
 	}
 	if o.staleAfter <= 0 {
 		return nil, fmt.Errorf("%w: stale after %s: must be positive", ErrInvalidOption, o.staleAfter)

@@ -218,7 +218,9 @@ func NewMachineUpdater(workload WorkloadClient, opts ...MachineUpdaterOption) (*
 		updateTimeout: DefaultUpdateTimeout, notReadyTimeout: DefaultNotReadyTimeout,
 	}
 	for _, o := range opts {
-		o(u)
+		if o != nil {
+			o(u)
+		}
 	}
 	switch {
 	case u.retryAfter <= 0:
@@ -274,6 +276,17 @@ const HandlerTimeoutUpdateMachine = 30 * time.Second
 // UpdateMachine answers the hook. It is idempotent and driven by the desired
 // Machine only.
 func (u *MachineUpdater) UpdateMachine(ctx context.Context, req *runtimehooksv1.UpdateMachineRequest, resp *runtimehooksv1.UpdateMachineResponse) {
+	if resp == nil {
+		return
+	}
+	if u == nil || u.workload == nil {
+		failResponse(fmt.Errorf("%w: MachineUpdater not constructed with NewMachineUpdater", ErrInvalidOption), resp)
+		return
+	}
+	if req == nil {
+		failResponse(fmt.Errorf("%w: no request", ErrIncompleteRequest), resp)
+		return
+	}
 	m := &req.Desired.Machine
 	key := m.Namespace + "/" + m.Name
 	log := u.log
