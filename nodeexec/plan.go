@@ -238,7 +238,7 @@ func CheckPlanName(name string) error {
 func (p Plan) Validate() error {
 	var errs []error
 	add := func(field string, sentinel error, detail string, args ...any) {
-		errs = append(errs, &ValidationError{Field: field, Err: sentinel, Detail: fmt.Sprintf(detail, args...)})
+		errs = append(errs, &ValidationError{Field: field, Err: sentinel, Detail: errtext.Clip(fmt.Sprintf(detail, args...))})
 	}
 	if err := CheckPlanName(p.Name); err != nil {
 		errs = append(errs, err)

@@ -36,7 +36,7 @@ func Cut(errs []error) []error {
 }
 
 // MaxDetail is how many bytes of a composed detail Clip keeps.
-const MaxDetail = 512
+const MaxDetail = 256
 
 // Clip cuts a composed message (one that may quote several values) at
 // MaxDetail bytes, saying how long it was.
