@@ -163,6 +163,12 @@ func (c Change) String() string {
 	return b.String()
 }
 
+// Shown returns the change's old and new values as String and
+// MarshalJSON show them: secrets replaced by their digest (see Redact and
+// Sensitive), unless the diff ran with ShowSecrets. Old and New hold the
+// real values, for patches; give Shown's to anything a person reads.
+func (c Change) Shown() (old, new any) { return c.shown() }
+
 // shown returns the values as String and MarshalJSON show them. Under
 // StrictNumbers floats keep a float form (8.0), so that a change of kind
 // alone does not read "8 -> 8".

@@ -46,7 +46,16 @@
 // Compile options once with New and reuse the Differ.
 //
 // File contents, passwords, SSH keys and tokens are never printed in full by
-// String or JSON: a short digest stands in, unless ShowSecrets is given.
+// String, JSON or Change.Shown: a short digest (Redact) stands in, unless
+// ShowSecrets is given. Two rules decide what is secret: the Sensitive
+// paths (DefaultSensitive among the defaults), and a policy by name that no
+// option but ShowSecrets turns off (WithoutDefaults keeps it): any field
+// named, in any case, like a password, passwd, secret, token, userData,
+// private key, SSH authorized keys or credential (references such as
+// secretRef or secretName are not), file contents under any "files" field
+// (a list, or a map in a schema-invalid object), and extraArgs values whose
+// argument name is such a name (oidc-client-secret). Change.Old and New keep
+// the real values for patches.
 //
 // What it is not: a general-purpose deep-equality library for tests (use
 // go-cmp), nor a strategic-merge or server-side-apply engine. It never

@@ -232,8 +232,9 @@ func Transform(obj Object, name string, fn TransformFunc) Option {
 	})
 }
 
-// ShowSecrets makes String and JSON print sensitive values in full. Use it
-// only where the output is as protected as the objects themselves.
+// ShowSecrets makes String, JSON and Change.Shown give sensitive values in
+// full: the one way to turn redaction off. Use it only where the output is
+// as protected as the objects themselves.
 func ShowSecrets() Option { return optionFunc(func(c *config) { c.reveal = true }) }
 
 // MaxDepth bounds how deeply values may nest (default 100); deeper values,
@@ -250,7 +251,7 @@ func MaxDepth(n int) Option {
 
 // WithoutDefaults drops the built-in list keys, categories and sensitive
 // paths, for callers who want to declare every rule themselves. It must come
-// first.
+// first. Secrets by name (see the package doc) are still redacted.
 func WithoutDefaults() Option { return withoutDefaults{} }
 
 type withoutDefaults struct{}

@@ -214,14 +214,24 @@ func (w *walker) emit(op Op, old, new any) {
 	w.paths(c)
 	var below activeSet
 	c.Category, c.Sensitive, below = w.classifyCached()
-	if !c.Sensitive && !c.reveal && len(below) > 0 {
-		// Sensitive values below the change's path (a whole file added)
-		// are redacted inside the value.
-		redOld, redNew := redactValue(old, below), redactValue(new, below)
-		if !sameData(redOld, old) || !sameData(redNew, new) {
-			c.Sensitive, c.partial = true, true
-			c.red = &redacted{old: redOld, new: redNew}
-		}
+	if c.reveal || c.Sensitive {
+		return
+	}
+	secret, ctx := w.secretPath()
+	if secret {
+		c.Sensitive = true
+		return
+	}
+	// Sensitive values below the change's path (a whole file added) are
+	// redacted inside the value: by the Sensitive patterns, then by name.
+	redOld, redNew := old, new
+	if len(below) > 0 {
+		redOld, redNew = redactValue(old, below), redactValue(new, below)
+	}
+	redOld, redNew = redactNamed(redOld, ctx), redactNamed(redNew, ctx)
+	if !sameData(redOld, old) || !sameData(redNew, new) {
+		c.Sensitive, c.partial = true, true
+		c.red = &redacted{old: redOld, new: redNew}
 	}
 }
 

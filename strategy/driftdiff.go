@@ -18,6 +18,11 @@ import (
 // "infrastructure.spec", so a NodePool template's spec.taints is
 // "infrastructure.spec.spec.taints". Paths in the result are relative to
 // the spec, as drift's are.
+//
+// Old and New in the result are for people: secrets are digests
+// (diff.Redact), by the diff package's secret-name policy and the
+// Sensitive patterns given in opts; only diff.ShowSecrets among opts
+// shows them.
 func DriftDiffer(opts ...diff.Option) (drift.Differ, error) {
 	d, err := diff.New(append([]diff.Option{diff.WithoutDefaults()}, opts...)...)
 	if err != nil {
@@ -48,9 +53,12 @@ func DriftDiffer(opts ...diff.Option) (drift.Differ, error) {
 			case diff.OpRemove:
 				kind = drift.ChangeRemoved
 			}
+			// Evidence is read by people and written to logs and events:
+			// the values as diff shows them, secrets as digests.
+			old, new := c.Shown()
 			out = append(out, drift.FieldChange{
 				Path: strings.TrimPrefix(c.Field, "infrastructure.spec."),
-				Kind: kind, Old: c.Old, New: c.New,
+				Kind: kind, Old: old, New: new,
 			})
 		}
 		return out, nil

@@ -2,6 +2,7 @@ package strategy_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -58,4 +59,31 @@ func TestDriftDifferExplainsFieldByField(t *testing.T) {
 
 	_, err = d.Diff(ctx, make(chan int), desired)
 	require.Error(t, err)
+}
+
+// TestDriftDifferRedactsSecrets: drift evidence is read by people, logged
+// and put in events; a userData token changed in a node class comes out
+// as a digest, not in plain text (it did: DriftDiffer turned the
+// sensitive patterns off and copied the raw values).
+func TestDriftDifferRedactsSecrets(t *testing.T) {
+	ctx := context.Background()
+	const token = "K10abcdef0123456789::server:0123456789abcdef"
+	old := map[string]any{"spec": map[string]any{"userData": "#!/bin/sh\nexport TOKEN=old\n", "amiFamily": "AL2023"}}
+	desired := map[string]any{"spec": map[string]any{"userData": "#!/bin/sh\nexport TOKEN=" + token + "\n", "amiFamily": "AL2023",
+		"kubelet": map[string]any{"clientSecret": token}}}
+	d, err := strategy.DriftDiffer()
+	require.NoError(t, err)
+	changes, err := d.Diff(ctx, old, desired)
+	require.NoError(t, err)
+	require.Len(t, changes, 2)
+	for _, c := range changes {
+		require.NotContains(t, fmt.Sprint(c.Old, c.New), token, c.Path)
+		require.Contains(t, fmt.Sprint(c.New), "redacted sha256:", c.Path)
+	}
+
+	shown, err := strategy.DriftDiffer(diff.ShowSecrets())
+	require.NoError(t, err)
+	changes, err = shown.Diff(ctx, old, desired)
+	require.NoError(t, err)
+	require.Contains(t, fmt.Sprint(changes[1].New), token, "ShowSecrets, and only it, shows them")
 }

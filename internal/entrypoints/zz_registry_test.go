@@ -107,6 +107,7 @@ var registry = map[string]reflect.Value{
 	"diff.BuiltinCategories":                 reflect.ValueOf(diff.BuiltinCategories),
 	"diff.Categorize":                        reflect.ValueOf(diff.Categorize),
 	"diff.Change.MarshalJSON":                reflect.ValueOf(diff.Change.MarshalJSON),
+	"diff.Change.Shown":                      reflect.ValueOf(diff.Change.Shown),
 	"diff.Change.String":                     reflect.ValueOf(diff.Change.String),
 	"diff.ChangeSet.Categories":              reflect.ValueOf(diff.ChangeSet.Categories),
 	"diff.ChangeSet.Empty":                   reflect.ValueOf(diff.ChangeSet.Empty),
