@@ -148,6 +148,7 @@ type Host struct {
 	node         string
 	role         Role
 	files        map[string]string
+	etcBackups   []string          // plan backup dirs with a copy of /etc/kubernetes, oldest first
 	units        map[string]string // unit -> active/inactive
 	running      map[Component]string
 	cp           string // control plane static pod version

@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"path"
+	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -104,7 +106,7 @@ func (h *Host) script(ctx context.Context, k scriptKind, args []string, env map[
 	want := map[scriptKind]int{
 		scriptEtcdSnapshot: 3, scriptInstallTree: 1, scriptBackupTree: 2, scriptRestoreTree: 1,
 		scriptRestoreTreeRestart: 2, scriptInstallFile: 2, scriptBackupFile: 2,
-		scriptWriteFile: 1, scriptBackupEtcKubernetes: 1, scriptVerify: 6,
+		scriptWriteFile: 1, scriptBackupEtcKubernetes: 3, scriptVerify: 6,
 		scriptInstallTreeRestart: 3, scriptReplaceBinaryRestart: 4,
 	}[k]
 	if k == scriptBundle {
@@ -205,7 +207,7 @@ func (h *Host) script(ctx context.Context, k scriptKind, args []string, env map[
 			h.files[path.Clean(args[0])] = content
 			return 0, ""
 		case scriptBackupEtcKubernetes:
-			return h.copyTree("/etc/kubernetes", args[0])
+			return h.backupEtcKubernetes(args)
 		}
 		return ExitUnknownCommand, "fake host: unhandled script"
 	})
@@ -357,4 +359,36 @@ func (h *Host) verify(ctx context.Context, a []string) (int, string) {
 		return fail("kube-apiserver runs registry.k8s.io/kube-apiserver:%s, want tag %s", cp, version)
 	}
 	return 0, fmt.Sprintf("verified %s at %s", node, version)
+}
+
+// backupEtcKubernetes copies args[2] to args[0] and keeps the newest
+// args[1] etc-kubernetes copies among the sibling plan directories, as
+// the library's script does. The host has no file times: "newest" is the
+// order the copies were made on this host (a copy made again moves to the
+// end), which is what ls -t sees when nothing else touches them.
+func (h *Host) backupEtcKubernetes(args []string) (int, string) {
+	if code, out := h.copyTree(args[2], args[0]); code != 0 {
+		return code, out
+	}
+	keep, err := strconv.Atoi(args[1])
+	if err != nil || keep < 1 {
+		return 2, fmt.Sprintf("sh: bad keep count %q", args[1])
+	}
+	plan := path.Dir(path.Clean(args[0]))
+	h.etcBackups = append(slices.DeleteFunc(h.etcBackups, func(p string) bool { return p == plan }), plan)
+	root := path.Dir(plan)
+	n := 0
+	for i := len(h.etcBackups) - 1; i >= 0; i-- {
+		p := h.etcBackups[i]
+		if path.Dir(p) != root {
+			continue
+		}
+		if n++; n <= keep {
+			continue
+		}
+		for _, f := range h.under(p + "/etc-kubernetes") {
+			delete(h.files, f)
+		}
+	}
+	return 0, ""
 }

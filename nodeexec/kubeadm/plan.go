@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"path"
+	"strconv"
 	"strings"
 	"time"
 
@@ -38,8 +39,11 @@ var ErrInvalidConfig = errors.New("invalid kubeadm plan configuration")
 const (
 	DefaultStagingDir = "/var/lib/upgradekit/staging"
 	DefaultBackupRoot = "/var/lib/upgradekit/backup"
-	DefaultBinDir     = "/usr/bin"
-	DefaultPKIDir     = "/etc/kubernetes/pki"
+	// DefaultKeepEtcBackups keeps this plan's copy of /etc/kubernetes and
+	// the one before it.
+	DefaultKeepEtcBackups = 2
+	DefaultBinDir         = "/usr/bin"
+	DefaultPKIDir         = "/etc/kubernetes/pki"
 )
 
 // Step names, in plan order. Steps that do not apply to a role or version
@@ -119,8 +123,16 @@ type Config struct {
 	// DefaultStagingDir.
 	StagingDir string
 	// BackupDir defaults to DefaultBackupRoot/<plan name>. Backups are
-	// kept after success (unlike EKS Anywhere, which deletes them).
+	// kept after success (unlike EKS Anywhere, which deletes them), except
+	// the copies of /etc/kubernetes (see KeepEtcBackups).
 	BackupDir string
+	// KeepEtcBackups is how many copies of /etc/kubernetes (the cluster's
+	// CA keys, admin.conf: as secret as anything on the node) are kept in
+	// the etc-kubernetes directories of BackupDir and its siblings: this
+	// plan's and the newest earlier ones, the older are removed when this
+	// plan makes its copy. The copies are readable by root only. 0 means
+	// DefaultKeepEtcBackups.
+	KeepEtcBackups int
 	// BinDir is where kubeadm, kubelet and kubectl are installed; default
 	// DefaultBinDir.
 	BinDir string
@@ -159,6 +171,9 @@ func (c *Config) defaults() {
 	if c.BackupDir == "" {
 		c.BackupDir = path.Join(DefaultBackupRoot, c.PlanName)
 	}
+	if c.KeepEtcBackups == 0 {
+		c.KeepEtcBackups = DefaultKeepEtcBackups
+	}
 }
 
 func configError(field, format string, args ...any) error {
@@ -171,6 +186,29 @@ func absPath(field, p string) error {
 	}
 	return nil
 }
+
+// scriptBackupEtcKubernetes copies $3 (/etc/kubernetes) to $1, readable by
+// root only, then removes the etc-kubernetes copies of other plans (the
+// sibling directories of $1's parent, plan names only) beyond the newest
+// $2 counting this one: they hold the cluster's CA keys and admin
+// credentials, and would otherwise pile up for ever.
+const scriptBackupEtcKubernetes = `set -eu
+umask 077
+mkdir -p "$1"
+chmod 700 "$1"
+cp -a "$3"/. "$1"/
+# cp -a gave $1 the mode of $3: private again.
+chmod 700 "$1"
+plan=$(dirname "$1")
+root=$(dirname "$plan")
+cur=$(basename "$plan")
+n=1
+for d in $(ls -1t "$root"); do
+  case "$d" in *[!a-z0-9.-]*|"$cur") continue ;; esac
+  [ -d "$root/$d/etc-kubernetes" ] || continue
+  n=$((n + 1))
+  [ "$n" -le "$2" ] || rm -rf -- "$root/$d/etc-kubernetes"
+done`
 
 // NewPlan returns the upgrade plan for one node. It refuses downgrades and
 // skipped minor versions (*VersionError) and bad configuration
@@ -208,6 +246,9 @@ func NewPlan(cfg Config) (nodeexec.Plan, error) {
 		if err := absPath(field, p); err != nil {
 			return nodeexec.Plan{}, err
 		}
+	}
+	if cfg.KeepEtcBackups < 1 {
+		return nodeexec.Plan{}, configError("keepEtcBackups", "%d: must be at least 1 (0 for the default)", cfg.KeepEtcBackups)
 	}
 	// Steps copy the staging tree onto / and restore backups onto /; with
 	// either directory at / itself they would copy the root onto itself.
@@ -453,9 +494,7 @@ systemctl is-active --quiet "$2"`, b.backup(dir), unit)
 		// containerd and CNI plugins under an upgraded control plane.
 		// Keep a copy of /etc/kubernetes for manual recovery; kubeadm keeps
 		// its own in /etc/kubernetes/tmp as well.
-		Backup: nodeexec.ShellArgv(`set -eu
-mkdir -p "$1"
-cp -a /etc/kubernetes/. "$1"/`, b.backup("etc-kubernetes")),
+		Backup: nodeexec.ShellArgv(scriptBackupEtcKubernetes, b.backup("etc-kubernetes"), strconv.Itoa(c.KeepEtcBackups), "/etc/kubernetes"),
 	}
 	coreDNSPreflight := "--ignore-preflight-errors=CoreDNSUnsupportedPlugins,CoreDNSMigration"
 	switch c.Role {

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -514,4 +515,54 @@ func TestBundleStepForReal(t *testing.T) {
 		require.Equal(t, 1, code, out)
 		require.Contains(t, out, "/containerd is empty")
 	})
+}
+
+// TestEtcKubernetesBackupsAreKeptPrivateAndFew: the copy of
+// /etc/kubernetes (CA keys, admin.conf) is readable by root only, and
+// making it removes other plans' copies beyond KeepEtcBackups (newest
+// kept), leaving their other backups and anything not named like a plan
+// alone. Run for real with /bin/sh on this host.
+func TestEtcKubernetesBackupsAreKeptPrivateAndFew(t *testing.T) {
+	root := t.TempDir() // stands in for /var/lib/upgradekit/backup
+	src := t.TempDir()  // stands in for /etc/kubernetes
+	require.NoError(t, os.MkdirAll(filepath.Join(src, "pki"), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(src, "pki", "ca.key"), []byte("ca key"), 0o600))
+	require.NoError(t, os.WriteFile(filepath.Join(src, "admin.conf"), []byte("admin"), 0o600))
+	old := time.Now().Add(-time.Hour)
+	for i, d := range []string{"kubeadm-a", "kubeadm-b", "kubeadm-c", "Not A Plan"} {
+		require.NoError(t, os.MkdirAll(filepath.Join(root, d, "etc-kubernetes"), 0o700))
+		require.NoError(t, os.MkdirAll(filepath.Join(root, d, "bin"), 0o700))
+		at := old.Add(time.Duration(i) * time.Minute) // a oldest, c newest
+		require.NoError(t, os.Chtimes(filepath.Join(root, d), at, at))
+	}
+
+	p, err := NewPlan(Config{PlanName: "kubeadm-new", Node: "n1", Role: RoleWorker, FromVersion: "v1.31.0", ToVersion: "v1.31.1",
+		BackupDir: filepath.Join(root, "kubeadm-new"), KeepEtcBackups: 2})
+	require.NoError(t, err)
+	argv := slices.Clone(step(t, p, StepKubeadmUpgrade).Backup)
+	require.Equal(t, "/etc/kubernetes", argv[len(argv)-1])
+	argv[len(argv)-1] = src
+	out, err := exec.CommandContext(t.Context(), argv[0], argv[1:]...).CombinedOutput()
+	require.NoError(t, err, string(out))
+
+	copyDir := filepath.Join(root, "kubeadm-new", "etc-kubernetes")
+	b, err := os.ReadFile(filepath.Join(copyDir, "pki", "ca.key"))
+	require.NoError(t, err)
+	require.Equal(t, "ca key", string(b))
+	fi, err := os.Stat(copyDir)
+	require.NoError(t, err)
+	require.Equal(t, os.FileMode(0o700), fi.Mode().Perm(), "root only")
+
+	exists := func(p ...string) bool {
+		_, err := os.Stat(filepath.Join(append([]string{root}, p...)...))
+		return err == nil
+	}
+	require.True(t, exists("kubeadm-c", "etc-kubernetes"), "the newest earlier copy is kept (2 with this one)")
+	require.False(t, exists("kubeadm-b", "etc-kubernetes"))
+	require.False(t, exists("kubeadm-a", "etc-kubernetes"))
+	require.True(t, exists("kubeadm-a", "bin"), "other backups stay")
+	require.True(t, exists("Not A Plan", "etc-kubernetes"), "only plan-named directories are touched")
+
+	_, err = NewPlan(Config{PlanName: "p", Node: "n1", Role: RoleWorker, FromVersion: "v1.31.0", ToVersion: "v1.31.1", KeepEtcBackups: -1})
+	require.ErrorIs(t, err, ErrInvalidConfig)
 }

@@ -508,8 +508,21 @@ type podBuilder struct {
 	planJSON string
 }
 
+// mount is what the runner and step containers see of the host
+// directory: the staged bundle and the journal. Backups (copies of
+// /etc/kubernetes among them) are not mounted: host steps reach them
+// through nsenter, and nothing in a container needs them.
 func (b *podBuilder) mount() []corev1.VolumeMount {
-	return []corev1.VolumeMount{{Name: stagingVolumeName, MountPath: b.o.stagingHostPath}}
+	return []corev1.VolumeMount{
+		{Name: stagingVolumeName, MountPath: path.Join(b.o.stagingHostPath, "staging"), SubPath: "staging"},
+		{Name: stagingVolumeName, MountPath: path.Join(b.o.stagingHostPath, "journal"), SubPath: "journal"},
+	}
+}
+
+// stageMount is what the stage container sees: the staging directory
+// only.
+func (b *podBuilder) stageMount() []corev1.VolumeMount {
+	return []corev1.VolumeMount{{Name: stagingVolumeName, MountPath: path.Join(b.o.stagingHostPath, "staging"), SubPath: "staging"}}
 }
 
 func (b *podBuilder) base(name string) corev1.Container {
@@ -569,7 +582,7 @@ func (b *podBuilder) stage() corev1.Container {
 	// The previous bundle's tree goes first: a file the new bundle does not
 	// carry (a containerd tree, say) must not be installed from it.
 	c.Command = []string{"/bin/sh", "-c", `set -eu; rm -rf -- "$2"; mkdir -p "$2"; cp -a -- "$1"/. "$2"/`, "sh", path.Clean(b.o.stageFrom), dst}
-	c.VolumeMounts = b.mount()
+	c.VolumeMounts = b.stageMount()
 	c.SecurityContext = &corev1.SecurityContext{
 		RunAsUser:                ptr.To[int64](0),
 		AllowPrivilegeEscalation: ptr.To(false),

@@ -2,6 +2,7 @@ package nodepod
 
 import (
 	"math"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -142,7 +143,18 @@ func TestBuildJournaledModes(t *testing.T) {
 			require.Equal(t, []string{"/upgrader", "run"}, main.Command)
 			require.Empty(t, env(main, nodeexec.EnvStopAfter))
 			require.Equal(t, "/var/lib/uk/journal", env(main, nodeexec.EnvJournalDir))
-			require.Equal(t, []corev1.VolumeMount{{Name: stagingVolumeName, MountPath: "/var/lib/uk"}}, main.VolumeMounts)
+			// The staged bundle and the journal, not the backups (copies of
+			// /etc/kubernetes): no container needs them.
+			require.Equal(t, []corev1.VolumeMount{
+				{Name: stagingVolumeName, MountPath: "/var/lib/uk/staging", SubPath: "staging"},
+				{Name: stagingVolumeName, MountPath: "/var/lib/uk/journal", SubPath: "journal"},
+			}, main.VolumeMounts)
+			for _, c := range append(slices.Clone(pod.Spec.InitContainers), pod.Spec.Containers...) {
+				for _, m := range c.VolumeMounts {
+					require.NotEqual(t, "", m.SubPath, "%s mounts the whole host directory, backups included", c.Name)
+					require.NotContains(t, m.MountPath, "backup", c.Name)
+				}
+			}
 			require.Equal(t, "/var/lib/uk", pod.Spec.Volumes[0].HostPath.Path)
 			// The runner gets the union of what its host steps need.
 			require.Equal(t, []corev1.Capability{"SYS_ADMIN", "SYS_CHROOT", "SYS_PTRACE"}, main.SecurityContext.Capabilities.Add)

@@ -74,7 +74,11 @@
 // the raw init-container layout an InContainer step has its own container
 // with ALL capabilities dropped and allowPrivilegeEscalation false; in the
 // runner layouts (WithRunnerCommand, ModeSingleContainer) InContainer
-// steps run inside the runner's container and so share its privileges. Because of hostPID, hostPath and the
+// steps run inside the runner's container and so share its privileges.
+// Of the host directory (WithStagingHostPath) containers mount only the
+// "staging" and "journal" subdirectories (the stage container only
+// "staging"): the plans' backups, copies of /etc/kubernetes among them,
+// are not mounted into any container. Because of hostPID, hostPath and the
 // added capabilities, the namespace must admit the "privileged" Pod
 // Security Standard.
 //
