@@ -198,7 +198,7 @@ func checkUpgraderPod(t *testing.T, img upgraderImage, pod *corev1.Pod, plan nod
 				require.GreaterOrEqual(t, i, 0)
 				hp := pod.Spec.Volumes[i].HostPath
 				require.NotNil(t, hp, "container %s: %s is on a hostPath volume", c.Name, p)
-				require.Equal(t, m.MountPath, hp.Path, "mounted at the host's own path, so host and container paths agree")
+				require.Equal(t, m.MountPath, path.Join(hp.Path, m.SubPath), "mounted at the host's own path, so host and container paths agree")
 				return
 			}
 		}
