@@ -26,6 +26,7 @@ import (
 	"k8s.io/client-go/tools/events"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	runtimehooksv1 "sigs.k8s.io/cluster-api/api/runtime/hooks/v1alpha1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	fakeclient "sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	"github.com/upgradekit/upgradekit/diff"
@@ -212,7 +213,11 @@ func TestServesTheHooksOverHTTPS(t *testing.T) {
 	scheme := runtime.NewScheme()
 	require.NoError(t, clientgoscheme.AddToScheme(scheme))
 	require.NoError(t, clusterv1.AddToScheme(scheme))
-	mgmt := fakeclient.NewClientBuilder().WithScheme(scheme).Build()
+	// The machine the CanUpdateMachine requests below ask about is in the
+	// management cluster (the skew check reads nothing for a request that
+	// does not match it).
+	liveMachine := &clusterv1.Machine{ObjectMeta: metav1.ObjectMeta{Name: "m", Namespace: "default"}, Spec: clusterv1.MachineSpec{ClusterName: "demo", Version: "v1.30.4"}}
+	mgmt := fakeclient.NewClientBuilder().WithScheme(scheme).WithObjects(liveMachine).Build()
 
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -278,9 +283,11 @@ func TestServesTheHooksOverHTTPS(t *testing.T) {
 	var up runtimehooksv1.UpdateMachineResponse
 	m := machine("v1.31.1")
 	m.Spec.ProviderID = "docker:////m"
-	live := m.DeepCopy()
+	live := &clusterv1.Machine{}
+	require.NoError(t, mgmt.Get(ctx, client.ObjectKeyFromObject(liveMachine), live))
+	live.Spec = m.Spec
 	live.Annotations = map[string]string{clusterv1.UpdateInProgressAnnotation: ""}
-	require.NoError(t, mgmt.Create(ctx, live), "the Machine Cluster API marked for the update")
+	require.NoError(t, mgmt.Update(ctx, live), "the Machine Cluster API marked for the update")
 	post(runtimehooksv1.UpdateMachine, "upgradekit-update-machine", &runtimehooksv1.UpdateMachineRequest{
 		TypeMeta: metav1.TypeMeta{APIVersion: runtimehooksv1.GroupVersion.String(), Kind: "UpdateMachineRequest"},
 		Desired:  runtimehooksv1.UpdateMachineRequestObjects{Machine: m},

@@ -487,6 +487,7 @@ var sentinels = []error{
 	capi.ErrInfeasible,
 	capi.ErrInvalidOption,
 	capi.ErrMetricsRegistration,
+	capi.ErrRequestMismatch,
 	capi.ErrUpdateFailed,
 	diff.ErrInvalidJSON,
 	diff.ErrInvalidOption,

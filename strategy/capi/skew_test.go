@@ -53,15 +53,17 @@ func TestControlPlaneSkewCheck(t *testing.T) {
 			runtimehooksv1.ResponseStatusFailure, false, `machine default/cp-a: spec.version "latest"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			mgmt := fakeclient.NewClientBuilder().WithScheme(scheme).WithObjects(tc.objs...).Build()
-			ext, err := capi.NewExtension(strategy.Updaters(kubeadm), capi.WithChecks(capi.ControlPlaneSkewCheck(mgmt)))
-			require.NoError(t, err)
 			cur, des, curCfg, desCfg, curInfra, desInfra := contractPair()
 			cur.Spec.Version, des.Spec.Version = "v1.30.4", tc.to
 			if tc.controlPlane {
 				cur.Labels = map[string]string{clusterv1.MachineControlPlaneLabel: ""}
 				des.Labels = map[string]string{clusterv1.MachineControlPlaneLabel: ""}
 			}
+			// The machine asked about is in the management cluster, as
+			// Cluster API's always is.
+			mgmt := fakeclient.NewClientBuilder().WithScheme(scheme).WithObjects(append(tc.objs, cur.DeepCopy())...).Build()
+			ext, err := capi.NewExtension(strategy.Updaters(kubeadm), capi.WithChecks(capi.ControlPlaneSkewCheck(mgmt)))
+			require.NoError(t, err)
 			resp := canUpdateMachine(t, ext, nil, cur, des, curCfg, desCfg, curInfra, desInfra)
 			require.Equal(t, tc.status, resp.Status, resp.Message)
 			require.Contains(t, resp.Message, tc.message)
@@ -70,13 +72,49 @@ func TestControlPlaneSkewCheck(t *testing.T) {
 	}
 
 	t.Run("a check on the MachineSet request", func(t *testing.T) {
-		mgmt := fakeclient.NewClientBuilder().WithScheme(scheme).WithObjects(cp("cp-a", "v1.30.4")).Build()
-		check := capi.ControlPlaneSkewCheck(mgmt)
 		ms := &clusterv1.MachineSet{ObjectMeta: metav1.ObjectMeta{Name: "md-0", Namespace: "default"}, Spec: clusterv1.MachineSetSpec{ClusterName: "demo"}}
+		ms.Spec.Template.Spec.Version = "v1.30.4"
+		mgmt := fakeclient.NewClientBuilder().WithScheme(scheme).WithObjects(cp("cp-a", "v1.30.4"), ms.DeepCopy()).Build()
+		check := capi.ControlPlaneSkewCheck(mgmt)
 		d := strategy.Decision{Outcome: strategy.InPlace, InPlace: diff.ChangeSet{Changes: []diff.Change{{Category: diff.CategoryKubernetesVersion}}}}
 		err := check.Check(context.Background(), capi.CheckRequest{Templates: true, FromVersion: "v1.30.4", ToVersion: "v1.31.1", Decision: d,
 			Current: diff.State{Machine: ms}, Desired: diff.State{Machine: ms}})
 		require.ErrorIs(t, err, capi.ErrInfeasible)
 		require.ErrorContains(t, err, "upgrade the control plane first")
+	})
+
+	// A request forged for another cluster learns nothing of it: an
+	// attacker who can reach the extension's Service and names cluster
+	// "demo" (or a machine that is not there, or not at that version) gets
+	// a Failure that names no machine and no version.
+	t.Run("forged requests learn nothing", func(t *testing.T) {
+		cur, des, curCfg, desCfg, curInfra, desInfra := contractPair()
+		cur.Spec.Version, des.Spec.Version = "v1.30.4", "v1.31.1"
+		live := cur.DeepCopy()
+		for name, tc := range map[string]struct {
+			objs  []client.Object
+			forge func(m *clusterv1.Machine)
+		}{
+			"machine not in the management cluster": {nil, func(*clusterv1.Machine) {}},
+			"another cluster's name":                {[]client.Object{live}, func(m *clusterv1.Machine) { m.Spec.ClusterName = "other" }},
+			"another version than the live machine": {[]client.Object{live}, func(m *clusterv1.Machine) { m.Spec.Version = "v1.30.1" }},
+		} {
+			t.Run(name, func(t *testing.T) {
+				objs := append([]client.Object{cp("cp-a", "v1.30.4"), otherCluster.DeepCopy()}, tc.objs...)
+				mgmt := fakeclient.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).Build()
+				ext, err := capi.NewExtension(strategy.Updaters(kubeadm), capi.WithChecks(capi.ControlPlaneSkewCheck(mgmt)))
+				require.NoError(t, err)
+				c, d := cur.DeepCopy(), des.DeepCopy()
+				tc.forge(c)
+				d.Spec.ClusterName = c.Spec.ClusterName
+				resp := canUpdateMachine(t, ext, nil, c, d, curCfg, desCfg, curInfra, desInfra)
+				require.Equal(t, runtimehooksv1.ResponseStatusFailure, resp.Status, resp.Message)
+				require.Contains(t, resp.Message, capi.ErrRequestMismatch.Error())
+				for _, leak := range []string{"cp-a", "other-cp", "v1.29", "v1.30.4"} {
+					require.NotContains(t, resp.Message, leak)
+				}
+				require.False(t, resp.MachinePatch.IsDefined())
+			})
+		}
 	})
 }
