@@ -87,6 +87,9 @@ func (e *Error) Error() string {
 	if b.Len() == 0 {
 		return "amiselect: error"
 	}
+	if b.Len() > 16*maxQuoted {
+		return fmt.Sprintf("%s... (%d bytes)", b.String()[:16*maxQuoted], b.Len())
+	}
 	return b.String()
 }
 

@@ -84,7 +84,11 @@ func (e *PathError) Error() string {
 	if e.Path == "" {
 		return msg + " (at the root)"
 	}
-	return msg + " (at " + e.Path + ")"
+	p := e.Path
+	if len(p) > 2*maxQuoted {
+		p = fmt.Sprintf("%s...(%d bytes)...%s", p[:maxQuoted], len(p), p[len(p)-maxQuoted:])
+	}
+	return msg + " (at " + p + ")"
 }
 
 // Unwrap returns the underlying error.

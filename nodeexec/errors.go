@@ -3,6 +3,8 @@ package nodeexec
 import (
 	"errors"
 	"fmt"
+
+	"github.com/upgradekit/upgradekit/internal/errtext"
 )
 
 // Sentinel errors. Every error this package returns wraps one of them, so
@@ -83,9 +85,9 @@ type ValidationError struct {
 // Error implements error.
 func (e *ValidationError) Error() string {
 	if e.Detail == "" {
-		return fmt.Sprintf("nodeexec: invalid plan: %s: %v", e.Field, e.Err)
+		return errtext.Cap(fmt.Sprintf("nodeexec: invalid plan: %s: %v", e.Field, e.Err))
 	}
-	return fmt.Sprintf("nodeexec: invalid plan: %s: %v: %s", e.Field, e.Err, e.Detail)
+	return errtext.Cap(fmt.Sprintf("nodeexec: invalid plan: %s: %v: %s", e.Field, e.Err, e.Detail))
 }
 
 // Unwrap makes errors.Is match both ErrInvalidPlan and the specific sentinel.
@@ -101,9 +103,9 @@ type JournalError struct {
 // Error implements error.
 func (e *JournalError) Error() string {
 	if e.Detail == "" {
-		return fmt.Sprintf("nodeexec: journal %s: %v", e.Path, e.Err)
+		return errtext.Cap(fmt.Sprintf("nodeexec: journal %s: %v", e.Path, e.Err))
 	}
-	return fmt.Sprintf("nodeexec: journal %s: %v: %s", e.Path, e.Err, e.Detail)
+	return errtext.Cap(fmt.Sprintf("nodeexec: journal %s: %v: %s", e.Path, e.Err, e.Detail))
 }
 
 // Unwrap returns the sentinel (ErrJournalCorrupt, ErrJournalMismatch,
@@ -126,7 +128,7 @@ func (e *PlanError) Error() string {
 	if f.Error != "" {
 		msg += ": " + f.Error
 	}
-	return msg
+	return errtext.Cap(msg)
 }
 
 // Unwrap maps the terminal state to its sentinel.

@@ -46,3 +46,16 @@ func Clip(s string) string {
 	}
 	return fmt.Sprintf("%s... (%d bytes)", s[:MaxDetail], len(s))
 }
+
+// MaxMessage is the most an error type's message says (Cap).
+const MaxMessage = 2048
+
+// Cap cuts a whole error message at MaxMessage bytes, saying how long it
+// was: the last guard of an error type whose fields may hold what a caller
+// passed.
+func Cap(s string) string {
+	if len(s) <= MaxMessage {
+		return s
+	}
+	return fmt.Sprintf("%s... (%d bytes)", s[:MaxMessage], len(s))
+}

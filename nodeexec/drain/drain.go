@@ -135,7 +135,7 @@ func (e *DrainError) Error() string {
 			b.WriteString(" [" + p.String() + "]")
 		}
 	}
-	return b.String()
+	return errtext.Cap(b.String())
 }
 
 // Unwrap returns the sentinel.

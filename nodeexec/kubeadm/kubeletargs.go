@@ -12,6 +12,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/validation"
 
+	"github.com/upgradekit/upgradekit/internal/errtext"
 	"github.com/upgradekit/upgradekit/nodeexec"
 )
 
@@ -88,7 +89,7 @@ type KubeletArgError struct {
 
 // Error implements error.
 func (e *KubeletArgError) Error() string {
-	return fmt.Sprintf("kubeadm: %s (--%s): %v: %s", e.Field, e.Name, e.Err, e.Detail)
+	return errtext.Cap(fmt.Sprintf("kubeadm: %s (--%s): %v: %s", e.Field, errtext.Clip(e.Name), e.Err, e.Detail))
 }
 
 // Unwrap makes errors.Is match ErrInvalidConfig and the specific sentinel.
