@@ -32,13 +32,48 @@ import (
 	"github.com/upgradekit/upgradekit/amiselect"
 )
 
+// Exit codes, as in every example (examples/README.md): 0 resolved (or
+// -h), 1 an error, 2 a usage error, 3 the terms are invalid (each problem
+// printed on its own line).
+const (
+	exitOK           = 0
+	exitError        = 1
+	exitUsage        = 2
+	exitInvalidTerms = 3
+)
+
+// usageError is a command line that cannot run; printed says the flag
+// package has printed it already.
+type usageError struct {
+	err     error
+	printed bool
+}
+
+func (e usageError) Error() string { return e.err.Error() }
+func (e usageError) Unwrap() error { return e.err }
+
 func main() {
-	if err := run(context.Background(), os.Args[1:], os.Stdout, os.Stderr); err != nil {
-		if !errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintln(os.Stderr, "ami-resolve:", err)
+	os.Exit(exitCode(run(context.Background(), os.Args[1:], os.Stdout, os.Stderr), os.Stderr))
+}
+
+// exitCode prints err once and maps it to the exit code.
+func exitCode(err error, stderr io.Writer) int {
+	var ue usageError
+	var it *invalidTermsError
+	switch {
+	case err == nil || errors.Is(err, flag.ErrHelp):
+		return exitOK
+	case errors.As(err, &ue):
+		if !ue.printed {
+			fmt.Fprintln(stderr, "ami-resolve:", err)
 		}
-		os.Exit(1)
+		return exitUsage
+	case errors.As(err, &it):
+		fmt.Fprintln(stderr, "ami-resolve:", err)
+		return exitInvalidTerms
 	}
+	fmt.Fprintln(stderr, "ami-resolve:", err)
+	return exitError
 }
 
 type options struct {
@@ -65,21 +100,28 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.record, "record", "", "write the resolution record (JSON) to this file")
 	fs.StringVar(&o.previous, "previous", "", "earlier resolution record (JSON): print what would change")
 	if err := fs.Parse(args); err != nil {
-		return o, err
+		if errors.Is(err, flag.ErrHelp) {
+			return o, err
+		}
+		return o, usageError{err: err, printed: true}
 	}
 	if fs.NArg() != 2 {
-		fs.Usage()
-		return o, fmt.Errorf("want 2 arguments (TERMS.yaml CATALOG.json), got %d", fs.NArg())
+		return o, usageError{err: fmt.Errorf("want 2 arguments (TERMS.yaml CATALOG.json), got %d; -h for usage", fs.NArg())}
 	}
 	o.termsFile, o.catalogFile = fs.Arg(0), fs.Arg(1)
 	var err error
 	if o.minAge, err = parseAge(minAge); err != nil {
-		return o, fmt.Errorf("-min-age: %w", err)
+		return o, usageError{err: fmt.Errorf("-min-age: %w", err)}
+	}
+	if o.kubernetesVersion != "" {
+		if _, _, err := amiselect.ParseKubernetesVersion(o.kubernetesVersion); err != nil {
+			return o, usageError{err: fmt.Errorf("-kubernetes-version: %w", err)}
+		}
 	}
 	o.now = time.Now().UTC()
 	if now != "" {
 		if o.now, err = time.Parse(time.RFC3339, now); err != nil {
-			return o, fmt.Errorf("-now: %w", err)
+			return o, usageError{err: fmt.Errorf("-now: %w", err)}
 		}
 	}
 	return o, nil
@@ -125,7 +167,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return &invalidTermsError{file: o.termsFile, count: n, err: err}
 	}
 	if o.kubernetesVersion == "" && slices.ContainsFunc(terms, func(t amiselect.Term) bool { return t.Alias != "" }) {
-		return fmt.Errorf("%s: an alias resolves per Kubernetes version: pass -kubernetes-version", o.termsFile)
+		return usageError{err: fmt.Errorf("%s: an alias resolves per Kubernetes version: pass -kubernetes-version", o.termsFile)}
 	}
 	if o.pin != "" {
 		pinned, err := readRecord(o.pin)

@@ -31,13 +31,49 @@ import (
 	"github.com/upgradekit/upgradekit/drift"
 )
 
+// Exit codes, as in every example (examples/README.md): 0 nothing
+// drifted (or -h), 1 an error, 2 a usage error, 3 objects drifted (or, with
+// -proposed, would drift).
+const (
+	exitOK      = 0
+	exitError   = 1
+	exitUsage   = 2
+	exitDrifted = 3
+)
+
+// usageError is a command line that cannot run; printed says the flag
+// package has printed it already.
+type usageError struct {
+	err     error
+	printed bool
+}
+
+func (e usageError) Error() string { return e.err.Error() }
+func (e usageError) Unwrap() error { return e.err }
+
+// errDrifted is run's answer when objects drifted: a finding, not a failure.
+var errDrifted = errors.New("objects drifted")
+
 func main() {
-	if err := run(context.Background(), os.Args[1:], os.Stdout, os.Stderr); err != nil {
-		if !errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintln(os.Stderr, "drift-explain:", err)
+	os.Exit(exitCode(run(context.Background(), os.Args[1:], os.Stdout, os.Stderr), os.Stderr))
+}
+
+// exitCode prints err once and maps it to the exit code.
+func exitCode(err error, stderr io.Writer) int {
+	var ue usageError
+	switch {
+	case err == nil || errors.Is(err, flag.ErrHelp):
+		return exitOK
+	case errors.Is(err, errDrifted):
+		return exitDrifted
+	case errors.As(err, &ue):
+		if !ue.printed {
+			fmt.Fprintln(stderr, "drift-explain:", err)
 		}
-		os.Exit(1)
+		return exitUsage
 	}
+	fmt.Fprintln(stderr, "drift-explain:", err)
+	return exitError
 }
 
 type options struct {
@@ -60,14 +96,16 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.BoolVar(&o.stamp, "stamp", false, "write the objects back to stdout as YAML, stamped with TEMPLATE.yaml")
 	fs.StringVar(&o.proposed, "proposed", "", "proposed template (YAML): print what would drift if it were applied")
 	if err := fs.Parse(args); err != nil {
-		return o, err
+		if errors.Is(err, flag.ErrHelp) {
+			return o, err
+		}
+		return o, usageError{err: err, printed: true}
 	}
 	if fs.NArg() != 2 {
-		fs.Usage()
-		return o, fmt.Errorf("want 2 arguments (TEMPLATE.yaml OBJECTS.yaml), got %d", fs.NArg())
+		return o, usageError{err: fmt.Errorf("want 2 arguments (TEMPLATE.yaml OBJECTS.yaml), got %d; -h for usage", fs.NArg())}
 	}
 	if o.stamp && o.proposed != "" {
-		return o, errors.New("-stamp and -proposed cannot be combined")
+		return o, usageError{err: errors.New("-stamp and -proposed cannot be combined")}
 	}
 	o.templateFile, o.objectsFile = fs.Arg(0), fs.Arg(1)
 	return o, nil
@@ -88,11 +126,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	hasher, err := drift.NewHasher(o.hashVersion, drift.IgnorePaths("spec.requirements"))
 	if err != nil {
-		return fmt.Errorf("-hash-version: %w", err)
+		return usageError{err: fmt.Errorf("-hash-version: %w", err)}
 	}
 	stamper, err := drift.NewStamper(o.prefix, hasher)
 	if err != nil {
-		return fmt.Errorf("-prefix: %w", err)
+		return usageError{err: fmt.Errorf("-prefix: %w", err)}
 	}
 	desired, err := readPool(o.templateFile, o.path)
 	if err != nil {
@@ -140,6 +178,9 @@ func explain(ctx context.Context, w io.Writer, s *drift.Stamper, desired pool, o
 	}
 	tw.Flush()
 	fmt.Fprintf(w, "\n%d of %d objects drifted\n", report.Drifted, report.Total)
+	if report.Drifted > 0 {
+		return errDrifted
+	}
 	return nil
 }
 
@@ -165,6 +206,9 @@ func whatIf(ctx context.Context, w io.Writer, s *drift.Stamper, current, propose
 	}
 	tw.Flush()
 	fmt.Fprintf(w, "\n%d of %d objects would drift\n", report.Drifted, report.Total)
+	if report.Drifted > 0 {
+		return errDrifted
+	}
 	return nil
 }
 

@@ -92,7 +92,7 @@ func table(t *testing.T, out string) map[string][]row {
 
 func TestExplain(t *testing.T) {
 	out, stderr, err := runCmd(t, "testdata/nodepool.yaml", "testdata/nodes.yaml")
-	require.NoError(t, err, stderr)
+	require.ErrorIs(t, err, errDrifted, stderr)
 	want := map[string][]row{
 		"Node/node-current":     {{"Current", "current", "-", "-"}},
 		"Node/node-drifted":     {{"Drifted", "drifted", "NodePoolDrifted", "metadata.labels (Modified)"}},
@@ -104,7 +104,7 @@ func TestExplain(t *testing.T) {
 
 func TestWhatIfProposed(t *testing.T) {
 	out, stderr, err := runCmd(t, "-proposed", "testdata/proposed.yaml", "testdata/nodepool.yaml", "testdata/nodes.yaml")
-	require.NoError(t, err, stderr)
+	require.ErrorIs(t, err, errDrifted, stderr)
 	want := map[string][]row{
 		"Node/node-current": {{"Current", "would drift", "NodePoolDrifted", "spec.expireAfter (Modified)"}},
 		"Node/node-drifted": {
@@ -119,7 +119,7 @@ func TestWhatIfProposed(t *testing.T) {
 
 func TestWhatIfUnchangedTemplate(t *testing.T) {
 	out, stderr, err := runCmd(t, "-proposed", "testdata/nodepool.yaml", "testdata/nodepool.yaml", "testdata/nodes.yaml")
-	require.NoError(t, err, stderr)
+	require.ErrorIs(t, err, errDrifted, stderr)
 	got := table(t, out)
 	require.Equal(t, "would not drift", got["Node/node-current"][0].Verdict, out)
 	require.Equal(t, "would drift", got["Node/node-drifted"][0].Verdict, out)
@@ -147,12 +147,12 @@ func TestObjectFormats(t *testing.T) {
 	}
 	dir := t.TempDir()
 	want, _, err := runCmd(t, "testdata/nodepool.yaml", "testdata/nodes.yaml")
-	require.NoError(t, err)
+	require.ErrorIs(t, err, errDrifted, "node-drifted is drifted: a finding, exit 3")
 	for name, content := range map[string]string{"list.yaml": list.String(), "kindlist.yaml": kindList.String()} {
 		p := filepath.Join(dir, name)
 		require.NoError(t, os.WriteFile(p, []byte(content), 0o644))
 		got, stderr, err := runCmd(t, "testdata/nodepool.yaml", p)
-		require.NoError(t, err, "%s\n%s\n%s", name, content, stderr)
+		require.ErrorIs(t, err, errDrifted, "%s\n%s\n%s", name, content, stderr)
 		require.Equal(t, want, got, name)
 	}
 }
@@ -249,7 +249,7 @@ spec:
 	require.NoError(t, os.WriteFile(stampedFile, []byte(stamped), 0o644))
 
 	out, stderr, err := runCmd(t, "-proposed", md("v1.32.1"), md("v1.31.4"), stampedFile)
-	require.NoError(t, err, stderr)
+	require.ErrorIs(t, err, errDrifted, stderr)
 	want := map[string][]row{
 		"Machine/md-0-a": {{"Current", "would drift", "NodePoolDrifted", "spec.version (Modified)"}},
 		"Machine/md-0-b": {{"Current", "would drift", "NodePoolDrifted", "spec.version (Modified)"}},

@@ -44,13 +44,14 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/events"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	runtimecatalog "sigs.k8s.io/cluster-api/api/runtime/catalog"
 	runtimehooksv1 "sigs.k8s.io/cluster-api/api/runtime/hooks/v1alpha1"
 	"sigs.k8s.io/cluster-api/exp/runtime/server"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/client/config"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -91,7 +92,51 @@ var skippableSteps = []string{kubeadm.StepContainerd, kubeadm.StepCNIPlugins, ku
 // errInvalidFlag is wrapped by every flag validation error.
 var errInvalidFlag = errors.New("invalid flag")
 
+// printedUsageError is a flag the flag package refused and printed.
+type printedUsageError struct{ err error }
+
+func (e printedUsageError) Error() string { return e.err.Error() }
+func (e printedUsageError) Unwrap() error { return errInvalidFlag }
+
+// Exit codes, as in every example (examples/README.md): 0 stopped cleanly
+// (or -h), 1 an error, 2 a usage error.
+const (
+	exitOK    = 0
+	exitError = 1
+	exitUsage = 2
+)
+
+// exitCode prints err once and maps it to the exit code.
+func exitCode(err error, stderr io.Writer) int {
+	var printed printedUsageError
+	switch {
+	case err == nil || errors.Is(err, flag.ErrHelp):
+		return exitOK
+	case errors.As(err, &printed):
+		return exitUsage
+	case errors.Is(err, errInvalidFlag):
+		fmt.Fprintln(stderr, "inplace-extension:", err)
+		return exitUsage
+	}
+	fmt.Fprintln(stderr, "inplace-extension:", err)
+	return exitError
+}
+
+// restConfig is the management cluster's config: -kubeconfig, else
+// $KUBECONFIG or ~/.kube/config, else the in-cluster config, through
+// client-go's loading rules (no log lines, no stack traces).
+func restConfig(kubeconfig string) (*rest.Config, error) {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = kubeconfig
+	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
+	if err != nil {
+		return nil, fmt.Errorf("management cluster config (-kubeconfig, $KUBECONFIG, ~/.kube/config or in-cluster): %w", err)
+	}
+	return cfg, nil
+}
+
 type options struct {
+	kubeconfig                            string
 	host, certDir, namePrefix, categories string
 	port                                  int
 	retryAfter                            int
@@ -117,6 +162,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	var o options
 	fs := flag.NewFlagSet("inplace-extension", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig of the management cluster (default: $KUBECONFIG, ~/.kube/config, then the in-cluster config)")
 	fs.StringVar(&o.host, "host", "", "address to listen on (default: all)")
 	fs.IntVar(&o.port, "port", 9443, "port to serve the hooks on")
 	fs.StringVar(&o.certDir, "cert-dir", "/tmp/k8s-webhook-server/serving-certs", "directory with tls.crt and tls.key")
@@ -138,7 +184,10 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.DurationVar(&o.drainTimeout, "drain-timeout", capi.DefaultDrainTimeout, "how long a drain may stay unfinished before UpdateMachine answers Failure naming the blocking PDBs (0: no deadline)")
 	fs.StringVar(&o.metricsAddr, "metrics-bind-address", ":8080", `address of the Prometheus /metrics endpoint (plain HTTP); "0" disables it`)
 	if err := fs.Parse(args); err != nil {
-		return o, err
+		if errors.Is(err, flag.ErrHelp) {
+			return o, err
+		}
+		return o, printedUsageError{err}
 	}
 	if fs.NArg() > 0 {
 		return o, fmt.Errorf("%w: unexpected arguments %q", errInvalidFlag, fs.Args())
@@ -174,7 +223,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 // accepted (strategy.KubeadmCategories): accepting anything else would let
 // Cluster API mark a machine up to date that the node never got. With
 // -no-update-machine another extension applies the changes, so any
-// category name goes.
+// built-in category goes; an unknown name is refused either way.
 func (o *options) parseCategories() error {
 	o.cats = nil
 	for _, c := range strings.Split(o.categories, ",") {
@@ -184,6 +233,18 @@ func (o *options) parseCategories() error {
 	}
 	if len(o.cats) == 0 {
 		return fmt.Errorf("%w: -in-place %q: name at least one diff category", errInvalidFlag, o.categories)
+	}
+	// A misspelt category would decline every change and have Cluster API
+	// replace every machine; refuse it, with or without UpdateMachine.
+	builtin := diff.BuiltinCategories()
+	for _, c := range o.cats {
+		if !slices.Contains(builtin, c) {
+			names := make([]string, len(builtin))
+			for i, b := range builtin {
+				names[i] = string(b)
+			}
+			return fmt.Errorf("%w: -in-place: unknown category %q (categories: %s)", errInvalidFlag, c, strings.Join(names, ", "))
+		}
 	}
 	if o.noUpdate {
 		return nil
@@ -506,9 +567,9 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	d := deps{scheme: scheme}
 	if !o.noUpdate {
-		cfg, err := config.GetConfig()
+		cfg, err := restConfig(o.kubeconfig)
 		if err != nil {
-			return fmt.Errorf("management cluster config: %w", err)
+			return err
 		}
 		c, err := client.New(cfg, client.Options{Scheme: scheme})
 		if err != nil {
@@ -534,8 +595,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, os.Args[1:], os.Stderr); err != nil && !errors.Is(err, flag.ErrHelp) {
-		fmt.Fprintln(os.Stderr, "inplace-extension:", err)
-		os.Exit(1)
-	}
+	code := exitCode(run(ctx, os.Args[1:], os.Stderr), os.Stderr)
+	stop()
+	os.Exit(code)
 }

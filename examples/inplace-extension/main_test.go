@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -73,6 +74,13 @@ func TestFlags(t *testing.T) {
 	o, err = parseFlags([]string{"-no-update-machine", "-in-place", "KubernetesVersion,Files"}, &out)
 	require.NoError(t, err, "deciding only: another extension applies the changes")
 	require.Equal(t, []diff.Category{diff.CategoryKubernetesVersion, diff.CategoryFiles}, o.cats)
+	// A misspelt category would decline everything (every machine
+	// replaced): refused, with the valid names, in either mode.
+	for _, args := range [][]string{{"-no-update-machine"}, {"-upgrader-image", "img:v1"}} {
+		_, err = parseFlags(append(args, "-in-place", "KubernetesVerison"), &out)
+		require.ErrorIs(t, err, errInvalidFlag, args)
+		require.ErrorContains(t, err, `unknown category "KubernetesVerison" (categories: `)
+	}
 	// One bundle per version.
 	o, err = parseFlags([]string{"-upgrader-images", "v1.31.1=r/u:v1.31.1, v1.32.0=r/u:v1.32.0"}, &out)
 	require.NoError(t, err)
@@ -90,9 +98,18 @@ func TestFlags(t *testing.T) {
 		require.ErrorIs(t, err, errInvalidFlag, tc.args)
 		require.ErrorContains(t, err, tc.want)
 	}
+	out.Reset()
 	_, err = parseFlags([]string{"-bogus"}, &out)
-	require.Error(t, err)
-	require.Contains(t, out.String(), "flag provided but not defined")
+	require.ErrorIs(t, err, errInvalidFlag)
+	require.Equal(t, 1, strings.Count(out.String(), "flag provided but not defined"))
+	var stderr bytes.Buffer
+	require.Equal(t, exitUsage, exitCode(err, &stderr))
+	require.Empty(t, stderr.String(), "printed once, by the flag package")
+	o, err = parseFlags([]string{"-no-update-machine", "-kubeconfig", "/etc/mgmt.conf"}, &out)
+	require.NoError(t, err)
+	require.Equal(t, "/etc/mgmt.conf", o.kubeconfig)
+	_, err = restConfig(filepath.Join(t.TempDir(), "missing.conf"))
+	require.ErrorContains(t, err, "management cluster config")
 }
 
 // TestUpgraderFlags: the upgrader pod flags, what they turn into, and

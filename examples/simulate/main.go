@@ -23,21 +23,33 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/upgradekit/upgradekit/fake"
+	"github.com/upgradekit/upgradekit/nodeexec/kubeadm"
 	"github.com/upgradekit/upgradekit/strategy"
 	"github.com/upgradekit/upgradekit/strategy/capi"
 )
 
-// Exit codes.
+// Exit codes, as in every example (examples/README.md): 0 every machine
+// done (or -h), 1 an error (a broken invariant among them), 2 a usage
+// error, 3 machines failed, 4 machines blocked or held back (none failed).
 const (
 	exitOK      = 0
 	exitFailure = 1
 	exitUsage   = 2
+	exitFailed  = 3
+	exitBlocked = 4
+)
+
+// Findings run returns: the rollout ran, and its summary says what.
+var (
+	errMachinesFailed  = errors.New("machines failed")
+	errMachinesBlocked = errors.New("machines blocked or held back")
 )
 
 // Updaters (-updater).
@@ -65,6 +77,7 @@ type options struct {
 	faults        []fault
 	crashes       []fault
 	seed          uint64
+	flaky         float64
 	timeline      string
 	bar           bool
 	updater       string
@@ -104,7 +117,8 @@ func parseArgs(args []string, stderr io.Writer) (o options, printed bool, err er
 	fs.StringVar(&faults, "fail", "", "inject step failures: node/step=times,... (e.g. demo-md-0-1/kubeadm-upgrade=1)")
 	var crashes string
 	fs.StringVar(&crashes, "crash", "", "crash the node's upgrader during a step (a new one resumes from the journal): node/step,... (e.g. demo-md-0-0/kubelet)")
-	fs.Uint64Var(&o.seed, "seed", 1, "seed for injected faults")
+	fs.Uint64Var(&o.seed, "seed", 1, "seed for -flaky's random failures (the same seed, the same failures)")
+	fs.Float64Var(&o.flaky, "flaky", 0, "make every step fail with this probability (0 to 1), drawn from -seed")
 	fs.StringVar(&o.timeline, "timeline", "", "write an HTML/SVG timeline of the rollout to this file")
 	fs.BoolVar(&o.bar, "progress-bar", isTerminal(os.Stdout), "draw a progress bar (default: when stdout is a terminal)")
 	fs.StringVar(&o.updater, "updater", updaterSimulator, "what updates in-place machines: simulator (the simulator runs the kubeadm plans), capi (a real capi.MachineUpdater called as Cluster API calls the UpdateMachine hook, the simulated kubelets running its upgrader pods)")
@@ -116,6 +130,9 @@ func parseArgs(args []string, stderr io.Writer) (o options, printed bool, err er
 	}
 	if fs.NArg() > 0 {
 		return o, false, fmt.Errorf("unexpected arguments: %v", fs.Args())
+	}
+	if o.flaky < 0 || o.flaky > 1 {
+		return o, false, fmt.Errorf("-flaky: %v is not a probability from 0 to 1", o.flaky)
 	}
 	if o.controlPlanes < 1 {
 		return o, false, errors.New("-control-planes must be at least 1")
@@ -129,6 +146,15 @@ func parseArgs(args []string, stderr io.Writer) (o options, printed bool, err er
 		o.workers = append(o.workers, pool{name, r})
 	}
 	o.newImage = splitList(newImage)
+	explicit := false
+	fs.Visit(func(f *flag.Flag) { explicit = explicit || f.Name == "new-image" })
+	if !explicit {
+		// The default names md-1 of the default -workers: keep it only
+		// where there is such a deployment.
+		o.newImage = slices.DeleteFunc(o.newImage, func(n string) bool {
+			return !slices.ContainsFunc(o.workers, func(p pool) bool { return p.name == n })
+		})
+	}
 	for _, f := range splitList(faults) {
 		target, n, ok := strings.Cut(f, "=")
 		node, step, ok2 := strings.Cut(target, "/")
@@ -209,7 +235,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return usageError{err: err}
 	}
-	faults := fake.NewFaults(o.seed)
+	if err := checkNames(o, cl); err != nil {
+		return usageError{err: err}
+	}
+	faults := fake.NewFaults(o.seed).FlakySteps(o.flaky)
 	for _, f := range o.faults {
 		faults.FailStep(f.node, f.step, f.times)
 	}
@@ -278,7 +307,82 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(res.Violations) > 0 {
 		return fmt.Errorf("%d invariant violations", len(res.Violations))
 	}
+	switch {
+	case len(res.Failed) > 0:
+		return errMachinesFailed
+	case len(res.Held) > 0 || blocked(res.Plan) > 0:
+		return errMachinesBlocked
+	}
 	return nil
+}
+
+// blocked counts the machines the plan could not update or replace.
+func blocked(p *strategy.Plan) int {
+	n := 0
+	for _, m := range p.Machines {
+		if m.Method == strategy.MethodBlocked {
+			n++
+		}
+	}
+	return n
+}
+
+// checkNames refuses -fail, -crash and -new-image entries that name no
+// node, step or machine deployment of the cluster: silently ignored, they
+// would make a run look fault-free.
+func checkNames(o options, cl *fake.Cluster) error {
+	nodes := map[string]bool{}
+	for _, n := range cl.Nodes() {
+		nodes[n.Name] = true
+	}
+	steps, err := stepNames(o)
+	if err != nil {
+		return err
+	}
+	for flagName, list := range map[string][]fault{"-fail": o.faults, "-crash": o.crashes} {
+		for _, f := range list {
+			if !nodes[f.node] {
+				return fmt.Errorf("%s: no node %q (nodes: %s)", flagName, f.node, strings.Join(sortedKeys(nodes), ", "))
+			}
+			if !steps[f.step] {
+				return fmt.Errorf("%s: no step %q (steps: %s)", flagName, f.step, strings.Join(sortedKeys(steps), ", "))
+			}
+		}
+	}
+	pools := map[string]bool{}
+	for _, w := range o.workers {
+		pools[w.name] = true
+	}
+	for _, name := range o.newImage {
+		if !pools[name] {
+			return fmt.Errorf("-new-image: no machine deployment %q (machine deployments: %s)", name, strings.Join(sortedKeys(pools), ", "))
+		}
+	}
+	return nil
+}
+
+// stepNames are the steps the kubeadm plans of this rollout run.
+func stepNames(o options) (map[string]bool, error) {
+	out := map[string]bool{}
+	for _, role := range []kubeadm.Role{kubeadm.RoleFirstControlPlane, kubeadm.RoleControlPlane, kubeadm.RoleWorker} {
+		p, err := kubeadm.NewPlan(kubeadm.Config{Node: "n", Role: role, FromVersion: o.from, ToVersion: o.to})
+		if err != nil {
+			return nil, fmt.Errorf("-from %s -to %s: %w", o.from, o.to, err)
+		}
+		for _, s := range p.Steps {
+			out[s.Name] = true
+		}
+	}
+	return out, nil
+}
+
+func sortedKeys(m map[string]bool) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
 }
 
 // progress prints live progress: a bar on a terminal, plain lines otherwise.
@@ -354,7 +458,13 @@ func summarize(w io.Writer, res *fake.Result) {
 	if len(res.LeftCordoned) > 0 {
 		fmt.Fprintf(w, "Left cordoned for a person (failed without a rollback): %s\n", strings.Join(res.LeftCordoned, ", "))
 	}
-	if len(res.Violations) == 0 {
+	if n := blocked(res.Plan); n > 0 {
+		fmt.Fprintf(w, "Blocked: %d machines could be neither updated nor replaced (see the preview's reasons)\n", n)
+	}
+	switch {
+	case len(res.Violations) == 0 && len(res.Plan.Batches) == 0:
+		fmt.Fprintln(w, "Nothing was updated or replaced, so no invariant was put to the test.")
+	case len(res.Violations) == 0:
 		fmt.Fprintln(w, "Invariants held: control plane first and one at a time; no group over maxSurge+maxUnavailable at once;")
 		fmt.Fprintln(w, "no kubelet newer than the control plane; no completed step run twice; no node left cordoned; every updated machine converged.")
 	}
@@ -370,10 +480,16 @@ func main() {
 }
 
 // exitCode prints err (the flag package has printed its own) and maps it
-// to the exit code: 0 for none and for -h, 2 for a usage error, else 1.
+// to the exit code (see the constants). Findings (failed, blocked) are
+// in the summary already; they are not printed again.
 func exitCode(err error, stderr io.Writer) int {
-	if err == nil || errors.Is(err, flag.ErrHelp) {
+	switch {
+	case err == nil || errors.Is(err, flag.ErrHelp):
 		return exitOK
+	case errors.Is(err, errMachinesFailed):
+		return exitFailed
+	case errors.Is(err, errMachinesBlocked):
+		return exitBlocked
 	}
 	var ue usageError
 	if errors.As(err, &ue) {

@@ -74,7 +74,7 @@ func TestDemoWithAFailure(t *testing.T) {
 	var out bytes.Buffer
 	err := run(context.Background(), []string{"-progress-bar=false", "-control-planes", "1", "-workers", "md-0=2", "-new-image", "",
 		"-fail", "demo-md-0-1/kubeadm-upgrade=50", "-timeline", timeline}, &out, &bytes.Buffer{})
-	require.NoError(t, err, out.String())
+	require.ErrorIs(t, err, errMachinesFailed, out.String())
 	require.Contains(t, out.String(), "failed: demo-md-0-1")
 	checkTimeline(t, timeline, []string{"demo-control-plane-0", "demo-md-0-0", "demo-md-0-1"}, true)
 }
@@ -96,7 +96,7 @@ func TestDemoHoldsBackAfterAFailureLeftCordoned(t *testing.T) {
 	var out bytes.Buffer
 	err := run(context.Background(), []string{"-progress-bar=false", "-control-planes", "1", "-workers", "md-0=3", "-new-image", "",
 		"-fail", "demo-md-0-0/kubectl-binary=50"}, &out, &bytes.Buffer{})
-	require.NoError(t, err, out.String())
+	require.ErrorIs(t, err, errMachinesFailed, out.String())
 	s := out.String()
 	require.Contains(t, s, "Left cordoned for a person (failed without a rollback): demo-md-0-0")
 	require.Contains(t, s, "Held back: demo-md-0-1 (1 machines of the group are left cordoned after failures; the limit is 1)")
@@ -114,6 +114,10 @@ func TestBadFlags(t *testing.T) {
 		{"-workers", "md-0"}, {"-workers", "md-0=0"}, {"-fail", "node-step=1"}, {"-strategy", "yolo"},
 		{"-control-planes", "0"}, {"-to", "latest"}, {"-from", "latest"}, {"extra"}, {"-crash", "node-step"},
 		{"-updater", "kubeadm"}, {"-updater"}, {"-no-such-flag"},
+		// Names a flag refers to must exist: ignored, they would make a
+		// run look fault-free.
+		{"-fail", "nosuch/kubelet=1"}, {"-fail", "demo-md-0-0/nosuchstep=1"}, {"-crash", "x/kubelet"},
+		{"-crash", "demo-md-0-0/nosuchstep"}, {"-new-image", "nosuch"}, {"-flaky", "1.5"},
 	} {
 		var stderr bytes.Buffer
 		err := run(context.Background(), args, &bytes.Buffer{}, &stderr)
@@ -121,6 +125,52 @@ func TestBadFlags(t *testing.T) {
 		require.Equal(t, exitUsage, exitCode(err, &stderr), "%v: a usage error exits 2", args)
 		require.Equal(t, 1, strings.Count(stderr.String(), err.Error()), "%v: the error is printed once: %s", args, stderr.String())
 	}
+}
+
+// TestFindingsHaveTheirOwnExitCodes: failed machines exit 3, blocked
+// ones 4, and a run that updated nothing does not claim that the
+// invariants held.
+func TestFindingsHaveTheirOwnExitCodes(t *testing.T) {
+	var out bytes.Buffer
+	err := run(context.Background(), []string{"-progress-bar=false", "-control-planes", "1", "-workers", "md-0=1", "-new-image", "",
+		"-fail", "demo-md-0-0/kubelet=50"}, &out, &bytes.Buffer{})
+	require.Equal(t, exitFailed, exitCode(err, &bytes.Buffer{}), out.String())
+
+	// inplace-only cannot replace the machines whose image changes: they
+	// are blocked.
+	out.Reset()
+	err = run(context.Background(), []string{"-progress-bar=false", "-control-planes", "1", "-workers", "md-0=2",
+		"-new-image", "md-0", "-strategy", "inplace-only"}, &out, &bytes.Buffer{})
+	require.Equal(t, exitBlocked, exitCode(err, &bytes.Buffer{}), out.String())
+	require.Contains(t, out.String(), "Blocked: 2 machines")
+
+	// Nothing to do: exit 0, and no claim about invariants.
+	out.Reset()
+	err = run(context.Background(), []string{"-progress-bar=false", "-control-planes", "1", "-workers", "md-0=2",
+		"-from", "v1.31.2", "-to", "v1.31.2"}, &out, &bytes.Buffer{})
+	require.Equal(t, exitOK, exitCode(err, &bytes.Buffer{}), out.String())
+	require.NotContains(t, out.String(), "Invariants held")
+	require.Contains(t, out.String(), "Nothing was updated or replaced")
+}
+
+// TestSeedDrivesFlakyFailures: -flaky draws from -seed; the same seed gives
+// the same run, another seed another.
+func TestSeedDrivesFlakyFailures(t *testing.T) {
+	summary := func(seed string) string {
+		var out bytes.Buffer
+		_ = run(context.Background(), []string{"-progress-bar=false", "-control-planes", "1", "-workers", "md-0=4", "-new-image", "",
+			"-flaky", "0.2", "-seed", seed}, &out, &bytes.Buffer{})
+		i := strings.Index(out.String(), "Summary:")
+		require.GreaterOrEqual(t, i, 0, out.String())
+		return out.String()[i:]
+	}
+	a := summary("1")
+	require.Equal(t, a, summary("1"))
+	differs := false
+	for _, seed := range []string{"2", "3", "4", "5"} {
+		differs = differs || summary(seed) != a
+	}
+	require.True(t, differs, "another seed, other failures")
 }
 
 func TestHelpExitsZero(t *testing.T) {
@@ -159,7 +209,7 @@ func TestUpdaterCAPIWithAFailedStep(t *testing.T) {
 	var out bytes.Buffer
 	err := run(context.Background(), []string{"-progress-bar=false", "-updater", "capi", "-control-planes", "1", "-workers", "md-0=2", "-new-image", "",
 		"-fail", "demo-control-plane-0/kubelet=50", "-timeline", timeline}, &out, &bytes.Buffer{})
-	require.NoError(t, err, out.String())
+	require.ErrorIs(t, err, errMachinesFailed, out.String())
 	s := out.String()
 	require.Contains(t, s, "demo-control-plane-0     InPlace UpdateMachine/Failed   Failed")
 	require.Contains(t, s, "failed: demo-control-plane-0")

@@ -1,0 +1,107 @@
+package cliconvention
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestEveryExampleFollowsTheConvention builds each example and runs it as
+// a user would, asserting exit codes and what is printed.
+func TestEveryExampleFollowsTheConvention(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds every example binary")
+	}
+	bin := t.TempDir()
+	root, err := filepath.Abs(filepath.Join("..", ".."))
+	require.NoError(t, err)
+	names := []string{"ami-resolve", "drift-explain", "inplace-extension", "simulate", "upgrader"}
+	build := exec.CommandContext(t.Context(), "go", append([]string{"build", "-o", bin + "/"}, prefixed("./examples/", names)...)...)
+	build.Dir = root
+	out, err := build.CombinedOutput()
+	require.NoError(t, err, string(out))
+	ami := filepath.Join(root, "examples", "ami-resolve", "testdata")
+	de := filepath.Join(root, "examples", "drift-explain", "testdata")
+
+	for _, tc := range []struct {
+		name     string
+		args     []string
+		env      []string
+		exit     int
+		printed  string // in stdout or stderr
+		once     string // printed exactly once
+		notShown string
+	}{
+		// -h exits 0 everywhere.
+		{"ami-resolve", []string{"-h"}, nil, 0, "usage: ami-resolve", "", ""},
+		{"drift-explain", []string{"-h"}, nil, 0, "usage: drift-explain", "", ""},
+		{"inplace-extension", []string{"-h"}, nil, 0, "-kubeconfig", "", ""},
+		{"simulate", []string{"-h"}, nil, 0, "-flaky", "", ""},
+		{"upgrader", []string{"-h"}, nil, 0, "usage", "", ""},
+
+		// An unknown flag: exit 2, said once.
+		{"ami-resolve", []string{"-no-such-flag"}, nil, 2, "", "flag provided but not defined", ""},
+		{"drift-explain", []string{"-no-such-flag"}, nil, 2, "", "flag provided but not defined", ""},
+		{"inplace-extension", []string{"-no-such-flag"}, nil, 2, "", "flag provided but not defined", ""},
+		{"simulate", []string{"-no-such-flag"}, nil, 2, "", "flag provided but not defined", ""},
+		{"upgrader", []string{"run", "-no-such-flag"}, nil, 2, "", "flag provided but not defined", ""},
+
+		// Other usage errors: exit 2; names a flag refers to are checked.
+		{"ami-resolve", []string{"only-one-arg"}, nil, 2, "want 2 arguments", "", ""},
+		{"ami-resolve", []string{"-kubernetes-version", "latest", ami + "/terms.yaml", ami + "/catalog.json"}, nil, 2, "-kubernetes-version", "", ""},
+		{"drift-explain", []string{"-stamp", "-proposed", "x", "a", "b"}, nil, 2, "cannot be combined", "", ""},
+		{"inplace-extension", []string{"-no-update-machine", "-in-place", "KubernetesVerison"}, nil, 2, `unknown category "KubernetesVerison"`, "", ""},
+		{"simulate", []string{"-fail", "nosuch/kubelet=1"}, nil, 2, `no node "nosuch"`, "", ""},
+		{"simulate", []string{"-crash", "demo-md-0-0/nosuchstep"}, nil, 2, `no step "nosuchstep"`, "", ""},
+		{"simulate", []string{"-new-image", "nosuch"}, nil, 2, `no machine deployment "nosuch"`, "", ""},
+		{"upgrader", []string{"nosuchcommand"}, nil, 2, "unknown command", "", ""},
+
+		// Findings have their own codes; errors are 1.
+		{"ami-resolve", []string{ami + "/invalid.yaml", ami + "/catalog.json"}, nil, 3, "invalid: amiSelectorTerms", "", ""},
+		{"ami-resolve", []string{"-kubernetes-version", "1.31", ami + "/terms.yaml", filepath.Join(t.TempDir(), "missing.json")}, nil, 1, "no such file", "", ""},
+		{"drift-explain", []string{de + "/nodepool.yaml", de + "/nodes.yaml"}, nil, 3, "1 of 3 objects drifted", "", ""},
+		{"simulate", []string{"-progress-bar=false", "-control-planes", "1", "-workers", "md-0=1", "-new-image", "", "-fail", "demo-md-0-0/kubelet=9"}, nil, 3, "failed: demo-md-0-0", "", ""},
+		{"simulate", []string{"-progress-bar=false", "-control-planes", "1", "-workers", "md-0=1", "-new-image", "md-0", "-strategy", "inplace-only"}, nil, 4, "Blocked: 1 machines", "", ""},
+		{"simulate", []string{"-progress-bar=false", "-control-planes", "1", "-workers", "md-0=1", "-new-image", ""}, nil, 0, "Invariants held", "", ""},
+		// No cluster to talk to: one line, no stack trace.
+		{"inplace-extension", []string{"-upgrader-image", "x"}, []string{"KUBECONFIG=", "HOME=" + t.TempDir()}, 1, "management cluster config", "", "stacktrace"},
+	} {
+		t.Run(tc.name+" "+strings.Join(tc.args, " "), func(t *testing.T) {
+			cmd := exec.CommandContext(t.Context(), filepath.Join(bin, tc.name), tc.args...)
+			cmd.Env = append(os.Environ(), tc.env...)
+			var stdout, stderr bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &stdout, &stderr
+			err := cmd.Run()
+			code := 0
+			var ee *exec.ExitError
+			if errors.As(err, &ee) {
+				code = ee.ExitCode()
+			} else {
+				require.NoError(t, err)
+			}
+			all := stdout.String() + stderr.String()
+			require.Equal(t, tc.exit, code, all)
+			require.Contains(t, all, tc.printed)
+			if tc.once != "" {
+				require.Equal(t, 1, strings.Count(all, tc.once), "printed once: %s", all)
+			}
+			if tc.notShown != "" {
+				require.NotContains(t, all, tc.notShown)
+			}
+		})
+	}
+}
+
+func prefixed(p string, names []string) []string {
+	out := make([]string, len(names))
+	for i, n := range names {
+		out[i] = p + n
+	}
+	return out
+}
