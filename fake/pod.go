@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	testingclock "k8s.io/utils/clock/testing"
 
+	"github.com/upgradekit/upgradekit/internal/errtext"
 	"github.com/upgradekit/upgradekit/nodeexec"
 	"github.com/upgradekit/upgradekit/nodeexec/nodepod"
 )
@@ -211,7 +212,7 @@ func NewPodRunner(h *Host, pod *corev1.Pod, opts ...PodOption) (*PodRunner, erro
 		return bad("max restarts: %d is negative", p.maxRestarts)
 	}
 	if pod.Spec.NodeName != "" && pod.Spec.NodeName != h.Node() {
-		return bad("spec.nodeName: %q, but the host is %q", pod.Spec.NodeName, h.Node())
+		return bad("spec.nodeName: %s, but the host is %s", errtext.Quote(pod.Spec.NodeName), errtext.Quote(h.Node()))
 	}
 	if len(pod.Spec.Containers) == 0 {
 		return bad("spec.containers: empty")
@@ -226,10 +227,10 @@ func NewPodRunner(h *Host, pod *corev1.Pod, opts ...PodOption) (*PodRunner, erro
 	p.restarts = make([]int32, len(p.containers))
 	for i, c := range p.containers {
 		if len(c.Command) == 0 {
-			return bad("container %q: empty command", c.Name)
+			return bad("container %s: empty command", errtext.Quote(c.Name))
 		}
 		if envValue(c, nodeexec.EnvPlan) != "" && p.journalDir == "" {
-			return bad("container %q runs the journaled runner: WithPodJournalDir is required", c.Name)
+			return bad("container %s runs the journaled runner: WithPodJournalDir is required", errtext.Quote(c.Name))
 		}
 		st := corev1.ContainerStatus{Name: c.Name, Image: c.Image, State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "PodInitializing"}}}
 		if i < p.inits {
