@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr"
 	"github.com/stretchr/testify/require"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/tools/events"
@@ -17,7 +16,7 @@ import (
 
 	"github.com/upgradekit/upgradekit/fake/capitest"
 	"github.com/upgradekit/upgradekit/fake/envtest"
-	"github.com/upgradekit/upgradekit/internal/testcerts"
+	"github.com/upgradekit/upgradekit/fake/testcerts"
 )
 
 // TestClusterAPIDiscoversTheExtension registers the extension the way a
@@ -41,7 +40,7 @@ func TestClusterAPIDiscoversTheExtension(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- serve(ctx, o, deps{mgmt: env.Client, scheme: env.Scheme, recorder: events.NewFakeRecorder(100)}, logr.Discard())
+		done <- serve(ctx, o, deps{mgmt: env.Client, scheme: env.Scheme, recorder: events.NewFakeRecorder(100)})
 	}()
 	t.Cleanup(func() {
 		cancel()

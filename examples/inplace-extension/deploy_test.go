@@ -135,6 +135,6 @@ func TestDeployArgsParse(t *testing.T) {
 	require.Equal(t, "registry.example/upgradekit-upgrader:v1.31.1", o.upgraderImage)
 	require.Equal(t, []string{"/upgrader", "run"}, o.runnerArgv)
 	require.Equal(t, "/staging", o.stageFrom)
-	require.Equal(t, nodepod.ModeInitContainers, o.mode)
-	require.Equal(t, map[string]bool{kubeadm.StepContainerd: true, kubeadm.StepCNIPlugins: true}, o.skip)
+	require.Equal(t, string(nodepod.ModeInitContainers), o.upgraderMode)
+	require.Equal(t, []string{kubeadm.StepContainerd, kubeadm.StepCNIPlugins}, o.skip)
 }

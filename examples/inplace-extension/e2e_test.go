@@ -28,7 +28,7 @@ import (
 
 	"github.com/upgradekit/upgradekit/fake"
 	"github.com/upgradekit/upgradekit/fake/capitest"
-	"github.com/upgradekit/upgradekit/internal/testcerts"
+	"github.com/upgradekit/upgradekit/fake/testcerts"
 	"github.com/upgradekit/upgradekit/nodeexec"
 	"github.com/upgradekit/upgradekit/nodeexec/kubeadm"
 	"github.com/upgradekit/upgradekit/nodeexec/nodepod"
@@ -66,7 +66,7 @@ func e2eExtensionWith(t *testing.T, h *capitest.Harness, dir string, port int, r
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- serve(ctx, o, deps{mgmt: h.Env.Client, scheme: h.Env.Scheme, recorder: rec, metrics: metrics}, logr.Discard())
+		done <- serve(ctx, o, deps{mgmt: h.Env.Client, scheme: h.Env.Scheme, recorder: rec, metrics: metrics})
 	}()
 	stopped := false
 	stop = func() {

@@ -24,6 +24,7 @@ import (
 	"github.com/upgradekit/upgradekit/nodeexec/kubeadm"
 	"github.com/upgradekit/upgradekit/nodeexec/nodepod"
 	"github.com/upgradekit/upgradekit/strategy/capi"
+	"github.com/upgradekit/upgradekit/strategy/capi/extensionserver"
 )
 
 // The handoff between the two reference binaries: UpdateMachine (this
@@ -86,7 +87,7 @@ func TestUpdateMachineCreatesAPodTheUpgraderRuns(t *testing.T) {
 			require.NoError(t, err)
 			metrics, err := capi.NewMetrics(prometheus.NewRegistry())
 			require.NoError(t, err)
-			hs, err := handlers(o, deps{mgmt: mgmt, scheme: env.Scheme, recorder: events.NewFakeRecorder(100), metrics: metrics})
+			hs := handlers(t, o, deps{mgmt: mgmt, scheme: env.Scheme, recorder: events.NewFakeRecorder(100), metrics: metrics})
 			require.NoError(t, err)
 			i := slices.IndexFunc(hs, func(h server.ExtensionHandler) bool { return h.Name == "upgradekit-update-machine" })
 			require.GreaterOrEqual(t, i, 0, "an UpdateMachine handler")
@@ -112,7 +113,7 @@ func TestUpdateMachineCreatesAPodTheUpgraderRuns(t *testing.T) {
 
 			var ns corev1.Namespace
 			require.NoError(t, wl.Get(ctx, client.ObjectKey{Name: nodepod.DefaultNamespace}, &ns), "the extension created the upgrader namespace")
-			require.Equal(t, "privileged", ns.Labels[podSecurityEnforce], "the upgrader pod needs the privileged Pod Security level")
+			require.Equal(t, "privileged", ns.Labels[extensionserver.LabelPodSecurityEnforce], "the upgrader pod needs the privileged Pod Security level")
 			var pods corev1.PodList
 			require.NoError(t, wl.List(ctx, &pods, client.InNamespace(nodepod.DefaultNamespace), client.MatchingLabels{nodepod.LabelNode: tc.node}))
 			require.Len(t, pods.Items, 1)
@@ -123,10 +124,10 @@ func TestUpdateMachineCreatesAPodTheUpgraderRuns(t *testing.T) {
 			// The updater names each update's plan (its journal on the
 			// host is the update's own); the rest is the same plan.
 			cfg := kubeadm.Config{Node: tc.node, Role: tc.role, FromVersion: "v1.30.4", ToVersion: "v1.31.1", PlanName: pod.Labels[nodepod.LabelPlan]}
-			o.planConfig(&cfg)
+			planConfigOf(t, o, &cfg)
 			plan, err := kubeadm.NewPlan(cfg)
 			require.NoError(t, err)
-			want, err := nodepod.Build(plan, o.podOptions()...)
+			want, err := nodepod.Build(plan, podOptionsOf(t, o)...)
 			require.NoError(t, err)
 			require.Empty(t, cmp.Diff(containerRuns(want), containerRuns(pod)), "the created pod runs what podOptions builds")
 
@@ -259,7 +260,7 @@ func checkUpgraderPod(t *testing.T, img upgraderImage, pod *corev1.Pod, plan nod
 		runners = append(runners, c.Name)
 	}
 	want := []string{nodepod.StatusContainer}
-	if o.mode == nodepod.ModeInitContainers {
+	if nodepod.Mode(o.upgraderMode) == nodepod.ModeInitContainers {
 		want = append(stepNames(plan), want...)
 	}
 	require.Equal(t, want, runners)

@@ -76,7 +76,7 @@ func TestUpgraderRunsTheExtensionsPod(t *testing.T) {
 
 			o, err := parseFlags(append([]string{"-upgrader-image", "registry.example/upgradekit-upgrader:v1.31.1"}, tc.args...), &bytes.Buffer{})
 			require.NoError(t, err)
-			pod, err := nodepod.Build(plan, append(o.podOptions(), nodepod.WithStagingHostPath(host))...)
+			pod, err := nodepod.Build(plan, append(podOptionsOf(t, o), nodepod.WithStagingHostPath(host))...)
 			require.NoError(t, err)
 
 			// The kubelet: init containers one after the other, then the

@@ -30,7 +30,7 @@ func TestAcceptsWhatUpdateMachineApplies(t *testing.T) {
 		require.NoError(t, err)
 		metrics, err := capi.NewMetrics(prometheus.NewRegistry())
 		require.NoError(t, err)
-		hs, err := handlers(o, deps{metrics: metrics})
+		hs := handlers(t, o, deps{metrics: metrics})
 		require.NoError(t, err)
 		i := slices.IndexFunc(hs, func(h server.ExtensionHandler) bool { return h.Name == "upgradekit-can-update-machine" })
 		require.GreaterOrEqual(t, i, 0)

@@ -22,7 +22,6 @@ package main
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -30,38 +29,28 @@ import (
 	"os"
 	"os/signal"
 	"path"
-	"slices"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
 	"github.com/go-logr/logr"
-	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/events"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
-	runtimecatalog "sigs.k8s.io/cluster-api/api/runtime/catalog"
-	runtimehooksv1 "sigs.k8s.io/cluster-api/api/runtime/hooks/v1alpha1"
-	"sigs.k8s.io/cluster-api/exp/runtime/server"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/upgradekit/upgradekit/diff"
-	"github.com/upgradekit/upgradekit/nodeexec"
-	"github.com/upgradekit/upgradekit/nodeexec/kubeadm"
 	"github.com/upgradekit/upgradekit/nodeexec/nodepod"
 	"github.com/upgradekit/upgradekit/strategy"
 	"github.com/upgradekit/upgradekit/strategy/capi"
+	"github.com/upgradekit/upgradekit/strategy/capi/extensionserver"
 )
 
 // defaultCategories are the changes this extension's UpdateMachine applies
@@ -76,18 +65,8 @@ func defaultCategories() string {
 
 // The upgrader pod's defaults fit the image examples/upgrader builds (the
 // bundle target of its Dockerfile): the runner binary at /upgrader, and the
-// Kubernetes binaries under /staging, which the pod's stage container
-// copies to <staging host path>/staging on the node, where the kubeadm
-// plan installs them from.
-const (
-	defaultUpgraderCommand = "/upgrader run"
-	defaultStageFrom       = "/staging"
-)
-
-// skippableSteps are the kubeadm plan steps -skip-steps may leave out
-// (kubeadm.Config's Skip* fields); the bundle image then need not carry
-// what they install or use.
-var skippableSteps = []string{kubeadm.StepContainerd, kubeadm.StepCNIPlugins, kubeadm.StepEtcdSnapshot}
+// Kubernetes binaries under /staging.
+var defaultUpgraderCommand = strings.Join(extensionserver.DefaultUpgraderCommand(), " ")
 
 // errInvalidFlag is wrapped by every flag validation error.
 var errInvalidFlag = errors.New("invalid flag")
@@ -146,16 +125,32 @@ type options struct {
 	drainTimeout                          time.Duration
 	metricsAddr                           string
 
-	// The upgrader pod (see podOptions) and the plan it runs (planConfig).
+	// The upgrader pod and the plan it runs.
 	upgraderImage, upgraderNamespace, upgraderCommand, upgraderMode, stageFrom, skipSteps string
 	upgraderImages                                                                        string
-	// images is -upgrader-images parsed; nil without it.
-	images capi.ImagesByVersion
 	// Parsed from the strings above by parseFlags.
 	cats       []diff.Category
+	images     capi.ImagesByVersion // nil without -upgrader-images
 	runnerArgv []string
-	mode       nodepod.Mode
-	skip       map[string]bool
+	skip       []string
+}
+
+// flagOf names the flag behind each extensionserver option, so that its
+// errors speak of flags.
+var flagOf = map[string]string{
+	"WithServing":           "-port/-cert-dir",
+	"WithHandlerPrefix":     "-name",
+	"WithCategories":        "-in-place",
+	"WithUpgraderImage":     "-upgrader-image",
+	"WithUpgraderImages":    "-upgrader-images",
+	"WithUpgraderNamespace": "-upgrader-namespace",
+	"WithUpgraderCommand":   "-upgrader-command",
+	"WithUpgraderMode":      "-upgrader-mode",
+	"WithStageFrom":         "-stage-from",
+	"WithSkipSteps":         "-skip-steps",
+	"WithDrainTimeout":      "-drain-timeout",
+	"WithRetryAfter":        "-retry-after",
+	"WithPodOptions":        "upgrader pod",
 }
 
 func parseFlags(args []string, stderr io.Writer) (options, error) {
@@ -164,9 +159,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.SetOutput(stderr)
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig of the management cluster (default: $KUBECONFIG, ~/.kube/config, then the in-cluster config)")
 	fs.StringVar(&o.host, "host", "", "address to listen on (default: all)")
-	fs.IntVar(&o.port, "port", 9443, "port to serve the hooks on")
-	fs.StringVar(&o.certDir, "cert-dir", "/tmp/k8s-webhook-server/serving-certs", "directory with tls.crt and tls.key")
-	fs.StringVar(&o.namePrefix, "name", "upgradekit", "prefix of the handler names in the ExtensionConfig")
+	fs.IntVar(&o.port, "port", extensionserver.DefaultPort, "port to serve the hooks on")
+	fs.StringVar(&o.certDir, "cert-dir", extensionserver.DefaultCertDir, "directory with tls.crt and tls.key")
+	fs.StringVar(&o.namePrefix, "name", extensionserver.DefaultHandlerPrefix, "prefix of the handler names in the ExtensionConfig")
 	fs.StringVar(&o.categories, "in-place", defaultCategories(), "comma-separated diff categories accepted in place; anything else makes CAPI replace the machine. With UpdateMachine served here, only what it applies: "+defaultCategories())
 	fs.StringVar(&o.upgraderImage, "upgrader-image", "", "image of the node upgrader pod: examples/upgrader's bundle image with the target version's kubeadm/kubelet/kubectl under /staging; required unless -no-update-machine")
 	fs.StringVar(&o.upgraderImage, "updater-image", "", "old name of -upgrader-image")
@@ -176,9 +171,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.BoolVar(&o.createNamespace, "create-upgrader-namespace", true, "create the upgrader namespace in a workload cluster that lacks it, labelled for the privileged Pod Security Standard the upgrader pod needs (an existing namespace is left as it is)")
 	fs.StringVar(&o.upgraderCommand, "upgrader-command", defaultUpgraderCommand, `runner command in the upgrader image, split at spaces (it reads the plan from the UPGRADEKIT_* environment); "" runs each step's argv through nsenter instead (raw layout: no journal, retries or rollback)`)
 	fs.StringVar(&o.upgraderMode, "upgrader-mode", string(nodepod.ModeInitContainers), "upgrader pod layout: InitContainers (a container per step) or SingleContainer (one container runs the plan)")
-	fs.StringVar(&o.stageFrom, "stage-from", defaultStageFrom, `directory of the upgrader image copied to /var/lib/upgradekit/staging on the node before the first step; "" when the nodes have the binaries there already`)
-	fs.StringVar(&o.skipSteps, "skip-steps", "", "comma-separated kubeadm plan steps to leave out, so the bundle need not carry their component: "+strings.Join(skippableSteps, ", "))
-	fs.IntVar(&o.retryAfter, "retry-after", 15, "seconds CAPI waits between UpdateMachine calls while a node upgrades")
+	fs.StringVar(&o.stageFrom, "stage-from", extensionserver.DefaultStageFrom, `directory of the upgrader image copied to /var/lib/upgradekit/staging on the node before the first step; "" when the nodes have the binaries there already`)
+	fs.StringVar(&o.skipSteps, "skip-steps", "", "comma-separated kubeadm plan steps to leave out, so the bundle need not carry their component: "+strings.Join(extensionserver.SkippableSteps(), ", "))
+	fs.IntVar(&o.retryAfter, "retry-after", extensionserver.DefaultRetryAfter, "seconds CAPI waits between UpdateMachine calls while a node upgrades")
 	fs.BoolVar(&o.noUpdate, "no-update-machine", false, "serve only CanUpdateMachine/CanUpdateMachineSet (decide, do not update)")
 	fs.BoolVar(&o.drain, "drain", true, "cordon and drain each node (Eviction API, PDBs respected) before upgrading it, uncordon after")
 	fs.DurationVar(&o.drainTimeout, "drain-timeout", capi.DefaultDrainTimeout, "how long a drain may stay unfinished before UpdateMachine answers Failure naming the blocking PDBs (0: no deadline)")
@@ -192,79 +187,51 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	if fs.NArg() > 0 {
 		return o, fmt.Errorf("%w: unexpected arguments %q", errInvalidFlag, fs.Args())
 	}
-	if o.drainTimeout < 0 {
-		return o, fmt.Errorf("%w: -drain-timeout %s: must not be negative", errInvalidFlag, o.drainTimeout)
-	}
-	// CAPI's RetryAfterSeconds is an int32; a day is already longer than
-	// anyone wants between two looks at an upgrading node.
-	if o.retryAfter < 1 || o.retryAfter > 86400 {
-		return o, fmt.Errorf("%w: -retry-after %d: must be between 1 and 86400 seconds", errInvalidFlag, o.retryAfter)
-	}
-	if err := o.parseCategories(); err != nil {
-		return o, err
-	}
-	if o.noUpdate {
-		return o, nil
-	}
-	if err := o.parseImages(); err != nil {
-		return o, err
-	}
-	if o.upgraderImage == "" && o.images == nil {
-		return o, fmt.Errorf("%w: -upgrader-image or -upgrader-images is required (or -no-update-machine)", errInvalidFlag)
-	}
-	if err := o.parseUpgrader(); err != nil {
-		return o, err
-	}
-	return o, nil
-}
-
-// parseCategories fills cats from -in-place. With UpdateMachine served
-// here, only the categories its kubeadm plan applies and verifies may be
-// accepted (strategy.KubeadmCategories): accepting anything else would let
-// Cluster API mark a machine up to date that the node never got. With
-// -no-update-machine another extension applies the changes, so any
-// built-in category goes; an unknown name is refused either way.
-func (o *options) parseCategories() error {
 	o.cats = nil
 	for _, c := range strings.Split(o.categories, ",") {
 		if c = strings.TrimSpace(c); c != "" {
 			o.cats = append(o.cats, diff.Category(c))
 		}
 	}
-	if len(o.cats) == 0 {
-		return fmt.Errorf("%w: -in-place %q: name at least one diff category", errInvalidFlag, o.categories)
+	if !o.noUpdate {
+		if o.upgraderImage == "" && strings.TrimSpace(o.upgraderImages) == "" {
+			return o, fmt.Errorf("%w: -upgrader-image or -upgrader-images is required (or -no-update-machine)", errInvalidFlag)
+		}
+		if o.upgraderImage != "" && strings.TrimSpace(o.upgraderImages) != "" {
+			return o, fmt.Errorf("%w: -upgrader-image and -upgrader-images: set one", errInvalidFlag)
+		}
+		if err := o.parseImages(); err != nil {
+			return o, err
+		}
+		if err := o.parseUpgrader(); err != nil {
+			return o, err
+		}
 	}
-	// A misspelt category would decline every change and have Cluster API
-	// replace every machine; refuse it, with or without UpdateMachine.
-	builtin := diff.BuiltinCategories()
-	for _, c := range o.cats {
-		if !slices.Contains(builtin, c) {
-			names := make([]string, len(builtin))
-			for i, b := range builtin {
-				names[i] = string(b)
+	// The rest is checked by the library, as it checks any embedder's.
+	if err := extensionserver.Validate(o.serverOptions(deps{})...); err != nil {
+		var oe *extensionserver.OptionError
+		if errors.As(err, &oe) {
+			if f, ok := flagOf[oe.Option]; ok {
+				msg := f
+				if oe.Detail != "" {
+					msg += ": " + oe.Detail
+				}
+				if oe.Err != nil {
+					return o, fmt.Errorf("%w: %s: %w", errInvalidFlag, msg, oe.Err)
+				}
+				return o, fmt.Errorf("%w: %s", errInvalidFlag, msg)
 			}
-			return fmt.Errorf("%w: -in-place: unknown category %q (categories: %s)", errInvalidFlag, c, strings.Join(names, ", "))
 		}
+		return o, fmt.Errorf("%w: %w", errInvalidFlag, err)
 	}
-	if o.noUpdate {
-		return nil
-	}
-	applied := strategy.KubeadmCategories()
-	for _, c := range o.cats {
-		if !slices.Contains(applied, c) {
-			return fmt.Errorf("%w: -in-place: %q has no executor here (UpdateMachine applies and verifies only %s): it would be accepted and never applied; use -no-update-machine if another extension applies it", errInvalidFlag, c, defaultCategories())
-		}
-	}
-	return nil
+	return o, nil
 }
 
-// parseImages fills images from -upgrader-images.
+// parseImages fills images from -upgrader-images (its syntax; the library
+// checks the versions).
 func (o *options) parseImages() error {
 	if strings.TrimSpace(o.upgraderImages) == "" {
 		return nil
-	}
-	if o.upgraderImage != "" {
-		return fmt.Errorf("%w: -upgrader-image and -upgrader-images: set one", errInvalidFlag)
 	}
 	o.images = capi.ImagesByVersion{}
 	for _, kv := range strings.Split(o.upgraderImages, ",") {
@@ -277,16 +244,11 @@ func (o *options) parseImages() error {
 		}
 		o.images[v] = img
 	}
-	if err := o.images.Validate(); err != nil {
-		return fmt.Errorf("%w: -upgrader-images: %w", errInvalidFlag, err)
-	}
 	return nil
 }
 
-// parseUpgrader checks the upgrader pod flags and fills runnerArgv, mode
-// and skip. It finishes by building a pod for a one-step plan with
-// podOptions, so whatever nodepod refuses (a namespace that is not a DNS
-// label, say) is refused at startup rather than at the first UpdateMachine.
+// parseUpgrader splits -upgrader-command and -skip-steps, and checks that
+// the command fits examples/upgrader when that is the runner.
 func (o *options) parseUpgrader() error {
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("%w: %s", errInvalidFlag, fmt.Sprintf(format, args...))
@@ -306,229 +268,76 @@ func (o *options) parseUpgrader() error {
 			}
 		}
 	}
-	switch o.mode = nodepod.Mode(o.upgraderMode); o.mode {
-	case nodepod.ModeInitContainers:
-	case nodepod.ModeSingleContainer:
-		if len(o.runnerArgv) == 0 {
-			return bad("-upgrader-mode %s needs a runner: set -upgrader-command (default %q)", o.mode, defaultUpgraderCommand)
-		}
-	default:
-		return bad("-upgrader-mode %q: want %s or %s", o.upgraderMode, nodepod.ModeInitContainers, nodepod.ModeSingleContainer)
-	}
-	if o.stageFrom != "" && (!path.IsAbs(o.stageFrom) || path.Clean(o.stageFrom) == "/") {
-		return bad("-stage-from %q: must be an absolute directory of the upgrader image other than / (default %q)", o.stageFrom, defaultStageFrom)
-	}
-	o.skip = map[string]bool{}
+	o.skip = nil
 	for _, s := range strings.Split(o.skipSteps, ",") {
-		if s = strings.TrimSpace(s); s == "" {
-			continue
+		if s = strings.TrimSpace(s); s != "" {
+			o.skip = append(o.skip, s)
 		}
-		if !slices.Contains(skippableSteps, s) {
-			return bad("-skip-steps: %q cannot be skipped; only %s can", s, strings.Join(skippableSteps, ", "))
-		}
-		o.skip[s] = true
-	}
-	probe := nodeexec.Plan{Name: "probe", Node: "probe", Steps: []nodeexec.Step{{Name: "probe", Argv: []string{"true"}}}}
-	if _, err := nodepod.Build(probe, o.podOptions()...); err != nil {
-		return fmt.Errorf("%w: upgrader pod: %w", errInvalidFlag, err)
 	}
 	return nil
 }
 
-// podOptions are the options of every upgrader pod the extension creates.
-func (o options) podOptions() []nodepod.Option {
-	img := o.upgraderImage
-	if o.images != nil {
-		// Any of them: the probe build needs one, and WithVersionImages
-		// sets each update's own.
-		for _, i := range o.images {
-			img = i
-			break
-		}
-	}
-	opts := []nodepod.Option{
-		nodepod.WithImage(img),
-		nodepod.WithNamespace(o.upgraderNamespace),
-		nodepod.WithMode(o.mode),
-	}
-	if len(o.runnerArgv) > 0 {
-		opts = append(opts, nodepod.WithRunnerCommand(o.runnerArgv...))
-	}
-	if o.stageFrom != "" {
-		opts = append(opts, nodepod.WithStageFrom(o.stageFrom))
-	}
-	return opts
-}
-
-// planConfig adjusts each node's kubeadm plan (capi.WithPlanConfig).
-// The staging directory stays kubeadm.DefaultStagingDir, which is where
-// the stage container of a pod built with podOptions puts the binaries.
-//
-// A skip MachineUpdater already decided (no etcd snapshot when etcd is
-// external) is kept: -skip-steps only adds skips.
-func (o options) planConfig(c *kubeadm.Config) {
-	c.SkipContainerd = c.SkipContainerd || o.skip[kubeadm.StepContainerd]
-	c.SkipCNIPlugins = c.SkipCNIPlugins || o.skip[kubeadm.StepCNIPlugins]
-	c.SkipEtcdSnapshot = c.SkipEtcdSnapshot || o.skip[kubeadm.StepEtcdSnapshot]
-}
-
-// deps are what the handlers use besides the flags.
+// deps are what the extension uses besides the flags.
 type deps struct {
-	// mgmt reads the <cluster>-kubeconfig secrets (nil with -no-update-machine).
+	// mgmt reads the <cluster>-kubeconfig secrets and Machines (nil with
+	// -no-update-machine).
 	mgmt     client.Reader
 	scheme   *runtime.Scheme
 	recorder events.EventRecorder // Events on Machines; nil records none
 	metrics  *capi.Metrics
+	log      logr.Logger
 }
 
-// handlers builds the extension's hook handlers.
-func handlers(o options, d deps) ([]server.ExtensionHandler, error) {
-	kubeadmUpdater, err := strategy.ForCategories("kubeadm", o.cats...)
-	if err != nil {
-		return nil, err
+// serverOptions are the extensionserver options the flags and d say.
+func (o options) serverOptions(d deps) []extensionserver.Option {
+	opts := []extensionserver.Option{
+		extensionserver.WithServing(o.host, o.port, o.certDir),
+		extensionserver.WithHandlerPrefix(o.namePrefix),
+		extensionserver.WithCategories(o.cats...),
+		extensionserver.WithLogger(d.log),
 	}
-	extOpts := []capi.ExtensionOption{capi.WithMetrics(d.metrics)}
-	if o.images != nil {
-		extOpts = append(extOpts, capi.WithUpgraderImages(o.images))
+	if d.scheme != nil {
+		opts = append(opts, extensionserver.WithScheme(d.scheme))
 	}
-	if d.mgmt != nil {
-		// No kubelet newer than its control plane: declined, never stranded.
-		extOpts = append(extOpts, capi.WithChecks(capi.ControlPlaneSkewCheck(d.mgmt)))
+	if d.metrics != nil {
+		opts = append(opts, extensionserver.WithMetrics(d.metrics))
 	}
-	updaters := []strategy.Updater{kubeadmUpdater}
-	if !o.noUpdate {
-		// UpdateMachine (served here) applies the kubelet's extra
-		// arguments with every update and verifies them on the node.
-		kubeletArgs, err := strategy.ForPaths("kubelet-args", strategy.KubeletExtraArgsPaths()...)
-		if err != nil {
-			return nil, err
-		}
-		// And, on control planes, the static pods' configuration.
-		cpConfig, err := strategy.ForPaths("control-plane-config", strategy.ControlPlaneConfigPaths()...)
-		if err != nil {
-			return nil, err
-		}
-		// And the KubeadmConfig's files it can write (inline content).
-		files, err := strategy.ForPaths("files", strategy.FilesPaths()...)
-		if err != nil {
-			return nil, err
-		}
-		updaters = append(updaters, kubeletArgs, cpConfig, files)
-	}
-	ext, err := capi.NewExtension(strategy.Updaters(updaters...), extOpts...)
-	if err != nil {
-		return nil, err
-	}
-	hs := ext.Handlers(o.namePrefix)
 	if o.noUpdate {
-		return hs, nil
+		return append(opts, extensionserver.DecideOnly())
 	}
-	opts := []capi.MachineUpdaterOption{
-		capi.WithRetryAfter(int32(o.retryAfter)),
-		capi.WithPodOptions(o.podOptions()...),
-		capi.WithPlanConfig(o.planConfig),
-		capi.WithWorkloadClientset(capi.KubeconfigSecretClientsets(d.mgmt)),
-		capi.WithDrainTimeout(o.drainTimeout),
-		capi.WithUpdaterMetrics(d.metrics),
+	if o.images != nil {
+		opts = append(opts, extensionserver.WithUpgraderImages(o.images))
+	} else {
+		opts = append(opts, extensionserver.WithUpgraderImage(o.upgraderImage))
+	}
+	opts = append(opts,
+		extensionserver.WithUpgraderNamespace(o.upgraderNamespace),
+		extensionserver.WithUpgraderCommand(o.runnerArgv...),
+		extensionserver.WithUpgraderMode(nodepod.Mode(o.upgraderMode)),
+		extensionserver.WithStageFrom(o.stageFrom),
+		extensionserver.WithSkipSteps(o.skip...),
+		extensionserver.WithRetryAfter(o.retryAfter),
+		extensionserver.WithDrainTimeout(o.drainTimeout),
+	)
+	if !o.createNamespace {
+		opts = append(opts, extensionserver.WithoutNamespaceCreation())
 	}
 	if !o.drain {
-		opts = append(opts, capi.WithoutDrain())
-	}
-	if o.images != nil {
-		opts = append(opts, capi.WithVersionImages(o.images))
+		opts = append(opts, extensionserver.WithoutDrain())
 	}
 	if d.recorder != nil {
-		opts = append(opts, capi.WithEventRecorder(d.recorder))
+		opts = append(opts, extensionserver.WithEventRecorder(d.recorder))
 	}
-	// Every request is checked against the live Machine before anything is
-	// done, and Events attach to it.
-	opts = append(opts, capi.WithManagementReader(d.mgmt))
-	workload := capi.KubeconfigSecretClients(d.mgmt, d.scheme)
-	if o.createNamespace {
-		workload = withNamespace(workload, o.upgraderNamespace)
-	}
-	updater, err := capi.NewMachineUpdater(workload, opts...)
-	if err != nil {
-		return nil, err
-	}
-	return append(hs, updater.Handler(o.namePrefix)), nil
+	return opts
 }
 
-// podSecurityEnforce is the Pod Security admission label of a namespace.
-const podSecurityEnforce = "pod-security.kubernetes.io/enforce"
-
-// withNamespace makes sure each workload cluster has the namespace the
-// upgrader pods go to, once per cluster and process, before the first
-// client for that cluster is handed out: without it UpdateMachine could
-// drain a node and then fail to create its upgrader pod. A missing
-// namespace is created with the privileged Pod Security level (the pod
-// uses hostPID, a hostPath and added capabilities); an existing one is
-// not changed. Until that succeeds the cluster has no client, so
-// UpdateMachine keeps answering "waiting for the workload cluster" with
-// the error, and nothing is drained.
-func withNamespace(get capi.WorkloadClient, namespace string) capi.WorkloadClient {
-	var mu sync.Mutex
-	ready := map[types.NamespacedName]bool{}
-	return func(ctx context.Context, cluster types.NamespacedName) (client.Client, error) {
-		c, err := get(ctx, cluster)
-		if err != nil {
-			return nil, err
-		}
-		mu.Lock()
-		defer mu.Unlock()
-		if ready[cluster] {
-			return c, nil
-		}
-		// Get first: an identity that may not create namespaces is fine
-		// as long as the namespace exists.
-		err = c.Get(ctx, types.NamespacedName{Name: namespace}, &corev1.Namespace{})
-		if apierrors.IsNotFound(err) {
-			err = c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace, Labels: map[string]string{
-				podSecurityEnforce:     "privileged",
-				nodepod.LabelManagedBy: nodepod.ManagedByValue,
-			}}})
-			if apierrors.IsAlreadyExists(err) {
-				err = nil
-			}
-		}
-		if err != nil {
-			return nil, fmt.Errorf("namespace %s for the upgrader pods in cluster %s: %w", namespace, cluster, err)
-		}
-		ready[cluster] = true
-		return c, nil
-	}
-}
-
-// serve runs the runtime extension server, and the metrics server unless
+// serve runs the extension, and the metrics server unless
 // -metrics-bind-address is "0", until ctx ends. The metrics are registered
 // on controller-runtime's registry, which the metrics server serves.
-func serve(ctx context.Context, o options, d deps, log logr.Logger) error {
-	catalog := runtimecatalog.New()
-	if err := runtimehooksv1.AddToCatalog(catalog); err != nil {
-		return err
-	}
-	// HTTP/1.1 only, as Cluster API's own servers: HTTP/2's rapid reset
-	// (CVE-2023-44487) and stream multiplexing are of no use to a client
-	// that sends one request at a time.
-	srv, err := server.New(server.Options{Catalog: catalog, Host: o.host, Port: o.port, CertDir: o.certDir,
-		TLSOpts: []func(*tls.Config){func(c *tls.Config) { c.NextProtos = []string{"http/1.1"} }}})
+func serve(ctx context.Context, o options, d deps) error {
+	ext, err := extensionserver.New(d.mgmt, o.serverOptions(d)...)
 	if err != nil {
 		return err
-	}
-	if d.metrics == nil {
-		if d.metrics, err = capi.NewMetrics(nil); err != nil {
-			return err
-		}
-	}
-	hs, err := handlers(o, d)
-	if err != nil {
-		return err
-	}
-	for _, h := range hs {
-		if err := srv.AddExtensionHandler(h); err != nil {
-			return err
-		}
-		log.Info("serving hook", "handler", h.Name)
 	}
 	// Plain HTTP, like a controller-runtime manager's default; put it
 	// behind kube-rbac-proxy or use SecureServing if scrapes must be
@@ -538,14 +347,14 @@ func serve(ctx context.Context, o options, d deps, log logr.Logger) error {
 		return err
 	}
 	if ms == nil { // "0": disabled
-		return srv.Start(ctx)
+		return ext.Start(ctx)
 	}
 	// Whichever server stops first (an error, or ctx ending) stops the other.
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	done := make(chan error, 2)
 	go func() { done <- ms.Start(ctx) }()
-	go func() { done <- srv.Start(ctx) }()
+	go func() { done <- ext.Start(ctx) }()
 	first := <-done
 	cancel()
 	return errors.Join(first, <-done)
@@ -565,7 +374,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	if err := clusterv1.AddToScheme(scheme); err != nil {
 		return err
 	}
-	d := deps{scheme: scheme}
+	d := deps{scheme: scheme, log: log}
 	if !o.noUpdate {
 		cfg, err := restConfig(o.kubeconfig)
 		if err != nil {
@@ -589,7 +398,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		defer b.Shutdown()
 		d.recorder = b.NewRecorder(scheme, "upgradekit-inplace-extension")
 	}
-	return serve(ctx, o, d, log)
+	return serve(ctx, o, d)
 }
 
 func main() {

@@ -15,7 +15,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr"
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -31,11 +30,12 @@ import (
 	fakeclient "sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	"github.com/upgradekit/upgradekit/diff"
-	"github.com/upgradekit/upgradekit/internal/testcerts"
+	"github.com/upgradekit/upgradekit/fake/testcerts"
 	"github.com/upgradekit/upgradekit/nodeexec"
 	"github.com/upgradekit/upgradekit/nodeexec/kubeadm"
 	"github.com/upgradekit/upgradekit/nodeexec/nodepod"
 	"github.com/upgradekit/upgradekit/strategy/capi"
+	"github.com/upgradekit/upgradekit/strategy/capi/extensionserver"
 )
 
 func TestFlags(t *testing.T) {
@@ -59,11 +59,11 @@ func TestFlags(t *testing.T) {
 	require.Equal(t, time.Hour, o.drainTimeout)
 	require.Equal(t, "0", o.metricsAddr)
 	_, err = parseFlags([]string{"-upgrader-image", "img:v1", "-drain-timeout", "-1m"}, &out)
-	require.ErrorContains(t, err, "-drain-timeout -1m0s: must not be negative")
+	require.ErrorContains(t, err, "-drain-timeout: -1m0s: must not be negative")
 	for _, v := range []string{"0", "-5", "4294967311"} {
 		_, err = parseFlags([]string{"-upgrader-image", "img:v1", "-retry-after", v}, &out)
 		require.ErrorIs(t, err, errInvalidFlag, v)
-		require.ErrorContains(t, err, "-retry-after "+v+": must be between 1 and 86400 seconds")
+		require.ErrorContains(t, err, "-retry-after: "+v+": must be between 1 and 86400 seconds")
 	}
 	// Only what UpdateMachine applies may be accepted in place.
 	_, err = parseFlags([]string{"-upgrader-image", "img:v1", "-in-place", "KubernetesVersion,KubeletConfig"}, &out)
@@ -148,13 +148,13 @@ func TestUpgraderFlags(t *testing.T) {
 		{name: "quoted command", args: []string{"-upgrader-command", `/upgrader run -plan "a b"`},
 			wantErr: "no quotes or escapes, the command is split at spaces"},
 		{name: "single container without runner", args: []string{"-upgrader-mode", "SingleContainer", "-upgrader-command", ""},
-			wantErr: `-upgrader-mode SingleContainer needs a runner: set -upgrader-command (default "/upgrader run")`},
+			wantErr: `-upgrader-mode: SingleContainer needs a runner command (WithUpgraderCommand; default "/upgrader run")`},
 		{name: "unknown mode", args: []string{"-upgrader-mode", "initcontainers"},
-			wantErr: `-upgrader-mode "initcontainers": want InitContainers or SingleContainer`},
+			wantErr: `-upgrader-mode: "initcontainers": want InitContainers or SingleContainer`},
 		{name: "relative stage dir", args: []string{"-stage-from", "staging"},
-			wantErr: `-stage-from "staging": must be an absolute directory of the upgrader image other than / (default "/staging")`},
+			wantErr: `-stage-from: "staging": must be an absolute directory of the upgrader image other than / (default "/staging")`},
 		{name: "stage the whole image", args: []string{"-stage-from", "//"},
-			wantErr: `-stage-from "//": must be an absolute directory`},
+			wantErr: `-stage-from: "//": must be an absolute directory`},
 		{name: "unskippable step", args: []string{"-skip-steps", "kubeadm-upgrade"},
 			wantErr: `-skip-steps: "kubeadm-upgrade" cannot be skipped; only containerd, cni-plugins, etcd-snapshot can`},
 		{name: "namespace nodepod refuses", args: []string{"-upgrader-namespace", "Ops_Team"},
@@ -178,15 +178,19 @@ func TestUpgraderFlags(t *testing.T) {
 			}
 			require.Equal(t, tc.image, o.upgraderImage)
 			require.Empty(t, cmp.Diff(tc.runner, o.runnerArgv, cmpopts.EquateEmpty()))
-			require.Equal(t, tc.mode, o.mode)
+			require.Equal(t, tc.mode, nodepod.Mode(o.upgraderMode))
 			require.Equal(t, tc.stageFrom, o.stageFrom)
 			require.Equal(t, tc.namespace, o.upgraderNamespace)
-			require.Equal(t, tc.skip, o.skip)
+			skipped := map[string]bool{}
+			for _, s := range o.skip {
+				skipped[s] = true
+			}
+			require.Equal(t, tc.skip, skipped)
 
 			// What the options do to a pod and a plan.
-			plan, err := kubeadm.NewPlan(planConfigFor(o, kubeadm.RoleFirstControlPlane))
+			plan, err := kubeadm.NewPlan(planConfigFor(t, o, kubeadm.RoleFirstControlPlane))
 			require.NoError(t, err)
-			pod, err := nodepod.Build(plan, o.podOptions()...)
+			pod, err := nodepod.Build(plan, podOptionsOf(t, o)...)
 			require.NoError(t, err)
 			require.Equal(t, tc.namespace, pod.Namespace)
 			require.Equal(t, string(tc.mode), pod.Annotations[nodepod.AnnotationMode])
@@ -200,7 +204,7 @@ func TestUpgraderFlags(t *testing.T) {
 			} else {
 				require.Equal(t, corev1.RestartPolicyNever, pod.Spec.RestartPolicy, "the raw layout never re-runs a step")
 			}
-			for _, step := range skippableSteps {
+			for _, step := range extensionserver.SkippableSteps() {
 				require.Equal(t, !tc.skip[step], slices.ContainsFunc(plan.Steps, func(s nodeexec.Step) bool { return s.Name == step }),
 					"step %s is in the plan unless skipped", step)
 			}
@@ -211,9 +215,10 @@ func TestUpgraderFlags(t *testing.T) {
 // planConfigFor is the kubeadm configuration MachineUpdater builds for a
 // node (strategy/updatemachine.go), adjusted by the extension's
 // planConfig as WithPlanConfig does.
-func planConfigFor(o options, role kubeadm.Role) kubeadm.Config {
+func planConfigFor(t *testing.T, o options, role kubeadm.Role) kubeadm.Config {
+	t.Helper()
 	cfg := kubeadm.Config{Node: "node-a", Role: role, FromVersion: "v1.30.4", ToVersion: "v1.31.1"}
-	o.planConfig(&cfg)
+	planConfigOf(t, o, &cfg)
 	return cfg
 }
 
@@ -239,7 +244,7 @@ func TestServesTheHooksOverHTTPS(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- serve(ctx, o, deps{mgmt: mgmt, scheme: scheme, recorder: events.NewFakeRecorder(10)}, logr.Discard())
+		done <- serve(ctx, o, deps{mgmt: mgmt, scheme: scheme, recorder: events.NewFakeRecorder(10)})
 	}()
 	t.Cleanup(func() {
 		cancel()
@@ -356,7 +361,7 @@ func TestMetricsServerFailureStopsTheExtension(t *testing.T) {
 		"-no-update-machine", "-metrics-bind-address", taken.Addr().String()}, &bytes.Buffer{})
 	require.NoError(t, err)
 	done := make(chan error, 1)
-	go func() { done <- serve(t.Context(), o, deps{scheme: runtime.NewScheme()}, logr.Discard()) }()
+	go func() { done <- serve(t.Context(), o, deps{scheme: runtime.NewScheme()}) }()
 	select {
 	case err := <-done:
 		require.ErrorContains(t, err, "address already in use")

@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	"github.com/upgradekit/upgradekit/nodeexec/nodepod"
+	"github.com/upgradekit/upgradekit/strategy/capi/extensionserver"
 )
 
 func TestWithNamespace(t *testing.T) {
@@ -56,7 +57,7 @@ func TestWithNamespace(t *testing.T) {
 				}
 				return c.Get(ctx, key, obj, opts...)
 			}}).Build()
-			get := withNamespace(func(_ context.Context, got types.NamespacedName) (client.Client, error) {
+			get := extensionserver.EnsureNamespace(func(_ context.Context, got types.NamespacedName) (client.Client, error) {
 				require.Equal(t, cluster, got)
 				return c, nil
 			}, nodepod.DefaultNamespace)

@@ -14,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -33,7 +32,7 @@ import (
 
 	"github.com/upgradekit/upgradekit/fake"
 	"github.com/upgradekit/upgradekit/fake/envtest"
-	"github.com/upgradekit/upgradekit/internal/testcerts"
+	"github.com/upgradekit/upgradekit/fake/testcerts"
 	"github.com/upgradekit/upgradekit/nodeexec/nodepod"
 	"github.com/upgradekit/upgradekit/strategy/capi"
 )
@@ -233,7 +232,7 @@ func TestLeastPrivilegeOverHTTPS(t *testing.T) {
 	serveCtx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- serve(serveCtx, o, deps{mgmt: mgmt, scheme: env.Scheme, recorder: broadcaster.NewRecorder(env.Scheme, "upgradekit-inplace-extension")}, logr.Discard())
+		done <- serve(serveCtx, o, deps{mgmt: mgmt, scheme: env.Scheme, recorder: broadcaster.NewRecorder(env.Scheme, "upgradekit-inplace-extension")})
 	}()
 	t.Cleanup(func() {
 		cancel()

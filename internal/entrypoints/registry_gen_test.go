@@ -31,6 +31,7 @@ var scanned = []struct{ dir, alias string }{
 	{"amiselect", "amiselect"},
 	{"strategy", "strategy"},
 	{"strategy/capi", "capi"},
+	{"strategy/capi/extensionserver", "extensionserver"},
 	{"nodeexec", "nodeexec"},
 	{"nodeexec/kubeadm", "kubeadm"},
 	{"nodeexec/nodepod", "nodepod"},
@@ -41,10 +42,11 @@ var scanned = []struct{ dir, alias string }{
 // excluded are exported functions and methods not called here, each with
 // the reason and where its input checks are tested instead.
 var excluded = map[string]string{
-	"nodeexec.OSExecutor.Run":  "runs argv on this host; TestOSExecutorResults, TestRunnerEntersRealNamespaces",
-	"nodeexec.Runner.Run":      "runs a plan's argv on this host and writes its journal; TestInvalidPlanRunsNothing, TestBadJournalsRunNothingAndLoseNothing",
-	"nodeexec.Runner.Rollback": "runs a plan's rollback argv on this host; TestRollbackRefusals",
-	"nodeexec.Runner.Reset":    "deletes a journal file on this host; TestJournalNamesStayInTheJournalDirectory",
+	"nodeexec.OSExecutor.Run":      "runs argv on this host; TestOSExecutorResults, TestRunnerEntersRealNamespaces",
+	"nodeexec.Runner.Run":          "runs a plan's argv on this host and writes its journal; TestInvalidPlanRunsNothing, TestBadJournalsRunNothingAndLoseNothing",
+	"nodeexec.Runner.Rollback":     "runs a plan's rollback argv on this host; TestRollbackRefusals",
+	"nodeexec.Runner.Reset":        "deletes a journal file on this host; TestJournalNamesStayInTheJournalDirectory",
+	"extensionserver.Server.Start": "listens on a port until its context ends; TestStartRefusesAZeroServer, TestEmbedInAManager",
 }
 
 const modulePath = "github.com/upgradekit/upgradekit"

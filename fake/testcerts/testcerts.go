@@ -1,6 +1,3 @@
-// Package testcerts writes a throwaway certificate authority and a serving
-// certificate for tests that talk TLS to servers on the loopback address,
-// such as CAPI runtime extensions.
 package testcerts
 
 import (

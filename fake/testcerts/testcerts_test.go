@@ -8,7 +8,7 @@ import (
 	"strconv"
 	"testing"
 
-	"github.com/upgradekit/upgradekit/internal/testcerts"
+	"github.com/upgradekit/upgradekit/fake/testcerts"
 )
 
 func TestWriteServesTLSTheCATrusts(t *testing.T) {

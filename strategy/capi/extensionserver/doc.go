@@ -1,0 +1,44 @@
+// Package extensionserver is upgradekit's Cluster API in-place update
+// runtime extension, ready to embed: one constructor gives the server, the
+// hook catalog and the three handlers (CanUpdateMachine,
+// CanUpdateMachineSet, UpdateMachine) of package capi, wired as they must
+// be for the in-place contract to hold. A provider's main starts it in a
+// few lines, alone or in its controller-runtime manager:
+//
+//	ext, err := extensionserver.New(mgr.GetClient(),
+//		extensionserver.WithUpgraderImage("registry.example/upgradekit-upgrader:v1.31.1"),
+//		extensionserver.WithEventRecorder(mgr.GetEventRecorder("upgradekit")))
+//	if err != nil {
+//		return err
+//	}
+//	if err := mgr.Add(ext); err != nil { // or ext.Start(ctx)
+//		return err
+//	}
+//
+// What New sets up:
+//
+//   - CanUpdate* accept only what UpdateMachine applies and verifies: the
+//     Kubernetes version (WithCategories narrows it), the kubelet's extra
+//     arguments, the control plane's static pod configuration and the
+//     KubeadmConfig's inline files; with capi.ControlPlaneSkewCheck, and,
+//     with WithUpgraderImages, a decline for a version that has no bundle;
+//   - UpdateMachine checks every request against the live Machine, drains
+//     the node, runs the kubeadm plan in an upgrader pod built from the
+//     image of the target version, staged from the image's /staging
+//     (WithStageFrom), with the steps the bundle does not carry left out
+//     (WithSkipSteps), in a namespace it creates with the privileged Pod
+//     Security level when missing (EnsureNamespace);
+//   - TLS from the certificate directory, HTTP/1.1 only, handler timeouts
+//     announced in discovery; metrics on controller-runtime's registry.
+//
+// Every option is checked by New (and by Validate, for a command checking
+// its flags before it connects anywhere); errors are *OptionError, match
+// ErrInvalidOption and name the option.
+//
+// What it is not: it does not serve metrics or health probes (a manager's
+// servers do), create the ExtensionConfig, or provision certificates
+// (cert-manager does, see examples/inplace-extension/deploy). For other
+// shapes (your own updaters, your own UpdateMachine) use package capi
+// directly; Handlers gives these handlers to a runtime server of your own.
+// examples/inplace-extension is a command line over this package.
+package extensionserver
