@@ -1,11 +1,13 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestConsumerGetsTheRelease releases a clone of the repository at a test
@@ -13,7 +15,8 @@ import (
 // new module outside the repository, `go get`s the root and the nested
 // amiselect/aws module at that version through it (the rest of the
 // dependencies through the usual proxy) and builds and runs a program
-// using both: the nested module's require of the root resolves.
+// using both: the nested module's require of the root resolves. Then it
+// runs the README's tour there (examples/tour, copied as a user would).
 func TestConsumerGetsTheRelease(t *testing.T) {
 	top, err := exec.Command("git", "rev-parse", "--show-toplevel").Output()
 	if err != nil {
@@ -24,7 +27,10 @@ func TestConsumerGetsTheRelease(t *testing.T) {
 	sh(t, "", nil, "git", "clone", "--quiet", strings.TrimSpace(string(top)), clone)
 	sh(t, clone, nil, "git", "config", "user.email", "release-test@example.invalid")
 	sh(t, clone, nil, "git", "config", "user.name", "release test")
-	const version = "v0.1.0-releasetest.1"
+	// A version of its own per run: the module cache keeps what it once
+	// downloaded for a version for ever, so a fixed one would have a
+	// later run test an earlier run's release.
+	version := fmt.Sprintf("v0.1.0-releasetest.%d", time.Now().UnixNano())
 	proxy := filepath.Join(tmp, "proxy")
 	sh(t, clone, nil, "hack/release.sh", "-proxy", proxy, version)
 
@@ -74,6 +80,34 @@ func main() {
 	}
 	if out := sh(t, consumer, env, "go", "run", "."); strings.TrimSpace(out) != "[KubernetesVersion] true" {
 		t.Fatalf("consumer printed %q", out)
+	}
+
+	// The README's tour, as a user copies it: examples/tour's steps and
+	// their examples (whose output the README shows), including the
+	// extension embedded in a manager and served against envtest, built
+	// and run in the consumer module from the released module alone.
+	tourDir := filepath.Join(consumer, "tour")
+	if err := os.MkdirAll(tourDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"doc.go", "tour.go", "tour_test.go"} {
+		b, err := os.ReadFile(filepath.Join(clone, "examples", "tour", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		src := strings.ReplaceAll(string(b), `"github.com/upgradekit/upgradekit/examples/tour"`, `"example.com/consumer/tour"`)
+		writeFile(t, filepath.Join(tourDir, name), src)
+	}
+	out := sh(t, consumer, env, "go", "test", "-count=1", "-v", "./tour/")
+	for _, want := range []string{"--- PASS: ExampleWhatChanged", "--- PASS: ExamplePlanRollout", "--- PASS: ExampleSimulate", "TestAddExtension"} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("the tour in the consumer module: no %q in\n%s", want, out)
+		}
+	}
+	for _, line := range strings.Split(out, "\n") {
+		if strings.HasPrefix(line, "--- ") {
+			t.Log("consumer:", line)
+		}
 	}
 }
 
