@@ -6,10 +6,8 @@ import (
 	"debug/elf"
 	"encoding/json"
 	"os"
-	"os/exec"
 	"path"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 
@@ -90,61 +88,26 @@ func TestDockerfileBuildStage(t *testing.T) {
 	require.Equal(t, []string{"/src"}, build.All("WORKDIR"))
 	root, err := filepath.Abs("../..")
 	require.NoError(t, err)
-
-	// Every package of this module the binary imports is copied.
-	out, err := exec.Command("go", "list", "-deps", "-f", "{{if .Module}}{{if .Module.Main}}{{.Dir}}{{end}}{{end}}", ".").Output()
+	wantDirs, err := dockerfile.ModulePackages(".", root)
 	require.NoError(t, err)
-	var wantDirs []string
-	for _, dir := range strings.Fields(string(out)) {
-		rel, err := filepath.Rel(root, dir)
-		require.NoError(t, err)
-		wantDirs = append(wantDirs, filepath.ToSlash(rel))
-	}
 	require.Contains(t, wantDirs, "nodeexec")
 
-	src := t.TempDir()
-	var copied []string
-	for _, c := range build.All("COPY") {
-		f := strings.Fields(c)
-		dst := f[len(f)-1]
-		for _, pattern := range f[:len(f)-1] {
-			matches, err := filepath.Glob(filepath.Join(root, pattern))
-			require.NoError(t, err)
-			require.NotEmpty(t, matches, "COPY %s matches nothing", pattern)
-			for _, m := range matches {
-				data, err := os.ReadFile(m)
-				require.NoError(t, err)
-				target := filepath.Join(src, dst, filepath.Base(m))
-				require.NoError(t, os.MkdirAll(filepath.Dir(target), 0o755))
-				require.NoError(t, os.WriteFile(target, data, 0o644))
-			}
-		}
-		copied = append(copied, strings.TrimSuffix(dst, "/"))
-	}
+	b, err := dockerfile.ReplayGoBuild(build, root, t.TempDir())
+	require.NoError(t, err)
 	for _, d := range wantDirs {
-		require.Contains(t, copied, d, "the build stage must COPY package %s", d)
+		require.Contains(t, b.Copied, d, "the build stage must COPY package %s", d)
 	}
+	require.Contains(t, b.Env, "CGO_ENABLED=0")
+	require.Equal(t, "./examples/upgrader", b.Package)
+	require.Equal(t, "/out/upgrader", b.Out)
+	requireStatic(t, b.Binary)
+}
 
-	runs := build.All("RUN")
-	require.Len(t, runs, 1)
-	_, cmdline, ok := strings.Cut(runs[0], "CGO_ENABLED=0 ")
-	require.True(t, ok, "the binary is built with CGO_ENABLED=0: %s", runs[0])
-	words := shellWords(cmdline)
-	env := []string{"CGO_ENABLED=0"}
-	for len(words) > 0 && strings.Contains(words[0], "=") {
-		env, words = append(env, words[0]), words[1:]
-	}
-	require.Equal(t, []string{"go", "build"}, words[:2])
-	require.Equal(t, "./examples/upgrader", words[len(words)-1])
-	require.Equal(t, "/out/upgrader", words[slices.Index(words, "-o")+1])
-	words[slices.Index(words, "-o")+1] = filepath.Join(src, "out", "upgrader")
-	cmd := exec.Command(words[0], words[1:]...)
-	cmd.Dir = src
-	cmd.Env = append(os.Environ(), env...)
-	b, err := cmd.CombinedOutput()
-	require.NoError(t, err, "%s", b)
-
-	bin, err := elf.Open(filepath.Join(src, "out", "upgrader"))
+// requireStatic: the binary at path needs no program interpreter and no
+// shared library, so it runs on scratch.
+func requireStatic(t *testing.T, path string) {
+	t.Helper()
+	bin, err := elf.Open(path)
 	require.NoError(t, err)
 	defer bin.Close()
 	for _, p := range bin.Progs {
@@ -153,32 +116,6 @@ func TestDockerfileBuildStage(t *testing.T) {
 	libs, err := bin.ImportedLibraries()
 	require.NoError(t, err)
 	require.Empty(t, libs)
-}
-
-// shellWords splits a command line as sh does for the simple quoting the
-// Dockerfile uses: whitespace separates words, double quotes group.
-func shellWords(s string) []string {
-	var words []string
-	var w strings.Builder
-	inWord, quoted := false, false
-	for _, r := range s {
-		switch {
-		case r == '"':
-			quoted, inWord = !quoted, true
-		case (r == ' ' || r == '\t') && !quoted:
-			if inWord {
-				words, inWord = append(words, w.String()), false
-				w.Reset()
-			}
-		default:
-			w.WriteRune(r)
-			inWord = true
-		}
-	}
-	if inWord {
-		words = append(words, w.String())
-	}
-	return words
 }
 
 // TestPodCommandsExistInImage builds the pod the way the README says and
