@@ -6,7 +6,9 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"sort"
 	"strings"
+	"unicode/utf8"
 )
 
 // Object names which of a machine's three objects a change belongs to.
@@ -234,19 +236,81 @@ func Redact(v any) string {
 }
 
 func compactJSON(v any, limit int) string {
+	var b strings.Builder
+	if !writeJSON(&b, v, limit) {
+		// Not JSON data (NaN, a func in a hand-built Change): never print
+		// the value itself, fmt would recurse through a cycle.
+		return fmt.Sprintf("<%T: not JSON data>", v)
+	}
+	if b.Len() > limit {
+		cut := b.String()[:limit]
+		for !utf8.ValidString(cut) {
+			cut = cut[:len(cut)-1]
+		}
+		return cut + "…"
+	}
+	return b.String()
+}
+
+// writeJSON writes v as compact JSON (map keys sorted, HTML not escaped,
+// as encoding/json with SetEscapeHTML(false)), and stops once b holds more
+// than limit bytes: the lists and maps of unstructured data are walked
+// here, so a huge or cyclic value costs no more than the bytes shown
+// (every level writes at least one). Other values are encoded whole by
+// encoding/json. It reports false for what is not JSON data.
+func writeJSON(b *strings.Builder, v any, limit int) bool {
+	if b.Len() > limit {
+		return true
+	}
+	switch t := v.(type) {
+	case []any:
+		b.WriteByte('[')
+		for i, e := range t {
+			if b.Len() > limit {
+				return true
+			}
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			if !writeJSON(b, e, limit) {
+				return false
+			}
+		}
+		b.WriteByte(']')
+		return true
+	case map[string]any:
+		keys := make([]string, 0, len(t))
+		for k := range t {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		b.WriteByte('{')
+		for i, k := range keys {
+			if b.Len() > limit {
+				return true
+			}
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			if !writeJSON(b, k, limit) {
+				return false
+			}
+			b.WriteByte(':')
+			if !writeJSON(b, t[k], limit) {
+				return false
+			}
+		}
+		b.WriteByte('}')
+		return true
+	}
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
 	enc.SetEscapeHTML(false)
 	if err := enc.Encode(v); err != nil {
-		// Not JSON data (a cycle, NaN, a func in a hand-built Change):
-		// never print the value itself, fmt would recurse through a cycle.
-		return fmt.Sprintf("<%T: not JSON data>", v)
+		return false
 	}
-	raw := bytes.TrimSpace(buf.Bytes())
-	if len(raw) > limit {
-		return string(raw[:limit]) + fmt.Sprintf("…(%d bytes)", len(raw))
-	}
-	return string(raw)
+	b.Write(bytes.TrimSpace(buf.Bytes()))
+	return true
 }
 
 // ChangeSet is the ordered, deterministic result of a diff. The order is by

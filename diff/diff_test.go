@@ -4,8 +4,10 @@ import (
 	"encoding/json"
 	"errors"
 	"math"
+	"slices"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
@@ -537,4 +539,30 @@ func TestIdenticalTypedValues(t *testing.T) {
 	eq, err := diff.Equal(diff.State{Infrastructure: same}, diff.State{Infrastructure: same})
 	require.NoError(t, err)
 	require.True(t, eq)
+}
+
+// TestChangeStringShowsLittleOfHugeValues: a change's String shows at most
+// ~120 bytes of each value, and walks no more of a list or map than it
+// shows, so a cyclic or huge value in a hand-built change (the diff itself
+// refuses cycles) costs the same as a small one; 10,000 such changes print
+// at once (the entry point test found this taking more than 20 s).
+func TestChangeStringShowsLittleOfHugeValues(t *testing.T) {
+	cyclic := []any{nil}
+	cyclic[0] = cyclic
+	huge := make([]any, 1_000_000)
+	for i := range huge {
+		huge[i] = map[string]any{"i": i, "s": "é"}
+	}
+	c := diff.Change{Field: "infrastructure.spec.x", Op: diff.OpReplace, Old: cyclic, New: huge, Category: diff.CategoryOther}
+	s := c.String()
+	require.Less(t, len(s), 400, s)
+	require.True(t, strings.HasPrefix(s, `infrastructure.spec.x: replace [[[[`), s)
+	require.Contains(t, s, `-> [{"i":0,"s":"é"},{"i":1,`)
+	require.True(t, utf8.ValidString(s))
+
+	cs := diff.ChangeSet{Changes: slices.Repeat([]diff.Change{c}, 10_000)}
+	require.Equal(t, 10_000, strings.Count(cs.String(), "\n")+1)
+
+	small := diff.Change{Field: "machine.spec.version", Op: diff.OpReplace, Old: "v1.30.4", New: "<b>", Category: diff.CategoryKubernetesVersion}
+	require.Equal(t, `machine.spec.version: replace "v1.30.4" -> "<b>" (KubernetesVersion)`, small.String(), "HTML is not escaped")
 }
