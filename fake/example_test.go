@@ -118,10 +118,10 @@ func ExampleSimulator() {
 	// batches: 4 took: 23m10s
 	// failed: [demo-md-0-2] runner restarts: 1
 	// violations: 0 left cordoned: []
-	// demo-md-0-2 containerd RolledBack
-	// demo-md-0-2 cni-plugins RolledBack
-	// demo-md-0-2 kubeadm-binary RolledBack
 	// demo-md-0-2 kubeadm-upgrade Failed
+	// demo-md-0-2 kubeadm-binary RolledBack
+	// demo-md-0-2 cni-plugins RolledBack
+	// demo-md-0-2 containerd RolledBack
 	// demo-control-plane-0 v1.31.2 unschedulable: false
 	// demo-md-0-0 v1.31.2 unschedulable: false
 	// demo-md-0-2 v1.30.4 unschedulable: false

@@ -49,9 +49,12 @@ type Event struct {
 	Step    string          `json:"step"`
 	Start   time.Time       `json:"start"`
 	End     time.Time       `json:"end"`
-	// Outcome is Succeeded, Failed, RolledBack... (nodeexec step states) or
-	// Replaced.
+	// Outcome is Succeeded, Failed, RolledBack... (nodeexec step states),
+	// Replaced, or Crashed (the runner died; a new one resumed from the
+	// journal).
 	Outcome string `json:"outcome"`
+	// Attempts counts runs of the step's command (more than 1: retried).
+	Attempts int `json:"attempts,omitempty"`
 }
 
 // Execution is one command a simulated host ran (or would have run, when
@@ -586,10 +589,9 @@ func (s *Simulator) inPlace(ctx context.Context, r Rollout, b strategy.Batch, pm
 		s.emit(res, Event{Machine: pm.Machine, Batch: b.Index, Method: pm.Method, Step: "cordon", Start: start, End: start, Outcome: "Failed"})
 		return err
 	}
-	out, runErr := s.runPlan(ctx, h, pm, b, plan, res)
-	steps := append([]nodeexec.StepRecord(nil), out.Steps...)
-	sort.SliceStable(steps, func(i, j int) bool { return steps[i].Started.Before(steps[j].Started) })
-	for _, st := range steps {
+	var events []Event // the runner's restarts, then the steps
+	out, runErr := s.runPlan(ctx, h, pm, b, plan, res, &events)
+	for _, st := range out.Steps {
 		if st.Started.IsZero() {
 			continue
 		}
@@ -597,7 +599,31 @@ func (s *Simulator) inPlace(ctx context.Context, r Rollout, b strategy.Batch, pm
 		if end.IsZero() {
 			end = s.clock.Now()
 		}
-		s.emit(res, Event{Machine: pm.Machine, Batch: b.Index, Method: pm.Method, Step: st.Name, Start: st.Started, End: end, Outcome: string(st.State)})
+		ev := Event{Machine: pm.Machine, Batch: b.Index, Method: pm.Method, Step: st.Name, Start: st.Started, End: end,
+			Outcome: string(st.State), Attempts: st.Attempts}
+		if st.State == nodeexec.StepRolledBack && !st.RolledBack.IsZero() {
+			// The run (the failed one, or a success undone), then, later,
+			// its rollback.
+			ev.Outcome = string(nodeexec.StepSucceeded)
+			if out.Failure != nil && out.Failure.Step == st.Name && out.Failure.Phase == nodeexec.PhaseRun {
+				ev.Outcome = string(nodeexec.StepFailed)
+			}
+			events = append(events, ev, Event{Machine: pm.Machine, Batch: b.Index, Method: pm.Method, Step: st.Name,
+				Start: st.RolledBack, End: st.RolledBack, Outcome: string(nodeexec.StepRolledBack)})
+			continue
+		}
+		events = append(events, ev)
+	}
+	// In the order they ended: a failed step before the rollbacks it
+	// caused, a crash where it happened among the steps.
+	sort.SliceStable(events, func(i, j int) bool {
+		if !events[i].End.Equal(events[j].End) {
+			return events[i].End.Before(events[j].End)
+		}
+		return events[i].Start.Before(events[j].Start)
+	})
+	for _, e := range events {
+		s.emit(res, e)
 	}
 	if ctx.Err() != nil {
 		return ctx.Err()
@@ -624,7 +650,9 @@ func (s *Simulator) inPlace(ctx context.Context, r Rollout, b strategy.Batch, pm
 
 // runPlan runs plan on h through nodeexec's Runner, starting a new Runner
 // on the same journal after each injected crash.
-func (s *Simulator) runPlan(ctx context.Context, h *Host, pm strategy.PlannedMachine, b strategy.Batch, plan nodeexec.Plan, res *Result) (nodeexec.Outcome, error) {
+// Restarts are appended to events, for the caller to emit in time order
+// with the steps.
+func (s *Simulator) runPlan(ctx context.Context, h *Host, pm strategy.PlannedMachine, b strategy.Batch, plan nodeexec.Plan, res *Result, events *[]Event) (nodeexec.Outcome, error) {
 	for restarts := 0; ; restarts++ {
 		rctx, cancel := context.WithCancel(ctx)
 		crashed := false
@@ -664,7 +692,7 @@ func (s *Simulator) runPlan(ctx context.Context, h *Host, pm strategy.PlannedMac
 			return out, runErr
 		}
 		at := s.clock.Now()
-		s.emit(res, Event{Machine: pm.Machine, Batch: b.Index, Method: pm.Method, Step: "runner-restart", Start: at, End: at, Outcome: "Crashed"})
+		*events = append(*events, Event{Machine: pm.Machine, Batch: b.Index, Method: pm.Method, Step: "runner-restart", Start: at, End: at, Outcome: "Crashed"})
 		if restarts >= s.maxRestarts {
 			return out, fmt.Errorf("runner on %s crashed %d times", pm.Node, restarts+1)
 		}

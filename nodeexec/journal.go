@@ -83,6 +83,9 @@ type StepRecord struct {
 	Note     string    `json:"note,omitempty"`
 	Started  time.Time `json:"started,omitzero"`
 	Finished time.Time `json:"finished,omitzero"`
+	// RolledBack is when the step's rollback completed (State
+	// StepRolledBack); Started and Finished stay those of its run.
+	RolledBack time.Time `json:"rolledBack,omitzero"`
 }
 
 // Failure describes why a plan did not succeed.

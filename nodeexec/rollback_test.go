@@ -160,6 +160,10 @@ func TestRollbackOnRequest(t *testing.T) {
 			}
 			require.Equal(t, tt.wantCalls, h.Calls())
 			require.Equal(t, tt.wantStates, states(out))
+			for _, st := range out.Steps {
+				// When a step was rolled back is recorded, and only then.
+				require.Equal(t, st.State == StepRolledBack, !st.RolledBack.IsZero(), "step %s (%s): RolledBack %v", st.Name, st.State, st.RolledBack)
+			}
 			require.Equal(t, tt.wantState, out.State)
 			if tt.wantFailure == "" {
 				require.Nil(t, out.Failure)

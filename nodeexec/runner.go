@@ -767,7 +767,7 @@ func (s *session) rollback(ctx context.Context) error {
 			}
 			return s.needsAttention(k, PhaseRollback, res, err, why)
 		}
-		rec.State, rec.Note = StepRolledBack, ""
+		rec.State, rec.Note, rec.RolledBack = StepRolledBack, "", s.r.clock.Now().UTC()
 		if err := s.persist(); err != nil {
 			return err
 		}

@@ -1,8 +1,13 @@
 // Command simulate is upgradekit's main demo: on an embedded fake cluster it
 // previews a rollout (per machine: in place or replace, and why), runs it
 // with the real kubeadm plans against simulated node hosts on a virtual
-// clock with live progress, and prints a summary. -timeline writes the
-// rollout as a self-contained HTML/SVG timeline. -updater capi has the
+// clock, printing every step, retry, runner crash, rollback and failure in
+// virtual-time order as each batch ends (with a progress bar after each
+// batch on a terminal), and prints a summary. -timeline writes the rollout
+// as a self-contained HTML/SVG timeline: a time axis, a lane per group
+// with a bar per batch, and a lane per machine with its steps, marks for
+// failures, rollbacks, crashes and retries; above 60 machines only the
+// machines where something went wrong or was retried get a lane. -updater capi has the
 // real capi.MachineUpdater update the in-place machines, called as Cluster
 // API calls the UpdateMachine hook, with the simulated kubelets running
 // its upgrader pods (fake.WithMachineUpdater).
@@ -120,7 +125,7 @@ func parseArgs(args []string, stderr io.Writer) (o options, printed bool, err er
 	fs.Uint64Var(&o.seed, "seed", 1, "seed for -flaky's random failures (the same seed, the same failures)")
 	fs.Float64Var(&o.flaky, "flaky", 0, "make every step fail with this probability (0 to 1), drawn from -seed")
 	fs.StringVar(&o.timeline, "timeline", "", "write an HTML/SVG timeline of the rollout to this file")
-	fs.BoolVar(&o.bar, "progress-bar", isTerminal(os.Stdout), "draw a progress bar (default: when stdout is a terminal)")
+	fs.BoolVar(&o.bar, "progress-bar", isTerminal(os.Stdout), "print a progress bar after each batch (default: when stdout is a terminal)")
 	fs.StringVar(&o.updater, "updater", updaterSimulator, "what updates in-place machines: simulator (the simulator runs the kubeadm plans), capi (a real capi.MachineUpdater called as Cluster API calls the UpdateMachine hook, the simulated kubelets running its upgrader pods)")
 	if err := fs.Parse(args); err != nil {
 		return o, true, err
@@ -385,13 +390,19 @@ func sortedKeys(m map[string]bool) []string {
 	return out
 }
 
-// progress prints live progress: a bar on a terminal, plain lines otherwise.
+// progress prints the rollout as it happens: every step, retry, runner
+// crash, rollback, failure and replacement, one line each, in virtual-time
+// order. The simulator reports a machine's events when the machine is
+// done, so lines are held until their batch ends and then printed sorted
+// by time (batches do not overlap). With bar (a terminal), a progress bar
+// follows each batch.
 type progress struct {
-	w     io.Writer
-	bar   bool
-	total int
-	done  map[string]bool
-	last  string
+	w       io.Writer
+	bar     bool
+	total   int
+	done    map[string]bool
+	batch   int
+	pending []fake.Event
 }
 
 func newProgress(w io.Writer, bar bool) *progress {
@@ -399,30 +410,56 @@ func newProgress(w io.Writer, bar bool) *progress {
 }
 
 func (p *progress) event(e fake.Event) {
-	finished := e.Step == "verify" || e.Step == "drain-and-delete-old" || e.Outcome == "Failed" ||
-		e.Step == fake.UpdateMachineStep+capi.ReasonSucceeded
-	if finished {
-		p.done[e.Machine] = true
+	if e.Batch != p.batch {
+		p.flush()
+		p.batch = e.Batch
 	}
-	if !p.bar {
-		fmt.Fprintf(p.w, "  %s  batch %-2d %-24s %-7s %-22s %s\n", e.End.Format("15:04:05"), e.Batch, e.Machine, e.Method, e.Step, e.Outcome)
-		return
-	}
-	const width = 30
-	n := 0
-	if p.total > 0 {
-		n = len(p.done) * width / p.total
-	}
-	line := fmt.Sprintf("\r  [%s%s] %d/%d machines  %-24s %-22s", strings.Repeat("#", n), strings.Repeat(".", width-n), len(p.done), p.total, e.Machine, e.Step)
-	p.last = line
-	fmt.Fprint(p.w, line)
+	p.pending = append(p.pending, e)
 }
 
-func (p *progress) finish() {
+// flush prints the held lines in time order (by end, then start; a
+// machine's own order breaks ties).
+func (p *progress) flush() {
+	if len(p.pending) == 0 {
+		return
+	}
+	sort.SliceStable(p.pending, func(i, j int) bool {
+		a, b := p.pending[i], p.pending[j]
+		if !a.End.Equal(b.End) {
+			return a.End.Before(b.End)
+		}
+		return a.Start.Before(b.Start)
+	})
+	for _, e := range p.pending {
+		if e.Step == "verify" || e.Step == "drain-and-delete-old" || e.Outcome == "Failed" ||
+			e.Step == fake.UpdateMachineStep+capi.ReasonSucceeded {
+			p.done[e.Machine] = true
+		}
+		fmt.Fprintf(p.w, "  %s  batch %-2d %-24s %-7s %-22s %s\n", e.End.Format("15:04:05"), e.Batch, e.Machine, e.Method, e.Step, outcome(e))
+	}
+	p.pending = p.pending[:0]
 	if p.bar {
-		fmt.Fprintln(p.w)
+		const width = 30
+		n := 0
+		if p.total > 0 {
+			n = min(len(p.done)*width/p.total, width)
+		}
+		fmt.Fprintf(p.w, "  [%s%s] %d/%d machines\n", strings.Repeat("#", n), strings.Repeat(".", width-n), len(p.done), p.total)
 	}
 }
+
+// outcome is an event's outcome as printed: retries and crashes say so.
+func outcome(e fake.Event) string {
+	switch {
+	case e.Outcome == "Crashed":
+		return "Crashed: the upgrader died; a new one resumes from the journal"
+	case e.Attempts > 1:
+		return fmt.Sprintf("%s after %d attempts", e.Outcome, e.Attempts)
+	}
+	return e.Outcome
+}
+
+func (p *progress) finish() { p.flush() }
 
 func summarize(w io.Writer, res *fake.Result) {
 	methods := map[strategy.Method]int{}

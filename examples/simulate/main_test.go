@@ -106,7 +106,8 @@ func TestDemoHoldsBackAfterAFailureLeftCordoned(t *testing.T) {
 func TestProgressBar(t *testing.T) {
 	var out bytes.Buffer
 	require.NoError(t, run(context.Background(), []string{"-progress-bar", "-control-planes", "1", "-workers", "md-0=1"}, &out, &bytes.Buffer{}))
-	require.Contains(t, out.String(), "\r  [##############################] 2/2 machines")
+	require.Contains(t, out.String(), "  [##############################] 2/2 machines\n")
+	require.Contains(t, out.String(), "demo-md-0-0", "step lines are printed on a terminal too")
 }
 
 func TestBadFlags(t *testing.T) {

@@ -5,116 +5,426 @@ import (
 	"html/template"
 	"io"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/upgradekit/upgradekit/fake"
+	"github.com/upgradekit/upgradekit/strategy"
 )
 
+// Timeline geometry, in SVG pixels.
+const (
+	tlWidth      = 1200 // the whole picture
+	tlLeft       = 250  // lane labels to the left of this
+	tlLaneH      = 22   // one lane
+	tlBarH       = 16
+	tlCharW      = 6.6 // a 11px sans-serif character, for fitting labels
+	tlMaxDetails = 60  // machine lanes beyond this: only the eventful ones
+)
+
+// Colours, one per kind of thing on the timeline.
+const (
+	colorInPlace  = "#4c9f70"
+	colorReplace  = "#4a78c2"
+	colorFailed   = "#d64545"
+	colorRollback = "#e0a030"
+	colorCrash    = "#8e44ad"
+	colorRetried  = "#1d5e3a"
+)
+
+type tlBar struct {
+	X, Y, W, H    float64
+	Color, Stroke string
+	Title         string
+	Label         string // drawn inside when it fits
+	LabelX        float64
+}
+
+type tlMark struct {
+	X, Y          float64
+	Symbol, Color string
+	Title         string
+}
+
+type tlText struct {
+	X, Y  float64
+	Text  string
+	Class string
+}
+
+type tlLine struct{ X1, Y1, X2, Y2 float64 }
+
+// timeline is what the template draws.
+type timeline struct {
+	Title, Summary string
+	Width, Height  int
+	Bars           []tlBar
+	Marks          []tlMark
+	Texts          []tlText
+	Grid           []tlLine
+}
+
 // writeTimeline renders the rollout as one self-contained HTML page with
-// an SVG: one lane per machine, one bar per step, failures in red and
-// marked, batches as background bands.
+// an SVG, on a virtual-time axis:
+//
+//   - "Groups": one lane per group (the control plane, each machine
+//     deployment), a bar per batch from its first start to its last end,
+//     coloured by its worst outcome, with its machine count;
+//   - "Machines": one lane per machine with a bar per step (its name
+//     inside when it fits, all details in the tooltip), and marks for a
+//     failure (✗), a rollback (↶), a runner crash (a purple rule across
+//     the lane) and a retried step (outlined, ×N). Above tlMaxDetails machines only the machines where
+//     something happened besides success get a lane (every one of those,
+//     so nothing that went wrong is hidden), and the page says how many
+//     are summarised by their group.
+//
+// Batches are background bands, labelled where the label fits.
 func writeTimeline(w io.Writer, res *fake.Result) error {
-	const laneH, left, width = 22, 190, 1100
+	tl := buildTimeline(res)
+	return timelineTmpl.Execute(w, tl)
+}
+
+func buildTimeline(res *fake.Result) timeline {
 	span := res.End.Sub(res.Start)
 	if span <= 0 {
 		span = time.Second
 	}
-	x := func(t time.Time) float64 { return left + float64(t.Sub(res.Start))/float64(span)*(width-left-10) }
+	plotW := float64(tlWidth - tlLeft - 10)
+	x := func(t time.Time) float64 { return tlLeft + float64(t.Sub(res.Start))/float64(span)*plotW }
+	var tl timeline
+	tl.Title = "upgradekit rollout of " + res.Plan.Cluster
+	tl.Width = tlWidth
 
-	var lanes []string
-	laneOf := map[string]int{}
+	// Machines in plan order, their events, and what happened to each.
+	var machines []strategy.PlannedMachine
 	for _, pm := range res.Plan.Machines {
-		if _, ok := laneOf[pm.Machine]; !ok {
-			laneOf[pm.Machine] = len(lanes)
-			lanes = append(lanes, pm.Machine)
+		if pm.Batch > 0 {
+			machines = append(machines, pm)
 		}
 	}
-	type bar struct {
-		X, Y, W      float64
-		Color, Title string
-		Failed       bool
-		MarkX, MarkY float64
-	}
-	type lane struct {
-		Name string
-		Y    float64
-		Note string
-	}
-	type band struct {
-		X, W  float64
-		Label string
-	}
-	var bars []bar
-	batchStart, batchEnd := map[int]time.Time{}, map[int]time.Time{}
+	events := map[string][]fake.Event{}
+	eventful := map[string]bool{}
 	for _, e := range res.Events {
-		y := float64(laneOf[e.Machine]*laneH + 40)
-		color := "#4c9f70"
-		switch {
-		case e.Outcome == "Failed":
-			color = "#d64545"
-		case e.Outcome == "RolledBack":
-			color = "#e0a030"
-		case e.Method != "InPlace":
-			color = "#4a78c2"
-		}
-		w := x(e.End) - x(e.Start)
-		if w < 2 {
-			w = 2
-		}
-		b := bar{X: x(e.Start), Y: y, W: w, Color: color, Failed: e.Outcome == "Failed",
-			Title: fmt.Sprintf("%s: %s (%s) %s-%s %s", e.Machine, e.Step, e.Method, e.Start.Format("15:04:05"), e.End.Format("15:04:05"), e.Outcome)}
-		b.MarkX, b.MarkY = b.X+b.W, y+4
-		bars = append(bars, b)
-		if s, ok := batchStart[e.Batch]; !ok || e.Start.Before(s) {
-			batchStart[e.Batch] = e.Start
-		}
-		if e.End.After(batchEnd[e.Batch]) {
-			batchEnd[e.Batch] = e.End
+		events[e.Machine] = append(events[e.Machine], e)
+		if e.Outcome == "Failed" || e.Outcome == "RolledBack" || e.Outcome == "Crashed" || e.Attempts > 1 {
+			eventful[e.Machine] = true
 		}
 	}
-	var bands []band
+
+	y := 40.0
+	// The axis: ticks at a round interval, at most ~12.
+	tick := niceTick(span)
+	layout := "15:04"
+	if span > 20*time.Hour {
+		layout = "Mon 15:04"
+	}
+	top := y - 14
+	for t := res.Start.Truncate(tick); !t.After(res.End); t = t.Add(tick) {
+		if t.Before(res.Start) {
+			continue
+		}
+		tx := x(t)
+		tl.Grid = append(tl.Grid, tlLine{X1: tx, Y1: top, X2: tx, Y2: 0}) // Y2 set below
+		if tx < tlWidth-30 {
+			tl.Texts = append(tl.Texts, tlText{X: tx, Y: top - 4, Text: t.Format(layout), Class: "tick"})
+		}
+	}
+	tl.Texts = append(tl.Texts, tlText{X: 4, Y: top - 4, Text: "virtual time", Class: "tick"})
+
+	// Batch bands (drawn first, under everything), labelled where it fits.
+	type span2 struct{ from, to time.Time }
+	batches := map[int]*span2{}
+	for _, e := range res.Events {
+		b := batches[e.Batch]
+		if b == nil {
+			b = &span2{e.Start, e.End}
+			batches[e.Batch] = b
+		}
+		if e.Start.Before(b.from) {
+			b.from = e.Start
+		}
+		if e.End.After(b.to) {
+			b.to = e.End
+		}
+	}
 	var idx []int
-	for b := range batchStart {
+	for b := range batches {
 		idx = append(idx, b)
 	}
 	sort.Ints(idx)
-	for _, b := range idx {
-		bands = append(bands, band{X: x(batchStart[b]), W: x(batchEnd[b]) - x(batchStart[b]), Label: fmt.Sprintf("batch %d", b)})
-	}
-	var ls []lane
-	for i, name := range lanes {
-		note := ""
-		if pm, ok := res.Plan.Machine(name); ok {
-			note = string(pm.Method)
+	bandStart := len(tl.Bars)
+
+	// Groups.
+	tl.Texts = append(tl.Texts, tlText{X: 4, Y: y + 12, Text: "Groups (a bar per batch)", Class: "section"})
+	y += tlLaneH
+	var groups []string
+	seen := map[string]bool{}
+	for _, pm := range machines {
+		g := groupOf(pm)
+		if !seen[g] {
+			seen[g] = true
+			groups = append(groups, g)
 		}
-		ls = append(ls, lane{Name: name, Y: float64(i*laneH + 40), Note: note})
 	}
-	data := struct {
-		Title         string
-		Width, Height int
-		Lanes         []lane
-		Bars          []bar
-		Bands         []band
-		Summary       string
-	}{
-		Title: "upgradekit rollout of " + res.Plan.Cluster, Width: width, Height: len(lanes)*laneH + 70,
-		Lanes: ls, Bars: bars, Bands: bands,
-		Summary: fmt.Sprintf("%d machines, %d batches, %s of virtual time, %d failed", len(lanes), len(res.Plan.Batches), span.Round(time.Second), len(res.Failed)),
+	for _, g := range groups {
+		n := 0
+		type agg struct {
+			from, to time.Time
+			count    int
+			worst    string
+			method   strategy.Method
+		}
+		per := map[int]*agg{}
+		for _, pm := range machines {
+			if groupOf(pm) != g {
+				continue
+			}
+			n++
+			for _, e := range events[pm.Machine] {
+				a := per[e.Batch]
+				if a == nil {
+					a = &agg{from: e.Start, to: e.End, method: pm.Method}
+					per[e.Batch] = a
+				}
+				if e.Start.Before(a.from) {
+					a.from = e.Start
+				}
+				if e.End.After(a.to) {
+					a.to = e.End
+				}
+				a.worst = worse(a.worst, e.Outcome)
+			}
+			if a := per[pm.Batch]; a != nil {
+				a.count++
+			}
+		}
+		tl.Texts = append(tl.Texts, tlText{X: 4, Y: y + 12, Text: fmt.Sprintf("%s (%d machines)", g, n)})
+		var bs []int
+		for b := range per {
+			bs = append(bs, b)
+		}
+		sort.Ints(bs)
+		for _, b := range bs {
+			a := per[b]
+			bar := tlBar{X: x(a.from), Y: y, W: max(x(a.to)-x(a.from), 2), H: tlBarH, Color: outcomeColor(a.worst, a.method),
+				Title: fmt.Sprintf("%s batch %d: %d machines, %s-%s, %s", g, b, a.count, a.from.Format("15:04:05"), a.to.Format("15:04:05"), worstText(a.worst))}
+			if a.count == 1 {
+				fitLabel(&bar, "1 machine")
+			} else {
+				fitLabel(&bar, fmt.Sprintf("%d machines", a.count))
+			}
+			tl.Bars = append(tl.Bars, bar)
+		}
+		y += tlLaneH
 	}
-	return timelineTmpl.Execute(w, data)
+
+	// Machines.
+	shown := machines
+	hidden := 0
+	if len(machines) > tlMaxDetails {
+		shown = nil
+		for _, pm := range machines {
+			if eventful[pm.Machine] {
+				shown = append(shown, pm)
+			}
+		}
+		hidden = len(machines) - len(shown)
+	}
+	groupsEnd := y
+	// The machines' lanes are zoomed: each starts at its machine's first
+	// event, on one scale fitted to the longest, so steps are wide enough
+	// to read (the groups above say when).
+	first := map[string]time.Time{}
+	var longest time.Duration
+	for _, pm := range shown {
+		evs := events[pm.Machine]
+		if len(evs) == 0 {
+			continue
+		}
+		from, to := evs[0].Start, evs[0].End
+		for _, e := range evs {
+			if e.Start.Before(from) {
+				from = e.Start
+			}
+			if e.End.After(to) {
+				to = e.End
+			}
+		}
+		first[pm.Machine] = from
+		longest = max(longest, to.Sub(from))
+	}
+	if longest <= 0 {
+		longest = time.Second
+	}
+	mx := func(m string, t time.Time) float64 {
+		return tlLeft + float64(t.Sub(first[m]))/float64(longest)*plotW
+	}
+	y += 8
+	head := "Machines (a bar per step)"
+	if hidden > 0 {
+		head = fmt.Sprintf("Machines where something went wrong or was retried: %d of %d (the other %d succeeded at once, see their group)", len(shown), len(machines), hidden)
+	}
+	tl.Texts = append(tl.Texts, tlText{X: 4, Y: y + 12, Text: head, Class: "section"})
+	y += tlLaneH + 14
+	mtick := niceTick(longest)
+	tl.Texts = append(tl.Texts, tlText{X: 4, Y: y - 8, Text: "time since the machine's first step", Class: "tick"})
+	for d := time.Duration(0); d <= longest; d += mtick {
+		tx := tlLeft + float64(d)/float64(longest)*plotW
+		tl.Grid = append(tl.Grid, tlLine{X1: tx, Y1: y - 6, X2: tx, Y2: -1})
+		if tx < tlWidth-30 {
+			tl.Texts = append(tl.Texts, tlText{X: tx, Y: y - 8, Text: fmt.Sprintf("+%dm", int(d.Minutes())), Class: "tick"})
+		}
+	}
+	for _, pm := range shown {
+		x := func(t time.Time) float64 { return mx(pm.Machine, t) }
+		tl.Texts = append(tl.Texts, tlText{X: 4, Y: y + 12, Text: fmt.Sprintf("%s (%s, batch %d)", pm.Machine, pm.Method, pm.Batch)})
+		for _, e := range events[pm.Machine] {
+			title := fmt.Sprintf("%s: %s (%s) %s-%s %s", e.Machine, e.Step, e.Method, e.Start.Format("15:04:05"), e.End.Format("15:04:05"), outcome(e))
+			switch {
+			case e.Outcome == "Crashed":
+				// A bar across the lane, not a symbol: the step that
+				// resumes starts right there, with its label.
+				tl.Bars = append(tl.Bars, tlBar{X: x(e.Start) - 1, Y: y - 2, W: 3, H: tlBarH + 4, Color: colorCrash, Title: title})
+				continue
+			case e.Outcome == "RolledBack" && !e.End.After(e.Start):
+				tl.Marks = append(tl.Marks, tlMark{X: x(e.Start), Y: y + 12, Symbol: "↶", Color: colorRollback, Title: title})
+				continue
+			}
+			bar := tlBar{X: x(e.Start), Y: y, W: max(x(e.End)-x(e.Start), 2), H: tlBarH, Color: outcomeColor(e.Outcome, e.Method), Title: title}
+			label := e.Step
+			if e.Attempts > 1 {
+				bar.Stroke = colorRetried
+				label = fmt.Sprintf("%s ×%d", e.Step, e.Attempts)
+			}
+			fitLabel(&bar, label)
+			tl.Bars = append(tl.Bars, bar)
+			if e.Outcome == "Failed" {
+				tl.Marks = append(tl.Marks, tlMark{X: bar.X + bar.W + 1, Y: y + 12, Symbol: "✗", Color: colorFailed, Title: title})
+			}
+		}
+		y += tlLaneH
+	}
+	height := y + 10
+	for i := range tl.Grid {
+		switch tl.Grid[i].Y2 {
+		case 0: // the time axis: through the groups
+			tl.Grid[i].Y2 = groupsEnd
+		case -1: // the machines' axis: through their lanes
+			tl.Grid[i].Y2 = height
+		}
+	}
+	// Bands under the bars: prepend.
+	var bands []tlBar
+	var bandLabels []tlText
+	lastLabelEnd := 0.0
+	for _, b := range idx {
+		s := batches[b]
+		bx, bw := x(s.from), max(x(s.to)-x(s.from), 1)
+		bands = append(bands, tlBar{X: bx, Y: 40, W: bw, H: groupsEnd - 40, Color: "#f2f2f2", Title: fmt.Sprintf("batch %d: %s-%s", b, s.from.Format("15:04:05"), s.to.Format("15:04:05"))})
+		label := fmt.Sprintf("batch %d", b)
+		if lw := float64(len(label)) * tlCharW; bw >= lw && bx >= lastLabelEnd {
+			bandLabels = append(bandLabels, tlText{X: bx + 1, Y: 50, Text: label, Class: "band"})
+			lastLabelEnd = bx + lw + 4
+		}
+	}
+	tl.Bars = append(append(tl.Bars[:bandStart:bandStart], bands...), tl.Bars[bandStart:]...)
+	tl.Texts = append(tl.Texts, bandLabels...)
+	tl.Height = int(height)
+	failed := len(res.Failed)
+	tl.Summary = fmt.Sprintf("%d machines in %d groups, %d batches, %s of virtual time, %d failed, %d runner restarts",
+		len(machines), len(groups), len(res.Plan.Batches), span.Round(time.Second), failed, res.Restarts)
+	return tl
 }
 
-var timelineTmpl = template.Must(template.New("timeline").Parse(`<!DOCTYPE html>
+// fitLabel puts label inside bar when it fits, cut short with "…" when at
+// least three characters of it do, and otherwise leaves it to the tooltip.
+func fitLabel(bar *tlBar, label string) {
+	r := []rune(label)
+	fits := int((bar.W - 4) / tlCharW)
+	switch {
+	case fits >= len(r):
+	case fits >= 4:
+		r = append(r[:fits-1], '…')
+	default:
+		return
+	}
+	bar.Label, bar.LabelX = string(r), bar.X+2
+}
+
+func groupOf(pm strategy.PlannedMachine) string {
+	if pm.Group == "" {
+		return "control-plane"
+	}
+	return pm.Group
+}
+
+// worse keeps the worse of two outcomes: Failed, then RolledBack, then
+// Crashed, then anything else.
+func worse(a, b string) string {
+	rank := func(o string) int {
+		switch o {
+		case "Failed":
+			return 3
+		case "RolledBack":
+			return 2
+		case "Crashed":
+			return 1
+		}
+		return 0
+	}
+	if rank(b) > rank(a) {
+		return b
+	}
+	return a
+}
+
+func worstText(o string) string {
+	switch o {
+	case "Failed", "RolledBack", "Crashed":
+		return "worst: " + o
+	}
+	return "all succeeded"
+}
+
+func outcomeColor(outcome string, m strategy.Method) string {
+	switch outcome {
+	case "Failed":
+		return colorFailed
+	case "RolledBack":
+		return colorRollback
+	case "Crashed":
+		return colorCrash
+	}
+	if m != strategy.MethodInPlace {
+		return colorReplace
+	}
+	return colorInPlace
+}
+
+// niceTick is the round interval that puts at most about 12 ticks on span.
+func niceTick(span time.Duration) time.Duration {
+	for _, d := range []time.Duration{time.Minute, 2 * time.Minute, 5 * time.Minute, 10 * time.Minute, 15 * time.Minute,
+		30 * time.Minute, time.Hour, 2 * time.Hour, 3 * time.Hour, 6 * time.Hour, 12 * time.Hour, 24 * time.Hour} {
+		if span/d <= 12 {
+			return d
+		}
+	}
+	return 48 * time.Hour
+}
+
+var timelineTmpl = template.Must(template.New("timeline").Funcs(template.FuncMap{"join": strings.Join}).Parse(`<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>{{.Title}}</title>
-<style>body{font-family:sans-serif;margin:16px}text{font-size:12px}.legend span{display:inline-block;width:12px;height:12px;margin:0 4px 0 12px;vertical-align:middle}</style>
+<style>body{font-family:sans-serif;margin:16px}text{font-size:11px;font-family:sans-serif}text.section{font-weight:bold}text.tick,text.band{fill:#666}
+.legend span{display:inline-block;width:12px;height:12px;margin:0 4px 0 12px;vertical-align:middle}</style>
 </head><body>
 <h1>{{.Title}}</h1>
 <p>{{.Summary}}</p>
-<p class="legend"><span style="background:#4c9f70"></span>in-place step<span style="background:#4a78c2"></span>replacement<span style="background:#e0a030"></span>rolled back<span style="background:#d64545"></span>failed</p>
+<p class="legend"><span style="background:#4c9f70"></span>in-place step<span style="background:#4a78c2"></span>replacement<span style="background:#e0a030"></span>rolled back (↶)<span style="background:#d64545"></span>failed (✗)<span style="background:#8e44ad"></span>runner crash<span style="border:2px solid #1d5e3a;width:8px;height:8px"></span>retried (×N)</p>
 <svg xmlns="http://www.w3.org/2000/svg" width="{{.Width}}" height="{{.Height}}" role="img" aria-label="rollout timeline">
-{{range .Bands}}<rect x="{{.X}}" y="18" width="{{.W}}" height="{{$.Height}}" fill="#f2f2f2"/><text x="{{.X}}" y="14">{{.Label}}</text>
-{{end}}{{range .Lanes}}<text x="4" y="{{.Y}}" dy="12">{{.Name}} ({{.Note}})</text>
-{{end}}{{range .Bars}}<rect x="{{.X}}" y="{{.Y}}" width="{{.W}}" height="16" fill="{{.Color}}"><title>{{.Title}}</title></rect>{{if .Failed}}<text x="{{.MarkX}}" y="{{.MarkY}}" dy="10" fill="#d64545">✗</text>{{end}}
+{{range .Grid}}<line x1="{{.X1}}" y1="{{.Y1}}" x2="{{.X2}}" y2="{{.Y2}}" stroke="#ddd"/>
+{{end}}{{range .Bars}}<rect x="{{.X}}" y="{{.Y}}" width="{{.W}}" height="{{.H}}" fill="{{.Color}}"{{if .Stroke}} stroke="{{.Stroke}}" stroke-width="2"{{end}}><title>{{.Title}}</title></rect>{{if .Label}}<text x="{{.LabelX}}" y="{{.Y}}" dy="12" fill="#fff">{{.Label}}</text>{{end}}
+{{end}}{{range .Marks}}<text x="{{.X}}" y="{{.Y}}" fill="{{.Color}}" class="mark">{{.Symbol}}<title>{{.Title}}</title></text>
+{{end}}{{range .Texts}}<text x="{{.X}}" y="{{.Y}}"{{if .Class}} class="{{.Class}}"{{end}}>{{.Text}}</text>
 {{end}}</svg>
 </body></html>
 `))
