@@ -98,8 +98,34 @@ func main() {
 		src := strings.ReplaceAll(string(b), `"github.com/upgradekit/upgradekit/examples/tour"`, `"example.com/consumer/tour"`)
 		writeFile(t, filepath.Join(tourDir, name), src)
 	}
-	out := sh(t, consumer, env, "go", "test", "-count=1", "-v", "./tour/")
-	for _, want := range []string{"--- PASS: ExampleWhatChanged", "--- PASS: ExamplePlanRollout", "--- PASS: ExampleSimulate", "TestAddExtension"} {
+	// And the README's other two snippets: a test on the Cluster API
+	// harness (fake/capitest) and one on envtest, without the checks that
+	// compare them with the README, which is not there.
+	for _, f := range []struct{ from, dir, cut string }{
+		{"fake/capitest/readme_test.go", "harness", "// TestREADMEShowsTheHarnessTest"},
+		{"fake/envtest/readme_test.go", "integration", ""},
+	} {
+		b, err := os.ReadFile(filepath.Join(clone, f.from))
+		if err != nil {
+			t.Fatal(err)
+		}
+		src := string(b)
+		if f.cut != "" {
+			i := strings.Index(src, f.cut)
+			if i < 0 {
+				t.Fatalf("%s has no %q", f.from, f.cut)
+			}
+			src = src[:i] // goimports below drops the imports only that check used
+		}
+		if err := os.MkdirAll(filepath.Join(consumer, f.dir), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		writeFile(t, filepath.Join(consumer, f.dir, filepath.Base(f.from)), src)
+	}
+	sh(t, consumer, env, "go", "run", "golang.org/x/tools/cmd/goimports@v0.39.0", "-w", "harness")
+	out := sh(t, consumer, env, "go", "test", "-count=1", "-v", "./tour/", "./harness/", "./integration/")
+	for _, want := range []string{"--- PASS: ExampleWhatChanged", "--- PASS: ExamplePlanRollout", "--- PASS: ExampleSimulate", "TestAddExtension",
+		"TestMyExtensionUnderClusterAPI", "TestMyController"} {
 		if !strings.Contains(out, want) {
 			t.Fatalf("the tour in the consumer module: no %q in\n%s", want, out)
 		}
