@@ -35,7 +35,10 @@
 //     result with desired by diff.InPlaceUpdate alone. Anything left, such
 //     as a field WithDiffOptions hides, turns the answer into a decline
 //     naming the fields (SelfCheckMessage): it never accepts what CAPI
-//     would then roll out anyway.
+//     would then roll out anyway. The same check is public:
+//     VerifyCanUpdateMachine and VerifyCanUpdateMachineSet tell, for any
+//     extension's answer, whether CAPI would update in place or roll out
+//     (*RollOutError naming the fields left).
 //
 // The contract is tested against CAPI's own code: hack/capi-inplace-oracle.sh
 // builds CAPI v1.14's applyPatchesToRequest and matchesMachine /

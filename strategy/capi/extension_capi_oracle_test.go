@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"math/rand/v2"
@@ -217,6 +218,43 @@ func TestExtensionAgreesWithCAPIOracle(t *testing.T) {
 			}
 		}
 	}
+	// The public verifier says what CAPI says, on every line: the bare
+	// request (an empty answer) and each decider's answer.
+	verified := 0
+	for i, l := range lines {
+		v := verdicts[i]
+		if v.Error != "" {
+			continue
+		}
+		var err error
+		switch l.Hook {
+		case "CanUpdateMachine":
+			var req runtimehooksv1.CanUpdateMachineRequest
+			var resp runtimehooksv1.CanUpdateMachineResponse
+			require.NoError(t, json.Unmarshal(l.Request, &req))
+			require.NoError(t, json.Unmarshal(l.Response, &resp))
+			err = capi.VerifyCanUpdateMachine(&req, &resp)
+		default:
+			var req runtimehooksv1.CanUpdateMachineSetRequest
+			var resp runtimehooksv1.CanUpdateMachineSetResponse
+			require.NoError(t, json.Unmarshal(l.Request, &req))
+			require.NoError(t, json.Unmarshal(l.Response, &resp))
+			err = capi.VerifyCanUpdateMachineSet(&req, &resp)
+		}
+		if errors.Is(err, capi.ErrNotAnAnswer) {
+			continue
+		}
+		if v.Match != (err == nil) {
+			mismatches = append(mismatches, fmt.Sprintf("%s: Verify says %v, CAPI says match=%v (%s)\n  answer: %s", l.Hook, err, v.Match, strings.Join(v.Reasons, " | "), l.Response))
+			kinds["the verifier disagrees with CAPI"]++
+		}
+		if err != nil && !errors.Is(err, capi.ErrWouldRollOut) {
+			mismatches = append(mismatches, fmt.Sprintf("%s: Verify failed: %v", l.Hook, err))
+		}
+		verified++
+	}
+	t.Logf("the verifier agrees with CAPI on %d answers", verified)
+	require.Greater(t, verified, len(cases))
 	t.Logf("%d generated requests (%d CanUpdateMachine, %d CanUpdateMachineSet) x %d deciders: %d accepted, %d declined; CAPI matches %d requests without any patch; %d mismatches",
 		len(cases), len(cases)/2, len(cases)/2, len(deciders), accepted, declined, capiMatchesUnpatched, len(mismatches))
 	for _, k := range slices.Sorted(maps.Keys(kinds)) {

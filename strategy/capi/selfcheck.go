@@ -13,6 +13,7 @@ import (
 	runtimehooksv1 "sigs.k8s.io/cluster-api/api/runtime/hooks/v1alpha1"
 
 	"github.com/upgradekit/upgradekit/diff"
+	"github.com/upgradekit/upgradekit/internal/errtext"
 )
 
 // SelfCheckMessage is in the message of a decline made by the Extension's
@@ -30,6 +31,16 @@ const SelfCheckMessage = "the answer's patches would leave differences Cluster A
 // patches as Cluster API patches it, still differs from desired (nil when
 // nothing is left).
 func (e *Extension) selfCheck(cur, des diff.State, patches [3]runtimehooksv1.Patch, templates bool) ([]string, error) {
+	left, err := leftAfterPatches(e.strict, cur, des, patches, templates)
+	if err != nil || left.Empty() {
+		return nil, err
+	}
+	return fieldNames(left), nil
+}
+
+// leftAfterPatches applies patches (by diff.Object) to cur as Cluster API
+// does and returns what strict still finds between the result and des.
+func leftAfterPatches(strict *diff.Differ, cur, des diff.State, patches [3]runtimehooksv1.Patch, templates bool) (diff.ChangeSet, error) {
 	specPath := []string{"spec"}
 	if templates {
 		specPath = []string{"spec", "template", "spec"}
@@ -42,7 +53,7 @@ func (e *Extension) selfCheck(cur, des diff.State, patches [3]runtimehooksv1.Pat
 		}
 		obj, err := applyAsCAPI(objectOf(cur, o), p, specPath)
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", o, err)
+			return diff.ChangeSet{}, fmt.Errorf("%w: %s: %w", ErrInvalidPatch, o, err)
 		}
 		switch o {
 		case diff.Machine:
@@ -53,20 +64,10 @@ func (e *Extension) selfCheck(cur, des diff.State, patches [3]runtimehooksv1.Pat
 			patched.Infrastructure = obj
 		}
 	}
-	var left diff.ChangeSet
-	var err error
 	if templates {
-		left, err = e.strict.Templates(patched, des)
-	} else {
-		left, err = e.strict.Machines(patched, des)
+		return strict.Templates(patched, des)
 	}
-	if err != nil {
-		return nil, err
-	}
-	if left.Empty() {
-		return nil, nil
-	}
-	return fieldNames(left), nil
+	return strict.Machines(patched, des)
 }
 
 func objectOf(s diff.State, o diff.Object) any {
@@ -113,7 +114,7 @@ func applyAsCAPI(obj any, p runtimehooksv1.Patch, specPath []string) (any, error
 			return nil, fmt.Errorf("applying our merge patch: %w", err)
 		}
 	default:
-		return nil, fmt.Errorf("unknown patch type %q", p.PatchType)
+		return nil, fmt.Errorf("unknown patch type %s", errtext.Quote(string(p.PatchType)))
 	}
 	var before, after map[string]any
 	if err := decodeLiterals(doc, &before); err != nil {
