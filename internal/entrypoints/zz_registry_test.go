@@ -63,6 +63,8 @@ var registry = map[string]reflect.Value{
 	"capi.CheckFunc.Check":                     reflect.ValueOf(capi.CheckFunc.Check),
 	"capi.CheckRequest.VersionChanged":         reflect.ValueOf(capi.CheckRequest.VersionChanged),
 	"capi.ControlPlaneSkewCheck":               reflect.ValueOf(capi.ControlPlaneSkewCheck),
+	"capi.Extension.AnswerCanUpdateMachine":    reflect.ValueOf((*capi.Extension).AnswerCanUpdateMachine),
+	"capi.Extension.AnswerCanUpdateMachineSet": reflect.ValueOf((*capi.Extension).AnswerCanUpdateMachineSet),
 	"capi.Extension.CanUpdateMachine":          reflect.ValueOf((*capi.Extension).CanUpdateMachine),
 	"capi.Extension.CanUpdateMachineSet":       reflect.ValueOf((*capi.Extension).CanUpdateMachineSet),
 	"capi.Extension.Handlers":                  reflect.ValueOf((*capi.Extension).Handlers),

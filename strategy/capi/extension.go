@@ -146,18 +146,33 @@ func (e *Extension) CanUpdateMachine(ctx context.Context, req *runtimehooksv1.Ca
 		failResponse(err, resp)
 		return
 	}
-	cur := diff.State{Machine: &req.Current.Machine, Bootstrap: req.Current.BootstrapConfig, Infrastructure: req.Current.InfrastructureMachine}
-	des := diff.State{Machine: &req.Desired.Machine, Bootstrap: req.Desired.BootstrapConfig, Infrastructure: req.Desired.InfrastructureMachine}
 	log := e.logger(ctx).WithValues("hook", "CanUpdateMachine", "machine", req.Desired.Machine.Namespace+"/"+req.Desired.Machine.Name,
 		"cluster", req.Desired.Machine.Namespace+"/"+req.Desired.Machine.Spec.ClusterName)
+	a, err := e.AnswerCanUpdateMachine(ctx, req)
+	if e.respond(log, "CanUpdateMachine", a, err, resp) {
+		resp.MachinePatch, resp.BootstrapConfigPatch, resp.InfrastructureMachinePatch = a.MachinePatch, a.BootstrapPatch, a.InfrastructurePatch
+	}
+}
+
+// AnswerCanUpdateMachine is CanUpdateMachine's answer as a value, without
+// writing a response, recording metrics or logging. An error is what the
+// hook answers as a Failure (a nil request, an incomplete one, a failed
+// check); a decline is not an error.
+func (e *Extension) AnswerCanUpdateMachine(ctx context.Context, req *runtimehooksv1.CanUpdateMachineRequest) (Answer, error) {
+	if err := e.usable(req == nil); err != nil {
+		return Answer{}, err
+	}
+	cur := diff.State{Machine: &req.Current.Machine, Bootstrap: req.Current.BootstrapConfig, Infrastructure: req.Current.InfrastructureMachine}
+	des := diff.State{Machine: &req.Desired.Machine, Bootstrap: req.Desired.BootstrapConfig, Infrastructure: req.Desired.InfrastructureMachine}
 	if err := requireObjects("machine", req.Current.Machine.Name, req.Desired.Machine.Name,
 		"infrastructureMachine", req.Current.InfrastructureMachine, req.Desired.InfrastructureMachine); err != nil {
-		e.fail(log, "CanUpdateMachine", err, resp)
-		return
+		return Answer{}, err
 	}
-	if p, ok := e.respond(ctx, log, "CanUpdateMachine", req.GetSettings(), cur, des, req.Current.Machine.Spec.Version, req.Desired.Machine.Spec.Version, false, resp); ok {
-		resp.MachinePatch, resp.BootstrapConfigPatch, resp.InfrastructureMachinePatch = p[diff.Machine], p[diff.Bootstrap], p[diff.Infrastructure]
+	a, err := e.answer(ctx, req.GetSettings(), cur, des, req.Current.Machine.Spec.Version, req.Desired.Machine.Spec.Version, false)
+	if err != nil {
+		return Answer{}, err
 	}
+	return a.export(), nil
 }
 
 // CanUpdateMachineSet answers the hook for a MachineSet's templates
@@ -172,18 +187,31 @@ func (e *Extension) CanUpdateMachineSet(ctx context.Context, req *runtimehooksv1
 		failResponse(err, resp)
 		return
 	}
-	cur := diff.State{Machine: &req.Current.MachineSet, Bootstrap: req.Current.BootstrapConfigTemplate, Infrastructure: req.Current.InfrastructureMachineTemplate}
-	des := diff.State{Machine: &req.Desired.MachineSet, Bootstrap: req.Desired.BootstrapConfigTemplate, Infrastructure: req.Desired.InfrastructureMachineTemplate}
 	log := e.logger(ctx).WithValues("hook", "CanUpdateMachineSet", "machineSet", req.Desired.MachineSet.Namespace+"/"+req.Desired.MachineSet.Name,
 		"cluster", req.Desired.MachineSet.Namespace+"/"+req.Desired.MachineSet.Spec.ClusterName)
+	a, err := e.AnswerCanUpdateMachineSet(ctx, req)
+	if e.respond(log, "CanUpdateMachineSet", a, err, resp) {
+		resp.MachineSetPatch, resp.BootstrapConfigTemplatePatch, resp.InfrastructureMachineTemplatePatch = a.MachinePatch, a.BootstrapPatch, a.InfrastructurePatch
+	}
+}
+
+// AnswerCanUpdateMachineSet is CanUpdateMachineSet's answer as a value
+// (see AnswerCanUpdateMachine).
+func (e *Extension) AnswerCanUpdateMachineSet(ctx context.Context, req *runtimehooksv1.CanUpdateMachineSetRequest) (Answer, error) {
+	if err := e.usable(req == nil); err != nil {
+		return Answer{}, err
+	}
+	cur := diff.State{Machine: &req.Current.MachineSet, Bootstrap: req.Current.BootstrapConfigTemplate, Infrastructure: req.Current.InfrastructureMachineTemplate}
+	des := diff.State{Machine: &req.Desired.MachineSet, Bootstrap: req.Desired.BootstrapConfigTemplate, Infrastructure: req.Desired.InfrastructureMachineTemplate}
 	if err := requireObjects("machineSet", req.Current.MachineSet.Name, req.Desired.MachineSet.Name,
 		"infrastructureMachineTemplate", req.Current.InfrastructureMachineTemplate, req.Desired.InfrastructureMachineTemplate); err != nil {
-		e.fail(log, "CanUpdateMachineSet", err, resp)
-		return
+		return Answer{}, err
 	}
-	if p, ok := e.respond(ctx, log, "CanUpdateMachineSet", req.GetSettings(), cur, des, req.Current.MachineSet.Spec.Template.Spec.Version, req.Desired.MachineSet.Spec.Template.Spec.Version, true, resp); ok {
-		resp.MachineSetPatch, resp.BootstrapConfigTemplatePatch, resp.InfrastructureMachineTemplatePatch = p[diff.Machine], p[diff.Bootstrap], p[diff.Infrastructure]
+	a, err := e.answer(ctx, req.GetSettings(), cur, des, req.Current.MachineSet.Spec.Template.Spec.Version, req.Desired.MachineSet.Spec.Template.Spec.Version, true)
+	if err != nil {
+		return Answer{}, err
 	}
+	return a.export(), nil
 }
 
 // ErrInvalidOption is matched by the errors of this package's constructors
@@ -245,22 +273,23 @@ func (e *Extension) fail(log logr.Logger, hook string, err error, resp runtimeho
 // respond answers, sets status and message, counts the decision and
 // logs it (declines at V(0) with the uncovered fields, accepts at V(1));
 // ok says whether the patches are to be set.
-func (e *Extension) respond(ctx context.Context, log logr.Logger, hook string, settings map[string]string, cur, des diff.State, from, to string, templates bool, resp runtimehooksv1.ResponseObject) ([3]runtimehooksv1.Patch, bool) {
-	a, err := e.answer(ctx, settings, cur, des, from, to, templates)
+// respond writes a into resp (or err as a Failure), with the metrics and
+// logs, and reports whether the caller should set the patches.
+func (e *Extension) respond(log logr.Logger, hook string, a Answer, err error, resp runtimehooksv1.ResponseObject) bool {
 	if err != nil {
 		e.fail(log, hook, err, resp)
-		return a.patches, false
+		return false
 	}
 	resp.SetStatus(runtimehooksv1.ResponseStatusSuccess)
-	resp.SetMessage(a.msg)
-	if a.decline {
+	resp.SetMessage(a.Message)
+	if !a.Accept {
 		e.metrics.decision(hook, HookDecline)
-		log.Info("declined: Cluster API will roll out the machine", "uncovered", a.uncovered, "message", a.msg)
-		return a.patches, true
+		log.Info("declined: Cluster API will roll out the machine", "uncovered", a.Declined, "message", a.Message)
+		return true
 	}
 	e.metrics.decision(hook, HookAccept)
-	log.V(1).Info("accepted", "message", a.msg)
-	return a.patches, true
+	log.V(1).Info("accepted", "message", a.Message)
+	return true
 }
 
 // answer is a CanUpdate* answer before it is written to the response.
@@ -270,6 +299,38 @@ type answer struct {
 	decline bool
 	// uncovered names the fields that made a decline ("field (Category)").
 	uncovered []string
+	decision  strategy.Decision
+}
+
+// Answer is a CanUpdateMachine or CanUpdateMachineSet answer as a value:
+// the decision, why, and the patches that carry an accept. The hook
+// handlers write it into the response; AnswerCanUpdateMachine and
+// AnswerCanUpdateMachineSet give it to callers that want it typed (a
+// preview, a test, another server).
+type Answer struct {
+	// Accept says that Cluster API may update the machine in place, after
+	// applying the patches; false is a decline: Cluster API rolls it out.
+	Accept bool
+	// Message is the response's message: what is applied in place, or
+	// why not.
+	Message string
+	// Decision is the strategy decision behind the answer: the updaters
+	// and fields applied in place, or the uncovered fields. It is zero
+	// when no decision was needed (no changes) or made (disabled by a
+	// setting).
+	Decision strategy.Decision
+	// Declined names the fields that made a decline, as "path (Category)".
+	Declined []string
+	// MachinePatch, BootstrapPatch and InfrastructurePatch are the
+	// patches of an accept for the Machine (or MachineSet), the bootstrap
+	// config (template) and the infrastructure machine (template); a
+	// patch is undefined when its object has nothing to patch.
+	MachinePatch, BootstrapPatch, InfrastructurePatch runtimehooksv1.Patch
+}
+
+func (a answer) export() Answer {
+	return Answer{Accept: !a.decline, Message: a.msg, Decision: a.decision, Declined: a.uncovered,
+		MachinePatch: a.patches[diff.Machine], BootstrapPatch: a.patches[diff.Bootstrap], InfrastructurePatch: a.patches[diff.Infrastructure]}
 }
 
 func (e *Extension) logger(ctx context.Context) logr.Logger {
@@ -318,6 +379,7 @@ func (e *Extension) answer(ctx context.Context, settings map[string]string, cur,
 	if err != nil {
 		return a, err
 	}
+	a.decision = d
 	if d.Outcome == strategy.Replace {
 		a.msg, a.decline, a.uncovered = d.Message, true, fieldNames(d.Uncovered)
 		return a, nil
@@ -374,7 +436,7 @@ func (e *Extension) checkPatched(a answer, cur, des diff.State, templates bool) 
 		}
 		msg += strings.Join(names, ", ")
 	}
-	return answer{msg: msg, decline: true, uncovered: left}
+	return answer{msg: msg, decline: true, uncovered: left, decision: a.decision}
 }
 
 // ignoredList names the ignored fields (no values: they may be secrets).
