@@ -36,6 +36,7 @@ type RollOutError struct {
 	Fields []string
 }
 
+// Error names the fields left (at most ten, then how many more).
 func (e *RollOutError) Error() string {
 	const show = 10
 	names := e.Fields

@@ -109,6 +109,7 @@ type OptionError struct {
 	Err error
 }
 
+// Error names the option and says what is wrong with it.
 func (e *OptionError) Error() string {
 	msg := "invalid option: " + e.Option
 	if e.Detail != "" {
