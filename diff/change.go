@@ -29,6 +29,8 @@ const (
 
 var objectNames = [numObjects]string{"machine", "bootstrap", "infrastructure"}
 
+// String names the object as field paths begin: machine, bootstrap or
+// infrastructure.
 func (o Object) String() string {
 	if o < numObjects {
 		return objectNames[o]

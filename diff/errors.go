@@ -46,6 +46,7 @@ type Error struct {
 	Detail string
 }
 
+// Error names the object and the field path, then the cause.
 func (e *Error) Error() string {
 	msg := e.Object.String()
 	if e.Side != "" {

@@ -38,6 +38,7 @@ type Rule struct {
 	Updater string `json:"updater,omitempty"`
 }
 
+// String shows the rule as its selector and action.
 func (r Rule) String() string {
 	sel := ""
 	if r.Category != "" {

@@ -1,6 +1,8 @@
 package capitest_test
 
 import (
+	"fmt"
+	"reflect"
 	"testing"
 
 	"github.com/upgradekit/upgradekit/fake/capitest"
@@ -14,4 +16,20 @@ func Example() {
 	env := envtest.StartForTest(t)
 	m := capitest.StartForTest(t, env, capitest.WithManagers(capitest.Core))
 	_ = m.LogPath(capitest.Core) // where the core manager logs
+}
+
+// The objects of a MachineDeployment on the harness: its bootstrap and
+// infrastructure templates and the MachineDeployment, ready to create.
+func ExampleMachineDeploymentObjects() {
+	for _, o := range capitest.MachineDeploymentObjects("default", "demo", "md-0", 3, "v1.30.4") {
+		kind := o.GetObjectKind().GroupVersionKind().Kind // set on unstructured objects
+		if kind == "" {
+			kind = reflect.TypeOf(o).Elem().Name() // typed ones
+		}
+		fmt.Println(kind, o.GetName())
+	}
+	// Output:
+	// KubeadmConfigTemplate md-0-0
+	// TestMachineTemplate md-0-0
+	// MachineDeployment md-0
 }

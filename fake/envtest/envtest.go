@@ -53,6 +53,8 @@ type AssetsMissingError struct {
 	Missing []string
 }
 
+// Error says which binaries are missing, where they were looked for (and
+// why there), and the command that builds them.
 func (e *AssetsMissingError) Error() string {
 	return fmt.Sprintf("envtest binaries missing: %s not found in %s (from %s); build them with "+
 		"`export KUBEBUILDER_ASSETS=$(%s)` (in a checkout of upgradekit; from another module: "+
