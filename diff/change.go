@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"reflect"
 	"sort"
 	"strings"
 	"unicode/utf8"
@@ -230,6 +231,9 @@ func Redact(v any) string {
 	var raw []byte
 	if s, ok := v.(string); ok {
 		raw = []byte(s)
+	} else if cyclic(v, map[uintptr]bool{}) {
+		// encoding/json would descend 1,000 levels before refusing it.
+		return "<redacted cyclic value>"
 	} else {
 		raw, _ = json.Marshal(v)
 	}
@@ -313,6 +317,52 @@ func writeJSON(b *strings.Builder, v any, limit int) bool {
 	}
 	b.Write(bytes.TrimSpace(buf.Bytes()))
 	return true
+}
+
+// cyclic reports whether the lists and maps of v contain themselves
+// (onPath holds the ones being walked).
+func cyclic(v any, onPath map[uintptr]bool) bool {
+	var id uintptr
+	var children func(yield func(any) bool)
+	switch t := v.(type) {
+	case []any:
+		if len(t) == 0 {
+			return false
+		}
+		id = reflect.ValueOf(t).Pointer()
+		children = func(yield func(any) bool) {
+			for _, e := range t {
+				if !yield(e) {
+					return
+				}
+			}
+		}
+	case map[string]any:
+		if len(t) == 0 {
+			return false
+		}
+		id = reflect.ValueOf(t).Pointer()
+		children = func(yield func(any) bool) {
+			for _, e := range t {
+				if !yield(e) {
+					return
+				}
+			}
+		}
+	default:
+		return false
+	}
+	if onPath[id] {
+		return true
+	}
+	onPath[id] = true
+	defer delete(onPath, id)
+	for e := range children {
+		if cyclic(e, onPath) {
+			return true
+		}
+	}
+	return false
 }
 
 // ChangeSet is the ordered, deterministic result of a diff. The order is by

@@ -566,3 +566,16 @@ func TestChangeStringShowsLittleOfHugeValues(t *testing.T) {
 	small := diff.Change{Field: "machine.spec.version", Op: diff.OpReplace, Old: "v1.30.4", New: "<b>", Category: diff.CategoryKubernetesVersion}
 	require.Equal(t, `machine.spec.version: replace "v1.30.4" -> "<b>" (KubernetesVersion)`, small.String(), "HTML is not escaped")
 }
+
+// TestRedactCyclicValue: a cyclic value is redacted at once, not after
+// encoding/json has descended 1,000 levels into it.
+func TestRedactCyclicValue(t *testing.T) {
+	cyclic := []any{"a", nil}
+	cyclic[1] = map[string]any{"back": cyclic}
+	require.Equal(t, "<redacted cyclic value>", diff.Redact(cyclic))
+	shared := []any{"x"}
+	require.NotEqual(t, "<redacted cyclic value>", diff.Redact([]any{shared, shared}), "a value seen twice is no cycle")
+	c := diff.Change{Field: "bootstrap.spec.files", Op: diff.OpReplace, Old: cyclic, New: "x", Sensitive: true, Category: diff.CategoryFiles}
+	cs := diff.ChangeSet{Changes: slices.Repeat([]diff.Change{c}, 10_000)}
+	require.Contains(t, cs.String(), "<redacted cyclic value> -> <redacted sha256:")
+}
