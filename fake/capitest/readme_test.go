@@ -2,10 +2,8 @@ package capitest_test
 
 import (
 	"context"
-	"crypto/tls"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -14,14 +12,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
-	runtimecatalog "sigs.k8s.io/cluster-api/api/runtime/catalog"
-	runtimehooksv1 "sigs.k8s.io/cluster-api/api/runtime/hooks/v1alpha1"
-	"sigs.k8s.io/cluster-api/exp/runtime/server"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/upgradekit/upgradekit/fake"
 	"github.com/upgradekit/upgradekit/fake/capitest"
-	"github.com/upgradekit/upgradekit/fake/testcerts"
 	"github.com/upgradekit/upgradekit/nodeexec/nodepod"
 	"github.com/upgradekit/upgradekit/strategy"
 	"github.com/upgradekit/upgradekit/strategy/capi"
@@ -69,8 +63,8 @@ func TestMyExtensionUnderClusterAPI(t *testing.T) {
 // README:end
 
 // serveMyExtension serves an in-place extension built on strategy/capi
-// (Kubernetes versions only) on a free local port with a throwaway
-// certificate until the test ends, and returns its URL and CA bundle.
+// (Kubernetes versions only) with capitest.ServeForTest until the test
+// ends, and returns its URL and CA bundle.
 func serveMyExtension(t *testing.T, h *capitest.Harness) (string, []byte) {
 	t.Helper()
 	mgmt := h.Env.Client
@@ -88,27 +82,7 @@ func serveMyExtension(t *testing.T, h *capitest.Harness) (string, []byte) {
 	require.NoError(t, mgmt.Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: nodepod.DefaultNamespace,
 		Labels: map[string]string{"pod-security.kubernetes.io/enforce": "privileged"}}}))
 
-	dir := t.TempDir()
-	testcerts.Write(t, dir)
-	port := testcerts.FreePort(t)
-	catalog := runtimecatalog.New()
-	require.NoError(t, runtimehooksv1.AddToCatalog(catalog))
-	srv, err := server.New(server.Options{Catalog: catalog, Host: "127.0.0.1", Port: port, CertDir: dir,
-		TLSOpts: []func(*tls.Config){func(c *tls.Config) { c.NextProtos = []string{"http/1.1"} }}})
-	require.NoError(t, err)
-	for _, hd := range append(ext.Handlers("my"), updater.Handler("my")) {
-		require.NoError(t, srv.AddExtensionHandler(hd))
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Start(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		require.NoError(t, <-done)
-	})
-	ca, err := os.ReadFile(filepath.Join(dir, testcerts.CAFile))
-	require.NoError(t, err)
-	return "https://127.0.0.1:" + strconv.Itoa(port), ca
+	return capitest.ServeForTest(t, append(ext.Handlers("my"), updater.Handler("my"))...)
 }
 
 // TestREADMEShowsTheHarnessTest: the README's harness snippet is
