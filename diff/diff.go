@@ -137,6 +137,9 @@ func (d *Differ) Objects(obj Object, current, desired any) (ChangeSet, error) {
 	if obj >= numObjects {
 		return ChangeSet{}, newErr(obj, "", "", ErrWrongKind, "unknown object")
 	}
+	if err := specInScope(obj, current, desired); err != nil {
+		return ChangeSet{}, err
+	}
 	var cur, des State
 	switch obj {
 	case Machine:
@@ -147,6 +150,47 @@ func (d *Differ) Objects(obj Object, current, desired any) (ChangeSet, error) {
 		cur.Infrastructure, des.Infrastructure = current, desired
 	}
 	return d.run(cur, des, false, false)
+}
+
+// specInScope refuses two objects of which neither has a spec: the diff
+// compares spec, metadata.labels and metadata.annotations only, so such
+// objects (a ConfigMap, say) would always compare as "no changes".
+// Inputs it cannot read are left to the diff's own errors.
+func specInScope(obj Object, current, desired any) error {
+	has := func(side string, v any) (present, known bool) {
+		in, err := readInputCheck(obj, side, v, false)
+		if err != nil || in.isNil() {
+			return false, false
+		}
+		if in.typed.IsValid() {
+			_, ok := in.typed.Type().FieldByName("Spec")
+			return ok, true
+		}
+		_, ok := in.data["spec"]
+		return ok, true
+	}
+	curSpec, curKnown := has("current", current)
+	desSpec, desKnown := has("desired", desired)
+	if curKnown && desKnown && !curSpec && !desSpec {
+		return newErr(obj, "", "spec", ErrWrongKind, "neither object has a spec: the diff compares spec, metadata.labels and metadata.annotations only, so it would find no changes whatever differs")
+	}
+	return nil
+}
+
+// EqualTemplates reports whether two sets of templates (see Templates)
+// have no changes, stopping at the first difference.
+func EqualTemplates(current, desired State, opts ...Option) (bool, error) {
+	d, err := differFor(opts)
+	if err != nil {
+		return false, err
+	}
+	return d.EqualTemplates(current, desired)
+}
+
+// EqualTemplates is the Differ form of the package-level EqualTemplates.
+func (d *Differ) EqualTemplates(current, desired State) (bool, error) {
+	_, found, err := d.walk(current, desired, true, true)
+	return err == nil && !found, err
 }
 
 // Equal is the Differ form of the package-level Equal.

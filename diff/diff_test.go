@@ -9,6 +9,8 @@ import (
 	"testing"
 	"unicode/utf8"
 
+	corev1 "k8s.io/api/core/v1"
+
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 	"github.com/stretchr/testify/require"
@@ -578,4 +580,45 @@ func TestRedactCyclicValue(t *testing.T) {
 	c := diff.Change{Field: "bootstrap.spec.files", Op: diff.OpReplace, Old: cyclic, New: "x", Sensitive: true, Category: diff.CategoryFiles}
 	cs := diff.ChangeSet{Changes: slices.Repeat([]diff.Change{c}, 10_000)}
 	require.Contains(t, cs.String(), "<redacted cyclic value> -> <redacted sha256:")
+}
+
+// TestObjectsWithoutSpecAreRefused: two objects without a spec (a
+// ConfigMap) used to compare as "no changes" whatever differed; now the
+// diff says it does not compare them. One side with a spec is compared.
+func TestObjectsWithoutSpecAreRefused(t *testing.T) {
+	cur := map[string]any{"kind": "ConfigMap", "data": map[string]any{"a": "1"}}
+	des := map[string]any{"kind": "ConfigMap", "data": map[string]any{"a": "2"}}
+	_, err := diff.Objects(diff.Infrastructure, cur, des)
+	require.ErrorIs(t, err, diff.ErrWrongKind)
+	var de *diff.Error
+	require.ErrorAs(t, err, &de)
+	require.Equal(t, "spec", de.Path)
+	require.Contains(t, err.Error(), "neither object has a spec")
+
+	_, err = diff.Objects(diff.Infrastructure, &corev1.ConfigMap{Data: map[string]string{"a": "1"}}, &corev1.ConfigMap{Data: map[string]string{"a": "2"}})
+	require.ErrorIs(t, err, diff.ErrWrongKind, "typed objects without a Spec field too")
+
+	cs, err := diff.Objects(diff.Infrastructure, map[string]any{"kind": "X"}, map[string]any{"kind": "X", "spec": map[string]any{"size": 2}})
+	require.NoError(t, err)
+	require.Equal(t, 1, cs.Len(), "a spec on one side is compared")
+}
+
+// TestEqualTemplates: templates have an Equal of their own, agreeing with
+// Templates(...).Empty().
+func TestEqualTemplates(t *testing.T) {
+	ms := func(v string) *clusterv1.MachineSet {
+		return &clusterv1.MachineSet{Spec: clusterv1.MachineSetSpec{Template: clusterv1.MachineTemplateSpec{Spec: clusterv1.MachineSpec{Version: v}}}}
+	}
+	for _, tc := range []struct {
+		from, to string
+		equal    bool
+	}{{"v1.30.4", "v1.30.4", true}, {"v1.30.4", "v1.31.1", false}} {
+		cur, des := diff.State{Machine: ms(tc.from)}, diff.State{Machine: ms(tc.to)}
+		eq, err := diff.EqualTemplates(cur, des)
+		require.NoError(t, err)
+		require.Equal(t, tc.equal, eq)
+		cs, err := diff.Templates(cur, des)
+		require.NoError(t, err)
+		require.Equal(t, cs.Empty(), eq)
+	}
 }
