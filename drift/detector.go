@@ -259,7 +259,7 @@ func (c *StaticHash) Check(ctx context.Context, obj metav1.Object) (*Reason, err
 	if isNilObject(obj) {
 		return nil, ErrNilObject
 	}
-	res := c.stamper.Check(obj, c.stamp.Hash)
+	res := c.stamper.Compare(obj, c.stamp.Hash)
 	if res.State != Drifted {
 		return nil, nil
 	}

@@ -39,7 +39,7 @@ func Example() {
 	// Check a node against the desired stamp (an unstructured object
 	// hashes like the same map, or the same typed struct).
 	desired, _ := stamper.Compute(&unstructured.Unstructured{Object: template})
-	fmt.Println("node-amd64:", stamper.Check(nodes[0], desired.Hash).State)
+	fmt.Println("node-amd64:", stamper.Compare(nodes[0], desired.Hash).State)
 
 	// Proposed: a new expiry, and arm64 no longer allowed.
 	proposed := map[string]any{

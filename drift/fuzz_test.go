@@ -172,7 +172,7 @@ func FuzzCheckAnnotations(f *testing.F) {
 			ann[prefix+"/hash-fields"] = fields
 		}
 		obj := &metav1.ObjectMeta{Annotations: ann}
-		res := s.Check(obj, st.Hash)
+		res := s.Compare(obj, st.Hash)
 		parsed, perr := drift.ParseHash(version, hash)
 		if res.State == drift.Drifted && (perr != nil || version != st.Hash.Version || parsed.Value == st.Hash.Value) {
 			t.Fatalf("garbage reported as drifted: %q %q", hash, version)

@@ -188,38 +188,39 @@ func (s State) String() string {
 	}
 }
 
-// CheckResult is the outcome of Check.
-type CheckResult struct {
+// Comparison is the outcome of Stamper.Compare: an object's stamp against
+// a desired hash. (A Check, by contrast, answers a drift Reason.)
+type Comparison struct {
 	// State is the verdict; only Drifted means drifted.
 	State State
 	// Stamped is the hash read from the object; its Value is meaningful
 	// only when the annotation parsed.
 	Stamped Hash
-	// Desired is the hash checked against.
+	// Desired is the hash compared against.
 	Desired Hash
 	// Err says why the state is Unknown (wraps ErrNotStamped or
 	// ErrInvalidAnnotation); nil otherwise.
 	Err error
 }
 
-// Check compares obj's stamp with desired, following Karpenter's rules:
+// Compare compares obj's stamp with desired, following Karpenter's rules:
 // missing annotations mean Unknown; a different hash version means
 // NeedsRestamp (not drifted); unreadable annotations mean Unknown; only the
 // same version with a different value is Drifted.
 //
 // A nil obj is Unknown with Err ErrNilObject.
-func (s *Stamper) Check(obj metav1.Object, desired Hash) CheckResult {
+func (s *Stamper) Compare(obj metav1.Object, desired Hash) Comparison {
 	if !s.valid() {
-		return CheckResult{Desired: desired, Err: errStamperNotConstructed}
+		return Comparison{Desired: desired, Err: errStamperNotConstructed}
 	}
 	if isNilObject(obj) {
-		return CheckResult{Desired: desired, Err: ErrNilObject}
+		return Comparison{Desired: desired, Err: ErrNilObject}
 	}
 	return s.checkAnnotations(obj.GetAnnotations(), desired)
 }
 
-func (s *Stamper) checkAnnotations(ann map[string]string, desired Hash) CheckResult {
-	res := CheckResult{Desired: desired}
+func (s *Stamper) checkAnnotations(ann map[string]string, desired Hash) Comparison {
+	res := Comparison{Desired: desired}
 	if desired.IsZero() {
 		res.Err = fmt.Errorf("%w: no desired hash", ErrInvalidOption)
 		return res

@@ -41,7 +41,7 @@ func TestStampAndCheck(t *testing.T) {
 	require.NotEmpty(t, obj.Annotations[prefix+"/hash-fields"])
 	require.Less(t, len(obj.Annotations[prefix+"/hash-fields"]), 600, "fingerprints stay small")
 
-	res := s.Check(obj, st.Hash)
+	res := s.Compare(obj, st.Hash)
 	require.Equal(t, drift.Current, res.State)
 	require.NoError(t, res.Err)
 
@@ -49,7 +49,7 @@ func TestStampAndCheck(t *testing.T) {
 	changed.Spec.Taints[0].Value = "other"
 	want, err := s.Compute(changed)
 	require.NoError(t, err)
-	require.Equal(t, drift.Drifted, s.Check(obj, want.Hash).State)
+	require.Equal(t, drift.Drifted, s.Compare(obj, want.Hash).State)
 }
 
 func TestCheckKarpenterVersionRules(t *testing.T) {
@@ -77,7 +77,7 @@ func TestCheckKarpenterVersionRules(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			obj := &metav1.ObjectMeta{Annotations: tc.ann}
-			res := s.Check(obj, desired.Hash)
+			res := s.Compare(obj, desired.Hash)
 			require.Equal(t, tc.want, res.State, "state %s", res.State)
 			if tc.err != nil {
 				require.ErrorIs(t, res.Err, tc.err)

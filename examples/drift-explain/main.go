@@ -173,7 +173,7 @@ func explain(ctx context.Context, w io.Writer, s *drift.Stamper, desired pool, o
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "OBJECT\tSTAMP\tVERDICT\tREASON\tFIELDS")
 	for i, obj := range objs {
-		check := s.Check(obj, static.Desired().Hash)
+		check := s.Compare(obj, static.Desired().Hash)
 		printObject(tw, name(obj), check, report.Objects[i], "drifted", "current")
 	}
 	tw.Flush()
@@ -202,7 +202,7 @@ func whatIf(ctx context.Context, w io.Writer, s *drift.Stamper, current, propose
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "OBJECT\tSTAMP\tIF APPLIED\tREASON\tFIELDS")
 	for i, obj := range objs {
-		printObject(tw, name(obj), s.Check(obj, now.Hash), report.Objects[i], "would drift", "would not drift")
+		printObject(tw, name(obj), s.Compare(obj, now.Hash), report.Objects[i], "would drift", "would not drift")
 	}
 	tw.Flush()
 	fmt.Fprintf(w, "\n%d of %d objects would drift\n", report.Drifted, report.Total)
@@ -214,7 +214,7 @@ func whatIf(ctx context.Context, w io.Writer, s *drift.Stamper, current, propose
 
 // printObject prints one row per drift reason, or one row saying why the
 // object is not drifted.
-func printObject(tw io.Writer, obj string, check drift.CheckResult, rep drift.ObjectReport, drifted, notDrifted string) {
+func printObject(tw io.Writer, obj string, check drift.Comparison, rep drift.ObjectReport, drifted, notDrifted string) {
 	stamp := check.State.String()
 	if rep.Err != nil {
 		fmt.Fprintf(tw, "%s\t%s\terror\t%v\t-\n", obj, stamp, rep.Err)

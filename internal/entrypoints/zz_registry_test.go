@@ -225,7 +225,7 @@ var registry = map[string]reflect.Value{
 	"drift.SetPaths":                           reflect.ValueOf(drift.SetPaths),
 	"drift.SlicesAsSets":                       reflect.ValueOf(drift.SlicesAsSets),
 	"drift.Stamper.Apply":                      reflect.ValueOf((*drift.Stamper).Apply),
-	"drift.Stamper.Check":                      reflect.ValueOf((*drift.Stamper).Check),
+	"drift.Stamper.Compare":                    reflect.ValueOf((*drift.Stamper).Compare),
 	"drift.Stamper.Compute":                    reflect.ValueOf((*drift.Stamper).Compute),
 	"drift.Stamper.DryRun":                     reflect.ValueOf((*drift.Stamper).DryRun),
 	"drift.Stamper.Explain":                    reflect.ValueOf((*drift.Stamper).Explain),
