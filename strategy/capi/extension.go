@@ -64,13 +64,14 @@ func WithDiffOptions(opts ...diff.Option) ExtensionOption {
 	return func(e *Extension) { e.diffOpts = append(e.diffOpts, opts...) }
 }
 
-// WithLogger sets the logger; by default the request context's logger is
-// used (the runtime server puts controller-runtime's logger there).
-func WithLogger(l logr.Logger) ExtensionOption { return func(e *Extension) { e.log = l } }
+// WithExtensionLogger sets the Extension's logger (WithUpdaterLogger is
+// MachineUpdater's); by default the request context's logger is used (the
+// runtime server puts controller-runtime's logger there).
+func WithExtensionLogger(l logr.Logger) ExtensionOption { return func(e *Extension) { e.log = l } }
 
-// WithMetrics counts every answer in m's MetricDecisions, by hook and
+// WithExtensionMetrics counts every answer in m's MetricDecisions, by hook and
 // outcome (HookAccept, HookDecline, HookError).
-func WithMetrics(m *Metrics) ExtensionOption { return func(e *Extension) { e.metrics = m } }
+func WithExtensionMetrics(m *Metrics) ExtensionOption { return func(e *Extension) { e.metrics = m } }
 
 // WithFailurePolicy sets the FailurePolicy the CanUpdate* handlers
 // announce in discovery (default runtimehooksv1.FailurePolicyFail: while

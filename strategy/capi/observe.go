@@ -231,7 +231,7 @@ var ErrMetricsRegistration = errors.New("cannot register upgradekit metrics")
 // zeros included, so dashboards see every series from the start.
 var inProgressPhases = []string{ReasonPending, ReasonDraining, ReasonDrainBlocked, ReasonUpgrading, ReasonWaitingForKubelet, ReasonFailed}
 
-// Metrics are the Prometheus metrics of Extension (WithMetrics) and
+// Metrics are the Prometheus metrics of Extension (WithExtensionMetrics) and
 // MachineUpdater (WithUpdaterMetrics). A nil *Metrics records nothing.
 //
 // Counters and the histogram are exact per process. The in-progress gauge

@@ -32,7 +32,7 @@ func TestNewMetricsRegistration(t *testing.T) {
 		require.NoError(t, err, "no duplicate-registration error, no panic")
 		k8s := must(strategy.ForCategories("kubernetes", diff.CategoryKubernetesVersion))
 		for _, m := range []*capi.Metrics{m1, m2} {
-			ext, err := capi.NewExtension(strategy.Updaters(k8s), capi.WithMetrics(m))
+			ext, err := capi.NewExtension(strategy.Updaters(k8s), capi.WithExtensionMetrics(m))
 			require.NoError(t, err)
 			var resp runtimehooksv1.CanUpdateMachineResponse
 			ext.CanUpdateMachine(context.Background(), versionChange(t), &resp)
@@ -86,7 +86,7 @@ func TestExtensionObservesDecisions(t *testing.T) {
 	var logs []string
 	log := funcr.New(func(prefix, args string) { logs = append(logs, args) }, funcr.Options{Verbosity: 1})
 	k8s := must(strategy.ForCategories("kubernetes", diff.CategoryKubernetesVersion))
-	ext, err := capi.NewExtension(strategy.Updaters(k8s), capi.WithMetrics(m), capi.WithLogger(log))
+	ext, err := capi.NewExtension(strategy.Updaters(k8s), capi.WithExtensionMetrics(m), capi.WithExtensionLogger(log))
 	require.NoError(t, err)
 	ctx := context.Background()
 

@@ -313,7 +313,7 @@ func (s *Server) buildHandlers(mgmt client.Reader) ([]server.ExtensionHandler, e
 	if err != nil {
 		return nil, err
 	}
-	extOpts := []capi.ExtensionOption{capi.WithMetrics(c.metrics), capi.WithLogger(c.log)}
+	extOpts := []capi.ExtensionOption{capi.WithExtensionMetrics(c.metrics), capi.WithExtensionLogger(c.log)}
 	if c.images != nil {
 		extOpts = append(extOpts, capi.WithUpgraderImages(c.images))
 	}
