@@ -323,31 +323,21 @@ func writeJSON(b *strings.Builder, v any, limit int) bool {
 // (onPath holds the ones being walked).
 func cyclic(v any, onPath map[uintptr]bool) bool {
 	var id uintptr
-	var children func(yield func(any) bool)
+	var elems []any
 	switch t := v.(type) {
 	case []any:
 		if len(t) == 0 {
 			return false
 		}
-		id = reflect.ValueOf(t).Pointer()
-		children = func(yield func(any) bool) {
-			for _, e := range t {
-				if !yield(e) {
-					return
-				}
-			}
-		}
+		id, elems = reflect.ValueOf(t).Pointer(), t
 	case map[string]any:
 		if len(t) == 0 {
 			return false
 		}
 		id = reflect.ValueOf(t).Pointer()
-		children = func(yield func(any) bool) {
-			for _, e := range t {
-				if !yield(e) {
-					return
-				}
-			}
+		elems = make([]any, 0, len(t))
+		for _, e := range t {
+			elems = append(elems, e)
 		}
 	default:
 		return false
@@ -357,7 +347,7 @@ func cyclic(v any, onPath map[uintptr]bool) bool {
 	}
 	onPath[id] = true
 	defer delete(onPath, id)
-	for e := range children {
+	for _, e := range elems {
 		if cyclic(e, onPath) {
 			return true
 		}

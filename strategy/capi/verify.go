@@ -72,8 +72,8 @@ func VerifyCanUpdateMachine(req *runtimehooksv1.CanUpdateMachineRequest, resp *r
 	if req == nil || resp == nil {
 		return fmt.Errorf("%w: nil request or response", ErrNotAnAnswer)
 	}
-	if resp.Status == runtimehooksv1.ResponseStatusFailure {
-		return fmt.Errorf("%w: status Failure: %s", ErrNotAnAnswer, errtext.Clip(resp.Message))
+	if err := notFailed(resp); err != nil {
+		return err
 	}
 	cur := diff.State{Machine: &req.Current.Machine, Bootstrap: req.Current.BootstrapConfig, Infrastructure: req.Current.InfrastructureMachine}
 	des := diff.State{Machine: &req.Desired.Machine, Bootstrap: req.Desired.BootstrapConfig, Infrastructure: req.Desired.InfrastructureMachine}
@@ -88,12 +88,20 @@ func VerifyCanUpdateMachineSet(req *runtimehooksv1.CanUpdateMachineSetRequest, r
 	if req == nil || resp == nil {
 		return fmt.Errorf("%w: nil request or response", ErrNotAnAnswer)
 	}
-	if resp.Status == runtimehooksv1.ResponseStatusFailure {
-		return fmt.Errorf("%w: status Failure: %s", ErrNotAnAnswer, errtext.Clip(resp.Message))
+	if err := notFailed(resp); err != nil {
+		return err
 	}
 	cur := diff.State{Machine: &req.Current.MachineSet, Bootstrap: req.Current.BootstrapConfigTemplate, Infrastructure: req.Current.InfrastructureMachineTemplate}
 	des := diff.State{Machine: &req.Desired.MachineSet, Bootstrap: req.Desired.BootstrapConfigTemplate, Infrastructure: req.Desired.InfrastructureMachineTemplate}
 	return verify(cur, des, [3]runtimehooksv1.Patch{resp.MachineSetPatch, resp.BootstrapConfigTemplatePatch, resp.InfrastructureMachineTemplatePatch}, true)
+}
+
+// notFailed refuses a Failure, which Cluster API does not apply.
+func notFailed(resp runtimehooksv1.ResponseObject) error {
+	if resp.GetStatus() == runtimehooksv1.ResponseStatusFailure {
+		return fmt.Errorf("%w: status Failure: %s", ErrNotAnAnswer, errtext.Clip(resp.GetMessage()))
+	}
+	return nil
 }
 
 func verify(cur, des diff.State, patches [3]runtimehooksv1.Patch, templates bool) error {
