@@ -8,11 +8,21 @@ import (
 )
 
 // ImageChooser answers "which image would a new node with these labels
-// (requirements) get right now?". The amiselect package satisfies it
-// through an adapter; drift imports nothing from this module. It returns
+// (requirements) get right now?". strategy.AMIChooser adapts an
+// amiselect resolution to it (and to ImageExplainer); drift imports
+// nothing from this module. It returns
 // ErrNoImage (or an error wrapping it) when no image fits.
 type ImageChooser interface {
 	ChooseImage(ctx context.Context, labels map[string]string) (string, error)
+}
+
+// ImageExplainer is an ImageChooser that can also say why it chose:
+// which selector term matched, why this image won over the others. The
+// Image check uses ExplainImage when its chooser has it, and puts the why
+// in the drift reason's message and evidence.
+type ImageExplainer interface {
+	ImageChooser
+	ExplainImage(ctx context.Context, labels map[string]string) (image, why string, err error)
 }
 
 // ImageChooserFunc adapts a function to ImageChooser.
@@ -83,7 +93,13 @@ func (c *Image) Check(ctx context.Context, obj metav1.Object) (*Reason, error) {
 	if c.labelsOf != nil {
 		labels = c.labelsOf(obj)
 	}
-	want, err := c.chooser.ChooseImage(ctx, labels)
+	var want, why string
+	var err error
+	if ex, ok := c.chooser.(ImageExplainer); ok {
+		want, why, err = ex.ExplainImage(ctx, labels)
+	} else {
+		want, err = c.chooser.ChooseImage(ctx, labels)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrImageChooser, err)
 	}
@@ -93,9 +109,13 @@ func (c *Image) Check(ctx context.Context, obj metav1.Object) (*Reason, error) {
 	if want == got {
 		return nil, nil
 	}
+	msg := fmt.Sprintf("image %s is not the current choice %s for this node's requirements", got, want)
+	if why != "" {
+		msg += ": " + why
+	}
 	return &Reason{
 		Name:     c.reason,
-		Message:  fmt.Sprintf("image %s is not the current choice %s for this node's requirements", got, want),
-		Evidence: []Evidence{{Kind: EvidenceImage, Key: "image", Want: want, Got: got}},
+		Message:  msg,
+		Evidence: []Evidence{{Kind: EvidenceImage, Key: "image", Want: want, Got: got, Detail: why}},
 	}, nil
 }

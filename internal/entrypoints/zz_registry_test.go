@@ -465,6 +465,7 @@ var registry = map[string]reflect.Value{
 	"nodepod.WithStatusArgv":                   reflect.ValueOf(nodepod.WithStatusArgv),
 	"nodepod.WithTargetPID":                    reflect.ValueOf(nodepod.WithTargetPID),
 	"nodepod.WithTolerations":                  reflect.ValueOf(nodepod.WithTolerations),
+	"strategy.AMIChooser":                      reflect.ValueOf(strategy.AMIChooser),
 	"strategy.AllowedFor":                      reflect.ValueOf(strategy.AllowedFor),
 	"strategy.Budget.Active":                   reflect.ValueOf(strategy.Budget.Active),
 	"strategy.Budget.Allowed":                  reflect.ValueOf(strategy.Budget.Allowed),
@@ -497,6 +498,7 @@ var registry = map[string]reflect.Value{
 	"strategy.Planner.Preview":                 reflect.ValueOf((*strategy.Planner).Preview),
 	"strategy.Policy.Decide":                   reflect.ValueOf((*strategy.Policy).Decide),
 	"strategy.ReplaceFirstStrategy":            reflect.ValueOf(strategy.ReplaceFirstStrategy),
+	"strategy.RequirementsFromLabels":          reflect.ValueOf(strategy.RequirementsFromLabels),
 	"strategy.RollingReplaceStrategy":          reflect.ValueOf(strategy.RollingReplaceStrategy),
 	"strategy.RollingUpdate.Limits":            reflect.ValueOf(strategy.RollingUpdate.Limits),
 	"strategy.Rule.String":                     reflect.ValueOf(strategy.Rule.String),
@@ -604,5 +606,6 @@ var sentinels = []error{
 	strategy.ErrInvalidCluster,
 	strategy.ErrInvalidRule,
 	strategy.ErrInvalidStrategy,
+	strategy.ErrNoRequirements,
 	strategy.ErrVersionSkew,
 }
