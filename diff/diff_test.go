@@ -622,3 +622,29 @@ func TestEqualTemplates(t *testing.T) {
 		require.Equal(t, cs.Empty(), eq)
 	}
 }
+
+// TestUnderPrefixesPatterns: options under a prefix name fields relative
+// to it, nesting joins prefixes, and an empty prefix is an error.
+func TestUnderPrefixesPatterns(t *testing.T) {
+	cur := map[string]any{"kind": "X", "spec": map[string]any{"template": map[string]any{"size": 1, "zone": "a"}}}
+	des := map[string]any{"kind": "X", "spec": map[string]any{"template": map[string]any{"size": 2, "zone": "b"}}}
+	for _, opt := range []diff.Option{
+		diff.Under("infrastructure.spec", diff.Ignore("template.zone")),
+		diff.Under("infrastructure", diff.Under("spec.template", diff.Ignore("zone"))),
+		diff.Ignore("infrastructure.spec.template.zone"),
+	} {
+		cs, err := diff.Objects(diff.Infrastructure, cur, des, opt)
+		require.NoError(t, err)
+		require.Equal(t, []string{"infrastructure.spec.template.size"}, fields(cs))
+	}
+	_, err := diff.New(diff.Under("", diff.Ignore("x")))
+	require.ErrorIs(t, err, diff.ErrInvalidOption)
+}
+
+func fields(cs diff.ChangeSet) []string {
+	var out []string
+	for _, c := range cs.Changes {
+		out = append(out, c.Field)
+	}
+	return out
+}

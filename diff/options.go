@@ -70,9 +70,13 @@ type config struct {
 	maxDepth   int
 	order      int
 	errs       []error
+	prefix     string // Under's: prepended to every pattern
 }
 
 func (c *config) addRule(kind ruleKind, text string, r rule) {
+	if c.prefix != "" {
+		text = c.prefix + "." + text
+	}
 	p, err := parsePattern(text)
 	if err != nil {
 		c.errs = append(c.errs, err)
@@ -93,6 +97,30 @@ func (c *config) addRule(kind ruleKind, text string, r rule) {
 			tries[o].insert(p, rp)
 		}
 	}
+}
+
+// Under applies opts with prefix in front of every pattern they name: a
+// caller that knows its values only from inside an object writes patterns
+// relative to it. strategy.DriftDiffer applies its options under
+// "infrastructure.spec", so they name fields as drift reports them
+// ("spec.taints", not "infrastructure.spec.spec.taints"). Under nests
+// (prefixes join with "."); prefix must be a pattern itself, such as
+// "infrastructure.spec" or "bootstrap(KubeadmConfig).spec".
+func Under(prefix string, opts ...Option) Option {
+	return optionFunc(func(c *config) {
+		if prefix == "" {
+			c.errs = append(c.errs, fmt.Errorf("%w: Under: empty prefix", ErrInvalidOption))
+			return
+		}
+		saved := c.prefix
+		if saved != "" {
+			c.prefix = saved + "." + prefix
+		} else {
+			c.prefix = prefix
+		}
+		defer func() { c.prefix = saved }()
+		Options(opts).apply(c)
+	})
 }
 
 // Ignore leaves the values at these paths, and everything below them, out of

@@ -189,6 +189,15 @@ func TestHashIgnorePaths(t *testing.T) {
 	require.Equal(t, mustHash(t, hk, a), mustHash(t, hk, b))
 	b.ObjectMeta.Labels["wave"] = "3"
 	require.NotEqual(t, mustHash(t, hk, a), mustHash(t, hk, b))
+
+	// diff's path syntax: "[*]" is the (transparent) list step; the same
+	// path with or without it.
+	hd := mustHasher(t, "v1", drift.IgnorePaths("metadata.annotations", "spec.taints[*].value", "*.startupTaints"))
+	require.Equal(t, base, mustHash(t, hd, tmpl))
+	require.Equal(t, mustHash(t, h, changed), mustHash(t, hd, changed))
+	_, err := drift.NewHasher("v1", drift.IgnorePaths("spec.taints[key=a].value"))
+	require.ErrorIs(t, err, drift.ErrInvalidOption, "a list element cannot be singled out")
+	require.ErrorContains(t, err, "cannot select list elements")
 }
 
 func TestHashSpecialTypes(t *testing.T) {

@@ -40,9 +40,12 @@ type config struct {
 // IgnorePaths leaves the values at the given paths out of the hash, as if
 // they were absent. A path is a dot-separated list of JSON field names or
 // map keys relative to the hashed value, e.g. "metadata.annotations" or
-// "spec.taints.timeAdded". List elements are transparent: a path that goes
-// through a list applies to every element. The segment "*" matches any
-// single field or key. Struct fields tagged `hash:"ignore"` are always
+// "spec.taints[*].timeAdded": package diff's path syntax, relative to the
+// hashed value. List elements are transparent: a path that goes through a
+// list applies to every element, so the "[*]" step may be left out
+// ("spec.taints.timeAdded" is the same path) and an element cannot be
+// singled out ("[key=x]" is an error). The segment "*" matches any single
+// field or key. Struct fields tagged `hash:"ignore"` are always
 // ignored as well.
 func IgnorePaths(paths ...string) Option {
 	return optionFunc(func(c *config) error {
@@ -130,8 +133,16 @@ func (n *pathNode) insert(path string) (*pathNode, error) {
 	}
 	cur := n
 	for _, seg := range strings.Split(path, ".") {
+		// diff's list step: lists are transparent here, so "taints[*]" is
+		// "taints"; a list element cannot be singled out.
+		for strings.HasSuffix(seg, "[*]") {
+			seg = strings.TrimSuffix(seg, "[*]")
+		}
+		if strings.ContainsAny(seg, "[]") {
+			return nil, fmt.Errorf("%w: path %s: drift cannot select list elements (lists are transparent: a path through a list applies to every element); write [*] or leave the step out", ErrInvalidOption, quote(path))
+		}
 		if seg == "" {
-			return nil, fmt.Errorf("%w: path %q has an empty segment", ErrInvalidOption, path)
+			return nil, fmt.Errorf("%w: path %s has an empty segment", ErrInvalidOption, quote(path))
 		}
 		if seg == "*" {
 			if cur.wildcard == nil {

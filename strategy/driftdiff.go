@@ -14,17 +14,17 @@ import (
 // cannot import it): with it, drift's Explain and WithOldSpecs name every
 // changed field, list elements by key, with old and new values, instead of
 // the two-level fingerprints. opts tune the comparison (diff.ListKey for
-// your lists, diff.Ignore...); their patterns address the spec as
-// "infrastructure.spec", so a NodePool template's spec.taints is
-// "infrastructure.spec.spec.taints". Paths in the result are relative to
-// the spec, as drift's are.
+// your lists, diff.Ignore...), with patterns relative to the hashed spec,
+// as drift names fields: a NodePool template's taints are "spec.taints"
+// (diff.ListKey("spec.taints", "key", "effect")), its list elements
+// "spec.taints[*].value". Paths in the result are relative the same way.
 //
 // Old and New in the result are for people: secrets are digests
 // (diff.Redact), by the diff package's secret-name policy and the
 // Sensitive patterns given in opts; only diff.ShowSecrets among opts
 // shows them.
 func DriftDiffer(opts ...diff.Option) (drift.Differ, error) {
-	d, err := diff.New(append([]diff.Option{diff.WithoutDefaults()}, opts...)...)
+	d, err := diff.New(diff.WithoutDefaults(), diff.Under("infrastructure.spec", opts...))
 	if err != nil {
 		return nil, err
 	}

@@ -37,7 +37,7 @@ func TestDriftDifferExplainsFieldByField(t *testing.T) {
 			map[string]any{"key": "gpu", "value": "true", "effect": "NoSchedule"},
 		}, "expireAfter": "720h"},
 	}
-	d, err := strategy.DriftDiffer(diff.ListKey("infrastructure.spec.spec.taints", "key", "effect"))
+	d, err := strategy.DriftDiffer(diff.ListKey("spec.taints", "key", "effect"))
 	require.NoError(t, err)
 	ex, err := st.Explain(ctx, node, desired, drift.WithOldSpec(old, d))
 	require.NoError(t, err)

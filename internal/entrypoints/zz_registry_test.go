@@ -163,6 +163,7 @@ var registry = map[string]reflect.Value{
 	"diff.StrictNumbers":                       reflect.ValueOf(diff.StrictNumbers),
 	"diff.Templates":                           reflect.ValueOf(diff.Templates),
 	"diff.Transform":                           reflect.ValueOf(diff.Transform),
+	"diff.Under":                               reflect.ValueOf(diff.Under),
 	"diff.WithoutDefaults":                     reflect.ValueOf(diff.WithoutDefaults),
 	"drain.BlockedPod.String":                  reflect.ValueOf(drain.BlockedPod.String),
 	"drain.Cordon":                             reflect.ValueOf(drain.Cordon),
