@@ -490,9 +490,19 @@ func readInputCheck(obj Object, side string, v any, validate bool) (input, error
 // data.
 func (in input) check() error {
 	if err := checkJSONData(in.data, 0); err != nil {
-		return newErr(in.obj, in.side, "", ErrUnsupportedValue, "%v", err)
+		return newErr(in.obj, in.side, "", dataErrKind(err), "%v", err)
 	}
 	return nil
+}
+
+// dataErrKind is the sentinel for checkJSONData's error: ErrTooDeep for
+// nesting past its bound (a cyclic value among them), ErrUnsupportedValue
+// for the rest.
+func dataErrKind(err error) error {
+	if errors.Is(err, ErrTooDeep) {
+		return ErrTooDeep
+	}
+	return ErrUnsupportedValue
 }
 
 func readRaw(obj Object, side string, x *runtime.RawExtension, validate bool) (input, error) {

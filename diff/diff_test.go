@@ -374,7 +374,7 @@ func TestBadInput(t *testing.T) {
 		{"infrastructure kinds differ", diff.State{Infrastructure: u}, diff.State{Infrastructure: map[string]any{"kind": "DockerMachine"}}, diff.ErrKindMismatch, ""},
 		{"channel in unstructured content", diff.State{Infrastructure: u}, diff.State{Infrastructure: map[string]any{"kind": "AWSMachine", "spec": map[string]any{"x": make(chan int)}}}, diff.ErrUnsupportedValue, ""},
 		{"NaN in unstructured content", diff.State{Infrastructure: map[string]any{"spec": map[string]any{"f": 1.0}}}, diff.State{Infrastructure: map[string]any{"spec": map[string]any{"f": math.NaN()}}}, diff.ErrUnsupportedValue, ""},
-		{"cyclic value", diff.State{Infrastructure: cyclic}, diff.State{Infrastructure: cyclic}, diff.ErrUnsupportedValue, ""},
+		{"cyclic value", diff.State{Infrastructure: cyclic}, diff.State{Infrastructure: cyclic}, diff.ErrTooDeep, ""}, // MaxDepth's promise: a cycle is too deep, and says so in a bounded message,
 		{"absurdly deep value", diff.State{Infrastructure: map[string]any{"spec": deep}}, diff.State{Infrastructure: map[string]any{"spec": map[string]any{}}}, diff.ErrTooDeep, "infrastructure.spec.a.a"},
 		{"invalid JSON", diff.State{Bootstrap: []byte(`{"spec":`)}, diff.State{Bootstrap: []byte(`{}`)}, diff.ErrInvalidJSON, ""},
 		{"JSON that is not an object", diff.State{Bootstrap: []byte(`[1]`)}, diff.State{Bootstrap: []byte(`{}`)}, diff.ErrInvalidJSON, ""},
@@ -395,6 +395,7 @@ func TestBadInput(t *testing.T) {
 				require.ErrorIs(t, err, tc.err)
 				var de *diff.Error
 				require.True(t, errors.As(err, &de))
+				require.Less(t, len(err.Error()), 1024, "a bounded message")
 				if tc.path != "" {
 					require.True(t, strings.HasPrefix(de.Path, tc.path), "path %q", de.Path)
 				}

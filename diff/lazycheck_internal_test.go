@@ -113,7 +113,16 @@ func TestLazyChecksMatchUpFront(t *testing.T) {
 				require.Error(t, gotErr, "%s #%d: want %v", name, i, wantErr)
 				var we, ge *Error
 				require.True(t, errors.As(wantErr, &we) && errors.As(gotErr, &ge))
-				require.Equal(t, we.Err, ge.Err, "%s #%d: %v / %v", name, i, wantErr, gotErr)
+				// An input with a value too deep and another that is no
+				// JSON may report either first (map order): both are bad
+				// data, and the class must agree.
+				class := func(err error) error {
+					if err == ErrTooDeep {
+						return ErrUnsupportedValue
+					}
+					return err
+				}
+				require.Equal(t, class(we.Err), class(ge.Err), "%s #%d: %v / %v", name, i, wantErr, gotErr)
 				require.Equal(t, we.Side, ge.Side, "%s #%d: %v / %v", name, i, wantErr, gotErr)
 				// Checks up front report no path; the walk's own errors do
 				// (which one, when there are several, depends on map order).

@@ -534,6 +534,7 @@ var sentinels = []error{
 	capi.ErrInfeasible,
 	capi.ErrInvalidOption,
 	capi.ErrInvalidPatch,
+	capi.ErrMalformedRequest,
 	capi.ErrMetricsRegistration,
 	capi.ErrNotAnAnswer,
 	capi.ErrRequestMismatch,

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	"k8s.io/apimachinery/pkg/runtime"
 	runtimehooksv1 "sigs.k8s.io/cluster-api/api/runtime/hooks/v1alpha1"
 
 	"github.com/upgradekit/upgradekit/strategy"
@@ -67,4 +68,43 @@ func TestAnswerIsTheHooksAnswer(t *testing.T) {
 	var zero *capi.Extension
 	_, err = zero.AnswerCanUpdateMachine(ctx, incomplete)
 	require.ErrorIs(t, err, capi.ErrInvalidOption)
+}
+
+// TestMalformedRequestsFail: a request whose objects are not JSON objects
+// or whose spec is not an object is a Failure naming the field, the same
+// answer for every such shape, never a decline (which would have Cluster
+// API replace a machine over garbage).
+func TestMalformedRequestsFail(t *testing.T) {
+	kubeadm, err := strategy.ForCategories("kubeadm", strategy.KubeadmCategories()...)
+	require.NoError(t, err)
+	ext, err := capi.NewExtension(strategy.Updaters(kubeadm))
+	require.NoError(t, err)
+	for _, tc := range []struct {
+		name, infra, bootstrap, field string
+	}{
+		{"spec is a string", `{"kind":"DockerMachine","spec":"garbage"}`, `{"kind":"KubeadmConfig","spec":{}}`, "desired.infrastructureMachine.spec"},
+		{"spec is a list", `{"kind":"DockerMachine","spec":[1]}`, `{"kind":"KubeadmConfig","spec":{}}`, "desired.infrastructureMachine.spec"},
+		{"bootstrap spec is a number", `{"kind":"DockerMachine","spec":{}}`, `{"kind":"KubeadmConfig","spec":3}`, "desired.bootstrapConfig.spec"},
+		{"not JSON", `{"kind":`, `{"kind":"KubeadmConfig","spec":{}}`, "desired.infrastructureMachine"},
+		{"not an object", `[]`, `{"kind":"KubeadmConfig","spec":{}}`, "desired.infrastructureMachine"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			req := verifyRequest("v1.30.4", "v1.31.1", "node:a", "node:a", tc.bootstrap)
+			req.Desired.InfrastructureMachine = runtime.RawExtension{Raw: []byte(tc.infra)}
+			_, err := ext.AnswerCanUpdateMachine(context.Background(), req)
+			require.ErrorIs(t, err, capi.ErrMalformedRequest)
+			require.Contains(t, err.Error(), tc.field)
+			var resp runtimehooksv1.CanUpdateMachineResponse
+			ext.CanUpdateMachine(context.Background(), req, &resp)
+			require.Equal(t, runtimehooksv1.ResponseStatusFailure, resp.Status, resp.Message)
+		})
+	}
+	// MachineSet templates: spec.template.spec.
+	ms := &runtimehooksv1.CanUpdateMachineSetRequest{}
+	ms.Current.MachineSet.Name, ms.Desired.MachineSet.Name = "ms", "ms"
+	ms.Current.InfrastructureMachineTemplate = runtime.RawExtension{Raw: []byte(`{"kind":"T","spec":{"template":{"spec":{}}}}`)}
+	ms.Desired.InfrastructureMachineTemplate = runtime.RawExtension{Raw: []byte(`{"kind":"T","spec":{"template":{"spec":"x"}}}`)}
+	_, err = ext.AnswerCanUpdateMachineSet(context.Background(), ms)
+	require.ErrorIs(t, err, capi.ErrMalformedRequest)
+	require.Contains(t, err.Error(), "desired.infrastructureMachineTemplate.spec.template.spec is a string")
 }

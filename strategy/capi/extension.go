@@ -2,6 +2,7 @@ package capi
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -14,6 +15,7 @@ import (
 	"sigs.k8s.io/cluster-api/exp/runtime/server"
 
 	"github.com/upgradekit/upgradekit/diff"
+	"github.com/upgradekit/upgradekit/internal/errtext"
 	"github.com/upgradekit/upgradekit/strategy"
 )
 
@@ -169,6 +171,12 @@ func (e *Extension) AnswerCanUpdateMachine(ctx context.Context, req *runtimehook
 		"infrastructureMachine", req.Current.InfrastructureMachine, req.Desired.InfrastructureMachine); err != nil {
 		return Answer{}, err
 	}
+	if err := requireShapes(false, map[string]runtime.RawExtension{
+		"current.bootstrapConfig": req.Current.BootstrapConfig, "desired.bootstrapConfig": req.Desired.BootstrapConfig,
+		"current.infrastructureMachine": req.Current.InfrastructureMachine, "desired.infrastructureMachine": req.Desired.InfrastructureMachine,
+	}); err != nil {
+		return Answer{}, err
+	}
 	a, err := e.answer(ctx, req.GetSettings(), cur, des, req.Current.Machine.Spec.Version, req.Desired.Machine.Spec.Version, false)
 	if err != nil {
 		return Answer{}, err
@@ -208,6 +216,12 @@ func (e *Extension) AnswerCanUpdateMachineSet(ctx context.Context, req *runtimeh
 		"infrastructureMachineTemplate", req.Current.InfrastructureMachineTemplate, req.Desired.InfrastructureMachineTemplate); err != nil {
 		return Answer{}, err
 	}
+	if err := requireShapes(true, map[string]runtime.RawExtension{
+		"current.bootstrapConfigTemplate": req.Current.BootstrapConfigTemplate, "desired.bootstrapConfigTemplate": req.Desired.BootstrapConfigTemplate,
+		"current.infrastructureMachineTemplate": req.Current.InfrastructureMachineTemplate, "desired.infrastructureMachineTemplate": req.Desired.InfrastructureMachineTemplate,
+	}); err != nil {
+		return Answer{}, err
+	}
 	a, err := e.answer(ctx, req.GetSettings(), cur, des, req.Current.MachineSet.Spec.Template.Spec.Version, req.Desired.MachineSet.Spec.Template.Spec.Version, true)
 	if err != nil {
 		return Answer{}, err
@@ -225,6 +239,70 @@ var ErrInvalidOption = errors.New("invalid option")
 // Machine or MachineSet, no infrastructure object): deciding on half a
 // request could accept a change nobody looked at.
 var ErrIncompleteRequest = errors.New("incomplete request")
+
+// ErrMalformedRequest is matched by the Failure answered to a CanUpdate*
+// request whose bootstrap or infrastructure object is not JSON, or whose
+// spec (spec.template.spec for templates) is not an object: such input is
+// refused, naming the field, not diffed (a string where the spec should be
+// would otherwise read as a change no updater covers, and Cluster API
+// would replace the machine over garbage).
+var ErrMalformedRequest = errors.New("malformed request")
+
+// requireShapes checks the raw objects' JSON and the shape of their spec.
+func requireShapes(templates bool, fields map[string]runtime.RawExtension) error {
+	names := make([]string, 0, len(fields))
+	for f := range fields {
+		names = append(names, f)
+	}
+	slices.Sort(names)
+	for _, f := range names {
+		raw := fields[f]
+		if len(raw.Raw) == 0 {
+			continue // absent, or a typed Object: nothing to check here
+		}
+		var obj map[string]any
+		if err := json.Unmarshal(raw.Raw, &obj); err != nil {
+			return fmt.Errorf("%w: %s is not a JSON object: %s", ErrMalformedRequest, f, errtext.Clip(err.Error()))
+		}
+		spec, ok := obj["spec"]
+		path := f + ".spec"
+		if ok && templates {
+			if m, isMap := spec.(map[string]any); isMap {
+				if tmpl, has := m["template"]; has {
+					path += ".template"
+					if tm, isMap := tmpl.(map[string]any); isMap {
+						spec, ok = tm["spec"]
+						path += ".spec"
+					} else {
+						spec = tmpl
+					}
+				}
+			}
+		}
+		if !ok || spec == nil {
+			continue
+		}
+		if _, isMap := spec.(map[string]any); !isMap {
+			return fmt.Errorf("%w: %s is a %s, not an object", ErrMalformedRequest, path, jsonKind(spec))
+		}
+	}
+	return nil
+}
+
+// jsonKind names a decoded JSON value's kind.
+func jsonKind(v any) string {
+	switch v.(type) {
+	case string:
+		return "string"
+	case float64:
+		return "number"
+	case bool:
+		return "boolean"
+	case []any:
+		return "list"
+	}
+	return fmt.Sprintf("%T", v)
+}
 
 // requireObjects checks that both sides name their machine (or machine
 // set) and carry their infrastructure object.

@@ -237,7 +237,7 @@ func TestExtensionOverHTTPS(t *testing.T) {
 		}{
 			{"bootstrap config that is not an object", func(r *runtimehooksv1.CanUpdateMachineRequest) {
 				r.Desired.BootstrapConfig = runtime.RawExtension{Raw: []byte(`"not an object"`)}
-			}, "invalid JSON"},
+			}, "malformed request: desired.bootstrapConfig is not a JSON object"},
 			{"infrastructure machine missing on one side", func(r *runtimehooksv1.CanUpdateMachineRequest) {
 				r.Desired.InfrastructureMachine = runtime.RawExtension{}
 			}, "incomplete request: desired.infrastructureMachine is missing"},
