@@ -10,6 +10,7 @@ import (
 	"github.com/upgradekit/upgradekit/diff"
 	"github.com/upgradekit/upgradekit/fake"
 	"github.com/upgradekit/upgradekit/nodeexec/kubeadm"
+	"github.com/upgradekit/upgradekit/strategy"
 	"github.com/upgradekit/upgradekit/strategy/capi"
 )
 
@@ -39,6 +40,18 @@ func TestOneVersionSpellingEverywhere(t *testing.T) {
 	cluster, err := sim.Input(context.Background(), fake.Rollout{ToVersion: to})
 	require.NoError(t, err, "fake's rollouts")
 	require.Equal(t, to, cluster.TargetVersion, "and the planner's input keeps it as given")
+
+	// Any other spelling goes through strategy.ParseKubernetesVersion, which
+	// gives each package its form.
+	v, err := strategy.ParseKubernetesVersion("1.31.4")
+	require.NoError(t, err)
+	exact, err := v.Kubeadm()
+	require.NoError(t, err)
+	require.NoError(t, kubeadm.CheckUpgrade(from, exact))
+	require.NoError(t, capi.ImagesByVersion{exact: "registry.example/upgrader"}.Validate())
+	minor, _, err = amiselect.ParseKubernetesVersion(v.Minor())
+	require.NoError(t, err)
+	require.Equal(t, "1.31", minor)
 
 	// Where a package needs more than the minor, a minor alone is refused
 	// with an error naming the field, never misread.
