@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -85,6 +86,15 @@ func (f *fakeKubelet) config(desired, previous []KubeletArg) KubeletArgsConfig {
 func (f *fakeKubelet) run(t *testing.T, argv []string) (int, string) {
 	t.Helper()
 	res, err := f.exec.Run(context.Background(), nodeexec.Command{Argv: argv})
+	// The subtests run in parallel: a process another one forks while this
+	// one is writing its systemctl stub inherits the stub's write descriptor
+	// until it execs, and executing the stub then fails with ETXTBSY
+	// (golang/go#22315). That is this test's doing, not the executor's;
+	// try again for a moment.
+	for i := 0; i < 50 && errors.Is(err, syscall.ETXTBSY); i++ {
+		time.Sleep(10 * time.Millisecond)
+		res, err = f.exec.Run(context.Background(), nodeexec.Command{Argv: argv})
+	}
 	require.NoError(t, err)
 	return res.ExitCode, string(res.Output)
 }
