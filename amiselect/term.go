@@ -32,6 +32,35 @@ type Term struct {
 	SSMParameter string `json:"ssmParameter,omitempty"`
 }
 
+// String names the term by the fields it sets, values quoted:
+// `name "amazon-eks-node-*", owner "amazon"`, `tags "team=a,tier=b"`.
+func (t Term) String() string {
+	var parts []string
+	add := func(k, v string) {
+		if v != "" {
+			parts = append(parts, k+" "+quote(v))
+		}
+	}
+	add("alias", t.Alias)
+	add("id", t.ID)
+	add("name", t.Name)
+	add("owner", t.Owner)
+	add("ssmParameter", t.SSMParameter)
+	if len(t.Tags) > 0 {
+		keys := make([]string, 0, len(t.Tags))
+		for k := range t.Tags {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		tags := make([]string, len(keys))
+		for i, k := range keys {
+			tags[i] = k + "=" + t.Tags[k]
+		}
+		add("tags", strings.Join(tags, ","))
+	}
+	return strings.Join(parts, ", ")
+}
+
 // Family is a Karpenter AMI family (the amiFamily field).
 type Family string
 

@@ -137,9 +137,6 @@ func (d *Differ) Objects(obj Object, current, desired any) (ChangeSet, error) {
 	if obj >= numObjects {
 		return ChangeSet{}, newErr(obj, "", "", ErrWrongKind, "unknown object")
 	}
-	if err := specInScope(obj, current, desired); err != nil {
-		return ChangeSet{}, err
-	}
 	var cur, des State
 	switch obj {
 	case Machine:
@@ -149,29 +146,23 @@ func (d *Differ) Objects(obj Object, current, desired any) (ChangeSet, error) {
 	default:
 		cur.Infrastructure, des.Infrastructure = current, desired
 	}
-	return d.run(cur, des, false, false)
+	cs, _, err := d.walk(cur, des, walkMode{needSpec: true})
+	return cs, err
 }
 
 // specInScope refuses two objects of which neither has a spec: the diff
 // compares spec, metadata.labels and metadata.annotations only, so such
 // objects (a ConfigMap, say) would always compare as "no changes".
-// Inputs it cannot read are left to the diff's own errors.
-func specInScope(obj Object, current, desired any) error {
-	has := func(side string, v any) (present, known bool) {
-		in, err := readInputCheck(obj, side, v, false)
-		if err != nil || in.isNil() {
-			return false, false
-		}
+func specInScope(obj Object, cur, des input) error {
+	has := func(in input) bool {
 		if in.typed.IsValid() {
 			_, ok := in.typed.Type().FieldByName("Spec")
-			return ok, true
+			return ok
 		}
 		_, ok := in.data["spec"]
-		return ok, true
+		return ok
 	}
-	curSpec, curKnown := has("current", current)
-	desSpec, desKnown := has("desired", desired)
-	if curKnown && desKnown && !curSpec && !desSpec {
+	if !cur.isNil() && !des.isNil() && !has(cur) && !has(des) {
 		return newErr(obj, "", "spec", ErrWrongKind, "neither object has a spec: the diff compares spec, metadata.labels and metadata.annotations only, so it would find no changes whatever differs")
 	}
 	return nil
@@ -189,24 +180,32 @@ func EqualTemplates(current, desired State, opts ...Option) (bool, error) {
 
 // EqualTemplates is the Differ form of the package-level EqualTemplates.
 func (d *Differ) EqualTemplates(current, desired State) (bool, error) {
-	_, found, err := d.walk(current, desired, true, true)
+	_, found, err := d.walk(current, desired, walkMode{templates: true, first: true})
 	return err == nil && !found, err
 }
 
 // Equal is the Differ form of the package-level Equal.
 func (d *Differ) Equal(current, desired State) (bool, error) {
-	_, found, err := d.walk(current, desired, false, true)
+	_, found, err := d.walk(current, desired, walkMode{first: true})
 	return err == nil && !found, err
 }
 
 func (d *Differ) run(current, desired State, templates, first bool) (ChangeSet, error) {
-	cs, _, err := d.walk(current, desired, templates, first)
+	cs, _, err := d.walk(current, desired, walkMode{templates: templates, first: first})
 	return cs, err
+}
+
+// walkMode says what walk compares and how.
+type walkMode struct {
+	templates bool // compare spec.template (Templates)
+	first     bool // stop at the first difference (Equal)
+	needSpec  bool // refuse objects without a spec (Objects; specInScope)
 }
 
 // walk compares every object of the two states. With first set it stops at
 // the first difference and reports it through found.
-func (d *Differ) walk(current, desired State, templates, first bool) (cs ChangeSet, found bool, err error) {
+func (d *Differ) walk(current, desired State, mode walkMode) (cs ChangeSet, found bool, err error) {
+	templates, first := mode.templates, mode.first
 	if d == nil || d.pool.New == nil {
 		return ChangeSet{}, false, fmt.Errorf("%w: Differ not constructed with New", ErrInvalidOption)
 	}
@@ -240,6 +239,11 @@ func (d *Differ) walk(current, desired State, templates, first bool) (cs ChangeS
 		}
 		if cur.isNil() && des.isNil() {
 			continue
+		}
+		if mode.needSpec {
+			if err := specInScope(o, cur, des); err != nil {
+				return ChangeSet{}, false, firstErr(cur.checkIfUnchecked(), des.checkIfUnchecked(), err)
+			}
 		}
 		if err := checkPair(o, cur, des, templates); err != nil {
 			return ChangeSet{}, false, firstErr(cur.checkIfUnchecked(), des.checkIfUnchecked(), err)

@@ -633,6 +633,7 @@ func TestUnderPrefixesPatterns(t *testing.T) {
 		diff.Under("infrastructure.spec", diff.Ignore("template.zone")),
 		diff.Under("infrastructure", diff.Under("spec.template", diff.Ignore("zone"))),
 		diff.Ignore("infrastructure.spec.template.zone"),
+		diff.Under("infrastructure(X).spec", diff.Ignore("template.zone")), // a prefix with a kind
 	} {
 		cs, err := diff.Objects(diff.Infrastructure, cur, des, opt)
 		require.NoError(t, err)

@@ -1,6 +1,10 @@
 package diff
 
-import "strings"
+import (
+	"maps"
+	"slices"
+	"strings"
+)
 
 // Secrets by name. The Sensitive patterns name paths the schema knows;
 // this policy does not depend on the schema, the case of a name or the
@@ -96,10 +100,7 @@ func redactNamed(v any, ctx secretCtx) any {
 		var out map[string]any
 		set := func(k string, r any) {
 			if out == nil {
-				out = make(map[string]any, len(x))
-				for k2, e2 := range x {
-					out[k2] = e2
-				}
+				out = maps.Clone(x)
 			}
 			out[k] = r
 		}
@@ -125,19 +126,25 @@ func redactNamed(v any, ctx secretCtx) any {
 			return out
 		}
 	case []any:
-		var out []any
-		for i, e := range x {
-			r := redactNamed(e, ctx)
-			if !sameData(r, e) {
-				if out == nil {
-					out = append([]any(nil), x...)
-				}
-				out[i] = r
-			}
-		}
-		if out != nil {
-			return out
-		}
+		return mapElems(x, func(e any) any { return redactNamed(e, ctx) })
 	}
 	return v
+}
+
+// mapElems returns x with f applied to each element, copying x only when
+// an element changes (sameData), and x itself when none does.
+func mapElems(x []any, f func(any) any) []any {
+	var out []any
+	for i, e := range x {
+		if r := f(e); !sameData(r, e) {
+			if out == nil {
+				out = slices.Clone(x)
+			}
+			out[i] = r
+		}
+	}
+	if out == nil {
+		return x
+	}
+	return out
 }

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"encoding/binary"
 	"fmt"
+	"maps"
 	"reflect"
 	"slices"
 	"strconv"
@@ -481,10 +482,7 @@ func redactValue(v any, set activeSet) any {
 			r := redactValue(e, descendField(nil, set, k))
 			if !sameData(r, e) {
 				if out == nil {
-					out = make(map[string]any, len(x))
-					for k2, e2 := range x {
-						out[k2] = e2
-					}
+					out = maps.Clone(x)
 				}
 				out[k] = r
 			}
@@ -493,19 +491,8 @@ func redactValue(v any, set activeSet) any {
 			return out
 		}
 	case []any:
-		var out []any
-		for i, e := range x {
-			r := redactValue(e, descendElem(nil, set))
-			if !sameData(r, e) {
-				if out == nil {
-					out = append([]any(nil), x...)
-				}
-				out[i] = r
-			}
-		}
-		if out != nil {
-			return out
-		}
+		elemSet := descendElem(nil, set)
+		return mapElems(x, func(e any) any { return redactValue(e, elemSet) })
 	}
 	return v
 }

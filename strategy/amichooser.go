@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sort"
 	"strings"
 	"time"
 
@@ -115,7 +114,7 @@ func whyImage(res *amiselect.Resolution, img amiselect.Selected, reqs amiselect.
 	var terms []string
 	for _, i := range img.Terms {
 		if i >= 0 && i < len(res.Terms) {
-			terms = append(terms, fmt.Sprintf("term %d (%s)", i, termText(res.Terms[i])))
+			terms = append(terms, fmt.Sprintf("term %d (%s)", i, res.Terms[i]))
 		}
 	}
 	name := img.ID
@@ -144,32 +143,4 @@ func whyImage(res *amiselect.Resolution, img amiselect.Selected, reqs amiselect.
 		why += "; passed over: " + strings.Join(skipped, "; ")
 	}
 	return errtext.Cap(why)
-}
-
-// termText names a selector term by the fields it sets.
-func termText(t amiselect.Term) string {
-	var parts []string
-	add := func(k, v string) {
-		if v != "" {
-			parts = append(parts, k+" "+errtext.Quote(v))
-		}
-	}
-	add("alias", t.Alias)
-	add("id", t.ID)
-	add("name", t.Name)
-	add("owner", t.Owner)
-	add("ssmParameter", t.SSMParameter)
-	if len(t.Tags) > 0 {
-		keys := make([]string, 0, len(t.Tags))
-		for k := range t.Tags {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
-		var tags []string
-		for _, k := range keys {
-			tags = append(tags, k+"="+t.Tags[k])
-		}
-		add("tags", strings.Join(tags, ","))
-	}
-	return strings.Join(parts, ", ")
 }

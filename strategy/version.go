@@ -1,6 +1,7 @@
 package strategy
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"strconv"
@@ -103,14 +104,14 @@ func (v KubernetesVersion) Minor() string { return "1." + strconv.Itoa(v.minor) 
 func (v KubernetesVersion) Compare(o KubernetesVersion) int {
 	switch {
 	case v.minor != o.minor:
-		return cmpInt(v.minor, o.minor)
+		return cmp.Compare(v.minor, o.minor)
 	case v.hasPatch != o.hasPatch:
 		if v.hasPatch {
 			return 1
 		}
 		return -1
 	case v.patch != o.patch:
-		return cmpInt(v.patch, o.patch)
+		return cmp.Compare(v.patch, o.patch)
 	case v.pre == o.pre:
 		return 0
 	case v.pre == "":
@@ -119,11 +120,4 @@ func (v KubernetesVersion) Compare(o KubernetesVersion) int {
 		return -1
 	}
 	return strings.Compare(v.pre, o.pre)
-}
-
-func cmpInt(a, b int) int {
-	if a < b {
-		return -1
-	}
-	return 1
 }

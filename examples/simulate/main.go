@@ -26,6 +26,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/signal"
 	"slices"
@@ -347,10 +348,10 @@ func checkNames(o options, cl *fake.Cluster) error {
 	for flagName, list := range map[string][]fault{"-fail": o.faults, "-crash": o.crashes} {
 		for _, f := range list {
 			if !nodes[f.node] {
-				return fmt.Errorf("%s: no node %q (nodes: %s)", flagName, f.node, strings.Join(sortedKeys(nodes), ", "))
+				return fmt.Errorf("%s: no node %q (nodes: %s)", flagName, f.node, strings.Join(slices.Sorted(maps.Keys(nodes)), ", "))
 			}
 			if !steps[f.step] {
-				return fmt.Errorf("%s: no step %q (steps: %s)", flagName, f.step, strings.Join(sortedKeys(steps), ", "))
+				return fmt.Errorf("%s: no step %q (steps: %s)", flagName, f.step, strings.Join(slices.Sorted(maps.Keys(steps)), ", "))
 			}
 		}
 	}
@@ -360,7 +361,7 @@ func checkNames(o options, cl *fake.Cluster) error {
 	}
 	for _, name := range o.newImage {
 		if !pools[name] {
-			return fmt.Errorf("-new-image: no machine deployment %q (machine deployments: %s)", name, strings.Join(sortedKeys(pools), ", "))
+			return fmt.Errorf("-new-image: no machine deployment %q (machine deployments: %s)", name, strings.Join(slices.Sorted(maps.Keys(pools)), ", "))
 		}
 	}
 	return nil
@@ -379,15 +380,6 @@ func stepNames(o options) (map[string]bool, error) {
 		}
 	}
 	return out, nil
-}
-
-func sortedKeys(m map[string]bool) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }
 
 // progress prints the rollout as it happens: every step, retry, runner

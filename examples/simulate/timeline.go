@@ -4,8 +4,9 @@ import (
 	"fmt"
 	"html/template"
 	"io"
+	"maps"
+	"slices"
 	"sort"
-	"strings"
 	"time"
 
 	"github.com/upgradekit/upgradekit/fake"
@@ -119,40 +120,18 @@ func buildTimeline(res *fake.Result) timeline {
 		layout = "Mon 15:04"
 	}
 	top := y - 14
+	var timeTicks, machineTicks []float64 // grid lines, drawn once the lanes' extent is known
 	for t := res.Start.Truncate(tick); !t.After(res.End); t = t.Add(tick) {
 		if t.Before(res.Start) {
 			continue
 		}
 		tx := x(t)
-		tl.Grid = append(tl.Grid, tlLine{X1: tx, Y1: top, X2: tx, Y2: 0}) // Y2 set below
+		timeTicks = append(timeTicks, tx)
 		if tx < tlWidth-30 {
 			tl.Texts = append(tl.Texts, tlText{X: tx, Y: top - 4, Text: t.Format(layout), Class: "tick"})
 		}
 	}
 	tl.Texts = append(tl.Texts, tlText{X: 4, Y: top - 4, Text: "virtual time", Class: "tick"})
-
-	// Batch bands (drawn first, under everything), labelled where it fits.
-	type span2 struct{ from, to time.Time }
-	batches := map[int]*span2{}
-	for _, e := range res.Events {
-		b := batches[e.Batch]
-		if b == nil {
-			b = &span2{e.Start, e.End}
-			batches[e.Batch] = b
-		}
-		if e.Start.Before(b.from) {
-			b.from = e.Start
-		}
-		if e.End.After(b.to) {
-			b.to = e.End
-		}
-	}
-	var idx []int
-	for b := range batches {
-		idx = append(idx, b)
-	}
-	sort.Ints(idx)
-	bandStart := len(tl.Bars)
 
 	// Groups.
 	tl.Texts = append(tl.Texts, tlText{X: 4, Y: y + 12, Text: "Groups (a bar per batch)", Class: "section"})
@@ -267,10 +246,11 @@ func buildTimeline(res *fake.Result) timeline {
 	tl.Texts = append(tl.Texts, tlText{X: 4, Y: y + 12, Text: head, Class: "section"})
 	y += tlLaneH + 14
 	mtick := niceTick(longest)
+	machineAxisTop := y - 6
 	tl.Texts = append(tl.Texts, tlText{X: 4, Y: y - 8, Text: "time since the machine's first step", Class: "tick"})
 	for d := time.Duration(0); d <= longest; d += mtick {
 		tx := tlLeft + float64(d)/float64(longest)*plotW
-		tl.Grid = append(tl.Grid, tlLine{X1: tx, Y1: y - 6, X2: tx, Y2: -1})
+		machineTicks = append(machineTicks, tx)
 		if tx < tlWidth-30 {
 			tl.Texts = append(tl.Texts, tlText{X: tx, Y: y - 8, Text: fmt.Sprintf("+%dm", int(d.Minutes())), Class: "tick"})
 		}
@@ -305,19 +285,33 @@ func buildTimeline(res *fake.Result) timeline {
 		y += tlLaneH
 	}
 	height := y + 10
-	for i := range tl.Grid {
-		switch tl.Grid[i].Y2 {
-		case 0: // the time axis: through the groups
-			tl.Grid[i].Y2 = groupsEnd
-		case -1: // the machines' axis: through their lanes
-			tl.Grid[i].Y2 = height
+	for _, tx := range timeTicks { // the time axis: through the groups
+		tl.Grid = append(tl.Grid, tlLine{X1: tx, Y1: top, X2: tx, Y2: groupsEnd})
+	}
+	for _, tx := range machineTicks { // the machines' axis: through their lanes
+		tl.Grid = append(tl.Grid, tlLine{X1: tx, Y1: machineAxisTop, X2: tx, Y2: height})
+	}
+
+	// Batch bands behind the groups, labelled where the label fits.
+	type window struct{ from, to time.Time }
+	batches := map[int]*window{}
+	for _, e := range res.Events {
+		b := batches[e.Batch]
+		if b == nil {
+			b = &window{e.Start, e.End}
+			batches[e.Batch] = b
+		}
+		if e.Start.Before(b.from) {
+			b.from = e.Start
+		}
+		if e.End.After(b.to) {
+			b.to = e.End
 		}
 	}
-	// Bands under the bars: prepend.
 	var bands []tlBar
 	var bandLabels []tlText
 	lastLabelEnd := 0.0
-	for _, b := range idx {
+	for _, b := range slices.Sorted(maps.Keys(batches)) {
 		s := batches[b]
 		bx, bw := x(s.from), max(x(s.to)-x(s.from), 1)
 		bands = append(bands, tlBar{X: bx, Y: 40, W: bw, H: groupsEnd - 40, Color: "#f2f2f2", Title: fmt.Sprintf("batch %d: %s-%s", b, s.from.Format("15:04:05"), s.to.Format("15:04:05"))})
@@ -327,12 +321,11 @@ func buildTimeline(res *fake.Result) timeline {
 			lastLabelEnd = bx + lw + 4
 		}
 	}
-	tl.Bars = append(append(tl.Bars[:bandStart:bandStart], bands...), tl.Bars[bandStart:]...)
+	tl.Bars = append(bands, tl.Bars...) // drawn first: under everything
 	tl.Texts = append(tl.Texts, bandLabels...)
 	tl.Height = int(height)
-	failed := len(res.Failed)
 	tl.Summary = fmt.Sprintf("%d machines in %d groups, %d batches, %s of virtual time, %d failed, %d runner restarts",
-		len(machines), len(groups), len(res.Plan.Batches), span.Round(time.Second), failed, res.Restarts)
+		len(machines), len(groups), len(res.Plan.Batches), span.Round(time.Second), len(res.Failed), res.Restarts)
 	return tl
 }
 
@@ -412,7 +405,7 @@ func niceTick(span time.Duration) time.Duration {
 	return 48 * time.Hour
 }
 
-var timelineTmpl = template.Must(template.New("timeline").Funcs(template.FuncMap{"join": strings.Join}).Parse(`<!DOCTYPE html>
+var timelineTmpl = template.Must(template.New("timeline").Parse(`<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>{{.Title}}</title>
 <style>body{font-family:sans-serif;margin:16px}text{font-size:11px;font-family:sans-serif}text.section{font-weight:bold}text.tick,text.band{fill:#666}
 .legend span{display:inline-block;width:12px;height:12px;margin:0 4px 0 12px;vertical-align:middle}</style>

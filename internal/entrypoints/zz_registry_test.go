@@ -51,6 +51,7 @@ var registry = map[string]reflect.Value{
 	"amiselect.Skip.String":                    reflect.ValueOf(amiselect.Skip.String),
 	"amiselect.SourceFuncs.DescribeImages":     reflect.ValueOf(amiselect.SourceFuncs.DescribeImages),
 	"amiselect.SourceFuncs.GetParameter":       reflect.ValueOf(amiselect.SourceFuncs.GetParameter),
+	"amiselect.Term.String":                    reflect.ValueOf(amiselect.Term.String),
 	"amiselect.Validate":                       reflect.ValueOf(amiselect.Validate),
 	"amiselect.WithAccountID":                  reflect.ValueOf(amiselect.WithAccountID),
 	"amiselect.WithCacheTTL":                   reflect.ValueOf(amiselect.WithCacheTTL),

@@ -115,7 +115,7 @@ func NewExtension(d strategy.Decider, opts ...ExtensionOption) (*Extension, erro
 		return nil, err
 	}
 	e.differ = differ
-	if e.strict, err = diff.New(diff.InPlaceUpdate()); err != nil {
+	if e.strict, err = strictDiffer(); err != nil {
 		return nil, err
 	}
 	return e, nil

@@ -87,8 +87,7 @@ func defaults() config {
 
 // WithServing sets where the hooks are served: host ("" for all
 // addresses), port (default DefaultPort) and the directory holding tls.crt
-// and tls.key (default DefaultCertDir). Start reads the certificate files
-// again when they change, as Cluster API's runtime server does.
+// and tls.key (default DefaultCertDir).
 func WithServing(host string, port int, certDir string) Option {
 	return func(c *config) { c.host, c.port, c.certDir = host, port, certDir }
 }

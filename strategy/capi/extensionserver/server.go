@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"maps"
 	"path"
 	"slices"
 	"strings"
@@ -232,15 +233,10 @@ func joinCategories(cats []diff.Category) string {
 // podOptions are the options of every upgrader pod.
 func (c *config) podOptions() []nodepod.Option {
 	img := c.image
-	if c.images != nil {
+	if len(c.images) > 0 {
 		// The first by version: the probe build needs one, and
 		// capi.WithVersionImages sets each update's own.
-		vs := make([]string, 0, len(c.images))
-		for v := range c.images {
-			vs = append(vs, v)
-		}
-		slices.Sort(vs)
-		img = c.images[vs[0]]
+		img = c.images[slices.Sorted(maps.Keys(c.images))[0]]
 	}
 	opts := []nodepod.Option{
 		nodepod.WithImage(img),
