@@ -3,6 +3,7 @@ package tour_test
 import (
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -70,5 +71,23 @@ func TestEveryREADMESnippetIsCode(t *testing.T) {
 		snippet := string(b[1])
 		require.True(t, slices.ContainsFunc(sources, func(s string) bool { return strings.Contains(s, snippet) }),
 			"README.md's Go block is in no Go file of the repository:\n%s", snippet)
+	}
+}
+
+// TestExampleProgramsImportNothingInternal backs the README's "their
+// main.go files use only the public packages": no example's non-test code
+// imports this module's internal packages (its tests may).
+func TestExampleProgramsImportNothingInternal(t *testing.T) {
+	cmd := exec.Command("go", "list", "-f", `{{.ImportPath}}{{range .Imports}} {{.}}{{end}}`, "./examples/...")
+	cmd.Dir = "../.."
+	out, err := cmd.Output()
+	require.NoError(t, err)
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	require.Greater(t, len(lines), 5, "the examples are listed")
+	for _, line := range lines {
+		pkg, imports, _ := strings.Cut(line, " ")
+		for _, imp := range strings.Fields(imports) {
+			require.False(t, strings.HasPrefix(imp, "github.com/upgradekit/upgradekit/internal"), "%s imports %s", pkg, imp)
+		}
 	}
 }
