@@ -167,6 +167,7 @@ var registry = map[string]reflect.Value{
 	"diff.Under":                               reflect.ValueOf(diff.Under),
 	"diff.WithoutDefaults":                     reflect.ValueOf(diff.WithoutDefaults),
 	"drain.BlockedPod.String":                  reflect.ValueOf(drain.BlockedPod.String),
+	"drain.Blockers":                           reflect.ValueOf(drain.Blockers),
 	"drain.Cordon":                             reflect.ValueOf(drain.Cordon),
 	"drain.Diagnose":                           reflect.ValueOf(drain.Diagnose),
 	"drain.Drain":                              reflect.ValueOf(drain.Drain),

@@ -376,38 +376,9 @@ func diagnose(ctx context.Context, cs kubernetes.Interface, pods []corev1.Pod) (
 			pdbs = l.Items
 			pdbsByNS[p.Namespace] = pdbs
 		}
-		b := BlockedPod{Namespace: p.Namespace, Name: p.Name}
-		var matching []PDBStatus
-		stale := false
-		for _, pdb := range pdbs {
-			sel, err := metav1.LabelSelectorAsSelector(pdb.Spec.Selector)
-			if err != nil || !sel.Matches(labels.Set(cur.Labels)) {
-				continue
-			}
-			st := PDBStatus{
-				Namespace: pdb.Namespace, Name: pdb.Name,
-				DisruptionsAllowed: pdb.Status.DisruptionsAllowed,
-				CurrentHealthy:     pdb.Status.CurrentHealthy,
-				DesiredHealthy:     pdb.Status.DesiredHealthy,
-				ExpectedPods:       pdb.Status.ExpectedPods,
-				Stale:              pdb.Status.ObservedGeneration < pdb.Generation,
-			}
-			matching = append(matching, st)
-			stale = stale || st.Stale
-			if st.DisruptionsAllowed <= 0 || st.Stale {
-				b.PDBs = append(b.PDBs, st)
-			}
-		}
+		b := pdbVerdict(cur, pdbs)
 		switch {
-		case len(matching) > 1:
-			// The eviction API answers 500 for a pod covered by more than
-			// one budget: it cannot be evicted until all but one are gone.
-			b.PDBs = matching
-			b.Reason = fmt.Sprintf("selected by %d PodDisruptionBudgets; the eviction API refuses pods covered by more than one", len(matching))
-		case stale:
-			b.Reason = "PodDisruptionBudget status is stale (observedGeneration < generation); eviction waits for the disruption controller"
-		case len(b.PDBs) > 0:
-			b.Reason = "eviction refused by PodDisruptionBudget"
+		case b.Reason != "":
 		case cur.DeletionTimestamp != nil:
 			b.Reason = "evicted, still terminating"
 		default:
@@ -416,6 +387,122 @@ func diagnose(ctx context.Context, cs kubernetes.Interface, pods []corev1.Pod) (
 		out = append(out, b)
 	}
 	return out, nil
+}
+
+// Blockers is Diagnose before the drain, for a whole cluster at once and
+// from objects already read (a preview reads pods and budgets once, not
+// once per node): for each node, the pods that would stop Drain, called
+// with opts, from finishing, and why. Pods Drain leaves alone (DaemonSet
+// and mirror pods, finished pods, pods matching WithSkip or outside
+// WithPodSelector) are not listed; nor are pods Drain can evict now.
+// Reasons, in the order they are checked: the pod opted out by annotation
+// (WithOptOutAnnotations), it has no controller and WithForce is not set
+// (kubectl's drain refuses such pods), or its PodDisruptionBudgets refuse
+// the eviction (none allows a disruption, a status is stale, or more than
+// one selects it). Pods without a node are ignored, and a DaemonSet
+// pod's DaemonSet is taken to exist (kubectl's drain refuses orphans). Only WithSkip,
+// WithSkipNamespace, WithPodSelector, WithOptOutAnnotations and WithForce
+// matter here; a selector that does not parse is an error naming it.
+//
+// What it cannot see: budgets that allow one disruption for pods on two
+// nodes drained at once (the second eviction waits), and evictions a
+// webhook refuses.
+func Blockers(pods []corev1.Pod, pdbs []policyv1.PodDisruptionBudget, opts ...Option) (map[string][]BlockedPod, error) {
+	o := options{optOut: []string{DefaultOptOutAnnotation}}
+	for _, f := range opts {
+		if f != nil {
+			f(&o)
+		}
+	}
+	sel, err := labels.Parse(o.podSelector)
+	if err != nil {
+		return nil, fmt.Errorf("drain: pod selector %q: %w", o.podSelector, err)
+	}
+	out := map[string][]BlockedPod{}
+	for i := range pods {
+		p := &pods[i]
+		node := p.Spec.NodeName
+		if node == "" || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed || p.DeletionTimestamp != nil {
+			continue
+		}
+		if _, mirror := p.Annotations[corev1.MirrorPodAnnotationKey]; mirror {
+			continue
+		}
+		ctrl := metav1.GetControllerOf(p)
+		if ctrl != nil && ctrl.Kind == "DaemonSet" {
+			continue
+		}
+		if !sel.Matches(labels.Set(p.Labels)) {
+			continue
+		}
+		if o.skip != nil && (o.skipNamespace == "" || p.Namespace == o.skipNamespace) && o.skip.Matches(labels.Set(p.Labels)) {
+			continue
+		}
+		b := BlockedPod{Namespace: p.Namespace, Name: p.Name}
+		for _, k := range o.optOut {
+			if p.Annotations[k] == "true" {
+				b.Reason = "annotation " + k + "=true"
+				break
+			}
+		}
+		if b.Reason == "" && ctrl == nil && !o.force {
+			b.Reason = "not managed by a controller; the drain refuses such pods without force"
+		}
+		if b.Reason == "" {
+			b = pdbVerdict(p, pdbs)
+		}
+		if b.Reason != "" {
+			out[node] = append(out[node], b)
+		}
+	}
+	for _, bs := range out {
+		sort.Slice(bs, func(i, j int) bool {
+			return bs[i].Namespace+"/"+bs[i].Name < bs[j].Namespace+"/"+bs[j].Name
+		})
+	}
+	return out, nil
+}
+
+// pdbVerdict is what the PodDisruptionBudgets selecting pod make of its
+// eviction: the budgets that stop it, and a Reason when they do (empty
+// when none does). The eviction API refuses a pod selected by more than
+// one budget, and any pod whose budget's status is stale.
+func pdbVerdict(pod *corev1.Pod, pdbs []policyv1.PodDisruptionBudget) BlockedPod {
+	b := BlockedPod{Namespace: pod.Namespace, Name: pod.Name}
+	var matching []PDBStatus
+	stale := false
+	for _, pdb := range pdbs {
+		if pdb.Namespace != "" && pdb.Namespace != pod.Namespace {
+			continue
+		}
+		sel, err := metav1.LabelSelectorAsSelector(pdb.Spec.Selector)
+		if err != nil || !sel.Matches(labels.Set(pod.Labels)) {
+			continue
+		}
+		st := PDBStatus{
+			Namespace: pdb.Namespace, Name: pdb.Name,
+			DisruptionsAllowed: pdb.Status.DisruptionsAllowed,
+			CurrentHealthy:     pdb.Status.CurrentHealthy,
+			DesiredHealthy:     pdb.Status.DesiredHealthy,
+			ExpectedPods:       pdb.Status.ExpectedPods,
+			Stale:              pdb.Status.ObservedGeneration < pdb.Generation,
+		}
+		matching = append(matching, st)
+		stale = stale || st.Stale
+		if st.DisruptionsAllowed <= 0 || st.Stale {
+			b.PDBs = append(b.PDBs, st)
+		}
+	}
+	switch {
+	case len(matching) > 1:
+		b.PDBs = matching
+		b.Reason = fmt.Sprintf("selected by %d PodDisruptionBudgets; the eviction API refuses pods covered by more than one", len(matching))
+	case stale:
+		b.Reason = "PodDisruptionBudget status is stale (observedGeneration < generation); eviction waits for the disruption controller"
+	case len(b.PDBs) > 0:
+		b.Reason = "eviction refused by PodDisruptionBudget"
+	}
+	return b
 }
 
 // logWriter adapts logr to the io.Writer kubectl's helper prints to.

@@ -204,3 +204,110 @@ func TestOptOutAgainstAPIServer(t *testing.T) {
 	require.True(t, exists(t, cs, "default", "ok"), "nothing is evicted when a pod opts out")
 	require.True(t, exists(t, cs, "default", "precious"))
 }
+
+// TestBlockersPredictDrainAgainstAPIServer: for one node per kind of pod,
+// Blockers (from pods and budgets read once) names exactly the nodes whose
+// real drain, through the real eviction API, then fails, and no other.
+func TestBlockersPredictDrainAgainstAPIServer(t *testing.T) {
+	env := envtest.StartForTest(t)
+	cs, err := kubernetes.NewForConfig(env.Config)
+	require.NoError(t, err)
+	ctx := t.Context()
+	const ns = "apps"
+	for _, n := range []string{ns, nodepod.DefaultNamespace} {
+		_, err = cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: n}}, metav1.CreateOptions{})
+		require.NoError(t, err)
+	}
+	rs := metav1.OwnerReference{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "rs", UID: "11111111-1111-1111-1111-111111111111", Controller: ptr.To(true)}
+	dsLabels := map[string]string{"app": "cni"}
+	daemonSet, err := cs.AppsV1().DaemonSets(ns).Create(ctx, &appsv1.DaemonSet{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "cni"},
+		Spec: appsv1.DaemonSetSpec{Selector: &metav1.LabelSelector{MatchLabels: dsLabels}, Template: corev1.PodTemplateSpec{
+			ObjectMeta: metav1.ObjectMeta{Labels: dsLabels}, Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "registry.local/cni:1"}}}}},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	ds := metav1.OwnerReference{APIVersion: "apps/v1", Kind: "DaemonSet", Name: "cni", UID: daemonSet.UID, Controller: ptr.To(true)}
+	pdb := func(name string, sel map[string]string, allowed int32) {
+		_, err := cs.PolicyV1().PodDisruptionBudgets(ns).Create(ctx, &policyv1.PodDisruptionBudget{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+			Spec:       policyv1.PodDisruptionBudgetSpec{MinAvailable: ptr.To(intstr.FromInt32(1)), Selector: &metav1.LabelSelector{MatchLabels: sel}},
+		}, metav1.CreateOptions{})
+		require.NoError(t, err)
+		setPDBStatus(t, cs, ns, name, allowed)
+	}
+	cases := []struct {
+		node    string
+		setup   func(node string)
+		blocked string // the reason Blockers gives, "" when the drain finishes
+	}{
+		{"evictable", func(n string) { runningPod(t, cs, ns, "web-"+n, n, map[string]string{"app": "web"}, rs) }, ""},
+		{"roomy-pdb", func(n string) {
+			runningPod(t, cs, ns, "api-"+n, n, map[string]string{"app": "api"}, rs)
+			pdb("api", map[string]string{"app": "api"}, 1)
+		}, ""},
+		{"daemonset-only", func(n string) { runningPod(t, cs, ns, "cni-"+n, n, dsLabels, ds) }, ""},
+		{"upgrader-only", func(n string) {
+			runningPod(t, cs, nodepod.DefaultNamespace, "upgradekit-"+n, n,
+				map[string]string{nodepod.LabelManagedBy: nodepod.ManagedByValue, nodepod.LabelName: nodepod.NameValue}, rs)
+		}, ""},
+		{"pdb-zero", func(n string) {
+			runningPod(t, cs, ns, "db-"+n, n, map[string]string{"app": "db"}, rs)
+			pdb("db", map[string]string{"app": "db"}, 0)
+		}, "eviction refused by PodDisruptionBudget"},
+		{"two-pdbs", func(n string) {
+			runningPod(t, cs, ns, "cache-"+n, n, map[string]string{"app": "cache"}, rs)
+			pdb("cache-a", map[string]string{"app": "cache"}, 1)
+			pdb("cache-b", map[string]string{"app": "cache"}, 1)
+		}, "selected by 2 PodDisruptionBudgets"},
+		{"opted-out", func(n string) {
+			p := runningPod(t, cs, ns, "batch-"+n, n, map[string]string{"app": "batch"}, rs)
+			p.Annotations = map[string]string{drain.DefaultOptOutAnnotation: "true"}
+			_, err := cs.CoreV1().Pods(ns).Update(ctx, p, metav1.UpdateOptions{})
+			require.NoError(t, err)
+		}, "annotation karpenter.sh/do-not-disrupt=true"},
+		{"bare-pod", func(n string) {
+			p := runningPod(t, cs, ns, "bare-"+n, n, map[string]string{"app": "bare"}, rs)
+			p.OwnerReferences = nil
+			_, err := cs.CoreV1().Pods(ns).Update(ctx, p, metav1.UpdateOptions{})
+			require.NoError(t, err)
+		}, "not managed by a controller"},
+	}
+	for _, c := range cases {
+		_, err := cs.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: c.node}}, metav1.CreateOptions{})
+		require.NoError(t, err)
+		c.setup(c.node)
+	}
+	pods, err := cs.CoreV1().Pods("").List(ctx, metav1.ListOptions{})
+	require.NoError(t, err)
+	pdbs, err := cs.PolicyV1().PodDisruptionBudgets("").List(ctx, metav1.ListOptions{})
+	require.NoError(t, err)
+	skip := []drain.Option{drain.WithSkip(nodepod.Selector()), drain.WithSkipNamespace(nodepod.DefaultNamespace)}
+	blockers, err := drain.Blockers(pods.Items, pdbs.Items, skip...)
+	require.NoError(t, err)
+
+	errs := make([]error, len(cases))
+	done := make(chan int)
+	for i, c := range cases {
+		go func() {
+			_, errs[i] = drain.Drain(ctx, cs, c.node, append(skip, drain.WithTimeout(3*time.Second), drain.WithGracePeriod(0), drain.WithEvictionRetryDelay(200*time.Millisecond))...)
+			done <- i
+		}()
+	}
+	for range cases {
+		<-done
+	}
+	for i, c := range cases {
+		if c.blocked == "" {
+			require.NoError(t, errs[i], "node %s drains", c.node)
+			require.Empty(t, blockers[c.node], "node %s: Blockers agrees", c.node)
+			continue
+		}
+		require.Error(t, errs[i], "node %s does not drain", c.node)
+		require.Len(t, blockers[c.node], 1, "node %s: Blockers names its pod", c.node)
+		require.Contains(t, blockers[c.node][0].Reason, c.blocked, c.node)
+	}
+	require.Len(t, blockers, 4, "no other node is named")
+
+	_, err = drain.Blockers(nil, nil, drain.WithPodSelector("a in ("))
+	require.ErrorContains(t, err, "pod selector")
+}
