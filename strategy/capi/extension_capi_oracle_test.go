@@ -793,3 +793,42 @@ var numberTargets = []struct {
 	{true, []string{"ntp", "maxPoll"}, false},
 	{true, []string{"joinConfiguration", "timeouts", "kubeletHealthCheckSeconds"}, false},
 }
+
+// TestOracleRefusesPatchesUnderANullSpec: Cluster API's own patch code
+// cannot set spec.template.spec on a template stored without a spec (the
+// request carries "spec": null), whatever the patch; Verify says so too,
+// and the Extension declines such a change instead of answering a patch
+// that would stall the rollout. Found by the preview's truth test.
+func TestOracleRefusesPatchesUnderANullSpec(t *testing.T) {
+	bin := oraclePath(t)
+	req := []byte(`{"apiVersion":"hooks.runtime.cluster.x-k8s.io/v1alpha1","kind":"CanUpdateMachineSetRequest",
+"current":{"machineSet":{"apiVersion":"cluster.x-k8s.io/v1beta2","kind":"MachineSet","metadata":{"name":"md-a"},"spec":{"clusterName":"c","template":{"spec":{"clusterName":"c","version":"v1.30.4"}}}},
+ "bootstrapConfigTemplate":{"apiVersion":"bootstrap.cluster.x-k8s.io/v1beta2","kind":"KubeadmConfigTemplate","metadata":{"name":"kct-0"},"spec":null},
+ "infrastructureMachineTemplate":{"apiVersion":"infrastructure.cluster.x-k8s.io/v1beta2","kind":"DockerMachineTemplate","metadata":{"name":"t"},"spec":{"template":{"spec":{"customImage":"a"}}}}},
+"desired":{"machineSet":{"apiVersion":"cluster.x-k8s.io/v1beta2","kind":"MachineSet","metadata":{"name":"md-b"},"spec":{"clusterName":"c","template":{"spec":{"clusterName":"c","version":"v1.30.4"}}}},
+ "bootstrapConfigTemplate":{"apiVersion":"bootstrap.cluster.x-k8s.io/v1beta2","kind":"KubeadmConfigTemplate","metadata":{"name":"kct-1"},"spec":{"template":{"spec":{"joinConfiguration":{"nodeRegistration":{"kubeletExtraArgs":[{"name":"max-pods","value":"50"}]}}}}}},
+ "infrastructureMachineTemplate":{"apiVersion":"infrastructure.cluster.x-k8s.io/v1beta2","kind":"DockerMachineTemplate","metadata":{"name":"t"},"spec":{"template":{"spec":{"customImage":"a"}}}}}}`)
+	arg := `{"template":{"spec":{"joinConfiguration":{"nodeRegistration":{"kubeletExtraArgs":[{"name":"max-pods","value":"50"}]}}}}}`
+	answers := []*runtimehooksv1.CanUpdateMachineSetResponse{
+		{BootstrapConfigTemplatePatch: runtimehooksv1.Patch{PatchType: runtimehooksv1.JSONPatchType, Patch: []byte(`[{"op":"add","path":"/spec","value":` + arg + `}]`)}},
+		{BootstrapConfigTemplatePatch: runtimehooksv1.Patch{PatchType: runtimehooksv1.JSONMergePatchType, Patch: []byte(`{"spec":` + arg + `}`)}},
+	}
+	var lines []oracleLine
+	for _, resp := range answers {
+		resp.Status = runtimehooksv1.ResponseStatusSuccess
+		rb, err := json.Marshal(resp)
+		require.NoError(t, err)
+		lines = append(lines, oracleLine{Hook: "CanUpdateMachineSet", Request: req, Response: rb})
+	}
+	verdicts := askOracle(t, bin, lines)
+	var r runtimehooksv1.CanUpdateMachineSetRequest
+	require.NoError(t, json.Unmarshal(req, &r))
+	for i, resp := range answers {
+		require.Contains(t, verdicts[i].Error, "is not a map", "CAPI cannot apply patch %d", i)
+		require.ErrorIs(t, capi.VerifyCanUpdateMachineSet(&r, resp), capi.ErrInvalidPatch, "patch %d", i)
+	}
+	kubelet := must(strategy.ForPaths("kubelet-args", strategy.KubeletExtraArgsPaths()...))
+	a, err := must(capi.NewExtension(strategy.Updaters(kubelet))).AnswerCanUpdateMachineSet(t.Context(), &r)
+	require.NoError(t, err)
+	require.False(t, a.Accept, "declined: %s", a.Message)
+}

@@ -106,10 +106,16 @@ func applyAsCAPI(obj any, p runtimehooksv1.Patch, specPath []string) (any, error
 		if err != nil {
 			return nil, fmt.Errorf("decoding our JSON patch: %w", err)
 		}
+		if len(jp) == 0 {
+			return obj, nil // Cluster API leaves the object as it is
+		}
 		if out, err = jp.Apply(doc); err != nil {
 			return nil, fmt.Errorf("applying our JSON patch: %w", err)
 		}
 	case runtimehooksv1.JSONMergePatchType:
+		if len(p.Patch) == 0 || bytes.Equal(p.Patch, []byte("{}")) {
+			return obj, nil // Cluster API leaves the object as it is
+		}
 		if out, err = jsonpatch.MergePatch(doc, p.Patch); err != nil {
 			return nil, fmt.Errorf("applying our merge patch: %w", err)
 		}
@@ -195,16 +201,28 @@ func fieldAt(m map[string]any, path []string) (any, bool) {
 	return v, true
 }
 
+// setFieldAt sets path in m as unstructured.SetNestedField does, which
+// Cluster API's patch.CopyFields calls: a missing object on the way is
+// created, but one that is present and not an object, null included, is
+// an error. Cluster API v1.14.2 then fails the whole hook call, so a
+// template stored without a spec (an empty KubeadmConfigTemplate is) can
+// be patched by no answer.
 func setFieldAt(m map[string]any, path []string, v any) error {
 	for i, k := range path {
 		if i == len(path)-1 {
 			m[k] = v
 			return nil
 		}
-		next, ok := m[k].(map[string]any)
+		cur, present := m[k]
+		next, ok := cur.(map[string]any)
 		if !ok {
-			if m[k] != nil {
-				return fmt.Errorf("%s is not an object", strings.Join(path[:i+1], "."))
+			if present {
+				what := "null"
+				if cur != nil {
+					what = "not an object"
+				}
+				return fmt.Errorf("%s is %s in the current object, and Cluster API cannot set %s under it (its patch.CopyFields fails, and the rollout with it)",
+					strings.Join(path[:i+1], "."), what, strings.Join(path, "."))
 			}
 			next = map[string]any{}
 			m[k] = next

@@ -10,6 +10,7 @@ import (
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	runtimehooksv1 "sigs.k8s.io/cluster-api/api/runtime/hooks/v1alpha1"
 
+	"github.com/upgradekit/upgradekit/strategy"
 	"github.com/upgradekit/upgradekit/strategy/capi"
 )
 
@@ -125,6 +126,37 @@ func TestVerifyCanUpdateMachineSet(t *testing.T) {
 	require.NoError(t, capi.VerifyCanUpdateMachineSet(req, &runtimehooksv1.CanUpdateMachineSetResponse{
 		MachineSetPatch: jsonPatch(`[{"op":"replace","path":"/spec/template/spec/version","value":"v1.31.1"}]`)}))
 	require.ErrorIs(t, capi.VerifyCanUpdateMachineSet(nil, nil), capi.ErrNotAnAnswer)
+
+	// A template stored without a spec (an empty KubeadmConfigTemplate is)
+	// reaches the hook as "spec": null, and Cluster API v1.14.2 cannot set
+	// spec.template.spec under it: the call fails and the rollout stalls
+	// (found by the preview's truth test under Cluster API's controllers).
+	emptyKCT := runtime.RawExtension{Raw: []byte(`{"apiVersion":"bootstrap.cluster.x-k8s.io/v1beta2","kind":"KubeadmConfigTemplate","metadata":{"name":"kct-0"},"spec":null}`)}
+	withArg := runtime.RawExtension{Raw: []byte(`{"apiVersion":"bootstrap.cluster.x-k8s.io/v1beta2","kind":"KubeadmConfigTemplate","metadata":{"name":"kct-1"},"spec":{"template":{"spec":{"joinConfiguration":{"nodeRegistration":{"kubeletExtraArgs":[{"name":"max-pods","value":"50"}]}}}}}}`)}
+	nullReq := &runtimehooksv1.CanUpdateMachineSetRequest{
+		Current: runtimehooksv1.CanUpdateMachineSetRequestObjects{MachineSet: ms("v1.30.4"), InfrastructureMachineTemplate: tmpl, BootstrapConfigTemplate: emptyKCT},
+		Desired: runtimehooksv1.CanUpdateMachineSetRequestObjects{MachineSet: ms("v1.30.4"), InfrastructureMachineTemplate: tmpl, BootstrapConfigTemplate: withArg},
+	}
+	err = capi.VerifyCanUpdateMachineSet(nullReq, &runtimehooksv1.CanUpdateMachineSetResponse{
+		BootstrapConfigTemplatePatch: jsonPatch(`[{"op":"add","path":"/spec","value":{"template":{"spec":{"joinConfiguration":{"nodeRegistration":{"kubeletExtraArgs":[{"name":"max-pods","value":"50"}]}}}}}}]`)})
+	require.ErrorIs(t, err, capi.ErrInvalidPatch)
+	require.ErrorContains(t, err, "spec is null in the current object")
+	// An empty patch is not applied at all, so it cannot fail.
+	nullReq.Desired.BootstrapConfigTemplate = emptyKCT
+	require.NoError(t, capi.VerifyCanUpdateMachineSet(nullReq, &runtimehooksv1.CanUpdateMachineSetResponse{
+		BootstrapConfigTemplatePatch: jsonPatch(`[]`)}))
+	require.NoError(t, capi.VerifyCanUpdateMachineSet(nullReq, &runtimehooksv1.CanUpdateMachineSetResponse{
+		BootstrapConfigTemplatePatch: runtimehooksv1.Patch{PatchType: runtimehooksv1.JSONMergePatchType, Patch: []byte(`{}`)}}))
+
+	// The extension declines instead of answering what Cluster API cannot
+	// apply: Cluster API replaces the machines rather than stalling.
+	ext, err := capi.NewExtension(strategy.Updaters(must(strategy.ForPaths("kubelet-args", strategy.KubeletExtraArgsPaths()...))))
+	require.NoError(t, err)
+	nullReq.Desired.BootstrapConfigTemplate = withArg
+	a, err := ext.AnswerCanUpdateMachineSet(t.Context(), nullReq)
+	require.NoError(t, err)
+	require.False(t, a.Accept, a.Message)
+	require.Contains(t, a.Message, "Cluster API cannot set spec.template.spec")
 }
 
 // Check, in your extension's tests, that an answer is one Cluster API
