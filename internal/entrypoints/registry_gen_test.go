@@ -32,6 +32,7 @@ var scanned = []struct{ dir, alias string }{
 	{"strategy", "strategy"},
 	{"strategy/capi", "capi"},
 	{"strategy/capi/extensionserver", "extensionserver"},
+	{"strategy/capi/preview", "preview"},
 	{"nodeexec", "nodeexec"},
 	{"nodeexec/kubeadm", "kubeadm"},
 	{"nodeexec/nodepod", "nodepod"},

@@ -16,6 +16,7 @@ import (
 	strategy "github.com/upgradekit/upgradekit/strategy"
 	capi "github.com/upgradekit/upgradekit/strategy/capi"
 	extensionserver "github.com/upgradekit/upgradekit/strategy/capi/extensionserver"
+	preview "github.com/upgradekit/upgradekit/strategy/capi/preview"
 )
 
 // registry holds every exported function and method of the scanned
@@ -255,6 +256,7 @@ var registry = map[string]reflect.Value{
 	"extensionserver.New":                      reflect.ValueOf(extensionserver.New),
 	"extensionserver.OptionError.Error":        reflect.ValueOf((*extensionserver.OptionError).Error),
 	"extensionserver.OptionError.Unwrap":       reflect.ValueOf((*extensionserver.OptionError).Unwrap),
+	"extensionserver.Server.Extension":         reflect.ValueOf((*extensionserver.Server).Extension),
 	"extensionserver.Server.Handlers":          reflect.ValueOf((*extensionserver.Server).Handlers),
 	"extensionserver.Server.Metrics":           reflect.ValueOf((*extensionserver.Server).Metrics),
 	"extensionserver.Server.PlanConfig":        reflect.ValueOf((*extensionserver.Server).PlanConfig),
@@ -468,6 +470,23 @@ var registry = map[string]reflect.Value{
 	"nodepod.WithStatusArgv":                   reflect.ValueOf(nodepod.WithStatusArgv),
 	"nodepod.WithTargetPID":                    reflect.ValueOf(nodepod.WithTargetPID),
 	"nodepod.WithTolerations":                  reflect.ValueOf(nodepod.WithTolerations),
+	"preview.DefaultTimings":                   reflect.ValueOf(preview.DefaultTimings),
+	"preview.Machine.KeepsName":                reflect.ValueOf(preview.Machine.KeepsName),
+	"preview.ParseChange":                      reflect.ValueOf(preview.ParseChange),
+	"preview.Predict":                          reflect.ValueOf(preview.Predict),
+	"preview.Prediction.Count":                 reflect.ValueOf((*preview.Prediction).Count),
+	"preview.Prediction.JSON":                  reflect.ValueOf((*preview.Prediction).JSON),
+	"preview.Prediction.Machine":               reflect.ValueOf((*preview.Prediction).Machine),
+	"preview.Prediction.String":                reflect.ValueOf((*preview.Prediction).String),
+	"preview.Prediction.WriteTable":            reflect.ValueOf((*preview.Prediction).WriteTable),
+	"preview.Read":                             reflect.ValueOf(preview.Read),
+	"preview.WithClock":                        reflect.ValueOf(preview.WithClock),
+	"preview.WithDrainOptions":                 reflect.ValueOf(preview.WithDrainOptions),
+	"preview.WithPlanner":                      reflect.ValueOf(preview.WithPlanner),
+	"preview.WithServerDryRun":                 reflect.ValueOf(preview.WithServerDryRun),
+	"preview.WithSettings":                     reflect.ValueOf(preview.WithSettings),
+	"preview.WithTimings":                      reflect.ValueOf(preview.WithTimings),
+	"preview.WithWorkload":                     reflect.ValueOf(preview.WithWorkload),
 	"strategy.AMIChooser":                      reflect.ValueOf(strategy.AMIChooser),
 	"strategy.AllowedFor":                      reflect.ValueOf(strategy.AllowedFor),
 	"strategy.Budget.Active":                   reflect.ValueOf(strategy.Budget.Active),
@@ -611,6 +630,9 @@ var sentinels = []error{
 	nodeexec.ErrUnknownNamespace,
 	nodepod.ErrInvalidOptions,
 	nodepod.ErrPlanChanged,
+	preview.ErrInvalidArgument,
+	preview.ErrInvalidChange,
+	preview.ErrNotFound,
 	strategy.ErrContradictoryPolicy,
 	strategy.ErrInvalidBudget,
 	strategy.ErrInvalidCluster,

@@ -47,8 +47,9 @@ func capiKubeadmCategories() []diff.Category { return strategy.KubeadmCategories
 // cluster. Start serves them over TLS; Handlers gives them to a server of
 // your own.
 type Server struct {
-	cfg      config
-	handlers []server.ExtensionHandler
+	cfg       config
+	handlers  []server.ExtensionHandler
+	extension *capi.Extension
 }
 
 // New builds the extension. mgmt reads the management cluster: the
@@ -303,6 +304,16 @@ func (s *Server) Handlers() []server.ExtensionHandler {
 	return slices.Clone(s.handlers)
 }
 
+// Extension is the CanUpdate* side of the server, the decision its hooks
+// answer with: what strategy/capi/preview asks to predict what this
+// extension will do (nil on a nil Server).
+func (s *Server) Extension() *capi.Extension {
+	if s == nil {
+		return nil
+	}
+	return s.extension
+}
+
 func (s *Server) buildHandlers(mgmt client.Reader) ([]server.ExtensionHandler, error) {
 	c := s.cfg
 	kubeadmUpdater, err := strategy.ForCategories("kubeadm", c.cats...)
@@ -345,6 +356,7 @@ func (s *Server) buildHandlers(mgmt client.Reader) ([]server.ExtensionHandler, e
 	if err != nil {
 		return nil, err
 	}
+	s.extension = ext
 	hs := ext.Handlers(c.prefix)
 	if c.decideOnly {
 		return hs, nil

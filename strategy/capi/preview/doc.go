@@ -1,0 +1,52 @@
+// Package preview answers, before you apply a change to a Cluster API
+// cluster, the question Cluster API itself cannot: which machines will be
+// updated in place, which replaced, which will hold the rollout up, and
+// why (kubernetes-sigs/cluster-api#13863).
+//
+// Read reads one cluster from the management cluster (the Cluster, its
+// KubeadmControlPlane, MachineDeployments, MachineSets, Machines,
+// KubeadmConfigs and infrastructure machines, one List per kind) and,
+// WithWorkload, from the workload cluster its Nodes, Pods and
+// PodDisruptionBudgets, whose drain blockers nodeexec/drain.Blockers works
+// out. ParseChange reads the objects you are about to apply (YAML or JSON,
+// as kubectl apply -f takes them). Predict lays the change over the
+// snapshot and plays Cluster API v1.14's part:
+//
+//   - for a KubeadmControlPlane, Cluster API's own UpToDate
+//     (controlplane/kubeadm/pkg) says which machines are out of date and
+//     computes their desired Machine, KubeadmConfig and infrastructure
+//     machine; the CanUpdateMachine request is built as Cluster API builds
+//     it; with maxSurge above 0 the last outdated machines are deleted, not
+//     updated, as KubeadmControlPlane does;
+//   - for a MachineDeployment, Cluster API's mdutil finds the new and old
+//     MachineSets, and the CanUpdateMachineSet request carries the desired
+//     MachineSets and templates as the rollout planner sends them;
+//   - the Answerer (your extension: extensionserver.Server.Extension, or a
+//     *capi.Extension) answers each request as it will over the wire, and
+//     capi.Verify* applies an accept's patches as Cluster API does: in place
+//     only when nothing is left to roll;
+//   - a machine to update whose node a drain would stop on (a
+//     PodDisruptionBudget that allows no disruption; for in-place updates
+//     also a pod opted out with karpenter.sh/do-not-disrupt or without a
+//     controller, which the extension's drain refuses) is Blocked: the
+//     rollout waits there;
+//   - strategy.Planner orders each group's machines into waves within its
+//     maxSurge and maxUnavailable, and Timings turn them into estimates.
+//
+// The Prediction renders as a table (WriteTable), JSON, or per machine
+// (Machine, KeepsName). examples/preview is the command line over it,
+// usable as a kubectl plugin.
+//
+// Its truth test runs Cluster API's own controllers (fake/capitest): one
+// change touching six MachineDeployments is previewed, then applied, and
+// every machine the preview says keeps its name keeps it and every one it
+// says is replaced is gone.
+//
+// What it is not: it does not apply anything (WithServerDryRun sends dry
+// runs only), and it predicts from the cluster as it is now: a check that
+// depends on the control plane's version answers for today's control
+// plane, the names of machines Cluster API will create are unknown, and so
+// is which machine a MachineDeployment deletes when it scales a surge back
+// down. MachinePools, MachineHealthCheck remediation during the rollout and
+// ClusterClass changes other than spec.topology.version are out of scope.
+package preview
