@@ -33,6 +33,9 @@ var staticPodComponents = []string{"kube-apiserver", "kube-controller-manager", 
 type staticPodConfig struct {
 	args    map[string]map[string]string // component -> name -> value
 	etcdTag string
+	// version is the ClusterConfiguration's kubernetesVersion: what
+	// `kubeadm upgrade node` upgrades the node to ("" when unknown).
+	version string
 }
 
 // clusterConfigKey is where each component's settings sit in a
@@ -65,6 +68,7 @@ func (h *Host) clusterConfiguration(ctx context.Context) (staticPodConfig, error
 	if err := yaml.Unmarshal([]byte(cm.Data["ClusterConfiguration"]), &cc); err != nil {
 		return cfg, fmt.Errorf("kubeadm-config: ClusterConfiguration: %w", err)
 	}
+	cfg.version, _ = cc["kubernetesVersion"].(string)
 	for c, keys := range clusterConfigKey {
 		obj := cc
 		for _, k := range keys {

@@ -25,7 +25,9 @@
 // so a whole kubeadm plan runs through nodeexec's real Runner: staging
 // trees are installed and backed up, `kubeadm upgrade apply|node` checks
 // versions and kubeadm's ordering (a Fleet shares the cluster's kubeadm
-// configuration between hosts), a kubelet restart reports the new version
+// configuration between hosts; with a node client, kube-system/kubeadm-config's
+// kubernetesVersion is that configuration: `upgrade node` follows it and
+// `upgrade apply` writes it, as kubeadm does), a kubelet restart reports the new version
 // on the Node, and rollbacks restore what the backups saved. The
 // kubelet-args plan (kubeadm.NewKubeletArgsPlan) runs too: the host keeps
 // a kubeadm-flags.env (DefaultKubeadmFlags at first), rewrites it with the

@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
 
 	"github.com/upgradekit/upgradekit/internal/errtext"
 	"github.com/upgradekit/upgradekit/nodeexec"
@@ -120,7 +121,10 @@ func WithEtcdVersions(m map[string]string) HostOption {
 
 // kubeadmState is what kubeadm keeps in the cluster (the kubeadm-config
 // ConfigMap): the version `kubeadm upgrade apply` last set, which `kubeadm
-// upgrade node` on the other nodes follows.
+// upgrade node` on the other nodes follows. A host with a node client
+// reads kubeadm-config's kubernetesVersion instead when the ConfigMap
+// exists (whoever wrote it: `kubeadm upgrade apply`, or
+// KubeadmControlPlane before it joins a machine at a new version).
 type kubeadmState struct {
 	mu      sync.Mutex
 	version string
@@ -691,6 +695,13 @@ func (h *Host) kubeadmUpgrade(ctx context.Context, prog string, args []string) (
 		return 1, "[upgrade/config] FATAL: " + err.Error()
 	}
 	code, out := h.kubeadmUpgradeLocked(prog, args, cfg)
+	if code == 0 && args[0] == "apply" {
+		// kubeadm's upload-config phase: the new version goes into
+		// kubeadm-config, which `kubeadm upgrade node` reads.
+		if err := h.uploadVersion(ctx, h.kubeadm.get()); err != nil {
+			return 1, out + "\n[upload-config] FATAL: " + err.Error()
+		}
+	}
 	if code == 0 && h.role == RoleControlPlane {
 		if err := h.syncMirrorPods(ctx); err != nil {
 			return 1, out + "\n[upgrade/staticpods] FATAL: " + err.Error()
@@ -756,6 +767,12 @@ func (h *Host) kubeadmUpgradeLocked(prog string, args []string, cfg staticPodCon
 	case "node":
 		if configPath != "" {
 			return 1, "Error: unknown flag: --config"
+		}
+		// `kubeadm upgrade node` follows kubeadm-config, which `kubeadm
+		// upgrade apply` writes, and so does KubeadmControlPlane before it
+		// adds a control plane machine at a new version.
+		if cfg.version != "" {
+			cluster = cfg.version
 		}
 		if kv != cluster {
 			return 1, fmt.Sprintf("[upgrade] FATAL: the cluster is at %s (kubeadm-config) and this kubeadm is %s; run `kubeadm upgrade apply` on the first control plane node first", cluster, kv)
@@ -862,4 +879,36 @@ func (h *Host) advance(d time.Duration) {
 	if s, ok := h.clock.(interface{ Step(time.Duration) }); ok {
 		s.Step(d)
 	}
+}
+
+// uploadVersion sets kubernetesVersion in kube-system/kubeadm-config's
+// ClusterConfiguration, as `kubeadm upgrade apply` does; a host without a
+// node client, or a cluster without the ConfigMap, has nothing to update.
+func (h *Host) uploadVersion(ctx context.Context, v string) error {
+	if h.client == nil || v == "" {
+		return nil
+	}
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		var cm corev1.ConfigMap
+		if err := h.client.Get(ctx, client.ObjectKey{Namespace: "kube-system", Name: "kubeadm-config"}, &cm); err != nil {
+			return client.IgnoreNotFound(err)
+		}
+		var cc map[string]any
+		if err := yaml.Unmarshal([]byte(cm.Data["ClusterConfiguration"]), &cc); err != nil {
+			return fmt.Errorf("kubeadm-config: ClusterConfiguration: %w", err)
+		}
+		if cc == nil {
+			cc = map[string]any{}
+		}
+		if cc["kubernetesVersion"] == v {
+			return nil
+		}
+		cc["kubernetesVersion"] = v
+		out, err := yaml.Marshal(cc)
+		if err != nil {
+			return err
+		}
+		cm.Data["ClusterConfiguration"] = string(out)
+		return h.client.Update(ctx, &cm)
+	})
 }
