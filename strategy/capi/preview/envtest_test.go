@@ -2,9 +2,10 @@ package preview_test
 
 import (
 	"context"
-	"fmt"
-	"sync"
+	"slices"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
@@ -14,10 +15,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
-	bootstrapv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
 	controlplanev1 "sigs.k8s.io/cluster-api/api/controlplane/kubeadm/v1beta2"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
-	"sigs.k8s.io/cluster-api/controlplane/kubeadm/pkg/desiredstate"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/upgradekit/upgradekit/fake/capitest"
@@ -27,189 +26,18 @@ import (
 	"github.com/upgradekit/upgradekit/strategy/capi/preview"
 )
 
-// testCluster is a workload cluster written to an API server the way
-// Cluster API's controllers leave it after provisioning: a
-// KubeadmControlPlane with its machines (KubeadmConfigs computed by
-// Cluster API's own desiredstate package, infrastructure machines
-// annotated with the template they were cloned from) and
-// MachineDeployments, each with one MachineSet whose machines have a
-// KubeadmConfig and an infrastructure machine. No controller runs: the
-// objects are what a preview reads.
-type testCluster struct {
-	name, version string
-	mdVersion     string // the MachineDeployments' version, when not version
-	cpReplicas    int
-	cpSurge       int
-	groups        map[string]int // MachineDeployment name -> machines
-	nodes         bool           // set status.nodeRef and create Nodes
-}
-
-func (tc testCluster) create(t testing.TB, c client.Client) {
-	t.Helper()
-	ctx := context.Background()
-	ns := "default"
-	labels := func(extra ...string) map[string]string {
-		l := map[string]string{clusterv1.ClusterNameLabel: tc.name}
-		for i := 0; i+1 < len(extra); i += 2 {
-			l[extra[i]] = extra[i+1]
-		}
-		return l
-	}
-	template := func(name string) *unstructured.Unstructured {
-		u := &unstructured.Unstructured{}
-		u.SetGroupVersionKind(capitest.InfraTemplateGVK)
-		u.SetNamespace(ns)
-		u.SetName(name)
-		u.SetLabels(labels())
-		u.Object["spec"] = map[string]any{"template": map[string]any{"spec": map[string]any{"image": "test-image-1"}}}
-		return u
-	}
-	must := func(err error) {
-		t.Helper()
-		require.NoError(t, err)
-	}
-	cpName := tc.name + "-cp"
-	cluster := &clusterv1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: tc.name},
-		Spec: clusterv1.ClusterSpec{ControlPlaneEndpoint: clusterv1.APIEndpoint{Host: "10.0.0.1", Port: 6443},
-			ControlPlaneRef: clusterv1.ContractVersionedObjectReference{APIGroup: controlplanev1.GroupVersion.Group, Kind: "KubeadmControlPlane", Name: cpName}}}
-	must(c.Create(ctx, cluster))
-	surge := intstr.FromInt32(int32(tc.cpSurge))
-	kcp := &controlplanev1.KubeadmControlPlane{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: cpName, Labels: labels()},
-		Spec: controlplanev1.KubeadmControlPlaneSpec{Replicas: ptr.To(int32(tc.cpReplicas)), Version: tc.version,
-			MachineTemplate: controlplanev1.KubeadmControlPlaneMachineTemplate{Spec: controlplanev1.KubeadmControlPlaneMachineTemplateSpec{
-				InfrastructureRef: clusterv1.ContractVersionedObjectReference{APIGroup: capitest.InfraGroup, Kind: capitest.InfraTemplateKind, Name: cpName + "-0"}}},
-			Rollout: controlplanev1.KubeadmControlPlaneRolloutSpec{Strategy: controlplanev1.KubeadmControlPlaneRolloutStrategy{
-				Type: controlplanev1.RollingUpdateStrategyType, RollingUpdate: controlplanev1.KubeadmControlPlaneRolloutStrategyRollingUpdate{MaxSurge: &surge}}}}}
-	if tc.cpReplicas > 0 {
-		must(c.Create(ctx, template(cpName+"-0")))
-		must(c.Create(ctx, kcp))
-	}
-
-	// Everything else is created by a pool of writers.
-	work := make(chan func() error, 64)
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var firstErr error
-	for range 16 {
-		wg.Go(func() {
-			for f := range work {
-				if err := f(); err != nil {
-					mu.Lock()
-					if firstErr == nil {
-						firstErr = err
-					}
-					mu.Unlock()
-				}
-			}
-		})
-	}
-	machine := func(name, version, configName string, owner metav1.OwnerReference, extraLabels map[string]string, infra *unstructured.Unstructured, cfg *bootstrapv1.KubeadmConfig) {
-		work <- func() error {
-			l := labels()
-			for k, v := range extraLabels {
-				l[k] = v
-			}
-			m := &clusterv1.Machine{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: l, OwnerReferences: []metav1.OwnerReference{owner}},
-				Spec: clusterv1.MachineSpec{ClusterName: tc.name, Version: version,
-					Bootstrap:         clusterv1.Bootstrap{ConfigRef: clusterv1.ContractVersionedObjectReference{APIGroup: bootstrapv1.GroupVersion.Group, Kind: "KubeadmConfig", Name: configName}},
-					InfrastructureRef: clusterv1.ContractVersionedObjectReference{APIGroup: capitest.InfraGroup, Kind: capitest.InfraMachineKind, Name: name}}}
-			if err := c.Create(ctx, m); err != nil {
-				return fmt.Errorf("machine %s: %w", name, err)
-			}
-			infra.SetName(name)
-			infra.SetNamespace(ns)
-			if err := c.Create(ctx, infra); err != nil {
-				return fmt.Errorf("infra machine %s: %w", name, err)
-			}
-			cfg.Name, cfg.Namespace, cfg.Labels = configName, ns, l
-			if err := c.Create(ctx, cfg); err != nil {
-				return fmt.Errorf("kubeadmconfig %s: %w", name, err)
-			}
-			if tc.nodes {
-				if err := c.Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}, Status: corev1.NodeStatus{}}); err != nil {
-					return err
-				}
-				m.Status.NodeRef = clusterv1.MachineNodeReference{Name: name}
-				if err := c.Status().Update(ctx, m); err != nil {
-					return err
-				}
-			}
-			return nil
-		}
-	}
-	// Control plane machines, as KubeadmControlPlane creates them.
-	if tc.cpReplicas > 0 {
-		must(c.Get(ctx, client.ObjectKeyFromObject(kcp), kcp))
-		owner := *metav1.NewControllerRef(kcp, controlplanev1.GroupVersion.WithKind("KubeadmControlPlane"))
-		for i := range tc.cpReplicas {
-			name := fmt.Sprintf("%s-%d", cpName, i)
-			cfg, err := desiredstate.ComputeDesiredKubeadmConfig(kcp, cluster, i > 0, name, nil)
-			must(err)
-			infra := template("")
-			infra.SetGroupVersionKind(capitest.InfraMachineGVK)
-			infra.Object["spec"] = map[string]any{"image": "test-image-1"}
-			infra.SetAnnotations(map[string]string{clusterv1.TemplateClonedFromNameAnnotation: cpName + "-0",
-				clusterv1.TemplateClonedFromGroupKindAnnotation: capitest.InfraTemplateKind + "." + capitest.InfraGroup})
-			machine(name, tc.version, name, owner, map[string]string{clusterv1.MachineControlPlaneLabel: "", clusterv1.MachineControlPlaneNameLabel: cpName}, infra, cfg)
-		}
-	}
-	mdVersion := tc.version
-	if tc.mdVersion != "" {
-		mdVersion = tc.mdVersion
-	}
-	for md, n := range tc.groups {
-		tmpl := md + "-0"
-		must(c.Create(ctx, template(tmpl)))
-		must(c.Create(ctx, &bootstrapv1.KubeadmConfigTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: tmpl, Labels: labels()}}))
-		zero, one := intstr.FromInt32(0), intstr.FromInt32(1)
-		sel := map[string]string{clusterv1.ClusterNameLabel: tc.name, clusterv1.MachineDeploymentNameLabel: md}
-		spec := clusterv1.MachineSpec{ClusterName: tc.name, Version: mdVersion,
-			Bootstrap:         clusterv1.Bootstrap{ConfigRef: clusterv1.ContractVersionedObjectReference{APIGroup: bootstrapv1.GroupVersion.Group, Kind: "KubeadmConfigTemplate", Name: tmpl}},
-			InfrastructureRef: clusterv1.ContractVersionedObjectReference{APIGroup: capitest.InfraGroup, Kind: capitest.InfraTemplateKind, Name: tmpl}}
-		d := &clusterv1.MachineDeployment{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: md, Labels: labels()},
-			Spec: clusterv1.MachineDeploymentSpec{ClusterName: tc.name, Replicas: ptr.To(int32(n)), Selector: metav1.LabelSelector{MatchLabels: sel},
-				Rollout: clusterv1.MachineDeploymentRolloutSpec{Strategy: clusterv1.MachineDeploymentRolloutStrategy{Type: clusterv1.RollingUpdateMachineDeploymentStrategyType,
-					RollingUpdate: clusterv1.MachineDeploymentRolloutStrategyRollingUpdate{MaxSurge: &zero, MaxUnavailable: &one}}},
-				Template: clusterv1.MachineTemplateSpec{ObjectMeta: clusterv1.ObjectMeta{Labels: sel}, Spec: spec}}}
-		must(c.Create(ctx, d))
-		msName := md + "-abcde"
-		msLabels := labels(clusterv1.MachineDeploymentNameLabel, md, clusterv1.MachineDeploymentUniqueLabel, "12345")
-		ms := &clusterv1.MachineSet{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: msName, Labels: msLabels,
-			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(d, clusterv1.GroupVersion.WithKind("MachineDeployment"))}},
-			Spec: clusterv1.MachineSetSpec{ClusterName: tc.name, Replicas: ptr.To(int32(n)), Selector: metav1.LabelSelector{MatchLabels: msLabels},
-				Template: clusterv1.MachineTemplateSpec{ObjectMeta: clusterv1.ObjectMeta{Labels: msLabels}, Spec: spec}}}
-		must(c.Create(ctx, ms))
-		owner := *metav1.NewControllerRef(ms, clusterv1.GroupVersion.WithKind("MachineSet"))
-		for i := range n {
-			name := fmt.Sprintf("%s-%04d", msName, i)
-			infra := template("")
-			infra.SetGroupVersionKind(capitest.InfraMachineGVK)
-			infra.Object["spec"] = map[string]any{"image": "test-image-1"}
-			machine(name, mdVersion, name, owner, map[string]string{clusterv1.MachineDeploymentNameLabel: md, clusterv1.MachineSetNameLabel: msName}, infra,
-				&bootstrapv1.KubeadmConfig{Spec: bootstrapv1.KubeadmConfigSpec{JoinConfiguration: bootstrapv1.JoinConfiguration{NodeRegistration: bootstrapv1.NodeRegistrationOptions{Name: name}}}})
-		}
-	}
-	close(work)
-	wg.Wait()
-	require.NoError(t, firstErr)
-}
-
 // startEnv starts envtest with Cluster API's and the test provider's CRDs.
 func startEnv(t testing.TB) *envtest.Env {
 	t.Helper()
-	env, err := envtest.Start(context.Background(), envtest.WithCRDs(capitest.InfrastructureCRDs()...))
-	if err != nil {
-		t.Fatalf("envtest: %v", err)
-	}
-	t.Cleanup(func() { _ = env.Stop() })
-	return env
+	return envtest.StartForTest(t, envtest.WithCRDs(capitest.InfrastructureCRDs()...))
 }
 
 func TestReadAndPredictAgainstAPIServer(t *testing.T) {
 	env := startEnv(t)
 	c, ctx := env.Client, t.Context()
-	testCluster{name: "small", version: "v1.31.4", mdVersion: "v1.30.4", cpReplicas: 3, cpSurge: 1, groups: map[string]int{"md-a": 3, "md-b": 2}, nodes: true}.create(t, c)
-	srv, err := extensionserver.New(c, extensionserver.DecideOnly())
+	require.NoError(t, capitest.ProvisionedCluster{Name: "small", Version: "v1.31.4", WorkerVersion: "v1.30.4", ControlPlane: 3, ControlPlaneSurge: 1,
+		Workers: map[string]int{"md-a": 3, "md-b": 2}, Nodes: true}.Create(ctx, c))
+	srv, err := extensionserver.New(c, extensionserver.WithUpgraderImage("registry.example/upgrader:any"))
 	require.NoError(t, err)
 
 	snap, err := preview.Read(ctx, c, client.ObjectKey{Namespace: "default", Name: "small"})
@@ -271,9 +99,18 @@ func TestReadAndPredictAgainstAPIServer(t *testing.T) {
 		require.True(t, ok, name)
 		return m.Method
 	}
-	require.Equal(t, strategy.MethodInPlace, method("small-cp-0"))
-	require.Equal(t, strategy.MethodInPlace, method("small-cp-1"))
-	last, _ := pr.Machine("small-cp-2")
+	// KubeadmControlPlane reaches the oldest first (creation time, then
+	// name): the newest is the one deleted after the surge.
+	cps := slices.Clone(snap.Machines[5:])
+	slices.SortStableFunc(cps, func(a, b *clusterv1.Machine) int {
+		if c := a.CreationTimestamp.Compare(b.CreationTimestamp.Time); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Name, b.Name)
+	})
+	require.Equal(t, strategy.MethodInPlace, method(cps[0].Name))
+	require.Equal(t, strategy.MethodInPlace, method(cps[1].Name))
+	last, _ := pr.Machine(cps[2].Name)
 	require.Equal(t, strategy.MethodReplace, last.Method, "maxSurge 1: the last one is deleted, not updated")
 	require.Contains(t, last.Reason, "maxSurge 1")
 	for _, n := range []string{"md-a-abcde-0001", "md-a-abcde-0002"} {
@@ -301,4 +138,55 @@ func toUnstructured(t *testing.T, obj client.Object, kind, apiVersion string) *u
 	u.SetAPIVersion(apiVersion)
 	u.SetKind(kind)
 	return u
+}
+
+// TestAThousandMachines reads and plans a cluster of 1,003 machines (three
+// control planes, four MachineDeployments of 250) with its Nodes, for a
+// change that touches every machine, and logs how long each part takes.
+// The figure is reported in BENCHMARKS.md; it is measured here, not
+// asserted (this machine is shared).
+func TestAThousandMachines(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: creates 4,000 objects")
+	}
+	env := startEnv(t)
+	c, ctx := env.Client, t.Context()
+	start := time.Now()
+	groups := map[string]int{"md-0": 250, "md-1": 250, "md-2": 250, "md-3": 250}
+	require.NoError(t, capitest.ProvisionedCluster{Name: "big", Version: "v1.31.4", WorkerVersion: "v1.30.4", ControlPlane: 3, Workers: groups, Nodes: true}.Create(ctx, c))
+	t.Logf("created 1,003 machines with their KubeadmConfigs, infrastructure machines and Nodes in %s", time.Since(start).Round(time.Millisecond))
+	srv, err := extensionserver.New(c, extensionserver.WithUpgraderImage("registry.example/upgrader:any"))
+	require.NoError(t, err)
+
+	var change []*unstructured.Unstructured
+	var kcp controlplanev1.KubeadmControlPlane
+	require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: "default", Name: "big-cp"}, &kcp))
+	kcp.Spec.Version = "v1.32.0"
+	change = append(change, toUnstructured(t, &kcp, "KubeadmControlPlane", controlplanev1.GroupVersion.String()))
+	for md := range groups {
+		var d clusterv1.MachineDeployment
+		require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: "default", Name: md}, &d))
+		d.Spec.Template.Spec.Version = "v1.31.4"
+		change = append(change, toUnstructured(t, &d, "MachineDeployment", clusterv1.GroupVersion.String()))
+	}
+
+	var best [3]time.Duration
+	for run := range 3 {
+		t0 := time.Now()
+		snap, err := preview.Read(ctx, c, client.ObjectKey{Namespace: "default", Name: "big"},
+			preview.WithWorkload(func(context.Context, client.ObjectKey) (client.Client, error) { return c, nil }))
+		require.NoError(t, err)
+		t1 := time.Now()
+		pr, err := preview.Predict(ctx, c, snap, change, srv.Extension())
+		require.NoError(t, err)
+		t2 := time.Now()
+		require.Len(t, pr.Machines, 1003)
+		require.Equal(t, map[strategy.Method]int{strategy.MethodInPlace: 1003}, pr.Count())
+		d := [3]time.Duration{t1.Sub(t0), t2.Sub(t1), t2.Sub(t0)}
+		if run == 0 || d[2] < best[2] {
+			best = d
+		}
+	}
+	t.Logf("1,003 machines, best of 3: read %s (Cluster API objects and Nodes), predict %s, total %s",
+		best[0].Round(time.Millisecond), best[1].Round(time.Millisecond), best[2].Round(time.Millisecond))
 }

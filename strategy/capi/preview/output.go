@@ -88,7 +88,11 @@ func (pr *Prediction) WriteTable(w io.Writer) error {
 		}
 		took := ""
 		if g.Estimate > 0 {
-			took = fmt.Sprintf(" (%d waves, %s)", g.Waves, shortDuration(g.Estimate))
+			waves := "waves"
+			if g.Waves == 1 {
+				waves = "wave"
+			}
+			took = fmt.Sprintf(" (%d %s, %s)", g.Waves, waves, shortDuration(g.Estimate))
 		}
 		fmt.Fprintf(&b, "%s %s%s: %s%s\n", g.Kind, g.Name, hook, g.Summary, took)
 	}

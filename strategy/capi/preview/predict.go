@@ -705,7 +705,7 @@ func judge(pm *Machine, hook, why string, a capi.Answer, aerr, verr error) {
 	case aerr != nil:
 		pm.Method, pm.Reason = strategy.MethodBlocked, hook+" answers Failure, so Cluster API waits and asks again: "+aerr.Error()
 	case !a.Accept:
-		pm.Method, pm.Reason = strategy.MethodReplace, hook+" declines: "+a.Message
+		pm.Method, pm.Reason = strategy.MethodReplace, hook+" declines: "+strings.TrimPrefix(a.Message, "cannot update in place: ")
 		pm.ReplaceFields = a.Declined
 	case verr != nil:
 		pm.Method, pm.Reason = strategy.MethodReplace, hook+" accepts, but Cluster API would still roll it out: "+verr.Error()

@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 	bootstrapv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
+	controlplanev1 "sigs.k8s.io/cluster-api/api/controlplane/kubeadm/v1beta2"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -283,3 +284,86 @@ func mdSettled(t *testing.T, c client.Client, name string, n int32) bool {
 type lazy func() string
 
 func (l lazy) String() string { return l() }
+
+// TestPredictionIsWhatKubeadmControlPlaneDoes: the same for a
+// KubeadmControlPlane of three, taken from v1.31.1 to v1.32.0 with
+// maxSurge raised to 1 in the same change: KubeadmControlPlane creates a
+// machine first, updates the two oldest in place and deletes the newest;
+// the preview says which.
+func TestPredictionIsWhatKubeadmControlPlaneDoes(t *testing.T) {
+	const from, to, image = "v1.31.1", "v1.32.0", "registry.example/upgrader:v1.32.0"
+	h := capitest.NewForTest(t, capitest.WithUpgraderImage(image, fake.Staging{Kubernetes: to, Containerd: "2.0.5", CNI: "v1.7.1"}))
+	ctx, c := t.Context(), h.Env.Client
+	objs, err := capitest.KubeadmControlPlaneObjects(h.Env, "default", "demo", 3, from)
+	require.NoError(t, err)
+	require.NoError(t, capitest.Create(ctx, c, objs...))
+	cpMachines := func() map[string]clusterv1.Machine {
+		var list clusterv1.MachineList
+		require.NoError(t, c.List(ctx, &list, client.InNamespace("default"), client.HasLabels{clusterv1.MachineControlPlaneLabel}))
+		out := map[string]clusterv1.Machine{}
+		for _, m := range list.Items {
+			out[m.Name] = m
+		}
+		return out
+	}
+	var before map[string]clusterv1.Machine
+	require.Eventually(t, func() bool {
+		before = cpMachines()
+		return running(before, 3) && kcpReady(t, c, 3)
+	}, 4*time.Minute, 500*time.Millisecond, "KubeadmControlPlane provisioned; provider: %v", h.Provider.Errors())
+
+	srv, err := extensionserver.New(c, extensionserver.WithUpgraderImages(capi.ImagesByVersion{to: image}), extensionserver.WithRetryAfter(1))
+	require.NoError(t, err)
+	url, ca := capitest.ServeForTest(t, srv.Handlers()...)
+	_, err = capitest.RegisterExtension(ctx, c, "upgradekit", url, ca)
+	require.NoError(t, err)
+
+	var kcp controlplanev1.KubeadmControlPlane
+	require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: "default", Name: "demo-cp"}, &kcp))
+	kcp.TypeMeta = metav1.TypeMeta{APIVersion: controlplanev1.GroupVersion.String(), Kind: "KubeadmControlPlane"}
+	kcp.Spec.Version = to
+	kcp.Spec.Rollout.Strategy.RollingUpdate.MaxSurge = ptr.To(intstr.FromInt32(1))
+	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&kcp)
+	require.NoError(t, err)
+	u := &unstructured.Unstructured{Object: m}
+	unstructured.RemoveNestedField(u.Object, "metadata", "managedFields")
+	unstructured.RemoveNestedField(u.Object, "metadata", "resourceVersion")
+	unstructured.RemoveNestedField(u.Object, "status")
+
+	snap, err := preview.Read(ctx, c, client.ObjectKey{Namespace: "default", Name: "demo"})
+	require.NoError(t, err)
+	pr, err := preview.Predict(ctx, c, snap, []*unstructured.Unstructured{u}, srv.Extension(), preview.WithServerDryRun())
+	require.NoError(t, err)
+	t.Logf("prediction:\n%s", pr)
+	require.Equal(t, map[strategy.Method]int{strategy.MethodInPlace: 2, strategy.MethodReplace: 1}, pr.Count(), "%s", pr)
+
+	require.NoError(t, c.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner("kubectl"), client.ForceOwnership))
+	var after map[string]clusterv1.Machine
+	require.Eventually(t, func() bool {
+		after = cpMachines()
+		if !running(after, 3) || !kcpReady(t, c, 3) {
+			return false
+		}
+		for name := range after {
+			if h.Provider.Host(name) == nil || h.Provider.Host(name).RunningVersion(fake.Kubelet) != to {
+				return false
+			}
+		}
+		return true
+	}, 6*time.Minute, 500*time.Millisecond, "KubeadmControlPlane updated; provider: %v", h.Provider.Errors())
+	for name := range before {
+		m, _ := pr.Machine(name)
+		_, still := after[name]
+		require.Equal(t, m.KeepsName(), still, "%s predicted %s: %s", name, m.Method, m.Reason)
+	}
+}
+
+// kcpReady says whether demo-cp has n replicas, all up to date and
+// available, for its latest generation.
+func kcpReady(t *testing.T, c client.Client, n int32) bool {
+	t.Helper()
+	var kcp controlplanev1.KubeadmControlPlane
+	require.NoError(t, c.Get(t.Context(), client.ObjectKey{Namespace: "default", Name: "demo-cp"}, &kcp))
+	st := kcp.Status
+	return st.ObservedGeneration == kcp.Generation && ptr.Deref(st.Replicas, -1) == n && ptr.Deref(st.UpToDateReplicas, -1) == n && ptr.Deref(st.AvailableReplicas, -1) == n
+}
