@@ -21,7 +21,7 @@ func TestEveryExampleFollowsTheConvention(t *testing.T) {
 	bin := t.TempDir()
 	root, err := filepath.Abs(filepath.Join("..", ".."))
 	require.NoError(t, err)
-	names := []string{"ami-resolve", "drift-explain", "inplace-extension", "simulate", "upgrader"}
+	names := []string{"ami-resolve", "drift-explain", "inplace-extension", "preview", "simulate", "upgrader"}
 	build := exec.CommandContext(t.Context(), "go", append([]string{"build", "-o", bin + "/"}, prefixed("./examples/", names)...)...)
 	build.Dir = root
 	out, err := build.CombinedOutput()
@@ -43,6 +43,8 @@ func TestEveryExampleFollowsTheConvention(t *testing.T) {
 		{"drift-explain", []string{"-h"}, nil, 0, "usage: drift-explain", "", ""},
 		{"inplace-extension", []string{"-h"}, nil, 0, "-kubeconfig", "", ""},
 		{"simulate", []string{"-h"}, nil, 0, "-flaky", "", ""},
+		{"preview", []string{"-h"}, nil, 0, "usage: preview", "", ""},
+		{"preview", []string{"preview", "-h"}, nil, 0, "kubectl upgradekit preview", "", ""},
 		{"upgrader", []string{"-h"}, nil, 0, "usage", "", ""},
 
 		// An unknown flag: exit 2, said once.
@@ -50,6 +52,7 @@ func TestEveryExampleFollowsTheConvention(t *testing.T) {
 		{"drift-explain", []string{"-no-such-flag"}, nil, 2, "", "flag provided but not defined", ""},
 		{"inplace-extension", []string{"-no-such-flag"}, nil, 2, "", "flag provided but not defined", ""},
 		{"simulate", []string{"-no-such-flag"}, nil, 2, "", "flag provided but not defined", ""},
+		{"preview", []string{"-no-such-flag"}, nil, 2, "", "flag provided but not defined", ""},
 		{"upgrader", []string{"run", "-no-such-flag"}, nil, 2, "", "flag provided but not defined", ""},
 
 		// Other usage errors: exit 2; names a flag refers to are checked.
@@ -61,6 +64,9 @@ func TestEveryExampleFollowsTheConvention(t *testing.T) {
 		{"simulate", []string{"-crash", "demo-md-0-0/nosuchstep"}, nil, 2, `no step "nosuchstep"`, "", ""},
 		{"simulate", []string{"-new-image", "nosuch"}, nil, 2, `no machine deployment "nosuch"`, "", ""},
 		{"upgrader", []string{"nosuchcommand"}, nil, 2, "unknown command", "", ""},
+		{"preview", []string{"-f", "change.yaml"}, nil, 2, "-cluster is required", "", ""},
+		{"preview", []string{"-cluster", "demo", "-in-place", "KubernetesVerison"}, nil, 2, `unknown category "KubernetesVerison"`, "", ""},
+		{"preview", []string{"-cluster", "demo", "-f", filepath.Join(t.TempDir(), "missing.yaml")}, nil, 2, "no such file", "", ""},
 
 		// Findings have their own codes; errors are 1.
 		{"ami-resolve", []string{ami + "/invalid.yaml", ami + "/catalog.json"}, nil, 3, "invalid: amiSelectorTerms", "", ""},
@@ -71,6 +77,7 @@ func TestEveryExampleFollowsTheConvention(t *testing.T) {
 		{"simulate", []string{"-progress-bar=false", "-control-planes", "1", "-workers", "md-0=1", "-new-image", ""}, nil, 0, "Invariants held", "", ""},
 		// No cluster to talk to: one line, no stack trace.
 		{"inplace-extension", []string{"-upgrader-image", "x"}, []string{"KUBECONFIG=", "HOME=" + t.TempDir()}, 1, "management cluster config", "", "stacktrace"},
+		{"preview", []string{"-cluster", "demo"}, []string{"KUBECONFIG=", "HOME=" + t.TempDir()}, 1, "management cluster config", "", "stacktrace"},
 	} {
 		t.Run(tc.name+" "+strings.Join(tc.args, " "), func(t *testing.T) {
 			cmd := exec.CommandContext(t.Context(), filepath.Join(bin, tc.name), tc.args...)

@@ -1,0 +1,340 @@
+// Command preview says, before you apply a change to a Cluster API
+// cluster, which machines will be updated in place, which replaced and
+// which will hold the rollout up, and why; with the waves they go in and
+// how long it takes. It reads the cluster and asks the decision side of
+// upgradekit's in-place extension (configured with the flags the deployed
+// examples/inplace-extension runs with) exactly what Cluster API will ask.
+//
+//	preview -cluster NAME [-n NAMESPACE] -f CHANGE.yaml [flags]
+//
+// Built as kubectl-upgradekit it is a kubectl plugin:
+//
+//	go build -o kubectl-upgradekit ./examples/preview
+//	kubectl upgradekit preview -f change.yaml -cluster demo
+//
+// CHANGE.yaml holds the objects you are about to apply (what kubectl apply
+// -f takes): a KubeadmControlPlane or MachineDeployment with a new version,
+// new templates and the MachineDeployments pointing at them, a Cluster with
+// a new spec.topology.version. See README.md.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	bootstrapv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
+	controlplanev1 "sigs.k8s.io/cluster-api/api/controlplane/kubeadm/v1beta2"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	runtimev1 "sigs.k8s.io/cluster-api/api/runtime/v1beta2"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/upgradekit/upgradekit/diff"
+	"github.com/upgradekit/upgradekit/strategy"
+	"github.com/upgradekit/upgradekit/strategy/capi"
+	"github.com/upgradekit/upgradekit/strategy/capi/extensionserver"
+	"github.com/upgradekit/upgradekit/strategy/capi/preview"
+)
+
+// Exit codes, as in every example (examples/README.md): 0 every machine
+// is updated in place or left alone, 1 an error, 2 a usage error, 3 some
+// machines will be replaced, 4 some machines will hold the rollout up.
+const (
+	exitOK       = 0
+	exitError    = 1
+	exitUsage    = 2
+	exitReplaced = 3
+	exitBlocked  = 4
+)
+
+// usageError is a command line that cannot run; printed says the flag
+// package has printed it already.
+type usageError struct {
+	err     error
+	printed bool
+}
+
+func (e usageError) Error() string { return e.err.Error() }
+func (e usageError) Unwrap() error { return e.err }
+
+// Findings: not failures.
+var (
+	errReplaced = errors.New("machines will be replaced")
+	errBlocked  = errors.New("machines will hold the rollout up")
+)
+
+func main() {
+	os.Exit(exitCode(run(context.Background(), os.Args[1:], os.Stdin, os.Stdout, os.Stderr, nil), os.Stderr))
+}
+
+// exitCode prints err once and maps it to the exit code.
+func exitCode(err error, stderr io.Writer) int {
+	var ue usageError
+	switch {
+	case err == nil || errors.Is(err, flag.ErrHelp):
+		return exitOK
+	case errors.Is(err, errBlocked):
+		return exitBlocked
+	case errors.Is(err, errReplaced):
+		return exitReplaced
+	case errors.As(err, &ue):
+		if !ue.printed {
+			fmt.Fprintln(stderr, "preview:", err)
+		}
+		return exitUsage
+	}
+	fmt.Fprintln(stderr, "preview:", err)
+	return exitError
+}
+
+type options struct {
+	cluster, namespace, file, kubeconfig, context, output string
+	categories, upgraderImage, upgraderImages             string
+	extensionConfig                                       string
+	noUpdate, workload, serverDryRun                      bool
+	cats                                                  []diff.Category
+	images                                                capi.ImagesByVersion
+}
+
+func usage(err error) error { return usageError{err: err} }
+
+func parseFlags(args []string, stderr io.Writer) (options, error) {
+	// kubectl runs a plugin kubectl-upgradekit with the rest of its
+	// command line: "kubectl upgradekit preview ..." arrives as "preview ...".
+	if len(args) > 0 && args[0] == "preview" {
+		args = args[1:]
+	}
+	var o options
+	fs := flag.NewFlagSet("preview", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: preview -cluster NAME [-n NAMESPACE] -f CHANGE.yaml [flags]")
+		fmt.Fprintln(stderr, "  (as a kubectl plugin: kubectl upgradekit preview ...)")
+		fmt.Fprintln(stderr, "exit: 0 in place or unchanged, 1 error, 2 usage, 3 machines replaced, 4 machines blocked")
+		fs.PrintDefaults()
+	}
+	fs.StringVar(&o.cluster, "cluster", "", "name of the Cluster (required)")
+	fs.StringVar(&o.namespace, "n", "default", "namespace of the Cluster")
+	fs.StringVar(&o.namespace, "namespace", "default", "same as -n")
+	fs.StringVar(&o.file, "f", "", `the change: YAML or JSON objects as kubectl apply -f takes them ("-": standard input; none: what Cluster API would do now)`)
+	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig of the management cluster (default: $KUBECONFIG, ~/.kube/config, then the in-cluster config)")
+	fs.StringVar(&o.context, "context", "", "kubeconfig context to use")
+	fs.StringVar(&o.output, "o", "table", "output: table or json")
+	fs.StringVar(&o.categories, "in-place", defaultCategories(), "the extension's -in-place: diff categories it accepts in place")
+	fs.StringVar(&o.upgraderImage, "upgrader-image", "", "the extension's -upgrader-image (one image, any version)")
+	fs.StringVar(&o.upgraderImages, "upgrader-images", "", "the extension's -upgrader-images, version=image,...: a version not listed is declined")
+	fs.BoolVar(&o.noUpdate, "no-update-machine", false, "the extension runs with -no-update-machine (it then accepts Kubernetes versions only)")
+	fs.StringVar(&o.extensionConfig, "extension-config", "", "ExtensionConfig whose settings Cluster API sends with each request (upgradekit.io/ignore, upgradekit.io/disabled)")
+	fs.BoolVar(&o.workload, "workload", true, "read the workload cluster (Nodes, Pods, PodDisruptionBudgets) through its <cluster>-kubeconfig Secret, to find drain blockers")
+	fs.BoolVar(&o.serverDryRun, "server-dry-run", true, "send the change and the desired control plane objects as server-side dry runs, so Cluster API's webhooks default and validate them (needs the patch verb; nothing is stored)")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return o, err
+		}
+		return o, usageError{err: err, printed: true}
+	}
+	switch {
+	case fs.NArg() > 0:
+		return o, usage(fmt.Errorf("unexpected arguments %q", fs.Args()))
+	case o.cluster == "":
+		return o, usage(errors.New("-cluster is required"))
+	case o.output != "table" && o.output != "json":
+		return o, usage(fmt.Errorf("-o %q: want table or json", o.output))
+	case o.upgraderImage != "" && o.upgraderImages != "":
+		return o, usage(errors.New("-upgrader-image and -upgrader-images: set one"))
+	}
+	for _, c := range strings.Split(o.categories, ",") {
+		if c = strings.TrimSpace(c); c != "" {
+			o.cats = append(o.cats, diff.Category(c))
+		}
+	}
+	if strings.TrimSpace(o.upgraderImages) != "" {
+		o.images = capi.ImagesByVersion{}
+		for _, kv := range strings.Split(o.upgraderImages, ",") {
+			v, img, ok := strings.Cut(strings.TrimSpace(kv), "=")
+			if !ok || v == "" || img == "" {
+				return o, usage(fmt.Errorf("-upgrader-images: %q is not version=image", kv))
+			}
+			o.images[v] = img
+		}
+	}
+	if err := extensionserver.Validate(o.extensionOptions()...); err != nil {
+		return o, usage(fmt.Errorf("the extension's flags: %w", err))
+	}
+	return o, nil
+}
+
+func defaultCategories() string {
+	var names []string
+	for _, c := range strategy.KubeadmCategories() {
+		names = append(names, string(c))
+	}
+	return strings.Join(names, ",")
+}
+
+// extensionOptions configure the decision side as the deployed
+// examples/inplace-extension is configured. Its UpdateMachine is never
+// served here: the image only decides which versions are declined.
+func (o options) extensionOptions() []extensionserver.Option {
+	opts := []extensionserver.Option{extensionserver.WithCategories(o.cats...)}
+	switch {
+	case o.noUpdate:
+		opts = append(opts, extensionserver.DecideOnly())
+	case o.images != nil:
+		opts = append(opts, extensionserver.WithUpgraderImages(o.images))
+	case o.upgraderImage != "":
+		opts = append(opts, extensionserver.WithUpgraderImage(o.upgraderImage))
+	default:
+		// Which image is irrelevant to a decision; one is needed for the
+		// server to build the updaters UpdateMachine applies.
+		opts = append(opts, extensionserver.WithUpgraderImage("preview.invalid/upgrader:any"))
+	}
+	return opts
+}
+
+// deps are what run reaches the outside through; tests give an envtest
+// client instead of a kubeconfig.
+type deps struct {
+	mgmt client.Client
+}
+
+func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer, d *deps) error {
+	o, err := parseFlags(args, stderr)
+	if err != nil {
+		return err
+	}
+	var change []*unstructured.Unstructured
+	switch o.file {
+	case "":
+	case "-":
+		if change, err = preview.ParseChange(stdin); err != nil {
+			return usage(fmt.Errorf("-f -: %w", err))
+		}
+	default:
+		f, err := os.Open(o.file)
+		if err != nil {
+			return usage(fmt.Errorf("-f: %w", err))
+		}
+		change, err = preview.ParseChange(f)
+		_ = f.Close()
+		if err != nil {
+			return usage(fmt.Errorf("-f %s: %w", o.file, err))
+		}
+	}
+	if d == nil {
+		cfg, err := restConfig(o.kubeconfig, o.context)
+		if err != nil {
+			return err
+		}
+		scheme, err := newScheme()
+		if err != nil {
+			return err
+		}
+		c, err := client.New(cfg, client.Options{Scheme: scheme})
+		if err != nil {
+			return fmt.Errorf("management cluster client: %w", err)
+		}
+		d = &deps{mgmt: c}
+	}
+	key := client.ObjectKey{Namespace: o.namespace, Name: o.cluster}
+	var popts []preview.Option
+	if o.serverDryRun {
+		popts = append(popts, preview.WithServerDryRun())
+	}
+	if o.extensionConfig != "" {
+		var ec runtimev1.ExtensionConfig
+		if err := d.mgmt.Get(ctx, client.ObjectKey{Name: o.extensionConfig}, &ec); err != nil {
+			if apierrors.IsNotFound(err) {
+				return usage(fmt.Errorf("-extension-config: no ExtensionConfig %q", o.extensionConfig))
+			}
+			return fmt.Errorf("read ExtensionConfig %s: %w", o.extensionConfig, err)
+		}
+		popts = append(popts, preview.WithSettings(ec.Spec.Settings))
+	}
+	srv, err := extensionserver.New(d.mgmt, o.extensionOptions()...)
+	if err != nil {
+		return usage(err)
+	}
+	var ropts []preview.ReadOption
+	if o.workload {
+		scheme := d.mgmt.Scheme()
+		ropts = append(ropts, preview.WithWorkload(func(ctx context.Context, key client.ObjectKey) (client.Client, error) {
+			return capi.KubeconfigSecretClients(d.mgmt, scheme)(ctx, key)
+		}))
+	}
+	start := time.Now()
+	snap, err := preview.Read(ctx, d.mgmt, key, ropts...)
+	if err != nil {
+		if errors.Is(err, preview.ErrNotFound) {
+			return usage(fmt.Errorf("-cluster: no Cluster %s", key))
+		}
+		return err
+	}
+	pr, err := preview.Predict(ctx, d.mgmt, snap, change, srv.Extension(), popts...)
+	if err != nil {
+		if errors.Is(err, preview.ErrInvalidChange) {
+			return usage(fmt.Errorf("-f %s: %w", o.file, err))
+		}
+		return err
+	}
+	took := time.Since(start)
+	switch o.output {
+	case "json":
+		out, err := pr.JSON()
+		if err != nil {
+			return err
+		}
+		if _, err := fmt.Fprintln(stdout, string(out)); err != nil {
+			return err
+		}
+	default:
+		if err := pr.WriteTable(stdout); err != nil {
+			return err
+		}
+		fmt.Fprintf(stderr, "read and predicted %d machines in %s\n", len(pr.Machines), took.Round(time.Millisecond))
+	}
+	count := pr.Count()
+	switch {
+	case count[strategy.MethodBlocked] > 0:
+		return errBlocked
+	case count[strategy.MethodReplace] > 0:
+		return errReplaced
+	}
+	return nil
+}
+
+// restConfig is the management cluster's config: -kubeconfig, else
+// $KUBECONFIG or ~/.kube/config, else the in-cluster config, through
+// client-go's loading rules, with -context.
+func restConfig(kubeconfig, context string) (*rest.Config, error) {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = kubeconfig
+	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: context}).ClientConfig()
+	if err != nil {
+		return nil, fmt.Errorf("management cluster config (-kubeconfig, $KUBECONFIG, ~/.kube/config or in-cluster): %w", err)
+	}
+	return cfg, nil
+}
+
+// newScheme knows the kinds the preview reads: Kubernetes' own, Cluster
+// API's core, kubeadm bootstrap and control plane, and ExtensionConfig.
+func newScheme() (*runtime.Scheme, error) {
+	s := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, clusterv1.AddToScheme, bootstrapv1.AddToScheme, controlplanev1.AddToScheme, runtimev1.AddToScheme} {
+		if err := add(s); err != nil {
+			return nil, err
+		}
+	}
+	return s, nil
+}

@@ -1,0 +1,178 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+	runtimev1 "sigs.k8s.io/cluster-api/api/runtime/v1beta2"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/upgradekit/upgradekit/fake/capitest"
+	"github.com/upgradekit/upgradekit/fake/envtest"
+	"github.com/upgradekit/upgradekit/strategy/capi/preview"
+)
+
+// demoChange is README's change.yaml: md-0 and md-2 to the control
+// plane's version, md-1 to a new machine image.
+const demoChange = `apiVersion: cluster.x-k8s.io/v1beta2
+kind: MachineDeployment
+metadata: {name: md-0}
+spec:
+  template:
+    spec: {version: v1.31.4}
+---
+apiVersion: cluster.x-k8s.io/v1beta2
+kind: MachineDeployment
+metadata: {name: md-2}
+spec:
+  template:
+    spec: {version: v1.31.4}
+---
+apiVersion: infrastructure.upgradekit.dev/v1alpha1
+kind: TestMachineTemplate
+metadata: {name: md-1-v2}
+spec:
+  template:
+    spec: {image: test-image-2}
+---
+apiVersion: cluster.x-k8s.io/v1beta2
+kind: MachineDeployment
+metadata: {name: md-1}
+spec:
+  template:
+    spec:
+      infrastructureRef: {apiGroup: infrastructure.upgradekit.dev, kind: TestMachineTemplate, name: md-1-v2}
+`
+
+// demoCluster is README's cluster: a control plane at v1.31.4, three
+// MachineDeployments of one machine at v1.30.4, its kubeconfig Secret
+// (the workload cluster is the same API server), and on md-2's node a
+// database pod its PodDisruptionBudget does not let go.
+func demoCluster(t *testing.T) (*envtest.Env, string) {
+	t.Helper()
+	env := envtest.StartForTest(t, envtest.WithCRDs(capitest.InfrastructureCRDs()...))
+	ctx, c := t.Context(), env.Client
+	require.NoError(t, capitest.ProvisionedCluster{Name: "demo", Version: "v1.31.4", WorkerVersion: "v1.30.4", ControlPlane: 1,
+		Workers: map[string]int{"md-0": 1, "md-1": 1, "md-2": 1}, Nodes: true}.Create(ctx, c))
+	secret, err := env.KubeconfigSecret("default", "demo")
+	require.NoError(t, err)
+	require.NoError(t, c.Create(ctx, secret))
+	require.NoError(t, c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "apps"}}))
+	require.NoError(t, c.Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: "db-0", Labels: map[string]string{"app": "db"},
+		OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "StatefulSet", Name: "db", UID: "55555555-5555-5555-5555-555555555555", Controller: ptr.To(true)}}},
+		Spec: corev1.PodSpec{NodeName: "md-2-abcde-0000", Containers: []corev1.Container{{Name: "db", Image: "registry.example/db:1"}}}}))
+	pdb := &policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: "db"},
+		Spec: policyv1.PodDisruptionBudgetSpec{MinAvailable: ptr.To(intstr.FromInt32(1)), Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "db"}}}}
+	require.NoError(t, c.Create(ctx, pdb))
+	pdb.Status = policyv1.PodDisruptionBudgetStatus{ObservedGeneration: pdb.Generation, CurrentHealthy: 1, DesiredHealthy: 1, ExpectedPods: 1}
+	require.NoError(t, c.Status().Update(ctx, pdb)) // envtest runs no disruption controller
+	file := filepath.Join(t.TempDir(), "change.yaml")
+	require.NoError(t, os.WriteFile(file, []byte(demoChange), 0o600))
+	return env, file
+}
+
+func runWith(t *testing.T, c client.Client, stdin string, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	err := run(context.Background(), args, strings.NewReader(stdin), &out, &errOut, &deps{mgmt: c})
+	code = exitCode(err, &errOut)
+	return out.String(), errOut.String(), code
+}
+
+// commandClient is a client of env with the command's own scheme.
+func commandClient(t *testing.T, env *envtest.Env) client.Client {
+	t.Helper()
+	scheme, err := newScheme()
+	require.NoError(t, err)
+	c, err := client.New(env.Config, client.Options{Scheme: scheme})
+	require.NoError(t, err)
+	return c
+}
+
+func TestPreviewAgainstAPIServer(t *testing.T) {
+	env, file := demoCluster(t)
+	c := commandClient(t, env)
+
+	out, errOut, code := runWith(t, c, "", "preview", "-cluster", "demo", "-f", file)
+	require.Equal(t, exitBlocked, code, "md-2's node cannot be drained: %s%s", out, errOut)
+	require.Contains(t, out, "md-0-abcde-0000  md-0           InPlace")
+	require.Contains(t, out, "md-1-abcde-0000  md-1           Replace")
+	require.Contains(t, out, "md-2-abcde-0000  md-2           Blocked")
+	require.Contains(t, errOut, "read and predicted 4 machines")
+
+	t.Run("json", func(t *testing.T) {
+		out, _, code := runWith(t, c, demoChange, "-cluster", "demo", "-f", "-", "-o", "json")
+		require.Equal(t, exitBlocked, code)
+		var pr preview.Prediction
+		require.NoError(t, json.Unmarshal([]byte(out), &pr))
+		require.Len(t, pr.Machines, 4)
+		m, ok := pr.Machine("md-1-abcde-0000")
+		require.True(t, ok)
+		require.Equal(t, []string{"infrastructure.spec.template.spec.image (InfrastructureImage)"}, m.ReplaceFields)
+	})
+	t.Run("replaced only", func(t *testing.T) {
+		_, _, code := runWith(t, c, demoChange, "-cluster", "demo", "-f", "-", "-workload=false")
+		require.Equal(t, exitReplaced, code, "without the workload cluster no drain blocker is known")
+	})
+	t.Run("in place only", func(t *testing.T) {
+		_, _, code := runWith(t, c, strings.SplitN(demoChange, "---", 2)[0], "-cluster", "demo", "-f", "-")
+		require.Equal(t, exitOK, code)
+	})
+	t.Run("settings from the ExtensionConfig", func(t *testing.T) {
+		require.NoError(t, c.Create(t.Context(), &runtimev1.ExtensionConfig{ObjectMeta: metav1.ObjectMeta{Name: "upgradekit"},
+			Spec: runtimev1.ExtensionConfigSpec{ClientConfig: runtimev1.ClientConfig{URL: "https://127.0.0.1:1"},
+				Settings: map[string]string{"upgradekit.io/disabled": "true"}}}))
+		out, _, code := runWith(t, c, strings.SplitN(demoChange, "---", 2)[0], "-cluster", "demo", "-f", "-", "-extension-config", "upgradekit")
+		require.Equal(t, exitReplaced, code, "a disabled extension declines everything: %s", out)
+	})
+	t.Run("names are checked", func(t *testing.T) {
+		for _, tc := range []struct {
+			args []string
+			want string
+		}{
+			{[]string{"-cluster", "nosuch"}, "no Cluster default/nosuch"},
+			{[]string{"-cluster", "demo", "-extension-config", "nosuch"}, `no ExtensionConfig "nosuch"`},
+			{[]string{"-cluster", "demo", "-f", filepath.Join(t.TempDir(), "nosuch.yaml")}, "no such file"},
+			{[]string{"-cluster", "demo", "-in-place", "NoSuchCategory"}, "NoSuchCategory"},
+			{[]string{"-cluster", "demo", "-upgrader-images", "v1.31=x"}, "v1.31"},
+		} {
+			_, errOut, code := runWith(t, c, "", tc.args...)
+			require.Equal(t, exitUsage, code, "%v: %s", tc.args, errOut)
+			require.Contains(t, errOut, tc.want, "%v", tc.args)
+		}
+		_, errOut, code := runWith(t, c, "apiVersion: cluster.x-k8s.io/v1beta1\nkind: MachineDeployment\nmetadata: {name: md-0}\n", "-cluster", "demo", "-f", "-")
+		require.Equal(t, exitUsage, code)
+		require.Contains(t, errOut, "v1beta2 only")
+		_, errOut, code = runWith(t, c, "apiVersion: cluster.x-k8s.io/v1beta2\nkind: MachineDeployment\nmetadata: {name: md-0}\nspec: {replicas: -1}\n", "-cluster", "demo", "-f", "-")
+		require.Equal(t, exitUsage, code, "the API server's dry run refuses it: %s", errOut)
+		require.Contains(t, errOut, "dry run refuses it")
+	})
+}
+
+// TestREADMEShowsARealPreview: the output in README.md's preview section
+// is this command's, on demoCluster with demoChange.
+func TestREADMEShowsARealPreview(t *testing.T) {
+	env, file := demoCluster(t)
+	out, _, code := runWith(t, commandClient(t, env), "", "-cluster", "demo", "-f", file)
+	require.Equal(t, exitBlocked, code)
+	t.Logf("output:\n%s", out)
+	readme, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	require.NoError(t, err)
+	if !strings.Contains(string(readme), demoChange) {
+		t.Fatalf("README's change.yaml is not demoChange:\n%s", demoChange)
+	}
+	if !strings.Contains(string(readme), out+"$ echo $?\n4\n") {
+		t.Fatalf("README does not show the real output:\n%s", out)
+	}
+}
