@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/clock"
+	bootstrapv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
 	controlplanev1 "sigs.k8s.io/cluster-api/api/controlplane/kubeadm/v1beta2"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	runtimehooksv1 "sigs.k8s.io/cluster-api/api/runtime/hooks/v1alpha1"
@@ -20,6 +21,7 @@ import (
 	"sigs.k8s.io/cluster-api/core/reconcilers/machinedeployment/mdutil"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/upgradekit/upgradekit/internal/errtext"
 	"github.com/upgradekit/upgradekit/strategy"
 	"github.com/upgradekit/upgradekit/strategy/capi"
 )
@@ -88,9 +90,12 @@ type Prediction struct {
 	// MachineDeployment as a whole.
 	Groups []Group `json:"groups"`
 	// Estimate is how long the rollout takes: Cluster API rolls the groups
-	// at the same time (after the control plane, when a managed
-	// topology's version changes), each group wave after wave.
+	// at the same time (after the control plane when ControlPlaneFirst),
+	// each group wave after wave.
 	Estimate time.Duration `json:"estimate"`
+	// ControlPlaneFirst: a managed topology's version changes, so the
+	// topology controller upgrades the control plane before the workers.
+	ControlPlaneFirst bool `json:"controlPlaneFirst,omitempty"`
 	// Notes are facts about the change as a whole (a template edited in
 	// place, a new MachineDeployment, a workload cluster not read).
 	Notes []string `json:"notes,omitempty"`
@@ -232,10 +237,13 @@ func Predict(ctx context.Context, mgmt client.Client, snap *Snapshot, change []*
 	switch {
 	case mgmt == nil:
 		return nil, fmt.Errorf("%w: nil management client", ErrInvalidArgument)
-	case snap == nil || snap.Cluster == nil:
+	case snap == nil:
 		return nil, fmt.Errorf("%w: nil snapshot", ErrInvalidArgument)
 	case ext == nil:
 		return nil, fmt.Errorf("%w: nil answerer", ErrInvalidArgument)
+	}
+	if err := snap.check(); err != nil {
+		return nil, err
 	}
 	o := options{clock: clock.RealClock{}, timings: DefaultTimings()}
 	for _, f := range opts {
@@ -476,7 +484,7 @@ func (p *predictor) controlPlane(byName map[string]*Machine) (Group, error) {
 	for _, m := range owned {
 		pm := byName[m.Name]
 		pm.Group, pm.Role, pm.ToVersion = GroupControlPlane, strategy.RoleControlPlane, p.kcp.Spec.Version
-		upToDate, res, err := kcppkg.UpToDate(p.ctx, p.ov, p.snap.Cluster, m, p.kcp, &p.now, p.snap.InfraMachines, p.snap.KubeadmConfigs)
+		upToDate, res, err := upToDate(p.ctx, p.ov, p.snap.Cluster, m, p.kcp, &p.now, p.snap.InfraMachines, p.snap.KubeadmConfigs)
 		if err != nil {
 			return g, fmt.Errorf("preview: KubeadmControlPlane %s: machine %s: %w", p.kcp.Name, m.Name, err)
 		}
@@ -575,7 +583,10 @@ func (p *predictor) machineDeployment(md *clusterv1.MachineDeployment, byName ma
 	if len(msList) == 0 {
 		return g, nil
 	}
-	newMS, oldMSs, results, _ := mdutil.FindNewAndOldMachineSets(md, msList, p.now)
+	newMS, oldMSs, results, err := findMachineSets(md, msList, p.now)
+	if err != nil {
+		return g, err
+	}
 	if newMS != nil {
 		for _, m := range machinesOf[newMS.Name] {
 			pm := byName[m.Name]
@@ -847,6 +858,7 @@ func (p *predictor) plan(pr *Prediction, byName map[string]*Machine) error {
 			workers = max(workers, g.Estimate)
 		}
 	}
+	pr.ControlPlaneFirst = p.topologyUpgrade
 	if p.topologyUpgrade {
 		pr.Estimate = cp + workers
 	} else {
@@ -891,4 +903,36 @@ func summarize(owned []string, byName map[string]*Machine, surge int) string {
 		s += fmt.Sprintf("; %d new machine(s) created first (maxSurge)", surge)
 	}
 	return s
+}
+
+// ErrClusterAPI is matched by Predict's error when Cluster API's own code
+// (its up-to-date rules) fails on the snapshot, panics included: a
+// snapshot built by hand can hold what no API server would store.
+var ErrClusterAPI = errors.New("cluster API's rules failed on the snapshot")
+
+// upToDate is kcppkg.UpToDate, its panics turned into errors.
+func upToDate(ctx context.Context, c client.Client, cluster *clusterv1.Cluster, m *clusterv1.Machine, kcp *controlplanev1.KubeadmControlPlane,
+	now *metav1.Time, infra map[string]*unstructured.Unstructured, configs map[string]*bootstrapv1.KubeadmConfig) (ok bool, res *kcppkg.UpToDateResult, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("%w: UpToDate of machine %s panicked: %v", ErrClusterAPI, errtext.Quote(m.Name), errtext.Clip(fmt.Sprint(r)))
+		}
+	}()
+	ok, res, err = kcppkg.UpToDate(ctx, c, cluster, m, kcp, now, infra, configs)
+	if err != nil {
+		err = fmt.Errorf("%w: %w", ErrClusterAPI, err)
+	}
+	return ok, res, err
+}
+
+// findMachineSets is mdutil.FindNewAndOldMachineSets, its panics (a
+// MachineSet without spec.replicas) turned into errors.
+func findMachineSets(md *clusterv1.MachineDeployment, msList []*clusterv1.MachineSet, now metav1.Time) (newMS *clusterv1.MachineSet, oldMSs []*clusterv1.MachineSet, results map[string]mdutil.UpToDateResult, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("%w: MachineDeployment %s: finding its new and old MachineSets panicked: %v", ErrClusterAPI, errtext.Quote(md.Name), errtext.Clip(fmt.Sprint(r)))
+		}
+	}()
+	newMS, oldMSs, results, _ = mdutil.FindNewAndOldMachineSets(md, msList, now)
+	return newMS, oldMSs, results, nil
 }

@@ -11,11 +11,13 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/validation"
 	bootstrapv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
 	controlplanev1 "sigs.k8s.io/cluster-api/api/controlplane/kubeadm/v1beta2"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/upgradekit/upgradekit/internal/errtext"
 	"github.com/upgradekit/upgradekit/nodeexec/drain"
 	"github.com/upgradekit/upgradekit/nodeexec/nodepod"
 )
@@ -91,8 +93,11 @@ func Read(ctx context.Context, mgmt client.Client, key client.ObjectKey, opts ..
 	if mgmt == nil {
 		return nil, fmt.Errorf("%w: Read: nil management client", ErrInvalidArgument)
 	}
-	if key.Name == "" || key.Namespace == "" {
-		return nil, fmt.Errorf("%w: Read: cluster %q: namespace and name are both required", ErrInvalidArgument, key.String())
+	if errs := validation.IsDNS1123Label(key.Namespace); len(errs) > 0 {
+		return nil, fmt.Errorf("%w: Read: cluster namespace %s: %s", ErrInvalidArgument, errtext.Quote(key.Namespace), errs[0])
+	}
+	if errs := validation.IsDNS1123Subdomain(key.Name); len(errs) > 0 {
+		return nil, fmt.Errorf("%w: Read: cluster name %s: %s", ErrInvalidArgument, errtext.Quote(key.Name), errs[0])
 	}
 	o := readOptions{}
 	for _, f := range opts {
@@ -252,4 +257,49 @@ func nodeReady(n *corev1.Node) bool {
 		}
 	}
 	return false
+}
+
+// check refuses a snapshot that Read would not have made: nil objects in
+// its lists or maps, machines without names. A Snapshot may be built by
+// hand (from a dump, in a test), so Predict checks it first.
+func (s *Snapshot) check() error {
+	bad := func(field string) error {
+		return fmt.Errorf("%w: snapshot %s is nil", ErrInvalidArgument, field)
+	}
+	if s.Cluster == nil {
+		return bad("Cluster")
+	}
+	for i, md := range s.MachineDeployments {
+		if md == nil {
+			return bad(fmt.Sprintf("MachineDeployments[%d]", i))
+		}
+	}
+	for i, ms := range s.MachineSets {
+		if ms == nil {
+			return bad(fmt.Sprintf("MachineSets[%d]", i))
+		}
+	}
+	seen := make(map[string]bool, len(s.Machines))
+	for i, m := range s.Machines {
+		switch {
+		case m == nil:
+			return bad(fmt.Sprintf("Machines[%d]", i))
+		case m.Name == "":
+			return fmt.Errorf("%w: snapshot Machines[%d] has no name", ErrInvalidArgument, i)
+		case seen[m.Name]:
+			return fmt.Errorf("%w: snapshot Machines[%d]: machine %s appears twice", ErrInvalidArgument, i, errtext.Quote(m.Name))
+		}
+		seen[m.Name] = true
+	}
+	for k, v := range s.KubeadmConfigs {
+		if v == nil {
+			return bad("KubeadmConfigs[" + errtext.Quote(k) + "]")
+		}
+	}
+	for k, v := range s.InfraMachines {
+		if v == nil {
+			return bad("InfraMachines[" + errtext.Quote(k) + "]")
+		}
+	}
+	return nil
 }
