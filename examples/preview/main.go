@@ -24,7 +24,9 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -102,7 +104,9 @@ type options struct {
 	cluster, namespace, file, kubeconfig, context, output string
 	categories, upgraderImage, upgraderImages             string
 	extensionConfig                                       string
+	timeline, timingsFlag                                 string
 	noUpdate, workload, serverDryRun                      bool
+	timings                                               preview.Timings
 	cats                                                  []diff.Category
 	images                                                capi.ImagesByVersion
 }
@@ -137,6 +141,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.BoolVar(&o.noUpdate, "no-update-machine", false, "the extension runs with -no-update-machine (it then accepts Kubernetes versions only)")
 	fs.StringVar(&o.extensionConfig, "extension-config", "", "ExtensionConfig whose settings Cluster API sends with each request (upgradekit.io/ignore, upgradekit.io/disabled)")
 	fs.BoolVar(&o.workload, "workload", true, "read the workload cluster (Nodes, Pods, PodDisruptionBudgets) through its <cluster>-kubeconfig Secret, to find drain blockers")
+	fs.StringVar(&o.timeline, "timeline", "", "also write the prediction as an HTML/SVG timeline to this file (estimated time; the groups side by side)")
+	fs.StringVar(&o.timingsFlag, "timings", "", "your own figures for the estimates, name=duration,...: drain, replace, other (an updater without its own figure) and updater names (kubeadm, kubelet-args, control-plane-config, files); the rest keep their defaults: "+defaultTimings())
 	fs.BoolVar(&o.serverDryRun, "server-dry-run", true, "send the change and the desired control plane objects as server-side dry runs, so Cluster API's webhooks default and validate them (needs the patch verb; nothing is stored)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -169,6 +175,11 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 			o.images[v] = img
 		}
 	}
+	timings, err := parseTimings(o.timingsFlag)
+	if err != nil {
+		return o, usage(err)
+	}
+	o.timings = timings
 	if err := extensionserver.Validate(o.extensionOptions()...); err != nil {
 		return o, usage(fmt.Errorf("the extension's flags: %w", err))
 	}
@@ -248,7 +259,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		d = &deps{mgmt: c}
 	}
 	key := client.ObjectKey{Namespace: o.namespace, Name: o.cluster}
-	var popts []preview.Option
+	popts := []preview.Option{preview.WithTimings(o.timings)}
 	if o.serverDryRun {
 		popts = append(popts, preview.WithServerDryRun())
 	}
@@ -304,6 +315,20 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		}
 		fmt.Fprintf(stderr, "read and predicted %d machines in %s\n", len(pr.Machines), took.Round(time.Millisecond))
 	}
+	if o.timeline != "" {
+		f, err := os.Create(o.timeline)
+		if err != nil {
+			return fmt.Errorf("-timeline: %w", err)
+		}
+		err = writeTimeline(f, pr, o.timings)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return fmt.Errorf("-timeline: %w", err)
+		}
+		fmt.Fprintf(stderr, "timeline written to %s\n", o.timeline)
+	}
 	count := pr.Count()
 	switch {
 	case count[strategy.MethodBlocked] > 0:
@@ -337,4 +362,50 @@ func newScheme() (*runtime.Scheme, error) {
 		}
 	}
 	return s, nil
+}
+
+// defaultTimings lists preview.DefaultTimings as -timings would set them.
+func defaultTimings() string {
+	t := preview.DefaultTimings()
+	parts := []string{"drain=" + t.Drain.String(), "replace=" + t.Replace.String(), "other=" + t.Updater.String()}
+	for _, u := range slices.Sorted(maps.Keys(t.Updaters)) {
+		parts = append(parts, u+"="+t.Updaters[u].String())
+	}
+	return strings.Join(parts, ",")
+}
+
+// parseTimings applies -timings over preview.DefaultTimings.
+func parseTimings(s string) (preview.Timings, error) {
+	t := preview.DefaultTimings()
+	if strings.TrimSpace(s) == "" {
+		return t, nil
+	}
+	known := map[string]bool{"drain": true, "replace": true, "other": true}
+	for u := range t.Updaters {
+		known[u] = true
+	}
+	for _, kv := range strings.Split(s, ",") {
+		name, val, ok := strings.Cut(strings.TrimSpace(kv), "=")
+		if !ok {
+			return t, fmt.Errorf("-timings: %q is not name=duration", kv)
+		}
+		d, err := time.ParseDuration(val)
+		if err != nil || d < 0 {
+			return t, fmt.Errorf("-timings: %s: %q is not a duration", name, val)
+		}
+		switch name {
+		case "drain":
+			t.Drain = d
+		case "replace":
+			t.Replace = d
+		case "other":
+			t.Updater = d
+		default:
+			if !known[name] {
+				return t, fmt.Errorf("-timings: no updater %q (want drain, replace, other or one of %s)", name, strings.Join(slices.Sorted(maps.Keys(t.Updaters)), ", "))
+			}
+			t.Updaters[name] = d
+		}
+	}
+	return t, nil
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"encoding/xml"
 	"os"
 	"path/filepath"
 	"strings"
@@ -136,6 +137,30 @@ func TestPreviewAgainstAPIServer(t *testing.T) {
 		out, _, code := runWith(t, c, strings.SplitN(demoChange, "---", 2)[0], "-cluster", "demo", "-f", "-", "-extension-config", "upgradekit")
 		require.Equal(t, exitReplaced, code, "a disabled extension declines everything: %s", out)
 	})
+	t.Run("timeline and timings", func(t *testing.T) {
+		page := filepath.Join(t.TempDir(), "preview.html")
+		out, errOut, code := runWith(t, c, demoChange, "-cluster", "demo", "-f", "-", "-timeline", page, "-timings", "kubeadm=10m,drain=1m")
+		require.Equal(t, exitBlocked, code, errOut)
+		require.Contains(t, out, "11m    kubeadm: machine.spec.template.spec.version", "drain 1m + kubeadm 10m")
+		require.Contains(t, errOut, "timeline written to "+page)
+		html, err := os.ReadFile(page)
+		require.NoError(t, err)
+		doc := string(html)
+		require.Contains(t, doc, "<title>upgradekit preview of default/demo</title>")
+		require.Contains(t, doc, "estimated time")
+		require.Contains(t, doc, "1 in place, 1 replaced, 1 blocked, 1 unchanged")
+		require.Contains(t, doc, ">‖<title>md-2-abcde-0000: drain (blocked)", "the blocked machine is marked")
+		require.Contains(t, doc, "md-0-abcde-0000: kubeadm (InPlace)")
+		require.Contains(t, doc, "md-1-abcde-0000: replace (Replace)")
+		var svg struct {
+			Rects []struct {
+				Title string `xml:"title"`
+			} `xml:"rect"`
+		}
+		from, to := strings.Index(doc, "<svg"), strings.Index(doc, "</svg>")
+		require.NoError(t, xml.Unmarshal([]byte(doc[from:to+len("</svg>")]), &svg))
+		require.Len(t, svg.Rects, 3+4, "3 group bars (one per wave) and 4 step bars (drain and kubeadm, replace, blocked drain)")
+	})
 	t.Run("names are checked", func(t *testing.T) {
 		for _, tc := range []struct {
 			args []string
@@ -146,6 +171,8 @@ func TestPreviewAgainstAPIServer(t *testing.T) {
 			{[]string{"-cluster", "demo", "-f", filepath.Join(t.TempDir(), "nosuch.yaml")}, "no such file"},
 			{[]string{"-cluster", "demo", "-in-place", "NoSuchCategory"}, "NoSuchCategory"},
 			{[]string{"-cluster", "demo", "-upgrader-images", "v1.31=x"}, "v1.31"},
+			{[]string{"-cluster", "demo", "-timings", "kubeadmm=1m"}, `no updater "kubeadmm"`},
+			{[]string{"-cluster", "demo", "-timings", "drain=soon"}, `"soon" is not a duration`},
 		} {
 			_, errOut, code := runWith(t, c, "", tc.args...)
 			require.Equal(t, exitUsage, code, "%v: %s", tc.args, errOut)

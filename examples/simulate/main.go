@@ -36,6 +36,7 @@ import (
 	"time"
 
 	"github.com/upgradekit/upgradekit/fake"
+	"github.com/upgradekit/upgradekit/fake/timeline"
 	"github.com/upgradekit/upgradekit/nodeexec/kubeadm"
 	"github.com/upgradekit/upgradekit/strategy"
 	"github.com/upgradekit/upgradekit/strategy/capi"
@@ -301,7 +302,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if err != nil {
 			return err
 		}
-		if err := writeTimeline(f, res); err != nil {
+		if err := timeline.Write(f, res); err != nil {
 			f.Close()
 			return err
 		}
@@ -427,7 +428,7 @@ func (p *progress) flush() {
 			e.Step == fake.UpdateMachineStep+capi.ReasonSucceeded {
 			p.done[e.Machine] = true
 		}
-		fmt.Fprintf(p.w, "  %s  batch %-2d %-24s %-7s %-22s %s\n", e.End.Format("15:04:05"), e.Batch, e.Machine, e.Method, e.Step, outcome(e))
+		fmt.Fprintf(p.w, "  %s  batch %-2d %-24s %-7s %-22s %s\n", e.End.Format("15:04:05"), e.Batch, e.Machine, e.Method, e.Step, timeline.Describe(e))
 	}
 	p.pending = p.pending[:0]
 	if p.bar {
@@ -441,16 +442,6 @@ func (p *progress) flush() {
 }
 
 // outcome is an event's outcome as printed: retries and crashes say so.
-func outcome(e fake.Event) string {
-	switch {
-	case e.Outcome == "Crashed":
-		return "Crashed: the upgrader died; a new one resumes from the journal"
-	case e.Attempts > 1:
-		return fmt.Sprintf("%s after %d attempts", e.Outcome, e.Attempts)
-	}
-	return e.Outcome
-}
-
 func (p *progress) finish() { p.flush() }
 
 func summarize(w io.Writer, res *fake.Result) {

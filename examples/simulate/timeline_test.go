@@ -124,7 +124,7 @@ func TestTimelineStructure(t *testing.T) {
 				require.LessOrEqual(t, r.X+r.W, d.Width+0.5, "%s is inside the picture", r.Title)
 				require.LessOrEqual(t, r.Y+r.H, d.Height+0.5)
 				retried = retried || (r.Stroke != "" && strings.Contains(r.Title, "attempts"))
-				crashed = crashed || (r.Fill == colorCrash && strings.Contains(r.Title, "runner-restart"))
+				crashed = crashed || (r.Fill == "#8e44ad" /* the runner crash colour */ && strings.Contains(r.Title, "runner-restart"))
 			}
 			require.True(t, retried, "a retried step is outlined")
 			require.True(t, crashed, "a runner crash is marked")
@@ -139,7 +139,7 @@ func TestTimelineStructure(t *testing.T) {
 			}
 			require.GreaterOrEqual(t, len(ticks), 3, "a time axis")
 			for i := 1; i < len(ticks); i++ {
-				require.Greater(t, ticks[i]-ticks[i-1], 9*tlCharW, "tick labels do not touch")
+				require.Greater(t, ticks[i]-ticks[i-1], 9*6.6 /* characters of 11px sans-serif */, "tick labels do not touch")
 			}
 			// No two texts start within a character's width and a line
 			// of each other (labels drawn over labels).

@@ -38,6 +38,7 @@ var scanned = []struct{ dir, alias string }{
 	{"nodeexec/nodepod", "nodepod"},
 	{"nodeexec/drain", "drain"},
 	{"fake", "fake"},
+	{"fake/timeline", "timeline"},
 }
 
 // excluded are exported functions and methods not called here, each with

@@ -9,6 +9,7 @@ import (
 	diff "github.com/upgradekit/upgradekit/diff"
 	drift "github.com/upgradekit/upgradekit/drift"
 	fake "github.com/upgradekit/upgradekit/fake"
+	timeline "github.com/upgradekit/upgradekit/fake/timeline"
 	nodeexec "github.com/upgradekit/upgradekit/nodeexec"
 	drain "github.com/upgradekit/upgradekit/nodeexec/drain"
 	kubeadm "github.com/upgradekit/upgradekit/nodeexec/kubeadm"
@@ -542,6 +543,13 @@ var registry = map[string]reflect.Value{
 	"strategy.WithDecider":                     reflect.ValueOf(strategy.WithDecider),
 	"strategy.WithMaxFailures":                 reflect.ValueOf(strategy.WithMaxFailures),
 	"strategy.WithStrategy":                    reflect.ValueOf(strategy.WithStrategy),
+	"timeline.Describe":                        reflect.ValueOf(timeline.Describe),
+	"timeline.WithBatchName":                   reflect.ValueOf(timeline.WithBatchName),
+	"timeline.WithSummary":                     reflect.ValueOf(timeline.WithSummary),
+	"timeline.WithTimeAxis":                    reflect.ValueOf(timeline.WithTimeAxis),
+	"timeline.WithTitle":                       reflect.ValueOf(timeline.WithTitle),
+	"timeline.WithoutBatchBands":               reflect.ValueOf(timeline.WithoutBatchBands),
+	"timeline.Write":                           reflect.ValueOf(timeline.Write),
 }
 
 // sentinels are the exported errors of the scanned packages.
@@ -641,4 +649,5 @@ var sentinels = []error{
 	strategy.ErrInvalidVersion,
 	strategy.ErrNoRequirements,
 	strategy.ErrVersionSkew,
+	timeline.ErrNoResult,
 }

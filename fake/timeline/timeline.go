@@ -1,6 +1,7 @@
-package main
+package timeline
 
 import (
+	"errors"
 	"fmt"
 	"html/template"
 	"io"
@@ -31,7 +32,30 @@ const (
 	colorRollback = "#e0a030"
 	colorCrash    = "#8e44ad"
 	colorRetried  = "#1d5e3a"
+	colorBlocked  = "#8a8a8a"
 )
+
+// legendItem is one entry of the legend above the picture.
+type legendItem struct {
+	Style template.CSS // constants of this package only
+	Text  string
+}
+
+var legend = []legendItem{
+	{"background:" + colorInPlace, "in-place step"}, {"background:" + colorReplace, "replacement"},
+	{"background:" + colorRollback, "rolled back (↶)"}, {"background:" + colorFailed, "failed (✗)"},
+	{"background:" + colorCrash, "runner crash"}, {"border:2px solid " + colorRetried + ";width:8px;height:8px", "retried (×N)"},
+}
+
+// blocked says whether any event of res is Blocked.
+func blocked(res *fake.Result) bool {
+	for _, e := range res.Events {
+		if e.Outcome == "Blocked" {
+			return true
+		}
+	}
+	return false
+}
 
 type tlBar struct {
 	X, Y, W, H    float64
@@ -57,6 +81,7 @@ type tlLine struct{ X1, Y1, X2, Y2 float64 }
 
 // timeline is what the template draws.
 type timeline struct {
+	Legend         []legendItem
 	Title, Summary string
 	Width, Height  int
 	Bars           []tlBar
@@ -65,8 +90,38 @@ type timeline struct {
 	Grid           []tlLine
 }
 
-// writeTimeline renders the rollout as one self-contained HTML page with
-// an SVG, on a virtual-time axis:
+// Option configures Write.
+type Option func(*options)
+
+type options struct {
+	title, axis, summary string
+	batch                string
+	noBands              bool
+}
+
+// WithTitle replaces the page's title ("upgradekit rollout of <cluster>").
+func WithTitle(title string) Option { return func(o *options) { o.title = title } }
+
+// WithTimeAxis names the time axis ("virtual time").
+func WithTimeAxis(label string) Option { return func(o *options) { o.axis = label } }
+
+// WithSummary replaces the line under the title (machines, groups,
+// batches, virtual time, failures, runner restarts).
+func WithSummary(summary string) Option { return func(o *options) { o.summary = summary } }
+
+// WithBatchName names what the results' batch numbers count in the
+// machines' labels ("batch"): a preview numbers waves within each group.
+func WithBatchName(name string) Option { return func(o *options) { o.batch = name } }
+
+// WithoutBatchBands leaves out the background band per batch: for
+// results whose groups run at the same time, where the bands overlap.
+func WithoutBatchBands() Option { return func(o *options) { o.noBands = true } }
+
+// ErrNoResult is Write's error for a nil Result or one without a Plan.
+var ErrNoResult = errors.New("timeline: no result to draw")
+
+// Write renders the rollout as one self-contained HTML page with
+// an SVG, on a time axis:
 //
 //   - "Groups": one lane per group (the control plane, each machine
 //     deployment), a bar per batch from its first start to its last end,
@@ -80,12 +135,24 @@ type timeline struct {
 //     are summarised by their group.
 //
 // Batches are background bands, labelled where the label fits.
-func writeTimeline(w io.Writer, res *fake.Result) error {
-	tl := buildTimeline(res)
+//
+// Events with the outcome Blocked (a machine the rollout would wait at,
+// as a preview predicts) are grey, marked ‖.
+func Write(w io.Writer, res *fake.Result, opts ...Option) error {
+	if w == nil || res == nil || res.Plan == nil {
+		return ErrNoResult
+	}
+	var o options
+	for _, f := range opts {
+		if f != nil {
+			f(&o)
+		}
+	}
+	tl := build(res, o)
 	return timelineTmpl.Execute(w, tl)
 }
 
-func buildTimeline(res *fake.Result) timeline {
+func build(res *fake.Result, o options) timeline {
 	span := res.End.Sub(res.Start)
 	if span <= 0 {
 		span = time.Second
@@ -93,7 +160,14 @@ func buildTimeline(res *fake.Result) timeline {
 	plotW := float64(tlWidth - tlLeft - 10)
 	x := func(t time.Time) float64 { return tlLeft + float64(t.Sub(res.Start))/float64(span)*plotW }
 	var tl timeline
+	batchName := "batch"
+	if o.batch != "" {
+		batchName = o.batch
+	}
 	tl.Title = "upgradekit rollout of " + res.Plan.Cluster
+	if o.title != "" {
+		tl.Title = o.title
+	}
 	tl.Width = tlWidth
 
 	// Machines in plan order, their events, and what happened to each.
@@ -107,7 +181,7 @@ func buildTimeline(res *fake.Result) timeline {
 	eventful := map[string]bool{}
 	for _, e := range res.Events {
 		events[e.Machine] = append(events[e.Machine], e)
-		if e.Outcome == "Failed" || e.Outcome == "RolledBack" || e.Outcome == "Crashed" || e.Attempts > 1 {
+		if e.Outcome == "Failed" || e.Outcome == "RolledBack" || e.Outcome == "Crashed" || e.Outcome == "Blocked" || e.Attempts > 1 {
 			eventful[e.Machine] = true
 		}
 	}
@@ -131,10 +205,14 @@ func buildTimeline(res *fake.Result) timeline {
 			tl.Texts = append(tl.Texts, tlText{X: tx, Y: top - 4, Text: t.Format(layout), Class: "tick"})
 		}
 	}
-	tl.Texts = append(tl.Texts, tlText{X: 4, Y: top - 4, Text: "virtual time", Class: "tick"})
+	axis := "virtual time"
+	if o.axis != "" {
+		axis = o.axis
+	}
+	tl.Texts = append(tl.Texts, tlText{X: 4, Y: top - 4, Text: axis, Class: "tick"})
 
 	// Groups.
-	tl.Texts = append(tl.Texts, tlText{X: 4, Y: y + 12, Text: "Groups (a bar per batch)", Class: "section"})
+	tl.Texts = append(tl.Texts, tlText{X: 4, Y: y + 12, Text: "Groups (a bar per " + batchName + ")", Class: "section"})
 	y += tlLaneH
 	var groups []string
 	seen := map[string]bool{}
@@ -177,7 +255,7 @@ func buildTimeline(res *fake.Result) timeline {
 				a.count++
 			}
 		}
-		tl.Texts = append(tl.Texts, tlText{X: 4, Y: y + 12, Text: fmt.Sprintf("%s (%d machines)", g, n)})
+		tl.Texts = append(tl.Texts, tlText{X: 4, Y: y + 12, Text: fmt.Sprintf("%s (%s)", g, machinesText(n))})
 		var bs []int
 		for b := range per {
 			bs = append(bs, b)
@@ -186,12 +264,8 @@ func buildTimeline(res *fake.Result) timeline {
 		for _, b := range bs {
 			a := per[b]
 			bar := tlBar{X: x(a.from), Y: y, W: max(x(a.to)-x(a.from), 2), H: tlBarH, Color: outcomeColor(a.worst, a.method),
-				Title: fmt.Sprintf("%s batch %d: %d machines, %s-%s, %s", g, b, a.count, a.from.Format("15:04:05"), a.to.Format("15:04:05"), worstText(a.worst))}
-			if a.count == 1 {
-				fitLabel(&bar, "1 machine")
-			} else {
-				fitLabel(&bar, fmt.Sprintf("%d machines", a.count))
-			}
+				Title: fmt.Sprintf("%s %s %d: %s, %s-%s, %s", g, batchName, b, machinesText(a.count), a.from.Format("15:04:05"), a.to.Format("15:04:05"), worstText(a.worst))}
+			fitLabel(&bar, machinesText(a.count))
 			tl.Bars = append(tl.Bars, bar)
 		}
 		y += tlLaneH
@@ -257,9 +331,9 @@ func buildTimeline(res *fake.Result) timeline {
 	}
 	for _, pm := range shown {
 		x := func(t time.Time) float64 { return mx(pm.Machine, t) }
-		tl.Texts = append(tl.Texts, tlText{X: 4, Y: y + 12, Text: fmt.Sprintf("%s (%s, batch %d)", pm.Machine, pm.Method, pm.Batch)})
+		tl.Texts = append(tl.Texts, tlText{X: 4, Y: y + 12, Text: fmt.Sprintf("%s (%s, %s %d)", pm.Machine, pm.Method, batchName, pm.Batch)})
 		for _, e := range events[pm.Machine] {
-			title := fmt.Sprintf("%s: %s (%s) %s-%s %s", e.Machine, e.Step, e.Method, e.Start.Format("15:04:05"), e.End.Format("15:04:05"), outcome(e))
+			title := fmt.Sprintf("%s: %s (%s) %s-%s %s", e.Machine, e.Step, e.Method, e.Start.Format("15:04:05"), e.End.Format("15:04:05"), Describe(e))
 			switch {
 			case e.Outcome == "Crashed":
 				// A bar across the lane, not a symbol: the step that
@@ -278,8 +352,11 @@ func buildTimeline(res *fake.Result) timeline {
 			}
 			fitLabel(&bar, label)
 			tl.Bars = append(tl.Bars, bar)
-			if e.Outcome == "Failed" {
+			switch e.Outcome {
+			case "Failed":
 				tl.Marks = append(tl.Marks, tlMark{X: bar.X + bar.W + 1, Y: y + 12, Symbol: "✗", Color: colorFailed, Title: title})
+			case "Blocked":
+				tl.Marks = append(tl.Marks, tlMark{X: bar.X + bar.W + 1, Y: y + 12, Symbol: "‖", Color: colorBlocked, Title: title})
 			}
 		}
 		y += tlLaneH
@@ -321,11 +398,20 @@ func buildTimeline(res *fake.Result) timeline {
 			lastLabelEnd = bx + lw + 4
 		}
 	}
-	tl.Bars = append(bands, tl.Bars...) // drawn first: under everything
-	tl.Texts = append(tl.Texts, bandLabels...)
+	if !o.noBands {
+		tl.Bars = append(bands, tl.Bars...) // drawn first: under everything
+		tl.Texts = append(tl.Texts, bandLabels...)
+	}
 	tl.Height = int(height)
 	tl.Summary = fmt.Sprintf("%d machines in %d groups, %d batches, %s of virtual time, %d failed, %d runner restarts",
 		len(machines), len(groups), len(res.Plan.Batches), span.Round(time.Second), len(res.Failed), res.Restarts)
+	if o.summary != "" {
+		tl.Summary = o.summary
+	}
+	tl.Legend = legend
+	if blocked(res) {
+		tl.Legend = append(slices.Clone(legend), legendItem{Style: "background:" + colorBlocked, Text: "blocked (‖)"})
+	}
 	return tl
 }
 
@@ -360,7 +446,7 @@ func worse(a, b string) string {
 			return 3
 		case "RolledBack":
 			return 2
-		case "Crashed":
+		case "Crashed", "Blocked":
 			return 1
 		}
 		return 0
@@ -373,7 +459,7 @@ func worse(a, b string) string {
 
 func worstText(o string) string {
 	switch o {
-	case "Failed", "RolledBack", "Crashed":
+	case "Failed", "RolledBack", "Crashed", "Blocked":
 		return "worst: " + o
 	}
 	return "all succeeded"
@@ -383,6 +469,8 @@ func outcomeColor(outcome string, m strategy.Method) string {
 	switch outcome {
 	case "Failed":
 		return colorFailed
+	case "Blocked":
+		return colorBlocked
 	case "RolledBack":
 		return colorRollback
 	case "Crashed":
@@ -412,7 +500,7 @@ var timelineTmpl = template.Must(template.New("timeline").Parse(`<!DOCTYPE html>
 </head><body>
 <h1>{{.Title}}</h1>
 <p>{{.Summary}}</p>
-<p class="legend"><span style="background:#4c9f70"></span>in-place step<span style="background:#4a78c2"></span>replacement<span style="background:#e0a030"></span>rolled back (↶)<span style="background:#d64545"></span>failed (✗)<span style="background:#8e44ad"></span>runner crash<span style="border:2px solid #1d5e3a;width:8px;height:8px"></span>retried (×N)</p>
+<p class="legend">{{range .Legend}}<span style="{{.Style}}"></span>{{.Text}}{{end}}</p>
 <svg xmlns="http://www.w3.org/2000/svg" width="{{.Width}}" height="{{.Height}}" role="img" aria-label="rollout timeline">
 {{range .Grid}}<line x1="{{.X1}}" y1="{{.Y1}}" x2="{{.X2}}" y2="{{.Y2}}" stroke="#ddd"/>
 {{end}}{{range .Bars}}<rect x="{{.X}}" y="{{.Y}}" width="{{.W}}" height="{{.H}}" fill="{{.Color}}"{{if .Stroke}} stroke="{{.Stroke}}" stroke-width="2"{{end}}><title>{{.Title}}</title></rect>{{if .Label}}<text x="{{.LabelX}}" y="{{.Y}}" dy="12" fill="#fff">{{.Label}}</text>{{end}}
@@ -421,3 +509,23 @@ var timelineTmpl = template.Must(template.New("timeline").Parse(`<!DOCTYPE html>
 {{end}}</svg>
 </body></html>
 `))
+
+// Describe says how an event ended, in a few words: its outcome, the
+// attempts when it was retried, what a runner crash means.
+func Describe(e fake.Event) string {
+	switch {
+	case e.Outcome == "Crashed":
+		return "Crashed: the upgrader died; a new one resumes from the journal"
+	case e.Attempts > 1:
+		return fmt.Sprintf("%s after %d attempts", e.Outcome, e.Attempts)
+	}
+	return e.Outcome
+}
+
+// machinesText is "1 machine", "n machines".
+func machinesText(n int) string {
+	if n == 1 {
+		return "1 machine"
+	}
+	return fmt.Sprintf("%d machines", n)
+}
