@@ -22,6 +22,7 @@ import (
 	"github.com/upgradekit/upgradekit/fake/capitest"
 	"github.com/upgradekit/upgradekit/fake/envtest"
 	"github.com/upgradekit/upgradekit/strategy"
+	"github.com/upgradekit/upgradekit/strategy/capi"
 	"github.com/upgradekit/upgradekit/strategy/capi/extensionserver"
 	"github.com/upgradekit/upgradekit/strategy/capi/preview"
 )
@@ -189,4 +190,70 @@ func TestAThousandMachines(t *testing.T) {
 	}
 	t.Logf("1,003 machines, best of 3: read %s (Cluster API objects and Nodes), predict %s, total %s",
 		best[0].Round(time.Millisecond), best[1].Round(time.Millisecond), best[2].Round(time.Millisecond))
+}
+
+// TestTopologyVersionAndChecks: a managed topology's new version reaches
+// the control plane and the MachineDeployments it owns (the control plane
+// first), other topology changes are refused; the extension's checks show
+// as Cluster API will see them: a worker above its control plane and a
+// version without an upgrader image are declined, so replaced.
+func TestTopologyVersionAndChecks(t *testing.T) {
+	env := startEnv(t)
+	c, ctx := env.Client, t.Context()
+	require.NoError(t, capitest.ProvisionedCluster{Name: "topo", Version: "v1.31.4", ControlPlane: 1,
+		Workers: map[string]int{"managed": 2, "own": 1}, Nodes: true}.Create(ctx, c))
+	var cluster clusterv1.Cluster
+	require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: "default", Name: "topo"}, &cluster))
+	cluster.Spec.Topology = clusterv1.Topology{ClassRef: clusterv1.ClusterClassRef{Name: "quick-start"}, Version: "v1.31.4"}
+	require.NoError(t, c.Update(ctx, &cluster))
+	var managed clusterv1.MachineDeployment
+	require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: "default", Name: "managed"}, &managed))
+	managed.Labels[clusterv1.ClusterTopologyOwnedLabel] = ""
+	require.NoError(t, c.Update(ctx, &managed))
+	snap, err := preview.Read(ctx, c, client.ObjectKey{Namespace: "default", Name: "topo"})
+	require.NoError(t, err)
+	images := capi.ImagesByVersion{"v1.32.0": "registry.example/upgrader:v1.32.0"}
+	srv, err := extensionserver.New(c, extensionserver.WithUpgraderImages(images))
+	require.NoError(t, err)
+
+	bumped := cluster.DeepCopy()
+	bumped.Spec.Topology.Version = "v1.32.0"
+	pr, err := preview.Predict(ctx, c, snap, []*unstructured.Unstructured{toUnstructured(t, bumped, "Cluster", clusterv1.GroupVersion.String())}, srv.Extension())
+	require.NoError(t, err)
+	t.Logf("topology version:\n%s", pr)
+	require.True(t, pr.ControlPlaneFirst)
+	cp, _ := pr.Machine("topo-cp-0")
+	require.Equal(t, strategy.MethodInPlace, cp.Method, cp.Reason)
+	require.Equal(t, "v1.32.0", cp.ToVersion)
+	for _, m := range pr.Machines {
+		switch m.Group {
+		case "managed":
+			require.Equal(t, "v1.32.0", m.ToVersion, "the topology controller writes the version to the MachineDeployments it owns")
+			// Asked now, the skew check sees today's control plane at
+			// v1.31.4 and declines; the note says the answer may differ
+			// once the control plane is at v1.32.0.
+			require.Equal(t, strategy.MethodReplace, m.Method)
+			require.Contains(t, m.Reason, "newer than the control plane")
+		case "own":
+			require.Equal(t, strategy.MethodSkip, m.Method, "not owned by the topology")
+		}
+	}
+	require.Equal(t, pr.Groups[0].Estimate+pr.Groups[1].Estimate, pr.Estimate, "control plane, then the workers")
+	require.Contains(t, strings.Join(pr.Notes, "\n"), "for today's control plane")
+
+	reshaped := cluster.DeepCopy()
+	reshaped.Spec.Topology.Workers.MachineDeployments = []clusterv1.MachineDeploymentTopology{{Class: "default-worker", Name: "md-0"}}
+	_, err = preview.Predict(ctx, c, snap, []*unstructured.Unstructured{toUnstructured(t, reshaped, "Cluster", clusterv1.GroupVersion.String())}, srv.Extension())
+	require.ErrorIs(t, err, preview.ErrInvalidChange)
+	require.ErrorContains(t, err, "only spec.topology.version")
+
+	// A version no upgrader image is listed for: declined at CanUpdate*.
+	var own clusterv1.MachineDeployment
+	require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: "default", Name: "own"}, &own))
+	own.Spec.Template.Spec.Version = "v1.31.5"
+	pr, err = preview.Predict(ctx, c, snap, []*unstructured.Unstructured{toUnstructured(t, &own, "MachineDeployment", clusterv1.GroupVersion.String())}, srv.Extension())
+	require.NoError(t, err)
+	m, _ := pr.Machine("own-abcde-0000")
+	require.Equal(t, strategy.MethodReplace, m.Method)
+	require.Contains(t, m.Reason, "v1.31.5", m.Reason)
 }

@@ -443,7 +443,7 @@ func (p *predictor) applyCluster(u *unstructured.Unstructured) error {
 			md.Spec.Template.Spec.Version = to
 		}
 	}
-	p.notes = append(p.notes, fmt.Sprintf("Cluster %s: spec.topology.version %s -> %s: the topology controller upgrades the control plane first, then the MachineDeployments", live.Name, from, to))
+	p.notes = append(p.notes, fmt.Sprintf("Cluster %s: spec.topology.version %s -> %s: the topology controller upgrades the control plane first, then the MachineDeployments; the workers' answers here are for today's control plane, so a check against its version (the skew check) may pass when they are really asked", live.Name, from, to))
 	return nil
 }
 
