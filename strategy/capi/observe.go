@@ -52,6 +52,10 @@ const (
 	// ReasonFailed: the update failed; the message starts with one of the
 	// Failure* reasons.
 	ReasonFailed = "Failed"
+	// ReasonGateClosed: a gate (WithGates) answered Wait before the update
+	// started; nothing was done to the node. The message names the gate
+	// and why.
+	ReasonGateClosed = "GateClosed"
 )
 
 // Failure reasons: the "reason" label of MetricFailures, and the first word
@@ -97,6 +101,9 @@ const (
 	// FailureDrainTimeout: the drain did not finish before the drain
 	// deadline (WithDrainTimeout).
 	FailureDrainTimeout = "DrainTimeout"
+	// FailureGateStopped: a gate (WithGates) answered Stop before the
+	// update started; nothing was done to the node.
+	FailureGateStopped = "GateStopped"
 )
 
 // Reasons of the Kubernetes Events MachineUpdater records on the Machine

@@ -33,6 +33,7 @@ import (
 	"github.com/upgradekit/upgradekit/nodeexec/drain"
 	"github.com/upgradekit/upgradekit/nodeexec/kubeadm"
 	"github.com/upgradekit/upgradekit/nodeexec/nodepod"
+	"github.com/upgradekit/upgradekit/strategy"
 )
 
 // WorkloadClient returns a client for the workload cluster a Machine
@@ -111,6 +112,8 @@ type MachineUpdater struct {
 	recorder     events.EventRecorder
 	metrics      *Metrics
 	clock        clock.PassiveClock
+	gate         strategy.Gate
+	gates        []strategy.Gate // as given to WithGates, checked by NewMachineUpdater
 
 	mu          sync.Mutex
 	lastFailure map[string]string // machine -> failure reason, for requests with no node to keep it on
@@ -189,6 +192,29 @@ func WithUpdaterClock(c clock.PassiveClock) MachineUpdaterOption {
 	return func(u *MachineUpdater) { u.clock = c }
 }
 
+// WithGates asks gates before an update starts, before anything is done to
+// the node: Wait answers in progress (ReasonGateClosed, the gate's reason,
+// RetryAfterSeconds the gate's RetryAfter, at most MaxGateRetryAfter, at
+// least WithRetryAfter's), so Cluster API asks again and nothing changes
+// until the gate opens; Stop answers Failure (FailureGateStopped). An
+// update that has started is not interrupted by a gate that closes. Give a
+// strategy.Gates to ask several.
+func WithGates(gates ...strategy.Gate) MachineUpdaterOption {
+	return func(u *MachineUpdater) {
+		u.gates = append(u.gates, gates...)
+		if len(u.gates) == 1 {
+			u.gate = u.gates[0]
+		} else {
+			u.gate = strategy.Gates(u.gates)
+		}
+	}
+}
+
+// MaxGateRetryAfter caps the RetryAfterSeconds of a closed gate's answer,
+// so that Cluster API asks again, and a gate changed meanwhile is seen,
+// at least this often.
+const MaxGateRetryAfter = time.Hour
+
 // DefaultNodeGoneGrace is how long UpdateMachine waits for a machine's
 // Node to (re)appear before it answers Failure (FailureNodeGone).
 const DefaultNodeGoneGrace = 10 * time.Minute
@@ -239,6 +265,11 @@ func NewMachineUpdater(workload WorkloadClient, opts ...MachineUpdaterOption) (*
 		return nil, fmt.Errorf("%w: update timeout %s, not-ready timeout %s: must not be negative", ErrInvalidOption, u.updateTimeout, u.notReadyTimeout)
 	case u.nodeGoneGrace < 0:
 		return nil, fmt.Errorf("%w: node-gone grace %s: must not be negative", ErrInvalidOption, u.nodeGoneGrace)
+	}
+	for i, g := range u.gates {
+		if g == nil {
+			return nil, fmt.Errorf("%w: WithGates: gate %d is nil", ErrInvalidOption, i)
+		}
 	}
 	// The pod options are checked once here, on a one-step plan, so that a
 	// pod that can never be built is refused at startup; the probe also
@@ -328,21 +359,52 @@ func (u *MachineUpdater) UpdateMachine(ctx context.Context, req *runtimehooksv1.
 		resp.SetStatus(runtimehooksv1.ResponseStatusSuccess)
 		resp.SetMessage(res.msg)
 		resp.RetryAfterSeconds = u.retryAfter
+		if secs := int32(min(res.retryAfter, MaxGateRetryAfter).Round(time.Second) / time.Second); secs > resp.RetryAfterSeconds {
+			resp.RetryAfterSeconds = secs
+		}
 	}
+}
+
+// gatesOpen asks WithGates' gates whether the update of st's machine may
+// start now.
+func (u *MachineUpdater) gatesOpen(ctx context.Context, st *call) (updateResult, bool) {
+	if u.gate == nil {
+		return updateResult{}, true
+	}
+	m := st.machine
+	req := strategy.GateRequest{Cluster: st.cluster.String(), Role: strategy.RoleWorker, Group: m.Labels[clusterv1.MachineDeploymentNameLabel],
+		Machine: m.Name, Node: st.node.Name, Now: st.now}
+	if _, cp := m.Labels[clusterv1.MachineControlPlaneLabel]; cp {
+		req.Role, req.Group = strategy.RoleControlPlane, ""
+	}
+	r := u.gate.Check(ctx, req)
+	switch r.Verdict {
+	case strategy.Allow:
+		return updateResult{}, true
+	case strategy.Stop:
+		st.log.Info("a gate stopped the update", "gate", r.Gate, "reason", r.Reason)
+		return failedAs(FailureGateStopped, "node %s: %s", st.node.Name, r.String()), false
+	}
+	st.log.V(1).Info("a gate holds the update", "gate", r.Gate, "reason", r.Reason, "retryAfter", r.RetryAfter)
+	res := waiting(ReasonGateClosed, "node %s not started: %s", st.node.Name, r.String())
+	res.retryAfter = r.RetryAfter
+	return res, false
 }
 
 // ErrUpdateFailed is matched by terminal update failures.
 var ErrUpdateFailed = errors.New("in-place update failed")
 
 type updateResult struct {
-	done     bool
-	finished bool   // done, and this call ended an update recorded on the node
-	phase    string // a Reason* constant; "" when there is nothing to show
-	msg      string
-	err      error  // terminal; wraps ErrUpdateFailed
-	failure  string // a Failure* constant, with err
-	node     string
-	step     string
+	// retryAfter, when set, replaces WithRetryAfter's in the answer.
+	retryAfter time.Duration
+	done       bool
+	finished   bool   // done, and this call ended an update recorded on the node
+	phase      string // a Reason* constant; "" when there is nothing to show
+	msg        string
+	err        error  // terminal; wraps ErrUpdateFailed
+	failure    string // a Failure* constant, with err
+	node       string
+	step       string
 	// newFailure: this answer starts a failure (not a repeat of the last).
 	newFailure bool
 }
@@ -688,6 +750,9 @@ func (u *MachineUpdater) updateNode(ctx context.Context, st *call, to *version.V
 	// journal on the host, re-running nothing that is done.
 	switch {
 	case rec == nil || rec.Version != want || rec.KubeletArgs != st.args.digest || rec.ControlPlaneConfig != st.cp.digest || rec.Files != st.files.digest:
+		if res, ok := u.gatesOpen(ctx, st); !ok {
+			return res
+		}
 		role, res, ok := u.role(ctx, st, to)
 		if !ok {
 			return res

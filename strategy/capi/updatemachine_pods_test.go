@@ -4,6 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"testing"
+	"time"
+
+	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
@@ -17,6 +20,7 @@ import (
 
 	"github.com/upgradekit/upgradekit/nodeexec/kubeadm"
 	"github.com/upgradekit/upgradekit/nodeexec/nodepod"
+	"github.com/upgradekit/upgradekit/strategy"
 	"github.com/upgradekit/upgradekit/strategy/capi"
 )
 
@@ -326,4 +330,66 @@ func TestUpdateMachineNeverStartsASecondPod(t *testing.T) {
 		require.Len(t, names, 2)
 		require.Contains(t, names, "other-tool/elsewhere", "not ours to delete")
 	})
+}
+
+// TestUpdateMachineWaitsForItsGates: a closed maintenance window answers
+// in progress with the gate's reason, and the node is untouched (no
+// record, no pod) until the window opens; a started update is not
+// interrupted when the window closes; a Stop is a Failure before anything
+// is done.
+func TestUpdateMachineWaitsForItsGates(t *testing.T) {
+	clk := clocktesting.NewFakePassiveClock(time.Date(2026, 11, 25, 1, 0, 0, 0, time.UTC))
+	window, err := strategy.MaintenanceWindow("nightly", "0 2 * * *", time.Hour, "UTC")
+	require.NoError(t, err)
+	pc := newPodsCluster(t, capi.WithGates(window), capi.WithUpdaterClock(clk))
+	req := updateReq("cp-0", "docker:////cp-0", "v1.31.1", true)
+
+	for _, at := range []time.Time{time.Date(2026, 11, 25, 1, 0, 0, 0, time.UTC), time.Date(2026, 11, 25, 1, 59, 0, 0, time.UTC)} {
+		clk.SetTime(at)
+		resp := pc.call(req)
+		requireWaiting(t, resp, "node cp-0 not started: Wait by nightly: outside the maintenance window")
+		require.Equal(t, int32(time.Date(2026, 11, 25, 2, 0, 0, 0, time.UTC).Sub(at)/time.Second), resp.RetryAfterSeconds, "asked again when the window opens")
+		require.Empty(t, pc.pods(), "no upgrader pod before the window opens")
+		require.Nil(t, pc.record(), "nothing recorded on the node")
+		cond := nodeCondition(t, pc.node())
+		require.NotNil(t, cond)
+		require.Equal(t, capi.ReasonGateClosed, cond.Reason)
+	}
+
+	clk.SetTime(time.Date(2026, 11, 25, 2, 0, 0, 0, time.UTC))
+	requireWaiting(t, pc.call(req), "started first-control-plane upgrade of node cp-0")
+	pod := pc.onlyPod()
+
+	clk.SetTime(time.Date(2026, 11, 25, 3, 30, 0, 0, time.UTC)) // the window has closed
+	requireWaiting(t, pc.call(req), "upgrading node cp-0")
+	require.Equal(t, pod.Name, pc.onlyPod().Name, "a started update goes on")
+
+	t.Run("stop", func(t *testing.T) {
+		stop := strategy.GateFunc(func(context.Context, strategy.GateRequest) strategy.GateResult {
+			return strategy.GateResult{Verdict: strategy.Stop, Gate: "breaker", Reason: "3 of 10 machines of md-0 unhealthy"}
+		})
+		pc := newPodsCluster(t, capi.WithGates(window, stop), capi.WithUpdaterClock(clk))
+		resp := pc.call(req)
+		require.Equal(t, runtimehooksv1.ResponseStatusFailure, resp.Status)
+		require.Contains(t, resp.Message, capi.FailureGateStopped+": node cp-0: Stop by breaker: 3 of 10 machines of md-0 unhealthy")
+		require.Empty(t, pc.pods())
+		require.Nil(t, pc.record())
+	})
+	t.Run("a nil gate is refused", func(t *testing.T) {
+		_, err := capi.NewMachineUpdater(func(context.Context, types.NamespacedName) (client.Client, error) { return nil, nil },
+			capi.WithoutDrain(), capi.WithPodOptions(nodepod.WithImage("r/u:1")), capi.WithGates(window, nil))
+		require.ErrorIs(t, err, capi.ErrInvalidOption)
+		require.ErrorContains(t, err, "gate 1 is nil")
+	})
+}
+
+// nodeCondition is the node's ConditionInPlaceUpdate, nil when absent.
+func nodeCondition(t *testing.T, n *corev1.Node) *corev1.NodeCondition {
+	t.Helper()
+	for i := range n.Status.Conditions {
+		if n.Status.Conditions[i].Type == capi.ConditionInPlaceUpdate {
+			return &n.Status.Conditions[i]
+		}
+	}
+	return nil
 }

@@ -1,0 +1,196 @@
+package strategy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/robfig/cron/v3"
+
+	"github.com/upgradekit/upgradekit/internal/errtext"
+)
+
+// Verdict is a Gate's answer.
+type Verdict string
+
+const (
+	// Allow: go on with this machine.
+	Allow Verdict = "Allow"
+	// Wait: not now; ask again after RetryAfter. Nothing is disrupted.
+	Wait Verdict = "Wait"
+	// Stop: do not go on with this rollout until a person looks.
+	Stop Verdict = "Stop"
+)
+
+// GateRequest is what a Gate is asked: may this machine be disrupted
+// now? Now is the caller's clock (virtual time in the simulator), so a
+// gate reads no clock of its own.
+type GateRequest struct {
+	// Cluster is the cluster's namespace/name (or name).
+	Cluster string
+	// Group is the machine's group ("" for the control plane).
+	Group string
+	// Role is ControlPlane or Worker.
+	Role Role
+	// Machine and Node name the machine about to be disrupted.
+	Machine, Node string
+	// Now is when the question is asked.
+	Now time.Time
+}
+
+// GateResult is a Gate's answer and why.
+type GateResult struct {
+	// Verdict is Allow, Wait or Stop; the zero value is not a verdict.
+	Verdict Verdict
+	// Gate names the gate that answered.
+	Gate string
+	// Reason says why, for people: what is closed, what is awaited.
+	Reason string
+	// RetryAfter, for Wait, is when asking again can make sense (the
+	// window opens, the soak ends); 0 leaves it to the caller.
+	RetryAfter time.Duration
+	// Err is the cause when the gate could not tell (an API error): the
+	// verdict is then Wait, failing closed.
+	Err error
+}
+
+// Allowed says whether the verdict lets the machine go.
+func (r GateResult) Allowed() bool { return r.Verdict == Allow }
+
+// String says the verdict, the gate and why in one line.
+func (r GateResult) String() string {
+	s := string(r.Verdict)
+	if r.Gate != "" {
+		s += " by " + r.Gate
+	}
+	if r.Reason != "" {
+		s += ": " + r.Reason
+	}
+	if r.RetryAfter > 0 {
+		s += fmt.Sprintf(" (retry after %s)", r.RetryAfter)
+	}
+	return s
+}
+
+// Gate decides whether a machine may be disrupted now. A gate that cannot
+// tell (an API error) answers Wait with Err set: gates fail closed.
+// Compose gates with Gates; adapt a function with GateFunc.
+type Gate interface {
+	Check(ctx context.Context, req GateRequest) GateResult
+}
+
+// GateFunc adapts a function to Gate.
+type GateFunc func(ctx context.Context, req GateRequest) GateResult
+
+// Check calls f; a nil GateFunc answers Wait with ErrInvalidGate.
+func (f GateFunc) Check(ctx context.Context, req GateRequest) GateResult {
+	if f == nil {
+		return GateResult{Verdict: Wait, Gate: "GateFunc", Reason: "nil gate function", Err: ErrInvalidGate}
+	}
+	return f(ctx, req)
+}
+
+// ErrInvalidGate is matched by the errors of gate constructors (a window
+// that does not parse, an unknown time zone) and by the Err of a result
+// from a gate that is not one (a nil GateFunc, a nil entry in Gates, an
+// answer that is no verdict).
+var ErrInvalidGate = errors.New("invalid gate")
+
+// Gates asks every gate in order and answers with the first Stop, else
+// the first Wait (with the longest RetryAfter of the Waits, since all must
+// open), else Allow. A nil entry, or an answer that is no verdict, is a
+// Wait with ErrInvalidGate: a gate list fails closed.
+type Gates []Gate
+
+// Check asks every gate; see Gates.
+func (gs Gates) Check(ctx context.Context, req GateRequest) GateResult {
+	var wait *GateResult
+	var longest time.Duration
+	for i, g := range gs {
+		var r GateResult
+		if g == nil {
+			r = GateResult{Verdict: Wait, Gate: fmt.Sprintf("gates[%d]", i), Reason: "nil gate", Err: ErrInvalidGate}
+		} else {
+			r = g.Check(ctx, req)
+		}
+		switch r.Verdict {
+		case Allow:
+			continue
+		case Stop:
+			return r
+		case Wait:
+		default:
+			r = GateResult{Verdict: Wait, Gate: r.Gate, Reason: fmt.Sprintf("answered %s, which is no verdict", errtext.Quote(string(r.Verdict))), Err: ErrInvalidGate}
+		}
+		longest = max(longest, r.RetryAfter)
+		if wait == nil {
+			w := r
+			wait = &w
+		}
+	}
+	if wait != nil {
+		wait.RetryAfter = longest
+		return *wait
+	}
+	return GateResult{Verdict: Allow}
+}
+
+// MaintenanceWindow is a gate open only in windows: each opens at a hit of
+// schedule (standard cron, 5 fields or @daily...) in the IANA time zone tz
+// ("" is UTC) and lasts duration, [hit, hit+duration), as Karpenter's
+// budgets and kured's reboot windows read them. Outside a window it
+// answers Wait with RetryAfter until the next one opens. Hits are
+// computed in tz, so a window at 02:00 stays at 02:00 local time across
+// daylight saving changes; a hit that does not exist in the zone (02:00 on
+// a spring-forward night) is skipped, as cron skips it. A schedule that does not parse, a zone the
+// system does not know or a non-positive duration is ErrInvalidGate
+// naming the field.
+func MaintenanceWindow(name, schedule string, duration time.Duration, tz string) (Gate, error) {
+	if name == "" {
+		name = "maintenance-window"
+	}
+	qn := errtext.Quote(name)
+	switch {
+	case strings.TrimSpace(schedule) == "":
+		return nil, fmt.Errorf("%w: %s: schedule is empty", ErrInvalidGate, qn)
+	case strings.Contains(schedule, "TZ="):
+		return nil, fmt.Errorf("%w: %s: schedule %s: give the time zone as tz, not in the schedule", ErrInvalidGate, qn, errtext.Quote(schedule))
+	case duration <= 0:
+		return nil, fmt.Errorf("%w: %s: duration %s: must be positive", ErrInvalidGate, qn, duration)
+	}
+	loc := time.UTC
+	if tz != "" {
+		l, err := time.LoadLocation(tz)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %s: time zone %s: %s", ErrInvalidGate, qn, errtext.Quote(tz), errtext.Clip(err.Error()))
+		}
+		loc = l
+	}
+	s, err := cron.ParseStandard(schedule)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: schedule %s: %s", ErrInvalidGate, qn, errtext.Quote(schedule), errtext.Clip(err.Error()))
+	}
+	w := &window{name: name, schedule: schedule, sched: s, d: duration, loc: loc}
+	return w, nil
+}
+
+type window struct {
+	name, schedule string
+	sched          cron.Schedule
+	d              time.Duration
+	loc            *time.Location
+}
+
+// Check answers Allow inside a window and Wait until the next one
+// outside.
+func (w *window) Check(_ context.Context, req GateRequest) GateResult {
+	now := req.Now.In(w.loc)
+	if next := w.sched.Next(now.Add(-w.d)); !next.After(now) {
+		return GateResult{Verdict: Allow, Gate: w.name}
+	}
+	opens := w.sched.Next(now)
+	return GateResult{Verdict: Wait, Gate: w.name, RetryAfter: opens.Sub(now),
+		Reason: fmt.Sprintf("outside the maintenance window %s (%s, %s); the next opens %s", errtext.Quote(w.schedule), w.d, w.loc, opens.Format("2006-01-02 15:04 MST"))}
+}

@@ -1,0 +1,107 @@
+package strategy_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/upgradekit/upgradekit/strategy"
+)
+
+func TestMaintenanceWindow(t *testing.T) {
+	berlin, err := time.LoadLocation("Europe/Berlin")
+	require.NoError(t, err)
+	gate, err := strategy.MaintenanceWindow("nightly", "0 2 * * *", 3*time.Hour, "Europe/Berlin")
+	require.NoError(t, err)
+	for _, tc := range []struct {
+		name  string
+		now   time.Time
+		want  strategy.Verdict
+		retry time.Duration
+	}{
+		{"before it opens", time.Date(2026, 11, 25, 1, 30, 0, 0, berlin), strategy.Wait, 30 * time.Minute},
+		{"as it opens", time.Date(2026, 11, 25, 2, 0, 0, 0, berlin), strategy.Allow, 0},
+		{"inside", time.Date(2026, 11, 25, 4, 59, 59, 0, berlin), strategy.Allow, 0},
+		{"as it closes", time.Date(2026, 11, 25, 5, 0, 0, 0, berlin), strategy.Wait, 21 * time.Hour},
+		{"the same instant in UTC", time.Date(2026, 11, 25, 2, 30, 0, 0, time.UTC), strategy.Allow, 0}, // 03:30 in Berlin
+		{"02:30 UTC in summer is 04:30 in Berlin", time.Date(2026, 7, 1, 2, 30, 0, 0, time.UTC), strategy.Allow, 0},
+		{"03:30 UTC in summer is 05:30 in Berlin", time.Date(2026, 7, 1, 3, 30, 0, 0, time.UTC), strategy.Wait, 20*time.Hour + 30*time.Minute},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := gate.Check(context.Background(), strategy.GateRequest{Machine: "m", Now: tc.now})
+			require.Equal(t, tc.want, r.Verdict, r.String())
+			require.Equal(t, tc.retry, r.RetryAfter, r.String())
+			require.Equal(t, "nightly", r.Gate)
+			if r.Verdict == strategy.Wait {
+				require.Contains(t, r.Reason, "outside the maintenance window")
+				require.Contains(t, r.Reason, "Europe/Berlin")
+			}
+		})
+	}
+	// 02:00 does not exist on 2026-03-29 in Berlin (clocks go from 02:00
+	// to 03:00): as with cron, that night has no window, and the next
+	// opens at 02:00 local time the night after, in summer time.
+	r := gate.Check(context.Background(), strategy.GateRequest{Now: time.Date(2026, 3, 28, 12, 0, 0, 0, berlin)})
+	require.Equal(t, strategy.Wait, r.Verdict)
+	opens := time.Date(2026, 3, 28, 12, 0, 0, 0, berlin).Add(r.RetryAfter).In(berlin)
+	require.Equal(t, time.Date(2026, 3, 30, 2, 0, 0, 0, berlin), opens)
+	require.Equal(t, 37*time.Hour, r.RetryAfter, "one hour less than a day and a half")
+
+	for _, bad := range []struct {
+		sched, tz string
+		d         time.Duration
+		want      string
+	}{
+		{"", "", time.Hour, "schedule is empty"},
+		{"0 2 * *", "", time.Hour, "schedule"},
+		{"TZ=UTC 0 2 * * *", "", time.Hour, "give the time zone as tz"},
+		{"0 2 * * *", "Mars/Olympus", time.Hour, "time zone"},
+		{"0 2 * * *", "", 0, "must be positive"},
+	} {
+		_, err := strategy.MaintenanceWindow("w", bad.sched, bad.d, bad.tz)
+		require.ErrorIs(t, err, strategy.ErrInvalidGate, bad)
+		require.ErrorContains(t, err, bad.want)
+	}
+}
+
+func TestGates(t *testing.T) {
+	ctx := context.Background()
+	answer := func(name string, v strategy.Verdict, retry time.Duration) strategy.Gate {
+		return strategy.GateFunc(func(context.Context, strategy.GateRequest) strategy.GateResult {
+			return strategy.GateResult{Verdict: v, Gate: name, RetryAfter: retry, Reason: name + " says " + string(v)}
+		})
+	}
+	allow, soak, window, breaker := answer("a", strategy.Allow, 0), answer("soak", strategy.Wait, time.Minute), answer("window", strategy.Wait, time.Hour), answer("breaker", strategy.Stop, 0)
+	for _, tc := range []struct {
+		name  string
+		gates strategy.Gates
+		want  strategy.Verdict
+		gate  string
+		retry time.Duration
+		err   error
+	}{
+		{"none", nil, strategy.Allow, "", 0, nil},
+		{"all open", strategy.Gates{allow, allow}, strategy.Allow, "", 0, nil},
+		{"the first wait, until all open", strategy.Gates{allow, soak, window}, strategy.Wait, "soak", time.Hour, nil},
+		{"a stop beats the waits", strategy.Gates{soak, breaker, window}, strategy.Stop, "breaker", 0, nil},
+		{"a nil gate fails closed", strategy.Gates{allow, nil}, strategy.Wait, "gates[1]", 0, strategy.ErrInvalidGate},
+		{"a nil func fails closed", strategy.Gates{strategy.GateFunc(nil)}, strategy.Wait, "GateFunc", 0, strategy.ErrInvalidGate},
+		{"no verdict fails closed", strategy.Gates{answer("odd", "", 0)}, strategy.Wait, "odd", 0, strategy.ErrInvalidGate},
+		{"nested", strategy.Gates{strategy.Gates{allow}, strategy.Gates{window}}, strategy.Wait, "window", time.Hour, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := tc.gates.Check(ctx, strategy.GateRequest{Machine: "m"})
+			require.Equal(t, tc.want, r.Verdict, r.String())
+			require.Equal(t, tc.gate, r.Gate)
+			require.Equal(t, tc.retry, r.RetryAfter)
+			require.Equal(t, tc.want == strategy.Allow, r.Allowed())
+			if tc.err != nil {
+				require.True(t, errors.Is(r.Err, tc.err), r.String())
+			}
+		})
+	}
+	require.Equal(t, "Wait by window: window says Wait (retry after 1h0m0s)", window.Check(ctx, strategy.GateRequest{}).String())
+}
