@@ -194,3 +194,42 @@ func (w *window) Check(_ context.Context, req GateRequest) GateResult {
 	return GateResult{Verdict: Wait, Gate: w.name, RetryAfter: opens.Sub(now),
 		Reason: fmt.Sprintf("outside the maintenance window %s (%s, %s); the next opens %s", errtext.Quote(w.schedule), w.d, w.loc, opens.Format("2006-01-02 15:04 MST"))}
 }
+
+// GateHolder is a Gate whose Allow holds something until the disruption
+// ends (a concurrency slot): the caller renews it while the update runs and
+// releases it when the update is done. Gates forwards both to its members
+// that are GateHolders.
+type GateHolder interface {
+	Gate
+	// Renew keeps what the machine holds; holding nothing is no error.
+	Renew(ctx context.Context, req GateRequest) error
+	// Release lets go of what the machine holds; holding nothing is no
+	// error.
+	Release(ctx context.Context, req GateRequest) error
+}
+
+// Renew renews what each member that is a GateHolder holds.
+func (gs Gates) Renew(ctx context.Context, req GateRequest) error {
+	var errs []error
+	for _, g := range gs {
+		if h, ok := g.(GateHolder); ok {
+			if err := h.Renew(ctx, req); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	return errors.Join(errtext.Cut(errs)...)
+}
+
+// Release releases what each member that is a GateHolder holds.
+func (gs Gates) Release(ctx context.Context, req GateRequest) error {
+	var errs []error
+	for _, g := range gs {
+		if h, ok := g.(GateHolder); ok {
+			if err := h.Release(ctx, req); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	return errors.Join(errtext.Cut(errs)...)
+}

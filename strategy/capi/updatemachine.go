@@ -333,6 +333,7 @@ func (u *MachineUpdater) UpdateMachine(ctx context.Context, req *runtimehooksv1.
 	if res.step != "" {
 		log = log.WithValues("step", res.step)
 	}
+	u.holdGates(ctx, log, m, res)
 	switch {
 	case res.err != nil:
 		u.metrics.track(key, ReasonFailed)
@@ -365,19 +366,44 @@ func (u *MachineUpdater) UpdateMachine(ctx context.Context, req *runtimehooksv1.
 	}
 }
 
+// gateRequest is what the gates are asked about m.
+func gateRequest(m *clusterv1.Machine, node string, now time.Time) strategy.GateRequest {
+	req := strategy.GateRequest{Cluster: m.Namespace + "/" + m.Spec.ClusterName, Role: strategy.RoleWorker, Group: m.Labels[clusterv1.MachineDeploymentNameLabel],
+		Machine: m.Name, Node: node, Now: now}
+	if _, cp := m.Labels[clusterv1.MachineControlPlaneLabel]; cp {
+		req.Role, req.Group = strategy.RoleControlPlane, ""
+	}
+	return req
+}
+
+// holdGates renews what the gates hold for an update in progress and
+// releases it once the update is done (a failed update keeps it: see
+// ConcurrencyGate). Errors are logged: the slot's TTL bounds them.
+func (u *MachineUpdater) holdGates(ctx context.Context, log logr.Logger, m *clusterv1.Machine, res updateResult) {
+	h, ok := u.gate.(strategy.GateHolder)
+	if !ok || m == nil {
+		return
+	}
+	req := gateRequest(m, res.node, u.clock.Now())
+	switch {
+	case res.done:
+		if err := h.Release(ctx, req); err != nil {
+			log.Error(err, "releasing what the gates hold for the machine")
+		}
+	case res.err == nil && res.phase != ReasonGateClosed && res.phase != "":
+		if err := h.Renew(ctx, req); err != nil {
+			log.Error(err, "renewing what the gates hold for the machine")
+		}
+	}
+}
+
 // gatesOpen asks WithGates' gates whether the update of st's machine may
 // start now.
 func (u *MachineUpdater) gatesOpen(ctx context.Context, st *call) (updateResult, bool) {
 	if u.gate == nil {
 		return updateResult{}, true
 	}
-	m := st.machine
-	req := strategy.GateRequest{Cluster: st.cluster.String(), Role: strategy.RoleWorker, Group: m.Labels[clusterv1.MachineDeploymentNameLabel],
-		Machine: m.Name, Node: st.node.Name, Now: st.now}
-	if _, cp := m.Labels[clusterv1.MachineControlPlaneLabel]; cp {
-		req.Role, req.Group = strategy.RoleControlPlane, ""
-	}
-	r := u.gate.Check(ctx, req)
+	r := u.gate.Check(ctx, gateRequest(st.machine, st.node.Name, st.now))
 	switch r.Verdict {
 	case strategy.Allow:
 		return updateResult{}, true

@@ -1,0 +1,224 @@
+package capi
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/upgradekit/upgradekit/internal/errtext"
+	"github.com/upgradekit/upgradekit/strategy"
+)
+
+// LabelConcurrencyCluster is on every Lease of a ConcurrencyGate: the
+// cluster (namespace.name, hashed when longer than a label value) whose
+// slots it holds.
+const LabelConcurrencyCluster = "upgradekit.io/concurrency-cluster"
+
+// ConcurrencyGate lets at most Limit machines of a cluster be updated in
+// place at once, across every replica of the extension: each update holds
+// one of Limit slots, a coordination.k8s.io Lease in the management
+// cluster, from the moment it may start until it is done. A Lease that is
+// not renewed for its TTL is free again, so an extension that crashed
+// mid-update does not hold a slot for ever (the next update may then run
+// beside the crashed one's node, which is why the TTL should exceed the
+// time between two UpdateMachine calls by far, not the update's length:
+// MachineUpdater renews on every call).
+//
+// It is a strategy.Gate with Renew and Release (strategy.GateHolder):
+// MachineUpdater (WithGates) asks Check before an update starts, renews
+// while it runs and releases when it is done. A failed update keeps its
+// slot until its TTL ends: the node is still cordoned and needs a person,
+// and letting another update start beside it would widen the damage.
+type ConcurrencyGate struct {
+	c         client.Client
+	namespace string
+	limit     int
+	ttl       time.Duration
+}
+
+// NewConcurrencyGate builds the gate: its Leases live in namespace of the
+// management cluster, which c must be able to get, list, create and
+// update Leases in (nothing else). limit must be positive and ttl at
+// least a second.
+func NewConcurrencyGate(c client.Client, namespace string, limit int, ttl time.Duration) (*ConcurrencyGate, error) {
+	switch {
+	case c == nil:
+		return nil, fmt.Errorf("%w: NewConcurrencyGate: nil client", ErrInvalidOption)
+	case len(validation.IsDNS1123Label(namespace)) > 0:
+		return nil, fmt.Errorf("%w: NewConcurrencyGate: namespace %s: %s", ErrInvalidOption, errtext.Quote(namespace), validation.IsDNS1123Label(namespace)[0])
+	case limit <= 0:
+		return nil, fmt.Errorf("%w: NewConcurrencyGate: limit %d: must be positive", ErrInvalidOption, limit)
+	case ttl < time.Second:
+		return nil, fmt.Errorf("%w: NewConcurrencyGate: TTL %s: must be at least a second", ErrInvalidOption, ttl)
+	}
+	return &ConcurrencyGate{c: c, namespace: namespace, limit: limit, ttl: ttl}, nil
+}
+
+// holder is who holds a slot: the machine, in its cluster.
+func holder(req strategy.GateRequest) string { return req.Cluster + "/" + req.Machine }
+
+// slotName is the Lease of the cluster's slot i.
+func (g *ConcurrencyGate) slotName(cluster string, i int) string {
+	return fmt.Sprintf("upgradekit-%s-%d", clusterKey(cluster), i)
+}
+
+// clusterKey is the cluster as a label value and name part: readable when
+// short, a hash when long or unsafe.
+func clusterKey(cluster string) string {
+	s := strings.ReplaceAll(cluster, "/", ".")
+	if len(s) <= 40 && len(validation.IsDNS1123Label(strings.ReplaceAll(s, ".", "-"))) == 0 {
+		return strings.ReplaceAll(s, ".", "-")
+	}
+	sum := sha256.Sum256([]byte(cluster))
+	return "h" + hex.EncodeToString(sum[:])[:20]
+}
+
+// Check allows a machine that holds a slot (renewing it) or can take a
+// free or expired one; otherwise it answers Wait with the holders and
+// when the first slot would expire.
+func (g *ConcurrencyGate) Check(ctx context.Context, req strategy.GateRequest) strategy.GateResult {
+	res := strategy.GateResult{Gate: "concurrency"}
+	if g == nil || g.c == nil {
+		res.Verdict, res.Reason, res.Err = strategy.Wait, "ConcurrencyGate not built with NewConcurrencyGate", strategy.ErrInvalidGate
+		return res
+	}
+	if req.Cluster == "" || req.Machine == "" {
+		res.Verdict, res.Reason, res.Err = strategy.Wait, "the request names no cluster or machine", strategy.ErrInvalidGate
+		return res
+	}
+	leases, err := g.leases(ctx, req.Cluster)
+	if err != nil {
+		res.Verdict, res.Reason, res.Err = strategy.Wait, "reading the concurrency Leases: "+errtext.Clip(err.Error()), err
+		return res
+	}
+	me := holder(req)
+	for _, l := range leases {
+		if l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity == me {
+			if err := g.write(ctx, l, me, req.Now, false); err != nil {
+				res.Verdict, res.Reason, res.Err = strategy.Wait, "renewing slot "+l.Name+": "+errtext.Clip(err.Error()), err
+				return res
+			}
+			res.Verdict = strategy.Allow
+			return res
+		}
+	}
+	var held []string
+	var soonest time.Duration = -1
+	for i := range g.limit {
+		name := g.slotName(req.Cluster, i)
+		l := leases[name]
+		if l == nil {
+			l = &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: g.namespace, Name: name,
+				Labels: map[string]string{LabelConcurrencyCluster: clusterKey(req.Cluster)}}}
+		} else if left := g.left(l, req.Now); left > 0 {
+			held = append(held, strings.TrimPrefix(*l.Spec.HolderIdentity, req.Cluster+"/"))
+			if soonest < 0 || left < soonest {
+				soonest = left
+			}
+			continue
+		}
+		err := g.write(ctx, l, me, req.Now, true)
+		switch {
+		case err == nil:
+			res.Verdict = strategy.Allow
+			return res
+		case apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err):
+			// Another replica took it first: try the next slot.
+			held = append(held, "(taken meanwhile)")
+			continue
+		default:
+			res.Verdict, res.Reason, res.Err = strategy.Wait, "taking slot "+name+": "+errtext.Clip(err.Error()), err
+			return res
+		}
+	}
+	slices.Sort(held)
+	res.Verdict = strategy.Wait
+	res.Reason = fmt.Sprintf("%d of %d machines of cluster %s are being updated already: %s", len(held), g.limit, req.Cluster, strings.Join(held, ", "))
+	if soonest > 0 {
+		res.RetryAfter = soonest
+	}
+	return res
+}
+
+// left is how long l's holder has before the slot is free again: 0 for a
+// Lease nobody holds or whose TTL ran out.
+func (g *ConcurrencyGate) left(l *coordinationv1.Lease, now time.Time) time.Duration {
+	if l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity == "" || l.Spec.RenewTime == nil || l.Spec.LeaseDurationSeconds == nil {
+		return 0
+	}
+	return max(l.Spec.RenewTime.Add(time.Duration(*l.Spec.LeaseDurationSeconds)*time.Second).Sub(now), 0)
+}
+
+// Renew renews the slot the machine holds; not holding one is no error.
+func (g *ConcurrencyGate) Renew(ctx context.Context, req strategy.GateRequest) error {
+	return g.each(ctx, req, func(l *coordinationv1.Lease) error { return g.write(ctx, l, holder(req), req.Now, false) })
+}
+
+// Release frees the slot the machine holds; not holding one is no error.
+func (g *ConcurrencyGate) Release(ctx context.Context, req strategy.GateRequest) error {
+	return g.each(ctx, req, func(l *coordinationv1.Lease) error {
+		l.Spec.HolderIdentity, l.Spec.RenewTime, l.Spec.AcquireTime = nil, nil, nil
+		return g.c.Update(ctx, l)
+	})
+}
+
+// each calls f on the Leases the machine holds.
+func (g *ConcurrencyGate) each(ctx context.Context, req strategy.GateRequest, f func(*coordinationv1.Lease) error) error {
+	if g == nil || g.c == nil {
+		return fmt.Errorf("%w: ConcurrencyGate not built with NewConcurrencyGate", strategy.ErrInvalidGate)
+	}
+	leases, err := g.leases(ctx, req.Cluster)
+	if err != nil {
+		return err
+	}
+	me := holder(req)
+	var errs []error
+	for _, l := range leases {
+		if l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity == me {
+			if err := f(l); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	return errors.Join(errtext.Cut(errs)...)
+}
+
+// leases lists the cluster's slots by name.
+func (g *ConcurrencyGate) leases(ctx context.Context, cluster string) (map[string]*coordinationv1.Lease, error) {
+	var list coordinationv1.LeaseList
+	if err := g.c.List(ctx, &list, client.InNamespace(g.namespace), client.MatchingLabels{LabelConcurrencyCluster: clusterKey(cluster)}); err != nil {
+		return nil, err
+	}
+	out := make(map[string]*coordinationv1.Lease, len(list.Items))
+	for i := range list.Items {
+		out[list.Items[i].Name] = &list.Items[i]
+	}
+	return out, nil
+}
+
+// write takes (acquire) or renews l for holder at now: create when new,
+// update otherwise, both with the API server's optimistic concurrency, so
+// two replicas never both take one slot.
+func (g *ConcurrencyGate) write(ctx context.Context, l *coordinationv1.Lease, holder string, now time.Time, acquire bool) error {
+	ts := metav1.NewMicroTime(now)
+	secs := int32(g.ttl / time.Second)
+	l.Spec.HolderIdentity, l.Spec.RenewTime, l.Spec.LeaseDurationSeconds = &holder, &ts, &secs
+	if acquire {
+		l.Spec.AcquireTime = &ts
+	}
+	if l.ResourceVersion == "" {
+		return g.c.Create(ctx, l)
+	}
+	return g.c.Update(ctx, l)
+}
