@@ -89,6 +89,7 @@ var registry = map[string]reflect.Value{
 	"capi.NewMetrics":                          reflect.ValueOf(capi.NewMetrics),
 	"capi.RollOutError.Error":                  reflect.ValueOf((*capi.RollOutError).Error),
 	"capi.RollOutError.Is":                     reflect.ValueOf((*capi.RollOutError).Is),
+	"capi.SoakGate":                            reflect.ValueOf(capi.SoakGate),
 	"capi.VerifyCanUpdateMachine":              reflect.ValueOf(capi.VerifyCanUpdateMachine),
 	"capi.VerifyCanUpdateMachineSet":           reflect.ValueOf(capi.VerifyCanUpdateMachineSet),
 	"capi.VersionCheck":                        reflect.ValueOf(capi.VersionCheck),
