@@ -12,7 +12,6 @@ import (
 	"github.com/prometheus/common/model"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/upgradekit/upgradekit/internal/errtext"
@@ -104,20 +103,12 @@ func PodBlockerGate(workload WorkloadClient, selector labels.Selector) (strategy
 	}
 	return strategy.GateFunc(func(ctx context.Context, req strategy.GateRequest) strategy.GateResult {
 		res := strategy.GateResult{Gate: "blocking-pods", RetryAfter: DefaultBlockerRetry}
-		ns, name, ok := strings.Cut(req.Cluster, "/")
-		if !ok {
-			res.Verdict, res.Reason, res.Err = strategy.Wait, "the request names no namespace/name cluster", strategy.ErrInvalidGate
-			return res
-		}
-		c, err := workload(ctx, types.NamespacedName{Namespace: ns, Name: name})
-		if err == nil && c == nil {
-			err = fmt.Errorf("%w: the workload client getter returned no client", ErrInvalidOption)
+		c, bad := workloadOf(ctx, workload, res.Gate, req)
+		if bad != nil {
+			return *bad
 		}
 		var pods corev1.PodList
-		if err == nil {
-			err = c.List(ctx, &pods, client.MatchingLabelsSelector{Selector: selector})
-		}
-		if err != nil {
+		if err := c.List(ctx, &pods, client.MatchingLabelsSelector{Selector: selector}); err != nil {
 			res.Verdict, res.Reason, res.Err = strategy.Wait, "reading the workload cluster's pods: "+errtext.Clip(err.Error()), err
 			return res
 		}

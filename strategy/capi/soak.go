@@ -9,7 +9,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/upgradekit/upgradekit/internal/errtext"
@@ -35,23 +34,13 @@ func SoakGate(workload WorkloadClient, soak time.Duration, selector labels.Selec
 		selector = labels.Everything()
 	}
 	return strategy.GateFunc(func(ctx context.Context, req strategy.GateRequest) strategy.GateResult {
-		res := strategy.GateResult{Gate: "soak"}
-		ns, name, ok := strings.Cut(req.Cluster, "/")
-		if !ok {
-			res.Verdict, res.Reason, res.Err = strategy.Wait, "the request names no namespace/name cluster", strategy.ErrInvalidGate
-			return res
-		}
-		c, err := workload(ctx, types.NamespacedName{Namespace: ns, Name: name})
-		if err == nil && c == nil {
-			err = fmt.Errorf("%w: the workload client getter returned no client", ErrInvalidOption)
+		c, bad := workloadOf(ctx, workload, "soak", req)
+		if bad != nil {
+			return *bad
 		}
 		var nodes corev1.NodeList
-		if err == nil {
-			err = c.List(ctx, &nodes, client.MatchingLabelsSelector{Selector: selector})
-		}
-		if err != nil {
-			res.Verdict, res.Reason, res.Err = strategy.Wait, "reading the workload cluster's nodes: "+errtext.Clip(err.Error()), err
-			return res
+		if err := c.List(ctx, &nodes, client.MatchingLabelsSelector{Selector: selector}); err != nil {
+			return strategy.GateResult{Verdict: strategy.Wait, Gate: "soak", Reason: "reading the workload cluster's nodes: " + errtext.Clip(err.Error()), Err: err}
 		}
 		var waiting []string
 		var longest time.Duration
@@ -71,17 +60,14 @@ func SoakGate(workload WorkloadClient, soak time.Duration, selector labels.Selec
 				longest = max(longest, left)
 			}
 		}
+		res := strategy.GateResult{Gate: "soak"}
 		if len(waiting) == 0 {
 			res.Verdict = strategy.Allow
 			return res
 		}
 		slices.Sort(waiting)
-		shown := waiting
-		if len(shown) > 10 {
-			shown = append(shown[:10:10], fmt.Sprintf("and %d more", len(waiting)-10))
-		}
 		res.Verdict, res.RetryAfter = strategy.Wait, longest
-		res.Reason = fmt.Sprintf("nodes not yet Ready for %s: %s", soak, strings.Join(shown, ", "))
+		res.Reason = fmt.Sprintf("nodes not yet Ready for %s: %s", soak, strings.Join(capList(waiting), ", "))
 		return res
 	}), nil
 }

@@ -1,0 +1,191 @@
+package capi
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/upgradekit/upgradekit/internal/errtext"
+	"github.com/upgradekit/upgradekit/strategy"
+)
+
+// workloadOf returns the request's workload cluster client, or the
+// GateResult to answer when there is none.
+func workloadOf(ctx context.Context, workload WorkloadClient, gate string, req strategy.GateRequest) (client.Client, *strategy.GateResult) {
+	ns, name, ok := strings.Cut(req.Cluster, "/")
+	if !ok {
+		return nil, &strategy.GateResult{Verdict: strategy.Wait, Gate: gate, Reason: "the request names no namespace/name cluster", Err: strategy.ErrInvalidGate}
+	}
+	c, err := workload(ctx, types.NamespacedName{Namespace: ns, Name: name})
+	if err == nil && c == nil {
+		err = fmt.Errorf("%w: the workload client getter returned no client", ErrInvalidOption)
+	}
+	if err != nil {
+		return nil, &strategy.GateResult{Verdict: strategy.Wait, Gate: gate, Reason: "reaching the workload cluster: " + errtext.Clip(err.Error()), Err: err}
+	}
+	return c, nil
+}
+
+// WorkloadsGate holds the next update until the workloads are back: every
+// Deployment and StatefulSet of the workload cluster (in namespaces, or
+// all when none is given) has all its replicas updated and available for
+// its latest generation, so the pods evicted from the last node run
+// somewhere again. A Deployment whose Available condition has been False
+// for longer than timeout answers Stop (it is not coming back by itself:
+// a person must look); 0 waits for ever.
+func WorkloadsGate(workload WorkloadClient, timeout time.Duration, namespaces ...string) (strategy.Gate, error) {
+	switch {
+	case workload == nil:
+		return nil, fmt.Errorf("%w: WorkloadsGate: nil workload client", ErrInvalidOption)
+	case timeout < 0:
+		return nil, fmt.Errorf("%w: WorkloadsGate: timeout %s: must not be negative", ErrInvalidOption, timeout)
+	}
+	if len(namespaces) == 0 {
+		namespaces = []string{""}
+	}
+	return strategy.GateFunc(func(ctx context.Context, req strategy.GateRequest) strategy.GateResult {
+		c, bad := workloadOf(ctx, workload, "workloads", req)
+		if bad != nil {
+			return *bad
+		}
+		var short, stuck []string
+		for _, ns := range namespaces {
+			var deps appsv1.DeploymentList
+			var sts appsv1.StatefulSetList
+			err := c.List(ctx, &deps, client.InNamespace(ns))
+			if err == nil {
+				err = c.List(ctx, &sts, client.InNamespace(ns))
+			}
+			if err != nil {
+				return strategy.GateResult{Verdict: strategy.Wait, Gate: "workloads", Reason: "reading Deployments and StatefulSets: " + errtext.Clip(err.Error()), Err: err}
+			}
+			for _, d := range deps.Items {
+				want := int32(1)
+				if d.Spec.Replicas != nil {
+					want = *d.Spec.Replicas
+				}
+				st := d.Status
+				if st.ObservedGeneration >= d.Generation && st.UpdatedReplicas >= want && st.AvailableReplicas >= want {
+					continue
+				}
+				what := fmt.Sprintf("Deployment %s/%s (%d/%d available)", d.Namespace, d.Name, st.AvailableReplicas, want)
+				if timeout > 0 {
+					for _, cond := range st.Conditions {
+						if cond.Type == appsv1.DeploymentAvailable && cond.Status == corev1.ConditionFalse && req.Now.Sub(cond.LastTransitionTime.Time) > timeout {
+							stuck = append(stuck, fmt.Sprintf("%s, unavailable since %s", what, cond.LastTransitionTime.UTC().Format(time.RFC3339)))
+						}
+					}
+				}
+				short = append(short, what)
+			}
+			for _, s := range sts.Items {
+				want := int32(1)
+				if s.Spec.Replicas != nil {
+					want = *s.Spec.Replicas
+				}
+				st := s.Status
+				if st.ObservedGeneration >= s.Generation && st.ReadyReplicas >= want && st.AvailableReplicas >= want {
+					continue
+				}
+				short = append(short, fmt.Sprintf("StatefulSet %s/%s (%d/%d ready)", s.Namespace, s.Name, st.ReadyReplicas, want))
+			}
+		}
+		if len(stuck) > 0 {
+			slices.Sort(stuck)
+			return strategy.GateResult{Verdict: strategy.Stop, Gate: "workloads",
+				Reason: fmt.Sprintf("workloads unavailable for more than %s: %s", timeout, strings.Join(capList(stuck), "; "))}
+		}
+		if len(short) > 0 {
+			slices.Sort(short)
+			return strategy.GateResult{Verdict: strategy.Wait, Gate: "workloads", RetryAfter: 15 * time.Second,
+				Reason: "workloads not fully available: " + strings.Join(capList(short), ", ")}
+		}
+		return strategy.GateResult{Verdict: strategy.Allow, Gate: "workloads"}
+	}), nil
+}
+
+// controlPlaneComponents are the static pods kubeadm runs on a control
+// plane node (etcd only with stacked etcd).
+var controlPlaneComponents = []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler", "etcd"}
+
+// ControlPlaneGate holds the update of a control plane machine until every
+// other control plane node (LabelControlPlaneNode) is Ready and runs its
+// control plane Ready: the mirror pods kube-system/<component>-<node> of
+// kube-apiserver, kube-controller-manager and kube-scheduler exist and are
+// Ready, and so is etcd's where the node has one (stacked etcd: kubeadm's
+// etcd pod is Ready when its member answers its health endpoint, which is
+// how the member's health is judged here). Workers pass: the gate guards
+// the control plane's quorum, one node at a time.
+func ControlPlaneGate(workload WorkloadClient) (strategy.Gate, error) {
+	if workload == nil {
+		return nil, fmt.Errorf("%w: ControlPlaneGate: nil workload client", ErrInvalidOption)
+	}
+	return strategy.GateFunc(func(ctx context.Context, req strategy.GateRequest) strategy.GateResult {
+		if req.Role != strategy.RoleControlPlane {
+			return strategy.GateResult{Verdict: strategy.Allow, Gate: "control-plane"}
+		}
+		c, bad := workloadOf(ctx, workload, "control-plane", req)
+		if bad != nil {
+			return *bad
+		}
+		var nodes corev1.NodeList
+		var pods corev1.PodList
+		err := c.List(ctx, &nodes, client.HasLabels{LabelControlPlaneNode})
+		if err == nil {
+			err = c.List(ctx, &pods, client.InNamespace("kube-system"))
+		}
+		if err != nil {
+			return strategy.GateResult{Verdict: strategy.Wait, Gate: "control-plane", Reason: "reading the control plane: " + errtext.Clip(err.Error()), Err: err}
+		}
+		byName := make(map[string]*corev1.Pod, len(pods.Items))
+		for i := range pods.Items {
+			byName[pods.Items[i].Name] = &pods.Items[i]
+		}
+		var problems []string
+		for i := range nodes.Items {
+			n := &nodes.Items[i]
+			if n.Name == req.Node || n.DeletionTimestamp != nil {
+				continue
+			}
+			if r := readyCondition(n); r == nil || r.Status != corev1.ConditionTrue {
+				problems = append(problems, n.Name+": node not Ready")
+				continue
+			}
+			for _, comp := range controlPlaneComponents {
+				p := byName[comp+"-"+n.Name]
+				switch {
+				case p == nil && comp == "etcd":
+					// External etcd: no member on the node.
+				case p == nil:
+					problems = append(problems, n.Name+": no "+comp+" pod")
+				case p.DeletionTimestamp != nil:
+					problems = append(problems, n.Name+": "+comp+" being deleted")
+				case !podReady(p):
+					problems = append(problems, n.Name+": "+comp+" not Ready")
+				}
+			}
+		}
+		if len(problems) > 0 {
+			slices.Sort(problems)
+			return strategy.GateResult{Verdict: strategy.Wait, Gate: "control-plane", RetryAfter: 15 * time.Second,
+				Reason: "the other control plane nodes are not all healthy: " + strings.Join(capList(problems), ", ")}
+		}
+		return strategy.GateResult{Verdict: strategy.Allow, Gate: "control-plane"}
+	}), nil
+}
+
+func podReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
