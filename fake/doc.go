@@ -92,6 +92,15 @@
 // cordoned, nobody else's cordon lifted), plus converged versions. A
 // 1,000-node in-place upgrade simulates in a few seconds (BENCHMARKS.md).
 //
+// Gates (WithSimGates) are asked before each machine at the virtual
+// time, against the simulated cluster (a gate built on Simulator.Client
+// sees the simulated nodes): Wait advances the clock, Stop holds the rest
+// of the group. A circuit breaker (WithBreaker) trips during the run once
+// more than its limit of a group's machines failed or went bad after
+// their update (Faults.UnhealthyAfterUpdate), and holds the rest of the
+// group; CheckBreaker is then among the invariants (it tripped at the
+// first machine above the limit, and nothing of the group started after).
+//
 // # Simulator with the MachineUpdater
 //
 // By default the simulator runs each in-place machine's kubeadm plan

@@ -57,7 +57,8 @@ type Injection struct {
 	Verb       Verb
 	Kind       string
 	// What is "fail", "slow", "deadline", "not-ready", "crash-during",
-	// "crash-after", "crash-controller" or the APIFault.
+	// "crash-after", "crash-controller", "unhealthy-after-update" or the
+	// APIFault.
 	What string
 }
 
@@ -96,6 +97,7 @@ type Faults struct {
 	crash    map[crashKey]bool
 	crashed  map[crashKey]bool
 	ctrl     map[int]bool
+	sick     map[string]bool // UnhealthyAfterUpdate
 	api      []*apiRule
 	log      []Injection
 }
@@ -124,6 +126,37 @@ func (f *Faults) ready() *Faults {
 		f.crash, f.crashed, f.ctrl = n.crash, n.crashed, n.ctrl
 	}
 	return f
+}
+
+// UnhealthyAfterUpdate makes node's machine go bad once its update has
+// succeeded: its Node turns NotReady and stays so (the kubelet does not
+// recover). The simulator counts it for its circuit breaker (WithBreaker)
+// and its gates see it.
+func (f *Faults) UnhealthyAfterUpdate(node string) *Faults {
+	f = f.ready()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.sick == nil {
+		f.sick = map[string]bool{}
+	}
+	f.sick[node] = true
+	return f
+}
+
+// TakeUnhealthy reports, once, whether node was made to go bad after its
+// update (UnhealthyAfterUpdate).
+func (f *Faults) TakeUnhealthy(node string) bool {
+	if f == nil {
+		return false
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !f.sick[node] {
+		return false
+	}
+	delete(f.sick, node)
+	f.log = append(f.log, Injection{Node: node, What: "unhealthy-after-update"})
+	return true
 }
 
 // FailStep makes the run phase of step on node exit with ExitInjected the

@@ -14,6 +14,7 @@ import (
 
 	"github.com/upgradekit/upgradekit/nodeexec"
 	"github.com/upgradekit/upgradekit/nodeexec/drain"
+	"github.com/upgradekit/upgradekit/strategy"
 )
 
 // The invariant checks below are what the Simulator verifies after every
@@ -223,5 +224,65 @@ func CheckCordons(ctx context.Context, c client.Reader, res *Result) []string {
 			out = append(out, fmt.Sprintf("node %s still carries the simulator's cordon record", n.Name))
 		}
 	}
+	return out
+}
+
+// CheckBreaker reports a circuit breaker that did not hold: a group with
+// more than b's limit of failed or unhealthy machines whose breaker did
+// not trip, and a machine of a tripped group that started after the
+// machine that tripped it (every machine's events run in the order they
+// were started). Group sizes are read from the plan.
+func CheckBreaker(res *Result, b strategy.Breaker) []string {
+	if res == nil || res.Plan == nil {
+		return nil
+	}
+	group := map[string]string{}
+	sizes := map[string]int{}
+	for _, pm := range res.Plan.Machines {
+		group[pm.Machine] = pm.Group
+		sizes[pm.Group]++
+	}
+	bad := map[string]int{}
+	for _, m := range res.Failed {
+		bad[group[m]]++
+	}
+	for _, m := range res.Unhealthy {
+		bad[group[m]]++
+	}
+	trips := map[string]BreakerTrip{}
+	for _, t := range res.Breakers {
+		trips[t.Group] = t
+	}
+	var out []string
+	for g, n := range bad {
+		limit, err := b.Limit(sizes[g])
+		if err == nil && n > limit {
+			if _, ok := trips[g]; !ok {
+				out = append(out, fmt.Sprintf("group %q: %d of %d machines bad, more than %d, and the breaker did not trip", g, n, sizes[g], limit))
+			}
+		}
+	}
+	first, last := map[string]int{}, map[string]int{}
+	for i, e := range res.Events {
+		if _, ok := first[e.Machine]; !ok {
+			first[e.Machine] = i
+		}
+		last[e.Machine] = i
+	}
+	for g, t := range trips {
+		if t.Bad != t.Limit+1 {
+			out = append(out, fmt.Sprintf("group %q: the breaker tripped at %d bad machines, not at the first above its limit %d", g, t.Bad, t.Limit))
+		}
+		end, ok := last[t.After]
+		if !ok {
+			continue
+		}
+		for m, i := range first {
+			if group[m] == g && m != t.After && i > end {
+				out = append(out, fmt.Sprintf("group %q: machine %s started after the breaker tripped on %s", g, m, t.After))
+			}
+		}
+	}
+	sort.Strings(out)
 	return out
 }

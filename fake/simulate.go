@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"sort"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -119,6 +120,28 @@ type Result struct {
 	Held []Hold `json:"held,omitempty"`
 	// Violations lists broken invariants (empty when all held).
 	Violations []string `json:"violations,omitempty"`
+	// Unhealthy lists machines whose update succeeded but whose node went
+	// bad after it (Faults.UnhealthyAfterUpdate).
+	Unhealthy []string `json:"unhealthy,omitempty"`
+	// Breakers lists the groups whose circuit breaker (WithBreaker)
+	// tripped, in the order they tripped.
+	Breakers []BreakerTrip `json:"breakers,omitempty"`
+	// GateWaits is the virtual time machines waited at closed gates
+	// (WithSimGates), by machine.
+	GateWaits map[string]time.Duration `json:"gateWaits,omitempty"`
+}
+
+// BreakerTrip is a group's circuit breaker tripping during a run.
+type BreakerTrip struct {
+	// Group is the group ("" for the control plane).
+	Group string `json:"group"`
+	// After is the machine whose outcome tripped it.
+	After string `json:"after"`
+	// Bad and Size are the group's bad machines and size then; Limit is
+	// the breaker's maxUnhealthy for that size.
+	Bad, Size, Limit int
+	// Reason says why, in words.
+	Reason string `json:"reason"`
 }
 
 // Hold is a machine the simulator held back, and why.
@@ -174,6 +197,10 @@ type Simulator struct {
 	podOpts     []nodepod.Option
 	callBudget  int
 	cur         *updaterRun // the in-place update under way, for the hosts' observers
+	// breaker and gates: WithBreaker, WithSimGates.
+	breaker  *strategy.Breaker
+	gates    strategy.Gate
+	gateWait time.Duration
 }
 
 // SimOption configures a Simulator.
@@ -198,6 +225,23 @@ func WithSimFaults(f *Faults) SimOption { return func(s *Simulator) { s.faults =
 // WithEvents calls f for every timeline event as it completes (live
 // progress).
 func WithEvents(f func(Event)) SimOption { return func(s *Simulator) { s.onEvent = f } }
+
+// WithBreaker trips a circuit breaker per group during the run: once more
+// than b.MaxUnhealthy machines of a group failed or went unhealthy after
+// their update (Faults.UnhealthyAfterUpdate), no further machine of the
+// group starts (each is Held with the breaker's reason, and the trip is in
+// Result.Breakers).
+func WithBreaker(b strategy.Breaker) SimOption { return func(s *Simulator) { s.breaker = &b } }
+
+// WithSimGates asks g before each machine starts, at the virtual time:
+// Wait advances the clock by its RetryAfter (a minute when 0) and asks
+// again, for at most maxWait of virtual time, after which the machine is
+// Held; Stop holds the machine and the rest of its group. The gates see
+// the simulated cluster when built on Simulator.Client (a workload client
+// getter returning it).
+func WithSimGates(g strategy.Gate, maxWait time.Duration) SimOption {
+	return func(s *Simulator) { s.gates, s.gateWait = g, maxWait }
+}
 
 // WithMaxRestarts sets how many times a crashed runner is restarted on one
 // machine before the machine counts as failed (default 3).
@@ -388,6 +432,12 @@ func (s *Simulator) Run(ctx context.Context, r Rollout) (*Result, error) {
 		return nil, err
 	}
 	res := &Result{Plan: plan, Start: s.clock.Now(), Limits: map[string]int{"": 1}}
+	sizes := map[string]int{"": len(in.ControlPlane)}
+	for _, g := range in.Workers {
+		sizes[g.Name] = len(g.Machines)
+	}
+	bad := map[string]int{}        // per group: failed or unhealthy machines
+	tripped := map[string]string{} // per group: why its breaker (or a gate's Stop) holds it
 	for _, g := range in.Workers {
 		surge, unavail, err := g.Rollout.Limits(len(g.Machines))
 		if err != nil {
@@ -454,9 +504,34 @@ func (s *Simulator) Run(ctx context.Context, r Rollout) (*Result, error) {
 				case stuck[pm.Group]+inBatch[pm.Group]+1 > res.Limits[pm.Group]:
 					res.Held = append(res.Held, Hold{Machine: name, Reason: fmt.Sprintf("%d machines of the group are left cordoned after failures; the limit is %d", stuck[pm.Group], res.Limits[pm.Group])})
 					continue
+				case tripped[pm.Group] != "":
+					res.Held = append(res.Held, Hold{Machine: name, Reason: tripped[pm.Group]})
+					continue
+				}
+				if why, ok := s.waitForGates(ctx, pm, res); !ok {
+					res.Held = append(res.Held, Hold{Machine: name, Reason: why})
+					if strings.HasPrefix(why, "Stop") {
+						tripped[pm.Group] = why
+					}
+					continue
 				}
 				inBatch[pm.Group]++
-				if err := s.runMachine(ctx, r, b, pm, res); err != nil {
+				err := s.runMachine(ctx, r, b, pm, res)
+				if err == nil && s.faults.TakeUnhealthy(pm.Machine) {
+					res.Unhealthy = append(res.Unhealthy, name)
+					if h := s.fleet.Host(pm.Node); h != nil {
+						if err := h.NodeNotReady(ctx); err != nil {
+							return res, err
+						}
+					}
+					bad[pm.Group]++
+					s.tripBreaker(pm, sizes, bad, tripped, res)
+				}
+				if err != nil {
+					bad[pm.Group]++
+					s.tripBreaker(pm, sizes, bad, tripped, res)
+				}
+				if err != nil {
 					if ctx.Err() != nil {
 						return res, ctx.Err()
 					}
@@ -519,7 +594,63 @@ func (s *Simulator) Run(ctx context.Context, r Rollout) (*Result, error) {
 	res.Violations = append(res.Violations, CheckDisruption(res)...)
 	res.Violations = append(res.Violations, CheckNoRerun(res)...)
 	res.Violations = append(res.Violations, CheckCordons(ctx, s.c, res)...)
+	if s.breaker != nil {
+		res.Violations = append(res.Violations, CheckBreaker(res, *s.breaker)...)
+	}
 	return res, nil
+}
+
+// tripBreaker records the group's breaker tripping when its bad machines
+// now exceed the limit (a breaker that does not parse trips at once,
+// failing closed).
+func (s *Simulator) tripBreaker(pm strategy.PlannedMachine, sizes, bad map[string]int, tripped map[string]string, res *Result) {
+	if s.breaker == nil || tripped[pm.Group] != "" {
+		return
+	}
+	limit, _ := s.breaker.Limit(sizes[pm.Group])
+	trip, why, err := s.breaker.Tripped(sizes[pm.Group], bad[pm.Group])
+	if err != nil {
+		trip, why = true, "circuit breaker: "+err.Error()
+	}
+	if !trip {
+		return
+	}
+	tripped[pm.Group] = why
+	res.Breakers = append(res.Breakers, BreakerTrip{Group: pm.Group, After: pm.Machine, Bad: bad[pm.Group], Size: sizes[pm.Group], Limit: limit, Reason: why})
+}
+
+// waitForGates asks WithSimGates' gates about pm at the virtual time,
+// waiting (advancing the clock) while they answer Wait. It reports false
+// with why when the machine must be held: a Stop ("Stop ..."), or gates
+// still closed after the longest wait.
+func (s *Simulator) waitForGates(ctx context.Context, pm strategy.PlannedMachine, res *Result) (string, bool) {
+	if s.gates == nil {
+		return "", true
+	}
+	began := s.clock.Now()
+	for {
+		r := s.gates.Check(ctx, strategy.GateRequest{Cluster: "default/" + s.cl.name, Group: pm.Group, Role: pm.Role, Machine: pm.Machine, Node: pm.Node, Now: s.clock.Now()})
+		switch r.Verdict {
+		case strategy.Allow:
+			if waited := s.clock.Now().Sub(began); waited > 0 {
+				if res.GateWaits == nil {
+					res.GateWaits = map[string]time.Duration{}
+				}
+				res.GateWaits[pm.Machine] = waited
+			}
+			return "", true
+		case strategy.Stop:
+			return r.String(), false
+		}
+		step := r.RetryAfter
+		if step <= 0 {
+			step = time.Minute
+		}
+		if s.clock.Now().Add(step).Sub(began) > s.gateWait {
+			return fmt.Sprintf("gates still closed after %s: %s", s.clock.Now().Sub(began), r.String()), false
+		}
+		s.clock.Step(step)
+	}
 }
 
 // refreshVersions reads the kubelet versions of the named nodes and

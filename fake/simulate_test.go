@@ -11,12 +11,14 @@ import (
 
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/upgradekit/upgradekit/fake"
 	"github.com/upgradekit/upgradekit/strategy"
+	"github.com/upgradekit/upgradekit/strategy/capi"
 )
 
 func TestSimulatorRunsAMixedRollout(t *testing.T) {
@@ -98,6 +100,7 @@ type propertyCase struct {
 	faulted map[string]bool
 	// cordoned are nodes cordoned by someone else before the rollout.
 	cordoned []string
+	breaker  *strategy.Breaker
 	desc     string
 }
 
@@ -193,6 +196,18 @@ func newPropertyCase(t *testing.T, seed int64) propertyCase {
 	if rng.Intn(4) == 0 {
 		pc.cordoned = append(pc.cordoned, pick())
 	}
+	if rng.Intn(2) == 0 {
+		// Machines that go bad after their update, and a breaker per group
+		// that must stop the group right above its limit.
+		for range 1 + rng.Intn(3) {
+			n := pick()
+			pc.faults.UnhealthyAfterUpdate(n)
+			what = append(what, "unhealthy "+n)
+		}
+		limits := []intstr.IntOrString{intstr.FromInt32(0), intstr.FromInt32(1), intstr.FromString("34%")}
+		pc.breaker = &strategy.Breaker{MaxUnhealthy: limits[rng.Intn(len(limits))]}
+		what = append(what, "breaker "+pc.breaker.MaxUnhealthy.String())
+	}
 	pc.desc = fmt.Sprintf("strategy %s, images %v, faults %v, cordoned %v", pc.strategy.Name(), images, what, pc.cordoned)
 	return pc
 }
@@ -200,7 +215,11 @@ func newPropertyCase(t *testing.T, seed int64) propertyCase {
 func runPropertyCase(t *testing.T, seed int64) *fake.Result {
 	pc := newPropertyCase(t, seed)
 	ctx := context.Background()
-	sim, err := fake.NewSimulator(pc.cluster, fake.WithStrategy(pc.strategy), fake.WithSimFaults(pc.faults))
+	opts := []fake.SimOption{fake.WithStrategy(pc.strategy), fake.WithSimFaults(pc.faults)}
+	if pc.breaker != nil {
+		opts = append(opts, fake.WithBreaker(*pc.breaker))
+	}
+	sim, err := fake.NewSimulator(pc.cluster, opts...)
 	require.NoError(t, err, "seed %d", seed)
 	for _, n := range pc.cordoned {
 		require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
@@ -237,7 +256,7 @@ func TestSimulatorProperty(t *testing.T) {
 		first, last = *simSeed, *simSeed
 	}
 	var mu sync.Mutex
-	var runs, machines, failed, held, restarts, replans, commands int
+	var runs, machines, failed, held, restarts, replans, commands, unhealthy, trips int
 	t.Run("seeds", func(t *testing.T) {
 		for seed := first; seed <= last; seed++ {
 			t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
@@ -256,10 +275,65 @@ func TestSimulatorProperty(t *testing.T) {
 				restarts += res.Restarts
 				replans += res.ControllerRestarts
 				commands += len(res.Executions)
+				unhealthy += len(res.Unhealthy)
+				trips += len(res.Breakers)
 			})
 		}
 	})
 	require.Equal(t, int(last-first+1), runs)
-	t.Logf("%d randomized rollouts (%d machines, %d failed by injected faults, %d held back after failures, %d runner restarts, %d controller restarts, %d host commands), all invariants held, in %v",
-		runs, machines, failed, held, restarts, replans, commands, time.Since(start).Round(time.Millisecond))
+	t.Logf("%d randomized rollouts (%d machines, %d failed by injected faults, %d unhealthy after their update, %d circuit breakers tripped, %d held back after failures, %d runner restarts, %d controller restarts, %d host commands), all invariants held (the breakers each at the first machine above their limit, none started after), in %v",
+		runs, machines, failed, unhealthy, trips, held, restarts, replans, commands, time.Since(start).Round(time.Millisecond))
+}
+
+// TestSimulatorGates: gates are asked before each machine, at the virtual
+// time, against the simulated cluster: a maintenance window holds the
+// rollout until it opens; a machine that goes bad after its update keeps
+// the soak gate closed, so the next machines are held; a Stop holds the
+// rest of the group.
+func TestSimulatorGates(t *testing.T) {
+	ctx := context.Background()
+	cl := fake.NewCluster("demo").ControlPlane(1, "v1.30.4").MachineDeployment("md-0", 3, "v1.30.4")
+
+	window, err := strategy.MaintenanceWindow("nightly", "0 22 * * *", 4*time.Hour, "UTC")
+	require.NoError(t, err)
+	sim, err := fake.NewSimulator(cl, fake.WithSimGates(window, 48*time.Hour))
+	require.NoError(t, err)
+	res, err := sim.Run(ctx, fake.Rollout{ToVersion: "v1.31.2"})
+	require.NoError(t, err)
+	require.Empty(t, res.Violations)
+	require.Empty(t, res.Held)
+	opens := time.Date(2026, 1, 1, 22, 0, 0, 0, time.UTC)
+	for _, e := range res.Events {
+		require.False(t, e.Start.Before(opens), "%s/%s started at %s, before the window", e.Machine, e.Step, e.Start)
+	}
+	require.Equal(t, 13*time.Hour, res.GateWaits["demo-control-plane-0"], "the simulation starts at 09:00")
+
+	cl = fake.NewCluster("demo").ControlPlane(1, "v1.30.4").MachineDeployment("md-0", 3, "v1.30.4")
+	faults := fake.NewFaults(1).UnhealthyAfterUpdate("demo-md-0-0")
+	var sim2 *fake.Simulator
+	workload := func(context.Context, types.NamespacedName) (client.Client, error) { return sim2.Client(), nil }
+	soak, err := capi.SoakGate(workload, 5*time.Minute, nil)
+	require.NoError(t, err)
+	sim2, err = fake.NewSimulator(cl, fake.WithSimFaults(faults), fake.WithSimGates(soak, 30*time.Minute))
+	require.NoError(t, err)
+	res, err = sim2.Run(ctx, fake.Rollout{ToVersion: "v1.31.2"})
+	require.NoError(t, err)
+	require.Equal(t, []string{"demo-md-0-0"}, res.Unhealthy)
+	require.Len(t, res.Held, 2, "the other workers wait for demo-md-0-0, which never comes back: %v", res.Held)
+	for _, h := range res.Held {
+		require.Contains(t, h.Reason, "demo-md-0-0 (not Ready)")
+	}
+
+	stop := strategy.GateFunc(func(_ context.Context, req strategy.GateRequest) strategy.GateResult {
+		if req.Machine == "demo-md-0-1" {
+			return strategy.GateResult{Verdict: strategy.Stop, Gate: "change-freeze", Reason: "release freeze"}
+		}
+		return strategy.GateResult{Verdict: strategy.Allow}
+	})
+	cl = fake.NewCluster("demo").ControlPlane(1, "v1.30.4").MachineDeployment("md-0", 3, "v1.30.4")
+	sim, err = fake.NewSimulator(cl, fake.WithSimGates(stop, time.Hour))
+	require.NoError(t, err)
+	res, err = sim.Run(ctx, fake.Rollout{ToVersion: "v1.31.2"})
+	require.NoError(t, err)
+	require.Equal(t, []fake.Hold{{Machine: "demo-md-0-1", Reason: "Stop by change-freeze: release freeze"}, {Machine: "demo-md-0-2", Reason: "Stop by change-freeze: release freeze"}}, res.Held)
 }

@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/robfig/cron/v3"
+	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/upgradekit/upgradekit/internal/errtext"
 )
@@ -232,4 +234,49 @@ func (gs Gates) Release(ctx context.Context, req GateRequest) error {
 		}
 	}
 	return errors.Join(errtext.Cut(errs)...)
+}
+
+// Breaker stops a group's rollout during a run once too many of its
+// machines went bad: failed, or unhealthy after their update (Karpenter
+// stops repairing a node pool past 20% unhealthy, Cluster API's
+// MachineHealthCheck has maxUnhealthy). It trips when more than
+// MaxUnhealthy machines of the group are bad; from then on no machine of
+// the group starts.
+type Breaker struct {
+	// MaxUnhealthy is how many bad machines a group tolerates: a count
+	// ("2") or a percentage of the group's size ("20%", rounded down).
+	MaxUnhealthy intstr.IntOrString
+}
+
+// Limit is MaxUnhealthy for a group of size machines. A negative count,
+// or a percentage that is malformed or above 100, is ErrInvalidGate.
+func (b Breaker) Limit(size int) (int, error) {
+	if b.MaxUnhealthy.Type == intstr.String {
+		s := b.MaxUnhealthy.StrVal
+		pct, err := strconv.Atoi(strings.TrimSuffix(s, "%"))
+		if !strings.HasSuffix(s, "%") || err != nil || pct < 0 || pct > 100 {
+			return 0, fmt.Errorf("%w: breaker: maxUnhealthy %s: want a count or a percentage from 0%% to 100%%", ErrInvalidGate, errtext.Quote(s))
+		}
+	}
+	n, err := intstr.GetScaledValueFromIntOrPercent(&b.MaxUnhealthy, size, false)
+	if err != nil {
+		return 0, fmt.Errorf("%w: breaker: maxUnhealthy %s: %s", ErrInvalidGate, errtext.Quote(b.MaxUnhealthy.String()), errtext.Clip(err.Error()))
+	}
+	if n < 0 {
+		return 0, fmt.Errorf("%w: breaker: maxUnhealthy %s: out of range", ErrInvalidGate, errtext.Quote(b.MaxUnhealthy.String()))
+	}
+	return n, nil
+}
+
+// Tripped says whether bad machines of a group of size trip the breaker,
+// and why, in words.
+func (b Breaker) Tripped(size, bad int) (bool, string, error) {
+	limit, err := b.Limit(size)
+	if err != nil {
+		return false, "", err
+	}
+	if bad <= limit {
+		return false, "", nil
+	}
+	return true, fmt.Sprintf("circuit breaker: %d of %d machines failed or unhealthy after their update, more than maxUnhealthy %s (%d)", bad, size, b.MaxUnhealthy.String(), limit), nil
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/upgradekit/upgradekit/strategy"
 )
@@ -104,4 +105,41 @@ func TestGates(t *testing.T) {
 		})
 	}
 	require.Equal(t, "Wait by window: window says Wait (retry after 1h0m0s)", window.Check(ctx, strategy.GateRequest{}).String())
+}
+
+func TestBreaker(t *testing.T) {
+	for _, tc := range []struct {
+		max       intstr.IntOrString
+		size, bad int
+		tripped   bool
+		limit     int
+		wantErr   bool
+	}{
+		{intstr.FromInt32(0), 10, 0, false, 0, false},
+		{intstr.FromInt32(0), 10, 1, true, 0, false},
+		{intstr.FromInt32(2), 10, 2, false, 2, false},
+		{intstr.FromInt32(2), 10, 3, true, 2, false},
+		{intstr.FromString("20%"), 10, 2, false, 2, false},
+		{intstr.FromString("20%"), 10, 3, true, 2, false},
+		{intstr.FromString("20%"), 4, 1, true, 0, false}, // 0.8 rounds down
+		{intstr.FromString("100%"), 4, 4, false, 4, false},
+		{intstr.FromString("120%"), 4, 0, false, 0, true},
+		{intstr.FromString("two"), 4, 0, false, 0, true},
+		{intstr.FromInt32(-1), 4, 0, false, 0, true},
+	} {
+		b := strategy.Breaker{MaxUnhealthy: tc.max}
+		limit, err := b.Limit(tc.size)
+		tripped, why, terr := b.Tripped(tc.size, tc.bad)
+		if tc.wantErr {
+			require.ErrorIs(t, err, strategy.ErrInvalidGate, tc.max.String())
+			require.ErrorIs(t, terr, strategy.ErrInvalidGate)
+			continue
+		}
+		require.NoError(t, err)
+		require.Equal(t, tc.limit, limit, tc.max.String())
+		require.Equal(t, tc.tripped, tripped, "%s: %d of %d", tc.max.String(), tc.bad, tc.size)
+		if tripped {
+			require.Contains(t, why, "circuit breaker")
+		}
+	}
 }
