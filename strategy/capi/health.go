@@ -10,6 +10,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/upgradekit/upgradekit/internal/errtext"
@@ -188,4 +189,70 @@ func podReady(p *corev1.Pod) bool {
 		}
 	}
 	return false
+}
+
+// BreakerGate is strategy.Breaker on the Cluster API path: before a worker
+// of a MachineDeployment starts its update it counts the deployment's
+// machines (Machines labelled with its name in the management cluster)
+// whose update failed (their Node's ConditionInPlaceUpdate says Failed)
+// or whose Node is not Ready, and answers Stop, with the breaker's reason,
+// once they are more than the breaker's limit: the rest of the group is
+// left alone until a person looks. Control plane machines pass (the
+// ControlPlaneGate guards them). mgmt reads Machines, workload the Nodes.
+func BreakerGate(mgmt client.Reader, workload WorkloadClient, b strategy.Breaker) (strategy.Gate, error) {
+	switch {
+	case mgmt == nil || workload == nil:
+		return nil, fmt.Errorf("%w: BreakerGate: nil management reader or workload client", ErrInvalidOption)
+	}
+	if _, err := b.Limit(100); err != nil {
+		return nil, fmt.Errorf("%w: BreakerGate: %w", ErrInvalidOption, err)
+	}
+	return strategy.GateFunc(func(ctx context.Context, req strategy.GateRequest) strategy.GateResult {
+		if req.Role == strategy.RoleControlPlane || req.Group == "" {
+			return strategy.GateResult{Verdict: strategy.Allow, Gate: "breaker"}
+		}
+		c, bad := workloadOf(ctx, workload, "breaker", req)
+		if bad != nil {
+			return *bad
+		}
+		ns, _, _ := strings.Cut(req.Cluster, "/")
+		var machines clusterv1.MachineList
+		if err := mgmt.List(ctx, &machines, client.InNamespace(ns), client.MatchingLabels{clusterv1.MachineDeploymentNameLabel: req.Group}); err != nil {
+			return strategy.GateResult{Verdict: strategy.Wait, Gate: "breaker", Reason: "reading the group's machines: " + errtext.Clip(err.Error()), Err: err}
+		}
+		var broken []string
+		for _, m := range machines.Items {
+			if m.Name == req.Machine || !m.Status.NodeRef.IsDefined() {
+				continue
+			}
+			var n corev1.Node
+			if err := c.Get(ctx, client.ObjectKey{Name: m.Status.NodeRef.Name}, &n); err != nil {
+				if client.IgnoreNotFound(err) != nil {
+					return strategy.GateResult{Verdict: strategy.Wait, Gate: "breaker", Reason: "reading node " + m.Status.NodeRef.Name + ": " + errtext.Clip(err.Error()), Err: err}
+				}
+				continue
+			}
+			failed := false
+			for _, cond := range n.Status.Conditions {
+				if cond.Type == ConditionInPlaceUpdate && cond.Reason == ReasonFailed {
+					failed = true
+				}
+			}
+			switch r := readyCondition(&n); {
+			case failed:
+				broken = append(broken, m.Name+" (update failed)")
+			case r == nil || r.Status != corev1.ConditionTrue:
+				broken = append(broken, m.Name+" (node not Ready)")
+			}
+		}
+		tripped, why, err := b.Tripped(len(machines.Items), len(broken))
+		switch {
+		case err != nil:
+			return strategy.GateResult{Verdict: strategy.Wait, Gate: "breaker", Reason: errtext.Clip(err.Error()), Err: err}
+		case tripped:
+			slices.Sort(broken)
+			return strategy.GateResult{Verdict: strategy.Stop, Gate: "breaker", Reason: why + ": " + strings.Join(capList(broken), ", ")}
+		}
+		return strategy.GateResult{Verdict: strategy.Allow, Gate: "breaker"}
+	}), nil
 }

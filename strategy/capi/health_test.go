@@ -10,8 +10,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	crfake "sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	"github.com/upgradekit/upgradekit/fake/envtest"
 	"github.com/upgradekit/upgradekit/strategy"
@@ -125,4 +128,48 @@ func TestWorkloadsAndControlPlaneGatesAgainstAPIServer(t *testing.T) {
 	} {
 		require.ErrorIs(t, err, capi.ErrInvalidOption)
 	}
+}
+
+// TestBreakerGate: on the Cluster API path the breaker counts a
+// MachineDeployment's machines whose update failed or whose node is not
+// Ready, and stops the group past its limit.
+func TestBreakerGate(t *testing.T) {
+	scheme, err := envtest.NewScheme()
+	require.NoError(t, err)
+	var objs []client.Object
+	node := func(name string, ready corev1.ConditionStatus, failed bool) {
+		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}, Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: ready}}}}
+		if failed {
+			n.Status.Conditions = append(n.Status.Conditions, corev1.NodeCondition{Type: capi.ConditionInPlaceUpdate, Status: corev1.ConditionTrue, Reason: capi.ReasonFailed})
+		}
+		m := &clusterv1.Machine{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name, Labels: map[string]string{clusterv1.MachineDeploymentNameLabel: "md-0"}},
+			Spec: clusterv1.MachineSpec{ClusterName: "demo"}, Status: clusterv1.MachineStatus{NodeRef: clusterv1.MachineNodeReference{Name: name}}}
+		objs = append(objs, n, m)
+	}
+	node("w-0", corev1.ConditionTrue, false)
+	node("w-1", corev1.ConditionFalse, false) // unhealthy after its update
+	node("w-2", corev1.ConditionTrue, false)
+	node("w-3", corev1.ConditionTrue, false)
+	c := crfake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).WithStatusSubresource(&corev1.Node{}, &clusterv1.Machine{}).Build()
+	workload := func(context.Context, types.NamespacedName) (client.Client, error) { return c, nil }
+	gate, err := capi.BreakerGate(c, workload, strategy.Breaker{MaxUnhealthy: intstr.FromString("25%")})
+	require.NoError(t, err)
+	ask := func(machine string) strategy.GateResult {
+		return gate.Check(t.Context(), strategy.GateRequest{Cluster: "default/demo", Group: "md-0", Role: strategy.RoleWorker, Machine: machine, Node: machine, Now: time.Now()})
+	}
+	require.Equal(t, strategy.Allow, ask("w-3").Verdict, "1 of 4 bad: at the limit")
+
+	var w2 corev1.Node
+	require.NoError(t, c.Get(t.Context(), client.ObjectKey{Name: "w-2"}, &w2))
+	w2.Status.Conditions = append(w2.Status.Conditions, corev1.NodeCondition{Type: capi.ConditionInPlaceUpdate, Status: corev1.ConditionTrue, Reason: capi.ReasonFailed})
+	require.NoError(t, c.Status().Update(t.Context(), &w2))
+	r := ask("w-3")
+	require.Equal(t, strategy.Stop, r.Verdict)
+	require.Equal(t, "circuit breaker: 2 of 4 machines failed or unhealthy after their update, more than maxUnhealthy 25% (1): w-1 (node not Ready), w-2 (update failed)", r.Reason)
+	require.Equal(t, strategy.Allow, gate.Check(t.Context(), strategy.GateRequest{Cluster: "default/demo", Role: strategy.RoleControlPlane, Machine: "cp-0"}).Verdict)
+
+	_, err = capi.BreakerGate(c, workload, strategy.Breaker{MaxUnhealthy: intstr.FromString("200%")})
+	require.ErrorIs(t, err, capi.ErrInvalidOption)
+	_, err = capi.BreakerGate(nil, workload, strategy.Breaker{})
+	require.ErrorIs(t, err, capi.ErrInvalidOption)
 }

@@ -28,6 +28,10 @@
 //     (WithStageFrom), with the steps the bundle does not carry left out
 //     (WithSkipSteps), in a namespace it creates with the privileged Pod
 //     Security level when missing (EnsureNamespace);
+//   - with WithGates, UpdateMachine asks gates (a maintenance window, a
+//     concurrency limit across replicas, a soak time, the workloads, the
+//     control plane, a circuit breaker, Prometheus alerts) before it
+//     touches a node;
 //   - TLS from the certificate directory, HTTP/1.1 only, handler timeouts
 //     announced in discovery; metrics on controller-runtime's registry.
 //

@@ -10,6 +10,7 @@ import (
 
 	"github.com/upgradekit/upgradekit/diff"
 	"github.com/upgradekit/upgradekit/nodeexec/nodepod"
+	"github.com/upgradekit/upgradekit/strategy"
 	"github.com/upgradekit/upgradekit/strategy/capi"
 )
 
@@ -42,6 +43,7 @@ type config struct {
 	log              logr.Logger
 	metrics          *capi.Metrics
 	checks           []capi.Check
+	gates            []strategy.Gate
 	extensionOptions []capi.ExtensionOption
 	updaterOptions   []capi.MachineUpdaterOption
 }
@@ -203,6 +205,16 @@ func WithLogger(l logr.Logger) Option { return func(c *config) { c.log = l } }
 // WithMetrics sets the Prometheus metrics (default: capi.NewMetrics on
 // controller-runtime's registry, which a manager's metrics server serves).
 func WithMetrics(m *capi.Metrics) Option { return func(c *config) { c.metrics = m } }
+
+// WithGates asks gates before each in-place update starts, before
+// anything is done to the node (capi.WithGates): capi.ConcurrencyGate,
+// SoakGate, WorkloadsGate, ControlPlaneGate, BreakerGate, AlertGate,
+// PodBlockerGate, strategy.MaintenanceWindow, or your own. A nil gate is
+// refused; with DecideOnly there is no update to gate, so gates are
+// refused too.
+func WithGates(gates ...strategy.Gate) Option {
+	return func(c *config) { c.gates = append(c.gates, gates...) }
+}
 
 // WithChecks adds feasibility checks to CanUpdate*, after the built-in
 // ones (capi.WithChecks). With a management cluster reader,

@@ -148,6 +148,14 @@ func (c *config) validate() error {
 	if err := c.validateCategories(); err != nil {
 		return err
 	}
+	for i, g := range c.gates {
+		if g == nil {
+			return invalid("WithGates", "gate %d is nil", i)
+		}
+	}
+	if len(c.gates) > 0 && c.decideOnly {
+		return invalid("WithGates", "DecideOnly serves no UpdateMachine to gate")
+	}
 	if c.decideOnly {
 		return nil
 	}
@@ -375,6 +383,9 @@ func (s *Server) buildHandlers(mgmt client.Reader) ([]server.ExtensionHandler, e
 	}
 	if !c.drain {
 		opts = append(opts, capi.WithoutDrain())
+	}
+	if len(c.gates) > 0 {
+		opts = append(opts, capi.WithGates(c.gates...))
 	}
 	if c.images != nil {
 		opts = append(opts, capi.WithVersionImages(c.images))

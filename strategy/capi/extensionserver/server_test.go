@@ -13,6 +13,7 @@ import (
 	"github.com/upgradekit/upgradekit/diff"
 	"github.com/upgradekit/upgradekit/nodeexec/kubeadm"
 	"github.com/upgradekit/upgradekit/nodeexec/nodepod"
+	"github.com/upgradekit/upgradekit/strategy"
 	"github.com/upgradekit/upgradekit/strategy/capi"
 	"github.com/upgradekit/upgradekit/strategy/capi/extensionserver"
 )
@@ -64,6 +65,9 @@ func TestValidateNamesTheOption(t *testing.T) {
 			detail: `"kubeadm-upgrade" cannot be skipped; only containerd, cni-plugins, etcd-snapshot can`},
 		{name: "namespace nodepod refuses", opts: []extensionserver.Option{img, extensionserver.WithUpgraderNamespace("Ops_Team")}, option: "WithPodOptions",
 			cause: nodepod.ErrInvalidOptions},
+		{name: "nil gate", opts: []extensionserver.Option{img, extensionserver.WithGates(nil)}, option: "WithGates", detail: "gate 0 is nil"},
+		{name: "gates without UpdateMachine", opts: []extensionserver.Option{extensionserver.DecideOnly(), extensionserver.WithGates(strategy.Gates{})}, option: "WithGates",
+			detail: "DecideOnly serves no UpdateMachine to gate"},
 		{name: "pod option nodepod refuses", opts: []extensionserver.Option{img, extensionserver.WithPodOptions(nodepod.WithPriorityClass("Not A Name"))}, option: "WithPodOptions",
 			cause: nodepod.ErrInvalidOptions},
 	} {
