@@ -120,10 +120,12 @@ var controlPlaneComponents = []string{"kube-apiserver", "kube-controller-manager
 // other control plane node (LabelControlPlaneNode) is Ready and runs its
 // control plane Ready: the mirror pods kube-system/<component>-<node> of
 // kube-apiserver, kube-controller-manager and kube-scheduler exist and are
-// Ready, and so is etcd's where the node has one (stacked etcd: kubeadm's
-// etcd pod is Ready when its member answers its health endpoint, which is
-// how the member's health is judged here). Workers pass: the gate guards
-// the control plane's quorum, one node at a time.
+// Ready, and so is etcd's where the node has one (stacked etcd). An etcd
+// member is judged by its static pod only: running and Ready, kubeadm's
+// liveness probe restarting a member that stops answering its health
+// endpoint; the member list, alarms and raft state are not read (an etcd
+// client would). Workers pass: the gate guards the control plane, one
+// node at a time.
 func ControlPlaneGate(workload WorkloadClient) (strategy.Gate, error) {
 	if workload == nil {
 		return nil, fmt.Errorf("%w: ControlPlaneGate: nil workload client", ErrInvalidOption)
