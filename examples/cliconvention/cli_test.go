@@ -60,6 +60,7 @@ func TestEveryExampleFollowsTheConvention(t *testing.T) {
 		{"ami-resolve", []string{"-kubernetes-version", "latest", ami + "/terms.yaml", ami + "/catalog.json"}, nil, 2, "-kubernetes-version", "", ""},
 		{"drift-explain", []string{"-stamp", "-proposed", "x", "a", "b"}, nil, 2, "cannot be combined", "", ""},
 		{"inplace-extension", []string{"-no-update-machine", "-in-place", "KubernetesVerison"}, nil, 2, `unknown category "KubernetesVerison"`, "", ""},
+		{"inplace-extension", []string{"-upgrader-image", "x", "-maintenance-window", "0 2 * * *", "-maintenance-timezone", "Europe/Berln"}, nil, 2, "time zone", "", ""},
 		{"simulate", []string{"-fail", "nosuch/kubelet=1"}, nil, 2, `no node "nosuch"`, "", ""},
 		{"simulate", []string{"-crash", "demo-md-0-0/nosuchstep"}, nil, 2, `no step "nosuchstep"`, "", ""},
 		{"simulate", []string{"-new-image", "nosuch"}, nil, 2, `no machine deployment "nosuch"`, "", ""},

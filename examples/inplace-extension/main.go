@@ -34,6 +34,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -128,7 +129,12 @@ type options struct {
 	// The upgrader pod and the plan it runs.
 	upgraderImage, upgraderNamespace, upgraderCommand, upgraderMode, stageFrom, skipSteps string
 	upgraderImages                                                                        string
+	// Gates asked before each update starts.
+	windowSchedule, windowZone, blockingPods string
+	windowDuration, soak                     time.Duration
 	// Parsed from the strings above by parseFlags.
+	window     strategy.Gate   // nil without -maintenance-window
+	blockers   labels.Selector // nil without -blocking-pod-selector
 	cats       []diff.Category
 	images     capi.ImagesByVersion // nil without -upgrader-images
 	runnerArgv []string
@@ -177,6 +183,11 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.BoolVar(&o.noUpdate, "no-update-machine", false, "serve only CanUpdateMachine/CanUpdateMachineSet (decide, do not update)")
 	fs.BoolVar(&o.drain, "drain", true, "cordon and drain each node (Eviction API, PDBs respected) before upgrading it, uncordon after")
 	fs.DurationVar(&o.drainTimeout, "drain-timeout", capi.DefaultDrainTimeout, "how long a drain may stay unfinished before UpdateMachine answers Failure naming the blocking PDBs (0: no deadline)")
+	fs.StringVar(&o.windowSchedule, "maintenance-window", "", `start updates only in windows that open at this cron schedule (5 fields, e.g. "0 2 * * *") and last -maintenance-duration, in -maintenance-timezone; outside them UpdateMachine answers in progress and touches nothing`)
+	fs.DurationVar(&o.windowDuration, "maintenance-duration", 3*time.Hour, "how long each maintenance window lasts")
+	fs.StringVar(&o.windowZone, "maintenance-timezone", "UTC", "IANA time zone of -maintenance-window (e.g. Europe/Berlin)")
+	fs.DurationVar(&o.soak, "soak", 0, "start an update only when every other node of the cluster has been Ready this long without a break (0: no soak)")
+	fs.StringVar(&o.blockingPods, "blocking-pod-selector", "", "start no update while a pod matching this label selector runs in the workload cluster (a backup, a migration)")
 	fs.StringVar(&o.metricsAddr, "metrics-bind-address", ":8080", `address of the Prometheus /metrics endpoint (plain HTTP); "0" disables it`)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -192,6 +203,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		if c = strings.TrimSpace(c); c != "" {
 			o.cats = append(o.cats, diff.Category(c))
 		}
+	}
+	if err := o.parseGates(); err != nil {
+		return o, err
 	}
 	if !o.noUpdate {
 		if o.upgraderImage == "" && strings.TrimSpace(o.upgraderImages) == "" {
@@ -225,6 +239,60 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		return o, fmt.Errorf("%w: %w", errInvalidFlag, err)
 	}
 	return o, nil
+}
+
+// parseGates checks the gate flags: the window and selector parse, the
+// soak is not negative; with -no-update-machine there is nothing to gate.
+func (o *options) parseGates() error {
+	if o.windowSchedule != "" {
+		w, err := strategy.MaintenanceWindow("maintenance-window", o.windowSchedule, o.windowDuration, o.windowZone)
+		if err != nil {
+			return fmt.Errorf("%w: -maintenance-window/-maintenance-duration/-maintenance-timezone: %w", errInvalidFlag, err)
+		}
+		o.window = w
+	}
+	if o.soak < 0 {
+		return fmt.Errorf("%w: -soak %s: must not be negative", errInvalidFlag, o.soak)
+	}
+	if o.blockingPods != "" {
+		sel, err := labels.Parse(o.blockingPods)
+		if err != nil || sel.Empty() {
+			return fmt.Errorf("%w: -blocking-pod-selector %q: not a non-empty label selector", errInvalidFlag, o.blockingPods)
+		}
+		o.blockers = sel
+	}
+	if o.noUpdate && (o.window != nil || o.soak > 0 || o.blockers != nil) {
+		return fmt.Errorf("%w: -maintenance-window, -soak and -blocking-pod-selector gate UpdateMachine, which -no-update-machine does not serve", errInvalidFlag)
+	}
+	return nil
+}
+
+// gates are the gates the flags ask for, built on the management reader
+// (nil when there is none yet, as in Validate).
+func (o options) gates(d deps) ([]strategy.Gate, error) {
+	var gates []strategy.Gate
+	if o.window != nil {
+		gates = append(gates, o.window)
+	}
+	if d.mgmt == nil || (o.soak == 0 && o.blockers == nil) {
+		return gates, nil
+	}
+	workload := capi.KubeconfigSecretClients(d.mgmt, d.scheme)
+	if o.soak > 0 {
+		g, err := capi.SoakGate(workload, o.soak, nil)
+		if err != nil {
+			return nil, err
+		}
+		gates = append(gates, g)
+	}
+	if o.blockers != nil {
+		g, err := capi.PodBlockerGate(workload, o.blockers)
+		if err != nil {
+			return nil, err
+		}
+		gates = append(gates, g)
+	}
+	return gates, nil
 }
 
 // parseImages fills images from -upgrader-images (its syntax; the library
@@ -335,7 +403,15 @@ func (o options) serverOptions(d deps) []extensionserver.Option {
 // -metrics-bind-address is "0", until ctx ends. The metrics are registered
 // on controller-runtime's registry, which the metrics server serves.
 func serve(ctx context.Context, o options, d deps) error {
-	ext, err := extensionserver.New(d.mgmt, o.serverOptions(d)...)
+	opts := o.serverOptions(d)
+	gates, err := o.gates(d)
+	if err != nil {
+		return err
+	}
+	if len(gates) > 0 {
+		opts = append(opts, extensionserver.WithGates(gates...))
+	}
+	ext, err := extensionserver.New(d.mgmt, opts...)
 	if err != nil {
 		return err
 	}

@@ -34,6 +34,7 @@ import (
 	"github.com/upgradekit/upgradekit/nodeexec"
 	"github.com/upgradekit/upgradekit/nodeexec/kubeadm"
 	"github.com/upgradekit/upgradekit/nodeexec/nodepod"
+	"github.com/upgradekit/upgradekit/strategy"
 	"github.com/upgradekit/upgradekit/strategy/capi"
 	"github.com/upgradekit/upgradekit/strategy/capi/extensionserver"
 )
@@ -110,6 +111,40 @@ func TestFlags(t *testing.T) {
 	require.Equal(t, "/etc/mgmt.conf", o.kubeconfig)
 	_, err = restConfig(filepath.Join(t.TempDir(), "missing.conf"))
 	require.ErrorContains(t, err, "management cluster config")
+}
+
+// TestGateFlags: the gate flags turn into the library's gates, checked at
+// start-up; each gate's behaviour is tested in strategy and strategy/capi.
+func TestGateFlags(t *testing.T) {
+	var out bytes.Buffer
+	o, err := parseFlags([]string{"-upgrader-image", "img:v1", "-maintenance-window", "0 2 * * 6", "-maintenance-duration", "4h",
+		"-maintenance-timezone", "Europe/Berlin", "-soak", "5m", "-blocking-pod-selector", "upgradekit.io/blocks-upgrades=true"}, &out)
+	require.NoError(t, err)
+	require.NotNil(t, o.window)
+	saturday := time.Date(2026, 11, 28, 3, 0, 0, 0, time.UTC) // 04:00 in Berlin
+	require.Equal(t, strategy.Allow, o.window.Check(t.Context(), strategy.GateRequest{Now: saturday}).Verdict)
+	require.Equal(t, strategy.Wait, o.window.Check(t.Context(), strategy.GateRequest{Now: saturday.Add(24 * time.Hour)}).Verdict)
+	gates, err := o.gates(deps{})
+	require.NoError(t, err)
+	require.Len(t, gates, 1, "without a management cluster only the window can be built")
+	gates, err = o.gates(deps{mgmt: fakeclient.NewClientBuilder().Build(), scheme: runtime.NewScheme()})
+	require.NoError(t, err)
+	require.Len(t, gates, 3, "window, soak, blocking pods")
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-upgrader-image", "x", "-maintenance-window", "0 2 * *"}, "expected exactly 5 fields"},
+		{[]string{"-upgrader-image", "x", "-maintenance-window", "0 2 * * *", "-maintenance-timezone", "Mars/Olympus"}, "time zone"},
+		{[]string{"-upgrader-image", "x", "-maintenance-window", "0 2 * * *", "-maintenance-duration", "0s"}, "must be positive"},
+		{[]string{"-upgrader-image", "x", "-soak", "-1m"}, "-soak -1m0s: must not be negative"},
+		{[]string{"-upgrader-image", "x", "-blocking-pod-selector", "a in ("}, "not a non-empty label selector"},
+		{[]string{"-no-update-machine", "-soak", "5m"}, "-no-update-machine does not serve"},
+	} {
+		_, err := parseFlags(tc.args, &out)
+		require.ErrorIs(t, err, errInvalidFlag, tc.args)
+		require.ErrorContains(t, err, tc.want, tc.args)
+	}
 }
 
 // TestUpgraderFlags: the upgrader pod flags, what they turn into, and
