@@ -63,6 +63,7 @@ type tlBar struct {
 	Title         string
 	Label         string // drawn inside when it fits
 	LabelX        float64
+	LabelW        float64 // the label's width, enforced with textLength: fonts differ
 }
 
 type tlMark struct {
@@ -417,6 +418,10 @@ func build(res *fake.Result, o options) timeline {
 
 // fitLabel puts label inside bar when it fits, cut short with "…" when at
 // least three characters of it do, and otherwise leaves it to the tooltip.
+// The label is fitted by an estimated character width, and drawn with that
+// width as its textLength: a browser whose sans-serif font is wider
+// squeezes it rather than drawing it over the bar's end (and a failure
+// mark just after).
 func fitLabel(bar *tlBar, label string) {
 	r := []rune(label)
 	fits := int((bar.W - 4) / tlCharW)
@@ -428,6 +433,7 @@ func fitLabel(bar *tlBar, label string) {
 		return
 	}
 	bar.Label, bar.LabelX = string(r), bar.X+2
+	bar.LabelW = min(float64(len(r))*tlCharW, bar.W-4)
 }
 
 func groupOf(pm strategy.PlannedMachine) string {
@@ -503,7 +509,7 @@ var timelineTmpl = template.Must(template.New("timeline").Parse(`<!DOCTYPE html>
 <p class="legend">{{range .Legend}}<span style="{{.Style}}"></span>{{.Text}}{{end}}</p>
 <svg xmlns="http://www.w3.org/2000/svg" width="{{.Width}}" height="{{.Height}}" role="img" aria-label="rollout timeline">
 {{range .Grid}}<line x1="{{.X1}}" y1="{{.Y1}}" x2="{{.X2}}" y2="{{.Y2}}" stroke="#ddd"/>
-{{end}}{{range .Bars}}<rect x="{{.X}}" y="{{.Y}}" width="{{.W}}" height="{{.H}}" fill="{{.Color}}"{{if .Stroke}} stroke="{{.Stroke}}" stroke-width="2"{{end}}><title>{{.Title}}</title></rect>{{if .Label}}<text x="{{.LabelX}}" y="{{.Y}}" dy="12" fill="#fff">{{.Label}}</text>{{end}}
+{{end}}{{range .Bars}}<rect x="{{.X}}" y="{{.Y}}" width="{{.W}}" height="{{.H}}" fill="{{.Color}}"{{if .Stroke}} stroke="{{.Stroke}}" stroke-width="2"{{end}}><title>{{.Title}}</title></rect>{{if .Label}}<text x="{{.LabelX}}" y="{{.Y}}" dy="12" fill="#fff" textLength="{{.LabelW}}" lengthAdjust="spacingAndGlyphs">{{.Label}}</text>{{end}}
 {{end}}{{range .Marks}}<text x="{{.X}}" y="{{.Y}}" fill="{{.Color}}" class="mark">{{.Symbol}}<title>{{.Title}}</title></text>
 {{end}}{{range .Texts}}<text x="{{.X}}" y="{{.Y}}"{{if .Class}} class="{{.Class}}"{{end}}>{{.Text}}</text>
 {{end}}</svg>
