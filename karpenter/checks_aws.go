@@ -1,0 +1,332 @@
+package karpenter
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"slices"
+	"sort"
+	"strings"
+
+	awsv1 "github.com/aws/karpenter-provider-aws/pkg/apis/v1"
+	"github.com/awslabs/operatorpkg/status"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
+
+	"github.com/upgradekit/upgradekit/drift"
+	"github.com/upgradekit/upgradekit/internal/errtext"
+)
+
+type karpStatusCondition = status.Condition
+
+// AMICheck is the AWS provider's AMI drift: the NodeClaim's
+// status.imageID is not the image its EC2NodeClass now gives a node like
+// it, the first of status.amis (newest first, as the provider writes them)
+// whose requirements the NodeClaim's labels meet. The labels stand for the
+// instance type's requirements, which Karpenter labels NodeClaims with
+// (architecture, GPU and accelerator counts and makers). The reason says
+// which image replaced which, whether the old one is still selected (and
+// lost on deprecation or age) or no longer selected at all, and, with
+// WithImageResolver, which selector term matched the new image and why it
+// won. An EC2NodeClass without resolved images, or a NodeClaim without an
+// image id, is an error (cannot tell), as in Karpenter.
+func AMICheck(l Lookup, opts ...ExplainOption) drift.Check {
+	cfg := newExplainConfig(opts)
+	return drift.CheckFunc(func(ctx context.Context, obj metav1.Object) (*drift.Reason, error) {
+		nc, class := claimAndClass(l, obj)
+		if nc == nil || class == nil {
+			return nil, nil
+		}
+		if len(class.Status.AMIs) == 0 {
+			return nil, fmt.Errorf("%w: EC2NodeClass %s: status.amis is empty (no images resolved)", ErrCannotTell, class.Name)
+		}
+		if nc.Status.ImageID == "" {
+			return nil, fmt.Errorf("%w: NodeClaim %s: status.imageID is empty", ErrCannotTell, nc.Name)
+		}
+		chooser := statusChooser{class: class, current: nc.Status.ImageID, resolve: cfg.imageResolver}
+		check, err := drift.NewImage(chooser, func(metav1.Object) (string, bool) { return nc.Status.ImageID, true })
+		if err != nil {
+			return nil, err
+		}
+		r, err := check.Check(ctx, nc)
+		if r != nil {
+			r.Message = fmt.Sprintf("EC2NodeClass %s: %s", class.Name, r.Message)
+		}
+		return r, err
+	})
+}
+
+// statusChooser is drift's ImageExplainer over an EC2NodeClass's
+// status.amis, with an optional resolver for the full "why".
+type statusChooser struct {
+	class   *awsv1.EC2NodeClass
+	current string
+	resolve ImageResolver
+}
+
+func (c statusChooser) ChooseImage(ctx context.Context, labels map[string]string) (string, error) {
+	id, _, err := c.ExplainImage(ctx, labels)
+	return id, err
+}
+
+func (c statusChooser) ExplainImage(ctx context.Context, labels map[string]string) (string, string, error) {
+	amis := c.class.Status.AMIs
+	first := -1
+	for i, ami := range amis {
+		ok, err := meets(labels, ami.Requirements)
+		if err != nil {
+			return "", "", fmt.Errorf("EC2NodeClass %s: status.amis[%d].requirements: %w", c.class.Name, i, err)
+		}
+		if ok {
+			first = i
+			break
+		}
+	}
+	if first < 0 {
+		return "", "", fmt.Errorf("%w: none of the %d images in EC2NodeClass %s's status.amis fits this node's labels", drift.ErrNoImage, len(amis), c.class.Name)
+	}
+	want := amis[first]
+	if want.ID == c.current {
+		return want.ID, "", nil
+	}
+	var why []string
+	why = append(why, fmt.Sprintf("%s is the first of the %d images in status.amis whose requirements the node meets (%s)",
+		imageName(want.ID, want.Name), len(amis), reqString(want.Requirements)))
+	if i := slices.IndexFunc(amis, func(a awsv1.AMI) bool { return a.ID == c.current }); i >= 0 {
+		old := amis[i]
+		switch {
+		case old.Deprecated && !want.Deprecated:
+			why = append(why, fmt.Sprintf("%s is still selected but deprecated", imageName(old.ID, old.Name)))
+		default:
+			why = append(why, fmt.Sprintf("%s is still selected but comes later (older)", imageName(old.ID, old.Name)))
+		}
+	} else {
+		why = append(why, c.current+" is no longer selected by the EC2NodeClass's amiSelectorTerms")
+	}
+	if c.resolve != nil {
+		id, because, err := c.resolve.ExplainImage(ctx, c.class, labels)
+		switch {
+		case err != nil:
+			why = append(why, "the image catalog cannot say why: "+errtext.Clip(err.Error()))
+		case id != want.ID:
+			why = append(why, fmt.Sprintf("the image catalog now picks %s (%s); status.amis is what Karpenter uses until it resolves again", id, because))
+		default:
+			why = append(why, because)
+		}
+	}
+	return want.ID, errtext.Cap(strings.Join(why, "; ")), nil
+}
+
+// meets reports whether labels satisfy reqs (drift.Requirements with
+// Karpenter's label aliases).
+func meets(labels map[string]string, reqs []corev1.NodeSelectorRequirement) (bool, error) {
+	check, err := drift.NewRequirements(reqs, drift.WithLabelAliases(drift.KarpenterLabelAliases()))
+	if err != nil {
+		return false, err
+	}
+	r, err := check.Check(context.Background(), &metav1.ObjectMeta{Name: "node", Labels: labels})
+	return r == nil && err == nil, err
+}
+
+func imageName(id, name string) string {
+	if name == "" {
+		return id
+	}
+	return id + " (" + errtext.Clip(name) + ")"
+}
+
+func reqString(reqs []corev1.NodeSelectorRequirement) string {
+	parts := make([]string, 0, len(reqs))
+	for _, r := range reqs {
+		s := r.Key + " " + string(r.Operator)
+		if len(r.Values) > 0 {
+			s += " " + strings.Join(r.Values, ",")
+		}
+		parts = append(parts, s)
+	}
+	if len(parts) == 0 {
+		return "no requirements"
+	}
+	return strings.Join(parts, "; ")
+}
+
+// Instance is what the security group and subnet checks need to know of
+// the EC2 instance behind a NodeClaim: what `aws ec2 describe-instances`
+// or the EC2 API says of it.
+type Instance struct {
+	// ID is the instance id (i-...), the last part of the NodeClaim's
+	// providerID.
+	ID string
+	// SubnetID is the subnet the instance runs in.
+	SubnetID string
+	// SecurityGroupIDs are the ids of its security groups.
+	SecurityGroupIDs []string
+	// ImageID is the image it was launched from.
+	ImageID string
+}
+
+// InstanceLookup returns the instance with the given id; ok is false when
+// it is not known (the checks then cannot tell, and do not drift).
+type InstanceLookup func(ctx context.Context, id string) (inst Instance, ok bool, err error)
+
+// Instances is an InstanceLookup over a fixed list (ReadInstances).
+func Instances(list []Instance) InstanceLookup {
+	byID := make(map[string]Instance, len(list))
+	for _, i := range list {
+		byID[i.ID] = i
+	}
+	return func(_ context.Context, id string) (Instance, bool, error) {
+		i, ok := byID[id]
+		return i, ok, nil
+	}
+}
+
+// ReadInstances reads the output of `aws ec2 describe-instances` (JSON:
+// Reservations[].Instances[] with InstanceId, SubnetId, ImageId and
+// SecurityGroups[].GroupId). Errors wrap ErrInvalidDump.
+func ReadInstances(r io.Reader) ([]Instance, error) {
+	if r == nil {
+		return nil, fmt.Errorf("%w: nil reader", ErrInvalidArgument)
+	}
+	var out struct {
+		Reservations []struct {
+			Instances []struct {
+				InstanceID     string `json:"InstanceId"`
+				SubnetID       string `json:"SubnetId"`
+				ImageID        string `json:"ImageId"`
+				SecurityGroups []struct {
+					GroupID string `json:"GroupId"`
+				} `json:"SecurityGroups"`
+			} `json:"Instances"`
+		} `json:"Reservations"`
+	}
+	if err := json.NewDecoder(r).Decode(&out); err != nil {
+		return nil, fmt.Errorf("%w: describe-instances output: %s", ErrInvalidDump, errtext.Clip(err.Error()))
+	}
+	var list []Instance
+	for ri, res := range out.Reservations {
+		for ii, in := range res.Instances {
+			if in.InstanceID == "" {
+				return nil, fmt.Errorf("%w: Reservations[%d].Instances[%d]: no InstanceId", ErrInvalidDump, ri, ii)
+			}
+			inst := Instance{ID: in.InstanceID, SubnetID: in.SubnetID, ImageID: in.ImageID}
+			for _, sg := range in.SecurityGroups {
+				inst.SecurityGroupIDs = append(inst.SecurityGroupIDs, sg.GroupID)
+			}
+			list = append(list, inst)
+		}
+	}
+	return list, nil
+}
+
+// instanceOf finds the instance behind nc's providerID
+// ("aws:///<zone>/<instance id>").
+func instanceOf(ctx context.Context, nc *karpv1.NodeClaim, lookup InstanceLookup) (Instance, bool, error) {
+	if lookup == nil {
+		return Instance{}, false, nil
+	}
+	pid := nc.Status.ProviderID
+	if !strings.HasPrefix(pid, "aws://") {
+		return Instance{}, false, nil
+	}
+	id := pid[strings.LastIndex(pid, "/")+1:]
+	if !strings.HasPrefix(id, "i-") {
+		return Instance{}, false, nil
+	}
+	return lookup(ctx, id)
+}
+
+// SecurityGroupCheck is the AWS provider's security group drift: the
+// instance's security groups are not exactly the EC2NodeClass's
+// status.securityGroups. The instance comes from lookup by the NodeClaim's
+// providerID; an unknown instance is not drifted, and an EC2NodeClass
+// without resolved security groups is an error (cannot tell), as in
+// Karpenter. The evidence names the groups added and removed.
+func SecurityGroupCheck(l Lookup, lookup InstanceLookup) drift.Check {
+	return drift.CheckFunc(func(ctx context.Context, obj metav1.Object) (*drift.Reason, error) {
+		nc, class := claimAndClass(l, obj)
+		if nc == nil || class == nil {
+			return nil, nil
+		}
+		inst, ok, err := instanceOf(ctx, nc, lookup)
+		if err != nil || !ok {
+			return nil, err
+		}
+		want := make([]string, 0, len(class.Status.SecurityGroups))
+		for _, sg := range class.Status.SecurityGroups {
+			want = append(want, sg.ID)
+		}
+		if len(want) == 0 {
+			return nil, fmt.Errorf("%w: EC2NodeClass %s: status.securityGroups is empty", ErrCannotTell, class.Name)
+		}
+		added, removed := setDiff(want, inst.SecurityGroupIDs)
+		if len(added) == 0 && len(removed) == 0 {
+			return nil, nil
+		}
+		r := &drift.Reason{Name: drift.SecurityGroupDrift}
+		var parts []string
+		if len(added) > 0 {
+			parts = append(parts, "now also selects "+strings.Join(added, ", "))
+			r.Evidence = append(r.Evidence, drift.Evidence{Kind: drift.EvidenceField, Key: "status.securityGroups", Want: strings.Join(added, ","), Detail: "not on the instance"})
+		}
+		if len(removed) > 0 {
+			parts = append(parts, "no longer selects "+strings.Join(removed, ", "))
+			r.Evidence = append(r.Evidence, drift.Evidence{Kind: drift.EvidenceField, Key: "status.securityGroups", Got: strings.Join(removed, ","), Detail: "only on the instance"})
+		}
+		r.Message = fmt.Sprintf("EC2NodeClass %s %s (instance %s)", class.Name, strings.Join(parts, " and "), inst.ID)
+		return r, nil
+	})
+}
+
+// SubnetCheck is the AWS provider's subnet drift: the instance's subnet is
+// not among the EC2NodeClass's status.subnets. Unknown instances and empty
+// status are handled as in SecurityGroupCheck.
+func SubnetCheck(l Lookup, lookup InstanceLookup) drift.Check {
+	return drift.CheckFunc(func(ctx context.Context, obj metav1.Object) (*drift.Reason, error) {
+		nc, class := claimAndClass(l, obj)
+		if nc == nil || class == nil {
+			return nil, nil
+		}
+		inst, ok, err := instanceOf(ctx, nc, lookup)
+		if err != nil || !ok {
+			return nil, err
+		}
+		if len(class.Status.Subnets) == 0 {
+			return nil, fmt.Errorf("%w: EC2NodeClass %s: status.subnets is empty", ErrCannotTell, class.Name)
+		}
+		var ids []string
+		for _, s := range class.Status.Subnets {
+			if s.ID == inst.SubnetID {
+				return nil, nil
+			}
+			ids = append(ids, s.ID)
+		}
+		sort.Strings(ids)
+		return &drift.Reason{
+			Name: drift.SubnetDrift,
+			Message: fmt.Sprintf("EC2NodeClass %s no longer selects subnet %s of instance %s (selects %s)",
+				class.Name, errtext.Quote(inst.SubnetID), inst.ID, strings.Join(ids, ", ")),
+			Evidence: []drift.Evidence{{Kind: drift.EvidenceField, Key: "status.subnets", Want: strings.Join(ids, ","), Got: inst.SubnetID}},
+		}, nil
+	})
+}
+
+// setDiff returns the members of want missing from got, and of got missing
+// from want, sorted.
+func setDiff(want, got []string) (added, removed []string) {
+	for _, w := range want {
+		if !slices.Contains(got, w) && !slices.Contains(added, w) {
+			added = append(added, w)
+		}
+	}
+	for _, g := range got {
+		if !slices.Contains(want, g) && !slices.Contains(removed, g) {
+			removed = append(removed, g)
+		}
+	}
+	sort.Strings(added)
+	sort.Strings(removed)
+	return added, removed
+}

@@ -1,0 +1,311 @@
+package karpenter
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+
+	awsv1 "github.com/aws/karpenter-provider-aws/pkg/apis/v1"
+	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
+
+	"github.com/upgradekit/upgradekit/amiselect"
+	"github.com/upgradekit/upgradekit/drift"
+	"github.com/upgradekit/upgradekit/internal/errtext"
+	"github.com/upgradekit/upgradekit/strategy"
+)
+
+// AnnotationLastApplied is where `kubectl apply` keeps the configuration
+// it last applied; when a NodePool was changed by other means since, it
+// holds an earlier template.
+const AnnotationLastApplied = "kubectl.kubernetes.io/last-applied-configuration"
+
+// ExplainOption configures Explain and the checks that take options.
+type ExplainOption func(*explainConfig)
+
+type explainConfig struct {
+	previous      []karpv1.NodePool
+	instances     InstanceLookup
+	imageResolver ImageResolver
+}
+
+func newExplainConfig(opts []ExplainOption) *explainConfig {
+	c := &explainConfig{}
+	for _, o := range opts {
+		if o != nil {
+			o(c)
+		}
+	}
+	return c
+}
+
+// WithPreviousNodePools gives earlier versions of NodePools (from git, a
+// backup, an earlier dump). A NodeClaim's static drift names the template
+// fields that changed when one of them, or the NodePool's
+// last-applied-configuration, hashes to the NodeClaim's stamped hash:
+// only then is it known to be the template the NodeClaim was made from.
+func WithPreviousNodePools(pools ...karpv1.NodePool) ExplainOption {
+	return func(c *explainConfig) { c.previous = append(c.previous, pools...) }
+}
+
+// WithInstances gives the EC2 instances behind NodeClaims, for the
+// security group and subnet checks; without it those checks cannot see
+// the instances and find no drift.
+func WithInstances(lookup InstanceLookup) ExplainOption {
+	return func(c *explainConfig) { c.instances = lookup }
+}
+
+// WithImageResolver lets AMI drift say which selector term matched the new
+// image and why it won (CatalogResolver).
+func WithImageResolver(r ImageResolver) ExplainOption {
+	return func(c *explainConfig) { c.imageResolver = r }
+}
+
+// previousTemplate returns a known template of np whose hash is stamped,
+// and where it came from.
+func (c *explainConfig) previousTemplate(np *karpv1.NodePool, stamped string) (*karpv1.NodeClaimTemplate, string) {
+	for i := range c.previous {
+		p := &c.previous[i]
+		if p.Name == np.Name && NodePoolHash(p) == stamped {
+			return &p.Spec.Template, "the previous NodePools given"
+		}
+	}
+	if raw, ok := np.Annotations[AnnotationLastApplied]; ok {
+		var p karpv1.NodePool
+		if json.Unmarshal([]byte(raw), &p) == nil && NodePoolHash(&p) == stamped {
+			return &p.Spec.Template, AnnotationLastApplied
+		}
+	}
+	return nil, ""
+}
+
+// ImageResolver says which image an EC2NodeClass's amiSelectorTerms give
+// a node with these labels today, and why that image won.
+type ImageResolver interface {
+	ExplainImage(ctx context.Context, class *awsv1.EC2NodeClass, labels map[string]string) (id, why string, err error)
+}
+
+// CatalogResolver returns an ImageResolver that resolves each
+// EC2NodeClass's amiSelectorTerms (and amiFamily) against src with
+// amiselect.Resolve (pass amiselect.WithKubernetesVersion for aliases,
+// amiselect.WithClock for a fixed "now") and explains the choice with
+// strategy.AMIChooser: the term that matched, the image's creation date
+// and whether it is deprecated. Resolutions are kept per EC2NodeClass for
+// the resolver's life.
+func CatalogResolver(src amiselect.ImageSource, opts ...amiselect.Option) (ImageResolver, error) {
+	if src == nil {
+		return nil, fmt.Errorf("%w: nil image source", ErrInvalidArgument)
+	}
+	return &catalogResolver{src: src, opts: opts, cache: map[string]*amiselect.Resolution{}}, nil
+}
+
+type catalogResolver struct {
+	src   amiselect.ImageSource
+	opts  []amiselect.Option
+	mu    sync.Mutex
+	cache map[string]*amiselect.Resolution
+}
+
+func (r *catalogResolver) resolution(ctx context.Context, class *awsv1.EC2NodeClass) (*amiselect.Resolution, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if res, ok := r.cache[class.Name]; ok {
+		return res, nil
+	}
+	b, err := json.Marshal(class.Spec.AMISelectorTerms)
+	if err != nil {
+		return nil, err
+	}
+	var terms []amiselect.Term
+	if err := json.Unmarshal(b, &terms); err != nil {
+		return nil, fmt.Errorf("EC2NodeClass %s: spec.amiSelectorTerms: %s", class.Name, errtext.Clip(err.Error()))
+	}
+	opts := append([]amiselect.Option(nil), r.opts...)
+	if class.Spec.AMIFamily != nil {
+		f, err := amiselect.ParseFamily(*class.Spec.AMIFamily)
+		if err != nil {
+			return nil, fmt.Errorf("EC2NodeClass %s: spec.amiFamily: %w", class.Name, err)
+		}
+		opts = append(opts, amiselect.WithFamily(f))
+	}
+	res, err := amiselect.Resolve(ctx, r.src, terms, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("EC2NodeClass %s: %w", class.Name, err)
+	}
+	r.cache[class.Name] = res
+	return res, nil
+}
+
+func (r *catalogResolver) ExplainImage(ctx context.Context, class *awsv1.EC2NodeClass, labels map[string]string) (string, string, error) {
+	if r == nil || class == nil {
+		return "", "", fmt.Errorf("%w: nil resolver or EC2NodeClass", ErrInvalidArgument)
+	}
+	res, err := r.resolution(ctx, class)
+	if err != nil {
+		return "", "", err
+	}
+	chooser, err := strategy.AMIChooser(func(context.Context) (*amiselect.Resolution, error) { return res, nil })
+	if err != nil {
+		return "", "", err
+	}
+	return chooser.ExplainImage(ctx, labels)
+}
+
+// Report is Explain's answer for a whole snapshot.
+type Report struct {
+	// NodeClaims has one entry per NodeClaim, by name.
+	NodeClaims []ClaimReport
+	// Drifted counts the NodeClaims with at least one reason.
+	Drifted int
+	// Notes say what about the snapshot affects the answer: objects
+	// converted from v1beta1, NodePools whose hash annotation Karpenter
+	// has yet to rewrite.
+	Notes []string
+}
+
+// ClaimReport is what Explain says of one NodeClaim.
+type ClaimReport struct {
+	// Name is the NodeClaim's name; Node its node's; NodePool and
+	// NodeClass the objects its drift is judged against.
+	Name, Node, NodePool, NodeClass string
+	// Reasons are every drift found, in Karpenter's order: Reasons[0] is
+	// the reason Karpenter reports (it stops at the first).
+	Reasons []drift.Reason
+	// CannotTell lists the checks that could not judge, and why.
+	CannotTell []string
+	// Notes say what else matters: not launched, not managed by the AWS
+	// provider, a hash version Karpenter re-stamps.
+	Notes []string
+	// Condition is the Drifted condition's reason in the snapshot, or ""
+	// when it has none: what Karpenter had concluded when it was taken.
+	Condition string
+}
+
+// Drifted reports whether Explain found the NodeClaim drifted.
+func (c ClaimReport) Drifted() bool { return len(c.Reasons) > 0 }
+
+// Explain says, for every NodeClaim of s, whether Karpenter (v1.14 core
+// and AWS provider) finds it drifted and why, by running Karpenter's
+// drift rules as drift.Checks in Karpenter's order: NodePoolHashCheck,
+// RequirementsCheck, NodeClassHashCheck, AMICheck, SecurityGroupCheck and
+// SubnetCheck (the last two only with WithInstances). Unlike Karpenter,
+// which stops at the first reason, it reports them all. Not checked:
+// InstanceTypeNotFound (needs the provider's instance type offerings),
+// CapacityReservationDrift and PlacementGroupDrift (need EC2 state beyond
+// an instance's subnet and groups). A NodeClaim that is not launched is
+// never drifted (Karpenter clears the condition). Errors: ErrInvalidArgument
+// for a nil snapshot; ctx ends the run.
+func Explain(ctx context.Context, s *Snapshot, opts ...ExplainOption) (*Report, error) {
+	if s == nil {
+		return nil, fmt.Errorf("%w: nil snapshot", ErrInvalidArgument)
+	}
+	cfg := newExplainConfig(opts)
+	checks := []drift.Check{
+		NodePoolHashCheck(s, opts...),
+		RequirementsCheck(s),
+		NodeClassHashCheck(s),
+		AMICheck(s, opts...),
+	}
+	if cfg.instances != nil {
+		checks = append(checks, SecurityGroupCheck(s, cfg.instances), SubnetCheck(s, cfg.instances))
+	}
+	det := drift.NewDetector(checks...)
+	rep := &Report{NodeClaims: make([]ClaimReport, 0, len(s.NodeClaims))}
+	for _, c := range s.Converted {
+		rep.Notes = append(rep.Notes, c+" was read in its v1beta1 form and converted to v1")
+	}
+	for i := range s.NodePools {
+		np := &s.NodePools[i]
+		got, ok := np.Annotations[karpv1.NodePoolHashAnnotationKey]
+		want := NodePoolHash(np)
+		switch {
+		case !ok:
+			rep.Notes = append(rep.Notes, fmt.Sprintf("NodePool %s has no hash annotation yet; Karpenter will stamp %s", np.Name, want))
+		case got != want || np.Annotations[karpv1.NodePoolHashVersionAnnotationKey] != NodePoolHashVersion:
+			rep.Notes = append(rep.Notes, fmt.Sprintf("NodePool %s's hash annotation %s is stale; Karpenter will rewrite it to %s (%s)",
+				np.Name, errtext.Quote(got), want, NodePoolHashVersion))
+		}
+	}
+	for i := range s.NodeClaims {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		nc := &s.NodeClaims[i]
+		cr := ClaimReport{Name: nc.Name, Node: nc.Status.NodeName, NodePool: nc.Labels[karpv1.NodePoolLabelKey]}
+		if np := s.NodePool(cr.NodePool); np != nil && np.Spec.Template.Spec.NodeClassRef != nil {
+			cr.NodeClass = np.Spec.Template.Spec.NodeClassRef.Name
+		}
+		for _, c := range nc.Status.Conditions {
+			if c.Type == karpv1.ConditionTypeDrifted && c.Status == "True" {
+				cr.Condition = c.Reason
+			}
+		}
+		switch {
+		case !managed(nc):
+			cr.Notes = append(cr.Notes, "not managed by the AWS provider (nodeClassRef is not an EC2NodeClass): not checked")
+		case cr.NodePool == "" || s.NodePool(cr.NodePool) == nil:
+			cr.Notes = append(cr.Notes, "its NodePool "+errtext.Quote(cr.NodePool)+" is not in the snapshot: not checked")
+		case !conditionTrue(nc, karpv1.ConditionTypeLaunched):
+			cr.Notes = append(cr.Notes, "not launched: Karpenter does not judge drift until it is")
+		default:
+			reasons, err := det.All(ctx, nc)
+			cr.Reasons = reasons
+			for _, e := range splitJoined(err) {
+				if errors.Is(e, context.Canceled) || errors.Is(e, context.DeadlineExceeded) {
+					return nil, e
+				}
+				cr.CannotTell = append(cr.CannotTell, errtext.Clip(e.Error()))
+			}
+			if v := nc.Annotations[karpv1.NodePoolHashVersionAnnotationKey]; v != "" && v != NodePoolHashVersion && !hasCondition(nc, karpv1.ConditionTypeDrifted) {
+				cr.Notes = append(cr.Notes, fmt.Sprintf("stamped with NodePool hash version %s (before v1): Karpenter re-stamps it with %s and the NodePool's current hash, not drift",
+					errtext.Quote(v), NodePoolHashVersion))
+			}
+			if v := nc.Annotations[awsv1.AnnotationEC2NodeClassHashVersion]; v != "" && v != EC2NodeClassHashVersion && !hasCondition(nc, karpv1.ConditionTypeDrifted) {
+				cr.Notes = append(cr.Notes, fmt.Sprintf("stamped with EC2NodeClass hash version %s: Karpenter re-stamps it with %s, not drift",
+					errtext.Quote(v), EC2NodeClassHashVersion))
+			}
+			if cfg.instances == nil {
+				cr.Notes = append(cr.Notes, "security groups and subnets not checked: no instances given")
+			}
+		}
+		if cr.Drifted() {
+			rep.Drifted++
+		}
+		rep.NodeClaims = append(rep.NodeClaims, cr)
+	}
+	return rep, nil
+}
+
+// splitJoined unwraps errors.Join'd errors (and drift.CheckErrors) into
+// their parts.
+func splitJoined(err error) []error {
+	if err == nil {
+		return nil
+	}
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		var out []error
+		for _, e := range j.Unwrap() {
+			out = append(out, splitJoined(e)...)
+		}
+		return out
+	}
+	var ce *drift.CheckError
+	if errors.As(err, &ce) && ce.Err != nil {
+		return []error{ce.Err}
+	}
+	return []error{err}
+}
+
+// String renders the report's first reason, or "not drifted".
+func (c ClaimReport) String() string {
+	if !c.Drifted() {
+		return c.Name + ": not drifted"
+	}
+	names := make([]string, len(c.Reasons))
+	for i, r := range c.Reasons {
+		names[i] = string(r.Name)
+	}
+	return c.Name + ": " + strings.Join(names, ", ")
+}

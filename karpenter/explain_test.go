@@ -1,0 +1,206 @@
+package karpenter
+
+import (
+	"context"
+	"errors"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/stretchr/testify/require"
+
+	"github.com/upgradekit/upgradekit/drift"
+)
+
+func readFixture(t *testing.T) *Snapshot {
+	t.Helper()
+	f, err := os.Open("testdata/dump/cluster.yaml")
+	require.NoError(t, err)
+	defer f.Close()
+	s, err := ReadDump(f)
+	require.NoError(t, err)
+	return s
+}
+
+func fixtureInstances(t *testing.T) InstanceLookup {
+	t.Helper()
+	f, err := os.Open("testdata/dump/instances.json")
+	require.NoError(t, err)
+	defer f.Close()
+	list, err := ReadInstances(f)
+	require.NoError(t, err)
+	require.Len(t, list, 12)
+	return Instances(list)
+}
+
+// reasonNames maps each NodeClaim to the names of its reasons.
+func reasonNames(rep *Report) map[string][]drift.ReasonName {
+	out := map[string][]drift.ReasonName{}
+	for _, c := range rep.NodeClaims {
+		var names []drift.ReasonName
+		for _, r := range c.Reasons {
+			names = append(names, r.Name)
+		}
+		out[c.Name] = names
+	}
+	return out
+}
+
+// TestExplainTheFixtureCluster runs Explain on a dump of a Karpenter
+// cluster holding one NodeClaim per drift rule, NodeClaims that must not
+// drift (up to date, not launched, re-stamped after a hash version change,
+// an arm64 node on the arm64 image) and v1beta1 objects, and checks the
+// reasons of every NodeClaim: each drifted one for the right reason, no
+// false drift.
+func TestExplainTheFixtureCluster(t *testing.T) {
+	snap := readFixture(t)
+	require.ElementsMatch(t, []string{"NodePool/legacy", "EC2NodeClass/legacy", "NodeClaim/legacy-a"}, snap.Converted)
+
+	withoutInstances := map[string][]drift.ReasonName{
+		"arm-a":     nil,
+		"default-a": {drift.NodePoolDrifted},
+		"default-b": {drift.AMIDrift},
+		"default-c": {drift.RequirementsDrifted},
+		"default-d": nil,
+		"default-e": nil,
+		"default-f": nil,
+		"default-g": {drift.NodeClassDrift},
+		"default-h": nil,
+		"default-i": nil,
+		"legacy-a":  nil,
+		"legacy-b":  {drift.NodePoolDrifted, drift.AMIDrift},
+	}
+	withInstances := map[string][]drift.ReasonName{}
+	for k, v := range withoutInstances {
+		withInstances[k] = v
+	}
+	withInstances["default-d"] = []drift.ReasonName{drift.SecurityGroupDrift}
+	withInstances["default-e"] = []drift.ReasonName{drift.SubnetDrift}
+
+	for _, tc := range []struct {
+		name    string
+		opts    []ExplainOption
+		want    map[string][]drift.ReasonName
+		drifted int
+	}{
+		{"dump only", nil, withoutInstances, 5},
+		{"with instances", []ExplainOption{WithInstances(fixtureInstances(t))}, withInstances, 7},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rep, err := Explain(t.Context(), snap, tc.opts...)
+			require.NoError(t, err)
+			require.Empty(t, cmp.Diff(tc.want, reasonNames(rep)))
+			require.Equal(t, tc.drifted, rep.Drifted)
+			for _, c := range rep.NodeClaims {
+				require.Empty(t, c.CannotTell, c.Name)
+				for _, r := range c.Reasons {
+					require.NotEmpty(t, r.Message, "%s %s", c.Name, r.Name)
+				}
+			}
+		})
+	}
+}
+
+// TestExplainSaysWhy checks the evidence and messages of the fixture's
+// drifted NodeClaims.
+func TestExplainSaysWhy(t *testing.T) {
+	snap := readFixture(t)
+	rep, err := Explain(t.Context(), snap, WithInstances(fixtureInstances(t)))
+	require.NoError(t, err)
+	by := map[string]ClaimReport{}
+	for _, c := range rep.NodeClaims {
+		by[c.Name] = c
+	}
+
+	// Static drift names the field, from the last-applied configuration
+	// that hashes to the NodeClaim's stamp.
+	a := by["default-a"].Reasons[0]
+	require.Contains(t, a.Message, "kubectl.kubernetes.io/last-applied-configuration")
+	var fields []drift.Evidence
+	for _, e := range a.Evidence {
+		if e.Kind == drift.EvidenceField {
+			fields = append(fields, e)
+		}
+	}
+	require.Len(t, fields, 1, "only the label changed; the requirements are not hashed")
+	require.Contains(t, fields[0].Key, "team")
+	require.Equal(t, "a", fields[0].Got)
+	require.Equal(t, "b", fields[0].Want)
+
+	b := by["default-b"].Reasons[0]
+	require.Contains(t, b.Message, "ami-0old")
+	require.Contains(t, b.Message, "ami-0new")
+	require.Contains(t, b.Message, "still selected but comes later")
+	require.Equal(t, "AMIDrift", by["default-b"].Condition)
+
+	require.Contains(t, by["default-c"].Reasons[0].Message, "karpenter.sh/capacity-type")
+	require.Contains(t, by["default-d"].Reasons[0].Message, "now also selects sg-02")
+	require.Contains(t, by["default-e"].Reasons[0].Message, "subnet-0z")
+	require.Contains(t, by["default-g"].Reasons[0].Message, "3333333333333333333")
+
+	lb := by["legacy-b"]
+	require.Contains(t, lb.Reasons[0].Message, "keeps it drifted")
+	require.Contains(t, lb.Reasons[1].Message, "ami-0l0 is no longer selected")
+
+	require.Contains(t, strings.Join(by["legacy-a"].Notes, "\n"), "re-stamps it")
+	require.Contains(t, strings.Join(by["default-i"].Notes, "\n"), "re-stamps it")
+	require.Contains(t, strings.Join(by["default-h"].Notes, "\n"), "not launched")
+	require.Contains(t, strings.Join(rep.Notes, "\n"), "NodePool legacy's hash annotation")
+}
+
+// TestExplainWithPreviousNodePools: a previous NodePool given by the
+// caller explains static drift when it hashes to the stamp, and is
+// ignored when it does not.
+func TestExplainWithPreviousNodePools(t *testing.T) {
+	snap := readFixture(t)
+	np := snap.NodePool("default")
+	delete(np.Annotations, AnnotationLastApplied)
+
+	rep, err := Explain(t.Context(), snap)
+	require.NoError(t, err)
+	a := rep.NodeClaims[indexOf(rep, "default-a")].Reasons[0]
+	require.Contains(t, a.Message, "which fields is unknown")
+
+	prev := *np.DeepCopy()
+	prev.Spec.Template.Labels = map[string]string{"team": "a"}
+	unrelated := *np.DeepCopy()
+	unrelated.Spec.Template.Labels = map[string]string{"team": "c"}
+	rep, err = Explain(t.Context(), snap, WithPreviousNodePools(unrelated, prev))
+	require.NoError(t, err)
+	a = rep.NodeClaims[indexOf(rep, "default-a")].Reasons[0]
+	require.Contains(t, a.Message, "the previous NodePools given")
+	require.Contains(t, a.Message, "team")
+}
+
+func indexOf(rep *Report, name string) int {
+	for i, c := range rep.NodeClaims {
+		if c.Name == name {
+			return i
+		}
+	}
+	return -1
+}
+
+// TestExplainCannotTell: an EC2NodeClass without resolved images makes
+// the AMI check unable to judge; that is reported, and not drift.
+func TestExplainCannotTell(t *testing.T) {
+	snap := readFixture(t)
+	snap.EC2NodeClass("default").Status.AMIs = nil
+	rep, err := Explain(t.Context(), snap)
+	require.NoError(t, err)
+	f := rep.NodeClaims[indexOf(rep, "default-f")]
+	require.False(t, f.Drifted())
+	require.Len(t, f.CannotTell, 1)
+	require.Contains(t, f.CannotTell[0], "status.amis is empty")
+}
+
+func TestExplainArguments(t *testing.T) {
+	_, err := Explain(t.Context(), nil)
+	require.ErrorIs(t, err, ErrInvalidArgument)
+
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	_, err = Explain(ctx, readFixture(t))
+	require.True(t, errors.Is(err, context.Canceled), err)
+}

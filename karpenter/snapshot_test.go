@@ -1,0 +1,216 @@
+package karpenter
+
+import (
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"sigs.k8s.io/yaml"
+)
+
+func TestReadDumpFormats(t *testing.T) {
+	const pool = `apiVersion: karpenter.sh/v1
+kind: NodePool
+metadata: {name: a}
+spec: {template: {spec: {nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: x}, requirements: []}}}
+`
+	for _, tc := range []struct {
+		name, in string
+		pools    []string
+	}{
+		{"one document", pool, []string{"a"}},
+		{"documents", pool + "---\n" + strings.ReplaceAll(pool, "name: a", "name: b"), []string{"a", "b"}},
+		{"list", "apiVersion: v1\nkind: List\nitems:\n- " + strings.ReplaceAll(strings.TrimSpace(pool), "\n", "\n  "), []string{"a"}},
+		{"NodePoolList", "apiVersion: karpenter.sh/v1\nkind: NodePoolList\nitems: []\n", nil},
+		{"other kinds ignored", "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\n---\n" + pool, []string{"a"}},
+		{"json", `{"apiVersion":"karpenter.sh/v1","kind":"NodePool","metadata":{"name":"j"}}`, []string{"j"}},
+		{"empty", "", nil},
+		{"sorted by name", strings.ReplaceAll(pool, "name: a", "name: z") + "---\n" + pool, []string{"a", "z"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, err := ReadDump(strings.NewReader(tc.in))
+			require.NoError(t, err)
+			var names []string
+			for _, p := range s.NodePools {
+				names = append(names, p.Name)
+			}
+			require.Equal(t, tc.pools, names)
+		})
+	}
+}
+
+func TestReadDumpErrors(t *testing.T) {
+	for _, tc := range []struct {
+		name, in, want string
+	}{
+		{"not yaml", "a: [", "document 1"},
+		{"items not a list", "kind: List\nitems: 3\n", "items is not a list"},
+		{"item not an object", "kind: List\nitems: [3]\n", "item 0: not an object"},
+		{"no name", "apiVersion: karpenter.sh/v1\nkind: NodeClaim\nmetadata: {}\n", "NodeClaim without metadata.name"},
+		{"unknown version", "apiVersion: karpenter.sh/v2\nkind: NodePool\nmetadata: {name: a}\n", `unsupported apiVersion "karpenter.sh/v2"`},
+		{"bad field type", "apiVersion: karpenter.sh/v1\nkind: NodePool\nmetadata: {name: a}\nspec: {template: 3}\n", `"NodePool/a"`},
+		{"v1beta1 alias term", "apiVersion: karpenter.k8s.aws/v1beta1\nkind: EC2NodeClass\nmetadata: {name: a}\nspec: {amiSelectorTerms: [{alias: al2023@latest}]}\n", "already a v1 term"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := ReadDump(strings.NewReader(tc.in))
+			require.ErrorIs(t, err, ErrInvalidDump)
+			require.Contains(t, err.Error(), tc.want)
+		})
+	}
+	_, err := ReadDump(nil)
+	require.ErrorIs(t, err, ErrInvalidArgument)
+}
+
+// TestConvertV1beta1 converts each kind as Karpenter's v1 conversion did.
+func TestConvertV1beta1(t *testing.T) {
+	for _, tc := range []struct {
+		name, in, want string
+	}{
+		{"NodePool", `
+apiVersion: karpenter.sh/v1beta1
+kind: NodePool
+metadata: {name: p}
+spec:
+  disruption: {consolidationPolicy: WhenUnderutilized, expireAfter: 720h}
+  template:
+    spec:
+      kubelet: {maxPods: 110}
+      nodeClassRef: {apiVersion: karpenter.k8s.aws/v1beta1, kind: EC2NodeClass, name: c}
+`, `
+apiVersion: karpenter.sh/v1
+kind: NodePool
+metadata:
+  name: p
+  annotations:
+    compatibility.karpenter.sh/v1beta1-kubelet-conversion: '{"maxPods":110}'
+    compatibility.karpenter.sh/v1beta1-nodeclass-reference: '{"apiVersion":"karpenter.k8s.aws/v1beta1","kind":"EC2NodeClass","name":"c"}'
+spec:
+  disruption: {consolidationPolicy: WhenEmptyOrUnderutilized}
+  template:
+    spec:
+      expireAfter: 720h
+      nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: c}
+`},
+		{"NodePool without a template", `
+apiVersion: karpenter.sh/v1beta1
+kind: NodePool
+metadata: {name: p}
+spec:
+  disruption: {expireAfter: Never}
+`, `
+apiVersion: karpenter.sh/v1
+kind: NodePool
+metadata: {name: p}
+spec:
+  disruption: {}
+  template: {spec: {expireAfter: Never}}
+`},
+		{"NodeClaim", `
+apiVersion: karpenter.sh/v1beta1
+kind: NodeClaim
+metadata: {name: n}
+spec:
+  nodeClassRef: {name: c}
+`, `
+apiVersion: karpenter.sh/v1
+kind: NodeClaim
+metadata:
+  name: n
+  annotations:
+    compatibility.karpenter.sh/v1beta1-nodeclass-reference: '{"name":"c"}'
+spec:
+  nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: c}
+`},
+		{"EC2NodeClass family only", `
+apiVersion: karpenter.k8s.aws/v1beta1
+kind: EC2NodeClass
+metadata: {name: c}
+spec: {amiFamily: Bottlerocket}
+`, `
+apiVersion: karpenter.k8s.aws/v1
+kind: EC2NodeClass
+metadata: {name: c}
+spec:
+  amiSelectorTerms: [{alias: bottlerocket@latest}]
+`},
+		{"EC2NodeClass with terms", `
+apiVersion: karpenter.k8s.aws/v1beta1
+kind: EC2NodeClass
+metadata: {name: c}
+spec: {amiFamily: AL2, amiSelectorTerms: [{id: ami-1}]}
+`, `
+apiVersion: karpenter.k8s.aws/v1
+kind: EC2NodeClass
+metadata: {name: c}
+spec: {amiFamily: AL2, amiSelectorTerms: [{id: ami-1}]}
+`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var in, want map[string]any
+			require.NoError(t, yaml.Unmarshal([]byte(tc.in), &in))
+			require.NoError(t, yaml.Unmarshal([]byte(tc.want), &want))
+			require.NoError(t, ConvertV1beta1(in))
+			got, err := json.Marshal(in)
+			require.NoError(t, err)
+			exp, err := json.Marshal(want)
+			require.NoError(t, err)
+			require.JSONEq(t, string(exp), string(got))
+		})
+	}
+}
+
+func TestConvertV1beta1Refuses(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		obj  map[string]any
+		want error
+	}{
+		{"nil", nil, ErrInvalidArgument},
+		{"v1", map[string]any{"apiVersion": "karpenter.sh/v1", "kind": "NodePool"}, ErrInvalidArgument},
+		{"other kind", map[string]any{"apiVersion": "karpenter.sh/v1beta1", "kind": "Machine"}, ErrInvalidArgument},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := ConvertV1beta1(tc.obj)
+			require.True(t, errors.Is(err, tc.want), "%v", err)
+		})
+	}
+	err := ConvertV1beta1(map[string]any{"apiVersion": "karpenter.k8s.aws/v1beta1", "kind": "EC2NodeClass", "spec": map[string]any{"amiFamily": "Custom"}})
+	require.ErrorContains(t, err, "spec.amiFamily")
+}
+
+func TestReadInstances(t *testing.T) {
+	list, err := ReadInstances(strings.NewReader(`{"Reservations":[{"Instances":[
+		{"InstanceId":"i-1","SubnetId":"subnet-1","ImageId":"ami-1","SecurityGroups":[{"GroupId":"sg-1"},{"GroupId":"sg-2"}]}]}]}`))
+	require.NoError(t, err)
+	require.Equal(t, []Instance{{ID: "i-1", SubnetID: "subnet-1", ImageID: "ami-1", SecurityGroupIDs: []string{"sg-1", "sg-2"}}}, list)
+
+	for _, in := range []string{`{`, `{"Reservations":[{"Instances":[{"SubnetId":"s"}]}]}`} {
+		_, err := ReadInstances(strings.NewReader(in))
+		require.ErrorIs(t, err, ErrInvalidDump)
+	}
+	_, err = ReadInstances(nil)
+	require.ErrorIs(t, err, ErrInvalidArgument)
+}
+
+// FuzzReadDump: any input reads, or fails with ErrInvalidDump; never a
+// panic; Explain on what was read does not fail.
+func FuzzReadDump(f *testing.F) {
+	f.Add("apiVersion: karpenter.sh/v1beta1\nkind: NodePool\nmetadata: {name: p}\nspec: {disruption: {expireAfter: 1h}}\n")
+	f.Add("apiVersion: karpenter.k8s.aws/v1beta1\nkind: EC2NodeClass\nmetadata: {name: c}\nspec: {amiFamily: AL2023}\n")
+	f.Add("kind: List\nitems: [{apiVersion: karpenter.sh/v1, kind: NodeClaim, metadata: {name: n, labels: {karpenter.sh/nodepool: p}}}]\n")
+	f.Add(`{"apiVersion":"karpenter.sh/v1beta1","kind":"NodeClaim","metadata":{"name":"n"},"spec":{"kubelet":{},"nodeClassRef":{}}}`)
+	f.Fuzz(func(t *testing.T, in string) {
+		s, err := ReadDump(strings.NewReader(in))
+		if err != nil {
+			if !errors.Is(err, ErrInvalidDump) {
+				t.Fatalf("error %v does not wrap ErrInvalidDump", err)
+			}
+			return
+		}
+		if _, err := Explain(t.Context(), s); err != nil {
+			t.Fatalf("Explain: %v", err)
+		}
+	})
+}
