@@ -55,8 +55,8 @@
 // What it is not: drift does not talk to the API server, does not persist
 // anything, and does not replace nodes; callers read objects, call drift,
 // and patch annotations or act on reasons themselves. It does not resolve
-// images (see the ImageChooser hook, which amiselect satisfies through an
-// adapter) and does not compute field-level diffs itself (see the Differ
+// images (see the ImageChooser hook, which amiselect satisfies through
+// strategy.AMIChooser) and does not compute field-level diffs itself (see the Differ
 // hook, which the diff package satisfies). It imports nothing from the
 // rest of upgradekit. The 64-bit hash is for change detection, not for
 // security: it is not collision resistant against an adversary.

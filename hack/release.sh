@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Releases upgradekit at one version: the root module and every nested
-# module that depends on it (today amiselect/aws) get the same version, and
-# each nested module requires the root at exactly that version (its
+# module that depends on it (today amiselect/aws, karpenter and
+# examples/drift-explain) get the same version, and each nested module
+# requires the root (and any other of these it uses) at exactly that version (its
 # `replace ... => ../..` stays for work inside the repository; the go
 # command ignores a dependency's replace directives, so consumers resolve
 # the required version from their proxy).
@@ -50,8 +51,20 @@ while IFS= read -r mod; do
   fi
 done < <(find . -name go.mod -not -path './.git/*' -printf '%h\n' | sort)
 
+# Each nested module requires the root, and may require other nested ones
+# (examples/drift-explain requires karpenter): all at the released version.
+ours=("$rootmod")
 for dir in "${nested[@]}"; do
-  (cd "$dir" && go mod edit -require="$rootmod@$version")
+  ours+=("$(cd "$dir" && go list -m)")
+done
+for dir in "${nested[@]}"; do
+  reqs=$(cd "$dir" && go mod edit -json)
+  self=$(cd "$dir" && go list -m)
+  for mod in "${ours[@]}"; do
+    if [[ "$mod" != "$self" ]] && grep -q "\"Path\": \"$mod\"" <<<"$reqs"; then
+      (cd "$dir" && go mod edit -require="$mod@$version")
+    fi
+  done
 done
 if [[ -n "$(git status --porcelain)" ]]; then
   git add -- $(printf '%s/go.mod ' "${nested[@]}")

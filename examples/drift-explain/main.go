@@ -1,13 +1,26 @@
-// Command drift-explain says which stamped objects (Nodes, NodeClaims, CAPI
-// Machines) have drifted from a pool's template and why, field by field,
-// and what would drift if a proposed template were applied.
+// Command drift-explain says which objects have drifted and why, field by
+// field, in two modes.
 //
 //	drift-explain [flags] TEMPLATE.yaml OBJECTS.yaml
+//	drift-explain -karpenter [flags] DUMP.yaml...
+//	drift-explain -karpenter -live [-kubeconfig F] [-context C] [flags]
 //
-// TEMPLATE.yaml is the pool (a Karpenter NodePool, a CAPI MachineDeployment,
-// ...); the part at -path (default spec.template) is the desired spec.
-// OBJECTS.yaml holds the objects, as a YAML list, a kind: List or several
-// documents separated by "---". See README.md.
+// The first checks objects upgradekit stamped (Nodes, NodeClaims, CAPI
+// Machines) against a pool's template: TEMPLATE.yaml is the pool (a
+// NodePool, a MachineDeployment, ...), the part at -path (default
+// spec.template) the desired spec; OBJECTS.yaml holds the objects, as a
+// YAML list, a kind: List or several documents separated by "---"; with
+// -proposed it says what would drift if a proposed template were applied.
+//
+// With -karpenter it explains a Karpenter cluster as Karpenter stamped it:
+// every NodeClaim's static drift (Karpenter's own NodePool hash, with the
+// fields that changed when the previous template is known), requirements,
+// EC2NodeClass hash and AMI drift, and with -instances security group and
+// subnet drift, read from dumps (`kubectl get nodepools,nodeclaims,
+// ec2nodeclasses,nodes -o yaml`; v1beta1 objects are converted) or from
+// the cluster (-live). This mode lives in its own Go module, beside the
+// karpenter module, so upgradekit's core module stays free of Karpenter's
+// dependencies. See README.md.
 package main
 
 import (
@@ -80,6 +93,8 @@ type options struct {
 	prefix, hashVersion, path, proposed string
 	stamp                               bool
 	templateFile, objectsFile           string
+	karpenter                           bool
+	k                                   karpenterOptions
 }
 
 func parseFlags(args []string, stderr io.Writer) (options, error) {
@@ -88,6 +103,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: drift-explain [flags] TEMPLATE.yaml OBJECTS.yaml")
+		fmt.Fprintln(stderr, "       drift-explain -karpenter [flags] DUMP.yaml...")
+		fmt.Fprintln(stderr, "       drift-explain -karpenter -live [-kubeconfig F] [-context C] [flags]")
 		fs.PrintDefaults()
 	}
 	fs.StringVar(&o.prefix, "prefix", "upgradekit.io", "annotation prefix: <prefix>/hash, <prefix>/hash-version, <prefix>/hash-fields")
@@ -95,11 +112,37 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.path, "path", "spec.template", "dot path of the desired spec inside TEMPLATE.yaml")
 	fs.BoolVar(&o.stamp, "stamp", false, "write the objects back to stdout as YAML, stamped with TEMPLATE.yaml")
 	fs.StringVar(&o.proposed, "proposed", "", "proposed template (YAML): print what would drift if it were applied")
+	fs.BoolVar(&o.karpenter, "karpenter", false, "explain a Karpenter cluster's NodeClaims (dumps as arguments, or -live)")
+	fs.BoolVar(&o.k.live, "live", false, "with -karpenter: read the cluster instead of dumps")
+	fs.StringVar(&o.k.kubeconfig, "kubeconfig", "", "with -live: kubeconfig (default: $KUBECONFIG, ~/.kube/config, then the in-cluster config)")
+	fs.StringVar(&o.k.context, "context", "", "with -live: kubeconfig context to use")
+	fs.StringVar(&o.k.previous, "previous", "", "with -karpenter: earlier NodePools (YAML) to name the fields that changed since a NodeClaim was made")
+	fs.StringVar(&o.k.instances, "instances", "", "with -karpenter: `aws ec2 describe-instances` output (JSON), for security group and subnet drift")
+	fs.StringVar(&o.k.images, "images", "", "with -karpenter: image catalog (JSON, as ami-resolve reads) to say why a new AMI won")
+	fs.StringVar(&o.k.imagesAt, "images-at", "", "with -images: the time to resolve at (RFC 3339; default now)")
+	fs.StringVar(&o.k.kubernetesVersion, "kubernetes-version", "", "with -images: the cluster's Kubernetes version, for alias terms (e.g. 1.31)")
+	fs.StringVar(&o.k.output, "o", "table", "with -karpenter: output format, table or json")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return o, err
 		}
 		return o, usageError{err: err, printed: true}
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if o.karpenter {
+		var generic []string
+		for _, n := range []string{"prefix", "hash-version", "path", "stamp", "proposed"} {
+			if set[n] {
+				generic = append(generic, "-"+n)
+			}
+		}
+		return o, validateKarpenter(&o.k, fs.Args(), generic)
+	}
+	for _, n := range []string{"live", "kubeconfig", "context", "previous", "instances", "images", "images-at", "kubernetes-version", "o"} {
+		if set[n] {
+			return o, usageError{err: fmt.Errorf("-%s needs -karpenter", n)}
+		}
 	}
 	if fs.NArg() != 2 {
 		return o, usageError{err: fmt.Errorf("want 2 arguments (TEMPLATE.yaml OBJECTS.yaml), got %d; -h for usage", fs.NArg())}
@@ -123,6 +166,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	o, err := parseFlags(args, stderr)
 	if err != nil {
 		return err
+	}
+	if o.karpenter {
+		return runKarpenter(ctx, o.k, stdout, newKarpenterClient)
 	}
 	hasher, err := drift.NewHasher(o.hashVersion, drift.IgnorePaths("spec.requirements"))
 	if err != nil {

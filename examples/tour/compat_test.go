@@ -46,6 +46,12 @@ func TestCompatibilityMatrix(t *testing.T) {
 		require.Contains(t, table, string(m[1]), "the table names the %s envtest runs", v)
 	}
 
+	// The Karpenter row names the karpenter module's versions.
+	karp := parseMod(t, "../../karpenter/go.mod")
+	require.Contains(t, table, "sigs.k8s.io/karpenter "+req(karp, "sigs.k8s.io/karpenter")+" and the AWS provider "+
+		req(karp, "github.com/aws/karpenter-provider-aws"), "the Karpenter row names karpenter/go.mod's versions")
+	require.Contains(t, table, "floor is Go "+karp.goVersion, "the Karpenter row names the karpenter module's go directive")
+
 	// Cluster API's own floors, from its go.mod in the module cache.
 	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "sigs.k8s.io/cluster-api").Output()
 	require.NoError(t, err)

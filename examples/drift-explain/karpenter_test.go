@@ -1,0 +1,238 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/stretchr/testify/require"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/upgradekit/upgradekit/fake/envtest"
+	"github.com/upgradekit/upgradekit/karpenter"
+)
+
+// dumpDir holds the Karpenter fixture cluster (see its README).
+const dumpDir = "../../karpenter/testdata/dump"
+
+// karpenterRows parses the summary table: NodeClaim -> "verdict reasons".
+func karpenterRows(t *testing.T, out string) map[string]string {
+	t.Helper()
+	rows := map[string]string{}
+	lines := strings.Split(out, "\n")
+	require.True(t, strings.HasPrefix(lines[0], "NODECLAIM"), out)
+	for _, l := range lines[1:] {
+		if l == "" {
+			break
+		}
+		f := strings.Fields(l)
+		require.GreaterOrEqual(t, len(f), 5, l)
+		verdict := f[3]
+		i := 4
+		if verdict == "not" {
+			verdict, i = "not drifted", 5
+		}
+		rows[f[0]] = verdict + " " + f[i]
+	}
+	return rows
+}
+
+// TestKarpenterDump runs the -karpenter mode on the fixture dump: every
+// drifted NodeClaim with its reasons, every other one not drifted, exit 3.
+func TestKarpenterDump(t *testing.T) {
+	want := map[string]string{
+		"arm-a":     "not drifted -",
+		"default-a": "drifted NodePoolDrifted",
+		"default-b": "drifted AMIDrift",
+		"default-c": "drifted RequirementsDrifted",
+		"default-d": "drifted SecurityGroupDrift",
+		"default-e": "drifted SubnetDrift",
+		"default-f": "not drifted -",
+		"default-g": "drifted NodeClassDrift",
+		"default-h": "not drifted -",
+		"default-i": "not drifted -",
+		"legacy-a":  "not drifted -",
+		"legacy-b":  "drifted NodePoolDrifted,AMIDrift",
+	}
+	out, stderr, err := runCmd(t, "-karpenter", "-instances", dumpDir+"/instances.json", dumpDir+"/cluster.yaml")
+	require.ErrorIs(t, err, errDrifted, stderr)
+	require.Empty(t, cmp.Diff(want, karpenterRows(t, out)))
+	require.Contains(t, out, `metadata.labels["team"]: a -> b`)
+	require.Contains(t, out, "NodeClaim/legacy-a was read in its v1beta1 form")
+	require.Contains(t, out, "7 of 12 NodeClaims drifted")
+
+	// Without the instances, security groups and subnets cannot be seen.
+	out, _, err = runCmd(t, "-karpenter", dumpDir+"/cluster.yaml")
+	require.ErrorIs(t, err, errDrifted)
+	rows := karpenterRows(t, out)
+	require.Equal(t, "not drifted -", rows["default-d"])
+	require.Equal(t, "not drifted -", rows["default-e"])
+	require.Contains(t, out, "5 of 12 NodeClaims drifted")
+}
+
+// TestKarpenterJSON: -o json prints the karpenter.Report.
+func TestKarpenterJSON(t *testing.T) {
+	out, _, err := runCmd(t, "-karpenter", "-o", "json", dumpDir+"/cluster.yaml")
+	require.ErrorIs(t, err, errDrifted)
+	var rep karpenter.Report
+	require.NoError(t, json.Unmarshal([]byte(out), &rep))
+	require.Equal(t, 5, rep.Drifted)
+	require.Len(t, rep.NodeClaims, 12)
+}
+
+// TestKarpenterImages: with an image catalog, AMI drift says which term
+// matched the new image and why it won.
+func TestKarpenterImages(t *testing.T) {
+	out, _, err := runCmd(t, "-karpenter", "-images", dumpDir+"/images.json", "-kubernetes-version", "1.31",
+		"-images-at", "2025-05-21T00:00:00Z", dumpDir+"/cluster.yaml")
+	require.ErrorIs(t, err, errDrifted)
+	require.Contains(t, out, `term 0 (alias "al2023@latest") matched ami-0new`)
+	require.Contains(t, out, "the newest image that is not deprecated for amd64")
+}
+
+// TestKarpenterAllUpToDate: a cluster where nothing drifted exits 0.
+func TestKarpenterAllUpToDate(t *testing.T) {
+	snap := readDump(t)
+	var docs []string
+	add := func(obj any) {
+		b, err := json.Marshal(obj)
+		require.NoError(t, err)
+		docs = append(docs, string(b))
+	}
+	for _, np := range snap.NodePools {
+		np.APIVersion, np.Kind = "karpenter.sh/v1", "NodePool"
+		add(np)
+	}
+	for _, c := range snap.EC2NodeClasses {
+		c.APIVersion, c.Kind = "karpenter.k8s.aws/v1", "EC2NodeClass"
+		add(c)
+	}
+	for _, nc := range snap.NodeClaims {
+		if nc.Name == "default-f" || nc.Name == "arm-a" {
+			nc.APIVersion, nc.Kind = "karpenter.sh/v1", "NodeClaim"
+			add(nc)
+		}
+	}
+	file := filepath.Join(t.TempDir(), "up-to-date.yaml")
+	require.NoError(t, os.WriteFile(file, []byte(strings.Join(docs, "\n---\n")), 0o600))
+	out, stderr, err := runCmd(t, "-karpenter", file)
+	require.NoError(t, err, stderr)
+	require.Contains(t, out, "0 of 2 NodeClaims drifted")
+}
+
+// goModDir is where the go command keeps a dependency's source.
+func goModDir(t *testing.T, mod string) string {
+	t.Helper()
+	out, err := exec.CommandContext(t.Context(), "go", "list", "-m", "-f", "{{.Dir}}", mod).Output()
+	require.NoError(t, err, "go list -m %s", mod)
+	return strings.TrimSpace(string(out))
+}
+
+func readDump(t *testing.T) *karpenter.Snapshot {
+	t.Helper()
+	s, err := readDumpFile(dumpDir + "/cluster.yaml")
+	require.NoError(t, err)
+	return s
+}
+
+func TestKarpenterUsage(t *testing.T) {
+	dump := dumpDir + "/cluster.yaml"
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-karpenter"}, "needs dump files"},
+		{[]string{"-karpenter", "-stamp", dump}, "-stamp cannot be combined with -karpenter"},
+		{[]string{"-karpenter", "-live", dump}, "give no dump files"},
+		{[]string{"-karpenter", "-kubeconfig", "x", dump}, "need -live"},
+		{[]string{"-karpenter", "-o", "yaml", dump}, "want table or json"},
+		{[]string{"-karpenter", "-kubernetes-version", "1.31", dump}, "need -images"},
+		{[]string{"-karpenter", "-images", dumpDir + "/images.json", "-kubernetes-version", "one", dump}, "-kubernetes-version"},
+		{[]string{"-karpenter", "-instances", "no-such-file.json", dump}, "no-such-file.json"},
+		{[]string{"-karpenter", "no-such-dump.yaml"}, "no-such-dump.yaml"},
+		{[]string{"-instances", "x", "a", "b"}, "-instances needs -karpenter"},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			_, _, err := runCmd(t, tc.args...)
+			var ue usageError
+			require.True(t, errors.As(err, &ue), "%v", err)
+			require.Contains(t, err.Error(), tc.want)
+		})
+	}
+}
+
+// TestKarpenterLive reads the fixture cluster from a real kube-apiserver
+// serving Karpenter's CRDs, through a kubeconfig file, as a user would.
+func TestKarpenterLive(t *testing.T) {
+	scheme, err := karpenter.Scheme()
+	require.NoError(t, err)
+	crds := func(mod string, files ...string) []string {
+		dir := goModDir(t, mod)
+		var out []string
+		for _, f := range files {
+			out = append(out, filepath.Join(dir, "pkg", "apis", "crds", f))
+		}
+		return out
+	}
+	env := envtest.StartForTest(t, envtest.WithoutCAPICRDs(), envtest.WithScheme(scheme), envtest.WithCRDPaths(append(
+		crds("sigs.k8s.io/karpenter", "karpenter.sh_nodepools.yaml", "karpenter.sh_nodeclaims.yaml"),
+		crds("github.com/aws/karpenter-provider-aws", "karpenter.k8s.aws_ec2nodeclasses.yaml")...)...))
+	snap := readDump(t)
+	var objs []client.Object
+	for i := range snap.EC2NodeClasses {
+		objs = append(objs, &snap.EC2NodeClasses[i])
+	}
+	for i := range snap.NodePools {
+		objs = append(objs, &snap.NodePools[i])
+	}
+	for i := range snap.NodeClaims {
+		objs = append(objs, &snap.NodeClaims[i])
+	}
+	for _, obj := range objs {
+		status := obj.DeepCopyObject().(client.Object)
+		require.NoError(t, env.Client.Create(t.Context(), obj))
+		status.SetResourceVersion(obj.GetResourceVersion())
+		if err := env.Client.Status().Update(t.Context(), status); err != nil {
+			require.Contains(t, err.Error(), "not found", "NodePools have a status too; only a missing subresource may fail")
+		}
+	}
+
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters["envtest"] = &clientcmdapi.Cluster{Server: env.Config.Host, CertificateAuthorityData: env.Config.CAData}
+	cfg.AuthInfos["envtest"] = &clientcmdapi.AuthInfo{ClientCertificateData: env.Config.CertData, ClientKeyData: env.Config.KeyData}
+	cfg.Contexts["envtest"] = &clientcmdapi.Context{Cluster: "envtest", AuthInfo: "envtest"}
+	require.NoError(t, clientcmd.WriteToFile(*cfg, kubeconfig))
+
+	out, stderr, err := runCmd(t, "-karpenter", "-live", "-kubeconfig", kubeconfig, "-context", "envtest",
+		"-instances", dumpDir+"/instances.json")
+	require.ErrorIs(t, err, errDrifted, stderr)
+	fromDump, _, _ := runCmd(t, "-karpenter", "-instances", dumpDir+"/instances.json", dumpDir+"/cluster.yaml")
+	require.Empty(t, cmp.Diff(karpenterRows(t, fromDump), karpenterRows(t, out)))
+
+	_, _, err = runCmd(t, "-karpenter", "-live", "-kubeconfig", kubeconfig, "-context", "no-such-context")
+	require.Error(t, err)
+	require.Contains(t, err.Error(), "no-such-context")
+}
+
+// TestREADMEShowsARealKarpenterExplanation: the -karpenter output in
+// README.md is what the command prints today.
+func TestREADMEShowsARealKarpenterExplanation(t *testing.T) {
+	readme, err := os.ReadFile("README.md")
+	require.NoError(t, err)
+	const cmd = "$ go run . -karpenter -instances ../../karpenter/testdata/dump/instances.json ../../karpenter/testdata/dump/cluster.yaml\n"
+	i := strings.Index(string(readme), cmd)
+	require.GreaterOrEqual(t, i, 0, "README.md shows the -karpenter command")
+	shown := string(readme)[i+len(cmd):]
+	shown = shown[:strings.Index(shown, "```")]
+	out, _, err := runCmd(t, "-karpenter", "-instances", dumpDir+"/instances.json", dumpDir+"/cluster.yaml")
+	require.ErrorIs(t, err, errDrifted)
+	require.Empty(t, cmp.Diff(out, shown), "README.md's -karpenter output is stale")
+}
