@@ -35,7 +35,7 @@ func TestConsumerGetsTheRelease(t *testing.T) {
 	sh(t, clone, nil, "hack/release.sh", "-proxy", proxy, version)
 
 	tags := sh(t, clone, nil, "git", "tag", "--points-at", "HEAD")
-	for _, want := range []string{version, "amiselect/aws/" + version} {
+	for _, want := range []string{version, "amiselect/aws/" + version, "karpenter/" + version, "examples/drift-explain/" + version} {
 		if !strings.Contains(tags, want) {
 			t.Fatalf("tag %s missing; HEAD has %q", want, tags)
 		}
@@ -46,6 +46,18 @@ func TestConsumerGetsTheRelease(t *testing.T) {
 	}
 	if !strings.Contains(string(nested), "github.com/upgradekit/upgradekit "+version) {
 		t.Fatalf("amiselect/aws/go.mod does not require the root at %s:\n%s", version, nested)
+	}
+
+	// A nested module that uses another nested one requires both at the
+	// version.
+	de, err := os.ReadFile(filepath.Join(clone, "examples/drift-explain/go.mod"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"github.com/upgradekit/upgradekit " + version, "github.com/upgradekit/upgradekit/karpenter " + version} {
+		if !strings.Contains(string(de), want) {
+			t.Fatalf("examples/drift-explain/go.mod does not require %s:\n%s", want, de)
+		}
 	}
 
 	consumer := filepath.Join(tmp, "consumer")
