@@ -238,6 +238,20 @@ func instanceOf(ctx context.Context, nc *karpv1.NodeClaim, lookup InstanceLookup
 	return lookup(ctx, id)
 }
 
+// classAndInstance returns the EC2NodeClass and instance of obj, a
+// NodeClaim the provider manages; a nil class when either is unknown.
+func classAndInstance(ctx context.Context, l Lookup, lookup InstanceLookup, obj metav1.Object) (*awsv1.EC2NodeClass, Instance, error) {
+	nc, class := claimAndClass(l, obj)
+	if nc == nil || class == nil {
+		return nil, Instance{}, nil
+	}
+	inst, ok, err := instanceOf(ctx, nc, lookup)
+	if err != nil || !ok {
+		return nil, Instance{}, err
+	}
+	return class, inst, nil
+}
+
 // SecurityGroupCheck is the AWS provider's security group drift: the
 // instance's security groups are not exactly the EC2NodeClass's
 // status.securityGroups. The instance comes from lookup by the NodeClaim's
@@ -246,12 +260,8 @@ func instanceOf(ctx context.Context, nc *karpv1.NodeClaim, lookup InstanceLookup
 // Karpenter. The evidence names the groups added and removed.
 func SecurityGroupCheck(l Lookup, lookup InstanceLookup) drift.Check {
 	return drift.CheckFunc(func(ctx context.Context, obj metav1.Object) (*drift.Reason, error) {
-		nc, class := claimAndClass(l, obj)
-		if nc == nil || class == nil {
-			return nil, nil
-		}
-		inst, ok, err := instanceOf(ctx, nc, lookup)
-		if err != nil || !ok {
+		class, inst, err := classAndInstance(ctx, l, lookup, obj)
+		if class == nil || err != nil {
 			return nil, err
 		}
 		want := make([]string, 0, len(class.Status.SecurityGroups))
@@ -285,12 +295,8 @@ func SecurityGroupCheck(l Lookup, lookup InstanceLookup) drift.Check {
 // status are handled as in SecurityGroupCheck.
 func SubnetCheck(l Lookup, lookup InstanceLookup) drift.Check {
 	return drift.CheckFunc(func(ctx context.Context, obj metav1.Object) (*drift.Reason, error) {
-		nc, class := claimAndClass(l, obj)
-		if nc == nil || class == nil {
-			return nil, nil
-		}
-		inst, ok, err := instanceOf(ctx, nc, lookup)
-		if err != nil || !ok {
+		class, inst, err := classAndInstance(ctx, l, lookup, obj)
+		if class == nil || err != nil {
 			return nil, err
 		}
 		if len(class.Status.Subnets) == 0 {

@@ -54,12 +54,7 @@ func (s *Snapshot) NodePool(name string) *karpv1.NodePool {
 	if s == nil {
 		return nil
 	}
-	for i := range s.NodePools {
-		if s.NodePools[i].Name == name {
-			return &s.NodePools[i]
-		}
-	}
-	return nil
+	return byName(s.NodePools, name)
 }
 
 // EC2NodeClass returns the EC2NodeClass called name, or nil.
@@ -67,12 +62,7 @@ func (s *Snapshot) EC2NodeClass(name string) *awsv1.EC2NodeClass {
 	if s == nil {
 		return nil
 	}
-	for i := range s.EC2NodeClasses {
-		if s.EC2NodeClasses[i].Name == name {
-			return &s.EC2NodeClasses[i]
-		}
-	}
-	return nil
+	return byName(s.EC2NodeClasses, name)
 }
 
 // Node returns the Node called name, or nil.
@@ -80,9 +70,17 @@ func (s *Snapshot) Node(name string) *corev1.Node {
 	if s == nil || name == "" {
 		return nil
 	}
-	for i := range s.Nodes {
-		if s.Nodes[i].Name == name {
-			return &s.Nodes[i]
+	return byName(s.Nodes, name)
+}
+
+// byName returns a pointer to the item called name, or nil.
+func byName[T any, P interface {
+	*T
+	GetName() string
+}](items []T, name string) *T {
+	for i := range items {
+		if P(&items[i]).GetName() == name {
+			return &items[i]
 		}
 	}
 	return nil
