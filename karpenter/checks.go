@@ -43,7 +43,9 @@ type Lookup interface {
 // stays drifted. The reason's evidence names the template fields that
 // changed when a previous template with the NodeClaim's hash is known
 // (WithPreviousNodePools, or the NodePool's
-// kubectl.kubernetes.io/last-applied-configuration).
+// kubectl.kubernetes.io/last-applied-configuration); without one, the
+// hashed fields a field manager wrote after the NodeClaim was made, from
+// the NodePool's managedFields (who and when, not the old value).
 func NodePoolHashCheck(l Lookup, opts ...ExplainOption) drift.Check {
 	cfg := newExplainConfig(opts)
 	return drift.CheckFunc(func(_ context.Context, obj metav1.Object) (*drift.Reason, error) {
@@ -77,6 +79,13 @@ func NodePoolHashCheck(l Lookup, opts ...ExplainOption) drift.Check {
 		if old == nil {
 			r.Message = fmt.Sprintf("NodePool %s's template changed since this NodeClaim was made (hash %s, now %s); which fields is unknown: no previous NodePool with hash %s was given",
 				np.Name, stamped, want, stamped)
+			if written := writtenSince(np, nc.CreationTimestamp.Time); len(written) > 0 && !nc.CreationTimestamp.IsZero() {
+				r.Message += "; written since it was made (managedFields): " + strings.Join(written, ", ")
+				for _, w := range written {
+					path, _, _ := strings.Cut(w, " ")
+					r.Evidence = append(r.Evidence, drift.Evidence{Kind: drift.EvidenceField, Key: path, Detail: "written since: " + w[len(path)+1:]})
+				}
+			}
 			return r, nil
 		}
 		changes := ChangedTemplateFields(old, &np.Spec.Template)

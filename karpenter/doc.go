@@ -25,7 +25,8 @@
 //     ReadInstances reads `aws ec2 describe-instances` output.
 //   - Explaining: Karpenter's drift rules as drift.Checks, composed by
 //     Explain in Karpenter's order: NodePoolHashCheck (static drift, with
-//     the changed fields when the previous template is known),
+//     the changed fields when the previous template is known, else the
+//     hashed fields written since, from managedFields),
 //     RequirementsCheck, NodeClassHashCheck, AMICheck (which image replaced
 //     which, and with CatalogResolver the selector term and why the new one
 //     won), SecurityGroupCheck and SubnetCheck (from the instances). Hash

@@ -5,11 +5,13 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/stretchr/testify/require"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/upgradekit/upgradekit/drift"
 	"github.com/upgradekit/upgradekit/fake/envtest"
 )
 
@@ -78,4 +80,22 @@ func TestReadFromAnAPIServer(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, cmp.Diff(reasonNames(want), reasonNames(got)))
 	require.Equal(t, want.Drifted, got.Drifted)
+
+	// Someone edits the NodePool's label after the NodeClaims were made,
+	// and nothing holds the template as it was: the API server's managed
+	// fields still say which hashed field was written since, by whom.
+	time.Sleep(1100 * time.Millisecond) // managedFields times have seconds
+	np := live.NodePool("default").DeepCopy()
+	np.Spec.Template.Labels["team"] = "c"
+	delete(np.Annotations, AnnotationLastApplied)
+	require.NoError(t, env.Client.Update(ctx, np, client.FieldOwner("kubectl-edit")))
+	live, err = Read(ctx, env.Client)
+	require.NoError(t, err)
+	rep, err := Explain(ctx, live)
+	require.NoError(t, err)
+	f := rep.NodeClaims[indexOf(rep, "default-f")]
+
+	require.Equal(t, []drift.ReasonName{drift.NodePoolDrifted}, reasonNames(rep)["default-f"])
+	require.Contains(t, f.Reasons[0].Message, `written since it was made (managedFields): metadata.labels (by kubectl-edit at `)
+	require.NotContains(t, f.Reasons[0].Message, "spec.taints", "the taints were written before the NodeClaim was made")
 }
