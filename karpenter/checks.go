@@ -3,6 +3,7 @@ package karpenter
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -33,19 +34,21 @@ type Lookup interface {
 
 // NodePoolHashCheck is Karpenter's static drift: the NodeClaim's
 // karpenter.sh/nodepool-hash against its NodePool's template hash
-// (NodePoolHash), compared only when both carry the same hash version. It
-// judges the steady state Karpenter converges to: the hash is computed
-// from the NodePool's spec rather than read from its annotation (which
-// Karpenter's hash controller rewrites on its next reconcile), and a
-// NodeClaim stamped with an older hash version (v1beta1's v2) is
-// re-stamped by Karpenter, so it is not drifted, unless it already
-// carries a Drifted condition: then Karpenter keeps its old hash and it
-// stays drifted. The reason's evidence names the template fields that
-// changed when a previous template with the NodeClaim's hash is known
-// (WithPreviousNodePools, or the NodePool's
+// (NodePoolHash). It judges the steady state Karpenter converges to: the
+// hash is computed from the NodePool's spec rather than read from its
+// annotation (which Karpenter's hash controller rewrites on its next
+// reconcile), and hash versions follow Karpenter's hash controller (see
+// StampRule): a NodePool not yet at NodePoolHashVersion has its
+// NodeClaims re-stamped (not drifted) unless they already carry a Drifted
+// condition, which keeps their old hash, so they stay drifted; once the
+// NodePool is at NodePoolHashVersion, a NodeClaim stamped with another
+// version is never compared. The reason's evidence names the template
+// fields that changed when a previous template with the NodeClaim's hash
+// is known (WithPreviousNodePools, or the NodePool's
 // kubectl.kubernetes.io/last-applied-configuration); without one, the
-// hashed fields a field manager wrote after the NodeClaim was made, from
-// the NodePool's managedFields (who and when, not the old value).
+// hashed fields a field manager may have written after the NodeClaim was
+// made, from the NodePool's managedFields (who and when, not the old
+// value).
 func NodePoolHashCheck(l Lookup, opts ...ExplainOption) drift.Check {
 	cfg := newExplainConfig(opts)
 	return drift.CheckFunc(func(_ context.Context, obj metav1.Object) (*drift.Reason, error) {
@@ -58,7 +61,8 @@ func NodePoolHashCheck(l Lookup, opts ...ExplainOption) drift.Check {
 		if !okHash || !okVersion {
 			return nil, nil
 		}
-		if version != NodePoolHashVersion && !hasCondition(nc, karpv1.ConditionTypeDrifted) {
+		if compare, _ := StampRule(np.Annotations[karpv1.NodePoolHashVersionAnnotationKey], version, NodePoolHashVersion,
+			hasCondition(nc, karpv1.ConditionTypeDrifted)); !compare {
 			return nil, nil
 		}
 		want := NodePoolHash(np)
@@ -101,11 +105,12 @@ func NodePoolHashCheck(l Lookup, opts ...ExplainOption) drift.Check {
 }
 
 // RequirementsCheck is Karpenter's requirements drift: the NodeClaim's
-// labels no longer satisfy its NodePool's spec.template.spec.requirements
+// labels (deprecated well-known keys normalised, as Karpenter does) no
+// longer satisfy its NodePool's spec.template.spec.requirements
 // (drift.Requirements with Karpenter's label aliases; minValues is not a
-// constraint on one NodeClaim and is ignored, as Karpenter does here).
-// Operators drift.Requirements does not know (Gte, Lte) make the check an
-// error: it cannot tell.
+// constraint on one NodeClaim and is ignored, as Karpenter does here). A
+// requirement drift.Requirements cannot read makes the check an error
+// wrapping ErrCannotTell.
 func RequirementsCheck(l Lookup) drift.Check {
 	return drift.CheckFunc(func(ctx context.Context, obj metav1.Object) (*drift.Reason, error) {
 		nc, np := claimAndPool(l, obj)
@@ -116,9 +121,9 @@ func RequirementsCheck(l Lookup) drift.Check {
 		for _, r := range np.Spec.Template.Spec.Requirements {
 			reqs = append(reqs, corev1.NodeSelectorRequirement{Key: r.Key, Operator: r.Operator, Values: r.Values})
 		}
-		check, err := drift.NewRequirements(reqs, drift.WithLabelAliases(drift.KarpenterLabelAliases()))
+		check, err := drift.NewRequirements(reqs, drift.WithLabelAliases(drift.KarpenterLabelAliases()), drift.WithLabelsOf(normalizedLabels))
 		if err != nil {
-			return nil, fmt.Errorf("NodePool %s: spec.template.spec.requirements: %w", np.Name, err)
+			return nil, fmt.Errorf("%w: NodePool %s: spec.template.spec.requirements: %w", ErrCannotTell, np.Name, err)
 		}
 		r, err := check.Check(ctx, nc)
 		if r != nil {
@@ -132,8 +137,11 @@ func RequirementsCheck(l Lookup) drift.Check {
 // karpenter.k8s.aws/ec2nodeclass-hash against its EC2NodeClass's, read
 // from the annotations as Karpenter does (the EC2NodeClass hash includes
 // the cluster's CA bundle, which a dump does not hold; EC2NodeClassHash
-// computes it when the caller knows it). An older hash version is
-// re-stamped, not drifted, unless the NodeClaim is already drifted.
+// computes it when the caller knows it). Hash versions follow the
+// provider's hash controller (StampRule); while the EC2NodeClass is not
+// yet at EC2NodeClassHashVersion its new hash is unknown here, so only a
+// NodeClaim that keeps an old-version hash (already drifted) is found
+// drifted.
 func NodeClassHashCheck(l Lookup) drift.Check {
 	return drift.CheckFunc(func(_ context.Context, obj metav1.Object) (*drift.Reason, error) {
 		nc, class := claimAndClass(l, obj)
@@ -141,13 +149,28 @@ func NodeClassHashCheck(l Lookup) drift.Check {
 			return nil, nil
 		}
 		want, okWant := class.Annotations[awsv1.AnnotationEC2NodeClassHash]
-		wantVersion, okWantVersion := class.Annotations[awsv1.AnnotationEC2NodeClassHashVersion]
+		classVersion := class.Annotations[awsv1.AnnotationEC2NodeClassHashVersion]
 		got, okGot := nc.Annotations[awsv1.AnnotationEC2NodeClassHash]
 		gotVersion, okGotVersion := nc.Annotations[awsv1.AnnotationEC2NodeClassHashVersion]
-		if !okWant || !okWantVersion || !okGot || !okGotVersion || want == got {
+		if !okGot || !okGotVersion {
 			return nil, nil
 		}
-		if gotVersion != wantVersion && !hasCondition(nc, karpv1.ConditionTypeDrifted) {
+		drifted := hasCondition(nc, karpv1.ConditionTypeDrifted)
+		if compare, _ := StampRule(classVersion, gotVersion, EC2NodeClassHashVersion, drifted); !compare {
+			return nil, nil
+		}
+		if classVersion != EC2NodeClassHashVersion {
+			if gotVersion == EC2NodeClassHashVersion || !drifted {
+				return nil, nil // compared with a hash Karpenter has yet to compute
+			}
+			return &drift.Reason{
+				Name: drift.NodeClassDrift,
+				Message: fmt.Sprintf("EC2NodeClass %s: stamped with hash version %s and already drifted before Karpenter moved to %s; Karpenter keeps its old hash, so it stays drifted",
+					class.Name, errtext.Quote(gotVersion), EC2NodeClassHashVersion),
+				Evidence: []drift.Evidence{{Kind: drift.EvidenceHash, Key: awsv1.AnnotationEC2NodeClassHash, Got: got, Detail: "hash version " + gotVersion}},
+			}, nil
+		}
+		if !okWant || want == got {
 			return nil, nil
 		}
 		return &drift.Reason{
@@ -158,6 +181,58 @@ func NodeClassHashCheck(l Lookup) drift.Check {
 				Detail: "hash version " + gotVersion}},
 		}, nil
 	})
+}
+
+// StampRule says whether Karpenter compares a NodeClaim's stamped hash
+// with its owner's (NodePool or EC2NodeClass) current one, given the
+// owner's hash-version annotation, the NodeClaim's, the version Karpenter
+// writes today (current) and whether the NodeClaim carries a Drifted
+// condition, as Karpenter's hash controllers and drift rules do:
+//
+//   - an owner not at current is re-stamped on the controller's next
+//     reconcile, and with it every NodeClaim not at current: those without
+//     a Drifted condition get the owner's new hash (not compared: not
+//     drifted), drifted ones keep their old hash (compared: still
+//     drifted);
+//   - an owner at current compares only NodeClaims at current; one
+//     stamped with another version is never compared again.
+//
+// note says, when not compared, why, for a report.
+func StampRule(ownerVersion, claimVersion, current string, drifted bool) (compare bool, note string) {
+	switch {
+	case claimVersion == current:
+		return true, ""
+	case ownerVersion != current && drifted:
+		return true, ""
+	case ownerVersion != current:
+		return false, fmt.Sprintf("stamped with hash version %s: Karpenter re-stamps it with %s and the current hash, not drift",
+			errtext.Quote(claimVersion), current)
+	default:
+		return false, fmt.Sprintf("stamped with hash version %s while its owner is at %s: Karpenter never compares them, not drift",
+			errtext.Quote(claimVersion), current)
+	}
+}
+
+// normalizedLabels returns obj's labels with deprecated well-known keys
+// (beta.kubernetes.io/arch, ...) also under their current names, as
+// Karpenter's label requirements normalise them.
+func normalizedLabels(obj metav1.Object) map[string]string {
+	labels := obj.GetLabels()
+	var out map[string]string
+	for old, cur := range drift.KarpenterLabelAliases() {
+		v, ok := labels[old]
+		if _, has := labels[cur]; !ok || has {
+			continue
+		}
+		if out == nil {
+			out = maps.Clone(labels)
+		}
+		out[cur] = v
+	}
+	if out == nil {
+		return labels
+	}
+	return out
 }
 
 // claimAndPool returns obj as a NodeClaim managed by the AWS provider and
@@ -182,7 +257,11 @@ func claimAndClass(l Lookup, obj metav1.Object) (*karpv1.NodeClaim, *awsv1.EC2No
 	if nc == nil || np == nil || np.Spec.Template.Spec.NodeClassRef == nil {
 		return nil, nil
 	}
-	return nc, l.EC2NodeClass(np.Spec.Template.Spec.NodeClassRef.Name)
+	class := l.EC2NodeClass(np.Spec.Template.Spec.NodeClassRef.Name)
+	if class == nil || class.DeletionTimestamp != nil { // a terminating EC2NodeClass resolves as not found
+		return nil, nil
+	}
+	return nc, class
 }
 
 // managed reports whether the AWS provider manages nc: its nodeClassRef

@@ -45,7 +45,28 @@ func AMICheck(l Lookup, opts ...ExplainOption) drift.Check {
 		if nc.Status.ImageID == "" {
 			return nil, fmt.Errorf("%w: NodeClaim %s: status.imageID is empty", ErrCannotTell, nc.Name)
 		}
-		chooser := statusChooser{class: class, current: nc.Status.ImageID, resolve: cfg.imageResolver}
+		fits := false
+		for i, ami := range class.Status.AMIs {
+			ok, err := meets(nc, ami.Requirements)
+			if err != nil {
+				return nil, fmt.Errorf("%w: EC2NodeClass %s: status.amis[%d].requirements: %w", ErrCannotTell, class.Name, i, err)
+			}
+			if ok {
+				fits = true
+				break
+			}
+		}
+		if !fits {
+			// Karpenter maps no image to the instance type, so the
+			// NodeClaim's image is not among the mapped ones: drifted.
+			return &drift.Reason{
+				Name: drift.AMIDrift,
+				Message: fmt.Sprintf("EC2NodeClass %s: none of the %d images in status.amis fits this node any more (it runs %s); Karpenter would launch it on another instance type",
+					class.Name, len(class.Status.AMIs), nc.Status.ImageID),
+				Evidence: []drift.Evidence{{Kind: drift.EvidenceImage, Key: "image", Got: nc.Status.ImageID, Detail: "no image in status.amis fits"}},
+			}, nil
+		}
+		chooser := statusChooser{class: class, claim: nc, current: nc.Status.ImageID, resolve: cfg.imageResolver}
 		check, err := drift.NewImage(chooser, func(metav1.Object) (string, bool) { return nc.Status.ImageID, true })
 		if err != nil {
 			return nil, err
@@ -54,7 +75,10 @@ func AMICheck(l Lookup, opts ...ExplainOption) drift.Check {
 		if r != nil {
 			r.Message = fmt.Sprintf("EC2NodeClass %s: %s", class.Name, r.Message)
 		}
-		return r, err
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrCannotTell, err)
+		}
+		return r, nil
 	})
 }
 
@@ -62,6 +86,7 @@ func AMICheck(l Lookup, opts ...ExplainOption) drift.Check {
 // status.amis, with an optional resolver for the full "why".
 type statusChooser struct {
 	class   *awsv1.EC2NodeClass
+	claim   *karpv1.NodeClaim
 	current string
 	resolve ImageResolver
 }
@@ -75,7 +100,7 @@ func (c statusChooser) ExplainImage(ctx context.Context, labels map[string]strin
 	amis := c.class.Status.AMIs
 	first := -1
 	for i, ami := range amis {
-		ok, err := meets(labels, ami.Requirements)
+		ok, err := meets(c.claim, ami.Requirements)
 		if err != nil {
 			return "", "", fmt.Errorf("EC2NodeClass %s: status.amis[%d].requirements: %w", c.class.Name, i, err)
 		}
@@ -119,14 +144,14 @@ func (c statusChooser) ExplainImage(ctx context.Context, labels map[string]strin
 	return want.ID, errtext.Cap(strings.Join(why, "; ")), nil
 }
 
-// meets reports whether labels satisfy reqs (drift.Requirements with
-// Karpenter's label aliases).
-func meets(labels map[string]string, reqs []corev1.NodeSelectorRequirement) (bool, error) {
-	check, err := drift.NewRequirements(reqs, drift.WithLabelAliases(drift.KarpenterLabelAliases()))
+// meets reports whether nc's labels (normalised) satisfy reqs
+// (drift.Requirements with Karpenter's label aliases).
+func meets(nc *karpv1.NodeClaim, reqs []corev1.NodeSelectorRequirement) (bool, error) {
+	check, err := drift.NewRequirements(reqs, drift.WithLabelAliases(drift.KarpenterLabelAliases()), drift.WithLabelsOf(normalizedLabels))
 	if err != nil {
 		return false, err
 	}
-	r, err := check.Check(context.Background(), &metav1.ObjectMeta{Name: "node", Labels: labels})
+	r, err := check.Check(context.Background(), nc)
 	return r == nil && err == nil, err
 }
 
@@ -165,6 +190,10 @@ type Instance struct {
 	SecurityGroupIDs []string
 	// ImageID is the image it was launched from.
 	ImageID string
+	// State is the instance state (running, stopped, terminated, ...);
+	// Instances does not find terminated instances, as Karpenter's
+	// instance provider does not.
+	State string
 }
 
 // InstanceLookup returns the instance with the given id; ok is false when
@@ -172,10 +201,14 @@ type Instance struct {
 type InstanceLookup func(ctx context.Context, id string) (inst Instance, ok bool, err error)
 
 // Instances is an InstanceLookup over a fixed list (ReadInstances).
+// Terminated instances are not found: Karpenter looks up pending,
+// running, stopping, stopped and shutting-down instances only.
 func Instances(list []Instance) InstanceLookup {
 	byID := make(map[string]Instance, len(list))
 	for _, i := range list {
-		byID[i.ID] = i
+		if i.State != "terminated" {
+			byID[i.ID] = i
+		}
 	}
 	return func(_ context.Context, id string) (Instance, bool, error) {
 		i, ok := byID[id]
@@ -193,9 +226,12 @@ func ReadInstances(r io.Reader) ([]Instance, error) {
 	var out struct {
 		Reservations []struct {
 			Instances []struct {
-				InstanceID     string `json:"InstanceId"`
-				SubnetID       string `json:"SubnetId"`
-				ImageID        string `json:"ImageId"`
+				InstanceID string `json:"InstanceId"`
+				SubnetID   string `json:"SubnetId"`
+				ImageID    string `json:"ImageId"`
+				State      struct {
+					Name string `json:"Name"`
+				} `json:"State"`
 				SecurityGroups []struct {
 					GroupID string `json:"GroupId"`
 				} `json:"SecurityGroups"`
@@ -211,7 +247,7 @@ func ReadInstances(r io.Reader) ([]Instance, error) {
 			if in.InstanceID == "" {
 				return nil, fmt.Errorf("%w: Reservations[%d].Instances[%d]: no InstanceId", ErrInvalidDump, ri, ii)
 			}
-			inst := Instance{ID: in.InstanceID, SubnetID: in.SubnetID, ImageID: in.ImageID}
+			inst := Instance{ID: in.InstanceID, SubnetID: in.SubnetID, ImageID: in.ImageID, State: in.State.Name}
 			for _, sg := range in.SecurityGroups {
 				inst.SecurityGroupIDs = append(inst.SecurityGroupIDs, sg.GroupID)
 			}

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/upgradekit/upgradekit/amiselect"
 	"github.com/upgradekit/upgradekit/internal/errtext"
 )
 
@@ -34,9 +33,10 @@ const (
 //   - spec.kubelet (NodePool template or NodeClaim) is removed and kept, as
 //     JSON, in AnnotationKubeletCompatibility: v1 moved it to the
 //     EC2NodeClass;
-//   - an EC2NodeClass's amiFamily and amiSelectorTerms convert with
-//     amiselect.ConvertV1Beta1 (a family without terms becomes the alias
-//     "<family>@latest").
+//   - an EC2NodeClass's amiFamily and amiSelectorTerms convert as v1.0
+//     did: a family without terms becomes the alias "<family>@latest" (or
+//     the version in AnnotationAliasVersionCompatibility), Ubuntu becomes
+//     AL2 (AnnotationUbuntuCompatibility), anything unknown Custom.
 //
 // Status, labels and the other annotations (the hash annotations among
 // them, with their v1beta1 hash versions) are kept as they are: that is
@@ -57,7 +57,8 @@ func ConvertV1beta1(obj map[string]any) error {
 		disruption, _ := spec["disruption"].(map[string]any)
 		tmpl, _ := spec["template"].(map[string]any)
 		tspec, _ := tmpl["spec"].(map[string]any)
-		if tspec == nil && (disruption["expireAfter"] != nil || tmpl != nil) {
+		_, moves := disruption["expireAfter"]
+		if tspec == nil && spec != nil && (moves || tmpl != nil) {
 			tspec = map[string]any{}
 			if tmpl == nil {
 				tmpl = map[string]any{}
@@ -65,7 +66,7 @@ func ConvertV1beta1(obj map[string]any) error {
 			}
 			tmpl["spec"] = tspec
 		}
-		if ea, ok := disruption["expireAfter"]; ok {
+		if ea, ok := disruption["expireAfter"]; ok && tspec != nil {
 			tspec["expireAfter"] = ea
 			delete(disruption, "expireAfter")
 		}
@@ -81,9 +82,7 @@ func ConvertV1beta1(obj map[string]any) error {
 		}
 	case group == GroupAWS && kind == "EC2NodeClass":
 		if spec != nil {
-			if err := convertNodeClassSpec(spec); err != nil {
-				return err
-			}
+			convertNodeClassSpec(obj, spec)
 		}
 	default:
 		return fmt.Errorf("%w: %s %s has no v1 conversion here", ErrInvalidArgument, errtext.Quote(apiVersion), errtext.Quote(kind))
@@ -101,25 +100,25 @@ func convertClaimSpec(obj, spec map[string]any, path string) error {
 	if ref, ok := spec["nodeClassRef"].(map[string]any); ok {
 		old, err := json.Marshal(ref)
 		if err != nil {
-			return fmt.Errorf("%s.nodeClassRef: %s", path, errtext.Clip(err.Error()))
+			return fmt.Errorf("%w: %s.nodeClassRef: %s", ErrInvalidArgument, path, errtext.Clip(err.Error()))
 		}
 		setAnnotation(obj, AnnotationNodeClassReferenceCompatibility, string(old))
 		if av, ok := ref["apiVersion"].(string); ok {
 			g, _, _ := strings.Cut(av, "/")
 			ref["group"] = g
-			delete(ref, "apiVersion")
 		}
-		if _, ok := ref["group"]; !ok {
+		delete(ref, "apiVersion")
+		if g, _ := ref["group"].(string); g == "" { // as v1.0's conversion defaults them
 			ref["group"] = GroupAWS
 		}
-		if _, ok := ref["kind"]; !ok {
+		if k, _ := ref["kind"].(string); k == "" {
 			ref["kind"] = "EC2NodeClass"
 		}
 	}
 	if kubelet, ok := spec["kubelet"]; ok {
 		b, err := json.Marshal(kubelet)
 		if err != nil {
-			return fmt.Errorf("%s.kubelet: %s", path, errtext.Clip(err.Error()))
+			return fmt.Errorf("%w: %s.kubelet: %s", ErrInvalidArgument, path, errtext.Clip(err.Error()))
 		}
 		setAnnotation(obj, AnnotationKubeletCompatibility, string(b))
 		delete(spec, "kubelet")
@@ -127,38 +126,60 @@ func convertClaimSpec(obj, spec map[string]any, path string) error {
 	return nil
 }
 
-// convertNodeClassSpec converts an EC2NodeClass spec's AMI selection.
-func convertNodeClassSpec(spec map[string]any) error {
+// Annotations of Karpenter v1.0's EC2NodeClass conversion.
+const (
+	// AnnotationAliasVersionCompatibility, on a v1beta1 EC2NodeClass,
+	// names the alias version its conversion uses (default "latest").
+	AnnotationAliasVersionCompatibility = "compatibility.karpenter.k8s.aws/v1-alias-version"
+	// AnnotationUbuntuCompatibility records how an Ubuntu EC2NodeClass was
+	// converted: "amiFamily" (now AL2), "blockDeviceMappings" (Ubuntu's
+	// root volume added), "incompatible" (no terms: a placeholder image).
+	AnnotationUbuntuCompatibility = "compatibility.karpenter.k8s.aws/v1beta1-ubuntu"
+)
+
+// convertNodeClassSpec converts an EC2NodeClass spec's AMI selection as
+// Karpenter v1.0's conversion did: a known family without terms becomes
+// the alias "<family>@<version>" (the v1-alias-version annotation, else
+// latest) without amiFamily; with terms both carry over; Ubuntu becomes
+// AL2 (with Ubuntu's root volume when no blockDeviceMappings were set, and
+// a placeholder image term when there were no terms, which selects
+// nothing), recorded in AnnotationUbuntuCompatibility; anything else is
+// Custom.
+func convertNodeClassSpec(obj, spec map[string]any) {
 	family, _ := spec["amiFamily"].(string)
-	var terms []amiselect.Term
-	if raw, ok := spec["amiSelectorTerms"]; ok && raw != nil {
-		b, err := json.Marshal(raw)
-		if err != nil {
-			return fmt.Errorf("spec.amiSelectorTerms: %s", errtext.Clip(err.Error()))
+	terms, _ := spec["amiSelectorTerms"].([]any)
+	switch family {
+	case "AL2", "AL2023", "Bottlerocket", "Windows2019", "Windows2022":
+		if len(terms) == 0 {
+			version := "latest"
+			if md, ok := obj["metadata"].(map[string]any); ok {
+				if ann, ok := md["annotations"].(map[string]any); ok {
+					if v, ok := ann[AnnotationAliasVersionCompatibility].(string); ok && v != "" {
+						version = v
+					}
+				}
+			}
+			delete(spec, "amiFamily")
+			spec["amiSelectorTerms"] = []any{map[string]any{"alias": strings.ToLower(family) + "@" + version}}
 		}
-		if err := json.Unmarshal(b, &terms); err != nil {
-			return fmt.Errorf("spec.amiSelectorTerms: %s", errtext.Clip(err.Error()))
+	case "Ubuntu":
+		compat := []string{"amiFamily"}
+		spec["amiFamily"] = "AL2"
+		if _, ok := spec["blockDeviceMappings"]; !ok {
+			compat = append(compat, "blockDeviceMappings")
+			spec["blockDeviceMappings"] = []any{map[string]any{
+				"deviceName": "/dev/sda1", "rootVolume": true,
+				"ebs": map[string]any{"encrypted": true, "volumeType": "gp3", "volumeSize": "20Gi"},
+			}}
 		}
+		if len(terms) == 0 {
+			compat = append(compat, "incompatible")
+			spec["amiSelectorTerms"] = []any{map[string]any{"id": "ami-placeholder"}}
+		}
+		setAnnotation(obj, AnnotationUbuntuCompatibility, strings.Join(compat, ","))
+	default:
+		spec["amiFamily"] = "Custom"
 	}
-	v1, err := amiselect.ConvertV1Beta1(family, terms)
-	if err != nil {
-		return fmt.Errorf("spec.amiFamily/amiSelectorTerms: %w", err)
-	}
-	b, err := json.Marshal(v1.Terms)
-	if err != nil {
-		return fmt.Errorf("spec.amiSelectorTerms: %s", errtext.Clip(err.Error()))
-	}
-	var out []any
-	if err := json.Unmarshal(b, &out); err != nil {
-		return fmt.Errorf("spec.amiSelectorTerms: %s", errtext.Clip(err.Error()))
-	}
-	spec["amiSelectorTerms"] = out
-	if v1.Family == "" {
-		delete(spec, "amiFamily")
-	} else {
-		spec["amiFamily"] = string(v1.Family)
-	}
-	return nil
 }
 
 func setAnnotation(obj map[string]any, key, value string) {

@@ -39,6 +39,7 @@ func ExampleExplain() {
 	// default-b: AMIDrift
 	// default-c: RequirementsDrifted
 	// default-g: NodeClassDrift
+	// gpu-a: AMIDrift
 	// legacy-b: NodePoolDrifted
-	// 5 of 12 drifted
+	// 6 of 13 drifted
 }

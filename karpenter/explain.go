@@ -116,11 +116,11 @@ func (r *catalogResolver) resolution(ctx context.Context, class *awsv1.EC2NodeCl
 	}
 	b, err := json.Marshal(class.Spec.AMISelectorTerms)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%w: EC2NodeClass %s: spec.amiSelectorTerms: %s", ErrInvalidArgument, class.Name, errtext.Clip(err.Error()))
 	}
 	var terms []amiselect.Term
 	if err := json.Unmarshal(b, &terms); err != nil {
-		return nil, fmt.Errorf("EC2NodeClass %s: spec.amiSelectorTerms: %s", class.Name, errtext.Clip(err.Error()))
+		return nil, fmt.Errorf("%w: EC2NodeClass %s: spec.amiSelectorTerms: %s", ErrInvalidArgument, class.Name, errtext.Clip(err.Error()))
 	}
 	opts := append([]amiselect.Option(nil), r.opts...)
 	if class.Spec.AMIFamily != nil {
@@ -191,7 +191,10 @@ func (c ClaimReport) Drifted() bool { return len(c.Reasons) > 0 }
 // drift rules as drift.Checks in Karpenter's order: NodePoolHashCheck,
 // RequirementsCheck, NodeClassHashCheck, AMICheck, SecurityGroupCheck and
 // SubnetCheck (the last two only with WithInstances). Unlike Karpenter,
-// which stops at the first reason, it reports them all. Not checked:
+// which stops at the first reason, it reports them all; like Karpenter, it
+// runs none of the provider's checks after one that cannot tell (the
+// Drifted condition then stays as it was, ClaimReport.Condition). NodeClaims
+// being deleted, and EC2NodeClasses being deleted, are not judged. Not checked:
 // InstanceTypeNotFound (needs the provider's instance type offerings),
 // CapacityReservationDrift and PlacementGroupDrift (need EC2 state beyond
 // an instance's subnet and groups). A NodeClaim that is not launched is
@@ -202,16 +205,11 @@ func Explain(ctx context.Context, s *Snapshot, opts ...ExplainOption) (*Report, 
 		return nil, fmt.Errorf("%w: nil snapshot", ErrInvalidArgument)
 	}
 	cfg := newExplainConfig(opts)
-	checks := []drift.Check{
-		NodePoolHashCheck(s, opts...),
-		RequirementsCheck(s),
-		NodeClassHashCheck(s),
-		AMICheck(s, opts...),
-	}
+	core := drift.NewDetector(NodePoolHashCheck(s, opts...), RequirementsCheck(s))
+	provider := []drift.Check{NodeClassHashCheck(s), AMICheck(s, opts...)}
 	if cfg.instances != nil {
-		checks = append(checks, SecurityGroupCheck(s, cfg.instances), SubnetCheck(s, cfg.instances))
+		provider = append(provider, SecurityGroupCheck(s, cfg.instances), SubnetCheck(s, cfg.instances))
 	}
-	det := drift.NewDetector(checks...)
 	rep := &Report{NodeClaims: make([]ClaimReport, 0, len(s.NodeClaims))}
 	for _, c := range s.Converted {
 		rep.Notes = append(rep.Notes, c+" was read in its v1beta1 form and converted to v1")
@@ -249,22 +247,25 @@ func Explain(ctx context.Context, s *Snapshot, opts ...ExplainOption) (*Report, 
 			cr.Notes = append(cr.Notes, "its NodePool "+errtext.Quote(cr.NodePool)+" is not in the snapshot: not checked")
 		case !conditionTrue(nc, karpv1.ConditionTypeLaunched):
 			cr.Notes = append(cr.Notes, "not launched: Karpenter does not judge drift until it is")
+		case nc.DeletionTimestamp != nil:
+			cr.Notes = append(cr.Notes, "being deleted: Karpenter does not judge its drift")
 		default:
-			reasons, err := det.All(ctx, nc)
-			cr.Reasons = reasons
-			for _, e := range splitJoined(err) {
-				if errors.Is(e, context.Canceled) || errors.Is(e, context.DeadlineExceeded) {
-					return nil, e
+			if err := explainClaim(ctx, core, provider, nc, &cr); err != nil {
+				return nil, err
+			}
+			np := s.NodePool(cr.NodePool)
+			drifted := hasCondition(nc, karpv1.ConditionTypeDrifted)
+			if v, ok := nc.Annotations[karpv1.NodePoolHashVersionAnnotationKey]; ok {
+				if _, note := StampRule(np.Annotations[karpv1.NodePoolHashVersionAnnotationKey], v, NodePoolHashVersion, drifted); note != "" {
+					cr.Notes = append(cr.Notes, "NodePool "+note)
 				}
-				cr.CannotTell = append(cr.CannotTell, errtext.Clip(e.Error()))
 			}
-			if v := nc.Annotations[karpv1.NodePoolHashVersionAnnotationKey]; v != "" && v != NodePoolHashVersion && !hasCondition(nc, karpv1.ConditionTypeDrifted) {
-				cr.Notes = append(cr.Notes, fmt.Sprintf("stamped with NodePool hash version %s (before v1): Karpenter re-stamps it with %s and the NodePool's current hash, not drift",
-					errtext.Quote(v), NodePoolHashVersion))
-			}
-			if v := nc.Annotations[awsv1.AnnotationEC2NodeClassHashVersion]; v != "" && v != EC2NodeClassHashVersion && !hasCondition(nc, karpv1.ConditionTypeDrifted) {
-				cr.Notes = append(cr.Notes, fmt.Sprintf("stamped with EC2NodeClass hash version %s: Karpenter re-stamps it with %s, not drift",
-					errtext.Quote(v), EC2NodeClassHashVersion))
+			if class := s.EC2NodeClass(cr.NodeClass); class != nil {
+				if v, ok := nc.Annotations[awsv1.AnnotationEC2NodeClassHashVersion]; ok {
+					if _, note := StampRule(class.Annotations[awsv1.AnnotationEC2NodeClassHashVersion], v, EC2NodeClassHashVersion, drifted); note != "" {
+						cr.Notes = append(cr.Notes, "EC2NodeClass "+note)
+					}
+				}
 			}
 			if cfg.instances == nil {
 				cr.Notes = append(cr.Notes, "security groups and subnets not checked: no instances given")
@@ -276,6 +277,46 @@ func Explain(ctx context.Context, s *Snapshot, opts ...ExplainOption) (*Report, 
 		rep.NodeClaims = append(rep.NodeClaims, cr)
 	}
 	return rep, nil
+}
+
+// explainClaim runs the checks on one NodeClaim: every core check, then
+// the provider's in order until one cannot tell, where Karpenter's
+// IsDrifted stops with an error (and leaves the Drifted condition as it
+// was).
+func explainClaim(ctx context.Context, core *drift.Detector, provider []drift.Check, nc *karpv1.NodeClaim, cr *ClaimReport) error {
+	reasons, err := core.All(ctx, nc)
+	cr.Reasons = reasons
+	if err := cannotTell(err, cr); err != nil {
+		return err
+	}
+	for i, c := range provider {
+		r, err := c.Check(ctx, nc)
+		if r != nil {
+			cr.Reasons = append(cr.Reasons, *r)
+		}
+		if err != nil {
+			if err := cannotTell(err, cr); err != nil {
+				return err
+			}
+			if i < len(provider)-1 {
+				cr.Notes = append(cr.Notes, "the provider's later checks not run: Karpenter stops at the first it cannot judge and keeps the Drifted condition as it was")
+			}
+			break
+		}
+	}
+	return nil
+}
+
+// cannotTell records a check's error in cr, or returns it when it is the
+// context's.
+func cannotTell(err error, cr *ClaimReport) error {
+	for _, e := range splitJoined(err) {
+		if errors.Is(e, context.Canceled) || errors.Is(e, context.DeadlineExceeded) {
+			return e
+		}
+		cr.CannotTell = append(cr.CannotTell, errtext.Clip(e.Error()))
+	}
+	return nil
 }
 
 // splitJoined unwraps errors.Join'd errors (and drift.CheckErrors) into

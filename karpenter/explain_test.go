@@ -4,11 +4,15 @@ import (
 	"context"
 	"errors"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 
+	awsv1 "github.com/aws/karpenter-provider-aws/pkg/apis/v1"
 	"github.com/google/go-cmp/cmp"
 	"github.com/stretchr/testify/require"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
 	"github.com/upgradekit/upgradekit/drift"
 )
@@ -30,7 +34,7 @@ func fixtureInstances(t *testing.T) InstanceLookup {
 	defer f.Close()
 	list, err := ReadInstances(f)
 	require.NoError(t, err)
-	require.Len(t, list, 12)
+	require.Len(t, list, 14)
 	return Instances(list)
 }
 
@@ -69,7 +73,8 @@ func TestExplainTheFixtureCluster(t *testing.T) {
 		"default-h": nil,
 		"default-i": nil,
 		"legacy-a":  nil,
-		"legacy-b":  {drift.NodePoolDrifted, drift.AMIDrift},
+		"legacy-b":  {drift.NodePoolDrifted, drift.NodeClassDrift, drift.AMIDrift},
+		"gpu-a":     {drift.AMIDrift},
 	}
 	withInstances := map[string][]drift.ReasonName{}
 	for k, v := range withoutInstances {
@@ -84,8 +89,8 @@ func TestExplainTheFixtureCluster(t *testing.T) {
 		want    map[string][]drift.ReasonName
 		drifted int
 	}{
-		{"dump only", nil, withoutInstances, 5},
-		{"with instances", []ExplainOption{WithInstances(fixtureInstances(t))}, withInstances, 7},
+		{"dump only", nil, withoutInstances, 6},
+		{"with instances", []ExplainOption{WithInstances(fixtureInstances(t))}, withInstances, 8},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rep, err := Explain(t.Context(), snap, tc.opts...)
@@ -141,10 +146,14 @@ func TestExplainSaysWhy(t *testing.T) {
 
 	lb := by["legacy-b"]
 	require.Contains(t, lb.Reasons[0].Message, "keeps it drifted")
-	require.Contains(t, lb.Reasons[1].Message, "ami-0l0 is no longer selected")
+	require.Contains(t, lb.Reasons[1].Message, "keeps its old hash")
+	require.Contains(t, lb.Reasons[2].Message, "ami-0l0 is no longer selected")
 
-	require.Contains(t, strings.Join(by["legacy-a"].Notes, "\n"), "re-stamps it")
-	require.Contains(t, strings.Join(by["default-i"].Notes, "\n"), "re-stamps it")
+	require.Contains(t, by["gpu-a"].Reasons[0].Message, "none of the 3 images in status.amis fits")
+
+	require.Contains(t, strings.Join(by["legacy-a"].Notes, "\n"), "NodePool stamped with hash version \"v2\": Karpenter re-stamps it")
+	require.Contains(t, strings.Join(by["legacy-a"].Notes, "\n"), "EC2NodeClass stamped with hash version \"v2\": Karpenter re-stamps it")
+	require.Contains(t, strings.Join(by["default-i"].Notes, "\n"), "never compares them")
 	require.Contains(t, strings.Join(by["default-h"].Notes, "\n"), "not launched")
 	require.Contains(t, strings.Join(rep.Notes, "\n"), "NodePool legacy's hash annotation")
 }
@@ -183,16 +192,61 @@ func indexOf(rep *Report, name string) int {
 }
 
 // TestExplainCannotTell: an EC2NodeClass without resolved images makes
-// the AMI check unable to judge; that is reported, and not drift.
+// the AMI check unable to judge; that is reported, not drift, and, as in
+// Karpenter, the provider's later checks (security groups, subnets) are
+// not run: default-d's security group drift is not reported.
 func TestExplainCannotTell(t *testing.T) {
 	snap := readFixture(t)
 	snap.EC2NodeClass("default").Status.AMIs = nil
-	rep, err := Explain(t.Context(), snap)
+	rep, err := Explain(t.Context(), snap, WithInstances(fixtureInstances(t)))
 	require.NoError(t, err)
-	f := rep.NodeClaims[indexOf(rep, "default-f")]
-	require.False(t, f.Drifted())
-	require.Len(t, f.CannotTell, 1)
-	require.Contains(t, f.CannotTell[0], "status.amis is empty")
+	for _, name := range []string{"default-f", "default-d"} {
+		c := rep.NodeClaims[indexOf(rep, name)]
+		require.False(t, c.Drifted(), name)
+		require.Len(t, c.CannotTell, 1)
+		require.ErrorContains(t, errors.New(c.CannotTell[0]), "status.amis is empty")
+		require.Contains(t, strings.Join(c.Notes, "\n"), "later checks not run")
+	}
+	_, err = AMICheck(snap).Check(t.Context(), &snap.NodeClaims[indexOf(rep, "default-f")])
+	require.ErrorIs(t, err, ErrCannotTell)
+}
+
+// TestExplainHashVersions follows Karpenter's hash controllers through a
+// provider upgrade that changes the EC2NodeClass hash version: before the
+// EC2NodeClass is re-stamped, a NodeClaim with another hash is re-stamped
+// (not drifted) unless already drifted; after, a NodeClaim left at an old
+// version is never compared.
+func TestExplainHashVersions(t *testing.T) {
+	for _, tc := range []struct {
+		name                       string
+		classVersion, claimVersion string
+		drifted                    bool
+		want                       []drift.ReasonName
+	}{
+		{"class not yet re-stamped, claim not drifted", "v3", "v3", false, nil},
+		{"class not yet re-stamped, claim drifted", "v3", "v3", true, []drift.ReasonName{drift.NodeClassDrift}},
+		{"class re-stamped, claim at an old version", "v5", "v3", true, nil},
+		{"both current, hashes differ", "v5", "v5", false, []drift.ReasonName{drift.NodeClassDrift}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			snap := readFixture(t)
+			class := snap.EC2NodeClass("default")
+			class.Annotations[awsv1.AnnotationEC2NodeClassHashVersion] = tc.classVersion
+			nc := &snap.NodeClaims[slices.IndexFunc(snap.NodeClaims, func(c karpv1.NodeClaim) bool { return c.Name == "default-f" })]
+			nc.Annotations[awsv1.AnnotationEC2NodeClassHash] = "5555555555555555555"
+			nc.Annotations[awsv1.AnnotationEC2NodeClassHashVersion] = tc.claimVersion
+			if tc.drifted {
+				nc.Status.Conditions = append(nc.Status.Conditions, karpStatusCondition{Type: karpv1.ConditionTypeDrifted, Status: metav1.ConditionTrue, Reason: "AMIDrift"})
+			}
+			r, err := NodeClassHashCheck(snap).Check(t.Context(), nc)
+			require.NoError(t, err)
+			var got []drift.ReasonName
+			if r != nil {
+				got = append(got, r.Name)
+			}
+			require.Equal(t, tc.want, got)
+		})
+	}
 }
 
 func TestExplainArguments(t *testing.T) {

@@ -80,7 +80,7 @@ func TestEveryExampleFollowsTheConvention(t *testing.T) {
 		{"ami-resolve", []string{ami + "/invalid.yaml", ami + "/catalog.json"}, nil, 3, "invalid: amiSelectorTerms", "", ""},
 		{"ami-resolve", []string{"-kubernetes-version", "1.31", ami + "/terms.yaml", filepath.Join(t.TempDir(), "missing.json")}, nil, 1, "no such file", "", ""},
 		{"drift-explain", []string{de + "/nodepool.yaml", de + "/nodes.yaml"}, nil, 3, "1 of 3 objects drifted", "", ""},
-		{"drift-explain", []string{"-karpenter", kd + "/cluster.yaml"}, nil, 3, "5 of 12 NodeClaims drifted", "", ""},
+		{"drift-explain", []string{"-karpenter", kd + "/cluster.yaml"}, nil, 3, "6 of 13 NodeClaims drifted", "", ""},
 		{"drift-explain", []string{"-karpenter", "-o", "yaml", kd + "/cluster.yaml"}, nil, 2, "want table or json", "", ""},
 		{"simulate", []string{"-progress-bar=false", "-control-planes", "1", "-workers", "md-0=1", "-new-image", "", "-fail", "demo-md-0-0/kubelet=9"}, nil, 3, "failed: demo-md-0-0", "", ""},
 		{"simulate", []string{"-progress-bar=false", "-control-planes", "1", "-workers", "md-0=1", "-new-image", "md-0", "-strategy", "inplace-only"}, nil, 4, "Blocked: 1 machines", "", ""},

@@ -59,14 +59,15 @@ func TestKarpenterDump(t *testing.T) {
 		"default-h": "not drifted -",
 		"default-i": "not drifted -",
 		"legacy-a":  "not drifted -",
-		"legacy-b":  "drifted NodePoolDrifted,AMIDrift",
+		"legacy-b":  "drifted NodePoolDrifted,NodeClassDrift,AMIDrift",
+		"gpu-a":     "drifted AMIDrift",
 	}
 	out, stderr, err := runCmd(t, "-karpenter", "-instances", dumpDir+"/instances.json", dumpDir+"/cluster.yaml")
 	require.ErrorIs(t, err, errDrifted, stderr)
 	require.Empty(t, cmp.Diff(want, karpenterRows(t, out)))
 	require.Contains(t, out, `metadata.labels["team"]: a -> b`)
 	require.Contains(t, out, "NodeClaim/legacy-a was read in its v1beta1 form")
-	require.Contains(t, out, "7 of 12 NodeClaims drifted")
+	require.Contains(t, out, "8 of 13 NodeClaims drifted")
 
 	// Without the instances, security groups and subnets cannot be seen.
 	out, _, err = runCmd(t, "-karpenter", dumpDir+"/cluster.yaml")
@@ -74,7 +75,7 @@ func TestKarpenterDump(t *testing.T) {
 	rows := karpenterRows(t, out)
 	require.Equal(t, "not drifted -", rows["default-d"])
 	require.Equal(t, "not drifted -", rows["default-e"])
-	require.Contains(t, out, "5 of 12 NodeClaims drifted")
+	require.Contains(t, out, "6 of 13 NodeClaims drifted")
 }
 
 // TestKarpenterJSON: -o json prints the karpenter.Report.
@@ -83,8 +84,8 @@ func TestKarpenterJSON(t *testing.T) {
 	require.ErrorIs(t, err, errDrifted)
 	var rep karpenter.Report
 	require.NoError(t, json.Unmarshal([]byte(out), &rep))
-	require.Equal(t, 5, rep.Drifted)
-	require.Len(t, rep.NodeClaims, 12)
+	require.Equal(t, 6, rep.Drifted)
+	require.Len(t, rep.NodeClaims, 13)
 }
 
 // TestKarpenterImages: with an image catalog, AMI drift says which term
