@@ -45,18 +45,18 @@ func AMICheck(l Lookup, opts ...ExplainOption) drift.Check {
 		if nc.Status.ImageID == "" {
 			return nil, fmt.Errorf("%w: NodeClaim %s: status.imageID is empty", ErrCannotTell, nc.Name)
 		}
-		fits := false
+		first := -1
 		for i, ami := range class.Status.AMIs {
 			ok, err := meets(nc, ami.Requirements)
 			if err != nil {
 				return nil, fmt.Errorf("%w: EC2NodeClass %s: status.amis[%d].requirements: %w", ErrCannotTell, class.Name, i, err)
 			}
 			if ok {
-				fits = true
+				first = i
 				break
 			}
 		}
-		if !fits {
+		if first < 0 {
 			// Karpenter maps no image to the instance type, so the
 			// NodeClaim's image is not among the mapped ones: drifted.
 			return &drift.Reason{
@@ -66,7 +66,7 @@ func AMICheck(l Lookup, opts ...ExplainOption) drift.Check {
 				Evidence: []drift.Evidence{{Kind: drift.EvidenceImage, Key: "image", Got: nc.Status.ImageID, Detail: "no image in status.amis fits"}},
 			}, nil
 		}
-		chooser := statusChooser{class: class, claim: nc, current: nc.Status.ImageID, resolve: cfg.imageResolver}
+		chooser := statusChooser{class: class, want: first, current: nc.Status.ImageID, resolve: cfg.imageResolver}
 		check, err := drift.NewImage(chooser, func(metav1.Object) (string, bool) { return nc.Status.ImageID, true })
 		if err != nil {
 			return nil, err
@@ -83,10 +83,11 @@ func AMICheck(l Lookup, opts ...ExplainOption) drift.Check {
 }
 
 // statusChooser is drift's ImageExplainer over an EC2NodeClass's
-// status.amis, with an optional resolver for the full "why".
+// status.amis, whose image want (an index) AMICheck found first to fit the
+// node, with an optional resolver for the full "why".
 type statusChooser struct {
 	class   *awsv1.EC2NodeClass
-	claim   *karpv1.NodeClaim
+	want    int
 	current string
 	resolve ImageResolver
 }
@@ -98,21 +99,7 @@ func (c statusChooser) ChooseImage(ctx context.Context, labels map[string]string
 
 func (c statusChooser) ExplainImage(ctx context.Context, labels map[string]string) (string, string, error) {
 	amis := c.class.Status.AMIs
-	first := -1
-	for i, ami := range amis {
-		ok, err := meets(c.claim, ami.Requirements)
-		if err != nil {
-			return "", "", fmt.Errorf("EC2NodeClass %s: status.amis[%d].requirements: %w", c.class.Name, i, err)
-		}
-		if ok {
-			first = i
-			break
-		}
-	}
-	if first < 0 {
-		return "", "", fmt.Errorf("%w: none of the %d images in EC2NodeClass %s's status.amis fits this node's labels", drift.ErrNoImage, len(amis), c.class.Name)
-	}
-	want := amis[first]
+	want := amis[c.want]
 	if want.ID == c.current {
 		return want.ID, "", nil
 	}

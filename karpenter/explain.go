@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 
 	awsv1 "github.com/aws/karpenter-provider-aws/pkg/apis/v1"
@@ -337,16 +336,4 @@ func splitJoined(err error) []error {
 		return []error{ce.Err}
 	}
 	return []error{err}
-}
-
-// String renders the report's first reason, or "not drifted".
-func (c ClaimReport) String() string {
-	if !c.Drifted() {
-		return c.Name + ": not drifted"
-	}
-	names := make([]string, len(c.Reasons))
-	for i, r := range c.Reasons {
-		names[i] = string(r.Name)
-	}
-	return c.Name + ": " + strings.Join(names, ", ")
 }

@@ -65,14 +65,6 @@ func (s *Snapshot) EC2NodeClass(name string) *awsv1.EC2NodeClass {
 	return byName(s.EC2NodeClasses, name)
 }
 
-// Node returns the Node called name, or nil.
-func (s *Snapshot) Node(name string) *corev1.Node {
-	if s == nil || name == "" {
-		return nil
-	}
-	return byName(s.Nodes, name)
-}
-
 // byName returns a pointer to the item called name, or nil.
 func byName[T any, P interface {
 	*T
