@@ -98,9 +98,10 @@ func TestKarpenterImages(t *testing.T) {
 	require.Contains(t, out, "the newest image that is not deprecated for amd64")
 }
 
-// TestKarpenterAllUpToDate: a cluster where nothing drifted exits 0.
-func TestKarpenterAllUpToDate(t *testing.T) {
-	snap := readDump(t)
+// writeDump writes snap's NodePools, EC2NodeClasses and the NodeClaims
+// keep selects to a v1 dump file.
+func writeDump(t *testing.T, snap *karpenter.Snapshot, keep func(name string) bool) string {
+	t.Helper()
 	var docs []string
 	add := func(obj any) {
 		b, err := json.Marshal(obj)
@@ -116,16 +117,46 @@ func TestKarpenterAllUpToDate(t *testing.T) {
 		add(c)
 	}
 	for _, nc := range snap.NodeClaims {
-		if nc.Name == "default-f" || nc.Name == "arm-a" {
+		if keep(nc.Name) {
 			nc.APIVersion, nc.Kind = "karpenter.sh/v1", "NodeClaim"
 			add(nc)
 		}
 	}
-	file := filepath.Join(t.TempDir(), "up-to-date.yaml")
+	file := filepath.Join(t.TempDir(), "dump.yaml")
 	require.NoError(t, os.WriteFile(file, []byte(strings.Join(docs, "\n---\n")), 0o600))
+	return file
+}
+
+// TestKarpenterAllUpToDate: a cluster where nothing drifted exits 0.
+func TestKarpenterAllUpToDate(t *testing.T) {
+	file := writeDump(t, readDump(t), func(name string) bool { return name == "default-f" || name == "arm-a" })
 	out, stderr, err := runCmd(t, "-karpenter", file)
 	require.NoError(t, err, stderr)
 	require.Contains(t, out, "0 of 2 NodeClaims drifted")
+}
+
+// TestKarpenterPrevious: without last-applied-configuration the changed
+// field is unknown; -previous with the NodePool as it was names it.
+func TestKarpenterPrevious(t *testing.T) {
+	snap := readDump(t)
+	np := snap.NodePool("default")
+	delete(np.Annotations, karpenter.AnnotationLastApplied)
+	file := writeDump(t, snap, func(name string) bool { return name == "default-a" })
+	out, _, err := runCmd(t, "-karpenter", file)
+	require.ErrorIs(t, err, errDrifted)
+	require.Contains(t, out, "which fields is unknown")
+
+	prev := np.DeepCopy()
+	prev.APIVersion, prev.Kind = "karpenter.sh/v1", "NodePool"
+	prev.Spec.Template.Labels = map[string]string{"team": "a"}
+	b, err := json.Marshal(prev)
+	require.NoError(t, err)
+	previous := filepath.Join(t.TempDir(), "previous.yaml")
+	require.NoError(t, os.WriteFile(previous, b, 0o600))
+	out, _, err = runCmd(t, "-karpenter", "-previous", previous, file)
+	require.ErrorIs(t, err, errDrifted)
+	require.Contains(t, out, `metadata.labels["team"]: a -> b`)
+	require.Contains(t, out, "the previous NodePools given")
 }
 
 // goModDir is where the go command keeps a dependency's source.
