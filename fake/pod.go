@@ -412,7 +412,7 @@ func (p *PodRunner) stage(c corev1.Container) (int, string, string) {
 	}
 	s := *p.image
 	s.Dir = dst
-	p.host.clearDir(dst) // the stage script removes the previous bundle first
+	p.host.clearDir(dst) // the stage script empties the directory (a mount point) first
 	p.host.Stage(s)
 	return 0, "", ""
 }

@@ -72,7 +72,7 @@ func TestDockerfileStages(t *testing.T) {
 	require.Equal(t, exitOK, run(context.Background(), cmd, func(string) string { return "" }, &bytes.Buffer{}, &bytes.Buffer{}),
 		"`docker run IMAGE` runs a command the binary knows")
 
-	require.Equal(t, []string{"nsenter", "sh", "cp", "mkdir"}, applets(t, stages))
+	require.Equal(t, []string{"nsenter", "sh", "cp", "mkdir", "rm"}, applets(t, stages))
 
 	bundle := stageNamed(t, stages, "bundle")
 	require.Equal(t, "upgrader", bundle.From)

@@ -580,8 +580,11 @@ func (b *podBuilder) stage() corev1.Container {
 	c := b.base(StageContainer)
 	dst := path.Join(b.o.stagingHostPath, "staging")
 	// The previous bundle's tree goes first: a file the new bundle does not
-	// carry (a containerd tree, say) must not be installed from it.
-	c.Command = []string{"/bin/sh", "-c", `set -eu; rm -rf -- "$2"; mkdir -p "$2"; cp -a -- "$1"/. "$2"/`, "sh", path.Clean(b.o.stageFrom), dst}
+	// carry (a containerd tree, say) must not be installed from it. Only
+	// the directory's contents go: the directory itself is this
+	// container's subPath mount point, which a real kubelet's mount makes
+	// impossible to remove ("Device or resource busy").
+	c.Command = []string{"/bin/sh", "-c", stageScript, "sh", path.Clean(b.o.stageFrom), dst}
 	c.VolumeMounts = b.stageMount()
 	c.SecurityContext = &corev1.SecurityContext{
 		RunAsUser:                ptr.To[int64](0),
@@ -590,6 +593,15 @@ func (b *podBuilder) stage() corev1.Container {
 	}
 	return c
 }
+
+// stageScript copies the image's bundle ($1) into the staging directory
+// ($2), after emptying it (hidden entries too) without removing it.
+const stageScript = `set -eu
+mkdir -p "$2"
+for f in "$2"/* "$2"/.[!.]* "$2"/..?*; do
+  if [ -e "$f" ] || [ -L "$f" ]; then rm -rf -- "$f"; fi
+done
+cp -a -- "$1"/. "$2"/`
 
 // stageCapabilities are all the stage copy (cp -a as root into the
 // hostPath) needs: CHOWN to keep owners, FOWNER to set modes and times on

@@ -79,3 +79,48 @@ func TestStageCapabilitiesAreEnough(t *testing.T) {
 
 	require.Error(t, run(filepath.Join(t.TempDir(), "staging"), nil), "with no capability the copy fails")
 }
+
+// TestStageKeepsItsMountPoint runs the stage container's command the way a
+// real kubelet runs it: its destination is a subPath mount point (here a
+// bind mount in a private mount namespace). Removing the directory itself
+// fails there with "Device or resource busy" (the pod then crash-loops on
+// every real kubelet); the stage must empty it instead, hidden entries
+// too, and copy the new bundle in.
+func TestStageKeepsItsMountPoint(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Fatal("this test needs root (it mounts)")
+	}
+	src, dst, backing := t.TempDir(), t.TempDir(), t.TempDir()
+	require.NoError(t, os.MkdirAll(filepath.Join(src, "kubernetes"), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(src, "kubernetes", "kubeadm"), []byte("new"), 0o755))
+	// The previous bundle, with entries the new one lacks.
+	for _, f := range []string{"old", ".hidden", "..dots", "containerd/usr/bin/containerd"} {
+		require.NoError(t, os.MkdirAll(filepath.Dir(filepath.Join(backing, f)), 0o755))
+		require.NoError(t, os.WriteFile(filepath.Join(backing, f), []byte("previous"), 0o644))
+	}
+	require.NoError(t, os.Symlink("/nonexistent", filepath.Join(backing, "dangling")))
+
+	pod, err := Build(testPlan(), WithImage("i"), WithStageFrom(src))
+	require.NoError(t, err)
+	stage := pod.Spec.InitContainers[0]
+	require.Equal(t, StageContainer, stage.Name)
+	argv := append([]string(nil), stage.Command...)
+	argv[len(argv)-1] = dst
+	// mount --bind backing dst, then the container's command, in a mount
+	// namespace of its own (nothing leaks to the machine's).
+	script := `set -e; mount --bind "$1" "$2"; shift 2; exec "$@"`
+	cmd := exec.Command("unshare", append([]string{"--mount", "--propagation", "private", "--", "sh", "-c", script, "sh", backing, dst}, argv...)...)
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "stage on a mount point: %s", out)
+
+	var got []string
+	require.NoError(t, filepath.WalkDir(backing, func(p string, d os.DirEntry, err error) error {
+		require.NoError(t, err)
+		if !d.IsDir() {
+			rel, _ := filepath.Rel(backing, p)
+			got = append(got, rel)
+		}
+		return nil
+	}))
+	require.Equal(t, []string{"kubernetes/kubeadm"}, got, "the previous bundle is gone, the new one is in place")
+}
