@@ -11,7 +11,13 @@ BENCHTIME ?= 1s
 # module so the core stays free of their dependencies (e.g. amiselect/aws).
 MODULES := $(shell find . -name go.mod -not -path './.git/*' -printf '%h\n' | sort)
 
-.PHONY: test unit e2e lint bench fuzz-smoke envtest-assets capi-inplace-oracle capi-managers demo
+.PHONY: test unit e2e e2e-node node-assets lint bench fuzz-smoke envtest-assets capi-inplace-oracle capi-managers demo
+
+# The Kubernetes versions the real-node scenarios (fake/nodetest) run: the
+# newest minor Cluster API v1.14 supports and the next.
+NODE_FROM ?= v1.36.3
+NODE_TO ?= v1.37.2
+NODE_RUN ?= .
 
 ## envtest-assets: build (once, then cached) kube-apiserver + etcd from the Go module proxy.
 envtest-assets:
@@ -49,6 +55,17 @@ e2e:
 	grep -E '^(--- |ok|FAIL)|(in|machines [a-z]+ in) [0-9.]+m?s$$' "$$log" || true; \
 	if [[ $$rc -ne 0 ]]; then tail -n 200 "$$log"; fi; \
 	rm -f "$$log"; exit $$rc
+
+## node-assets: build (once per version, then cached) what a real kubeadm node needs, from the Go module proxy.
+node-assets:
+	@hack/node-assets.sh $(NODE_FROM) >/dev/null
+	@hack/node-assets.sh $(NODE_TO) >/dev/null
+
+## e2e-node: the real-node scenarios (fake/nodetest, build tag realnode): a kubeadm
+## node of containerd, kubelet and static pods in Linux namespaces, upgraded by the
+## project's upgrader. Needs root and Debian's containerd and runc.
+e2e-node:
+	@from="$$(hack/node-assets.sh $(NODE_FROM))"; 	to="$$(hack/node-assets.sh $(NODE_TO))"; 	UPGRADEKIT_NODE_ASSETS="$(NODE_FROM)=$$from,$(NODE_TO)=$$to" 	  go test -tags realnode -count=1 -timeout 60m -v -run '$(RUN)' ./fake/nodetest/ 2>&1 | 	  tee /dev/stderr | grep -qE '^(ok|PASS)' || exit 1
 
 ## unit: fast tests only (envtest-backed tests skip explicitly).
 unit:

@@ -127,36 +127,38 @@ type options struct {
 	metricsAddr                           string
 
 	// The upgrader pod and the plan it runs.
-	upgraderImage, upgraderNamespace, upgraderCommand, upgraderMode, stageFrom, skipSteps string
-	upgraderImages                                                                        string
+	upgraderImage, upgraderNamespace, upgraderCommand, upgraderMode, stageFrom, skipSteps, ignorePreflight string
+	upgraderImages                                                                                         string
 	// Gates asked before each update starts.
 	windowSchedule, windowZone, blockingPods string
 	windowDuration, soak                     time.Duration
 	// Parsed from the strings above by parseFlags.
-	window     strategy.Gate   // nil without -maintenance-window
-	blockers   labels.Selector // nil without -blocking-pod-selector
-	cats       []diff.Category
-	images     capi.ImagesByVersion // nil without -upgrader-images
-	runnerArgv []string
-	skip       []string
+	window       strategy.Gate   // nil without -maintenance-window
+	blockers     labels.Selector // nil without -blocking-pod-selector
+	cats         []diff.Category
+	images       capi.ImagesByVersion // nil without -upgrader-images
+	runnerArgv   []string
+	skip         []string
+	ignoreChecks []string
 }
 
 // flagOf names the flag behind each extensionserver option, so that its
 // errors speak of flags.
 var flagOf = map[string]string{
-	"WithServing":           "-port/-cert-dir",
-	"WithHandlerPrefix":     "-name",
-	"WithCategories":        "-in-place",
-	"WithUpgraderImage":     "-upgrader-image",
-	"WithUpgraderImages":    "-upgrader-images",
-	"WithUpgraderNamespace": "-upgrader-namespace",
-	"WithUpgraderCommand":   "-upgrader-command",
-	"WithUpgraderMode":      "-upgrader-mode",
-	"WithStageFrom":         "-stage-from",
-	"WithSkipSteps":         "-skip-steps",
-	"WithDrainTimeout":      "-drain-timeout",
-	"WithRetryAfter":        "-retry-after",
-	"WithPodOptions":        "upgrader pod",
+	"WithServing":               "-port/-cert-dir",
+	"WithHandlerPrefix":         "-name",
+	"WithCategories":            "-in-place",
+	"WithUpgraderImage":         "-upgrader-image",
+	"WithUpgraderImages":        "-upgrader-images",
+	"WithUpgraderNamespace":     "-upgrader-namespace",
+	"WithUpgraderCommand":       "-upgrader-command",
+	"WithUpgraderMode":          "-upgrader-mode",
+	"WithStageFrom":             "-stage-from",
+	"WithSkipSteps":             "-skip-steps",
+	"WithIgnorePreflightErrors": "-ignore-preflight-errors",
+	"WithDrainTimeout":          "-drain-timeout",
+	"WithRetryAfter":            "-retry-after",
+	"WithPodOptions":            "upgrader pod",
 }
 
 func parseFlags(args []string, stderr io.Writer) (options, error) {
@@ -179,6 +181,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.upgraderMode, "upgrader-mode", string(nodepod.ModeInitContainers), "upgrader pod layout: InitContainers (a container per step) or SingleContainer (one container runs the plan)")
 	fs.StringVar(&o.stageFrom, "stage-from", extensionserver.DefaultStageFrom, `directory of the upgrader image copied to /var/lib/upgradekit/staging on the node before the first step; "" when the nodes have the binaries there already`)
 	fs.StringVar(&o.skipSteps, "skip-steps", "", "comma-separated kubeadm plan steps to leave out, so the bundle need not carry their component: "+strings.Join(extensionserver.SkippableSteps(), ", "))
+	fs.StringVar(&o.ignorePreflight, "ignore-preflight-errors", "", "comma-separated kubeadm preflight checks every kubeadm upgrade may fail, e.g. SystemVerification on cgroup v1 nodes (kubeadm >= v1.35 refuses cgroup v1); \"all\" is refused")
 	fs.IntVar(&o.retryAfter, "retry-after", extensionserver.DefaultRetryAfter, "seconds CAPI waits between UpdateMachine calls while a node upgrades")
 	fs.BoolVar(&o.noUpdate, "no-update-machine", false, "serve only CanUpdateMachine/CanUpdateMachineSet (decide, do not update)")
 	fs.BoolVar(&o.drain, "drain", true, "cordon and drain each node (Eviction API, PDBs respected) before upgrading it, uncordon after")
@@ -315,7 +318,19 @@ func (o *options) parseImages() error {
 	return nil
 }
 
-// parseUpgrader splits -upgrader-command and -skip-steps, and checks that
+// splitList splits a comma-separated flag value, dropping empty entries.
+func splitList(v string) []string {
+	var out []string
+	for _, s := range strings.Split(v, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// parseUpgrader splits -upgrader-command, -skip-steps and
+// -ignore-preflight-errors, and checks that
 // the command fits examples/upgrader when that is the runner.
 func (o *options) parseUpgrader() error {
 	bad := func(format string, args ...any) error {
@@ -336,12 +351,8 @@ func (o *options) parseUpgrader() error {
 			}
 		}
 	}
-	o.skip = nil
-	for _, s := range strings.Split(o.skipSteps, ",") {
-		if s = strings.TrimSpace(s); s != "" {
-			o.skip = append(o.skip, s)
-		}
-	}
+	o.skip = splitList(o.skipSteps)
+	o.ignoreChecks = splitList(o.ignorePreflight)
 	return nil
 }
 
@@ -384,6 +395,7 @@ func (o options) serverOptions(d deps) []extensionserver.Option {
 		extensionserver.WithUpgraderMode(nodepod.Mode(o.upgraderMode)),
 		extensionserver.WithStageFrom(o.stageFrom),
 		extensionserver.WithSkipSteps(o.skip...),
+		extensionserver.WithIgnorePreflightErrors(o.ignoreChecks...),
 		extensionserver.WithRetryAfter(o.retryAfter),
 		extensionserver.WithDrainTimeout(o.drainTimeout),
 	)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"path"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -146,6 +147,17 @@ type Config struct {
 	// SkipEtcdSnapshot skips the snapshot on the first control plane (for
 	// external etcd, where the snapshot is someone else's job).
 	SkipEtcdSnapshot bool
+	// IgnorePreflightErrors names kubeadm preflight checks `kubeadm
+	// upgrade` may fail without stopping (its --ignore-preflight-errors,
+	// or the UpgradeConfiguration's apply.ignorePreflightErrors on the
+	// first control plane): for example SystemVerification, which kubeadm
+	// >= v1.35 fails on a cgroup v1 host even when the kubelet runs with
+	// failCgroupV1: false. Each is a check name as kubeadm prints it
+	// ("[ERROR SystemVerification]"); "all" is refused, since it would also
+	// ignore the checks that protect the upgrade. At most
+	// MaxIgnorePreflightErrors. The CoreDNS checks are always ignored (see
+	// NewPlan).
+	IgnorePreflightErrors []string
 	// RollbackOnFailure is copied into the plan. Note that the
 	// kubeadm-upgrade step has no automatic rollback: undoing `kubeadm
 	// upgrade apply` means restoring the etcd snapshot, a human decision.
@@ -175,6 +187,37 @@ func (c *Config) defaults() {
 		c.KeepEtcBackups = DefaultKeepEtcBackups
 	}
 }
+
+// MaxIgnorePreflightErrors bounds Config.IgnorePreflightErrors.
+const MaxIgnorePreflightErrors = 32
+
+// preflightCheckName is what kubeadm names a check: letters, digits, dots,
+// dashes and underscores ("FileContent--proc-sys-net-ipv4-ip_forward").
+var preflightCheckName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
+
+// ValidatePreflightErrors checks names as Config.IgnorePreflightErrors
+// takes them; field names the caller's field in the error, which wraps
+// ErrInvalidConfig.
+func ValidatePreflightErrors(field string, names []string) error {
+	if len(names) > MaxIgnorePreflightErrors {
+		return configError(field, "%d names: at most %d", len(names), MaxIgnorePreflightErrors)
+	}
+	for i, n := range names {
+		if strings.EqualFold(n, "all") {
+			return configError(fmt.Sprintf("%s[%d]", field, i), "%q would ignore every preflight check, including the ones that protect the upgrade: name the checks", n)
+		}
+		if !preflightCheckName.MatchString(n) {
+			return configError(fmt.Sprintf("%s[%d]", field, i), "%q is not a kubeadm preflight check name", n)
+		}
+	}
+	return nil
+}
+
+// coreDNSPreflightErrors are the CoreDNS checks `kubeadm upgrade` runs
+// even when its CoreDNS addon phase is skipped: they fail when the
+// installed CoreDNS is a version that kubeadm release does not know (one
+// Cluster API installed, or none: "start version ” not supported").
+var coreDNSPreflightErrors = []string{"CoreDNSUnsupportedPlugins", "CoreDNSMigration"}
 
 func configError(field, format string, args ...any) error {
 	return fmt.Errorf("kubeadm: %s: %w: %s", errtext.Clip(field), ErrInvalidConfig, errtext.Clip(fmt.Sprintf(format, args...)))
@@ -246,6 +289,9 @@ func NewPlan(cfg Config) (nodeexec.Plan, error) {
 		if err := absPath(field, p); err != nil {
 			return nodeexec.Plan{}, err
 		}
+	}
+	if err := ValidatePreflightErrors("ignorePreflightErrors", cfg.IgnorePreflightErrors); err != nil {
+		return nodeexec.Plan{}, err
 	}
 	if cfg.KeepEtcBackups < 1 {
 		return nodeexec.Plan{}, configError("keepEtcBackups", "%d: must be at least 1 (0 for the default)", cfg.KeepEtcBackups)
@@ -496,7 +542,10 @@ systemctl is-active --quiet "$2"`, b.backup(dir), unit)
 		// its own in /etc/kubernetes/tmp as well.
 		Backup: nodeexec.ShellArgv(scriptBackupEtcKubernetes, b.backup("etc-kubernetes"), strconv.Itoa(c.KeepEtcBackups), "/etc/kubernetes"),
 	}
-	coreDNSPreflight := "--ignore-preflight-errors=CoreDNSUnsupportedPlugins,CoreDNSMigration"
+	ignore := func(names ...string) string {
+		return "--ignore-preflight-errors=" + strings.Join(names, ",")
+	}
+	withCoreDNS := append(append([]string{}, coreDNSPreflightErrors...), c.IgnorePreflightErrors...)
 	switch c.Role {
 	case RoleFirstControlPlane:
 		if b.gate131 {
@@ -504,7 +553,7 @@ systemctl is-active --quiet "$2"`, b.backup(dir), unit)
 			add(nodeexec.Step{
 				Name:       StepKubeadmConfig,
 				Argv:       nodeexec.ShellArgv(scriptWriteFile, cfgPath),
-				Env:        []nodeexec.EnvVar{{Name: "UPGRADEKIT_FILE_CONTENT", Value: UpgradeConfiguration(c.ToVersion)}},
+				Env:        []nodeexec.EnvVar{{Name: "UPGRADEKIT_FILE_CONTENT", Value: UpgradeConfiguration(c.ToVersion, c.IgnorePreflightErrors...)}},
 				Timeout:    time.Minute,
 				Idempotent: true,
 				// Only writes a file in the staging directory.
@@ -512,16 +561,25 @@ systemctl is-active --quiet "$2"`, b.backup(dir), unit)
 			})
 			upgrade.Argv = []string{kubeadm, "upgrade", "apply", "--config", cfgPath, "--yes"}
 		} else {
-			upgrade.Argv = []string{kubeadm, "upgrade", "apply", c.ToVersion, "--yes", coreDNSPreflight}
+			upgrade.Argv = []string{kubeadm, "upgrade", "apply", c.ToVersion, "--yes", ignore(withCoreDNS...)}
 		}
 	case RoleControlPlane:
+		// `kubeadm upgrade node` runs no CoreDNS check (only
+		// SystemVerification and the runtime version); before 1.32 its
+		// CoreDNS phase still did.
 		if b.gate132 {
 			upgrade.Argv = []string{kubeadm, "upgrade", "node", "--skip-phases=addon/coredns"}
+			if len(c.IgnorePreflightErrors) > 0 {
+				upgrade.Argv = append(upgrade.Argv, ignore(c.IgnorePreflightErrors...))
+			}
 		} else {
-			upgrade.Argv = []string{kubeadm, "upgrade", "node", coreDNSPreflight}
+			upgrade.Argv = []string{kubeadm, "upgrade", "node", ignore(withCoreDNS...)}
 		}
 	case RoleWorker:
 		upgrade.Argv = []string{kubeadm, "upgrade", "node"}
+		if len(c.IgnorePreflightErrors) > 0 {
+			upgrade.Argv = append(upgrade.Argv, ignore(c.IgnorePreflightErrors...))
+		}
 	}
 	add(upgrade)
 	add(binary(StepKubectlBinary, "kubectl"))
@@ -555,9 +613,13 @@ systemctl is-active --quiet "$2"`, b.backup(dir), unit)
 // UpgradeConfiguration the first control plane uses for Kubernetes >= 1.31
 // (written by the kubeadm-config step; NewPlan does not use it for 1.30,
 // where v1beta4 is still experimental). For >= 1.32 it skips the CoreDNS
-// addon phase, which Cluster API manages; before that it ignores the
-// CoreDNS preflight errors CAPI-managed CoreDNS images trigger.
-func UpgradeConfiguration(toVersion string) string {
+// addon phase, which Cluster API manages. At every version it ignores the
+// CoreDNS preflight errors (CoreDNSUnsupportedPlugins, CoreDNSMigration):
+// kubeadm runs those checks even when the addon phase is skipped, and
+// they fail on a CoreDNS kubeadm does not know (Cluster API's, or none),
+// as a real kubeadm v1.37 node showed. ignorePreflightErrors are added
+// (the caller validates them; NewPlan does).
+func UpgradeConfiguration(toVersion string, ignorePreflightErrors ...string) string {
 	var b strings.Builder
 	b.WriteString("apiVersion: kubeadm.k8s.io/v1beta4\nkind: UpgradeConfiguration\napply:\n")
 	fmt.Fprintf(&b, "  kubernetesVersion: %q\n", toVersion)
@@ -567,8 +629,10 @@ func UpgradeConfiguration(toVersion string) string {
 	v, err := parse(toVersion)
 	if err == nil && atLeast(v, 32) {
 		b.WriteString("  skipPhases:\n  - addon/coredns\n")
-	} else {
-		b.WriteString("  ignorePreflightErrors:\n  - CoreDNSUnsupportedPlugins\n  - CoreDNSMigration\n")
+	}
+	b.WriteString("  ignorePreflightErrors:\n")
+	for _, n := range append(append([]string{}, coreDNSPreflightErrors...), ignorePreflightErrors...) {
+		fmt.Fprintf(&b, "  - %s\n", n)
 	}
 	return b.String()
 }

@@ -3,6 +3,7 @@ package kubeadm
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -82,6 +83,7 @@ func TestNewPlanPerRoleAndVersion(t *testing.T) {
 		name       string
 		role       Role
 		from, to   string
+		ignore     []string
 		wantSteps  []string
 		wantArgv   []string
 		wantConfig string
@@ -108,7 +110,7 @@ func TestNewPlanPerRoleAndVersion(t *testing.T) {
 			name: "first control plane 1.32 (CoreDNS phase skipped)", role: RoleFirstControlPlane, from: "v1.31.4", to: "v1.32.1",
 			wantSteps:  append(append([]string{StepEtcdSnapshot}, common...), append([]string{StepKubeadmConfig, StepKubeadmUpgrade}, tail...)...),
 			wantArgv:   []string{"/usr/bin/kubeadm", "upgrade", "apply", "--config", "/var/lib/upgradekit/staging/kubeadm-upgrade-config.yaml", "--yes"},
-			wantConfig: "apiVersion: kubeadm.k8s.io/v1beta4\nkind: UpgradeConfiguration\napply:\n  kubernetesVersion: \"v1.32.1\"\n  etcdUpgrade: true\n  certificateRenewal: true\n  skipPhases:\n  - addon/coredns\n",
+			wantConfig: "apiVersion: kubeadm.k8s.io/v1beta4\nkind: UpgradeConfiguration\napply:\n  kubernetesVersion: \"v1.32.1\"\n  etcdUpgrade: true\n  certificateRenewal: true\n  skipPhases:\n  - addon/coredns\n  ignorePreflightErrors:\n  - CoreDNSUnsupportedPlugins\n  - CoreDNSMigration\n",
 		},
 		{
 			name: "other control plane 1.31", role: RoleControlPlane, from: "v1.30.4", to: "v1.31.0",
@@ -126,9 +128,47 @@ func TestNewPlanPerRoleAndVersion(t *testing.T) {
 			wantArgv:  []string{"/usr/bin/kubeadm", "upgrade", "node"},
 		},
 	}
+	// Every adjacent minor pair Cluster API v1.14 supports and the next
+	// (v1.37), per role, on a cgroup v1 host: kubeadm >= v1.35 fails
+	// SystemVerification there, in `upgrade apply` and `upgrade node`
+	// alike, so the plan carries it (as a real v1.36 -> v1.37 node needed).
+	for minor := 32; minor <= 37; minor++ {
+		from, to := fmt.Sprintf("v1.%d.3", minor-1), fmt.Sprintf("v1.%d.2", minor)
+		var ignore []string
+		var flag []string
+		if minor >= 35 {
+			ignore, flag = []string{"SystemVerification"}, []string{"--ignore-preflight-errors=SystemVerification"}
+		}
+		cfg := "apiVersion: kubeadm.k8s.io/v1beta4\nkind: UpgradeConfiguration\napply:\n  kubernetesVersion: \"" + to + "\"\n  etcdUpgrade: true\n  certificateRenewal: true\n  skipPhases:\n  - addon/coredns\n  ignorePreflightErrors:\n  - CoreDNSUnsupportedPlugins\n  - CoreDNSMigration\n"
+		for _, n := range ignore {
+			cfg += "  - " + n + "\n"
+		}
+		tests = append(tests, []struct {
+			name       string
+			role       Role
+			from, to   string
+			ignore     []string
+			wantSteps  []string
+			wantArgv   []string
+			wantConfig string
+		}{{
+			name: "first control plane " + from + " to " + to, role: RoleFirstControlPlane, from: from, to: to, ignore: ignore,
+			wantSteps:  append(append([]string{StepEtcdSnapshot}, common...), append([]string{StepKubeadmConfig, StepKubeadmUpgrade}, tail...)...),
+			wantArgv:   []string{"/usr/bin/kubeadm", "upgrade", "apply", "--config", "/var/lib/upgradekit/staging/kubeadm-upgrade-config.yaml", "--yes"},
+			wantConfig: cfg,
+		}, {
+			name: "other control plane " + from + " to " + to, role: RoleControlPlane, from: from, to: to, ignore: ignore,
+			wantSteps: append(append([]string{}, common...), append([]string{StepKubeadmUpgrade}, tail...)...),
+			wantArgv:  append([]string{"/usr/bin/kubeadm", "upgrade", "node", "--skip-phases=addon/coredns"}, flag...),
+		}, {
+			name: "worker " + from + " to " + to, role: RoleWorker, from: from, to: to, ignore: ignore,
+			wantSteps: append(append([]string{}, common...), append([]string{StepKubeadmUpgrade}, tail...)...),
+			wantArgv:  append([]string{"/usr/bin/kubeadm", "upgrade", "node"}, flag...),
+		}}...)
+	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			p, err := NewPlan(Config{Node: "node-1.example", Role: tt.role, FromVersion: tt.from, ToVersion: tt.to})
+			p, err := NewPlan(Config{Node: "node-1.example", Role: tt.role, FromVersion: tt.from, ToVersion: tt.to, IgnorePreflightErrors: tt.ignore})
 			require.NoError(t, err)
 			require.NoError(t, p.Validate())
 			require.Equal(t, append([]string{StepBundle}, tt.wantSteps...), names(p), "the bundle is checked first, before anything changes")
@@ -565,4 +605,31 @@ func TestEtcKubernetesBackupsAreKeptPrivateAndFew(t *testing.T) {
 
 	_, err = NewPlan(Config{PlanName: "p", Node: "n1", Role: RoleWorker, FromVersion: "v1.31.0", ToVersion: "v1.31.1", KeepEtcBackups: -1})
 	require.ErrorIs(t, err, ErrInvalidConfig)
+}
+
+func TestIgnorePreflightErrorsAreValidated(t *testing.T) {
+	tests := []struct {
+		name   string
+		ignore []string
+		field  string
+	}{
+		{"all ignores the checks that protect the upgrade", []string{"SystemVerification", "all"}, "ignorePreflightErrors[1]"},
+		{"ALL in any case", []string{"ALL"}, "ignorePreflightErrors[0]"},
+		{"a flag smuggled in", []string{"SystemVerification --force"}, "ignorePreflightErrors[0]"},
+		{"a comma would add another check", []string{"Swap,all"}, "ignorePreflightErrors[0]"},
+		{"YAML in the configuration", []string{"x\n  forceUpgrade: true"}, "ignorePreflightErrors[0]"},
+		{"empty", []string{""}, "ignorePreflightErrors[0]"},
+		{"too many", make([]string, MaxIgnorePreflightErrors+1), "ignorePreflightErrors"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := NewPlan(Config{Node: "n1", Role: RoleFirstControlPlane, FromVersion: "v1.36.3", ToVersion: "v1.37.2", IgnorePreflightErrors: tt.ignore})
+			require.ErrorIs(t, err, ErrInvalidConfig)
+			require.Contains(t, err.Error(), tt.field+":")
+		})
+	}
+	p, err := NewPlan(Config{Node: "n1", Role: RoleFirstControlPlane, FromVersion: "v1.36.3", ToVersion: "v1.37.2",
+		IgnorePreflightErrors: []string{"SystemVerification", "FileContent--proc-sys-net-ipv4-ip_forward"}})
+	require.NoError(t, err)
+	require.Contains(t, step(t, p, StepKubeadmConfig).Env[0].Value, "  - SystemVerification\n  - FileContent--proc-sys-net-ipv4-ip_forward\n")
 }

@@ -34,6 +34,7 @@ type config struct {
 	mode             nodepod.Mode
 	stageFrom        string
 	skip             []string
+	ignorePreflight  []string
 	extraPodOptions  []nodepod.Option
 	drain            bool
 	drainTimeout     time.Duration
@@ -170,6 +171,14 @@ func WithStageFrom(dir string) Option { return func(c *config) { c.stageFrom = d
 // bundle need not carry their component; SkippableSteps lists which.
 func WithSkipSteps(steps ...string) Option {
 	return func(c *config) { c.skip = append(c.skip, steps...) }
+}
+
+// WithIgnorePreflightErrors names kubeadm preflight checks every
+// `kubeadm upgrade` may fail (kubeadm.Config.IgnorePreflightErrors): for
+// example SystemVerification on cgroup v1 nodes, which kubeadm >= v1.35
+// refuses even when the kubelet allows cgroup v1. "all" is refused.
+func WithIgnorePreflightErrors(checks ...string) Option {
+	return func(c *config) { c.ignorePreflight = append(c.ignorePreflight, checks...) }
 }
 
 // WithPodOptions adds nodepod options to every upgrader pod, after the

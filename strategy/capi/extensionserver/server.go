@@ -197,6 +197,9 @@ func (c *config) validate() error {
 			return invalid("WithSkipSteps", "%s cannot be skipped; only %s can", errtext.Quote(s), strings.Join(SkippableSteps(), ", "))
 		}
 	}
+	if err := kubeadm.ValidatePreflightErrors("checks", c.ignorePreflight); err != nil {
+		return &OptionError{Option: "WithIgnorePreflightErrors", Err: err}
+	}
 	// Whatever nodepod refuses (a namespace that is not a DNS label, say)
 	// is refused now rather than at the first UpdateMachine.
 	probe := nodeexec.Plan{Name: "probe", Node: "probe", Steps: []nodeexec.Step{{Name: "probe", Argv: []string{"true"}}}}
@@ -272,8 +275,9 @@ func (s *Server) PodOptions() []nodepod.Option {
 }
 
 // PlanConfig adjusts each node's kubeadm plan as UpdateMachine does: the
-// steps of WithSkipSteps are left out, and a skip MachineUpdater already
-// decided (no etcd snapshot when etcd is external) is kept. The staging
+// steps of WithSkipSteps are left out, a skip MachineUpdater already
+// decided (no etcd snapshot when etcd is external) is kept, and the checks
+// of WithIgnorePreflightErrors are ignored. The staging
 // directory stays kubeadm.DefaultStagingDir, where the stage container puts
 // the binaries. A nil Server or Config changes nothing.
 func (s *Server) PlanConfig(c *kubeadm.Config) {
@@ -290,6 +294,7 @@ func (s *Server) PlanConfig(c *kubeadm.Config) {
 			c.SkipEtcdSnapshot = true
 		}
 	}
+	c.IgnorePreflightErrors = append(c.IgnorePreflightErrors, s.cfg.ignorePreflight...)
 }
 
 // Metrics are the server's Prometheus metrics (nil, which records nothing,

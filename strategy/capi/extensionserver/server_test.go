@@ -63,6 +63,10 @@ func TestValidateNamesTheOption(t *testing.T) {
 		{name: "stage the whole image", opts: []extensionserver.Option{img, extensionserver.WithStageFrom("//")}, option: "WithStageFrom"},
 		{name: "unskippable step", opts: []extensionserver.Option{img, extensionserver.WithSkipSteps(kubeadm.StepKubeadmUpgrade)}, option: "WithSkipSteps",
 			detail: `"kubeadm-upgrade" cannot be skipped; only containerd, cni-plugins, etcd-snapshot can`},
+		{name: "ignore every preflight check", opts: []extensionserver.Option{img, extensionserver.WithIgnorePreflightErrors("SystemVerification", "all")}, option: "WithIgnorePreflightErrors",
+			cause: kubeadm.ErrInvalidConfig},
+		{name: "a flag as a check name", opts: []extensionserver.Option{img, extensionserver.WithIgnorePreflightErrors("Swap --force")}, option: "WithIgnorePreflightErrors",
+			cause: kubeadm.ErrInvalidConfig},
 		{name: "namespace nodepod refuses", opts: []extensionserver.Option{img, extensionserver.WithUpgraderNamespace("Ops_Team")}, option: "WithPodOptions",
 			cause: nodepod.ErrInvalidOptions},
 		{name: "nil gate", opts: []extensionserver.Option{img, extensionserver.WithGates(nil)}, option: "WithGates", detail: "gate 0 is nil"},
@@ -127,6 +131,7 @@ func TestPodAndPlan(t *testing.T) {
 	s, err := extensionserver.New(mgmt, metrics(t),
 		extensionserver.WithUpgraderImages(capi.ImagesByVersion{"v1.32.0": "r/u:v1.32.0", "v1.31.1": "r/u:v1.31.1"}),
 		extensionserver.WithSkipSteps(kubeadm.StepContainerd, kubeadm.StepCNIPlugins),
+		extensionserver.WithIgnorePreflightErrors("SystemVerification"),
 		extensionserver.WithUpgraderNamespace("ops"))
 	require.NoError(t, err)
 	plan, err := kubeadm.NewPlan(func() kubeadm.Config {
@@ -135,6 +140,7 @@ func TestPodAndPlan(t *testing.T) {
 		require.True(t, c.SkipContainerd)
 		require.True(t, c.SkipCNIPlugins)
 		require.True(t, c.SkipEtcdSnapshot, "a skip already decided stays")
+		require.Equal(t, []string{"SystemVerification"}, c.IgnorePreflightErrors)
 		return c
 	}())
 	require.NoError(t, err)

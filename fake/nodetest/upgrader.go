@@ -1,0 +1,134 @@
+package nodetest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/upgradekit/upgradekit/nodeexec"
+	"github.com/upgradekit/upgradekit/nodeexec/kubeadm"
+)
+
+// StageOptions say what StageBundle puts in the node's staging directory
+// besides the target version's kubeadm, kubelet and kubectl.
+type StageOptions struct {
+	// Etcdctl stages etcd/etcdctl (the first control plane's snapshot).
+	Etcdctl bool
+	// Containerd stages containerd/usr/bin/containerd: the machine's own
+	// containerd binary (Debian's), so that the plan's containerd step
+	// installs it again and restarts containerd for real.
+	Containerd bool
+	// CNIPlugins stages cni-plugins/opt/cni/bin/ with the target version's
+	// plugins.
+	CNIPlugins bool
+}
+
+// StageBundle fills the node's kubeadm.DefaultStagingDir as the upgrader
+// pod's stage container would from the upgrader image, with to's binaries.
+func (n *Node) StageBundle(to Assets, o StageOptions) error {
+	dir := kubeadm.DefaultStagingDir
+	if err := os.RemoveAll(n.Path(dir)); err != nil {
+		return err
+	}
+	files := map[string]string{}
+	for _, b := range []string{"kubeadm", "kubelet", "kubectl"} {
+		files["kubernetes/"+b] = to.Bin(b)
+	}
+	if o.Etcdctl {
+		files["etcd/etcdctl"] = to.Bin("etcdctl")
+	}
+	if o.Containerd {
+		bin, err := exec.LookPath("containerd")
+		if err != nil {
+			return fmt.Errorf("nodetest: staging containerd: %w", err)
+		}
+		files["containerd/usr/bin/containerd"] = bin
+	}
+	if o.CNIPlugins {
+		for _, b := range []string{"bridge", "host-local", "loopback", "portmap"} {
+			files["cni-plugins/opt/cni/bin/"+b] = to.Bin("cni/" + b)
+		}
+	}
+	for rel, src := range files {
+		if err := n.CopyFile(src, dir+"/"+rel, 0o755); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// BuildUpgrader builds the project's upgrader command (examples/upgrader)
+// into dir and returns its path.
+func BuildUpgrader(ctx context.Context, dir string) (string, error) {
+	out := filepath.Join(dir, "upgrader")
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", out, "github.com/upgradekit/upgradekit/examples/upgrader")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("nodetest: building the upgrader: %w: %s", err, b)
+	}
+	return out, nil
+}
+
+// UpgraderRun is one run of the upgrader command against a node.
+type UpgraderRun struct {
+	// ExitCode is the upgrader's exit code (examples/upgrader documents
+	// them: 0 Succeeded, 4 RolledBack, 5 Failed, 6 NeedsAttention, ...).
+	ExitCode int
+	// Output is its standard output and error.
+	Output string
+}
+
+// RunUpgrader runs the upgrader binary on the machine, as the upgrader
+// pod's runner does on a node: steps run through nsenter in the node's
+// namespaces (UPGRADEKIT_TARGET_PID is the node's PID), the journal is in
+// journalDir. args come after "run" or "rollback" (cmd). A plan file is
+// written next to the journal.
+func (n *Node) RunUpgrader(ctx context.Context, upgrader, cmd string, plan nodeexec.Plan, journalDir string, args ...string) (UpgraderRun, error) {
+	data, err := nodeexec.EncodePlan(plan)
+	if err != nil {
+		return UpgraderRun{}, err
+	}
+	if err := os.MkdirAll(journalDir, 0o700); err != nil {
+		return UpgraderRun{}, err
+	}
+	planFile := filepath.Join(journalDir, plan.Name+".plan.json")
+	if err := os.WriteFile(planFile, data, 0o600); err != nil {
+		return UpgraderRun{}, err
+	}
+	argv := append([]string{cmd, "-plan", planFile, "-journal-dir", journalDir, "-target-pid", strconv.Itoa(n.PID())}, args...)
+	c := exec.CommandContext(ctx, upgrader, argv...)
+	c.Env = append(os.Environ(), "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
+	out, err := c.CombinedOutput()
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return UpgraderRun{ExitCode: ee.ExitCode(), Output: string(out)}, nil
+	}
+	return UpgraderRun{Output: string(out)}, err
+}
+
+// Starts says how often the supervisor has started unit ("kubelet",
+// "containerd") on the node.
+func (n *Node) Starts(unit string) int {
+	n.sup.mu.Lock()
+	defer n.sup.mu.Unlock()
+	if u, ok := n.sup.units[unit]; ok {
+		return u.starts
+	}
+	return 0
+}
+
+// Log returns what unit ("kubelet", "containerd") wrote, its last max
+// bytes.
+func (n *Node) Log(unit string, max int) string {
+	data, _ := os.ReadFile(filepath.Join(n.dir, "log", unit+".log"))
+	s := string(data)
+	if len(s) > max {
+		s = s[len(s)-max:]
+	}
+	return strings.TrimSpace(s)
+}
