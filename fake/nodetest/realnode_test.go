@@ -51,8 +51,9 @@ func newCluster(ctx context.Context, t *testing.T) *cluster {
 	c.net, err = nodetest.NewNetwork(ctx)
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, c.net.Close(context.Background())) })
-	images := append(c.from.ControlPlaneImages(), c.to.ControlPlaneImages()...)
-	c.cp = startNode(ctx, t, c.net, "cp1", c.from, images)
+	// Only the running version's images: the target version's come with
+	// the bundle (the plan's images step), as on an air-gapped node.
+	c.cp = startNode(ctx, t, c.net, "cp1", c.from, c.from.ControlPlaneImages())
 	start := time.Now()
 	err = c.cp.KubeadmInit(ctx, nodetest.KubeadmOptions{})
 	if err != nil {
@@ -102,9 +103,9 @@ func TestFirstControlPlaneUpgrade(t *testing.T) {
 	_, err := cp.Kubectl(ctx, "create", "configmap", "written-before", "--from-literal=k=v")
 	require.NoError(t, err)
 
-	require.NoError(t, cp.StageBundle(c.to, nodetest.StageOptions{Etcdctl: true, Containerd: true, CNIPlugins: true}))
+	require.NoError(t, cp.StageBundle(c.to, nodetest.StageOptions{Etcdctl: true, Containerd: true, CNIPlugins: true, Images: c.to.ControlPlaneImages()}))
 	plan, err := kubeadm.NewPlan(kubeadm.Config{Node: cp.Name, Role: kubeadm.RoleFirstControlPlane, FromVersion: c.from.Version, ToVersion: c.to.Version,
-		IgnorePreflightErrors: []string{"SystemVerification"}, RollbackOnFailure: true})
+		IgnorePreflightErrors: []string{"SystemVerification"}, ImportImages: true, RollbackOnFailure: true})
 	require.NoError(t, err)
 	containerdStarts, kubeletStarts := cp.Starts("containerd"), cp.Starts("kubelet")
 	journal := t.TempDir()

@@ -26,6 +26,9 @@ type StageOptions struct {
 	// CNIPlugins stages cni-plugins/opt/cni/bin/ with the target version's
 	// plugins.
 	CNIPlugins bool
+	// Images are written as images/images.tar, for the plan's images step
+	// (kubeadm.Config.ImportImages).
+	Images []Image
 }
 
 // StageBundle fills the node's kubeadm.DefaultStagingDir as the upgrader
@@ -59,7 +62,21 @@ func (n *Node) StageBundle(to Assets, o StageOptions) error {
 			return err
 		}
 	}
-	return nil
+	if len(o.Images) == 0 {
+		return nil
+	}
+	if err := os.MkdirAll(n.Path(dir+"/images"), 0o755); err != nil {
+		return err
+	}
+	f, err := os.Create(n.Path(dir + "/images/images.tar"))
+	if err != nil {
+		return err
+	}
+	if err := WriteImages(f, o.Images...); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 // BuildUpgrader builds the project's upgrader command (examples/upgrader)

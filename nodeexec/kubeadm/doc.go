@@ -19,6 +19,11 @@
 // removed arguments are gone (kubeadm renders the whole manifest from
 // kubeadm-config, so the caller checks kubeadm-config first).
 //
+// Air-gapped nodes also need the target version's control plane and etcd
+// images: with Config.ImportImages the bundle carries them as archives
+// under images/ and StepImages imports them into containerd (ctr) before
+// `kubeadm upgrade` runs.
+//
 // No step ends with the kubelet or containerd down: in nodepod's
 // init-container layout only a running kubelet starts the next step's
 // container, so a separate "stop the kubelet" step would leave the node

@@ -91,7 +91,18 @@ const (
 	// another version's bundle fails here, on an untouched node, instead
 	// of at the verify step after the install.
 	StepBundle = "bundle"
+	// StepImages (with Config.ImportImages) imports the image archives
+	// the bundle carries under images/ into containerd's k8s.io
+	// namespace with ctr, before kubeadm needs them: an air-gapped node
+	// cannot pull the target version's control plane and etcd images.
+	// Importing is idempotent and harmless to undo-less retries; nothing
+	// is rolled back (an unused image changes nothing).
+	StepImages = "images"
 )
+
+// DefaultContainerdSocket is containerd's CRI socket, where the images
+// step imports.
+const DefaultContainerdSocket = "/run/containerd/containerd.sock"
 
 // Config describes one node's upgrade.
 //
@@ -147,6 +158,15 @@ type Config struct {
 	// SkipEtcdSnapshot skips the snapshot on the first control plane (for
 	// external etcd, where the snapshot is someone else's job).
 	SkipEtcdSnapshot bool
+	// ImportImages adds StepImages: the bundle carries images/*.tar
+	// (docker or OCI archives of the images the node needs at ToVersion:
+	// kube-apiserver, kube-controller-manager, kube-scheduler, etcd, and
+	// pause if it changes), imported with ctr through ContainerdSocket.
+	// The node must have ctr on its PATH (containerd's packages ship it).
+	ImportImages bool
+	// ContainerdSocket is containerd's socket for ImportImages; default
+	// DefaultContainerdSocket.
+	ContainerdSocket string
 	// IgnorePreflightErrors names kubeadm preflight checks `kubeadm
 	// upgrade` may fail without stopping (its --ignore-preflight-errors,
 	// or the UpgradeConfiguration's apply.ignorePreflightErrors on the
@@ -175,6 +195,9 @@ func (c *Config) defaults() {
 	}
 	if c.PKIDir == "" {
 		c.PKIDir = DefaultPKIDir
+	}
+	if c.ContainerdSocket == "" {
+		c.ContainerdSocket = DefaultContainerdSocket
 	}
 	if c.PlanName == "" {
 		sum := sha256.Sum256([]byte(c.Node + "\x00" + c.ToVersion + "\x00" + string(c.Role)))
@@ -285,7 +308,7 @@ func NewPlan(cfg Config) (nodeexec.Plan, error) {
 	if msgs := validation.IsDNS1123Subdomain(cfg.Node); len(msgs) > 0 {
 		return nodeexec.Plan{}, configError("node", "%q: %s", cfg.Node, strings.Join(msgs, "; "))
 	}
-	for field, p := range map[string]string{"stagingDir": cfg.StagingDir, "backupDir": cfg.BackupDir, "binDir": cfg.BinDir, "pkiDir": cfg.PKIDir} {
+	for field, p := range map[string]string{"stagingDir": cfg.StagingDir, "backupDir": cfg.BackupDir, "binDir": cfg.BinDir, "pkiDir": cfg.PKIDir, "containerdSocket": cfg.ContainerdSocket} {
 		if err := absPath(field, p); err != nil {
 			return nodeexec.Plan{}, err
 		}
@@ -375,6 +398,18 @@ umask 077
 mkdir -p "$(dirname "$1")"
 printf '%s' "$UPGRADEKIT_FILE_CONTENT" > "$1.tmp"
 mv -f -- "$1.tmp" "$1"`
+	// $1 staged images directory, $2 containerd socket: import every
+	// archive into the k8s.io namespace (where the kubelet looks).
+	scriptImportImages = `set -eu
+command -v ctr >/dev/null 2>&1 || { echo "images: ctr is not on the node's PATH" >&2; exit 1; }
+n=0
+for f in "$1"/*.tar; do
+  [ -f "$f" ] || continue
+  ctr --address "$2" -n k8s.io images import "$f"
+  n=$((n + 1))
+done
+[ "$n" -gt 0 ] || { echo "images: no image archive (*.tar) in $1" >&2; exit 1; }
+echo "images: imported $n archive(s)"`
 	// $1 etcdctl, $2 snapshot file, $3 PKI dir.
 	scriptEtcdSnapshot = `set -eu
 mkdir -p "$(dirname "$2")"
@@ -468,6 +503,9 @@ func (b builder) steps() []nodeexec.Step {
 	if !c.SkipCNIPlugins {
 		bundle = append(bundle, b.staging("cni-plugins"))
 	}
+	if c.ImportImages {
+		bundle = append(bundle, b.staging("images"))
+	}
 	add(nodeexec.Step{
 		Name:       StepBundle,
 		Argv:       nodeexec.ShellArgv(scriptBundle, bundle...),
@@ -528,6 +566,16 @@ systemctl is-active --quiet "$2"`, b.backup(dir), unit)
 		}
 	}
 	add(binary(StepKubeadmBinary, "kubeadm"))
+	if c.ImportImages {
+		add(nodeexec.Step{
+			Name:          StepImages,
+			Argv:          nodeexec.ShellArgv(scriptImportImages, b.staging("images"), c.ContainerdSocket),
+			Timeout:       10 * time.Minute,
+			Retry:         retry,
+			Idempotent:    true,
+			NothingToUndo: true,
+		})
+	}
 
 	kubeadm := b.bin("kubeadm")
 	upgrade := nodeexec.Step{

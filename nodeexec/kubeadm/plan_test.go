@@ -633,3 +633,25 @@ func TestIgnorePreflightErrorsAreValidated(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, step(t, p, StepKubeadmConfig).Env[0].Value, "  - SystemVerification\n  - FileContent--proc-sys-net-ipv4-ip_forward\n")
 }
+
+// TestImportImages: with ImportImages the bundle must carry images/ and
+// the images step imports them before kubeadm needs them.
+func TestImportImages(t *testing.T) {
+	p, err := NewPlan(Config{Node: "n1", Role: RoleFirstControlPlane, FromVersion: "v1.36.3", ToVersion: "v1.37.2", ImportImages: true})
+	require.NoError(t, err)
+	n := names(p)
+	require.Less(t, slices.Index(n, StepKubeadmBinary), slices.Index(n, StepImages))
+	require.Less(t, slices.Index(n, StepImages), slices.Index(n, StepKubeadmUpgrade))
+	im := step(t, p, StepImages)
+	require.Equal(t, []string{DefaultStagingDir + "/images", DefaultContainerdSocket}, im.Argv[len(im.Argv)-2:])
+	require.True(t, im.NothingToUndo)
+	require.Contains(t, step(t, p, StepBundle).Argv, DefaultStagingDir+"/images", "the bundle step checks the archives are there")
+
+	p, err = NewPlan(Config{Node: "n1", Role: RoleWorker, FromVersion: "v1.36.3", ToVersion: "v1.37.2"})
+	require.NoError(t, err)
+	require.NotContains(t, names(p), StepImages)
+
+	_, err = NewPlan(Config{Node: "n1", Role: RoleWorker, FromVersion: "v1.36.3", ToVersion: "v1.37.2", ImportImages: true, ContainerdSocket: "run/containerd.sock"})
+	require.ErrorIs(t, err, ErrInvalidConfig)
+	require.Contains(t, err.Error(), "containerdSocket")
+}
