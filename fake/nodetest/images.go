@@ -27,6 +27,9 @@ type Image struct {
 	// Files maps an absolute path in the image to a file on this machine,
 	// copied with mode 0755 (they are binaries).
 	Files map[string]string
+	// Symlinks maps an absolute path in the image to a link target (for
+	// busybox's applets).
+	Symlinks map[string]string
 	// Entrypoint is the image's entrypoint; nil leaves it unset (the
 	// static pods kubeadm writes give a command).
 	Entrypoint []string
@@ -97,14 +100,16 @@ func imageLayer(img Image) ([]byte, error) {
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
 	dirs := map[string]bool{"tmp": true}
-	paths := make([]string, 0, len(img.Files))
-	for p := range img.Files {
-		if !path.IsAbs(p) || path.Clean(p) != p || p == "/" {
-			return nil, fmt.Errorf("file %q: want a clean absolute path", p)
-		}
-		paths = append(paths, p)
-		for d := path.Dir(p); d != "/"; d = path.Dir(d) {
-			dirs[strings.TrimPrefix(d, "/")] = true
+	paths := make([]string, 0, len(img.Files)+len(img.Symlinks))
+	for _, m := range []map[string]string{img.Files, img.Symlinks} {
+		for p := range m {
+			if !path.IsAbs(p) || path.Clean(p) != p || p == "/" {
+				return nil, fmt.Errorf("file %q: want a clean absolute path", p)
+			}
+			paths = append(paths, p)
+			for d := path.Dir(p); d != "/"; d = path.Dir(d) {
+				dirs[strings.TrimPrefix(d, "/")] = true
+			}
 		}
 	}
 	sort.Strings(paths)
@@ -123,6 +128,15 @@ func imageLayer(img Image) ([]byte, error) {
 		}
 	}
 	for _, p := range paths {
+		if target, ok := img.Symlinks[p]; ok {
+			if _, dup := img.Files[p]; dup {
+				return nil, fmt.Errorf("%q is both a file and a link", p)
+			}
+			if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeSymlink, Name: strings.TrimPrefix(p, "/"), Linkname: target, Mode: 0o777}); err != nil {
+				return nil, err
+			}
+			continue
+		}
 		if err := addFile(tw, strings.TrimPrefix(p, "/"), img.Files[p]); err != nil {
 			return nil, err
 		}

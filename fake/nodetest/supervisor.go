@@ -123,12 +123,18 @@ func (s *supervisor) handle(c net.Conn) {
 // failure.
 func (s *supervisor) systemctl(args []string) reply {
 	var verb string
-	var names []string
+	var names, props []string
 	quiet := false
-	for _, a := range args {
+	for i := 0; i < len(args); i++ {
+		a := args[i]
 		switch {
 		case a == "-q" || a == "--quiet":
 			quiet = true
+		case (a == "-p" || a == "--property") && i+1 < len(args):
+			i++
+			props = append(props, strings.Split(args[i], ",")...)
+		case strings.HasPrefix(a, "--property="):
+			props = append(props, strings.Split(strings.TrimPrefix(a, "--property="), ",")...)
 		case strings.HasPrefix(a, "-"):
 		case verb == "":
 			verb = a
@@ -161,6 +167,23 @@ func (s *supervisor) systemctl(args []string) reply {
 			}
 		case "stop":
 			s.stop(u)
+		case "show":
+			// The properties the plans read: MainPID (0 when not
+			// running, as systemd says) and ActiveState.
+			for _, p := range props {
+				switch p {
+				case "MainPID":
+					out.Stdout += fmt.Sprintf("MainPID=%d\n", s.mainPID(u))
+				case "ActiveState":
+					state := "inactive"
+					if s.active(u) {
+						state = "active"
+					}
+					out.Stdout += "ActiveState=" + state + "\n"
+				default:
+					return reply{Code: 1, Stderr: fmt.Sprintf("systemctl show -p %s: not supported by the upgradekit node stand-in\n", p)}
+				}
+			}
 		case "enable", "disable":
 		case "is-enabled":
 			if !quiet {
@@ -196,6 +219,16 @@ func (s *supervisor) active(u *unit) bool {
 	default:
 		return true
 	}
+}
+
+// mainPID is the unit's process, or 0 when it does not run.
+func (s *supervisor) mainPID(u *unit) int {
+	if !s.active(u) {
+		return 0
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return u.cmd.Process.Pid
 }
 
 // restart stops the unit if it runs and starts it again.

@@ -3,6 +3,7 @@ package nodetest
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net"
 	"path/filepath"
 	"syscall"
@@ -32,11 +33,13 @@ func TestSupervisorAnswersSystemctl(t *testing.T) {
 	require.Equal(t, reply{}, s.systemctl([]string{"is-active", "-q", "kubelet"}))
 	require.Equal(t, reply{}, s.systemctl([]string{"start", "kubelet"}), "start of a running unit does nothing")
 	require.Equal(t, 1, s.units["kubelet"].starts)
-
-	// Killed behind the supervisor's back: inactive, then started again.
 	s.mu.Lock()
 	pid := s.units["kubelet"].cmd.Process.Pid
 	s.mu.Unlock()
+	require.Equal(t, reply{Stdout: fmt.Sprintf("MainPID=%d\n", pid)}, s.systemctl([]string{"show", "-p", "MainPID", "kubelet"}))
+	require.Equal(t, reply{Stdout: "ActiveState=active\n"}, s.systemctl([]string{"show", "--property=ActiveState", "kubelet"}))
+
+	// Killed behind the supervisor's back: inactive, then started again.
 	require.NoError(t, syscall.Kill(pid, syscall.SIGKILL))
 	require.Eventually(t, func() bool {
 		s.mu.Lock()
@@ -48,6 +51,7 @@ func TestSupervisorAnswersSystemctl(t *testing.T) {
 	require.Equal(t, 3, s.systemctl([]string{"is-active", "kubelet"}).Code)
 	time.Sleep(2 * restartDelay)
 	require.Equal(t, 3, s.systemctl([]string{"is-active", "kubelet"}).Code, "a stopped unit stays stopped")
+	require.Equal(t, reply{Stdout: "MainPID=0\n"}, s.systemctl([]string{"show", "-p", "MainPID", "kubelet"}))
 }
 
 // TestSupervisorSocket: the stand-in's protocol over the unix socket.

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 
 	"github.com/upgradekit/upgradekit/nodeexec"
 	"github.com/upgradekit/upgradekit/nodeexec/kubeadm"
@@ -31,13 +32,10 @@ type StageOptions struct {
 	Images []Image
 }
 
-// StageBundle fills the node's kubeadm.DefaultStagingDir as the upgrader
-// pod's stage container would from the upgrader image, with to's binaries.
-func (n *Node) StageBundle(to Assets, o StageOptions) error {
-	dir := kubeadm.DefaultStagingDir
-	if err := os.RemoveAll(n.Path(dir)); err != nil {
-		return err
-	}
+// bundleFiles maps each file of a bundle (path under the staging
+// directory) to its source on this machine. With o.Images the image
+// archive is written into dir first.
+func bundleFiles(to Assets, o StageOptions, dir string) (map[string]string, error) {
 	files := map[string]string{}
 	for _, b := range []string{"kubeadm", "kubelet", "kubectl"} {
 		files["kubernetes/"+b] = to.Bin(b)
@@ -48,7 +46,7 @@ func (n *Node) StageBundle(to Assets, o StageOptions) error {
 	if o.Containerd {
 		bin, err := exec.LookPath("containerd")
 		if err != nil {
-			return fmt.Errorf("nodetest: staging containerd: %w", err)
+			return nil, fmt.Errorf("nodetest: staging containerd: %w", err)
 		}
 		files["containerd/usr/bin/containerd"] = bin
 	}
@@ -57,26 +55,65 @@ func (n *Node) StageBundle(to Assets, o StageOptions) error {
 			files["cni-plugins/opt/cni/bin/"+b] = to.Bin("cni/" + b)
 		}
 	}
+	if len(o.Images) > 0 {
+		f, err := os.CreateTemp(dir, "images-*.tar")
+		if err != nil {
+			return nil, err
+		}
+		if err := WriteImages(f, o.Images...); err != nil {
+			f.Close()
+			return nil, err
+		}
+		if err := f.Close(); err != nil {
+			return nil, err
+		}
+		files["images/images.tar"] = f.Name()
+	}
+	return files, nil
+}
+
+// StageBundle fills the node's kubeadm.DefaultStagingDir as the upgrader
+// pod's stage container would from the upgrader image, with to's binaries.
+func (n *Node) StageBundle(to Assets, o StageOptions) error {
+	dir := kubeadm.DefaultStagingDir
+	if err := os.RemoveAll(n.Path(dir)); err != nil {
+		return err
+	}
+	files, err := bundleFiles(to, o, filepath.Join(n.dir, "disk"))
+	if err != nil {
+		return err
+	}
 	for rel, src := range files {
 		if err := n.CopyFile(src, dir+"/"+rel, 0o755); err != nil {
 			return err
 		}
 	}
-	if len(o.Images) == 0 {
-		return nil
-	}
-	if err := os.MkdirAll(n.Path(dir+"/images"), 0o755); err != nil {
-		return err
-	}
-	f, err := os.Create(n.Path(dir + "/images/images.tar"))
+	return nil
+}
+
+// UpgraderImage is the image examples/upgrader's Dockerfile builds (its
+// bundle target), assembled from files instead: busybox (the machine's
+// busybox-static) with the applets the Dockerfile links, the upgrader
+// binary at /upgrader, and the bundle for to under /staging. It is written
+// for a node's ImportImages; dir holds the bundle's image archive.
+func UpgraderImage(name, upgrader string, to Assets, o StageOptions, dir string) (Image, error) {
+	bundle, err := bundleFiles(to, o, dir)
 	if err != nil {
-		return err
+		return Image{}, err
 	}
-	if err := WriteImages(f, o.Images...); err != nil {
-		f.Close()
-		return err
+	busybox, err := exec.LookPath("busybox")
+	if err != nil {
+		return Image{}, fmt.Errorf("nodetest: the upgrader image needs busybox (Debian's busybox-static): %w", err)
 	}
-	return f.Close()
+	img := Image{Name: name, Files: map[string]string{"/upgrader": upgrader, "/bin/busybox": busybox},
+		Symlinks: map[string]string{}, Entrypoint: []string{"/upgrader"}}
+	for _, applet := range []string{"nsenter", "sh", "cp", "mkdir", "rm"} {
+		img.Symlinks["/bin/"+applet] = "busybox"
+	}
+	for rel, src := range bundle {
+		img.Files["/staging/"+rel] = src
+	}
+	return img, nil
 }
 
 // BuildUpgrader builds the project's upgrader command (examples/upgrader)
@@ -100,26 +137,38 @@ type UpgraderRun struct {
 	Output string
 }
 
-// RunUpgrader runs the upgrader binary on the machine, as the upgrader
-// pod's runner does on a node: steps run through nsenter in the node's
-// namespaces (UPGRADEKIT_TARGET_PID is the node's PID), the journal is in
-// journalDir. args come after "run" or "rollback" (cmd). A plan file is
-// written next to the journal.
-func (n *Node) RunUpgrader(ctx context.Context, upgrader, cmd string, plan nodeexec.Plan, journalDir string, args ...string) (UpgraderRun, error) {
+// UpgraderCommand returns the upgrader command line the way the upgrader
+// pod's runner runs on a node: steps run through nsenter in the node's
+// namespaces (-target-pid is the node's PID), the journal is in
+// journalDir, and a plan file is written next to it. cmd is "run" or
+// "rollback"; args come after it. The command is in a process group of
+// its own, so that a test can kill it with everything it started, as a
+// crashing upgrader container would be.
+func (n *Node) UpgraderCommand(ctx context.Context, upgrader, cmd string, plan nodeexec.Plan, journalDir string, args ...string) (*exec.Cmd, error) {
 	data, err := nodeexec.EncodePlan(plan)
 	if err != nil {
-		return UpgraderRun{}, err
+		return nil, err
 	}
 	if err := os.MkdirAll(journalDir, 0o700); err != nil {
-		return UpgraderRun{}, err
+		return nil, err
 	}
 	planFile := filepath.Join(journalDir, plan.Name+".plan.json")
 	if err := os.WriteFile(planFile, data, 0o600); err != nil {
-		return UpgraderRun{}, err
+		return nil, err
 	}
 	argv := append([]string{cmd, "-plan", planFile, "-journal-dir", journalDir, "-target-pid", strconv.Itoa(n.PID())}, args...)
 	c := exec.CommandContext(ctx, upgrader, argv...)
 	c.Env = append(os.Environ(), "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
+	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	return c, nil
+}
+
+// RunUpgrader runs UpgraderCommand to its end.
+func (n *Node) RunUpgrader(ctx context.Context, upgrader, cmd string, plan nodeexec.Plan, journalDir string, args ...string) (UpgraderRun, error) {
+	c, err := n.UpgraderCommand(ctx, upgrader, cmd, plan, journalDir, args...)
+	if err != nil {
+		return UpgraderRun{}, err
+	}
 	out, err := c.CombinedOutput()
 	var ee *exec.ExitError
 	if errors.As(err, &ee) {
