@@ -592,7 +592,7 @@ func (u *MachineUpdater) updateMachine(ctx context.Context, log logr.Logger, m *
 		// Not reported on the node: its condition and record are the
 		// other machine's.
 		res = failedAs(FailureNodeClaimed, "node %s is being updated for machine %s (annotation %s), and machine %s names the same node (spec.providerID %s): one node, one machine; if %s is gone, remove the annotation",
-			node.Name, errtext.Quote(rec.Machine), AnnotationInPlaceUpdate, key, errtext.Quote(m.Spec.ProviderID), errtext.Quote(rec.Machine))
+			node.Name, rec.Machine, AnnotationInPlaceUpdate, key, errtext.Quote(m.Spec.ProviderID), rec.Machine)
 		res.node = node.Name
 		u.reportWithoutNode(m, &res)
 		return res
