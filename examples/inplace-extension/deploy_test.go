@@ -97,12 +97,14 @@ func TestDeployManifestsApply(t *testing.T) {
 		require.Equal(t, want, nsSel.Matches(labels.Set{"kubernetes.io/metadata.name": ns}), ns)
 	}
 	// Exactly what the extension does in the management cluster: read
-	// Machines and record Events on them cluster-wide, and read kubeconfig
+	// Machines, their KubeadmConfigs and infrastructure machines, and
+	// record Events on them cluster-wide, and read kubeconfig
 	// secrets only where a RoleBinding grants it.
 	require.Empty(t, cmp.Diff(map[string][]rbacv1.PolicyRule{
 		"upgradekit-extension": {
 			{APIGroups: []string{"cluster.x-k8s.io"}, Resources: []string{"machines"}, Verbs: []string{"get", "list"}},
 			{APIGroups: []string{"bootstrap.cluster.x-k8s.io"}, Resources: []string{"kubeadmconfigs"}, Verbs: []string{"get"}},
+			{APIGroups: []string{"infrastructure.cluster.x-k8s.io"}, Resources: []string{"dockermachines"}, Verbs: []string{"get"}},
 			{APIGroups: []string{"events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
 		},
 		"upgradekit-extension-kubeconfig": {

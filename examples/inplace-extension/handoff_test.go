@@ -51,7 +51,7 @@ func TestUpdateMachineCreatesAPodTheUpgraderRuns(t *testing.T) {
 	// secret, as CAPI writes it.
 	secret, err := env.KubeconfigSecret("default", "demo")
 	require.NoError(t, err)
-	mgmt := fakeclient.NewClientBuilder().WithScheme(env.Scheme).WithObjects(secret).Build()
+	mgmt := fakeclient.NewClientBuilder().WithScheme(mgmtScheme(t)).WithObjects(secret).Build()
 	img := readUpgraderImage(t)
 
 	for _, tc := range []struct {
@@ -104,10 +104,11 @@ func TestUpdateMachineCreatesAPodTheUpgraderRuns(t *testing.T) {
 			// The live Machine, as Cluster API marks it for the update:
 			// the extension checks every request against it.
 			live := m.DeepCopy()
-			live.Annotations = map[string]string{clusterv1.UpdateInProgressAnnotation: ""}
+			infra := markForUpdate(ctx, t, mgmt, live)
 			require.NoError(t, mgmt.Create(ctx, live))
+			m.Annotations = live.Annotations
 			var resp runtimehooksv1.UpdateMachineResponse
-			update(ctx, &runtimehooksv1.UpdateMachineRequest{Desired: runtimehooksv1.UpdateMachineRequestObjects{Machine: m}}, &resp)
+			update(ctx, &runtimehooksv1.UpdateMachineRequest{Desired: runtimehooksv1.UpdateMachineRequestObjects{Machine: m, InfrastructureMachine: infra}}, &resp)
 			require.Equal(t, runtimehooksv1.ResponseStatusSuccess, resp.Status, resp.Message)
 			require.Contains(t, resp.Message, "started "+string(tc.role)+" upgrade of node "+tc.node)
 

@@ -274,7 +274,7 @@ func TestServesTheHooksOverHTTPS(t *testing.T) {
 	// management cluster (the skew check reads nothing for a request that
 	// does not match it).
 	liveMachine := &clusterv1.Machine{ObjectMeta: metav1.ObjectMeta{Name: "m", Namespace: "default"}, Spec: clusterv1.MachineSpec{ClusterName: "demo", Version: "v1.30.4"}}
-	mgmt := fakeclient.NewClientBuilder().WithScheme(scheme).WithObjects(liveMachine).Build()
+	mgmt := fakeclient.NewClientBuilder().WithScheme(mgmtScheme(t)).WithObjects(liveMachine).Build()
 
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -343,11 +343,11 @@ func TestServesTheHooksOverHTTPS(t *testing.T) {
 	live := &clusterv1.Machine{}
 	require.NoError(t, mgmt.Get(ctx, client.ObjectKeyFromObject(liveMachine), live))
 	live.Spec = m.Spec
-	live.Annotations = map[string]string{clusterv1.UpdateInProgressAnnotation: ""}
+	infraMachine := markForUpdate(ctx, t, mgmt, live)
 	require.NoError(t, mgmt.Update(ctx, live), "the Machine Cluster API marked for the update")
 	post(runtimehooksv1.UpdateMachine, "upgradekit-update-machine", &runtimehooksv1.UpdateMachineRequest{
 		TypeMeta: metav1.TypeMeta{APIVersion: runtimehooksv1.GroupVersion.String(), Kind: "UpdateMachineRequest"},
-		Desired:  runtimehooksv1.UpdateMachineRequestObjects{Machine: m},
+		Desired:  runtimehooksv1.UpdateMachineRequestObjects{Machine: m, InfrastructureMachine: infraMachine},
 	}, &up)
 	require.Equal(t, runtimehooksv1.ResponseStatusSuccess, up.Status, up.Message)
 	require.Positive(t, up.RetryAfterSeconds)

@@ -631,6 +631,7 @@ var sentinels = []error{
 	drift.ErrUnsupportedType,
 	drift.ErrUnsupportedValue,
 	extensionserver.ErrInvalidOption,
+	extensionserver.ErrNamespaceNotManaged,
 	fake.ErrInvalidCluster,
 	fake.ErrInvalidPod,
 	kubeadm.ErrDowngrade,

@@ -56,8 +56,12 @@
 // the Node) so a restarted extension carries on, and never runs two
 // upgrader pods on one node. It never strands a node:
 //
-//   - with WithManagementReader, a request is acted on only if the live
-//     Machine backs it (FailureRequestMismatch otherwise);
+//   - with WithManagementReader, a request is acted on only under Cluster
+//     API's own preconditions (the live Machine marked with the hook
+//     pending, its KubeadmConfig and infrastructure machine marked and
+//     sent), and the update acts on the live objects, never the request's
+//     copy (FailureRequestMismatch otherwise, one message for every
+//     mismatch, with no Event and nothing kept in memory);
 //   - before anything disruptive it builds the plan and has the API server
 //     dry-run the pod: a plan kubeadm refuses or a pod admission refuses is
 //     a Failure (FailurePlanRejected, FailurePodRejected) on an untouched
@@ -70,7 +74,9 @@
 //     WithUpdateTimeout, a node NotReady past WithNotReadyTimeout, a drain
 //     past WithDrainTimeout are Failures with stable reasons; two Nodes
 //     with one providerID or two Machines on one Node are Failures too;
-//   - upgrader pods are recognised by namespace and record, not labels;
+//   - upgrader pods are recognised by namespace and record, not labels,
+//     and a pod with the upgrader pod's name is trusted only if it runs
+//     the same image, command and security context (FailureForeignPod);
 //   - a failed update is retried from the management cluster, never with
 //     a shell on the node: a new value of the Machine's AnnotationRetry
 //     starts a new attempt, whose plan has a name (and so a journal on the

@@ -91,11 +91,18 @@ const (
 	// longer than WithNotReadyTimeout (a kubelet that does not come back
 	// starts no further step).
 	FailureNodeNotReady = "NodeNotReady"
-	// FailureRequestMismatch: the request does not match the Machine in
-	// the management cluster (WithManagementReader): no such Machine, no
-	// update-in-progress annotation, or another cluster, providerID or
-	// version.
+	// FailureRequestMismatch: the request does not match the live objects
+	// in the management cluster (WithManagementReader): no such Machine,
+	// not marked by Cluster API for the update, another cluster,
+	// providerID, version, role, bootstrap config or infrastructure
+	// machine. The answer's message is the same for all; the log says
+	// which.
 	FailureRequestMismatch = "RequestMismatch"
+	// FailureForeignPod: a pod with the upgrader pod's name in the
+	// upgrader namespace runs another image, command, arguments or
+	// security context than the update's pod: it is not the updater's,
+	// and its status is not trusted. Delete it to go on.
+	FailureForeignPod = "ForeignPod"
 	// FailureStepFailed: a step of the upgrader pod failed.
 	FailureStepFailed = "StepFailed"
 	// FailureDrainTimeout: the drain did not finish before the drain

@@ -15,20 +15,25 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/version"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 	bootstrapv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/cluster-api/api/runtime/catalog"
 	runtimehooksv1 "sigs.k8s.io/cluster-api/api/runtime/hooks/v1alpha1"
+	runtimev1 "sigs.k8s.io/cluster-api/api/runtime/v1beta2"
 	"sigs.k8s.io/cluster-api/exp/runtime/server"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
+	"github.com/upgradekit/upgradekit/internal/errtext"
 	"github.com/upgradekit/upgradekit/nodeexec"
 	"github.com/upgradekit/upgradekit/nodeexec/drain"
 	"github.com/upgradekit/upgradekit/nodeexec/kubeadm"
@@ -318,14 +323,37 @@ func (u *MachineUpdater) UpdateMachine(ctx context.Context, req *runtimehooksv1.
 		failResponse(fmt.Errorf("%w: no request", ErrIncompleteRequest), resp)
 		return
 	}
-	m := &req.Desired.Machine
-	key := m.Namespace + "/" + m.Name
 	log := u.log
 	if log.GetSink() == nil {
 		log = logr.FromContextOrDiscard(ctx)
 	}
-	log = log.WithValues("hook", "UpdateMachine", "machine", key, "cluster", m.Namespace+"/"+m.Spec.ClusterName)
-	res := u.update(ctx, log, m, req.Desired.BootstrapConfig)
+	log = log.WithValues("hook", "UpdateMachine")
+	m := &req.Desired.Machine
+	if err := validateNames(m); err != nil {
+		// Nothing is looked up, remembered, counted or recorded for a
+		// request that names no possible Machine.
+		log.V(1).Info("request refused", "reason", FailureInvalidMachine, "error", err.Error())
+		resp.SetStatus(runtimehooksv1.ResponseStatusFailure)
+		resp.SetMessage(fmt.Errorf("%w: %s: %w", ErrUpdateFailed, FailureInvalidMachine, err).Error())
+		return
+	}
+	log = log.WithValues("machine", m.Namespace+"/"+m.Name, "cluster", m.Namespace+"/"+m.Spec.ClusterName)
+	res := u.update(ctx, log, m, req.Desired)
+	// From here on, m is the Machine acted on: the live one (with
+	// WithManagementReader), nil when the request was refused before.
+	m = res.machine
+	if m == nil {
+		if res.err != nil {
+			resp.SetStatus(runtimehooksv1.ResponseStatusFailure)
+			resp.SetMessage(res.err.Error())
+			return
+		}
+		resp.SetStatus(runtimehooksv1.ResponseStatusSuccess)
+		resp.SetMessage(res.msg)
+		resp.RetryAfterSeconds = u.retryAfter
+		return
+	}
+	key := m.Namespace + "/" + m.Name
 	log = log.WithValues("phase", res.phase)
 	if res.node != "" {
 		log = log.WithValues("node", res.node)
@@ -433,6 +461,8 @@ type updateResult struct {
 	step       string
 	// newFailure: this answer starts a failure (not a repeat of the last).
 	newFailure bool
+	// machine is the Machine acted on (update): nil when nothing was.
+	machine *clusterv1.Machine
 }
 
 func waiting(phase, format string, args ...any) updateResult {
@@ -480,18 +510,42 @@ func (st *call) writeRecord(ctx context.Context, rec *UpdateRecord) error {
 	return nil
 }
 
-func (u *MachineUpdater) update(ctx context.Context, log logr.Logger, m *clusterv1.Machine, bootstrap runtime.RawExtension) updateResult {
-	var res updateResult
-	spec, err := desiredSpec(bootstrap, false)
-	if err != nil {
-		res = failedAs(FailureInvalidMachine, "desired %v", err)
+// update checks the request (WithManagementReader) and moves the update of
+// the Machine it names one step. The result's machine is the Machine acted
+// on: the live one, or nil when the request was refused or the management
+// cluster could not be read; only then are Events recorded, failures
+// remembered and metrics kept.
+func (u *MachineUpdater) update(ctx context.Context, log logr.Logger, m *clusterv1.Machine, desired runtimehooksv1.UpdateMachineRequestObjects) updateResult {
+	var spec *bootstrapv1.KubeadmConfigSpec
+	if u.mgmt != nil {
+		live, liveSpec, res, ok := u.checkRequest(ctx, log, m, desired)
+		if !ok {
+			return res
+		}
+		m, spec = live, liveSpec
+	} else {
+		var err error
+		if spec, err = desiredSpec(desired.BootstrapConfig, false); err != nil {
+			res := failedAs(FailureInvalidMachine, "desired %s", errtext.Clip(err.Error()))
+			res.machine = m
+			u.reportWithoutNode(m, &res)
+			return res
+		}
 	}
+	res := u.updateMachine(ctx, log, m, spec)
+	res.machine = m
+	return res
+}
+
+// updateMachine moves the update of m (the live Machine, with
+// WithManagementReader) one step; spec is its KubeadmConfig's.
+func (u *MachineUpdater) updateMachine(ctx context.Context, log logr.Logger, m *clusterv1.Machine, spec *bootstrapv1.KubeadmConfigSpec) updateResult {
+	var res updateResult
 	args := desiredKubeletArgs(spec)
 	_, isCP := m.Labels[clusterv1.MachineControlPlaneLabel]
 	cpc := desiredControlPlaneConfig(spec, isCP)
 	files := desiredFiles(spec)
 	switch {
-	case res.err != nil:
 	case m.Spec.ProviderID == "":
 		res = failedAs(FailureInvalidMachine, "desired Machine has no spec.providerID: the node cannot be found")
 	case m.Spec.Version == "":
@@ -503,22 +557,12 @@ func (u *MachineUpdater) update(ctx context.Context, log logr.Logger, m *cluster
 	if res.err == nil {
 		var err error
 		if to, err = version.ParseSemantic(m.Spec.Version); err != nil {
-			res = failedAs(FailureInvalidMachine, "spec.version %q: %v", m.Spec.Version, err)
+			res = failedAs(FailureInvalidMachine, "spec.version %s: %s", errtext.Quote(m.Spec.Version), errtext.Clip(err.Error()))
 		}
 	}
 	if res.err != nil {
 		u.reportWithoutNode(m, &res)
 		return res
-	}
-	if u.mgmt != nil {
-		live, res, ok := u.checkRequest(ctx, m, spec)
-		if !ok {
-			if res.err != nil {
-				u.reportWithoutNode(m, &res)
-			}
-			return res
-		}
-		m = live
 	}
 	cluster := types.NamespacedName{Namespace: m.Namespace, Name: m.Spec.ClusterName}
 	c, err := u.workload(ctx, cluster)
@@ -547,8 +591,8 @@ func (u *MachineUpdater) update(ctx context.Context, log logr.Logger, m *cluster
 	if rec, _ := readUpdateRecord(node); rec != nil && rec.Machine != "" && rec.Machine != key {
 		// Not reported on the node: its condition and record are the
 		// other machine's.
-		res = failedAs(FailureNodeClaimed, "node %s is being updated for machine %s (annotation %s), and machine %s names the same node (spec.providerID %q): one node, one machine; if %s is gone, remove the annotation",
-			node.Name, rec.Machine, AnnotationInPlaceUpdate, key, m.Spec.ProviderID, rec.Machine)
+		res = failedAs(FailureNodeClaimed, "node %s is being updated for machine %s (annotation %s), and machine %s names the same node (spec.providerID %s): one node, one machine; if %s is gone, remove the annotation",
+			node.Name, rec.Machine, AnnotationInPlaceUpdate, key, errtext.Quote(m.Spec.ProviderID), rec.Machine)
 		res.node = node.Name
 		u.reportWithoutNode(m, &res)
 		return res
@@ -565,37 +609,114 @@ func (u *MachineUpdater) update(ctx context.Context, log logr.Logger, m *cluster
 
 // WithManagementReader checks every UpdateMachine request against the
 // management cluster before acting on it, through mgmt (a manager's cached
-// client is fine): the Machine must exist, carry Cluster API's
-// update-in-progress annotation (clusterv1.UpdateInProgressAnnotation:
-// Cluster API asked for this update) and name the same cluster,
-// providerID and version as the request; when the request carries a
-// KubeadmConfig, the Machine's bootstrap config must be that KubeadmConfig,
-// carry the annotation too, and have the same spec (Cluster API sends the
-// live object), so that the kubelet arguments and control plane
-// configuration applied are Cluster API's, not a caller's. A request that
-// does not match is a Failure (FailureRequestMismatch) and nothing is
-// done. mgmt needs get on Machines and KubeadmConfigs. The live
-// Machine's UID also lets the Events attach to it, so that `kubectl
-// describe machine` shows them; without this option the request's Machine
-// is used as sent.
+// client is fine), with Cluster API's own preconditions for calling the
+// hook (v1.14's Machine controller):
+//
+//   - the Machine exists, carries Cluster API's update-in-progress
+//     annotation (clusterv1.UpdateInProgressAnnotation) and has the
+//     UpdateMachine hook pending (runtimev1.PendingHooksAnnotation), and
+//     the request names the same cluster, providerID and version, and has
+//     the Machine's control-plane and MachineDeployment labels;
+//   - when the Machine's bootstrap config is a KubeadmConfig, the request
+//     carries it (same name), the live one carries the update-in-progress
+//     annotation, and its spec is the request's; a Machine bootstrapped by
+//     another kind of config is refused (the updater runs kubeadm); a
+//     Machine without a bootstrap config must come with none;
+//   - the request carries the Machine's infrastructure machine (same
+//     group, kind and name), and the live one carries the
+//     update-in-progress annotation.
+//
+// The update then acts on the live objects only: the role (control plane
+// or worker, from the live Machine's labels), the version, the retry
+// annotation, what the gates are asked, the kubelet arguments and control
+// plane configuration (the live KubeadmConfig's spec), and the Events,
+// which attach to the live Machine (its UID), so that `kubectl describe
+// machine` shows them.
+//
+// A request that does not match is a Failure (FailureRequestMismatch)
+// whose message is the same whatever the mismatch, and names nothing of
+// the live objects (whether a Machine exists, its providerID or version):
+// the details go to the log. Nothing is done, recorded or remembered for
+// it: no Event, no metric, no failure kept in memory. mgmt needs get on
+// Machines, KubeadmConfigs and the infrastructure machines' kinds.
+//
+// Without this option the request's Machine is used as sent; that is for
+// tests and for callers that check requests themselves: anyone who can
+// reach the hook could then drive the update.
 func WithManagementReader(mgmt client.Reader) MachineUpdaterOption {
 	return func(u *MachineUpdater) { u.mgmt = mgmt }
 }
 
-// checkRequest compares the request's Machine (and its KubeadmConfig spec,
-// when the request carries one) with the live ones and returns the Machine
-// to act on: the request's, with the live UID.
-func (u *MachineUpdater) checkRequest(ctx context.Context, m *clusterv1.Machine, spec *bootstrapv1.KubeadmConfigSpec) (*clusterv1.Machine, updateResult, bool) {
-	var live clusterv1.Machine
-	if err := u.mgmt.Get(ctx, types.NamespacedName{Namespace: m.Namespace, Name: m.Name}, &live); err != nil {
-		if apierrors.IsNotFound(err) {
-			return nil, failedAs(FailureRequestMismatch, "no Machine %s/%s in the management cluster", m.Namespace, m.Name), false
+// requestMismatch is the message of every FailureRequestMismatch answer:
+// one message for a missing Machine, an unmarked one and a mismatched one,
+// so that the answer tells a caller nothing about the management cluster.
+const requestMismatch = "the request does not match a Machine that Cluster API is updating in place; the extension's log says why"
+
+// validateNames checks the names a request gives before anything is looked
+// up with them: the Machine's namespace (a DNS-1123 label), name and
+// cluster name (DNS-1123 subdomains). Its errors quote at most
+// errtext.MaxQuoted bytes of a name.
+func validateNames(m *clusterv1.Machine) error {
+	for _, f := range []struct {
+		field, value string
+		label        bool
+	}{
+		{"metadata.namespace", m.Namespace, true},
+		{"metadata.name", m.Name, false},
+		{"spec.clusterName", m.Spec.ClusterName, false},
+	} {
+		if f.value == "" && f.field == "spec.clusterName" {
+			continue // answered InvalidMachine once the Machine is known
 		}
-		return nil, waiting(ReasonPending, "reading Machine %s/%s from the management cluster: %v", m.Namespace, m.Name, err), false
+		kind, max, valid := "a DNS-1123 subdomain", validation.DNS1123SubdomainMaxLength, validation.IsDNS1123Subdomain
+		if f.label {
+			kind, max, valid = "a DNS-1123 label", validation.DNS1123LabelMaxLength, validation.IsDNS1123Label
+		}
+		// The length first: a megabyte is not run through a regexp.
+		if len(f.value) > max || len(valid(f.value)) > 0 {
+			return fmt.Errorf("desired Machine's %s (%d bytes) is not %s: %s", f.field, len(f.value), kind, quoteShort(f.value))
+		}
+	}
+	return nil
+}
+
+// quoteShort quotes s with errtext.Quote and keeps at most 120 bytes of
+// the quoted text, so that an answer quoting it stays short even when
+// every byte of s needs an escape.
+func quoteShort(s string) string {
+	q := errtext.Quote(s)
+	if len(q) > 120 {
+		q = q[:120] + "..."
+	}
+	return q
+}
+
+// checkRequest checks the request against the live Machine, its
+// KubeadmConfig and its infrastructure machine (WithManagementReader) and
+// returns the live Machine and its KubeadmConfig's spec (nil without one)
+// to act on. A mismatch is a Failure with the one message requestMismatch,
+// its details logged; a failed read is answered in progress.
+func (u *MachineUpdater) checkRequest(ctx context.Context, log logr.Logger, m *clusterv1.Machine, desired runtimehooksv1.UpdateMachineRequestObjects) (*clusterv1.Machine, *bootstrapv1.KubeadmConfigSpec, updateResult, bool) {
+	mismatch := func(why string, kv ...any) (*clusterv1.Machine, *bootstrapv1.KubeadmConfigSpec, updateResult, bool) {
+		log.Info("UpdateMachine request refused: it does not match the management cluster", append([]any{"why", why}, kv...)...)
+		return nil, nil, failedAs(FailureRequestMismatch, "%s", requestMismatch), false
+	}
+	readFailed := func(what string, err error) (*clusterv1.Machine, *bootstrapv1.KubeadmConfigSpec, updateResult, bool) {
+		log.Info("reading the management cluster to check an UpdateMachine request", "object", what, "error", err.Error())
+		return nil, nil, waiting(ReasonPending, "reading the management cluster to check the request: %s", errtext.Clip(err.Error())), false
+	}
+	live := &clusterv1.Machine{}
+	if err := u.mgmt.Get(ctx, types.NamespacedName{Namespace: m.Namespace, Name: m.Name}, live); err != nil {
+		if apierrors.IsNotFound(err) {
+			return mismatch("no such Machine")
+		}
+		return readFailed("Machine", err)
 	}
 	if _, ok := live.Annotations[clusterv1.UpdateInProgressAnnotation]; !ok {
-		return nil, failedAs(FailureRequestMismatch, "Machine %s/%s has no %s annotation: Cluster API has not asked for its in-place update",
-			m.Namespace, m.Name, clusterv1.UpdateInProgressAnnotation), false
+		return mismatch("the Machine has no " + clusterv1.UpdateInProgressAnnotation + " annotation: Cluster API has not asked for its in-place update")
+	}
+	if !hookPending(live.Annotations[runtimev1.PendingHooksAnnotation]) {
+		return mismatch("the Machine's " + runtimev1.PendingHooksAnnotation + " annotation does not hold UpdateMachine: Cluster API has not asked for its in-place update")
 	}
 	for _, f := range []struct{ field, req, live string }{
 		{"spec.clusterName", m.Spec.ClusterName, live.Spec.ClusterName},
@@ -603,65 +724,160 @@ func (u *MachineUpdater) checkRequest(ctx context.Context, m *clusterv1.Machine,
 		{"spec.version", m.Spec.Version, live.Spec.Version},
 	} {
 		if f.req != f.live {
-			return nil, failedAs(FailureRequestMismatch, "Machine %s/%s: the request's %s %q is not the Machine's %q", m.Namespace, m.Name, f.field, f.req, f.live), false
+			return mismatch("the request's "+f.field+" is not the Machine's", "request", errtext.Quote(f.req), "live", f.live)
 		}
 	}
-	if spec != nil {
-		if res, ok := u.checkBootstrapConfig(ctx, &live, spec); !ok {
-			return nil, res, false
-		}
+	// The labels the update reads (the role, the gates' group) must be the
+	// ones Cluster API sent: Cluster API copies the live Machine's.
+	_, reqCP := m.Labels[clusterv1.MachineControlPlaneLabel]
+	_, liveCP := live.Labels[clusterv1.MachineControlPlaneLabel]
+	if reqCP != liveCP {
+		return mismatch("the request's "+clusterv1.MachineControlPlaneLabel+" label is not the Machine's", "request", reqCP, "live", liveCP)
 	}
-	out := m.DeepCopy()
-	out.UID = live.UID
-	// A retry is asked for on the live Machine; the request's copy of the
-	// annotation is not trusted.
-	delete(out.Annotations, AnnotationRetry)
-	if v, ok := live.Annotations[AnnotationRetry]; ok {
-		if out.Annotations == nil {
-			out.Annotations = map[string]string{}
-		}
-		out.Annotations[AnnotationRetry] = v
+	if r, l := m.Labels[clusterv1.MachineDeploymentNameLabel], live.Labels[clusterv1.MachineDeploymentNameLabel]; r != l {
+		return mismatch("the request's "+clusterv1.MachineDeploymentNameLabel+" label is not the Machine's", "request", errtext.Quote(r), "live", l)
 	}
-	return out, updateResult{}, true
+	spec, why, err := u.checkBootstrapConfig(ctx, live, desired.BootstrapConfig)
+	switch {
+	case err != nil:
+		return readFailed("KubeadmConfig", err)
+	case why != "":
+		return mismatch(why)
+	}
+	if why, err := u.checkInfraMachine(ctx, live, desired.InfrastructureMachine); err != nil {
+		return readFailed("infrastructure machine", err)
+	} else if why != "" {
+		return mismatch(why)
+	}
+	return live, spec, updateResult{}, true
 }
 
-// checkBootstrapConfig requires the request's KubeadmConfig spec to be the
-// live one the Machine refers to, marked by Cluster API for the update:
-// what UpdateMachine applies from it (kubelet arguments, control plane
-// configuration) must be what Cluster API holds, not what a caller sent.
-func (u *MachineUpdater) checkBootstrapConfig(ctx context.Context, live *clusterv1.Machine, spec *bootstrapv1.KubeadmConfigSpec) (updateResult, bool) {
+// hookPending tells whether Cluster API's pending-hooks annotation value
+// (a comma-separated list of hook names) holds UpdateMachine.
+func hookPending(list string) bool {
+	name := catalog.HookName(runtimehooksv1.UpdateMachine)
+	for h := range strings.SplitSeq(list, ",") {
+		if h == name {
+			return true
+		}
+	}
+	return false
+}
+
+// requestObject decodes one of the request's objects ("" kind when the
+// request carries none).
+func requestObject(raw runtime.RawExtension) (*unstructured.Unstructured, error) {
+	b := raw.Raw
+	if b == nil && raw.Object != nil {
+		var err error
+		if b, err = json.Marshal(raw.Object); err != nil {
+			return nil, err
+		}
+	}
+	obj := &unstructured.Unstructured{}
+	if len(b) == 0 || string(b) == "null" {
+		return obj, nil
+	}
+	if err := json.Unmarshal(b, &obj.Object); err != nil {
+		return nil, err
+	}
+	return obj, nil
+}
+
+// checkBootstrapConfig compares the request's bootstrap config with the
+// live Machine's: a KubeadmConfig must be sent (same name), be marked by
+// Cluster API for the update and have the spec the request carries, so
+// that what UpdateMachine applies from it (kubelet arguments, control
+// plane configuration) is Cluster API's, not a caller's. It returns the
+// live spec, or why the request does not match, or a read error.
+func (u *MachineUpdater) checkBootstrapConfig(ctx context.Context, live *clusterv1.Machine, raw runtime.RawExtension) (*bootstrapv1.KubeadmConfigSpec, string, error) {
+	req, err := requestObject(raw)
+	if err != nil {
+		return nil, "the request's bootstrap config does not decode: " + errtext.Clip(err.Error()), nil
+	}
 	ref := live.Spec.Bootstrap.ConfigRef
-	if ref.Kind != "KubeadmConfig" || ref.APIGroup != bootstrapv1.GroupVersion.Group {
-		return failedAs(FailureRequestMismatch, "the request carries a KubeadmConfig, but Machine %s/%s's bootstrap config is %q (%s)",
-			live.Namespace, live.Name, ref.Kind, ref.APIGroup), false
+	switch {
+	case !ref.IsDefined():
+		if req.GetKind() != "" {
+			return nil, "the request carries a bootstrap config, and the Machine has none", nil
+		}
+		return nil, "", nil
+	case ref.Kind != "KubeadmConfig" || ref.APIGroup != bootstrapv1.GroupVersion.Group:
+		return nil, fmt.Sprintf("the Machine's bootstrap config is a %s (%s), not a KubeadmConfig: the updater runs kubeadm", ref.Kind, ref.APIGroup), nil
+	case req.GetKind() == "":
+		return nil, "the request carries no bootstrap config, and the Machine's is KubeadmConfig " + ref.Name, nil
+	case req.GroupVersionKind() != bootstrapv1.GroupVersion.WithKind("KubeadmConfig") || req.GetName() != ref.Name ||
+		(req.GetNamespace() != "" && req.GetNamespace() != live.Namespace):
+		return nil, fmt.Sprintf("the request's bootstrap config %s %s is not the Machine's KubeadmConfig %s",
+			errtext.Quote(req.GetAPIVersion()+"/"+req.GetKind()), errtext.Quote(req.GetName()), ref.Name), nil
 	}
 	obj := &unstructured.Unstructured{}
 	obj.SetGroupVersionKind(bootstrapv1.GroupVersion.WithKind("KubeadmConfig"))
 	key := types.NamespacedName{Namespace: live.Namespace, Name: ref.Name}
 	if err := u.mgmt.Get(ctx, key, obj); err != nil {
 		if apierrors.IsNotFound(err) {
-			return failedAs(FailureRequestMismatch, "no KubeadmConfig %s in the management cluster", key), false
+			return nil, "no KubeadmConfig " + key.String(), nil
 		}
-		return waiting(ReasonPending, "reading KubeadmConfig %s from the management cluster: %v", key, err), false
+		return nil, "", err
 	}
 	if _, ok := obj.GetAnnotations()[clusterv1.UpdateInProgressAnnotation]; !ok {
-		return failedAs(FailureRequestMismatch, "KubeadmConfig %s has no %s annotation: Cluster API has not asked for its in-place update",
-			key, clusterv1.UpdateInProgressAnnotation), false
+		return nil, "KubeadmConfig " + key.String() + " has no " + clusterv1.UpdateInProgressAnnotation + " annotation: Cluster API has not asked for its in-place update", nil
 	}
-	var liveSpec bootstrapv1.KubeadmConfigSpec
-	if raw, ok := obj.Object["spec"]; ok {
-		b, err := json.Marshal(raw)
-		if err == nil {
-			err = json.Unmarshal(b, &liveSpec)
+	var liveSpec, reqSpec bootstrapv1.KubeadmConfigSpec
+	for _, x := range []struct {
+		obj  *unstructured.Unstructured
+		spec *bootstrapv1.KubeadmConfigSpec
+		what string
+	}{{obj, &liveSpec, "KubeadmConfig " + key.String()}, {req, &reqSpec, "the request's KubeadmConfig"}} {
+		if raw, ok := x.obj.Object["spec"]; ok {
+			b, err := json.Marshal(raw)
+			if err == nil {
+				err = json.Unmarshal(b, x.spec)
+			}
+			if err != nil {
+				return nil, x.what + ": spec: " + errtext.Clip(err.Error()), nil
+			}
 		}
-		if err != nil {
-			return failedAs(FailureRequestMismatch, "KubeadmConfig %s: spec: %v", key, err), false
+	}
+	if !apiequality.Semantic.DeepEqual(reqSpec, liveSpec) {
+		return nil, "the request's bootstrap config spec is not KubeadmConfig " + key.String() + "'s", nil
+	}
+	return &liveSpec, "", nil
+}
+
+// checkInfraMachine requires the request to carry the live Machine's
+// infrastructure machine, and the live one to be marked by Cluster API for
+// the update, as Cluster API requires before it calls the hook. The live
+// object is read with the request's API version (its group and kind must
+// be the Machine's reference's).
+func (u *MachineUpdater) checkInfraMachine(ctx context.Context, live *clusterv1.Machine, raw runtime.RawExtension) (string, error) {
+	req, err := requestObject(raw)
+	if err != nil {
+		return "the request's infrastructure machine does not decode: " + errtext.Clip(err.Error()), nil
+	}
+	ref := live.Spec.InfrastructureRef
+	gvk := req.GroupVersionKind()
+	switch {
+	case !ref.IsDefined():
+		return "the Machine has no infrastructure machine", nil
+	case gvk.Group != ref.APIGroup || gvk.Kind != ref.Kind || gvk.Version == "" || req.GetName() != ref.Name ||
+		(req.GetNamespace() != "" && req.GetNamespace() != live.Namespace):
+		return fmt.Sprintf("the request's infrastructure machine %s %s is not the Machine's %s %s (%s)",
+			errtext.Quote(req.GetAPIVersion()+"/"+req.GetKind()), errtext.Quote(req.GetName()), ref.Kind, ref.Name, ref.APIGroup), nil
+	}
+	obj := &unstructured.Unstructured{}
+	obj.SetGroupVersionKind(gvk)
+	key := types.NamespacedName{Namespace: live.Namespace, Name: ref.Name}
+	if err := u.mgmt.Get(ctx, key, obj); err != nil {
+		if apierrors.IsNotFound(err) || meta.IsNoMatchError(err) {
+			return fmt.Sprintf("no %s %s", ref.Kind, key), nil
 		}
+		return "", err
 	}
-	if !apiequality.Semantic.DeepEqual(*spec, liveSpec) {
-		return failedAs(FailureRequestMismatch, "the request's bootstrap config spec is not KubeadmConfig %s's", key), false
+	if _, ok := obj.GetAnnotations()[clusterv1.UpdateInProgressAnnotation]; !ok {
+		return fmt.Sprintf("%s %s has no %s annotation: Cluster API has not asked for its in-place update", ref.Kind, key, clusterv1.UpdateInProgressAnnotation), nil
 	}
-	return updateResult{}, true
+	return "", nil
 }
 
 // Deadline defaults.
@@ -1097,6 +1313,9 @@ func (u *MachineUpdater) runPlan(ctx context.Context, st *call, rec *UpdateRecor
 		st.log.Info("upgrader pod created", "pod", key, "role", string(role))
 		return waiting(ReasonUpgrading, "started %s upgrade of node %s from %s to %s (pod %s)", role, node, from, want, key)
 	}
+	if why := podDiffers(pod, got); why != "" {
+		return failedAs(FailureForeignPod, "pod %s on node %s is not the update's upgrader pod (%s); delete it to go on", key, node, why)
+	}
 	ps := nodepod.ReadStatus(got)
 	switch ps.Phase {
 	case nodepod.PhaseFailed:
@@ -1108,6 +1327,71 @@ func (u *MachineUpdater) runPlan(ctx context.Context, st *call, rec *UpdateRecor
 		return waiting(ReasonWaitingForKubelet, "upgrade steps done on %s; waiting for the kubelet to report %s (reports %s)", node, want, current)
 	}
 	return upgrading(waiting(ReasonUpgrading, "upgrading node %s: %.0f%% of %d steps done", node, ps.Progress*100, len(ps.Steps)), ps)
+}
+
+// ownPod checks that p, the pod on the node with the name of the update's
+// upgrader pod, is the pod the update would build (podDiffers) before its
+// status is trusted.
+func (u *MachineUpdater) ownPod(ctx context.Context, st *call, rec *UpdateRecord, p *corev1.Pod) (updateResult, bool) {
+	from := st.node.Status.NodeInfo.KubeletVersion
+	if rec.FromVersion != "" {
+		from = rec.FromVersion
+	}
+	if res, ok := etcdTopology(ctx, st, rec); !ok {
+		return res, false
+	}
+	want, res, ok := u.buildPod(st, rec, from)
+	if !ok {
+		return res, false
+	}
+	if why := podDiffers(want, p); why != "" {
+		return failedAs(FailureForeignPod, "pod %s/%s on node %s is not the update's upgrader pod (%s); delete it to go on", p.Namespace, p.Name, st.node.Name, why), false
+	}
+	return updateResult{}, true
+}
+
+// podDiffers compares an existing pod with the upgrader pod the update
+// builds (want) on what makes it the updater's: its node, host PID
+// namespace, security contexts, and each container's name, image, command
+// and arguments. A plan fingerprint annotation is anyone's to copy. It
+// returns the first difference, or "".
+func podDiffers(want, got *corev1.Pod) string {
+	podSC := func(sc *corev1.PodSecurityContext) *corev1.PodSecurityContext {
+		if sc == nil {
+			return &corev1.PodSecurityContext{} // the API server's default
+		}
+		return sc
+	}
+	switch {
+	case want.Spec.NodeName != got.Spec.NodeName:
+		return "another node"
+	case want.Spec.HostPID != got.Spec.HostPID:
+		return "another spec.hostPID"
+	case !apiequality.Semantic.DeepEqual(podSC(want.Spec.SecurityContext), podSC(got.Spec.SecurityContext)):
+		return "another spec.securityContext"
+	}
+	for _, cs := range []struct {
+		field     string
+		want, got []corev1.Container
+	}{{"spec.initContainers", want.Spec.InitContainers, got.Spec.InitContainers}, {"spec.containers", want.Spec.Containers, got.Spec.Containers}} {
+		if len(cs.want) != len(cs.got) {
+			return fmt.Sprintf("%d %s, not %d", len(cs.got), cs.field, len(cs.want))
+		}
+		for i := range cs.want {
+			w, g := &cs.want[i], &cs.got[i]
+			switch {
+			case w.Name != g.Name:
+				return fmt.Sprintf("%s[%d] is named %s, not %s", cs.field, i, errtext.Quote(g.Name), w.Name)
+			case w.Image != g.Image:
+				return fmt.Sprintf("%s[%d] (%s) runs image %s, not %s", cs.field, i, w.Name, errtext.Quote(g.Image), w.Image)
+			case !apiequality.Semantic.DeepEqual(w.Command, g.Command) || !apiequality.Semantic.DeepEqual(w.Args, g.Args):
+				return fmt.Sprintf("%s[%d] (%s) runs another command", cs.field, i, w.Name)
+			case !apiequality.Semantic.DeepEqual(w.SecurityContext, g.SecurityContext):
+				return fmt.Sprintf("%s[%d] (%s) has another securityContext", cs.field, i, w.Name)
+			}
+		}
+	}
+	return ""
 }
 
 // stepFailed is the Failure for the update's own upgrader pod failing.
@@ -1252,6 +1536,9 @@ func (u *MachineUpdater) finish(ctx context.Context, st *call, rec *UpdateRecord
 		return res
 	}
 	if p := findPod(pods, ours); p != nil {
+		if res, ok := u.ownPod(ctx, st, rec, p); !ok {
+			return res
+		}
 		ps := nodepod.ReadStatus(p)
 		switch {
 		case ps.Phase == nodepod.PhaseFailed:
@@ -1400,12 +1687,26 @@ func (u *MachineUpdater) starts(ctx context.Context, st *call, key string, condN
 	return condNew
 }
 
+// maxRememberedFailures bounds the failures reportWithoutNode remembers.
+// With WithManagementReader only live Machines get there; without it, the
+// names a request gives do, and this keeps what a caller can make the
+// process hold.
+const maxRememberedFailures = 4096
+
 // reportWithoutNode records a failure found before any node is known,
-// remembering it in memory so that retries do not repeat it.
+// remembering it in memory (at most maxRememberedFailures) so that
+// retries do not repeat it.
 func (u *MachineUpdater) reportWithoutNode(m *clusterv1.Machine, res *updateResult) {
 	key := m.Namespace + "/" + m.Name
 	u.mu.Lock()
-	repeat := u.lastFailure[key] == res.failure
+	prev, known := u.lastFailure[key]
+	repeat := known && prev == res.failure
+	if !known && len(u.lastFailure) >= maxRememberedFailures {
+		for k := range u.lastFailure { // forget one: a repeat may be reported again
+			delete(u.lastFailure, k)
+			break
+		}
+	}
 	u.lastFailure[key] = res.failure
 	u.mu.Unlock()
 	if repeat {
@@ -1478,7 +1779,7 @@ func (u *MachineUpdater) findNode(ctx context.Context, c client.Client, cluster 
 		u.mu.Lock()
 		delete(u.nodeNames, cacheKey)
 		u.mu.Unlock()
-		return nil, fmt.Errorf("%w with spec.providerID %q", errNoNode, id)
+		return nil, fmt.Errorf("%w with spec.providerID %s", errNoNode, errtext.Quote(id))
 	case 1:
 		u.mu.Lock()
 		u.nodeNames[cacheKey] = found[0].Name
@@ -1489,7 +1790,7 @@ func (u *MachineUpdater) findNode(ctx context.Context, c client.Client, cluster 
 	for i, n := range found {
 		names[i] = n.Name
 	}
-	return nil, fmt.Errorf("%w with spec.providerID %q: %s", errAmbiguousNode, id, strings.Join(names, ", "))
+	return nil, fmt.Errorf("%w with spec.providerID %s: %s", errAmbiguousNode, errtext.Quote(id), errtext.Clip(strings.Join(names, ", ")))
 }
 
 // NodeGoneConfigMap is the ConfigMap, in the upgrader pods' namespace of

@@ -18,7 +18,6 @@ import (
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	runtimehooksv1 "sigs.k8s.io/cluster-api/api/runtime/hooks/v1alpha1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	crfake "sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	"github.com/upgradekit/upgradekit/fake/envtest"
 	"github.com/upgradekit/upgradekit/nodeexec/drain"
@@ -398,113 +397,90 @@ func (r *uidRecorder) Eventf(regarding runtime.Object, _ runtime.Object, _, _, _
 // TestUpdateMachineChecksTheRequestAgainstTheMachine: with a management
 // cluster reader, a request is acted on only if the live Machine exists,
 // Cluster API marked it for an in-place update, and it names the same
-// cluster, providerID and version; its Events carry the Machine's UID.
+// cluster, providerID and version, and carries the Machine's KubeadmConfig
+// spec; every mismatch gets the same answer; its Events carry the
+// Machine's UID.
 func TestUpdateMachineChecksTheRequestAgainstTheMachine(t *testing.T) {
-	scheme := runtime.NewScheme()
-	require.NoError(t, clusterv1.AddToScheme(scheme))
-	machine := func(mutate func(*clusterv1.Machine)) *clusterv1.Machine {
-		m := updateReq("w-0", "docker:////cp-0", "v1.31.1", false).Desired.Machine.DeepCopy()
-		m.UID = "uid-w-0"
-		m.Annotations = map[string]string{clusterv1.UpdateInProgressAnnotation: ""}
-		if mutate != nil {
-			mutate(m)
-		}
-		return m
-	}
-	for _, tc := range []struct {
-		name    string
-		live    *clusterv1.Machine
-		message string
-	}{
-		{"no such Machine", nil, "no Machine default/w-0 in the management cluster"},
-		{"not asked for by Cluster API", machine(func(m *clusterv1.Machine) { m.Annotations = nil }), "Cluster API has not asked for its in-place update"},
-		{"another node", machine(func(m *clusterv1.Machine) { m.Spec.ProviderID = "docker:////elsewhere" }), `the request's spec.providerID "docker:////cp-0" is not the Machine's "docker:////elsewhere"`},
-		{"another version", machine(func(m *clusterv1.Machine) { m.Spec.Version = "v1.31.2" }), "spec.version"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			pc := newPodsCluster(t)
-			b := crfake.NewClientBuilder().WithScheme(scheme)
-			if tc.live != nil {
-				b = b.WithObjects(tc.live)
+	mismatch := "in-place update failed: " + capi.FailureRequestMismatch + ": the request does not match a Machine that Cluster API is updating in place; the extension's log says why"
+	withArgs := func(args ...string) func(*bootstrapv1.KubeadmConfigSpec) {
+		return func(s *bootstrapv1.KubeadmConfigSpec) {
+			for _, a := range args {
+				n, v, _ := strings.Cut(a, "=")
+				s.JoinConfiguration.NodeRegistration.KubeletExtraArgs = append(s.JoinConfiguration.NodeRegistration.KubeletExtraArgs, bootstrapv1.Arg{Name: n, Value: ptrTo(v)})
 			}
-			workload := func(context.Context, types.NamespacedName) (client.Client, error) { return pc.c, nil }
-			u, err := capi.NewMachineUpdater(workload, capi.WithoutDrain(), capi.WithPodOptions(nodepod.WithImage("r/u:1")), capi.WithManagementReader(b.Build()))
-			require.NoError(t, err)
-			var resp runtimehooksv1.UpdateMachineResponse
-			u.UpdateMachine(t.Context(), updateReq("w-0", "docker:////cp-0", "v1.31.1", false), &resp)
-			require.Equal(t, runtimehooksv1.ResponseStatusFailure, resp.Status, resp.Message)
-			require.Contains(t, resp.Message, capi.FailureRequestMismatch)
-			require.Contains(t, resp.Message, tc.message)
-			require.Empty(t, pc.pods(), "nothing done for a request the cluster does not back")
-			require.Nil(t, pc.record())
-		})
-	}
-
-	// The KubeadmConfig a request carries must be Cluster API's.
-	kubeadmConfig := func(args ...string) *bootstrapv1.KubeadmConfig {
-		kc := &bootstrapv1.KubeadmConfig{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "w-0",
-			Annotations: map[string]string{clusterv1.UpdateInProgressAnnotation: ""}}}
-		for _, a := range args {
-			n, v, _ := strings.Cut(a, "=")
-			kc.Spec.JoinConfiguration.NodeRegistration.KubeletExtraArgs = append(kc.Spec.JoinConfiguration.NodeRegistration.KubeletExtraArgs, bootstrapv1.Arg{Name: n, Value: ptrTo(v)})
 		}
-		kc.Spec.JoinConfiguration.NodeRegistration.Name = "w"
-		return kc
 	}
-	withConfigRef := func(m *clusterv1.Machine) {
-		m.Spec.Bootstrap.ConfigRef = clusterv1.ContractVersionedObjectReference{APIGroup: bootstrapv1.GroupVersion.Group, Kind: "KubeadmConfig", Name: "w-0"}
-	}
-	bscheme := runtime.NewScheme()
-	require.NoError(t, clusterv1.AddToScheme(bscheme))
-	require.NoError(t, bootstrapv1.AddToScheme(bscheme))
 	for _, tc := range []struct {
-		name    string
-		objs    []client.Object
-		args    []string // the request's kubelet arguments
-		message string   // "" for a match
+		name  string
+		live  func(*liveMachine)
+		req   func(*testing.T, *runtimehooksv1.UpdateMachineRequest)
+		match bool
 	}{
-		{"the live KubeadmConfig's spec", []client.Object{machine(withConfigRef), kubeadmConfig("max-pods=200")}, []string{"max-pods=200"}, ""},
-		{"kubelet arguments the KubeadmConfig does not have", []client.Object{machine(withConfigRef), kubeadmConfig("max-pods=200")}, []string{"max-pods=200", "v=9"},
-			"the request's bootstrap config spec is not KubeadmConfig default/w-0's"},
-		{"a KubeadmConfig Cluster API has not marked", []client.Object{machine(withConfigRef), func() client.Object { kc := kubeadmConfig(); kc.Annotations = nil; return kc }()}, nil,
-			"KubeadmConfig default/w-0 has no"},
-		{"no such KubeadmConfig", []client.Object{machine(withConfigRef)}, nil, "no KubeadmConfig default/w-0"},
-		{"a Machine without a KubeadmConfig", []client.Object{machine(nil), kubeadmConfig()}, nil, "the request carries a KubeadmConfig"},
+		{name: "the live objects", match: true},
+		{name: "the live KubeadmConfig's kubelet arguments", match: true,
+			live: func(l *liveMachine) { withArgs("max-pods=200")(&l.kc.Spec) },
+			req: func(t *testing.T, r *runtimehooksv1.UpdateMachineRequest) {
+				r.Desired.BootstrapConfig = kubeadmConfigRaw(t, "cp-0", withArgs("max-pods=200"))
+			}},
+		{name: "no such Machine", req: func(_ *testing.T, r *runtimehooksv1.UpdateMachineRequest) { r.Desired.Machine.Name = "w-0" }},
+		{name: "not asked for by Cluster API", live: func(l *liveMachine) { l.machine.Annotations = nil }},
+		{name: "another node", live: func(l *liveMachine) { l.machine.Spec.ProviderID = "docker:////elsewhere" }},
+		{name: "another version", live: func(l *liveMachine) { l.machine.Spec.Version = "v1.31.2" }},
+		{name: "kubelet arguments the KubeadmConfig does not have",
+			req: func(t *testing.T, r *runtimehooksv1.UpdateMachineRequest) {
+				r.Desired.BootstrapConfig = kubeadmConfigRaw(t, "cp-0", withArgs("v=9"))
+			}},
+		{name: "a KubeadmConfig Cluster API has not marked", live: func(l *liveMachine) { l.kc.Annotations = nil }},
+		{name: "no such KubeadmConfig", live: func(l *liveMachine) { l.kc.Name = "gone" }},
+		{name: "another KubeadmConfig", req: func(t *testing.T, r *runtimehooksv1.UpdateMachineRequest) {
+			r.Desired.BootstrapConfig = kubeadmConfigRaw(t, "other", nil)
+		}},
+		{name: "a Machine without a KubeadmConfig", live: func(l *liveMachine) {
+			l.machine.Spec.Bootstrap.ConfigRef = clusterv1.ContractVersionedObjectReference{}
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			pc := newPodsCluster(t)
-			mgmt := crfake.NewClientBuilder().WithScheme(bscheme).WithObjects(tc.objs...).Build()
+			live := newLiveMachine(false)
+			req := live.request(t)
+			if tc.live != nil {
+				tc.live(live)
+			}
+			if tc.req != nil {
+				tc.req(t, req)
+			}
+			rec := &uidRecorder{}
 			workload := func(context.Context, types.NamespacedName) (client.Client, error) { return pc.c, nil }
-			u, err := capi.NewMachineUpdater(workload, capi.WithoutDrain(), capi.WithPodOptions(nodepod.WithImage("r/u:1")), capi.WithManagementReader(mgmt))
+			u, err := capi.NewMachineUpdater(workload, capi.WithoutDrain(), capi.WithPodOptions(nodepod.WithImage("r/u:1")),
+				capi.WithManagementReader(live.client(t)), capi.WithEventRecorder(rec))
 			require.NoError(t, err)
-			req := updateReq("w-0", "docker:////cp-0", "v1.31.1", false)
-			req.Desired.BootstrapConfig = workerConfig(t, tc.args...)
 			var resp runtimehooksv1.UpdateMachineResponse
 			u.UpdateMachine(t.Context(), req, &resp)
-			if tc.message == "" {
+			if tc.match {
 				requireWaiting(t, resp, "started worker upgrade")
+				require.Equal(t, []types.UID{"uid-cp-0"}, rec.uids, "Events on the live Machine")
 				return
 			}
 			require.Equal(t, runtimehooksv1.ResponseStatusFailure, resp.Status, resp.Message)
-			require.Contains(t, resp.Message, capi.FailureRequestMismatch)
-			require.Contains(t, resp.Message, tc.message)
+			require.Equal(t, mismatch, resp.Message)
 			require.Empty(t, pc.pods(), "nothing done for a request the cluster does not back")
+			require.Nil(t, pc.record())
+			require.Empty(t, rec.uids, "no Event")
 		})
 	}
+}
 
-	t.Run("a matching request; Events on the live Machine", func(t *testing.T) {
-		pc := newPodsCluster(t)
-		mgmt := crfake.NewClientBuilder().WithScheme(scheme).WithObjects(machine(nil)).Build()
-		rec := &uidRecorder{}
-		workload := func(context.Context, types.NamespacedName) (client.Client, error) { return pc.c, nil }
-		u, err := capi.NewMachineUpdater(workload, capi.WithoutDrain(), capi.WithPodOptions(nodepod.WithImage("r/u:1")),
-			capi.WithManagementReader(mgmt), capi.WithEventRecorder(rec))
-		require.NoError(t, err)
-		var resp runtimehooksv1.UpdateMachineResponse
-		u.UpdateMachine(t.Context(), updateReq("w-0", "docker:////cp-0", "v1.31.1", false), &resp)
-		requireWaiting(t, resp, "started worker upgrade")
-		require.Equal(t, []types.UID{"uid-w-0"}, rec.uids)
-	})
+// kubeadmConfigRaw is a request's KubeadmConfig named name.
+func kubeadmConfigRaw(t *testing.T, name string, mutate func(*bootstrapv1.KubeadmConfigSpec)) runtime.RawExtension {
+	t.Helper()
+	kc := newLiveMachine(false).kc
+	kc.Name = name
+	if mutate != nil {
+		mutate(&kc.Spec)
+	}
+	b, err := json.Marshal(kc)
+	require.NoError(t, err)
+	return runtime.RawExtension{Raw: b}
 }
 
 // TestUpdateMachineSkipsTheSnapshotOfExternalEtcd: with external etcd no

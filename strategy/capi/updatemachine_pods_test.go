@@ -393,3 +393,47 @@ func nodeCondition(t *testing.T, n *corev1.Node) *corev1.NodeCondition {
 	}
 	return nil
 }
+
+// TestUpdateMachineDoesNotTrustASquattedPod: a pod that carries the
+// upgrader pod's name, labels and plan fingerprint but runs another image,
+// command or security context is not the update's pod: its Succeeded is
+// not taken as the update's success, neither while the plan runs nor once
+// the kubelet reports the version; the answer is a Failure naming what
+// differs (FailureForeignPod).
+func TestUpdateMachineDoesNotTrustASquattedPod(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		squat   func(*corev1.Pod)
+		kubelet bool // the kubelet reports the desired version already
+		message string
+	}{
+		{"another image", func(p *corev1.Pod) { p.Spec.Containers[0].Image = "evil/upgrader:1" }, false, `runs image "evil/upgrader:1", not r/u:1`},
+		{"another command", func(p *corev1.Pod) { p.Spec.InitContainers[0].Command = []string{"sh", "-c", "true"} }, false, "runs another command"},
+		{"another securityContext", func(p *corev1.Pod) { p.Spec.InitContainers[0].SecurityContext = nil }, false, "has another securityContext"},
+		{"another image, kubelet at the version", func(p *corev1.Pod) { p.Spec.Containers[0].Image = "evil/upgrader:1" }, true, `runs image "evil/upgrader:1"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pc := newPodsCluster(t)
+			req := updateReq("cp-0", "docker:////cp-0", "v1.31.1", false)
+			requireWaiting(t, pc.call(req), "started worker upgrade")
+			ours := pc.onlyPod()
+			squat := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ours.Namespace, Name: ours.Name, Labels: ours.Labels, Annotations: ours.Annotations},
+				Spec: *ours.Spec.DeepCopy()}
+			tc.squat(squat)
+			require.NoError(t, pc.c.Delete(t.Context(), ours))
+			require.NoError(t, pc.c.Create(t.Context(), squat))
+			squat.Status.Phase = corev1.PodSucceeded
+			require.NoError(t, pc.c.Status().Update(t.Context(), squat))
+			if tc.kubelet {
+				pc.kubelet("v1.31.1")
+			}
+			for range 2 {
+				resp := pc.call(req)
+				require.Equal(t, runtimehooksv1.ResponseStatusFailure, resp.Status, resp.Message)
+				require.Contains(t, resp.Message, capi.FailureForeignPod+": pod upgradekit-system/"+ours.Name+" on node cp-0 is not the update's upgrader pod")
+				require.Contains(t, resp.Message, tc.message)
+			}
+			require.Nil(t, pc.record().Succeeded, "no success recorded")
+		})
+	}
+}

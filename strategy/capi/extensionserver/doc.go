@@ -27,7 +27,8 @@
 //     image of the target version, staged from the image's /staging
 //     (WithStageFrom), with the steps the bundle does not carry left out
 //     (WithSkipSteps), in a namespace it creates with the privileged Pod
-//     Security level when missing (EnsureNamespace);
+//     Security level when missing, and refuses when it exists without
+//     upgradekit's managed-by label (EnsureNamespace);
 //   - with WithGates, UpdateMachine asks gates (a maintenance window, a
 //     concurrency limit across replicas, a soak time, the workloads, the
 //     control plane, a circuit breaker, Prometheus alerts) before it

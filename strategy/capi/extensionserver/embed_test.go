@@ -122,6 +122,6 @@ func TestEmbedInAManager(t *testing.T) {
 		Desired:  runtimehooksv1.UpdateMachineRequestObjects{Machine: machine("v1.31.1"), InfrastructureMachine: infra},
 	}, &up)
 	require.Equal(t, runtimehooksv1.ResponseStatusFailure, up.Status)
-	require.Contains(t, up.Message, capi.FailureRequestMismatch)
-	require.Contains(t, up.Message, "Cluster API has not asked for its in-place update")
+	require.Equal(t, "in-place update failed: "+capi.FailureRequestMismatch+
+		": the request does not match a Machine that Cluster API is updating in place; the extension's log says why", up.Message)
 }
