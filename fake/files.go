@@ -37,7 +37,7 @@ var (
 func knownFilesScripts() map[string]filesKind {
 	filesScriptsOnce.Do(func() {
 		filesScripts = learnScripts(func() (nodeexec.Plan, error) {
-			return kubeadm.NewFilesPlan(kubeadm.FilesConfig{Node: "learn", Files: []kubeadm.File{{Path: "/etc/learn"}}})
+			return kubeadm.NewFilesPlan(kubeadm.FilesConfig{Node: "learn", Files: []kubeadm.File{{Path: "/etc/kubernetes/learn"}}})
 		},
 			scriptSource[filesKind]{kubeadm.StepFiles, backupArgv, scriptFilesBackup},
 			scriptSource[filesKind]{kubeadm.StepFiles, runArgv, scriptFilesWrite},

@@ -24,18 +24,18 @@ func filesPlan(t *testing.T, name string, rollback bool, files ...kubeadm.File) 
 func TestFilesPlanOnHost(t *testing.T) {
 	h, err := NewHost("w-0", RoleWorker, "v1.32.1")
 	require.NoError(t, err)
-	h.WriteFile("/etc/example/existing.conf", "old")
+	h.WriteFile("/etc/kubernetes/example/existing.conf", "old")
 	r, err := nodeexec.NewRunner(h, nodeexec.WithJournalDir(t.TempDir()))
 	require.NoError(t, err)
 	files := []kubeadm.File{
-		{Path: "/etc/example/existing.conf", Content: []byte("new"), Permissions: "0640"},
-		{Path: "/etc/example/created.conf", Content: []byte("made"), Owner: "0"},
+		{Path: "/etc/kubernetes/example/existing.conf", Content: []byte("new"), Permissions: "0640"},
+		{Path: "/etc/kubernetes/example/created.conf", Content: []byte("made"), Owner: "0"},
 	}
 	out, err := r.Run(context.Background(), filesPlan(t, "files-1", false, files...))
 	require.NoError(t, err, "%+v", out)
-	got, _ := h.File("/etc/example/existing.conf")
+	got, _ := h.File("/etc/kubernetes/example/existing.conf")
 	require.Equal(t, "new", got)
-	mode, owner := h.FileAttrs("/etc/example/existing.conf")
+	mode, owner := h.FileAttrs("/etc/kubernetes/example/existing.conf")
 	require.Equal(t, "640", mode)
 	require.Equal(t, "root:root", owner)
 
@@ -46,7 +46,7 @@ func TestFilesPlanOnHost(t *testing.T) {
 	f := NewFaults(1).FailStep("w-0", kubeadm.StepFilesVerify, 100)
 	h2, err := NewHost("w-0", RoleWorker, "v1.32.1", WithFaults(f))
 	require.NoError(t, err)
-	h2.WriteFile("/etc/example/existing.conf", "old")
+	h2.WriteFile("/etc/kubernetes/example/existing.conf", "old")
 	r2, err := nodeexec.NewRunner(h2, nodeexec.WithJournalDir(t.TempDir()))
 	require.NoError(t, err)
 	p := filesPlan(t, "files-3", true, files...)
@@ -55,9 +55,9 @@ func TestFilesPlanOnHost(t *testing.T) {
 	}
 	out, err = r2.Run(context.Background(), p)
 	require.ErrorIs(t, err, nodeexec.ErrRolledBack, "%+v", out)
-	got, _ = h2.File("/etc/example/existing.conf")
+	got, _ = h2.File("/etc/kubernetes/example/existing.conf")
 	require.Equal(t, "old", got)
-	_, ok := h2.File("/etc/example/created.conf")
+	_, ok := h2.File("/etc/kubernetes/example/created.conf")
 	require.False(t, ok, "a file that did not exist is removed again")
 }
 
@@ -68,12 +68,12 @@ func TestFilesPlanCompletesInPods(t *testing.T) {
 		t.Run(layout.name, func(t *testing.T) {
 			h, err := NewHost("w-0", RoleWorker, "v1.32.1", fakeClock())
 			require.NoError(t, err)
-			plan := filesPlan(t, "files", false, kubeadm.File{Path: "/etc/example/a.conf", Content: []byte("a")})
+			plan := filesPlan(t, "files", false, kubeadm.File{Path: "/etc/kubernetes/example/a.conf", Content: []byte("a")})
 			pr := newPodRunner(t, h, buildPod(t, plan, layout.opts), t.TempDir())
 			res, err := pr.Run(context.Background())
 			require.NoError(t, err)
 			require.Equal(t, PodSucceeded, res.Phase, fmt.Sprintf("%+v", res))
-			got, _ := h.File("/etc/example/a.conf")
+			got, _ := h.File("/etc/kubernetes/example/a.conf")
 			require.Equal(t, "a", got)
 		})
 	}

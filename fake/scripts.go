@@ -104,7 +104,7 @@ func learnScripts[K comparable](generate func() (nodeexec.Plan, error), sources 
 
 func (h *Host) script(ctx context.Context, k scriptKind, args []string, env map[string]string) (int, string) {
 	want := map[scriptKind]int{
-		scriptEtcdSnapshot: 3, scriptInstallTree: 1, scriptBackupTree: 2, scriptRestoreTree: 1,
+		scriptEtcdSnapshot: 4, scriptInstallTree: 1, scriptBackupTree: 2, scriptRestoreTree: 1,
 		scriptRestoreTreeRestart: 2, scriptInstallFile: 2, scriptBackupFile: 2,
 		scriptWriteFile: 1, scriptBackupEtcKubernetes: 3, scriptVerify: 6,
 		scriptInstallTreeRestart: 3, scriptReplaceBinaryRestart: 4,

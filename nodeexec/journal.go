@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/upgradekit/upgradekit/internal/errtext"
@@ -147,11 +148,31 @@ type Journal struct {
 // CheckPlanName first, with a name that comes from outside.
 func JournalFileName(planName string) string { return planName + ".journal.json" }
 
+// MaxJournalSize bounds a journal file: ReadJournal refuses a larger one
+// (ErrJournalTooLarge) and the runner never writes one. A plan of 15 steps
+// that all kept a full 4096-byte output tail (the default
+// WithJournalOutputLimit) takes about 80 KB of JSON, 400 KB when every
+// output byte is a control character JSON escapes in 6 bytes.
+const MaxJournalSize = 1 << 20
+
+// Errors about the journal file itself, wrapped by a *JournalError.
+var (
+	// ErrJournalTooLarge: the journal file is larger than MaxJournalSize,
+	// or a journal would be, even with the step outputs it keeps cut.
+	ErrJournalTooLarge = errors.New("journal is too large")
+	// ErrJournalNotRegular: the journal or its lock file is a symbolic
+	// link, a directory, a device or anything else but a regular file. It
+	// is neither read nor written through.
+	ErrJournalNotRegular = errors.New("journal is not a regular file")
+)
+
 // ReadJournal reads and checks a journal file. A missing file is returned
 // as an error satisfying errors.Is(err, fs.ErrNotExist); an undecodable or
-// inconsistent one as ErrJournalCorrupt.
+// inconsistent one as ErrJournalCorrupt; a symbolic link or anything else
+// but a regular file (never followed or read) as ErrJournalNotRegular; one
+// larger than MaxJournalSize (never read whole) as ErrJournalTooLarge.
 func ReadJournal(path string) (Journal, error) {
-	data, err := os.ReadFile(path)
+	data, err := readJournalFile(path)
 	if err != nil {
 		var pe *fs.PathError
 		if errors.As(err, &pe) {
@@ -169,6 +190,65 @@ func ReadJournal(path string) (Journal, error) {
 		return Journal{}, err
 	}
 	return j, nil
+}
+
+// readJournalFile reads path if it is a regular file of at most
+// MaxJournalSize bytes, without following a symbolic link or blocking on
+// a FIFO.
+func readJournalFile(path string) ([]byte, error) {
+	notRegular := func(mode fs.FileMode) error {
+		return &JournalError{Path: errtext.Quote(path), Err: ErrJournalNotRegular, Detail: "it is a " + fileKind(mode)}
+	}
+	fi, err := os.Lstat(path)
+	if err != nil {
+		return nil, err
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, notRegular(fi.Mode())
+	}
+	f, err := openNoFollow(path, os.O_RDONLY, 0)
+	if err != nil {
+		if errors.Is(err, errSymlink) {
+			return nil, notRegular(fs.ModeSymlink)
+		}
+		return nil, err
+	}
+	defer f.Close()
+	if fi, err = f.Stat(); err != nil {
+		return nil, err
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, notRegular(fi.Mode())
+	}
+	tooLarge := &JournalError{Path: errtext.Quote(path), Err: ErrJournalTooLarge, Detail: fmt.Sprintf("more than %d bytes", MaxJournalSize)}
+	if fi.Size() > MaxJournalSize {
+		return nil, tooLarge
+	}
+	data, err := io.ReadAll(io.LimitReader(f, MaxJournalSize+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(data) > MaxJournalSize { // it grew since the Stat
+		return nil, tooLarge
+	}
+	return data, nil
+}
+
+// fileKind names the type of a file mode for an error message.
+func fileKind(m fs.FileMode) string {
+	switch {
+	case m&fs.ModeSymlink != 0:
+		return "symbolic link"
+	case m.IsDir():
+		return "directory"
+	case m&fs.ModeNamedPipe != 0:
+		return "named pipe"
+	case m&fs.ModeSocket != 0:
+		return "socket"
+	case m&fs.ModeDevice != 0:
+		return "device"
+	}
+	return "non-regular file"
 }
 
 // DecodeJournal parses journal bytes strictly (unknown fields, trailing
@@ -271,12 +351,16 @@ func checkStepStates(o Outcome) error {
 // The JSON is compact: the journal is rewritten at every state change, and
 // indenting it cost as much as encoding it (`upgrader status` or jq read
 // it for people).
+//
+// A journal that would be larger than MaxJournalSize (a huge
+// WithJournalOutputLimit) is written with its step outputs cut to shorter
+// tails until it fits, so that the runner can always read back what it
+// wrote; one that does not fit even without them is ErrJournalTooLarge.
 func writeJournal(path string, j Journal) error {
-	data, err := json.Marshal(j)
+	data, err := encodeJournal(j)
 	if err != nil {
 		return err
 	}
-	data = append(data, '\n')
 	dir := filepath.Dir(path)
 	// CreateTemp creates the file 0600: the journal holds step output.
 	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
@@ -309,4 +393,51 @@ func writeJournal(path string, j Journal) error {
 	}
 	defer d.Close()
 	return d.Sync()
+}
+
+// encodeJournal marshals j, newline-terminated, in at most MaxJournalSize
+// bytes: outputs are cut to their last half, quarter... until it fits.
+func encodeJournal(j Journal) ([]byte, error) {
+	limit := 0
+	for _, s := range j.Steps {
+		limit = max(limit, len(s.Output))
+	}
+	if j.Failure != nil {
+		limit = max(limit, len(j.Failure.Output))
+	}
+	for {
+		data, err := json.Marshal(j)
+		if err != nil {
+			return nil, err
+		}
+		data = append(data, '\n')
+		if len(data) <= MaxJournalSize {
+			return data, nil
+		}
+		if limit == 0 {
+			return nil, fmt.Errorf("%w: %d bytes without step outputs, more than %d", ErrJournalTooLarge, len(data), MaxJournalSize)
+		}
+		limit /= 2
+		j = cutOutputs(j, limit)
+	}
+}
+
+// cutOutputs returns a copy of j whose outputs keep their last limit bytes.
+func cutOutputs(j Journal, limit int) Journal {
+	tail := func(s string) string {
+		if len(s) > limit {
+			return s[len(s)-limit:]
+		}
+		return s
+	}
+	j.Steps = slices.Clone(j.Steps)
+	for i := range j.Steps {
+		j.Steps[i].Output = tail(j.Steps[i].Output)
+	}
+	if j.Failure != nil {
+		f := *j.Failure
+		f.Output = tail(f.Output)
+		j.Failure = &f
+	}
+	return j
 }

@@ -3,6 +3,9 @@
 package nodeexec
 
 import (
+	"errors"
+	"io/fs"
+	"os"
 	"os/exec"
 	"time"
 )
@@ -14,3 +17,16 @@ func setProcessGroup(*exec.Cmd, time.Duration, <-chan struct{}) {}
 
 // lockFile is a no-op outside unix.
 func lockFile(string) (func(), error) { return func() {}, nil }
+
+// errSymlink is what openNoFollow returns for a symbolic link.
+var errSymlink = errors.New("symbolic link")
+
+// openNoFollow opens path unless it is a symbolic link (errSymlink); there
+// is no O_NOFOLLOW outside unix, so a link made between the check and the
+// open is followed.
+func openNoFollow(path string, flag int, perm os.FileMode) (*os.File, error) {
+	if fi, err := os.Lstat(path); err == nil && fi.Mode()&fs.ModeSymlink != 0 {
+		return nil, errSymlink
+	}
+	return os.OpenFile(path, flag, perm)
+}

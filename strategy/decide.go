@@ -149,8 +149,9 @@ func KubeletExtraArgsPaths() []string {
 // strategy/capi's MachineUpdater writes in place (kubeadm.NewFilesPlan:
 // content, mode and owner, verified by SHA-256, mode and owner) when the
 // content is inline. Its Extension's FilesCheck declines a change of a file
-// it cannot write (content from a Secret, append, a template, a path kubeadm
-// owns, more than an upgrader pod carries), so an updater covering them
+// it cannot write (content from a Secret, append, a template, a path outside
+// kubeadm.DefaultFilesAllowedDirs or kubeadm's own, a setuid or writable
+// mode, more than an upgrader pod carries), so an updater covering them
 // keeps the in-place contract when paired with that MachineUpdater:
 //
 //	files, _ := strategy.ForPaths("files", strategy.FilesPaths()...)

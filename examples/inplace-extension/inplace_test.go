@@ -65,7 +65,7 @@ func TestAcceptsWhatUpdateMachineApplies(t *testing.T) {
 		c.Spec.ClusterConfiguration.APIServer.ExtraArgs = []bootstrapv1.Arg{{Name: "audit-log-maxage", Value: &v}}
 	}
 	file := func(c *bootstrapv1.KubeadmConfig) {
-		c.Spec.Files = []bootstrapv1.File{{Path: "/etc/example/limits.conf", Content: "nofile=65536"}}
+		c.Spec.Files = []bootstrapv1.File{{Path: "/etc/kubernetes/example/limits.conf", Content: "nofile=65536"}}
 	}
 	for _, edit := range []func(*bootstrapv1.KubeadmConfig){kubeletArgs, apiserverArgs, file} {
 		resp := canUpdate(t, []string{"-upgrader-image", "registry.example/upgrader:v1.31.1"}, edit)

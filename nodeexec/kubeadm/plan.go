@@ -47,6 +47,10 @@ const (
 	DefaultPKIDir         = "/etc/kubernetes/pki"
 )
 
+// DefaultKeepEtcdSnapshots, the default of Config.KeepEtcdSnapshots,
+// keeps this plan's etcd snapshot and the one before it.
+const DefaultKeepEtcdSnapshots = 2
+
 // Step names, in plan order. Steps that do not apply to a role or version
 // are left out.
 //
@@ -145,6 +149,12 @@ type Config struct {
 	// plan makes its copy. The copies are readable by root only. 0 means
 	// DefaultKeepEtcBackups.
 	KeepEtcBackups int
+	// KeepEtcdSnapshots is how many etcd snapshots (every Secret of the
+	// cluster) are kept in the etcd-snapshot.db files of BackupDir and its
+	// siblings: this plan's and the newest earlier ones; the older are
+	// removed once this plan's snapshot is saved. Snapshots are written
+	// readable by root only (mode 0600). 0 means DefaultKeepEtcdSnapshots.
+	KeepEtcdSnapshots int
 	// BinDir is where kubeadm, kubelet and kubectl are installed; default
 	// DefaultBinDir.
 	BinDir string
@@ -208,6 +218,9 @@ func (c *Config) defaults() {
 	}
 	if c.KeepEtcBackups == 0 {
 		c.KeepEtcBackups = DefaultKeepEtcBackups
+	}
+	if c.KeepEtcdSnapshots == 0 {
+		c.KeepEtcdSnapshots = DefaultKeepEtcdSnapshots
 	}
 }
 
@@ -319,6 +332,9 @@ func NewPlan(cfg Config) (nodeexec.Plan, error) {
 	if cfg.KeepEtcBackups < 1 {
 		return nodeexec.Plan{}, configError("keepEtcBackups", "%d: must be at least 1 (0 for the default)", cfg.KeepEtcBackups)
 	}
+	if cfg.KeepEtcdSnapshots < 1 {
+		return nodeexec.Plan{}, configError("keepEtcdSnapshots", "%d: must be at least 1 (0 for the default)", cfg.KeepEtcdSnapshots)
+	}
 	// Steps copy the staging tree onto / and restore backups onto /; with
 	// either directory at / itself they would copy the root onto itself.
 	for field, p := range map[string]string{"stagingDir": cfg.StagingDir, "backupDir": cfg.BackupDir} {
@@ -410,12 +426,31 @@ for f in "$1"/*.tar; do
 done
 [ "$n" -gt 0 ] || { echo "images: no image archive (*.tar) in $1" >&2; exit 1; }
 echo "images: imported $n archive(s)"`
-	// $1 etcdctl, $2 snapshot file, $3 PKI dir.
+	// $1 etcdctl, $2 snapshot file, $3 PKI dir, $4 how many snapshots to
+	// keep. The snapshot holds every Secret of the cluster: it is written
+	// readable by root only, and once it is saved the etcd-snapshot.db
+	// files of other plans (the sibling directories of $2's directory,
+	// plan names only) beyond the newest $4 counting this one are removed.
 	scriptEtcdSnapshot = `set -eu
+umask 077
 mkdir -p "$(dirname "$2")"
 ETCDCTL_API=3 "$1" --endpoints=https://127.0.0.1:2379 \
   --cacert="$3/etcd/ca.crt" --cert="$3/apiserver-etcd-client.crt" --key="$3/apiserver-etcd-client.key" \
-  snapshot save "$2"`
+  snapshot save "$2"
+chmod 600 "$2"
+plan=$(dirname "$2")
+root=$(dirname "$plan")
+cur=$(basename "$plan")
+snap=$(basename "$2")
+cd "$root"
+n=1
+ls -1td -- */"$snap" 2>/dev/null | while IFS= read -r f; do
+  d=${f%/*}
+  case "$d" in *[!a-z0-9.-]*|"$cur") continue ;; esac
+  [ -f "$f" ] || continue
+  n=$((n + 1))
+  [ "$n" -le "$4" ] || rm -f -- "$f"
+done`
 	// $1 staging tree, $2 backup dir (scriptBackupTree's), $3 unit: install
 	// the tree, restart the unit and check it stays up; if it does not, put
 	// the backup back and restart the unit again before failing, so the
@@ -516,8 +551,9 @@ func (b builder) steps() []nodeexec.Step {
 	})
 	if c.Role == RoleFirstControlPlane && !c.SkipEtcdSnapshot {
 		add(nodeexec.Step{
-			Name:       StepEtcdSnapshot,
-			Argv:       nodeexec.ShellArgv(scriptEtcdSnapshot, b.staging("etcd", "etcdctl"), b.backup("etcd-snapshot.db"), c.PKIDir),
+			Name: StepEtcdSnapshot,
+			Argv: nodeexec.ShellArgv(scriptEtcdSnapshot, b.staging("etcd", "etcdctl"), b.backup("etcd-snapshot.db"), c.PKIDir,
+				strconv.Itoa(c.KeepEtcdSnapshots)),
 			Timeout:    5 * time.Minute,
 			Retry:      retry,
 			Idempotent: true,

@@ -159,25 +159,25 @@ func TestEachInPlaceCategoryEndsAppliedOrDeclined(t *testing.T) {
 			}},
 		{name: "a file, worker",
 			edit: func(_ *clusterv1.Machine, cfg *bootstrapv1.KubeadmConfig) {
-				cfg.Spec.Files = append(cfg.Spec.Files, bootstrapv1.File{Path: "/etc/example/limits.conf", Content: "nofile=65536\n", Permissions: "0600"})
+				cfg.Spec.Files = append(cfg.Spec.Files, bootstrapv1.File{Path: "/etc/kubernetes/example/limits.conf", Content: "nofile=65536\n", Permissions: "0600"})
 			},
 			applied: func(t *testing.T, h *fake.Host) {
-				got, _ := h.File("/etc/example/limits.conf")
+				got, _ := h.File("/etc/kubernetes/example/limits.conf")
 				require.Equal(t, "nofile=65536\n", got)
-				mode, _ := h.FileAttrs("/etc/example/limits.conf")
+				mode, _ := h.FileAttrs("/etc/kubernetes/example/limits.conf")
 				require.Equal(t, "600", mode)
 			}},
 		{name: "a gzip+base64 file, control plane", controlPlane: true,
 			edit: func(_ *clusterv1.Machine, cfg *bootstrapv1.KubeadmConfig) {
-				cfg.Spec.Files = append(cfg.Spec.Files, bootstrapv1.File{Path: "/etc/example/audit.yaml", Content: gzipBase64(t, "rules: []\n"), Encoding: bootstrapv1.GzipBase64})
+				cfg.Spec.Files = append(cfg.Spec.Files, bootstrapv1.File{Path: "/etc/kubernetes/example/audit.yaml", Content: gzipBase64(t, "rules: []\n"), Encoding: bootstrapv1.GzipBase64})
 			},
 			applied: func(t *testing.T, h *fake.Host) {
-				got, _ := h.File("/etc/example/audit.yaml")
+				got, _ := h.File("/etc/kubernetes/example/audit.yaml")
 				require.Equal(t, "rules: []\n", got)
 			}},
 		{name: "a file from a Secret: not written in place",
 			edit: func(_ *clusterv1.Machine, cfg *bootstrapv1.KubeadmConfig) {
-				cfg.Spec.Files = append(cfg.Spec.Files, bootstrapv1.File{Path: "/etc/example/token",
+				cfg.Spec.Files = append(cfg.Spec.Files, bootstrapv1.File{Path: "/etc/kubernetes/example/token",
 					ContentFrom: bootstrapv1.FileSource{Secret: bootstrapv1.SecretFileSource{Name: "token", Key: "value"}}})
 			},
 			declined: "its content comes from Secret token"},

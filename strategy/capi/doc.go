@@ -116,9 +116,17 @@
 // gzip+base64 decoded here) are written first in the plan, right after
 // the bundle check, by kubeadm.NewFilesPlan: content, mode and owner,
 // backed up and verified by SHA-256, mode and owner, with a digest kept on
-// the Node (AnnotationFiles). The Extension's FilesCheck declines a change
-// of a file that cannot be written so (content from a Secret, append, a
-// template, a path kubeadm owns, more than an upgrader pod carries).
+// the Node (AnnotationFiles). Only paths under
+// kubeadm.DefaultFilesAllowedDirs are written, never a setuid, setgid,
+// sticky or group- or world-writable mode, and the host's scripts refuse a
+// symbolic link on the way to a file or in its place. The Extension's
+// FilesCheck declines a change of a file that cannot be written so
+// (content from a Secret, append, a template, a path outside the allowed
+// directories or kubeadm's own, such a mode, more than an upgrader pod
+// carries); an unchanged one is left as the node has it. Whoever can edit
+// a KubeadmConfig, its template or a KubeadmControlPlane is root on the
+// node anyway (the bootstrap provider runs their commands as root when it
+// makes the next machine).
 // Inline contents travel in the upgrader pod's spec: whoever may read
 // pods in the upgrader namespace can read them.
 //

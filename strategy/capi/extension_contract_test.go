@@ -253,7 +253,8 @@ func TestExtensionAcceptsFilesItCanWrite(t *testing.T) {
 	files := must(strategy.ForPaths("files", strategy.FilesPaths()...))
 	ext, err := capi.NewExtension(strategy.Updaters(files))
 	require.NoError(t, err)
-	secret := bootstrapv1.File{Path: "/etc/example/token", ContentFrom: bootstrapv1.FileSource{Secret: bootstrapv1.SecretFileSource{Name: "token", Key: "value"}}}
+	motd := bootstrapv1.File{Path: "/etc/motd", Content: "v1"}
+	secret := bootstrapv1.File{Path: "/etc/kubernetes/example/token", ContentFrom: bootstrapv1.FileSource{Secret: bootstrapv1.SecretFileSource{Name: "token", Key: "value"}}}
 	for _, tc := range []struct {
 		name    string
 		cur     []bootstrapv1.File
@@ -261,13 +262,19 @@ func TestExtensionAcceptsFilesItCanWrite(t *testing.T) {
 		accept  bool
 		message string
 	}{
-		{"inline content changed", []bootstrapv1.File{{Path: "/etc/motd", Content: "v1"}}, []bootstrapv1.File{{Path: "/etc/motd", Content: "v2"}}, true, "in place"},
-		{"a file added beside an unchanged Secret file", []bootstrapv1.File{secret}, []bootstrapv1.File{secret, {Path: "/etc/motd", Content: "v2"}}, true, "in place"},
+		{"inline content changed", []bootstrapv1.File{{Path: "/etc/kubernetes/motd", Content: "v1"}}, []bootstrapv1.File{{Path: "/etc/kubernetes/motd", Content: "v2"}}, true, "in place"},
+		{"a file added beside an unchanged Secret file", []bootstrapv1.File{secret}, []bootstrapv1.File{secret, {Path: "/etc/kubernetes/motd", Content: "v2"}}, true, "in place"},
+		{"a file added beside an unchanged one outside the allowed directories", []bootstrapv1.File{motd}, []bootstrapv1.File{motd, {Path: "/etc/sysctl.d/99-k8s.conf", Content: "x"}}, true, "in place"},
+		{"a file outside the allowed directories changed", []bootstrapv1.File{motd}, []bootstrapv1.File{{Path: "/etc/motd", Content: "v2"}}, false, "not under an allowed directory"},
+		{"sudoers", nil, []bootstrapv1.File{{Path: "/etc/sudoers.d/ops", Content: "ops ALL=(ALL) NOPASSWD:ALL"}}, false, "bootstrap.spec.files[0].path"},
+		{"a kubelet drop-in", nil, []bootstrapv1.File{{Path: "/etc/systemd/system/kubelet.service.d/20-x.conf", Content: "x"}}, false, "not under an allowed directory"},
+		{"the kubeadm the plan runs", nil, []bootstrapv1.File{{Path: "/usr/bin/kubeadm", Content: "x", Permissions: "0755"}}, false, "not under an allowed directory"},
+		{"setuid", nil, []bootstrapv1.File{{Path: "/etc/kubernetes/tool", Content: "x", Permissions: "4755"}}, false, "bootstrap.spec.files[0].permissions"},
 		{"a Secret file added", nil, []bootstrapv1.File{secret}, false, "its content comes from Secret token"},
-		{"append", nil, []bootstrapv1.File{{Path: "/etc/motd", Content: "x", Append: new(true)}}, false, "append"},
+		{"append", nil, []bootstrapv1.File{{Path: "/etc/kubernetes/motd", Content: "x", Append: new(true)}}, false, "append"},
 		{"a kubeadm key", nil, []bootstrapv1.File{{Path: "/etc/kubernetes/pki/ca.key", Content: "x"}}, false, "/etc/kubernetes/pki"},
-		{"a template", nil, []bootstrapv1.File{{Path: "/etc/motd", Content: "{{ .controlPlane.version }}", ContentFormat: bootstrapv1.FileContentFormatTemplate}}, false, "Template"},
-		{"bad base64", nil, []bootstrapv1.File{{Path: "/etc/motd", Content: "!!", Encoding: bootstrapv1.Base64}}, false, "cannot be written in place"},
+		{"a template", nil, []bootstrapv1.File{{Path: "/etc/kubernetes/motd", Content: "{{ .controlPlane.version }}", ContentFormat: bootstrapv1.FileContentFormatTemplate}}, false, "Template"},
+		{"bad base64", nil, []bootstrapv1.File{{Path: "/etc/kubernetes/motd", Content: "!!", Encoding: bootstrapv1.Base64}}, false, "cannot be written in place"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cur, des, curCfg, desCfg, curInfra, desInfra := contractPair()

@@ -88,8 +88,10 @@ func decodeFile(enc bootstrapv1.Encoding, content string) ([]byte, error) {
 }
 
 // desiredFiles reads the files of a desired KubeadmConfig that are written
-// in place; files that are not (FilesCheck declines a change of them) are
-// left as the node has them.
+// in place; files that are not (FilesCheck declines a change of them),
+// among them files kubeadm.ValidateFile refuses (outside the allowed
+// directories, a setuid or group-writable mode), are left as the node has
+// them.
 func desiredFiles(spec *bootstrapv1.KubeadmConfigSpec) desiredFileSet {
 	if spec == nil || len(spec.Files) == 0 {
 		return desiredFileSet{}
@@ -98,6 +100,9 @@ func desiredFiles(spec *bootstrapv1.KubeadmConfigSpec) desiredFileSet {
 	sum := sha256.New()
 	for _, f := range spec.Files {
 		kf, err := kubeadmFile(f)
+		if err == nil {
+			err = kubeadm.ValidateFile("file", kf, nil)
+		}
 		if err != nil {
 			continue
 		}
@@ -132,9 +137,11 @@ func withFiles(plan nodeexec.Plan, files desiredFileSet) (nodeexec.Plan, error) 
 
 // FilesCheck declines an in-place update that changes a KubeadmConfig file
 // MachineUpdater cannot write: content from a Secret, append, a template,
-// an undecodable encoding, a path it does not write (kubeadm's
-// certificates and kubeconfigs, the static pod manifests, its own state),
-// or more content than an upgrader pod carries. Such a file is only
+// an undecodable encoding, a path it does not write (outside
+// kubeadm.DefaultFilesAllowedDirs, or kubeadm's certificates and
+// kubeconfigs, the static pod manifests, its own state), a setuid, setgid,
+// sticky or group- or world-writable mode, or more content than an
+// upgrader pod carries. Such a file is only
 // written by the bootstrap provider at boot, so the machine is replaced.
 // Unchanged files are left alone, whatever they are. The Extension always
 // runs it.
@@ -168,7 +175,7 @@ func FilesCheck() Check {
 			field := fmt.Sprintf("bootstrap.spec.files[%d]", i)
 			kf, err := kubeadmFile(f)
 			if err == nil {
-				err = kubeadm.ValidateFile(field, kf)
+				err = kubeadm.ValidateFile(field, kf, nil)
 			}
 			if err != nil {
 				return fmt.Errorf("%w: %s (%s) cannot be written in place: %w", ErrInfeasible, field, f.Path, err)
