@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/go-logr/logr"
 	"sigs.k8s.io/controller-runtime/pkg/certwatcher"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 )
@@ -33,6 +34,7 @@ type hookServer struct {
 	port    int
 	certDir string
 	tlsOpts []func(*tls.Config)
+	log     logr.Logger
 }
 
 // Start serves the hooks until ctx ends.
@@ -53,7 +55,11 @@ func (s *hookServer) Start(ctx context.Context) error {
 			return err
 		}
 		cfg.GetCertificate = w.GetCertificate
-		go func() { _ = w.Start(ctx) }()
+		go func() {
+			if err := w.Start(ctx); err != nil {
+				s.log.Error(err, "certificate watcher")
+			}
+		}()
 	}
 	ln, err := tls.Listen("tcp", net.JoinHostPort(s.host, strconv.Itoa(s.port)), cfg)
 	if err != nil {

@@ -453,7 +453,7 @@ func (s *Server) Start(ctx context.Context) error {
 	// Cluster API's server registers the handlers on the embedded
 	// controller-runtime server and starts it: ours serves its mux with
 	// our limits.
-	srv.Server = &hookServer{Server: srv.Server, limits: s.cfg.limits, host: s.cfg.host, port: s.cfg.port, certDir: s.cfg.certDir, tlsOpts: tlsOpts}
+	srv.Server = &hookServer{Server: srv.Server, limits: s.cfg.limits, host: s.cfg.host, port: s.cfg.port, certDir: s.cfg.certDir, tlsOpts: tlsOpts, log: s.cfg.log}
 	for _, h := range s.handlers {
 		if err := srv.AddExtensionHandler(h); err != nil {
 			return fmt.Errorf("handler %s: %w", h.Name, err)
