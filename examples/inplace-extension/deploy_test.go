@@ -59,7 +59,7 @@ func TestDeployManifestsApply(t *testing.T) {
 		}
 		require.NoError(t, env.Client.Create(ctx, &obj), "%s %s", obj.GetKind(), obj.GetName())
 	}
-	require.Equal(t, map[string]int{"Namespace": 1, "ServiceAccount": 1, "ClusterRole": 2, "ClusterRoleBinding": 1, "RoleBinding": 1,
+	require.Equal(t, map[string]int{"Namespace": 1, "ServiceAccount": 1, "ClusterRole": 2, "RoleBinding": 2,
 		"Issuer": 1, "Certificate": 1, "Service": 1, "NetworkPolicy": 1, "Deployment": 1, "PodDisruptionBudget": 1, "ExtensionConfig": 1}, kinds)
 	// Served from two replicas that a drain cannot both take, each with
 	// probes and resources, as a numeric non-root user, metrics on the
@@ -97,9 +97,9 @@ func TestDeployManifestsApply(t *testing.T) {
 		require.Equal(t, want, nsSel.Matches(labels.Set{"kubernetes.io/metadata.name": ns}), ns)
 	}
 	// Exactly what the extension does in the management cluster: read
-	// Machines, their KubeadmConfigs and infrastructure machines, and
-	// record Events on them cluster-wide, and read kubeconfig
-	// secrets only where a RoleBinding grants it.
+	// Machines, their KubeadmConfigs and infrastructure machines, record
+	// Events on Machines and read kubeconfig Secrets, only where a
+	// RoleBinding grants it.
 	require.Empty(t, cmp.Diff(map[string][]rbacv1.PolicyRule{
 		"upgradekit-extension": {
 			{APIGroups: []string{"cluster.x-k8s.io"}, Resources: []string{"machines"}, Verbs: []string{"get", "list"}},
@@ -111,11 +111,28 @@ func TestDeployManifestsApply(t *testing.T) {
 			{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get"}},
 		},
 	}, roles))
-	for _, name := range clusterWide {
-		for _, r := range roles[name] {
-			require.NotContains(t, r.Resources, "secrets", "ClusterRole %s is bound cluster-wide: it must not read Secrets", name)
+	require.Empty(t, clusterWide, "nothing is bound cluster-wide")
+
+	// kubeconfig-by-name.yaml: a Role reading only <cluster>-kubeconfig
+	// Secrets by name, and its RoleBinding.
+	kinds = map[string]int{}
+	for _, obj := range manifests(t, "deploy/kubeconfig-by-name.yaml") {
+		kinds[obj.GetKind()]++
+		if obj.GetKind() == "Role" {
+			var role rbacv1.Role
+			require.NoError(t, runtime.DefaultUnstructuredConverter.FromUnstructured(obj.Object, &role))
+			require.Len(t, role.Rules, 1)
+			r := role.Rules[0]
+			require.Equal(t, []string{"secrets"}, r.Resources)
+			require.Equal(t, []string{"get"}, r.Verbs)
+			require.NotEmpty(t, r.ResourceNames)
+			for _, n := range r.ResourceNames {
+				require.True(t, strings.HasSuffix(n, "-kubeconfig"), n)
+			}
 		}
+		require.NoError(t, env.Client.Create(ctx, &obj), "%s %s", obj.GetKind(), obj.GetName())
 	}
+	require.Equal(t, map[string]int{"Role": 1, "RoleBinding": 1}, kinds)
 }
 
 // TestDeployArgsParse: the Deployment's args are flags the binary accepts,

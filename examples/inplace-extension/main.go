@@ -125,6 +125,10 @@ type options struct {
 	drain                                 bool
 	drainTimeout                          time.Duration
 	metricsAddr                           string
+	// Limits of the hooks' server (extensionserver.HTTPLimits).
+	maxRequestBytes       int64
+	maxConcurrentRequests int
+	readTimeout           time.Duration
 
 	// The upgrader pod and the plan it runs.
 	upgraderImage, upgraderNamespace, upgraderCommand, upgraderMode, stageFrom, skipSteps, ignorePreflight string
@@ -159,6 +163,7 @@ var flagOf = map[string]string{
 	"WithDrainTimeout":          "-drain-timeout",
 	"WithRetryAfter":            "-retry-after",
 	"WithPodOptions":            "upgrader pod",
+	"WithHTTPLimits":            "-max-request-bytes/-max-concurrent-requests/-read-timeout",
 }
 
 func parseFlags(args []string, stderr io.Writer) (options, error) {
@@ -191,6 +196,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.windowZone, "maintenance-timezone", "UTC", "IANA time zone of -maintenance-window (e.g. Europe/Berlin)")
 	fs.DurationVar(&o.soak, "soak", 0, "start an update only when every other node of the cluster has been Ready this long without a break (0: no soak)")
 	fs.StringVar(&o.blockingPods, "blocking-pod-selector", "", "start no update while a pod matching this label selector runs in the workload cluster (a backup, a migration)")
+	fs.Int64Var(&o.maxRequestBytes, "max-request-bytes", extensionserver.DefaultMaxRequestBytes, "largest hook request body read; larger ones are answered 413 (a CanUpdateMachine request with big KubeadmConfigs is a few hundred KiB)")
+	fs.IntVar(&o.maxConcurrentRequests, "max-concurrent-requests", extensionserver.DefaultMaxConcurrentRequests, "hook requests handled at once; more are answered 429, which Cluster API retries")
+	fs.DurationVar(&o.readTimeout, "read-timeout", extensionserver.DefaultReadTimeout, "how long a hook request, body included, may take to arrive before its connection is closed")
 	fs.StringVar(&o.metricsAddr, "metrics-bind-address", ":8080", `address of the Prometheus /metrics endpoint (plain HTTP); "0" disables it`)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -374,6 +382,8 @@ func (o options) serverOptions(d deps) []extensionserver.Option {
 		extensionserver.WithHandlerPrefix(o.namePrefix),
 		extensionserver.WithCategories(o.cats...),
 		extensionserver.WithLogger(d.log),
+		extensionserver.WithHTTPLimits(extensionserver.HTTPLimits{
+			MaxRequestBytes: o.maxRequestBytes, MaxConcurrent: o.maxConcurrentRequests, ReadTimeout: o.readTimeout}),
 	}
 	if d.scheme != nil {
 		opts = append(opts, extensionserver.WithScheme(d.scheme))

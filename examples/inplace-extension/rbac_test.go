@@ -4,8 +4,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"net/http"
+	"os"
 	"slices"
 	"sort"
 	"strconv"
@@ -16,12 +19,15 @@ import (
 
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/events"
@@ -135,31 +141,67 @@ func parseAPIRequest(req *http.Request) apiRequest {
 // cluster-wide, else the RoleBinding's namespace.
 func deployRBAC(t *testing.T, c client.Client) map[string][]rbacv1.PolicyRule {
 	t.Helper()
-	roles := map[string][]rbacv1.PolicyRule{}
+	return applyRBAC(t, c, deployManifests(t))
+}
+
+// applyRBAC applies the Namespace, ServiceAccount and RBAC objects of objs
+// and returns the rules their bindings grant, as deployRBAC.
+func applyRBAC(t *testing.T, c client.Client, objs []unstructured.Unstructured) map[string][]rbacv1.PolicyRule {
+	t.Helper()
+	roles := map[string][]rbacv1.PolicyRule{} // ClusterRole/name, Role/namespace/name
 	grants := map[string][]rbacv1.PolicyRule{}
 	var bindings []struct{ namespace, role string }
-	for _, obj := range deployManifests(t) {
+	for _, obj := range objs {
 		switch obj.GetKind() {
 		case "Namespace", "ServiceAccount":
-		case "ClusterRole":
+		case "ClusterRole", "Role":
 			var role rbacv1.ClusterRole
 			require.NoError(t, runtime.DefaultUnstructuredConverter.FromUnstructured(obj.Object, &role))
-			roles[role.Name] = role.Rules
+			key := "ClusterRole/" + role.Name
+			if obj.GetKind() == "Role" {
+				key = "Role/" + obj.GetNamespace() + "/" + role.Name
+			}
+			roles[key] = role.Rules
 		case "ClusterRoleBinding", "RoleBinding":
 			var ref struct {
 				RoleRef rbacv1.RoleRef `json:"roleRef"`
 			}
 			require.NoError(t, runtime.DefaultUnstructuredConverter.FromUnstructured(obj.Object, &ref))
-			bindings = append(bindings, struct{ namespace, role string }{obj.GetNamespace(), ref.RoleRef.Name})
+			key := "ClusterRole/" + ref.RoleRef.Name
+			if ref.RoleRef.Kind == "Role" {
+				key = "Role/" + obj.GetNamespace() + "/" + ref.RoleRef.Name
+			}
+			bindings = append(bindings, struct{ namespace, role string }{obj.GetNamespace(), key})
 		default:
 			continue
 		}
 		require.NoError(t, c.Create(t.Context(), &obj), "%s %s", obj.GetKind(), obj.GetName())
 	}
 	for _, b := range bindings {
+		require.Contains(t, roles, b.role, "bound but not defined")
 		grants[b.namespace] = append(grants[b.namespace], roles[b.role]...)
 	}
 	return grants
+}
+
+// manifests reads the objects of a YAML file of deploy/.
+func manifests(t *testing.T, path string) []unstructured.Unstructured {
+	t.Helper()
+	raw, err := os.ReadFile(path)
+	require.NoError(t, err)
+	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(raw), 4096)
+	var objs []unstructured.Unstructured
+	for {
+		var obj unstructured.Unstructured
+		err := dec.Decode(&obj.Object)
+		if errors.Is(err, io.EOF) {
+			return objs
+		}
+		require.NoError(t, err)
+		if obj.Object != nil {
+			objs = append(objs, obj)
+		}
+	}
 }
 
 // granted reports whether rules allow r.
@@ -193,7 +235,8 @@ func TestLeastPrivilegeOverHTTPS(t *testing.T) {
 	worker := cl.Nodes()[1]
 	require.Equal(t, fake.RoleWorker, worker.Role)
 	grants := deployRBAC(t, admin)
-	require.NotContains(t, fmt.Sprint(grants[""]), "secrets", "no Secret is readable cluster-wide")
+	require.Empty(t, grants[""], "nothing is granted cluster-wide")
+	require.Contains(t, grants, "default", "the clusters' namespace")
 
 	// CAPI's kubeconfig secret for the cluster, and secrets the extension
 	// has no business reading.
@@ -202,6 +245,10 @@ func TestLeastPrivilegeOverHTTPS(t *testing.T) {
 	require.NoError(t, admin.Create(ctx, secret))
 	require.NoError(t, admin.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: "etcd-keys"},
 		Data: map[string][]byte{"key": []byte("not for the extension")}}))
+	require.NoError(t, admin.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "cloud-credentials"},
+		Data: map[string][]byte{"key": []byte("not for the extension")}}))
+	// A namespace with no RoleBinding: clusters the extension does not serve.
+	require.NoError(t, admin.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "tenant"}}))
 
 	// The extension's management-cluster identity: the ServiceAccount,
 	// every request recorded.
@@ -222,6 +269,30 @@ func TestLeastPrivilegeOverHTTPS(t *testing.T) {
 	require.True(t, apierrors.IsForbidden(err), "kube-system secrets: %v", err)
 	err = mgmt.List(ctx, &corev1.SecretList{}, client.InNamespace("default"))
 	require.True(t, apierrors.IsForbidden(err), "listing secrets: %v", err)
+	// Not granted: anything outside the bound namespaces, or across all of
+	// them.
+	for what, err := range map[string]error{
+		"get a Machine":          mgmt.Get(ctx, client.ObjectKey{Namespace: "tenant", Name: "m"}, &clusterv1.Machine{}),
+		"list Machines":          mgmt.List(ctx, &clusterv1.MachineList{}, client.InNamespace("tenant")),
+		"list all Machines":      mgmt.List(ctx, &clusterv1.MachineList{}),
+		"get a KubeadmConfig":    mgmt.Get(ctx, client.ObjectKey{Namespace: "tenant", Name: "kc"}, &bootstrapv1.KubeadmConfig{}),
+		"get all KubeadmConfigs": mgmt.List(ctx, &bootstrapv1.KubeadmConfigList{}),
+		"read a kubeconfig":      mgmt.Get(ctx, client.ObjectKey{Namespace: "tenant", Name: "demo-kubeconfig"}, &corev1.Secret{}),
+		"record an Event": func() error {
+			_, err := cs.EventsV1().Events("tenant").Create(ctx, probeEvent("tenant"), metav1.CreateOptions{})
+			return err
+		}(),
+		"patch an Event": func() error {
+			_, err := cs.EventsV1().Events("tenant").Patch(ctx, "e", types.MergePatchType, []byte(`{}`), metav1.PatchOptions{})
+			return err
+		}(),
+		"record a kube-system Event": func() error {
+			_, err := cs.EventsV1().Events("kube-system").Create(ctx, probeEvent("kube-system"), metav1.CreateOptions{})
+			return err
+		}(),
+	} {
+		require.True(t, apierrors.IsForbidden(err), "%s in another namespace: %v", what, err)
+	}
 	probes := len(log.all())
 
 	dir := t.TempDir()
@@ -433,4 +504,36 @@ func TestLeastPrivilegeOverHTTPS(t *testing.T) {
 	}
 	sort.Strings(excess)
 	require.Empty(t, excess, "granted but never used: remove from deploy/extension.yaml")
+
+	// deploy/kubeconfig-by-name.yaml instead of the namespace's Secrets:
+	// the kubeconfig still reads (UpdateMachine answers done, reading it
+	// again), the namespace's other Secrets no longer do.
+	require.NoError(t, admin.Delete(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "upgradekit-extension-kubeconfig"}}))
+	byName := applyRBAC(t, admin, manifests(t, "deploy/kubeconfig-by-name.yaml"))
+	require.Eventually(t, func() bool {
+		err := mgmt.Get(ctx, client.ObjectKey{Namespace: "default", Name: "cloud-credentials"}, &corev1.Secret{})
+		return apierrors.IsForbidden(err)
+	}, 30*time.Second, 100*time.Millisecond, "another Secret of the namespace")
+	require.NoError(t, mgmt.Get(ctx, client.ObjectKey{Namespace: "default", Name: "demo-kubeconfig"}, &corev1.Secret{}))
+	before := len(log.all())
+	resp = updateMachine(desired)
+	require.Equal(t, runtimehooksv1.ResponseStatusSuccess, resp.Status, resp.Message)
+	require.Zero(t, resp.RetryAfterSeconds, resp.Message)
+	read := false
+	for _, r := range log.all()[before:] {
+		require.NotContains(t, []int{http.StatusUnauthorized, http.StatusForbidden}, r.status, "refused: %s", r)
+		if r.resource == "secrets" {
+			require.True(t, granted(byName["default"], r), "read under kubeconfig-by-name.yaml: %s", r)
+			read = true
+		}
+	}
+	require.True(t, read, "the answer read the kubeconfig Secret")
+}
+
+// probeEvent is an Event on a Machine of namespace ns, as the extension
+// records them.
+func probeEvent(ns string) *eventsv1.Event {
+	return &eventsv1.Event{ObjectMeta: metav1.ObjectMeta{Namespace: ns, GenerateName: "probe-"}, EventTime: metav1.NowMicro(),
+		ReportingController: "upgradekit-inplace-extension", ReportingInstance: "probe", Action: "Probe", Reason: "Probe", Type: corev1.EventTypeNormal,
+		Regarding: corev1.ObjectReference{APIVersion: clusterv1.GroupVersion.String(), Kind: "Machine", Namespace: ns, Name: "m"}}
 }

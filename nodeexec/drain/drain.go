@@ -105,14 +105,31 @@ type BlockedPod struct {
 }
 
 // String describes the pod, the reason and the blocking budgets in one
-// line.
+// line of at most errtext.MaxMessage bytes (and a length): budgets past
+// that are counted ("; and 9980 more PDB(s)"), not described, so its work
+// grows with what it shows, not with the number of budgets.
 func (b BlockedPod) String() string {
-	s := b.Namespace + "/" + b.Name + ": " + b.Reason
-	for _, p := range b.PDBs {
-		s += "; blocked by " + p.String()
+	var s strings.Builder
+	s.WriteString(b.Namespace)
+	s.WriteString("/")
+	s.WriteString(b.Name)
+	s.WriteString(": ")
+	s.WriteString(b.Reason)
+	for i, p := range b.PDBs {
+		d := p.String()
+		if i > 0 && s.Len()+len(d) > describeBudget {
+			fmt.Fprintf(&s, "; and %d more PDB(s)", len(b.PDBs)-i)
+			break
+		}
+		s.WriteString("; blocked by ")
+		s.WriteString(d)
 	}
-	return s
+	return errtext.Cap(s.String())
 }
+
+// describeBudget is how much of errtext.MaxMessage a list may fill before
+// the rest is counted instead of described, leaving room for the count.
+const describeBudget = errtext.MaxMessage - 64
 
 // DrainError reports an unfinished drain with its diagnosis.
 type DrainError struct {
@@ -131,8 +148,16 @@ func (e *DrainError) Error() string {
 	}
 	if len(e.Blocked) > 0 {
 		fmt.Fprintf(&b, "; %d pod(s) blocking:", len(e.Blocked))
-		for _, p := range e.Blocked {
-			b.WriteString(" [" + p.String() + "]")
+		for i, p := range e.Blocked {
+			d := p.String()
+			if i > 0 && b.Len()+len(d) > describeBudget {
+				// Cap would cut the rest: describing it is wasted work.
+				fmt.Fprintf(&b, " [and %d more]", len(e.Blocked)-i)
+				break
+			}
+			b.WriteString(" [")
+			b.WriteString(d)
+			b.WriteString("]")
 		}
 	}
 	return errtext.Cap(b.String())

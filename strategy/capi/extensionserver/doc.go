@@ -34,7 +34,12 @@
 //     control plane, a circuit breaker, Prometheus alerts) before it
 //     touches a node;
 //   - TLS from the certificate directory, HTTP/1.1 only, handler timeouts
-//     announced in discovery; metrics on controller-runtime's registry.
+//     announced in discovery; metrics on controller-runtime's registry;
+//   - limits on what any caller can make the server hold (HTTPLimits,
+//     WithHTTPLimits): request bodies of at most 2 MiB (413), 16 requests
+//     at once (429), 32 KiB of header (431), read, write and idle
+//     timeouts, so that a caller who reaches the port can neither exhaust
+//     the extension's memory nor keep connections open.
 //
 // Every option is checked by New (and by Validate, for a command checking
 // its flags before it connects anywhere); errors are *OptionError, match

@@ -22,6 +22,7 @@ type config struct {
 	host, certDir, prefix string
 	port                  int
 	tlsOpts               []func(*tls.Config)
+	limits                HTTPLimits
 
 	cats       []diff.Category
 	decideOnly bool
@@ -74,6 +75,7 @@ func DefaultUpgraderCommand() []string { return []string{"/upgrader", "run"} }
 func defaults() config {
 	return config{
 		port:            DefaultPort,
+		limits:          DefaultHTTPLimits(),
 		certDir:         DefaultCertDir,
 		prefix:          DefaultHandlerPrefix,
 		cats:            capiKubeadmCategories(),
@@ -96,9 +98,118 @@ func WithServing(host string, port int, certDir string) Option {
 }
 
 // WithTLSOptions adds functions that adjust the server's TLS configuration,
-// after the server's own (HTTP/1.1 only).
+// after the server's own. HTTP/2 stays off: "h2" is taken out of
+// NextProtos after them.
 func WithTLSOptions(opts ...func(*tls.Config)) Option {
 	return func(c *config) { c.tlsOpts = append(c.tlsOpts, opts...) }
+}
+
+// HTTPLimits bound what callers of the hooks can make Start's server hold.
+// The hooks' port is reachable by whatever the network lets through
+// (deploy/extension.yaml's NetworkPolicy admits only Cluster API's
+// controllers) and Cluster API's client authenticates nobody, so these
+// hold for any caller: together they cap the memory requests can pin at
+// about MaxConcurrent × MaxRequestBytes (each body is buffered once by
+// Cluster API's handler, then decoded) plus a few KiB per open connection.
+// They apply to Start only; a server of your own fed with Handlers has its
+// own limits.
+type HTTPLimits struct {
+	// MaxRequestBytes is the largest request body read; a body announced
+	// larger is answered 413 before any of it is read, a chunked or longer
+	// one 413 once this much is read (default DefaultMaxRequestBytes).
+	MaxRequestBytes int64
+	// MaxConcurrent is how many requests are handled at once; more are
+	// answered 429 Too Many Requests, Retry-After: 1, which Cluster API
+	// retries (default DefaultMaxConcurrentRequests).
+	MaxConcurrent int
+	// MaxHeaderBytes bounds a request's header block
+	// (http.Server.MaxHeaderBytes; default DefaultMaxHeaderBytes).
+	MaxHeaderBytes int
+	// ReadHeaderTimeout bounds the TLS handshake and reading a request's
+	// header (default DefaultReadHeaderTimeout).
+	ReadHeaderTimeout time.Duration
+	// ReadTimeout bounds reading a whole request, body included: a body
+	// trickled in slower is cut and the connection closed (default
+	// DefaultReadTimeout).
+	ReadTimeout time.Duration
+	// WriteTimeout bounds a request from the end of its header to the end
+	// of its answer: reading the body, the handler and writing the
+	// answer (default DefaultWriteTimeout; at least the longest handler
+	// timeout announced in discovery plus ReadTimeout).
+	WriteTimeout time.Duration
+	// IdleTimeout is how long a kept-alive connection may wait for its
+	// next request (default DefaultIdleTimeout).
+	IdleTimeout time.Duration
+}
+
+// The defaults of HTTPLimits.
+const (
+	// DefaultMaxRequestBytes is 2 MiB: a CanUpdateMachine request
+	// carrying the current and desired Machine, infrastructure machine
+	// and KubeadmConfig, with 40 files of 4 KiB (certificates, manifests,
+	// scripts), 40 commands, 5 users with SSH keys and 20 API server
+	// arguments in each KubeadmConfig, is 360 KiB
+	// (TestMaxRequestBytesFitsBigKubeadmConfigs measures it): more than
+	// five times that fits. Cluster API's own handler reads up to 20 MiB.
+	DefaultMaxRequestBytes = 2 << 20
+	// DefaultMaxConcurrentRequests is 16: more hook calls at once than
+	// Cluster API's controllers make in practice (a 429 is retried), and
+	// 16 bodies of DefaultMaxRequestBytes, decoded, stay well inside the
+	// Deployment's 256Mi.
+	DefaultMaxConcurrentRequests = 16
+	// DefaultMaxHeaderBytes is 32 KiB; Cluster API's requests send a few
+	// hundred bytes of header.
+	DefaultMaxHeaderBytes = 32 << 10
+	// DefaultReadHeaderTimeout is 10 seconds.
+	DefaultReadHeaderTimeout = 10 * time.Second
+	// DefaultReadTimeout is 10 seconds, Cluster API's default handler
+	// timeout: a body that takes longer to arrive has no one waiting for
+	// its answer.
+	DefaultReadTimeout = 10 * time.Second
+	// DefaultWriteTimeout is 45 seconds: UpdateMachine's 30 second
+	// handler timeout (capi.HandlerTimeoutUpdateMachine) after a body
+	// read within DefaultReadTimeout, and 5 seconds to answer.
+	DefaultWriteTimeout = 45 * time.Second
+	// DefaultIdleTimeout is 60 seconds.
+	DefaultIdleTimeout = 60 * time.Second
+)
+
+// DefaultHTTPLimits are the limits Start serves with unless WithHTTPLimits
+// changes them.
+func DefaultHTTPLimits() HTTPLimits {
+	return HTTPLimits{
+		MaxRequestBytes:   DefaultMaxRequestBytes,
+		MaxConcurrent:     DefaultMaxConcurrentRequests,
+		MaxHeaderBytes:    DefaultMaxHeaderBytes,
+		ReadHeaderTimeout: DefaultReadHeaderTimeout,
+		ReadTimeout:       DefaultReadTimeout,
+		WriteTimeout:      DefaultWriteTimeout,
+		IdleTimeout:       DefaultIdleTimeout,
+	}
+}
+
+// WithHTTPLimits sets the limits of Start's server; a zero field keeps its
+// default (there is no "unlimited"), a negative one is refused.
+func WithHTTPLimits(l HTTPLimits) Option {
+	return func(c *config) {
+		d := DefaultHTTPLimits()
+		c.limits = HTTPLimits{
+			MaxRequestBytes:   orDefault(l.MaxRequestBytes, d.MaxRequestBytes),
+			MaxConcurrent:     orDefault(l.MaxConcurrent, d.MaxConcurrent),
+			MaxHeaderBytes:    orDefault(l.MaxHeaderBytes, d.MaxHeaderBytes),
+			ReadHeaderTimeout: orDefault(l.ReadHeaderTimeout, d.ReadHeaderTimeout),
+			ReadTimeout:       orDefault(l.ReadTimeout, d.ReadTimeout),
+			WriteTimeout:      orDefault(l.WriteTimeout, d.WriteTimeout),
+			IdleTimeout:       orDefault(l.IdleTimeout, d.IdleTimeout),
+		}
+	}
+}
+
+func orDefault[T int | int64 | time.Duration](v, d T) T {
+	if v == 0 {
+		return d
+	}
+	return v
 }
 
 // WithHandlerPrefix sets the prefix of the handler names (default

@@ -145,6 +145,9 @@ func (c *config) validate() error {
 	if c.prefix == "" {
 		return invalid("WithHandlerPrefix", "empty prefix")
 	}
+	if err := c.limits.validate(); err != nil {
+		return err
+	}
 	if err := c.validateCategories(); err != nil {
 		return err
 	}
@@ -229,6 +232,26 @@ func (c *config) validateCategories() error {
 	for _, cat := range c.cats {
 		if !slices.Contains(applied, cat) {
 			return invalid("WithCategories", "%q has no executor here (UpdateMachine applies and verifies only %s): it would be accepted and never applied; use DecideOnly if another extension applies it", cat, joinCategories(applied))
+		}
+	}
+	return nil
+}
+
+func (l HTTPLimits) validate() error {
+	for _, f := range []struct {
+		name string
+		v    int64
+	}{
+		{"MaxRequestBytes", l.MaxRequestBytes},
+		{"MaxConcurrent", int64(l.MaxConcurrent)},
+		{"MaxHeaderBytes", int64(l.MaxHeaderBytes)},
+		{"ReadHeaderTimeout", int64(l.ReadHeaderTimeout)},
+		{"ReadTimeout", int64(l.ReadTimeout)},
+		{"WriteTimeout", int64(l.WriteTimeout)},
+		{"IdleTimeout", int64(l.IdleTimeout)},
+	} {
+		if f.v <= 0 {
+			return invalid("WithHTTPLimits", "%s %d: must be positive (0 keeps the default)", f.name, f.v)
 		}
 	}
 	return nil
@@ -413,9 +436,12 @@ func (s *Server) buildHandlers(mgmt client.Reader) ([]server.ExtensionHandler, e
 // controller-runtime manager.Runnable: mgr.Add(s) runs it with the
 // manager). HTTP/1.1 only, as Cluster API's own servers: HTTP/2's rapid
 // reset (CVE-2023-44487) and stream multiplexing are of no use to a client
-// that sends one request at a time. Metrics are not served here: they are
-// on the registry of WithMetrics, by default controller-runtime's, which a
-// manager's metrics server serves.
+// that sends one request at a time. The hooks are Cluster API's runtime
+// extension server's (discovery, decoding, answers), served by an
+// http.Server with the limits of WithHTTPLimits (body size, requests at
+// once, header size, read, write and idle timeouts). Metrics are not
+// served here: they are on the registry of WithMetrics, by default
+// controller-runtime's, which a manager's metrics server serves.
 func (s *Server) Start(ctx context.Context) error {
 	if s == nil || s.cfg.prefix == "" {
 		return invalid("Start", "a Server not made by New")
@@ -429,6 +455,10 @@ func (s *Server) Start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// Cluster API's server registers the handlers on the embedded
+	// controller-runtime server and starts it: ours serves its mux with
+	// our limits.
+	srv.Server = &hookServer{Server: srv.Server, limits: s.cfg.limits, host: s.cfg.host, port: s.cfg.port, certDir: s.cfg.certDir, tlsOpts: tlsOpts, log: s.cfg.log}
 	for _, h := range s.handlers {
 		if err := srv.AddExtensionHandler(h); err != nil {
 			return fmt.Errorf("handler %s: %w", h.Name, err)

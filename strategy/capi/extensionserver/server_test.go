@@ -53,6 +53,8 @@ func TestValidateNamesTheOption(t *testing.T) {
 		{name: "port", opts: []extensionserver.Option{img, extensionserver.WithServing("", 0, "/certs")}, option: "WithServing", detail: "port 0"},
 		{name: "cert dir", opts: []extensionserver.Option{img, extensionserver.WithServing("", 9443, "")}, option: "WithServing", detail: "certificate directory"},
 		{name: "prefix", opts: []extensionserver.Option{img, extensionserver.WithHandlerPrefix("")}, option: "WithHandlerPrefix"},
+		{name: "http limits", opts: []extensionserver.Option{img, extensionserver.WithHTTPLimits(extensionserver.HTTPLimits{MaxConcurrent: -1})},
+			option: "WithHTTPLimits", detail: "MaxConcurrent -1: must be positive"},
 		{name: "retry after", opts: []extensionserver.Option{img, extensionserver.WithRetryAfter(0)}, option: "WithRetryAfter", detail: "0: must be between 1 and 86400"},
 		{name: "drain timeout", opts: []extensionserver.Option{img, extensionserver.WithDrainTimeout(-time.Minute)}, option: "WithDrainTimeout", detail: "-1m0s"},
 		{name: "mode", opts: []extensionserver.Option{img, extensionserver.WithUpgraderMode("initcontainers")}, option: "WithUpgraderMode", detail: `"initcontainers": want InitContainers or SingleContainer`},
