@@ -40,7 +40,7 @@ test:
 	managers="$$(hack/capi-managers.sh)"; \
 	for m in $(MODULES); do \
 	  echo "== go test -race $$m/..."; \
-	  (cd "$$m" && KUBEBUILDER_ASSETS="$$assets" UPGRADEKIT_CAPI_ORACLE="$$oracle" UPGRADEKIT_CAPI_MANAGERS="$$managers" go test -race -count=1 ./...); \
+	  (cd "$$m" && KUBEBUILDER_ASSETS="$$assets" UPGRADEKIT_CAPI_ORACLE="$$oracle" UPGRADEKIT_CAPI_MANAGERS="$$managers" go test -race -count=1 -timeout 30m ./...); \
 	done
 
 ## e2e: only the scenarios Cluster API's own controllers drive (fake/capitest and
@@ -65,7 +65,10 @@ node-assets:
 ## node of containerd, kubelet and static pods in Linux namespaces, upgraded by the
 ## project's upgrader. Needs root and Debian's containerd and runc.
 e2e-node:
-	@from="$$(hack/node-assets.sh $(NODE_FROM))"; 	to="$$(hack/node-assets.sh $(NODE_TO))"; 	UPGRADEKIT_NODE_ASSETS="$(NODE_FROM)=$$from,$(NODE_TO)=$$to" 	  go test -tags realnode -count=1 -timeout 60m -v -run '$(RUN)' ./fake/nodetest/ 2>&1 | 	  tee /dev/stderr | grep -qE '^(ok|PASS)' || exit 1
+	@from="$$(hack/node-assets.sh $(NODE_FROM))"; \
+	to="$$(hack/node-assets.sh $(NODE_TO))"; \
+	UPGRADEKIT_NODE_ASSETS="$(NODE_FROM)=$$from,$(NODE_TO)=$$to" \
+	  go test -tags realnode -count=1 -timeout 60m -v -run '$(NODE_RUN)' ./fake/nodetest/
 
 ## unit: fast tests only (envtest-backed tests skip explicitly).
 unit:

@@ -58,7 +58,26 @@ complete() {
   for b in "$@"; do [[ -x "$d/$b" ]] || return 1; done
   [[ -f "$d/versions.env" && -f "$d/SHA256SUMS" ]]
 }
+# pause is this repository's own code (fake/nodetest/internal/pause): build
+# it at every call (seconds, from the build cache) so a cached directory
+# never keeps an outdated one.
+refresh_pause() {
+  local tmp
+  tmp=$(mktemp "$1/.pause-XXXXXX")
+  if ! (cd "$repo" && GOWORK=off CGO_ENABLED=0 GOOS=linux GOARCH="$goarch" go build -trimpath -ldflags='-s -w -buildid=' -o "$tmp" ./fake/nodetest/internal/pause >&2); then
+    rm -f "$tmp"
+    return 1
+  fi
+  if cmp -s "$tmp" "$1/pause"; then
+    rm -f "$tmp"
+    return 0
+  fi
+  chmod 0755 "$tmp"
+  mv -f "$tmp" "$1/pause"
+  (cd "$1" && sha256sum "${bins[@]}" > SHA256SUMS.new && mv -f SHA256SUMS.new SHA256SUMS)
+}
 if complete "$dest"; then
+  refresh_pause "$dest"
   printf '%s\n' "$dest"
   exit 0
 fi

@@ -3,19 +3,24 @@
 package nodetest_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/go-logr/logr/testr"
 	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
 
 	"github.com/upgradekit/upgradekit/fake/nodetest"
 	"github.com/upgradekit/upgradekit/nodeexec"
 	"github.com/upgradekit/upgradekit/nodeexec/kubeadm"
+	"github.com/upgradekit/upgradekit/nodeexec/nodepod"
 )
 
 // The versions the real-node scenarios run: the newest minor Cluster API
@@ -92,64 +97,268 @@ func stepTimes(t *testing.T, journalDir, plan string) string {
 	return b.String() + "total=" + total.String()
 }
 
-// TestFirstControlPlaneUpgrade: the project's kubeadm plan, run by the
-// project's upgrader, takes a real single-node kubeadm control plane
-// (stacked etcd) from v1.36 to v1.37.
-func TestFirstControlPlaneUpgrade(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+// journalStep reads one step's record from a plan's journal (zero when
+// the journal or the step is not there yet).
+func journalStep(journalDir, plan, step string) nodeexec.StepRecord {
+	j, err := nodeexec.ReadJournal(filepath.Join(journalDir, nodeexec.JournalFileName(plan)))
+	if err != nil {
+		return nodeexec.StepRecord{}
+	}
+	for _, s := range j.Steps {
+		if s.Name == step {
+			return s
+		}
+	}
+	return nodeexec.StepRecord{}
+}
+
+// runKilledThenResumed starts the upgrader, SIGKILLs it with everything it
+// started (as a crashing upgrader container would die) once step has run
+// for after, then runs it again to its end: the journal resumes the plan.
+func runKilledThenResumed(ctx context.Context, t *testing.T, n *nodetest.Node, upgrader string, plan nodeexec.Plan, journal, step string, after time.Duration) nodetest.UpgraderRun {
+	t.Helper()
+	cmd, err := n.UpgraderCommand(ctx, upgrader, "run", plan, journal)
+	require.NoError(t, err)
+	var out strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &out
+	require.NoError(t, cmd.Start())
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	killed := false
+	for !killed {
+		select {
+		case err := <-done:
+			t.Fatalf("the upgrader ended (%v) before step %s ran for %s:\n%s", err, step, after, out.String())
+		case <-time.After(500 * time.Millisecond):
+		}
+		r := journalStep(journal, plan.Name, step)
+		if r.State == nodeexec.StepRunning && !r.Started.IsZero() && time.Since(r.Started) >= after {
+			require.NoError(t, syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL))
+			killed = true
+		}
+	}
+	<-done
+	t.Logf("killed the upgrader %s into step %s", after, step)
+	require.Equal(t, nodeexec.StepRunning, journalStep(journal, plan.Name, step).State, "the journal says the step was under way")
+	run, err := n.RunUpgrader(ctx, upgrader, "run", plan, journal)
+	require.NoError(t, err)
+	require.Zero(t, run.ExitCode, "resumed upgrader run:\n%s", run.Output)
+	r := journalStep(journal, plan.Name, step)
+	require.Equal(t, nodeexec.StepSucceeded, r.State)
+	require.GreaterOrEqual(t, r.Resumed, 1, "the resumed run found step %s interrupted", step)
+	return run
+}
+
+// requireVersion checks the node's binaries and its running kubelet.
+func requireVersion(ctx context.Context, t *testing.T, n, cp *nodetest.Node, version string) {
+	t.Helper()
+	out, err := n.Run(ctx, "kubeadm", "version", "-o", "short")
+	require.NoError(t, err)
+	require.Equal(t, version, strings.TrimSpace(out))
+	out, err = n.Run(ctx, "kubelet", "--version")
+	require.NoError(t, err)
+	require.Equal(t, "Kubernetes "+version, strings.TrimSpace(out))
+	out, err = n.Run(ctx, "kubectl", "version", "--client")
+	require.NoError(t, err)
+	require.Contains(t, out, "Client Version: "+version)
+	require.NoError(t, n.WaitReady(ctx, cp, 3*time.Minute))
+	require.Eventually(t, func() bool {
+		out, err = cp.Kubectl(ctx, "get", "node", n.Name, "-o", "jsonpath={.status.nodeInfo.kubeletVersion}")
+		return err == nil && out == version
+	}, 2*time.Minute, 2*time.Second, "the running kubelet reports %s (last: %q, %v)", version, out, err)
+}
+
+// TestUpgradeAClusterInPlace upgrades a real two-node kubeadm cluster
+// (stacked etcd) from v1.36 to v1.37 with the project's plans, run by the
+// project's upgrader: the first control plane (runner killed during
+// `kubeadm upgrade apply` and resumed), then a worker (a failing step
+// rolled back first, then the real plan with kubelet extra arguments and
+// a file, runner killed during the kubelet swap and resumed).
+func TestUpgradeAClusterInPlace(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Minute)
 	defer cancel()
 	c := newCluster(ctx, t)
 	cp := c.cp
+	w := startNode(ctx, t, c.net, "w1", c.from, []nodetest.Image{c.from.PauseImage()})
+	start := time.Now()
+	require.NoError(t, w.KubeadmJoin(ctx, cp, nodetest.KubeadmOptions{}))
+	t.Logf("kubeadm join %s: Ready in %s", c.from.Version, time.Since(start).Round(time.Second))
+	w2 := startNode(ctx, t, c.net, "w2", c.from, []nodetest.Image{c.from.PauseImage()})
+	require.NoError(t, w2.KubeadmJoin(ctx, cp, nodetest.KubeadmOptions{}))
 	_, err := cp.Kubectl(ctx, "create", "configmap", "written-before", "--from-literal=k=v")
 	require.NoError(t, err)
 
-	require.NoError(t, cp.StageBundle(c.to, nodetest.StageOptions{Etcdctl: true, Containerd: true, CNIPlugins: true, Images: c.to.ControlPlaneImages()}))
-	plan, err := kubeadm.NewPlan(kubeadm.Config{Node: cp.Name, Role: kubeadm.RoleFirstControlPlane, FromVersion: c.from.Version, ToVersion: c.to.Version,
-		IgnorePreflightErrors: []string{"SystemVerification"}, ImportImages: true, RollbackOnFailure: true})
-	require.NoError(t, err)
-	containerdStarts, kubeletStarts := cp.Starts("containerd"), cp.Starts("kubelet")
-	journal := t.TempDir()
-	start := time.Now()
-	run, err := cp.RunUpgrader(ctx, c.upgrader, "run", plan, journal)
-	require.NoError(t, err)
-	require.Zero(t, run.ExitCode, "upgrader run:\n%s", run.Output)
-	t.Logf("upgrade %s -> %s in %s: %s", c.from.Version, c.to.Version, time.Since(start).Round(time.Second), stepTimes(t, journal, plan.Name))
-
-	// Everything at the new version, for real.
-	out, err := cp.Run(ctx, "kubeadm", "version", "-o", "short")
-	require.NoError(t, err)
-	require.Equal(t, c.to.Version, strings.TrimSpace(out))
-	out, err = cp.Run(ctx, "kubelet", "--version")
-	require.NoError(t, err)
-	require.Equal(t, "Kubernetes "+c.to.Version, strings.TrimSpace(out))
-	out, err = cp.Run(ctx, "kubectl", "version", "--client")
-	require.NoError(t, err)
-	require.Contains(t, out, "Client Version: "+c.to.Version)
-	require.NoError(t, cp.WaitReady(ctx, cp, 3*time.Minute))
-	out, err = cp.Kubectl(ctx, "get", "node", cp.Name, "-o", "jsonpath={.status.nodeInfo.kubeletVersion}")
-	require.NoError(t, err)
-	require.Equal(t, c.to.Version, out)
-	for pod, image := range map[string]string{
-		"kube-apiserver":          "registry.k8s.io/kube-apiserver:" + c.to.Version,
-		"kube-controller-manager": "registry.k8s.io/kube-controller-manager:" + c.to.Version,
-		"kube-scheduler":          "registry.k8s.io/kube-scheduler:" + c.to.Version,
-		"etcd":                    "registry.k8s.io/etcd:" + c.to.EtcdImageTag,
-	} {
-		out, err = cp.Kubectl(ctx, "-n", "kube-system", "get", "pod", pod+"-"+cp.Name, "-o", "jsonpath={.spec.containers[0].image}")
+	t.Run("first control plane", func(t *testing.T) {
+		require.NoError(t, cp.StageBundle(c.to, nodetest.StageOptions{Etcdctl: true, Containerd: true, CNIPlugins: true, Images: c.to.ControlPlaneImages()}))
+		plan, err := kubeadm.NewPlan(kubeadm.Config{Node: cp.Name, Role: kubeadm.RoleFirstControlPlane, FromVersion: c.from.Version, ToVersion: c.to.Version,
+			IgnorePreflightErrors: []string{"SystemVerification"}, ImportImages: true, RollbackOnFailure: true})
 		require.NoError(t, err)
-		require.Equal(t, image, out, "static pod %s", pod)
-	}
-	out, err = cp.Kubectl(ctx, "get", "configmap", "written-before", "-o", "jsonpath={.data.k}")
-	require.NoError(t, err)
-	require.Equal(t, "v", out, "an object written before the upgrade is still there")
-	require.Greater(t, cp.Starts("containerd"), containerdStarts, "the containerd step restarted containerd")
-	require.Greater(t, cp.Starts("kubelet"), kubeletStarts, "the kubelet step restarted the kubelet")
+		containerdStarts, kubeletStarts := cp.Starts("containerd"), cp.Starts("kubelet")
+		journal := t.TempDir()
+		start := time.Now()
+		runKilledThenResumed(ctx, t, cp, c.upgrader, plan, journal, kubeadm.StepKubeadmUpgrade, 20*time.Second)
+		t.Logf("first control plane %s -> %s in %s: %s", c.from.Version, c.to.Version, time.Since(start).Round(time.Second), stepTimes(t, journal, plan.Name))
 
-	// The snapshot restores, and holds what was written before.
-	snap := kubeadm.DefaultBackupRoot + "/" + plan.Name + "/etcd-snapshot.db"
-	_, err = cp.Run(ctx, c.from.Bin("etcdutl"), "snapshot", "restore", snap, "--data-dir", "/var/lib/upgradekit-node/restored")
+		requireVersion(ctx, t, cp, cp, c.to.Version)
+		for pod, image := range map[string]string{
+			"kube-apiserver":          "registry.k8s.io/kube-apiserver:" + c.to.Version,
+			"kube-controller-manager": "registry.k8s.io/kube-controller-manager:" + c.to.Version,
+			"kube-scheduler":          "registry.k8s.io/kube-scheduler:" + c.to.Version,
+			"etcd":                    "registry.k8s.io/etcd:" + c.to.EtcdImageTag,
+		} {
+			out, err := cp.Kubectl(ctx, "-n", "kube-system", "get", "pod", pod+"-"+cp.Name, "-o", "jsonpath={.spec.containers[0].image}")
+			require.NoError(t, err)
+			require.Equal(t, image, out, "static pod %s", pod)
+		}
+		out, err := cp.Kubectl(ctx, "get", "configmap", "written-before", "-o", "jsonpath={.data.k}")
+		require.NoError(t, err)
+		require.Equal(t, "v", out, "an object written before the upgrade is still there")
+		require.Greater(t, cp.Starts("containerd"), containerdStarts, "the containerd step restarted containerd")
+		require.Greater(t, cp.Starts("kubelet"), kubeletStarts, "the kubelet step restarted the kubelet")
+
+		// The snapshot restores, and holds what was written before.
+		snap := kubeadm.DefaultBackupRoot + "/" + plan.Name + "/etcd-snapshot.db"
+		_, err = cp.Run(ctx, c.from.Bin("etcdutl"), "snapshot", "restore", snap, "--data-dir", "/var/lib/upgradekit-node/restored",
+			"--name", "default", "--initial-cluster", "default=http://127.0.0.1:23800", "--initial-advertise-peer-urls", "http://127.0.0.1:23800")
+		require.NoError(t, err)
+		out, err = cp.Run(ctx, "sh", "-c", restoredEtcdScript, "sh", c.from.Bin("etcd"), c.from.Bin("etcdctl"))
+		require.NoError(t, err)
+		require.Contains(t, out, "restored")
+	})
+	if t.Failed() {
+		return
+	}
+
+	t.Run("worker: a failing step is rolled back", func(t *testing.T) {
+		require.NoError(t, w.StageBundle(c.to, nodetest.StageOptions{Containerd: true, CNIPlugins: true}))
+		// A containerd that does not stay up: the step restores the old one
+		// and fails (three attempts), the plan rolls back.
+		require.NoError(t, w.WriteFile(kubeadm.DefaultStagingDir+"/containerd/usr/bin/containerd", []byte("#!/bin/sh\nsleep 1\nexit 1\n"), 0o755))
+		plan, err := kubeadm.NewPlan(kubeadm.Config{PlanName: "worker-broken-containerd", Node: w.Name, Role: kubeadm.RoleWorker,
+			FromVersion: c.from.Version, ToVersion: c.to.Version, IgnorePreflightErrors: []string{"SystemVerification"}, RollbackOnFailure: true})
+		require.NoError(t, err)
+		run, err := w.RunUpgrader(ctx, c.upgrader, "run", plan, t.TempDir())
+		require.NoError(t, err)
+		require.Equal(t, 4, run.ExitCode, "RolledBack:\n%s", run.Output)
+		_, err = w.Run(ctx, "systemctl", "is-active", "--quiet", "containerd")
+		require.NoError(t, err, "containerd runs again")
+		host, err := os.ReadFile("/usr/bin/containerd")
+		require.NoError(t, err)
+		node, err := os.ReadFile(w.Path("/usr/bin/containerd"))
+		require.NoError(t, err)
+		require.True(t, bytes.Equal(host, node), "the node has its own containerd back")
+		requireVersion(ctx, t, w, cp, c.from.Version)
+	})
+	if t.Failed() {
+		return
+	}
+
+	t.Run("worker: kubelet arguments and a file with the upgrade", func(t *testing.T) {
+		require.NoError(t, w.StageBundle(c.to, nodetest.StageOptions{Containerd: true, CNIPlugins: true}))
+		plan, err := kubeadm.NewPlan(kubeadm.Config{Node: w.Name, Role: kubeadm.RoleWorker, FromVersion: c.from.Version, ToVersion: c.to.Version,
+			IgnorePreflightErrors: []string{"SystemVerification"}, RollbackOnFailure: true})
+		require.NoError(t, err)
+		// As MachineUpdater composes them: the files after the bundle
+		// check, the kubelet's extra arguments at the end.
+		files, err := kubeadm.NewFilesPlan(kubeadm.FilesConfig{PlanName: plan.Name, Node: w.Name, BackupDir: kubeadm.DefaultBackupRoot + "/" + plan.Name + "/files",
+			Files: []kubeadm.File{{Path: "/etc/sysctl.d/99-upgradekit.conf", Content: []byte("vm.swappiness = 10\n"), Permissions: "0644"}}})
+		require.NoError(t, err)
+		args, err := kubeadm.NewKubeletArgsPlan(kubeadm.KubeletArgsConfig{PlanName: plan.Name, Node: w.Name, BackupDir: kubeadm.DefaultBackupRoot + "/" + plan.Name + "/kubelet-args",
+			Desired: []kubeadm.KubeletArg{{Name: "max-pods", Value: "150"}}})
+		require.NoError(t, err)
+		plan.Steps = append(append(append([]nodeexec.Step{plan.Steps[0]}, files.Steps...), plan.Steps[1:]...), args.Steps...)
+		require.NoError(t, plan.Validate())
+
+		journal := t.TempDir()
+		start := time.Now()
+		runKilledThenResumed(ctx, t, w, c.upgrader, plan, journal, kubeadm.StepKubelet, time.Second)
+		t.Logf("worker %s -> %s in %s: %s", c.from.Version, c.to.Version, time.Since(start).Round(time.Second), stepTimes(t, journal, plan.Name))
+
+		requireVersion(ctx, t, w, cp, c.to.Version)
+		data, err := os.ReadFile(w.Path("/etc/sysctl.d/99-upgradekit.conf"))
+		require.NoError(t, err)
+		require.Equal(t, "vm.swappiness = 10\n", string(data))
+		require.Eventually(t, func() bool {
+			out, err := cp.Kubectl(ctx, "get", "node", w.Name, "-o", "jsonpath={.status.capacity.pods}")
+			return err == nil && out == "150"
+		}, 2*time.Minute, 2*time.Second, "the kubelet runs with --max-pods=150")
+	})
+	if t.Failed() {
+		return
+	}
+
+	t.Run("worker: the upgrader pod on the real kubelet", func(t *testing.T) {
+		upgradeByPod(ctx, t, c, w2)
+	})
+}
+
+// upgradeByPod runs the worker plan as the privileged upgrader pod
+// nodepod builds, on the node's real kubelet: the stage container copies
+// the bundle out of the upgrader image (assembled like examples/upgrader's
+// bundle image), each step's init container runs the journaled runner
+// through nsenter, and the kubelet and containerd restart under it.
+func upgradeByPod(ctx context.Context, t *testing.T, c *cluster, w *nodetest.Node) {
+	t.Helper()
+	cp := c.cp
+	image := "upgradekit.local/upgrader:" + c.to.Version
+	img, err := nodetest.UpgraderImage(image, c.upgrader, c.to, nodetest.StageOptions{Containerd: true, CNIPlugins: true}, t.TempDir())
 	require.NoError(t, err)
-	out, err = cp.Run(ctx, "sh", "-c", `set -eu
+	require.NoError(t, w.ImportImages(ctx, img))
+	plan, err := kubeadm.NewPlan(kubeadm.Config{Node: w.Name, Role: kubeadm.RoleWorker, FromVersion: c.from.Version, ToVersion: c.to.Version,
+		IgnorePreflightErrors: []string{"SystemVerification"}, RollbackOnFailure: true})
+	require.NoError(t, err)
+	pod, err := nodepod.Build(plan, nodepod.WithImage(image), nodepod.WithImagePullPolicy(corev1.PullNever),
+		nodepod.WithRunnerCommand("/upgrader", "run"), nodepod.WithStageFrom("/staging"), nodepod.WithTargetPID(w.PID()))
+	require.NoError(t, err)
+	pod.APIVersion, pod.Kind = "v1", "Pod"
+	data, err := json.Marshal(pod)
+	require.NoError(t, err)
+	require.NoError(t, cp.WriteFile("/etc/upgradekit-node/upgrader-pod.json", data, 0o600))
+	_, err = cp.Kubectl(ctx, "create", "namespace", pod.Namespace)
+	require.NoError(t, err)
+	_, err = cp.Kubectl(ctx, "create", "-f", "/etc/upgradekit-node/upgrader-pod.json")
+	require.NoError(t, err)
+	containerdStarts, kubeletStarts := w.Starts("containerd"), w.Starts("kubelet")
+
+	start := time.Now()
+	var st nodepod.Status
+	var live corev1.Pod
+	require.Eventually(t, func() bool {
+		out, err := cp.Kubectl(ctx, "-n", pod.Namespace, "get", "pod", pod.Name, "-o", "json")
+		if err != nil || json.Unmarshal([]byte(out), &live) != nil {
+			return false
+		}
+		st = nodepod.ReadStatus(&live)
+		return st.Phase == nodepod.PhaseSucceeded || st.Phase == nodepod.PhaseFailed
+	}, 15*time.Minute, 3*time.Second, "the upgrader pod ends")
+	t.Logf("upgrader pod on %s: %s in %s (%d steps)", w.Name, st.Phase, time.Since(start).Round(time.Second), len(st.Steps))
+	if st.Phase != nodepod.PhaseSucceeded {
+		logs, _ := cp.Kubectl(ctx, "-n", pod.Namespace, "logs", pod.Name, "--all-containers", "--tail=40")
+		t.Fatalf("upgrader pod %s: %+v\n%s", st.Phase, st.Failed, logs)
+	}
+
+	// The pod's status and the host's journal agree, step by step.
+	j, err := nodeexec.ReadJournal(w.Path("/var/lib/upgradekit/journal/" + nodeexec.JournalFileName(plan.Name)))
+	require.NoError(t, err)
+	require.Equal(t, nodeexec.PlanSucceeded, j.State)
+	journaled := map[string]nodeexec.StepState{}
+	for _, s := range j.Steps {
+		journaled[s.Name] = s.State
+	}
+	for _, s := range st.Steps {
+		require.Equal(t, nodepod.PhaseSucceeded, s.Phase, "pod step %s", s.Name)
+		require.Contains(t, []nodeexec.StepState{nodeexec.StepSucceeded, nodeexec.StepSkipped}, journaled[s.Name], "journal step %s", s.Name)
+	}
+	require.Len(t, st.Steps, len(j.Steps))
+	require.Greater(t, w.Starts("containerd"), containerdStarts, "containerd restarted under the pod")
+	require.Greater(t, w.Starts("kubelet"), kubeletStarts, "the kubelet restarted under the pod")
+	requireVersion(ctx, t, w, cp, c.to.Version)
+}
+
+// restoredEtcdScript starts etcd ($1) on a restored data directory on
+// loopback ports of the node and waits until etcdctl ($2) reads the
+// ConfigMap written before the upgrade from it.
+const restoredEtcdScript = `set -eu
 "$1" --data-dir /var/lib/upgradekit-node/restored --listen-client-urls http://127.0.0.1:23790 --advertise-client-urls http://127.0.0.1:23790 \
   --listen-peer-urls http://127.0.0.1:23800 --initial-cluster default=http://127.0.0.1:23800 --initial-advertise-peer-urls http://127.0.0.1:23800 >/dev/null 2>&1 &
 pid=$!
@@ -159,7 +368,4 @@ until "$2" --endpoints=http://127.0.0.1:23790 get /registry/configmaps/default/w
   i=$((i+1)); [ $i -lt 60 ] || { echo "restored etcd does not answer"; exit 1; }
   sleep 1
 done
-echo restored`, "sh", c.from.Bin("etcd"), c.from.Bin("etcdctl"))
-	require.NoError(t, err)
-	require.Contains(t, out, "restored")
-}
+echo restored`
