@@ -109,12 +109,13 @@
 // inline content (strategy.FilesPaths; encodings base64, gzip and
 // gzip+base64 decoded here) are written first in the plan, right after
 // the bundle check, by kubeadm.NewFilesPlan: content, mode and owner,
-// backed up and verified by SHA-256, mode and owner, with a digest kept on
-// the Node (AnnotationFiles). The Extension's FilesCheck declines a change
+// backed up and verified by SHA-256, mode and owner, with a digest per file
+// kept on the Node (AnnotationFiles); only the files whose digest the Node
+// does not list are written. The Extension's FilesCheck declines a change
 // of a file that cannot be written so (content from a Secret, append, a
 // template, a path kubeadm owns, more than an upgrader pod carries).
-// Inline contents travel in the upgrader pod's spec: whoever may read
-// pods in the upgrader namespace can read them.
+// The contents of the files an update writes travel in its upgrader pod's
+// spec: whoever may read pods in the upgrader namespace can read them.
 //
 // # Drain before in-place
 //
