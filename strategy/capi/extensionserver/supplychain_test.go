@@ -1,6 +1,7 @@
 package extensionserver_test
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"strings"
@@ -10,6 +11,11 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/funcr"
 	"github.com/stretchr/testify/require"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/utils/ptr"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	runtimehooksv1 "sigs.k8s.io/cluster-api/api/runtime/hooks/v1alpha1"
 	fakeclient "sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	"github.com/upgradekit/upgradekit/nodeexec/kubeadm"
@@ -194,4 +200,46 @@ func TestBundleChecksumsOptions(t *testing.T) {
 		require.False(t, c.RequireChecksums)
 		require.Empty(t, c.Checksums)
 	})
+}
+
+// TestVersionWithoutChecksumsIsDeclined: CanUpdateMachine declines a
+// version change to a version that has no bundle checksums (its update
+// could not verify its bundle), and accepts one that has them.
+func TestVersionWithoutChecksumsIsDeclined(t *testing.T) {
+	scheme := runtime.NewScheme()
+	require.NoError(t, clusterv1.AddToScheme(scheme))
+	machine := func(v string) clusterv1.Machine {
+		return clusterv1.Machine{ObjectMeta: metav1.ObjectMeta{Name: "m", Namespace: "default"}, Spec: clusterv1.MachineSpec{
+			ClusterName: "demo", Version: v, ProviderID: "test://m",
+			Bootstrap:         clusterv1.Bootstrap{DataSecretName: ptr.To("m-bootstrap")},
+			InfrastructureRef: clusterv1.ContractVersionedObjectReference{APIGroup: "infrastructure.cluster.x-k8s.io", Kind: "TestMachine", Name: "m"},
+		}}
+	}
+	live := machine("v1.30.4")
+	mgmt := fakeclient.NewClientBuilder().WithScheme(scheme).WithObjects(&live).Build()
+	s, err := extensionserver.New(mgmt, extensionserver.WithUpgraderImage("r/u@"+digestA),
+		extensionserver.WithBundleChecksums(extensionserver.ChecksumsByVersion{"v1.31.1": kubernetesSums}), metrics(t))
+	require.NoError(t, err)
+	var can func(context.Context, *runtimehooksv1.CanUpdateMachineRequest, *runtimehooksv1.CanUpdateMachineResponse)
+	for _, h := range s.Handlers() {
+		if h.Name == "upgradekit-can-update-machine" {
+			can = h.HandlerFunc.(func(context.Context, *runtimehooksv1.CanUpdateMachineRequest, *runtimehooksv1.CanUpdateMachineResponse))
+		}
+	}
+	require.NotNil(t, can)
+	infra := runtime.RawExtension{Raw: []byte(`{"kind":"TestMachine","spec":{"image":"node:v1"}}`)}
+	ask := func(to string) *runtimehooksv1.CanUpdateMachineResponse {
+		var resp runtimehooksv1.CanUpdateMachineResponse
+		can(t.Context(), &runtimehooksv1.CanUpdateMachineRequest{
+			Current: runtimehooksv1.CanUpdateMachineRequestObjects{Machine: machine("v1.30.4"), InfrastructureMachine: infra},
+			Desired: runtimehooksv1.CanUpdateMachineRequestObjects{Machine: machine(to), InfrastructureMachine: infra},
+		}, &resp)
+		require.Equal(t, runtimehooksv1.ResponseStatusSuccess, resp.Status, resp.Message)
+		return &resp
+	}
+	resp := ask("v1.31.1")
+	require.True(t, resp.MachinePatch.IsDefined(), "accepted: %s", resp.Message)
+	resp = ask("v1.31.2")
+	require.False(t, resp.MachinePatch.IsDefined(), "declined: %s", resp.Message)
+	require.Contains(t, resp.Message, "no upgrader bundle checksums for v1.31.2 (have: v1.31.1)")
 }
