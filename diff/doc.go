@@ -53,8 +53,12 @@
 // named, in any case, like a password, passwd, secret, token, userData,
 // private key, SSH authorized keys or credential (references such as
 // secretRef or secretName are not), file contents under any "files" field
-// (a list, or a map in a schema-invalid object), and extraArgs values whose
-// argument name is such a name (oidc-client-secret). Change.Old and New keep
+// (a list, or a map in a schema-invalid object), extraArgs and extraEnvs
+// values whose name is such a name (oidc-client-secret,
+// AWS_SECRET_ACCESS_KEY; keyed by name or compared by index), and every
+// command of
+// preKubeadmCommands, postKubeadmCommands and bootCommands (shell text
+// carries credentials in shapes no name finds). Change.Old and New keep
 // the real values for patches.
 //
 // What it is not: a general-purpose deep-equality library for tests (use

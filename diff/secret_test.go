@@ -2,11 +2,16 @@ package diff_test
 
 import (
 	"encoding/json"
+	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	bootstrapv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
 
 	"github.com/upgradekit/upgradekit/diff"
+	"github.com/upgradekit/upgradekit/strategy"
 )
 
 // TestSecretsByNameWhateverTheOptions: values named like secrets are
@@ -53,6 +58,42 @@ func TestSecretsByNameWhateverTheOptions(t *testing.T) {
 		{"apiserver extraArgs as a map (v1beta1)", diff.Bootstrap,
 			spec(map[string]any{"clusterConfiguration": map[string]any{"apiServer": map[string]any{"extraArgs": map[string]any{"oidc-client-secret": "old"}}}}),
 			spec(map[string]any{"clusterConfiguration": map[string]any{"apiServer": map[string]any{"extraArgs": map[string]any{"oidc-client-secret": secret}}}}), nil, ""},
+		{"apiserver extraEnvs by name", diff.Bootstrap,
+			spec(map[string]any{"clusterConfiguration": map[string]any{"apiServer": map[string]any{"extraEnvs": []any{
+				map[string]any{"name": "AWS_SECRET_ACCESS_KEY", "value": "old"}}}}}),
+			spec(map[string]any{"clusterConfiguration": map[string]any{"apiServer": map[string]any{"extraEnvs": []any{
+				map[string]any{"name": "AWS_SECRET_ACCESS_KEY", "value": secret}}}}}), nil, ""},
+		{"etcd extraEnvs added whole", diff.Bootstrap,
+			spec(map[string]any{"clusterConfiguration": map[string]any{"etcd": map[string]any{"local": map[string]any{}}}}),
+			spec(map[string]any{"clusterConfiguration": map[string]any{"etcd": map[string]any{"local": map[string]any{"extraEnvs": []any{
+				map[string]any{"name": "GOMAXPROCS", "value": "4"},
+				map[string]any{"name": "ETCD_PEER_CLIENT_PASSWORD", "value": secret}}}}}}), nil, "GOMAXPROCS"},
+		{"extraEnvs by index, WithoutDefaults", diff.Bootstrap,
+			spec(map[string]any{"clusterConfiguration": map[string]any{"scheduler": map[string]any{"extraEnvs": []any{
+				map[string]any{"name": "AWS_SECRET_ACCESS_KEY", "value": "old"}}}}}),
+			spec(map[string]any{"clusterConfiguration": map[string]any{"scheduler": map[string]any{"extraEnvs": []any{
+				map[string]any{"name": "AWS_SECRET_ACCESS_KEY", "value": secret}}}}}),
+			[]diff.Option{diff.WithoutDefaults()}, ""},
+		{"an extraEnvs entry added by index, WithoutDefaults", diff.Bootstrap,
+			spec(map[string]any{"clusterConfiguration": map[string]any{"scheduler": map[string]any{"extraEnvs": []any{
+				map[string]any{"name": "GOMAXPROCS", "value": "2"}}}}}),
+			spec(map[string]any{"clusterConfiguration": map[string]any{"scheduler": map[string]any{"extraEnvs": []any{
+				map[string]any{"name": "GOMAXPROCS", "value": "2"},
+				map[string]any{"name": "API_SECRET", "value": secret}}}}}),
+			[]diff.Option{diff.WithoutDefaults()}, "API_SECRET"},
+		{"a preKubeadmCommand with a secret assignment", diff.Bootstrap,
+			spec(map[string]any{"preKubeadmCommands": []any{"echo hi"}}),
+			spec(map[string]any{"preKubeadmCommands": []any{"echo hi", "export AWS_SECRET_ACCESS_KEY=" + secret}}), nil, ""},
+		{"a postKubeadmCommand with a credential no name finds", diff.Bootstrap,
+			spec(map[string]any{"postKubeadmCommands": []any{"curl -u ops:old https://example/ready"}}),
+			spec(map[string]any{"postKubeadmCommands": []any{"curl -u ops:" + secret + " https://example/ready"}}), nil, ""},
+		{"commands added whole, WithoutDefaults", diff.Bootstrap,
+			spec(map[string]any{}),
+			spec(map[string]any{"bootCommands": []any{"echo " + secret + " | docker login --password-stdin"}}),
+			[]diff.Option{diff.WithoutDefaults()}, ""},
+		{"commands under a spec added whole", diff.Bootstrap,
+			map[string]any{"kind": "KubeadmConfig"},
+			spec(map[string]any{"preKubeadmCommands": []any{"echo " + secret}, "format": "cloud-config"}), nil, "cloud-config"},
 		{"infrastructure userData, WithoutDefaults", diff.Infrastructure,
 			map[string]any{"kind": "AWSMachine", "spec": map[string]any{"UserData": "old"}},
 			map[string]any{"kind": "AWSMachine", "spec": map[string]any{"UserData": secret}},
@@ -109,4 +150,72 @@ func mustJSON(t *testing.T, v any) string {
 	b, err := json.Marshal(v)
 	require.NoError(t, err)
 	return string(b)
+}
+
+// TestSecretsInEnvsAndCommands: a KubeadmConfig's secret-named extraEnvs
+// values and its commands are not printed, with the typed objects, with
+// the defaults or without (entries compared by index), through String,
+// JSON and Shown, and through the drift reason path (strategy.DriftDiffer's
+// FieldChange values, which drift's explanations print); what is not
+// secret stays readable, and ShowSecrets shows everything. It failed
+// before the fix: extraEnvs[name=AWS_SECRET_ACCESS_KEY].value and the
+// commands were printed in clear.
+func TestSecretsInEnvsAndCommands(t *testing.T) {
+	const secret = "wJalrXUtnFEMI-K7MDENG-bPxRfiCYEXAMPLEKEY"
+	cfg := func(key, cmd string) *bootstrapv1.KubeadmConfig {
+		c := &bootstrapv1.KubeadmConfig{}
+		c.Kind = "KubeadmConfig"
+		envs := []bootstrapv1.EnvVar{
+			{EnvVar: corev1.EnvVar{Name: "GOMAXPROCS", Value: "4"}},
+			{EnvVar: corev1.EnvVar{Name: "AWS_SECRET_ACCESS_KEY", Value: key}},
+		}
+		c.Spec.ClusterConfiguration.ControllerManager.ExtraEnvs = &envs
+		c.Spec.PreKubeadmCommands = []string{"sysctl --system", cmd}
+		return c
+	}
+	cur := cfg("old-key", "echo old | docker login -u ops --password-stdin")
+	des := cfg(secret, "echo "+secret+" | docker login -u ops --password-stdin")
+	for name, opts := range map[string][]diff.Option{"defaults": nil, "WithoutDefaults": {diff.WithoutDefaults()}} {
+		t.Run(name, func(t *testing.T) {
+			cs, err := diff.Objects(diff.Bootstrap, cur, des, opts...)
+			require.NoError(t, err)
+			require.Len(t, cs.Changes, 2, cs.String())
+			js, err := json.Marshal(cs)
+			require.NoError(t, err)
+			for _, out := range []string{cs.String(), string(js)} {
+				require.NotContains(t, out, secret)
+				require.Contains(t, out, "preKubeadmCommands[1]", "which command changed is said")
+			}
+			for _, c := range cs.Changes {
+				old, new := c.Shown()
+				require.NotContains(t, mustJSON(t, old)+mustJSON(t, new), secret)
+			}
+			revealed, err := diff.Objects(diff.Bootstrap, cur, des, append(opts, diff.ShowSecrets())...)
+			require.NoError(t, err)
+			require.Equal(t, 2, strings.Count(revealed.String(), secret), "ShowSecrets shows them")
+		})
+	}
+	t.Run("an entry added whole keeps its name readable", func(t *testing.T) {
+		c := cfg("k", "true")
+		envs := (*c.Spec.ClusterConfiguration.ControllerManager.ExtraEnvs)[:1]
+		c.Spec.ClusterConfiguration.ControllerManager.ExtraEnvs = &envs
+		cs, err := diff.Objects(diff.Bootstrap, c, des, diff.WithoutDefaults())
+		require.NoError(t, err)
+		require.NotContains(t, cs.String(), secret)
+		require.Contains(t, cs.String(), "AWS_SECRET_ACCESS_KEY")
+	})
+	t.Run("the drift reason path", func(t *testing.T) {
+		d, err := strategy.DriftDiffer()
+		require.NoError(t, err)
+		spec := func(key, cmd string) map[string]any {
+			return map[string]any{"extraEnvs": []any{map[string]any{"name": "AWS_SECRET_ACCESS_KEY", "value": key}},
+				"preKubeadmCommands": []any{cmd}, "instanceType": "m6i.large"}
+		}
+		changes, err := d.Diff(t.Context(), spec("old", "echo old"), spec(secret, "export TOKEN="+secret))
+		require.NoError(t, err)
+		require.Len(t, changes, 2)
+		out := fmt.Sprintf("%+v", changes) + mustJSON(t, changes)
+		require.NotContains(t, out, secret)
+		require.Contains(t, out, "extraEnvs[0].value")
+	})
 }

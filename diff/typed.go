@@ -976,6 +976,8 @@ func (l typedList) enter(s bool, i int, keyed bool) bool {
 	ok := l.w.enterElem(i)
 	if keyed && len(l.keys) > 0 {
 		l.w.setKey(keyInfo{keys: l.keys, keyT: l.side(s).Index(i)})
+	} else if l.w.inArgsList() {
+		l.w.nameUnkeyedArg(typedEntryName(l.a, i), typedEntryName(l.b, i))
 	}
 	return ok
 }

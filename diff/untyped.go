@@ -307,6 +307,8 @@ func (l dataList) enter(s bool, i int, keyed bool) bool {
 		if m, isMap := l.side(s)[i].(map[string]any); isMap {
 			l.w.setKey(keyInfo{keys: l.keys, keyU: m})
 		}
+	} else if l.w.inArgsList() {
+		l.w.nameUnkeyedArg(entryName(l.a, i), entryName(l.b, i))
 	}
 	return ok
 }

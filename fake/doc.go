@@ -34,7 +34,9 @@
 // library's own model (kubeadm.KubeadmFlags), and a kubelet start reads it
 // (Host.KubeletArgs is what the running kubelet got). The files plan
 // (kubeadm.NewFilesPlan) writes files with their mode and owner
-// (Host.FileAttrs). On control plane
+// (Host.FileAttrs). The images step (kubeadm.Config.ImportImages) imports
+// the staged images/*.tar while containerd runs and fails, as its script
+// does, without an archive; the host keeps no image store. On control plane
 // hosts the static pod manifests are YAML rendered as kubeadm renders them
 // (sigs.k8s.io/yaml, so a value YAML must quote comes out quoted) from
 // kube-system/kubeadm-config's ClusterConfiguration, read through the

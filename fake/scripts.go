@@ -281,6 +281,9 @@ func (h *Host) restoreTree(dir string) (int, string) {
 // $4 version, $5 node, $6 role.
 // bundle checks the staged programs' versions and that every other
 // staged path exists (a directory: holds a file), as scriptBundle does.
+// It does not check the plan's checksums (kubeadm.ChecksumsEnv): simulated
+// programs have no bytes to hash; the real script is tested on a real
+// host in package kubeadm.
 func (h *Host) bundle(a []string) (int, string) {
 	fail := func(format string, args ...any) (int, string) { return 1, "bundle: " + fmt.Sprintf(format, args...) }
 	if len(a) < 2 || a[0] == "" || a[1] == "" {

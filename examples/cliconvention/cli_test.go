@@ -86,7 +86,8 @@ func TestEveryExampleFollowsTheConvention(t *testing.T) {
 		{"simulate", []string{"-progress-bar=false", "-control-planes", "1", "-workers", "md-0=1", "-new-image", "md-0", "-strategy", "inplace-only"}, nil, 4, "Blocked: 1 machines", "", ""},
 		{"simulate", []string{"-progress-bar=false", "-control-planes", "1", "-workers", "md-0=1", "-new-image", ""}, nil, 0, "Invariants held", "", ""},
 		// No cluster to talk to: one line, no stack trace.
-		{"inplace-extension", []string{"-upgrader-image", "x"}, []string{"KUBECONFIG=", "HOME=" + t.TempDir()}, 1, "management cluster config", "", "stacktrace"},
+		{"inplace-extension", []string{"-upgrader-image", "x@sha256:" + strings.Repeat("a", 64), "-allow-unverified-bundles"}, []string{"KUBECONFIG=", "HOME=" + t.TempDir()}, 1, "management cluster config", "", "stacktrace"},
+		{"inplace-extension", []string{"-upgrader-image", "x:v1", "-allow-unverified-bundles"}, nil, 2, "is not pinned by digest", "", ""},
 		{"preview", []string{"-cluster", "demo"}, []string{"KUBECONFIG=", "HOME=" + t.TempDir()}, 1, "management cluster config", "", "stacktrace"},
 	} {
 		t.Run(tc.name+" "+strings.Join(tc.args, " "), func(t *testing.T) {

@@ -19,6 +19,7 @@ import (
 	"github.com/upgradekit/upgradekit/fake/envtest"
 	"github.com/upgradekit/upgradekit/nodeexec/kubeadm"
 	"github.com/upgradekit/upgradekit/nodeexec/nodepod"
+	"github.com/upgradekit/upgradekit/strategy/capi/extensionserver"
 )
 
 // TestDeployManifestsApply applies deploy/extension.yaml to a real API
@@ -136,14 +137,16 @@ func TestDeployManifestsApply(t *testing.T) {
 }
 
 // TestDeployArgsParse: the Deployment's args are flags the binary accepts,
-// and they give the upgrader pod examples/upgrader's bundle image expects.
+// and they give the upgrader pod examples/upgrader's bundle image expects;
+// both images are named by digest, and the bundle checksums are read from
+// the ConfigMap the Deployment mounts.
 func TestDeployArgsParse(t *testing.T) {
 	var args []string
+	var d appsv1.Deployment
 	for _, obj := range deployManifests(t) {
 		if obj.GetKind() != "Deployment" {
 			continue
 		}
-		var d appsv1.Deployment
 		require.NoError(t, runtime.DefaultUnstructuredConverter.FromUnstructured(obj.Object, &d))
 		require.Len(t, d.Spec.Template.Spec.Containers, 1)
 		args = d.Spec.Template.Spec.Containers[0].Args
@@ -151,7 +154,22 @@ func TestDeployArgsParse(t *testing.T) {
 	require.NotEmpty(t, args, "deploy/extension.yaml has a Deployment with args")
 	o, err := parseFlags(args, io.Discard)
 	require.NoError(t, err)
-	require.Equal(t, "registry.example/upgradekit-upgrader:v1.31.1", o.upgraderImage)
+	require.Equal(t, "registry.example/upgradekit-upgrader@sha256:"+strings.Repeat("0", 64), o.upgraderImage, "by digest (a placeholder the overlay replaces)")
+	require.True(t, extensionserver.PinnedByDigest(d.Spec.Template.Spec.Containers[0].Image), "the extension's own image by digest: %s", d.Spec.Template.Spec.Containers[0].Image)
+	require.False(t, o.allowMutableImages)
+	require.False(t, o.allowUnverifiedBundles)
+	require.Equal(t, "/etc/upgradekit/bundle-checksums", o.bundleChecksumsDir)
+	mounts := map[string]string{}
+	for _, m := range d.Spec.Template.Spec.Containers[0].VolumeMounts {
+		mounts[m.MountPath] = m.Name
+	}
+	var cm string
+	for _, v := range d.Spec.Template.Spec.Volumes {
+		if v.Name == mounts[o.bundleChecksumsDir] && v.ConfigMap != nil {
+			cm = v.ConfigMap.Name
+		}
+	}
+	require.Equal(t, "upgradekit-bundle-checksums", cm, "-bundle-checksums-dir is the mounted checksums ConfigMap")
 	require.Equal(t, []string{"/upgrader", "run"}, o.runnerArgv)
 	require.Equal(t, "/staging", o.stageFrom)
 	require.Equal(t, string(nodepod.ModeInitContainers), o.upgraderMode)

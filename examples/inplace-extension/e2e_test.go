@@ -37,13 +37,13 @@ import (
 
 const (
 	e2eFrom, e2eTo = "v1.30.4", "v1.31.1"
-	e2eImage       = "registry.example/upgrader:v1.31.1"
+	e2eImage       = "registry.example/upgrader:v1.31.1@" + testDigest
 	// KubeadmControlPlane's scenario goes from e2eTo to e2eNext: from
 	// v1.31 on, KubeadmControlPlane's desired ClusterConfiguration carries
 	// featureGates.ControlPlaneKubeletLocalMode, so a v1.30 -> v1.31
 	// control plane update changes a field no updater applies, and is
 	// declined (and replaced) by design.
-	e2eNext, e2eNextImage = "v1.32.0", "registry.example/upgrader:v1.32.0"
+	e2eNext, e2eNextImage = "v1.32.0", "registry.example/upgrader:v1.32.0@" + testDigestB
 )
 
 // e2eExtension serves the extension, as its main does, on a free port
@@ -59,7 +59,7 @@ func e2eExtensionWith(t *testing.T, h *capitest.Harness, dir string, port int, r
 	t.Helper()
 	ctrllog.SetLogger(logr.Discard()) // as main sets its own
 	o, err := parseFlags([]string{"-host", "127.0.0.1", "-port", strconv.Itoa(port), "-cert-dir", dir, "-metrics-bind-address", "0",
-		"-upgrader-images", e2eTo + "=" + e2eImage + "," + e2eNext + "=" + e2eNextImage, "-retry-after", "1"}, &bytes.Buffer{})
+		"-upgrader-images", e2eTo + "=" + e2eImage + "," + e2eNext + "=" + e2eNextImage, "-allow-unverified-bundles", "-retry-after", "1"}, &bytes.Buffer{})
 	require.NoError(t, err)
 	metrics, err := capi.NewMetrics(reg)
 	require.NoError(t, err)

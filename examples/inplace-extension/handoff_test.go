@@ -83,7 +83,7 @@ func TestUpdateMachineCreatesAPodTheUpgraderRuns(t *testing.T) {
 			require.NoError(t, wl.Status().Update(ctx, node))
 
 			// The extension as run() builds it, minus the servers.
-			o, err := parseFlags(append([]string{"-upgrader-image", "registry.example/upgradekit-upgrader:v1.31.1"}, tc.args...), &strings.Builder{})
+			o, err := parseFlags(append([]string{"-upgrader-image", "registry.example/upgradekit-upgrader:v1.31.1@" + testDigest, "-allow-unverified-bundles"}, tc.args...), &strings.Builder{})
 			require.NoError(t, err)
 			metrics, err := capi.NewMetrics(prometheus.NewRegistry())
 			require.NoError(t, err)

@@ -74,7 +74,7 @@ func TestUpgraderRunsTheExtensionsPod(t *testing.T) {
 					Timeout: time.Minute, NothingToUndo: true},
 			}}
 
-			o, err := parseFlags(append([]string{"-upgrader-image", "registry.example/upgradekit-upgrader:v1.31.1"}, tc.args...), &bytes.Buffer{})
+			o, err := parseFlags(append([]string{"-upgrader-image", "registry.example/upgradekit-upgrader:v1.31.1@" + testDigest, "-allow-unverified-bundles"}, tc.args...), &bytes.Buffer{})
 			require.NoError(t, err)
 			pod, err := nodepod.Build(plan, append(podOptionsOf(t, o), nodepod.WithStagingHostPath(host))...)
 			require.NoError(t, err)

@@ -20,6 +20,13 @@ import (
 	runtimehooksv1 "sigs.k8s.io/cluster-api/api/runtime/hooks/v1alpha1"
 )
 
+// testDigest and testDigestB pin test image references: the extension
+// refuses upgrader images without a digest.
+const (
+	testDigest  = "sha256:aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+	testDigestB = "sha256:bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb"
+)
+
 // deployManifests decodes every object of deploy/extension.yaml, in order.
 func deployManifests(t *testing.T) []unstructured.Unstructured {
 	t.Helper()

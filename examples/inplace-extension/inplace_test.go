@@ -68,7 +68,7 @@ func TestAcceptsWhatUpdateMachineApplies(t *testing.T) {
 		c.Spec.Files = []bootstrapv1.File{{Path: "/etc/kubernetes/example/limits.conf", Content: "nofile=65536"}}
 	}
 	for _, edit := range []func(*bootstrapv1.KubeadmConfig){kubeletArgs, apiserverArgs, file} {
-		resp := canUpdate(t, []string{"-upgrader-image", "registry.example/upgrader:v1.31.1"}, edit)
+		resp := canUpdate(t, []string{"-upgrader-image", "registry.example/upgrader:v1.31.1@" + testDigest, "-allow-unverified-bundles"}, edit)
 		require.True(t, resp.BootstrapConfigPatch.IsDefined(), "accepted: %s", resp.Message)
 		resp = canUpdate(t, []string{"-no-update-machine"}, edit)
 		require.False(t, resp.BootstrapConfigPatch.IsDefined(), "declined without UpdateMachine here: %s", resp.Message)

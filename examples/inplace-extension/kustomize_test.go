@@ -3,10 +3,12 @@ package main
 import (
 	"io"
 	"os"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/kustomize/api/krusty"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
@@ -14,8 +16,9 @@ import (
 
 // TestKustomizeBase builds deploy/ as a kustomize base, with kustomize's
 // own library: alone it gives exactly extension.yaml's objects, and an
-// overlay like the one its kustomization.yaml shows sets the image and
-// the upgrader bundle to flags the extension accepts.
+// overlay like the one its kustomization.yaml shows sets the images (by
+// digest), the upgrader bundle and its checksums ConfigMap to flags the
+// extension accepts.
 func TestKustomizeBase(t *testing.T) {
 	fs := filesys.MakeFsInMemory()
 	for _, name := range []string{"kustomization.yaml", "extension.yaml"} {
@@ -44,27 +47,49 @@ resources:
 images:
 - name: registry.example/upgradekit-inplace-extension
   newName: registry.mycorp/upgradekit-inplace-extension
-  newTag: v0.1.0
+  digest: sha256:1111111111111111111111111111111111111111111111111111111111111111
 patches:
 - target: {kind: Deployment, name: upgradekit-extension}
   patch: |-
     - op: replace
       path: /spec/template/spec/containers/0/args/1
-      value: -upgrader-image=registry.mycorp/upgradekit-upgrader:v1.32.0
+      value: -upgrader-image=registry.mycorp/upgradekit-upgrader@sha256:2222222222222222222222222222222222222222222222222222222222222222
+configMapGenerator:
+- name: upgradekit-bundle-checksums
+  namespace: upgradekit-system
+  files:
+  - v1.32.0=bundles/v1.32.0/SHA256SUMS
 `)))
+	require.NoError(t, fs.WriteFile("/overlay/bundles/v1.32.0/SHA256SUMS", []byte(strings.Repeat("3", 64)+"  kubernetes/kubeadm\n")))
 	overlay, err := k.Run(fs, "/overlay")
 	require.NoError(t, err)
 	var dep appsv1.Deployment
+	var sums corev1.ConfigMap
 	for _, r := range overlay.Resources() {
-		if r.GetKind() == "Deployment" {
-			m, err := r.Map()
-			require.NoError(t, err)
+		m, err := r.Map()
+		require.NoError(t, err)
+		switch r.GetKind() {
+		case "Deployment":
 			require.NoError(t, runtime.DefaultUnstructuredConverter.FromUnstructured(m, &dep))
+		case "ConfigMap":
+			require.NoError(t, runtime.DefaultUnstructuredConverter.FromUnstructured(m, &sums))
 		}
 	}
 	c := dep.Spec.Template.Spec.Containers[0]
-	require.Equal(t, "registry.mycorp/upgradekit-inplace-extension:v0.1.0", c.Image)
+	require.Equal(t, "registry.mycorp/upgradekit-inplace-extension@sha256:1111111111111111111111111111111111111111111111111111111111111111", c.Image)
 	o, err := parseFlags(c.Args, io.Discard)
 	require.NoError(t, err, "the overlay's args parse")
-	require.Equal(t, "registry.mycorp/upgradekit-upgrader:v1.32.0", o.upgraderImage, "args[1] is -upgrader-image, which the overlay example replaces")
+	require.Equal(t, "registry.mycorp/upgradekit-upgrader@sha256:2222222222222222222222222222222222222222222222222222222222222222", o.upgraderImage,
+		"args[1] is -upgrader-image, which the overlay example replaces")
+	// The generated ConfigMap (its name has kustomize's hash suffix) is
+	// the one the Deployment mounts where -bundle-checksums-dir reads.
+	require.True(t, strings.HasPrefix(sums.Name, "upgradekit-bundle-checksums-"), sums.Name)
+	require.Contains(t, sums.Data, "v1.32.0")
+	var mounted string
+	for _, v := range dep.Spec.Template.Spec.Volumes {
+		if v.ConfigMap != nil {
+			mounted = v.ConfigMap.Name
+		}
+	}
+	require.Equal(t, sums.Name, mounted)
 }

@@ -133,6 +133,9 @@ type options struct {
 	// The upgrader pod and the plan it runs.
 	upgraderImage, upgraderNamespace, upgraderCommand, upgraderMode, stageFrom, skipSteps, ignorePreflight string
 	upgraderImages                                                                                         string
+	// Supply chain: images by digest, bundle checksums.
+	allowMutableImages, allowUnverifiedBundles bool
+	bundleChecksumsDir                         string
 	// Gates asked before each update starts.
 	windowSchedule, windowZone, blockingPods string
 	windowDuration, soak                     time.Duration
@@ -154,6 +157,8 @@ var flagOf = map[string]string{
 	"WithCategories":            "-in-place",
 	"WithUpgraderImage":         "-upgrader-image",
 	"WithUpgraderImages":        "-upgrader-images",
+	"WithBundleChecksums":       "-bundle-checksums-dir",
+	"WithBundleChecksumsDir":    "-bundle-checksums-dir",
 	"WithUpgraderNamespace":     "-upgrader-namespace",
 	"WithUpgraderCommand":       "-upgrader-command",
 	"WithUpgraderMode":          "-upgrader-mode",
@@ -166,6 +171,15 @@ var flagOf = map[string]string{
 	"WithHTTPLimits":            "-max-request-bytes/-max-concurrent-requests/-read-timeout",
 }
 
+// optionNamesAsFlags rewrites the option names a detail suggests as the
+// flags that set them.
+var optionNamesAsFlags = strings.NewReplacer(
+	"required (or WithBundleChecksumsDir)", "required",
+	"AllowMutableUpgraderImages", "-allow-mutable-upgrader-images",
+	"WithoutBundleChecksums", "-allow-unverified-bundles",
+	"WithBundleChecksumsDir", "-bundle-checksums-dir",
+)
+
 func parseFlags(args []string, stderr io.Writer) (options, error) {
 	var o options
 	fs := flag.NewFlagSet("inplace-extension", flag.ContinueOnError)
@@ -176,9 +190,12 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.certDir, "cert-dir", extensionserver.DefaultCertDir, "directory with tls.crt and tls.key")
 	fs.StringVar(&o.namePrefix, "name", extensionserver.DefaultHandlerPrefix, "prefix of the handler names in the ExtensionConfig")
 	fs.StringVar(&o.categories, "in-place", defaultCategories(), "comma-separated diff categories accepted in place; anything else makes CAPI replace the machine. With UpdateMachine served here, only what it applies: "+defaultCategories())
-	fs.StringVar(&o.upgraderImage, "upgrader-image", "", "image of the node upgrader pod: examples/upgrader's bundle image with the target version's kubeadm/kubelet/kubectl under /staging; required unless -no-update-machine")
+	fs.StringVar(&o.upgraderImage, "upgrader-image", "", "image of the node upgrader pod, by digest (image@sha256:...): examples/upgrader's bundle image with the target version's kubeadm/kubelet/kubectl under /staging; required unless -no-update-machine")
 	fs.StringVar(&o.upgraderImage, "updater-image", "", "old name of -upgrader-image")
-	fs.StringVar(&o.upgraderImages, "upgrader-images", "", "upgrader image per Kubernetes version, version=image,... (e.g. v1.31.1=registry.example/upgrader:v1.31.1): each update runs its target version's bundle, and a version change to a version not listed is declined at CanUpdate*; instead of -upgrader-image")
+	fs.StringVar(&o.upgraderImages, "upgrader-images", "", "upgrader image per Kubernetes version, by digest, version=image,... (e.g. v1.31.1=registry.example/upgrader@sha256:...): each update runs its target version's bundle, and a version change to a version not listed is declined at CanUpdate*; instead of -upgrader-image")
+	fs.BoolVar(&o.allowMutableImages, "allow-mutable-upgrader-images", false, "accept upgrader images by tag (whoever can push the tag then chooses what runs as root on the nodes; logged as a warning): development clusters only")
+	fs.StringVar(&o.bundleChecksumsDir, "bundle-checksums-dir", "", "directory of one sha256sum file per Kubernetes version, named by the version (e.g. v1.31.1, a mounted ConfigMap): the SHA-256 of every file the upgrader bundle stages, relative to /staging, verified on the node before anything staged runs; required unless -allow-unverified-bundles")
+	fs.BoolVar(&o.allowUnverifiedBundles, "allow-unverified-bundles", false, "run upgrader bundles without checksums (their binaries run as root unverified; logged as a warning): development clusters only")
 	fs.StringVar(&o.upgraderNamespace, "upgrader-namespace", nodepod.DefaultNamespace, "namespace of the upgrader pods in workload clusters")
 	fs.StringVar(&o.upgraderNamespace, "updater-namespace", nodepod.DefaultNamespace, "old name of -upgrader-namespace")
 	fs.BoolVar(&o.createNamespace, "create-upgrader-namespace", true, "create the upgrader namespace in a workload cluster that lacks it, labelled for the privileged Pod Security Standard the upgrader pod needs (an existing namespace is left as it is)")
@@ -239,7 +256,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 			if f, ok := flagOf[oe.Option]; ok {
 				msg := f
 				if oe.Detail != "" {
-					msg += ": " + oe.Detail
+					msg += ": " + optionNamesAsFlags.Replace(oe.Detail)
 				}
 				if oe.Err != nil {
 					return o, fmt.Errorf("%w: %s: %w", errInvalidFlag, msg, oe.Err)
@@ -398,6 +415,15 @@ func (o options) serverOptions(d deps) []extensionserver.Option {
 		opts = append(opts, extensionserver.WithUpgraderImages(o.images))
 	} else {
 		opts = append(opts, extensionserver.WithUpgraderImage(o.upgraderImage))
+	}
+	if o.allowMutableImages {
+		opts = append(opts, extensionserver.AllowMutableUpgraderImages())
+	}
+	if o.bundleChecksumsDir != "" {
+		opts = append(opts, extensionserver.WithBundleChecksumsDir(o.bundleChecksumsDir))
+	}
+	if o.allowUnverifiedBundles {
+		opts = append(opts, extensionserver.WithoutBundleChecksums())
 	}
 	opts = append(opts,
 		extensionserver.WithUpgraderNamespace(o.upgraderNamespace),

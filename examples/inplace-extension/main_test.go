@@ -47,45 +47,45 @@ func TestFlags(t *testing.T) {
 	o, err := parseFlags([]string{"-no-update-machine", "-port", "8443"}, &out)
 	require.NoError(t, err)
 	require.Equal(t, 8443, o.port)
-	o, err = parseFlags([]string{"-upgrader-image", "img:v1", "-in-place", "KubernetesVersion"}, &out)
+	o, err = parseFlags([]string{"-upgrader-image", "img:v1@" + testDigest, "-allow-unverified-bundles", "-in-place", "KubernetesVersion"}, &out)
 	require.NoError(t, err)
-	require.Equal(t, "img:v1", o.upgraderImage)
+	require.Equal(t, "img:v1@"+testDigest, o.upgraderImage)
 	require.True(t, o.drain, "draining is on by default")
 	require.True(t, o.createNamespace, "the upgrader namespace is created where missing by default")
 	require.Equal(t, capi.DefaultDrainTimeout, o.drainTimeout)
 	require.Equal(t, ":8080", o.metricsAddr)
-	o, err = parseFlags([]string{"-upgrader-image", "img:v1", "-drain=false", "-drain-timeout", "1h", "-metrics-bind-address", "0"}, &out)
+	o, err = parseFlags([]string{"-upgrader-image", "img:v1@" + testDigest, "-allow-unverified-bundles", "-drain=false", "-drain-timeout", "1h", "-metrics-bind-address", "0"}, &out)
 	require.NoError(t, err)
 	require.False(t, o.drain)
 	require.Equal(t, time.Hour, o.drainTimeout)
 	require.Equal(t, "0", o.metricsAddr)
-	_, err = parseFlags([]string{"-upgrader-image", "img:v1", "-drain-timeout", "-1m"}, &out)
+	_, err = parseFlags([]string{"-upgrader-image", "img:v1@" + testDigest, "-allow-unverified-bundles", "-drain-timeout", "-1m"}, &out)
 	require.ErrorContains(t, err, "-drain-timeout: -1m0s: must not be negative")
 	for _, v := range []string{"0", "-5", "4294967311"} {
-		_, err = parseFlags([]string{"-upgrader-image", "img:v1", "-retry-after", v}, &out)
+		_, err = parseFlags([]string{"-upgrader-image", "img:v1@" + testDigest, "-allow-unverified-bundles", "-retry-after", v}, &out)
 		require.ErrorIs(t, err, errInvalidFlag, v)
 		require.ErrorContains(t, err, "-retry-after: "+v+": must be between 1 and 86400 seconds")
 	}
 	// Only what UpdateMachine applies may be accepted in place.
-	_, err = parseFlags([]string{"-upgrader-image", "img:v1", "-in-place", "KubernetesVersion,KubeletConfig"}, &out)
+	_, err = parseFlags([]string{"-upgrader-image", "img:v1@" + testDigest, "-allow-unverified-bundles", "-in-place", "KubernetesVersion,KubeletConfig"}, &out)
 	require.ErrorIs(t, err, errInvalidFlag)
 	require.ErrorContains(t, err, `-in-place: "KubeletConfig" has no executor here`)
-	_, err = parseFlags([]string{"-upgrader-image", "img:v1", "-in-place", " , "}, &out)
+	_, err = parseFlags([]string{"-upgrader-image", "img:v1@" + testDigest, "-allow-unverified-bundles", "-in-place", " , "}, &out)
 	require.ErrorContains(t, err, "name at least one diff category")
 	o, err = parseFlags([]string{"-no-update-machine", "-in-place", "KubernetesVersion,Files"}, &out)
 	require.NoError(t, err, "deciding only: another extension applies the changes")
 	require.Equal(t, []diff.Category{diff.CategoryKubernetesVersion, diff.CategoryFiles}, o.cats)
 	// A misspelt category would decline everything (every machine
 	// replaced): refused, with the valid names, in either mode.
-	for _, args := range [][]string{{"-no-update-machine"}, {"-upgrader-image", "img:v1"}} {
+	for _, args := range [][]string{{"-no-update-machine"}, {"-upgrader-image", "img:v1@" + testDigest, "-allow-unverified-bundles"}} {
 		_, err = parseFlags(append(args, "-in-place", "KubernetesVerison"), &out)
 		require.ErrorIs(t, err, errInvalidFlag, args)
 		require.ErrorContains(t, err, `unknown category "KubernetesVerison" (categories: `)
 	}
 	// One bundle per version.
-	o, err = parseFlags([]string{"-upgrader-images", "v1.31.1=r/u:v1.31.1, v1.32.0=r/u:v1.32.0"}, &out)
+	o, err = parseFlags([]string{"-upgrader-images", "v1.31.1=r/u@" + testDigest + ", v1.32.0=r/u@" + testDigestB, "-allow-unverified-bundles"}, &out)
 	require.NoError(t, err)
-	require.Equal(t, capi.ImagesByVersion{"v1.31.1": "r/u:v1.31.1", "v1.32.0": "r/u:v1.32.0"}, o.images)
+	require.Equal(t, capi.ImagesByVersion{"v1.31.1": "r/u@" + testDigest, "v1.32.0": "r/u@" + testDigestB}, o.images)
 	for _, tc := range []struct {
 		args []string
 		want string
@@ -93,7 +93,7 @@ func TestFlags(t *testing.T) {
 		{[]string{"-upgrader-images", "v1.31.1"}, `"v1.31.1" is not version=image`},
 		{[]string{"-upgrader-images", "1.31.1=img"}, `version "1.31.1"`},
 		{[]string{"-upgrader-images", "v1.31.1=a,v1.31.1=b"}, "version v1.31.1 twice"},
-		{[]string{"-upgrader-images", "v1.31.1=a", "-upgrader-image", "b"}, "set one"},
+		{[]string{"-upgrader-images", "v1.31.1=a", "-upgrader-image", "b@" + testDigest, "-allow-unverified-bundles"}, "set one"},
 	} {
 		_, err = parseFlags(tc.args, &out)
 		require.ErrorIs(t, err, errInvalidFlag, tc.args)
@@ -113,11 +113,53 @@ func TestFlags(t *testing.T) {
 	require.ErrorContains(t, err, "management cluster config")
 }
 
+// TestSupplyChainFlags: an upgrader image without a digest is refused
+// (ErrInvalidOption, named by its flag) unless
+// -allow-mutable-upgrader-images; bundles without checksums are refused
+// unless -allow-unverified-bundles; -bundle-checksums-dir must be
+// absolute. It failed before the fix: any image string and no checksums
+// were accepted.
+func TestSupplyChainFlags(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string // "" when accepted
+	}{
+		{"a tag", []string{"-upgrader-image", "registry.example/upgrader:v1.31.1", "-allow-unverified-bundles"},
+			`-upgrader-image: "registry.example/upgrader:v1.31.1" is not pinned by digest (want <image>@sha256:<64 hex>; -allow-mutable-upgrader-images accepts tags)`},
+		{"latest", []string{"-upgrader-image", "registry.example/upgrader:latest", "-allow-unverified-bundles"}, "is not pinned by digest"},
+		{"a tag in the map", []string{"-upgrader-images", "v1.31.1=r/u@" + testDigest + ",v1.32.0=r/u:v1.32.0", "-allow-unverified-bundles"},
+			`-upgrader-images: "r/u:v1.32.0" for "v1.32.0" is not pinned by digest`},
+		{"a tag, allowed", []string{"-upgrader-image", "registry.example/upgrader:v1.31.1", "-allow-mutable-upgrader-images", "-allow-unverified-bundles"}, ""},
+		{"no checksums", []string{"-upgrader-image", "r/u@" + testDigest},
+			"-bundle-checksums-dir: required: without checksums the upgrader bundle's binaries run as root unverified; -allow-unverified-bundles accepts that"},
+		{"checksums and the opt-out", []string{"-upgrader-image", "r/u@" + testDigest, "-bundle-checksums-dir", "/etc/sums", "-allow-unverified-bundles"}, "set one"},
+		{"a relative checksums dir", []string{"-upgrader-image", "r/u@" + testDigest, "-bundle-checksums-dir", "sums"}, `-bundle-checksums-dir: "sums" is not an absolute path`},
+		{"checksums", []string{"-upgrader-image", "r/u@" + testDigest, "-bundle-checksums-dir", "/etc/sums"}, ""},
+		{"deciding only needs neither", []string{"-no-update-machine"}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := parseFlags(tc.args, io.Discard)
+			if tc.want == "" {
+				require.NoError(t, err)
+				return
+			}
+			require.ErrorIs(t, err, errInvalidFlag)
+			require.ErrorContains(t, err, tc.want)
+		})
+	}
+	// The library's own error, for embedders: ErrInvalidOption.
+	o, err := parseFlags([]string{"-upgrader-image", "r/u@" + testDigest, "-allow-unverified-bundles"}, io.Discard)
+	require.NoError(t, err)
+	o.upgraderImage = "registry.example/upgrader:v1.31.1"
+	require.ErrorIs(t, extensionserver.Validate(o.serverOptions(deps{})...), extensionserver.ErrInvalidOption)
+}
+
 // TestGateFlags: the gate flags turn into the library's gates, checked at
 // start-up; each gate's behaviour is tested in strategy and strategy/capi.
 func TestGateFlags(t *testing.T) {
 	var out bytes.Buffer
-	o, err := parseFlags([]string{"-upgrader-image", "img:v1", "-maintenance-window", "0 2 * * 6", "-maintenance-duration", "4h",
+	o, err := parseFlags([]string{"-upgrader-image", "img:v1@" + testDigest, "-allow-unverified-bundles", "-maintenance-window", "0 2 * * 6", "-maintenance-duration", "4h",
 		"-maintenance-timezone", "Europe/Berlin", "-soak", "5m", "-blocking-pod-selector", "upgradekit.io/blocks-upgrades=true"}, &out)
 	require.NoError(t, err)
 	require.NotNil(t, o.window)
@@ -134,11 +176,11 @@ func TestGateFlags(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"-upgrader-image", "x", "-maintenance-window", "0 2 * *"}, "expected exactly 5 fields"},
-		{[]string{"-upgrader-image", "x", "-maintenance-window", "0 2 * * *", "-maintenance-timezone", "Mars/Olympus"}, "time zone"},
-		{[]string{"-upgrader-image", "x", "-maintenance-window", "0 2 * * *", "-maintenance-duration", "0s"}, "must be positive"},
-		{[]string{"-upgrader-image", "x", "-soak", "-1m"}, "-soak -1m0s: must not be negative"},
-		{[]string{"-upgrader-image", "x", "-blocking-pod-selector", "a in ("}, "not a non-empty label selector"},
+		{[]string{"-upgrader-image", "x@" + testDigest, "-allow-unverified-bundles", "-maintenance-window", "0 2 * *"}, "expected exactly 5 fields"},
+		{[]string{"-upgrader-image", "x@" + testDigest, "-allow-unverified-bundles", "-maintenance-window", "0 2 * * *", "-maintenance-timezone", "Mars/Olympus"}, "time zone"},
+		{[]string{"-upgrader-image", "x@" + testDigest, "-allow-unverified-bundles", "-maintenance-window", "0 2 * * *", "-maintenance-duration", "0s"}, "must be positive"},
+		{[]string{"-upgrader-image", "x@" + testDigest, "-allow-unverified-bundles", "-soak", "-1m"}, "-soak -1m0s: must not be negative"},
+		{[]string{"-upgrader-image", "x@" + testDigest, "-allow-unverified-bundles", "-blocking-pod-selector", "a in ("}, "not a non-empty label selector"},
 		{[]string{"-no-update-machine", "-soak", "5m"}, "-no-update-machine does not serve"},
 	} {
 		_, err := parseFlags(tc.args, &out)
@@ -164,7 +206,7 @@ func TestUpgraderFlags(t *testing.T) {
 	}{
 		{name: "defaults fit examples/upgrader's bundle image", args: nil,
 			runner: []string{"/upgrader", "run"}, mode: nodepod.ModeInitContainers, stageFrom: "/staging", namespace: nodepod.DefaultNamespace, skip: map[string]bool{}},
-		{name: "old flag names", args: []string{"-updater-image", "registry.example/old:v1", "-updater-namespace", "ops"}, image: "registry.example/old:v1",
+		{name: "old flag names", args: []string{"-updater-image", "registry.example/old:v1@" + testDigest, "-updater-namespace", "ops"}, image: "registry.example/old:v1@" + testDigest,
 			runner: []string{"/upgrader", "run"}, mode: nodepod.ModeInitContainers, stageFrom: "/staging", namespace: "ops", skip: map[string]bool{}},
 		{name: "single container, own runner, no staging", args: []string{"-upgrader-mode", "SingleContainer", "-upgrader-command", " /opt/bin/runner  --verbose ", "-stage-from", ""},
 			runner: []string{"/opt/bin/runner", "--verbose"}, mode: nodepod.ModeSingleContainer, namespace: nodepod.DefaultNamespace, skip: map[string]bool{}},
@@ -198,7 +240,7 @@ func TestUpgraderFlags(t *testing.T) {
 			wantErr: `unexpected arguments ["registry.example/upgrader:v1"]`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			o, err := parseFlags(append([]string{"-upgrader-image", "registry.example/upgrader:v1.31.1"}, tc.args...), io.Discard)
+			o, err := parseFlags(append([]string{"-upgrader-image", "registry.example/upgrader:v1.31.1@" + testDigest, "-allow-unverified-bundles"}, tc.args...), io.Discard)
 			if tc.wantErr != "" {
 				require.ErrorIs(t, err, errInvalidFlag)
 				require.ErrorContains(t, err, tc.wantErr)
@@ -209,7 +251,7 @@ func TestUpgraderFlags(t *testing.T) {
 			}
 			require.NoError(t, err)
 			if tc.image == "" {
-				tc.image = "registry.example/upgrader:v1.31.1"
+				tc.image = "registry.example/upgrader:v1.31.1@" + testDigest
 			}
 			require.Equal(t, tc.image, o.upgraderImage)
 			require.Empty(t, cmp.Diff(tc.runner, o.runnerArgv, cmpopts.EquateEmpty()))
@@ -264,7 +306,7 @@ func TestServesTheHooksOverHTTPS(t *testing.T) {
 	pool := testcerts.Write(t, dir)
 	port := testcerts.FreePort(t)
 	metricsPort := testcerts.FreePort(t)
-	o, err := parseFlags([]string{"-host", "127.0.0.1", "-port", strconv.Itoa(port), "-cert-dir", dir, "-upgrader-image", "registry.example/upgrader:v1.31.1",
+	o, err := parseFlags([]string{"-host", "127.0.0.1", "-port", strconv.Itoa(port), "-cert-dir", dir, "-upgrader-image", "registry.example/upgrader:v1.31.1@" + testDigest, "-allow-unverified-bundles",
 		"-metrics-bind-address", "127.0.0.1:" + strconv.Itoa(metricsPort)}, &bytes.Buffer{})
 	require.NoError(t, err)
 	scheme := runtime.NewScheme()

@@ -299,7 +299,7 @@ func TestLeastPrivilegeOverHTTPS(t *testing.T) {
 	pool := testcerts.Write(t, dir)
 	port := testcerts.FreePort(t)
 	o, err := parseFlags([]string{"-host", "127.0.0.1", "-port", strconv.Itoa(port), "-cert-dir", dir, "-metrics-bind-address", "0",
-		"-upgrader-image", "registry.example/upgrader:v1.31.1", "-skip-steps", "containerd,cni-plugins", "-retry-after", "1"}, &bytes.Buffer{})
+		"-upgrader-image", "registry.example/upgrader:v1.31.1@" + testDigest, "-allow-unverified-bundles", "-skip-steps", "containerd,cni-plugins", "-retry-after", "1"}, &bytes.Buffer{})
 	require.NoError(t, err)
 	serveCtx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)

@@ -211,6 +211,13 @@ func (o options) extensionOptions() []extensionserver.Option {
 		// server to build the updaters UpdateMachine applies.
 		opts = append(opts, extensionserver.WithUpgraderImage("preview.invalid/upgrader:any"))
 	}
+	if !o.noUpdate {
+		// Nothing is pulled or run here: the image's digest and the
+		// bundle's checksums matter to UpdateMachine, not to a decision
+		// (a version without checksums, which the extension declines, is
+		// not predicted).
+		opts = append(opts, extensionserver.AllowMutableUpgraderImages(), extensionserver.WithoutBundleChecksums())
+	}
 	return opts
 }
 

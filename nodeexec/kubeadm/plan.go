@@ -89,11 +89,14 @@ const (
 	StepKubelet = "kubelet"
 	StepVerify  = "verify"
 	// StepBundle, the first step, checks the staged bundle before anything
-	// on the node changes: kubeadm, kubelet and kubectl in the staging
-	// directory run and report the target version, and every tree or file
-	// a later step installs from is there. An upgrader image carrying
-	// another version's bundle fails here, on an untouched node, instead
-	// of at the verify step after the install.
+	// on the node changes: every tree or file a later step installs from
+	// is there; with Config.Checksums, every staged file matches its
+	// SHA-256 (sha256sum -c) and every file of a used binary or tree is
+	// listed, before anything staged runs; then kubeadm, kubelet and
+	// kubectl in the staging directory run and report the target version.
+	// An upgrader image carrying another bundle fails here, on an
+	// untouched node, instead of at the verify step after the install.
+	// Without Checksums it verifies no content and says so.
 	StepBundle = "bundle"
 	// StepImages (with Config.ImportImages) imports the image archives
 	// the bundle carries under images/ into containerd's k8s.io
@@ -188,6 +191,25 @@ type Config struct {
 	// MaxIgnorePreflightErrors. The CoreDNS checks are always ignored (see
 	// NewPlan).
 	IgnorePreflightErrors []string
+	// Checksums are the SHA-256 of every staged file the plan runs or
+	// installs, keyed by the path relative to StagingDir as sha256sum
+	// writes it ("kubernetes/kubeadm", "containerd/usr/local/bin/containerd";
+	// ParseChecksums reads that format). They must come from the
+	// operator's configuration, never from the bundle they check. The
+	// bundle step verifies them on the host, with `sha256sum -c` in
+	// StagingDir, before it runs anything staged, and refuses a file of a
+	// used tree (containerd, cni-plugins) that is not listed or is not a
+	// regular file. They must cover kubeadm, kubelet and kubectl, etcdctl
+	// when the snapshot is taken, and each tree the plan installs
+	// (ValidateChecksums, then NewPlan, check them).
+	//
+	// Without Checksums the plan verifies NOTHING: the staged binaries run
+	// as root on the node, and the trees are copied onto /, as the image
+	// delivered them; the bundle step says so in its output. Set
+	// RequireChecksums to refuse such a plan.
+	Checksums map[string]string
+	// RequireChecksums makes NewPlan refuse a Config without Checksums.
+	RequireChecksums bool
 	// RollbackOnFailure is copied into the plan. Note that the
 	// kubeadm-upgrade step has no automatic rollback: undoing `kubeadm
 	// upgrade apply` means restoring the etcd snapshot, a human decision.
@@ -342,6 +364,17 @@ func NewPlan(cfg Config) (nodeexec.Plan, error) {
 			return nodeexec.Plan{}, configError(field, "%q: must not be the root directory", p)
 		}
 	}
+	if len(cfg.Checksums) == 0 && cfg.RequireChecksums {
+		return nodeexec.Plan{}, configError("checksums", "none given, and RequireChecksums is set: nothing staged would be verified before it runs as root")
+	}
+	if len(cfg.Checksums) > 0 {
+		if err := ValidateChecksums(cfg.Checksums); err != nil {
+			return nodeexec.Plan{}, err
+		}
+		if err := cfg.checkCoverage(); err != nil {
+			return nodeexec.Plan{}, err
+		}
+	}
 	to, _ := parse(cfg.ToVersion)
 	b := builder{cfg: cfg, gate131: atLeast(to, 31), gate132: atLeast(to, 32)}
 	plan := nodeexec.Plan{
@@ -480,24 +513,46 @@ if up "$4"; then exit 0; fi
 echo "$4 did not stay up with $1; restoring $3" >&2
 install "$3" "$2" && up "$4" || echo "$4 did not come back with the restored binary either" >&2
 exit 1`
-	// $1 staged kubernetes dir, $2 version, then the staged paths later
-	// steps install from (a directory must not be empty).
+	// $1 staged kubernetes dir (its parent is the staging directory, the
+	// base of the checksums), $2 version, then the staged paths later steps
+	// install from (a directory must not be empty); the checksums, in
+	// sha256sum's format, in $UPGRADEKIT_BUNDLE_SHA256SUMS. Nothing staged
+	// runs before the checksums are verified: every listed file with
+	// `sha256sum -c` in the staging directory, and every file of the
+	// binaries and trees the plan uses listed, regular, not a link.
 	scriptBundle = `set -eu
 fail() { echo "bundle: $*" >&2; exit 1; }
 k=$1 v=$2
 shift 2
-got=$("$k/kubeadm" version -o short) || fail "staged $k/kubeadm does not run"
-[ "$got" = "$v" ] || fail "staged kubeadm is $got, want $v: the upgrader image carries another bundle"
-got=$("$k/kubelet" --version) || fail "staged $k/kubelet does not run"
-[ "$got" = "Kubernetes $v" ] || fail "staged kubelet is '$got', want $v: the upgrader image carries another bundle"
-"$k/kubectl" version --client 2>/dev/null | grep -qxF "Client Version: $v" || fail "staged kubectl is not $v: the upgrader image carries another bundle"
-for p in "$@"; do
+s=$(dirname -- "$k")
+for p in "$k/kubeadm" "$k/kubelet" "$k/kubectl" "$@"; do
   if [ -d "$p" ]; then
     [ -n "$(ls -A "$p")" ] || fail "staged $p is empty"
   else
     [ -e "$p" ] || fail "staged $p is missing"
   fi
 done
+sums=${UPGRADEKIT_BUNDLE_SHA256SUMS:-}
+if [ -z "$sums" ]; then
+  echo "bundle: WARNING: no checksums given: nothing staged is verified before it runs as root" >&2
+else
+  cd "$s"
+  printf '%s\n' "$sums" | sha256sum --check --strict --quiet - >&2 || fail "staged files do not match their checksums: the upgrader image is not the bundle the checksums describe"
+  listed=$(printf '%s\n' "$sums" | cut -c67-)
+  for p in "$k/kubeadm" "$k/kubelet" "$k/kubectl" "$@"; do
+    r=${p#"$s"/}
+    odd=$(find "$r" ! -type f ! -type d -print)
+    [ -z "$odd" ] || fail "staged $odd is not a regular file or directory"
+    unlisted=$(find "$r" -type f -print | while IFS= read -r f; do printf '%s\n' "$listed" | grep -qxF -- "$f" || printf '%s\n' "$f"; done)
+    [ -z "$unlisted" ] || fail "staged $unlisted has no checksum"
+  done
+  echo "bundle: staged files match their checksums"
+fi
+got=$("$k/kubeadm" version -o short) || fail "staged $k/kubeadm does not run"
+[ "$got" = "$v" ] || fail "staged kubeadm is $got, want $v: the upgrader image carries another bundle"
+got=$("$k/kubelet" --version) || fail "staged $k/kubelet does not run"
+[ "$got" = "Kubernetes $v" ] || fail "staged kubelet is '$got', want $v: the upgrader image carries another bundle"
+"$k/kubectl" version --client 2>/dev/null | grep -qxF "Client Version: $v" || fail "staged kubectl is not $v: the upgrader image carries another bundle"
 echo "bundle: $v staged"`
 	// $1 kubeadm, $2 kubelet, $3 kubectl, $4 version, $5 node, $6 role.
 	// The kubelet version is read from the Node object, i.e. what the
@@ -541,14 +596,18 @@ func (b builder) steps() []nodeexec.Step {
 	if c.ImportImages {
 		bundle = append(bundle, b.staging("images"))
 	}
-	add(nodeexec.Step{
+	bundleStep := nodeexec.Step{
 		Name:       StepBundle,
 		Argv:       nodeexec.ShellArgv(scriptBundle, bundle...),
 		Timeout:    time.Minute,
 		Idempotent: true,
 		// It only reads the staging directory.
 		NothingToUndo: true,
-	})
+	}
+	if len(c.Checksums) > 0 {
+		bundleStep.Env = []nodeexec.EnvVar{{Name: ChecksumsEnv, Value: FormatChecksums(c.Checksums)}}
+	}
+	add(bundleStep)
 	if c.Role == RoleFirstControlPlane && !c.SkipEtcdSnapshot {
 		add(nodeexec.Step{
 			Name: StepEtcdSnapshot,

@@ -83,7 +83,7 @@ func TestBuildRawInitContainers(t *testing.T) {
 	require.Equal(t, []string{"kubectl", "get", "nodes"}, byName["api-call"].Command)
 	require.Equal(t, "b", env(byName["api-call"], "A"))
 	require.Equal(t, []string{"/usr/bin/nsenter", "--target", "1", "--mount", "--uts", "--ipc", "--net", "--", "true"}, byName[StatusContainer].Command)
-	require.Equal(t, []string{"/bin/sh", "-c", `set -eu; rm -rf -- "$2"; mkdir -p "$2"; cp -a -- "$1"/. "$2"/`, "sh", "/upgradekit", "/var/lib/upgradekit/staging"}, byName[StageContainer].Command)
+	require.Equal(t, []string{"/bin/sh", "-c", stageScript, "sh", "/upgradekit", "/var/lib/upgradekit/staging"}, byName[StageContainer].Command)
 }
 
 // TestPrivilegesPerContainer pins the documented privilege matrix: host

@@ -115,8 +115,9 @@
 // inline content (strategy.FilesPaths; encodings base64, gzip and
 // gzip+base64 decoded here) are written first in the plan, right after
 // the bundle check, by kubeadm.NewFilesPlan: content, mode and owner,
-// backed up and verified by SHA-256, mode and owner, with a digest kept on
-// the Node (AnnotationFiles). Only paths under
+// backed up and verified by SHA-256, mode and owner, with a digest per file
+// kept on the Node (AnnotationFiles); only the files whose digest the Node
+// does not list are written. Only paths under
 // kubeadm.DefaultFilesAllowedDirs are written, never a setuid, setgid,
 // sticky or group- or world-writable mode, and the host's scripts refuse a
 // symbolic link on the way to a file or in its place. The Extension's
@@ -127,8 +128,8 @@
 // a KubeadmConfig, its template or a KubeadmControlPlane is root on the
 // node anyway (the bootstrap provider runs their commands as root when it
 // makes the next machine).
-// Inline contents travel in the upgrader pod's spec: whoever may read
-// pods in the upgrader namespace can read them.
+// The contents of the files an update writes travel in its upgrader pod's
+// spec: whoever may read pods in the upgrader namespace can read them.
 //
 // # Drain before in-place
 //

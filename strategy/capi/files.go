@@ -12,6 +12,7 @@ import (
 	"io"
 	"path"
 	"slices"
+	"strings"
 
 	"k8s.io/apimachinery/pkg/runtime"
 	bootstrapv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
@@ -21,18 +22,23 @@ import (
 	"github.com/upgradekit/upgradekit/nodeexec/kubeadm"
 )
 
-// AnnotationFiles is the Node annotation in which MachineUpdater records a
-// digest of the KubeadmConfig files it last wrote on the node and
-// verified. An update whose desired files have another digest, or a node
-// without the annotation, gets them written by the update's plan.
+// AnnotationFiles is the Node annotation in which MachineUpdater records
+// the digests of the KubeadmConfig files it last wrote on the node and
+// verified, one per file (path, mode, owner and content), comma-separated.
+// An update whose desired files have other digests, or a node without the
+// annotation, gets written by the update's plan the files whose digest the
+// annotation does not list, and only those: a file's content travels in
+// the upgrader pod only when it changes.
 const AnnotationFiles = "upgradekit.io/files"
 
 // desiredFileSet is what a desired KubeadmConfig's files ask of the node:
-// the files written in place (inline content) and their digest, "" when
-// there are none (or no KubeadmConfig).
+// the files written in place (inline content), each file's digest, and
+// the set's digest (the files' digests, comma-separated; "" when there
+// are none, or no KubeadmConfig).
 type desiredFileSet struct {
-	files  []kubeadm.File
-	digest string
+	files   []kubeadm.File
+	digests []string // per file
+	digest  string
 }
 
 // errFileNotInPlace is why a file of a KubeadmConfig is not written in
@@ -97,7 +103,6 @@ func desiredFiles(spec *bootstrapv1.KubeadmConfigSpec) desiredFileSet {
 		return desiredFileSet{}
 	}
 	var out desiredFileSet
-	sum := sha256.New()
 	for _, f := range spec.Files {
 		kf, err := kubeadmFile(f)
 		if err == nil {
@@ -106,20 +111,41 @@ func desiredFiles(spec *bootstrapv1.KubeadmConfigSpec) desiredFileSet {
 		if err != nil {
 			continue
 		}
+		// Per file what the set digest once was for the whole set: a node
+		// annotated by an earlier version with one file keeps it applied.
+		sum := sha256.Sum256(fmt.Appendf(nil, "%s\x00%s\x00%s\x00%x\n", kf.Path, kf.Permissions, kf.Owner, sha256.Sum256(kf.Content)))
 		out.files = append(out.files, kf)
-		fmt.Fprintf(sum, "%s\x00%s\x00%s\x00%x\n", kf.Path, kf.Permissions, kf.Owner, sha256.Sum256(kf.Content))
+		out.digests = append(out.digests, hex.EncodeToString(sum[:])[:16])
 	}
-	if len(out.files) > 0 {
-		out.digest = hex.EncodeToString(sum.Sum(nil))[:16]
+	out.digest = strings.Join(out.digests, ",")
+	return out
+}
+
+// changedSince returns the files whose digest applied (the node's
+// AnnotationFiles) does not list: those the node does not have yet.
+func (s desiredFileSet) changedSince(applied string) []kubeadm.File {
+	have := strings.Split(applied, ",")
+	var out []kubeadm.File
+	for i, f := range s.files {
+		if !slices.Contains(have, s.digests[i]) {
+			out = append(out, f)
+		}
 	}
 	return out
 }
 
-// withFiles puts the files steps into plan right after its bundle check
+// withFiles puts the steps that write the files the node does not have
+// (applied is its AnnotationFiles) into plan right after its bundle check
 // (before anything else changes: a file may be what a restarted kubelet
-// reads), with their backups under the plan's own backup directory.
-func withFiles(plan nodeexec.Plan, files desiredFileSet) (nodeexec.Plan, error) {
-	fp, err := kubeadm.NewFilesPlan(kubeadm.FilesConfig{PlanName: plan.Name, Node: plan.Node, Files: files.files,
+// reads), with their backups under the plan's own backup directory. Files
+// the node has are left out: their content never travels in the upgrader
+// pod again. With none left, plan is returned as it is.
+func withFiles(plan nodeexec.Plan, files desiredFileSet, applied string) (nodeexec.Plan, error) {
+	changed := files.changedSince(applied)
+	if len(changed) == 0 {
+		return plan, nil
+	}
+	fp, err := kubeadm.NewFilesPlan(kubeadm.FilesConfig{PlanName: plan.Name, Node: plan.Node, Files: changed,
 		BackupDir: path.Join(kubeadm.DefaultBackupRoot, plan.Name, "files")})
 	if err != nil {
 		return nodeexec.Plan{}, err

@@ -223,9 +223,10 @@ type UpdateRecord struct {
 	// and verifies on a control plane node ("" otherwise); once the update
 	// is done it is kept on the Node as AnnotationControlPlaneConfig.
 	ControlPlaneConfig string `json:"controlPlaneConfig,omitempty"`
-	// Files is the digest of the desired KubeadmConfig files this update
-	// writes and verifies ("" for none); once the update is done it is
-	// kept on the Node as AnnotationFiles.
+	// Files are the digests of the desired KubeadmConfig files, one per
+	// file, comma-separated ("" for none); this update writes and verifies
+	// those the Node's AnnotationFiles does not list, and once it is done
+	// they are kept there.
 	Files string `json:"files,omitempty"`
 	// Attempt counts the retries of this update asked for with
 	// AnnotationRetry (0: the first attempt). Each attempt runs its plan

@@ -1110,7 +1110,7 @@ func (u *MachineUpdater) buildPod(st *call, rec *UpdateRecord, from string) (*co
 		}
 	}
 	if rec.Files != "" {
-		if plan, err = withFiles(plan, st.files); err != nil {
+		if plan, err = withFiles(plan, st.files, st.node.Annotations[AnnotationFiles]); err != nil {
 			return nil, failedAs(FailurePlanRejected, "node %s: files: %v", node, err), false
 		}
 	}

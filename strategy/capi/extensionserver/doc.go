@@ -6,7 +6,8 @@
 // few lines, alone or in its controller-runtime manager:
 //
 //	ext, err := extensionserver.New(mgr.GetClient(),
-//		extensionserver.WithUpgraderImage("registry.example/upgradekit-upgrader:v1.31.1"),
+//		extensionserver.WithUpgraderImage("registry.example/upgradekit-upgrader@sha256:<digest>"),
+//		extensionserver.WithBundleChecksumsDir("/etc/upgradekit/bundle-checksums"),
 //		extensionserver.WithEventRecorder(mgr.GetEventRecorder("upgradekit")))
 //	if err != nil {
 //		return err
@@ -21,7 +22,14 @@
 //     Kubernetes version (WithCategories narrows it), the kubelet's extra
 //     arguments, the control plane's static pod configuration and the
 //     KubeadmConfig's inline files; with capi.ControlPlaneSkewCheck, and,
-//     with WithUpgraderImages, a decline for a version that has no bundle;
+//     with WithUpgraderImages, a decline for a version that has no bundle,
+//     and one for a version that has no bundle checksums;
+//   - what runs as root on the nodes is pinned: upgrader images by digest
+//     (AllowMutableUpgraderImages accepts tags), and each plan's bundle
+//     step verifies the target version's SHA-256 checksums
+//     (WithBundleChecksums, WithBundleChecksumsDir) on the node before it
+//     runs anything staged (WithoutBundleChecksums skips that); both
+//     opt-outs are logged as warnings;
 //   - UpdateMachine checks every request against the live Machine, drains
 //     the node, runs the kubeadm plan in an upgrader pod built from the
 //     image of the target version, staged from the image's /staging

@@ -42,7 +42,8 @@ func TestEmbedInAManager(t *testing.T) {
 	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{Scheme: env.Scheme, Metrics: metricsserver.Options{BindAddress: "0"}})
 	require.NoError(t, err)
 	ext, err := extensionserver.New(mgr.GetClient(),
-		extensionserver.WithUpgraderImage("registry.example/upgradekit-upgrader:v1.31.1"),
+		extensionserver.WithUpgraderImage("registry.example/upgradekit-upgrader@"+digestA),
+		extensionserver.WithoutBundleChecksums(),
 		extensionserver.WithServing("127.0.0.1", port, dir),
 		extensionserver.WithEventRecorder(mgr.GetEventRecorder("upgradekit")),
 		metrics(t))

@@ -3,6 +3,7 @@ package extensionserver_test
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -49,7 +50,11 @@ func ExampleNew() {
 			return err
 		}
 		ext, err := extensionserver.New(mgr.GetClient(),
-			extensionserver.WithUpgraderImage("registry.example/upgradekit-upgrader:v1.31.1"),
+			// By digest: a tag could be moved to other content.
+			extensionserver.WithUpgraderImage("registry.example/upgradekit-upgrader@sha256:"+strings.Repeat("0", 64)),
+			// The SHA256SUMS of each version's bundle, from the release
+			// process (a mounted ConfigMap), never from the image.
+			extensionserver.WithBundleChecksumsDir("/etc/upgradekit/bundle-checksums"),
 			extensionserver.WithEventRecorder(mgr.GetEventRecorder("upgradekit")))
 		if err != nil {
 			return err

@@ -48,6 +48,13 @@ type config struct {
 	gates            []strategy.Gate
 	extensionOptions []capi.ExtensionOption
 	updaterOptions   []capi.MachineUpdaterOption
+
+	// Supply chain of the upgrader pods (supplychain.go).
+	allowMutableImages bool
+	checksums          ChecksumsByVersion
+	checksumsSet       bool
+	checksumsDir       string
+	withoutChecksums   bool
 }
 
 // The defaults, which fit the upgrader image examples/upgrader builds (its
@@ -236,12 +243,17 @@ func DecideOnly() Option { return func(c *config) { c.decideOnly = true } }
 
 // WithUpgraderImage sets the image of every upgrader pod: a bundle with the
 // target version's kubeadm, kubelet and kubectl under the stage directory
-// (WithStageFrom). Set it or WithUpgraderImages, not both.
+// (WithStageFrom). Set it or WithUpgraderImages, not both. The reference
+// must name the image by digest ("registry.example/upgrader@sha256:<64
+// hex>", a tag before the digest allowed) unless
+// AllowMutableUpgraderImages: a tag can be moved to other content after
+// the extension was configured.
 func WithUpgraderImage(image string) Option { return func(c *config) { c.image = image } }
 
 // WithUpgraderImages sets the upgrader image per Kubernetes version: each
 // update runs its target version's bundle, and a version change to a
 // version not listed is declined at CanUpdate* (capi.WithUpgraderImages).
+// Every image must be named by digest, as for WithUpgraderImage.
 func WithUpgraderImages(images capi.ImagesByVersion) Option {
 	return func(c *config) {
 		c.images = make(capi.ImagesByVersion, len(images))

@@ -76,6 +76,9 @@ func New(mgmt client.Reader, opts ...Option) (*Server, error) {
 		}
 	}
 	s := &Server{cfg: cfg}
+	if err := s.cfg.loadChecksums(); err != nil {
+		return nil, err
+	}
 	if s.handlers, err = s.buildHandlers(mgmt); err != nil {
 		return nil, err
 	}
@@ -177,6 +180,9 @@ func (c *config) validate() error {
 		}
 	case strings.TrimSpace(c.image) == "":
 		return invalid("WithUpgraderImage", "required (or WithUpgraderImages, or DecideOnly)")
+	}
+	if err := c.validateSupplyChain(); err != nil {
+		return err
 	}
 	switch c.mode {
 	case nodepod.ModeInitContainers:
@@ -298,15 +304,17 @@ func (s *Server) PodOptions() []nodepod.Option {
 }
 
 // PlanConfig adjusts each node's kubeadm plan as UpdateMachine does: the
-// steps of WithSkipSteps are left out, a skip MachineUpdater already
-// decided (no etcd snapshot when etcd is external) is kept, and the checks
-// of WithIgnorePreflightErrors are ignored. The staging
+// target version's bundle checksums are set and required (unless
+// WithoutBundleChecksums), the steps of WithSkipSteps are left out, a skip
+// MachineUpdater already decided (no etcd snapshot when etcd is external)
+// is kept, and the checks of WithIgnorePreflightErrors are ignored. The staging
 // directory stays kubeadm.DefaultStagingDir, where the stage container puts
 // the binaries. A nil Server or Config changes nothing.
 func (s *Server) PlanConfig(c *kubeadm.Config) {
 	if s == nil || c == nil {
 		return
 	}
+	s.cfg.planChecksums(c)
 	for _, step := range s.cfg.skip {
 		switch step {
 		case kubeadm.StepContainerd:
@@ -361,6 +369,9 @@ func (s *Server) buildHandlers(mgmt client.Reader) ([]server.ExtensionHandler, e
 		extOpts = append(extOpts, capi.WithUpgraderImages(c.images))
 	}
 	checks := slices.Clone(c.checks)
+	if chk := c.checksumsCheck(); chk != nil {
+		checks = append(checks, chk)
+	}
 	if mgmt != nil {
 		// No kubelet newer than its control plane: declined, never stranded.
 		checks = append([]capi.Check{capi.ControlPlaneSkewCheck(mgmt)}, checks...)

@@ -29,7 +29,7 @@ func metrics(t *testing.T) extensionserver.Option {
 // *OptionError naming it, matching ErrInvalidOption (and the cause, when
 // another package refused it).
 func TestValidateNamesTheOption(t *testing.T) {
-	img := extensionserver.WithUpgraderImage("registry.example/upgrader:v1.31.1")
+	img := extensionserver.WithUpgraderImage("registry.example/upgrader@" + digestA)
 	for _, tc := range []struct {
 		name   string
 		opts   []extensionserver.Option
@@ -39,7 +39,7 @@ func TestValidateNamesTheOption(t *testing.T) {
 	}{
 		{name: "no image", opts: nil, option: "WithUpgraderImage", detail: "required"},
 		{name: "blank image", opts: []extensionserver.Option{extensionserver.WithUpgraderImage("  ")}, option: "WithUpgraderImage", detail: "required"},
-		{name: "both image forms", opts: []extensionserver.Option{img, extensionserver.WithUpgraderImages(capi.ImagesByVersion{"v1.31.1": "r/u:v1.31.1"})},
+		{name: "both image forms", opts: []extensionserver.Option{img, extensionserver.WithUpgraderImages(capi.ImagesByVersion{"v1.31.1": "r/u@" + digestA})},
 			option: "WithUpgraderImage", detail: "set one"},
 		{name: "image map with a bad version", opts: []extensionserver.Option{extensionserver.WithUpgraderImages(capi.ImagesByVersion{"1.31": "r/u"})},
 			option: "WithUpgraderImages", cause: capi.ErrInvalidOption},
@@ -78,6 +78,8 @@ func TestValidateNamesTheOption(t *testing.T) {
 			cause: nodepod.ErrInvalidOptions},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			// Unverified bundles: the checksum options have their own test.
+			tc.opts = append([]extensionserver.Option{extensionserver.WithoutBundleChecksums()}, tc.opts...)
 			err := extensionserver.Validate(tc.opts...)
 			require.Error(t, err)
 			require.ErrorIs(t, err, extensionserver.ErrInvalidOption)
@@ -105,13 +107,14 @@ func TestDecideOnly(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []string{"upgradekit-can-update-machine", "upgradekit-can-update-machineset"}, names(s))
 
-	_, err = extensionserver.New(nil, extensionserver.WithUpgraderImage("r/u:v1"), metrics(t))
+	_, err = extensionserver.New(nil, extensionserver.WithUpgraderImage("r/u@"+digestA), extensionserver.WithoutBundleChecksums(), metrics(t))
 	var oe *extensionserver.OptionError
 	require.ErrorAs(t, err, &oe)
 	require.Equal(t, "New", oe.Option)
 	require.Contains(t, err.Error(), "nil management cluster reader")
 
-	s, err = extensionserver.New(fakeclient.NewClientBuilder().Build(), extensionserver.WithUpgraderImage("r/u:v1"), extensionserver.WithHandlerPrefix("acme"), metrics(t))
+	s, err = extensionserver.New(fakeclient.NewClientBuilder().Build(), extensionserver.WithUpgraderImage("r/u@"+digestA), extensionserver.WithoutBundleChecksums(),
+		extensionserver.WithHandlerPrefix("acme"), metrics(t))
 	require.NoError(t, err)
 	require.Equal(t, []string{"acme-can-update-machine", "acme-can-update-machineset", "acme-update-machine"}, names(s))
 }
@@ -131,7 +134,8 @@ func names(s *extensionserver.Server) []string {
 func TestPodAndPlan(t *testing.T) {
 	mgmt := fakeclient.NewClientBuilder().Build()
 	s, err := extensionserver.New(mgmt, metrics(t),
-		extensionserver.WithUpgraderImages(capi.ImagesByVersion{"v1.32.0": "r/u:v1.32.0", "v1.31.1": "r/u:v1.31.1"}),
+		extensionserver.WithUpgraderImages(capi.ImagesByVersion{"v1.32.0": "r/u@" + digestB, "v1.31.1": "r/u@" + digestA}),
+		extensionserver.WithBundleChecksums(extensionserver.ChecksumsByVersion{"v1.31.1": kubernetesSums, "v1.32.0": kubernetesSums}),
 		extensionserver.WithSkipSteps(kubeadm.StepContainerd, kubeadm.StepCNIPlugins),
 		extensionserver.WithIgnorePreflightErrors("SystemVerification"),
 		extensionserver.WithUpgraderNamespace("ops"))
@@ -143,6 +147,8 @@ func TestPodAndPlan(t *testing.T) {
 		require.True(t, c.SkipCNIPlugins)
 		require.True(t, c.SkipEtcdSnapshot, "a skip already decided stays")
 		require.Equal(t, []string{"SystemVerification"}, c.IgnorePreflightErrors)
+		require.True(t, c.RequireChecksums)
+		require.Equal(t, kubernetesSums, c.Checksums, "the target version's checksums")
 		return c
 	}())
 	require.NoError(t, err)
@@ -155,7 +161,7 @@ func TestPodAndPlan(t *testing.T) {
 		commands = append(commands, strings.Join(c.Command, " "))
 	}
 	for _, img := range images {
-		require.Equal(t, "r/u:v1.31.1", img)
+		require.Equal(t, "r/u@"+digestA, img)
 	}
 	require.Contains(t, strings.Join(commands, "\n"), "/upgrader run")
 	require.Contains(t, strings.Join(commands, "\n"), extensionserver.DefaultStageFrom)

@@ -38,7 +38,7 @@ func TestReadAndPredictAgainstAPIServer(t *testing.T) {
 	c, ctx := env.Client, t.Context()
 	require.NoError(t, capitest.ProvisionedCluster{Name: "small", Version: "v1.31.4", WorkerVersion: "v1.30.4", ControlPlane: 3, ControlPlaneSurge: 1,
 		Workers: map[string]int{"md-a": 3, "md-b": 2}, Nodes: true}.Create(ctx, c))
-	srv, err := extensionserver.New(c, extensionserver.WithUpgraderImage("registry.example/upgrader:any"))
+	srv, err := extensionserver.New(c, extensionserver.AllowMutableUpgraderImages(), extensionserver.WithoutBundleChecksums(), extensionserver.WithUpgraderImage("registry.example/upgrader:any"))
 	require.NoError(t, err)
 
 	snap, err := preview.Read(ctx, c, client.ObjectKey{Namespace: "default", Name: "small"})
@@ -156,7 +156,7 @@ func TestAThousandMachines(t *testing.T) {
 	groups := map[string]int{"md-0": 250, "md-1": 250, "md-2": 250, "md-3": 250}
 	require.NoError(t, capitest.ProvisionedCluster{Name: "big", Version: "v1.31.4", WorkerVersion: "v1.30.4", ControlPlane: 3, Workers: groups, Nodes: true}.Create(ctx, c))
 	t.Logf("created 1,003 machines with their KubeadmConfigs, infrastructure machines and Nodes in %s", time.Since(start).Round(time.Millisecond))
-	srv, err := extensionserver.New(c, extensionserver.WithUpgraderImage("registry.example/upgrader:any"))
+	srv, err := extensionserver.New(c, extensionserver.AllowMutableUpgraderImages(), extensionserver.WithoutBundleChecksums(), extensionserver.WithUpgraderImage("registry.example/upgrader:any"))
 	require.NoError(t, err)
 
 	var change []*unstructured.Unstructured
@@ -213,7 +213,7 @@ func TestTopologyVersionAndChecks(t *testing.T) {
 	snap, err := preview.Read(ctx, c, client.ObjectKey{Namespace: "default", Name: "topo"})
 	require.NoError(t, err)
 	images := capi.ImagesByVersion{"v1.32.0": "registry.example/upgrader:v1.32.0"}
-	srv, err := extensionserver.New(c, extensionserver.WithUpgraderImages(images))
+	srv, err := extensionserver.New(c, extensionserver.AllowMutableUpgraderImages(), extensionserver.WithoutBundleChecksums(), extensionserver.WithUpgraderImages(images))
 	require.NoError(t, err)
 
 	bumped := cluster.DeepCopy()

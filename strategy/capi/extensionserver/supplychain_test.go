@@ -1,0 +1,245 @@
+package extensionserver_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/funcr"
+	"github.com/stretchr/testify/require"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/utils/ptr"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	runtimehooksv1 "sigs.k8s.io/cluster-api/api/runtime/hooks/v1alpha1"
+	fakeclient "sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	"github.com/upgradekit/upgradekit/nodeexec/kubeadm"
+	"github.com/upgradekit/upgradekit/strategy/capi"
+	"github.com/upgradekit/upgradekit/strategy/capi/extensionserver"
+)
+
+var (
+	digestA = "sha256:" + strings.Repeat("a", 64)
+	digestB = "sha256:" + strings.Repeat("b", 64)
+	// kubernetesSums cover a worker's plan without containerd and CNI.
+	kubernetesSums = map[string]string{
+		kubeadm.StagedKubeadm: strings.Repeat("1", 64), kubeadm.StagedKubelet: strings.Repeat("2", 64), kubeadm.StagedKubectl: strings.Repeat("3", 64),
+	}
+)
+
+// logSink records what a logr.Logger logs.
+type logSink struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (l *logSink) logger() logr.Logger {
+	return funcr.New(func(prefix, args string) {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		l.lines = append(l.lines, args)
+	}, funcr.Options{})
+}
+
+func (l *logSink) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return strings.Join(l.lines, "\n")
+}
+
+// TestUpgraderImagesByDigest: an upgrader image reference without a digest
+// is refused by Validate and New (ErrInvalidOption, naming the option),
+// unless AllowMutableUpgraderImages, which New logs. It failed before the
+// fix: any string was accepted.
+func TestUpgraderImagesByDigest(t *testing.T) {
+	unverified := extensionserver.WithoutBundleChecksums()
+	for _, tc := range []struct {
+		name   string
+		opt    extensionserver.Option
+		option string // "" when accepted
+	}{
+		{"a tag", extensionserver.WithUpgraderImage("registry.example/upgrader:v1.31.1"), "WithUpgraderImage"},
+		{"latest", extensionserver.WithUpgraderImage("registry.example/upgrader:latest"), "WithUpgraderImage"},
+		{"no tag", extensionserver.WithUpgraderImage("registry.example/upgrader"), "WithUpgraderImage"},
+		{"a short digest", extensionserver.WithUpgraderImage("registry.example/upgrader@sha256:abc"), "WithUpgraderImage"},
+		{"an uppercase digest", extensionserver.WithUpgraderImage("registry.example/upgrader@sha256:" + strings.Repeat("A", 64)), "WithUpgraderImage"},
+		{"a digest and then more", extensionserver.WithUpgraderImage("registry.example/upgrader@" + digestA + ":v1"), "WithUpgraderImage"},
+		{"one tag in a map", extensionserver.WithUpgraderImages(capi.ImagesByVersion{"v1.31.1": "r/u@" + digestA, "v1.32.0": "r/u:v1.32.0"}), "WithUpgraderImages"},
+		{"a digest", extensionserver.WithUpgraderImage("registry.example/upgrader@" + digestA), ""},
+		{"a tag and a digest", extensionserver.WithUpgraderImage("registry.example:5000/upgrader:v1.31.1@" + digestA), ""},
+		{"digests in a map", extensionserver.WithUpgraderImages(capi.ImagesByVersion{"v1.31.1": "r/u@" + digestA, "v1.32.0": "r/u@" + digestB}), ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := extensionserver.Validate(tc.opt, unverified)
+			_, errNew := extensionserver.New(fakeclient.NewClientBuilder().Build(), tc.opt, unverified, metrics(t))
+			if tc.option == "" {
+				require.NoError(t, err)
+				require.NoError(t, errNew)
+				return
+			}
+			for _, err := range []error{err, errNew} {
+				require.ErrorIs(t, err, extensionserver.ErrInvalidOption)
+				var oe *extensionserver.OptionError
+				require.ErrorAs(t, err, &oe)
+				require.Equal(t, tc.option, oe.Option)
+				require.Contains(t, oe.Detail, "is not pinned by digest")
+			}
+			// The explicit opt-out accepts it, and says so in the log.
+			var log logSink
+			require.NoError(t, extensionserver.Validate(tc.opt, unverified, extensionserver.AllowMutableUpgraderImages()))
+			_, err = extensionserver.New(fakeclient.NewClientBuilder().Build(), tc.opt, unverified, extensionserver.AllowMutableUpgraderImages(),
+				extensionserver.WithLogger(log.logger()), metrics(t))
+			require.NoError(t, err)
+			require.Contains(t, log.String(), "upgrader images are not required to be pinned by digest (AllowMutableUpgraderImages)")
+		})
+	}
+}
+
+// TestBundleChecksumsOptions: the extension refuses to run bundles it
+// cannot verify unless told to (WithoutBundleChecksums, logged); the
+// checksums are checked when given, read from a directory of SHA256SUMS
+// files (a mounted ConfigMap) by New, and each plan gets its target
+// version's, required. It failed before the fix: there were no checksums.
+func TestBundleChecksumsOptions(t *testing.T) {
+	img := extensionserver.WithUpgraderImage("r/u@" + digestA)
+	for _, tc := range []struct {
+		name   string
+		opts   []extensionserver.Option
+		option string
+		detail string
+		cause  error
+	}{
+		{"none", []extensionserver.Option{img}, "WithBundleChecksums", "required", nil},
+		{"two", []extensionserver.Option{img, extensionserver.WithoutBundleChecksums(), extensionserver.WithBundleChecksumsDir("/etc/sums")}, "WithBundleChecksums", "set one", nil},
+		{"no version", []extensionserver.Option{img, extensionserver.WithBundleChecksums(nil)}, "WithBundleChecksums", "no version", nil},
+		{"not a version", []extensionserver.Option{img, extensionserver.WithBundleChecksums(extensionserver.ChecksumsByVersion{"1.31.1": kubernetesSums})},
+			"WithBundleChecksums", `version "1.31.1" is not a version`, nil},
+		{"a version without checksums", []extensionserver.Option{img, extensionserver.WithBundleChecksums(extensionserver.ChecksumsByVersion{"v1.31.1": {}})},
+			"WithBundleChecksums", "v1.31.1 has no checksum", nil},
+		{"a bad checksum", []extensionserver.Option{img, extensionserver.WithBundleChecksums(extensionserver.ChecksumsByVersion{"v1.31.1": {"kubernetes/kubeadm": "ABC"}})},
+			"WithBundleChecksums", "version v1.31.1", kubeadm.ErrInvalidConfig},
+		{"a path out of staging", []extensionserver.Option{img, extensionserver.WithBundleChecksums(extensionserver.ChecksumsByVersion{"v1.31.1": {"../usr/bin/kubeadm": strings.Repeat("1", 64)}})},
+			"WithBundleChecksums", "version v1.31.1", kubeadm.ErrInvalidConfig},
+		{"an image version without checksums", []extensionserver.Option{
+			extensionserver.WithUpgraderImages(capi.ImagesByVersion{"v1.31.1": "r/u@" + digestA, "v1.32.0": "r/u@" + digestB}),
+			extensionserver.WithBundleChecksums(extensionserver.ChecksumsByVersion{"v1.31.1": kubernetesSums})},
+			"WithBundleChecksums", "upgrader image version v1.32.0 has no checksums", nil},
+		{"a relative directory", []extensionserver.Option{img, extensionserver.WithBundleChecksumsDir("sums")}, "WithBundleChecksumsDir", `"sums" is not an absolute path`, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, err := range []error{
+				extensionserver.Validate(tc.opts...),
+				func() error {
+					_, err := extensionserver.New(fakeclient.NewClientBuilder().Build(), append(tc.opts, metrics(t))...)
+					return err
+				}(),
+			} {
+				require.ErrorIs(t, err, extensionserver.ErrInvalidOption)
+				var oe *extensionserver.OptionError
+				require.ErrorAs(t, err, &oe)
+				require.Equal(t, tc.option, oe.Option)
+				require.Contains(t, oe.Detail, tc.detail)
+				if tc.cause != nil {
+					require.ErrorIs(t, err, tc.cause)
+				}
+			}
+		})
+	}
+
+	t.Run("from a directory", func(t *testing.T) {
+		dir := t.TempDir()
+		require.NoError(t, os.WriteFile(filepath.Join(dir, "v1.31.1"), []byte(kubeadm.FormatChecksums(kubernetesSums)), 0o644))
+		require.NoError(t, os.Mkdir(filepath.Join(dir, "..2026_11_27"), 0o755)) // a ConfigMap mount's
+		require.NoError(t, os.WriteFile(filepath.Join(dir, "README"), []byte("not a version"), 0o644))
+		mgmt := fakeclient.NewClientBuilder().Build()
+		s, err := extensionserver.New(mgmt, img, extensionserver.WithBundleChecksumsDir(dir), metrics(t))
+		require.NoError(t, err)
+		c := kubeadm.Config{Node: "n", Role: kubeadm.RoleWorker, FromVersion: "v1.30.4", ToVersion: "v1.31.1", SkipContainerd: true, SkipCNIPlugins: true}
+		s.PlanConfig(&c)
+		require.True(t, c.RequireChecksums)
+		require.Equal(t, kubernetesSums, c.Checksums)
+		p, err := kubeadm.NewPlan(c)
+		require.NoError(t, err)
+		require.Equal(t, kubeadm.StepBundle, p.Steps[0].Name)
+		require.Equal(t, kubeadm.ChecksumsEnv, p.Steps[0].Env[0].Name)
+		require.Equal(t, kubeadm.FormatChecksums(kubernetesSums), p.Steps[0].Env[0].Value, "the plan carries the checksums to the node")
+
+		// A version without checksums cannot be planned: the update fails
+		// before the node is touched.
+		c = kubeadm.Config{Node: "n", Role: kubeadm.RoleWorker, FromVersion: "v1.31.1", ToVersion: "v1.32.0"}
+		s.PlanConfig(&c)
+		_, err = kubeadm.NewPlan(c)
+		require.ErrorIs(t, err, kubeadm.ErrInvalidConfig)
+		require.ErrorContains(t, err, "checksums: ")
+
+		// New reads the files: a bad one, or a missing image version, fails.
+		require.NoError(t, os.WriteFile(filepath.Join(dir, "v1.32.0"), []byte("not sha256sum output\n"), 0o644))
+		_, err = extensionserver.New(mgmt, img, extensionserver.WithBundleChecksumsDir(dir), metrics(t))
+		require.ErrorIs(t, err, kubeadm.ErrInvalidConfig)
+		require.ErrorContains(t, err, "WithBundleChecksumsDir: file v1.32.0")
+		require.NoError(t, os.Remove(filepath.Join(dir, "v1.32.0")))
+		_, err = extensionserver.New(mgmt, extensionserver.WithUpgraderImages(capi.ImagesByVersion{"v1.31.1": "r/u@" + digestA, "v1.32.0": "r/u@" + digestB}),
+			extensionserver.WithBundleChecksumsDir(dir), metrics(t))
+		require.ErrorContains(t, err, "upgrader image version v1.32.0 has no checksums")
+		_, err = extensionserver.New(mgmt, img, extensionserver.WithBundleChecksumsDir(filepath.Join(dir, "missing")), metrics(t))
+		require.ErrorIs(t, err, extensionserver.ErrInvalidOption)
+	})
+
+	t.Run("the opt-out is logged and requires nothing", func(t *testing.T) {
+		var log logSink
+		s, err := extensionserver.New(fakeclient.NewClientBuilder().Build(), img, extensionserver.WithoutBundleChecksums(), extensionserver.WithLogger(log.logger()), metrics(t))
+		require.NoError(t, err)
+		require.Contains(t, log.String(), "upgrader bundles are not verified (WithoutBundleChecksums)")
+		c := kubeadm.Config{Node: "n", Role: kubeadm.RoleWorker, FromVersion: "v1.30.4", ToVersion: "v1.31.1"}
+		s.PlanConfig(&c)
+		require.False(t, c.RequireChecksums)
+		require.Empty(t, c.Checksums)
+	})
+}
+
+// TestVersionWithoutChecksumsIsDeclined: CanUpdateMachine declines a
+// version change to a version that has no bundle checksums (its update
+// could not verify its bundle), and accepts one that has them.
+func TestVersionWithoutChecksumsIsDeclined(t *testing.T) {
+	scheme := runtime.NewScheme()
+	require.NoError(t, clusterv1.AddToScheme(scheme))
+	machine := func(v string) clusterv1.Machine {
+		return clusterv1.Machine{ObjectMeta: metav1.ObjectMeta{Name: "m", Namespace: "default"}, Spec: clusterv1.MachineSpec{
+			ClusterName: "demo", Version: v, ProviderID: "test://m",
+			Bootstrap:         clusterv1.Bootstrap{DataSecretName: ptr.To("m-bootstrap")},
+			InfrastructureRef: clusterv1.ContractVersionedObjectReference{APIGroup: "infrastructure.cluster.x-k8s.io", Kind: "TestMachine", Name: "m"},
+		}}
+	}
+	live := machine("v1.30.4")
+	mgmt := fakeclient.NewClientBuilder().WithScheme(scheme).WithObjects(&live).Build()
+	s, err := extensionserver.New(mgmt, extensionserver.WithUpgraderImage("r/u@"+digestA),
+		extensionserver.WithBundleChecksums(extensionserver.ChecksumsByVersion{"v1.31.1": kubernetesSums}), metrics(t))
+	require.NoError(t, err)
+	var can func(context.Context, *runtimehooksv1.CanUpdateMachineRequest, *runtimehooksv1.CanUpdateMachineResponse)
+	for _, h := range s.Handlers() {
+		if h.Name == "upgradekit-can-update-machine" {
+			can = h.HandlerFunc.(func(context.Context, *runtimehooksv1.CanUpdateMachineRequest, *runtimehooksv1.CanUpdateMachineResponse))
+		}
+	}
+	require.NotNil(t, can)
+	infra := runtime.RawExtension{Raw: []byte(`{"kind":"TestMachine","spec":{"image":"node:v1"}}`)}
+	ask := func(to string) *runtimehooksv1.CanUpdateMachineResponse {
+		var resp runtimehooksv1.CanUpdateMachineResponse
+		can(t.Context(), &runtimehooksv1.CanUpdateMachineRequest{
+			Current: runtimehooksv1.CanUpdateMachineRequestObjects{Machine: machine("v1.30.4"), InfrastructureMachine: infra},
+			Desired: runtimehooksv1.CanUpdateMachineRequestObjects{Machine: machine(to), InfrastructureMachine: infra},
+		}, &resp)
+		require.Equal(t, runtimehooksv1.ResponseStatusSuccess, resp.Status, resp.Message)
+		return &resp
+	}
+	resp := ask("v1.31.1")
+	require.True(t, resp.MachinePatch.IsDefined(), "accepted: %s", resp.Message)
+	resp = ask("v1.31.2")
+	require.False(t, resp.MachinePatch.IsDefined(), "declined: %s", resp.Message)
+	require.Contains(t, resp.Message, "no upgrader bundle checksums for v1.31.2 (have: v1.31.1)")
+}
