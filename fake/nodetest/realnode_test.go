@@ -5,6 +5,8 @@ package nodetest_test
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -189,15 +191,20 @@ func TestUpgradeAClusterInPlace(t *testing.T) {
 	require.NoError(t, err)
 
 	t.Run("first control plane", func(t *testing.T) {
-		require.NoError(t, cp.StageBundle(c.to, nodetest.StageOptions{Etcdctl: true, Containerd: true, CNIPlugins: true, Images: c.to.ControlPlaneImages()}))
-		plan, err := kubeadm.NewPlan(kubeadm.Config{Node: cp.Name, Role: kubeadm.RoleFirstControlPlane, FromVersion: c.from.Version, ToVersion: c.to.Version,
-			IgnorePreflightErrors: []string{"SystemVerification"}, ImportImages: true, RollbackOnFailure: true})
+		stage := nodetest.StageOptions{Etcdctl: true, Containerd: true, CNIPlugins: true, Images: c.to.ControlPlaneImages()}
+		sums, err := cp.StageBundle(c.to, stage)
 		require.NoError(t, err)
+		plan, err := kubeadm.NewPlan(kubeadm.Config{Node: cp.Name, Role: kubeadm.RoleFirstControlPlane, FromVersion: c.from.Version, ToVersion: c.to.Version,
+			IgnorePreflightErrors: []string{"SystemVerification"}, ImportImages: true, Checksums: sums, RequireChecksums: true, RollbackOnFailure: true})
+		require.NoError(t, err)
+		before := nodetest.FakeNode{Name: cp.Name, Role: kubeadm.RoleFirstControlPlane, FromVersion: c.from.Version, ToVersion: c.to.Version,
+			ContainerdVersion: containerdVersion(ctx, t, cp), Bundle: nodetest.BundleOf(stage)}
 		containerdStarts, kubeletStarts := cp.Starts("containerd"), cp.Starts("kubelet")
 		journal := t.TempDir()
 		start := time.Now()
 		runKilledThenResumed(ctx, t, cp, c.upgrader, plan, journal, kubeadm.StepKubeadmUpgrade, 20*time.Second)
 		t.Logf("first control plane %s -> %s in %s: %s", c.from.Version, c.to.Version, time.Since(start).Round(time.Second), stepTimes(t, journal, plan.Name))
+		fidelity(ctx, t, "first-control-plane", cp, before, plan, journal)
 
 		requireVersion(ctx, t, cp, cp, c.to.Version)
 		for pod, image := range map[string]string{
@@ -230,16 +237,26 @@ func TestUpgradeAClusterInPlace(t *testing.T) {
 	}
 
 	t.Run("worker: a failing step is rolled back", func(t *testing.T) {
-		require.NoError(t, w.StageBundle(c.to, nodetest.StageOptions{Containerd: true, CNIPlugins: true}))
-		// A containerd that does not stay up: the step restores the old one
-		// and fails (three attempts), the plan rolls back.
-		require.NoError(t, w.WriteFile(kubeadm.DefaultStagingDir+"/containerd/usr/bin/containerd", []byte("#!/bin/sh\nsleep 1\nexit 1\n"), 0o755))
-		plan, err := kubeadm.NewPlan(kubeadm.Config{PlanName: "worker-broken-containerd", Node: w.Name, Role: kubeadm.RoleWorker,
-			FromVersion: c.from.Version, ToVersion: c.to.Version, IgnorePreflightErrors: []string{"SystemVerification"}, RollbackOnFailure: true})
+		stage := nodetest.StageOptions{Containerd: true, CNIPlugins: true}
+		sums, err := w.StageBundle(c.to, stage)
 		require.NoError(t, err)
-		run, err := w.RunUpgrader(ctx, c.upgrader, "run", plan, t.TempDir())
+		// A containerd that does not stay up (its checksum is the one the
+		// operator's records would give it): the step restores the old one
+		// and fails (three attempts), the plan rolls back.
+		require.NoError(t, w.WriteFile(kubeadm.DefaultStagingDir+"/containerd/usr/bin/containerd", []byte(nodetest.CrashingContainerd), 0o755))
+		crashing := sha256.Sum256([]byte(nodetest.CrashingContainerd))
+		sums["containerd/usr/bin/containerd"] = hex.EncodeToString(crashing[:])
+		plan, err := kubeadm.NewPlan(kubeadm.Config{PlanName: "worker-broken-containerd", Node: w.Name, Role: kubeadm.RoleWorker,
+			FromVersion: c.from.Version, ToVersion: c.to.Version, IgnorePreflightErrors: []string{"SystemVerification"},
+			Checksums: sums, RequireChecksums: true, RollbackOnFailure: true})
+		require.NoError(t, err)
+		before := nodetest.FakeNode{Name: w.Name, Role: kubeadm.RoleWorker, FromVersion: c.from.Version, ToVersion: c.to.Version,
+			ClusterVersion: c.to.Version, ContainerdVersion: containerdVersion(ctx, t, w), Bundle: nodetest.BundleOf(stage), ContainerdCrashes: true}
+		journal := t.TempDir()
+		run, err := w.RunUpgrader(ctx, c.upgrader, "run", plan, journal)
 		require.NoError(t, err)
 		require.Equal(t, 4, run.ExitCode, "RolledBack:\n%s", run.Output)
+		fidelity(ctx, t, "worker-broken-containerd", w, before, plan, journal)
 		_, err = w.Run(ctx, "systemctl", "is-active", "--quiet", "containerd")
 		require.NoError(t, err, "containerd runs again")
 		host, err := os.ReadFile("/usr/bin/containerd")
@@ -254,10 +271,17 @@ func TestUpgradeAClusterInPlace(t *testing.T) {
 	}
 
 	t.Run("worker: kubelet arguments and a file with the upgrade", func(t *testing.T) {
-		require.NoError(t, w.StageBundle(c.to, nodetest.StageOptions{Containerd: true, CNIPlugins: true}))
-		plan, err := kubeadm.NewPlan(kubeadm.Config{Node: w.Name, Role: kubeadm.RoleWorker, FromVersion: c.from.Version, ToVersion: c.to.Version,
-			IgnorePreflightErrors: []string{"SystemVerification"}, RollbackOnFailure: true})
+		stage := nodetest.StageOptions{Containerd: true, CNIPlugins: true}
+		sums, err := w.StageBundle(c.to, stage)
 		require.NoError(t, err)
+		plan, err := kubeadm.NewPlan(kubeadm.Config{Node: w.Name, Role: kubeadm.RoleWorker, FromVersion: c.from.Version, ToVersion: c.to.Version,
+			IgnorePreflightErrors: []string{"SystemVerification"}, Checksums: sums, RequireChecksums: true, RollbackOnFailure: true})
+		require.NoError(t, err)
+		flags, err := os.ReadFile(w.Path(kubeadm.DefaultKubeadmFlagsFile))
+		require.NoError(t, err)
+		before := nodetest.FakeNode{Name: w.Name, Role: kubeadm.RoleWorker, FromVersion: c.from.Version, ToVersion: c.to.Version,
+			ClusterVersion: c.to.Version, ContainerdVersion: containerdVersion(ctx, t, w), Bundle: nodetest.BundleOf(stage),
+			Files: map[string]string{kubeadm.DefaultKubeadmFlagsFile: string(flags)}}
 		// As MachineUpdater composes them: the files after the bundle
 		// check, the kubelet's extra arguments at the end.
 		files, err := kubeadm.NewFilesPlan(kubeadm.FilesConfig{PlanName: plan.Name, Node: w.Name, BackupDir: kubeadm.DefaultBackupRoot + "/" + plan.Name + "/files",
@@ -274,6 +298,7 @@ func TestUpgradeAClusterInPlace(t *testing.T) {
 		runKilledThenResumed(ctx, t, w, c.upgrader, plan, journal, kubeadm.StepKubelet, time.Second)
 		t.Logf("worker %s -> %s in %s: %s", c.from.Version, c.to.Version, time.Since(start).Round(time.Second), stepTimes(t, journal, plan.Name))
 
+		fidelity(ctx, t, "worker-files-kubelet-args", w, before, plan, journal, "/etc/sysctl.d/99-upgradekit.conf", kubeadm.DefaultKubeadmFlagsFile)
 		requireVersion(ctx, t, w, cp, c.to.Version)
 		data, err := os.ReadFile(w.Path("/etc/sysctl.d/99-upgradekit.conf"))
 		require.NoError(t, err)
@@ -290,6 +315,40 @@ func TestUpgradeAClusterInPlace(t *testing.T) {
 	t.Run("worker: the upgrader pod on the real kubelet", func(t *testing.T) {
 		upgradeByPod(ctx, t, c, w2)
 	})
+}
+
+// containerdVersion is the node's containerd version as `containerd
+// --version` prints it (its third field).
+func containerdVersion(ctx context.Context, t *testing.T, n *nodetest.Node) string {
+	t.Helper()
+	out, err := n.Run(ctx, "containerd", "--version")
+	require.NoError(t, err)
+	f := strings.Fields(out)
+	require.GreaterOrEqual(t, len(f), 3, "containerd --version: %q", out)
+	return f[2]
+}
+
+// fidelity runs the plan the real node just ran on a fake.Host set up as
+// the node was before (before), and fails on every difference, step by
+// step and in the end state, so the fake cannot drift from the real node.
+// With UPGRADEKIT_RECORD_REAL=1 the real run is also written to
+// testdata/real/<scenario>.json, which `go test ./fake/nodetest/` replays
+// on the fake without root.
+func fidelity(ctx context.Context, t *testing.T, scenario string, n *nodetest.Node, before nodetest.FakeNode, plan nodeexec.Plan, journal string, files ...string) {
+	t.Helper()
+	real, err := nodetest.ObserveReal(ctx, n, filepath.Join(journal, nodeexec.JournalFileName(plan.Name)), files...)
+	require.NoError(t, err)
+	recorded, err := nodetest.RecordReal(nodetest.RecordingsDir, nodetest.Recording{Scenario: scenario,
+		Source: "make e2e-node, " + time.Now().UTC().Format("2006-01-02"), Node: before, Plan: plan, Real: real})
+	require.NoError(t, err)
+	if recorded {
+		t.Logf("recorded %s in %s", scenario, nodetest.RecordingsDir)
+	}
+	res, err := nodetest.FakeRun(ctx, before, plan, testr.New(t))
+	require.NoError(t, err)
+	for _, d := range nodetest.CompareWithFake(real, res) {
+		t.Errorf("%s: the fake differs from the real node: %s", scenario, d)
+	}
 }
 
 // upgradeByPod runs the worker plan as the privileged upgrader pod

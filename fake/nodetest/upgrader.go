@@ -2,6 +2,8 @@ package nodetest
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -74,21 +76,32 @@ func bundleFiles(to Assets, o StageOptions, dir string) (map[string]string, erro
 
 // StageBundle fills the node's kubeadm.DefaultStagingDir as the upgrader
 // pod's stage container would from the upgrader image, with to's binaries.
-func (n *Node) StageBundle(to Assets, o StageOptions) error {
+// It returns the SHA-256 of every staged file by its path under the
+// staging directory, as kubeadm.Config.Checksums takes them (in a real
+// deployment they come from the operator's release records, not from the
+// bundle).
+func (n *Node) StageBundle(to Assets, o StageOptions) (map[string]string, error) {
 	dir := kubeadm.DefaultStagingDir
 	if err := os.RemoveAll(n.Path(dir)); err != nil {
-		return err
+		return nil, err
 	}
 	files, err := bundleFiles(to, o, filepath.Join(n.dir, "disk"))
 	if err != nil {
-		return err
+		return nil, err
 	}
+	sums := make(map[string]string, len(files))
 	for rel, src := range files {
-		if err := n.CopyFile(src, dir+"/"+rel, 0o755); err != nil {
-			return err
+		data, err := os.ReadFile(src)
+		if err != nil {
+			return nil, err
 		}
+		if err := n.WriteFile(dir+"/"+rel, data, 0o755); err != nil {
+			return nil, err
+		}
+		sum := sha256.Sum256(data)
+		sums[rel] = hex.EncodeToString(sum[:])
 	}
-	return nil
+	return sums, nil
 }
 
 // UpgraderImage is the image examples/upgrader's Dockerfile builds (its

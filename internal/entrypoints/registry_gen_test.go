@@ -22,9 +22,10 @@ var update = flag.Bool("update", false, "rewrite zz_registry_test.go from the pa
 
 // scanned are the packages whose exported API is called with hostile
 // input: the library and the fake package users build tests on.
-// fake/envtest and fake/capitest are not: their entry points start
-// kube-apiserver, etcd and Cluster API's managers, or run the go command;
-// their argument checks are tested in their own packages.
+// fake/envtest, fake/capitest and fake/nodetest are not: their entry
+// points start kube-apiserver, etcd, Cluster API's managers or real nodes
+// (network namespaces, mounts, containerd), or run the go command; their
+// argument checks are tested in their own packages.
 var scanned = []struct{ dir, alias string }{
 	{"diff", "diff"},
 	{"drift", "drift"},

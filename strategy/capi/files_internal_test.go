@@ -24,7 +24,7 @@ func TestDesiredFilesOnlyThoseItMayWrite(t *testing.T) {
 	got := desiredFiles(spec)
 	require.Equal(t, []kubeadm.File{{Path: "/etc/kubernetes/audit-policy.yaml", Content: []byte("rules: []")}}, got.files)
 	require.NotEmpty(t, got.digest)
-	_, err := withFiles(planForFilesTest(t), got)
+	_, err := withFiles(planForFilesTest(t), got, "")
 	require.NoError(t, err)
 }
 
