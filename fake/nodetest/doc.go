@@ -34,7 +34,8 @@
 //   - systemd: PID 1 of this machine is not systemd, so the node's
 //     /usr/bin/systemctl is a stand-in (internal/systemctl) that asks the
 //     harness's supervisor. It knows restart, start, stop, is-active,
-//     is-enabled, daemon-reload and reset-failed for two units,
+//     is-enabled, show -p MainPID/ActiveState, daemon-reload and
+//     reset-failed for two units,
 //     containerd and kubelet (the kubelet's command line built as
 //     kubeadm's 10-kubeadm.conf drop-in builds it); no unit files, no
 //     dependencies, no journald, and stopping a unit signals its main

@@ -273,6 +273,7 @@ type Difference struct {
 	Real, Fake string
 }
 
+// String says what differs, and how on each side.
 func (d Difference) String() string {
 	n := d.What
 	if d.Name != "" {
