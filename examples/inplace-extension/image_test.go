@@ -119,7 +119,7 @@ func rootfs(t *testing.T, tools dockerfile.Stage) []string {
 
 func TestReadUpgraderImage(t *testing.T) {
 	img := readUpgraderImage(t)
-	require.Equal(t, map[string]bool{"/upgrader": true, "/bin/busybox": true, "/bin/nsenter": true, "/bin/sh": true, "/bin/cp": true, "/bin/mkdir": true}, img.files)
+	require.Equal(t, map[string]bool{"/upgrader": true, "/bin/busybox": true, "/bin/nsenter": true, "/bin/sh": true, "/bin/cp": true, "/bin/mkdir": true, "/bin/rm": true}, img.files)
 	require.Equal(t, map[string]bool{"/staging": true}, img.dirs)
 	for name, want := range map[string]string{"/upgrader": "/upgrader", "nsenter": "/bin/nsenter", "/bin/sh": "/bin/sh"} {
 		got, ok := img.lookPath(name)
