@@ -64,8 +64,8 @@ func TestOnlyChangedFilesTravel(t *testing.T) {
 		return out.String()
 	}
 	b64 := func(s string) string { return base64.StdEncoding.EncodeToString([]byte(s)) }
-	fileA := bootstrapv1.File{Path: "/etc/example/alpha.yaml", Content: alpha, Permissions: "0600"}
-	fileB := bootstrapv1.File{Path: "/etc/example/bravo.conf", Content: bravo}
+	fileA := bootstrapv1.File{Path: "/etc/kubernetes/example/alpha.yaml", Content: alpha, Permissions: "0600"}
+	fileB := bootstrapv1.File{Path: "/etc/kubernetes/example/bravo.conf", Content: bravo}
 
 	// The files are new to the node: both travel, and are written.
 	pods := update(t, from, fileA, fileB)
