@@ -347,6 +347,10 @@ type Staging struct {
 	Kubernetes string
 	// Containerd stages containerd/usr/local/bin/containerd.
 	Containerd string
+	// ContainerdCrashes makes the staged containerd one that reports its
+	// version (and migrates a configuration, for 2.x) but exits as soon
+	// as its unit starts it: a bad build.
+	ContainerdCrashes bool
 	// CNI stages cni-plugins/opt/cni/bin/loopback.
 	CNI string
 }
@@ -371,6 +375,9 @@ func (h *Host) Stage(s Staging) {
 	}
 	if s.Containerd != "" {
 		h.files[path.Join(dir, "containerd", ContainerdPath)] = binary(Containerd, s.Containerd)
+		if s.ContainerdCrashes {
+			h.files[path.Join(dir, "containerd", ContainerdPath)] += " " + crashesOnStart
+		}
 	}
 	if s.CNI != "" {
 		h.files[path.Join(dir, "cni-plugins", CNIPluginPath)] = binary(CNI, s.CNI)

@@ -292,3 +292,47 @@ func TestLearnsEveryLibraryScript(t *testing.T) {
 	}
 	require.Len(t, kinds, int(scriptBundle), "every script kind was found in the library's plan")
 }
+
+// TestContainerdConfigMigration: the containerd step rewrites containerd's
+// configuration exactly when it installs a containerd 2.x (or newer) over
+// a file older than version 3, and a failed start puts the old file back,
+// as the real script does (nodeexec/kubeadm's
+// TestContainerdConfigMigrationForReal, and real nodes in fake/nodetest).
+func TestContainerdConfigMigration(t *testing.T) {
+	const conf, v2 = kubeadm.DefaultContainerdConfig, "version = 2\nroot = \"/var/lib/containerd\"\n"
+	for _, tc := range []struct {
+		name, staged, before string
+		crashes              bool
+		migrated             bool
+	}{
+		{name: "2.x over version 2", staged: "2.0.5", before: v2, migrated: true},
+		{name: "2.x over a file without a version", staged: "v2.4.2", before: "root = \"/x\"\n", migrated: true},
+		{name: "2.x over version 3", staged: "2.0.5", before: "version = 3\n"},
+		{name: "1.7 over version 2", staged: "1.7.28", before: v2},
+		{name: "an indented version line is not a version line", staged: "2.0.5", before: "  version = 3\n", migrated: true},
+		{name: "2.x that crashes on start", staged: "v2.4.2", before: v2, crashes: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h, err := NewHost("n1", RoleWorker, from)
+			require.NoError(t, err)
+			h.WriteFile(conf, tc.before)
+			h.Stage(Staging{Kubernetes: to, Containerd: tc.staged, ContainerdCrashes: tc.crashes, CNI: "v1.7.1"})
+			// Later steps may fail (this host has no cluster); only a
+			// crash rolls back, so the containerd step's result stays.
+			out, _ := runPlan(t, h, kubeadm.RoleWorker, func(c *kubeadm.Config) { c.RollbackOnFailure = tc.crashes })
+			if tc.crashes {
+				require.Equal(t, nodeexec.PlanRolledBack, out.State)
+				require.Equal(t, DefaultContainerdVersion, h.RunningVersion(Containerd), "the old containerd runs again")
+			} else {
+				require.Equal(t, tc.staged, h.RunningVersion(Containerd), "the containerd step succeeded")
+			}
+			got, ok := h.File(conf)
+			require.True(t, ok)
+			if tc.migrated {
+				require.True(t, strings.HasPrefix(got, "version = 3\n"), "migrated: %q", got)
+				return
+			}
+			require.Equal(t, tc.before, got)
+		})
+	}
+}

@@ -28,7 +28,8 @@ const (
 	scriptWriteFile
 	scriptBackupEtcKubernetes
 	scriptVerify
-	scriptInstallTreeRestart
+	scriptInstallContainerdRestart
+	scriptBackupContainerd
 	scriptReplaceBinaryRestart
 	scriptBundle
 )
@@ -49,8 +50,9 @@ func knownScripts() map[string]scriptKind {
 			return kubeadm.NewPlan(kubeadm.Config{Node: "learn", Role: kubeadm.RoleFirstControlPlane, FromVersion: "v1.30.0", ToVersion: "v1.31.0"})
 		},
 			src{kubeadm.StepEtcdSnapshot, runArgv, scriptEtcdSnapshot},
-			src{kubeadm.StepContainerd, runArgv, scriptInstallTreeRestart},
-			src{kubeadm.StepContainerd, backupArgv, scriptBackupTree},
+			src{kubeadm.StepContainerd, runArgv, scriptInstallContainerdRestart},
+			src{kubeadm.StepContainerd, backupArgv, scriptBackupContainerd},
+			src{kubeadm.StepCNIPlugins, backupArgv, scriptBackupTree},
 			src{kubeadm.StepContainerd, rollbackArgv, scriptRestoreTreeRestart},
 			src{kubeadm.StepCNIPlugins, runArgv, scriptInstallTree},
 			src{kubeadm.StepCNIPlugins, rollbackArgv, scriptRestoreTree},
@@ -107,7 +109,7 @@ func (h *Host) script(ctx context.Context, k scriptKind, args []string, env map[
 		scriptEtcdSnapshot: 4, scriptInstallTree: 1, scriptBackupTree: 2, scriptRestoreTree: 1,
 		scriptRestoreTreeRestart: 2, scriptInstallFile: 2, scriptBackupFile: 2,
 		scriptWriteFile: 1, scriptBackupEtcKubernetes: 3, scriptVerify: 6,
-		scriptInstallTreeRestart: 3, scriptReplaceBinaryRestart: 4,
+		scriptInstallContainerdRestart: 4, scriptBackupContainerd: 3, scriptReplaceBinaryRestart: 4,
 	}[k]
 	if k == scriptBundle {
 		return h.bundle(args)
@@ -128,13 +130,19 @@ func (h *Host) script(ctx context.Context, k scriptKind, args []string, env map[
 		return h.startUnit(ctx, args[1])
 	case scriptVerify:
 		return h.verify(ctx, args)
-	case scriptInstallTreeRestart:
-		// Install, restart; if the unit does not start, restore and
-		// restart again before failing (the unit never stays down).
+	case scriptInstallContainerdRestart:
+		// Install, migrate the configuration for a new major version,
+		// restart; if either fails, restore and restart again before
+		// failing (the unit never stays down).
 		if code, out := h.locked(func() (int, string) { return h.copyTree(args[0], "/") }); code != 0 {
 			return code, out
 		}
-		code, out := h.startUnit(ctx, args[2])
+		code, out := h.locked(func() (int, string) { return h.migrateContainerdConfig(args[0], args[3]) })
+		if code == 0 {
+			var start string
+			code, start = h.startUnit(ctx, args[2])
+			out = strings.TrimPrefix(out+"\n"+start, "\n")
+		}
 		if code == 0 {
 			return 0, out
 		}
@@ -189,6 +197,17 @@ func (h *Host) script(ctx context.Context, k scriptKind, args []string, env map[
 			return h.copyTree(args[0], "/")
 		case scriptBackupTree:
 			return h.backupTree(args[0], args[1])
+		case scriptBackupContainerd:
+			if code, out := h.backupTree(args[0], args[1]); code != 0 {
+				return code, out
+			}
+			conf := path.Clean(args[2])
+			if content, ok := h.files[conf]; ok {
+				if _, carried := h.files[path.Join(path.Clean(args[0]), conf)]; !carried {
+					h.files[path.Join(path.Clean(args[1]), conf)] = content
+				}
+			}
+			return 0, ""
 		case scriptRestoreTree:
 			return h.restoreTree(args[0])
 		case scriptInstallFile, scriptBackupFile:
@@ -258,6 +277,60 @@ func (h *Host) backupTree(src, dst string) (int, string) {
 	}
 	h.files[dst+".added"] = list
 	return 0, ""
+}
+
+// migrateContainerdConfig does what the containerd step's script does
+// after the install: when the tree at tree installed a containerd of major
+// version 2 or newer and conf exists, is not carried by the tree and
+// declares a version below 3 (none counts as 1), conf is rewritten. The
+// simulated containerd has no configuration format: the new content is
+// "version = 3" and a comment naming the old version, not what a real
+// containerd's `config migrate` writes (real nodes check that).
+func (h *Host) migrateContainerdConfig(tree, conf string) (int, string) {
+	tree, conf = path.Clean(tree), path.Clean(conf)
+	old, ok := h.files[conf]
+	if !ok {
+		return 0, ""
+	}
+	if _, carried := h.files[path.Join(tree, conf)]; carried {
+		return 0, ""
+	}
+	var bin string
+	for _, f := range h.under(tree) { // sorted, like the script's find | sort
+		if strings.HasSuffix(f, "/bin/containerd") {
+			bin = strings.TrimPrefix(f, tree)
+			break
+		}
+	}
+	if bin == "" {
+		return 0, ""
+	}
+	_, v, ok := binaryVersion(h.files[bin])
+	if !ok {
+		return 0, ""
+	}
+	major, err := strconv.Atoi(strings.SplitN(strings.TrimPrefix(v, "v"), ".", 2)[0])
+	if err != nil || major < 2 {
+		return 0, ""
+	}
+	cv := 1
+	for _, line := range strings.Split(old, "\n") {
+		if !strings.HasPrefix(line, "version") {
+			continue // the script reads a version line at the start of a line only
+		}
+		f := strings.Fields(strings.ReplaceAll(line, "=", " = "))
+		if len(f) >= 3 && f[0] == "version" && f[1] == "=" {
+			if n, err := strconv.Atoi(f[2]); err == nil {
+				cv = n
+			}
+			break
+		}
+	}
+	if cv >= 3 {
+		return 0, ""
+	}
+	h.files[conf] = fmt.Sprintf("version = 3\n# migrated by the simulated containerd %s from version %d\n", v, cv)
+	return 0, fmt.Sprintf("containerd: migrated %s from version %d for containerd %d.x", conf, cv, major)
 }
 
 // restoreTree puts saved files back and removes the ones the install added.

@@ -65,12 +65,16 @@ const DefaultKeepEtcdSnapshots = 2
 const (
 	StepEtcdSnapshot = "etcd-snapshot"
 	// StepContainerd backs up the host files the staged containerd tree
-	// replaces, installs the tree, runs systemctl daemon-reload, restarts
+	// replaces (and containerd's configuration file), installs the tree,
+	// migrates the configuration when the installed containerd is 2.x or
+	// newer and the file is in an older format (see
+	// Config.ContainerdConfig), runs systemctl daemon-reload, restarts
 	// containerd and checks it is active; if it is not, it restores the
-	// backup and restarts containerd again before failing. Its rollback
-	// restores the backup and restarts containerd. No check (the files
-	// being in place does not mean they run), idempotent (an interrupted
-	// step is run again), retried, 5 minutes per attempt.
+	// backup (configuration included) and restarts containerd again before
+	// failing. Its rollback restores the backup and restarts containerd.
+	// No check (the files being in place does not mean they run),
+	// idempotent (an interrupted step is run again; a migrated file is
+	// not migrated twice), retried, 5 minutes per attempt.
 	StepContainerd     = "containerd"
 	StepCNIPlugins     = "cni-plugins"
 	StepKubeadmBinary  = "kubeadm-binary"
@@ -110,6 +114,9 @@ const (
 // DefaultContainerdSocket is containerd's CRI socket, where the images
 // step imports.
 const DefaultContainerdSocket = "/run/containerd/containerd.sock"
+
+// DefaultContainerdConfig is containerd's configuration file.
+const DefaultContainerdConfig = "/etc/containerd/config.toml"
 
 // Config describes one node's upgrade.
 //
@@ -176,10 +183,32 @@ type Config struct {
 	// kube-apiserver, kube-controller-manager, kube-scheduler, etcd, and
 	// pause if it changes), imported with ctr through ContainerdSocket.
 	// The node must have ctr on its PATH (containerd's packages ship it).
+	//
+	// The step imports on its own node only. On the first control plane,
+	// `kubeadm upgrade apply`'s CreateJob preflight runs a Job with the
+	// target version's pause image on ANY schedulable node (workers too,
+	// before they are upgraded); on an air-gapped cluster that image must
+	// already be on every node when the target's pause version differs
+	// (v1.35's is 3.10.1, v1.36's 3.10.2), or the preflight fails after a
+	// minute with the Job's pod in ErrImagePull.
 	ImportImages bool
 	// ContainerdSocket is containerd's socket for ImportImages; default
 	// DefaultContainerdSocket.
 	ContainerdSocket string
+	// ContainerdConfig is containerd's configuration file; default
+	// DefaultContainerdConfig. The containerd step backs it up with the
+	// tree. When the staged tree installs a containerd of major version 2
+	// or newer (its `containerd --version`, the binary at usr/bin or
+	// usr/local/bin of the tree), does not carry this file itself, and the
+	// file on the node is older than version 3 of containerd's format
+	// (containerd 1.x writes version 2, or no version line for 1), the
+	// step rewrites it with the new binary's `containerd config migrate`
+	// before the restart. containerd 2.x would migrate it in memory at
+	// every start; rewriting it once makes the file say what containerd
+	// runs, and the backup is what a rollback to containerd 1.x needs (it
+	// cannot read the new format). A tree that carries this file installs
+	// it as it is, without migration.
+	ContainerdConfig string
 	// IgnorePreflightErrors names kubeadm preflight checks `kubeadm
 	// upgrade` may fail without stopping (its --ignore-preflight-errors,
 	// or the UpgradeConfiguration's apply.ignorePreflightErrors on the
@@ -230,6 +259,9 @@ func (c *Config) defaults() {
 	}
 	if c.ContainerdSocket == "" {
 		c.ContainerdSocket = DefaultContainerdSocket
+	}
+	if c.ContainerdConfig == "" {
+		c.ContainerdConfig = DefaultContainerdConfig
 	}
 	if c.PlanName == "" {
 		sum := sha256.Sum256([]byte(c.Node + "\x00" + c.ToVersion + "\x00" + string(c.Role)))
@@ -343,7 +375,7 @@ func NewPlan(cfg Config) (nodeexec.Plan, error) {
 	if msgs := validation.IsDNS1123Subdomain(cfg.Node); len(msgs) > 0 {
 		return nodeexec.Plan{}, configError("node", "%q: %s", cfg.Node, strings.Join(msgs, "; "))
 	}
-	for field, p := range map[string]string{"stagingDir": cfg.StagingDir, "backupDir": cfg.BackupDir, "binDir": cfg.BinDir, "pkiDir": cfg.PKIDir, "containerdSocket": cfg.ContainerdSocket} {
+	for field, p := range map[string]string{"stagingDir": cfg.StagingDir, "backupDir": cfg.BackupDir, "binDir": cfg.BinDir, "pkiDir": cfg.PKIDir, "containerdSocket": cfg.ContainerdSocket, "containerdConfig": cfg.ContainerdConfig} {
 		if err := absPath(field, p); err != nil {
 			return nodeexec.Plan{}, err
 		}
@@ -423,6 +455,14 @@ find . \( -type f -o -type l \) | while IFS= read -r f; do
     printf '%s\n' "$f" >> "$2.added"
   fi
 done`
+	// $1 staging tree, $2 backup dir, $3 containerd's configuration file:
+	// scriptBackupTree, plus the configuration when the tree does not
+	// carry it (the install may migrate it).
+	scriptBackupContainerd = scriptBackupTree + `
+if [ -f "$3" ] && [ ! -e "$1$3" ]; then
+  mkdir -p "$2/$(dirname "$3")"
+  cp -a -- "$3" "$2$3"
+fi`
 	// $1 backup dir: put the saved files back and remove added ones.
 	scriptRestoreTree = `set -eu
 cp -af -- "$1"/. /
@@ -484,14 +524,38 @@ ls -1td -- */"$snap" 2>/dev/null | while IFS= read -r f; do
   n=$((n + 1))
   [ "$n" -le "$4" ] || rm -f -- "$f"
 done`
-	// $1 staging tree, $2 backup dir (scriptBackupTree's), $3 unit: install
-	// the tree, restart the unit and check it stays up; if it does not, put
-	// the backup back and restart the unit again before failing, so the
-	// step never ends with the unit down.
-	scriptInstallTreeRestart = `set -u
+	// $1 staging tree, $2 backup dir (scriptBackupContainerd's), $3 unit,
+	// $4 containerd's configuration file: install the tree; migrate the
+	// configuration to the installed containerd's format when that
+	// containerd is 2.x or newer, the file is older than version 3 and the
+	// tree does not carry it; restart the unit and check it stays up. If
+	// the migration fails or the unit does not stay up, put the backup
+	// back (configuration included) and restart again before failing, so
+	// the step never ends with the unit down.
+	scriptInstallContainerdRestart = `set -u
 up() { systemctl daemon-reload && systemctl restart "$1" && sleep 2 && systemctl is-active --quiet "$1"; }
+migrate() {
+  [ -f "$4" ] || return 0
+  [ ! -e "$1$4" ] || return 0
+  bin=$(cd "$1" && find . -type f -path '*/bin/containerd' | sort | head -n 1)
+  [ -n "$bin" ] || return 0
+  bin=/${bin#./}
+  major=$("$bin" --version 2>/dev/null | sed -n 's/^containerd [^ ]* v\{0,1\}\([0-9][0-9]*\)\..*/\1/p')
+  [ -n "$major" ] && [ "$major" -ge 2 ] || return 0
+  cv=$(sed -n 's/^version[[:space:]]*=[[:space:]]*\([0-9][0-9]*\).*/\1/p' "$4" | head -n 1)
+  [ "${cv:-1}" -lt 3 ] || return 0
+  cp -p -- "$4" "$4.upgradekit-new" &&
+    "$bin" --config "$4" config migrate > "$4.upgradekit-new" 2>/dev/null &&
+    grep -q '^version' "$4.upgradekit-new" &&
+    mv -f -- "$4.upgradekit-new" "$4" || {
+    rm -f -- "$4.upgradekit-new"
+    echo "containerd: $bin could not migrate $4" >&2
+    return 1
+  }
+  echo "containerd: migrated $4 from version ${cv:-1} for containerd $major.x"
+}
 cp -af -- "$1"/. / || exit 1
-if up "$3"; then exit 0; fi
+if migrate "$@" && up "$3"; then exit 0; fi
 echo "$3 did not stay up after the install; restoring $2" >&2
 cp -af -- "$2"/. /
 if [ -f "$2.added" ]; then
@@ -620,32 +684,33 @@ func (b builder) steps() []nodeexec.Step {
 			NothingToUndo: true,
 		})
 	}
-	// tree installs a rootfs tree from staging; with a unit it restarts
-	// the unit in the same step (scriptInstallTreeRestart).
-	tree := func(name, dir, unit string) {
-		st := nodeexec.Step{
-			Name:       name,
-			Argv:       nodeexec.ShellArgv(scriptInstallTree, b.staging(dir)),
-			Backup:     nodeexec.ShellArgv(scriptBackupTree, b.staging(dir), b.backup(dir)),
-			Rollback:   nodeexec.ShellArgv(scriptRestoreTree, b.backup(dir)),
-			Timeout:    5 * time.Minute,
-			Idempotent: true,
-		}
-		if unit != "" {
-			st.Argv = nodeexec.ShellArgv(scriptInstallTreeRestart, b.staging(dir), b.backup(dir), unit)
-			st.Rollback = nodeexec.ShellArgv(scriptRestoreTree+"\n"+`systemctl daemon-reload
+	if !c.SkipContainerd {
+		// containerd's tree, its configuration migrated for a new major
+		// version, restarted in the same step (scriptInstallContainerdRestart).
+		tree, bak := b.staging("containerd"), b.backup("containerd")
+		add(nodeexec.Step{
+			Name:   StepContainerd,
+			Argv:   nodeexec.ShellArgv(scriptInstallContainerdRestart, tree, bak, "containerd", c.ContainerdConfig),
+			Backup: nodeexec.ShellArgv(scriptBackupContainerd, tree, bak, c.ContainerdConfig),
+			Rollback: nodeexec.ShellArgv(scriptRestoreTree+"\n"+`systemctl daemon-reload
 systemctl restart "$2"
 sleep 2
-systemctl is-active --quiet "$2"`, b.backup(dir), unit)
-			st.Retry = retry
-		}
-		add(st)
-	}
-	if !c.SkipContainerd {
-		tree(StepContainerd, "containerd", "containerd")
+systemctl is-active --quiet "$2"`, bak, "containerd"),
+			Timeout:    5 * time.Minute,
+			Retry:      retry,
+			Idempotent: true,
+		})
 	}
 	if !c.SkipCNIPlugins {
-		tree(StepCNIPlugins, "cni-plugins", "")
+		tree, bak := b.staging("cni-plugins"), b.backup("cni-plugins")
+		add(nodeexec.Step{
+			Name:       StepCNIPlugins,
+			Argv:       nodeexec.ShellArgv(scriptInstallTree, tree),
+			Backup:     nodeexec.ShellArgv(scriptBackupTree, tree, bak),
+			Rollback:   nodeexec.ShellArgv(scriptRestoreTree, bak),
+			Timeout:    5 * time.Minute,
+			Idempotent: true,
+		})
 	}
 	binary := func(name, file string) nodeexec.Step {
 		src, dst, bak := b.staging("kubernetes", file), b.bin(file), b.backup("bin", file)

@@ -372,6 +372,129 @@ func TestTreeInstallBackupRestoreForReal(t *testing.T) {
 	}
 }
 
+// containerdStandIn is a shell script that answers like containerd
+// `--version` does with version, and `--config F config migrate` by
+// printing a version 3 configuration that names F (or failing, with
+// migrateFails). With broken in it, the fake systemctl fails to start it.
+func containerdStandIn(version string, migrateFails, broken bool) string {
+	s := "#!/bin/sh\n"
+	if broken {
+		s += "# broken\n"
+	}
+	s += `case "$*" in
+--version) echo "containerd github.com/containerd/containerd` + map[bool]string{true: "/v2", false: ""}[strings.HasPrefix(version, "v2")] + ` ` + version + ` abc" ;;
+*"config migrate"*)`
+	if migrateFails {
+		s += ` echo "containerd: cannot migrate" >&2; exit 1 ;;`
+	} else {
+		s += ` printf 'version = 3\n# migrated from %s\n' "$2" ;;`
+	}
+	return s + "\nesac\n"
+}
+
+// TestContainerdConfigMigrationForReal runs the containerd step's scripts
+// on this machine with a containerd stand-in: containerd's configuration
+// is migrated exactly when a containerd 2.x (or newer) is installed over a
+// file older than version 3 that the tree does not carry; it is put back
+// with the old containerd when the new one does not start, when the
+// migration fails, and by the rollback (containerd 1.x cannot read the
+// new format).
+func TestContainerdConfigMigrationForReal(t *testing.T) {
+	const v2conf = "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\"]\n  sandbox_image = \"registry.k8s.io/pause:3.10\"\n"
+	old := containerdStandIn("1.6.20~ds1", false, false)
+	for _, tc := range []struct {
+		name       string
+		newBinary  string
+		conf       string // "" = no configuration file on the host
+		treeConf   string // a configuration the tree carries
+		exit       int
+		wantBinary string
+		migrated   bool
+	}{
+		{name: "containerd 2.x over a version 2 file", newBinary: containerdStandIn("v2.4.2", false, false), conf: v2conf, migrated: true},
+		{name: "containerd 2.x over a file without a version (version 1)", newBinary: containerdStandIn("v2.4.2", false, false), conf: "root = \"/var/lib/containerd\"\n", migrated: true},
+		{name: "containerd 2.x over a version 3 file", newBinary: containerdStandIn("v2.4.2", false, false), conf: "version = 3\n"},
+		{name: "containerd 1.7 over a version 2 file", newBinary: containerdStandIn("1.7.28", false, false), conf: v2conf},
+		{name: "containerd 2.x without a configuration file", newBinary: containerdStandIn("v2.4.2", false, false)},
+		{name: "the tree carries the configuration", newBinary: containerdStandIn("v2.4.2", false, false), conf: v2conf, treeConf: "version = 3\n# from the bundle\n"},
+		{name: "containerd 2.x that does not start", newBinary: containerdStandIn("v2.4.2", false, true), conf: v2conf, exit: 1, wantBinary: old},
+		{name: "containerd 2.x that cannot migrate", newBinary: containerdStandIn("v2.4.2", true, false), conf: v2conf, exit: 1, wantBinary: old},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			// Stand-ins for /usr/bin (the script looks for .../bin/containerd
+			// in the tree) and /etc/containerd.
+			hostBin, hostEtc := filepath.Join(t.TempDir(), "bin"), t.TempDir()
+			require.NoError(t, os.Mkdir(hostBin, 0o755))
+			stage, backup := t.TempDir(), t.TempDir()
+			binTree := filepath.Join(stage, "containerd", hostBin)
+			require.NoError(t, os.MkdirAll(binTree, 0o755))
+			require.NoError(t, os.WriteFile(filepath.Join(binTree, "containerd"), []byte(tc.newBinary), 0o755))
+			require.NoError(t, os.WriteFile(filepath.Join(hostBin, "containerd"), []byte(old), 0o755))
+			conf := filepath.Join(hostEtc, "config.toml")
+			if tc.conf != "" {
+				require.NoError(t, os.WriteFile(conf, []byte(tc.conf), 0o600))
+			}
+			if tc.treeConf != "" {
+				etcTree := filepath.Join(stage, "containerd", hostEtc)
+				require.NoError(t, os.MkdirAll(etcTree, 0o755))
+				require.NoError(t, os.WriteFile(filepath.Join(etcTree, "config.toml"), []byte(tc.treeConf), 0o644))
+			}
+			sd := newFakeSystemd(t, filepath.Join(hostBin, "containerd"))
+			p, err := NewPlan(Config{PlanName: "ctrd", Node: "n1", Role: RoleWorker, FromVersion: "v1.36.3", ToVersion: "v1.37.2",
+				StagingDir: stage, BackupDir: backup, SkipCNIPlugins: true, ContainerdConfig: conf})
+			require.NoError(t, err)
+			s := step(t, p, StepContainerd)
+			read := func(p string) string {
+				b, err := os.ReadFile(p)
+				if err != nil {
+					return "<missing>"
+				}
+				return string(b)
+			}
+
+			code, out := sd.run(t, s.Backup)
+			require.Equal(t, 0, code, out)
+			code, out = sd.run(t, s.Argv)
+			require.Equal(t, tc.exit, code, out)
+			require.True(t, sd.active(t), "containerd runs when the step ends: %v", sd.calls(t))
+			want := map[bool]string{true: tc.wantBinary, false: tc.newBinary}[tc.wantBinary != ""]
+			require.Equal(t, want, read(filepath.Join(hostBin, "containerd")))
+			switch {
+			case tc.conf == "":
+				require.Equal(t, "<missing>", read(conf))
+			case tc.exit != 0:
+				require.Equal(t, tc.conf, read(conf), "the old containerd gets its own configuration back")
+				return
+			case tc.treeConf != "":
+				require.Equal(t, tc.treeConf, read(conf), "a configuration the bundle carries is installed as it is")
+			case tc.migrated:
+				require.Equal(t, "version = 3\n# migrated from "+conf+"\n", read(conf))
+				require.Contains(t, out, "migrated "+conf)
+				info, err := os.Stat(conf)
+				require.NoError(t, err)
+				require.Equal(t, os.FileMode(0o600), info.Mode().Perm(), "the file keeps its mode")
+			default:
+				require.Equal(t, tc.conf, read(conf), "nothing to migrate")
+			}
+			_, err = os.Stat(conf + ".upgradekit-new")
+			require.True(t, os.IsNotExist(err), "no temporary file is left")
+
+			// A second run (an interrupted step run again) migrates nothing twice.
+			code, out = sd.run(t, s.Argv)
+			require.Equal(t, 0, code, out)
+			require.NotContains(t, out, "migrated")
+
+			code, out = sd.run(t, s.Rollback)
+			require.Equal(t, 0, code, out)
+			require.Equal(t, old, read(filepath.Join(hostBin, "containerd")))
+			if tc.conf != "" {
+				require.Equal(t, tc.conf, read(conf), "the rollback puts the old configuration back")
+			}
+			require.True(t, sd.active(t))
+		})
+	}
+}
+
 // TestKubeletStepForReal runs the kubelet step's scripts on this machine
 // with a fake systemctl: the kubelet is replaced and restarted in one
 // step, is never left stopped, and a kubelet that does not start is put
