@@ -15,8 +15,11 @@ MODULES := $(shell find . -name go.mod -not -path './.git/*' -printf '%h\n' | so
 
 # The Kubernetes versions the real-node scenarios (fake/nodetest) run: the
 # newest minor Cluster API v1.14 supports and the next.
-NODE_FROM ?= v1.36.3
-NODE_TO ?= v1.37.2
+# The real-node upgrades (FROM>TO, comma-separated): the last minor pair
+# Cluster API v1.14 supports and the newest one.
+NODE_UPGRADES ?= v1.35.4>v1.36.3,v1.36.3>v1.37.2
+NODE_VERSIONS = $(shell printf '%s\n' '$(NODE_UPGRADES)' | tr ',>' '\n\n' | sort -u)
+CONTAINERD_VERSION ?= v2.4.2
 NODE_RUN ?= .
 
 ## envtest-assets: build (once, then cached) kube-apiserver + etcd from the Go module proxy.
@@ -58,17 +61,14 @@ e2e:
 
 ## node-assets: build (once per version, then cached) what a real kubeadm node needs, from the Go module proxy.
 node-assets:
-	@hack/node-assets.sh $(NODE_FROM) >/dev/null
-	@hack/node-assets.sh $(NODE_TO) >/dev/null
+	@for v in $(NODE_VERSIONS); do hack/node-assets.sh "$$v" >/dev/null || exit 1; done
+	@hack/containerd-assets.sh $(CONTAINERD_VERSION) >/dev/null
 
-## e2e-node: the real-node scenarios (fake/nodetest, build tag realnode): a kubeadm
-## node of containerd, kubelet and static pods in Linux namespaces, upgraded by the
-## project's upgrader. Needs root and Debian's containerd and runc.
+## e2e-node: the real-node scenarios (fake/nodetest, build tag realnode): kubeadm
+## nodes of containerd, kubelet and static pods in Linux namespaces, upgraded by the
+## project's upgrader, for each of NODE_UPGRADES. Needs root and Debian's containerd and runc.
 e2e-node:
-	@from="$$(hack/node-assets.sh $(NODE_FROM))"; \
-	to="$$(hack/node-assets.sh $(NODE_TO))"; \
-	UPGRADEKIT_NODE_ASSETS="$(NODE_FROM)=$$from,$(NODE_TO)=$$to" \
-	  go test -tags realnode -count=1 -timeout 60m -v -run '$(NODE_RUN)' ./fake/nodetest/
+	@assets=""; for v in $(NODE_VERSIONS); do 	  dir="$$(hack/node-assets.sh "$$v")" || exit 1; assets="$$assets$${assets:+,}$$v=$$dir"; 	done; 	containerd="$$(hack/containerd-assets.sh $(CONTAINERD_VERSION))" || exit 1; 	UPGRADEKIT_NODE_ASSETS="$$assets" UPGRADEKIT_NODE_UPGRADES='$(NODE_UPGRADES)' UPGRADEKIT_CONTAINERD_ASSETS="$$containerd" 	  go test -tags realnode -count=1 -timeout 90m -v -run '$(NODE_RUN)' ./fake/nodetest/
 
 ## unit: fast tests only (envtest-backed tests skip explicitly).
 unit:

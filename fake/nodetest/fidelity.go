@@ -50,8 +50,20 @@ func BundleOf(o StageOptions) Bundle {
 }
 
 // CrashingContainerd is what the real broken-containerd scenario stages in
-// place of containerd: a program that exits right after it starts.
-const CrashingContainerd = "#!/bin/sh\nsleep 1\nexit 1\n"
+// place of containerd: a program that answers `--version` as containerd
+// CrashingContainerdVersion does and `config migrate` with a version 3
+// configuration, but exits right after it starts.
+const CrashingContainerd = `#!/bin/sh
+case "$*" in
+--version) echo "containerd github.com/containerd/containerd/v2 ` + CrashingContainerdVersion + ` crashing"; exit 0 ;;
+*"config migrate"*) printf 'version = 3\n'; exit 0 ;;
+esac
+sleep 1
+exit 1
+`
+
+// CrashingContainerdVersion is the version CrashingContainerd reports.
+const CrashingContainerdVersion = "v2.4.2"
 
 // FakeNode is a real node as it was before a plan ran, for FakeRun.
 type FakeNode struct {
@@ -66,9 +78,12 @@ type FakeNode struct {
 	FromVersion string `json:"fromVersion"`
 	ToVersion   string `json:"toVersion"`
 	// ContainerdVersion is the running containerd's version ("" for
-	// fake.DefaultContainerdVersion). A staged containerd (Bundle) is the
-	// same version: the real scenarios stage the machine's own binary.
+	// fake.DefaultContainerdVersion).
 	ContainerdVersion string `json:"containerdVersion,omitempty"`
+	// StagedContainerdVersion is the version of the containerd the bundle
+	// stages (Bundle.Containerd); "" when it is the running one (the
+	// machine's own binary, staged again).
+	StagedContainerdVersion string `json:"stagedContainerdVersion,omitempty"`
 	// ClusterVersion is the Kubernetes version in kube-system/kubeadm-config
 	// before the plan ("" for FromVersion): a worker or a second control
 	// plane is upgraded after the first control plane's `kubeadm upgrade
@@ -77,7 +92,9 @@ type FakeNode struct {
 	// Bundle is what was staged besides kubeadm, kubelet and kubectl.
 	Bundle Bundle `json:"bundle"`
 	// ContainerdCrashes stages CrashingContainerd in place of containerd
-	// (only with Bundle.Containerd).
+	// (only with Bundle.Containerd); the fake stages a containerd
+	// CrashingContainerdVersion that crashes on start
+	// (fake.Staging.ContainerdCrashes).
 	ContainerdCrashes bool `json:"containerdCrashes,omitempty"`
 	// Files are host files as they were on the real node before the plan
 	// (path -> content), written over the fake host's defaults: the ones
@@ -135,6 +152,9 @@ func FakeRun(ctx context.Context, node FakeNode, plan nodeexec.Plan, log logr.Lo
 	if node.ToVersion == "" {
 		return FakeResult{}, fmt.Errorf("%w: toVersion is empty", ErrFakeRun)
 	}
+	if node.StagedContainerdVersion != "" && !node.Bundle.Containerd {
+		return FakeResult{}, fmt.Errorf("%w: stagedContainerdVersion needs bundle.containerd", ErrFakeRun)
+	}
 	if node.ContainerdCrashes && !node.Bundle.Containerd {
 		return FakeResult{}, fmt.Errorf("%w: containerdCrashes needs bundle.containerd", ErrFakeRun)
 	}
@@ -154,6 +174,12 @@ func FakeRun(ctx context.Context, node FakeNode, plan nodeexec.Plan, log logr.Lo
 	st := fake.Staging{Kubernetes: node.ToVersion}
 	if node.Bundle.Containerd {
 		st.Containerd = h.Version(fake.Containerd)
+		if node.StagedContainerdVersion != "" {
+			st.Containerd = node.StagedContainerdVersion
+		}
+		if node.ContainerdCrashes {
+			st.Containerd, st.ContainerdCrashes = CrashingContainerdVersion, true
+		}
 	}
 	if node.Bundle.CNIPlugins {
 		st.CNI = h.Version(fake.CNI)
@@ -162,9 +188,7 @@ func FakeRun(ctx context.Context, node FakeNode, plan nodeexec.Plan, log logr.Lo
 	if !node.Bundle.Etcdctl {
 		h.RemoveFile(path.Join(staging, "etcd", "etcdctl")) // fake.Stage always stages it
 	}
-	if node.ContainerdCrashes {
-		h.WriteFile(path.Join(staging, "containerd", fake.ContainerdPath), CrashingContainerd)
-	}
+
 	if node.Bundle.Images {
 		h.WriteFile(path.Join(staging, "images", "images.tar"), "image archive of "+node.ToVersion)
 	}

@@ -28,8 +28,12 @@ func recordings(t *testing.T) map[string]nodetest.Recording {
 		out[r.Scenario] = r
 	}
 	// The scenarios of realnode_test.go this test holds the fake to.
+	// One set per upgrade make e2e-node runs (NODE_UPGRADES), named by the
+	// target minor.
 	for _, s := range []string{"first-control-plane", "worker-broken-containerd", "worker-files-kubelet-args"} {
-		require.Contains(t, out, s, "recording %s/%s.json", nodetest.RecordingsDir, s)
+		for _, to := range []string{"-v1-36", "-v1-37"} {
+			require.Contains(t, out, s+to, "recording %s/%s.json", nodetest.RecordingsDir, s+to)
+		}
 	}
 	return out
 }
@@ -66,9 +70,9 @@ func TestCompareWithFakeCatchesDrift(t *testing.T) {
 		require.Empty(t, nodetest.CompareWithFake(rec.Real, res), "the unmutated recording matches")
 		return res
 	}
-	cpRes := run(t, recs["first-control-plane"])
-	brokenRes := run(t, recs["worker-broken-containerd"])
-	argsRes := run(t, recs["worker-files-kubelet-args"])
+	cpRes := run(t, recs["first-control-plane-v1-37"])
+	brokenRes := run(t, recs["worker-broken-containerd-v1-37"])
+	argsRes := run(t, recs["worker-files-kubelet-args-v1-37"])
 	step := func(j *nodeexec.Journal, name string) *nodeexec.StepRecord {
 		for i := range j.Steps {
 			if j.Steps[i].Name == name {
@@ -85,31 +89,31 @@ func TestCompareWithFakeCatchesDrift(t *testing.T) {
 		want   []nodetest.Difference
 	}{{
 		name:   "plan state",
-		rec:    "first-control-plane",
+		rec:    "first-control-plane-v1-37",
 		mutate: func(j *nodeexec.Journal, _ *nodetest.RealNode) { j.State = nodeexec.PlanNeedsAttention },
 		want:   []nodetest.Difference{{What: "plan", Name: "state", Real: "NeedsAttention", Fake: "Succeeded"}},
 	}, {
 		name:   "another plan",
-		rec:    "first-control-plane",
+		rec:    "first-control-plane-v1-37",
 		mutate: func(j *nodeexec.Journal, _ *nodetest.RealNode) { j.Fingerprint = "sha256:other" },
 		want:   []nodetest.Difference{{What: "plan", Name: "fingerprint", Real: "sha256:other", Fake: cpRes.Journal.Fingerprint}},
 	}, {
 		name: "a step only the fake ran",
-		rec:  "first-control-plane",
+		rec:  "first-control-plane-v1-37",
 		mutate: func(j *nodeexec.Journal, _ *nodetest.RealNode) {
 			j.Steps = append(j.Steps[:5:5], j.Steps[6:]...) // images
 		},
 		want: []nodetest.Difference{{What: "step", Name: kubeadm.StepImages, Fake: "Succeeded"}},
 	}, {
 		name: "a step only the real node ran",
-		rec:  "first-control-plane",
+		rec:  "first-control-plane-v1-37",
 		mutate: func(j *nodeexec.Journal, _ *nodetest.RealNode) {
 			j.Steps = append(j.Steps, nodeexec.StepRecord{Name: "extra", State: nodeexec.StepSucceeded, Attempts: 1})
 		},
 		want: []nodetest.Difference{{What: "step", Name: "extra", Real: "Succeeded"}},
 	}, {
 		name: "order",
-		rec:  "first-control-plane",
+		rec:  "first-control-plane-v1-37",
 		mutate: func(j *nodeexec.Journal, _ *nodetest.RealNode) {
 			j.Steps[2], j.Steps[3] = j.Steps[3], j.Steps[2]
 		},
@@ -118,14 +122,14 @@ func TestCompareWithFakeCatchesDrift(t *testing.T) {
 			Fake: "bundle,etcd-snapshot,containerd,cni-plugins,kubeadm-binary,images,kubeadm-config,kubeadm-upgrade,kubectl-binary,kubelet,verify"}},
 	}, {
 		name: "skipped where the fake ran the step (check semantics)",
-		rec:  "first-control-plane",
+		rec:  "first-control-plane-v1-37",
 		mutate: func(j *nodeexec.Journal, _ *nodetest.RealNode) {
 			step(j, kubeadm.StepKubeadmBinary).State = nodeexec.StepSkipped
 		},
 		want: []nodetest.Difference{{What: "state", Name: kubeadm.StepKubeadmBinary, Real: "Skipped", Fake: "Succeeded"}},
 	}, {
 		name: "exit code of the failed step",
-		rec:  "worker-broken-containerd",
+		rec:  "worker-broken-containerd-v1-37",
 		mutate: func(j *nodeexec.Journal, _ *nodetest.RealNode) {
 			step(j, kubeadm.StepContainerd).ExitCode = 2
 			j.Failure.ExitCode = 2
@@ -136,14 +140,14 @@ func TestCompareWithFakeCatchesDrift(t *testing.T) {
 		},
 	}, {
 		name: "attempts of the failed step",
-		rec:  "worker-broken-containerd",
+		rec:  "worker-broken-containerd-v1-37",
 		mutate: func(j *nodeexec.Journal, _ *nodetest.RealNode) {
 			step(j, kubeadm.StepContainerd).Attempts = 1
 		},
 		want: []nodetest.Difference{{What: "attempts", Name: kubeadm.StepContainerd, Real: "1", Fake: "3"}},
 	}, {
 		name: "failed where the fake rolled back",
-		rec:  "worker-broken-containerd",
+		rec:  "worker-broken-containerd-v1-37",
 		mutate: func(j *nodeexec.Journal, _ *nodetest.RealNode) {
 			j.State = nodeexec.PlanFailed
 			step(j, kubeadm.StepContainerd).State = nodeexec.StepFailed
@@ -154,17 +158,17 @@ func TestCompareWithFakeCatchesDrift(t *testing.T) {
 		},
 	}, {
 		name:   "version",
-		rec:    "worker-broken-containerd",
+		rec:    "worker-broken-containerd-v1-37",
 		mutate: func(_ *nodeexec.Journal, r *nodetest.RealNode) { r.Versions["containerd"] = "2.0.0" },
 		want:   []nodetest.Difference{{What: "version", Name: "containerd", Real: "2.0.0", Fake: "1.6.20~ds1"}},
 	}, {
 		name:   "unit",
-		rec:    "worker-broken-containerd",
+		rec:    "worker-broken-containerd-v1-37",
 		mutate: func(_ *nodeexec.Journal, r *nodetest.RealNode) { r.UnitsActive["containerd"] = false },
 		want:   []nodetest.Difference{{What: "unit", Name: "containerd", Real: "inactive", Fake: "active"}},
 	}, {
 		name: "file content",
-		rec:  "worker-files-kubelet-args",
+		rec:  "worker-files-kubelet-args-v1-37",
 		mutate: func(_ *nodeexec.Journal, r *nodetest.RealNode) {
 			r.Files[kubeadm.DefaultKubeadmFlagsFile] = "KUBELET_KUBEADM_ARGS=\"--max-pods=150\"\n"
 		},
@@ -172,14 +176,14 @@ func TestCompareWithFakeCatchesDrift(t *testing.T) {
 			Fake: argsRes.Written[kubeadm.DefaultKubeadmFlagsFile]}},
 	}, {
 		name:   "file the fake does not have",
-		rec:    "worker-files-kubelet-args",
+		rec:    "worker-files-kubelet-args-v1-37",
 		mutate: func(_ *nodeexec.Journal, r *nodetest.RealNode) { r.Files["/etc/other"] = "x" },
 		want:   []nodetest.Difference{{What: "file", Name: "/etc/other", Real: "x", Fake: "(absent)"}},
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
 			rec := recordings(t)[tc.rec] // a fresh copy to mutate
 			tc.mutate(&rec.Real.Journal, &rec.Real)
-			res := map[string]nodetest.FakeResult{"first-control-plane": cpRes, "worker-broken-containerd": brokenRes, "worker-files-kubelet-args": argsRes}[tc.rec]
+			res := map[string]nodetest.FakeResult{"first-control-plane-v1-37": cpRes, "worker-broken-containerd-v1-37": brokenRes, "worker-files-kubelet-args-v1-37": argsRes}[tc.rec]
 			require.Empty(t, cmp.Diff(tc.want, nodetest.CompareWithFake(rec.Real, res)))
 		})
 	}
@@ -188,7 +192,7 @@ func TestCompareWithFakeCatchesDrift(t *testing.T) {
 // TestCompareWithFakeIgnores: what the comparison documents it does not
 // compare does not make a difference.
 func TestCompareWithFakeIgnores(t *testing.T) {
-	rec := recordings(t)["worker-files-kubelet-args"]
+	rec := recordings(t)["worker-files-kubelet-args-v1-37"]
 	res, err := nodetest.FakeRun(context.Background(), rec.Node, rec.Plan, testr.New(t))
 	require.NoError(t, err)
 	j := &rec.Real.Journal
@@ -206,7 +210,7 @@ func TestCompareWithFakeIgnores(t *testing.T) {
 // (kubeadm.Config.ImportImages) as the plan's script does: an archive is
 // imported, a bundle without one fails the step.
 func TestFakeRunImagesStep(t *testing.T) {
-	rec := recordings(t)["first-control-plane"]
+	rec := recordings(t)["first-control-plane-v1-37"]
 	for _, images := range []bool{true, false} {
 		node := rec.Node
 		node.Bundle.Images = images
@@ -229,7 +233,7 @@ func TestFakeRunImagesStep(t *testing.T) {
 }
 
 func TestFakeRunResult(t *testing.T) {
-	rec := recordings(t)["worker-files-kubelet-args"]
+	rec := recordings(t)["worker-files-kubelet-args-v1-37"]
 	res, err := nodetest.FakeRun(context.Background(), rec.Node, rec.Plan, testr.New(t))
 	require.NoError(t, err)
 	require.Equal(t, nodeexec.PlanSucceeded, res.Journal.State)
@@ -240,7 +244,7 @@ func TestFakeRunResult(t *testing.T) {
 }
 
 func TestFakeRunRefuses(t *testing.T) {
-	rec := recordings(t)["worker-broken-containerd"]
+	rec := recordings(t)["worker-broken-containerd-v1-37"]
 	for name, mutate := range map[string]func(n *nodetest.FakeNode){
 		"role":                           func(n *nodetest.FakeNode) { n.Role = "boss" },
 		"another node":                   func(n *nodetest.FakeNode) { n.Name = "w2" },
@@ -258,7 +262,7 @@ func TestFakeRunRefuses(t *testing.T) {
 }
 
 func TestRecordReal(t *testing.T) {
-	rec := recordings(t)["worker-broken-containerd"]
+	rec := recordings(t)["worker-broken-containerd-v1-37"]
 	dir := t.TempDir()
 	t.Setenv(nodetest.RecordRealEnvVar, "")
 	written, err := nodetest.RecordReal(dir, rec)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"regexp"
+	"sort"
 	"strings"
 	"time"
 )
@@ -17,6 +18,10 @@ type KubeadmOptions struct {
 	// KubeletExtraArgs are added to the node's kubelet arguments (the
 	// node IP and cgroup root are always set).
 	KubeletExtraArgs map[string]string
+	// FeatureGates are the ClusterConfiguration's kubeadm feature gates
+	// (KubeadmInit only): for example ControlPlaneKubeletLocalMode, which
+	// Cluster API v1.14 sets on clusters from v1.31 to v1.35.
+	FeatureGates map[string]bool
 }
 
 // MachineIgnoredPreflightErrors are the kubeadm preflight checks a node of
@@ -63,8 +68,19 @@ func (n *Node) KubeadmInit(ctx context.Context, o KubeadmOptions) error {
 		"skipPhases:\n- addon/kube-proxy\n- addon/coredns\n" +
 		"---\napiVersion: kubeadm.k8s.io/v1beta4\nkind: ClusterConfiguration\n" +
 		fmt.Sprintf("kubernetesVersion: %s\nclusterName: upgradekit-node\ncontrolPlaneEndpoint: %s:6443\n", n.opts.Assets.Version, n.IP) +
-		"networking:\n  podSubnet: 10.244.0.0/16\n  serviceSubnet: 10.96.0.0/12\n" +
-		"---\n" + kubeletConfig
+		"networking:\n  podSubnet: 10.244.0.0/16\n  serviceSubnet: 10.96.0.0/12\n"
+	if len(o.FeatureGates) > 0 {
+		names := make([]string, 0, len(o.FeatureGates))
+		for k := range o.FeatureGates {
+			names = append(names, k)
+		}
+		sort.Strings(names)
+		cfg += "featureGates:\n"
+		for _, k := range names {
+			cfg += fmt.Sprintf("  %s: %t\n", k, o.FeatureGates[k])
+		}
+	}
+	cfg += "---\n" + kubeletConfig
 	if err := n.WriteFile("/etc/upgradekit-node/kubeadm-init.yaml", []byte(cfg), 0o600); err != nil {
 		return err
 	}

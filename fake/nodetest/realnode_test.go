@@ -8,7 +8,9 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -25,12 +27,42 @@ import (
 	"github.com/upgradekit/upgradekit/nodeexec/nodepod"
 )
 
-// The versions the real-node scenarios run: the newest minor Cluster API
-// v1.14 supports and the one after it.
-const (
-	fromVersion = "v1.36.3"
-	toVersion   = "v1.37.2"
-)
+// upgradesEnv lists the upgrades the real-node scenarios run, as
+// FROM>TO pairs separated by commas ("v1.35.4>v1.36.3,v1.36.3>v1.37.2":
+// the last minor pair Cluster API v1.14 supports, and the newest one);
+// make e2e-node sets it with the assets of every version in
+// nodetest.AssetsEnvVar.
+const upgradesEnv = "UPGRADEKIT_NODE_UPGRADES"
+
+// containerdEnv names a directory with a containerd 2.x
+// (hack/containerd-assets.sh prints it): upgrades to v1.37 or newer move
+// the nodes from the machine's containerd (Debian's 1.6, which lacks the
+// CRI RuntimeConfig call kubelet v1.37 asks for) to it.
+const containerdEnv = "UPGRADEKIT_CONTAINERD_ASSETS"
+
+type upgrade struct{ from, to string }
+
+func upgrades(t *testing.T) []upgrade {
+	t.Helper()
+	v := os.Getenv(upgradesEnv)
+	require.NotEmpty(t, v, "make e2e-node sets %s", upgradesEnv)
+	var out []upgrade
+	for _, pair := range strings.Split(v, ",") {
+		from, to, ok := strings.Cut(strings.TrimSpace(pair), ">")
+		require.True(t, ok, "%s: %q is not FROM>TO", upgradesEnv, pair)
+		out = append(out, upgrade{from, to})
+	}
+	return out
+}
+
+// minorOf is the minor version of "v1.X.Y".
+func minorOf(t *testing.T, v string) int {
+	t.Helper()
+	var major, minor, patch int
+	_, err := fmt.Sscanf(v, "v%d.%d.%d", &major, &minor, &patch)
+	require.NoError(t, err, "version %q", v)
+	return minor
+}
 
 func assets(t *testing.T, version string) nodetest.Assets {
 	t.Helper()
@@ -46,12 +78,32 @@ type cluster struct {
 	cp       *nodetest.Node
 	from, to nodetest.Assets
 	upgrader string
+	// containerd is the containerd 2.x the upgrade installs ("": the
+	// nodes keep the machine's own, staged again).
+	containerd, containerdVersion string
+	// suffix names this upgrade's recordings ("-v1-37").
+	suffix string
 }
 
-func newCluster(ctx context.Context, t *testing.T) *cluster {
+func newCluster(ctx context.Context, t *testing.T, u upgrade) *cluster {
 	t.Helper()
 	require.Zero(t, os.Geteuid(), "real nodes need root")
-	c := &cluster{from: assets(t, fromVersion), to: assets(t, toVersion)}
+	c := &cluster{from: assets(t, u.from), to: assets(t, u.to), suffix: fmt.Sprintf("-v1-%d", minorOf(t, u.to))}
+	if minorOf(t, u.to) >= 37 {
+		c.containerd = os.Getenv(containerdEnv)
+		require.NotEmpty(t, c.containerd, "make e2e-node sets %s (hack/containerd-assets.sh)", containerdEnv)
+		out, err := exec.CommandContext(ctx, filepath.Join(c.containerd, "containerd"), "--version").Output()
+		require.NoError(t, err)
+		f := strings.Fields(string(out))
+		require.GreaterOrEqual(t, len(f), 3, "containerd --version: %q", out)
+		c.containerdVersion = f[2]
+	}
+	init := nodetest.KubeadmOptions{}
+	if minorOf(t, u.from) >= 31 && minorOf(t, u.from) < 36 {
+		// As Cluster API v1.14 sets it on a cluster from v1.31 to v1.35;
+		// kubeadm v1.36 no longer knows the gate.
+		init.FeatureGates = map[string]bool{"ControlPlaneKubeletLocalMode": true}
+	}
 	var err error
 	c.upgrader, err = nodetest.BuildUpgrader(ctx, t.TempDir())
 	require.NoError(t, err)
@@ -62,7 +114,7 @@ func newCluster(ctx context.Context, t *testing.T) *cluster {
 	// the bundle (the plan's images step), as on an air-gapped node.
 	c.cp = startNode(ctx, t, c.net, "cp1", c.from, c.from.ControlPlaneImages())
 	start := time.Now()
-	err = c.cp.KubeadmInit(ctx, nodetest.KubeadmOptions{})
+	err = c.cp.KubeadmInit(ctx, init)
 	if err != nil {
 		t.Logf("kubelet log:\n%s", c.cp.Log("kubelet", 6000))
 	}
@@ -171,42 +223,66 @@ func requireVersion(ctx context.Context, t *testing.T, n, cp *nodetest.Node, ver
 }
 
 // TestUpgradeAClusterInPlace upgrades a real two-node kubeadm cluster
-// (stacked etcd) from v1.36 to v1.37 with the project's plans, run by the
-// project's upgrader: the first control plane (runner killed during
-// `kubeadm upgrade apply` and resumed), then a worker (a failing step
-// rolled back first, then the real plan with kubelet extra arguments and
-// a file, runner killed during the kubelet swap and resumed).
+// (stacked etcd) for each upgrade upgradesEnv lists, with the project's
+// plans, run by the project's upgrader: the first control plane (runner
+// killed during `kubeadm upgrade apply` and resumed), then a worker (a
+// failing step rolled back first, then the real plan with kubelet extra
+// arguments and a file, runner killed during the kubelet swap and
+// resumed), then a second worker by the upgrader pod on its real kubelet.
+// Upgrades to v1.37 or newer also move containerd from Debian's 1.6 to
+// containerd 2.x, configuration migrated.
 func TestUpgradeAClusterInPlace(t *testing.T) {
+	for _, u := range upgrades(t) {
+		t.Run(u.from+"-to-"+u.to, func(t *testing.T) { upgradeACluster(t, u) })
+		if t.Failed() {
+			return
+		}
+	}
+}
+
+func upgradeACluster(t *testing.T, u upgrade) {
 	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Minute)
 	defer cancel()
-	c := newCluster(ctx, t)
+	c := newCluster(ctx, t, u)
 	cp := c.cp
-	w := startNode(ctx, t, c.net, "w1", c.from, []nodetest.Image{c.from.PauseImage()})
+	// `kubeadm upgrade apply` (its CreateJob preflight) runs a Job with the
+	// TARGET version's pause image on any schedulable node, workers
+	// included, before any worker is upgraded: an air-gapped cluster needs
+	// that image on every node beforehand (v1.36's kubeadm failed its
+	// preflight with the job's pod in ErrImagePull on a worker that had
+	// only v1.35's pause). The workers start with both.
+	workerImages := []nodetest.Image{c.from.PauseImage()}
+	if c.to.PauseVersion != c.from.PauseVersion {
+		workerImages = append(workerImages, c.to.PauseImage())
+	}
+	w := startNode(ctx, t, c.net, "w1", c.from, workerImages)
 	start := time.Now()
 	require.NoError(t, w.KubeadmJoin(ctx, cp, nodetest.KubeadmOptions{}))
 	t.Logf("kubeadm join %s: Ready in %s", c.from.Version, time.Since(start).Round(time.Second))
-	w2 := startNode(ctx, t, c.net, "w2", c.from, []nodetest.Image{c.from.PauseImage()})
+	w2 := startNode(ctx, t, c.net, "w2", c.from, workerImages)
 	require.NoError(t, w2.KubeadmJoin(ctx, cp, nodetest.KubeadmOptions{}))
 	_, err := cp.Kubectl(ctx, "create", "configmap", "written-before", "--from-literal=k=v")
 	require.NoError(t, err)
+	gatesBefore, err := cp.Kubectl(ctx, "-n", "kube-system", "get", "configmap", "kubeadm-config", "-o", "jsonpath={.data.ClusterConfiguration}")
+	require.NoError(t, err)
 
 	t.Run("first control plane", func(t *testing.T) {
-		stage := nodetest.StageOptions{Etcdctl: true, Containerd: true, CNIPlugins: true, Images: c.to.ControlPlaneImages()}
+		stage := nodetest.StageOptions{Etcdctl: true, Containerd: true, ContainerdDir: c.containerd, CNIPlugins: true, Images: c.to.ControlPlaneImages()}
 		sums, err := cp.StageBundle(c.to, stage)
 		require.NoError(t, err)
 		plan, err := kubeadm.NewPlan(kubeadm.Config{Node: cp.Name, Role: kubeadm.RoleFirstControlPlane, FromVersion: c.from.Version, ToVersion: c.to.Version,
 			IgnorePreflightErrors: []string{"SystemVerification"}, ImportImages: true, Checksums: sums, RequireChecksums: true, RollbackOnFailure: true})
 		require.NoError(t, err)
-		before := nodetest.FakeNode{Name: cp.Name, Role: kubeadm.RoleFirstControlPlane, FromVersion: c.from.Version, ToVersion: c.to.Version,
-			ContainerdVersion: containerdVersion(ctx, t, cp), Bundle: nodetest.BundleOf(stage)}
+		before := c.fakeNode(ctx, t, cp, kubeadm.RoleFirstControlPlane, stage)
 		containerdStarts, kubeletStarts := cp.Starts("containerd"), cp.Starts("kubelet")
 		journal := t.TempDir()
 		start := time.Now()
 		runKilledThenResumed(ctx, t, cp, c.upgrader, plan, journal, kubeadm.StepKubeadmUpgrade, 20*time.Second)
 		t.Logf("first control plane %s -> %s in %s: %s", c.from.Version, c.to.Version, time.Since(start).Round(time.Second), stepTimes(t, journal, plan.Name))
-		fidelity(ctx, t, "first-control-plane", cp, before, plan, journal)
+		fidelity(ctx, t, "first-control-plane"+c.suffix, cp, before, plan, journal)
 
 		requireVersion(ctx, t, cp, cp, c.to.Version)
+		c.requireContainerd(ctx, t, cp, before)
 		for pod, image := range map[string]string{
 			"kube-apiserver":          "registry.k8s.io/kube-apiserver:" + c.to.Version,
 			"kube-controller-manager": "registry.k8s.io/kube-controller-manager:" + c.to.Version,
@@ -222,6 +298,17 @@ func TestUpgradeAClusterInPlace(t *testing.T) {
 		require.Equal(t, "v", out, "an object written before the upgrade is still there")
 		require.Greater(t, cp.Starts("containerd"), containerdStarts, "the containerd step restarted containerd")
 		require.Greater(t, cp.Starts("kubelet"), kubeletStarts, "the kubelet step restarted the kubelet")
+		gatesAfter, err := cp.Kubectl(ctx, "-n", "kube-system", "get", "configmap", "kubeadm-config", "-o", "jsonpath={.data.ClusterConfiguration}")
+		require.NoError(t, err)
+		if strings.Contains(gatesBefore, "ControlPlaneKubeletLocalMode: true") {
+			// kubeadm >= v1.36 no longer knows the gate, yet neither
+			// refuses the configuration nor removes the gate (measured on
+			// v1.36.3): the plan needs no step for it. Cluster API v1.14
+			// drops it from kubeadm-config itself at v1.36
+			// (UpdateFeatureGatesInKubeadmConfigMap).
+			require.Contains(t, gatesAfter, "ControlPlaneKubeletLocalMode: true", "kubeadm-config after the upgrade:\n%s", gatesAfter)
+			require.Contains(t, gatesAfter, "kubernetesVersion: "+c.to.Version)
+		}
 
 		// The snapshot restores, and holds what was written before.
 		snap := kubeadm.DefaultBackupRoot + "/" + plan.Name + "/etcd-snapshot.db"
@@ -240,9 +327,10 @@ func TestUpgradeAClusterInPlace(t *testing.T) {
 		stage := nodetest.StageOptions{Containerd: true, CNIPlugins: true}
 		sums, err := w.StageBundle(c.to, stage)
 		require.NoError(t, err)
-		// A containerd that does not stay up (its checksum is the one the
-		// operator's records would give it): the step restores the old one
-		// and fails (three attempts), the plan rolls back.
+		// A containerd 2.x that migrates the configuration but does not
+		// stay up (its checksum is the one the operator's records would
+		// give it): the step restores the old containerd and its
+		// configuration and fails (three attempts), the plan rolls back.
 		require.NoError(t, w.WriteFile(kubeadm.DefaultStagingDir+"/containerd/usr/bin/containerd", []byte(nodetest.CrashingContainerd), 0o755))
 		crashing := sha256.Sum256([]byte(nodetest.CrashingContainerd))
 		sums["containerd/usr/bin/containerd"] = hex.EncodeToString(crashing[:])
@@ -250,13 +338,17 @@ func TestUpgradeAClusterInPlace(t *testing.T) {
 			FromVersion: c.from.Version, ToVersion: c.to.Version, IgnorePreflightErrors: []string{"SystemVerification"},
 			Checksums: sums, RequireChecksums: true, RollbackOnFailure: true})
 		require.NoError(t, err)
-		before := nodetest.FakeNode{Name: w.Name, Role: kubeadm.RoleWorker, FromVersion: c.from.Version, ToVersion: c.to.Version,
-			ClusterVersion: c.to.Version, ContainerdVersion: containerdVersion(ctx, t, w), Bundle: nodetest.BundleOf(stage), ContainerdCrashes: true}
+		before := c.fakeNode(ctx, t, w, kubeadm.RoleWorker, stage)
+		before.ContainerdCrashes = true
+		confBefore, err := os.ReadFile(w.Path(kubeadm.DefaultContainerdConfig))
+		require.NoError(t, err)
 		journal := t.TempDir()
 		run, err := w.RunUpgrader(ctx, c.upgrader, "run", plan, journal)
 		require.NoError(t, err)
 		require.Equal(t, 4, run.ExitCode, "RolledBack:\n%s", run.Output)
-		fidelity(ctx, t, "worker-broken-containerd", w, before, plan, journal)
+		require.Contains(t, journalStep(journal, plan.Name, kubeadm.StepContainerd).Output, "migrated "+kubeadm.DefaultContainerdConfig,
+			"the crashing containerd 2.x got a migrated configuration before it failed")
+		fidelity(ctx, t, "worker-broken-containerd"+c.suffix, w, before, plan, journal)
 		_, err = w.Run(ctx, "systemctl", "is-active", "--quiet", "containerd")
 		require.NoError(t, err, "containerd runs again")
 		host, err := os.ReadFile("/usr/bin/containerd")
@@ -264,6 +356,9 @@ func TestUpgradeAClusterInPlace(t *testing.T) {
 		node, err := os.ReadFile(w.Path("/usr/bin/containerd"))
 		require.NoError(t, err)
 		require.True(t, bytes.Equal(host, node), "the node has its own containerd back")
+		confAfter, err := os.ReadFile(w.Path(kubeadm.DefaultContainerdConfig))
+		require.NoError(t, err)
+		require.Equal(t, string(confBefore), string(confAfter), "containerd 1.6 has its own configuration back")
 		requireVersion(ctx, t, w, cp, c.from.Version)
 	})
 	if t.Failed() {
@@ -271,7 +366,7 @@ func TestUpgradeAClusterInPlace(t *testing.T) {
 	}
 
 	t.Run("worker: kubelet arguments and a file with the upgrade", func(t *testing.T) {
-		stage := nodetest.StageOptions{Containerd: true, CNIPlugins: true}
+		stage := nodetest.StageOptions{Containerd: true, ContainerdDir: c.containerd, CNIPlugins: true}
 		sums, err := w.StageBundle(c.to, stage)
 		require.NoError(t, err)
 		plan, err := kubeadm.NewPlan(kubeadm.Config{Node: w.Name, Role: kubeadm.RoleWorker, FromVersion: c.from.Version, ToVersion: c.to.Version,
@@ -279,9 +374,8 @@ func TestUpgradeAClusterInPlace(t *testing.T) {
 		require.NoError(t, err)
 		flags, err := os.ReadFile(w.Path(kubeadm.DefaultKubeadmFlagsFile))
 		require.NoError(t, err)
-		before := nodetest.FakeNode{Name: w.Name, Role: kubeadm.RoleWorker, FromVersion: c.from.Version, ToVersion: c.to.Version,
-			ClusterVersion: c.to.Version, ContainerdVersion: containerdVersion(ctx, t, w), Bundle: nodetest.BundleOf(stage),
-			Files: map[string]string{kubeadm.DefaultKubeadmFlagsFile: string(flags)}}
+		before := c.fakeNode(ctx, t, w, kubeadm.RoleWorker, stage)
+		before.Files[kubeadm.DefaultKubeadmFlagsFile] = string(flags)
 		// As MachineUpdater composes them: the files after the bundle
 		// check, the kubelet's extra arguments at the end.
 		files, err := kubeadm.NewFilesPlan(kubeadm.FilesConfig{PlanName: plan.Name, Node: w.Name, BackupDir: kubeadm.DefaultBackupRoot + "/" + plan.Name + "/files",
@@ -298,8 +392,9 @@ func TestUpgradeAClusterInPlace(t *testing.T) {
 		runKilledThenResumed(ctx, t, w, c.upgrader, plan, journal, kubeadm.StepKubelet, time.Second)
 		t.Logf("worker %s -> %s in %s: %s", c.from.Version, c.to.Version, time.Since(start).Round(time.Second), stepTimes(t, journal, plan.Name))
 
-		fidelity(ctx, t, "worker-files-kubelet-args", w, before, plan, journal, "/etc/sysctl.d/99-upgradekit.conf", kubeadm.DefaultKubeadmFlagsFile)
+		fidelity(ctx, t, "worker-files-kubelet-args"+c.suffix, w, before, plan, journal, "/etc/sysctl.d/99-upgradekit.conf", kubeadm.DefaultKubeadmFlagsFile)
 		requireVersion(ctx, t, w, cp, c.to.Version)
+		c.requireContainerd(ctx, t, w, before)
 		data, err := os.ReadFile(w.Path("/etc/sysctl.d/99-upgradekit.conf"))
 		require.NoError(t, err)
 		require.Equal(t, "vm.swappiness = 10\n", string(data))
@@ -315,6 +410,52 @@ func TestUpgradeAClusterInPlace(t *testing.T) {
 	t.Run("worker: the upgrader pod on the real kubelet", func(t *testing.T) {
 		upgradeByPod(ctx, t, c, w2)
 	})
+}
+
+// fakeNode is n as it is before a plan with the bundle stage: what
+// FakeRun needs to run the same plan on a fake host, containerd's
+// configuration included.
+func (c *cluster) fakeNode(ctx context.Context, t *testing.T, n *nodetest.Node, role kubeadm.Role, stage nodetest.StageOptions) nodetest.FakeNode {
+	t.Helper()
+	conf, err := os.ReadFile(n.Path(kubeadm.DefaultContainerdConfig))
+	require.NoError(t, err)
+	fn := nodetest.FakeNode{Name: n.Name, Role: role, FromVersion: c.from.Version, ToVersion: c.to.Version,
+		ContainerdVersion: containerdVersion(ctx, t, n), Bundle: nodetest.BundleOf(stage),
+		Files: map[string]string{kubeadm.DefaultContainerdConfig: string(conf)}}
+	if role != kubeadm.RoleFirstControlPlane {
+		fn.ClusterVersion = c.to.Version
+	}
+	if stage.ContainerdDir != "" {
+		fn.StagedContainerdVersion = c.containerdVersion
+	}
+	return fn
+}
+
+// requireContainerd checks the containerd n runs after a plan: the
+// staged containerd 2.x, its configuration migrated, the CRI answering
+// (the kubelet's node is Ready and its runtime is that containerd), or
+// the machine's own, its configuration unchanged.
+func (c *cluster) requireContainerd(ctx context.Context, t *testing.T, n *nodetest.Node, before nodetest.FakeNode) {
+	t.Helper()
+	conf, err := os.ReadFile(n.Path(kubeadm.DefaultContainerdConfig))
+	require.NoError(t, err)
+	if c.containerd == "" {
+		require.Equal(t, before.ContainerdVersion, containerdVersion(ctx, t, n))
+		require.Equal(t, before.Files[kubeadm.DefaultContainerdConfig], string(conf), "containerd's configuration is unchanged")
+		return
+	}
+	require.Equal(t, c.containerdVersion, containerdVersion(ctx, t, n))
+	first, _, _ := strings.Cut(string(conf), "\n")
+	var version int
+	_, err = fmt.Sscanf(first, "version = %d", &version)
+	require.NoError(t, err, "first line of the migrated configuration: %q", first)
+	require.GreaterOrEqual(t, version, 3, "containerd's configuration is in containerd 2.x's format")
+	require.Contains(t, string(conf), "restrict_oom_score_adj = true", "the migration kept the node's settings")
+	require.Eventually(t, func() bool {
+		out, err := c.cp.Kubectl(ctx, "get", "node", n.Name, "-o", "jsonpath={.status.nodeInfo.containerRuntimeVersion}")
+		// containerd's CRI reports its version as built ("v2.4.2").
+		return err == nil && (out == "containerd://"+c.containerdVersion || out == "containerd://"+strings.TrimPrefix(c.containerdVersion, "v"))
+	}, 2*time.Minute, 2*time.Second, "the kubelet reports containerd %s", c.containerdVersion)
 }
 
 // containerdVersion is the node's containerd version as `containerd
@@ -360,9 +501,11 @@ func upgradeByPod(ctx context.Context, t *testing.T, c *cluster, w *nodetest.Nod
 	t.Helper()
 	cp := c.cp
 	image := "upgradekit.local/upgrader:" + c.to.Version
-	img, err := nodetest.UpgraderImage(image, c.upgrader, c.to, nodetest.StageOptions{Containerd: true, CNIPlugins: true}, t.TempDir())
+	stage := nodetest.StageOptions{Containerd: true, ContainerdDir: c.containerd, CNIPlugins: true}
+	img, err := nodetest.UpgraderImage(image, c.upgrader, c.to, stage, t.TempDir())
 	require.NoError(t, err)
 	require.NoError(t, w.ImportImages(ctx, img))
+	before := c.fakeNode(ctx, t, w, kubeadm.RoleWorker, stage)
 	plan, err := kubeadm.NewPlan(kubeadm.Config{Node: w.Name, Role: kubeadm.RoleWorker, FromVersion: c.from.Version, ToVersion: c.to.Version,
 		IgnorePreflightErrors: []string{"SystemVerification"}, RollbackOnFailure: true})
 	require.NoError(t, err)
@@ -412,6 +555,7 @@ func upgradeByPod(ctx context.Context, t *testing.T, c *cluster, w *nodetest.Nod
 	require.Greater(t, w.Starts("containerd"), containerdStarts, "containerd restarted under the pod")
 	require.Greater(t, w.Starts("kubelet"), kubeletStarts, "the kubelet restarted under the pod")
 	requireVersion(ctx, t, w, cp, c.to.Version)
+	c.requireContainerd(ctx, t, w, before)
 }
 
 // restoredEtcdScript starts etcd ($1) on a restored data directory on

@@ -24,8 +24,15 @@ type StageOptions struct {
 	Etcdctl bool
 	// Containerd stages containerd/usr/bin/containerd: the machine's own
 	// containerd binary (Debian's), so that the plan's containerd step
-	// installs it again and restarts containerd for real.
+	// installs it again and restarts containerd for real; with
+	// ContainerdDir, that directory's containerd, containerd-shim-runc-v2
+	// and ctr instead.
 	Containerd bool
+	// ContainerdDir is a directory holding another containerd (its
+	// containerd, containerd-shim-runc-v2 and ctr: what
+	// hack/containerd-assets.sh prints), staged under containerd/usr/bin/
+	// where they replace the machine's own. Only with Containerd.
+	ContainerdDir string
 	// CNIPlugins stages cni-plugins/opt/cni/bin/ with the target version's
 	// plugins.
 	CNIPlugins bool
@@ -45,7 +52,18 @@ func bundleFiles(to Assets, o StageOptions, dir string) (map[string]string, erro
 	if o.Etcdctl {
 		files["etcd/etcdctl"] = to.Bin("etcdctl")
 	}
-	if o.Containerd {
+	switch {
+	case o.ContainerdDir != "" && !o.Containerd:
+		return nil, fmt.Errorf("nodetest: StageOptions.ContainerdDir %s without Containerd", o.ContainerdDir)
+	case o.ContainerdDir != "":
+		for _, b := range []string{"containerd", "containerd-shim-runc-v2", "ctr"} {
+			p := filepath.Join(o.ContainerdDir, b)
+			if _, err := os.Stat(p); err != nil {
+				return nil, fmt.Errorf("nodetest: staging containerd from StageOptions.ContainerdDir: %w", err)
+			}
+			files["containerd/usr/bin/"+b] = p
+		}
+	case o.Containerd:
 		bin, err := exec.LookPath("containerd")
 		if err != nil {
 			return nil, fmt.Errorf("nodetest: staging containerd: %w", err)
