@@ -106,6 +106,9 @@ type (
 			GoVersion      string     `json:"go_version"`
 			ScanMode       string     `json:"scan_mode"`
 		} `json:"config"`
+		SBOM *struct {
+			GoVersion string `json:"go_version"`
+		} `json:"SBOM"`
 		Finding *struct {
 			OSV          string  `json:"osv"`
 			FixedVersion string  `json:"fixed_version"`
@@ -153,6 +156,9 @@ func ParseReport(r io.Reader) (Report, error) {
 			if c.DBLastModified != nil {
 				rep.DBDate = *c.DBLastModified
 			}
+		}
+		if m.SBOM != nil && rep.GoVersion == "" {
+			rep.GoVersion = m.SBOM.GoVersion // binary mode: the binary's Go
 		}
 		f := m.Finding
 		if f == nil || len(f.Trace) == 0 {

@@ -142,6 +142,13 @@ func TestParseReport(t *testing.T) {
 		t.Errorf("imported = %d, want 1 (GO-2026-6700; GO-2026-6603 is also called)", r.Imported)
 	}
 
+	// Binary mode names the binary's Go only in the SBOM message.
+	bin, err := ParseReport(strings.NewReader(`{"config": {"scan_mode": "binary"}}
+{"SBOM": {"go_version": "go1.27.3", "modules": []}}`))
+	if err != nil || bin.GoVersion != "go1.27.3" || bin.Mode != "binary" {
+		t.Errorf("binary report = %+v, %v", bin, err)
+	}
+
 	if _, err := ParseReport(strings.NewReader(`{"finding": {}}`)); err == nil {
 		t.Error("a stream without a config message was accepted")
 	}

@@ -28,6 +28,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"time"
 )
 
@@ -144,6 +145,6 @@ func readReportFile(path string) (Report, error) {
 	if err != nil {
 		return Report{}, fmt.Errorf("report %s: %w", path, err)
 	}
-	r.Name = path
+	r.Name = filepath.Base(path)
 	return r, nil
 }
