@@ -1,6 +1,7 @@
 package main
 
 import (
+	"debug/buildinfo"
 	"debug/elf"
 	"encoding/json"
 	"os"
@@ -44,6 +45,10 @@ func TestDockerfile(t *testing.T) {
 	}
 	require.Contains(t, b.Env, "CGO_ENABLED=0")
 	require.Equal(t, "./examples/inplace-extension", b.Package)
+	require.NotEmpty(t, b.Toolchain(), "the build stage sets GOTOOLCHAIN (the Makefile's SHIPPED_GOTOOLCHAIN)")
+	info, err := buildinfo.ReadFile(b.Binary)
+	require.NoError(t, err)
+	require.Equal(t, b.Toolchain(), info.GoVersion, "the binary is built by the pinned toolchain")
 	bin, err := elf.Open(b.Binary)
 	require.NoError(t, err)
 	for _, p := range bin.Progs {

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"debug/buildinfo"
 	"debug/elf"
 	"encoding/json"
 	"os"
@@ -101,6 +102,18 @@ func TestDockerfileBuildStage(t *testing.T) {
 	require.Equal(t, "./examples/upgrader", b.Package)
 	require.Equal(t, "/out/upgrader", b.Out)
 	requireStatic(t, b.Binary)
+	requireToolchain(t, b)
+}
+
+// requireToolchain: the stage pins a toolchain (GOTOOLCHAIN, the
+// Makefile's SHIPPED_GOTOOLCHAIN; internal/dockerfile's test holds the two
+// equal) and the replayed binary was built by it.
+func requireToolchain(t *testing.T, b dockerfile.GoBuild) {
+	t.Helper()
+	require.NotEmpty(t, b.Toolchain(), "the build stage sets GOTOOLCHAIN")
+	info, err := buildinfo.ReadFile(b.Binary)
+	require.NoError(t, err)
+	require.Equal(t, b.Toolchain(), info.GoVersion)
 }
 
 // requireStatic: the binary at path needs no program interpreter and no

@@ -2,4 +2,4 @@ module github.com/upgradekit/upgradekit/hack/release
 
 go 1.26.0
 
-require golang.org/x/mod v0.38.0
+require golang.org/x/mod v0.41.0

@@ -8,6 +8,7 @@ package dockerfile
 import (
 	"bufio"
 	"io"
+	"regexp"
 	"strings"
 )
 
@@ -75,4 +76,34 @@ func Find(stages []Stage, name string) (Stage, bool) {
 		}
 	}
 	return Stage{}, false
+}
+
+// pinned matches an image reference that names its content by digest.
+var pinned = regexp.MustCompile(`@sha256:[0-9a-f]{64}$`)
+
+// UnpinnedBases returns the base images of stages that a registry could
+// change under the same name: every FROM that is neither "scratch", nor
+// an earlier stage of the file, nor pinned by an @sha256: digest. A FROM
+// that uses a build argument (${...}) counts as unpinned: its value is
+// the builder's choice.
+func UnpinnedBases(stages []Stage) []string {
+	var out []string
+	names := map[string]bool{}
+	for _, s := range stages {
+		from := s.From
+		for strings.HasPrefix(from, "--") { // --platform=...
+			_, from, _ = strings.Cut(from, " ")
+		}
+		switch {
+		case strings.Contains(from, "$"):
+			out = append(out, from)
+		case from == "scratch", names[from], pinned.MatchString(from):
+		default:
+			out = append(out, from)
+		}
+		if s.Name != "" {
+			names[s.Name] = true
+		}
+	}
+	return out
 }

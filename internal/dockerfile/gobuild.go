@@ -118,6 +118,16 @@ func ShellWords(s string) []string {
 	return words
 }
 
+// Toolchain is the GOTOOLCHAIN the build's RUN sets ("" without one).
+func (b GoBuild) Toolchain() string {
+	for _, e := range b.Env {
+		if v, ok := strings.CutPrefix(e, "GOTOOLCHAIN="); ok {
+			return v
+		}
+	}
+	return ""
+}
+
 // ModulePackages are the directories, relative to root and slash-separated,
 // of the main module's packages that pkgDir's package imports (itself
 // included): what a build stage must COPY.

@@ -1,0 +1,3 @@
+module github.com/upgradekit/upgradekit/hack/vulncheck
+
+go 1.26.0
