@@ -85,8 +85,10 @@ func TestKubeadmControlPlaneVersionsAcrossTheKubeletLocalModeGate(t *testing.T) 
 		accept           bool
 		gatePatched      bool   // the bootstrap patch removes the gate
 		declinedCategory string // a declined field's category, when declined
+		bare             bool   // nothing else in ClusterConfiguration
 	}{
 		{name: "v1.35 -> v1.36: the gate goes with the version", from: "v1.35.4", to: "v1.36.3", accept: true, gatePatched: true},
+		{name: "v1.35 -> v1.36 with nothing else in ClusterConfiguration", from: "v1.35.4", to: "v1.36.3", bare: true, accept: true, gatePatched: true},
 		{name: "v1.35 -> v1.36 with another gate kept", from: "v1.35.4", to: "v1.36.3",
 			cur: withGates(map[string]bool{"NodeLocalCRISocket": true}), des: withGates(map[string]bool{"NodeLocalCRISocket": true}), accept: true, gatePatched: true},
 		{name: "v1.35.0-rc.1 -> v1.36.0-rc.1: pre-releases count as their release", from: "v1.35.0-rc.1", to: "v1.36.0-rc.1", accept: true, gatePatched: true},
@@ -100,10 +102,10 @@ func TestKubeadmControlPlaneVersionsAcrossTheKubeletLocalModeGate(t *testing.T) 
 			updaters: []strategy.Updater{controlPlaneConfig}, declinedCategory: string(diff.CategoryKubernetesVersion)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if !tc.cur.ClusterConfiguration.IsDefined() {
+			if !tc.cur.ClusterConfiguration.IsDefined() && !tc.bare {
 				tc.cur = base
 			}
-			if !tc.des.ClusterConfiguration.IsDefined() {
+			if !tc.des.ClusterConfiguration.IsDefined() && !tc.bare {
 				tc.des = base
 			}
 			updaters := tc.updaters
@@ -131,7 +133,7 @@ func TestKubeadmControlPlaneVersionsAcrossTheKubeletLocalModeGate(t *testing.T) 
 			if tc.gatePatched {
 				require.True(t, resp.BootstrapConfigPatch.IsDefined())
 				require.Contains(t, string(resp.BootstrapConfigPatch.Patch), `"op":"remove"`)
-				require.Contains(t, string(resp.BootstrapConfigPatch.Patch), "/spec/clusterConfiguration/featureGates")
+				require.Contains(t, string(resp.BootstrapConfigPatch.Patch), "/spec/clusterConfiguration")
 			} else {
 				require.False(t, resp.BootstrapConfigPatch.IsDefined(), "nothing of the KubeadmConfig changes: %s", resp.BootstrapConfigPatch.Patch)
 			}
