@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"testing"
 
-	"github.com/blang/semver/v4"
 	"github.com/stretchr/testify/require"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -146,14 +145,16 @@ func TestKubeadmControlPlaneVersionsAcrossTheKubeletLocalModeGate(t *testing.T) 
 // gate is defaulted to true from v1.31 up to, not including, v1.36.
 func TestClusterAPIDefaultsTheKubeletLocalModeGateByVersion(t *testing.T) {
 	for v, want := range map[string]map[string]bool{
-		"1.30.4": nil,
-		"1.31.0": {"ControlPlaneKubeletLocalMode": true},
-		"1.35.4": {"ControlPlaneKubeletLocalMode": true},
-		"1.36.0": nil,
-		"1.37.2": nil,
+		"v1.30.4": nil,
+		"v1.31.0": {"ControlPlaneKubeletLocalMode": true},
+		"v1.35.4": {"ControlPlaneKubeletLocalMode": true},
+		"v1.36.0": nil,
+		"v1.37.2": nil,
 	} {
-		spec := bootstrapv1.KubeadmConfigSpec{}
-		desiredstate.DefaultFeatureGates(&spec, semver.MustParse(v))
-		require.Equal(t, want, spec.ClusterConfiguration.FeatureGates, v)
+		kcp := &controlplanev1.KubeadmControlPlane{ObjectMeta: metav1.ObjectMeta{Name: "demo-cp", Namespace: "default"},
+			Spec: controlplanev1.KubeadmControlPlaneSpec{Version: v}}
+		cfg, err := desiredstate.ComputeDesiredKubeadmConfig(kcp, &clusterv1.Cluster{ObjectMeta: metav1.ObjectMeta{Name: "demo"}}, true, "demo-cp-1", nil)
+		require.NoError(t, err)
+		require.Equal(t, want, cfg.Spec.ClusterConfiguration.FeatureGates, v)
 	}
 }
