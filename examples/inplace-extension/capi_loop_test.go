@@ -35,7 +35,7 @@ func TestClusterAPIDiscoversTheExtension(t *testing.T) {
 	require.NoError(t, err)
 	port := testcerts.FreePort(t)
 	o, err := parseFlags([]string{"-host", "127.0.0.1", "-port", strconv.Itoa(port), "-cert-dir", dir, "-metrics-bind-address", "0",
-		"-upgrader-image", "registry.example/upgrader:v1.31.1@" + testDigest, "-allow-unverified-bundles"}, &bytes.Buffer{})
+		"-upgrader-image", "registry.example/upgrader:v1.36.3@" + testDigest, "-allow-unverified-bundles"}, &bytes.Buffer{})
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)

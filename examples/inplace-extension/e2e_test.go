@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/events"
+	bootstrapv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
 	controlplanev1 "sigs.k8s.io/cluster-api/api/controlplane/kubeadm/v1beta2"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -36,14 +37,14 @@ import (
 )
 
 const (
-	e2eFrom, e2eTo = "v1.30.4", "v1.31.1"
-	e2eImage       = "registry.example/upgrader:v1.31.1@" + testDigest
-	// KubeadmControlPlane's scenario goes from e2eTo to e2eNext: from
-	// v1.31 on, KubeadmControlPlane's desired ClusterConfiguration carries
-	// featureGates.ControlPlaneKubeletLocalMode, so a v1.30 -> v1.31
-	// control plane update changes a field no updater applies, and is
-	// declined (and replaced) by design.
-	e2eNext, e2eNextImage = "v1.32.0", "registry.example/upgrader:v1.32.0@" + testDigestB
+	// Cluster API v1.14 supports workload clusters v1.31 to v1.36; the
+	// scenarios take the newest step it supports.
+	e2eFrom, e2eTo = "v1.35.4", "v1.36.3"
+	e2eImage       = "registry.example/upgrader:v1.36.3@" + testDigest
+	// e2eSkip skips a minor (e2eFrom -> e2eSkip): infeasible, declined.
+	// e2eSkipImage gives the extension an image for it, so the decline is
+	// the skipped minor's and not a missing image's.
+	e2eSkip, e2eSkipImage = "v1.37.2", "registry.example/upgrader:v1.37.2@" + testDigestB
 )
 
 // e2eExtension serves the extension, as its main does, on a free port
@@ -59,7 +60,7 @@ func e2eExtensionWith(t *testing.T, h *capitest.Harness, dir string, port int, r
 	t.Helper()
 	ctrllog.SetLogger(logr.Discard()) // as main sets its own
 	o, err := parseFlags([]string{"-host", "127.0.0.1", "-port", strconv.Itoa(port), "-cert-dir", dir, "-metrics-bind-address", "0",
-		"-upgrader-images", e2eTo + "=" + e2eImage + "," + e2eNext + "=" + e2eNextImage, "-allow-unverified-bundles", "-retry-after", "1"}, &bytes.Buffer{})
+		"-upgrader-images", e2eTo + "=" + e2eImage + "," + e2eSkip + "=" + e2eSkipImage, "-allow-unverified-bundles", "-retry-after", "1"}, &bytes.Buffer{})
 	require.NoError(t, err)
 	metrics, err := capi.NewMetrics(reg)
 	require.NoError(t, err)
@@ -162,7 +163,7 @@ func upgraderPods(t *testing.T, c client.Client, nodes []string) []corev1.Pod {
 // registered through an ExtensionConfig, and changes three
 // MachineDeployments at once:
 //
-//   - "inplace", 3 machines, v1.30.4 -> v1.31.1: Cluster API asks
+//   - "inplace", 3 machines, v1.35.4 -> v1.36.3: Cluster API asks
 //     CanUpdateMachineSet (its only question for a MachineDeployment:
 //     CanUpdateMachine is KubeadmControlPlane's), moves the machines to the
 //     new MachineSet and calls UpdateMachine; the upgrader pods run on the
@@ -171,7 +172,7 @@ func upgraderPods(t *testing.T, c client.Client, nodes []string) []corev1.Pod {
 //   - "image", 2 machines, a new infrastructure template (an image no
 //     updater covers): declined, Cluster API replaces the machines, the
 //     extension never touches a node;
-//   - "skip", 2 machines, v1.30.4 -> v1.32.0 (a skipped minor):
+//   - "skip", 2 machines, v1.35.4 -> v1.37.2 (a skipped minor):
 //     infeasible, declined, replaced, nothing drained.
 func TestClusterAPIDrivesTheExtension(t *testing.T) {
 	h := capitest.NewForTest(t, capitest.WithUpgraderImage(e2eImage, fake.Staging{Kubernetes: e2eTo, Containerd: "2.0.5", CNI: "v1.7.1"}))
@@ -219,7 +220,7 @@ func TestClusterAPIDrivesTheExtension(t *testing.T) {
 	start = time.Now()
 	edit("inplace", func(md *clusterv1.MachineDeployment) { md.Spec.Template.Spec.Version = e2eTo })
 	edit("image", func(md *clusterv1.MachineDeployment) { md.Spec.Template.Spec.InfrastructureRef.Name = "image-1" })
-	edit("skip", func(md *clusterv1.MachineDeployment) { md.Spec.Template.Spec.Version = "v1.32.0" })
+	edit("skip", func(md *clusterv1.MachineDeployment) { md.Spec.Template.Spec.Version = e2eSkip })
 
 	after := map[string]map[string]clusterv1.Machine{}
 	replaced := func(md string) bool {
@@ -235,7 +236,7 @@ func TestClusterAPIDrivesTheExtension(t *testing.T) {
 		after["image"] = e2eMachines(t, c, "image")
 		after["skip"] = e2eMachines(t, c, "skip")
 		return settled(after["inplace"], 3, e2eTo) && settled(after["image"], 2, e2eFrom) && replaced("image") &&
-			settled(after["skip"], 2, "v1.32.0") && replaced("skip") &&
+			settled(after["skip"], 2, e2eSkip) && replaced("skip") &&
 			mdSettled(t, c, "inplace", 3) && mdSettled(t, c, "image", 2) && mdSettled(t, c, "skip", 2)
 	}, 5*time.Minute, 500*time.Millisecond, "rollouts end; machines %v; provider: %v", machineNames(after), h.Provider.Errors())
 	t.Logf("in place (3) and replaced (2+2) in %s", time.Since(start).Round(time.Millisecond))
@@ -344,7 +345,7 @@ func machineNames(ms map[string]map[string]clusterv1.Machine) map[string][]strin
 }
 
 // TestClusterAPISurfacesFailuresAndSurvivesRestarts: a 2-machine
-// MachineDeployment goes v1.30.4 -> v1.31.1 in place under Cluster API's
+// MachineDeployment goes v1.35.4 -> v1.36.3 in place under Cluster API's
 // own controllers, with two things going wrong:
 //
 //   - on one node (A) the kubeadm upgrade step fails for good: the update
@@ -496,27 +497,38 @@ func kcpSettled(t *testing.T, c client.Client, name string, n int32, version str
 }
 
 // TestClusterAPIDrivesKubeadmControlPlaneInPlace: KubeadmControlPlane's
-// own controller takes three control planes from v1.31.1 to v1.32.0 in
+// own controller takes three control planes from v1.35.4 to v1.36.3 in
 // place through the extension, one at a time: for each, its preflight
 // checks (the control plane Pods the kubelets report), CanUpdateMachine,
 // the Machine marked for update, UpdateMachine until done. Every machine
-// keeps its name; each host runs kubelet and API server v1.32.0; the
+// keeps its name; each host runs kubelet and API server v1.36.3; the
 // first control plane ran `kubeadm upgrade apply` and, etcd being
 // external, no etcd snapshot.
+//
+// v1.36 is where kubeadm dropped the ControlPlaneKubeletLocalMode gate
+// (GA and locked on in v1.35): KubeadmControlPlane's v1.35 KubeadmConfigs
+// carry featureGates.ControlPlaneKubeletLocalMode: true, its v1.36 ones
+// do not, so CanUpdateMachine sees the gate removed with the version. The
+// extension accepts that in place (kubeadm upgrade already points the
+// kubelet at the local API server); afterwards every KubeadmConfig is
+// without the gate, as Cluster API writes it.
 func TestClusterAPIDrivesKubeadmControlPlaneInPlace(t *testing.T) {
-	h := capitest.NewForTest(t, capitest.WithUpgraderImage(e2eNextImage, fake.Staging{Kubernetes: e2eNext, Containerd: "2.0.5", CNI: "v1.7.1"}))
+	h := capitest.NewForTest(t, capitest.WithUpgraderImage(e2eImage, fake.Staging{Kubernetes: e2eTo, Containerd: "2.0.5", CNI: "v1.7.1"}))
 	ctx, c := t.Context(), h.Env.Client
-	objs, err := capitest.KubeadmControlPlaneObjects(h.Env, "default", "demo", 3, e2eTo)
+	objs, err := capitest.KubeadmControlPlaneObjects(h.Env, "default", "demo", 3, e2eFrom)
 	require.NoError(t, err)
 	require.NoError(t, capitest.Create(ctx, c, objs...))
 	start := time.Now()
 	var before map[string]clusterv1.Machine
 	require.Eventually(t, func() bool {
 		var ok bool
-		before, ok = kcpSettled(t, c, "demo-cp", 3, e2eTo)
+		before, ok = kcpSettled(t, c, "demo-cp", 3, e2eFrom)
 		return ok
 	}, 4*time.Minute, 500*time.Millisecond, "KubeadmControlPlane provisioned")
 	t.Logf("3 control planes provisioned in %s", time.Since(start).Round(time.Millisecond))
+	for name, m := range before {
+		require.Equal(t, map[string]bool{"ControlPlaneKubeletLocalMode": true}, kubeadmConfigGates(t, c, m), "%s: Cluster API's v1.35 default", name)
+	}
 
 	dir := t.TempDir()
 	testcerts.Write(t, dir)
@@ -525,14 +537,14 @@ func TestClusterAPIDrivesKubeadmControlPlaneInPlace(t *testing.T) {
 	var kcp controlplanev1.KubeadmControlPlane
 	require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: "default", Name: "demo-cp"}, &kcp))
 	patch := client.MergeFrom(kcp.DeepCopy())
-	kcp.Spec.Version = e2eNext
+	kcp.Spec.Version = e2eTo
 	require.NoError(t, c.Patch(ctx, &kcp, patch))
 
 	start = time.Now()
 	var after map[string]clusterv1.Machine
 	require.Eventually(t, func() bool {
 		var ok bool
-		after, ok = kcpSettled(t, c, "demo-cp", 3, e2eNext)
+		after, ok = kcpSettled(t, c, "demo-cp", 3, e2eTo)
 		return ok
 	}, 5*time.Minute, 500*time.Millisecond, "KubeadmControlPlane updated")
 	t.Logf("3 control planes updated in place in %s", time.Since(start).Round(time.Millisecond))
@@ -542,8 +554,9 @@ func TestClusterAPIDrivesKubeadmControlPlaneInPlace(t *testing.T) {
 	applied := 0
 	for _, name := range names {
 		host := h.Provider.Host(name)
-		require.Equal(t, e2eNext, host.RunningVersion(fake.Kubelet), name)
-		require.Equal(t, "registry.k8s.io/kube-apiserver:"+e2eNext, host.StaticPodImage("kube-apiserver"), name)
+		require.Equal(t, e2eTo, host.RunningVersion(fake.Kubelet), name)
+		require.Equal(t, "registry.k8s.io/kube-apiserver:"+e2eTo, host.StaticPodImage("kube-apiserver"), name)
+		require.Empty(t, kubeadmConfigGates(t, c, after[name]), "%s: Cluster API's v1.36 KubeadmConfig has no gate", name)
 		for _, cmd := range host.Commands() {
 			require.NotEqual(t, kubeadm.StepEtcdSnapshot, cmd.Step, "%s: etcd is external: no snapshot", name)
 		}
@@ -559,4 +572,13 @@ func TestClusterAPIDrivesKubeadmControlPlaneInPlace(t *testing.T) {
 	require.Zero(t, decisions["CanUpdateMachine/decline"]+decisions["CanUpdateMachine/error"], "%v", decisions)
 	require.Equal(t, 3.0, metricSums(t, reg, capi.MetricUpdateDuration)[""], "three updates done")
 	require.Empty(t, h.Provider.Errors())
+}
+
+// kubeadmConfigGates returns the feature gates of m's KubeadmConfig's
+// ClusterConfiguration.
+func kubeadmConfigGates(t *testing.T, c client.Client, m clusterv1.Machine) map[string]bool {
+	t.Helper()
+	var cfg bootstrapv1.KubeadmConfig
+	require.NoError(t, c.Get(t.Context(), client.ObjectKey{Namespace: m.Namespace, Name: m.Spec.Bootstrap.ConfigRef.Name}, &cfg))
+	return cfg.Spec.ClusterConfiguration.FeatureGates
 }

@@ -44,7 +44,7 @@ func TestUpdateMachineCreatesAPodTheUpgraderRuns(t *testing.T) {
 	wl := env.Client // the workload cluster; the extension creates the upgrader namespace
 	require.NoError(t, wl.Create(ctx, &corev1.ConfigMap{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: "kubeadm-config"},
-		Data:       map[string]string{"ClusterConfiguration": "apiVersion: kubeadm.k8s.io/v1beta4\nkind: ClusterConfiguration\nkubernetesVersion: v1.30.4\n"},
+		Data:       map[string]string{"ClusterConfiguration": "apiVersion: kubeadm.k8s.io/v1beta4\nkind: ClusterConfiguration\nkubernetesVersion: v1.35.4\n"},
 	}))
 
 	// The management cluster holds the workload cluster's kubeconfig
@@ -79,11 +79,11 @@ func TestUpdateMachineCreatesAPodTheUpgraderRuns(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: tc.node}, Spec: corev1.NodeSpec{ProviderID: "docker:////" + tc.node}}
 			require.NoError(t, wl.Create(ctx, node))
-			node.Status.NodeInfo.KubeletVersion = "v1.30.4"
+			node.Status.NodeInfo.KubeletVersion = "v1.35.4"
 			require.NoError(t, wl.Status().Update(ctx, node))
 
 			// The extension as run() builds it, minus the servers.
-			o, err := parseFlags(append([]string{"-upgrader-image", "registry.example/upgradekit-upgrader:v1.31.1@" + testDigest, "-allow-unverified-bundles"}, tc.args...), &strings.Builder{})
+			o, err := parseFlags(append([]string{"-upgrader-image", "registry.example/upgradekit-upgrader:v1.36.1@" + testDigest, "-allow-unverified-bundles"}, tc.args...), &strings.Builder{})
 			require.NoError(t, err)
 			metrics, err := capi.NewMetrics(prometheus.NewRegistry())
 			require.NoError(t, err)
@@ -96,7 +96,7 @@ func TestUpdateMachineCreatesAPodTheUpgraderRuns(t *testing.T) {
 
 			m := clusterv1.Machine{
 				ObjectMeta: metav1.ObjectMeta{Name: tc.node, Namespace: "default", Labels: map[string]string{clusterv1.ClusterNameLabel: "demo"}},
-				Spec:       clusterv1.MachineSpec{ClusterName: "demo", Version: "v1.31.1", ProviderID: "docker:////" + tc.node},
+				Spec:       clusterv1.MachineSpec{ClusterName: "demo", Version: "v1.36.1", ProviderID: "docker:////" + tc.node},
 			}
 			if tc.controlPlane {
 				m.Labels[clusterv1.MachineControlPlaneLabel] = ""
@@ -124,7 +124,7 @@ func TestUpdateMachineCreatesAPodTheUpgraderRuns(t *testing.T) {
 			// shapes: the rest of this test is about both.
 			// The updater names each update's plan (its journal on the
 			// host is the update's own); the rest is the same plan.
-			cfg := kubeadm.Config{Node: tc.node, Role: tc.role, FromVersion: "v1.30.4", ToVersion: "v1.31.1", PlanName: pod.Labels[nodepod.LabelPlan]}
+			cfg := kubeadm.Config{Node: tc.node, Role: tc.role, FromVersion: "v1.35.4", ToVersion: "v1.36.1", PlanName: pod.Labels[nodepod.LabelPlan]}
 			planConfigOf(t, o, &cfg)
 			plan, err := kubeadm.NewPlan(cfg)
 			require.NoError(t, err)

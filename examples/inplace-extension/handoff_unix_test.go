@@ -50,10 +50,10 @@ func TestUpgraderRunsTheExtensionsPod(t *testing.T) {
 		wantFailed string // step
 		wantExit   int32  // the failed step's own exit code
 	}{
-		{name: "init containers", staged: "v1.31.1", wantPhase: nodepod.PhaseSucceeded},
-		{name: "single container", args: []string{"-upgrader-mode", "SingleContainer"}, staged: "v1.31.1", wantPhase: nodepod.PhaseSucceeded},
-		{name: "init containers, wrong binaries in the bundle", staged: "v1.31.0", wantPhase: nodepod.PhaseFailed, wantFailed: "verify", wantExit: 7},
-		{name: "single container, wrong binaries in the bundle", args: []string{"-upgrader-mode", "SingleContainer"}, staged: "v1.31.0",
+		{name: "init containers", staged: "v1.36.1", wantPhase: nodepod.PhaseSucceeded},
+		{name: "single container", args: []string{"-upgrader-mode", "SingleContainer"}, staged: "v1.36.1", wantPhase: nodepod.PhaseSucceeded},
+		{name: "init containers, wrong binaries in the bundle", staged: "v1.36.0", wantPhase: nodepod.PhaseFailed, wantFailed: "verify", wantExit: 7},
+		{name: "single container, wrong binaries in the bundle", args: []string{"-upgrader-mode", "SingleContainer"}, staged: "v1.36.0",
 			wantPhase: nodepod.PhaseFailed, wantFailed: "verify", wantExit: 7},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -70,11 +70,11 @@ func TestUpgraderRunsTheExtensionsPod(t *testing.T) {
 			plan := nodeexec.Plan{Name: "handoff", Node: "node-a", Steps: []nodeexec.Step{
 				{Name: "kubeadm-binary", Argv: nodeexec.ShellArgv(`set -eu; mkdir -p "$(dirname "$2")"; cp -f -- "$1" "$2"`, staged, installed),
 					Timeout: time.Minute, NothingToUndo: true},
-				{Name: "verify", Argv: nodeexec.ShellArgv(`got=$("$1" version -o short) || exit 1; [ "$got" = "$2" ] || { echo "kubeadm is $got, want $2" >&2; exit 7; }`, installed, "v1.31.1"),
+				{Name: "verify", Argv: nodeexec.ShellArgv(`got=$("$1" version -o short) || exit 1; [ "$got" = "$2" ] || { echo "kubeadm is $got, want $2" >&2; exit 7; }`, installed, "v1.36.1"),
 					Timeout: time.Minute, NothingToUndo: true},
 			}}
 
-			o, err := parseFlags(append([]string{"-upgrader-image", "registry.example/upgradekit-upgrader:v1.31.1@" + testDigest, "-allow-unverified-bundles"}, tc.args...), &bytes.Buffer{})
+			o, err := parseFlags(append([]string{"-upgrader-image", "registry.example/upgradekit-upgrader:v1.36.1@" + testDigest, "-allow-unverified-bundles"}, tc.args...), &bytes.Buffer{})
 			require.NoError(t, err)
 			pod, err := nodepod.Build(plan, append(podOptionsOf(t, o), nodepod.WithStagingHostPath(host))...)
 			require.NoError(t, err)

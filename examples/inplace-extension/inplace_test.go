@@ -47,7 +47,7 @@ func TestAcceptsWhatUpdateMachineApplies(t *testing.T) {
 		}
 		des := cfg.DeepCopy()
 		edit(des)
-		m := clusterv1.Machine{ObjectMeta: metav1.ObjectMeta{Name: "cp-1", Namespace: "default"}, Spec: clusterv1.MachineSpec{ClusterName: "demo", Version: "v1.31.1"}}
+		m := clusterv1.Machine{ObjectMeta: metav1.ObjectMeta{Name: "cp-1", Namespace: "default"}, Spec: clusterv1.MachineSpec{ClusterName: "demo", Version: "v1.36.3"}}
 		infra := map[string]any{"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta2", "kind": "DockerMachine", "metadata": map[string]any{"name": "cp-1"}, "spec": map[string]any{}}
 		var resp runtimehooksv1.CanUpdateMachineResponse
 		f(context.Background(), &runtimehooksv1.CanUpdateMachineRequest{
@@ -68,7 +68,7 @@ func TestAcceptsWhatUpdateMachineApplies(t *testing.T) {
 		c.Spec.Files = []bootstrapv1.File{{Path: "/etc/kubernetes/example/limits.conf", Content: "nofile=65536"}}
 	}
 	for _, edit := range []func(*bootstrapv1.KubeadmConfig){kubeletArgs, apiserverArgs, file} {
-		resp := canUpdate(t, []string{"-upgrader-image", "registry.example/upgrader:v1.31.1@" + testDigest, "-allow-unverified-bundles"}, edit)
+		resp := canUpdate(t, []string{"-upgrader-image", "registry.example/upgrader:v1.36.3@" + testDigest, "-allow-unverified-bundles"}, edit)
 		require.True(t, resp.BootstrapConfigPatch.IsDefined(), "accepted: %s", resp.Message)
 		resp = canUpdate(t, []string{"-no-update-machine"}, edit)
 		require.False(t, resp.BootstrapConfigPatch.IsDefined(), "declined without UpdateMachine here: %s", resp.Message)

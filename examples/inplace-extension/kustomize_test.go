@@ -58,9 +58,9 @@ configMapGenerator:
 - name: upgradekit-bundle-checksums
   namespace: upgradekit-system
   files:
-  - v1.32.0=bundles/v1.32.0/SHA256SUMS
+  - v1.37.0=bundles/v1.37.0/SHA256SUMS
 `)))
-	require.NoError(t, fs.WriteFile("/overlay/bundles/v1.32.0/SHA256SUMS", []byte(strings.Repeat("3", 64)+"  kubernetes/kubeadm\n")))
+	require.NoError(t, fs.WriteFile("/overlay/bundles/v1.37.0/SHA256SUMS", []byte(strings.Repeat("3", 64)+"  kubernetes/kubeadm\n")))
 	overlay, err := k.Run(fs, "/overlay")
 	require.NoError(t, err)
 	var dep appsv1.Deployment
@@ -84,7 +84,7 @@ configMapGenerator:
 	// The generated ConfigMap (its name has kustomize's hash suffix) is
 	// the one the Deployment mounts where -bundle-checksums-dir reads.
 	require.True(t, strings.HasPrefix(sums.Name, "upgradekit-bundle-checksums-"), sums.Name)
-	require.Contains(t, sums.Data, "v1.32.0")
+	require.Contains(t, sums.Data, "v1.37.0")
 	var mounted string
 	for _, v := range dep.Spec.Template.Spec.Volumes {
 		if v.ConfigMap != nil {

@@ -83,17 +83,17 @@ func TestFlags(t *testing.T) {
 		require.ErrorContains(t, err, `unknown category "KubernetesVerison" (categories: `)
 	}
 	// One bundle per version.
-	o, err = parseFlags([]string{"-upgrader-images", "v1.31.1=r/u@" + testDigest + ", v1.32.0=r/u@" + testDigestB, "-allow-unverified-bundles"}, &out)
+	o, err = parseFlags([]string{"-upgrader-images", "v1.36.1=r/u@" + testDigest + ", v1.37.0=r/u@" + testDigestB, "-allow-unverified-bundles"}, &out)
 	require.NoError(t, err)
-	require.Equal(t, capi.ImagesByVersion{"v1.31.1": "r/u@" + testDigest, "v1.32.0": "r/u@" + testDigestB}, o.images)
+	require.Equal(t, capi.ImagesByVersion{"v1.36.1": "r/u@" + testDigest, "v1.37.0": "r/u@" + testDigestB}, o.images)
 	for _, tc := range []struct {
 		args []string
 		want string
 	}{
-		{[]string{"-upgrader-images", "v1.31.1"}, `"v1.31.1" is not version=image`},
+		{[]string{"-upgrader-images", "v1.36.1"}, `"v1.36.1" is not version=image`},
 		{[]string{"-upgrader-images", "1.31.1=img"}, `version "1.31.1"`},
-		{[]string{"-upgrader-images", "v1.31.1=a,v1.31.1=b"}, "version v1.31.1 twice"},
-		{[]string{"-upgrader-images", "v1.31.1=a", "-upgrader-image", "b@" + testDigest, "-allow-unverified-bundles"}, "set one"},
+		{[]string{"-upgrader-images", "v1.36.1=a,v1.36.1=b"}, "version v1.36.1 twice"},
+		{[]string{"-upgrader-images", "v1.36.1=a", "-upgrader-image", "b@" + testDigest, "-allow-unverified-bundles"}, "set one"},
 	} {
 		_, err = parseFlags(tc.args, &out)
 		require.ErrorIs(t, err, errInvalidFlag, tc.args)
@@ -125,12 +125,12 @@ func TestSupplyChainFlags(t *testing.T) {
 		args []string
 		want string // "" when accepted
 	}{
-		{"a tag", []string{"-upgrader-image", "registry.example/upgrader:v1.31.1", "-allow-unverified-bundles"},
-			`-upgrader-image: "registry.example/upgrader:v1.31.1" is not pinned by digest (want <image>@sha256:<64 hex>; -allow-mutable-upgrader-images accepts tags)`},
+		{"a tag", []string{"-upgrader-image", "registry.example/upgrader:v1.36.1", "-allow-unverified-bundles"},
+			`-upgrader-image: "registry.example/upgrader:v1.36.1" is not pinned by digest (want <image>@sha256:<64 hex>; -allow-mutable-upgrader-images accepts tags)`},
 		{"latest", []string{"-upgrader-image", "registry.example/upgrader:latest", "-allow-unverified-bundles"}, "is not pinned by digest"},
-		{"a tag in the map", []string{"-upgrader-images", "v1.31.1=r/u@" + testDigest + ",v1.32.0=r/u:v1.32.0", "-allow-unverified-bundles"},
-			`-upgrader-images: "r/u:v1.32.0" for "v1.32.0" is not pinned by digest`},
-		{"a tag, allowed", []string{"-upgrader-image", "registry.example/upgrader:v1.31.1", "-allow-mutable-upgrader-images", "-allow-unverified-bundles"}, ""},
+		{"a tag in the map", []string{"-upgrader-images", "v1.36.1=r/u@" + testDigest + ",v1.37.0=r/u:v1.37.0", "-allow-unverified-bundles"},
+			`-upgrader-images: "r/u:v1.37.0" for "v1.37.0" is not pinned by digest`},
+		{"a tag, allowed", []string{"-upgrader-image", "registry.example/upgrader:v1.36.1", "-allow-mutable-upgrader-images", "-allow-unverified-bundles"}, ""},
 		{"no checksums", []string{"-upgrader-image", "r/u@" + testDigest},
 			"-bundle-checksums-dir: required: without checksums the upgrader bundle's binaries run as root unverified; -allow-unverified-bundles accepts that"},
 		{"checksums and the opt-out", []string{"-upgrader-image", "r/u@" + testDigest, "-bundle-checksums-dir", "/etc/sums", "-allow-unverified-bundles"}, "set one"},
@@ -151,7 +151,7 @@ func TestSupplyChainFlags(t *testing.T) {
 	// The library's own error, for embedders: ErrInvalidOption.
 	o, err := parseFlags([]string{"-upgrader-image", "r/u@" + testDigest, "-allow-unverified-bundles"}, io.Discard)
 	require.NoError(t, err)
-	o.upgraderImage = "registry.example/upgrader:v1.31.1"
+	o.upgraderImage = "registry.example/upgrader:v1.36.1"
 	require.ErrorIs(t, extensionserver.Validate(o.serverOptions(deps{})...), extensionserver.ErrInvalidOption)
 }
 
@@ -240,7 +240,7 @@ func TestUpgraderFlags(t *testing.T) {
 			wantErr: `unexpected arguments ["registry.example/upgrader:v1"]`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			o, err := parseFlags(append([]string{"-upgrader-image", "registry.example/upgrader:v1.31.1@" + testDigest, "-allow-unverified-bundles"}, tc.args...), io.Discard)
+			o, err := parseFlags(append([]string{"-upgrader-image", "registry.example/upgrader:v1.36.1@" + testDigest, "-allow-unverified-bundles"}, tc.args...), io.Discard)
 			if tc.wantErr != "" {
 				require.ErrorIs(t, err, errInvalidFlag)
 				require.ErrorContains(t, err, tc.wantErr)
@@ -251,7 +251,7 @@ func TestUpgraderFlags(t *testing.T) {
 			}
 			require.NoError(t, err)
 			if tc.image == "" {
-				tc.image = "registry.example/upgrader:v1.31.1@" + testDigest
+				tc.image = "registry.example/upgrader:v1.36.1@" + testDigest
 			}
 			require.Equal(t, tc.image, o.upgraderImage)
 			require.Empty(t, cmp.Diff(tc.runner, o.runnerArgv, cmpopts.EquateEmpty()))
@@ -294,7 +294,7 @@ func TestUpgraderFlags(t *testing.T) {
 // planConfig as WithPlanConfig does.
 func planConfigFor(t *testing.T, o options, role kubeadm.Role) kubeadm.Config {
 	t.Helper()
-	cfg := kubeadm.Config{Node: "node-a", Role: role, FromVersion: "v1.30.4", ToVersion: "v1.31.1"}
+	cfg := kubeadm.Config{Node: "node-a", Role: role, FromVersion: "v1.35.4", ToVersion: "v1.36.1"}
 	planConfigOf(t, o, &cfg)
 	return cfg
 }
@@ -306,7 +306,7 @@ func TestServesTheHooksOverHTTPS(t *testing.T) {
 	pool := testcerts.Write(t, dir)
 	port := testcerts.FreePort(t)
 	metricsPort := testcerts.FreePort(t)
-	o, err := parseFlags([]string{"-host", "127.0.0.1", "-port", strconv.Itoa(port), "-cert-dir", dir, "-upgrader-image", "registry.example/upgrader:v1.31.1@" + testDigest, "-allow-unverified-bundles",
+	o, err := parseFlags([]string{"-host", "127.0.0.1", "-port", strconv.Itoa(port), "-cert-dir", dir, "-upgrader-image", "registry.example/upgrader:v1.36.1@" + testDigest, "-allow-unverified-bundles",
 		"-metrics-bind-address", "127.0.0.1:" + strconv.Itoa(metricsPort)}, &bytes.Buffer{})
 	require.NoError(t, err)
 	scheme := runtime.NewScheme()
@@ -315,7 +315,7 @@ func TestServesTheHooksOverHTTPS(t *testing.T) {
 	// The machine the CanUpdateMachine requests below ask about is in the
 	// management cluster (the skew check reads nothing for a request that
 	// does not match it).
-	liveMachine := &clusterv1.Machine{ObjectMeta: metav1.ObjectMeta{Name: "m", Namespace: "default"}, Spec: clusterv1.MachineSpec{ClusterName: "demo", Version: "v1.30.4"}}
+	liveMachine := &clusterv1.Machine{ObjectMeta: metav1.ObjectMeta{Name: "m", Namespace: "default"}, Spec: clusterv1.MachineSpec{ClusterName: "demo", Version: "v1.35.4"}}
 	mgmt := fakeclient.NewClientBuilder().WithScheme(mgmtScheme(t)).WithObjects(liveMachine).Build()
 
 	ctx, cancel := context.WithCancel(context.Background())
@@ -362,17 +362,17 @@ func TestServesTheHooksOverHTTPS(t *testing.T) {
 	var resp runtimehooksv1.CanUpdateMachineResponse
 	post(runtimehooksv1.CanUpdateMachine, "upgradekit-can-update-machine", &runtimehooksv1.CanUpdateMachineRequest{
 		TypeMeta: metav1.TypeMeta{APIVersion: runtimehooksv1.GroupVersion.String(), Kind: "CanUpdateMachineRequest"},
-		Current:  runtimehooksv1.CanUpdateMachineRequestObjects{Machine: machine("v1.30.4"), InfrastructureMachine: infra("kindest/node:v1.30.4")},
-		Desired:  runtimehooksv1.CanUpdateMachineRequestObjects{Machine: machine("v1.31.1"), InfrastructureMachine: infra("kindest/node:v1.30.4")},
+		Current:  runtimehooksv1.CanUpdateMachineRequestObjects{Machine: machine("v1.35.4"), InfrastructureMachine: infra("kindest/node:v1.35.4")},
+		Desired:  runtimehooksv1.CanUpdateMachineRequestObjects{Machine: machine("v1.36.1"), InfrastructureMachine: infra("kindest/node:v1.35.4")},
 	}, &resp)
 	require.Equal(t, runtimehooksv1.ResponseStatusSuccess, resp.Status, resp.Message)
-	require.JSONEq(t, `[{"op":"replace","path":"/spec/version","value":"v1.31.1"}]`, string(resp.MachinePatch.Patch))
+	require.JSONEq(t, `[{"op":"replace","path":"/spec/version","value":"v1.36.1"}]`, string(resp.MachinePatch.Patch))
 
 	resp = runtimehooksv1.CanUpdateMachineResponse{}
 	post(runtimehooksv1.CanUpdateMachine, "upgradekit-can-update-machine", &runtimehooksv1.CanUpdateMachineRequest{
 		TypeMeta: metav1.TypeMeta{APIVersion: runtimehooksv1.GroupVersion.String(), Kind: "CanUpdateMachineRequest"},
-		Current:  runtimehooksv1.CanUpdateMachineRequestObjects{Machine: machine("v1.30.4"), InfrastructureMachine: infra("kindest/node:v1.30.4")},
-		Desired:  runtimehooksv1.CanUpdateMachineRequestObjects{Machine: machine("v1.31.1"), InfrastructureMachine: infra("kindest/node:v1.31.1")},
+		Current:  runtimehooksv1.CanUpdateMachineRequestObjects{Machine: machine("v1.35.4"), InfrastructureMachine: infra("kindest/node:v1.35.4")},
+		Desired:  runtimehooksv1.CanUpdateMachineRequestObjects{Machine: machine("v1.36.1"), InfrastructureMachine: infra("kindest/node:v1.36.1")},
 	}, &resp)
 	require.Equal(t, runtimehooksv1.ResponseStatusSuccess, resp.Status)
 	require.False(t, resp.MachinePatch.IsDefined(), "an image change is not done in place")
@@ -380,7 +380,7 @@ func TestServesTheHooksOverHTTPS(t *testing.T) {
 
 	// UpdateMachine without a kubeconfig secret for the cluster waits.
 	var up runtimehooksv1.UpdateMachineResponse
-	m := machine("v1.31.1")
+	m := machine("v1.36.1")
 	m.Spec.ProviderID = "docker:////m"
 	live := &clusterv1.Machine{}
 	require.NoError(t, mgmt.Get(ctx, client.ObjectKeyFromObject(liveMachine), live))

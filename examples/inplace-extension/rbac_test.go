@@ -228,7 +228,7 @@ func granted(rules []rbacv1.PolicyRule, r apiRequest) bool {
 // excess) but the one the test cannot provoke, which says why it is there.
 func TestLeastPrivilegeOverHTTPS(t *testing.T) {
 	ctx := t.Context()
-	cl := fake.NewCluster("demo").ControlPlane(1, "v1.31.1").MachineDeployment("md", 1, "v1.30.4")
+	cl := fake.NewCluster("demo").ControlPlane(1, "v1.36.1").MachineDeployment("md", 1, "v1.35.4")
 	env := envtest.StartForTest(t, envtest.WithCRDs(cl.InfrastructureCRD()))
 	admin := env.Client
 	require.NoError(t, cl.Apply(ctx, admin))
@@ -299,7 +299,7 @@ func TestLeastPrivilegeOverHTTPS(t *testing.T) {
 	pool := testcerts.Write(t, dir)
 	port := testcerts.FreePort(t)
 	o, err := parseFlags([]string{"-host", "127.0.0.1", "-port", strconv.Itoa(port), "-cert-dir", dir, "-metrics-bind-address", "0",
-		"-upgrader-image", "registry.example/upgrader:v1.31.1@" + testDigest, "-allow-unverified-bundles", "-skip-steps", "containerd,cni-plugins", "-retry-after", "1"}, &bytes.Buffer{})
+		"-upgrader-image", "registry.example/upgrader:v1.36.1@" + testDigest, "-allow-unverified-bundles", "-skip-steps", "containerd,cni-plugins", "-retry-after", "1"}, &bytes.Buffer{})
 	require.NoError(t, err)
 	serveCtx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -316,7 +316,7 @@ func TestLeastPrivilegeOverHTTPS(t *testing.T) {
 	var live clusterv1.Machine
 	require.NoError(t, admin.Get(ctx, client.ObjectKey{Namespace: cl.Namespace(), Name: worker.Name}, &live))
 	desired := live.DeepCopy()
-	desired.Spec.Version = "v1.31.1"
+	desired.Spec.Version = "v1.36.1"
 	desired.TypeMeta = metav1.TypeMeta{APIVersion: clusterv1.GroupVersion.String(), Kind: "Machine"}
 	current := live.DeepCopy()
 	current.TypeMeta = desired.TypeMeta
@@ -388,7 +388,7 @@ func TestLeastPrivilegeOverHTTPS(t *testing.T) {
 
 	// Cluster API marks the Machine for the update and sets its spec.
 	patch := client.MergeFrom(live.DeepCopy())
-	live.Spec.Version = "v1.31.1"
+	live.Spec.Version = "v1.36.1"
 	if live.Annotations == nil {
 		live.Annotations = map[string]string{}
 	}
@@ -420,7 +420,7 @@ func TestLeastPrivilegeOverHTTPS(t *testing.T) {
 		name string
 		edit func(m *clusterv1.Machine)
 	}{
-		{"another version", func(m *clusterv1.Machine) { m.Spec.Version = "v1.32.0" }},
+		{"another version", func(m *clusterv1.Machine) { m.Spec.Version = "v1.37.0" }},
 		{"another node", func(m *clusterv1.Machine) { m.Spec.ProviderID = cl.Nodes()[0].ProviderID }},
 		{"another cluster", func(m *clusterv1.Machine) { m.Spec.ClusterName = "other" }},
 		{"no such Machine", func(m *clusterv1.Machine) { m.Name = "nope" }},
@@ -456,7 +456,7 @@ func TestLeastPrivilegeOverHTTPS(t *testing.T) {
 			r, ok := runners[p.Name]
 			if !ok {
 				r, err = fake.NewPodRunner(host, p, fake.WithPodJournalDir(journal),
-					fake.WithPodImageStaging(fake.Staging{Kubernetes: "v1.31.1", Containerd: "2.0.5", CNI: "v1.7.1"}))
+					fake.WithPodImageStaging(fake.Staging{Kubernetes: "v1.36.1", Containerd: "2.0.5", CNI: "v1.7.1"}))
 				require.NoError(t, err)
 				runners[p.Name] = r
 			}
@@ -466,7 +466,7 @@ func TestLeastPrivilegeOverHTTPS(t *testing.T) {
 			require.NoError(t, admin.Status().Update(ctx, p))
 		}
 	}
-	require.Equal(t, "v1.31.1", host.RunningVersion(fake.Kubelet))
+	require.Equal(t, "v1.36.1", host.RunningVersion(fake.Kubelet))
 	var n corev1.Node
 	require.NoError(t, admin.Get(ctx, client.ObjectKey{Name: worker.Name}, &n))
 	require.False(t, n.Spec.Unschedulable, "uncordoned once done")

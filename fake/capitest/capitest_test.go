@@ -60,11 +60,11 @@ func TestManagersAdmitThroughTheirWebhooks(t *testing.T) {
 				Bootstrap:         clusterv1.Bootstrap{DataSecretName: new("bootstrap")},
 				InfrastructureRef: clusterv1.ContractVersionedObjectReference{APIGroup: "infrastructure.cluster.x-k8s.io", Kind: "DockerMachine", Name: name}}}
 	}
-	m := machine("m-0", "v1.31.1")
+	m := machine("m-0", "v1.36.3")
 	require.NoError(t, c.Create(t.Context(), m))
 	require.Equal(t, "demo", m.Labels[clusterv1.ClusterNameLabel], "defaulted by Cluster API's Machine webhook")
 
-	err := c.Create(t.Context(), machine("m-1", "1.31"))
+	err := c.Create(t.Context(), machine("m-1", "1.36"))
 	require.Error(t, err, "refused by Cluster API's Machine webhook")
 	require.Contains(t, err.Error(), "admission webhook")
 }

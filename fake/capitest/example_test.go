@@ -21,7 +21,7 @@ func Example() {
 // The objects of a MachineDeployment on the harness: its bootstrap and
 // infrastructure templates and the MachineDeployment, ready to create.
 func ExampleMachineDeploymentObjects() {
-	for _, o := range capitest.MachineDeploymentObjects("default", "demo", "md-0", 3, "v1.30.4") {
+	for _, o := range capitest.MachineDeploymentObjects("default", "demo", "md-0", 3, "v1.35.4") {
 		kind := o.GetObjectKind().GroupVersionKind().Kind // set on unstructured objects
 		if kind == "" {
 			kind = reflect.TypeOf(o).Elem().Name() // typed ones

@@ -25,23 +25,23 @@ import (
 func TestClusterAPIProvisionsAndRollsOnTheHarness(t *testing.T) {
 	h := capitest.NewForTest(t)
 	ctx, c := t.Context(), h.Env.Client
-	objs, err := capitest.ClusterObjects(h.Env, "default", "demo", "v1.31.1")
+	objs, err := capitest.ClusterObjects(h.Env, "default", "demo", "v1.36.3")
 	require.NoError(t, err)
 	require.NoError(t, capitest.Create(ctx, c, objs...))
-	require.NoError(t, capitest.Create(ctx, c, capitest.MachineDeploymentObjects("default", "demo", "md", 3, "v1.30.4")...))
+	require.NoError(t, capitest.Create(ctx, c, capitest.MachineDeploymentObjects("default", "demo", "md", 3, "v1.35.4")...))
 
 	start := time.Now()
 	wait, cancel := context.WithTimeout(ctx, 4*time.Minute)
 	defer cancel()
-	before, err := capitest.WaitForRollout(wait, c, "default", "md", "v1.30.4")
+	before, err := capitest.WaitForRollout(wait, c, "default", "md", "v1.35.4")
 	require.NoError(t, err, "provider: %v", h.Provider.Errors())
 	t.Logf("3 machines running in %s", time.Since(start).Round(time.Millisecond))
 	for name, m := range before {
 		require.Equal(t, capitest.ProviderIDPrefix+"default/"+name, m.Spec.ProviderID)
-		require.Equal(t, "v1.30.4", h.Provider.Host(name).RunningVersion(fake.Kubelet))
+		require.Equal(t, "v1.35.4", h.Provider.Host(name).RunningVersion(fake.Kubelet))
 		var n corev1.Node
 		require.NoError(t, c.Get(ctx, client.ObjectKey{Name: name}, &n))
-		require.Equal(t, "v1.30.4", n.Status.NodeInfo.KubeletVersion)
+		require.Equal(t, "v1.35.4", n.Status.NodeInfo.KubeletVersion)
 	}
 
 	// A new infrastructure template: Cluster API replaces every machine.
@@ -60,7 +60,7 @@ func TestClusterAPIProvisionsAndRollsOnTheHarness(t *testing.T) {
 	require.NoError(t, c.Patch(ctx, &md, patch))
 
 	start = time.Now()
-	after, err := capitest.WaitForRollout(wait, c, "default", "md", "v1.30.4")
+	after, err := capitest.WaitForRollout(wait, c, "default", "md", "v1.35.4")
 	require.NoError(t, err, "provider: %v", h.Provider.Errors())
 	for name := range after {
 		require.NotContains(t, before, name, "every machine replaced")

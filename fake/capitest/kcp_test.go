@@ -36,7 +36,7 @@ func kcpMachines(t *testing.T, c client.Client) map[string]clusterv1.Machine {
 func TestClusterAPIProvisionsAKubeadmControlPlane(t *testing.T) {
 	h := capitest.NewForTest(t)
 	ctx, c := t.Context(), h.Env.Client
-	objs, err := capitest.KubeadmControlPlaneObjects(h.Env, "default", "demo", 3, "v1.30.4")
+	objs, err := capitest.KubeadmControlPlaneObjects(h.Env, "default", "demo", 3, "v1.35.4")
 	require.NoError(t, err)
 	require.NoError(t, capitest.Create(ctx, c, objs...))
 	start := time.Now()

@@ -21,24 +21,24 @@ import (
 	"github.com/upgradekit/upgradekit/strategy/capi"
 )
 
-const upgraderImage = "registry.example/upgrader:v1.31.1"
+const upgraderImage = "registry.example/upgrader:v1.36.3"
 
 // README:begin
 func TestMyExtensionUnderClusterAPI(t *testing.T) {
 	// envtest, Cluster API's own managers (InPlaceUpdates on), and a
 	// provider whose simulated nodes run the upgrader image's bundle.
 	h := capitest.NewForTest(t, capitest.WithUpgraderImage(upgraderImage,
-		fake.Staging{Kubernetes: "v1.31.1", Containerd: "2.0.5", CNI: "v1.7.1"}))
+		fake.Staging{Kubernetes: "v1.36.3", Containerd: "2.0.5", CNI: "v1.7.1"}))
 	ctx, c := t.Context(), h.Env.Client
 
-	// A workload cluster: a control plane at v1.31.1, two workers at v1.30.4.
-	cluster, err := capitest.ClusterObjects(h.Env, "default", "demo", "v1.31.1")
+	// A workload cluster: a control plane at v1.36.3, two workers at v1.35.4.
+	cluster, err := capitest.ClusterObjects(h.Env, "default", "demo", "v1.36.3")
 	require.NoError(t, err)
 	require.NoError(t, capitest.Create(ctx, c, cluster...))
-	require.NoError(t, capitest.Create(ctx, c, capitest.MachineDeploymentObjects("default", "demo", "md", 2, "v1.30.4")...))
+	require.NoError(t, capitest.Create(ctx, c, capitest.MachineDeploymentObjects("default", "demo", "md", 2, "v1.35.4")...))
 	wait, cancel := context.WithTimeout(ctx, 3*time.Minute)
 	defer cancel()
-	before, err := capitest.WaitForRollout(wait, c, "default", "md", "v1.30.4")
+	before, err := capitest.WaitForRollout(wait, c, "default", "md", "v1.35.4")
 	require.NoError(t, err)
 
 	// Your extension, over HTTPS, registered as users do: an ExtensionConfig.
@@ -46,17 +46,17 @@ func TestMyExtensionUnderClusterAPI(t *testing.T) {
 	_, err = capitest.RegisterExtension(wait, c, "my-extension", url, caBundle)
 	require.NoError(t, err)
 
-	// Cluster API rolls the MachineDeployment to v1.31.1 through your hooks.
+	// Cluster API rolls the MachineDeployment to v1.36.3 through your hooks.
 	var md clusterv1.MachineDeployment
 	require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: "default", Name: "md"}, &md))
 	patch := client.MergeFrom(md.DeepCopy())
-	md.Spec.Template.Spec.Version = "v1.31.1"
+	md.Spec.Template.Spec.Version = "v1.36.3"
 	require.NoError(t, c.Patch(ctx, &md, patch))
-	after, err := capitest.WaitForRollout(wait, c, "default", "md", "v1.31.1")
+	after, err := capitest.WaitForRollout(wait, c, "default", "md", "v1.36.3")
 	require.NoError(t, err)
 	for name := range before {
 		require.Contains(t, after, name, "updated in place, not replaced")
-		require.Equal(t, "v1.31.1", h.Provider.Host(name).RunningVersion(fake.Kubelet))
+		require.Equal(t, "v1.36.3", h.Provider.Host(name).RunningVersion(fake.Kubelet))
 	}
 }
 

@@ -29,12 +29,12 @@ func TestAnswerIsTheHooksAnswer(t *testing.T) {
 		updaters []string
 		declined []string
 	}{
-		{name: "version: accepted", req: verifyRequest("v1.30.4", "v1.31.1", "node:a", "node:a", `{"kind":"KubeadmConfig","spec":{}}`),
+		{name: "version: accepted", req: verifyRequest("v1.35.4", "v1.36.1", "node:a", "node:a", `{"kind":"KubeadmConfig","spec":{}}`),
 			accept: true, updaters: []string{"kubeadm"}},
-		{name: "image: declined", req: verifyRequest("v1.30.4", "v1.31.1", "node:a", "node:b", `{"kind":"KubeadmConfig","spec":{}}`),
+		{name: "image: declined", req: verifyRequest("v1.35.4", "v1.36.1", "node:a", "node:b", `{"kind":"KubeadmConfig","spec":{}}`),
 			updaters: []string{"kubeadm"}, // the version alone would have been in place
 			declined: []string{"infrastructure.spec.customImage (InfrastructureImage)"}},
-		{name: "no changes: accepted", req: verifyRequest("v1.30.4", "v1.30.4", "node:a", "node:a", `{"kind":"KubeadmConfig","spec":{}}`),
+		{name: "no changes: accepted", req: verifyRequest("v1.35.4", "v1.35.4", "node:a", "node:a", `{"kind":"KubeadmConfig","spec":{}}`),
 			accept: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -59,7 +59,7 @@ func TestAnswerIsTheHooksAnswer(t *testing.T) {
 		})
 	}
 
-	incomplete := verifyRequest("v1.30.4", "v1.31.1", "node:a", "node:a", `{}`)
+	incomplete := verifyRequest("v1.35.4", "v1.36.1", "node:a", "node:a", `{}`)
 	incomplete.Desired.InfrastructureMachine.Raw = nil
 	_, err = ext.AnswerCanUpdateMachine(ctx, incomplete)
 	require.ErrorIs(t, err, capi.ErrIncompleteRequest)
@@ -89,7 +89,7 @@ func TestMalformedRequestsFail(t *testing.T) {
 		{"not an object", `[]`, `{"kind":"KubeadmConfig","spec":{}}`, "desired.infrastructureMachine"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			req := verifyRequest("v1.30.4", "v1.31.1", "node:a", "node:a", tc.bootstrap)
+			req := verifyRequest("v1.35.4", "v1.36.1", "node:a", "node:a", tc.bootstrap)
 			req.Desired.InfrastructureMachine = runtime.RawExtension{Raw: []byte(tc.infra)}
 			_, err := ext.AnswerCanUpdateMachine(context.Background(), req)
 			require.ErrorIs(t, err, capi.ErrMalformedRequest)

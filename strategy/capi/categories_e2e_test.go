@@ -66,7 +66,7 @@ func newE2EMachine(n fake.NodeInfo) e2eMachine {
 		cfg.Spec.ClusterConfiguration.Etcd.Local.ImageTag = fake.DefaultEtcdVersion
 	}
 	infra := map[string]any{"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta2", "kind": "DockerMachine",
-		"metadata": map[string]any{"name": n.Name}, "spec": map[string]any{"customImage": "kindest/node:v1.30.4", "providerID": n.ProviderID}}
+		"metadata": map[string]any{"name": n.Name}, "spec": map[string]any{"customImage": "kindest/node:v1.35.4", "providerID": n.ProviderID}}
 	return e2eMachine{machine: m, cfg: cfg, infra: infra}
 }
 
@@ -106,7 +106,7 @@ func kubeadmConfigFor(t *testing.T, version string, cc bootstrapv1.ClusterConfig
 // machine is the cluster's only control plane (first control plane role,
 // etcd snapshot included) or a worker.
 func TestEachInPlaceCategoryEndsAppliedOrDeclined(t *testing.T) {
-	const from, to = "v1.30.4", "v1.31.1"
+	const from, to = "v1.35.4", "v1.36.1"
 	for _, tc := range []struct {
 		name         string
 		controlPlane bool
@@ -190,7 +190,7 @@ func TestEachInPlaceCategoryEndsAppliedOrDeclined(t *testing.T) {
 			edit:     func(des *clusterv1.Machine, _ *bootstrapv1.KubeadmConfig) { des.Spec.Version = to },
 			declined: "would be newer than the control plane"},
 		{name: "a skipped minor: infeasible",
-			edit:     func(des *clusterv1.Machine, _ *bootstrapv1.KubeadmConfig) { des.Spec.Version = "v1.32.0" },
+			edit:     func(des *clusterv1.Machine, _ *bootstrapv1.KubeadmConfig) { des.Spec.Version = "v1.37.0" },
 			declined: "skips a minor version"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -31,16 +31,16 @@ func TestConcurrencyGateAcrossReplicas(t *testing.T) {
 	c, ctx := env.Client, t.Context()
 	require.NoError(t, c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: nodepod.DefaultNamespace}}))
 	require.NoError(t, c.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: "kubeadm-config"},
-		Data: map[string]string{"ClusterConfiguration": "apiVersion: kubeadm.k8s.io/v1beta4\nkind: ClusterConfiguration\nkubernetesVersion: v1.31.1\n"}}))
+		Data: map[string]string{"ClusterConfiguration": "apiVersion: kubeadm.k8s.io/v1beta4\nkind: ClusterConfiguration\nkubernetesVersion: v1.36.1\n"}}))
 	for _, n := range []string{"w-0", "w-1", "w-2"} {
-		createNode(t, ctx, c, n, "docker:////"+n, "v1.30.4")
+		createNode(t, ctx, c, n, "docker:////"+n, "v1.35.4")
 	}
 	clk := clocktesting.NewFakePassiveClock(time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC))
 	workload := func(context.Context, types.NamespacedName) (client.Client, error) { return c, nil }
 	replica := func() (*capi.MachineUpdater, *capi.ConcurrencyGate) {
 		gate, err := capi.NewConcurrencyGate(c, "default", 1, 30*time.Second)
 		require.NoError(t, err)
-		u, err := capi.NewMachineUpdater(workload, capi.WithoutDrain(), capi.WithPodOptions(nodepod.WithImage("registry.example/upgrader:v1.31.1")),
+		u, err := capi.NewMachineUpdater(workload, capi.WithoutDrain(), capi.WithPodOptions(nodepod.WithImage("registry.example/upgrader:v1.36.1")),
 			capi.WithGates(gate), capi.WithUpdaterClock(clk))
 		require.NoError(t, err)
 		return u, gate
@@ -49,7 +49,7 @@ func TestConcurrencyGateAcrossReplicas(t *testing.T) {
 	b, _ := replica()
 	call := func(u *capi.MachineUpdater, node string) runtimehooksv1.UpdateMachineResponse {
 		var resp runtimehooksv1.UpdateMachineResponse
-		u.UpdateMachine(ctx, updateReq(node, "docker:////"+node, "v1.31.1", false), &resp)
+		u.UpdateMachine(ctx, updateReq(node, "docker:////"+node, "v1.36.1", false), &resp)
 		return resp
 	}
 	podOn := func(node string) *corev1.Pod {
@@ -77,7 +77,7 @@ func TestConcurrencyGateAcrossReplicas(t *testing.T) {
 
 	// w-0 done: the slot is released, w-1 starts.
 	finishPod(t, ctx, c, podOn("w-0"), "", 0)
-	setKubelet(t, ctx, c, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "w-0"}}, "v1.31.1")
+	setKubelet(t, ctx, c, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "w-0"}}, "v1.36.1")
 	requireDone(t, call(a, "w-0"))
 	requireWaiting(t, call(b, "w-1"), "started worker upgrade of node w-1")
 

@@ -55,11 +55,11 @@ func setKubeadmConfig(t *testing.T, pc *podsCluster, clusterConfiguration string
 // KubeadmControlPlane writes first, and verified in the manifests and the
 // mirror pods before done.
 func TestUpdateMachineAppliesControlPlaneConfig(t *testing.T) {
-	const cc = "apiVersion: kubeadm.k8s.io/v1beta4\nkind: ClusterConfiguration\nkubernetesVersion: v1.30.4\napiServer:\n  extraArgs:\n  - name: audit-log-maxage\n    value: \"30\"\netcd:\n  local:\n    imageTag: 3.5.15-0\n"
+	const cc = "apiVersion: kubeadm.k8s.io/v1beta4\nkind: ClusterConfiguration\nkubernetesVersion: v1.35.4\napiServer:\n  extraArgs:\n  - name: audit-log-maxage\n    value: \"30\"\netcd:\n  local:\n    imageTag: 3.5.15-0\n"
 
 	t.Run("same version: waits for kubeadm-config, then regenerates and verifies the manifests", func(t *testing.T) {
 		pc := newPodsCluster(t)
-		req := updateReq("cp-0", "docker:////cp-0", "v1.30.4", true)
+		req := updateReq("cp-0", "docker:////cp-0", "v1.35.4", true)
 		req.Desired.BootstrapConfig = controlPlaneKubeadmConfig(t, "3.5.15-0", "audit-log-maxage=30")
 		requireWaiting(t, pc.call(req), "kubeadm-config does not carry the desired control plane configuration yet (kube-apiserver extraArgs are [], desired [audit-log-maxage=30])")
 		require.Empty(t, pc.pods(), "nothing runs before kubeadm-config has it: kubeadm would render the old configuration")
@@ -83,8 +83,8 @@ func TestUpdateMachineAppliesControlPlaneConfig(t *testing.T) {
 
 	t.Run("a version change verifies the manifests kubeadm upgrade rendered", func(t *testing.T) {
 		pc := newPodsCluster(t)
-		setKubeadmConfig(t, pc, strings.Replace(cc, "v1.30.4", "v1.31.1", 1))
-		req := updateReq("cp-0", "docker:////cp-0", "v1.31.1", true)
+		setKubeadmConfig(t, pc, strings.Replace(cc, "v1.35.4", "v1.36.1", 1))
+		req := updateReq("cp-0", "docker:////cp-0", "v1.36.1", true)
 		req.Desired.BootstrapConfig = controlPlaneKubeadmConfig(t, "3.5.15-0", "audit-log-maxage=30")
 		requireWaiting(t, pc.call(req), "started")
 		steps := stepNames(pc.onlyPod())
@@ -95,7 +95,7 @@ func TestUpdateMachineAppliesControlPlaneConfig(t *testing.T) {
 
 	t.Run("a worker's ClusterConfiguration is not its own: nothing to apply", func(t *testing.T) {
 		pc := newPodsCluster(t)
-		req := updateReq("w-0", "docker:////cp-0", "v1.30.4", false)
+		req := updateReq("w-0", "docker:////cp-0", "v1.35.4", false)
 		req.Desired.BootstrapConfig = controlPlaneKubeadmConfig(t, "3.5.15-0", "audit-log-maxage=30")
 		requireWaiting(t, pc.call(req), "started")
 		require.NotContains(t, stepNames(pc.onlyPod()), kubeadm.StepControlPlaneConfig)

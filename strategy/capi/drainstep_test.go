@@ -121,7 +121,7 @@ func TestUpdateMachineDrainsFirst(t *testing.T) {
 	for _, ns := range []string{"apps", nodepod.DefaultNamespace} {
 		require.NoError(t, c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
 	}
-	node := createNode(t, ctx, c, "md-0-a", "docker:////md-0-a", "v1.30.4")
+	node := createNode(t, ctx, c, "md-0-a", "docker:////md-0-a", "v1.35.4")
 	web := map[string]string{"app": "web"}
 	appPod(t, cs, "apps", "web-0", "md-0-a", web)
 	appPod(t, cs, "apps", "web-1", "md-0-a", web)
@@ -145,7 +145,7 @@ func TestUpdateMachineDrainsFirst(t *testing.T) {
 		// A new updater per call: nothing survives in memory.
 		u, err := capi.NewMachineUpdater(workload, append([]capi.MachineUpdaterOption{
 			capi.WithWorkloadClientset(clientset),
-			capi.WithPodOptions(nodepod.WithImage("registry.example/upgrader:v1.31.1")),
+			capi.WithPodOptions(nodepod.WithImage("registry.example/upgrader:v1.36.1")),
 			capi.WithRetryAfter(5),
 			capi.WithDrainAttempt(2 * time.Second),
 			capi.WithDrainOptions(drain.WithGracePeriod(0), drain.WithEvictionRetryDelay(200*time.Millisecond)),
@@ -180,7 +180,7 @@ func TestUpdateMachineDrainsFirst(t *testing.T) {
 		}
 		return out
 	}
-	req := updateReq("md-0-a", "docker:////md-0-a", "v1.31.1", false)
+	req := updateReq("md-0-a", "docker:////md-0-a", "v1.36.1", false)
 
 	// 1. Cordon, evict what may go; the PDB holds web-0 and web-1.
 	resp := call(req)
@@ -196,7 +196,7 @@ func TestUpdateMachineDrainsFirst(t *testing.T) {
 	require.True(t, node.Spec.Unschedulable)
 	require.Contains(t, node.Annotations[drain.AnnotationCordon], capi.DefaultCordonOwner)
 	rec := record(t, node)
-	require.Equal(t, "v1.31.1", rec.Version)
+	require.Equal(t, "v1.36.1", rec.Version)
 	require.Equal(t, "default/md-0-a", rec.Machine)
 	require.True(t, rec.Started.Time.Equal(start))
 	require.NotNil(t, rec.DrainStarted)
@@ -208,7 +208,7 @@ func TestUpdateMachineDrainsFirst(t *testing.T) {
 	require.Equal(t, corev1.ConditionTrue, cond.Status)
 	require.Contains(t, cond.Message, "apps/web-pdb")
 	require.Equal(t, []string{
-		"Normal InPlaceUpdateStarted In-place update of node md-0-a from v1.30.4 to v1.31.1 started",
+		"Normal InPlaceUpdateStarted In-place update of node md-0-a from v1.35.4 to v1.36.1 started",
 		"Warning NodeDrainBlocked " + cond.Message,
 	}, recorded(recorder))
 	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(inProgress(capi.ReasonDrainBlocked, 1)), capi.MetricMachinesInProgress))
@@ -247,7 +247,7 @@ func TestUpdateMachineDrainsFirst(t *testing.T) {
 	allowDisruptions(t, cs, "apps", "web-pdb", 2)
 	resp = call(req)
 	require.Equal(t, runtimehooksv1.ResponseStatusSuccess, resp.Status, resp.Message)
-	require.Contains(t, resp.Message, "started worker upgrade of node md-0-a from v1.30.4 to v1.31.1")
+	require.Contains(t, resp.Message, "started worker upgrade of node md-0-a from v1.35.4 to v1.36.1")
 	require.False(t, podExists(t, cs, "apps", "web-0"))
 	require.False(t, podExists(t, cs, "apps", "web-1"))
 	pods := upgraderPods("md-0-a")
@@ -264,11 +264,11 @@ func TestUpdateMachineDrainsFirst(t *testing.T) {
 	require.True(t, node.Spec.Unschedulable, "still cordoned until the kubelet reports the version")
 
 	clk.Step(4 * time.Minute)
-	setKubelet(t, ctx, c, node, "v1.31.1")
+	setKubelet(t, ctx, c, node, "v1.36.1")
 	resp = call(req)
 	require.Equal(t, runtimehooksv1.ResponseStatusSuccess, resp.Status)
 	require.Equal(t, int32(0), resp.RetryAfterSeconds, resp.Message)
-	require.Equal(t, "node md-0-a runs kubelet v1.31.1; in-place update done in 35m0s", resp.Message)
+	require.Equal(t, "node md-0-a runs kubelet v1.36.1; in-place update done in 35m0s", resp.Message)
 	get(node)
 	require.False(t, node.Spec.Unschedulable)
 	require.NotContains(t, node.Annotations, drain.AnnotationCordon)
@@ -276,7 +276,7 @@ func TestUpdateMachineDrainsFirst(t *testing.T) {
 	cond = capi.InPlaceUpdateCondition(node)
 	require.Equal(t, capi.ReasonSucceeded, cond.Reason)
 	require.Equal(t, corev1.ConditionFalse, cond.Status)
-	require.Equal(t, []string{"Normal InPlaceUpdateSucceeded Node md-0-a runs kubelet v1.31.1; the in-place update took 35m0s"}, recorded(recorder))
+	require.Equal(t, []string{"Normal InPlaceUpdateSucceeded Node md-0-a runs kubelet v1.36.1; the in-place update took 35m0s"}, recorded(recorder))
 	count, sum := histogram(t, reg, capi.MetricUpdateDuration)
 	require.Equal(t, uint64(1), count)
 	require.Equal(t, (35 * time.Minute).Seconds(), sum)
@@ -290,16 +290,16 @@ func TestUpdateMachineDrainsFirst(t *testing.T) {
 	require.Equal(t, uint64(1), count)
 
 	t.Run("a node cordoned by someone else stays cordoned", func(t *testing.T) {
-		n := createNode(t, ctx, c, "md-0-b", "docker:////md-0-b", "v1.30.4")
+		n := createNode(t, ctx, c, "md-0-b", "docker:////md-0-b", "v1.35.4")
 		n.Spec.Unschedulable = true // an operator's kubectl cordon
 		require.NoError(t, c.Update(ctx, n))
-		req := updateReq("md-0-b", "docker:////md-0-b", "v1.31.1", false)
+		req := updateReq("md-0-b", "docker:////md-0-b", "v1.36.1", false)
 		resp := call(req)
 		require.Contains(t, resp.Message, "started worker upgrade of node md-0-b", "nothing to evict: drained at once")
 		pods := upgraderPods("md-0-b")
 		require.Len(t, pods, 1)
 		finishPod(t, ctx, c, &pods[0], "", 0)
-		setKubelet(t, ctx, c, n, "v1.31.1")
+		setKubelet(t, ctx, c, n, "v1.36.1")
 		resp = call(req)
 		require.Equal(t, int32(0), resp.RetryAfterSeconds, resp.Message)
 		get(n)
@@ -309,8 +309,8 @@ func TestUpdateMachineDrainsFirst(t *testing.T) {
 	})
 
 	t.Run("a cordon taken over during the update stays", func(t *testing.T) {
-		n := createNode(t, ctx, c, "md-0-t", "docker:////md-0-t", "v1.30.4")
-		req := updateReq("md-0-t", "docker:////md-0-t", "v1.31.1", false)
+		n := createNode(t, ctx, c, "md-0-t", "docker:////md-0-t", "v1.35.4")
+		req := updateReq("md-0-t", "docker:////md-0-t", "v1.36.1", false)
 		resp := call(req)
 		require.Contains(t, resp.Message, "started worker upgrade of node md-0-t")
 		require.True(t, get(n).Spec.Unschedulable, "cordoned by us")
@@ -323,7 +323,7 @@ func TestUpdateMachineDrainsFirst(t *testing.T) {
 		pods := upgraderPods("md-0-t")
 		require.Len(t, pods, 1)
 		finishPod(t, ctx, c, &pods[0], "", 0)
-		setKubelet(t, ctx, c, n, "v1.31.1")
+		setKubelet(t, ctx, c, n, "v1.36.1")
 		resp = call(req)
 		require.Equal(t, int32(0), resp.RetryAfterSeconds, resp.Message)
 		get(n)
@@ -333,10 +333,10 @@ func TestUpdateMachineDrainsFirst(t *testing.T) {
 	})
 
 	t.Run("WithoutDrain leaves the node and its pods alone", func(t *testing.T) {
-		n := createNode(t, ctx, c, "md-0-c", "docker:////md-0-c", "v1.30.4")
+		n := createNode(t, ctx, c, "md-0-c", "docker:////md-0-c", "v1.35.4")
 		appPod(t, cs, "apps", "web-2", "md-0-c", web)
 		allowDisruptions(t, cs, "apps", "web-pdb", 0)
-		resp := call(updateReq("md-0-c", "docker:////md-0-c", "v1.31.1", false), capi.WithoutDrain())
+		resp := call(updateReq("md-0-c", "docker:////md-0-c", "v1.36.1", false), capi.WithoutDrain())
 		require.Contains(t, resp.Message, "started worker upgrade of node md-0-c")
 		require.False(t, get(n).Spec.Unschedulable)
 		require.True(t, podExists(t, cs, "apps", "web-2"))
@@ -345,14 +345,14 @@ func TestUpdateMachineDrainsFirst(t *testing.T) {
 	})
 
 	t.Run("a pod that opted out of disruption blocks the drain, named", func(t *testing.T) {
-		n := createNode(t, ctx, c, "md-0-d", "docker:////md-0-d", "v1.30.4")
+		n := createNode(t, ctx, c, "md-0-d", "docker:////md-0-d", "v1.35.4")
 		appPod(t, cs, "apps", "precious", "md-0-d", nil)
 		p, err := cs.CoreV1().Pods("apps").Get(ctx, "precious", metav1.GetOptions{})
 		require.NoError(t, err)
 		p.Annotations = map[string]string{drain.DefaultOptOutAnnotation: "true"}
 		_, err = cs.CoreV1().Pods("apps").Update(ctx, p, metav1.UpdateOptions{})
 		require.NoError(t, err)
-		resp := call(updateReq("md-0-d", "docker:////md-0-d", "v1.31.1", false))
+		resp := call(updateReq("md-0-d", "docker:////md-0-d", "v1.36.1", false))
 		require.Equal(t, int32(5), resp.RetryAfterSeconds)
 		require.Contains(t, resp.Message, "karpenter.sh/do-not-disrupt=true")
 		require.Contains(t, resp.Message, "apps/precious")
@@ -361,10 +361,10 @@ func TestUpdateMachineDrainsFirst(t *testing.T) {
 	})
 
 	t.Run("another owner's cordon record blocks, then fails at the deadline", func(t *testing.T) {
-		n := createNode(t, ctx, c, "md-0-e", "docker:////md-0-e", "v1.30.4")
+		n := createNode(t, ctx, c, "md-0-e", "docker:////md-0-e", "v1.35.4")
 		_, err := drain.Cordon(ctx, cs, "md-0-e", "kured")
 		require.NoError(t, err)
-		req := updateReq("md-0-e", "docker:////md-0-e", "v1.31.1", false)
+		req := updateReq("md-0-e", "docker:////md-0-e", "v1.36.1", false)
 		resp := call(req)
 		require.Equal(t, int32(5), resp.RetryAfterSeconds)
 		require.Contains(t, resp.Message, `node md-0-e is cordoned by "kured"`)

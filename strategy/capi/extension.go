@@ -40,6 +40,15 @@ const (
 // that CAPI's re-diff after applying them is empty. On decline it returns
 // no patches and a message naming the uncovered fields; CAPI then rolls the
 // machine out instead.
+//
+// One change counts as part of the Kubernetes version change it comes
+// with (category KubernetesVersion, so the updater applying the version
+// covers it): KubeadmControlPlane's removal of
+// featureGates.ControlPlaneKubeletLocalMode: true when a machine goes from
+// v1.35 to v1.36, where kubeadm dropped the gate it had locked on since
+// v1.35 and `kubeadm upgrade` keeps the kubelet on the local API server.
+// Its addition (v1.30 -> v1.31) stays a ControlPlaneConfig change, which
+// no updater applies.
 type Extension struct {
 	decider  strategy.Decider
 	diffOpts []diff.Option
@@ -443,6 +452,9 @@ func (e *Extension) answer(ctx context.Context, settings map[string]string, cur,
 	if err != nil {
 		return a, err
 	}
+	// A change Cluster API makes only because of the version (the
+	// ControlPlaneKubeletLocalMode gate it drops at v1.36) goes with it.
+	cs = withVersionImplied(cs, from, to)
 	if cs.Empty() {
 		a.msg = "no changes"
 		return e.checkPatched(a, cur, des, templates), nil

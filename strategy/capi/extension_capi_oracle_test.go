@@ -293,7 +293,7 @@ func callHook(t *testing.T, ext *capi.Extension, c oracleCase) runtimehooksv1.Re
 // cleans up before comparing.
 
 func baseMachineSpec() clusterv1.MachineSpec {
-	return clusterv1.MachineSpec{ClusterName: "demo", Version: "v1.30.4", ProviderID: "aws:///us-east-1a/i-0abc", FailureDomain: "us-east-1a",
+	return clusterv1.MachineSpec{ClusterName: "demo", Version: "v1.35.4", ProviderID: "aws:///us-east-1a/i-0abc", FailureDomain: "us-east-1a",
 		Bootstrap:         clusterv1.Bootstrap{ConfigRef: clusterv1.ContractVersionedObjectReference{APIGroup: "bootstrap.cluster.x-k8s.io", Kind: "KubeadmConfig", Name: "m-1"}},
 		InfrastructureRef: clusterv1.ContractVersionedObjectReference{APIGroup: "infrastructure.cluster.x-k8s.io", Kind: "AWSMachine", Name: "m-1"}}
 }
@@ -361,7 +361,7 @@ type edit func(r *rand.Rand, s *side) string
 var (
 	machineEdits = []edit{
 		func(r *rand.Rand, s *side) string {
-			v := []string{"v1.30.4", "v1.30.5", "v1.31.1"}[r.IntN(3)]
+			v := []string{"v1.35.4", "v1.35.5", "v1.36.1"}[r.IntN(3)]
 			s.machine.Version = v
 			return "machine.spec.version=" + v
 		},
@@ -606,8 +606,8 @@ func genSides(r *rand.Rand) (cur, des *side, edits []string) {
 	for range r.IntN(3) {
 		edits = append(edits, numberForms(r, cur, des))
 	}
-	if cur.machine.Version != "v1.30.4" {
-		cur.machine.Version = "v1.30.4" // the version only moves forward
+	if cur.machine.Version != "v1.35.4" {
+		cur.machine.Version = "v1.35.4" // the version only moves forward
 	}
 	return cur, des, edits
 }
@@ -802,10 +802,10 @@ var numberTargets = []struct {
 func TestOracleRefusesPatchesUnderANullSpec(t *testing.T) {
 	bin := oraclePath(t)
 	req := []byte(`{"apiVersion":"hooks.runtime.cluster.x-k8s.io/v1alpha1","kind":"CanUpdateMachineSetRequest",
-"current":{"machineSet":{"apiVersion":"cluster.x-k8s.io/v1beta2","kind":"MachineSet","metadata":{"name":"md-a"},"spec":{"clusterName":"c","template":{"spec":{"clusterName":"c","version":"v1.30.4"}}}},
+"current":{"machineSet":{"apiVersion":"cluster.x-k8s.io/v1beta2","kind":"MachineSet","metadata":{"name":"md-a"},"spec":{"clusterName":"c","template":{"spec":{"clusterName":"c","version":"v1.35.4"}}}},
  "bootstrapConfigTemplate":{"apiVersion":"bootstrap.cluster.x-k8s.io/v1beta2","kind":"KubeadmConfigTemplate","metadata":{"name":"kct-0"},"spec":null},
  "infrastructureMachineTemplate":{"apiVersion":"infrastructure.cluster.x-k8s.io/v1beta2","kind":"DockerMachineTemplate","metadata":{"name":"t"},"spec":{"template":{"spec":{"customImage":"a"}}}}},
-"desired":{"machineSet":{"apiVersion":"cluster.x-k8s.io/v1beta2","kind":"MachineSet","metadata":{"name":"md-b"},"spec":{"clusterName":"c","template":{"spec":{"clusterName":"c","version":"v1.30.4"}}}},
+"desired":{"machineSet":{"apiVersion":"cluster.x-k8s.io/v1beta2","kind":"MachineSet","metadata":{"name":"md-b"},"spec":{"clusterName":"c","template":{"spec":{"clusterName":"c","version":"v1.35.4"}}}},
  "bootstrapConfigTemplate":{"apiVersion":"bootstrap.cluster.x-k8s.io/v1beta2","kind":"KubeadmConfigTemplate","metadata":{"name":"kct-1"},"spec":{"template":{"spec":{"joinConfiguration":{"nodeRegistration":{"kubeletExtraArgs":[{"name":"max-pods","value":"50"}]}}}}}},
  "infrastructureMachineTemplate":{"apiVersion":"infrastructure.cluster.x-k8s.io/v1beta2","kind":"DockerMachineTemplate","metadata":{"name":"t"},"spec":{"template":{"spec":{"customImage":"a"}}}}}}`)
 	arg := `{"template":{"spec":{"joinConfiguration":{"nodeRegistration":{"kubeletExtraArgs":[{"name":"max-pods","value":"50"}]}}}}}`

@@ -22,8 +22,8 @@ import (
 // commits to it, and patch everything accepted, ignored changes included,
 // so that Cluster API's comparison after the patches finds nothing to roll.
 
-// contractPair is machinePair with only the version changing (v1.30.4 ->
-// v1.31.1): the base every case edits.
+// contractPair is machinePair with only the version changing (v1.35.4 ->
+// v1.36.1): the base every case edits.
 func contractPair() (cur, des *clusterv1.Machine, curCfg, desCfg *bootstrapv1.KubeadmConfig, curInfra, desInfra map[string]any) {
 	cur, des, curCfg, _, curInfra, desInfra = machinePair()
 	desCfg = curCfg.DeepCopy() // machinePair's etcd image change left out
@@ -78,7 +78,7 @@ func TestExtensionDeclinesWhatNoExecutorApplies(t *testing.T) {
 			cfg.Spec.JoinConfiguration.NodeRegistration.KubeletExtraArgs = []bootstrapv1.Arg{{Name: "max-pods", Value: ptrTo("200")}}
 		}, "bootstrap.spec.joinConfiguration.nodeRegistration.kubeletExtraArgs"},
 		{"etcd image at the same version", func(des *clusterv1.Machine, cfg *bootstrapv1.KubeadmConfig) {
-			des.Spec.Version = "v1.30.4"
+			des.Spec.Version = "v1.35.4"
 			cfg.Spec.ClusterConfiguration.Etcd.Local.ImageTag = "3.5.15-0"
 		}, "bootstrap.spec.clusterConfiguration.etcd.local.imageTag"},
 		{"API server arguments", func(_ *clusterv1.Machine, cfg *bootstrapv1.KubeadmConfig) {
@@ -103,7 +103,7 @@ func TestExtensionDeclinesWhatNoExecutorApplies(t *testing.T) {
 
 func TestExtensionChecksFeasibilityBeforeAccepting(t *testing.T) {
 	kubeadm := must(strategy.ForCategories("kubeadm", strategy.KubeadmCategories()...))
-	images := capi.ImagesByVersion{"v1.31.1": "registry.example/upgrader:v1.31.1"}
+	images := capi.ImagesByVersion{"v1.36.1": "registry.example/upgrader:v1.36.1"}
 	for _, tc := range []struct {
 		name     string
 		from, to string
@@ -111,15 +111,15 @@ func TestExtensionChecksFeasibilityBeforeAccepting(t *testing.T) {
 		accept   bool
 		message  string
 	}{
-		{"one minor up", "v1.30.4", "v1.31.1", nil, true, "in place by kubeadm"},
-		{"a patch release", "v1.31.0", "v1.31.1", nil, true, "in place by kubeadm"},
-		{"a skipped minor", "v1.30.4", "v1.32.0", nil, false, "skips a minor version"},
-		{"a downgrade", "v1.31.1", "v1.30.4", nil, false, "downgrade refused"},
-		{"a major change", "v1.31.1", "v2.0.0", nil, false, "major version change"},
-		{"not canonical", "v1.30.4", "1.31.1", nil, false, "invalid Kubernetes version"},
-		{"an image for the version", "v1.30.4", "v1.31.1", []capi.ExtensionOption{capi.WithUpgraderImages(images)}, true, "in place by kubeadm"},
-		{"no image for the version", "v1.31.1", "v1.32.0", []capi.ExtensionOption{capi.WithUpgraderImages(images)}, false, "no upgrader image for v1.32.0"},
-		{"a check declines", "v1.30.4", "v1.31.1", []capi.ExtensionOption{capi.WithChecks(capi.CheckFunc(func(context.Context, capi.CheckRequest) error {
+		{"one minor up", "v1.35.4", "v1.36.1", nil, true, "in place by kubeadm"},
+		{"a patch release", "v1.36.0", "v1.36.1", nil, true, "in place by kubeadm"},
+		{"a skipped minor", "v1.35.4", "v1.37.0", nil, false, "skips a minor version"},
+		{"a downgrade", "v1.36.1", "v1.35.4", nil, false, "downgrade refused"},
+		{"a major change", "v1.36.1", "v2.0.0", nil, false, "major version change"},
+		{"not canonical", "v1.35.4", "1.31.1", nil, false, "invalid Kubernetes version"},
+		{"an image for the version", "v1.35.4", "v1.36.1", []capi.ExtensionOption{capi.WithUpgraderImages(images)}, true, "in place by kubeadm"},
+		{"no image for the version", "v1.36.1", "v1.37.0", []capi.ExtensionOption{capi.WithUpgraderImages(images)}, false, "no upgrader image for v1.37.0"},
+		{"a check declines", "v1.35.4", "v1.36.1", []capi.ExtensionOption{capi.WithChecks(capi.CheckFunc(func(context.Context, capi.CheckRequest) error {
 			return errors.Join(capi.ErrInfeasible, errors.New("control plane is at v1.30"))
 		}))}, false, "control plane is at v1.30"},
 	} {
@@ -154,7 +154,7 @@ func TestExtensionChecksFeasibilityBeforeAccepting(t *testing.T) {
 		for _, opt := range []capi.ExtensionOption{
 			capi.WithUpgraderImages(capi.ImagesByVersion{}),
 			capi.WithUpgraderImages(capi.ImagesByVersion{"1.31.1": "img"}),
-			capi.WithUpgraderImages(capi.ImagesByVersion{"v1.31.1": " "}),
+			capi.WithUpgraderImages(capi.ImagesByVersion{"v1.36.1": " "}),
 			capi.WithChecks(nil),
 		} {
 			_, err := capi.NewExtension(strategy.Updaters(kubeadm), opt)
@@ -177,7 +177,7 @@ func TestExtensionChecksFeasibilityBeforeAccepting(t *testing.T) {
 		cfgTmpl := func(c *bootstrapv1.KubeadmConfig) *bootstrapv1.KubeadmConfigTemplate {
 			return &bootstrapv1.KubeadmConfigTemplate{TypeMeta: c.TypeMeta, Spec: bootstrapv1.KubeadmConfigTemplateSpec{Template: bootstrapv1.KubeadmConfigTemplateResource{Spec: c.Spec}}}
 		}
-		curMS, desMS := ms("v1.30.4"), ms("v1.32.0")
+		curMS, desMS := ms("v1.35.4"), ms("v1.37.0")
 		curMS.TypeMeta.SetGroupVersionKind(clusterv1.GroupVersion.WithKind("MachineSet"))
 		desMS.TypeMeta = curMS.TypeMeta
 		curTmpl, desTmpl := cfgTmpl(curCfg), cfgTmpl(desCfg)
@@ -201,7 +201,7 @@ func TestExtensionPatchesIgnoredChanges(t *testing.T) {
 
 	t.Run("the ignore setting", func(t *testing.T) {
 		cur, des, curCfg, desCfg, curInfra, desInfra := contractPair()
-		desInfra["spec"].(map[string]any)["customImage"] = "kindest/node:v1.31.1"
+		desInfra["spec"].(map[string]any)["customImage"] = "kindest/node:v1.36.1"
 		resp := canUpdateMachine(t, ext, map[string]string{capi.SettingIgnore: "infrastructure.spec.customImage"}, cur, des, curCfg, desCfg, curInfra, desInfra)
 		require.Equal(t, runtimehooksv1.ResponseStatusSuccess, resp.Status, resp.Message)
 		require.Contains(t, resp.Message, "1 ignored change(s) accepted without being applied: infrastructure.spec.customImage")
@@ -212,7 +212,7 @@ func TestExtensionPatchesIgnoredChanges(t *testing.T) {
 	t.Run("only ignored changes", func(t *testing.T) {
 		cur, des, curCfg, desCfg, curInfra, desInfra := contractPair()
 		des.Spec.Version = cur.Spec.Version
-		desInfra["spec"].(map[string]any)["customImage"] = "kindest/node:v1.31.1"
+		desInfra["spec"].(map[string]any)["customImage"] = "kindest/node:v1.36.1"
 		resp := canUpdateMachine(t, ext, map[string]string{capi.SettingIgnore: "infrastructure.spec.customImage"}, cur, des, curCfg, desCfg, curInfra, desInfra)
 		require.Equal(t, runtimehooksv1.ResponseStatusSuccess, resp.Status, resp.Message)
 		require.True(t, resp.InfrastructureMachinePatch.IsDefined(), resp.Message)

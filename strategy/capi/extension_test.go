@@ -107,12 +107,12 @@ func machinePair() (cur, des *clusterv1.Machine, curCfg, desCfg *bootstrapv1.Kub
 	cur = &clusterv1.Machine{
 		TypeMeta:   metav1.TypeMeta{APIVersion: clusterv1.GroupVersion.String(), Kind: "Machine"},
 		ObjectMeta: metav1.ObjectMeta{Name: "cp-1", Namespace: "default"},
-		Spec: clusterv1.MachineSpec{ClusterName: "demo", Version: "v1.30.4", ProviderID: "docker:////cp-1",
+		Spec: clusterv1.MachineSpec{ClusterName: "demo", Version: "v1.35.4", ProviderID: "docker:////cp-1",
 			Bootstrap:         clusterv1.Bootstrap{ConfigRef: clusterv1.ContractVersionedObjectReference{APIGroup: "bootstrap.cluster.x-k8s.io", Kind: "KubeadmConfig", Name: "cp-1"}},
 			InfrastructureRef: clusterv1.ContractVersionedObjectReference{APIGroup: "infrastructure.cluster.x-k8s.io", Kind: "DockerMachine", Name: "cp-1"}},
 	}
 	des = cur.DeepCopy()
-	des.Spec.Version = "v1.31.1"
+	des.Spec.Version = "v1.36.1"
 	curCfg = &bootstrapv1.KubeadmConfig{
 		TypeMeta: metav1.TypeMeta{APIVersion: bootstrapv1.GroupVersion.String(), Kind: "KubeadmConfig"},
 		Spec: bootstrapv1.KubeadmConfigSpec{
@@ -124,9 +124,9 @@ func machinePair() (cur, des *clusterv1.Machine, curCfg, desCfg *bootstrapv1.Kub
 	desCfg = curCfg.DeepCopy()
 	desCfg.Spec.ClusterConfiguration.Etcd.Local.ImageTag = "3.5.15-0"
 	curInfra = map[string]any{"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta2", "kind": "DockerMachine",
-		"metadata": map[string]any{"name": "cp-1"}, "spec": map[string]any{"customImage": "kindest/node:v1.30.4", "providerID": "docker:////cp-1"}}
+		"metadata": map[string]any{"name": "cp-1"}, "spec": map[string]any{"customImage": "kindest/node:v1.35.4", "providerID": "docker:////cp-1"}}
 	desInfra = map[string]any{"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta2", "kind": "DockerMachine",
-		"metadata": map[string]any{"name": "cp-1"}, "spec": map[string]any{"customImage": "kindest/node:v1.30.4", "providerID": "docker:////cp-1"}}
+		"metadata": map[string]any{"name": "cp-1"}, "spec": map[string]any{"customImage": "kindest/node:v1.35.4", "providerID": "docker:////cp-1"}}
 	return
 }
 
@@ -175,7 +175,7 @@ func TestExtensionOverHTTPS(t *testing.T) {
 		var resp runtimehooksv1.CanUpdateMachineResponse
 		c.call(runtimehooksv1.CanUpdateMachine, "upgradekit-can-update-machine", req, &resp)
 		require.Equal(t, runtimehooksv1.ResponseStatusSuccess, resp.Status, resp.Message)
-		require.JSONEq(t, `[{"op":"replace","path":"/spec/version","value":"v1.31.1"}]`, string(resp.MachinePatch.Patch))
+		require.JSONEq(t, `[{"op":"replace","path":"/spec/version","value":"v1.36.1"}]`, string(resp.MachinePatch.Patch))
 		require.True(t, resp.BootstrapConfigPatch.IsDefined())
 		require.False(t, resp.InfrastructureMachinePatch.IsDefined(), "nothing to patch on the DockerMachine")
 
@@ -191,7 +191,7 @@ func TestExtensionOverHTTPS(t *testing.T) {
 
 	t.Run("decline: no patches, the message names the field", func(t *testing.T) {
 		cur, des, curCfg, desCfg, curInfra, desInfra := machinePair()
-		desInfra["spec"].(map[string]any)["customImage"] = "kindest/node:v1.31.1"
+		desInfra["spec"].(map[string]any)["customImage"] = "kindest/node:v1.36.1"
 		desCfg.Spec.Files[0].Content = "v2"
 		req := &runtimehooksv1.CanUpdateMachineRequest{
 			TypeMeta: hookTypeMeta("CanUpdateMachineRequest"),
@@ -211,12 +211,12 @@ func TestExtensionOverHTTPS(t *testing.T) {
 	t.Run("machine set templates", func(t *testing.T) {
 		ms := clusterv1.MachineSet{TypeMeta: metav1.TypeMeta{Kind: "MachineSet"}, ObjectMeta: metav1.ObjectMeta{Name: "md-0-abc", Namespace: "default"},
 			Spec: clusterv1.MachineSetSpec{ClusterName: "demo", Template: clusterv1.MachineTemplateSpec{Spec: clusterv1.MachineSpec{
-				ClusterName: "demo", Version: "v1.30.4",
+				ClusterName: "demo", Version: "v1.35.4",
 				InfrastructureRef: clusterv1.ContractVersionedObjectReference{Kind: "DockerMachineTemplate", Name: "md-0-1"}}}}}
 		ms2 := ms.DeepCopy()
-		ms2.Spec.Template.Spec.Version = "v1.31.1"
+		ms2.Spec.Template.Spec.Version = "v1.36.1"
 		ms2.Spec.Template.Spec.InfrastructureRef.Name = "md-0-2" // a new template name is not a reason to roll in place
-		tmpl := map[string]any{"kind": "DockerMachineTemplate", "spec": map[string]any{"template": map[string]any{"spec": map[string]any{"customImage": "kindest/node:v1.30.4"}}}}
+		tmpl := map[string]any{"kind": "DockerMachineTemplate", "spec": map[string]any{"template": map[string]any{"spec": map[string]any{"customImage": "kindest/node:v1.35.4"}}}}
 		req := &runtimehooksv1.CanUpdateMachineSetRequest{
 			TypeMeta: hookTypeMeta("CanUpdateMachineSetRequest"),
 			Current:  runtimehooksv1.CanUpdateMachineSetRequestObjects{MachineSet: ms, InfrastructureMachineTemplate: raw(t, tmpl)},
@@ -225,7 +225,7 @@ func TestExtensionOverHTTPS(t *testing.T) {
 		var resp runtimehooksv1.CanUpdateMachineSetResponse
 		c.call(runtimehooksv1.CanUpdateMachineSet, "upgradekit-can-update-machineset", req, &resp)
 		require.Equal(t, runtimehooksv1.ResponseStatusSuccess, resp.Status, resp.Message)
-		require.JSONEq(t, `[{"op":"replace","path":"/spec/template/spec/version","value":"v1.31.1"}]`, string(resp.MachineSetPatch.Patch))
+		require.JSONEq(t, `[{"op":"replace","path":"/spec/template/spec/version","value":"v1.36.1"}]`, string(resp.MachineSetPatch.Patch))
 	})
 
 	t.Run("bad requests are Failure responses", func(t *testing.T) {
@@ -311,7 +311,7 @@ func TestExtensionOverHTTPS(t *testing.T) {
 
 	t.Run("settings: disabled and ignore", func(t *testing.T) {
 		cur, des, curCfg, desCfg, curInfra, desInfra := machinePair()
-		desInfra["spec"].(map[string]any)["customImage"] = "kindest/node:v1.31.1"
+		desInfra["spec"].(map[string]any)["customImage"] = "kindest/node:v1.36.1"
 		base := func() *runtimehooksv1.CanUpdateMachineRequest {
 			return &runtimehooksv1.CanUpdateMachineRequest{
 				TypeMeta: hookTypeMeta("CanUpdateMachineRequest"),

@@ -25,7 +25,7 @@ import (
 // carries that file's content only. It failed before the fix: every inline
 // file went into every update's pod.
 func TestOnlyChangedFilesTravel(t *testing.T) {
-	const from, to = "v1.30.4", "v1.31.1"
+	const from, to = "v1.35.4", "v1.36.1"
 	const alpha, bravo, bravo2 = "token: alpha-0123456789abcdef\n", "bravo=1\n", "bravo=2\n"
 	ctx := t.Context()
 	clk := clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))

@@ -30,7 +30,7 @@ func TestDesiredFilesOnlyThoseItMayWrite(t *testing.T) {
 
 func planForFilesTest(t *testing.T) nodeexec.Plan {
 	t.Helper()
-	p, err := kubeadm.NewPlan(kubeadm.Config{PlanName: "kubeadm-x", Node: "n1", Role: kubeadm.RoleWorker, FromVersion: "v1.31.0", ToVersion: "v1.31.1"})
+	p, err := kubeadm.NewPlan(kubeadm.Config{PlanName: "kubeadm-x", Node: "n1", Role: kubeadm.RoleWorker, FromVersion: "v1.36.0", ToVersion: "v1.36.1"})
 	require.NoError(t, err)
 	return p
 }

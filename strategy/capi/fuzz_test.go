@@ -44,7 +44,7 @@ func FuzzCanUpdateMachine(f *testing.F) {
 		Current:       runtimehooksv1.CanUpdateMachineRequestObjects{Machine: *cur, BootstrapConfig: raw(t, curCfg), InfrastructureMachine: raw(t, curInfra)},
 		Desired:       runtimehooksv1.CanUpdateMachineRequestObjects{Machine: *des, BootstrapConfig: raw(t, curCfg), InfrastructureMachine: raw(t, curInfra)},
 	})
-	f.Add([]byte(`{"current":{"machine":{"spec":{"version":"v1.30.0"}}},"desired":{"machine":{"spec":{"version":"v9"}}}}`))
+	f.Add([]byte(`{"current":{"machine":{"spec":{"version":"v1.35.0"}}},"desired":{"machine":{"spec":{"version":"v9"}}}}`))
 	f.Add([]byte(`{"settings":{"upgradekit.io/ignore":"[,**"},"current":{},"desired":{}}`))
 
 	kubeadm, err := strategy.ForCategories("kubeadm", strategy.KubeadmCategories()...)
@@ -117,9 +117,9 @@ func checkAnswer(t *testing.T, status runtimehooksv1.ResponseStatus, msg string,
 // Success or a Failure whose message starts with a stable reason.
 func FuzzUpdateMachine(f *testing.F) {
 	for _, r := range []*runtimehooksv1.UpdateMachineRequest{
-		updateReq("w-0", "docker:////cp-0", "v1.31.1", false),
-		updateReq("w-0", "docker:////cp-0", "v1.32.0", true),
-		updateReq("w-0", "docker:////nope", "v1.31.1", false),
+		updateReq("w-0", "docker:////cp-0", "v1.36.1", false),
+		updateReq("w-0", "docker:////cp-0", "v1.37.0", true),
+		updateReq("w-0", "docker:////nope", "v1.36.1", false),
 		updateReq("w-0", "docker:////cp-0", "1.31", false),
 	} {
 		b, err := json.Marshal(r)
@@ -142,7 +142,7 @@ func FuzzUpdateMachine(f *testing.F) {
 		if err := c.Create(context.Background(), n); err != nil {
 			t.Fatal(err)
 		}
-		n.Status.NodeInfo.KubeletVersion = "v1.30.4"
+		n.Status.NodeInfo.KubeletVersion = "v1.35.4"
 		if err := c.Status().Update(context.Background(), n); err != nil {
 			t.Fatal(err)
 		}

@@ -82,7 +82,7 @@ func TestWorkloadsAndControlPlaneGatesAgainstAPIServer(t *testing.T) {
 		mirror := func(comp, node string, ready bool) {
 			p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: comp + "-" + node,
 				Annotations: map[string]string{corev1.MirrorPodAnnotationKey: "x"}},
-				Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: comp, Image: "registry.k8s.io/" + comp + ":v1.32.0"}}}}
+				Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: comp, Image: "registry.k8s.io/" + comp + ":v1.37.0"}}}}
 			if err := c.Create(ctx, p); err != nil {
 				require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(p), p))
 			}

@@ -47,7 +47,7 @@ func stepNames(pod *corev1.Pod) []string {
 func TestUpdateMachineAppliesKubeletArgs(t *testing.T) {
 	t.Run("same version: a plan of the kubelet-args steps only", func(t *testing.T) {
 		pc := newPodsCluster(t)
-		req := updateReq("w-0", "docker:////cp-0", "v1.30.4", false)
+		req := updateReq("w-0", "docker:////cp-0", "v1.35.4", false)
 		req.Desired.BootstrapConfig = workerConfig(t, "max-pods=200")
 		requireWaiting(t, pc.call(req), "started")
 		pod := pc.onlyPod()
@@ -75,7 +75,7 @@ func TestUpdateMachineAppliesKubeletArgs(t *testing.T) {
 
 	t.Run("a version change carries the kubelet-args steps after the kubelet's", func(t *testing.T) {
 		pc := newPodsCluster(t)
-		req := updateReq("w-0", "docker:////cp-0", "v1.31.1", false)
+		req := updateReq("w-0", "docker:////cp-0", "v1.36.1", false)
 		req.Desired.BootstrapConfig = workerConfig(t, "max-pods=200")
 		requireWaiting(t, pc.call(req), "started worker upgrade")
 		steps := stepNames(pc.onlyPod())
@@ -85,7 +85,7 @@ func TestUpdateMachineAppliesKubeletArgs(t *testing.T) {
 
 	t.Run("a failed kubelet-args step is a Failure, and done is never answered", func(t *testing.T) {
 		pc := newPodsCluster(t)
-		req := updateReq("w-0", "docker:////cp-0", "v1.30.4", false)
+		req := updateReq("w-0", "docker:////cp-0", "v1.35.4", false)
 		req.Desired.BootstrapConfig = workerConfig(t, "max-pods=200")
 		requireWaiting(t, pc.call(req), "started")
 		finishPod(t, t.Context(), pc.c, pc.onlyPod(), kubeadm.StepKubeletArgsVerify, 1)
@@ -97,7 +97,7 @@ func TestUpdateMachineAppliesKubeletArgs(t *testing.T) {
 
 	t.Run("arguments that cannot be written are refused before any disruption", func(t *testing.T) {
 		pc := newPodsCluster(t)
-		req := updateReq("w-0", "docker:////cp-0", "v1.30.4", false)
+		req := updateReq("w-0", "docker:////cp-0", "v1.35.4", false)
 		req.Desired.BootstrapConfig = workerConfig(t, "node-labels=a=b c")
 		resp := pc.call(req)
 		require.Equal(t, runtimehooksv1.ResponseStatusFailure, resp.Status, resp.Message)
@@ -115,7 +115,7 @@ func TestUpdateMachineAppliesKubeletArgs(t *testing.T) {
 		}
 		b, err := json.Marshal(cfg)
 		require.NoError(t, err)
-		req := updateReq("w-0", "docker:////cp-0", "v1.30.4", false)
+		req := updateReq("w-0", "docker:////cp-0", "v1.35.4", false)
 		req.Desired.BootstrapConfig = runtime.RawExtension{Raw: b}
 		resp := pc.call(req)
 		require.Equal(t, runtimehooksv1.ResponseStatusFailure, resp.Status, resp.Message)
@@ -124,7 +124,7 @@ func TestUpdateMachineAppliesKubeletArgs(t *testing.T) {
 
 	t.Run("no KubeadmConfig in the request: the kubelet's arguments are left alone", func(t *testing.T) {
 		pc := newPodsCluster(t)
-		requireDone(t, pc.call(updateReq("w-0", "docker:////cp-0", "v1.30.4", false)))
+		requireDone(t, pc.call(updateReq("w-0", "docker:////cp-0", "v1.35.4", false)))
 		require.Empty(t, pc.pods())
 	})
 }

@@ -38,12 +38,12 @@ func ExampleNewMetrics() {
 		}
 	}
 	for _, desired := range []runtimehooksv1.CanUpdateMachineRequestObjects{
-		machine("v1.31.1", "kindest/node:v1.30.4"), // a version change: in place
-		machine("v1.31.1", "kindest/node:v1.31.1"), // a new image: declined
+		machine("v1.36.1", "kindest/node:v1.35.4"), // a version change: in place
+		machine("v1.36.1", "kindest/node:v1.36.1"), // a new image: declined
 	} {
 		var resp runtimehooksv1.CanUpdateMachineResponse
 		ext.CanUpdateMachine(context.Background(), &runtimehooksv1.CanUpdateMachineRequest{
-			Current: machine("v1.30.4", "kindest/node:v1.30.4"), Desired: desired,
+			Current: machine("v1.35.4", "kindest/node:v1.35.4"), Desired: desired,
 		}, &resp)
 	}
 

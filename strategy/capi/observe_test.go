@@ -96,7 +96,7 @@ func TestExtensionObservesDecisions(t *testing.T) {
 
 	decline := versionChange(t)
 	decline.Desired.InfrastructureMachine = raw(t, map[string]any{"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta2", "kind": "DockerMachine",
-		"metadata": map[string]any{"name": "cp-1"}, "spec": map[string]any{"customImage": "kindest/node:v1.31.1", "providerID": "docker:////cp-1"}})
+		"metadata": map[string]any{"name": "cp-1"}, "spec": map[string]any{"customImage": "kindest/node:v1.36.1", "providerID": "docker:////cp-1"}})
 	resp = runtimehooksv1.CanUpdateMachineResponse{}
 	ext.CanUpdateMachine(ctx, decline, &resp)
 	require.False(t, resp.MachinePatch.IsDefined())
@@ -133,7 +133,7 @@ upgradekit_inplace_decisions_total{hook="CanUpdateMachineSet",outcome="error"} 1
 	require.Contains(t, declined, `"machine"="default/cp-1"`)
 	require.Contains(t, declined, `"cluster"="default/demo"`)
 	require.Contains(t, declined, `"uncovered"=["infrastructure.spec.customImage (InfrastructureImage)"]`)
-	require.NotContains(t, declined, "kindest/node:v1.31.1", "values stay out of logs")
+	require.NotContains(t, declined, "kindest/node:v1.36.1", "values stay out of logs")
 }
 
 // TestUpdateMachineFailuresWithoutANode: a request that names no node
@@ -158,7 +158,7 @@ func TestUpdateMachineFailuresWithoutANode(t *testing.T) {
 		return u
 	}
 	u := newUpdater()
-	req := updateReq("md-0-x", "", "v1.31.1", false)
+	req := updateReq("md-0-x", "", "v1.36.1", false)
 	for range 3 {
 		var resp runtimehooksv1.UpdateMachineResponse
 		u.UpdateMachine(context.Background(), req, &resp)

@@ -22,7 +22,7 @@ func TestExtensionSelfCheckDeclinesWhatCAPIWouldStillSee(t *testing.T) {
 		{"nothing hidden: accepted", nil, func(map[string]any) {}, ""},
 		{"a diff option hides a change CAPI compares",
 			[]capi.ExtensionOption{capi.WithDiffOptions(diff.Ignore("infrastructure.spec.customImage"))},
-			func(des map[string]any) { des["spec"].(map[string]any)["customImage"] = "kindest/node:v1.31.1" },
+			func(des map[string]any) { des["spec"].(map[string]any)["customImage"] = "kindest/node:v1.36.1" },
 			"infrastructure.spec.customImage"},
 		{"an empty value hidden too",
 			[]capi.ExtensionOption{capi.WithDiffOptions(diff.Ignore("infrastructure.spec.extra"))},

@@ -39,22 +39,22 @@ func TestControlPlaneSkewCheck(t *testing.T) {
 		accept       bool
 		message      string
 	}{
-		{"control plane upgraded", []client.Object{cp("cp-a", "v1.31.1"), cp("cp-b", "v1.31.0"), otherCluster}, false, "v1.31.1",
+		{"control plane upgraded", []client.Object{cp("cp-a", "v1.36.1"), cp("cp-b", "v1.36.0"), otherCluster}, false, "v1.36.1",
 			runtimehooksv1.ResponseStatusSuccess, true, "in place by kubeadm"},
-		{"control plane halfway", []client.Object{cp("cp-a", "v1.31.1"), cp("cp-b", "v1.30.4")}, false, "v1.31.1",
-			runtimehooksv1.ResponseStatusSuccess, false, "newer than the control plane (machine cp-b is at v1.30.4)"},
-		{"a patch within the control plane's minor", []client.Object{cp("cp-a", "v1.30.4")}, false, "v1.30.5",
+		{"control plane halfway", []client.Object{cp("cp-a", "v1.36.1"), cp("cp-b", "v1.35.4")}, false, "v1.36.1",
+			runtimehooksv1.ResponseStatusSuccess, false, "newer than the control plane (machine cp-b is at v1.35.4)"},
+		{"a patch within the control plane's minor", []client.Object{cp("cp-a", "v1.35.4")}, false, "v1.35.5",
 			runtimehooksv1.ResponseStatusSuccess, true, "in place by kubeadm"},
-		{"a control plane machine is KubeadmControlPlane's to order", []client.Object{cp("cp-b", "v1.30.4")}, true, "v1.31.1",
+		{"a control plane machine is KubeadmControlPlane's to order", []client.Object{cp("cp-b", "v1.35.4")}, true, "v1.36.1",
 			runtimehooksv1.ResponseStatusSuccess, true, "in place by kubeadm"},
-		{"no control plane machines (managed)", nil, false, "v1.31.1",
+		{"no control plane machines (managed)", nil, false, "v1.36.1",
 			runtimehooksv1.ResponseStatusSuccess, true, "in place by kubeadm"},
-		{"an unreadable control plane version", []client.Object{cp("cp-a", "latest")}, false, "v1.31.1",
+		{"an unreadable control plane version", []client.Object{cp("cp-a", "latest")}, false, "v1.36.1",
 			runtimehooksv1.ResponseStatusFailure, false, `machine default/cp-a: spec.version "latest"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cur, des, curCfg, desCfg, curInfra, desInfra := contractPair()
-			cur.Spec.Version, des.Spec.Version = "v1.30.4", tc.to
+			cur.Spec.Version, des.Spec.Version = "v1.35.4", tc.to
 			if tc.controlPlane {
 				cur.Labels = map[string]string{clusterv1.MachineControlPlaneLabel: ""}
 				des.Labels = map[string]string{clusterv1.MachineControlPlaneLabel: ""}
@@ -73,11 +73,11 @@ func TestControlPlaneSkewCheck(t *testing.T) {
 
 	t.Run("a check on the MachineSet request", func(t *testing.T) {
 		ms := &clusterv1.MachineSet{ObjectMeta: metav1.ObjectMeta{Name: "md-0", Namespace: "default"}, Spec: clusterv1.MachineSetSpec{ClusterName: "demo"}}
-		ms.Spec.Template.Spec.Version = "v1.30.4"
-		mgmt := fakeclient.NewClientBuilder().WithScheme(scheme).WithObjects(cp("cp-a", "v1.30.4"), ms.DeepCopy()).Build()
+		ms.Spec.Template.Spec.Version = "v1.35.4"
+		mgmt := fakeclient.NewClientBuilder().WithScheme(scheme).WithObjects(cp("cp-a", "v1.35.4"), ms.DeepCopy()).Build()
 		check := capi.ControlPlaneSkewCheck(mgmt)
 		d := strategy.Decision{Outcome: strategy.InPlace, InPlace: diff.ChangeSet{Changes: []diff.Change{{Category: diff.CategoryKubernetesVersion}}}}
-		err := check.Check(context.Background(), capi.CheckRequest{Templates: true, FromVersion: "v1.30.4", ToVersion: "v1.31.1", Decision: d,
+		err := check.Check(context.Background(), capi.CheckRequest{Templates: true, FromVersion: "v1.35.4", ToVersion: "v1.36.1", Decision: d,
 			Current: diff.State{Machine: ms}, Desired: diff.State{Machine: ms}})
 		require.ErrorIs(t, err, capi.ErrInfeasible)
 		require.ErrorContains(t, err, "upgrade the control plane first")
@@ -89,7 +89,7 @@ func TestControlPlaneSkewCheck(t *testing.T) {
 	// a Failure that names no machine and no version.
 	t.Run("forged requests learn nothing", func(t *testing.T) {
 		cur, des, curCfg, desCfg, curInfra, desInfra := contractPair()
-		cur.Spec.Version, des.Spec.Version = "v1.30.4", "v1.31.1"
+		cur.Spec.Version, des.Spec.Version = "v1.35.4", "v1.36.1"
 		live := cur.DeepCopy()
 		for name, tc := range map[string]struct {
 			objs  []client.Object
@@ -97,10 +97,10 @@ func TestControlPlaneSkewCheck(t *testing.T) {
 		}{
 			"machine not in the management cluster": {nil, func(*clusterv1.Machine) {}},
 			"another cluster's name":                {[]client.Object{live}, func(m *clusterv1.Machine) { m.Spec.ClusterName = "other" }},
-			"another version than the live machine": {[]client.Object{live}, func(m *clusterv1.Machine) { m.Spec.Version = "v1.30.1" }},
+			"another version than the live machine": {[]client.Object{live}, func(m *clusterv1.Machine) { m.Spec.Version = "v1.35.1" }},
 		} {
 			t.Run(name, func(t *testing.T) {
-				objs := append([]client.Object{cp("cp-a", "v1.30.4"), otherCluster.DeepCopy()}, tc.objs...)
+				objs := append([]client.Object{cp("cp-a", "v1.35.4"), otherCluster.DeepCopy()}, tc.objs...)
 				mgmt := fakeclient.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).Build()
 				ext, err := capi.NewExtension(strategy.Updaters(kubeadm), capi.WithChecks(capi.ControlPlaneSkewCheck(mgmt)))
 				require.NoError(t, err)
@@ -110,7 +110,7 @@ func TestControlPlaneSkewCheck(t *testing.T) {
 				resp := canUpdateMachine(t, ext, nil, c, d, curCfg, desCfg, curInfra, desInfra)
 				require.Equal(t, runtimehooksv1.ResponseStatusFailure, resp.Status, resp.Message)
 				require.Contains(t, resp.Message, capi.ErrRequestMismatch.Error())
-				for _, leak := range []string{"cp-a", "other-cp", "v1.29", "v1.30.4"} {
+				for _, leak := range []string{"cp-a", "other-cp", "v1.29", "v1.35.4"} {
 					require.NotContains(t, resp.Message, leak)
 				}
 				require.False(t, resp.MachinePatch.IsDefined())

@@ -48,7 +48,7 @@ func TestUpdateMachineValidatesBeforeDisrupting(t *testing.T) {
 	clientset := func(context.Context, types.NamespacedName) (kubernetes.Interface, error) { return cs, nil }
 	call := func(req *runtimehooksv1.UpdateMachineRequest, namespace string) runtimehooksv1.UpdateMachineResponse {
 		u, err := capi.NewMachineUpdater(workload, capi.WithWorkloadClientset(clientset),
-			capi.WithPodOptions(nodepod.WithImage("registry.example/upgrader:v1.31.1"), nodepod.WithNamespace(namespace)))
+			capi.WithPodOptions(nodepod.WithImage("registry.example/upgrader:v1.36.1"), nodepod.WithNamespace(namespace)))
 		require.NoError(t, err)
 		var resp runtimehooksv1.UpdateMachineResponse
 		u.UpdateMachine(ctx, req, &resp)
@@ -71,9 +71,9 @@ func TestUpdateMachineValidatesBeforeDisrupting(t *testing.T) {
 		failure                         string
 		message                         string
 	}{
-		{"admission refuses the pod", "w-psa", "v1.30.4", "v1.31.1", "baseline-only", capi.FailurePodRejected, "violates PodSecurity"},
-		{"kubeadm refuses the plan (a skipped minor)", "w-skip", "v1.30.4", "v1.32.0", "privileged", capi.FailurePlanRejected, "skips a minor version"},
-		{"kubeadm refuses the plan (a downgrade)", "w-down", "v1.31.1", "v1.30.4", "privileged", capi.FailurePlanRejected, "downgrade refused"},
+		{"admission refuses the pod", "w-psa", "v1.35.4", "v1.36.1", "baseline-only", capi.FailurePodRejected, "violates PodSecurity"},
+		{"kubeadm refuses the plan (a skipped minor)", "w-skip", "v1.35.4", "v1.37.0", "privileged", capi.FailurePlanRejected, "skips a minor version"},
+		{"kubeadm refuses the plan (a downgrade)", "w-down", "v1.36.1", "v1.35.4", "privileged", capi.FailurePlanRejected, "downgrade refused"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			createNode(t, ctx, c, tc.node, "docker:////"+tc.node, tc.from)
@@ -90,8 +90,8 @@ func TestUpdateMachineValidatesBeforeDisrupting(t *testing.T) {
 	}
 
 	t.Run("a namespace that does not exist yet waits, undisrupted", func(t *testing.T) {
-		createNode(t, ctx, c, "w-nons", "docker:////w-nons", "v1.30.4")
-		resp := call(updateReq("w-nons", "docker:////w-nons", "v1.31.1", false), "not-yet")
+		createNode(t, ctx, c, "w-nons", "docker:////w-nons", "v1.35.4")
+		resp := call(updateReq("w-nons", "docker:////w-nons", "v1.36.1", false), "not-yet")
 		require.Equal(t, runtimehooksv1.ResponseStatusSuccess, resp.Status, resp.Message)
 		require.Positive(t, resp.RetryAfterSeconds)
 		require.Contains(t, resp.Message, "dry run before disrupting")
@@ -99,8 +99,8 @@ func TestUpdateMachineValidatesBeforeDisrupting(t *testing.T) {
 	})
 
 	t.Run("an accepted pod goes on to the drain", func(t *testing.T) {
-		createNode(t, ctx, c, "w-ok", "docker:////w-ok", "v1.30.4")
-		resp := call(updateReq("w-ok", "docker:////w-ok", "v1.31.1", false), "privileged")
+		createNode(t, ctx, c, "w-ok", "docker:////w-ok", "v1.35.4")
+		resp := call(updateReq("w-ok", "docker:////w-ok", "v1.36.1", false), "privileged")
 		require.Equal(t, runtimehooksv1.ResponseStatusSuccess, resp.Status, resp.Message)
 		require.Positive(t, resp.RetryAfterSeconds)
 		require.True(t, cordoned("w-ok"))
@@ -113,14 +113,14 @@ func TestUpdateMachineValidatesBeforeDisrupting(t *testing.T) {
 // an earlier version of the updater (no pod named) runs the plan, instead
 // of taking the kubelet's reported version for done.
 func TestUpdateMachineDoneOnlyWithProof(t *testing.T) {
-	req := updateReq("w-0", "docker:////cp-0", "v1.31.1", false)
+	req := updateReq("w-0", "docker:////cp-0", "v1.36.1", false)
 
 	t.Run("our pod deleted after the kubelet step, before the verify", func(t *testing.T) {
 		pc := newPodsCluster(t)
 		requireWaiting(t, pc.call(req), "started worker upgrade")
 		pod := pc.onlyPod()
 		pc.runTo(pod, kubeadm.StepVerify)
-		pc.kubelet("v1.31.1") // the kubelet step has run
+		pc.kubelet("v1.36.1") // the kubelet step has run
 		require.NoError(t, pc.c.Delete(t.Context(), pod))
 		resp := pc.call(req)
 		require.NotZero(t, resp.RetryAfterSeconds, "not done without the pod's success: %s", resp.Message)
@@ -138,10 +138,10 @@ func TestUpdateMachineDoneOnlyWithProof(t *testing.T) {
 		requireWaiting(t, pc.call(req), "started worker upgrade")
 		pod := pc.onlyPod()
 		finishPod(t, t.Context(), pc.c, pod, "", 0)
-		requireWaiting(t, pc.call(req), "waiting for the kubelet to report v1.31.1")
+		requireWaiting(t, pc.call(req), "waiting for the kubelet to report v1.36.1")
 		require.NotNil(t, pc.record().Succeeded)
 		require.NoError(t, pc.c.Delete(t.Context(), pod))
-		pc.kubelet("v1.31.1")
+		pc.kubelet("v1.36.1")
 		requireDone(t, pc.call(req))
 		require.Empty(t, pc.pods(), "no pod recreated: the success was recorded")
 	})
@@ -149,9 +149,9 @@ func TestUpdateMachineDoneOnlyWithProof(t *testing.T) {
 	t.Run("a record of an earlier updater version names no pod", func(t *testing.T) {
 		pc := newPodsCluster(t)
 		n := pc.node()
-		n.Annotations = map[string]string{capi.AnnotationInPlaceUpdate: `{"machine":"default/w-0","version":"v1.31.1","started":"` + time.Now().UTC().Format(time.RFC3339) + `","role":"worker"}`}
+		n.Annotations = map[string]string{capi.AnnotationInPlaceUpdate: `{"machine":"default/w-0","version":"v1.36.1","started":"` + time.Now().UTC().Format(time.RFC3339) + `","role":"worker"}`}
 		require.NoError(t, pc.c.Update(t.Context(), n))
-		pc.kubelet("v1.31.1")
+		pc.kubelet("v1.36.1")
 		resp := pc.call(req)
 		require.NotZero(t, resp.RetryAfterSeconds, "a version reported under an old record is no proof: %s", resp.Message)
 		require.Len(t, pc.pods(), 1, "the plan runs to verify the node")
@@ -159,7 +159,7 @@ func TestUpdateMachineDoneOnlyWithProof(t *testing.T) {
 
 	t.Run("nothing started: a node already at the version is done", func(t *testing.T) {
 		pc := newPodsCluster(t)
-		pc.kubelet("v1.31.1")
+		pc.kubelet("v1.36.1")
 		requireDone(t, pc.call(req))
 		require.Empty(t, pc.pods())
 	})
@@ -175,10 +175,10 @@ func TestUpdateMachineRolesUnderKubeadmControlPlane(t *testing.T) {
 	ctx := t.Context()
 	var cm corev1.ConfigMap
 	require.NoError(t, pc.c.Get(ctx, types.NamespacedName{Namespace: "kube-system", Name: "kubeadm-config"}, &cm))
-	cm.Data["ClusterConfiguration"] = "kubernetesVersion: v1.31.1\n" // what KCP writes first
+	cm.Data["ClusterConfiguration"] = "kubernetesVersion: v1.36.1\n" // what KCP writes first
 	require.NoError(t, pc.c.Update(ctx, &cm))
 	for _, name := range []string{"cp-1", "cp-2"} {
-		createNode(t, ctx, pc.c, name, "docker:////"+name, "v1.30.4")
+		createNode(t, ctx, pc.c, name, "docker:////"+name, "v1.35.4")
 	}
 	for _, name := range []string{"cp-0", "cp-1", "cp-2"} {
 		var n corev1.Node
@@ -196,18 +196,18 @@ func TestUpdateMachineRolesUnderKubeadmControlPlane(t *testing.T) {
 		return nil
 	}
 
-	requireWaiting(t, pc.call(updateReq("cp-0", "docker:////cp-0", "v1.31.1", true)), "started first-control-plane upgrade of node cp-0")
+	requireWaiting(t, pc.call(updateReq("cp-0", "docker:////cp-0", "v1.36.1", true)), "started first-control-plane upgrade of node cp-0")
 	require.Contains(t, podOn("cp-0").Annotations[nodepod.AnnotationSteps], kubeadm.StepEtcdSnapshot, "the snapshot runs before the first control plane changes")
 
 	// KCP goes one machine at a time, but even a second call while cp-0
 	// is under way must not run a second upgrade apply.
-	requireWaiting(t, pc.call(updateReq("cp-1", "docker:////cp-1", "v1.31.1", true)), "started control-plane upgrade of node cp-1")
+	requireWaiting(t, pc.call(updateReq("cp-1", "docker:////cp-1", "v1.36.1", true)), "started control-plane upgrade of node cp-1")
 	require.NotContains(t, podOn("cp-1").Annotations[nodepod.AnnotationSteps], kubeadm.StepEtcdSnapshot)
 
 	finishPod(t, ctx, pc.c, podOn("cp-0"), "", 0)
-	pc.kubelet("v1.31.1")
-	requireDone(t, pc.call(updateReq("cp-0", "docker:////cp-0", "v1.31.1", true)))
-	requireWaiting(t, pc.call(updateReq("cp-2", "docker:////cp-2", "v1.31.1", true)), "started control-plane upgrade of node cp-2")
+	pc.kubelet("v1.36.1")
+	requireDone(t, pc.call(updateReq("cp-0", "docker:////cp-0", "v1.36.1", true)))
+	requireWaiting(t, pc.call(updateReq("cp-2", "docker:////cp-2", "v1.36.1", true)), "started control-plane upgrade of node cp-2")
 }
 
 // TestUpdateMachineNodeIdentity: a node that goes away is waited for only
@@ -231,7 +231,7 @@ func TestUpdateMachineNodeIdentity(t *testing.T) {
 		pc := newPodsCluster(t)
 		clk := clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 		u := newUpdater(t, pc.c, clk)
-		req := updateReq("w-0", "docker:////cp-0", "v1.31.1", false)
+		req := updateReq("w-0", "docker:////cp-0", "v1.36.1", false)
 		requireWaiting(t, call(u, req), "started worker upgrade")
 		require.NoError(t, pc.c.Delete(t.Context(), pc.node()))
 		requireWaiting(t, call(u, req), "waiting for the node")
@@ -247,7 +247,7 @@ func TestUpdateMachineNodeIdentity(t *testing.T) {
 	t.Run("the node is gone past the grace, across extension restarts", func(t *testing.T) {
 		pc := newPodsCluster(t)
 		clk := clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-		req := updateReq("w-0", "docker:////cp-0", "v1.31.1", false)
+		req := updateReq("w-0", "docker:////cp-0", "v1.36.1", false)
 		requireWaiting(t, call(newUpdater(t, pc.c, clk), req), "started worker upgrade")
 		require.NoError(t, pc.c.Delete(t.Context(), pc.node()))
 		for range 10 {
@@ -262,9 +262,9 @@ func TestUpdateMachineNodeIdentity(t *testing.T) {
 
 	t.Run("two nodes with one providerID", func(t *testing.T) {
 		pc := newPodsCluster(t)
-		createNode(t, t.Context(), pc.c, "cp-0-twin", "docker:////cp-0", "v1.30.4")
+		createNode(t, t.Context(), pc.c, "cp-0-twin", "docker:////cp-0", "v1.35.4")
 		u := newUpdater(t, pc.c, clocktesting.NewFakeClock(time.Now()))
-		resp := call(u, updateReq("w-0", "docker:////cp-0", "v1.31.1", false))
+		resp := call(u, updateReq("w-0", "docker:////cp-0", "v1.36.1", false))
 		require.Equal(t, runtimehooksv1.ResponseStatusFailure, resp.Status, resp.Message)
 		require.Contains(t, resp.Message, capi.FailureAmbiguousNode)
 		require.Contains(t, resp.Message, "cp-0, cp-0-twin")
@@ -274,9 +274,9 @@ func TestUpdateMachineNodeIdentity(t *testing.T) {
 	t.Run("two machines on one node", func(t *testing.T) {
 		pc := newPodsCluster(t)
 		u := newUpdater(t, pc.c, clocktesting.NewFakeClock(time.Now()))
-		requireWaiting(t, call(u, updateReq("w-0", "docker:////cp-0", "v1.31.1", false)), "started worker upgrade")
+		requireWaiting(t, call(u, updateReq("w-0", "docker:////cp-0", "v1.36.1", false)), "started worker upgrade")
 		before := pc.record()
-		resp := call(u, updateReq("w-1", "docker:////cp-0", "v1.31.1", false))
+		resp := call(u, updateReq("w-1", "docker:////cp-0", "v1.36.1", false))
 		require.Equal(t, runtimehooksv1.ResponseStatusFailure, resp.Status, resp.Message)
 		require.Contains(t, resp.Message, capi.FailureNodeClaimed)
 		require.Contains(t, resp.Message, "being updated for machine default/w-0")
@@ -297,7 +297,7 @@ func TestUpdateMachineKnowsItsOwnPods(t *testing.T) {
 	}
 	require.NoError(t, pc.c.Create(t.Context(), lookalike))
 	require.NoError(t, pc.c.Status().Update(t.Context(), lookalike))
-	requireWaiting(t, pc.call(updateReq("w-0", "docker:////cp-0", "v1.31.1", false)), "started worker upgrade")
+	requireWaiting(t, pc.call(updateReq("w-0", "docker:////cp-0", "v1.36.1", false)), "started worker upgrade")
 	var got corev1.Pod
 	require.NoError(t, pc.c.Get(t.Context(), client.ObjectKeyFromObject(lookalike), &got), "not ours to delete either")
 }
@@ -305,7 +305,7 @@ func TestUpdateMachineKnowsItsOwnPods(t *testing.T) {
 // TestUpdateMachineImagePerVersion: each update's pod runs the bundle of
 // its target version; a version without one fails before anything runs.
 func TestUpdateMachineImagePerVersion(t *testing.T) {
-	images := capi.ImagesByVersion{"v1.31.1": "registry.example/upgrader:v1.31.1", "v1.31.2": "registry.example/upgrader:v1.31.2"}
+	images := capi.ImagesByVersion{"v1.36.1": "registry.example/upgrader:v1.36.1", "v1.36.2": "registry.example/upgrader:v1.36.2"}
 	call := func(pc *podsCluster, v string) runtimehooksv1.UpdateMachineResponse {
 		workload := func(context.Context, types.NamespacedName) (client.Client, error) { return pc.c, nil }
 		u, err := capi.NewMachineUpdater(workload, capi.WithoutDrain(), capi.WithVersionImages(images))
@@ -315,20 +315,20 @@ func TestUpdateMachineImagePerVersion(t *testing.T) {
 		return resp
 	}
 	pc := newPodsCluster(t)
-	requireWaiting(t, call(pc, "v1.31.2"), "started worker upgrade")
+	requireWaiting(t, call(pc, "v1.36.2"), "started worker upgrade")
 	pod := pc.onlyPod()
 	for _, ct := range append(pod.Spec.InitContainers, pod.Spec.Containers...) {
-		require.Equal(t, "registry.example/upgrader:v1.31.2", ct.Image, ct.Name)
+		require.Equal(t, "registry.example/upgrader:v1.36.2", ct.Image, ct.Name)
 	}
 
 	pc = newPodsCluster(t)
-	resp := call(pc, "v1.31.3")
+	resp := call(pc, "v1.36.3")
 	require.Equal(t, runtimehooksv1.ResponseStatusFailure, resp.Status, resp.Message)
-	require.Contains(t, resp.Message, "no upgrader image for v1.31.3 (have: v1.31.1, v1.31.2)")
+	require.Contains(t, resp.Message, "no upgrader image for v1.36.3 (have: v1.36.1, v1.36.2)")
 	require.Empty(t, pc.pods())
 
 	workload := func(context.Context, types.NamespacedName) (client.Client, error) { return nil, nil }
-	_, err := capi.NewMachineUpdater(workload, capi.WithoutDrain(), capi.WithVersionImages(capi.ImagesByVersion{"v1.31": "img"}))
+	_, err := capi.NewMachineUpdater(workload, capi.WithoutDrain(), capi.WithVersionImages(capi.ImagesByVersion{"v1.36": "img"}))
 	require.ErrorIs(t, err, capi.ErrInvalidOption)
 }
 
@@ -344,7 +344,7 @@ func TestUpdateMachineDeadlines(t *testing.T) {
 				capi.WithUpdaterClock(clk), capi.WithUpdateTimeout(time.Hour), capi.WithNotReadyTimeout(10*time.Minute))
 			require.NoError(t, err)
 			var resp runtimehooksv1.UpdateMachineResponse
-			u.UpdateMachine(t.Context(), updateReq("w-0", "docker:////cp-0", "v1.31.1", false), &resp)
+			u.UpdateMachine(t.Context(), updateReq("w-0", "docker:////cp-0", "v1.36.1", false), &resp)
 			return resp
 		}
 	}
@@ -362,7 +362,7 @@ func TestUpdateMachineDeadlines(t *testing.T) {
 		require.Contains(t, resp.Message, capi.FailureUpdateTimeout)
 		require.Contains(t, resp.Message, "not done after 1h1m0s (deadline 1h0m0s)")
 		finishPod(t, t.Context(), pc.c, pc.onlyPod(), "", 0)
-		pc.kubelet("v1.31.1")
+		pc.kubelet("v1.36.1")
 		requireDone(t, call())
 	})
 
@@ -425,7 +425,7 @@ func TestUpdateMachineChecksTheRequestAgainstTheMachine(t *testing.T) {
 		{name: "no such Machine", req: func(_ *testing.T, r *runtimehooksv1.UpdateMachineRequest) { r.Desired.Machine.Name = "w-0" }},
 		{name: "not asked for by Cluster API", live: func(l *liveMachine) { l.machine.Annotations = nil }},
 		{name: "another node", live: func(l *liveMachine) { l.machine.Spec.ProviderID = "docker:////elsewhere" }},
-		{name: "another version", live: func(l *liveMachine) { l.machine.Spec.Version = "v1.31.2" }},
+		{name: "another version", live: func(l *liveMachine) { l.machine.Spec.Version = "v1.36.2" }},
 		{name: "kubelet arguments the KubeadmConfig does not have",
 			req: func(t *testing.T, r *runtimehooksv1.UpdateMachineRequest) {
 				r.Desired.BootstrapConfig = kubeadmConfigRaw(t, "cp-0", withArgs("v=9"))
@@ -498,9 +498,9 @@ func TestUpdateMachineSkipsTheSnapshotOfExternalEtcd(t *testing.T) {
 		configMap   string            // kubeadm-config's ClusterConfiguration
 		snapshot    bool
 	}{
-		{name: "external in the KubeadmConfig", machineEtcd: &external, configMap: "kubernetesVersion: v1.31.1\n"},
-		{name: "external in kubeadm-config only", configMap: "kubernetesVersion: v1.31.1\netcd:\n  external:\n    endpoints:\n    - https://etcd.example:2379\n"},
-		{name: "stacked", configMap: "kubernetesVersion: v1.31.1\netcd:\n  local:\n    dataDir: /var/lib/etcd\n", snapshot: true},
+		{name: "external in the KubeadmConfig", machineEtcd: &external, configMap: "kubernetesVersion: v1.36.1\n"},
+		{name: "external in kubeadm-config only", configMap: "kubernetesVersion: v1.36.1\netcd:\n  external:\n    endpoints:\n    - https://etcd.example:2379\n"},
+		{name: "stacked", configMap: "kubernetesVersion: v1.36.1\netcd:\n  local:\n    dataDir: /var/lib/etcd\n", snapshot: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			pc := newPodsCluster(t)
@@ -513,7 +513,7 @@ func TestUpdateMachineSkipsTheSnapshotOfExternalEtcd(t *testing.T) {
 			require.NoError(t, pc.c.Get(ctx, client.ObjectKey{Name: "cp-0"}, &n))
 			n.Labels = map[string]string{capi.LabelControlPlaneNode: ""}
 			require.NoError(t, pc.c.Update(ctx, &n))
-			req := updateReq("cp-0", "docker:////cp-0", "v1.31.1", true)
+			req := updateReq("cp-0", "docker:////cp-0", "v1.36.1", true)
 			if tc.machineEtcd != nil {
 				cfg := &bootstrapv1.KubeadmConfig{TypeMeta: metav1.TypeMeta{APIVersion: bootstrapv1.GroupVersion.String(), Kind: "KubeadmConfig"},
 					Spec: bootstrapv1.KubeadmConfigSpec{ClusterConfiguration: bootstrapv1.ClusterConfiguration{Etcd: *tc.machineEtcd}}}

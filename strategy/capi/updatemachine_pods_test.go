@@ -25,8 +25,8 @@ import (
 )
 
 // podsCluster is a workload cluster on controller-runtime's fake client:
-// kubeadm-config at v1.30.4 and one node, cp-0, whose kubelet reports
-// v1.30.4. Its UpdateMachine runs without drain, so that every call is
+// kubeadm-config at v1.35.4 and one node, cp-0, whose kubelet reports
+// v1.35.4. Its UpdateMachine runs without drain, so that every call is
 // about the upgrader pods.
 type podsCluster struct {
 	t    *testing.T
@@ -42,9 +42,9 @@ func newPodsCluster(t *testing.T, opts ...capi.MachineUpdaterOption) *podsCluste
 	ctx := t.Context()
 	require.NoError(t, c.Create(ctx, &corev1.ConfigMap{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: "kubeadm-config"},
-		Data:       map[string]string{"ClusterConfiguration": "kubernetesVersion: v1.30.4\n"},
+		Data:       map[string]string{"ClusterConfiguration": "kubernetesVersion: v1.35.4\n"},
 	}))
-	createNode(t, ctx, c, "cp-0", "docker:////cp-0", "v1.30.4")
+	createNode(t, ctx, c, "cp-0", "docker:////cp-0", "v1.35.4")
 	workload := func(context.Context, types.NamespacedName) (client.Client, error) { return c, nil }
 	return &podsCluster{t: t, c: c, call: func(req *runtimehooksv1.UpdateMachineRequest) runtimehooksv1.UpdateMachineResponse {
 		// A new updater per call: nothing survives in memory.
@@ -137,17 +137,17 @@ func requireDone(t *testing.T, resp runtimehooksv1.UpdateMachineResponse) {
 // the plan and the pod, stay those the update started with: no second pod.
 func TestUpdateMachineKeepsTheRoleOfTheFirstControlPlane(t *testing.T) {
 	pc := newPodsCluster(t)
-	req := updateReq("cp-0", "docker:////cp-0", "v1.31.1", true)
+	req := updateReq("cp-0", "docker:////cp-0", "v1.36.1", true)
 	requireWaiting(t, pc.call(req), "started first-control-plane upgrade of node cp-0")
 	pod := pc.onlyPod()
 	rec := pc.record()
 	require.Equal(t, string(kubeadm.RoleFirstControlPlane), rec.Role)
 	require.Equal(t, nodepod.DefaultNamespace+"/"+pod.Name, rec.Pod)
-	require.Equal(t, "v1.30.4", rec.FromVersion)
+	require.Equal(t, "v1.35.4", rec.FromVersion)
 
 	var cm corev1.ConfigMap
 	require.NoError(t, pc.c.Get(t.Context(), types.NamespacedName{Namespace: "kube-system", Name: "kubeadm-config"}, &cm))
-	cm.Data["ClusterConfiguration"] = "kubernetesVersion: v1.31.1\n" // the upload-config phase of `kubeadm upgrade apply`
+	cm.Data["ClusterConfiguration"] = "kubernetesVersion: v1.36.1\n" // the upload-config phase of `kubeadm upgrade apply`
 	require.NoError(t, pc.c.Update(t.Context(), &cm))
 	pc.runTo(pod, kubeadm.StepKubelet)
 
@@ -159,7 +159,7 @@ func TestUpdateMachineKeepsTheRoleOfTheFirstControlPlane(t *testing.T) {
 	require.Equal(t, string(kubeadm.RoleFirstControlPlane), pc.record().Role)
 
 	finishPod(t, t.Context(), pc.c, pod, "", 0)
-	pc.kubelet("v1.31.1")
+	pc.kubelet("v1.36.1")
 	requireDone(t, pc.call(req))
 	require.Nil(t, pc.record())
 }
@@ -169,11 +169,11 @@ func TestUpdateMachineKeepsTheRoleOfTheFirstControlPlane(t *testing.T) {
 // has finished, and only then starts the new one: never two pods at once.
 func TestUpdateMachineDesiredVersionChangesMidUpdate(t *testing.T) {
 	pc := newPodsCluster(t)
-	requireWaiting(t, pc.call(updateReq("w-0", "docker:////cp-0", "v1.31.1", false)), "started worker upgrade of node cp-0 from v1.30.4 to v1.31.1")
+	requireWaiting(t, pc.call(updateReq("w-0", "docker:////cp-0", "v1.36.1", false)), "started worker upgrade of node cp-0 from v1.35.4 to v1.36.1")
 	first := pc.onlyPod()
 	pc.runTo(first, kubeadm.StepKubeadmUpgrade)
 
-	req := updateReq("w-0", "docker:////cp-0", "v1.31.2", false)
+	req := updateReq("w-0", "docker:////cp-0", "v1.36.2", false)
 	for range 2 {
 		resp := pc.call(req)
 		requireWaiting(t, resp, "upgrader pod "+nodepod.DefaultNamespace+"/"+first.Name+" (plan ")
@@ -181,22 +181,22 @@ func TestUpdateMachineDesiredVersionChangesMidUpdate(t *testing.T) {
 		require.Equal(t, first.Name, pc.onlyPod().Name, "no second pod next to the running one")
 	}
 	rec := pc.record()
-	require.Equal(t, "v1.31.2", rec.Version)
+	require.Equal(t, "v1.36.2", rec.Version)
 	require.Empty(t, rec.Pod, "the new update's pod is not recorded before it can start")
 
-	// The old plan ends (it took the kubelet to v1.31.1): its pod is
-	// deleted, then the new update starts from v1.31.1.
+	// The old plan ends (it took the kubelet to v1.36.1): its pod is
+	// deleted, then the new update starts from v1.36.1.
 	finishPod(t, t.Context(), pc.c, first, "", 0)
-	pc.kubelet("v1.31.1")
+	pc.kubelet("v1.36.1")
 	requireWaiting(t, pc.call(req), "deleted the finished upgrader pod "+nodepod.DefaultNamespace+"/"+first.Name)
 	require.Empty(t, pc.pods())
-	requireWaiting(t, pc.call(req), "started worker upgrade of node cp-0 from v1.31.1 to v1.31.2")
+	requireWaiting(t, pc.call(req), "started worker upgrade of node cp-0 from v1.36.1 to v1.36.2")
 	second := pc.onlyPod()
 	require.NotEqual(t, first.Name, second.Name)
-	require.Equal(t, "v1.31.1", pc.record().FromVersion)
+	require.Equal(t, "v1.36.1", pc.record().FromVersion)
 
 	finishPod(t, t.Context(), pc.c, second, "", 0)
-	pc.kubelet("v1.31.2")
+	pc.kubelet("v1.36.2")
 	requireDone(t, pc.call(req))
 }
 
@@ -204,15 +204,15 @@ func TestUpdateMachineDesiredVersionChangesMidUpdate(t *testing.T) {
 // goes back to the node's own version while the pod of the abandoned update
 // runs. That is not done while the pod runs.
 func TestUpdateMachineDesiredVersionRevertedMidUpdate(t *testing.T) {
-	revert := updateReq("w-0", "docker:////cp-0", "v1.30.4", false)
+	revert := updateReq("w-0", "docker:////cp-0", "v1.35.4", false)
 	start := func(t *testing.T) (*podsCluster, *corev1.Pod) {
 		pc := newPodsCluster(t)
-		pc.call(updateReq("w-0", "docker:////cp-0", "v1.31.1", false))
+		pc.call(updateReq("w-0", "docker:////cp-0", "v1.36.1", false))
 		pod := pc.onlyPod()
 		pc.runTo(pod, kubeadm.StepKubeadmUpgrade)
 		for range 2 {
 			resp := pc.call(revert)
-			requireWaiting(t, resp, "kubelet reports v1.30.4, but the update is not over: upgrader pod "+nodepod.DefaultNamespace+"/"+pod.Name)
+			requireWaiting(t, resp, "kubelet reports v1.35.4, but the update is not over: upgrader pod "+nodepod.DefaultNamespace+"/"+pod.Name)
 			require.NotNil(t, pc.record(), "the record stays while its pod runs")
 		}
 		return pc, pod
@@ -230,10 +230,10 @@ func TestUpdateMachineDesiredVersionRevertedMidUpdate(t *testing.T) {
 	t.Run("the abandoned pod upgrades the node: going back is a downgrade, refused", func(t *testing.T) {
 		pc, pod := start(t)
 		finishPod(t, t.Context(), pc.c, pod, "", 0)
-		pc.kubelet("v1.31.1")
+		pc.kubelet("v1.36.1")
 		resp := pc.call(revert)
 		require.Equal(t, runtimehooksv1.ResponseStatusFailure, resp.Status)
-		require.Contains(t, resp.Message, capi.FailurePlanRejected+": node cp-0 from v1.31.1 to v1.30.4")
+		require.Contains(t, resp.Message, capi.FailurePlanRejected+": node cp-0 from v1.36.1 to v1.35.4")
 	})
 }
 
@@ -241,20 +241,20 @@ func TestUpdateMachineDesiredVersionRevertedMidUpdate(t *testing.T) {
 // version after the kubelet step, before the verify step. The
 // answer follows the update's own pod from there.
 func TestUpdateMachineDoneOnlyWhenThePodIsDone(t *testing.T) {
-	req := updateReq("w-0", "docker:////cp-0", "v1.31.1", false)
+	req := updateReq("w-0", "docker:////cp-0", "v1.36.1", false)
 	start := func(t *testing.T) (*podsCluster, *corev1.Pod) {
 		pc := newPodsCluster(t)
 		pc.call(req)
 		pod := pc.onlyPod()
 		pc.runTo(pod, kubeadm.StepVerify)
-		pc.kubelet("v1.31.1")
+		pc.kubelet("v1.36.1")
 		return pc, pod
 	}
 
 	t.Run("verify still runs: not done", func(t *testing.T) {
 		pc, pod := start(t)
 		resp := pc.call(req)
-		requireWaiting(t, resp, "node cp-0: kubelet reports v1.31.1, but upgrader pod "+nodepod.DefaultNamespace+"/"+pod.Name+" still runs")
+		requireWaiting(t, resp, "node cp-0: kubelet reports v1.36.1, but upgrader pod "+nodepod.DefaultNamespace+"/"+pod.Name+" still runs")
 		require.Equal(t, capi.ReasonUpgrading, capi.InPlaceUpdateCondition(pc.node()).Reason)
 		require.NotNil(t, pc.record())
 	})
@@ -296,7 +296,7 @@ func TestUpdateMachineNeverStartsASecondPod(t *testing.T) {
 			Status: corev1.PodStatus{Phase: phase},
 		}
 	}
-	req := updateReq("w-0", "docker:////cp-0", "v1.31.1", false)
+	req := updateReq("w-0", "docker:////cp-0", "v1.36.1", false)
 
 	t.Run("a running one blocks, also once the kubelet reports the version", func(t *testing.T) {
 		pc := newPodsCluster(t)
@@ -305,7 +305,7 @@ func TestUpdateMachineNeverStartsASecondPod(t *testing.T) {
 		require.NoError(t, pc.c.Status().Update(t.Context(), other))
 		requireWaiting(t, pc.call(req), "upgrader pod "+nodepod.DefaultNamespace+"/other-plan (plan other-plan) of another plan is still running on node cp-0")
 		require.Len(t, pc.pods(), 1)
-		pc.kubelet("v1.31.1")
+		pc.kubelet("v1.36.1")
 		// The update started and its own plan has not run: the kubelet
 		// reporting the version is no proof, so the update still waits to
 		// run its plan after the other pod.
@@ -342,7 +342,7 @@ func TestUpdateMachineWaitsForItsGates(t *testing.T) {
 	window, err := strategy.MaintenanceWindow("nightly", "0 2 * * *", time.Hour, "UTC")
 	require.NoError(t, err)
 	pc := newPodsCluster(t, capi.WithGates(window), capi.WithUpdaterClock(clk))
-	req := updateReq("cp-0", "docker:////cp-0", "v1.31.1", true)
+	req := updateReq("cp-0", "docker:////cp-0", "v1.36.1", true)
 
 	for _, at := range []time.Time{time.Date(2026, 11, 25, 1, 0, 0, 0, time.UTC), time.Date(2026, 11, 25, 1, 59, 0, 0, time.UTC)} {
 		clk.SetTime(at)
@@ -414,7 +414,7 @@ func TestUpdateMachineDoesNotTrustASquattedPod(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			pc := newPodsCluster(t)
-			req := updateReq("cp-0", "docker:////cp-0", "v1.31.1", false)
+			req := updateReq("cp-0", "docker:////cp-0", "v1.36.1", false)
 			requireWaiting(t, pc.call(req), "started worker upgrade")
 			ours := pc.onlyPod()
 			squat := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ours.Namespace, Name: ours.Name, Labels: ours.Labels, Annotations: ours.Annotations},
@@ -425,7 +425,7 @@ func TestUpdateMachineDoesNotTrustASquattedPod(t *testing.T) {
 			squat.Status.Phase = corev1.PodSucceeded
 			require.NoError(t, pc.c.Status().Update(t.Context(), squat))
 			if tc.kubelet {
-				pc.kubelet("v1.31.1")
+				pc.kubelet("v1.36.1")
 			}
 			for range 2 {
 				resp := pc.call(req)

@@ -79,8 +79,8 @@ func TestUpdateMachineProperty(t *testing.T) {
 }
 
 const (
-	propFrom = "v1.30.4"
-	propTo   = "v1.31.1"
+	propFrom = "v1.35.4"
+	propTo   = "v1.36.1"
 )
 
 // propertyRun plays one rollout of a cluster with one control plane

@@ -45,7 +45,7 @@ func TestUpdateMachineReportsOnceWithoutNodeStatus(t *testing.T) {
 			return c.SubResource(sub).Patch(ctx, obj, patch, opts...)
 		}}).Build()
 	ctx := t.Context()
-	node := createNode(t, ctx, c, "md-0-a", "docker:////md-0-a", "v1.30.4")
+	node := createNode(t, ctx, c, "md-0-a", "docker:////md-0-a", "v1.35.4")
 	// The clientset (cordon, drain) sees the node cordoned by kured.
 	cs := k8sfake.NewClientset(node.DeepCopy())
 	_, err := drain.Cordon(ctx, cs, "md-0-a", "kured")
@@ -67,7 +67,7 @@ func TestUpdateMachineReportsOnceWithoutNodeStatus(t *testing.T) {
 		u.UpdateMachine(ctx, req, &resp)
 		return resp
 	}
-	req := updateReq("md-0-a", "docker:////md-0-a", "v1.31.1", false)
+	req := updateReq("md-0-a", "docker:////md-0-a", "v1.36.1", false)
 	reported := func() string {
 		t.Helper()
 		require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(node), node))
@@ -137,13 +137,13 @@ func TestUpdateMachineReportedIsCompareAndSwap(t *testing.T) {
 			},
 		}).Build()
 	ctx := t.Context()
-	createNode(t, ctx, c, "md-0-a", "docker:////md-0-a", "v1.30.4")
+	createNode(t, ctx, c, "md-0-a", "docker:////md-0-a", "v1.35.4")
 	recorder := events.NewFakeRecorder(10)
 	workload := func(context.Context, types.NamespacedName) (client.Client, error) { return c, nil }
 	u, err := capi.NewMachineUpdater(workload, capi.WithoutDrain(), capi.WithEventRecorder(recorder), capi.WithPodOptions(nodepod.WithImage("r/u:1")))
 	require.NoError(t, err)
 	var resp runtimehooksv1.UpdateMachineResponse
-	u.UpdateMachine(ctx, updateReq("md-0-a", "docker:////md-0-a", "v1.32.0", false), &resp)
+	u.UpdateMachine(ctx, updateReq("md-0-a", "docker:////md-0-a", "v1.37.0", false), &resp)
 	require.Equal(t, runtimehooksv1.ResponseStatusFailure, resp.Status)
 	require.Contains(t, resp.Message, capi.FailurePlanRejected)
 	require.True(t, raced)

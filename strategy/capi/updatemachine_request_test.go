@@ -30,7 +30,7 @@ import (
 var dockerMachineGVK = schema.GroupVersionKind{Group: "infrastructure.cluster.x-k8s.io", Version: "v1beta2", Kind: "DockerMachine"}
 
 // liveMachine is the management cluster as Cluster API v1.14 leaves it
-// when it calls UpdateMachine for Machine cp-0 (node cp-0) to v1.31.1:
+// when it calls UpdateMachine for Machine cp-0 (node cp-0) to v1.36.1:
 // the Machine marked and the hook pending, its KubeadmConfig and
 // DockerMachine marked.
 type liveMachine struct {
@@ -47,7 +47,7 @@ func newLiveMachine(controlPlane bool) *liveMachine {
 			Labels: map[string]string{clusterv1.ClusterNameLabel: "demo"},
 			Annotations: map[string]string{clusterv1.UpdateInProgressAnnotation: "",
 				runtimev1.PendingHooksAnnotation: "UpdateMachine"}},
-		Spec: clusterv1.MachineSpec{ClusterName: "demo", Version: "v1.31.1", ProviderID: "docker:////cp-0",
+		Spec: clusterv1.MachineSpec{ClusterName: "demo", Version: "v1.36.1", ProviderID: "docker:////cp-0",
 			Bootstrap:         clusterv1.Bootstrap{ConfigRef: clusterv1.ContractVersionedObjectReference{APIGroup: bootstrapv1.GroupVersion.Group, Kind: "KubeadmConfig", Name: "cp-0"}},
 			InfrastructureRef: clusterv1.ContractVersionedObjectReference{APIGroup: dockerMachineGVK.Group, Kind: dockerMachineGVK.Kind, Name: "cp-0"}},
 	}
@@ -231,7 +231,7 @@ func TestUpdateMachineMismatchesTellNothing(t *testing.T) {
 			req: func(r *runtimehooksv1.UpdateMachineRequest) { r.Desired.Machine.Namespace = "kube-system" }},
 		{name: "not marked", live: func(l *liveMachine) bool { l.machine.Annotations = nil; return true }},
 		{name: "another providerID", live: func(l *liveMachine) bool { l.machine.Spec.ProviderID = "docker:////secret-host"; return true }},
-		{name: "another version", live: func(l *liveMachine) bool { l.machine.Spec.Version = "v1.31.7"; return true }},
+		{name: "another version", live: func(l *liveMachine) bool { l.machine.Spec.Version = "v1.36.7"; return true }},
 		{name: "another cluster", live: func(l *liveMachine) bool { l.machine.Spec.ClusterName = "hidden"; return true }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -35,7 +35,7 @@ func TestUpdateMachineRetry(t *testing.T) {
 
 	t.Run("a failed step, retried, runs a new plan to done", func(t *testing.T) {
 		pc := newPodsCluster(t)
-		req := updateReq("w-0", "docker:////cp-0", "v1.31.1", false)
+		req := updateReq("w-0", "docker:////cp-0", "v1.36.1", false)
 		requireWaiting(t, pc.call(req), "started worker upgrade")
 		first := pc.onlyPod()
 		finishPod(t, t.Context(), pc.c, first, kubeadm.StepKubeadmUpgrade, 1)
@@ -46,7 +46,7 @@ func TestUpdateMachineRetry(t *testing.T) {
 
 		retry := withRetry(req, "1")
 		resp := pc.call(retry)
-		requireWaiting(t, resp, "retrying the update of node cp-0 to v1.31.1 (attempt 2")
+		requireWaiting(t, resp, "retrying the update of node cp-0 to v1.36.1 (attempt 2")
 		require.Contains(t, resp.Message, capi.FailureStepFailed, "the answer says what is retried")
 		require.Empty(t, pc.pods(), "the failed pod is deleted")
 		rec := pc.record()
@@ -61,14 +61,14 @@ func TestUpdateMachineRetry(t *testing.T) {
 
 		finishPod(t, t.Context(), pc.c, second, "", 0)
 		requireWaiting(t, pc.call(retry), "waiting for the kubelet")
-		pc.kubelet("v1.31.1")
+		pc.kubelet("v1.36.1")
 		requireDone(t, pc.call(retry))
 		require.Nil(t, pc.record())
 	})
 
 	t.Run("one value is one retry", func(t *testing.T) {
 		pc := newPodsCluster(t)
-		req := withRetry(updateReq("w-0", "docker:////cp-0", "v1.31.1", false), "a")
+		req := withRetry(updateReq("w-0", "docker:////cp-0", "v1.36.1", false), "a")
 		requireWaiting(t, pc.call(req), "started worker upgrade")
 		require.Equal(t, "a", pc.record().RetryToken, "a value present when the update starts asks for nothing")
 		finishPod(t, t.Context(), pc.c, pc.onlyPod(), kubeadm.StepKubelet, 3)
@@ -88,7 +88,7 @@ func TestUpdateMachineRetry(t *testing.T) {
 	t.Run("a running pod is not replaced: the retry waits for it to end", func(t *testing.T) {
 		clk := clocktesting.NewFakeClock(time.Now())
 		pc := newPodsCluster(t, capi.WithUpdaterClock(clk), capi.WithUpdateTimeout(time.Hour))
-		req := updateReq("w-0", "docker:////cp-0", "v1.31.1", false)
+		req := updateReq("w-0", "docker:////cp-0", "v1.36.1", false)
 		requireWaiting(t, pc.call(req), "started worker upgrade")
 		pod := pc.onlyPod()
 		pc.runTo(pod, kubeadm.StepKubeadmUpgrade)

@@ -85,10 +85,10 @@ func TestUpdateMachineAgainstRealAPIServer(t *testing.T) {
 	require.NoError(t, c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: nodepod.DefaultNamespace}}))
 	require.NoError(t, c.Create(ctx, &corev1.ConfigMap{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: "kubeadm-config"},
-		Data:       map[string]string{"ClusterConfiguration": "apiVersion: kubeadm.k8s.io/v1beta4\nkind: ClusterConfiguration\nkubernetesVersion: v1.30.4\n"},
+		Data:       map[string]string{"ClusterConfiguration": "apiVersion: kubeadm.k8s.io/v1beta4\nkind: ClusterConfiguration\nkubernetesVersion: v1.35.4\n"},
 	}))
-	cp := createNode(t, ctx, c, "cp-0", "docker:////cp-0", "v1.30.4")
-	createNode(t, ctx, c, "md-0-a", "docker:////md-0-a", "v1.30.4")
+	cp := createNode(t, ctx, c, "cp-0", "docker:////cp-0", "v1.35.4")
+	createNode(t, ctx, c, "md-0-a", "docker:////md-0-a", "v1.35.4")
 
 	workload := func(_ context.Context, cluster types.NamespacedName) (client.Client, error) {
 		require.Equal(t, types.NamespacedName{Namespace: "default", Name: "demo"}, cluster)
@@ -105,7 +105,7 @@ func TestUpdateMachineAgainstRealAPIServer(t *testing.T) {
 	recorder := broadcaster.NewRecorder(env.Scheme, "upgradekit-test")
 	call := func(req *runtimehooksv1.UpdateMachineRequest) runtimehooksv1.UpdateMachineResponse {
 		u, err := capi.NewMachineUpdater(workload, capi.WithWorkloadClientset(clientset), capi.WithEventRecorder(recorder),
-			capi.WithPodOptions(nodepod.WithImage("registry.example/upgrader:v1.31.1")), capi.WithRetryAfter(5))
+			capi.WithPodOptions(nodepod.WithImage("registry.example/upgrader:v1.36.1")), capi.WithRetryAfter(5))
 		require.NoError(t, err)
 		var resp runtimehooksv1.UpdateMachineResponse
 		u.UpdateMachine(ctx, req, &resp)
@@ -113,7 +113,7 @@ func TestUpdateMachineAgainstRealAPIServer(t *testing.T) {
 	}
 
 	t.Run("control plane node to completion", func(t *testing.T) {
-		req := updateReq("cp-0", "docker:////cp-0", "v1.31.1", true)
+		req := updateReq("cp-0", "docker:////cp-0", "v1.36.1", true)
 		resp := call(req)
 		require.Equal(t, runtimehooksv1.ResponseStatusSuccess, resp.Status, resp.Message)
 		require.Equal(t, int32(5), resp.RetryAfterSeconds)
@@ -139,9 +139,9 @@ func TestUpdateMachineAgainstRealAPIServer(t *testing.T) {
 		finishPod(t, ctx, c, pod, "", 0)
 		resp = call(req)
 		require.Equal(t, int32(5), resp.RetryAfterSeconds, "not done until the kubelet reports the version")
-		require.Contains(t, resp.Message, "waiting for the kubelet to report v1.31.1")
+		require.Contains(t, resp.Message, "waiting for the kubelet to report v1.36.1")
 
-		setKubelet(t, ctx, c, cp, "v1.31.1")
+		setKubelet(t, ctx, c, cp, "v1.36.1")
 		resp = call(req)
 		require.Equal(t, runtimehooksv1.ResponseStatusSuccess, resp.Status)
 		require.Equal(t, int32(0), resp.RetryAfterSeconds, resp.Message)
@@ -171,7 +171,7 @@ func TestUpdateMachineAgainstRealAPIServer(t *testing.T) {
 	})
 
 	t.Run("a failed step is a Failure naming the step and exit code", func(t *testing.T) {
-		req := updateReq("md-0-a", "docker:////md-0-a", "v1.31.1", false)
+		req := updateReq("md-0-a", "docker:////md-0-a", "v1.36.1", false)
 		resp := call(req)
 		require.Contains(t, resp.Message, "started worker upgrade of node md-0-a")
 		var pods corev1.PodList
@@ -212,9 +212,9 @@ func TestUpdateMachineAgainstRealAPIServer(t *testing.T) {
 			req  *runtimehooksv1.UpdateMachineRequest
 			msg  string
 		}{
-			{"skipped minor", updateReq("md-0-a", "docker:////md-0-a", "v1.32.0", false), capi.FailurePlanRejected + ": node md-0-a from v1.30.4 to v1.32.0"},
+			{"skipped minor", updateReq("md-0-a", "docker:////md-0-a", "v1.37.0", false), capi.FailurePlanRejected + ": node md-0-a from v1.35.4 to v1.37.0"},
 			{"downgrade", updateReq("md-0-a", "docker:////md-0-a", "v1.29.9", false), "downgrade"},
-			{"no providerID", updateReq("x", "", "v1.31.1", false), capi.FailureInvalidMachine + ": desired Machine has no spec.providerID"},
+			{"no providerID", updateReq("x", "", "v1.36.1", false), capi.FailureInvalidMachine + ": desired Machine has no spec.providerID"},
 			{"bad version", updateReq("x", "docker:////md-0-a", "latest", false), "spec.version"},
 		}
 		for _, tc := range cases {
@@ -225,7 +225,7 @@ func TestUpdateMachineAgainstRealAPIServer(t *testing.T) {
 			})
 		}
 		// A node that does not exist yet is a wait, not a failure.
-		resp := call(updateReq("x", "docker:////nowhere", "v1.31.1", false))
+		resp := call(updateReq("x", "docker:////nowhere", "v1.36.1", false))
 		require.Equal(t, runtimehooksv1.ResponseStatusSuccess, resp.Status)
 		require.Equal(t, int32(5), resp.RetryAfterSeconds)
 		require.Contains(t, resp.Message, "no node with spec.providerID")

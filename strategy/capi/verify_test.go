@@ -41,7 +41,7 @@ func jsonPatch(p string) runtimehooksv1.Patch {
 // empty list against an absent field).
 func TestVerifyCanUpdateMachine(t *testing.T) {
 	const emptyBootstrap = `{"kind":"KubeadmConfig","spec":{}}`
-	version := jsonPatch(`[{"op":"replace","path":"/spec/version","value":"v1.31.1"}]`)
+	version := jsonPatch(`[{"op":"replace","path":"/spec/version","value":"v1.36.1"}]`)
 	for _, tc := range []struct {
 		name   string
 		req    *runtimehooksv1.CanUpdateMachineRequest
@@ -50,39 +50,39 @@ func TestVerifyCanUpdateMachine(t *testing.T) {
 		target error
 	}{
 		{name: "the version patched: in place",
-			req:  verifyRequest("v1.30.4", "v1.31.1", "node:a", "node:a", emptyBootstrap),
+			req:  verifyRequest("v1.35.4", "v1.36.1", "node:a", "node:a", emptyBootstrap),
 			resp: &runtimehooksv1.CanUpdateMachineResponse{MachinePatch: version}},
 		{name: "nothing to change, no patch: in place",
-			req:  verifyRequest("v1.30.4", "v1.30.4", "node:a", "node:a", emptyBootstrap),
+			req:  verifyRequest("v1.35.4", "v1.35.4", "node:a", "node:a", emptyBootstrap),
 			resp: &runtimehooksv1.CanUpdateMachineResponse{}},
 		{name: "an accept that leaves the image: rolled out",
-			req:    verifyRequest("v1.30.4", "v1.31.1", "node:a", "node:b", emptyBootstrap),
+			req:    verifyRequest("v1.35.4", "v1.36.1", "node:a", "node:b", emptyBootstrap),
 			resp:   &runtimehooksv1.CanUpdateMachineResponse{MachinePatch: version},
 			left:   []string{"infrastructure.spec.customImage (InfrastructureImage)"},
 			target: capi.ErrWouldRollOut},
 		{name: "an empty list is not an absent field",
-			req:    verifyRequest("v1.30.4", "v1.31.1", "node:a", "node:a", `{"kind":"KubeadmConfig","spec":{"files":[]}}`),
+			req:    verifyRequest("v1.35.4", "v1.36.1", "node:a", "node:a", `{"kind":"KubeadmConfig","spec":{"files":[]}}`),
 			resp:   &runtimehooksv1.CanUpdateMachineResponse{MachinePatch: version},
 			left:   []string{"bootstrap.spec.files (Files)"},
 			target: capi.ErrWouldRollOut},
 		{name: "and patched in, it is",
-			req: verifyRequest("v1.30.4", "v1.31.1", "node:a", "node:a", `{"kind":"KubeadmConfig","spec":{"files":[]}}`),
+			req: verifyRequest("v1.35.4", "v1.36.1", "node:a", "node:a", `{"kind":"KubeadmConfig","spec":{"files":[]}}`),
 			resp: &runtimehooksv1.CanUpdateMachineResponse{MachinePatch: version,
 				BootstrapConfigPatch: jsonPatch(`[{"op":"add","path":"/spec/files","value":[]}]`)}},
 		{name: "a merge patch",
-			req:  verifyRequest("v1.30.4", "v1.31.1", "node:a", "node:b", emptyBootstrap),
+			req:  verifyRequest("v1.35.4", "v1.36.1", "node:a", "node:b", emptyBootstrap),
 			resp: &runtimehooksv1.CanUpdateMachineResponse{MachinePatch: version, InfrastructureMachinePatch: runtimehooksv1.Patch{PatchType: runtimehooksv1.JSONMergePatchType, Patch: []byte(`{"spec":{"customImage":"node:b"}}`)}}},
 		{name: "a patch outside spec is dropped, as Cluster API drops it",
-			req: verifyRequest("v1.30.4", "v1.31.1", "node:a", "node:a", emptyBootstrap),
+			req: verifyRequest("v1.35.4", "v1.36.1", "node:a", "node:a", emptyBootstrap),
 			resp: &runtimehooksv1.CanUpdateMachineResponse{
-				MachinePatch: jsonPatch(`[{"op":"replace","path":"/spec/version","value":"v1.31.1"},{"op":"add","path":"/metadata/labels","value":{"x":"y"}}]`)}},
+				MachinePatch: jsonPatch(`[{"op":"replace","path":"/spec/version","value":"v1.36.1"},{"op":"add","path":"/metadata/labels","value":{"x":"y"}}]`)}},
 		{name: "Failure is no answer",
-			req:    verifyRequest("v1.30.4", "v1.31.1", "node:a", "node:a", emptyBootstrap),
+			req:    verifyRequest("v1.35.4", "v1.36.1", "node:a", "node:a", emptyBootstrap),
 			resp:   &runtimehooksv1.CanUpdateMachineResponse{CommonResponse: runtimehooksv1.CommonResponse{Status: runtimehooksv1.ResponseStatusFailure, Message: "boom"}},
 			target: capi.ErrNotAnAnswer},
-		{name: "nil response", req: verifyRequest("v1.30.4", "v1.31.1", "a", "a", emptyBootstrap), target: capi.ErrNotAnAnswer},
+		{name: "nil response", req: verifyRequest("v1.35.4", "v1.36.1", "a", "a", emptyBootstrap), target: capi.ErrNotAnAnswer},
 		{name: "a patch that does not apply",
-			req:  verifyRequest("v1.30.4", "v1.31.1", "node:a", "node:a", emptyBootstrap),
+			req:  verifyRequest("v1.35.4", "v1.36.1", "node:a", "node:a", emptyBootstrap),
 			resp: &runtimehooksv1.CanUpdateMachineResponse{MachinePatch: jsonPatch(`[{"op":"remove","path":"/spec/nosuch"}]`)}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -116,15 +116,15 @@ func TestVerifyCanUpdateMachineSet(t *testing.T) {
 	}
 	tmpl := runtime.RawExtension{Raw: []byte(`{"kind":"DockerMachineTemplate","spec":{"template":{"spec":{"customImage":"node:a"}}}}`)}
 	req := &runtimehooksv1.CanUpdateMachineSetRequest{
-		Current: runtimehooksv1.CanUpdateMachineSetRequestObjects{MachineSet: ms("v1.30.4"), InfrastructureMachineTemplate: tmpl},
-		Desired: runtimehooksv1.CanUpdateMachineSetRequestObjects{MachineSet: ms("v1.31.1"), InfrastructureMachineTemplate: tmpl},
+		Current: runtimehooksv1.CanUpdateMachineSetRequestObjects{MachineSet: ms("v1.35.4"), InfrastructureMachineTemplate: tmpl},
+		Desired: runtimehooksv1.CanUpdateMachineSetRequestObjects{MachineSet: ms("v1.36.1"), InfrastructureMachineTemplate: tmpl},
 	}
 	err := capi.VerifyCanUpdateMachineSet(req, &runtimehooksv1.CanUpdateMachineSetResponse{})
 	var ro *capi.RollOutError
 	require.ErrorAs(t, err, &ro)
 	require.Equal(t, []string{"machine.spec.template.spec.version (KubernetesVersion)"}, ro.Fields)
 	require.NoError(t, capi.VerifyCanUpdateMachineSet(req, &runtimehooksv1.CanUpdateMachineSetResponse{
-		MachineSetPatch: jsonPatch(`[{"op":"replace","path":"/spec/template/spec/version","value":"v1.31.1"}]`)}))
+		MachineSetPatch: jsonPatch(`[{"op":"replace","path":"/spec/template/spec/version","value":"v1.36.1"}]`)}))
 	require.ErrorIs(t, capi.VerifyCanUpdateMachineSet(nil, nil), capi.ErrNotAnAnswer)
 
 	// A template stored without a spec (an empty KubeadmConfigTemplate is)
@@ -134,8 +134,8 @@ func TestVerifyCanUpdateMachineSet(t *testing.T) {
 	emptyKCT := runtime.RawExtension{Raw: []byte(`{"apiVersion":"bootstrap.cluster.x-k8s.io/v1beta2","kind":"KubeadmConfigTemplate","metadata":{"name":"kct-0"},"spec":null}`)}
 	withArg := runtime.RawExtension{Raw: []byte(`{"apiVersion":"bootstrap.cluster.x-k8s.io/v1beta2","kind":"KubeadmConfigTemplate","metadata":{"name":"kct-1"},"spec":{"template":{"spec":{"joinConfiguration":{"nodeRegistration":{"kubeletExtraArgs":[{"name":"max-pods","value":"50"}]}}}}}}`)}
 	nullReq := &runtimehooksv1.CanUpdateMachineSetRequest{
-		Current: runtimehooksv1.CanUpdateMachineSetRequestObjects{MachineSet: ms("v1.30.4"), InfrastructureMachineTemplate: tmpl, BootstrapConfigTemplate: emptyKCT},
-		Desired: runtimehooksv1.CanUpdateMachineSetRequestObjects{MachineSet: ms("v1.30.4"), InfrastructureMachineTemplate: tmpl, BootstrapConfigTemplate: withArg},
+		Current: runtimehooksv1.CanUpdateMachineSetRequestObjects{MachineSet: ms("v1.35.4"), InfrastructureMachineTemplate: tmpl, BootstrapConfigTemplate: emptyKCT},
+		Desired: runtimehooksv1.CanUpdateMachineSetRequestObjects{MachineSet: ms("v1.35.4"), InfrastructureMachineTemplate: tmpl, BootstrapConfigTemplate: withArg},
 	}
 	err = capi.VerifyCanUpdateMachineSet(nullReq, &runtimehooksv1.CanUpdateMachineSetResponse{
 		BootstrapConfigTemplatePatch: jsonPatch(`[{"op":"add","path":"/spec","value":{"template":{"spec":{"joinConfiguration":{"nodeRegistration":{"kubeletExtraArgs":[{"name":"max-pods","value":"50"}]}}}}}}]`)})
@@ -162,8 +162,8 @@ func TestVerifyCanUpdateMachineSet(t *testing.T) {
 // Check, in your extension's tests, that an answer is one Cluster API
 // honours: here an accept that forgot the machine image.
 func ExampleVerifyCanUpdateMachine() {
-	req := verifyRequest("v1.30.4", "v1.31.1", "node:a", "node:b", `{"kind":"KubeadmConfig","spec":{}}`)
-	resp := &runtimehooksv1.CanUpdateMachineResponse{MachinePatch: jsonPatch(`[{"op":"replace","path":"/spec/version","value":"v1.31.1"}]`)}
+	req := verifyRequest("v1.35.4", "v1.36.1", "node:a", "node:b", `{"kind":"KubeadmConfig","spec":{}}`)
+	resp := &runtimehooksv1.CanUpdateMachineResponse{MachinePatch: jsonPatch(`[{"op":"replace","path":"/spec/version","value":"v1.36.1"}]`)}
 	err := capi.VerifyCanUpdateMachine(req, resp)
 	fmt.Println(errors.Is(err, capi.ErrWouldRollOut))
 	fmt.Println(err)

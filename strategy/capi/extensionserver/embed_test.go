@@ -105,22 +105,22 @@ func TestEmbedInAManager(t *testing.T) {
 	}
 	// The worker CanUpdateMachine asks about, as the management cluster
 	// has it: the skew check reads it through the manager's client.
-	live := machine("v1.30.4")
+	live := machine("v1.35.4")
 	require.NoError(t, env.Client.Create(ctx, &live))
 	infra := runtime.RawExtension{Raw: []byte(`{"kind":"TestMachine","spec":{"image":"node:v1"}}`)}
 	var can runtimehooksv1.CanUpdateMachineResponse
 	post(runtimehooksv1.CanUpdateMachine, "upgradekit-can-update-machine", &runtimehooksv1.CanUpdateMachineRequest{
 		TypeMeta: typeMeta("CanUpdateMachineRequest"),
-		Current:  runtimehooksv1.CanUpdateMachineRequestObjects{Machine: machine("v1.30.4"), InfrastructureMachine: infra},
-		Desired:  runtimehooksv1.CanUpdateMachineRequestObjects{Machine: machine("v1.31.1"), InfrastructureMachine: infra},
+		Current:  runtimehooksv1.CanUpdateMachineRequestObjects{Machine: machine("v1.35.4"), InfrastructureMachine: infra},
+		Desired:  runtimehooksv1.CanUpdateMachineRequestObjects{Machine: machine("v1.36.1"), InfrastructureMachine: infra},
 	}, &can)
 	require.Equal(t, runtimehooksv1.ResponseStatusSuccess, can.Status, can.Message)
-	require.JSONEq(t, `[{"op":"replace","path":"/spec/version","value":"v1.31.1"}]`, string(can.MachinePatch.Patch))
+	require.JSONEq(t, `[{"op":"replace","path":"/spec/version","value":"v1.36.1"}]`, string(can.MachinePatch.Patch))
 
 	var up runtimehooksv1.UpdateMachineResponse
 	post(runtimehooksv1.UpdateMachine, "upgradekit-update-machine", &runtimehooksv1.UpdateMachineRequest{
 		TypeMeta: typeMeta("UpdateMachineRequest"),
-		Desired:  runtimehooksv1.UpdateMachineRequestObjects{Machine: machine("v1.31.1"), InfrastructureMachine: infra},
+		Desired:  runtimehooksv1.UpdateMachineRequestObjects{Machine: machine("v1.36.1"), InfrastructureMachine: infra},
 	}, &up)
 	require.Equal(t, runtimehooksv1.ResponseStatusFailure, up.Status)
 	require.Equal(t, "in-place update failed: "+capi.FailureRequestMismatch+

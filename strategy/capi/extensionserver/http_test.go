@@ -362,7 +362,7 @@ func bigRequest(t *testing.T) []byte {
 	require.NoError(t, err)
 	m := clusterv1.Machine{TypeMeta: metav1.TypeMeta{APIVersion: clusterv1.GroupVersion.String(), Kind: "Machine"},
 		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "demo-control-plane-x7k2p", Labels: map[string]string{clusterv1.ClusterNameLabel: "demo"}},
-		Spec:       clusterv1.MachineSpec{ClusterName: "demo", Version: "v1.31.1"}}
+		Spec:       clusterv1.MachineSpec{ClusterName: "demo", Version: "v1.36.1"}}
 	objs := runtimehooksv1.CanUpdateMachineRequestObjects{Machine: m, InfrastructureMachine: krt.RawExtension{Raw: infraRaw}, BootstrapConfig: krt.RawExtension{Raw: kcRaw}}
 	b, err := json.Marshal(&runtimehooksv1.CanUpdateMachineRequest{
 		TypeMeta: metav1.TypeMeta{APIVersion: runtimehooksv1.GroupVersion.String(), Kind: "CanUpdateMachineRequest"},

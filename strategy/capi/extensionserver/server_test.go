@@ -39,7 +39,7 @@ func TestValidateNamesTheOption(t *testing.T) {
 	}{
 		{name: "no image", opts: nil, option: "WithUpgraderImage", detail: "required"},
 		{name: "blank image", opts: []extensionserver.Option{extensionserver.WithUpgraderImage("  ")}, option: "WithUpgraderImage", detail: "required"},
-		{name: "both image forms", opts: []extensionserver.Option{img, extensionserver.WithUpgraderImages(capi.ImagesByVersion{"v1.31.1": "r/u@" + digestA})},
+		{name: "both image forms", opts: []extensionserver.Option{img, extensionserver.WithUpgraderImages(capi.ImagesByVersion{"v1.36.1": "r/u@" + digestA})},
 			option: "WithUpgraderImage", detail: "set one"},
 		{name: "image map with a bad version", opts: []extensionserver.Option{extensionserver.WithUpgraderImages(capi.ImagesByVersion{"1.31": "r/u"})},
 			option: "WithUpgraderImages", cause: capi.ErrInvalidOption},
@@ -134,14 +134,14 @@ func names(s *extensionserver.Server) []string {
 func TestPodAndPlan(t *testing.T) {
 	mgmt := fakeclient.NewClientBuilder().Build()
 	s, err := extensionserver.New(mgmt, metrics(t),
-		extensionserver.WithUpgraderImages(capi.ImagesByVersion{"v1.32.0": "r/u@" + digestB, "v1.31.1": "r/u@" + digestA}),
-		extensionserver.WithBundleChecksums(extensionserver.ChecksumsByVersion{"v1.31.1": kubernetesSums, "v1.32.0": kubernetesSums}),
+		extensionserver.WithUpgraderImages(capi.ImagesByVersion{"v1.37.0": "r/u@" + digestB, "v1.36.1": "r/u@" + digestA}),
+		extensionserver.WithBundleChecksums(extensionserver.ChecksumsByVersion{"v1.36.1": kubernetesSums, "v1.37.0": kubernetesSums}),
 		extensionserver.WithSkipSteps(kubeadm.StepContainerd, kubeadm.StepCNIPlugins),
 		extensionserver.WithIgnorePreflightErrors("SystemVerification"),
 		extensionserver.WithUpgraderNamespace("ops"))
 	require.NoError(t, err)
 	plan, err := kubeadm.NewPlan(func() kubeadm.Config {
-		c := kubeadm.Config{Node: "n", Role: kubeadm.RoleWorker, FromVersion: "v1.30.4", ToVersion: "v1.31.1", SkipEtcdSnapshot: true}
+		c := kubeadm.Config{Node: "n", Role: kubeadm.RoleWorker, FromVersion: "v1.35.4", ToVersion: "v1.36.1", SkipEtcdSnapshot: true}
 		s.PlanConfig(&c)
 		require.True(t, c.SkipContainerd)
 		require.True(t, c.SkipCNIPlugins)

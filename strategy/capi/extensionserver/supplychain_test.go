@@ -63,16 +63,16 @@ func TestUpgraderImagesByDigest(t *testing.T) {
 		opt    extensionserver.Option
 		option string // "" when accepted
 	}{
-		{"a tag", extensionserver.WithUpgraderImage("registry.example/upgrader:v1.31.1"), "WithUpgraderImage"},
+		{"a tag", extensionserver.WithUpgraderImage("registry.example/upgrader:v1.36.1"), "WithUpgraderImage"},
 		{"latest", extensionserver.WithUpgraderImage("registry.example/upgrader:latest"), "WithUpgraderImage"},
 		{"no tag", extensionserver.WithUpgraderImage("registry.example/upgrader"), "WithUpgraderImage"},
 		{"a short digest", extensionserver.WithUpgraderImage("registry.example/upgrader@sha256:abc"), "WithUpgraderImage"},
 		{"an uppercase digest", extensionserver.WithUpgraderImage("registry.example/upgrader@sha256:" + strings.Repeat("A", 64)), "WithUpgraderImage"},
 		{"a digest and then more", extensionserver.WithUpgraderImage("registry.example/upgrader@" + digestA + ":v1"), "WithUpgraderImage"},
-		{"one tag in a map", extensionserver.WithUpgraderImages(capi.ImagesByVersion{"v1.31.1": "r/u@" + digestA, "v1.32.0": "r/u:v1.32.0"}), "WithUpgraderImages"},
+		{"one tag in a map", extensionserver.WithUpgraderImages(capi.ImagesByVersion{"v1.36.1": "r/u@" + digestA, "v1.37.0": "r/u:v1.37.0"}), "WithUpgraderImages"},
 		{"a digest", extensionserver.WithUpgraderImage("registry.example/upgrader@" + digestA), ""},
-		{"a tag and a digest", extensionserver.WithUpgraderImage("registry.example:5000/upgrader:v1.31.1@" + digestA), ""},
-		{"digests in a map", extensionserver.WithUpgraderImages(capi.ImagesByVersion{"v1.31.1": "r/u@" + digestA, "v1.32.0": "r/u@" + digestB}), ""},
+		{"a tag and a digest", extensionserver.WithUpgraderImage("registry.example:5000/upgrader:v1.36.1@" + digestA), ""},
+		{"digests in a map", extensionserver.WithUpgraderImages(capi.ImagesByVersion{"v1.36.1": "r/u@" + digestA, "v1.37.0": "r/u@" + digestB}), ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := extensionserver.Validate(tc.opt, unverified)
@@ -119,16 +119,16 @@ func TestBundleChecksumsOptions(t *testing.T) {
 		{"no version", []extensionserver.Option{img, extensionserver.WithBundleChecksums(nil)}, "WithBundleChecksums", "no version", nil},
 		{"not a version", []extensionserver.Option{img, extensionserver.WithBundleChecksums(extensionserver.ChecksumsByVersion{"1.31.1": kubernetesSums})},
 			"WithBundleChecksums", `version "1.31.1" is not a version`, nil},
-		{"a version without checksums", []extensionserver.Option{img, extensionserver.WithBundleChecksums(extensionserver.ChecksumsByVersion{"v1.31.1": {}})},
-			"WithBundleChecksums", "v1.31.1 has no checksum", nil},
-		{"a bad checksum", []extensionserver.Option{img, extensionserver.WithBundleChecksums(extensionserver.ChecksumsByVersion{"v1.31.1": {"kubernetes/kubeadm": "ABC"}})},
-			"WithBundleChecksums", "version v1.31.1", kubeadm.ErrInvalidConfig},
-		{"a path out of staging", []extensionserver.Option{img, extensionserver.WithBundleChecksums(extensionserver.ChecksumsByVersion{"v1.31.1": {"../usr/bin/kubeadm": strings.Repeat("1", 64)}})},
-			"WithBundleChecksums", "version v1.31.1", kubeadm.ErrInvalidConfig},
+		{"a version without checksums", []extensionserver.Option{img, extensionserver.WithBundleChecksums(extensionserver.ChecksumsByVersion{"v1.36.1": {}})},
+			"WithBundleChecksums", "v1.36.1 has no checksum", nil},
+		{"a bad checksum", []extensionserver.Option{img, extensionserver.WithBundleChecksums(extensionserver.ChecksumsByVersion{"v1.36.1": {"kubernetes/kubeadm": "ABC"}})},
+			"WithBundleChecksums", "version v1.36.1", kubeadm.ErrInvalidConfig},
+		{"a path out of staging", []extensionserver.Option{img, extensionserver.WithBundleChecksums(extensionserver.ChecksumsByVersion{"v1.36.1": {"../usr/bin/kubeadm": strings.Repeat("1", 64)}})},
+			"WithBundleChecksums", "version v1.36.1", kubeadm.ErrInvalidConfig},
 		{"an image version without checksums", []extensionserver.Option{
-			extensionserver.WithUpgraderImages(capi.ImagesByVersion{"v1.31.1": "r/u@" + digestA, "v1.32.0": "r/u@" + digestB}),
-			extensionserver.WithBundleChecksums(extensionserver.ChecksumsByVersion{"v1.31.1": kubernetesSums})},
-			"WithBundleChecksums", "upgrader image version v1.32.0 has no checksums", nil},
+			extensionserver.WithUpgraderImages(capi.ImagesByVersion{"v1.36.1": "r/u@" + digestA, "v1.37.0": "r/u@" + digestB}),
+			extensionserver.WithBundleChecksums(extensionserver.ChecksumsByVersion{"v1.36.1": kubernetesSums})},
+			"WithBundleChecksums", "upgrader image version v1.37.0 has no checksums", nil},
 		{"a relative directory", []extensionserver.Option{img, extensionserver.WithBundleChecksumsDir("sums")}, "WithBundleChecksumsDir", `"sums" is not an absolute path`, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -153,13 +153,13 @@ func TestBundleChecksumsOptions(t *testing.T) {
 
 	t.Run("from a directory", func(t *testing.T) {
 		dir := t.TempDir()
-		require.NoError(t, os.WriteFile(filepath.Join(dir, "v1.31.1"), []byte(kubeadm.FormatChecksums(kubernetesSums)), 0o644))
+		require.NoError(t, os.WriteFile(filepath.Join(dir, "v1.36.1"), []byte(kubeadm.FormatChecksums(kubernetesSums)), 0o644))
 		require.NoError(t, os.Mkdir(filepath.Join(dir, "..2026_11_27"), 0o755)) // a ConfigMap mount's
 		require.NoError(t, os.WriteFile(filepath.Join(dir, "README"), []byte("not a version"), 0o644))
 		mgmt := fakeclient.NewClientBuilder().Build()
 		s, err := extensionserver.New(mgmt, img, extensionserver.WithBundleChecksumsDir(dir), metrics(t))
 		require.NoError(t, err)
-		c := kubeadm.Config{Node: "n", Role: kubeadm.RoleWorker, FromVersion: "v1.30.4", ToVersion: "v1.31.1", SkipContainerd: true, SkipCNIPlugins: true}
+		c := kubeadm.Config{Node: "n", Role: kubeadm.RoleWorker, FromVersion: "v1.35.4", ToVersion: "v1.36.1", SkipContainerd: true, SkipCNIPlugins: true}
 		s.PlanConfig(&c)
 		require.True(t, c.RequireChecksums)
 		require.Equal(t, kubernetesSums, c.Checksums)
@@ -171,21 +171,21 @@ func TestBundleChecksumsOptions(t *testing.T) {
 
 		// A version without checksums cannot be planned: the update fails
 		// before the node is touched.
-		c = kubeadm.Config{Node: "n", Role: kubeadm.RoleWorker, FromVersion: "v1.31.1", ToVersion: "v1.32.0"}
+		c = kubeadm.Config{Node: "n", Role: kubeadm.RoleWorker, FromVersion: "v1.36.1", ToVersion: "v1.37.0"}
 		s.PlanConfig(&c)
 		_, err = kubeadm.NewPlan(c)
 		require.ErrorIs(t, err, kubeadm.ErrInvalidConfig)
 		require.ErrorContains(t, err, "checksums: ")
 
 		// New reads the files: a bad one, or a missing image version, fails.
-		require.NoError(t, os.WriteFile(filepath.Join(dir, "v1.32.0"), []byte("not sha256sum output\n"), 0o644))
+		require.NoError(t, os.WriteFile(filepath.Join(dir, "v1.37.0"), []byte("not sha256sum output\n"), 0o644))
 		_, err = extensionserver.New(mgmt, img, extensionserver.WithBundleChecksumsDir(dir), metrics(t))
 		require.ErrorIs(t, err, kubeadm.ErrInvalidConfig)
-		require.ErrorContains(t, err, "WithBundleChecksumsDir: file v1.32.0")
-		require.NoError(t, os.Remove(filepath.Join(dir, "v1.32.0")))
-		_, err = extensionserver.New(mgmt, extensionserver.WithUpgraderImages(capi.ImagesByVersion{"v1.31.1": "r/u@" + digestA, "v1.32.0": "r/u@" + digestB}),
+		require.ErrorContains(t, err, "WithBundleChecksumsDir: file v1.37.0")
+		require.NoError(t, os.Remove(filepath.Join(dir, "v1.37.0")))
+		_, err = extensionserver.New(mgmt, extensionserver.WithUpgraderImages(capi.ImagesByVersion{"v1.36.1": "r/u@" + digestA, "v1.37.0": "r/u@" + digestB}),
 			extensionserver.WithBundleChecksumsDir(dir), metrics(t))
-		require.ErrorContains(t, err, "upgrader image version v1.32.0 has no checksums")
+		require.ErrorContains(t, err, "upgrader image version v1.37.0 has no checksums")
 		_, err = extensionserver.New(mgmt, img, extensionserver.WithBundleChecksumsDir(filepath.Join(dir, "missing")), metrics(t))
 		require.ErrorIs(t, err, extensionserver.ErrInvalidOption)
 	})
@@ -195,7 +195,7 @@ func TestBundleChecksumsOptions(t *testing.T) {
 		s, err := extensionserver.New(fakeclient.NewClientBuilder().Build(), img, extensionserver.WithoutBundleChecksums(), extensionserver.WithLogger(log.logger()), metrics(t))
 		require.NoError(t, err)
 		require.Contains(t, log.String(), "upgrader bundles are not verified (WithoutBundleChecksums)")
-		c := kubeadm.Config{Node: "n", Role: kubeadm.RoleWorker, FromVersion: "v1.30.4", ToVersion: "v1.31.1"}
+		c := kubeadm.Config{Node: "n", Role: kubeadm.RoleWorker, FromVersion: "v1.35.4", ToVersion: "v1.36.1"}
 		s.PlanConfig(&c)
 		require.False(t, c.RequireChecksums)
 		require.Empty(t, c.Checksums)
@@ -215,10 +215,10 @@ func TestVersionWithoutChecksumsIsDeclined(t *testing.T) {
 			InfrastructureRef: clusterv1.ContractVersionedObjectReference{APIGroup: "infrastructure.cluster.x-k8s.io", Kind: "TestMachine", Name: "m"},
 		}}
 	}
-	live := machine("v1.30.4")
+	live := machine("v1.35.4")
 	mgmt := fakeclient.NewClientBuilder().WithScheme(scheme).WithObjects(&live).Build()
 	s, err := extensionserver.New(mgmt, extensionserver.WithUpgraderImage("r/u@"+digestA),
-		extensionserver.WithBundleChecksums(extensionserver.ChecksumsByVersion{"v1.31.1": kubernetesSums}), metrics(t))
+		extensionserver.WithBundleChecksums(extensionserver.ChecksumsByVersion{"v1.36.1": kubernetesSums}), metrics(t))
 	require.NoError(t, err)
 	var can func(context.Context, *runtimehooksv1.CanUpdateMachineRequest, *runtimehooksv1.CanUpdateMachineResponse)
 	for _, h := range s.Handlers() {
@@ -231,15 +231,15 @@ func TestVersionWithoutChecksumsIsDeclined(t *testing.T) {
 	ask := func(to string) *runtimehooksv1.CanUpdateMachineResponse {
 		var resp runtimehooksv1.CanUpdateMachineResponse
 		can(t.Context(), &runtimehooksv1.CanUpdateMachineRequest{
-			Current: runtimehooksv1.CanUpdateMachineRequestObjects{Machine: machine("v1.30.4"), InfrastructureMachine: infra},
+			Current: runtimehooksv1.CanUpdateMachineRequestObjects{Machine: machine("v1.35.4"), InfrastructureMachine: infra},
 			Desired: runtimehooksv1.CanUpdateMachineRequestObjects{Machine: machine(to), InfrastructureMachine: infra},
 		}, &resp)
 		require.Equal(t, runtimehooksv1.ResponseStatusSuccess, resp.Status, resp.Message)
 		return &resp
 	}
-	resp := ask("v1.31.1")
+	resp := ask("v1.36.1")
 	require.True(t, resp.MachinePatch.IsDefined(), "accepted: %s", resp.Message)
-	resp = ask("v1.31.2")
+	resp = ask("v1.36.2")
 	require.False(t, resp.MachinePatch.IsDefined(), "declined: %s", resp.Message)
-	require.Contains(t, resp.Message, "no upgrader bundle checksums for v1.31.2 (have: v1.31.1)")
+	require.Contains(t, resp.Message, "no upgrader bundle checksums for v1.36.2 (have: v1.36.1)")
 }

@@ -31,8 +31,9 @@ import (
 )
 
 const (
-	truthFrom, truthTo = "v1.30.4", "v1.31.1"
-	truthImage         = "registry.example/upgrader:v1.31.1"
+	// Cluster API v1.14's newest supported step.
+	truthFrom, truthTo = "v1.35.4", "v1.36.3"
+	truthImage         = "registry.example/upgrader:v1.36.3"
 )
 
 // mdMachines returns a MachineDeployment's Machines by name.
@@ -286,12 +287,14 @@ type lazy func() string
 func (l lazy) String() string { return l() }
 
 // TestPredictionIsWhatKubeadmControlPlaneDoes: the same for a
-// KubeadmControlPlane of three, taken from v1.31.1 to v1.32.0 with
+// KubeadmControlPlane of three, taken from v1.35.4 to v1.36.3 with
 // maxSurge raised to 1 in the same change: KubeadmControlPlane creates a
 // machine first, updates the two oldest in place and deletes the newest;
-// the preview says which.
+// the preview says which. The step drops the ControlPlaneKubeletLocalMode
+// gate Cluster API sets on v1.35 KubeadmConfigs, which the extension
+// accepts with the version.
 func TestPredictionIsWhatKubeadmControlPlaneDoes(t *testing.T) {
-	const from, to, image = "v1.31.1", "v1.32.0", "registry.example/upgrader:v1.32.0"
+	const from, to, image = truthFrom, truthTo, truthImage
 	h := capitest.NewForTest(t, capitest.WithUpgraderImage(image, fake.Staging{Kubernetes: to, Containerd: "2.0.5", CNI: "v1.7.1"}))
 	ctx, c := t.Context(), h.Env.Client
 	objs, err := capitest.KubeadmControlPlaneObjects(h.Env, "default", "demo", 3, from)
