@@ -188,5 +188,12 @@
 // would refuse, only extra arguments and etcd's image tag are rendered
 // (not certSANs, volumes or feature gates), and kubeadm's wait for the
 // static pod hash to change is modelled only as "fails while the kubelet
-// is stopped".
+// is stopped". For `kubeadm upgrade apply`: its preflight checks are not
+// run, in particular CreateJob, which on a real cluster runs a Job with the
+// target version's pause image on any schedulable node and fails the
+// upgrade after a minute when that node cannot get the image (an
+// air-gapped worker; fake/nodetest's real nodes showed it at v1.35 ->
+// v1.36). For containerd's configuration (kubeadm.Config.ContainerdConfig):
+// the containerd step's decision to migrate it is modelled, the migrated
+// content is not (it becomes "version = 3" and a comment).
 package fake
