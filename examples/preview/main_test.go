@@ -31,14 +31,14 @@ kind: MachineDeployment
 metadata: {name: md-0}
 spec:
   template:
-    spec: {version: v1.31.4}
+    spec: {version: v1.36.3}
 ---
 apiVersion: cluster.x-k8s.io/v1beta2
 kind: MachineDeployment
 metadata: {name: md-2}
 spec:
   template:
-    spec: {version: v1.31.4}
+    spec: {version: v1.36.3}
 ---
 apiVersion: infrastructure.upgradekit.dev/v1alpha1
 kind: TestMachineTemplate
@@ -56,15 +56,16 @@ spec:
       infrastructureRef: {apiGroup: infrastructure.upgradekit.dev, kind: TestMachineTemplate, name: md-1-v2}
 `
 
-// demoCluster is README's cluster: a control plane at v1.31.4, three
-// MachineDeployments of one machine at v1.30.4, its kubeconfig Secret
+// demoCluster is README's cluster: a control plane at v1.36.3, three
+// MachineDeployments of one machine at v1.35.4 (Cluster API v1.14's
+// newest supported step left to take), its kubeconfig Secret
 // (the workload cluster is the same API server), and on md-2's node a
 // database pod its PodDisruptionBudget does not let go.
 func demoCluster(t *testing.T) (*envtest.Env, string) {
 	t.Helper()
 	env := envtest.StartForTest(t, envtest.WithCRDs(capitest.InfrastructureCRDs()...))
 	ctx, c := t.Context(), env.Client
-	require.NoError(t, capitest.ProvisionedCluster{Name: "demo", Version: "v1.31.4", WorkerVersion: "v1.30.4", ControlPlane: 1,
+	require.NoError(t, capitest.ProvisionedCluster{Name: "demo", Version: "v1.36.3", WorkerVersion: "v1.35.4", ControlPlane: 1,
 		Workers: map[string]int{"md-0": 1, "md-1": 1, "md-2": 1}, Nodes: true}.Create(ctx, c))
 	secret, err := env.KubeconfigSecret("default", "demo")
 	require.NoError(t, err)
@@ -170,7 +171,7 @@ func TestPreviewAgainstAPIServer(t *testing.T) {
 			{[]string{"-cluster", "demo", "-extension-config", "nosuch"}, `no ExtensionConfig "nosuch"`},
 			{[]string{"-cluster", "demo", "-f", filepath.Join(t.TempDir(), "nosuch.yaml")}, "no such file"},
 			{[]string{"-cluster", "demo", "-in-place", "NoSuchCategory"}, "NoSuchCategory"},
-			{[]string{"-cluster", "demo", "-upgrader-images", "v1.31=x"}, "v1.31"},
+			{[]string{"-cluster", "demo", "-upgrader-images", "v1.36=x"}, "v1.36"},
 			{[]string{"-cluster", "demo", "-timings", "kubeadmm=1m"}, `no updater "kubeadmm"`},
 			{[]string{"-cluster", "demo", "-timings", "drain=soon"}, `"soon" is not a duration`},
 		} {

@@ -201,18 +201,18 @@ func AddExtension(mgr ctrl.Manager, image string, opts ...extensionserver.Option
 
 // README:begin Simulate
 
-// Simulate rolls a fake cluster (3 control planes, 5 workers) from v1.30.4
-// to v1.31.2 on simulated hosts that run the real kubeadm plans, with the
+// Simulate rolls a fake cluster (3 control planes, 5 workers) from v1.35.4
+// to v1.36.2 on simulated hosts that run the real kubeadm plans, with the
 // upgrader crashing on one worker mid-step, and checks the invariants (skew,
 // disruption limits, cordons, no step run twice).
 func Simulate(ctx context.Context) error {
-	cl := fake.NewCluster("demo").ControlPlane(3, "v1.30.4").MachineDeployment("md-0", 5, "v1.30.4")
+	cl := fake.NewCluster("demo").ControlPlane(3, "v1.35.4").MachineDeployment("md-0", 5, "v1.35.4")
 	faults := fake.NewFaults(1).CrashRunner("demo-md-0-2", "kubelet", fake.CrashDuring)
 	sim, err := fake.NewSimulator(cl, fake.WithSimFaults(faults))
 	if err != nil {
 		return err
 	}
-	res, err := sim.Run(ctx, fake.Rollout{ToVersion: "v1.31.2"})
+	res, err := sim.Run(ctx, fake.Rollout{ToVersion: "v1.36.2"})
 	if err != nil {
 		return err
 	}

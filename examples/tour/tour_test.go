@@ -45,15 +45,15 @@ func machine(version, audit, ami string) diff.State {
 
 func ExampleWhatChanged() {
 	patch, err := tour.WhatChanged(
-		machine("v1.30.4", "kind: Policy\nrules: []", "ami-0aaa"),
-		machine("v1.31.1", "kind: Policy\nrules: [{level: Metadata}]", "ami-0bbb"))
+		machine("v1.35.4", "kind: Policy\nrules: []", "ami-0aaa"),
+		machine("v1.36.1", "kind: Policy\nrules: [{level: Metadata}]", "ami-0bbb"))
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
 	fmt.Println(string(patch))
 	// Output:
-	// machine.spec.version: replace "v1.30.4" -> "v1.31.1" (KubernetesVersion)
+	// machine.spec.version: replace "v1.35.4" -> "v1.36.1" (KubernetesVersion)
 	// bootstrap.spec.files[path=/etc/kubernetes/audit.yaml].content: replace <redacted sha256:848befb3, 22 bytes> -> <redacted sha256:b1a67790, 39 bytes> (Files)
 	// infrastructure.spec.ami.id: replace "ami-0aaa" -> "ami-0bbb" (InfrastructureImage)
 	// [{"op":"replace","path":"/spec/files","value":[{"content":"kind: Policy\nrules: [{level: Metadata}]","path":"/etc/kubernetes/audit.yaml"}]}]
@@ -123,12 +123,12 @@ func ExampleUpgradeNode() {
 
 func ExamplePlanRollout() {
 	ctx := context.Background()
-	sim, err := fake.NewSimulator(fake.NewCluster("prod").ControlPlane(3, "v1.30.4").MachineDeployment("md-0", 4, "v1.30.4"))
+	sim, err := fake.NewSimulator(fake.NewCluster("prod").ControlPlane(3, "v1.35.4").MachineDeployment("md-0", 4, "v1.35.4"))
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
-	cluster, err := sim.Input(ctx, fake.Rollout{ToVersion: "v1.31.2"})
+	cluster, err := sim.Input(ctx, fake.Rollout{ToVersion: "v1.36.2"})
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -138,13 +138,13 @@ func ExamplePlanRollout() {
 	}
 	// Output:
 	// BATCH     MACHINE               GROUP          METHOD   VERSION             REASON
-	// 1         prod-control-plane-0  control-plane  InPlace  v1.30.4 -> v1.31.2  in place by kubeadm: machine.spec.version
-	// 2         prod-control-plane-1  control-plane  InPlace  v1.30.4 -> v1.31.2  in place by kubeadm: machine.spec.version
-	// 3         prod-control-plane-2  control-plane  InPlace  v1.30.4 -> v1.31.2  in place by kubeadm: machine.spec.version
-	// 4 canary  prod-md-0-0           md-0           InPlace  v1.30.4 -> v1.31.2  in place by kubeadm: machine.spec.version
-	// 5         prod-md-0-1           md-0           InPlace  v1.30.4 -> v1.31.2  in place by kubeadm: machine.spec.version
-	// 6         prod-md-0-2           md-0           InPlace  v1.30.4 -> v1.31.2  in place by kubeadm: machine.spec.version
-	// 7         prod-md-0-3           md-0           InPlace  v1.30.4 -> v1.31.2  in place by kubeadm: machine.spec.version
+	// 1         prod-control-plane-0  control-plane  InPlace  v1.35.4 -> v1.36.2  in place by kubeadm: machine.spec.version
+	// 2         prod-control-plane-1  control-plane  InPlace  v1.35.4 -> v1.36.2  in place by kubeadm: machine.spec.version
+	// 3         prod-control-plane-2  control-plane  InPlace  v1.35.4 -> v1.36.2  in place by kubeadm: machine.spec.version
+	// 4 canary  prod-md-0-0           md-0           InPlace  v1.35.4 -> v1.36.2  in place by kubeadm: machine.spec.version
+	// 5         prod-md-0-1           md-0           InPlace  v1.35.4 -> v1.36.2  in place by kubeadm: machine.spec.version
+	// 6         prod-md-0-2           md-0           InPlace  v1.35.4 -> v1.36.2  in place by kubeadm: machine.spec.version
+	// 7         prod-md-0-3           md-0           InPlace  v1.35.4 -> v1.36.2  in place by kubeadm: machine.spec.version
 	// health gate after batch 1, 2, 3, 4
 }
 

@@ -33,10 +33,20 @@ func startEnv(t testing.TB) *envtest.Env {
 	return envtest.StartForTest(t, envtest.WithCRDs(capitest.InfrastructureCRDs()...))
 }
 
+// The versions of TestReadAndPredictAgainstAPIServer and
+// TestAThousandMachines: the control plane takes Cluster API v1.14's
+// newest supported step, v1.35 -> v1.36, and the workers, a minor behind
+// it, go to its version today (a worker is never newer than its control
+// plane).
+const (
+	cpFrom, cpTo = "v1.35.4", "v1.36.3"
+	workersFrom  = "v1.34.4"
+)
+
 func TestReadAndPredictAgainstAPIServer(t *testing.T) {
 	env := startEnv(t)
 	c, ctx := env.Client, t.Context()
-	require.NoError(t, capitest.ProvisionedCluster{Name: "small", Version: "v1.31.4", WorkerVersion: "v1.30.4", ControlPlane: 3, ControlPlaneSurge: 1,
+	require.NoError(t, capitest.ProvisionedCluster{Name: "small", Version: cpFrom, WorkerVersion: workersFrom, ControlPlane: 3, ControlPlaneSurge: 1,
 		Workers: map[string]int{"md-a": 3, "md-b": 2}, Nodes: true}.Create(ctx, c))
 	srv, err := extensionserver.New(c, extensionserver.AllowMutableUpgraderImages(), extensionserver.WithoutBundleChecksums(), extensionserver.WithUpgraderImage("registry.example/upgrader:any"))
 	require.NoError(t, err)
@@ -55,17 +65,19 @@ func TestReadAndPredictAgainstAPIServer(t *testing.T) {
 		require.Equal(t, strategy.MethodSkip, m.Method, "%s: %s", m.Name, m.Reason)
 	}
 
-	// The change: the control plane to v1.32.0, md-a to v1.31.4 (the
-	// control plane's version now), md-b to a new image; a pod that opted
+	// The change: the control plane to v1.36.3 (its KubeadmConfigs losing
+	// the ControlPlaneKubeletLocalMode gate Cluster API sets up to v1.35),
+	// md-a to v1.35.4 (the control plane's version now), md-b to a new
+	// image; a pod that opted
 	// out of disruption on md-a's first node and one no budget lets go on
 	// md-b's.
 	var kcp controlplanev1.KubeadmControlPlane
 	require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: "default", Name: "small-cp"}, &kcp))
-	kcp.Spec.Version = "v1.32.0"
+	kcp.Spec.Version = cpTo
 	var mdA, mdB clusterv1.MachineDeployment
 	require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: "default", Name: "md-a"}, &mdA))
 	require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: "default", Name: "md-b"}, &mdB))
-	mdA.Spec.Template.Spec.Version = "v1.31.4"
+	mdA.Spec.Template.Spec.Version = cpFrom
 	mdB.Spec.Template.Spec.InfrastructureRef.Name = "md-b-1"
 	newTemplate := &unstructured.Unstructured{}
 	newTemplate.SetGroupVersionKind(capitest.InfraTemplateGVK)
@@ -95,11 +107,6 @@ func TestReadAndPredictAgainstAPIServer(t *testing.T) {
 	pr, err = preview.Predict(ctx, c, snap, change, srv.Extension(), preview.WithServerDryRun())
 	require.NoError(t, err)
 	t.Logf("change:\n%s", pr)
-	method := func(name string) strategy.Method {
-		m, ok := pr.Machine(name)
-		require.True(t, ok, name)
-		return m.Method
-	}
 	// KubeadmControlPlane reaches the oldest first (creation time, then
 	// name): the newest is the one deleted after the surge.
 	cps := slices.Clone(snap.Machines[5:])
@@ -109,8 +116,13 @@ func TestReadAndPredictAgainstAPIServer(t *testing.T) {
 		}
 		return strings.Compare(a.Name, b.Name)
 	})
-	require.Equal(t, strategy.MethodInPlace, method(cps[0].Name))
-	require.Equal(t, strategy.MethodInPlace, method(cps[1].Name))
+	for _, m := range cps[:2] {
+		p, ok := pr.Machine(m.Name)
+		require.True(t, ok, m.Name)
+		require.Equal(t, strategy.MethodInPlace, p.Method, p.Reason)
+		require.Equal(t, []string{"kubeadm"}, p.Updaters, "the gate's removal goes with the version")
+		require.Equal(t, []string{"machine.spec.version", "bootstrap.spec.clusterConfiguration.featureGates.ControlPlaneKubeletLocalMode"}, p.InPlaceFields)
+	}
 	last, _ := pr.Machine(cps[2].Name)
 	require.Equal(t, strategy.MethodReplace, last.Method, "maxSurge 1: the last one is deleted, not updated")
 	require.Contains(t, last.Reason, "maxSurge 1")
@@ -154,7 +166,7 @@ func TestAThousandMachines(t *testing.T) {
 	c, ctx := env.Client, t.Context()
 	start := time.Now()
 	groups := map[string]int{"md-0": 250, "md-1": 250, "md-2": 250, "md-3": 250}
-	require.NoError(t, capitest.ProvisionedCluster{Name: "big", Version: "v1.31.4", WorkerVersion: "v1.30.4", ControlPlane: 3, Workers: groups, Nodes: true}.Create(ctx, c))
+	require.NoError(t, capitest.ProvisionedCluster{Name: "big", Version: cpFrom, WorkerVersion: workersFrom, ControlPlane: 3, Workers: groups, Nodes: true}.Create(ctx, c))
 	t.Logf("created 1,003 machines with their KubeadmConfigs, infrastructure machines and Nodes in %s", time.Since(start).Round(time.Millisecond))
 	srv, err := extensionserver.New(c, extensionserver.AllowMutableUpgraderImages(), extensionserver.WithoutBundleChecksums(), extensionserver.WithUpgraderImage("registry.example/upgrader:any"))
 	require.NoError(t, err)
@@ -162,12 +174,12 @@ func TestAThousandMachines(t *testing.T) {
 	var change []*unstructured.Unstructured
 	var kcp controlplanev1.KubeadmControlPlane
 	require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: "default", Name: "big-cp"}, &kcp))
-	kcp.Spec.Version = "v1.32.0"
+	kcp.Spec.Version = cpTo
 	change = append(change, toUnstructured(t, &kcp, "KubeadmControlPlane", controlplanev1.GroupVersion.String()))
 	for md := range groups {
 		var d clusterv1.MachineDeployment
 		require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: "default", Name: md}, &d))
-		d.Spec.Template.Spec.Version = "v1.31.4"
+		d.Spec.Template.Spec.Version = cpFrom
 		change = append(change, toUnstructured(t, &d, "MachineDeployment", clusterv1.GroupVersion.String()))
 	}
 
@@ -200,11 +212,11 @@ func TestAThousandMachines(t *testing.T) {
 func TestTopologyVersionAndChecks(t *testing.T) {
 	env := startEnv(t)
 	c, ctx := env.Client, t.Context()
-	require.NoError(t, capitest.ProvisionedCluster{Name: "topo", Version: "v1.31.4", ControlPlane: 1,
+	require.NoError(t, capitest.ProvisionedCluster{Name: "topo", Version: cpFrom, ControlPlane: 1,
 		Workers: map[string]int{"managed": 2, "own": 1}, Nodes: true}.Create(ctx, c))
 	var cluster clusterv1.Cluster
 	require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: "default", Name: "topo"}, &cluster))
-	cluster.Spec.Topology = clusterv1.Topology{ClassRef: clusterv1.ClusterClassRef{Name: "quick-start"}, Version: "v1.31.4"}
+	cluster.Spec.Topology = clusterv1.Topology{ClassRef: clusterv1.ClusterClassRef{Name: "quick-start"}, Version: cpFrom}
 	require.NoError(t, c.Update(ctx, &cluster))
 	var managed clusterv1.MachineDeployment
 	require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: "default", Name: "managed"}, &managed))
@@ -212,26 +224,27 @@ func TestTopologyVersionAndChecks(t *testing.T) {
 	require.NoError(t, c.Update(ctx, &managed))
 	snap, err := preview.Read(ctx, c, client.ObjectKey{Namespace: "default", Name: "topo"})
 	require.NoError(t, err)
-	images := capi.ImagesByVersion{"v1.32.0": "registry.example/upgrader:v1.32.0"}
+	images := capi.ImagesByVersion{cpTo: "registry.example/upgrader:" + cpTo}
 	srv, err := extensionserver.New(c, extensionserver.AllowMutableUpgraderImages(), extensionserver.WithoutBundleChecksums(), extensionserver.WithUpgraderImages(images))
 	require.NoError(t, err)
 
 	bumped := cluster.DeepCopy()
-	bumped.Spec.Topology.Version = "v1.32.0"
+	bumped.Spec.Topology.Version = cpTo
 	pr, err := preview.Predict(ctx, c, snap, []*unstructured.Unstructured{toUnstructured(t, bumped, "Cluster", clusterv1.GroupVersion.String())}, srv.Extension())
 	require.NoError(t, err)
 	t.Logf("topology version:\n%s", pr)
 	require.True(t, pr.ControlPlaneFirst)
 	cp, _ := pr.Machine("topo-cp-0")
 	require.Equal(t, strategy.MethodInPlace, cp.Method, cp.Reason)
-	require.Equal(t, "v1.32.0", cp.ToVersion)
+	require.Equal(t, cpTo, cp.ToVersion)
+	require.Contains(t, cp.InPlaceFields, "bootstrap.spec.clusterConfiguration.featureGates.ControlPlaneKubeletLocalMode", "v1.35 -> v1.36 drops the gate, in place with the version")
 	for _, m := range pr.Machines {
 		switch m.Group {
 		case "managed":
-			require.Equal(t, "v1.32.0", m.ToVersion, "the topology controller writes the version to the MachineDeployments it owns")
+			require.Equal(t, cpTo, m.ToVersion, "the topology controller writes the version to the MachineDeployments it owns")
 			// Asked now, the skew check sees today's control plane at
-			// v1.31.4 and declines; the note says the answer may differ
-			// once the control plane is at v1.32.0.
+			// v1.35.4 and declines; the note says the answer may differ
+			// once the control plane is at v1.36.3.
 			require.Equal(t, strategy.MethodReplace, m.Method)
 			require.Contains(t, m.Reason, "newer than the control plane")
 		case "own":
@@ -250,10 +263,10 @@ func TestTopologyVersionAndChecks(t *testing.T) {
 	// A version no upgrader image is listed for: declined at CanUpdate*.
 	var own clusterv1.MachineDeployment
 	require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: "default", Name: "own"}, &own))
-	own.Spec.Template.Spec.Version = "v1.31.5"
+	own.Spec.Template.Spec.Version = "v1.35.5"
 	pr, err = preview.Predict(ctx, c, snap, []*unstructured.Unstructured{toUnstructured(t, &own, "MachineDeployment", clusterv1.GroupVersion.String())}, srv.Extension())
 	require.NoError(t, err)
 	m, _ := pr.Machine("own-abcde-0000")
 	require.Equal(t, strategy.MethodReplace, m.Method)
-	require.Contains(t, m.Reason, "v1.31.5", m.Reason)
+	require.Contains(t, m.Reason, "v1.35.5", m.Reason)
 }

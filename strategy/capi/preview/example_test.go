@@ -16,7 +16,7 @@ kind: MachineDeployment
 metadata: {name: md-0, namespace: default}
 spec:
   template:
-    spec: {version: v1.31.4}
+    spec: {version: v1.36.4}
 ---
 apiVersion: infrastructure.cluster.x-k8s.io/v1beta2
 kind: DockerMachineTemplate
