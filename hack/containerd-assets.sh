@@ -22,6 +22,8 @@
 #   UPGRADEKIT_NODE_CACHE  cache root (default: ${XDG_CACHE_HOME:-$HOME/.cache}/upgradekit/node)
 #   GOARCH                 target architecture (default: go env GOARCH)
 set -euo pipefail
+# shellcheck source=lib/cache.sh
+source "$(dirname "$0")/lib/cache.sh"
 
 log() { printf 'containerd-assets: %s\n' "$*" >&2; }
 if [[ "${1:-}" == -h || "${1:-}" == --help ]]; then
@@ -84,13 +86,6 @@ got=$("$out/containerd" --version)
 [[ "$got" == *" ${CONTAINERD_VERSION} "* || "$got" == *" ${CONTAINERD_VERSION}" ]] || { log "built containerd reports '$got', want ${CONTAINERD_VERSION}"; exit 1; }
 (cd "$out" && sha256sum "${bins[@]}" > SHA256SUMS)
 chmod 0755 "$out"
-if ! mv -T "$out" "$dest" 2>/dev/null; then
-  if complete "$dest"; then
-    log "another run published $dest first; using it"
-  else
-    rm -rf "$dest"
-    mv -T "$out" "$dest"
-  fi
-fi
+cache_publish "$out" "$dest" complete
 log "done in $(( $(date +%s) - start ))s: $dest"
 printf '%s\n' "$dest"

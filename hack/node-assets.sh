@@ -30,6 +30,8 @@
 #   GOARCH                 target architecture (default: go env GOARCH)
 #   CNI_VERSION            github.com/containernetworking/plugins version (default below)
 set -euo pipefail
+# shellcheck source=lib/cache.sh
+source "$(dirname "$0")/lib/cache.sh"
 
 repo="$(cd "$(dirname "$0")/.." && pwd)"
 log() { printf 'node-assets: %s\n' "$*" >&2; }
@@ -263,13 +265,6 @@ CNI_VERSION=${CNI_VERSION}
 EOF
 (cd "$out" && sha256sum "${bins[@]}" > SHA256SUMS)
 chmod 0755 "$out"
-if ! mv -T "$out" "$dest" 2>/dev/null; then
-  if complete "$dest"; then
-    log "another run published $dest first; using it"
-  else
-    rm -rf "$dest"
-    mv -T "$out" "$dest"
-  fi
-fi
+cache_publish "$out" "$dest" complete
 log "done in $(( $(date +%s) - start ))s: $dest"
 printf '%s\n' "$dest"
