@@ -141,13 +141,6 @@ func (c *config) validateChecksums(option string) error {
 	return nil
 }
 
-// skipOption names, for each skippable step, what leaves it out.
-var skipOption = map[string]string{
-	kubeadm.StepEtcdSnapshot: "WithSkipSteps(" + kubeadm.StepEtcdSnapshot + ")",
-	kubeadm.StepContainerd:   "WithSkipSteps(" + kubeadm.StepContainerd + ")",
-	kubeadm.StepCNIPlugins:   "WithSkipSteps(" + kubeadm.StepCNIPlugins + ")",
-}
-
 // applySkips leaves out of k the steps of WithSkipSteps.
 func (c *config) applySkips(k *kubeadm.Config) {
 	for _, step := range c.skip {
@@ -181,8 +174,8 @@ func (c *config) checkBundleCarries(option, version string) error {
 		what += "/ (a tree copied onto /)"
 	}
 	fix := "the bundle must carry it"
-	if o, ok := skipOption[n.Step]; ok {
-		fix += ", or " + o + " leaves the step out"
+	if slices.Contains(SkippableSteps(), n.Step) {
+		fix += ", or WithSkipSteps(" + n.Step + ") leaves the step out"
 	}
 	return invalid(option, "version %s: the bundle carries no %s, which the %s step needs (%s)", version, what, n.Step, fix)
 }
