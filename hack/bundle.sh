@@ -29,8 +29,8 @@
 #                               does not carry
 #
 # Fill the image with: cp -a "$(hack/bundle.sh VERSION)"/staging/. examples/upgrader/staging/
-# Measured on 2 cores: from cached node assets a few seconds; cold, the
-# time of hack/node-assets.sh (BENCHMARKS.md has both).
+# Measured on 2 cores: from cached node assets 2 to 8 seconds, cached about
+# one; cold, the time of hack/node-assets.sh (BENCHMARKS.md).
 #
 # ARCH is amd64 (default) or arm64. Environment:
 #   UPGRADEKIT_BUNDLE_CACHE  cache root (default: ${XDG_CACHE_HOME:-$HOME/.cache}/upgradekit/bundle)
