@@ -43,8 +43,8 @@
 #                            assets built elsewhere)
 #   UPGRADEKIT_NODE_CACHE, CNI_VERSION   passed on to those scripts
 set -euo pipefail
-# shellcheck source=lib/cache.sh
-source "$(dirname "$0")/lib/cache.sh"
+# shellcheck source=lib/assets.sh
+source "$(dirname "$0")/lib/assets.sh"
 
 repo="$(cd "$(dirname "$0")/.." && pwd)"
 log() { printf 'bundle: %s\n' "$*" >&2; }

@@ -1,5 +1,4 @@
-# Sourced by the hack/*-assets.sh and hack/bundle.sh scripts: publishes a
-# directory built in a temporary place into the cache, atomically.
+# Sourced by the hack/*-assets.sh and hack/bundle.sh scripts.
 #
 #   cache_publish OUT DEST COMPLETE
 #
@@ -19,4 +18,16 @@ cache_publish() {
   fi
   rm -rf "$dest"
   mv -T "$out" "$dest"
+}
+
+#   built_as BINARY GOARCH MODULE VERSION
+#
+# Whether BINARY's Go build information says it was built for GOARCH with
+# MODULE at VERSION (as its main module or a dependency). This is how a
+# cross-built binary is checked: it cannot run on this machine.
+built_as() {
+  local info
+  info=$(go version -m "$1") || return 1
+  awk -v a="GOARCH=$2" '$1 == "build" && $2 == a { f = 1 } END { exit !f }' <<<"$info" &&
+    awk -v m="$3" -v v="$4" '($1 == "mod" || $1 == "dep") && $2 == m && $3 == v { f = 1 } END { exit !f }' <<<"$info"
 }
