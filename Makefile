@@ -19,7 +19,7 @@ SHIPPED_GOTOOLCHAIN ?= go1.27.3
 SHIPPED := examples/upgrader examples/inplace-extension
 BIN ?= bin
 
-.PHONY: test unit e2e e2e-node node-assets lint bench fuzz-smoke envtest-assets capi-inplace-oracle capi-managers demo binaries vulndb vulncheck
+.PHONY: test unit e2e e2e-node node-assets upgrader-staging lint bench fuzz-smoke envtest-assets capi-inplace-oracle capi-managers demo binaries vulndb vulncheck
 
 # The Kubernetes versions the real-node scenarios (fake/nodetest) run: the
 # newest minor Cluster API v1.14 supports and the next.
@@ -71,6 +71,19 @@ e2e:
 node-assets:
 	@for v in $(NODE_VERSIONS); do hack/node-assets.sh "$$v" >/dev/null || exit 1; done
 	@hack/containerd-assets.sh $(CONTAINERD_VERSION) >/dev/null
+
+## upgrader-staging: fill UPGRADER_STAGING (examples/upgrader/staging/, what the upgrader
+## image's bundle target copies to /staging) with hack/bundle.sh's bundle for BUNDLE_VERSION,
+## BUNDLE_ARCH (amd64|arm64), BUNDLE_CONTAINERD and BUNDLE_CNI=1; replaces what an earlier
+## bundle put there. The bundle's SHA256SUMS is the extension's checksums file for the version.
+upgrader-staging:
+	@[[ -n "$${BUNDLE_VERSION:-}" ]] || { echo "usage: make upgrader-staging BUNDLE_VERSION=v1.X.Y [BUNDLE_ARCH=arm64] [BUNDLE_CONTAINERD=v2.X.Y] [BUNDLE_CNI=1]" >&2; exit 2; }; \
+	dir="$$(hack/bundle.sh -- "$$BUNDLE_VERSION" "$${BUNDLE_ARCH:-amd64}")"; \
+	staging="$${UPGRADER_STAGING:-examples/upgrader/staging}"; \
+	mkdir -p -- "$$staging"; \
+	rm -rf -- "$$staging/kubernetes" "$$staging/etcd" "$$staging/containerd" "$$staging/cni-plugins"; \
+	cp -a -- "$$dir/staging/." "$$staging/"; \
+	echo "$$staging: $$(grep '^KUBERNETES_VERSION=\|^ARCH=\|^SKIP_STEPS=' "$$dir/bundle.env" | tr '\n' ' ')checksums $$dir/SHA256SUMS"
 
 ## e2e-node: the real-node scenarios (fake/nodetest, build tag realnode): kubeadm
 ## nodes of containerd, kubelet and static pods in Linux namespaces, upgraded by the

@@ -30,6 +30,8 @@
 #   GOARCH                 target architecture (default: go env GOARCH)
 #   CNI_VERSION            github.com/containernetworking/plugins version (default below)
 set -euo pipefail
+# shellcheck source=lib/assets.sh
+source "$(dirname "$0")/lib/assets.sh"
 
 repo="$(cd "$(dirname "$0")/.." && pwd)"
 log() { printf 'node-assets: %s\n' "$*" >&2; }
@@ -251,8 +253,15 @@ build_cni
 build_etcd
 build_kubernetes
 
-"$out/kubeadm" version -o short >&2
-"$out/etcd" --version | head -1 >&2
+if [[ "$goarch" == "$(go env GOHOSTARCH)" ]]; then
+  "$out/kubeadm" version -o short >&2
+  "$out/etcd" --version | head -1 >&2
+else
+  # Cross-built: it cannot run here, its build information says what it is.
+  built_as "$out/kubeadm" "$goarch" k8s.io/kubernetes "$KUBERNETES_VERSION" || { log "built kubeadm is not k8s.io/kubernetes ${KUBERNETES_VERSION} for ${goarch}"; exit 1; }
+  built_as "$out/etcd" "$goarch" go.etcd.io/etcd/server/v3 "$ETCD_VERSION" || { log "built etcd is not ${ETCD_VERSION} for ${goarch}"; exit 1; }
+  log "linux/${goarch} is cross-built: checked by its build information, not run"
+fi
 cat > "$out/versions.env" <<EOF
 KUBERNETES_VERSION=${KUBERNETES_VERSION}
 ETCD_VERSION=${ETCD_VERSION}
@@ -263,13 +272,6 @@ CNI_VERSION=${CNI_VERSION}
 EOF
 (cd "$out" && sha256sum "${bins[@]}" > SHA256SUMS)
 chmod 0755 "$out"
-if ! mv -T "$out" "$dest" 2>/dev/null; then
-  if complete "$dest"; then
-    log "another run published $dest first; using it"
-  else
-    rm -rf "$dest"
-    mv -T "$out" "$dest"
-  fi
-fi
+cache_publish "$out" "$dest" complete
 log "done in $(( $(date +%s) - start ))s: $dest"
 printf '%s\n' "$dest"

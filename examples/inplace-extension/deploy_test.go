@@ -1,12 +1,17 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/go-logr/logr"
 	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
 	networkingv1 "k8s.io/api/networking/v1"
@@ -15,10 +20,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	fakeclient "sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	"github.com/upgradekit/upgradekit/fake/envtest"
 	"github.com/upgradekit/upgradekit/nodeexec/kubeadm"
 	"github.com/upgradekit/upgradekit/nodeexec/nodepod"
+	"github.com/upgradekit/upgradekit/strategy/capi"
 	"github.com/upgradekit/upgradekit/strategy/capi/extensionserver"
 )
 
@@ -174,4 +181,43 @@ func TestDeployArgsParse(t *testing.T) {
 	require.Equal(t, "/staging", o.stageFrom)
 	require.Equal(t, string(nodepod.ModeInitContainers), o.upgraderMode)
 	require.Equal(t, []string{kubeadm.StepContainerd, kubeadm.StepCNIPlugins}, o.skip)
+}
+
+// TestDeployFlagsMatchTheBundle: the Deployment's -skip-steps fit the
+// bundle hack/bundle.sh builds by default (kubeadm, kubelet, kubectl,
+// etcd/etcdctl; no containerd or CNI trees): the extension starts with its
+// checksums. A bundle without etcdctl (what the README's manual recipe
+// used to build) is refused at start-up, exit 2, naming the flag, instead
+// of failing the first control plane's etcd-snapshot step after the drain.
+// It failed before the fix: the extension started and the step failed on
+// the node.
+func TestDeployFlagsMatchTheBundle(t *testing.T) {
+	var args []string
+	for _, obj := range deployManifests(t) {
+		if obj.GetKind() == "Deployment" {
+			var d appsv1.Deployment
+			require.NoError(t, runtime.DefaultUnstructuredConverter.FromUnstructured(obj.Object, &d))
+			args = d.Spec.Template.Spec.Containers[0].Args
+		}
+	}
+	o, err := parseFlags(args, io.Discard)
+	require.NoError(t, err)
+	sum := strings.Repeat("5", 64)
+	// hack/bundle.sh VERSION's SHA256SUMS (examples/upgrader's
+	// TestBundleScript holds the script to this layout).
+	defaultBundle := map[string]string{kubeadm.StagedKubeadm: sum, kubeadm.StagedKubelet: sum, kubeadm.StagedKubectl: sum, kubeadm.StagedEtcdctl: sum}
+	d := deps{mgmt: fakeclient.NewClientBuilder().Build(), scheme: runtime.NewScheme(), log: logr.Discard()}
+	d.metrics, err = capi.NewMetrics(prometheus.NewRegistry())
+	require.NoError(t, err)
+
+	o.bundleChecksumsDir = t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(o.bundleChecksumsDir, "v1.36.3"), []byte(kubeadm.FormatChecksums(defaultBundle)), 0o644))
+	_, err = extensionserver.New(d.mgmt, o.serverOptions(d)...)
+	require.NoError(t, err, "the Deployment starts with the default bundle's checksums")
+
+	delete(defaultBundle, kubeadm.StagedEtcdctl)
+	require.NoError(t, os.WriteFile(filepath.Join(o.bundleChecksumsDir, "v1.36.3"), []byte(kubeadm.FormatChecksums(defaultBundle)), 0o644))
+	var stderr bytes.Buffer
+	require.Equal(t, exitUsage, exitCode(serve(t.Context(), o, d), &stderr))
+	require.Equal(t, "inplace-extension: invalid flag: -bundle-checksums-dir: version v1.36.3: the bundle carries no etcd/etcdctl, which the etcd-snapshot step needs (the bundle must carry it, or -skip-steps with etcd-snapshot leaves the step out)\n", stderr.String())
 }

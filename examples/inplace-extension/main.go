@@ -178,6 +178,9 @@ var optionNamesAsFlags = strings.NewReplacer(
 	"AllowMutableUpgraderImages", "-allow-mutable-upgrader-images",
 	"WithoutBundleChecksums", "-allow-unverified-bundles",
 	"WithBundleChecksumsDir", "-bundle-checksums-dir",
+	"WithSkipSteps(etcd-snapshot)", "-skip-steps with etcd-snapshot",
+	"WithSkipSteps(containerd)", "-skip-steps with containerd",
+	"WithSkipSteps(cni-plugins)", "-skip-steps with cni-plugins",
 )
 
 func parseFlags(args []string, stderr io.Writer) (options, error) {
@@ -251,22 +254,33 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	}
 	// The rest is checked by the library, as it checks any embedder's.
 	if err := extensionserver.Validate(o.serverOptions(deps{})...); err != nil {
-		var oe *extensionserver.OptionError
-		if errors.As(err, &oe) {
-			if f, ok := flagOf[oe.Option]; ok {
-				msg := f
-				if oe.Detail != "" {
-					msg += ": " + optionNamesAsFlags.Replace(oe.Detail)
-				}
-				if oe.Err != nil {
-					return o, fmt.Errorf("%w: %s: %w", errInvalidFlag, msg, oe.Err)
-				}
-				return o, fmt.Errorf("%w: %s", errInvalidFlag, msg)
-			}
+		if ferr := flagError(err); ferr != nil {
+			return o, ferr
 		}
 		return o, fmt.Errorf("%w: %w", errInvalidFlag, err)
 	}
 	return o, nil
+}
+
+// flagError speaks of the flag behind an extensionserver option error, as
+// a usage error (exit 2); nil when err is about no option a flag sets.
+func flagError(err error) error {
+	var oe *extensionserver.OptionError
+	if !errors.As(err, &oe) {
+		return nil
+	}
+	f, ok := flagOf[oe.Option]
+	if !ok {
+		return nil
+	}
+	msg := f
+	if oe.Detail != "" {
+		msg += ": " + optionNamesAsFlags.Replace(oe.Detail)
+	}
+	if oe.Err != nil {
+		return fmt.Errorf("%w: %s: %w", errInvalidFlag, msg, oe.Err)
+	}
+	return fmt.Errorf("%w: %s", errInvalidFlag, msg)
 }
 
 // parseGates checks the gate flags: the window and selector parse, the
@@ -461,6 +475,12 @@ func serve(ctx context.Context, o options, d deps) error {
 	}
 	ext, err := extensionserver.New(d.mgmt, opts...)
 	if err != nil {
+		// What New checks beyond Validate (the -bundle-checksums-dir files:
+		// readable, and each bundle carrying what the steps need) is the
+		// flags' fault too: exit 2, before serving anything.
+		if ferr := flagError(err); ferr != nil {
+			return ferr
+		}
 		return err
 	}
 	// Plain HTTP, like a controller-runtime manager's default; put it

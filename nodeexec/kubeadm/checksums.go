@@ -98,37 +98,73 @@ func validateChecksum(p, sum string) error {
 	return nil
 }
 
+// StagedNeed is one staged path a plan's step runs or installs.
+type StagedNeed struct {
+	// Step is the plan step that needs it (StepBundle for kubeadm, kubelet
+	// and kubectl, which every plan installs; StepEtcdSnapshot,
+	// StepContainerd, StepCNIPlugins).
+	Step string
+	// Path is relative to the staging directory: a file (StagedKubeadm,
+	// StagedEtcdctl...) or, with Tree, a directory copied onto /
+	// (StagedContainerd, StagedCNIPlugins).
+	Path string
+	// Tree says Path is a directory: at least one file under it must be
+	// staged (and every file under it checksummed).
+	Tree bool
+}
+
+// StagedNeeds lists what the plan of c needs in its staging directory:
+// kubeadm, kubelet and kubectl always; etcdctl on the first control plane
+// unless SkipEtcdSnapshot; the containerd and CNI trees unless skipped.
+// A bundle for every role is one that satisfies RoleFirstControlPlane's.
+func StagedNeeds(c Config) []StagedNeed {
+	needs := []StagedNeed{{StepBundle, StagedKubeadm, false}, {StepBundle, StagedKubelet, false}, {StepBundle, StagedKubectl, false}}
+	if c.Role == RoleFirstControlPlane && !c.SkipEtcdSnapshot {
+		needs = append(needs, StagedNeed{StepEtcdSnapshot, StagedEtcdctl, false})
+	}
+	if !c.SkipContainerd {
+		needs = append(needs, StagedNeed{StepContainerd, StagedContainerd, true})
+	}
+	if !c.SkipCNIPlugins {
+		needs = append(needs, StagedNeed{StepCNIPlugins, StagedCNIPlugins, true})
+	}
+	return needs
+}
+
+// MissingFrom reports the needs that sums (a bundle's checksums, paths
+// relative to the staging directory) do not cover: a file not listed, or
+// a tree with no file listed under it.
+func MissingFrom(needs []StagedNeed, sums map[string]string) []StagedNeed {
+	var missing []StagedNeed
+	for _, n := range needs {
+		found := false
+		if !n.Tree {
+			_, found = sums[n.Path]
+		} else {
+			for p := range sums {
+				if strings.HasPrefix(p, n.Path+"/") {
+					found = true
+					break
+				}
+			}
+		}
+		if !found {
+			missing = append(missing, n)
+		}
+	}
+	return missing
+}
+
 // checkCoverage: the checksums of a plan cover every staged path it runs
 // or installs; a tree needs at least one of its files listed (the bundle
 // step refuses a file of a used tree that is not listed).
 func (c Config) checkCoverage() error {
-	need := []string{StagedKubeadm, StagedKubelet, StagedKubectl}
-	if c.Role == RoleFirstControlPlane && !c.SkipEtcdSnapshot {
-		need = append(need, StagedEtcdctl)
+	missing := MissingFrom(StagedNeeds(c), c.Checksums)
+	if len(missing) == 0 {
+		return nil
 	}
-	for _, p := range need {
-		if _, ok := c.Checksums[p]; !ok {
-			return configError("checksums", "no checksum for %s, which the plan runs", p)
-		}
+	if n := missing[0]; n.Tree {
+		return configError("checksums", "no checksum under %s/, which the plan installs onto /", n.Path)
 	}
-	for _, t := range []struct {
-		tree string
-		skip bool
-	}{{StagedContainerd, c.SkipContainerd}, {StagedCNIPlugins, c.SkipCNIPlugins}} {
-		tree := t.tree
-		if t.skip {
-			continue
-		}
-		found := false
-		for p := range c.Checksums {
-			if strings.HasPrefix(p, tree+"/") {
-				found = true
-				break
-			}
-		}
-		if !found {
-			return configError("checksums", "no checksum under %s/, which the plan installs onto /", tree)
-		}
-	}
-	return nil
+	return configError("checksums", "no checksum for %s, which the plan runs", missing[0].Path)
 }

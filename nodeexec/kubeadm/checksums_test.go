@@ -185,3 +185,29 @@ func TestParseChecksums(t *testing.T) {
 		require.ErrorIs(t, err, ErrInvalidConfig, bad)
 	}
 }
+
+// TestStagedNeeds: what each role's plan needs staged, by step, and what
+// a bundle's checksums leave out; the first control plane's plan needs
+// the most.
+func TestStagedNeeds(t *testing.T) {
+	paths := func(needs []StagedNeed) []string {
+		var out []string
+		for _, n := range needs {
+			out = append(out, n.Step+":"+n.Path)
+		}
+		return out
+	}
+	base := []string{"bundle:kubernetes/kubeadm", "bundle:kubernetes/kubelet", "bundle:kubernetes/kubectl"}
+	require.Equal(t, append(base, "etcd-snapshot:etcd/etcdctl", "containerd:containerd", "cni-plugins:cni-plugins"),
+		paths(StagedNeeds(Config{Role: RoleFirstControlPlane})))
+	require.Equal(t, append(base, "containerd:containerd", "cni-plugins:cni-plugins"),
+		paths(StagedNeeds(Config{Role: RoleControlPlane})))
+	require.Equal(t, base, paths(StagedNeeds(Config{Role: RoleFirstControlPlane, SkipEtcdSnapshot: true, SkipContainerd: true, SkipCNIPlugins: true})))
+
+	sum := strings.Repeat("a", 64)
+	sums := map[string]string{StagedKubeadm: sum, StagedKubectl: sum, "containerd/usr/bin/containerd": sum, "cni-plugins": sum}
+	require.Equal(t, []string{"bundle:kubernetes/kubelet", "etcd-snapshot:etcd/etcdctl", "cni-plugins:cni-plugins"},
+		paths(MissingFrom(StagedNeeds(Config{Role: RoleFirstControlPlane}), sums)),
+		"a file named like a tree is not the tree")
+	require.Empty(t, MissingFrom(nil, nil))
+}

@@ -29,7 +29,10 @@
 //     step verifies the target version's SHA-256 checksums
 //     (WithBundleChecksums, WithBundleChecksumsDir) on the node before it
 //     runs anything staged (WithoutBundleChecksums skips that); both
-//     opt-outs are logged as warnings;
+//     opt-outs are logged as warnings; a bundle whose checksums lack what
+//     a step not left out by WithSkipSteps needs (etcdctl for the first
+//     control plane's etcd snapshot, say) is refused at start-up, not
+//     found missing on a drained node;
 //   - UpdateMachine checks every request against the live Machine, drains
 //     the node, runs the kubeadm plan in an upgrader pod built from the
 //     image of the target version, staged from the image's /staging

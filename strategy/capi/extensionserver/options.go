@@ -291,7 +291,12 @@ func WithUpgraderMode(m nodepod.Mode) Option { return func(c *config) { c.mode =
 func WithStageFrom(dir string) Option { return func(c *config) { c.stageFrom = dir } }
 
 // WithSkipSteps leaves kubeadm plan steps out of every update, so the
-// bundle need not carry their component; SkippableSteps lists which.
+// bundle need not carry their component; SkippableSteps lists which. With
+// bundle checksums (WithBundleChecksums, WithBundleChecksumsDir), which
+// list what each version's bundle carries, a step that is not skipped
+// and whose binary or tree a bundle lacks (etcd-snapshot without
+// etcd/etcdctl, containerd without a containerd/ tree, cni-plugins
+// without a cni-plugins/ tree) is refused at start-up.
 func WithSkipSteps(steps ...string) Option {
 	return func(c *config) { c.skip = append(c.skip, steps...) }
 }

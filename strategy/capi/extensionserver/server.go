@@ -315,16 +315,7 @@ func (s *Server) PlanConfig(c *kubeadm.Config) {
 		return
 	}
 	s.cfg.planChecksums(c)
-	for _, step := range s.cfg.skip {
-		switch step {
-		case kubeadm.StepContainerd:
-			c.SkipContainerd = true
-		case kubeadm.StepCNIPlugins:
-			c.SkipCNIPlugins = true
-		case kubeadm.StepEtcdSnapshot:
-			c.SkipEtcdSnapshot = true
-		}
-	}
+	s.cfg.applySkips(c)
 	c.IgnorePreflightErrors = append(c.IgnorePreflightErrors, s.cfg.ignorePreflight...)
 }
 

@@ -44,7 +44,12 @@ func AllowMutableUpgraderImages() Option { return func(c *config) { c.allowMutab
 // version change to a version without checksums is declined at CanUpdate*.
 // The checksums must come from your release process (the SHA256SUMS the
 // bundle's builder writes, kept apart from the image), never from the
-// image they check. Required, or WithBundleChecksumsDir, or
+// image they check. They are also the list of what each bundle carries:
+// a version whose bundle lacks kubeadm, kubelet or kubectl, or what a step
+// not left out by WithSkipSteps needs (etcd/etcdctl for the first control
+// plane's etcd snapshot, a containerd/ or cni-plugins/ tree), is refused,
+// since its update would fail on a drained node. hack/bundle.sh builds a
+// bundle and its SHA256SUMS. Required, or WithBundleChecksumsDir, or
 // WithoutBundleChecksums.
 func WithBundleChecksums(sums ChecksumsByVersion) Option {
 	return func(c *config) {
@@ -61,8 +66,9 @@ func WithBundleChecksums(sums ChecksumsByVersion) Option {
 // ("v1.31.4"), in sha256sum's format; other names (a mounted ConfigMap's
 // "..data" links, say) are ignored. Validate checks only that dir is an
 // absolute path; New fails on a file it cannot read or parse, or on an
-// upgrader image version (WithUpgraderImages) without a file. Restart the
-// extension after adding a version.
+// upgrader image version (WithUpgraderImages) without a file, and on a
+// bundle that lacks what the steps need (see WithBundleChecksums). Restart
+// the extension after adding a version.
 func WithBundleChecksumsDir(dir string) Option { return func(c *config) { c.checksumsDir = dir } }
 
 // WithoutBundleChecksums runs upgrader bundles without verifying their
@@ -123,6 +129,9 @@ func (c *config) validateChecksums(option string) error {
 		if err := kubeadm.ValidateChecksums(c.checksums[v]); err != nil {
 			return &OptionError{Option: option, Detail: "version " + v, Err: err}
 		}
+		if err := c.checkBundleCarries(option, v); err != nil {
+			return err
+		}
 	}
 	for _, v := range slices.Sorted(maps.Keys(c.images)) {
 		if _, ok := c.checksums[v]; !ok {
@@ -130,6 +139,45 @@ func (c *config) validateChecksums(option string) error {
 		}
 	}
 	return nil
+}
+
+// applySkips leaves out of k the steps of WithSkipSteps.
+func (c *config) applySkips(k *kubeadm.Config) {
+	for _, step := range c.skip {
+		switch step {
+		case kubeadm.StepContainerd:
+			k.SkipContainerd = true
+		case kubeadm.StepCNIPlugins:
+			k.SkipCNIPlugins = true
+		case kubeadm.StepEtcdSnapshot:
+			k.SkipEtcdSnapshot = true
+		}
+	}
+}
+
+// checkBundleCarries refuses a version whose checksums (the list of what
+// its bundle carries) lack a binary or tree a plan step of the extension
+// needs: without it the update would fail on the node, after the drain
+// and after Cluster API accepted it. The first control plane's plan needs
+// the most (etcdctl for the snapshot), and the extension cannot know at
+// start-up which clusters have none, so that is the plan checked.
+func (c *config) checkBundleCarries(option, version string) error {
+	k := kubeadm.Config{Role: kubeadm.RoleFirstControlPlane}
+	c.applySkips(&k)
+	missing := kubeadm.MissingFrom(kubeadm.StagedNeeds(k), c.checksums[version])
+	if len(missing) == 0 {
+		return nil
+	}
+	n := missing[0]
+	what := n.Path
+	if n.Tree {
+		what += "/ (a tree copied onto /)"
+	}
+	fix := "the bundle must carry it"
+	if slices.Contains(SkippableSteps(), n.Step) {
+		fix += ", or WithSkipSteps(" + n.Step + ") leaves the step out"
+	}
+	return invalid(option, "version %s: the bundle carries no %s, which the %s step needs (%s)", version, what, n.Step, fix)
 }
 
 // loadChecksums reads WithBundleChecksumsDir's directory, and logs the

@@ -2,6 +2,7 @@ package extensionserver_test
 
 import (
 	"context"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -26,10 +27,15 @@ import (
 var (
 	digestA = "sha256:" + strings.Repeat("a", 64)
 	digestB = "sha256:" + strings.Repeat("b", 64)
-	// kubernetesSums cover a worker's plan without containerd and CNI.
+	// kubernetesSums cover every plan without containerd and CNI: what
+	// hack/bundle.sh builds by default (kubeadm, kubelet, kubectl and
+	// etcdctl).
 	kubernetesSums = map[string]string{
 		kubeadm.StagedKubeadm: strings.Repeat("1", 64), kubeadm.StagedKubelet: strings.Repeat("2", 64), kubeadm.StagedKubectl: strings.Repeat("3", 64),
+		kubeadm.StagedEtcdctl: strings.Repeat("4", 64),
 	}
+	// noTrees leaves out the steps kubernetesSums carry nothing for.
+	noTrees = extensionserver.WithSkipSteps(kubeadm.StepContainerd, kubeadm.StepCNIPlugins)
 )
 
 // logSink records what a logr.Logger logs.
@@ -133,9 +139,9 @@ func TestBundleChecksumsOptions(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			for _, err := range []error{
-				extensionserver.Validate(tc.opts...),
+				extensionserver.Validate(append(tc.opts, noTrees)...),
 				func() error {
-					_, err := extensionserver.New(fakeclient.NewClientBuilder().Build(), append(tc.opts, metrics(t))...)
+					_, err := extensionserver.New(fakeclient.NewClientBuilder().Build(), append(tc.opts, noTrees, metrics(t))...)
 					return err
 				}(),
 			} {
@@ -157,7 +163,7 @@ func TestBundleChecksumsOptions(t *testing.T) {
 		require.NoError(t, os.Mkdir(filepath.Join(dir, "..2026_11_27"), 0o755)) // a ConfigMap mount's
 		require.NoError(t, os.WriteFile(filepath.Join(dir, "README"), []byte("not a version"), 0o644))
 		mgmt := fakeclient.NewClientBuilder().Build()
-		s, err := extensionserver.New(mgmt, img, extensionserver.WithBundleChecksumsDir(dir), metrics(t))
+		s, err := extensionserver.New(mgmt, img, extensionserver.WithBundleChecksumsDir(dir), noTrees, metrics(t))
 		require.NoError(t, err)
 		c := kubeadm.Config{Node: "n", Role: kubeadm.RoleWorker, FromVersion: "v1.35.4", ToVersion: "v1.36.1", SkipContainerd: true, SkipCNIPlugins: true}
 		s.PlanConfig(&c)
@@ -179,12 +185,12 @@ func TestBundleChecksumsOptions(t *testing.T) {
 
 		// New reads the files: a bad one, or a missing image version, fails.
 		require.NoError(t, os.WriteFile(filepath.Join(dir, "v1.37.0"), []byte("not sha256sum output\n"), 0o644))
-		_, err = extensionserver.New(mgmt, img, extensionserver.WithBundleChecksumsDir(dir), metrics(t))
+		_, err = extensionserver.New(mgmt, img, extensionserver.WithBundleChecksumsDir(dir), noTrees, metrics(t))
 		require.ErrorIs(t, err, kubeadm.ErrInvalidConfig)
 		require.ErrorContains(t, err, "WithBundleChecksumsDir: file v1.37.0")
 		require.NoError(t, os.Remove(filepath.Join(dir, "v1.37.0")))
 		_, err = extensionserver.New(mgmt, extensionserver.WithUpgraderImages(capi.ImagesByVersion{"v1.36.1": "r/u@" + digestA, "v1.37.0": "r/u@" + digestB}),
-			extensionserver.WithBundleChecksumsDir(dir), metrics(t))
+			extensionserver.WithBundleChecksumsDir(dir), noTrees, metrics(t))
 		require.ErrorContains(t, err, "upgrader image version v1.37.0 has no checksums")
 		_, err = extensionserver.New(mgmt, img, extensionserver.WithBundleChecksumsDir(filepath.Join(dir, "missing")), metrics(t))
 		require.ErrorIs(t, err, extensionserver.ErrInvalidOption)
@@ -218,7 +224,7 @@ func TestVersionWithoutChecksumsIsDeclined(t *testing.T) {
 	live := machine("v1.35.4")
 	mgmt := fakeclient.NewClientBuilder().WithScheme(scheme).WithObjects(&live).Build()
 	s, err := extensionserver.New(mgmt, extensionserver.WithUpgraderImage("r/u@"+digestA),
-		extensionserver.WithBundleChecksums(extensionserver.ChecksumsByVersion{"v1.36.1": kubernetesSums}), metrics(t))
+		extensionserver.WithBundleChecksums(extensionserver.ChecksumsByVersion{"v1.36.1": kubernetesSums}), noTrees, metrics(t))
 	require.NoError(t, err)
 	var can func(context.Context, *runtimehooksv1.CanUpdateMachineRequest, *runtimehooksv1.CanUpdateMachineResponse)
 	for _, h := range s.Handlers() {
@@ -242,4 +248,88 @@ func TestVersionWithoutChecksumsIsDeclined(t *testing.T) {
 	resp = ask("v1.36.2")
 	require.False(t, resp.MachinePatch.IsDefined(), "declined: %s", resp.Message)
 	require.Contains(t, resp.Message, "no upgrader bundle checksums for v1.36.2 (have: v1.36.1)")
+}
+
+// TestBundleMustCarryWhatTheStepsNeed: with bundle checksums (the list of
+// what each version's bundle carries), a configuration whose plan steps
+// need a staged binary or tree the bundle lacks is refused at start-up,
+// naming the version, the path, the step and the option that leaves it
+// out, instead of failing on a drained node. It failed before the fix:
+// New accepted a bundle without etcdctl and without skipping the etcd
+// snapshot, and the first control plane's update failed after the drain.
+func TestBundleMustCarryWhatTheStepsNeed(t *testing.T) {
+	sum := strings.Repeat("a", 64)
+	with := func(paths ...string) map[string]string {
+		m := maps.Clone(kubernetesSums)
+		delete(m, kubeadm.StagedEtcdctl)
+		for _, p := range paths {
+			m[p] = sum
+		}
+		return m
+	}
+	etcd := kubeadm.StagedEtcdctl
+	containerd := "containerd/usr/bin/containerd"
+	cni := "cni-plugins/opt/cni/bin/loopback"
+	for _, tc := range []struct {
+		name    string
+		sums    extensionserver.ChecksumsByVersion
+		skip    []string
+		refused string // "" accepted
+	}{
+		{"everything, nothing skipped", extensionserver.ChecksumsByVersion{"v1.36.1": with(etcd, containerd, cni)}, nil, ""},
+		{"the default bundle, trees skipped", extensionserver.ChecksumsByVersion{"v1.36.1": with(etcd)}, []string{"containerd", "cni-plugins"}, ""},
+		{"no etcdctl, everything skipped", extensionserver.ChecksumsByVersion{"v1.36.1": with()}, extensionserver.SkippableSteps(), ""},
+		{"no etcdctl, the snapshot not skipped (the shipped Deployment before)", extensionserver.ChecksumsByVersion{"v1.36.1": with()}, []string{"containerd", "cni-plugins"},
+			"version v1.36.1: the bundle carries no etcd/etcdctl, which the etcd-snapshot step needs (the bundle must carry it, or WithSkipSteps(etcd-snapshot) leaves the step out)"},
+		{"no containerd tree", extensionserver.ChecksumsByVersion{"v1.36.1": with(etcd, cni)}, nil,
+			"version v1.36.1: the bundle carries no containerd/ (a tree copied onto /), which the containerd step needs (the bundle must carry it, or WithSkipSteps(containerd) leaves the step out)"},
+		{"no CNI tree", extensionserver.ChecksumsByVersion{"v1.36.1": with(etcd, containerd)}, []string{"etcd-snapshot"},
+			"version v1.36.1: the bundle carries no cni-plugins/ (a tree copied onto /), which the cni-plugins step needs"},
+		{"a file beside the tree is not the tree", extensionserver.ChecksumsByVersion{"v1.36.1": with(etcd, "cni-plugins.tar")}, []string{"containerd"},
+			"the bundle carries no cni-plugins/"},
+		{"no kubelet, which nothing skips", extensionserver.ChecksumsByVersion{"v1.36.1": func() map[string]string {
+			m := with(etcd)
+			delete(m, kubeadm.StagedKubelet)
+			return m
+		}()}, extensionserver.SkippableSteps(), "version v1.36.1: the bundle carries no kubernetes/kubelet, which the bundle step needs (the bundle must carry it)"},
+		{"one version of two lacks etcdctl", extensionserver.ChecksumsByVersion{"v1.36.1": with(etcd), "v1.37.0": with()}, []string{"containerd", "cni-plugins"},
+			"version v1.37.0: the bundle carries no etcd/etcdctl"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			opts := []extensionserver.Option{extensionserver.WithUpgraderImage("r/u@" + digestA), extensionserver.WithSkipSteps(tc.skip...)}
+			dir := t.TempDir()
+			for v, m := range tc.sums {
+				require.NoError(t, os.WriteFile(filepath.Join(dir, v), []byte(kubeadm.FormatChecksums(m)), 0o644))
+			}
+			for _, c := range []struct {
+				option string
+				err    error
+			}{
+				{"WithBundleChecksums", extensionserver.Validate(append(opts, extensionserver.WithBundleChecksums(tc.sums))...)},
+				{"WithBundleChecksums", func() error {
+					_, err := extensionserver.New(fakeclient.NewClientBuilder().Build(), append(opts, extensionserver.WithBundleChecksums(tc.sums), metrics(t))...)
+					return err
+				}()},
+				// The directory is read by New only: Validate cannot see it.
+				{"WithBundleChecksumsDir", func() error {
+					_, err := extensionserver.New(fakeclient.NewClientBuilder().Build(), append(opts, extensionserver.WithBundleChecksumsDir(dir), metrics(t))...)
+					return err
+				}()},
+			} {
+				if tc.refused == "" {
+					require.NoError(t, c.err)
+					continue
+				}
+				require.ErrorIs(t, c.err, extensionserver.ErrInvalidOption)
+				var oe *extensionserver.OptionError
+				require.ErrorAs(t, c.err, &oe)
+				require.Equal(t, c.option, oe.Option)
+				require.Contains(t, oe.Detail, tc.refused)
+			}
+		})
+	}
+
+	t.Run("WithoutBundleChecksums lists nothing to check", func(t *testing.T) {
+		require.NoError(t, extensionserver.Validate(extensionserver.WithUpgraderImage("r/u@"+digestA), extensionserver.WithoutBundleChecksums()))
+	})
 }
