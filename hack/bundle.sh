@@ -110,10 +110,7 @@ if [[ -n "$containerd_version" ]]; then
   [[ -f "$containerd/SHA256SUMS" ]] || { log "$containerd has no SHA256SUMS: not a hack/containerd-assets.sh directory"; exit 1; }
 fi
 
-mkdir -p "$cache_root"
-work=$(mktemp -d "$cache_root/.build-XXXXXX")
-trap 'rm -rf "$work"' EXIT
-out="$work/out"
+new_workdir "$cache_root"
 mkdir -p "$out/staging"
 
 # elf_machine FILE: the ELF header's e_machine (little endian), as the

@@ -50,12 +50,8 @@ if complete "$dest"; then
   exit 0
 fi
 
-export GOWORK=off GOFLAGS=-mod=mod CGO_ENABLED=0 GOOS=linux GOARCH="$goarch"
-mkdir -p "$cache_root"
-work=$(mktemp -d "$cache_root/.build-containerd-XXXXXX")
-trap 'chmod -R u+w "$work" 2>/dev/null; rm -rf "$work"' EXIT
-out="$work/out"
-mkdir -p "$out"
+go_static_env "$goarch"
+new_workdir "$cache_root"
 start=$(date +%s)
 log "containerd ${CONTAINERD_VERSION} for linux/${goarch}: building once, then cached"
 (

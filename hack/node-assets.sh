@@ -64,10 +64,17 @@ complete() {
 # pause is this repository's own code (fake/nodetest/internal/pause): build
 # it at every call (seconds, from the build cache) so a cached directory
 # never keeps an outdated one.
+# Kubernetes' pause is C; this one does the same in Go: block until
+# SIGINT/SIGTERM, reap children (it is PID 1 of the sandbox). The same
+# command and environment for a new directory and a refresh, so that both
+# give the same bytes.
+build_pause() {
+  (cd "$repo" && GOWORK=off GOFLAGS= CGO_ENABLED=0 GOOS=linux GOARCH="$goarch" go build -trimpath -ldflags='-s -w -buildid=' -o "$1" ./fake/nodetest/internal/pause >&2)
+}
 refresh_pause() {
   local tmp
   tmp=$(mktemp "$1/.pause-XXXXXX")
-  if ! (cd "$repo" && GOWORK=off CGO_ENABLED=0 GOOS=linux GOARCH="$goarch" go build -trimpath -ldflags='-s -w -buildid=' -o "$tmp" ./fake/nodetest/internal/pause >&2); then
+  if ! build_pause "$tmp"; then
     rm -f "$tmp"
     return 1
   fi
@@ -85,13 +92,8 @@ if complete "$dest"; then
   exit 0
 fi
 
-# Module-aware builds outside our own module: never let a surrounding go.work
-# or GOFLAGS=-mod=vendor leak in.
-export GOWORK=off GOFLAGS=-mod=mod CGO_ENABLED=0 GOOS=linux GOARCH="$goarch"
-mkdir -p "$cache_root"
-work=$(mktemp -d "$cache_root/.build-XXXXXX")
-trap 'chmod -R u+w "$work" 2>/dev/null; rm -rf "$work"' EXIT
-out="$work/out"
+go_static_env "$goarch"
+new_workdir "$cache_root"
 mkdir -p "$out/cni"
 start=$(date +%s)
 field() { sed -n "s/^[[:space:]]*\"$1\": \"\(.*\)\",*\$/\1/p"; }
@@ -231,12 +233,6 @@ build_cni() {
   )
 }
 
-build_pause() {
-  # Kubernetes' pause is C; this one does the same in Go: block until
-  # SIGINT/SIGTERM, reap children (it is PID 1 of the sandbox).
-  (cd "$repo" && go build -trimpath -ldflags='-s -w -buildid=' -o "$out/pause" ./fake/nodetest/internal/pause >&2)
-}
-
 # A directory from before etcdutl was added: build just that.
 if complete "$dest" "${core[@]}"; then
   log "adding etcdutl ${ETCDCTL_VERSION} to $dest"
@@ -248,7 +244,7 @@ if complete "$dest" "${core[@]}"; then
   exit 0
 fi
 
-build_pause
+build_pause "$out/pause"
 build_cni
 build_etcd
 build_kubernetes

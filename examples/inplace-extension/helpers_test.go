@@ -5,17 +5,13 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
-	"errors"
-	"io"
 	"net/http"
-	"os"
 	"strconv"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	runtimecatalog "sigs.k8s.io/cluster-api/api/runtime/catalog"
 	runtimehooksv1 "sigs.k8s.io/cluster-api/api/runtime/hooks/v1alpha1"
 )
@@ -30,21 +26,7 @@ const (
 // deployManifests decodes every object of deploy/extension.yaml, in order.
 func deployManifests(t *testing.T) []unstructured.Unstructured {
 	t.Helper()
-	raw, err := os.ReadFile("deploy/extension.yaml")
-	require.NoError(t, err)
-	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(raw), 4096)
-	var objs []unstructured.Unstructured
-	for {
-		var obj unstructured.Unstructured
-		err := dec.Decode(&obj.Object)
-		if errors.Is(err, io.EOF) {
-			return objs
-		}
-		require.NoError(t, err)
-		if obj.Object != nil {
-			objs = append(objs, obj)
-		}
-	}
+	return manifests(t, "deploy/extension.yaml")
 }
 
 // hookClient calls a served extension's hooks over HTTPS as Cluster API

@@ -1,5 +1,28 @@
 # Sourced by the hack/*-assets.sh and hack/bundle.sh scripts.
 #
+#   new_workdir CACHE_ROOT
+#
+# Makes a build directory under CACHE_ROOT (the same file system as the
+# cache, so cache_publish can rename into it), sets the globals `work`
+# (that directory) and `out` (work/out, created), and removes the whole
+# directory when the script exits, also the read-only files the Go module
+# cache leaves in it.
+new_workdir() {
+  mkdir -p "$1"
+  work=$(mktemp -d "$1/.build-XXXXXX")
+  trap 'chmod -R u+w "$work" 2>/dev/null; rm -rf "$work"' EXIT
+  out="$work/out"
+  mkdir -p "$out"
+}
+
+#   go_static_env GOARCH
+#
+# Module-aware, static builds for linux/GOARCH of modules other than ours:
+# never let a surrounding go.work or GOFLAGS=-mod=vendor leak in.
+go_static_env() {
+  export GOWORK=off GOFLAGS=-mod=mod CGO_ENABLED=0 GOOS=linux GOARCH="$1"
+}
+#
 #   cache_publish OUT DEST COMPLETE
 #
 # Renames OUT (a finished build, on the same file system as DEST) to DEST.

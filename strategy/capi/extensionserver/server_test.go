@@ -1,7 +1,6 @@
 package extensionserver_test
 
 import (
-	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -81,18 +80,11 @@ func TestValidateNamesTheOption(t *testing.T) {
 			// Unverified bundles: the checksum options have their own test.
 			tc.opts = append([]extensionserver.Option{extensionserver.WithoutBundleChecksums()}, tc.opts...)
 			err := extensionserver.Validate(tc.opts...)
-			require.Error(t, err)
-			require.ErrorIs(t, err, extensionserver.ErrInvalidOption)
-			var oe *extensionserver.OptionError
-			require.True(t, errors.As(err, &oe), "%T is an *OptionError", err)
-			require.Equal(t, tc.option, oe.Option)
-			require.Contains(t, oe.Detail, tc.detail)
-			if tc.cause != nil {
-				require.ErrorIs(t, err, tc.cause)
-			}
+			requireOptionError(t, err, tc.option, tc.detail, tc.cause)
 			require.Less(t, len(err.Error()), 1024)
 			// New refuses the same, before it needs a cluster.
 			_, err = extensionserver.New(fakeclient.NewClientBuilder().Build(), append(tc.opts, metrics(t))...)
+			var oe *extensionserver.OptionError
 			require.ErrorAs(t, err, &oe)
 			require.Equal(t, tc.option, oe.Option)
 		})

@@ -89,11 +89,7 @@ func TestUpgraderImagesByDigest(t *testing.T) {
 				return
 			}
 			for _, err := range []error{err, errNew} {
-				require.ErrorIs(t, err, extensionserver.ErrInvalidOption)
-				var oe *extensionserver.OptionError
-				require.ErrorAs(t, err, &oe)
-				require.Equal(t, tc.option, oe.Option)
-				require.Contains(t, oe.Detail, "is not pinned by digest")
+				requireOptionError(t, err, tc.option, "is not pinned by digest", nil)
 			}
 			// The explicit opt-out accepts it, and says so in the log.
 			var log logSink
@@ -145,14 +141,7 @@ func TestBundleChecksumsOptions(t *testing.T) {
 					return err
 				}(),
 			} {
-				require.ErrorIs(t, err, extensionserver.ErrInvalidOption)
-				var oe *extensionserver.OptionError
-				require.ErrorAs(t, err, &oe)
-				require.Equal(t, tc.option, oe.Option)
-				require.Contains(t, oe.Detail, tc.detail)
-				if tc.cause != nil {
-					require.ErrorIs(t, err, tc.cause)
-				}
+				requireOptionError(t, err, tc.option, tc.detail, tc.cause)
 			}
 		})
 	}
@@ -320,11 +309,7 @@ func TestBundleMustCarryWhatTheStepsNeed(t *testing.T) {
 					require.NoError(t, c.err)
 					continue
 				}
-				require.ErrorIs(t, c.err, extensionserver.ErrInvalidOption)
-				var oe *extensionserver.OptionError
-				require.ErrorAs(t, c.err, &oe)
-				require.Equal(t, c.option, oe.Option)
-				require.Contains(t, oe.Detail, tc.refused)
+				requireOptionError(t, c.err, c.option, tc.refused, nil)
 			}
 		})
 	}
@@ -332,4 +317,18 @@ func TestBundleMustCarryWhatTheStepsNeed(t *testing.T) {
 	t.Run("WithoutBundleChecksums lists nothing to check", func(t *testing.T) {
 		require.NoError(t, extensionserver.Validate(extensionserver.WithUpgraderImage("r/u@"+digestA), extensionserver.WithoutBundleChecksums()))
 	})
+}
+
+// requireOptionError: err is an *OptionError matching ErrInvalidOption
+// that names option, with detail in its Detail, and wraps cause (if any).
+func requireOptionError(t *testing.T, err error, option, detail string, cause error) {
+	t.Helper()
+	require.ErrorIs(t, err, extensionserver.ErrInvalidOption)
+	var oe *extensionserver.OptionError
+	require.ErrorAs(t, err, &oe, "%T is an *OptionError", err)
+	require.Equal(t, option, oe.Option)
+	require.Contains(t, oe.Detail, detail)
+	if cause != nil {
+		require.ErrorIs(t, err, cause)
+	}
 }
