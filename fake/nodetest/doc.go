@@ -43,7 +43,10 @@
 //     after two seconds (Restart=always).
 //   - isolation: the nodes share the machine's kernel, PID namespace,
 //     cgroup hierarchies (each kubelet has its own --cgroup-root),
-//     devices and, read-only through the overlay, its files;
+//     devices and, read-only through the overlay, its files; their
+//     writable layers are on the machine's disk, so the kubelets' eviction
+//     thresholds are absolute sizes (1Gi free), not the default
+//     percentages, which would measure the machine's other users;
 //   - the machine kind: cgroup v1 (kubelet failCgroupV1: false, kubeadm's
 //     SystemVerification check ignored), no CAP_SYS_RESOURCE
 //     (containerd's restrict_oom_score_adj), no registry (images are

@@ -32,8 +32,14 @@ type KubeadmOptions struct {
 var MachineIgnoredPreflightErrors = []string{"SystemVerification", "Swap"}
 
 // kubeletConfig is the KubeletConfiguration every node gets: cgroupfs (the
-// machine has no systemd), cgroup v1 allowed, swap allowed, and no image
-// garbage collection (the images were imported, none can be pulled).
+// machine has no systemd), cgroup v1 allowed, swap allowed, no image
+// garbage collection (the images were imported, none can be pulled), and
+// eviction thresholds in absolute sizes. The nodes' file systems are the
+// machine's disk, shared with everything else on it, so the kubelet's
+// default percentages (imagefs.available<15%) measure the machine: on a
+// disk 86% full every node reports DiskPressure, is tainted, and kubeadm
+// upgrade's CreateJob preflight cannot place its pod. With these values a
+// node reports pressure only when the disk is nearly full.
 const kubeletConfig = `apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 cgroupDriver: cgroupfs
@@ -41,6 +47,12 @@ failCgroupV1: false
 failSwapOn: false
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
+evictionHard:
+  memory.available: 100Mi
+  nodefs.available: 1Gi
+  nodefs.inodesFree: 1%
+  imagefs.available: 1Gi
+  imagefs.inodesFree: 1%
 `
 
 func (n *Node) nodeRegistration(o KubeadmOptions) string {
