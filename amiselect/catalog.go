@@ -62,7 +62,7 @@ func NewCatalog(images []Image, opts ...Option) (*Catalog, error) {
 	for i := range c.images {
 		img := &c.images[i]
 		idx := int32(i)
-		if !idPattern.MatchString(img.ID) {
+		if !validID(img.ID) {
 			return nil, fieldError(ErrInvalidCatalog, fmt.Sprintf("Images[%d].ImageId", i), img.ID, "must match ^ami-[0-9a-z]+$")
 		}
 		if prev, dup := c.byID[img.ID]; dup {
@@ -175,8 +175,15 @@ func (f *compiledFilter) matches(img *Image) bool {
 	return false
 }
 
-func compileQuery(q Query) ([]compiledFilter, error) {
-	out := make([]compiledFilter, 0, len(q.Filters))
+// compileQuery compiles q's filters into sc.filters (reusing its memory).
+func (sc *matchScratch) compileQuery(q Query) error {
+	n := 0
+	for _, f := range q.Filters {
+		n += len(f.Values)
+	}
+	sc.filters = slices.Grow(sc.filters[:0], len(q.Filters))
+	all := slices.Grow(sc.patterns[:0], n)[:n]
+	sc.patterns = all
 	for i, f := range q.Filters {
 		cf := compiledFilter{kind: f.Name}
 		switch {
@@ -185,43 +192,104 @@ func compileQuery(q Query) ([]compiledFilter, error) {
 		case strings.HasPrefix(f.Name, "tag:") && len(f.Name) > len("tag:"):
 			cf.kind, cf.tagKey = "tag", f.Name[len("tag:"):]
 		default:
-			return nil, fieldError(ErrInvalidQuery, fmt.Sprintf("Filters[%d].Name", i), f.Name, "unsupported filter name")
+			return fieldError(ErrInvalidQuery, fmt.Sprintf("Filters[%d].Name", i), f.Name, "unsupported filter name")
 		}
 		if len(f.Values) == 0 {
-			return nil, fieldError(ErrInvalidQuery, fmt.Sprintf("Filters[%d].Values", i), f.Name, "a filter needs at least one value")
+			return fieldError(ErrInvalidQuery, fmt.Sprintf("Filters[%d].Values", i), f.Name, "a filter needs at least one value")
 		}
-		cf.patterns = make([]pattern, len(f.Values))
+		cf.patterns, all = all[:len(f.Values):len(f.Values)], all[len(f.Values):]
 		for j, v := range f.Values {
 			cf.patterns[j] = compilePattern(v)
 		}
-		out = append(out, cf)
+		sc.filters = append(sc.filters, cf)
 	}
-	return out, nil
+	return nil
+}
+
+// matchScratch is the memory of one match: compiled filters, candidate
+// lists and hits, pooled across queries (a resolution makes one query per
+// term).
+type matchScratch struct {
+	filters  []compiledFilter
+	patterns []pattern
+	lists    [][]int32
+	ids      []int32
+	all      []int32
+	hits     []int32
+}
+
+var scratchPool = sync.Pool{New: func() any { return new(matchScratch) }}
+
+// release returns sc to the pool, dropping references into the catalog and
+// the query so the pool keeps neither alive.
+func (sc *matchScratch) release() {
+	clear(sc.filters[:cap(sc.filters)])
+	clear(sc.patterns[:cap(sc.patterns)])
+	clear(sc.lists[:cap(sc.lists)])
+	sc.filters, sc.patterns, sc.lists = sc.filters[:0], sc.patterns[:0], sc.lists[:0]
+	scratchPool.Put(sc)
 }
 
 // DescribeImages implements ImageSource.
 func (c *Catalog) DescribeImages(ctx context.Context, q Query) ([]Image, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	filters, err := compileQuery(q)
+	sc := scratchPool.Get().(*matchScratch)
+	defer sc.release()
+	hits, err := c.match(ctx, q, sc)
 	if err != nil {
 		return nil, err
 	}
-	candidates, sorted := c.candidates(q, filters)
+	out := make([]Image, len(hits))
+	for i, idx := range hits {
+		out[i] = c.images[idx]
+	}
+	return out, nil
+}
+
+// imageVisitor is a source that can show the images matching a query in
+// place instead of copying them out: the resolver's fast path for a
+// Catalog. visit sees the images DescribeImages would return, in the same
+// order, and must not modify or keep them past the source's life.
+type imageVisitor interface {
+	visitImages(ctx context.Context, q Query, visit func(*Image)) error
+}
+
+func (c *Catalog) visitImages(ctx context.Context, q Query, visit func(*Image)) error {
+	sc := scratchPool.Get().(*matchScratch)
+	defer sc.release()
+	hits, err := c.match(ctx, q, sc)
+	if err != nil {
+		return err
+	}
+	for _, idx := range hits {
+		visit(&c.images[idx])
+	}
+	return nil
+}
+
+// match returns the indexes of the images matching q, in catalog order
+// without duplicates, in memory of sc.
+func (c *Catalog) match(ctx context.Context, q Query, sc *matchScratch) ([]int32, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if err := sc.compileQuery(q); err != nil {
+		return nil, err
+	}
+	filters := sc.filters
+	candidates, sorted, implied := c.candidates(q, sc)
 	now := c.now()
-	var hits []int32
+	hits := sc.hits[:0]
 	for _, idx := range candidates {
 		img := &c.images[idx]
 		if !q.IncludeDeprecated && img.Deprecated(now) {
 			continue
 		}
-		if len(q.Owners) > 0 && !c.ownedBy(img, q.Owners) {
+		if len(q.Owners) > 0 && implied != impliedOwners && !c.ownedBy(img, q.Owners) {
 			continue
 		}
 		ok := true
 		for i := range filters {
-			if !filters[i].matches(img) {
+			if i != implied && !filters[i].matches(img) {
 				ok = false
 				break
 			}
@@ -231,14 +299,11 @@ func (c *Catalog) DescribeImages(ctx context.Context, q Query) ([]Image, error) 
 		}
 	}
 	if !sorted {
-		sort.Slice(hits, func(a, b int) bool { return hits[a] < hits[b] })
+		slices.Sort(hits)
 		hits = slices.Compact(hits)
 	}
-	out := make([]Image, len(hits))
-	for i, idx := range hits {
-		out[i] = c.images[idx]
-	}
-	return out, nil
+	sc.hits = hits
+	return hits, nil
 }
 
 func (c *Catalog) ownedBy(img *Image, owners []string) bool {
@@ -261,92 +326,117 @@ func (c *Catalog) ownedBy(img *Image, owners []string) bool {
 	return false
 }
 
+// impliedOwners is candidates' answer when the owners' index was used:
+// every candidate is owned by one of the query's owners.
+const impliedOwners = -2
+
 // candidates picks the smallest index that bounds the answer. sorted is
 // true when the result is already in catalog order without duplicates.
-func (c *Catalog) candidates(q Query, filters []compiledFilter) ([]int32, bool) {
+// implied is the filter every candidate is known to match because the
+// index answers it exactly (impliedOwners for the query's owners, -1 for
+// none), so match need not test it again.
+func (c *Catalog) candidates(q Query, sc *matchScratch) (_ []int32, sorted bool, implied int) {
+	filters := sc.filters
 	best := -1
 	var bestList [][]int32
 	var nameLo, nameHi int
 	useName := false
-	consider := func(lists [][]int32) {
+	implied = -1
+	// Candidate lists are windows of sc.lists; lists(k) starts a window
+	// of room k (earlier windows stay valid: the backing is grown first).
+	sc.lists = slices.Grow(sc.lists[:0], len(q.Owners)+len(sc.patterns))
+	lists := func(k int) [][]int32 {
+		n := len(sc.lists)
+		return sc.lists[n : n : n+k]
+	}
+	consider := func(l [][]int32, exact int) {
+		sc.lists = sc.lists[:len(sc.lists)+len(l)]
 		n := 0
-		for _, l := range lists {
-			n += len(l)
+		for _, x := range l {
+			n += len(x)
 		}
 		if best < 0 || n < best {
-			best, bestList, useName = n, lists, false
+			best, bestList, useName, implied = n, l, false, exact
 		}
 	}
 	if len(q.Owners) > 0 {
-		lists := make([][]int32, 0, len(q.Owners))
+		l := lists(len(q.Owners))
 		for _, o := range q.Owners {
 			switch o {
 			case "self":
 				if c.accountID != "" {
-					lists = append(lists, c.byOwner[c.accountID])
+					l = append(l, c.byOwner[c.accountID])
 				}
 			case "amazon", "aws-marketplace":
-				lists = append(lists, c.byAlias[o])
+				l = append(l, c.byAlias[o])
 			default:
-				lists = append(lists, c.byOwner[o])
+				l = append(l, c.byOwner[o])
 			}
 		}
-		consider(lists)
+		consider(l, impliedOwners)
 	}
 	for i := range filters {
 		f := &filters[i]
 		switch f.kind {
 		case "image-id":
 			if f.allLiteral() {
-				list := make([]int32, 0, len(f.patterns))
+				ids := sc.ids[:0]
 				for _, p := range f.patterns {
 					if idx, ok := c.byID[p.raw]; ok {
-						list = append(list, idx)
+						ids = append(ids, idx)
 					}
 				}
-				consider([][]int32{list})
+				sc.ids = ids
+				consider(append(lists(1), ids), i)
 			}
 		case "tag-key":
 			if f.allLiteral() {
-				lists := make([][]int32, 0, len(f.patterns))
+				l := lists(len(f.patterns))
 				for _, p := range f.patterns {
-					lists = append(lists, c.byTagKey[p.raw])
+					l = append(l, c.byTagKey[p.raw])
 				}
-				consider(lists)
+				consider(l, i)
 			}
 		case "tag":
-			lists := make([][]int32, 0, len(f.patterns))
+			l := lists(len(f.patterns))
+			exact := -1
 			if f.allLiteral() {
 				for _, p := range f.patterns {
-					lists = append(lists, c.byTag[[2]string{f.tagKey, p.raw}])
+					l = append(l, c.byTag[[2]string{f.tagKey, p.raw}])
 				}
+				exact = i
 			} else {
-				lists = append(lists, c.byTagKey[f.tagKey])
+				l = append(l, c.byTagKey[f.tagKey])
 			}
-			consider(lists)
+			consider(l, exact)
 		case "name":
 			if len(f.patterns) == 1 {
-				lo, hi := c.nameRange(f.patterns[0].prefix)
+				p := &f.patterns[0]
+				lo, hi := c.nameRange(p.prefix)
 				if best < 0 || hi-lo < best {
-					best, bestList, useName, nameLo, nameHi = hi-lo, nil, true, lo, hi
+					best, bestList, useName, nameLo, nameHi, implied = hi-lo, nil, true, lo, hi, -1
+					if !p.literal && p.raw == p.prefix+"*" {
+						implied = i // "prefix*": the range is the answer
+					}
 				}
 			}
 		}
 	}
 	if useName {
-		return c.byName[nameLo:nameHi], false
+		return c.byName[nameLo:nameHi], false, implied
 	}
 	if best < 0 {
-		return c.byName, false
+		return c.byName, false, -1
 	}
 	if len(bestList) == 1 {
-		return bestList[0], isAscending(bestList[0])
+		return bestList[0], isAscending(bestList[0]), implied
 	}
-	var all []int32
+	all := sc.all[:0]
 	for _, l := range bestList {
 		all = append(all, l...)
 	}
-	return all, false
+	sc.all = all
+	return all, false, implied
 }
 
 func isAscending(s []int32) bool {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -220,4 +221,18 @@ func quoteAll(s []string) []string {
 		out[i] = strconv.Quote(v)
 	}
 	return out
+}
+
+// FuzzValidID checks the hand-written id check against the regular
+// expression it replaced.
+func FuzzValidID(f *testing.F) {
+	for _, s := range []string{"ami-0abc", "ami-", "ami-ABC", "ami-0a_b", "xami-1", "ami-1\n", "ami-é"} {
+		f.Add(s)
+	}
+	re := regexp.MustCompile(`^ami-[0-9a-z]+$`)
+	f.Fuzz(func(t *testing.T, s string) {
+		if got, want := validID(s), re.MatchString(s); got != want {
+			t.Fatalf("validID(%q) = %v, ^ami-[0-9a-z]+$ says %v", s, got, want)
+		}
+	})
 }

@@ -130,7 +130,6 @@ func Resolve(ctx context.Context, src ImageSource, terms []Term, opts ...Option)
 		o:       o,
 		now:     o.clock.Now(),
 		terms:   terms,
-		slots:   map[Requirements]*slot{},
 		hits:    make([]int, len(terms)),
 		skipped: map[skipKey]*Skip{},
 	}
@@ -164,6 +163,12 @@ type slot struct {
 	terms []int
 }
 
+// reqSlot is the best image so far for one requirement set.
+type reqSlot struct {
+	req  Requirements
+	slot *slot
+}
+
 type skipKey struct {
 	term      int
 	parameter string
@@ -177,7 +182,7 @@ type resolver struct {
 	now     time.Time
 	terms   []Term
 	pinned  map[string]struct{}
-	slots   map[Requirements]*slot
+	slots   []reqSlot // few (one per requirement set): a slice beats a map
 	hits    []int
 	skipped map[skipKey]*Skip
 	order   []skipKey
@@ -269,15 +274,10 @@ func (r *resolver) alias() (string, error) {
 	if len(ids) == 0 {
 		return k8s, nil
 	}
-	imgs, err := r.describe(Query{Filters: []Filter{{Name: "image-id", Values: ids}}})
-	if err != nil {
-		return "", err
-	}
-	for i := range imgs {
-		img := &imgs[i]
+	err = r.each(Query{Filters: []Filter{{Name: "image-id", Values: ids}}}, func(img *Image) {
 		arch, ok := r.eligible(0, img)
 		if !ok {
-			continue
+			return
 		}
 		for _, k := range byID[img.ID] {
 			if len(k.variants) == 0 {
@@ -287,6 +287,9 @@ func (r *resolver) alias() (string, error) {
 				r.offer(Requirements{Architecture: arch, Variant: v, WindowsBuild: k.build}, img, 0)
 			}
 		}
+	})
+	if err != nil {
+		return "", err
 	}
 	return k8s, nil
 }
@@ -322,72 +325,91 @@ func (r *resolver) selectors() error {
 		}
 	}
 	for _, tq := range queries {
-		imgs, err := r.describe(tq.q)
+		err := r.each(tq.q, func(img *Image) {
+			if arch, ok := r.eligible(tq.term, img); ok {
+				r.offer(Requirements{Architecture: arch}, img, tq.term)
+			}
+		})
 		if err != nil {
 			return fmt.Errorf("amiSelectorTerms[%d]: %w", tq.term, err)
 		}
-		for i := range imgs {
-			if arch, ok := r.eligible(tq.term, &imgs[i]); ok {
-				r.offer(Requirements{Architecture: arch}, &imgs[i], tq.term)
-			}
-		}
 	}
 	if len(ids) > 0 {
-		imgs, err := r.describe(Query{Filters: []Filter{{Name: "image-id", Values: ids}}})
-		if err != nil {
-			return err
-		}
-		for i := range imgs {
-			img := &imgs[i]
+		err := r.each(Query{Filters: []Filter{{Name: "image-id", Values: ids}}}, func(img *Image) {
 			for _, term := range idTerms[img.ID] {
 				if arch, ok := r.eligible(term, img); ok {
 					r.offer(Requirements{Architecture: arch}, img, term)
 				}
 			}
+		})
+		if err != nil {
+			return err
 		}
 	}
 	return nil
 }
 
-// termToQuery builds the DescribeImages query of a name/owner/tags term.
+// termToQuery builds the DescribeImages query of a name/owner/tags term,
+// with room for the state filter each adds: one allocation for the
+// filters and one for their values and owners.
 func termToQuery(t Term) Query {
-	q := Query{}
+	vals := make([]string, 0, 2+1+len(t.Tags)+1)
+	q := Query{Filters: make([]Filter, 0, 1+len(t.Tags)+1)}
+	take := func(v ...string) []string {
+		n := len(vals)
+		vals = append(vals, v...)
+		return vals[n:len(vals):len(vals)]
+	}
 	if t.Owner != "" {
-		q.Owners = []string{t.Owner}
+		q.Owners = take(t.Owner)
 	}
 	if t.Name != "" {
 		if t.Owner == "" {
 			// Only with a name, so publicly shared images matching a
 			// name pattern are not picked up by accident.
-			q.Owners = []string{"self", "amazon"}
+			q.Owners = take("self", "amazon")
 		}
-		q.Filters = append(q.Filters, Filter{Name: "name", Values: []string{t.Name}})
+		q.Filters = append(q.Filters, Filter{Name: "name", Values: take(t.Name)})
 	}
 	if len(t.Tags) > 0 {
-		keys := make([]string, 0, len(t.Tags))
+		var buf [8]string
+		keys := buf[:0]
 		for k := range t.Tags {
 			keys = append(keys, k)
 		}
-		sort.Strings(keys)
+		slices.Sort(keys)
 		for _, k := range keys {
 			if v := t.Tags[k]; v == "*" {
-				q.Filters = append(q.Filters, Filter{Name: "tag-key", Values: []string{k}})
+				q.Filters = append(q.Filters, Filter{Name: "tag-key", Values: take(k)})
 			} else {
-				q.Filters = append(q.Filters, Filter{Name: "tag:" + k, Values: []string{v}})
+				q.Filters = append(q.Filters, Filter{Name: "tag:" + k, Values: take(v)})
 			}
 		}
 	}
 	return q
 }
 
-func (r *resolver) describe(q Query) ([]Image, error) {
+// each calls fn with every available image matching q (deprecated ones
+// included), in the source's order. A Catalog shows its own images in
+// place (imageVisitor); the resolver keeps pointers to them only while it
+// runs, and copies what its result needs.
+func (r *resolver) each(q Query, fn func(*Image)) error {
 	q.Filters = append(q.Filters, Filter{Name: "state", Values: []string{StateAvailable}})
 	q.IncludeDeprecated = true
+	if v, ok := r.src.(imageVisitor); ok {
+		if err := v.visitImages(r.ctx, q, fn); err != nil {
+			return fmt.Errorf("amiselect: describing images: %w", err)
+		}
+		return nil
+	}
 	imgs, err := r.src.DescribeImages(r.ctx, q)
 	if err != nil {
-		return nil, fmt.Errorf("amiselect: describing images: %w", err)
+		return fmt.Errorf("amiselect: describing images: %w", err)
 	}
-	return imgs, nil
+	for i := range imgs {
+		fn(&imgs[i])
+	}
+	return nil
 }
 
 // eligible applies the per-image gates and returns the Kubernetes
@@ -419,12 +441,18 @@ func (r *resolver) eligible(term int, img *Image) (string, bool) {
 // offer puts img forward for the requirement set req.
 func (r *resolver) offer(req Requirements, img *Image, term int) {
 	dep := img.Deprecated(r.now)
-	s, ok := r.slots[req]
-	if !ok {
-		r.slots[req] = &slot{img: img, dep: dep, terms: []int{term}}
+	var s *slot
+	for i := range r.slots {
+		if r.slots[i].req == req {
+			s = r.slots[i].slot
+			break
+		}
+	}
+	if s == nil {
+		r.slots = append(r.slots, reqSlot{req: req, slot: &slot{img: img, dep: dep, terms: []int{term}}})
 		return
 	}
-	if s.img.ID == img.ID {
+	if s.img == img || s.img.ID == img.ID {
 		if n := len(s.terms); s.terms[n-1] != term {
 			s.terms = append(s.terms, term)
 		}
@@ -453,7 +481,8 @@ func better(a *Image, aDep bool, b *Image, bDep bool) bool {
 
 func (r *resolver) result() []Selected {
 	out := make([]Selected, 0, len(r.slots))
-	for req, s := range r.slots {
+	for _, rs := range r.slots {
+		req, s := rs.req, rs.slot
 		terms := s.terms
 		sort.Ints(terms)
 		terms = slices.Compact(terms)

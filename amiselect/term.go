@@ -3,7 +3,6 @@ package amiselect
 import (
 	"errors"
 	"fmt"
-	"regexp"
 	"sort"
 	"strings"
 )
@@ -84,7 +83,21 @@ const (
 	MaxAliasLength = 30
 )
 
-var idPattern = regexp.MustCompile(`^ami-[0-9a-z]+$`)
+// validID reports whether id is an AMI id, ^ami-[0-9a-z]+$ (checked
+// without the regexp engine: it runs for every id term of every
+// resolution and every image of a catalog).
+func validID(id string) bool {
+	rest, ok := strings.CutPrefix(id, "ami-")
+	if !ok || rest == "" {
+		return false
+	}
+	for i := 0; i < len(rest); i++ {
+		if c := rest[i]; (c < '0' || c > '9') && (c < 'a' || c > 'z') {
+			return false
+		}
+	}
+	return true
+}
 
 // ParseFamily checks that s is a Karpenter v1 amiFamily value (case
 // sensitive, as the CRD enum is).
@@ -159,7 +172,7 @@ func validateTerm(i int, t Term) []error {
 			errs = append(errs, termError(ErrInvalidTerm, i, "id", t.ID,
 				"'id' is mutually exclusive, cannot be set with "+strings.Join(others, ", ")))
 		}
-		if !idPattern.MatchString(t.ID) {
+		if !validID(t.ID) {
 			errs = append(errs, termError(ErrInvalidTerm, i, "id", t.ID, "must match ^ami-[0-9a-z]+$"))
 		}
 	}
