@@ -34,7 +34,7 @@ func TestClusterAPIDiscoversTheExtension(t *testing.T) {
 	ca, err := os.ReadFile(filepath.Join(dir, testcerts.CAFile))
 	require.NoError(t, err)
 	port := testcerts.FreePort(t)
-	o, err := parseFlags([]string{"-host", "127.0.0.1", "-port", strconv.Itoa(port), "-cert-dir", dir, "-metrics-bind-address", "0",
+	o, err := parseFlags([]string{"-host", "127.0.0.1", "-port", strconv.Itoa(port), "-cert-dir", dir, "-metrics-bind-address", "0", "-health-addr", "0",
 		"-upgrader-image", "registry.example/upgrader:v1.36.3@" + testDigest, "-allow-unverified-bundles"}, &bytes.Buffer{})
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())

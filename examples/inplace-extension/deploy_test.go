@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -14,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -67,42 +70,89 @@ func TestDeployManifestsApply(t *testing.T) {
 		}
 		require.NoError(t, env.Client.Create(ctx, &obj), "%s %s", obj.GetKind(), obj.GetName())
 	}
-	require.Equal(t, map[string]int{"Namespace": 1, "ServiceAccount": 1, "ClusterRole": 2, "RoleBinding": 2,
+	require.Equal(t, map[string]int{"Namespace": 1, "ServiceAccount": 1, "ClusterRole": 4, "RoleBinding": 2, "ClusterRoleBinding": 1,
 		"Issuer": 1, "Certificate": 1, "Service": 1, "NetworkPolicy": 1, "Deployment": 1, "PodDisruptionBudget": 1, "ExtensionConfig": 1}, kinds)
 	// Served from two replicas that a drain cannot both take, each with
-	// probes and resources, as a numeric non-root user, metrics on the
-	// loopback only.
+	// probes and resources, as a numeric non-root user.
 	require.GreaterOrEqual(t, *deploy.Spec.Replicas, int32(2))
 	pdbSel, err := metav1.LabelSelectorAsSelector(pdb.Spec.Selector)
 	require.NoError(t, err)
 	require.True(t, pdbSel.Matches(labels.Set(deploy.Spec.Template.Labels)), "the PDB covers the extension's pods")
 	require.Equal(t, int32(1), pdb.Spec.MinAvailable.IntVal)
 	c := deploy.Spec.Template.Spec.Containers[0]
-	require.NotNil(t, c.ReadinessProbe)
-	require.NotNil(t, c.LivenessProbe)
 	require.NotEmpty(t, c.Resources.Requests)
 	require.NotNil(t, deploy.Spec.Template.Spec.SecurityContext.RunAsUser)
 	require.NotZero(t, *deploy.Spec.Template.Spec.SecurityContext.RunAsUser)
 	o, err := parseFlags(c.Args, io.Discard)
 	require.NoError(t, err)
-	require.True(t, strings.HasPrefix(o.metricsAddr, "127.0.0.1:"), "plain-HTTP metrics on the loopback only: %s", o.metricsAddr)
+	ports := map[string]int32{}
+	for _, p := range c.Ports {
+		ports[p.Name] = p.ContainerPort
+	}
+	portOf := func(addr string) int32 {
+		_, p, err := net.SplitHostPort(addr)
+		require.NoError(t, err, addr)
+		n, err := strconv.Atoi(p)
+		require.NoError(t, err, addr)
+		return int32(n)
+	}
+	// The ports the container declares are the ones it serves on.
+	require.Equal(t, map[string]int32{"hooks": int32(o.port), "metrics": portOf(o.metricsAddr), "healthz": portOf(o.healthAddr)}, ports)
+	// Metrics over HTTPS, for authorized scrapers, on every address (a
+	// scraper reaches the pod's IP).
+	require.True(t, o.metricsSecure, "metrics served securely")
+	require.Equal(t, ":8443", o.metricsAddr)
+	// HTTP probes of the health port: readiness once the hooks are served
+	// (/readyz), liveness of the process (/healthz).
+	for name, tc := range map[string]struct {
+		probe *corev1.Probe
+		path  string
+	}{"readiness": {c.ReadinessProbe, "/readyz"}, "liveness": {c.LivenessProbe, "/healthz"}} {
+		require.NotNil(t, tc.probe, name)
+		require.NotNil(t, tc.probe.HTTPGet, "%s: an HTTP probe", name)
+		require.Equal(t, tc.path, tc.probe.HTTPGet.Path, name)
+		require.Equal(t, "healthz", tc.probe.HTTPGet.Port.StrVal, name)
+		require.Empty(t, tc.probe.HTTPGet.Scheme, "%s: plain HTTP, as the health port serves", name)
+		require.Nil(t, tc.probe.TCPSocket, name)
+	}
+	// Schedulable on a management cluster of control plane nodes only.
+	require.Contains(t, deploy.Spec.Template.Spec.Tolerations,
+		corev1.Toleration{Key: "node-role.kubernetes.io/control-plane", Effect: corev1.TaintEffectNoSchedule})
 	// The NetworkPolicy covers the extension's pods and admits only Cluster
-	// API's controllers' namespaces, on the hooks' port only.
+	// API's controllers' namespaces on the hooks' port, and namespaces
+	// labelled metrics=enabled (Prometheus's) on the metrics port; nothing
+	// else.
 	sel, err := metav1.LabelSelectorAsSelector(&policy.Spec.PodSelector)
 	require.NoError(t, err)
 	require.True(t, sel.Matches(labels.Set(deploy.Spec.Template.Labels)), "the NetworkPolicy selects the extension's pods")
 	require.Equal(t, []networkingv1.PolicyType{networkingv1.PolicyTypeIngress}, policy.Spec.PolicyTypes)
-	require.Len(t, policy.Spec.Ingress, 1)
-	in := policy.Spec.Ingress[0]
-	require.Len(t, in.Ports, 1)
-	require.Equal(t, int32(9443), in.Ports[0].Port.IntVal)
-	require.Equal(t, int32(9443), deploy.Spec.Template.Spec.Containers[0].Ports[0].ContainerPort, "the port the hooks are served on")
-	require.Len(t, in.From, 1)
-	require.Nil(t, in.From[0].PodSelector)
-	nsSel, err := metav1.LabelSelectorAsSelector(in.From[0].NamespaceSelector)
-	require.NoError(t, err)
-	for ns, want := range map[string]bool{"capi-system": true, "capi-kubeadm-control-plane-system": true, "default": false, "kube-system": false, "upgradekit-system": false} {
-		require.Equal(t, want, nsSel.Matches(labels.Set{"kubernetes.io/metadata.name": ns}), ns)
+	require.Len(t, policy.Spec.Ingress, 2)
+	for i, tc := range []struct {
+		port   int32
+		admits map[string]labels.Set
+	}{
+		{ports["hooks"], map[string]labels.Set{"capi-system": {"kubernetes.io/metadata.name": "capi-system"},
+			"capi-kubeadm-control-plane-system": {"kubernetes.io/metadata.name": "capi-kubeadm-control-plane-system"}}},
+		{ports["metrics"], map[string]labels.Set{"monitoring": {"kubernetes.io/metadata.name": "monitoring", "metrics": "enabled"}}},
+	} {
+		in := policy.Spec.Ingress[i]
+		require.Len(t, in.Ports, 1)
+		require.Equal(t, tc.port, in.Ports[0].Port.IntVal)
+		require.Len(t, in.From, 1)
+		require.Nil(t, in.From[0].PodSelector)
+		nsSel, err := metav1.LabelSelectorAsSelector(in.From[0].NamespaceSelector)
+		require.NoError(t, err)
+		for ns, nsLabels := range map[string]labels.Set{
+			"capi-system":                       {"kubernetes.io/metadata.name": "capi-system"},
+			"capi-kubeadm-control-plane-system": {"kubernetes.io/metadata.name": "capi-kubeadm-control-plane-system"},
+			"monitoring":                        {"kubernetes.io/metadata.name": "monitoring", "metrics": "enabled"},
+			"default":                           {"kubernetes.io/metadata.name": "default"},
+			"kube-system":                       {"kubernetes.io/metadata.name": "kube-system"},
+			"upgradekit-system":                 {"kubernetes.io/metadata.name": "upgradekit-system"},
+		} {
+			_, want := tc.admits[ns]
+			require.Equal(t, want, nsSel.Matches(nsLabels), "port %d from %s", tc.port, ns)
+		}
 	}
 	// Exactly what the extension does in the management cluster: read
 	// Machines, their KubeadmConfigs and infrastructure machines, record
@@ -118,8 +168,17 @@ func TestDeployManifestsApply(t *testing.T) {
 		"upgradekit-extension-kubeconfig": {
 			{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get"}},
 		},
+		// Reviews of metrics scrapers' tokens and permissions.
+		"upgradekit-extension-metrics-auth": {
+			{APIGroups: []string{"authentication.k8s.io"}, Resources: []string{"tokenreviews"}, Verbs: []string{"create"}},
+			{APIGroups: []string{"authorization.k8s.io"}, Resources: []string{"subjectaccessreviews"}, Verbs: []string{"create"}},
+		},
+		// For scrapers, bound by the user.
+		"upgradekit-extension-metrics-reader": {
+			{NonResourceURLs: []string{"/metrics"}, Verbs: []string{"get"}},
+		},
 	}, roles))
-	require.Empty(t, clusterWide, "nothing is bound cluster-wide")
+	require.Equal(t, []string{"upgradekit-extension-metrics-auth"}, clusterWide, "only the token and access reviews are bound cluster-wide")
 
 	// kubeconfig-by-name.yaml: a Role reading only <cluster>-kubeconfig
 	// Secrets by name, and its RoleBinding.

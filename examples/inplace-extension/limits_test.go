@@ -35,7 +35,7 @@ func TestServerLimitFlags(t *testing.T) {
 	pool := testcerts.Write(t, dir)
 	port := testcerts.FreePort(t)
 	o, err = parseFlags([]string{"-no-update-machine", "-host", "127.0.0.1", "-port", strconv.Itoa(port), "-cert-dir", dir,
-		"-metrics-bind-address", "0", "-max-request-bytes", "1000"}, io.Discard)
+		"-metrics-bind-address", "0", "-health-addr", "0", "-max-request-bytes", "1000"}, io.Discard)
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)

@@ -3,7 +3,11 @@
 // CanUpdateMachineSet decide (and answer with patches), UpdateMachine
 // drains the node, upgrades it with a kubeadm plan run by an upgrader pod,
 // and uncordons it. Progress shows as a Node condition, Events on the
-// Machine, Prometheus metrics (-metrics-bind-address) and logs.
+// Machine, Prometheus metrics (-metrics-bind-address, over HTTPS for
+// scrapers the management cluster's RBAC allows to get /metrics) and logs
+// (-v, -logging-format: Kubernetes' logging flags). Liveness and
+// readiness are served on their own port (-health-addr: /healthz,
+// /readyz); -version prints the build's version.
 //
 //	inplace-extension -cert-dir /tmp/k8s-webhook-server/serving-certs \
 //	    -upgrader-image registry.example/upgradekit-upgrader:v1.31.1
@@ -22,13 +26,17 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"path"
+	"runtime/debug"
 	"strings"
 	"syscall"
 	"time"
@@ -41,10 +49,14 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/events"
+	logsv1 "k8s.io/component-base/logs/api/v1"
+	_ "k8s.io/component-base/logs/json/register" // -logging-format=json
+	"k8s.io/klog/v2"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/upgradekit/upgradekit/diff"
@@ -125,6 +137,13 @@ type options struct {
 	drain                                 bool
 	drainTimeout                          time.Duration
 	metricsAddr                           string
+	metricsSecure                         bool
+	healthAddr                            string
+	// Kubernetes' logging flags (-v, -logging-format, ...), applied by run.
+	logging *logsv1.LoggingConfiguration
+	// flagValues are every flag's value, logged at -v=1.
+	flagValues []string
+	version    bool // -version: print it, serve nothing
 	// Limits of the hooks' server (extensionserver.HTTPLimits).
 	maxRequestBytes       int64
 	maxConcurrentRequests int
@@ -219,7 +238,12 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.Int64Var(&o.maxRequestBytes, "max-request-bytes", extensionserver.DefaultMaxRequestBytes, "largest hook request body read; larger ones are answered 413 (a CanUpdateMachine request with big KubeadmConfigs is a few hundred KiB)")
 	fs.IntVar(&o.maxConcurrentRequests, "max-concurrent-requests", extensionserver.DefaultMaxConcurrentRequests, "hook requests handled at once; more are answered 429, which Cluster API retries")
 	fs.DurationVar(&o.readTimeout, "read-timeout", extensionserver.DefaultReadTimeout, "how long a hook request, body included, may take to arrive before its connection is closed")
-	fs.StringVar(&o.metricsAddr, "metrics-bind-address", ":8080", `address of the Prometheus /metrics endpoint (plain HTTP); "0" disables it`)
+	fs.StringVar(&o.metricsAddr, "metrics-bind-address", ":8443", `address of the Prometheus /metrics endpoint; "0" disables it`)
+	fs.BoolVar(&o.metricsSecure, "metrics-secure", true, "serve /metrics over HTTPS (a self-signed certificate) to scrapers whose bearer token the management cluster authenticates (TokenReview) and allows to get the non-resource URL /metrics (SubjectAccessReview); false serves plain HTTP to anyone who reaches the port")
+	fs.StringVar(&o.healthAddr, "health-addr", ":9440", `address of the health endpoints, plain HTTP: /healthz (the process answers) and /readyz (the hooks are served with the certificate of -cert-dir); "0" disables them`)
+	fs.BoolVar(&o.version, "version", false, "print the version and exit")
+	o.logging = logsv1.NewLoggingConfiguration()
+	logsv1.AddGoFlags(o.logging, fs)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return o, err
@@ -229,6 +253,13 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	if fs.NArg() > 0 {
 		return o, fmt.Errorf("%w: unexpected arguments %q", errInvalidFlag, fs.Args())
 	}
+	if o.version {
+		return o, nil
+	}
+	if errs := logsv1.Validate(o.logging, nil, nil); len(errs) > 0 {
+		return o, fmt.Errorf("%w: %w", errInvalidFlag, errs.ToAggregate())
+	}
+	fs.VisitAll(func(f *flag.Flag) { o.flagValues = append(o.flagValues, "-"+f.Name+"="+f.Value.String()) })
 	o.cats = nil
 	for _, c := range strings.Split(o.categories, ",") {
 		if c = strings.TrimSpace(c); c != "" {
@@ -399,7 +430,10 @@ func (o *options) parseUpgrader() error {
 type deps struct {
 	// mgmt reads the <cluster>-kubeconfig secrets and Machines (nil with
 	// -no-update-machine).
-	mgmt     client.Reader
+	mgmt client.Reader
+	// cfg is the management cluster's config: the metrics server reviews
+	// scrapers' tokens with it (nil serves no secure metrics).
+	cfg      *rest.Config
 	scheme   *runtime.Scheme
 	recorder events.EventRecorder // Events on Machines; nil records none
 	metrics  *capi.Metrics
@@ -461,9 +495,11 @@ func (o options) serverOptions(d deps) []extensionserver.Option {
 	return opts
 }
 
-// serve runs the extension, and the metrics server unless
-// -metrics-bind-address is "0", until ctx ends. The metrics are registered
-// on controller-runtime's registry, which the metrics server serves.
+// serve runs the extension, the metrics server unless
+// -metrics-bind-address is "0" and the health endpoints unless
+// -health-addr is "0", until ctx ends or one of them fails. The metrics
+// are registered on controller-runtime's registry, which the metrics
+// server serves.
 func serve(ctx context.Context, o options, d deps) error {
 	opts := o.serverOptions(d)
 	gates, err := o.gates(d)
@@ -483,34 +519,147 @@ func serve(ctx context.Context, o options, d deps) error {
 		}
 		return err
 	}
-	// Plain HTTP, like a controller-runtime manager's default; put it
-	// behind kube-rbac-proxy or use SecureServing if scrapes must be
-	// authenticated.
-	ms, err := metricsserver.NewServer(metricsserver.Options{BindAddress: o.metricsAddr}, nil, nil)
+	servers := []func(context.Context) error{ext.Start}
+	ms, err := metricsServer(o, d)
 	if err != nil {
 		return err
 	}
-	if ms == nil { // "0": disabled
-		return ext.Start(ctx)
+	if ms != nil { // nil: "0", disabled
+		servers = append(servers, ms.Start)
 	}
-	// Whichever server stops first (an error, or ctx ending) stops the other.
+	if o.healthAddr != "0" {
+		health, err := healthServer(o.healthAddr, ext.StartedChecker())
+		if err != nil {
+			return err
+		}
+		servers = append(servers, health)
+	}
+	// Whichever server stops first (an error, or ctx ending) stops the others.
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	done := make(chan error, 2)
-	go func() { done <- ms.Start(ctx) }()
-	go func() { done <- ext.Start(ctx) }()
-	first := <-done
+	done := make(chan error, len(servers))
+	for _, start := range servers {
+		go func() { done <- start(ctx) }()
+	}
+	errs := []error{<-done}
 	cancel()
-	return errors.Join(first, <-done)
+	for range servers[1:] {
+		errs = append(errs, <-done)
+	}
+	return errors.Join(errs...)
 }
 
-func run(ctx context.Context, args []string, stderr io.Writer) error {
+// metricsServer is controller-runtime's metrics server for
+// -metrics-bind-address: with -metrics-secure, HTTPS with
+// controller-runtime's authentication and authorization filter (the
+// scraper's bearer token reviewed by the management cluster, TokenReview,
+// and its permission to get /metrics checked, SubjectAccessReview, with
+// d.cfg's identity), as Cluster API's managers serve theirs. Nil when
+// disabled ("0").
+func metricsServer(o options, d deps) (metricsserver.Server, error) {
+	opts := metricsserver.Options{BindAddress: o.metricsAddr}
+	if o.metricsSecure && o.metricsAddr != "0" {
+		if d.cfg == nil {
+			return nil, errors.New("-metrics-secure: the management cluster's config is needed to review the scrapers' tokens")
+		}
+		opts.SecureServing = true
+		opts.FilterProvider = filters.WithAuthenticationAndAuthorization
+		opts.TLSOpts = []func(*tls.Config){func(c *tls.Config) { c.MinVersion = tls.VersionTLS12 }}
+	}
+	var httpClient *http.Client
+	if d.cfg != nil {
+		c, err := rest.HTTPClientFor(d.cfg)
+		if err != nil {
+			return nil, err
+		}
+		httpClient = c
+	}
+	return metricsserver.NewServer(opts, d.cfg, httpClient)
+}
+
+// healthServer listens on addr now (so that a port in use is an error
+// before anything is served) and returns the function that serves, until
+// its context ends, /healthz (the process answers) and /readyz (ready:
+// the hooks are served), as a controller-runtime manager's health probe
+// server does.
+func healthServer(addr string, ready healthz.Checker) (func(context.Context) error, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("-health-addr: %w", err)
+	}
+	mux := http.NewServeMux()
+	live := &healthz.Handler{Checks: map[string]healthz.Checker{"ping": healthz.Ping}}
+	readyz := &healthz.Handler{Checks: map[string]healthz.Checker{"hooks": ready}}
+	mux.Handle("/healthz", http.StripPrefix("/healthz", live))
+	mux.Handle("/healthz/", http.StripPrefix("/healthz", live))
+	mux.Handle("/readyz", http.StripPrefix("/readyz", readyz))
+	mux.Handle("/readyz/", http.StripPrefix("/readyz", readyz))
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second}
+	return func(ctx context.Context) error {
+		stopped := make(chan struct{})
+		go func() {
+			defer close(stopped)
+			<-ctx.Done()
+			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_ = srv.Shutdown(sctx)
+		}()
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			return err
+		}
+		<-stopped
+		return nil
+	}, nil
+}
+
+// version is what -version prints: the module's version (a release tag, or
+// "(devel)" for a build from a checkout), the VCS revision the binary was
+// built from (with "+modified" for uncommitted changes) and the Go
+// version, from the build information the go command records.
+func version() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "inplace-extension (no build information)"
+	}
+	v := "inplace-extension " + bi.Main.Path + " " + bi.Main.Version
+	var rev, modified string
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.modified":
+			if s.Value == "true" {
+				modified = "+modified"
+			}
+		}
+	}
+	if rev != "" {
+		v += " revision " + rev + modified
+	}
+	return v + " " + bi.GoVersion
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	o, err := parseFlags(args, stderr)
 	if err != nil {
 		return err
 	}
-	log := zap.New(zap.WriteTo(stderr))
+	if o.version {
+		_, err := fmt.Fprintln(stdout, version())
+		return err
+	}
+	// Kubernetes' logging (-v, -logging-format), as Cluster API's managers
+	// set it up; everything logs through its logr.Logger.
+	if err := logsv1.ValidateAndApplyWithOptions(o.logging, &logsv1.LoggingOptions{ErrorStream: stderr, InfoStream: stderr}, nil); err != nil {
+		return err
+	}
+	defer klog.Flush()
+	log := klog.Background()
 	ctrllog.SetLogger(log)
+	log.Info("starting", "version", version())
+	for _, f := range o.flagValues {
+		log.V(1).Info("flag", "value", f)
+	}
 	scheme := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
 		return err
@@ -519,11 +668,15 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		return err
 	}
 	d := deps{scheme: scheme, log: log}
-	if !o.noUpdate {
+	if !o.noUpdate || (o.metricsSecure && o.metricsAddr != "0") {
 		cfg, err := restConfig(o.kubeconfig)
 		if err != nil {
 			return err
 		}
+		d.cfg = cfg
+	}
+	if !o.noUpdate {
+		cfg := d.cfg
 		c, err := client.New(cfg, client.Options{Scheme: scheme})
 		if err != nil {
 			return err
@@ -548,7 +701,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	code := exitCode(run(ctx, os.Args[1:], os.Stderr), os.Stderr)
+	code := exitCode(run(ctx, os.Args[1:], os.Stdout, os.Stderr), os.Stderr)
 	stop()
 	os.Exit(code)
 }

@@ -53,7 +53,9 @@ func TestFlags(t *testing.T) {
 	require.True(t, o.drain, "draining is on by default")
 	require.True(t, o.createNamespace, "the upgrader namespace is created where missing by default")
 	require.Equal(t, capi.DefaultDrainTimeout, o.drainTimeout)
-	require.Equal(t, ":8080", o.metricsAddr)
+	require.Equal(t, ":8443", o.metricsAddr)
+	require.True(t, o.metricsSecure, "metrics over HTTPS, scrapers authenticated and authorized, by default")
+	require.Equal(t, ":9440", o.healthAddr)
 	o, err = parseFlags([]string{"-upgrader-image", "img:v1@" + testDigest, "-allow-unverified-bundles", "-drain=false", "-drain-timeout", "1h", "-metrics-bind-address", "0"}, &out)
 	require.NoError(t, err)
 	require.False(t, o.drain)
@@ -307,7 +309,7 @@ func TestServesTheHooksOverHTTPS(t *testing.T) {
 	port := testcerts.FreePort(t)
 	metricsPort := testcerts.FreePort(t)
 	o, err := parseFlags([]string{"-host", "127.0.0.1", "-port", strconv.Itoa(port), "-cert-dir", dir, "-upgrader-image", "registry.example/upgrader:v1.36.1@" + testDigest, "-allow-unverified-bundles",
-		"-metrics-bind-address", "127.0.0.1:" + strconv.Itoa(metricsPort)}, &bytes.Buffer{})
+		"-metrics-bind-address", "127.0.0.1:" + strconv.Itoa(metricsPort), "-metrics-secure=false", "-health-addr", "0"}, &bytes.Buffer{})
 	require.NoError(t, err)
 	scheme := runtime.NewScheme()
 	require.NoError(t, clientgoscheme.AddToScheme(scheme))
@@ -425,24 +427,99 @@ upgradekit_inplace_machines_in_progress{phase="WaitingForKubelet"} 0
 `), capi.MetricDecisions, capi.MetricMachinesInProgress))
 }
 
-// TestMetricsServerFailureStopsTheExtension: a metrics port already in use
-// is an error from serve, not an extension silently running without
-// metrics.
+// TestMetricsServerFailureStopsTheExtension: a metrics or health port
+// already in use, or secure metrics without the management cluster's
+// config to review scrapers' tokens with, is an error from serve, not an
+// extension silently running without metrics or probes.
 func TestMetricsServerFailureStopsTheExtension(t *testing.T) {
 	dir := t.TempDir()
 	testcerts.Write(t, dir)
 	taken, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	defer taken.Close()
+	free := func() string { return "127.0.0.1:" + strconv.Itoa(testcerts.FreePort(t)) }
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"metrics port in use", []string{"-metrics-bind-address", taken.Addr().String(), "-metrics-secure=false", "-health-addr", free()}, "address already in use"},
+		{"health port in use", []string{"-metrics-bind-address", "0", "-health-addr", taken.Addr().String()}, "-health-addr: listen tcp " + taken.Addr().String() + ": bind: address already in use"},
+		{"secure metrics without a config", []string{"-metrics-bind-address", free(), "-health-addr", "0"}, "-metrics-secure: the management cluster's config is needed to review the scrapers' tokens"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o, err := parseFlags(append([]string{"-host", "127.0.0.1", "-port", strconv.Itoa(testcerts.FreePort(t)), "-cert-dir", dir, "-no-update-machine"}, tc.args...), &bytes.Buffer{})
+			require.NoError(t, err)
+			done := make(chan error, 1)
+			go func() { done <- serve(t.Context(), o, deps{scheme: runtime.NewScheme()}) }()
+			select {
+			case err := <-done:
+				require.ErrorContains(t, err, tc.want)
+			case <-time.After(30 * time.Second):
+				t.Fatal("serve kept running without its metrics or health server")
+			}
+		})
+	}
+}
+
+// TestHealthEndpoints: /healthz and /readyz answer on -health-addr, their
+// own port, in plain HTTP as the kubelet probes them; /readyz once the
+// hooks are served with the certificate, and both stop with serve.
+func TestHealthEndpoints(t *testing.T) {
+	dir := t.TempDir()
+	testcerts.Write(t, dir)
+	health := "127.0.0.1:" + strconv.Itoa(testcerts.FreePort(t))
 	o, err := parseFlags([]string{"-host", "127.0.0.1", "-port", strconv.Itoa(testcerts.FreePort(t)), "-cert-dir", dir,
-		"-no-update-machine", "-metrics-bind-address", taken.Addr().String()}, &bytes.Buffer{})
+		"-no-update-machine", "-metrics-bind-address", "0", "-health-addr", health}, &bytes.Buffer{})
 	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- serve(t.Context(), o, deps{scheme: runtime.NewScheme()}) }()
+	go func() { done <- serve(ctx, o, deps{scheme: runtime.NewScheme()}) }()
+	get := func(path string) (int, string) {
+		r, err := http.Get("http://" + health + path)
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer r.Body.Close()
+		b, _ := io.ReadAll(r.Body)
+		return r.StatusCode, string(b)
+	}
+	require.Eventually(t, func() bool { code, _ := get("/readyz"); return code == http.StatusOK }, 30*time.Second, 20*time.Millisecond, "ready once the hooks are served")
+	for path, want := range map[string]string{"/healthz": "ok", "/readyz": "ok", "/readyz/hooks": "ok", "/healthz/ping": "ok"} {
+		code, body := get(path)
+		require.Equal(t, http.StatusOK, code, path)
+		require.Equal(t, want, body, path)
+	}
+	code, _ := get("/metrics")
+	require.Equal(t, http.StatusNotFound, code, "nothing else on the health port")
+	cancel()
 	select {
 	case err := <-done:
-		require.ErrorContains(t, err, "address already in use")
+		require.NoError(t, err)
 	case <-time.After(30 * time.Second):
-		t.Fatal("serve kept running without its metrics server")
+		t.Fatal("serve did not stop")
 	}
+	code, _ = get("/healthz")
+	require.Zero(t, code, "stopped with the extension")
+}
+
+// TestLoggingAndVersionFlags: Kubernetes' logging flags are accepted (and
+// a format that does not exist is a usage error naming the formats), and
+// -version needs no other flag.
+func TestLoggingAndVersionFlags(t *testing.T) {
+	o, err := parseFlags([]string{"-no-update-machine", "-v=4", "--logging-format=json"}, io.Discard)
+	require.NoError(t, err)
+	require.Equal(t, "json", o.logging.Format)
+	require.EqualValues(t, 4, o.logging.Verbosity)
+	require.Contains(t, o.flagValues, "-v=4")
+	_, err = parseFlags([]string{"-no-update-machine", "-logging-format=yaml"}, io.Discard)
+	require.ErrorIs(t, err, errInvalidFlag)
+	require.ErrorContains(t, err, `format: Invalid value: "yaml": Unsupported log format`)
+	var stderr bytes.Buffer
+	require.Equal(t, exitUsage, exitCode(err, &stderr))
+	_, err = parseFlags([]string{"-no-update-machine", "-v=loud"}, io.Discard)
+	require.Equal(t, exitUsage, exitCode(err, io.Discard))
+	o, err = parseFlags([]string{"--version"}, io.Discard)
+	require.NoError(t, err, "no -upgrader-image needed to print the version")
+	require.True(t, o.version)
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -18,6 +19,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -226,6 +228,11 @@ func granted(rules []rbacv1.PolicyRule, r apiRequest) bool {
 // the extension made to the management cluster is compared with the
 // rules: none refused (nothing missing) and every rule used (nothing in
 // excess) but the one the test cannot provoke, which says why it is there.
+// The metrics endpoint is scraped over HTTPS meanwhile, as the Deployment
+// serves it: with the token of a service account bound to the manifest's
+// metrics-reader role (200, the metrics), of one that is not (403), and
+// without a token (401); the token and access reviews it takes are the
+// manifest's one cluster-wide grant, and they are all that grant allows.
 func TestLeastPrivilegeOverHTTPS(t *testing.T) {
 	ctx := t.Context()
 	cl := fake.NewCluster("demo").ControlPlane(1, "v1.36.1").MachineDeployment("md", 1, "v1.35.4")
@@ -235,7 +242,10 @@ func TestLeastPrivilegeOverHTTPS(t *testing.T) {
 	worker := cl.Nodes()[1]
 	require.Equal(t, fake.RoleWorker, worker.Role)
 	grants := deployRBAC(t, admin)
-	require.Empty(t, grants[""], "nothing is granted cluster-wide")
+	require.Equal(t, []rbacv1.PolicyRule{
+		{APIGroups: []string{"authentication.k8s.io"}, Resources: []string{"tokenreviews"}, Verbs: []string{"create"}},
+		{APIGroups: []string{"authorization.k8s.io"}, Resources: []string{"subjectaccessreviews"}, Verbs: []string{"create"}},
+	}, grants[""], "nothing is granted cluster-wide but the metrics scrapers' reviews")
 	require.Contains(t, grants, "default", "the clusters' namespace")
 
 	// CAPI's kubeconfig secret for the cluster, and secrets the extension
@@ -298,13 +308,15 @@ func TestLeastPrivilegeOverHTTPS(t *testing.T) {
 	dir := t.TempDir()
 	pool := testcerts.Write(t, dir)
 	port := testcerts.FreePort(t)
-	o, err := parseFlags([]string{"-host", "127.0.0.1", "-port", strconv.Itoa(port), "-cert-dir", dir, "-metrics-bind-address", "0",
+	metricsAddr := "127.0.0.1:" + strconv.Itoa(testcerts.FreePort(t))
+	o, err := parseFlags([]string{"-host", "127.0.0.1", "-port", strconv.Itoa(port), "-cert-dir", dir, "-metrics-bind-address", metricsAddr, "-health-addr", "0",
 		"-upgrader-image", "registry.example/upgrader:v1.36.1@" + testDigest, "-allow-unverified-bundles", "-skip-steps", "containerd,cni-plugins", "-retry-after", "1"}, &bytes.Buffer{})
 	require.NoError(t, err)
+	require.True(t, o.metricsSecure, "as the Deployment serves them")
 	serveCtx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- serve(serveCtx, o, deps{mgmt: mgmt, scheme: env.Scheme, recorder: broadcaster.NewRecorder(env.Scheme, "upgradekit-inplace-extension")})
+		done <- serve(serveCtx, o, deps{mgmt: mgmt, cfg: sa, scheme: env.Scheme, recorder: broadcaster.NewRecorder(env.Scheme, "upgradekit-inplace-extension")})
 	}()
 	t.Cleanup(func() {
 		cancel()
@@ -474,6 +486,12 @@ func TestLeastPrivilegeOverHTTPS(t *testing.T) {
 		return slices.ContainsFunc(log.all(), func(r apiRequest) bool { return r.resource == "events" && r.verb == "create" })
 	}, 30*time.Second, 100*time.Millisecond)
 
+	// Scrapes of the metrics: Prometheus's service account bound to the
+	// manifest's metrics-reader role, another one not bound, no token.
+	applyMetricsReader(t, admin)
+	scrapeStatus := scrapeMetrics(t, env.Config, metricsAddr)
+	require.Equal(t, map[string]int{"reader": http.StatusOK, "not a reader": http.StatusForbidden, "anonymous": http.StatusUnauthorized}, scrapeStatus)
+
 	// Every request: allowed (nothing missing), and each rule was needed.
 	used := map[string]bool{}
 	for _, r := range log.all()[probes:] {
@@ -536,4 +554,72 @@ func probeEvent(ns string) *eventsv1.Event {
 	return &eventsv1.Event{ObjectMeta: metav1.ObjectMeta{Namespace: ns, GenerateName: "probe-"}, EventTime: metav1.NowMicro(),
 		ReportingController: "upgradekit-inplace-extension", ReportingInstance: "probe", Action: "Probe", Reason: "Probe", Type: corev1.EventTypeNormal,
 		Regarding: corev1.ObjectReference{APIVersion: clusterv1.GroupVersion.String(), Kind: "Machine", Namespace: ns, Name: "m"}}
+}
+
+// applyMetricsReader binds the manifest's metrics-reader ClusterRole to a
+// "prometheus" service account of namespace monitoring, as the README
+// tells a Prometheus operator to.
+func applyMetricsReader(t *testing.T, admin client.Client) {
+	t.Helper()
+	ctx := t.Context()
+	var reader *rbacv1.ClusterRole
+	for _, obj := range deployManifests(t) {
+		if obj.GetKind() == "ClusterRole" && obj.GetName() == "upgradekit-extension-metrics-reader" {
+			reader = &rbacv1.ClusterRole{}
+			require.NoError(t, runtime.DefaultUnstructuredConverter.FromUnstructured(obj.Object, reader))
+		}
+	}
+	require.NotNil(t, reader, "deploy/extension.yaml has the metrics-reader ClusterRole")
+	require.NoError(t, admin.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "monitoring"}}))
+	for _, name := range []string{"prometheus", "nosy"} {
+		require.NoError(t, admin.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: "monitoring", Name: name}}))
+	}
+	require.NoError(t, admin.Create(ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "prometheus-upgradekit-metrics"},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: reader.Name},
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: "monitoring", Name: "prometheus"}}}))
+}
+
+// scrapeMetrics gets https://addr/metrics (its self-signed certificate
+// not verified, as a Prometheus scrape config with insecure_skip_verify
+// does) with monitoring/prometheus's token, monitoring/nosy's and none,
+// (tokens requested with the admin's config) and returns the answers'
+// status codes. The reader's answer must be the extension's metrics.
+func scrapeMetrics(t *testing.T, adminCfg *rest.Config, addr string) map[string]int {
+	t.Helper()
+	ctx := t.Context()
+	adminCS, err := kubernetes.NewForConfig(adminCfg)
+	require.NoError(t, err)
+	token := func(sa string) string {
+		tr, err := adminCS.CoreV1().ServiceAccounts("monitoring").CreateToken(ctx, sa, &authenticationv1.TokenRequest{}, metav1.CreateOptions{})
+		require.NoError(t, err)
+		return tr.Status.Token
+	}
+	hc := &http.Client{Timeout: 60 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS12}}} //nolint:gosec // the metrics server's certificate is self-signed
+	get := func(bearer string) (int, string, error) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+addr+"/metrics", nil)
+		require.NoError(t, err)
+		if bearer != "" {
+			req.Header.Set("Authorization", "Bearer "+bearer)
+		}
+		r, err := hc.Do(req)
+		if err != nil {
+			return 0, "", err
+		}
+		defer r.Body.Close()
+		b, err := io.ReadAll(r.Body)
+		return r.StatusCode, string(b), err
+	}
+	require.Eventually(t, func() bool { _, _, err := get(""); return err == nil }, 30*time.Second, 50*time.Millisecond, "the metrics server answers")
+	status := map[string]int{}
+	for who, bearer := range map[string]string{"reader": token("prometheus"), "not a reader": token("nosy"), "anonymous": ""} {
+		code, body, err := get(bearer)
+		require.NoError(t, err, who)
+		status[who] = code
+		if code == http.StatusOK {
+			// controller-runtime's registry, shared by the tests of the
+			// package: the count is at least this test's one.
+			require.Regexp(t, `(?m)^`+capi.MetricDecisions+`\{hook="CanUpdateMachine",outcome="accept"\} [1-9]`, body, "the extension's metrics")
+		}
+	}
+	return status
 }

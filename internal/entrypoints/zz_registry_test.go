@@ -276,6 +276,7 @@ var registry = map[string]reflect.Value{
 	"extensionserver.Server.Metrics":             reflect.ValueOf((*extensionserver.Server).Metrics),
 	"extensionserver.Server.PlanConfig":          reflect.ValueOf((*extensionserver.Server).PlanConfig),
 	"extensionserver.Server.PodOptions":          reflect.ValueOf((*extensionserver.Server).PodOptions),
+	"extensionserver.Server.StartedChecker":      reflect.ValueOf((*extensionserver.Server).StartedChecker),
 	"extensionserver.SkippableSteps":             reflect.ValueOf(extensionserver.SkippableSteps),
 	"extensionserver.Validate":                   reflect.ValueOf(extensionserver.Validate),
 	"extensionserver.WithBundleChecksums":        reflect.ValueOf(extensionserver.WithBundleChecksums),

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"io"
 	"log"
 	"net"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"sigs.k8s.io/controller-runtime/pkg/certwatcher"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 )
 
@@ -35,6 +37,8 @@ type hookServer struct {
 	certDir string
 	tlsOpts []func(*tls.Config)
 	log     logr.Logger
+	// listening is set to the listener's address while it serves.
+	listening *atomic.Pointer[string]
 }
 
 // Start serves the hooks until ctx ends.
@@ -64,6 +68,11 @@ func (s *hookServer) Start(ctx context.Context) error {
 	ln, err := tls.Listen("tcp", net.JoinHostPort(s.host, strconv.Itoa(s.port)), cfg)
 	if err != nil {
 		return err
+	}
+	if s.listening != nil {
+		addr := ln.Addr().String()
+		s.listening.Store(&addr)
+		defer s.listening.Store(nil)
 	}
 	srv := s.limits.server(ctx, s.limits.handler(s.WebhookMux()))
 	stopped := make(chan struct{})
@@ -188,4 +197,36 @@ func (w *limitedWriter) Write(p []byte) (int, error) {
 		w.WriteHeader(http.StatusOK)
 	}
 	return w.ResponseWriter.Write(p)
+}
+
+// StartedChecker reports whether Start serves the hooks: nil once the
+// server listens and completes a TLS handshake with its serving
+// certificate (read from the certificate directory), an error before that,
+// after Start returned, or while the certificate cannot be served. It is a
+// controller-runtime healthz.Checker, for a readiness endpoint (/readyz),
+// as controller-runtime's webhook server's StartedChecker is for a
+// manager's. The check connects to the server itself; it does not verify
+// the certificate's names or issuer, which are the clients' business.
+func (s *Server) StartedChecker() healthz.Checker {
+	return func(req *http.Request) error {
+		addr := s.listening.Load()
+		if addr == nil {
+			return errors.New("the hook server is not serving")
+		}
+		host, port, err := net.SplitHostPort(*addr)
+		if err != nil {
+			return err
+		}
+		if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
+			host = "" // listening on every address: dial the local system
+		}
+		d := &tls.Dialer{NetDialer: &net.Dialer{Timeout: 10 * time.Second},
+			// Only the handshake is checked: that a certificate is served.
+			Config: &tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS12}} //nolint:gosec // a self-check of the handshake, not a client
+		conn, err := d.DialContext(req.Context(), "tcp", net.JoinHostPort(host, port))
+		if err != nil {
+			return fmt.Errorf("the hook server does not complete a TLS handshake: %w", err)
+		}
+		return conn.Close()
+	}
 }

@@ -9,6 +9,7 @@ import (
 	"path"
 	"slices"
 	"strings"
+	"sync/atomic"
 
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	runtimecatalog "sigs.k8s.io/cluster-api/api/runtime/catalog"
@@ -50,6 +51,9 @@ type Server struct {
 	cfg       config
 	handlers  []server.ExtensionHandler
 	extension *capi.Extension
+	// listening is the address the hooks are served on while Start
+	// serves them (nil before and after).
+	listening atomic.Pointer[string]
 }
 
 // New builds the extension. mgmt reads the management cluster: the
@@ -460,7 +464,7 @@ func (s *Server) Start(ctx context.Context) error {
 	// Cluster API's server registers the handlers on the embedded
 	// controller-runtime server and starts it: ours serves its mux with
 	// our limits.
-	srv.Server = &hookServer{Server: srv.Server, limits: s.cfg.limits, host: s.cfg.host, port: s.cfg.port, certDir: s.cfg.certDir, tlsOpts: tlsOpts, log: s.cfg.log}
+	srv.Server = &hookServer{Server: srv.Server, limits: s.cfg.limits, host: s.cfg.host, port: s.cfg.port, certDir: s.cfg.certDir, tlsOpts: tlsOpts, log: s.cfg.log, listening: &s.listening}
 	for _, h := range s.handlers {
 		if err := srv.AddExtensionHandler(h); err != nil {
 			return fmt.Errorf("handler %s: %w", h.Name, err)
