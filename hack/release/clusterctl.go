@@ -192,12 +192,12 @@ func clusterctlComponents(dir string) ([]byte, []string, error) {
 			meta["name"] = nsVar
 		case "Deployment":
 			if err := setDeployment(m, found); err != nil {
-				return nil, nil, fmt.Errorf("Deployment %s: %w", name, err)
+				return nil, nil, fmt.Errorf("the Deployment %s: %w", name, err)
 			}
 		case "ExtensionConfig":
 			svc, ok := dig(m, "spec", "clientConfig", "service")
 			if !ok {
-				return nil, nil, fmt.Errorf("ExtensionConfig %s: no spec.clientConfig.service", name)
+				return nil, nil, fmt.Errorf("the ExtensionConfig %s has no spec.clientConfig.service", name)
 			}
 			svc["namespace"] = nsVar
 			if ann, ok := meta["annotations"].(map[string]any); ok {
