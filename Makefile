@@ -19,7 +19,7 @@ SHIPPED_GOTOOLCHAIN ?= go1.27.3
 SHIPPED := examples/upgrader examples/inplace-extension
 BIN ?= bin
 
-.PHONY: test unit e2e e2e-node node-assets upgrader-staging lint bench fuzz-smoke envtest-assets capi-inplace-oracle capi-managers demo binaries vulndb vulncheck
+.PHONY: test unit e2e e2e-node node-assets upgrader-staging lint bench fuzz-smoke envtest-assets capi-inplace-oracle capi-managers clusterctl demo binaries vulndb vulncheck
 
 # The Kubernetes versions the real-node scenarios (fake/nodetest) run: the
 # newest minor Cluster API v1.14 supports and the next.
@@ -42,27 +42,33 @@ capi-inplace-oracle:
 capi-managers:
 	@hack/capi-managers.sh
 
+## clusterctl: build (once per CAPI version, then cached) CAPI's clusterctl and a local repository of CAPI's providers.
+clusterctl:
+	@hack/clusterctl.sh
+
 ## test: the whole suite with the race detector, against a real kube-apiserver + etcd,
-## CAPI's own in-place comparison (hack/capi-inplace-oracle.sh) and CAPI's own
-## managers (hack/capi-managers.sh).
+## CAPI's own in-place comparison (hack/capi-inplace-oracle.sh), CAPI's own
+## managers (hack/capi-managers.sh) and CAPI's clusterctl (hack/clusterctl.sh).
 test:
 	@assets="$$(hack/envtest-assets.sh)"; \
 	oracle="$$(hack/capi-inplace-oracle.sh)"; \
 	managers="$$(hack/capi-managers.sh)"; \
+	clusterctl="$$(hack/clusterctl.sh)"; \
 	for m in $(MODULES); do \
 	  echo "== go test -race $$m/..."; \
-	  (cd "$$m" && KUBEBUILDER_ASSETS="$$assets" UPGRADEKIT_CAPI_ORACLE="$$oracle" UPGRADEKIT_CAPI_MANAGERS="$$managers" go test -race -count=1 -timeout 30m ./...); \
+	  (cd "$$m" && KUBEBUILDER_ASSETS="$$assets" UPGRADEKIT_CAPI_ORACLE="$$oracle" UPGRADEKIT_CAPI_MANAGERS="$$managers" UPGRADEKIT_CLUSTERCTL="$$clusterctl" go test -race -count=1 -timeout 30m ./...); \
 	done
 
 ## e2e: only the scenarios Cluster API's own controllers drive (fake/capitest and
-## examples/inplace-extension's TestClusterAPI*), with their wall times; they are
-## part of `make test` too.
+## examples/inplace-extension's TestClusterAPI*) and its clusterctl installs
+## (TestClusterctl*), with their wall times; they are part of `make test` too.
 e2e:
 	@assets="$$(hack/envtest-assets.sh)"; \
 	managers="$$(hack/capi-managers.sh)"; \
+	clusterctl="$$(hack/clusterctl.sh)"; \
 	log="$$(mktemp)"; rc=0; \
-	KUBEBUILDER_ASSETS="$$assets" UPGRADEKIT_CAPI_MANAGERS="$$managers" \
-	  go test -race -count=1 -v -run 'ClusterAPI|Managers' ./fake/capitest/ ./examples/inplace-extension/ >"$$log" 2>&1 || rc=$$?; \
+	KUBEBUILDER_ASSETS="$$assets" UPGRADEKIT_CAPI_MANAGERS="$$managers" UPGRADEKIT_CLUSTERCTL="$$clusterctl" \
+	  go test -race -count=1 -v -run 'ClusterAPI|Managers|Clusterctl' ./fake/capitest/ ./examples/inplace-extension/ >"$$log" 2>&1 || rc=$$?; \
 	grep -E '^(--- |ok|FAIL)|(in|machines [a-z]+ in) [0-9.]+m?s$$' "$$log" || true; \
 	if [[ $$rc -ne 0 ]]; then tail -n 200 "$$log"; fi; \
 	rm -f "$$log"; exit $$rc

@@ -7,7 +7,7 @@
 # command ignores a dependency's replace directives, so consumers resolve
 # the required version from their proxy).
 #
-#   hack/release.sh [-proxy DIR] [-no-tag] VERSION
+#   hack/release.sh [-proxy DIR] [-clusterctl DIR] [-no-tag] VERSION
 #
 # Steps: check VERSION (vX.Y.Z or vX.Y.Z-pre) and that the work tree is
 # clean; set the nested requires (a commit "release VERSION" when they
@@ -15,15 +15,21 @@
 # -no-tag). With -proxy DIR it also writes a file-based Go module proxy of
 # the released modules (GOPROXY=file://DIR), built by hack/release from the
 # tagged commit: what the release test installs into a consumer module.
+# With -clusterctl DIR it also writes the in-place extension's clusterctl
+# repository files (hack/release clusterctl), generated from its kustomize
+# base at the tagged commit:
+# DIR/runtime-extension-upgradekit/VERSION/{metadata.yaml,runtime-extension-components.yaml},
+# a local clusterctl repository and the two files to attach to the release.
 # Pushing the commit and the tags is left to the person releasing.
 set -euo pipefail
 
-usage() { echo "usage: hack/release.sh [-proxy DIR] [-no-tag] VERSION" >&2; exit 2; }
-proxy="" tag=1
+usage() { echo "usage: hack/release.sh [-proxy DIR] [-clusterctl DIR] [-no-tag] VERSION" >&2; exit 2; }
+proxy="" clusterctl="" tag=1
 while [[ $# -gt 0 ]]; do
   case "$1" in
-    -h|--help) echo "usage: hack/release.sh [-proxy DIR] [-no-tag] VERSION"; exit 0 ;;
+    -h|--help) echo "usage: hack/release.sh [-proxy DIR] [-clusterctl DIR] [-no-tag] VERSION"; exit 0 ;;
     -proxy) [[ $# -ge 2 ]] || usage; proxy="$2"; shift 2 ;;
+    -clusterctl) [[ $# -ge 2 ]] || usage; clusterctl="$2"; shift 2 ;;
     -no-tag) tag=0; shift ;;
     -*) echo "release: unknown flag $1" >&2; usage ;;
     *) break ;;
@@ -88,4 +94,11 @@ if [[ -n "$proxy" ]]; then
   done
   (cd hack/release && GOWORK=off go run . -repo "$root" -rev HEAD -version "$version" -out "$proxy" "${mods[@]}")
   echo "release: wrote GOPROXY=file://$proxy for ${mods[*]}" >&2
+fi
+
+if [[ -n "$clusterctl" ]]; then
+  mkdir -p "$clusterctl"
+  clusterctl=$(cd "$clusterctl" && pwd)
+  (cd hack/release && GOWORK=off go run . clusterctl -repo "$root" -version "$version" -out "$clusterctl")
+  echo "release: wrote the clusterctl repository files to $clusterctl/runtime-extension-upgradekit/$version" >&2
 fi

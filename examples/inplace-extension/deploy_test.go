@@ -83,7 +83,7 @@ func TestDeployManifestsApply(t *testing.T) {
 	require.NotEmpty(t, c.Resources.Requests)
 	require.NotNil(t, deploy.Spec.Template.Spec.SecurityContext.RunAsUser)
 	require.NotZero(t, *deploy.Spec.Template.Spec.SecurityContext.RunAsUser)
-	o, err := parseFlags(c.Args, io.Discard)
+	o, err := parseFlags(containerArgs(c), io.Discard)
 	require.NoError(t, err)
 	ports := map[string]int32{}
 	for _, p := range c.Ports {
@@ -215,7 +215,7 @@ func TestDeployArgsParse(t *testing.T) {
 		}
 		require.NoError(t, runtime.DefaultUnstructuredConverter.FromUnstructured(obj.Object, &d))
 		require.Len(t, d.Spec.Template.Spec.Containers, 1)
-		args = d.Spec.Template.Spec.Containers[0].Args
+		args = containerArgs(d.Spec.Template.Spec.Containers[0])
 	}
 	require.NotEmpty(t, args, "deploy/extension.yaml has a Deployment with args")
 	o, err := parseFlags(args, io.Discard)
@@ -256,7 +256,7 @@ func TestDeployFlagsMatchTheBundle(t *testing.T) {
 		if obj.GetKind() == "Deployment" {
 			var d appsv1.Deployment
 			require.NoError(t, runtime.DefaultUnstructuredConverter.FromUnstructured(obj.Object, &d))
-			args = d.Spec.Template.Spec.Containers[0].Args
+			args = containerArgs(d.Spec.Template.Spec.Containers[0])
 		}
 	}
 	o, err := parseFlags(args, io.Discard)

@@ -49,11 +49,18 @@ images:
   newName: registry.mycorp/upgradekit-inplace-extension
   digest: sha256:1111111111111111111111111111111111111111111111111111111111111111
 patches:
-- target: {kind: Deployment, name: upgradekit-extension}
-  patch: |-
-    - op: replace
-      path: /spec/template/spec/containers/0/args/1
-      value: -upgrader-image=registry.mycorp/upgradekit-upgrader@sha256:2222222222222222222222222222222222222222222222222222222222222222
+- patch: |-
+    apiVersion: apps/v1
+    kind: Deployment
+    metadata: {name: upgradekit-extension, namespace: upgradekit-system}
+    spec:
+      template:
+        spec:
+          containers:
+          - name: extension
+            env:
+            - name: UPGRADER_IMAGE
+              value: registry.mycorp/upgradekit-upgrader@sha256:2222222222222222222222222222222222222222222222222222222222222222
 configMapGenerator:
 - name: upgradekit-bundle-checksums
   namespace: upgradekit-system
@@ -77,10 +84,10 @@ configMapGenerator:
 	}
 	c := dep.Spec.Template.Spec.Containers[0]
 	require.Equal(t, "registry.mycorp/upgradekit-inplace-extension@sha256:1111111111111111111111111111111111111111111111111111111111111111", c.Image)
-	o, err := parseFlags(c.Args, io.Discard)
+	o, err := parseFlags(containerArgs(c), io.Discard)
 	require.NoError(t, err, "the overlay's args parse")
 	require.Equal(t, "registry.mycorp/upgradekit-upgrader@sha256:2222222222222222222222222222222222222222222222222222222222222222", o.upgraderImage,
-		"args[1] is -upgrader-image, which the overlay example replaces")
+		"the env UPGRADER_IMAGE, which the overlay example sets by name, is -upgrader-image")
 	// The generated ConfigMap (its name has kustomize's hash suffix) is
 	// the one the Deployment mounts where -bundle-checksums-dir reads.
 	require.True(t, strings.HasPrefix(sums.Name, "upgradekit-bundle-checksums-"), sums.Name)

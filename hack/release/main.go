@@ -11,6 +11,14 @@
 //
 // Each MODULE is a module path, optionally with the subdirectory it lives
 // in ("github.com/upgradekit/upgradekit/amiselect/aws=amiselect/aws").
+//
+//	release clusterctl -repo DIR -version vX.Y.Z -out REPODIR
+//
+// writes the in-place extension's clusterctl repository files for the
+// version instead (runClusterctl): metadata.yaml and
+// runtime-extension-components.yaml, generated from the extension's
+// kustomize base.
+//
 // Exit codes: 0 written, 1 error, 2 usage.
 package main
 
@@ -34,6 +42,9 @@ import (
 func main() { os.Exit(run(os.Args[1:], os.Stderr)) }
 
 func run(args []string, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "clusterctl" {
+		return runClusterctl(args[1:], stderr)
+	}
 	fs := flag.NewFlagSet("release", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	repo := fs.String("repo", ".", "repository root")

@@ -32,7 +32,13 @@ func TestConsumerGetsTheRelease(t *testing.T) {
 	// later run test an earlier run's release.
 	version := fmt.Sprintf("v0.1.0-releasetest.%d", time.Now().UnixNano())
 	proxy := filepath.Join(tmp, "proxy")
-	sh(t, clone, nil, "hack/release.sh", "-proxy", proxy, version)
+	ccRepo := filepath.Join(tmp, "clusterctl")
+	sh(t, clone, nil, "hack/release.sh", "-proxy", proxy, "-clusterctl", ccRepo, version)
+	for _, f := range []string{"metadata.yaml", "runtime-extension-components.yaml"} {
+		if _, err := os.Stat(filepath.Join(ccRepo, "runtime-extension-upgradekit", version, f)); err != nil {
+			t.Fatalf("hack/release.sh -clusterctl: %v", err)
+		}
+	}
 
 	tags := sh(t, clone, nil, "git", "tag", "--points-at", "HEAD")
 	for _, want := range []string{version, "amiselect/aws/" + version, "karpenter/" + version, "examples/drift-explain/" + version} {
