@@ -89,6 +89,10 @@ func TestEveryExampleFollowsTheConvention(t *testing.T) {
 		{"inplace-extension", []string{"-upgrader-image", "x@sha256:" + strings.Repeat("a", 64), "-allow-unverified-bundles"}, []string{"KUBECONFIG=", "HOME=" + t.TempDir()}, 1, "management cluster config", "", "stacktrace"},
 		{"inplace-extension", []string{"-upgrader-image", "x:v1", "-allow-unverified-bundles"}, nil, 2, "is not pinned by digest", "", ""},
 		{"preview", []string{"-cluster", "demo"}, []string{"KUBECONFIG=", "HOME=" + t.TempDir()}, 1, "management cluster config", "", "stacktrace"},
+
+		// An empty result is not an error (kubectl get's "No resources found").
+		{"upgrader", []string{"status", "-journal-dir", t.TempDir()}, nil, 0, "No journals found in", "", ""},
+		{"upgrader", []string{"status", "-o", "json", "-journal-dir", t.TempDir()}, nil, 0, "No journals found in", "", ""},
 	} {
 		t.Run(tc.name+" "+strings.Join(tc.args, " "), func(t *testing.T) {
 			cmd := exec.CommandContext(t.Context(), filepath.Join(bin, tc.name), tc.args...)

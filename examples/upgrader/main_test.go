@@ -303,7 +303,7 @@ func TestUsage(t *testing.T) {
 		{"journal file and plan names", nil, []string{"status", "-journal", "f", "demo"}, exitUsage, "-journal names one file"},
 		{"plan name with a slash", nil, []string{"status", "../etc"}, exitUsage, "invalid plan: name: invalid name: \"../etc\""},
 		{"status of an unknown plan", nil, []string{"status", "-journal-dir", journal, "nope"}, exitError, "no journal"},
-		{"status of an empty directory", nil, []string{"status", "-journal-dir", t.TempDir()}, exitError, "no journals in"},
+		{"status of a missing directory", nil, []string{"status", "-journal-dir", filepath.Join(t.TempDir(), "nope")}, exitError, "no such file or directory"},
 		{"reset without plan", nil, []string{"reset"}, exitUsage, "name the plans"},
 	}
 	for _, tt := range tests {

@@ -58,6 +58,13 @@ func status(args []string, getenv func(string) string, stdout, stderr io.Writer)
 		fmt.Fprintf(stderr, "upgrader status: %v\n", err)
 		return exitError
 	}
+	if len(paths) == 0 {
+		// An empty result is not an error, as kubectl get's "No
+		// resources found": nothing on stdout (no JSON lines either), a
+		// note on stderr, exit 0.
+		fmt.Fprintf(stderr, "No journals found in %s.\n", journalDir(*dir, getenv))
+		return exitOK
+	}
 	code := exitOK
 	for i, path := range paths {
 		j, err := nodeexec.ReadJournal(path)
@@ -99,11 +106,11 @@ func journalPaths(file, dir string, plans []string) ([]string, error) {
 	if len(paths) > 0 {
 		return paths, nil
 	}
+	// No plans named: every journal of the directory, none when it has
+	// none; a directory that is not there is an error.
 	paths, err := filepath.Glob(filepath.Join(dir, nodeexec.JournalFileName("*")))
 	if err == nil && len(paths) == 0 {
-		if _, err = os.Stat(dir); err == nil {
-			err = fmt.Errorf("no journals in %s", dir)
-		}
+		_, err = os.Stat(dir)
 	}
 	slices.Sort(paths)
 	return paths, err
