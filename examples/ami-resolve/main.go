@@ -30,6 +30,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/upgradekit/upgradekit/amiselect"
+	"github.com/upgradekit/upgradekit/internal/buildinfo"
 )
 
 // Exit codes, as in every example (examples/README.md): 0 resolved (or
@@ -77,6 +78,7 @@ func exitCode(err error, stderr io.Writer) int {
 }
 
 type options struct {
+	version                bool // -version: print it, resolve nothing
 	kubernetesVersion      string
 	minAge                 time.Duration
 	now                    time.Time
@@ -99,11 +101,15 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.pin, "pin", "", "stored resolution record (JSON): choose only images it chose")
 	fs.StringVar(&o.record, "record", "", "write the resolution record (JSON) to this file")
 	fs.StringVar(&o.previous, "previous", "", "earlier resolution record (JSON): print what would change")
+	fs.BoolVar(&o.version, "version", false, "print the version and exit")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return o, err
 		}
 		return o, usageError{err: err, printed: true}
+	}
+	if o.version {
+		return o, nil
 	}
 	if fs.NArg() != 2 {
 		return o, usageError{err: fmt.Errorf("want 2 arguments (TERMS.yaml CATALOG.json), got %d; -h for usage", fs.NArg())}
@@ -148,6 +154,10 @@ func parseAge(s string) (time.Duration, error) {
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	o, err := parseFlags(args, stderr)
 	if err != nil {
+		return err
+	}
+	if o.version {
+		_, err := fmt.Fprintln(stdout, buildinfo.Version("ami-resolve"))
 		return err
 	}
 	terms, family, err := readTerms(o.termsFile)

@@ -90,6 +90,15 @@ func TestEveryExampleFollowsTheConvention(t *testing.T) {
 		{"inplace-extension", []string{"-upgrader-image", "x:v1", "-allow-unverified-bundles"}, nil, 2, "is not pinned by digest", "", ""},
 		{"preview", []string{"-cluster", "demo"}, []string{"KUBECONFIG=", "HOME=" + t.TempDir()}, 1, "management cluster config", "", "stacktrace"},
 
+		// -version (--version too) prints the build's version line and exits 0.
+		{"ami-resolve", []string{"--version"}, nil, 0, "ami-resolve github.com/upgradekit/upgradekit", "", ""},
+		{"drift-explain", []string{"-version"}, nil, 0, "drift-explain github.com/upgradekit/upgradekit", "", ""},
+		{"inplace-extension", []string{"--version"}, nil, 0, "inplace-extension github.com/upgradekit/upgradekit", "", ""},
+		{"simulate", []string{"-version"}, nil, 0, "simulate github.com/upgradekit/upgradekit", "", ""},
+		{"preview", []string{"--version"}, nil, 0, "kubectl-upgradekit github.com/upgradekit/upgradekit", "", ""},
+		{"upgrader", []string{"--version"}, nil, 0, "upgrader github.com/upgradekit/upgradekit", "", ""},
+		{"upgrader", []string{"version"}, nil, 0, "upgrader github.com/upgradekit/upgradekit", "", ""},
+
 		// An empty result is not an error (kubectl get's "No resources found").
 		{"upgrader", []string{"status", "-journal-dir", t.TempDir()}, nil, 0, "No journals found in", "", ""},
 		{"upgrader", []string{"status", "-o", "json", "-journal-dir", t.TempDir()}, nil, 0, "No journals found in", "", ""},

@@ -42,6 +42,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/upgradekit/upgradekit/drift"
+	"github.com/upgradekit/upgradekit/internal/buildinfo"
 )
 
 // Exit codes, as in every example (examples/README.md): 0 nothing
@@ -90,6 +91,7 @@ func exitCode(err error, stderr io.Writer) int {
 }
 
 type options struct {
+	version                             bool // -version: print it, explain nothing
 	prefix, hashVersion, path, proposed string
 	stamp                               bool
 	templateFile, objectsFile           string
@@ -107,6 +109,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		fmt.Fprintln(stderr, "       drift-explain -karpenter -live [-kubeconfig F] [-context C] [flags]")
 		fs.PrintDefaults()
 	}
+	fs.BoolVar(&o.version, "version", false, "print the version and exit")
 	fs.StringVar(&o.prefix, "prefix", "upgradekit.io", "annotation prefix: <prefix>/hash, <prefix>/hash-version, <prefix>/hash-fields")
 	fs.StringVar(&o.hashVersion, "hash-version", "v1", "hash version of the desired stamp; objects stamped with another version need a re-stamp")
 	fs.StringVar(&o.path, "path", "spec.template", "dot path of the desired spec inside TEMPLATE.yaml")
@@ -127,6 +130,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 			return o, err
 		}
 		return o, usageError{err: err, printed: true}
+	}
+	if o.version {
+		return o, nil
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
@@ -165,6 +171,10 @@ type pool struct {
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	o, err := parseFlags(args, stderr)
 	if err != nil {
+		return err
+	}
+	if o.version {
+		_, err := fmt.Fprintln(stdout, buildinfo.Version("drift-explain"))
 		return err
 	}
 	if o.karpenter {

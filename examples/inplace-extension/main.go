@@ -36,7 +36,6 @@ import (
 	"os"
 	"os/signal"
 	"path"
-	"runtime/debug"
 	"strings"
 	"syscall"
 	"time"
@@ -60,6 +59,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/upgradekit/upgradekit/diff"
+	"github.com/upgradekit/upgradekit/internal/buildinfo"
 	"github.com/upgradekit/upgradekit/nodeexec/nodepod"
 	"github.com/upgradekit/upgradekit/strategy"
 	"github.com/upgradekit/upgradekit/strategy/capi"
@@ -612,32 +612,9 @@ func healthServer(addr string, ready healthz.Checker) (func(context.Context) err
 	}, nil
 }
 
-// version is what -version prints: the module's version (a release tag, or
-// "(devel)" for a build from a checkout), the VCS revision the binary was
-// built from (with "+modified" for uncommitted changes) and the Go
-// version, from the build information the go command records.
-func version() string {
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
-		return "inplace-extension (no build information)"
-	}
-	v := "inplace-extension " + bi.Main.Path + " " + bi.Main.Version
-	var rev, modified string
-	for _, s := range bi.Settings {
-		switch s.Key {
-		case "vcs.revision":
-			rev = s.Value
-		case "vcs.modified":
-			if s.Value == "true" {
-				modified = "+modified"
-			}
-		}
-	}
-	if rev != "" {
-		v += " revision " + rev + modified
-	}
-	return v + " " + bi.GoVersion
-}
+// version is what -version prints (internal/buildinfo): the module's
+// version, the VCS revision the binary was built from and the Go version.
+func version() string { return buildinfo.Version("inplace-extension") }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	o, err := parseFlags(args, stderr)

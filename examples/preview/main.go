@@ -43,6 +43,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/upgradekit/upgradekit/diff"
+	"github.com/upgradekit/upgradekit/internal/buildinfo"
 	"github.com/upgradekit/upgradekit/strategy"
 	"github.com/upgradekit/upgradekit/strategy/capi"
 	"github.com/upgradekit/upgradekit/strategy/capi/extensionserver"
@@ -101,6 +102,7 @@ func exitCode(err error, stderr io.Writer) int {
 }
 
 type options struct {
+	version                                               bool // -version: print it, preview nothing
 	cluster, namespace, file, kubeconfig, context, output string
 	categories, upgraderImage, upgraderImages             string
 	extensionConfig                                       string
@@ -128,6 +130,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		fmt.Fprintln(stderr, "exit: 0 in place or unchanged, 1 error, 2 usage, 3 machines replaced, 4 machines blocked")
 		fs.PrintDefaults()
 	}
+	fs.BoolVar(&o.version, "version", false, "print the version and exit")
 	fs.StringVar(&o.cluster, "cluster", "", "name of the Cluster (required)")
 	fs.StringVar(&o.namespace, "n", "default", "namespace of the Cluster")
 	fs.StringVar(&o.namespace, "namespace", "default", "same as -n")
@@ -149,6 +152,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 			return o, err
 		}
 		return o, usageError{err: err, printed: true}
+	}
+	if o.version {
+		return o, nil
 	}
 	switch {
 	case fs.NArg() > 0:
@@ -230,6 +236,10 @@ type deps struct {
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer, d *deps) error {
 	o, err := parseFlags(args, stderr)
 	if err != nil {
+		return err
+	}
+	if o.version {
+		_, err := fmt.Fprintln(stdout, buildinfo.Version("kubectl-upgradekit"))
 		return err
 	}
 	var change []*unstructured.Unstructured

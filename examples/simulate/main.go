@@ -37,6 +37,7 @@ import (
 
 	"github.com/upgradekit/upgradekit/fake"
 	"github.com/upgradekit/upgradekit/fake/timeline"
+	"github.com/upgradekit/upgradekit/internal/buildinfo"
 	"github.com/upgradekit/upgradekit/nodeexec/kubeadm"
 	"github.com/upgradekit/upgradekit/strategy"
 	"github.com/upgradekit/upgradekit/strategy/capi"
@@ -76,6 +77,7 @@ func (e usageError) Error() string { return e.err.Error() }
 func (e usageError) Unwrap() error { return e.err }
 
 type options struct {
+	version       bool // -version: print it, simulate nothing
 	controlPlanes int
 	workers       []pool
 	from, to      string
@@ -115,6 +117,7 @@ func parseArgs(args []string, stderr io.Writer) (o options, printed bool, err er
 	var workers, newImage, faults string
 	fs := flag.NewFlagSet("simulate", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	fs.BoolVar(&o.version, "version", false, "print the version and exit")
 	fs.IntVar(&o.controlPlanes, "control-planes", 3, "control plane machines")
 	fs.StringVar(&workers, "workers", "md-0=5,md-1=5", "machine deployments as name=replicas,...")
 	fs.StringVar(&o.from, "from", "v1.30.4", "Kubernetes version the cluster runs")
@@ -131,6 +134,9 @@ func parseArgs(args []string, stderr io.Writer) (o options, printed bool, err er
 	fs.StringVar(&o.updater, "updater", updaterSimulator, "what updates in-place machines: simulator (the simulator runs the kubeadm plans), capi (a real capi.MachineUpdater called as Cluster API calls the UpdateMachine hook, the simulated kubelets running its upgrader pods)")
 	if err := fs.Parse(args); err != nil {
 		return o, true, err
+	}
+	if o.version {
+		return o, false, nil
 	}
 	if o.updater != updaterSimulator && o.updater != updaterCAPI {
 		return o, false, fmt.Errorf("-updater: unknown %q (%s, %s)", o.updater, updaterSimulator, updaterCAPI)
@@ -228,6 +234,10 @@ func planner(name string) (*strategy.Planner, error) {
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	o, err := parseFlags(args, stderr)
 	if err != nil {
+		return err
+	}
+	if o.version {
+		_, err := fmt.Fprintln(stdout, buildinfo.Version("simulate"))
 		return err
 	}
 	cl := fake.NewCluster("demo").ControlPlane(o.controlPlanes, o.from)

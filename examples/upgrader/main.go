@@ -48,6 +48,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/upgradekit/upgradekit/internal/buildinfo"
 	"github.com/upgradekit/upgradekit/nodeexec"
 )
 
@@ -83,6 +84,7 @@ const usage = `usage:
   upgrader status   [-journal-dir DIR | -journal FILE] [-o text|json] [-tail N] [PLAN...]
   upgrader rollback [-plan FILE] [-direct] [-journal-dir DIR] [flags]
   upgrader reset    [-journal-dir DIR] PLAN...
+  upgrader version
 Run "upgrader COMMAND -h" for a command's flags. The plan and settings
 default to the UPGRADEKIT_* environment the upgrader pod sets.`
 
@@ -112,6 +114,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return reset(args[1:], getenv, stdout, stderr)
 	case "help", "-h", "-help", "--help":
 		fmt.Fprintln(stdout, usage)
+		return exitOK
+	case "version", "-version", "--version":
+		fmt.Fprintln(stdout, buildinfo.Version("upgrader"))
 		return exitOK
 	default:
 		fmt.Fprintf(stderr, "upgrader: unknown command %q\n%s\n", args[0], usage)
