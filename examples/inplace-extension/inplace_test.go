@@ -25,12 +25,13 @@ import (
 // with
 // -no-update-machine only the -in-place categories are accepted.
 func TestAcceptsWhatUpdateMachineApplies(t *testing.T) {
+	mgmt := reachableMgmt(t)
 	canUpdate := func(t *testing.T, args []string, edit func(*bootstrapv1.KubeadmConfig)) runtimehooksv1.CanUpdateMachineResponse {
 		o, err := parseFlags(args, &strings.Builder{})
 		require.NoError(t, err)
 		metrics, err := capi.NewMetrics(prometheus.NewRegistry())
 		require.NoError(t, err)
-		hs := handlers(t, o, deps{metrics: metrics})
+		hs := handlers(t, o, deps{mgmt: mgmt, metrics: metrics})
 		require.NoError(t, err)
 		i := slices.IndexFunc(hs, func(h server.ExtensionHandler) bool { return h.Name == "upgradekit-can-update-machine" })
 		require.GreaterOrEqual(t, i, 0)

@@ -136,6 +136,7 @@ type options struct {
 	createNamespace                       bool
 	drain                                 bool
 	drainTimeout                          time.Duration
+	workloadUnreachable                   time.Duration
 	metricsAddr                           string
 	metricsSecure                         bool
 	healthAddr                            string
@@ -188,6 +189,8 @@ var flagOf = map[string]string{
 	"WithRetryAfter":            "-retry-after",
 	"WithPodOptions":            "upgrader pod",
 	"WithHTTPLimits":            "-max-request-bytes/-max-concurrent-requests/-read-timeout",
+
+	"WithWorkloadUnreachableTimeout": "-workload-unreachable-timeout",
 }
 
 // optionNamesAsFlags rewrites the option names a detail suggests as the
@@ -230,6 +233,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.BoolVar(&o.noUpdate, "no-update-machine", false, "serve only CanUpdateMachine/CanUpdateMachineSet (decide, do not update)")
 	fs.BoolVar(&o.drain, "drain", true, "cordon and drain each node (Eviction API, PDBs respected) before upgrading it, uncordon after")
 	fs.DurationVar(&o.drainTimeout, "drain-timeout", capi.DefaultDrainTimeout, "how long a drain may stay unfinished before UpdateMachine answers Failure naming the blocking PDBs (0: no deadline)")
+	fs.DurationVar(&o.workloadUnreachable, "workload-unreachable-timeout", capi.DefaultWorkloadUnreachableTimeout, "how long UpdateMachine waits for a workload cluster it cannot reach (kubeconfig secret unreadable, API server not answering), counted in the management cluster, before it answers Failure naming why (0: no deadline)")
 	fs.StringVar(&o.windowSchedule, "maintenance-window", "", `start updates only in windows that open at this cron schedule (5 fields, e.g. "0 2 * * *") and last -maintenance-duration, in -maintenance-timezone; outside them UpdateMachine answers in progress and touches nothing`)
 	fs.DurationVar(&o.windowDuration, "maintenance-duration", 3*time.Hour, "how long each maintenance window lasts")
 	fs.StringVar(&o.windowZone, "maintenance-timezone", "UTC", "IANA time zone of -maintenance-window (e.g. Europe/Berlin)")
@@ -482,6 +486,7 @@ func (o options) serverOptions(d deps) []extensionserver.Option {
 		extensionserver.WithIgnorePreflightErrors(o.ignoreChecks...),
 		extensionserver.WithRetryAfter(o.retryAfter),
 		extensionserver.WithDrainTimeout(o.drainTimeout),
+		extensionserver.WithWorkloadUnreachableTimeout(o.workloadUnreachable),
 	)
 	if !o.createNamespace {
 		opts = append(opts, extensionserver.WithoutNamespaceCreation())

@@ -318,7 +318,8 @@ func TestServesTheHooksOverHTTPS(t *testing.T) {
 	// management cluster (the skew check reads nothing for a request that
 	// does not match it).
 	liveMachine := &clusterv1.Machine{ObjectMeta: metav1.ObjectMeta{Name: "m", Namespace: "default"}, Spec: clusterv1.MachineSpec{ClusterName: "demo", Version: "v1.35.4"}}
-	mgmt := fakeclient.NewClientBuilder().WithScheme(mgmtScheme(t)).WithObjects(liveMachine).Build()
+	// Its cluster's kubeconfig secret reaches a real API server.
+	mgmt := reachableMgmt(t, liveMachine)
 
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -381,6 +382,7 @@ func TestServesTheHooksOverHTTPS(t *testing.T) {
 	require.Contains(t, resp.Message, "infrastructure.spec.customImage")
 
 	// UpdateMachine without a kubeconfig secret for the cluster waits.
+	require.NoError(t, mgmt.Delete(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "demo-kubeconfig"}}))
 	var up runtimehooksv1.UpdateMachineResponse
 	m := machine("v1.36.1")
 	m.Spec.ProviderID = "docker:////m"

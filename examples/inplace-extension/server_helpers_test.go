@@ -6,8 +6,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 	"sigs.k8s.io/cluster-api/exp/runtime/server"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	fakeclient "sigs.k8s.io/controller-runtime/pkg/client/fake"
 
+	"github.com/upgradekit/upgradekit/fake/envtest"
 	"github.com/upgradekit/upgradekit/nodeexec/kubeadm"
 	"github.com/upgradekit/upgradekit/nodeexec/nodepod"
 	"github.com/upgradekit/upgradekit/strategy/capi"
@@ -30,6 +32,17 @@ func newServer(t *testing.T, o options, d deps) *extensionserver.Server {
 	s, err := extensionserver.New(d.mgmt, o.serverOptions(d)...)
 	require.NoError(t, err)
 	return s
+}
+
+// reachableMgmt is a fake management cluster holding objs and the
+// kubeconfig secret of cluster default/demo, which reaches a real API
+// server (envtest): a workload cluster CanUpdate* can reach.
+func reachableMgmt(t *testing.T, objs ...client.Object) client.Client {
+	t.Helper()
+	env := envtest.StartForTest(t)
+	kubeconfig, err := env.KubeconfigSecret("default", "demo")
+	require.NoError(t, err)
+	return fakeclient.NewClientBuilder().WithScheme(mgmtScheme(t)).WithObjects(append(objs, kubeconfig)...).Build()
 }
 
 // handlers are the hook handlers the binary serves for o and d.

@@ -17,7 +17,11 @@
 //     kubeadm.CheckUpgrade: no skipped minor, downgrade or major change),
 //     KubeletArgsCheck (always: kubelet extra arguments it can write),
 //     WithUpgraderImages (a bundle for the target version) and WithChecks
-//     (for example ControlPlaneSkewCheck: no worker kubelet newer than its
+//     (for example WorkloadReachableCheck: a cluster whose kubeconfig
+//     secret the extension cannot read, say in a namespace without its
+//     RoleBindings, or whose API server refuses its credentials, is
+//     declined as permanent, while a timeout is a Failure CAPI asks again
+//     about; and ControlPlaneSkewCheck: no worker kubelet newer than its
 //     control plane).
 //     A check's ErrInfeasible declines with the reason; any other error
 //     answers Failure and CAPI asks again;
@@ -72,7 +76,9 @@
 //     and resumes from the host's journal;
 //   - every wait ends: a node gone past WithNodeGoneGrace, an update past
 //     WithUpdateTimeout, a node NotReady past WithNotReadyTimeout, a drain
-//     past WithDrainTimeout are Failures with stable reasons; two Nodes
+//     past WithDrainTimeout, a workload cluster unreachable (no client, no
+//     answer) past WithWorkloadUnreachableTimeout, counted in the
+//     management cluster, are Failures with stable reasons; two Nodes
 //     with one providerID or two Machines on one Node are Failures too;
 //   - upgrader pods are recognised by namespace and record, not labels,
 //     and a pod with the upgrader pod's name is trusted only if it runs

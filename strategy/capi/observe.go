@@ -111,6 +111,13 @@ const (
 	// FailureGateStopped: a gate (WithGates) answered Stop before the
 	// update started; nothing was done to the node.
 	FailureGateStopped = "GateStopped"
+	// FailureWorkloadUnreachable: the workload cluster could not be reached
+	// (no client: its kubeconfig secret unreadable, or its API server not
+	// answering the node lookup) for longer than
+	// WithWorkloadUnreachableTimeout, counted in the management cluster.
+	// Cluster API keeps asking: a later call that reaches the cluster goes
+	// on with the update.
+	FailureWorkloadUnreachable = "WorkloadUnreachable"
 )
 
 // Reasons of the Kubernetes Events MachineUpdater records on the Machine

@@ -135,6 +135,10 @@ type MachineUpdater struct {
 	updateTimeout   time.Duration
 	notReadyTimeout time.Duration
 	mgmt            client.Reader
+	// unreachableSince is when each machine's workload cluster was first
+	// found unreachable in the current run of failed calls (this process).
+	unreachableSince   map[string]time.Time
+	unreachableTimeout time.Duration
 }
 
 // MachineUpdaterOption configures a MachineUpdater.
@@ -247,6 +251,7 @@ func NewMachineUpdater(workload WorkloadClient, opts ...MachineUpdaterOption) (*
 		clock: clock.RealClock{}, lastFailure: map[string]string{},
 		nodeNames: map[string]string{}, missingSince: map[string]time.Time{}, goneChecked: map[string]bool{}, nodeGoneGrace: DefaultNodeGoneGrace,
 		updateTimeout: DefaultUpdateTimeout, notReadyTimeout: DefaultNotReadyTimeout,
+		unreachableSince: map[string]time.Time{}, unreachableTimeout: DefaultWorkloadUnreachableTimeout,
 	}
 	for _, o := range opts {
 		if o != nil {
@@ -270,6 +275,8 @@ func NewMachineUpdater(workload WorkloadClient, opts ...MachineUpdaterOption) (*
 		return nil, fmt.Errorf("%w: update timeout %s, not-ready timeout %s: must not be negative", ErrInvalidOption, u.updateTimeout, u.notReadyTimeout)
 	case u.nodeGoneGrace < 0:
 		return nil, fmt.Errorf("%w: node-gone grace %s: must not be negative", ErrInvalidOption, u.nodeGoneGrace)
+	case u.unreachableTimeout < 0:
+		return nil, fmt.Errorf("%w: workload-unreachable timeout %s: must not be negative", ErrInvalidOption, u.unreachableTimeout)
 	}
 	for i, g := range u.gates {
 		if g == nil {
@@ -567,10 +574,14 @@ func (u *MachineUpdater) updateMachine(ctx context.Context, log logr.Logger, m *
 	cluster := types.NamespacedName{Namespace: m.Namespace, Name: m.Spec.ClusterName}
 	c, err := u.workload(ctx, cluster)
 	if err != nil {
-		return waiting(ReasonPending, "waiting for the workload cluster: %v", err)
+		return u.workloadUnreachable(m, "waiting for the workload cluster", err)
 	}
 	key := m.Namespace + "/" + m.Name
 	node, err := u.findNode(ctx, c, cluster, m.Spec.ProviderID)
+	if err != nil && !errors.Is(err, errNoNode) && !errors.Is(err, errAmbiguousNode) {
+		return u.workloadUnreachable(m, "waiting for the node", err)
+	}
+	u.workloadReached(key)
 	switch {
 	case errors.Is(err, errAmbiguousNode):
 		res = failedAs(FailureAmbiguousNode, "%v: the machine's node cannot be told apart", err)
@@ -584,8 +595,6 @@ func (u *MachineUpdater) updateMachine(ctx context.Context, log logr.Logger, m *
 			return res
 		}
 		return waiting(ReasonPending, "waiting for the node: %v (for %s)", err, missing.Truncate(time.Second))
-	case err != nil:
-		return waiting(ReasonPending, "waiting for the node: %v", err)
 	}
 	u.nodeFound(ctx, c, key)
 	if rec, _ := readUpdateRecord(node); rec != nil && rec.Machine != "" && rec.Machine != key {
@@ -897,6 +906,85 @@ const (
 // update finishes later, the next call answers done.
 func WithUpdateTimeout(d time.Duration) MachineUpdaterOption {
 	return func(u *MachineUpdater) { u.updateTimeout = d }
+}
+
+// DefaultWorkloadUnreachableTimeout bounds how long UpdateMachine waits for a
+// workload cluster it cannot reach (WithWorkloadUnreachableTimeout).
+const DefaultWorkloadUnreachableTimeout = 30 * time.Minute
+
+// WithWorkloadUnreachableTimeout sets how long UpdateMachine may go on
+// answering "in progress" while it cannot reach the machine's workload
+// cluster: no client (its kubeconfig secret cannot be read, is missing or
+// holds no kubeconfig) or no answer from its API server to the node
+// lookup. Past it, it answers Failure (FailureWorkloadUnreachable) with
+// the last error, which names the secret or the server (default
+// DefaultWorkloadUnreachableTimeout; 0: no deadline).
+//
+// WithUpdateTimeout and WithNotReadyTimeout count from times recorded on
+// the Node, which an unreachable cluster does not show; this deadline is
+// counted from the management side instead: from the first call of this
+// process that found the cluster unreachable since it last reached it,
+// and never from before Cluster API started the update (the live
+// Machine's Updating condition turning True, with WithManagementReader),
+// so a failure left over from an earlier update does not count. A call
+// that reaches the cluster resets it. A restarted extension counts
+// afresh, so the Failure comes at most this long after the restart; it
+// is not terminal either: Cluster API keeps calling, and the first call
+// that reaches the cluster goes on with the update.
+func WithWorkloadUnreachableTimeout(d time.Duration) MachineUpdaterOption {
+	return func(u *MachineUpdater) { u.unreachableTimeout = d }
+}
+
+// workloadUnreachable answers a call that could not reach m's workload
+// cluster (err says why): in progress, or Failure once it has been so for
+// longer than the unreachable timeout.
+func (u *MachineUpdater) workloadUnreachable(m *clusterv1.Machine, what string, err error) updateResult {
+	key := m.Namespace + "/" + m.Name
+	now := u.clock.Now()
+	u.mu.Lock()
+	since, ok := u.unreachableSince[key]
+	if !ok {
+		since = now
+		if len(u.unreachableSince) >= maxRememberedFailures {
+			for k := range u.unreachableSince { // forget one: it counts afresh
+				delete(u.unreachableSince, k)
+				break
+			}
+		}
+		u.unreachableSince[key] = now
+	}
+	u.mu.Unlock()
+	if started, ok := updatingSince(m); ok && started.After(since) {
+		since = started
+	}
+	waited := max(now.Sub(since), 0)
+	if u.unreachableTimeout > 0 && waited > u.unreachableTimeout {
+		res := failedAs(FailureWorkloadUnreachable, "%s for %s (deadline %s, counted in the management cluster): %s",
+			what, waited.Truncate(time.Second), u.unreachableTimeout, errtext.Clip(err.Error()))
+		u.reportWithoutNode(m, &res)
+		return res
+	}
+	return waiting(ReasonPending, "%s: %v (for %s)", what, err, waited.Truncate(time.Second))
+}
+
+// workloadReached forgets that the machine's workload cluster was
+// unreachable.
+func (u *MachineUpdater) workloadReached(key string) {
+	u.mu.Lock()
+	delete(u.unreachableSince, key)
+	u.mu.Unlock()
+}
+
+// updatingSince is when Cluster API's Updating condition on m (the live
+// Machine; a request's Machine has no status) last turned True: when it
+// started the in-place update.
+func updatingSince(m *clusterv1.Machine) (time.Time, bool) {
+	for _, c := range m.Status.Conditions {
+		if c.Type == clusterv1.MachineUpdatingCondition && c.Status == metav1.ConditionTrue && !c.LastTransitionTime.IsZero() {
+			return c.LastTransitionTime.Time, true
+		}
+	}
+	return time.Time{}, false
 }
 
 // WithNotReadyTimeout sets how long the node's Ready condition may stay

@@ -3,6 +3,7 @@ package capi
 import (
 	"context"
 	"crypto/sha256"
+	"errors"
 	"fmt"
 	"sync"
 
@@ -15,6 +16,13 @@ import (
 	"sigs.k8s.io/cluster-api/util/secret"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
+
+// ErrKubeconfigUnusable is matched by the errors of KubeconfigSecretClients
+// and KubeconfigSecretClientsets for a <cluster>-kubeconfig secret that
+// exists but holds no usable kubeconfig (no key "value", or a value that
+// is not a kubeconfig): like a secret that cannot be read, it does not
+// pass by itself.
+var ErrKubeconfigUnusable = errors.New("kubeconfig unusable")
 
 // userAgent identifies upgradekit's requests in workload clusters' audit logs.
 const userAgent = "upgradekit"
@@ -74,7 +82,7 @@ func cachedPerCluster[C any](mgmt client.Reader, build func(*rest.Config) (C, er
 		}
 		raw, ok := s.Data[secret.KubeconfigDataName]
 		if !ok {
-			return zero, fmt.Errorf("kubeconfig of cluster %s: secret %s/%s has no key %q", cluster, s.Namespace, s.Name, secret.KubeconfigDataName)
+			return zero, fmt.Errorf("kubeconfig of cluster %s: %w: secret %s/%s has no key %q", cluster, ErrKubeconfigUnusable, s.Namespace, s.Name, secret.KubeconfigDataName)
 		}
 		sum := sha256.Sum256(raw)
 		mu.Lock()
@@ -85,7 +93,7 @@ func cachedPerCluster[C any](mgmt client.Reader, build func(*rest.Config) (C, er
 		}
 		cfg, err := clientcmd.RESTConfigFromKubeConfig(raw)
 		if err != nil {
-			return zero, fmt.Errorf("kubeconfig of cluster %s: secret %s/%s: %w", cluster, s.Namespace, s.Name, err)
+			return zero, fmt.Errorf("kubeconfig of cluster %s: %w: secret %s/%s: %w", cluster, ErrKubeconfigUnusable, s.Namespace, s.Name, err)
 		}
 		cfg.UserAgent = userAgent
 		c, err := build(cfg)

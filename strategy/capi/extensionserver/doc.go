@@ -21,7 +21,10 @@
 //   - CanUpdate* accept only what UpdateMachine applies and verifies: the
 //     Kubernetes version (WithCategories narrows it), the kubelet's extra
 //     arguments, the control plane's static pod configuration and the
-//     KubeadmConfig's inline files; with capi.ControlPlaneSkewCheck, and,
+//     KubeadmConfig's inline files; with capi.WorkloadReachableCheck (a
+//     cluster whose kubeconfig secret the extension cannot read, say in a
+//     namespace without its RoleBindings, is declined: UpdateMachine could
+//     never reach it), capi.ControlPlaneSkewCheck, and,
 //     with WithUpgraderImages, a decline for a version that has no bundle,
 //     and one for a version that has no bundle checksums;
 //   - what runs as root on the nodes is pinned: upgrader images by digest
@@ -39,7 +42,9 @@
 //     (WithStageFrom), with the steps the bundle does not carry left out
 //     (WithSkipSteps), in a namespace it creates with the privileged Pod
 //     Security level when missing, and refuses when it exists without
-//     upgradekit's managed-by label (EnsureNamespace);
+//     upgradekit's managed-by label (EnsureNamespace); a workload cluster
+//     it cannot reach is waited for at most
+//     WithWorkloadUnreachableTimeout, counted in the management cluster;
 //   - with WithGates, UpdateMachine asks gates (a maintenance window, a
 //     concurrency limit across replicas, a soak time, the workloads, the
 //     control plane, a circuit breaker, Prometheus alerts) before it

@@ -107,6 +107,11 @@ func TestEmbedInAManager(t *testing.T) {
 	// has it: the skew check reads it through the manager's client.
 	live := machine("v1.35.4")
 	require.NoError(t, env.Client.Create(ctx, &live))
+	// Its cluster's kubeconfig secret, as Cluster API writes it: without
+	// it the workload cluster is out of reach and the update is declined.
+	kubeconfig, err := env.KubeconfigSecret("default", "demo")
+	require.NoError(t, err)
+	require.NoError(t, env.Client.Create(ctx, kubeconfig))
 	infra := runtime.RawExtension{Raw: []byte(`{"kind":"TestMachine","spec":{"image":"node:v1"}}`)}
 	var can runtimehooksv1.CanUpdateMachineResponse
 	post(runtimehooksv1.CanUpdateMachine, "upgradekit-can-update-machine", &runtimehooksv1.CanUpdateMachineRequest{

@@ -39,6 +39,7 @@ type config struct {
 	extraPodOptions  []nodepod.Option
 	drain            bool
 	drainTimeout     time.Duration
+	unreachable      time.Duration
 	retryAfter       int
 	scheme           *runtime.Scheme
 	recorder         events.EventRecorder
@@ -93,6 +94,7 @@ func defaults() config {
 		stageFrom:       DefaultStageFrom,
 		drain:           true,
 		drainTimeout:    capi.DefaultDrainTimeout,
+		unreachable:     capi.DefaultWorkloadUnreachableTimeout,
 		retryAfter:      DefaultRetryAfter,
 	}
 }
@@ -323,6 +325,16 @@ func WithoutDrain() Option { return func(c *config) { c.drain = false } }
 // UpdateMachine answers Failure naming the blocking PodDisruptionBudgets
 // (default capi.DefaultDrainTimeout; 0: no deadline).
 func WithDrainTimeout(d time.Duration) Option { return func(c *config) { c.drainTimeout = d } }
+
+// WithWorkloadUnreachableTimeout sets how long UpdateMachine answers "in
+// progress" while it cannot reach the machine's workload cluster (its
+// kubeconfig secret unreadable or missing, its API server not answering)
+// before it answers Failure naming why (default
+// capi.DefaultWorkloadUnreachableTimeout; 0: no deadline; see
+// capi.WithWorkloadUnreachableTimeout).
+func WithWorkloadUnreachableTimeout(d time.Duration) Option {
+	return func(c *config) { c.unreachable = d }
+}
 
 // WithRetryAfter sets the seconds Cluster API waits between UpdateMachine
 // calls while a node upgrades (default DefaultRetryAfter; 1 to 86400).

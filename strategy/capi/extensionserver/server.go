@@ -175,6 +175,9 @@ func (c *config) validate() error {
 	if c.drainTimeout < 0 {
 		return invalid("WithDrainTimeout", "%s: must not be negative", c.drainTimeout)
 	}
+	if c.unreachable < 0 {
+		return invalid("WithWorkloadUnreachableTimeout", "%s: must not be negative", c.unreachable)
+	}
 	switch {
 	case c.image != "" && c.images != nil:
 		return invalid("WithUpgraderImage", "and WithUpgraderImages are both set: set one")
@@ -369,7 +372,16 @@ func (s *Server) buildHandlers(mgmt client.Reader) ([]server.ExtensionHandler, e
 	}
 	if mgmt != nil {
 		// No kubelet newer than its control plane: declined, never stranded.
-		checks = append([]capi.Check{capi.ControlPlaneSkewCheck(mgmt)}, checks...)
+		// Before it, a cluster whose kubeconfig secret the extension cannot
+		// read (a namespace without its RoleBindings) or whose API server
+		// refuses it is declined: in place, UpdateMachine could not reach
+		// it. Nothing else about such a cluster can be read anyway. (Only
+		// where this server's UpdateMachine is the one that must reach it.)
+		first := []capi.Check{capi.ControlPlaneSkewCheck(mgmt)}
+		if !c.decideOnly {
+			first = append([]capi.Check{capi.WorkloadReachableCheck(capi.KubeconfigSecretClients(mgmt, c.scheme))}, first...)
+		}
+		checks = append(first, checks...)
 	}
 	if len(checks) > 0 {
 		extOpts = append(extOpts, capi.WithChecks(checks...))
@@ -409,6 +421,7 @@ func (s *Server) buildHandlers(mgmt client.Reader) ([]server.ExtensionHandler, e
 		capi.WithPlanConfig(s.PlanConfig),
 		capi.WithWorkloadClientset(capi.KubeconfigSecretClientsets(mgmt)),
 		capi.WithDrainTimeout(c.drainTimeout),
+		capi.WithWorkloadUnreachableTimeout(c.unreachable),
 		capi.WithUpdaterMetrics(c.metrics),
 		capi.WithUpdaterLogger(c.log),
 		// Every request is checked against the live Machine before

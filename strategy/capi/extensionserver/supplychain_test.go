@@ -19,6 +19,7 @@ import (
 	runtimehooksv1 "sigs.k8s.io/cluster-api/api/runtime/hooks/v1alpha1"
 	fakeclient "sigs.k8s.io/controller-runtime/pkg/client/fake"
 
+	"github.com/upgradekit/upgradekit/fake/envtest"
 	"github.com/upgradekit/upgradekit/nodeexec/kubeadm"
 	"github.com/upgradekit/upgradekit/strategy/capi"
 	"github.com/upgradekit/upgradekit/strategy/capi/extensionserver"
@@ -201,8 +202,7 @@ func TestBundleChecksumsOptions(t *testing.T) {
 // version change to a version that has no bundle checksums (its update
 // could not verify its bundle), and accepts one that has them.
 func TestVersionWithoutChecksumsIsDeclined(t *testing.T) {
-	scheme := runtime.NewScheme()
-	require.NoError(t, clusterv1.AddToScheme(scheme))
+	env := envtest.StartForTest(t)
 	machine := func(v string) clusterv1.Machine {
 		return clusterv1.Machine{ObjectMeta: metav1.ObjectMeta{Name: "m", Namespace: "default"}, Spec: clusterv1.MachineSpec{
 			ClusterName: "demo", Version: v, ProviderID: "test://m",
@@ -211,7 +211,13 @@ func TestVersionWithoutChecksumsIsDeclined(t *testing.T) {
 		}}
 	}
 	live := machine("v1.35.4")
-	mgmt := fakeclient.NewClientBuilder().WithScheme(scheme).WithObjects(&live).Build()
+	require.NoError(t, env.Client.Create(t.Context(), &live))
+	// The cluster's kubeconfig secret: a workload cluster the extension
+	// can reach (WorkloadReachableCheck).
+	kubeconfig, err := env.KubeconfigSecret("default", "demo")
+	require.NoError(t, err)
+	require.NoError(t, env.Client.Create(t.Context(), kubeconfig))
+	mgmt := env.Client
 	s, err := extensionserver.New(mgmt, extensionserver.WithUpgraderImage("r/u@"+digestA),
 		extensionserver.WithBundleChecksums(extensionserver.ChecksumsByVersion{"v1.36.1": kubernetesSums}), noTrees, metrics(t))
 	require.NoError(t, err)

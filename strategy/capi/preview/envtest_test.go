@@ -33,6 +33,16 @@ func startEnv(t testing.TB) *envtest.Env {
 	return envtest.StartForTest(t, envtest.WithCRDs(capitest.InfrastructureCRDs()...))
 }
 
+// kubeconfigFor creates the kubeconfig secret Cluster API writes for the
+// cluster default/name, reaching env: without it the extension cannot reach
+// the workload cluster and declines every change (WorkloadReachableCheck).
+func kubeconfigFor(t testing.TB, env *envtest.Env, name string) {
+	t.Helper()
+	s, err := env.KubeconfigSecret("default", name)
+	require.NoError(t, err)
+	require.NoError(t, env.Client.Create(t.Context(), s))
+}
+
 // The versions of TestReadAndPredictAgainstAPIServer and
 // TestAThousandMachines: the control plane takes Cluster API v1.14's
 // newest supported step, v1.35 -> v1.36, and the workers, a minor behind
@@ -48,6 +58,7 @@ func TestReadAndPredictAgainstAPIServer(t *testing.T) {
 	c, ctx := env.Client, t.Context()
 	require.NoError(t, capitest.ProvisionedCluster{Name: "small", Version: cpFrom, WorkerVersion: workersFrom, ControlPlane: 3, ControlPlaneSurge: 1,
 		Workers: map[string]int{"md-a": 3, "md-b": 2}, Nodes: true}.Create(ctx, c))
+	kubeconfigFor(t, env, "small")
 	srv, err := extensionserver.New(c, extensionserver.AllowMutableUpgraderImages(), extensionserver.WithoutBundleChecksums(), extensionserver.WithUpgraderImage("registry.example/upgrader:any"))
 	require.NoError(t, err)
 
@@ -167,6 +178,7 @@ func TestAThousandMachines(t *testing.T) {
 	start := time.Now()
 	groups := map[string]int{"md-0": 250, "md-1": 250, "md-2": 250, "md-3": 250}
 	require.NoError(t, capitest.ProvisionedCluster{Name: "big", Version: cpFrom, WorkerVersion: workersFrom, ControlPlane: 3, Workers: groups, Nodes: true}.Create(ctx, c))
+	kubeconfigFor(t, env, "big")
 	t.Logf("created 1,003 machines with their KubeadmConfigs, infrastructure machines and Nodes in %s", time.Since(start).Round(time.Millisecond))
 	srv, err := extensionserver.New(c, extensionserver.AllowMutableUpgraderImages(), extensionserver.WithoutBundleChecksums(), extensionserver.WithUpgraderImage("registry.example/upgrader:any"))
 	require.NoError(t, err)
@@ -214,6 +226,7 @@ func TestTopologyVersionAndChecks(t *testing.T) {
 	c, ctx := env.Client, t.Context()
 	require.NoError(t, capitest.ProvisionedCluster{Name: "topo", Version: cpFrom, ControlPlane: 1,
 		Workers: map[string]int{"managed": 2, "own": 1}, Nodes: true}.Create(ctx, c))
+	kubeconfigFor(t, env, "topo")
 	var cluster clusterv1.Cluster
 	require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: "default", Name: "topo"}, &cluster))
 	cluster.Spec.Topology = clusterv1.Topology{ClassRef: clusterv1.ClusterClassRef{Name: "quick-start"}, Version: cpFrom}
