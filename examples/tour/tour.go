@@ -26,17 +26,21 @@ import (
 // README:begin WhatChanged
 
 // WhatChanged prints what differs between the machine we have and the one
-// we want (Machine, bootstrap config, infrastructure machine) and returns
-// the bootstrap config's JSON patch for everything but the machine image:
-// what a CanUpdateMachine answer carries.
-func WhatChanged(current, desired diff.State) ([]byte, error) {
-	cs, err := diff.Machines(current, desired)
+// we want (Machine, bootstrap config, infrastructure machine), compared as
+// Cluster API's in-place check will (diff.InPlaceProposal: the providerID,
+// instance ID and object names a provider gave the running machine are not
+// changes), and returns the changes and the bootstrap config's JSON patch
+// for everything but the machine image: what a CanUpdateMachine answer
+// carries.
+func WhatChanged(current, desired diff.State) (diff.ChangeSet, []byte, error) {
+	cs, err := diff.Machines(current, desired, diff.InPlaceProposal())
 	if err != nil {
-		return nil, err
+		return cs, nil, err
 	}
 	fmt.Println(cs)
 	inPlace := cs.Filter(func(c diff.Change) bool { return c.Category != diff.CategoryImage })
-	return inPlace.JSONPatch(diff.Bootstrap)
+	patch, err := inPlace.JSONPatch(diff.Bootstrap)
+	return cs, patch, err
 }
 
 // README:end
