@@ -95,7 +95,7 @@ func WouldDrift(ctx context.Context, nodes []corev1.Node, template, proposed map
 // currentImageID has drifted.
 func NodeImage(ctx context.Context, source amiselect.ImageSource, currentImageID string) error {
 	res, err := amiselect.Resolve(ctx, source, []amiselect.Term{{Alias: "al2023@latest"}},
-		amiselect.WithKubernetesVersion("1.31"), amiselect.WithMinAge(7*24*time.Hour))
+		amiselect.WithKubernetesVersion("1.36"), amiselect.WithMinAge(7*24*time.Hour))
 	if err != nil {
 		return err
 	}
@@ -114,15 +114,15 @@ func NodeImage(ctx context.Context, source amiselect.ImageSource, currentImageID
 
 // README:begin UpgradeNode
 
-// UpgradeNode prepares a control plane node's upgrade from v1.31.4 to
-// v1.32.0: the kubeadm plan, the privileged upgrader pod that runs it
+// UpgradeNode prepares a control plane node's upgrade from v1.35.4 to
+// v1.36.3: the kubeadm plan, the privileged upgrader pod that runs it
 // through nsenter (image: a bundle with the new binaries under /staging),
 // then cordons the node (recording that we did, so we never uncordon
 // someone else's cordon) and drains it. Create the pod with cs next;
 // nodepod.ReadStatus follows it step by step.
 func UpgradeNode(ctx context.Context, cs kubernetes.Interface, node, image string) (*corev1.Pod, error) {
 	plan, err := kubeadm.NewPlan(kubeadm.Config{Node: node, Role: kubeadm.RoleFirstControlPlane,
-		FromVersion: "v1.31.4", ToVersion: "v1.32.0"})
+		FromVersion: "v1.35.4", ToVersion: "v1.36.3"})
 	if err != nil {
 		return nil, err
 	}

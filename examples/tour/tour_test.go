@@ -126,13 +126,13 @@ func ExampleWouldDrift() {
 // say, in amiselect's catalog format.
 const catalog = `{
   "Images": [
-    {"ImageId": "ami-0aaa", "Name": "amazon-eks-node-al2023-x86_64-standard-1.31-v20250501", "Architecture": "x86_64",
-     "State": "available", "CreationDate": "2025-05-01T00:00:00.000Z", "OwnerId": "602401143452", "ImageOwnerAlias": "amazon"},
-    {"ImageId": "ami-0bbb", "Name": "amazon-eks-node-al2023-x86_64-standard-1.31-v20250520", "Architecture": "x86_64",
-     "State": "available", "CreationDate": "2025-05-20T00:00:00.000Z", "OwnerId": "602401143452", "ImageOwnerAlias": "amazon"}
+    {"ImageId": "ami-0aaa", "Name": "amazon-eks-node-al2023-x86_64-standard-1.36-v20260501", "Architecture": "x86_64",
+     "State": "available", "CreationDate": "2026-05-01T00:00:00.000Z", "OwnerId": "602401143452", "ImageOwnerAlias": "amazon"},
+    {"ImageId": "ami-0bbb", "Name": "amazon-eks-node-al2023-x86_64-standard-1.36-v20260520", "Architecture": "x86_64",
+     "State": "available", "CreationDate": "2026-05-20T00:00:00.000Z", "OwnerId": "602401143452", "ImageOwnerAlias": "amazon"}
   ],
   "Parameters": [
-    {"Name": "/aws/service/eks/optimized-ami/1.31/amazon-linux-2023/x86_64/standard/recommended/image_id", "Value": "ami-0bbb"}
+    {"Name": "/aws/service/eks/optimized-ami/1.36/amazon-linux-2023/x86_64/standard/recommended/image_id", "Value": "ami-0bbb"}
   ]
 }`
 
@@ -147,12 +147,12 @@ func ExampleNodeImage() {
 	}
 	// Output:
 	// a new amd64 node gets ami-0bbb
-	// drifted: true AMIDrift: node runs ami-0aaa, a new amd64 node gets ami-0bbb (amazon-eks-node-al2023-x86_64-standard-1.31-v20250520, created 2025-05-20T00:00:00Z)
+	// drifted: true AMIDrift: node runs ami-0aaa, a new amd64 node gets ami-0bbb (amazon-eks-node-al2023-x86_64-standard-1.36-v20260520, created 2026-05-20T00:00:00Z)
 }
 
 func ExampleUpgradeNode() {
 	cs := k8sfake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "cp-0"}})
-	pod, err := tour.UpgradeNode(context.Background(), cs, "cp-0", "registry.example/upgradekit-upgrader:v1.32.0")
+	pod, err := tour.UpgradeNode(context.Background(), cs, "cp-0", "registry.example/upgradekit-upgrader:v1.36.3")
 	if err != nil {
 		fmt.Println(err)
 		return
