@@ -78,8 +78,8 @@ func Example() {
 	// true
 }
 
-// Run a whole rollout over a fake cluster on a virtual clock: a 1.30 ->
-// 1.31 upgrade of one control plane machine and three workers, in place,
+// Run a whole rollout over a fake cluster on a virtual clock: a 1.35 ->
+// 1.36 upgrade of one control plane machine and three workers, in place,
 // while the upgrader on one worker crashes mid-step (a new runner resumes
 // from the journal) and another worker's kubeadm upgrade keeps failing
 // (its plan rolls back the steps before it, and the node is schedulable

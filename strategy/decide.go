@@ -270,7 +270,7 @@ type UnsuitableDiffError struct {
 
 // Error names the fields and the preset that leaves them out.
 func (e *UnsuitableDiffError) Error() string {
-	return fmt.Sprintf("%v: %s assigned by the provider or Cluster API, never compared by Cluster API; "+
+	return fmt.Sprintf("%v: it compares %s, which the provider or Cluster API assigns to a running machine and Cluster API never compares; "+
 		"diff with diff.InPlaceProposal() (or diff.InPlaceUpdate() for a Cluster API request's objects)",
 		ErrUnsuitableDiff, strings.Join(e.Fields, ", "))
 }

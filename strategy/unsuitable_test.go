@@ -3,6 +3,7 @@ package strategy_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -73,4 +74,33 @@ func TestDecideNamesAnUnsuitableDiff(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, d.Warning)
 	require.Equal(t, strategy.InPlace, d.Outcome, d.Message)
+}
+
+// A running machine (providerID and instance ID filled in) against one
+// built from templates: diffed without a preset, the decision is Replace
+// and its Warning names the fields Cluster API never compares.
+func ExampleUnsuitableDiffError() {
+	running := diff.State{
+		Machine:        &clusterv1.Machine{Spec: clusterv1.MachineSpec{Version: "v1.35.4", ProviderID: "aws:///us-east-1a/i-0abc"}},
+		Infrastructure: map[string]any{"kind": "AWSMachine", "spec": map[string]any{"instanceID": "i-0abc"}},
+	}
+	proposed := diff.State{
+		Machine:        &clusterv1.Machine{Spec: clusterv1.MachineSpec{Version: "v1.36.1"}},
+		Infrastructure: map[string]any{"kind": "AWSMachine", "spec": map[string]any{}},
+	}
+	kubeadm, _ := strategy.ForCategories("kubeadm", strategy.KubeadmCategories()...)
+	decider := strategy.Updaters(kubeadm)
+
+	cs, _ := diff.Machines(running, proposed)
+	d, _ := decider.Decide(context.Background(), cs)
+	fmt.Println(d.Outcome, errors.Is(d.Warning, strategy.ErrUnsuitableDiff))
+	fmt.Println(d.Warning)
+
+	cs, _ = diff.Machines(running, proposed, diff.InPlaceProposal())
+	d, _ = decider.Decide(context.Background(), cs)
+	fmt.Println(d.Outcome, d.Warning)
+	// Output:
+	// Replace true
+	// change set unsuitable for an in-place decision: it compares machine.spec.providerID, infrastructure.spec.instanceID, which the provider or Cluster API assigns to a running machine and Cluster API never compares; diff with diff.InPlaceProposal() (or diff.InPlaceUpdate() for a Cluster API request's objects)
+	// InPlace <nil>
 }
