@@ -250,8 +250,10 @@ type Decision struct {
 	// on: an *UnsuitableDiffError (errors.Is ErrUnsuitableDiff) naming the
 	// changes to fields a provider or Cluster API assigns (diff.AssignedPaths:
 	// providerID, instance IDs, the names of the machine's own objects), which
-	// a diff without a preset reports and Cluster API never counts. The
-	// outcome is then not Cluster API's: diff with diff.InPlaceProposal.
+	// a diff without a preset reports for a machine built from templates and
+	// Cluster API never sees differ (its desired objects carry them over from
+	// the running machine). The outcome is then likely not Cluster API's:
+	// diff with diff.InPlaceProposal.
 	Warning error
 }
 
@@ -270,7 +272,8 @@ type UnsuitableDiffError struct {
 
 // Error names the fields and the preset that leaves them out.
 func (e *UnsuitableDiffError) Error() string {
-	return fmt.Sprintf("%v: it compares %s, which the provider or Cluster API assigns to a running machine and Cluster API never compares; "+
+	return fmt.Sprintf("%v: it compares %s, which a provider or Cluster API assigns to a running machine "+
+		"(Cluster API's own desired objects carry them over, a machine built from templates lacks them); "+
 		"diff with diff.InPlaceProposal() (or diff.InPlaceUpdate() for a Cluster API request's objects)",
 		ErrUnsuitableDiff, strings.Join(e.Fields, ", "))
 }

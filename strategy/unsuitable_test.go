@@ -101,6 +101,6 @@ func ExampleUnsuitableDiffError() {
 	fmt.Println(d.Outcome, d.Warning)
 	// Output:
 	// Replace true
-	// change set unsuitable for an in-place decision: it compares machine.spec.providerID, infrastructure.spec.instanceID, which the provider or Cluster API assigns to a running machine and Cluster API never compares; diff with diff.InPlaceProposal() (or diff.InPlaceUpdate() for a Cluster API request's objects)
+	// change set unsuitable for an in-place decision: it compares machine.spec.providerID, infrastructure.spec.instanceID, which a provider or Cluster API assigns to a running machine (Cluster API's own desired objects carry them over, a machine built from templates lacks them); diff with diff.InPlaceProposal() (or diff.InPlaceUpdate() for a Cluster API request's objects)
 	// InPlace <nil>
 }
