@@ -2,6 +2,7 @@ package envtest_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
@@ -41,4 +42,16 @@ func ExampleStart() {
 	fmt.Println("created", m.Name, "at", m.Spec.Version, "uid set:", m.UID != "")
 	// Not run by go test (an example cannot skip when the binaries are
 	// missing); TestRealAPIServerRoundTrip does the same.
+}
+
+// Without the binaries Start says which are missing and how to build them;
+// StartForTest turns that into a skip (or, with RequireEnvVar set, a
+// failure).
+func ExampleAssetsMissingError() {
+	_, err := envtest.Start(context.Background(), envtest.WithAssetsDir("/nonexistent/envtest-assets"))
+	var missing *envtest.AssetsMissingError
+	if errors.As(err, &missing) {
+		fmt.Println(errors.Is(err, envtest.ErrAssetsMissing), missing.Missing, missing.Source)
+	}
+	// Output: true [kube-apiserver etcd] WithAssetsDir
 }
