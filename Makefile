@@ -49,6 +49,8 @@ clusterctl:
 ## test: the whole suite with the race detector, against a real kube-apiserver + etcd,
 ## CAPI's own in-place comparison (hack/capi-inplace-oracle.sh), CAPI's own
 ## managers (hack/capi-managers.sh) and CAPI's clusterctl (hack/clusterctl.sh).
+## UPGRADEKIT_REQUIRE_ENVTEST=1: a test that needs the API server fails
+## instead of skipping when it cannot have one.
 test:
 	@assets="$$(hack/envtest-assets.sh)"; \
 	oracle="$$(hack/capi-inplace-oracle.sh)"; \
@@ -56,7 +58,7 @@ test:
 	clusterctl="$$(hack/clusterctl.sh)"; \
 	for m in $(MODULES); do \
 	  echo "== go test -race $$m/..."; \
-	  (cd "$$m" && KUBEBUILDER_ASSETS="$$assets" UPGRADEKIT_CAPI_ORACLE="$$oracle" UPGRADEKIT_CAPI_MANAGERS="$$managers" UPGRADEKIT_CLUSTERCTL="$$clusterctl" go test -race -count=1 -timeout 30m ./...); \
+	  (cd "$$m" && KUBEBUILDER_ASSETS="$$assets" UPGRADEKIT_REQUIRE_ENVTEST=1 UPGRADEKIT_CAPI_ORACLE="$$oracle" UPGRADEKIT_CAPI_MANAGERS="$$managers" UPGRADEKIT_CLUSTERCTL="$$clusterctl" go test -race -count=1 -timeout 30m ./...); \
 	done
 
 ## e2e: only the scenarios Cluster API's own controllers drive (fake/capitest and
@@ -67,7 +69,7 @@ e2e:
 	managers="$$(hack/capi-managers.sh)"; \
 	clusterctl="$$(hack/clusterctl.sh)"; \
 	log="$$(mktemp)"; rc=0; \
-	KUBEBUILDER_ASSETS="$$assets" UPGRADEKIT_CAPI_MANAGERS="$$managers" UPGRADEKIT_CLUSTERCTL="$$clusterctl" \
+	KUBEBUILDER_ASSETS="$$assets" UPGRADEKIT_REQUIRE_ENVTEST=1 UPGRADEKIT_CAPI_MANAGERS="$$managers" UPGRADEKIT_CLUSTERCTL="$$clusterctl" \
 	  go test -race -count=1 -v -run 'ClusterAPI|Managers|Clusterctl' ./fake/capitest/ ./examples/inplace-extension/ >"$$log" 2>&1 || rc=$$?; \
 	grep -E '^(--- |ok|FAIL)|(in|machines [a-z]+ in) [0-9.]+m?s$$' "$$log" || true; \
 	if [[ $$rc -ne 0 ]]; then tail -n 200 "$$log"; fi; \
@@ -97,7 +99,8 @@ upgrader-staging:
 e2e-node:
 	@assets=""; for v in $(NODE_VERSIONS); do 	  dir="$$(hack/node-assets.sh "$$v")" || exit 1; assets="$$assets$${assets:+,}$$v=$$dir"; 	done; 	containerd="$$(hack/containerd-assets.sh $(CONTAINERD_VERSION))" || exit 1; 	UPGRADEKIT_NODE_ASSETS="$$assets" UPGRADEKIT_NODE_UPGRADES='$(NODE_UPGRADES)' UPGRADEKIT_CONTAINERD_ASSETS="$$containerd" 	  go test -tags realnode -count=1 -timeout 90m -v -run '$(NODE_RUN)' ./fake/nodetest/
 
-## unit: fast tests only (envtest-backed tests skip explicitly).
+## unit: fast tests only, no build of anything first (tests that need a real kube-apiserver,
+## Cluster API's managers or its in-place comparison skip, saying so).
 unit:
 	@for m in $(MODULES); do (cd "$$m" && UPGRADEKIT_SKIP_ENVTEST=1 go test ./...); done
 

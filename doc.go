@@ -20,6 +20,7 @@
 //   - fake: fake clusters and simulated hosts for tests; fake/envtest starts a
 //     real kube-apiserver + etcd with the CAPI CRDs.
 //
-// README.md has the package map, the two commands (run the demo, run the
-// tests) and a tour; ARCHITECTURE.md draws the package graph.
+// README.md has the first steps (run the demo, the fast tests, the whole
+// suite), the package map and a tour; ARCHITECTURE.md draws the package
+// graph.
 package upgradekit

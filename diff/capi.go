@@ -70,6 +70,43 @@ func InPlaceUpdate() Option {
 	}
 }
 
+// AssignedPaths are the fields Cluster API or a provider fills in for one
+// particular machine once it exists, never a template or a user: the
+// Machine's spec.providerID, the names of its own infrastructure machine
+// and bootstrap config (spec.infrastructureRef.name,
+// spec.bootstrap.configRef.name) and bootstrap data secret, and the
+// infrastructure machine's spec.providerID and spec.instanceID (AWSMachine
+// and others). A running machine has them and a machine you build from
+// templates or a KubeadmControlPlane's spec does not, so a plain diff of
+// the two reports them as changes that Cluster API never acts on: it
+// drops them from the Machine before comparing and dry-runs the desired
+// infrastructure machine onto the live one, which keeps them.
+func AssignedPaths() []string {
+	return []string{
+		"machine.spec.providerID",
+		"machine.spec.infrastructureRef.name",
+		"machine.spec.bootstrap.configRef.name",
+		"machine.spec.bootstrap.dataSecretName",
+		"infrastructure.spec.providerID",
+		"infrastructure.spec.instanceID",
+	}
+}
+
+// IgnoreAssigned ignores AssignedPaths. InPlaceProposal includes it.
+func IgnoreAssigned() Option { return Ignore(AssignedPaths()...) }
+
+// InPlaceProposal compares a running machine with a machine you built
+// yourself (from new templates, a KubeadmControlPlane's new spec, a
+// fixture) as Cluster API's in-place check will: InPlaceUpdate's rules
+// plus IgnoreAssigned, because the desired objects Cluster API sends an
+// in-place extension carry the running machine's provider-assigned fields
+// and yours do not. It is the preset for "can this machine be updated in
+// place, and with which patches?" when desired does not come from a
+// Cluster API request (for a request's objects, InPlaceUpdate is exact).
+func InPlaceProposal() Option {
+	return Options{InPlaceUpdate(), IgnoreAssigned()}
+}
+
 // KubeadmControlPlane is CAPI's KubeadmControlPlane rule for control plane
 // machines (controlplane/kubeadm/pkg.UpToDate). kcpVersion is the KCP's
 // spec.version; desired is a Machine with that version and a KubeadmConfig

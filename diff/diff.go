@@ -83,6 +83,16 @@ func differFor(opts []Option) (*Differ, error) {
 
 // Machines diffs two machines: Machine, bootstrap config and infrastructure
 // machine. Only spec, metadata.labels and metadata.annotations are compared.
+//
+// Without options everything there counts, including the fields a
+// provider fills in for a running machine (its providerID, instance ID,
+// the names of its own infrastructure and bootstrap objects; see
+// AssignedPaths): right for "is anything different at all?", wrong for
+// "what will Cluster API do?". To ask whether a machine can be updated in
+// place, as Cluster API will, pass InPlaceProposal (desired built by you)
+// or InPlaceUpdate (desired from a Cluster API request); for what makes a
+// MachineDeployment or a KubeadmControlPlane roll, MachineDeploymentRollout
+// or KubeadmControlPlane.
 func Machines(current, desired State, opts ...Option) (ChangeSet, error) {
 	d, err := differFor(opts)
 	if err != nil {

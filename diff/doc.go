@@ -41,8 +41,12 @@
 // ListIndex, StrictEmpty, StrictNumbers, Default, OrderedLists, Sensitive,
 // Categorize, Transform, ShowSecrets, MaxDepth. Presets reproduce Cluster API's own
 // rules: MachineDeploymentRollout (what makes a MachineDeployment roll),
-// KubeadmControlPlane (what makes a control plane machine out of date) and
-// InPlaceUpdate (what CAPI compares after an in-place extension's patches).
+// KubeadmControlPlane (what makes a control plane machine out of date),
+// InPlaceUpdate (what CAPI compares after an in-place extension's patches)
+// and InPlaceProposal (InPlaceUpdate for a desired machine you built, with
+// the provider-assigned fields of AssignedPaths ignored). Without options
+// every field counts, provider-assigned ones included: use a preset to ask
+// what Cluster API will do.
 // Compile options once with New and reuse the Differ.
 //
 // File contents, passwords, SSH keys and tokens are never printed in full by

@@ -45,7 +45,7 @@ func ExampleMachines() {
 // KubeadmControlPlane rules make an init configuration compare as a join
 // configuration and ignore what KCP updates in place.
 func ExampleNew() {
-	d, err := diff.New(diff.KubeadmControlPlane("v1.30.4"))
+	d, err := diff.New(diff.KubeadmControlPlane("v1.36.1"))
 	if err != nil {
 		fmt.Println(err)
 		return

@@ -10,7 +10,7 @@ import (
 
 // BenchmarkSimulateInPlace simulates an in-place upgrade of a whole cluster
 // (3 control plane machines, the rest workers in two machine deployments,
-// v1.30.4 -> v1.31.2, CAPI's default one-at-a-time rollout): planning, the
+// v1.35.4 -> v1.36.3, CAPI's default one-at-a-time rollout): planning, the
 // real kubeadm plans through nodeexec's journaled Runner against simulated
 // hosts, cordons, Node updates through the fake client and every invariant
 // check. There is no peer that simulates rollouts in process, so only
@@ -21,13 +21,13 @@ func BenchmarkSimulateInPlace(b *testing.B) {
 			b.ReportAllocs()
 			workers := nodes - 3
 			for b.Loop() {
-				cl := fake.NewCluster("bench").ControlPlane(3, "v1.30.4").
-					MachineDeployment("md-0", workers/2, "v1.30.4").MachineDeployment("md-1", workers-workers/2, "v1.30.4")
+				cl := fake.NewCluster("bench").ControlPlane(3, "v1.35.4").
+					MachineDeployment("md-0", workers/2, "v1.35.4").MachineDeployment("md-1", workers-workers/2, "v1.35.4")
 				sim, err := fake.NewSimulator(cl)
 				if err != nil {
 					b.Fatal(err)
 				}
-				res, err := sim.Run(context.Background(), fake.Rollout{ToVersion: "v1.31.2"})
+				res, err := sim.Run(context.Background(), fake.Rollout{ToVersion: "v1.36.3"})
 				if err != nil || len(res.Violations) > 0 || len(res.Failed) > 0 || len(res.Plan.Batches) != nodes {
 					b.Fatal(err, res.Violations, res.Failed)
 				}

@@ -5,8 +5,8 @@
 //
 // # Cluster
 //
-// NewCluster("demo").ControlPlane(3, "v1.30.4").MachineDeployment("md-0",
-// 5, "v1.30.4") describes a KubeadmControlPlane with its Machines, a
+// NewCluster("demo").ControlPlane(3, "v1.35.4").MachineDeployment("md-0",
+// 5, "v1.35.4") describes a KubeadmControlPlane with its Machines, a
 // MachineDeployment with one MachineSet and its Machines, a KubeadmConfig
 // and an infrastructure machine (DockerMachine, AWSMachine or any
 // Infrastructure) per Machine, and a Node per Machine whose spec.providerID
@@ -87,7 +87,14 @@
 // journal, as a restarted upgrader pod would be; failures roll back) and
 // are uncordoned; replaced machines are swapped for new ones. The Result
 // is the plan, a timeline of events, every host command, and the broken
-// invariants. The invariants are reusable: CheckSkew (no kubelet newer
+// invariants. Control plane machines change as KubeadmControlPlane
+// (Cluster API v1.14) changes them: going from below v1.31 to v1.31 or
+// later their KubeadmConfig gains kubeadm's ControlPlaneKubeletLocalMode
+// feature gate, a ControlPlaneConfig change no kubeadm plan applies in
+// place, so they are replaced, as Cluster API replaces them; its removal
+// at v1.36 comes with the version. A replaced control plane moves the
+// cluster's kubeadm version, as KubeadmControlPlane writes it into
+// kubeadm-config first. The invariants are reusable: CheckSkew (no kubelet newer
 // than the control plane), CheckDisruption (no group over its maxSurge +
 // maxUnavailable at any instant, control plane one at a time),
 // CheckNoRerun (no completed step run again), CheckCordons (no node left

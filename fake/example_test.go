@@ -17,12 +17,12 @@ import (
 )
 
 // Build a cluster, give every node a simulated host, and upgrade the first
-// control plane node and a worker from v1.30.4 to v1.31.2 with the real
+// control plane node and a worker from v1.35.4 to v1.36.3 with the real
 // kubeadm plans and nodeexec's Runner. The Nodes report the new kubelet
 // version; an injected API conflict is retried by the host.
 func Example() {
 	ctx := context.Background()
-	cl := fake.NewCluster("demo").ControlPlane(1, "v1.30.4").MachineDeployment("md-0", 2, "v1.30.4")
+	cl := fake.NewCluster("demo").ControlPlane(1, "v1.35.4").MachineDeployment("md-0", 2, "v1.35.4")
 
 	faults := fake.NewFaults(1).APIError(fake.VerbUpdateStatus, "Node", fake.Conflict, 1)
 	c, err := cl.Client(fake.WithInterceptor(faults.Interceptor()))
@@ -40,8 +40,8 @@ func Example() {
 
 	upgrade := func(node string, role kubeadm.Role) {
 		h := fleet.Host(node)
-		h.Stage(fake.Staging{Kubernetes: "v1.31.2", Containerd: "2.0.5", CNI: "v1.7.1"})
-		plan, err := kubeadm.NewPlan(kubeadm.Config{Node: node, Role: role, FromVersion: "v1.30.4", ToVersion: "v1.31.2"})
+		h.Stage(fake.Staging{Kubernetes: "v1.36.3", Containerd: "2.0.5", CNI: "v1.7.1"})
+		plan, err := kubeadm.NewPlan(kubeadm.Config{Node: node, Role: role, FromVersion: "v1.35.4", ToVersion: "v1.36.3"})
 		if err != nil {
 			fmt.Println(err)
 			return
@@ -71,15 +71,15 @@ func Example() {
 	// Output:
 	// demo-control-plane-0 Succeeded <nil>
 	// demo-md-0-0 Succeeded <nil>
-	// demo-control-plane-0 docker:////demo-control-plane-0 v1.31.2
-	// demo-md-0-0 docker:////demo-md-0-0 v1.31.2
-	// demo-md-0-1 docker:////demo-md-0-1 v1.30.4
+	// demo-control-plane-0 docker:////demo-control-plane-0 v1.36.3
+	// demo-md-0-0 docker:////demo-md-0-0 v1.36.3
+	// demo-md-0-1 docker:////demo-md-0-1 v1.35.4
 	// injected: [update/status Node: Conflict]
 	// true
 }
 
-// Run a whole rollout over a fake cluster on a virtual clock: a 1.30 ->
-// 1.31 upgrade of one control plane machine and three workers, in place,
+// Run a whole rollout over a fake cluster on a virtual clock: a 1.35 ->
+// 1.36 upgrade of one control plane machine and three workers, in place,
 // while the upgrader on one worker crashes mid-step (a new runner resumes
 // from the journal) and another worker's kubeadm upgrade keeps failing
 // (its plan rolls back the steps before it, and the node is schedulable
@@ -87,7 +87,7 @@ func Example() {
 // planner (WithPlanner) or strategy (WithStrategy).
 func ExampleSimulator() {
 	ctx := context.Background()
-	cl := fake.NewCluster("demo").ControlPlane(1, "v1.30.4").MachineDeployment("md-0", 3, "v1.30.4")
+	cl := fake.NewCluster("demo").ControlPlane(1, "v1.35.4").MachineDeployment("md-0", 3, "v1.35.4")
 	faults := fake.NewFaults(42).
 		CrashRunner("demo-md-0-0", "kubelet", fake.CrashDuring).
 		FailStep("demo-md-0-2", "kubeadm-upgrade", 100)
@@ -96,7 +96,7 @@ func ExampleSimulator() {
 		fmt.Println(err)
 		return
 	}
-	res, err := sim.Run(ctx, fake.Rollout{ToVersion: "v1.31.2"})
+	res, err := sim.Run(ctx, fake.Rollout{ToVersion: "v1.36.3"})
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -122,9 +122,9 @@ func ExampleSimulator() {
 	// demo-md-0-2 kubeadm-binary RolledBack
 	// demo-md-0-2 cni-plugins RolledBack
 	// demo-md-0-2 containerd RolledBack
-	// demo-control-plane-0 v1.31.2 unschedulable: false
-	// demo-md-0-0 v1.31.2 unschedulable: false
-	// demo-md-0-2 v1.30.4 unschedulable: false
+	// demo-control-plane-0 v1.36.3 unschedulable: false
+	// demo-md-0-0 v1.36.3 unschedulable: false
+	// demo-md-0-2 v1.35.4 unschedulable: false
 }
 
 // Play the kubelet for an upgrader pod. A plan that stops the kubelet in
@@ -133,7 +133,7 @@ func ExampleSimulator() {
 // stopping container still looks Running, because the kubelet died before
 // it could report the exit. The kubeadm plans restart it within one step.
 func ExamplePodRunner() {
-	h, _ := fake.NewHost("w-0", fake.RoleWorker, "v1.31.2")
+	h, _ := fake.NewHost("w-0", fake.RoleWorker, "v1.36.3")
 	plan := nodeexec.Plan{Name: "split-restart", Node: "w-0", Steps: []nodeexec.Step{
 		{Name: "stop", Argv: []string{"systemctl", "stop", "kubelet"}},
 		{Name: "start", Argv: []string{"systemctl", "start", "kubelet"}},

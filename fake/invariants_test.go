@@ -86,7 +86,7 @@ func TestCheckNoRerun(t *testing.T) {
 
 func TestCheckCordonsAndSkew(t *testing.T) {
 	ctx := context.Background()
-	cl := fake.NewCluster("c").ControlPlane(1, "v1.30.4").MachineDeployment("md-0", 4, "v1.30.4")
+	cl := fake.NewCluster("c").ControlPlane(1, "v1.35.4").MachineDeployment("md-0", 4, "v1.35.4")
 	c, err := cl.Client()
 	require.NoError(t, err)
 	update := func(name string, f func(n *corev1.Node)) {
@@ -113,9 +113,9 @@ func TestCheckCordonsAndSkew(t *testing.T) {
 	require.Empty(t, fake.CheckSkew(ctx, c, cl))
 	var n corev1.Node
 	require.NoError(t, c.Get(ctx, client.ObjectKey{Name: "c-md-0-1"}, &n))
-	n.Status.NodeInfo.KubeletVersion = "v1.31.2"
+	n.Status.NodeInfo.KubeletVersion = "v1.36.3"
 	require.NoError(t, c.Status().Update(ctx, &n))
-	require.Equal(t, []string{"at the end: worker c-md-0-1 runs 1.31.2, newer than control plane 1.30.4"}, fake.CheckSkew(ctx, c, cl))
+	require.Equal(t, []string{"at the end: worker c-md-0-1 runs 1.36.3, newer than control plane 1.35.4"}, fake.CheckSkew(ctx, c, cl))
 }
 
 func TestTakeCrash(t *testing.T) {
@@ -147,14 +147,14 @@ func TestSkipAheadClock(t *testing.T) {
 
 func TestRunnerCrashesAreResumed(t *testing.T) {
 	ctx := context.Background()
-	cl := fake.NewCluster("c").ControlPlane(1, "v1.30.4").MachineDeployment("md-0", 2, "v1.30.4")
+	cl := fake.NewCluster("c").ControlPlane(1, "v1.35.4").MachineDeployment("md-0", 2, "v1.35.4")
 	faults := fake.NewFaults(3).
 		CrashRunner("c-control-plane-0", "kubectl-binary", fake.CrashDuring).
 		CrashRunner("c-md-0-0", "containerd", fake.CrashDuring).
 		CrashRunner("c-md-0-1", "kubeadm-binary", fake.CrashAfter)
 	sim, err := fake.NewSimulator(cl, fake.WithSimFaults(faults))
 	require.NoError(t, err)
-	res, err := sim.Run(ctx, fake.Rollout{ToVersion: "v1.31.2"})
+	res, err := sim.Run(ctx, fake.Rollout{ToVersion: "v1.36.3"})
 	require.NoError(t, err)
 	require.Empty(t, res.Violations)
 	require.Empty(t, res.Failed)
@@ -189,14 +189,14 @@ func TestRunnerCrashesAreResumed(t *testing.T) {
 	require.Equal(t, 3, restarts)
 
 	// Past the restart limit the machine fails, and stays cordoned.
-	cl = fake.NewCluster("d").ControlPlane(1, "v1.30.4").MachineDeployment("md-0", 1, "v1.30.4")
+	cl = fake.NewCluster("d").ControlPlane(1, "v1.35.4").MachineDeployment("md-0", 1, "v1.35.4")
 	faults = fake.NewFaults(3)
 	for _, s := range []string{"containerd", "cni-plugins", "kubeadm-binary"} {
 		faults.CrashRunner("d-md-0-0", s, fake.CrashDuring)
 	}
 	sim, err = fake.NewSimulator(cl, fake.WithSimFaults(faults), fake.WithMaxRestarts(2))
 	require.NoError(t, err)
-	res, err = sim.Run(ctx, fake.Rollout{ToVersion: "v1.31.2"})
+	res, err = sim.Run(ctx, fake.Rollout{ToVersion: "v1.36.3"})
 	require.NoError(t, err)
 	require.Equal(t, []string{"d-md-0-0"}, res.Failed)
 	require.Equal(t, []string{"d-md-0-0"}, res.LeftCordoned)
@@ -214,8 +214,8 @@ func TestSimulatorHonoursRolloutLimitsAndCordons(t *testing.T) {
 	ctx := context.Background()
 	two := intstr.FromInt32(2)
 	zero := intstr.FromInt32(0)
-	cl := fake.NewCluster("c").ControlPlane(1, "v1.30.4").
-		MachineDeployment("md-0", 5, "v1.30.4", fake.WithRollingUpdate(&zero, &two))
+	cl := fake.NewCluster("c").ControlPlane(1, "v1.35.4").
+		MachineDeployment("md-0", 5, "v1.35.4", fake.WithRollingUpdate(&zero, &two))
 	sim, err := fake.NewSimulator(cl)
 	require.NoError(t, err)
 	var md clusterv1.MachineDeployment
@@ -227,7 +227,7 @@ func TestSimulatorHonoursRolloutLimitsAndCordons(t *testing.T) {
 	n.Spec.Unschedulable = true // someone else's cordon
 	require.NoError(t, sim.Client().Update(ctx, &n))
 
-	res, err := sim.Run(ctx, fake.Rollout{ToVersion: "v1.31.2"})
+	res, err := sim.Run(ctx, fake.Rollout{ToVersion: "v1.36.3"})
 	require.NoError(t, err)
 	require.Empty(t, res.Violations)
 	require.Equal(t, map[string]int{"": 1, "md-0": 2}, res.Limits)
@@ -246,31 +246,31 @@ func TestSimulatorHonoursRolloutLimitsAndCordons(t *testing.T) {
 
 func TestWithoutServerSideApply(t *testing.T) {
 	ctx := context.Background()
-	cl := fake.NewCluster("c").ControlPlane(1, "v1.30.4")
+	cl := fake.NewCluster("c").ControlPlane(1, "v1.35.4")
 	c, err := cl.Client(fake.WithoutServerSideApply())
 	require.NoError(t, err)
 	var n corev1.Node
 	require.NoError(t, c.Get(ctx, client.ObjectKey{Name: "c-control-plane-0"}, &n))
-	n.Status.NodeInfo.KubeletVersion = "v1.31.2"
+	n.Status.NodeInfo.KubeletVersion = "v1.36.3"
 	require.NoError(t, c.Update(ctx, &n))
 	require.NoError(t, c.Get(ctx, client.ObjectKey{Name: "c-control-plane-0"}, &n))
-	require.Equal(t, "v1.30.4", n.Status.NodeInfo.KubeletVersion, "status only through the status subresource")
-	n.Status.NodeInfo.KubeletVersion = "v1.31.2"
+	require.Equal(t, "v1.35.4", n.Status.NodeInfo.KubeletVersion, "status only through the status subresource")
+	n.Status.NodeInfo.KubeletVersion = "v1.36.3"
 	require.NoError(t, c.Status().Update(ctx, &n))
 	require.NoError(t, c.Get(ctx, client.ObjectKey{Name: "c-control-plane-0"}, &n))
-	require.Equal(t, "v1.31.2", n.Status.NodeInfo.KubeletVersion)
+	require.Equal(t, "v1.36.3", n.Status.NodeInfo.KubeletVersion)
 	require.Empty(t, n.ManagedFields)
 }
 
 func TestControllerCrashPlansAgainFromTheCluster(t *testing.T) {
 	ctx := context.Background()
 	build := func() *fake.Cluster {
-		return fake.NewCluster("c").ControlPlane(1, "v1.30.4").MachineDeployment("md-0", 4, "v1.30.4")
+		return fake.NewCluster("c").ControlPlane(1, "v1.35.4").MachineDeployment("md-0", 4, "v1.35.4")
 	}
 	faults := fake.NewFaults(1).FailStep("c-md-0-0", "kubeadm-upgrade", 100).CrashController(2)
 	sim, err := fake.NewSimulator(build(), fake.WithSimFaults(faults))
 	require.NoError(t, err)
-	res, err := sim.Run(ctx, fake.Rollout{ToVersion: "v1.31.2"})
+	res, err := sim.Run(ctx, fake.Rollout{ToVersion: "v1.36.3"})
 	require.NoError(t, err)
 	require.Empty(t, res.Violations)
 	require.Equal(t, 1, res.ControllerRestarts)
@@ -306,14 +306,14 @@ func TestControllerCrashPlansAgainFromTheCluster(t *testing.T) {
 	sim, err = fake.NewSimulator(build(), fake.WithPlanner(p),
 		fake.WithSimFaults(fake.NewFaults(1).FailStep("c-md-0-0", "kubeadm-upgrade", 100).CrashController(2)))
 	require.NoError(t, err)
-	res, err = sim.Run(ctx, fake.Rollout{ToVersion: "v1.31.2"})
+	res, err = sim.Run(ctx, fake.Rollout{ToVersion: "v1.36.3"})
 	require.NoError(t, err)
 	require.Empty(t, res.Violations)
 	require.True(t, res.Plans[1].CircuitOpen)
 	require.Empty(t, res.Plans[1].Batches)
 	var n corev1.Node
 	require.NoError(t, sim.Client().Get(ctx, client.ObjectKey{Name: "c-md-0-3"}, &n))
-	require.Equal(t, "v1.30.4", n.Status.NodeInfo.KubeletVersion, "nothing more was upgraded")
+	require.Equal(t, "v1.35.4", n.Status.NodeInfo.KubeletVersion, "nothing more was upgraded")
 }
 
 // After a failure that leaves a node cordoned, the group's limit is used
@@ -323,10 +323,10 @@ func TestControllerCrashPlansAgainFromTheCluster(t *testing.T) {
 // worker.
 func TestFailuresHoldWhatWouldBreakLimits(t *testing.T) {
 	ctx := context.Background()
-	cl := fake.NewCluster("c").ControlPlane(1, "v1.30.4").MachineDeployment("md-0", 3, "v1.30.4")
+	cl := fake.NewCluster("c").ControlPlane(1, "v1.35.4").MachineDeployment("md-0", 3, "v1.35.4")
 	sim, err := fake.NewSimulator(cl, fake.WithSimFaults(fake.NewFaults(1).FailStep("c-md-0-0", "kubectl-binary", 100)))
 	require.NoError(t, err)
-	res, err := sim.Run(ctx, fake.Rollout{ToVersion: "v1.31.2"})
+	res, err := sim.Run(ctx, fake.Rollout{ToVersion: "v1.36.3"})
 	require.NoError(t, err)
 	require.Empty(t, res.Violations)
 	require.Equal(t, []string{"c-md-0-0"}, res.Failed)
@@ -337,13 +337,13 @@ func TestFailuresHoldWhatWouldBreakLimits(t *testing.T) {
 	}, res.Held)
 	var n corev1.Node
 	require.NoError(t, sim.Client().Get(ctx, client.ObjectKey{Name: "c-md-0-2"}, &n))
-	require.Equal(t, "v1.30.4", n.Status.NodeInfo.KubeletVersion)
+	require.Equal(t, "v1.35.4", n.Status.NodeInfo.KubeletVersion)
 	require.False(t, n.Spec.Unschedulable)
 
-	cl = fake.NewCluster("d").ControlPlane(3, "v1.30.4").MachineDeployment("md-0", 2, "v1.30.4")
+	cl = fake.NewCluster("d").ControlPlane(3, "v1.35.4").MachineDeployment("md-0", 2, "v1.35.4")
 	sim, err = fake.NewSimulator(cl, fake.WithSimFaults(fake.NewFaults(1).FailStep("d-control-plane-1", "containerd", 100)))
 	require.NoError(t, err)
-	res, err = sim.Run(ctx, fake.Rollout{ToVersion: "v1.31.2"})
+	res, err = sim.Run(ctx, fake.Rollout{ToVersion: "v1.36.3"})
 	require.NoError(t, err)
 	require.Empty(t, res.Violations)
 	require.Equal(t, []string{"d-control-plane-1"}, res.Failed)

@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/util/retry"
 	clocktesting "k8s.io/utils/clock/testing"
+	bootstrapv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -383,13 +384,45 @@ func (s *Simulator) machine(ctx context.Context, n NodeInfo, r Rollout) (strateg
 			return strategy.Machine{}, err
 		}
 	}
-	cs, err := diff.Machines(diff.State{Machine: &m, Infrastructure: infra}, diff.State{Machine: desired, Infrastructure: desiredInfra}, diff.InPlaceUpdate())
+	cur, des := diff.State{Machine: &m, Infrastructure: infra}, diff.State{Machine: desired, Infrastructure: desiredInfra}
+	if n.Role == RoleControlPlane && !kubeletLocalMode(m.Spec.Version) && kubeletLocalMode(r.ToVersion) {
+		// KubeadmControlPlane turns the gate on in the machine's
+		// KubeadmConfig with the version; no kubeadm plan switches a
+		// running kubelet to the local API server, so Cluster API's
+		// extension declines and the machine is replaced. Its removal at
+		// v1.36 comes with the version (kubeadm keeps the local mode), so
+		// it is no change of its own.
+		gates := func(g map[string]any) map[string]any {
+			return map[string]any{"apiVersion": bootstrapv1.GroupVersion.String(), "kind": "KubeadmConfig",
+				"spec": map[string]any{"clusterConfiguration": map[string]any{"featureGates": g}}}
+		}
+		cur.Bootstrap, des.Bootstrap = gates(map[string]any{}), gates(map[string]any{kubeletLocalModeGate: true})
+	}
+	cs, err := diff.Machines(cur, des, diff.InPlaceUpdate())
 	if err != nil {
 		return strategy.Machine{}, err
 	}
 	_, failed := m.Annotations[FailedAnnotation]
 	return strategy.Machine{Name: n.Name, NodeName: n.Name, Version: node.Status.NodeInfo.KubeletVersion, Ready: nodeReady(&node),
 		Created: m.CreationTimestamp.Time, Changes: cs, Failed: failed, Annotations: m.Annotations, NodeAnnotations: node.Annotations}, nil
+}
+
+// kubeletLocalModeGate is kubeadm's ControlPlaneKubeletLocalMode feature
+// gate: a control plane node's kubelet talks to its own API server.
+const kubeletLocalModeGate = "ControlPlaneKubeletLocalMode"
+
+// kubeletLocalMode reports whether KubeadmControlPlane (Cluster API v1.14,
+// DefaultFeatureGates) sets kubeletLocalModeGate on a control plane
+// machine's KubeadmConfig at version v: from v1.31 until v1.36, where
+// kubeadm removed the gate (locked on since v1.35). A version that does
+// not parse has no gate; Input refuses it anyway.
+func kubeletLocalMode(v string) bool {
+	parsed, err := version.ParseSemantic(v)
+	if err != nil {
+		return false
+	}
+	minor := version.MajorMinor(parsed.Major(), parsed.Minor())
+	return !minor.LessThan(version.MajorMinor(1, 31)) && minor.LessThan(version.MajorMinor(1, 36))
 }
 
 func (s *Simulator) newInfra() *unstructured.Unstructured {
@@ -908,6 +941,12 @@ func (s *Simulator) replaceMachine(ctx context.Context, r Rollout, b strategy.Ba
 	start = s.clock.Now()
 	s.clock.Step(s.replace / 4)
 	s.emit(res, Event{Machine: pm.Machine, Batch: b.Index, Method: pm.Method, Step: "drain-and-delete-old", Start: start, End: s.clock.Now(), Outcome: "Replaced"})
+	if pm.Role == strategy.RoleControlPlane {
+		// KubeadmControlPlane writes the new version into kubeadm-config
+		// before it rolls a control plane machine, so the workers' `kubeadm
+		// upgrade node` follows it, as after an in-place `upgrade apply`.
+		s.fleet.state.set(r.ToVersion)
+	}
 	return s.setMachineVersion(ctx, pm.Machine, r.ToVersion, r.Images[pm.Group], true)
 }
 

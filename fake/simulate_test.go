@@ -23,13 +23,13 @@ import (
 
 func TestSimulatorRunsAMixedRollout(t *testing.T) {
 	ctx := context.Background()
-	cl := fake.NewCluster("demo").ControlPlane(3, "v1.30.4").
-		MachineDeployment("md-0", 3, "v1.30.4").
-		MachineDeployment("md-1", 2, "v1.30.4", fake.WithImage("kindest/node:v1.30.4"))
+	cl := fake.NewCluster("demo").ControlPlane(3, "v1.35.4").
+		MachineDeployment("md-0", 3, "v1.35.4").
+		MachineDeployment("md-1", 2, "v1.35.4", fake.WithImage("kindest/node:v1.35.4"))
 	var live int
 	sim, err := fake.NewSimulator(cl, fake.WithEvents(func(fake.Event) { live++ }))
 	require.NoError(t, err)
-	r := fake.Rollout{ToVersion: "v1.31.2", Images: map[string]string{"md-1": "kindest/node:v1.31.2"}}
+	r := fake.Rollout{ToVersion: "v1.36.3", Images: map[string]string{"md-1": "kindest/node:v1.36.3"}}
 
 	preview, err := sim.Preview(ctx, r)
 	require.NoError(t, err)
@@ -51,7 +51,7 @@ func TestSimulatorRunsAMixedRollout(t *testing.T) {
 	var nodes corev1.NodeList
 	require.NoError(t, sim.Client().List(ctx, &nodes))
 	for _, n := range nodes.Items {
-		require.Equal(t, "v1.31.2", n.Status.NodeInfo.KubeletVersion, n.Name)
+		require.Equal(t, "v1.36.3", n.Status.NodeInfo.KubeletVersion, n.Name)
 	}
 	// Control plane first, one at a time; kubeadm upgrade apply only once.
 	firstWorker := -1
@@ -68,16 +68,16 @@ func TestSimulatorRunsAMixedRollout(t *testing.T) {
 	for _, e := range res.Events[firstWorker:] {
 		require.NotContains(t, e.Machine, "control-plane", "no control plane work after workers started")
 	}
-	require.Equal(t, "v1.31.2", sim.Fleet().ClusterVersion())
+	require.Equal(t, "v1.36.3", sim.Fleet().ClusterVersion())
 }
 
 func TestSimulatorReportsFailures(t *testing.T) {
 	ctx := context.Background()
-	cl := fake.NewCluster("demo").ControlPlane(1, "v1.30.4").MachineDeployment("md-0", 2, "v1.30.4")
+	cl := fake.NewCluster("demo").ControlPlane(1, "v1.35.4").MachineDeployment("md-0", 2, "v1.35.4")
 	faults := fake.NewFaults(7).FailStep("demo-md-0-1", "kubeadm-upgrade", 100)
 	sim, err := fake.NewSimulator(cl, fake.WithSimFaults(faults))
 	require.NoError(t, err)
-	res, err := sim.Run(ctx, fake.Rollout{ToVersion: "v1.31.2"})
+	res, err := sim.Run(ctx, fake.Rollout{ToVersion: "v1.36.3"})
 	require.NoError(t, err)
 	require.Equal(t, []string{"demo-md-0-1"}, res.Failed)
 	require.Empty(t, res.Violations, "a failed machine is reported as failed, not as unconverged")
@@ -114,7 +114,7 @@ var (
 func newPropertyCase(t *testing.T, seed int64) propertyCase {
 	rng := rand.New(rand.NewSource(seed))
 	name := fmt.Sprintf("c%d", seed)
-	pc := propertyCase{cluster: fake.NewCluster(name).ControlPlane(1+2*rng.Intn(2), "v1.30.4"),
+	pc := propertyCase{cluster: fake.NewCluster(name).ControlPlane(1+2*rng.Intn(2), "v1.35.4"),
 		faults: fake.NewFaults(uint64(seed)), faulted: map[string]bool{}}
 	images := map[string]string{}
 	intOrPct := func() *intstr.IntOrString {
@@ -137,7 +137,7 @@ func newPropertyCase(t *testing.T, seed int64) propertyCase {
 		if _, _, err := (strategy.RollingUpdate{MaxSurge: surge, MaxUnavailable: unavail}).Limits(replicas); err != nil {
 			surge = nil // both zero is invalid, as in Kubernetes; nil is CAPI's 1
 		}
-		pc.cluster.MachineDeployment(pool, replicas, "v1.30.4", fake.WithImage("img-v1"), fake.WithRollingUpdate(surge, unavail))
+		pc.cluster.MachineDeployment(pool, replicas, "v1.35.4", fake.WithImage("img-v1"), fake.WithRollingUpdate(surge, unavail))
 		if rng.Intn(3) == 0 {
 			images[pool] = "img-v2"
 		}
@@ -145,7 +145,7 @@ func newPropertyCase(t *testing.T, seed int64) propertyCase {
 			nodes = append(nodes, fmt.Sprintf("%s-%s-%d", name, pool, j))
 		}
 	}
-	pc.rollout = fake.Rollout{ToVersion: "v1.31.2", Images: images}
+	pc.rollout = fake.Rollout{ToVersion: "v1.36.3", Images: images}
 	rolling, err := strategy.RollingReplaceStrategy(strategy.RollingUpdate{})
 	require.NoError(t, err)
 	fallback, err := strategy.FallbackStrategy(rolling)
@@ -292,13 +292,13 @@ func TestSimulatorProperty(t *testing.T) {
 // rest of the group.
 func TestSimulatorGates(t *testing.T) {
 	ctx := context.Background()
-	cl := fake.NewCluster("demo").ControlPlane(1, "v1.30.4").MachineDeployment("md-0", 3, "v1.30.4")
+	cl := fake.NewCluster("demo").ControlPlane(1, "v1.35.4").MachineDeployment("md-0", 3, "v1.35.4")
 
 	window, err := strategy.MaintenanceWindow("nightly", "0 22 * * *", 4*time.Hour, "UTC")
 	require.NoError(t, err)
 	sim, err := fake.NewSimulator(cl, fake.WithSimGates(window, 48*time.Hour))
 	require.NoError(t, err)
-	res, err := sim.Run(ctx, fake.Rollout{ToVersion: "v1.31.2"})
+	res, err := sim.Run(ctx, fake.Rollout{ToVersion: "v1.36.3"})
 	require.NoError(t, err)
 	require.Empty(t, res.Violations)
 	require.Empty(t, res.Held)
@@ -308,7 +308,7 @@ func TestSimulatorGates(t *testing.T) {
 	}
 	require.Equal(t, 13*time.Hour, res.GateWaits["demo-control-plane-0"], "the simulation starts at 09:00")
 
-	cl = fake.NewCluster("demo").ControlPlane(1, "v1.30.4").MachineDeployment("md-0", 3, "v1.30.4")
+	cl = fake.NewCluster("demo").ControlPlane(1, "v1.35.4").MachineDeployment("md-0", 3, "v1.35.4")
 	faults := fake.NewFaults(1).UnhealthyAfterUpdate("demo-md-0-0")
 	var sim2 *fake.Simulator
 	workload := func(context.Context, types.NamespacedName) (client.Client, error) { return sim2.Client(), nil }
@@ -316,7 +316,7 @@ func TestSimulatorGates(t *testing.T) {
 	require.NoError(t, err)
 	sim2, err = fake.NewSimulator(cl, fake.WithSimFaults(faults), fake.WithSimGates(soak, 30*time.Minute))
 	require.NoError(t, err)
-	res, err = sim2.Run(ctx, fake.Rollout{ToVersion: "v1.31.2"})
+	res, err = sim2.Run(ctx, fake.Rollout{ToVersion: "v1.36.3"})
 	require.NoError(t, err)
 	require.Equal(t, []string{"demo-md-0-0"}, res.Unhealthy)
 	require.Len(t, res.Held, 2, "the other workers wait for demo-md-0-0, which never comes back: %v", res.Held)
@@ -330,10 +330,10 @@ func TestSimulatorGates(t *testing.T) {
 		}
 		return strategy.GateResult{Verdict: strategy.Allow}
 	})
-	cl = fake.NewCluster("demo").ControlPlane(1, "v1.30.4").MachineDeployment("md-0", 3, "v1.30.4")
+	cl = fake.NewCluster("demo").ControlPlane(1, "v1.35.4").MachineDeployment("md-0", 3, "v1.35.4")
 	sim, err = fake.NewSimulator(cl, fake.WithSimGates(stop, time.Hour))
 	require.NoError(t, err)
-	res, err = sim.Run(ctx, fake.Rollout{ToVersion: "v1.31.2"})
+	res, err = sim.Run(ctx, fake.Rollout{ToVersion: "v1.36.3"})
 	require.NoError(t, err)
 	require.Equal(t, []fake.Hold{{Machine: "demo-md-0-1", Reason: "Stop by change-freeze: release freeze"}, {Machine: "demo-md-0-2", Reason: "Stop by change-freeze: release freeze"}}, res.Held)
 }

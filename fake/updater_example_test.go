@@ -14,14 +14,14 @@ import (
 // simulated kubelets running its upgrader pods. A worker's kubelet step
 // keeps failing: the hook answers Failure, and the Result says why.
 func ExampleWithMachineUpdater() {
-	cl := fake.NewCluster("demo").ControlPlane(1, "v1.30.4").MachineDeployment("md-0", 2, "v1.30.4")
+	cl := fake.NewCluster("demo").ControlPlane(1, "v1.35.4").MachineDeployment("md-0", 2, "v1.35.4")
 	faults := fake.NewFaults(1).FailStep("demo-md-0-1", "kubelet", 100)
 	sim, err := fake.NewSimulator(cl, fake.WithSimFaults(faults), fake.WithMachineUpdater(capi.WithRetryAfter(30)))
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
-	res, err := sim.Run(context.Background(), fake.Rollout{ToVersion: "v1.31.2"})
+	res, err := sim.Run(context.Background(), fake.Rollout{ToVersion: "v1.36.3"})
 	if err != nil {
 		fmt.Println(err)
 		return

@@ -70,47 +70,47 @@ func TestMachineUpdaterModeConvergesLikeTheDefault(t *testing.T) {
 		restarts int
 		replans  int // controller restarts
 	}{
-		{name: "one control plane, one pool", to: "v1.31.2",
+		{name: "one control plane, one pool", to: "v1.36.3",
 			cluster: func() *fake.Cluster {
-				return fake.NewCluster("demo").ControlPlane(1, "v1.30.4").MachineDeployment("md-0", 2, "v1.30.4")
+				return fake.NewCluster("demo").ControlPlane(1, "v1.35.4").MachineDeployment("md-0", 2, "v1.35.4")
 			}},
-		{name: "three control planes, two pools", to: "v1.31.1",
+		{name: "three control planes, two pools", to: "v1.36.1",
 			cluster: func() *fake.Cluster {
-				return fake.NewCluster("demo").ControlPlane(3, "v1.30.7").MachineDeployment("md-0", 3, "v1.30.7").MachineDeployment("md-1", 2, "v1.30.7")
+				return fake.NewCluster("demo").ControlPlane(3, "v1.35.7").MachineDeployment("md-0", 3, "v1.35.7").MachineDeployment("md-1", 2, "v1.35.7")
 			}},
-		{name: "raw init-container layout", to: "v1.31.2",
+		{name: "raw init-container layout", to: "v1.36.3",
 			cluster: func() *fake.Cluster {
-				return fake.NewCluster("demo").ControlPlane(1, "v1.30.4").MachineDeployment("md-0", 2, "v1.30.4")
+				return fake.NewCluster("demo").ControlPlane(1, "v1.35.4").MachineDeployment("md-0", 2, "v1.35.4")
 			},
 			opts: func() []fake.SimOption {
 				return []fake.SimOption{fake.WithUpgraderPodOptions(nodepod.WithImage("r/u:1"), nodepod.WithStageFrom("/staging"))}
 			}},
-		{name: "single-container layout", to: "v1.31.2",
+		{name: "single-container layout", to: "v1.36.3",
 			cluster: func() *fake.Cluster {
-				return fake.NewCluster("demo").ControlPlane(1, "v1.30.4").MachineDeployment("md-0", 1, "v1.30.4")
+				return fake.NewCluster("demo").ControlPlane(1, "v1.35.4").MachineDeployment("md-0", 1, "v1.35.4")
 			},
 			opts: func() []fake.SimOption {
 				return []fake.SimOption{fake.WithUpgraderPodOptions(nodepod.WithImage("r/u:1"), nodepod.WithMode(nodepod.ModeSingleContainer), nodepod.WithRunnerCommand("/upgrader", "run"))}
 			}},
-		{name: "runner crash resumed from the journal", to: "v1.31.2",
+		{name: "runner crash resumed from the journal", to: "v1.36.3",
 			cluster: func() *fake.Cluster {
-				return fake.NewCluster("demo").ControlPlane(1, "v1.30.4").MachineDeployment("md-0", 2, "v1.30.4")
+				return fake.NewCluster("demo").ControlPlane(1, "v1.35.4").MachineDeployment("md-0", 2, "v1.35.4")
 			},
 			opts: func() []fake.SimOption {
 				return []fake.SimOption{fake.WithSimFaults(fake.NewFaults(3).CrashRunner("demo-md-0-1", "kubelet", fake.CrashDuring).CrashRunner("demo-md-0-0", "containerd", fake.CrashAfter))}
 			},
 			restarts: 2},
-		{name: "controller crash between batches", to: "v1.31.2",
+		{name: "controller crash between batches", to: "v1.36.3",
 			cluster: func() *fake.Cluster {
-				return fake.NewCluster("demo").ControlPlane(1, "v1.30.4").MachineDeployment("md-0", 3, "v1.30.4")
+				return fake.NewCluster("demo").ControlPlane(1, "v1.35.4").MachineDeployment("md-0", 3, "v1.35.4")
 			},
 			opts: func() []fake.SimOption {
 				return []fake.SimOption{fake.WithSimFaults(fake.NewFaults(9).CrashController(1, 3))}
 			},
 			replans: 2},
-		{name: "API faults and a flaky step", to: "v1.31.2",
+		{name: "API faults and a flaky step", to: "v1.36.3",
 			cluster: func() *fake.Cluster {
-				return fake.NewCluster("demo").ControlPlane(1, "v1.30.4").MachineDeployment("md-0", 2, "v1.30.4")
+				return fake.NewCluster("demo").ControlPlane(1, "v1.35.4").MachineDeployment("md-0", 2, "v1.35.4")
 			},
 			opts: func() []fake.SimOption {
 				return []fake.SimOption{fake.WithSimFaults(fake.NewFaults(5).FailStep("", "kubelet", 1).
@@ -176,11 +176,11 @@ func TestMachineUpdaterModeConvergesLikeTheDefault(t *testing.T) {
 // its kubelet still runs.
 func TestMachineUpdaterModeStopsOnAFailedStep(t *testing.T) {
 	ctx := context.Background()
-	cl := fake.NewCluster("demo").ControlPlane(1, "v1.30.4").MachineDeployment("md-0", 2, "v1.30.4")
+	cl := fake.NewCluster("demo").ControlPlane(1, "v1.35.4").MachineDeployment("md-0", 2, "v1.35.4")
 	faults := fake.NewFaults(1).FailStep("demo-control-plane-0", "kubelet", 100)
 	sim, err := fake.NewSimulator(cl, fake.WithSimFaults(faults), fake.WithMachineUpdater())
 	require.NoError(t, err)
-	res, err := sim.Run(ctx, fake.Rollout{ToVersion: "v1.31.2"})
+	res, err := sim.Run(ctx, fake.Rollout{ToVersion: "v1.36.3"})
 	require.NoError(t, err)
 	require.Empty(t, res.Violations)
 	require.Equal(t, []string{"demo-control-plane-0"}, res.Failed)
@@ -197,7 +197,7 @@ func TestMachineUpdaterModeStopsOnAFailedStep(t *testing.T) {
 		if n == "demo-control-plane-0" {
 			continue
 		}
-		require.Equal(t, "v1.30.4", v, n)
+		require.Equal(t, "v1.35.4", v, n)
 	}
 	requireNoStoppedKubelet(t, sim)
 	last := res.Events[len(res.Events)-1]
@@ -208,10 +208,10 @@ func TestMachineUpdaterModeStopsOnAFailedStep(t *testing.T) {
 // TestMachineUpdaterModeReportsEndlessWaiting: a machine that takes more
 // calls than the budget fails loudly, with a violation.
 func TestMachineUpdaterModeReportsEndlessWaiting(t *testing.T) {
-	cl := fake.NewCluster("demo").ControlPlane(1, "v1.30.4")
+	cl := fake.NewCluster("demo").ControlPlane(1, "v1.35.4")
 	sim, err := fake.NewSimulator(cl, fake.WithMachineUpdater(), fake.WithUpdateCallBudget(1))
 	require.NoError(t, err)
-	res, err := sim.Run(context.Background(), fake.Rollout{ToVersion: "v1.31.2"})
+	res, err := sim.Run(context.Background(), fake.Rollout{ToVersion: "v1.36.3"})
 	require.NoError(t, err)
 	require.Equal(t, []string{"demo-control-plane-0"}, res.Failed)
 	require.Contains(t, res.Reasons["demo-control-plane-0"], "endless waiting")
@@ -220,7 +220,7 @@ func TestMachineUpdaterModeReportsEndlessWaiting(t *testing.T) {
 }
 
 func TestMachineUpdaterModeRejectsBadOptions(t *testing.T) {
-	cl := fake.NewCluster("demo").ControlPlane(1, "v1.30.4")
+	cl := fake.NewCluster("demo").ControlPlane(1, "v1.35.4")
 	_, err := fake.NewSimulator(cl, fake.WithMachineUpdater(capi.WithRetryAfter(0)))
 	require.ErrorIs(t, err, capi.ErrInvalidOption)
 	_, err = fake.NewSimulator(cl, fake.WithMachineUpdater(), fake.WithUpdateCallBudget(0))

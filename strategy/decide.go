@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/upgradekit/upgradekit/diff"
 	"github.com/upgradekit/upgradekit/internal/errtext"
@@ -242,8 +243,73 @@ type Decision struct {
 	Uncovered diff.ChangeSet
 	// Ignored holds changes a policy said to ignore.
 	Ignored diff.ChangeSet
-	// Message explains the outcome, naming uncovered fields.
+	// Message explains the outcome, naming uncovered fields, and ends with
+	// Warning's text when there is one.
 	Message string
+	// Warning is set when the change set is not one Cluster API would act
+	// on: an *UnsuitableDiffError (errors.Is ErrUnsuitableDiff) naming the
+	// changes to fields a provider or Cluster API assigns (diff.AssignedPaths:
+	// providerID, instance IDs, the names of the machine's own objects), which
+	// a diff without a preset reports for a machine built from templates and
+	// Cluster API never sees differ (its desired objects carry them over from
+	// the running machine). The outcome is then likely not Cluster API's:
+	// diff with diff.InPlaceProposal.
+	Warning error
+}
+
+// ErrUnsuitableDiff is matched (errors.Is) by a Decision's Warning when
+// the change set holds changes Cluster API never counts.
+var ErrUnsuitableDiff = errors.New("change set unsuitable for an in-place decision")
+
+// UnsuitableDiffError names the changes that make a change set unsuitable
+// for deciding as Cluster API does: changes to the fields of
+// diff.AssignedPaths, which a running machine has and a machine built from
+// templates lacks. It unwraps to ErrUnsuitableDiff.
+type UnsuitableDiffError struct {
+	// Fields are the assigned fields that differ, as diff names them.
+	Fields []string
+}
+
+// Error names the fields and the preset that leaves them out.
+func (e *UnsuitableDiffError) Error() string {
+	return fmt.Sprintf("%v: it compares %s, which a provider or Cluster API assigns to a running machine "+
+		"(Cluster API's own desired objects carry them over, a machine built from templates lacks them); "+
+		"diff with diff.InPlaceProposal() (or diff.InPlaceUpdate() for a Cluster API request's objects)",
+		ErrUnsuitableDiff, strings.Join(e.Fields, ", "))
+}
+
+// Unwrap returns ErrUnsuitableDiff.
+func (e *UnsuitableDiffError) Unwrap() error { return ErrUnsuitableDiff }
+
+// assignedPatterns are diff.AssignedPaths, parsed once.
+var assignedPatterns = sync.OnceValue(func() []diff.Pattern {
+	var ps []diff.Pattern
+	for _, s := range diff.AssignedPaths() {
+		if p, err := diff.ParsePattern(s); err == nil {
+			ps = append(ps, p)
+		}
+	}
+	return ps
+})
+
+// unsuitable returns an *UnsuitableDiffError for the changes of sets at
+// assigned fields, or nil.
+func unsuitable(sets ...diff.ChangeSet) error {
+	var fields []string
+	for _, cs := range sets {
+		for _, c := range cs.Changes {
+			for _, p := range assignedPatterns() {
+				if p.Match(c) {
+					fields = append(fields, c.Field)
+					break
+				}
+			}
+		}
+	}
+	if len(fields) == 0 {
+		return nil
+	}
+	return &UnsuitableDiffError{Fields: fields}
 }
 
 // Updaters returns the updaters that cover at least one change, in first-use
@@ -329,6 +395,10 @@ func assign(cs diff.ChangeSet, route func(diff.Change) (Action, string)) Decisio
 	default:
 		d.Outcome = NoChange
 		d.Message = "no changes"
+	}
+	if w := unsuitable(d.InPlace, d.Uncovered); w != nil {
+		d.Warning = w
+		d.Message += "; " + w.Error()
 	}
 	return d
 }

@@ -18,11 +18,11 @@ func ExampleUpdaters() {
 	decider := strategy.Updaters(k8s, etcd)
 
 	cur := diff.State{
-		Machine:        &clusterv1.Machine{Spec: clusterv1.MachineSpec{Version: "v1.30.4"}},
+		Machine:        &clusterv1.Machine{Spec: clusterv1.MachineSpec{Version: "v1.35.4"}},
 		Infrastructure: map[string]any{"kind": "AWSMachine", "spec": map[string]any{"ami": map[string]any{"id": "ami-1"}}},
 	}
 	des := diff.State{
-		Machine:        &clusterv1.Machine{Spec: clusterv1.MachineSpec{Version: "v1.31.1"}},
+		Machine:        &clusterv1.Machine{Spec: clusterv1.MachineSpec{Version: "v1.36.1"}},
 		Infrastructure: map[string]any{"kind": "AWSMachine", "spec": map[string]any{"ami": map[string]any{"id": "ami-2"}}},
 	}
 	cs, _ := diff.Machines(cur, des)

@@ -13,7 +13,7 @@
 // its upgrader pods (fake.WithMachineUpdater).
 //
 //	go run ./examples/simulate
-//	go run ./examples/simulate -from v1.30.4 -to v1.31.2 -workers md-0=5,md-1=5 -new-image md-1 -timeline rollout.html
+//	go run ./examples/simulate -from v1.34.2 -to v1.35.4 -workers md-0=5,md-1=5 -new-image md-1 -timeline rollout.html
 //	go run ./examples/simulate -updater capi -control-planes 1 -workers md-0=3 -new-image ""
 //
 // Exit codes: 0 done (and for -h), 1 the rollout broke an invariant or
@@ -120,8 +120,8 @@ func parseArgs(args []string, stderr io.Writer) (o options, printed bool, err er
 	fs.BoolVar(&o.version, "version", false, "print the version and exit")
 	fs.IntVar(&o.controlPlanes, "control-planes", 3, "control plane machines")
 	fs.StringVar(&workers, "workers", "md-0=5,md-1=5", "machine deployments as name=replicas,...")
-	fs.StringVar(&o.from, "from", "v1.30.4", "Kubernetes version the cluster runs")
-	fs.StringVar(&o.to, "to", "v1.31.2", "Kubernetes version to roll out")
+	fs.StringVar(&o.from, "from", "v1.35.4", "Kubernetes version the cluster runs")
+	fs.StringVar(&o.to, "to", "v1.36.3", "Kubernetes version to roll out")
 	fs.StringVar(&newImage, "new-image", "md-1", "machine deployments whose infrastructure image also changes (replaced, not updated in place)")
 	fs.StringVar(&o.strategy, "strategy", "fallback", "fallback (in place, else rolling replace), inplace-only (never replace), rolling (always replace)")
 	fs.StringVar(&faults, "fail", "", "inject step failures: node/step=times,... (e.g. demo-md-0-1/kubeadm-upgrade=1)")

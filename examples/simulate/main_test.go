@@ -21,7 +21,10 @@ func TestDefaultDemo(t *testing.T) {
 	var out bytes.Buffer
 	require.NoError(t, run(context.Background(), []string{"-progress-bar=false", "-timeline", timeline}, &out, &bytes.Buffer{}))
 	s := out.String()
+	require.Contains(t, s, "Cluster demo: 3 control plane machines, 2 machine deployments, v1.35.4 -> v1.36.3",
+		"the demo runs Cluster API v1.14's newest supported step")
 	require.Contains(t, s, "Preview (nothing has happened yet):")
+	require.Contains(t, s, "demo-control-plane-0  control-plane  InPlace  v1.35.4 -> v1.36.3  in place by kubeadm: machine.spec.version")
 	require.Contains(t, s, "infrastructure.spec.customImage (InfrastructureImage)", "the preview says why md-1 is replaced")
 	require.Contains(t, s, "demo-control-plane-0     InPlace kubeadm-upgrade        Succeeded")
 	require.Contains(t, s, "demo-md-1-4              Replace drain-and-delete-old   Replaced")
@@ -35,6 +38,21 @@ func TestDefaultDemo(t *testing.T) {
 		}
 	}
 	checkTimeline(t, timeline, machines, false)
+}
+
+// TestDemoReplacesControlPlanesWhereClusterAPIWould: from v1.30 to v1.31
+// KubeadmControlPlane turns ControlPlaneKubeletLocalMode on, which no
+// updater applies in place, so the demo replaces the control planes, as
+// Cluster API does, and the workers still go in place.
+func TestDemoReplacesControlPlanesWhereClusterAPIWould(t *testing.T) {
+	var out bytes.Buffer
+	require.NoError(t, run(context.Background(), []string{"-progress-bar=false", "-from", "v1.30.4", "-to", "v1.31.2", "-new-image", ""}, &out, &bytes.Buffer{}))
+	s := out.String()
+	require.Contains(t, s, "demo-control-plane-0  control-plane  Replace  v1.30.4 -> v1.31.2  in place not possible, falling back: cannot update in place: "+
+		"1 change not covered: bootstrap.spec.clusterConfiguration.featureGates.ControlPlaneKubeletLocalMode (ControlPlaneConfig)")
+	require.Contains(t, s, "demo-md-0-0           md-0           InPlace  v1.30.4 -> v1.31.2  in place by kubeadm: machine.spec.version")
+	require.Contains(t, s, "Summary: 10 InPlace, 3 Replace in 13 batches")
+	require.Contains(t, s, "Invariants held")
 }
 
 // checkTimeline parses the SVG out of the page as XML and finds one lane

@@ -26,17 +26,21 @@ import (
 // README:begin WhatChanged
 
 // WhatChanged prints what differs between the machine we have and the one
-// we want (Machine, bootstrap config, infrastructure machine) and returns
-// the bootstrap config's JSON patch for everything but the machine image:
-// what a CanUpdateMachine answer carries.
-func WhatChanged(current, desired diff.State) ([]byte, error) {
-	cs, err := diff.Machines(current, desired)
+// we want (Machine, bootstrap config, infrastructure machine), compared as
+// Cluster API's in-place check will (diff.InPlaceProposal: the providerID,
+// instance ID and object names a provider gave the running machine are not
+// changes), and returns the changes and the bootstrap config's JSON patch
+// for everything but the machine image: what a CanUpdateMachine answer
+// carries.
+func WhatChanged(current, desired diff.State) (diff.ChangeSet, []byte, error) {
+	cs, err := diff.Machines(current, desired, diff.InPlaceProposal())
 	if err != nil {
-		return nil, err
+		return cs, nil, err
 	}
 	fmt.Println(cs)
 	inPlace := cs.Filter(func(c diff.Change) bool { return c.Category != diff.CategoryImage })
-	return inPlace.JSONPatch(diff.Bootstrap)
+	patch, err := inPlace.JSONPatch(diff.Bootstrap)
+	return cs, patch, err
 }
 
 // README:end
@@ -91,7 +95,7 @@ func WouldDrift(ctx context.Context, nodes []corev1.Node, template, proposed map
 // currentImageID has drifted.
 func NodeImage(ctx context.Context, source amiselect.ImageSource, currentImageID string) error {
 	res, err := amiselect.Resolve(ctx, source, []amiselect.Term{{Alias: "al2023@latest"}},
-		amiselect.WithKubernetesVersion("1.31"), amiselect.WithMinAge(7*24*time.Hour))
+		amiselect.WithKubernetesVersion("1.36"), amiselect.WithMinAge(7*24*time.Hour))
 	if err != nil {
 		return err
 	}
@@ -110,15 +114,15 @@ func NodeImage(ctx context.Context, source amiselect.ImageSource, currentImageID
 
 // README:begin UpgradeNode
 
-// UpgradeNode prepares a control plane node's upgrade from v1.31.4 to
-// v1.32.0: the kubeadm plan, the privileged upgrader pod that runs it
+// UpgradeNode prepares a control plane node's upgrade from v1.35.4 to
+// v1.36.3: the kubeadm plan, the privileged upgrader pod that runs it
 // through nsenter (image: a bundle with the new binaries under /staging),
 // then cordons the node (recording that we did, so we never uncordon
 // someone else's cordon) and drains it. Create the pod with cs next;
 // nodepod.ReadStatus follows it step by step.
 func UpgradeNode(ctx context.Context, cs kubernetes.Interface, node, image string) (*corev1.Pod, error) {
 	plan, err := kubeadm.NewPlan(kubeadm.Config{Node: node, Role: kubeadm.RoleFirstControlPlane,
-		FromVersion: "v1.31.4", ToVersion: "v1.32.0"})
+		FromVersion: "v1.35.4", ToVersion: "v1.36.3"})
 	if err != nil {
 		return nil, err
 	}

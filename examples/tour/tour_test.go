@@ -27,26 +27,48 @@ import (
 	"github.com/upgradekit/upgradekit/fake"
 	"github.com/upgradekit/upgradekit/fake/envtest"
 	"github.com/upgradekit/upgradekit/fake/testcerts"
+	"github.com/upgradekit/upgradekit/strategy"
 	"github.com/upgradekit/upgradekit/strategy/capi/extensionserver"
 )
 
-func machine(version, audit, ami string) diff.State {
+// machine is a machine as it runs: named by its MachineSet, with the
+// providerID and instance ID its provider filled in.
+func machine(name, version, audit, ami, providerID, instanceID string) diff.State {
+	infra := map[string]any{"ami": map[string]any{"id": ami}, "instanceType": "m5.large"}
+	if instanceID != "" {
+		infra["instanceID"] = instanceID
+	}
 	return diff.State{
-		Machine: &clusterv1.Machine{Spec: clusterv1.MachineSpec{Version: version}},
+		Machine: &clusterv1.Machine{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: clusterv1.MachineSpec{
+			ClusterName: "prod", Version: version, ProviderID: providerID,
+			InfrastructureRef: clusterv1.ContractVersionedObjectReference{APIGroup: "infrastructure.cluster.x-k8s.io", Kind: "AWSMachine", Name: name},
+			Bootstrap: clusterv1.Bootstrap{ConfigRef: clusterv1.ContractVersionedObjectReference{
+				APIGroup: "bootstrap.cluster.x-k8s.io", Kind: "KubeadmConfig", Name: name}},
+		}},
 		Bootstrap: &bootstrapv1.KubeadmConfig{Spec: bootstrapv1.KubeadmConfigSpec{
 			Files: []bootstrapv1.File{{Path: "/etc/kubernetes/audit.yaml", Content: audit}},
 		}},
 		Infrastructure: &unstructured.Unstructured{Object: map[string]any{
 			"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta2", "kind": "AWSMachine",
-			"spec": map[string]any{"ami": map[string]any{"id": ami}},
+			"metadata": map[string]any{"name": name}, "spec": infra,
 		}},
 	}
 }
 
+// running is the machine we have; desired is the one we want, built from
+// the new templates: other names, nothing a provider assigns.
+func running(version, audit, ami string) diff.State {
+	return machine("prod-md-0-7c9f4-x2kq", version, audit, ami, "aws:///us-east-1a/i-0123456789abcdef0", "i-0123456789abcdef0")
+}
+
+func desired(version, audit, ami string) diff.State {
+	return machine("prod-md-0-v2", version, audit, ami, "", "")
+}
+
 func ExampleWhatChanged() {
-	patch, err := tour.WhatChanged(
-		machine("v1.35.4", "kind: Policy\nrules: []", "ami-0aaa"),
-		machine("v1.36.1", "kind: Policy\nrules: [{level: Metadata}]", "ami-0bbb"))
+	_, patch, err := tour.WhatChanged(
+		running("v1.35.4", "kind: Policy\nrules: []", "ami-0aaa"),
+		desired("v1.36.1", "kind: Policy\nrules: [{level: Metadata}]", "ami-0bbb"))
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -57,6 +79,34 @@ func ExampleWhatChanged() {
 	// bootstrap.spec.files[path=/etc/kubernetes/audit.yaml].content: replace <redacted sha256:848befb3, 22 bytes> -> <redacted sha256:b1a67790, 39 bytes> (Files)
 	// infrastructure.spec.ami.id: replace "ami-0aaa" -> "ami-0bbb" (InfrastructureImage)
 	// [{"op":"replace","path":"/spec/files","value":[{"content":"kind: Policy\nrules: [{level: Metadata}]","path":"/etc/kubernetes/audit.yaml"}]}]
+}
+
+// TestWhatChangedDecidesAsClusterAPI: on a running machine (providerID and
+// instance ID set, named by its MachineSet) and one built from the new
+// templates, the tour's first step finds only what Cluster API finds, so
+// a version upgrade is decided in place; the same machines diffed without
+// a preset are decided Replace, and the decision says why.
+func TestWhatChangedDecidesAsClusterAPI(t *testing.T) {
+	current := running("v1.35.4", "kind: Policy", "ami-0aaa")
+	want := desired("v1.36.1", "kind: Policy", "ami-0aaa")
+	kubeadm, err := strategy.ForCategories("kubeadm", strategy.KubeadmCategories()...)
+	require.NoError(t, err)
+	decider := strategy.Updaters(kubeadm)
+
+	cs, _, err := tour.WhatChanged(current, want)
+	require.NoError(t, err)
+	d, err := decider.Decide(t.Context(), cs)
+	require.NoError(t, err)
+	require.Equal(t, strategy.InPlace, d.Outcome, d.Message)
+	require.NoError(t, d.Warning)
+
+	raw, err := diff.Machines(current, want)
+	require.NoError(t, err)
+	d, err = decider.Decide(t.Context(), raw)
+	require.NoError(t, err)
+	require.Equal(t, strategy.Replace, d.Outcome)
+	require.ErrorIs(t, d.Warning, strategy.ErrUnsuitableDiff)
+	require.Contains(t, d.Message, "diff.InPlaceProposal()")
 }
 
 func ExampleWouldDrift() {
@@ -76,13 +126,13 @@ func ExampleWouldDrift() {
 // say, in amiselect's catalog format.
 const catalog = `{
   "Images": [
-    {"ImageId": "ami-0aaa", "Name": "amazon-eks-node-al2023-x86_64-standard-1.31-v20250501", "Architecture": "x86_64",
-     "State": "available", "CreationDate": "2025-05-01T00:00:00.000Z", "OwnerId": "602401143452", "ImageOwnerAlias": "amazon"},
-    {"ImageId": "ami-0bbb", "Name": "amazon-eks-node-al2023-x86_64-standard-1.31-v20250520", "Architecture": "x86_64",
-     "State": "available", "CreationDate": "2025-05-20T00:00:00.000Z", "OwnerId": "602401143452", "ImageOwnerAlias": "amazon"}
+    {"ImageId": "ami-0aaa", "Name": "amazon-eks-node-al2023-x86_64-standard-1.36-v20260501", "Architecture": "x86_64",
+     "State": "available", "CreationDate": "2026-05-01T00:00:00.000Z", "OwnerId": "602401143452", "ImageOwnerAlias": "amazon"},
+    {"ImageId": "ami-0bbb", "Name": "amazon-eks-node-al2023-x86_64-standard-1.36-v20260520", "Architecture": "x86_64",
+     "State": "available", "CreationDate": "2026-05-20T00:00:00.000Z", "OwnerId": "602401143452", "ImageOwnerAlias": "amazon"}
   ],
   "Parameters": [
-    {"Name": "/aws/service/eks/optimized-ami/1.31/amazon-linux-2023/x86_64/standard/recommended/image_id", "Value": "ami-0bbb"}
+    {"Name": "/aws/service/eks/optimized-ami/1.36/amazon-linux-2023/x86_64/standard/recommended/image_id", "Value": "ami-0bbb"}
   ]
 }`
 
@@ -97,12 +147,12 @@ func ExampleNodeImage() {
 	}
 	// Output:
 	// a new amd64 node gets ami-0bbb
-	// drifted: true AMIDrift: node runs ami-0aaa, a new amd64 node gets ami-0bbb (amazon-eks-node-al2023-x86_64-standard-1.31-v20250520, created 2025-05-20T00:00:00Z)
+	// drifted: true AMIDrift: node runs ami-0aaa, a new amd64 node gets ami-0bbb (amazon-eks-node-al2023-x86_64-standard-1.36-v20260520, created 2026-05-20T00:00:00Z)
 }
 
 func ExampleUpgradeNode() {
 	cs := k8sfake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "cp-0"}})
-	pod, err := tour.UpgradeNode(context.Background(), cs, "cp-0", "registry.example/upgradekit-upgrader:v1.32.0")
+	pod, err := tour.UpgradeNode(context.Background(), cs, "cp-0", "registry.example/upgradekit-upgrader:v1.36.3")
 	if err != nil {
 		fmt.Println(err)
 		return

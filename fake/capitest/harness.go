@@ -27,8 +27,8 @@ type Harness struct {
 }
 
 // NewForTest starts a Harness for t and stops it in t.Cleanup: envtest
-// (fake/envtest.StartForTest, which skips t when the assets are missing
-// and envtest.SkipEnvVar is set), the infrastructure CRDs, the three
+// (fake/envtest.StartForTest, which skips t when the assets are missing,
+// unless envtest.RequireEnvVar is set), the infrastructure CRDs, the three
 // managers with DefaultFeatureGates (StartForTest) and the provider with
 // opts. When t fails, the provider's errors and the end of each
 // manager's log are logged.

@@ -21,12 +21,13 @@ const EnvKeepLogs = "UPGRADEKIT_CAPITEST_LOGS"
 // t.Cleanup, logging each manager's log path. The managers come from
 // EnvManagers when set; otherwise they are built with
 // hack/capi-managers.sh from this module's source tree (cached by version),
-// unless envtest.SkipEnvVar is set, which skips t.
+// unless envtest.SkipEnvVar is set (and envtest.RequireEnvVar not), which
+// skips t.
 func StartForTest(t testing.TB, env *envtest.Env, opts ...Option) *Managers {
 	t.Helper()
 	dir := os.Getenv(EnvManagers)
 	if dir == "" {
-		if os.Getenv(envtest.SkipEnvVar) != "" {
+		if os.Getenv(envtest.SkipEnvVar) != "" && os.Getenv(envtest.RequireEnvVar) == "" {
 			t.Skipf("%s is set: skipping a test that needs Cluster API's managers (build them with hack/capi-managers.sh and set %s)", envtest.SkipEnvVar, EnvManagers)
 		}
 		_, file, _, _ := runtime.Caller(0)

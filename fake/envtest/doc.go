@@ -26,4 +26,10 @@
 // environment variable, then the cache directory hack/envtest-assets.sh writes
 // to for the versions pinned in [DefaultKubernetesVersion] and
 // [DefaultEtcdVersion].
+//
+// In tests, [StartForTest] skips a test whose binaries are missing, with
+// the reason and the command that builds them, so `go test ./...` passes
+// on a fresh clone; set [RequireEnvVar] (as `make test` and CI do) to turn
+// that skip into a failure, and [SkipEnvVar] to skip such tests even when
+// the binaries are there.
 package envtest

@@ -30,9 +30,16 @@ const (
 	DefaultEtcdVersion = "v3.6.14"
 
 	// SkipEnvVar, when set to a non-empty value, makes [StartForTest] skip the
-	// calling test instead of failing it when the binaries are missing. It is
-	// an explicit opt-out: without it a missing binary is a test failure.
+	// calling test without starting anything, binaries present or not
+	// (`make unit`: the fast tests only). [RequireEnvVar] overrides it.
 	SkipEnvVar = "UPGRADEKIT_SKIP_ENVTEST"
+
+	// RequireEnvVar, when set to a non-empty value, makes [StartForTest]
+	// fail the calling test when the binaries are missing, and never skip
+	// it. Without it a missing binary skips the test with the reason and
+	// the command that builds them, so `go test ./...` passes on a fresh
+	// clone; `make test` and CI set it, so no test can be skipped there.
+	RequireEnvVar = "UPGRADEKIT_REQUIRE_ENVTEST"
 
 	// AssetsCommand is the command that builds the binaries and prints the
 	// directory to put in KUBEBUILDER_ASSETS.
@@ -59,8 +66,8 @@ func (e *AssetsMissingError) Error() string {
 	return fmt.Sprintf("envtest binaries missing: %s not found in %s (from %s); build them with "+
 		"`export KUBEBUILDER_ASSETS=$(%s)` (in a checkout of upgradekit; from another module: "+
 		"`bash $(go list -m -f '{{.Dir}}' github.com/upgradekit/upgradekit)/%s`), or `make test`, "+
-		"or set %s=1 to skip tests that need them",
-		strings.Join(e.Missing, " and "), e.Dir, e.Source, AssetsCommand, AssetsCommand, SkipEnvVar)
+		"or set %s=1 to skip tests that need them (without %s they skip on their own)",
+		strings.Join(e.Missing, " and "), e.Dir, e.Source, AssetsCommand, AssetsCommand, SkipEnvVar, RequireEnvVar)
 }
 
 // Is reports whether target is ErrAssetsMissing.
@@ -220,17 +227,27 @@ func (e *Env) Stop() error {
 	return nil
 }
 
-// StartForTest starts a control plane for t and stops it in t.Cleanup. When
-// the binaries are missing it fails t with the command that builds them, or
-// skips t if the SkipEnvVar environment variable is set.
+// StartForTest starts a control plane for t and stops it in t.Cleanup.
+// When the binaries are missing it skips t, saying which are missing and
+// the command that builds them, unless the RequireEnvVar environment
+// variable is set (`make test`, CI): then it fails t. With SkipEnvVar set
+// (and RequireEnvVar not) it skips t without starting anything. Any other
+// error fails t.
 func StartForTest(t testing.TB, opts ...Option) *Env {
 	t.Helper()
+	required := os.Getenv(RequireEnvVar) != ""
+	if !required && os.Getenv(SkipEnvVar) != "" {
+		t.Skipf("%s is set: skipping a test that needs a real kube-apiserver and etcd (%s=1 runs it)", SkipEnvVar, RequireEnvVar)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	env, err := Start(ctx, opts...)
 	if err != nil {
-		if errors.Is(err, ErrAssetsMissing) && os.Getenv(SkipEnvVar) != "" {
-			t.Skipf("%s is set: %v", SkipEnvVar, err)
+		if errors.Is(err, ErrAssetsMissing) && !required {
+			t.Skipf("skipped: %v", err)
+		}
+		if errors.Is(err, ErrAssetsMissing) {
+			t.Fatalf("envtest: %s is set: %v", RequireEnvVar, err)
 		}
 		t.Fatalf("envtest: %v", err)
 	}

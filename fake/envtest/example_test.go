@@ -2,6 +2,7 @@ package envtest_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
@@ -27,7 +28,7 @@ func ExampleStart() {
 		ObjectMeta: metav1.ObjectMeta{Name: "m-1", Namespace: "example"},
 		Spec: clusterv1.MachineSpec{
 			ClusterName: "demo",
-			Version:     "v1.31.2",
+			Version:     "v1.36.1",
 			Bootstrap:   clusterv1.Bootstrap{DataSecretName: new("bootstrap-data")},
 			InfrastructureRef: clusterv1.ContractVersionedObjectReference{
 				APIGroup: "infrastructure.cluster.x-k8s.io", Kind: "DockerMachine", Name: "m-1",
@@ -39,5 +40,18 @@ func ExampleStart() {
 		return
 	}
 	fmt.Println("created", m.Name, "at", m.Spec.Version, "uid set:", m.UID != "")
-	// Output: created m-1 at v1.31.2 uid set: true
+	// Not run by go test (an example cannot skip when the binaries are
+	// missing); TestRealAPIServerRoundTrip does the same.
+}
+
+// Without the binaries Start says which are missing and how to build them;
+// StartForTest turns that into a skip (or, with RequireEnvVar set, a
+// failure).
+func ExampleAssetsMissingError() {
+	_, err := envtest.Start(context.Background(), envtest.WithAssetsDir("/nonexistent/envtest-assets"))
+	var missing *envtest.AssetsMissingError
+	if errors.As(err, &missing) {
+		fmt.Println(errors.Is(err, envtest.ErrAssetsMissing), missing.Missing, missing.Source)
+	}
+	// Output: true [kube-apiserver etcd] WithAssetsDir
 }
