@@ -13,13 +13,13 @@ import (
 // patch CAPI's CanUpdateMachine response carries for the bootstrap config.
 func ExampleMachines() {
 	current := diff.State{
-		Machine: &clusterv1.Machine{Spec: clusterv1.MachineSpec{Version: "v1.30.4"}},
+		Machine: &clusterv1.Machine{Spec: clusterv1.MachineSpec{Version: "v1.35.4"}},
 		Bootstrap: &bootstrapv1.KubeadmConfig{Spec: bootstrapv1.KubeadmConfigSpec{
 			Files: []bootstrapv1.File{{Path: "/etc/motd", Content: "hello"}},
 		}},
 	}
 	desired := diff.State{
-		Machine: &clusterv1.Machine{Spec: clusterv1.MachineSpec{Version: "v1.31.1"}},
+		Machine: &clusterv1.Machine{Spec: clusterv1.MachineSpec{Version: "v1.36.3"}},
 		Bootstrap: &bootstrapv1.KubeadmConfig{Spec: bootstrapv1.KubeadmConfigSpec{
 			Files: []bootstrapv1.File{
 				{Path: "/etc/motd", Content: "hello"},
@@ -36,7 +36,7 @@ func ExampleMachines() {
 	patch, _ := cs.JSONPatch(diff.Bootstrap)
 	fmt.Println(string(patch))
 	// Output:
-	// machine.spec.version: replace "v1.30.4" -> "v1.31.1" (KubernetesVersion)
+	// machine.spec.version: replace "v1.35.4" -> "v1.36.3" (KubernetesVersion)
 	// bootstrap.spec.files[path=/etc/kubernetes/audit.yaml]: add {"content":"<redacted sha256:9178b5f2, 12 bytes>","path":"/etc/kubernetes/audit.yaml"} (Files)
 	// [{"op":"replace","path":"/spec/files","value":[{"content":"hello","path":"/etc/motd"},{"content":"kind: Policy","path":"/etc/kubernetes/audit.yaml"}]}]
 }

@@ -17,7 +17,7 @@ func Example() {
 	defer os.RemoveAll(dir)
 
 	plan := nodeexec.Plan{
-		Name: "upgrade-worker-1", Node: "worker-1", FromVersion: "v1.31.4", ToVersion: "v1.32.0",
+		Name: "upgrade-worker-1", Node: "worker-1", FromVersion: "v1.35.4", ToVersion: "v1.36.3",
 		Steps: []nodeexec.Step{
 			{Name: "stage", Argv: []string{"cp", "-a", "/staging/.", "/"}, Idempotent: true},
 			{Name: "restart", Argv: []string{"systemctl", "restart", "kubelet"}, Idempotent: true,

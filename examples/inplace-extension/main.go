@@ -10,7 +10,7 @@
 // /readyz); -version prints the build's version.
 //
 //	inplace-extension -cert-dir /tmp/k8s-webhook-server/serving-certs \
-//	    -upgrader-image registry.example/upgradekit-upgrader:v1.31.1
+//	    -upgrader-image registry.example/upgradekit-upgrader:v1.36.3
 //
 // The upgrader pod runs examples/upgrader's image: by default every step's
 // init container runs "/upgrader run" (-upgrader-command), which reads the
@@ -217,9 +217,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.categories, "in-place", defaultCategories(), "comma-separated diff categories accepted in place; anything else makes CAPI replace the machine. With UpdateMachine served here, only what it applies: "+defaultCategories())
 	fs.StringVar(&o.upgraderImage, "upgrader-image", "", "image of the node upgrader pod, by digest (image@sha256:...): examples/upgrader's bundle image with the target version's kubeadm/kubelet/kubectl under /staging; required unless -no-update-machine")
 	fs.StringVar(&o.upgraderImage, "updater-image", "", "old name of -upgrader-image")
-	fs.StringVar(&o.upgraderImages, "upgrader-images", "", "upgrader image per Kubernetes version, by digest, version=image,... (e.g. v1.31.1=registry.example/upgrader@sha256:...): each update runs its target version's bundle, and a version change to a version not listed is declined at CanUpdate*; instead of -upgrader-image")
+	fs.StringVar(&o.upgraderImages, "upgrader-images", "", "upgrader image per Kubernetes version, by digest, version=image,... (e.g. v1.36.3=registry.example/upgrader@sha256:...): each update runs its target version's bundle, and a version change to a version not listed is declined at CanUpdate*; instead of -upgrader-image")
 	fs.BoolVar(&o.allowMutableImages, "allow-mutable-upgrader-images", false, "accept upgrader images by tag (whoever can push the tag then chooses what runs as root on the nodes; logged as a warning): development clusters only")
-	fs.StringVar(&o.bundleChecksumsDir, "bundle-checksums-dir", "", "directory of one sha256sum file per Kubernetes version, named by the version (e.g. v1.31.1, a mounted ConfigMap): the SHA-256 of every file the upgrader bundle stages, relative to /staging, verified on the node before anything staged runs; required unless -allow-unverified-bundles")
+	fs.StringVar(&o.bundleChecksumsDir, "bundle-checksums-dir", "", "directory of one sha256sum file per Kubernetes version, named by the version (e.g. v1.36.3, a mounted ConfigMap): the SHA-256 of every file the upgrader bundle stages, relative to /staging, verified on the node before anything staged runs; required unless -allow-unverified-bundles")
 	fs.BoolVar(&o.allowUnverifiedBundles, "allow-unverified-bundles", false, "run upgrader bundles without checksums (their binaries run as root unverified; logged as a warning): development clusters only")
 	fs.StringVar(&o.upgraderNamespace, "upgrader-namespace", nodepod.DefaultNamespace, "namespace of the upgrader pods in workload clusters")
 	fs.StringVar(&o.upgraderNamespace, "updater-namespace", nodepod.DefaultNamespace, "old name of -upgrader-namespace")

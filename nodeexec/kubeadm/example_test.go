@@ -10,7 +10,7 @@ import (
 func ExampleNewPlan() {
 	plan, err := kubeadm.NewPlan(kubeadm.Config{
 		PlanName: "cp-0-v1-32", Node: "cp-0", Role: kubeadm.RoleFirstControlPlane,
-		FromVersion: "v1.31.4", ToVersion: "v1.32.0",
+		FromVersion: "v1.35.4", ToVersion: "v1.36.3",
 	})
 	if err != nil {
 		fmt.Println(err)
@@ -21,7 +21,7 @@ func ExampleNewPlan() {
 	}
 	fmt.Println(plan.Steps[6].Argv)
 
-	_, err = kubeadm.NewPlan(kubeadm.Config{Node: "w-1", Role: kubeadm.RoleWorker, FromVersion: "v1.30.2", ToVersion: "v1.32.0"})
+	_, err = kubeadm.NewPlan(kubeadm.Config{Node: "w-1", Role: kubeadm.RoleWorker, FromVersion: "v1.34.2", ToVersion: "v1.36.3"})
 	fmt.Println(errors.Is(err, kubeadm.ErrSkippedMinor))
 	// Output:
 	// bundle

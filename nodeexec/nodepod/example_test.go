@@ -21,7 +21,7 @@ systemctl restart kubelet && systemctl is-active --quiet kubelet`, "/staging/kub
 			Timeout: time.Minute, Idempotent: true},
 	}}
 	pod, err := nodepod.Build(plan,
-		nodepod.WithImage("registry.local/upgrader:v1.32.0"),
+		nodepod.WithImage("registry.local/upgrader:v1.36.3"),
 		nodepod.WithRunnerCommand("/upgrader"),
 		nodepod.WithStageFrom("/upgradekit"),
 		nodepod.WithPriorityClass("system-node-critical"))
