@@ -50,6 +50,9 @@ const envClusterctl = "UPGRADEKIT_CLUSTERCTL"
 func TestClusterctlRuntimeExtension(t *testing.T) {
 	dir := os.Getenv(envClusterctl)
 	if dir == "" {
+		if os.Getenv(envtest.RequireEnvVar) != "" { // CI: a skip must not hide
+			t.Fatalf("%s is not set (and %s is): build clusterctl with hack/clusterctl.sh and set %s to the directory it prints", envClusterctl, envtest.RequireEnvVar, envClusterctl)
+		}
 		t.Skipf("%s is not set: build clusterctl with hack/clusterctl.sh and set %s to the directory it prints", envClusterctl, envClusterctl)
 	}
 	env := envtest.StartForTest(t, envtest.WithoutCAPICRDs(), envtest.WithCRDPaths(filepath.Join(dir, "cert-manager-crds.yaml")))
