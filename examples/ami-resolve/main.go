@@ -30,7 +30,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/upgradekit/upgradekit/amiselect"
-	"github.com/upgradekit/upgradekit/internal/buildinfo"
+	"github.com/upgradekit/upgradekit/examples/buildinfo"
 )
 
 // Exit codes, as in every example (examples/README.md): 0 resolved (or

@@ -42,7 +42,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/upgradekit/upgradekit/drift"
-	"github.com/upgradekit/upgradekit/internal/buildinfo"
+	"github.com/upgradekit/upgradekit/examples/buildinfo"
 )
 
 // Exit codes, as in every example (examples/README.md): 0 nothing

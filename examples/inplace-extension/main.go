@@ -59,7 +59,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/upgradekit/upgradekit/diff"
-	"github.com/upgradekit/upgradekit/internal/buildinfo"
+	"github.com/upgradekit/upgradekit/examples/buildinfo"
 	"github.com/upgradekit/upgradekit/nodeexec/nodepod"
 	"github.com/upgradekit/upgradekit/strategy"
 	"github.com/upgradekit/upgradekit/strategy/capi"
@@ -617,7 +617,7 @@ func healthServer(addr string, ready healthz.Checker) (func(context.Context) err
 	}, nil
 }
 
-// version is what -version prints (internal/buildinfo): the module's
+// version is what -version prints (examples/buildinfo): the module's
 // version, the VCS revision the binary was built from and the Go version.
 func version() string { return buildinfo.Version("inplace-extension") }
 

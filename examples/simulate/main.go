@@ -35,9 +35,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/upgradekit/upgradekit/examples/buildinfo"
 	"github.com/upgradekit/upgradekit/fake"
 	"github.com/upgradekit/upgradekit/fake/timeline"
-	"github.com/upgradekit/upgradekit/internal/buildinfo"
 	"github.com/upgradekit/upgradekit/nodeexec/kubeadm"
 	"github.com/upgradekit/upgradekit/strategy"
 	"github.com/upgradekit/upgradekit/strategy/capi"

@@ -48,7 +48,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/upgradekit/upgradekit/internal/buildinfo"
+	"github.com/upgradekit/upgradekit/examples/buildinfo"
 	"github.com/upgradekit/upgradekit/nodeexec"
 )
 
