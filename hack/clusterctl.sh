@@ -60,14 +60,13 @@ if complete "$dest"; then
 fi
 
 start=$(date +%s)
-mkdir -p "$cache_root"
-work=$(mktemp -d "$cache_root/.build-XXXXXX")
-trap 'chmod -R u+w "$work" 2>/dev/null; rm -rf "$work"' EXIT
+# shellcheck source=lib/assets.sh
+. "$repo/hack/lib/assets.sh"
+new_workdir "$cache_root"
 log "building Cluster API ${CAPI_VERSION}'s clusterctl (once per version; a couple of minutes cold)"
 # shellcheck source=lib/capi-module.sh
 . "$repo/hack/lib/capi-module.sh"
 capi_module_copy "$repo" "$CAPI_VERSION" "$work/cluster-api" || exit 1
-mkdir -p "$work/out"
 (
   cd "$work/cluster-api"
   # The version clusterctl reports and checks contracts against (CAPI's
@@ -99,18 +98,6 @@ mkdir -p "$work/out"
 )
 "$work/out/clusterctl" version 2>&1 | grep -q "GitVersion:\"${CAPI_VERSION}\"" || { log "clusterctl does not report ${CAPI_VERSION}"; exit 1; }
 chmod 0755 "$work/out"
-rm -rf "$dest.old"
-if [[ -e "$dest" ]] && ! complete "$dest"; then
-  mv -T "$dest" "$dest.old" # built by an earlier version of this script
-fi
-if ! mv -T "$work/out" "$dest" 2>/dev/null; then
-  if complete "$dest"; then
-    log "another run published $dest first; using it"
-  else
-    rm -rf "$dest"
-    mv -T "$work/out" "$dest"
-  fi
-fi
-rm -rf "$dest.old"
+cache_publish "$work/out" "$dest" complete
 log "done in $(( $(date +%s) - start ))s: $dest"
 printf '%s\n' "$dest"
