@@ -1,7 +1,6 @@
 package main
 
 import (
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -17,7 +16,6 @@ import (
 	runtimev1 "sigs.k8s.io/cluster-api/api/runtime/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/kustomize/api/krusty"
-	"sigs.k8s.io/kustomize/kyaml/filesys"
 
 	"github.com/upgradekit/upgradekit/fake"
 	"github.com/upgradekit/upgradekit/fake/envtest"
@@ -26,12 +24,7 @@ import (
 // annotationPolicy builds deploy/annotation-policy with kustomize.
 func annotationPolicy(t *testing.T) []*unstructured.Unstructured {
 	t.Helper()
-	fs := filesys.MakeFsInMemory()
-	for _, name := range []string{"kustomization.yaml", "policy.yaml"} {
-		b, err := os.ReadFile("deploy/annotation-policy/" + name)
-		require.NoError(t, err)
-		require.NoError(t, fs.WriteFile("/policy/"+name, b))
-	}
+	fs := inMemory(t, "deploy/annotation-policy", "/policy", "kustomization.yaml", "policy.yaml")
 	res, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(fs, "/policy")
 	require.NoError(t, err)
 	var objs []*unstructured.Unstructured

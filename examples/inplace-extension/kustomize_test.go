@@ -3,6 +3,7 @@ package main
 import (
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -20,12 +21,7 @@ import (
 // digest), the upgrader bundle and its checksums ConfigMap to flags the
 // extension accepts.
 func TestKustomizeBase(t *testing.T) {
-	fs := filesys.MakeFsInMemory()
-	for _, name := range []string{"kustomization.yaml", "extension.yaml"} {
-		b, err := os.ReadFile("deploy/" + name)
-		require.NoError(t, err)
-		require.NoError(t, fs.WriteFile("/base/"+name, b))
-	}
+	fs := inMemory(t, "deploy", "/base", "kustomization.yaml", "extension.yaml")
 	k := krusty.MakeKustomizer(krusty.MakeDefaultOptions())
 
 	base, err := k.Run(fs, "/base")
@@ -99,4 +95,17 @@ configMapGenerator:
 		}
 	}
 	require.Equal(t, sums.Name, mounted)
+}
+
+// inMemory copies the named files of srcDir into a new in-memory file
+// system under dir, for kustomize's library to build.
+func inMemory(t *testing.T, srcDir, dir string, names ...string) filesys.FileSystem {
+	t.Helper()
+	fs := filesys.MakeFsInMemory()
+	for _, name := range names {
+		b, err := os.ReadFile(filepath.Join(srcDir, name))
+		require.NoError(t, err)
+		require.NoError(t, fs.WriteFile(dir+"/"+name, b))
+	}
+	return fs
 }

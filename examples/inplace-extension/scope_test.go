@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"os"
 	"strconv"
 	"testing"
 	"time"
@@ -25,7 +24,6 @@ import (
 	runtimev1 "sigs.k8s.io/cluster-api/api/runtime/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/kustomize/api/krusty"
-	"sigs.k8s.io/kustomize/kyaml/filesys"
 
 	"github.com/upgradekit/upgradekit/fake"
 	"github.com/upgradekit/upgradekit/fake/envtest"
@@ -40,12 +38,7 @@ import (
 // namespaces of a real API server: it selects exactly the namespaces
 // where the base grants the extension both of its roles.
 func TestExtensionConfigScopeIsTheRoleBindings(t *testing.T) {
-	fs := filesys.MakeFsInMemory()
-	for _, name := range []string{"kustomization.yaml", "extension.yaml"} {
-		b, err := os.ReadFile("deploy/" + name)
-		require.NoError(t, err)
-		require.NoError(t, fs.WriteFile("/base/"+name, b))
-	}
+	fs := inMemory(t, "deploy", "/base", "kustomization.yaml", "extension.yaml")
 	base, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(fs, "/base")
 	require.NoError(t, err)
 	granted := map[string]map[string]bool{} // namespace -> ClusterRoles bound there
