@@ -271,35 +271,85 @@ func (p Pattern) Match(c Change) bool {
 	if rel == "" {
 		rel = c.Path // a Change built by hand
 	}
-	return matchPrefix(p.p.segs, parsePointer(rel))
+	if rel == "" {
+		return matchPointer(p.p.segs, "", false)
+	}
+	return matchPointer(p.p.segs, strings.TrimPrefix(rel, "/"), true)
 }
 
-// matchPrefix reports whether segs match a prefix of toks.
-func matchPrefix(segs []segment, toks []string) bool {
+// matchPointer reports whether segs match a prefix of the tokens of an
+// RFC 6901 pointer, read in place: rest is the pointer after its leading
+// "/" and more says whether it still holds a token (an empty rest with
+// more set is one empty token). It allocates only for a token with a "~"
+// escape.
+func matchPointer(segs []segment, rest string, more bool) bool {
 	if len(segs) == 0 {
 		return true
 	}
 	s := segs[0]
 	if s.kind == segDStar {
-		for i := 0; i <= len(toks); i++ {
-			if matchPrefix(segs[1:], toks[i:]) {
+		for {
+			if matchPointer(segs[1:], rest, more) {
 				return true
 			}
+			if !more {
+				return false
+			}
+			_, rest, more = cutToken(rest)
 		}
+	}
+	if !more {
 		return false
 	}
-	if len(toks) == 0 {
-		return false
-	}
+	tok, rest, more := cutToken(rest)
 	switch s.kind {
 	case segField:
-		if s.name != toks[0] {
+		if strings.IndexByte(tok, '~') >= 0 {
+			tok = unescapeToken(tok)
+		}
+		if s.name != tok {
 			return false
 		}
 	case segElem:
-		if _, err := strconv.Atoi(toks[0]); err != nil {
+		if !isInt(tok) {
 			return false
 		}
 	}
-	return matchPrefix(segs[1:], toks[1:])
+	return matchPointer(segs[1:], rest, more)
+}
+
+// cutToken splits the first token (still escaped) off rest.
+func cutToken(rest string) (tok, after string, more bool) {
+	i := strings.IndexByte(rest, '/')
+	if i < 0 {
+		return rest, "", false
+	}
+	return rest[:i], rest[i+1:], true
+}
+
+// unescapeToken undoes RFC 6901's "~1" and "~0".
+func unescapeToken(t string) string {
+	return strings.NewReplacer("~1", "/", "~0", "~").Replace(t)
+}
+
+// maxIntDigits is the most decimal digits that always fit an int.
+const maxIntDigits = 9 + 9*(strconv.IntSize/64)
+
+// isInt reports whether strconv.Atoi accepts t (a list index in a path),
+// without the error value Atoi allocates for the tokens it refuses.
+func isInt(t string) bool {
+	digits := t
+	if len(digits) > 0 && (digits[0] == '+' || digits[0] == '-') {
+		digits = digits[1:]
+	}
+	if len(digits) == 0 || len(digits) > maxIntDigits {
+		_, err := strconv.Atoi(t) // empty, or long enough to overflow: Atoi decides
+		return err == nil
+	}
+	for i := 0; i < len(digits); i++ {
+		if digits[i] < '0' || digits[i] > '9' {
+			return false
+		}
+	}
+	return true
 }
