@@ -365,26 +365,62 @@ func Updaters(us ...Updater) Decider {
 // assign sorts each change by route and builds the decision.
 func assign(cs diff.ChangeSet, route func(diff.Change) (Action, string)) Decision {
 	var d Decision
-	updaterOf := map[int]string{}
-	actions := make([]Action, len(cs.Changes))
-	for i, c := range cs.Changes {
+	n := len(cs.Changes)
+	// Routes and updater names for a machine's few changes live on the
+	// stack; a machine with more takes one allocation for each.
+	var actBuf [8]Action
+	var updBuf [8]string
+	actions, updaters := actBuf[:0], updBuf[:0]
+	if n > len(actBuf) {
+		actions, updaters = make([]Action, 0, n), make([]string, 0, n)
+	}
+	var inPlace, replace, ignore int
+	for _, c := range cs.Changes {
 		a, u := route(c)
-		actions[i] = a
-		if a == ActionInPlace {
-			updaterOf[i] = u
-			d.Coverage = append(d.Coverage, Coverage{Change: c, Updater: u})
+		actions, updaters = append(actions, a), append(updaters, u)
+		switch a {
+		case ActionInPlace:
+			inPlace++
+		case ActionReplace:
+			replace++
+		case ActionIgnore:
+			ignore++
 		}
 	}
-	idx := 0
-	pick := func(want Action) diff.ChangeSet {
-		idx = 0
-		return cs.Filter(func(diff.Change) bool {
-			a := actions[idx]
-			idx++
-			return a == want
-		})
+	// The three change sets share one array, each capped at its own
+	// length so that appending to one never writes into the next.
+	var all []diff.Change
+	if total := inPlace + replace + ignore; total > 0 {
+		all = make([]diff.Change, 0, total)
 	}
-	d.InPlace, d.Uncovered, d.Ignored = pick(ActionInPlace), pick(ActionReplace), pick(ActionIgnore)
+	if inPlace > 0 {
+		d.Coverage = make([]Coverage, 0, inPlace)
+	}
+	for _, want := range [...]Action{ActionInPlace, ActionReplace, ActionIgnore} {
+		start := len(all)
+		for i, c := range cs.Changes {
+			if actions[i] != want {
+				continue
+			}
+			all = append(all, c)
+			if want == ActionInPlace {
+				d.Coverage = append(d.Coverage, Coverage{Change: c, Updater: updaters[i]})
+			}
+		}
+		part := cs // keeps what the set carries besides its changes
+		part.Changes = nil
+		if len(all) > start {
+			part.Changes = all[start:len(all):len(all)]
+		}
+		switch want {
+		case ActionInPlace:
+			d.InPlace = part
+		case ActionReplace:
+			d.Uncovered = part
+		default:
+			d.Ignored = part
+		}
+	}
 	switch {
 	case d.Uncovered.Len() > 0:
 		d.Outcome = Replace

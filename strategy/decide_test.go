@@ -90,6 +90,26 @@ func TestDecisionCarriesPatches(t *testing.T) {
 	require.Equal(t, "[]", string(patch), "the declined file change is not in the in-place patch")
 }
 
+// TestDecisionChangeSetsAreIndependent: a Decision's change sets may be
+// appended to and edited without touching each other or the input.
+func TestDecisionChangeSetsAreIndependent(t *testing.T) {
+	k8s := must(strategy.ForCategories("kubernetes", diff.CategoryKubernetesVersion))
+	in := changes(t, true)
+	before := append([]diff.Change(nil), in.Changes...)
+	d, err := strategy.Updaters(k8s).Decide(context.Background(), in)
+	require.NoError(t, err)
+	require.Equal(t, 1, d.InPlace.Len())
+	require.Equal(t, 2, d.Uncovered.Len())
+	uncovered := append([]diff.Change(nil), d.Uncovered.Changes...)
+
+	d.InPlace.Changes = append(d.InPlace.Changes, diff.Change{Field: "appended"})
+	d.InPlace.Changes[0].Field = "edited"
+	d.Coverage[0].Change.Field = "edited too"
+	require.Equal(t, uncovered, d.Uncovered.Changes, "appending to InPlace wrote into Uncovered")
+	require.Equal(t, before, in.Changes, "the input changed")
+	require.Nil(t, d.Ignored.Changes)
+}
+
 func TestPolicy(t *testing.T) {
 	ctx := context.Background()
 	files := must(strategy.ForPaths("files", "bootstrap.spec.files"))
