@@ -529,6 +529,12 @@ func TestClusterAPIDrivesKubeadmControlPlaneInPlace(t *testing.T) {
 	for name, m := range before {
 		require.Equal(t, map[string]bool{"ControlPlaneKubeletLocalMode": true}, kubeadmConfigGates(t, c, m), "%s: Cluster API's v1.35 default", name)
 	}
+	// Certificates that expire in 40 days, as KubeadmControlPlane recorded
+	// them (the annotation, copied to each Machine's status).
+	stale := time.Now().Add(40 * 24 * time.Hour).UTC().Truncate(time.Second)
+	for _, m := range before {
+		setCertificatesExpiry(t, c, m, stale)
+	}
 
 	dir := t.TempDir()
 	testcerts.Write(t, dir)
@@ -571,7 +577,70 @@ func TestClusterAPIDrivesKubeadmControlPlaneInPlace(t *testing.T) {
 	require.GreaterOrEqual(t, decisions["CanUpdateMachine/accept"], 3.0, "KubeadmControlPlane asks per machine: %v", decisions)
 	require.Zero(t, decisions["CanUpdateMachine/decline"]+decisions["CanUpdateMachine/error"], "%v", decisions)
 	require.Equal(t, 3.0, metricSums(t, reg, capi.MetricUpdateDuration)[""], "three updates done")
+
+	// kubeadm upgrade renewed every certificate: the extension removed the
+	// 40-day date and KubeadmControlPlane's (here the harness's) reading of
+	// the renewed ones replaced it, on each KubeadmConfig and Machine.
+	renewed := time.Now().Add(300 * 24 * time.Hour)
+	require.Eventually(t, func() bool {
+		var list clusterv1.MachineList
+		if err := c.List(ctx, &list, client.InNamespace("default"), client.HasLabels{clusterv1.MachineControlPlaneLabel}); err != nil || len(list.Items) != 3 {
+			return false
+		}
+		for _, m := range list.Items {
+			at, err := certificatesExpiry(ctx, c, m)
+			if err != nil || at.Before(renewed) || m.Status.CertificatesExpiryDate.Time.Before(renewed) {
+				return false
+			}
+		}
+		return true
+	}, time.Minute, 500*time.Millisecond, "certificate expiry dates renewed")
+	// Asked to replace control planes whose certificates expire within 60
+	// days, KubeadmControlPlane finds none: the stale date would have had
+	// all three replaced after their in-place update.
+	require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: "default", Name: "demo-cp"}, &kcp))
+	patch = client.MergeFrom(kcp.DeepCopy())
+	kcp.Spec.Rollout.Before.CertificatesExpiryDays = 60
+	require.NoError(t, c.Patch(ctx, &kcp, patch))
+	require.Eventually(t, func() bool {
+		var ok bool
+		after, ok = kcpSettled(t, c, "demo-cp", 3, e2eTo)
+		return ok
+	}, time.Minute, 500*time.Millisecond, "KubeadmControlPlane up to date under rollout.before.certificatesExpiryDays")
+	require.Equal(t, names, slices.Sorted(maps.Keys(after)), "no control plane replaced for renewed certificates")
 	require.Empty(t, h.Provider.Errors())
+}
+
+// setCertificatesExpiry writes Cluster API's certificate expiry
+// annotation on m's KubeadmConfig, as KubeadmControlPlane does, and waits
+// for Cluster API to copy it to the Machine's status.
+func setCertificatesExpiry(t *testing.T, c client.Client, m clusterv1.Machine, at time.Time) {
+	t.Helper()
+	var cfg bootstrapv1.KubeadmConfig
+	key := client.ObjectKey{Namespace: m.Namespace, Name: m.Spec.Bootstrap.ConfigRef.Name}
+	require.NoError(t, c.Get(t.Context(), key, &cfg))
+	patch := client.MergeFrom(cfg.DeepCopy())
+	cfg.Annotations[clusterv1.MachineCertificatesExpiryDateAnnotation] = at.Format(time.RFC3339)
+	require.NoError(t, c.Patch(t.Context(), &cfg, patch))
+	require.Eventually(t, func() bool {
+		var live clusterv1.Machine
+		err := c.Get(t.Context(), client.ObjectKeyFromObject(&m), &live)
+		return err == nil && live.Status.CertificatesExpiryDate.Time.Equal(at)
+	}, time.Minute, 200*time.Millisecond, "%s: Cluster API copies the expiry date to the Machine", m.Name)
+}
+
+// certificatesExpiry reads the certificate expiry annotation of m's
+// KubeadmConfig (the zero time without one).
+func certificatesExpiry(ctx context.Context, c client.Client, m clusterv1.Machine) (time.Time, error) {
+	var cfg bootstrapv1.KubeadmConfig
+	if err := c.Get(ctx, client.ObjectKey{Namespace: m.Namespace, Name: m.Spec.Bootstrap.ConfigRef.Name}, &cfg); err != nil {
+		return time.Time{}, err
+	}
+	v, ok := cfg.Annotations[clusterv1.MachineCertificatesExpiryDateAnnotation]
+	if !ok {
+		return time.Time{}, nil
+	}
+	return time.Parse(time.RFC3339, v)
 }
 
 // kubeadmConfigGates returns the feature gates of m's KubeadmConfig's

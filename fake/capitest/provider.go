@@ -328,6 +328,11 @@ func (p *Provider) provision(ctx context.Context, im *unstructured.Unstructured,
 	if err := p.boot(ctx, m); err != nil {
 		return err
 	}
+	if _, cp := m.Labels[clusterv1.MachineControlPlaneLabel]; cp {
+		if err := p.certificatesExpiry(ctx, m); err != nil {
+			return fmt.Errorf("certificates expiry of %s: %w", m.Name, err)
+		}
+	}
 	providerID := ProviderIDPrefix + m.Namespace + "/" + m.Name
 	if got, _, _ := unstructured.NestedString(im.Object, "spec", "providerID"); got != providerID {
 		patch := client.MergeFrom(im.DeepCopy())
@@ -384,9 +389,6 @@ func (p *Provider) boot(ctx context.Context, m *clusterv1.Machine) error {
 	if role == fake.RoleControlPlane {
 		if err := p.kubeadmInit(ctx, m); err != nil {
 			return fmt.Errorf("kubeadm init on %s: %w", m.Name, err)
-		}
-		if err := p.certificatesExpiry(ctx, m); err != nil {
-			return fmt.Errorf("certificates expiry of %s: %w", m.Name, err)
 		}
 	}
 	if err := p.register(ctx, m, host, role); err != nil {
@@ -470,12 +472,17 @@ func (p *Provider) kubeadmInit(ctx context.Context, m *clusterv1.Machine) error 
 	return nil
 }
 
-// certificatesExpiry records, on a control plane machine's KubeadmConfig,
-// when the certificates kubeadm issued at boot expire (one year, kubeadm's
-// default), in Cluster API's documented annotation. KubeadmControlPlane
-// otherwise reads the API server's serving certificate through a
-// port-forward to its Pod, which needs a kubelet serving the API server's
-// portforward subresource; the harness's kubelets do not.
+// certificatesExpiry does what KubeadmControlPlane does for a control
+// plane machine whose KubeadmConfig lacks Cluster API's certificate expiry
+// annotation: it records when the node's certificates expire, in that
+// annotation. KubeadmControlPlane reads the API server's serving
+// certificate through a port-forward to its Pod, which needs a kubelet
+// serving the API server's portforward subresource; the harness's kubelets
+// do not, so the harness writes one year from now: kubeadm's validity for
+// certificates it has just issued (at boot) or renewed (`kubeadm upgrade`,
+// after which the extension removes the annotation). It does not model
+// certificates that age: an annotation removed long after the last
+// renewal would read one year from then, not from the renewal.
 func (p *Provider) certificatesExpiry(ctx context.Context, m *clusterv1.Machine) error {
 	ref := m.Spec.Bootstrap.ConfigRef
 	if ref.Kind != "KubeadmConfig" || ref.Name == "" {

@@ -649,6 +649,12 @@ func (u *MachineUpdater) updateMachine(ctx context.Context, log logr.Logger, m *
 // it: no Event, no metric, no failure kept in memory. mgmt needs get on
 // Machines, KubeadmConfigs and the infrastructure machines' kinds.
 //
+// When mgmt can also write (a client.Client, as a manager's is), a
+// control plane's update to a new version ends by removing
+// KubeadmControlPlane's certificate expiry annotation from the Machine's
+// KubeadmConfig, since kubeadm upgrade renewed the certificates it dates
+// (see forgetCertificatesExpiry); that needs patch on KubeadmConfigs.
+//
 // Without this option the request's Machine is used as sent; that is for
 // tests and for callers that check requests themselves: anyone who can
 // reach the hook could then drive the update.
@@ -1680,6 +1686,10 @@ func (u *MachineUpdater) finish(ctx context.Context, st *call, rec *UpdateRecord
 			return waiting(ReasonWaitingForKubelet, "kubelet reports %s; recording %s on node %s: %v", want, d.annotation, node.Name, err)
 		}
 	}
+	if err := u.forgetCertificatesExpiry(ctx, st, rec); err != nil {
+		return waiting(ReasonWaitingForKubelet, "kubelet reports %s; removing the stale %s annotation from the Machine's KubeadmConfig: %v",
+			want, clusterv1.MachineCertificatesExpiryDateAnnotation, err)
+	}
 	if err := st.writeRecord(ctx, nil); err != nil {
 		return waiting(ReasonWaitingForKubelet, "kubelet reports %s; clearing the update record on node %s: %v", want, node.Name, err)
 	}
@@ -1687,6 +1697,60 @@ func (u *MachineUpdater) finish(ctx context.Context, st *call, rec *UpdateRecord
 	u.metrics.updateDuration(took)
 	u.event(st.machine, eventNormal, EventReasonUpdateSucceeded, "Update", "Node %s runs kubelet %s; the in-place update took %s", node.Name, want, took.Truncate(time.Second))
 	return updateResult{done: true, finished: true, phase: ReasonSucceeded, msg: msg + "; in-place update done in " + took.Truncate(time.Second).String()}
+}
+
+// forgetCertificatesExpiry removes, after a control plane's update to a
+// new version succeeded, KubeadmControlPlane's certificate expiry
+// annotation (clusterv1.MachineCertificatesExpiryDateAnnotation) from the
+// Machine's KubeadmConfig. `kubeadm upgrade` renewed the node's
+// certificates (the plan sets certificateRenewal), so the date KubeadmControlPlane
+// wrote when the machine was created is stale; KubeadmControlPlane writes
+// the annotation only when it is absent, then from the certificate the
+// node's API server presents, and Cluster API copies it to the Machine's
+// status.certificatesExpiryDate, which rollout.before.certificatesExpiryDays
+// is judged by. Left in place, it would have the machine replaced for
+// certificates that were renewed. An annotation set on the Machine itself
+// takes precedence in Cluster API and is left alone: it is the user's.
+//
+// It needs a management client that can write (WithManagementReader given
+// a client.Client) and patch on KubeadmConfigs; without one, nothing is
+// done and the log says so.
+func (u *MachineUpdater) forgetCertificatesExpiry(ctx context.Context, st *call, rec *UpdateRecord) error {
+	if rec.Succeeded == nil || rec.Role == string(kubeadm.RoleWorker) || rec.Role == "" ||
+		rec.FromVersion == "" || rec.FromVersion == rec.Version {
+		return nil // kubeadm upgrade did not run: nothing was renewed
+	}
+	ref := st.machine.Spec.Bootstrap.ConfigRef
+	if u.mgmt == nil || !ref.IsDefined() || ref.Kind != "KubeadmConfig" || ref.APIGroup != bootstrapv1.GroupVersion.Group {
+		return nil
+	}
+	// Unstructured, as checkBootstrapConfig reads it: a manager's client
+	// reads it from the API server, with get only.
+	cfg := &unstructured.Unstructured{}
+	cfg.SetGroupVersionKind(bootstrapv1.GroupVersion.WithKind("KubeadmConfig"))
+	key := types.NamespacedName{Namespace: st.machine.Namespace, Name: ref.Name}
+	if err := u.mgmt.Get(ctx, key, cfg); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return err
+	}
+	if _, ok := cfg.GetAnnotations()[clusterv1.MachineCertificatesExpiryDateAnnotation]; !ok {
+		return nil
+	}
+	w, ok := u.mgmt.(client.Writer)
+	if !ok {
+		st.log.Info("certificates renewed, but the management client cannot write: KubeadmConfig keeps its stale expiry date",
+			"kubeadmConfig", key.String(), "annotation", clusterv1.MachineCertificatesExpiryDateAnnotation)
+		return nil
+	}
+	patch := []byte(`{"metadata":{"annotations":{"` + clusterv1.MachineCertificatesExpiryDateAnnotation + `":null}}}`)
+	if err := w.Patch(ctx, cfg, client.RawPatch(types.MergePatchType, patch)); err != nil && !apierrors.IsNotFound(err) {
+		return err
+	}
+	st.log.Info("certificates renewed by kubeadm upgrade: removed the KubeadmConfig's expiry date for KubeadmControlPlane to read again",
+		"kubeadmConfig", key.String())
+	return nil
 }
 
 // report writes the node condition when it changed, and records what
