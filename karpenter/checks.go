@@ -49,6 +49,12 @@ type Lookup interface {
 // hashed fields a field manager may have written after the NodeClaim was
 // made, from the NodePool's managedFields (who and when, not the old
 // value).
+//
+// A taint's timeAdded is hashed as Karpenter's controller decodes it:
+// in a zero-offset time zone that is not time.UTC (its image sets no TZ),
+// whatever zone this process runs in; Karpenter's hash includes the
+// zone's offset. A Karpenter run with TZ set would stamp other hashes for
+// NodePools whose taints carry timeAdded; that is not modelled.
 func NodePoolHashCheck(l Lookup, opts ...ExplainOption) drift.Check {
 	cfg := newExplainConfig(opts)
 	return drift.CheckFunc(func(_ context.Context, obj metav1.Object) (*drift.Reason, error) {
@@ -65,7 +71,7 @@ func NodePoolHashCheck(l Lookup, opts ...ExplainOption) drift.Check {
 			hasCondition(nc, karpv1.ConditionTypeDrifted)); !compare {
 			return nil, nil
 		}
-		want := NodePoolHash(np)
+		want := controllerHash(np)
 		if stamped == want {
 			return nil, nil
 		}

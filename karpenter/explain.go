@@ -67,13 +67,13 @@ func WithImageResolver(r ImageResolver) ExplainOption {
 func (c *explainConfig) previousTemplate(np *karpv1.NodePool, stamped string) (*karpv1.NodeClaimTemplate, string) {
 	for i := range c.previous {
 		p := &c.previous[i]
-		if p.Name == np.Name && NodePoolHash(p) == stamped {
+		if p.Name == np.Name && controllerHash(p) == stamped {
 			return &p.Spec.Template, "the previous NodePools given"
 		}
 	}
 	if raw, ok := np.Annotations[AnnotationLastApplied]; ok {
 		var p karpv1.NodePool
-		if json.Unmarshal([]byte(raw), &p) == nil && NodePoolHash(&p) == stamped {
+		if json.Unmarshal([]byte(raw), &p) == nil && controllerHash(&p) == stamped {
 			return &p.Spec.Template, AnnotationLastApplied
 		}
 	}
@@ -216,7 +216,7 @@ func Explain(ctx context.Context, s *Snapshot, opts ...ExplainOption) (*Report, 
 	for i := range s.NodePools {
 		np := &s.NodePools[i]
 		got, ok := np.Annotations[karpv1.NodePoolHashAnnotationKey]
-		want := NodePoolHash(np)
+		want := controllerHash(np)
 		switch {
 		case !ok:
 			rep.Notes = append(rep.Notes, fmt.Sprintf("NodePool %s has no hash annotation yet; Karpenter will stamp %s", np.Name, want))

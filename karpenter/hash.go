@@ -1,6 +1,7 @@
 package karpenter
 
 import (
+	"slices"
 	"strconv"
 	"time"
 
@@ -349,4 +350,53 @@ func NodePoolHash(np *karpv1.NodePool) string {
 		return strconv.FormatUint(TemplateHash(nil), 10)
 	}
 	return strconv.FormatUint(TemplateHash(&np.Spec.Template), 10)
+}
+
+// controllerZone is time.Local in Karpenter's controller as its image runs
+// it: no TZ and no /etc/localtime, so Go's Local is a zero-offset zone
+// that is not time.UTC. metav1.Time decodes into time.Local and
+// Karpenter's hash includes the zone's offset (hashstructure hashes a
+// time.Time by MarshalBinary), so the hash Karpenter stamps is that of
+// its taints' timeAdded in this zone, whatever zone the reader of a dump
+// runs in.
+var controllerZone = time.FixedZone("UTC", 0)
+
+// controllerHash is the hash Karpenter's controller computes for np as it
+// reads np from the API server: NodePoolHash with every taint's timeAdded
+// in controllerZone. Objects decoded here (a dump, a live read, a
+// last-applied annotation) carry this process's time.Local instead, which
+// would make the same NodePool hash differently outside UTC.
+func controllerHash(np *karpv1.NodePool) string {
+	if np == nil || !hasTimeAdded(np.Spec.Template.Spec.Taints) && !hasTimeAdded(np.Spec.Template.Spec.StartupTaints) {
+		return NodePoolHash(np)
+	}
+	cp := *np
+	cp.Spec.Template.Spec.Taints = inControllerZone(np.Spec.Template.Spec.Taints)
+	cp.Spec.Template.Spec.StartupTaints = inControllerZone(np.Spec.Template.Spec.StartupTaints)
+	return NodePoolHash(&cp)
+}
+
+func hasTimeAdded(ts []corev1.Taint) bool {
+	for i := range ts {
+		if ts[i].TimeAdded != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// inControllerZone returns a copy of ts with each timeAdded in
+// controllerZone; a null timeAdded (the zero time.Time) stays as it is,
+// as metav1.Time decodes null.
+func inControllerZone(ts []corev1.Taint) []corev1.Taint {
+	if ts == nil {
+		return nil
+	}
+	out := slices.Clone(ts)
+	for i := range out {
+		if t := out[i].TimeAdded; t != nil && t.Time != (time.Time{}) {
+			out[i].TimeAdded = &metav1.Time{Time: t.In(controllerZone)}
+		}
+	}
+	return out
 }
