@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 
 	awsv1 "github.com/aws/karpenter-provider-aws/pkg/apis/v1"
@@ -123,20 +124,141 @@ func RequirementsCheck(l Lookup) drift.Check {
 		if nc == nil || np == nil {
 			return nil, nil
 		}
+		aliases := drift.KarpenterLabelAliases()
+		conflicts := conflictingLabels(nc.GetLabels(), aliases)
 		reqs := make([]corev1.NodeSelectorRequirement, 0, len(np.Spec.Template.Spec.Requirements))
+		onConflict := map[string][]karpv1.NodeSelectorRequirementWithMinValues{}
 		for _, r := range np.Spec.Template.Spec.Requirements {
+			key := r.Key
+			if cur, ok := aliases[key]; ok {
+				key = cur
+			}
+			if _, ok := conflicts[key]; ok {
+				onConflict[key] = append(onConflict[key], r)
+				continue
+			}
 			reqs = append(reqs, corev1.NodeSelectorRequirement{Key: r.Key, Operator: r.Operator, Values: r.Values})
 		}
-		check, err := drift.NewRequirements(reqs, drift.WithLabelAliases(drift.KarpenterLabelAliases()), drift.WithLabelsOf(normalizedLabels))
+		var ev []drift.Evidence
+		for _, key := range slices.Sorted(maps.Keys(onConflict)) {
+			// Karpenter intersects the two labels' values, which leaves
+			// none; the NodePool's requirements on the key, intersected
+			// too, accept that only as NotIn or DoesNotExist.
+			if acceptsNoValue(onConflict[key]) {
+				continue
+			}
+			texts := make([]string, len(onConflict[key]))
+			for i, r := range onConflict[key] {
+				texts[i] = requirementText(r)
+			}
+			ev = append(ev, drift.Evidence{Kind: drift.EvidenceLabel, Key: key, Want: strings.Join(texts, " and "), Got: conflicts[key],
+				Detail: "deprecated and stable labels disagree: Karpenter intersects them to no value"})
+		}
+		check, err := drift.NewRequirements(reqs, drift.WithLabelAliases(aliases), drift.WithLabelsOf(normalizedLabels))
 		if err != nil {
 			return nil, fmt.Errorf("%w: NodePool %s: spec.template.spec.requirements: %w", ErrCannotTell, np.Name, err)
 		}
 		r, err := check.Check(ctx, nc)
+		if err != nil {
+			return nil, err
+		}
+		if len(ev) > 0 {
+			if r == nil {
+				r = &drift.Reason{Name: drift.RequirementsDrifted}
+			}
+			r.Evidence = append(ev, r.Evidence...)
+			keys := make([]string, len(r.Evidence))
+			for i, e := range r.Evidence {
+				keys[i] = e.Key
+			}
+			r.Message = fmt.Sprintf("labels no longer satisfy the requirements on %s", strings.Join(keys, ", "))
+		}
 		if r != nil {
 			r.Message = fmt.Sprintf("NodePool %s: %s", np.Name, r.Message)
 		}
-		return r, err
+		return r, nil
 	})
+}
+
+// conflictingLabels returns, by stable key, the well-known labels that a
+// NodeClaim carries under both its deprecated and its stable key with
+// different values ("beta.kubernetes.io/arch=amd64,
+// kubernetes.io/arch=arm64"). Karpenter's label requirements normalise
+// the deprecated key and intersect the two values, which leaves none.
+func conflictingLabels(labels map[string]string, aliases map[string]string) map[string]string {
+	var out map[string]string
+	for old, cur := range aliases {
+		ov, okOld := labels[old]
+		cv, okCur := labels[cur]
+		if !okOld || !okCur || ov == cv {
+			continue
+		}
+		if out == nil {
+			out = map[string]string{}
+		}
+		out[cur] = old + "=" + ov + ", " + cur + "=" + cv
+	}
+	return out
+}
+
+// acceptsNoValue reports whether requirements on one key, intersected as
+// Karpenter's scheduling.Requirements does, leave an operator that a label
+// with no value satisfies: DoesNotExist (no value allowed) or NotIn (all
+// but some values). Exists, Gt and Lt need a value; In needs one of its
+// values. A label with both keys and different values is what makes the
+// intersection empty; this says whether the NodePool minds.
+func acceptsNoValue(rs []karpv1.NodeSelectorRequirementWithMinValues) bool {
+	complement, values := true, map[string]bool{} // Exists: every value
+	for _, r := range rs {
+		switch r.Operator {
+		case corev1.NodeSelectorOpIn:
+			in := map[string]bool{}
+			for _, v := range r.Values {
+				if complement != values[v] { // allowed so far
+					in[v] = true
+				}
+			}
+			complement, values = false, in
+		case corev1.NodeSelectorOpNotIn:
+			for _, v := range r.Values {
+				if complement {
+					values[v] = true
+				} else {
+					delete(values, v)
+				}
+			}
+		case corev1.NodeSelectorOpDoesNotExist:
+			complement, values = false, map[string]bool{}
+		case corev1.NodeSelectorOpGt, corev1.NodeSelectorOpLt, drift.OpGte, drift.OpLte:
+			// Bounds leave a complement as it is (its operator stays
+			// NotIn or Exists) and filter a finite set.
+			if complement || len(r.Values) != 1 {
+				continue
+			}
+			bound, err := strconv.Atoi(r.Values[0])
+			for v := range values {
+				n, nerr := strconv.Atoi(v)
+				keep := err == nil && nerr == nil && map[corev1.NodeSelectorOperator]bool{
+					corev1.NodeSelectorOpGt: n > bound, corev1.NodeSelectorOpLt: n < bound, drift.OpGte: n >= bound, drift.OpLte: n <= bound}[r.Operator]
+				if !keep {
+					delete(values, v)
+				}
+			}
+		}
+		// Exists intersects as the identity.
+	}
+	if complement {
+		return len(values) > 0 // NotIn; with no exclusion it is Exists
+	}
+	return len(values) == 0 // DoesNotExist; In otherwise
+}
+
+// requirementText writes a requirement as the table shows it.
+func requirementText(r karpv1.NodeSelectorRequirementWithMinValues) string {
+	if len(r.Values) == 0 {
+		return r.Key + " " + string(r.Operator)
+	}
+	return r.Key + " " + string(r.Operator) + " " + strings.Join(r.Values, ",")
 }
 
 // NodeClassHashCheck is the AWS provider's static drift: the NodeClaim's

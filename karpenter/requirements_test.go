@@ -24,9 +24,10 @@ func TestRequirementsCheckIsKarpenters(t *testing.T) {
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)
 	rng := rand.New(rand.NewPCG(seed, 1))
-	keys := []string{corev1.LabelArchStable, karpv1.CapacityTypeLabelKey, corev1.LabelTopologyZone, "team", "karpenter.k8s.aws/instance-cpu"}
+	keys := []string{corev1.LabelArchStable, karpv1.CapacityTypeLabelKey, corev1.LabelTopologyZone, "team", "karpenter.k8s.aws/instance-cpu", "beta.kubernetes.io/arch"}
 	values := map[string][]string{
 		corev1.LabelArchStable:           {"amd64", "arm64"},
+		"beta.kubernetes.io/arch":        {"amd64", "arm64"},
 		karpv1.CapacityTypeLabelKey:      {"on-demand", "spot", "reserved"},
 		corev1.LabelTopologyZone:         {"us-west-2a", "us-west-2b", "us-west-2c"},
 		"team":                           {"a", "b"},
@@ -69,6 +70,13 @@ func TestRequirementsCheckIsKarpenters(t *testing.T) {
 				labels[k] = values[k][rng.IntN(len(values[k]))]
 			}
 		}
+		// Deprecated keys beside (or instead of) the stable ones, agreeing
+		// or not: Karpenter normalises them and intersects the values.
+		for old, cur := range map[string]string{corev1.LabelFailureDomainBetaZone: corev1.LabelTopologyZone} {
+			if rng.IntN(3) == 0 {
+				labels[old] = values[cur][rng.IntN(len(values[cur]))]
+			}
+		}
 		np := karpv1.NodePool{ObjectMeta: metav1.ObjectMeta{Name: "p"}}
 		np.Spec.Template.Spec.Requirements = reqs
 		np.Spec.Template.Spec.NodeClassRef = &karpv1.NodeClassReference{Group: GroupAWS, Kind: "EC2NodeClass", Name: "c"}
@@ -94,4 +102,40 @@ func reasonOf(r *drift.Reason) string {
 		return "not drifted"
 	}
 	return r.Message
+}
+
+// TestRequirementsConflictingDeprecatedLabel: a NodeClaim labelled
+// beta.kubernetes.io/arch=amd64 and kubernetes.io/arch=arm64 satisfies no
+// requirement that needs an arch (Karpenter intersects the two to none),
+// and the reason names both labels; NotIn and DoesNotExist accept it.
+func TestRequirementsConflictingDeprecatedLabel(t *testing.T) {
+	labels := map[string]string{karpv1.NodePoolLabelKey: "p", "beta.kubernetes.io/arch": "amd64", corev1.LabelArchStable: "arm64"}
+	for _, tc := range []struct {
+		req     karpv1.NodeSelectorRequirementWithMinValues
+		drifted bool
+	}{
+		{karpv1.NodeSelectorRequirementWithMinValues{Key: corev1.LabelArchStable, Operator: corev1.NodeSelectorOpIn, Values: []string{"arm64"}}, true},
+		{karpv1.NodeSelectorRequirementWithMinValues{Key: "beta.kubernetes.io/arch", Operator: corev1.NodeSelectorOpIn, Values: []string{"amd64"}}, true},
+		{karpv1.NodeSelectorRequirementWithMinValues{Key: corev1.LabelArchStable, Operator: corev1.NodeSelectorOpExists}, true},
+		{karpv1.NodeSelectorRequirementWithMinValues{Key: corev1.LabelArchStable, Operator: corev1.NodeSelectorOpNotIn, Values: []string{"arm64"}}, false},
+		{karpv1.NodeSelectorRequirementWithMinValues{Key: corev1.LabelArchStable, Operator: corev1.NodeSelectorOpDoesNotExist}, false},
+	} {
+		t.Run(requirementText(tc.req), func(t *testing.T) {
+			np := karpv1.NodePool{ObjectMeta: metav1.ObjectMeta{Name: "p"}}
+			np.Spec.Template.Spec.Requirements = []karpv1.NodeSelectorRequirementWithMinValues{tc.req}
+			np.Spec.Template.Spec.NodeClassRef = &karpv1.NodeClassReference{Group: GroupAWS, Kind: "EC2NodeClass", Name: "c"}
+			nc := &karpv1.NodeClaim{ObjectMeta: metav1.ObjectMeta{Name: "n", Labels: labels}}
+			nc.Spec.NodeClassRef = np.Spec.Template.Spec.NodeClassRef
+			theirs := scheduling.NewLabelRequirements(labels).Compatible(scheduling.NewNodeSelectorRequirementsWithMinValues(tc.req)) != nil
+			require.Equal(t, tc.drifted, theirs, "Karpenter's own verdict")
+			r, err := RequirementsCheck(&Snapshot{NodePools: []karpv1.NodePool{np}}).Check(t.Context(), nc)
+			require.NoError(t, err)
+			require.Equal(t, tc.drifted, r != nil, "%v", reasonOf(r))
+			if r != nil {
+				require.Equal(t, drift.RequirementsDrifted, r.Name)
+				require.Equal(t, "beta.kubernetes.io/arch=amd64, kubernetes.io/arch=arm64", r.Evidence[0].Got)
+				require.Contains(t, r.Message, "kubernetes.io/arch")
+			}
+		})
+	}
 }
