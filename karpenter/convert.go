@@ -29,7 +29,8 @@ const (
 //     (the old reference kept in AnnotationNodeClassReferenceCompatibility);
 //   - a NodePool's spec.disruption.expireAfter moves to
 //     spec.template.spec.expireAfter, and consolidationPolicy
-//     WhenUnderutilized becomes WhenEmptyOrUnderutilized;
+//     WhenUnderutilized becomes WhenEmptyOrUnderutilized with
+//     consolidateAfter 0s;
 //   - spec.kubelet (NodePool template or NodeClaim) is removed and kept, as
 //     JSON, in AnnotationKubeletCompatibility: v1 moved it to the
 //     EC2NodeClass;
@@ -41,6 +42,12 @@ const (
 // Status, labels and the other annotations (the hash annotations among
 // them, with their v1beta1 hash versions) are kept as they are: that is
 // what a migrated object looks like. Errors name the field.
+//
+// The webhooks converted typed objects and the API server stored their v1
+// JSON encoding, which omits empty maps and lists (a template's
+// `labels: {}`); ReadDump re-encodes converted objects through the v1
+// types for that reason. ConvertV1beta1 alone works on the map and keeps
+// them.
 func ConvertV1beta1(obj map[string]any) error {
 	if obj == nil {
 		return fmt.Errorf("%w: nil object", ErrInvalidArgument)
@@ -71,7 +78,10 @@ func ConvertV1beta1(obj map[string]any) error {
 			delete(disruption, "expireAfter")
 		}
 		if disruption["consolidationPolicy"] == "WhenUnderutilized" {
+			// v1.0's conversion: v1beta1 had no consolidateAfter for this
+			// policy, v1 consolidates at once.
 			disruption["consolidationPolicy"] = "WhenEmptyOrUnderutilized"
+			disruption["consolidateAfter"] = "0s"
 		}
 		if err := convertClaimSpec(obj, tspec, "spec.template.spec"); err != nil {
 			return err

@@ -241,7 +241,32 @@ func (s *Snapshot) add(obj map[string]any) error {
 	if err := json.NewDecoder(bytes.NewReader(b)).Decode(target); err != nil {
 		return fmt.Errorf("%s: %s", errtext.Quote(where), errtext.Clip(err.Error()))
 	}
+	if version == "v1beta1" {
+		// Stored as the conversion webhook's typed v1 output: its JSON
+		// encoding drops empty maps and lists (omitempty), which hash
+		// differently from absent ones.
+		if err := roundTrip(target); err != nil {
+			return fmt.Errorf("%s: %s", errtext.Quote(where), errtext.Clip(err.Error()))
+		}
+	}
 	return nil
+}
+
+// roundTrip encodes *target as JSON and decodes it back into a zero value.
+func roundTrip(target any) error {
+	b, err := json.Marshal(target)
+	if err != nil {
+		return err
+	}
+	switch t := target.(type) {
+	case *karpv1.NodePool:
+		*t = karpv1.NodePool{}
+	case *karpv1.NodeClaim:
+		*t = karpv1.NodeClaim{}
+	case *awsv1.EC2NodeClass:
+		*t = awsv1.EC2NodeClass{}
+	}
+	return json.Unmarshal(b, target)
 }
 
 // sort orders every list by name, so reports are stable.

@@ -7,6 +7,9 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 	"sigs.k8s.io/yaml"
 )
 
@@ -86,7 +89,7 @@ metadata:
     compatibility.karpenter.sh/v1beta1-kubelet-conversion: '{"maxPods":110}'
     compatibility.karpenter.sh/v1beta1-nodeclass-reference: '{"apiVersion":"karpenter.k8s.aws/v1beta1","kind":"EC2NodeClass","name":"c"}'
 spec:
-  disruption: {consolidationPolicy: WhenEmptyOrUnderutilized}
+  disruption: {consolidationPolicy: WhenEmptyOrUnderutilized, consolidateAfter: 0s}
   template:
     spec:
       expireAfter: 720h
@@ -281,4 +284,52 @@ func FuzzReadDump(f *testing.F) {
 			t.Fatalf("Explain: %v", err)
 		}
 	})
+}
+
+// TestReadDumpStoresConversionsAsTheWebhookDid: a v1beta1 NodePool with
+// empty template maps and lists reads as Karpenter's conversion webhook
+// had it stored: converted in memory (the maps still empty), then encoded
+// through the v1 types, whose omitempty drops them. Its hash is
+// Karpenter's np.Hash() of that stored object, and WhenUnderutilized
+// consolidates after 0s, as v1.0.8's Disruption.convertFrom sets it.
+func TestReadDumpStoresConversionsAsTheWebhookDid(t *testing.T) {
+	const dump = `
+apiVersion: karpenter.sh/v1beta1
+kind: NodePool
+metadata: {name: p}
+spec:
+  disruption: {consolidationPolicy: WhenUnderutilized}
+  template:
+    metadata: {labels: {}, annotations: {}}
+    spec:
+      nodeClassRef: {apiVersion: karpenter.k8s.aws/v1beta1, kind: EC2NodeClass, name: c}
+      taints: []
+      startupTaints: []
+      requirements: [{key: kubernetes.io/arch, operator: In, values: [amd64]}]
+`
+	snap, err := ReadDump(strings.NewReader(dump))
+	require.NoError(t, err)
+	require.Len(t, snap.NodePools, 1)
+	got := snap.NodePools[0]
+
+	// The webhook's object in memory: v1.0.8's convertFrom copies the
+	// template's metadata and taints as they were decoded.
+	inMemory := karpv1.NodePool{ObjectMeta: metav1.ObjectMeta{Name: "p"}}
+	inMemory.Spec.Template.Labels = map[string]string{}
+	inMemory.Spec.Template.Annotations = map[string]string{}
+	inMemory.Spec.Template.Spec.Taints = []corev1.Taint{}
+	inMemory.Spec.Template.Spec.StartupTaints = []corev1.Taint{}
+	inMemory.Spec.Template.Spec.Requirements = got.Spec.Template.Spec.Requirements
+	inMemory.Spec.Template.Spec.NodeClassRef = &karpv1.NodeClassReference{Group: GroupAWS, Kind: "EC2NodeClass", Name: "c"}
+	b, err := json.Marshal(&inMemory)
+	require.NoError(t, err)
+	var stored karpv1.NodePool
+	require.NoError(t, json.Unmarshal(b, &stored))
+
+	require.Equal(t, stored.Hash(), NodePoolHash(&got), "Karpenter's hash of what the webhook stored")
+	require.NotEqual(t, inMemory.Hash(), NodePoolHash(&got), "the empty maps hash differently: the test tells the two apart")
+	require.Nil(t, got.Spec.Template.Labels)
+	require.NotNil(t, got.Spec.Disruption.ConsolidateAfter.Duration)
+	require.Zero(t, *got.Spec.Disruption.ConsolidateAfter.Duration)
+	require.Equal(t, karpv1.ConsolidationPolicyWhenEmptyOrUnderutilized, got.Spec.Disruption.ConsolidationPolicy)
 }
