@@ -262,21 +262,33 @@ func requirementText(r karpv1.NodeSelectorRequirementWithMinValues) string {
 }
 
 // NodeClassHashCheck is the AWS provider's static drift: the NodeClaim's
-// karpenter.k8s.aws/ec2nodeclass-hash against its EC2NodeClass's, read
-// from the annotations as Karpenter does (the EC2NodeClass hash includes
-// the cluster's CA bundle, which a dump does not hold; EC2NodeClassHash
-// computes it when the caller knows it). Hash versions follow the
-// provider's hash controller (StampRule); while the EC2NodeClass is not
-// yet at EC2NodeClassHashVersion its new hash is unknown here, so only a
-// NodeClaim that keeps an old-version hash (already drifted) is found
-// drifted.
-func NodeClassHashCheck(l Lookup) drift.Check {
+// karpenter.k8s.aws/ec2nodeclass-hash against its EC2NodeClass's, judged
+// in the steady state Karpenter's hash controller converges to (it
+// rewrites the EC2NodeClass's annotation to nc.Hash(caBundle) at the
+// current hash version on every reconcile, and re-stamps NodeClaims as
+// StampRule says). The hash includes the cluster's CA bundle, which a dump
+// does not hold:
+//
+//   - with WithClusterCABundle, the EC2NodeClass's hash is computed
+//     (EC2NodeClassHash), so an annotation not yet rewritten (an edited
+//     spec, a GitOps manifest) does not hide drift;
+//   - without it, the annotation is used when it is at the current hash
+//     version; when the verdict depends on a hash Karpenter has yet to
+//     write (no annotation, or another version, against a NodeClaim
+//     stamped at the current one), the check says it cannot tell
+//     (ErrCannotTell), and Explain still runs the provider's other checks,
+//     as Karpenter does after static drift.
+//
+// A NodeClaim stamped with an old version and already drifted stays
+// drifted whatever the hash.
+func NodeClassHashCheck(l Lookup, opts ...ExplainOption) drift.Check {
+	cfg := newExplainConfig(opts)
 	return drift.CheckFunc(func(_ context.Context, obj metav1.Object) (*drift.Reason, error) {
 		nc, class := claimAndClass(l, obj)
 		if nc == nil || class == nil {
 			return nil, nil
 		}
-		want, okWant := class.Annotations[awsv1.AnnotationEC2NodeClassHash]
+		annotated, okAnnotated := class.Annotations[awsv1.AnnotationEC2NodeClassHash]
 		classVersion := class.Annotations[awsv1.AnnotationEC2NodeClassHashVersion]
 		got, okGot := nc.Annotations[awsv1.AnnotationEC2NodeClassHash]
 		gotVersion, okGotVersion := nc.Annotations[awsv1.AnnotationEC2NodeClassHashVersion]
@@ -287,10 +299,9 @@ func NodeClassHashCheck(l Lookup) drift.Check {
 		if compare, _ := StampRule(classVersion, gotVersion, EC2NodeClassHashVersion, drifted); !compare {
 			return nil, nil
 		}
-		if classVersion != EC2NodeClassHashVersion {
-			if gotVersion == EC2NodeClassHashVersion || !drifted {
-				return nil, nil // compared with a hash Karpenter has yet to compute
-			}
+		if gotVersion != EC2NodeClassHashVersion {
+			// Compared only because it is drifted and keeps its old hash,
+			// which no current hash equals.
 			return &drift.Reason{
 				Name: drift.NodeClassDrift,
 				Message: fmt.Sprintf("EC2NodeClass %s: stamped with hash version %s and already drifted before Karpenter moved to %s; Karpenter keeps its old hash, so it stays drifted",
@@ -298,18 +309,34 @@ func NodeClassHashCheck(l Lookup) drift.Check {
 				Evidence: []drift.Evidence{{Kind: drift.EvidenceHash, Key: awsv1.AnnotationEC2NodeClassHash, Got: got, Detail: "hash version " + gotVersion}},
 			}, nil
 		}
-		if !okWant || want == got {
+		want, source := annotated, "annotation"
+		switch {
+		case cfg.caBundle != nil:
+			want, source = EC2NodeClassHash(class, cfg.caBundle), "computed with the cluster CA bundle"
+		case !okAnnotated || classVersion != EC2NodeClassHashVersion:
+			return nil, hashUnknownError{fmt.Sprintf("EC2NodeClass %s has no %s hash annotation yet, and its hash includes the cluster CA bundle, which was not given",
+				class.Name, EC2NodeClassHashVersion)}
+		}
+		if want == got {
 			return nil, nil
 		}
 		return &drift.Reason{
 			Name: drift.NodeClassDrift,
-			Message: fmt.Sprintf("EC2NodeClass %s's spec changed since this NodeClaim was made (hash %s, now %s)",
-				class.Name, errtext.Quote(got), errtext.Quote(want)),
+			Message: fmt.Sprintf("EC2NodeClass %s's spec changed since this NodeClaim was made (hash %s, now %s, %s)",
+				class.Name, errtext.Quote(got), errtext.Quote(want), source),
 			Evidence: []drift.Evidence{{Kind: drift.EvidenceHash, Key: awsv1.AnnotationEC2NodeClassHash, Want: want, Got: got,
 				Detail: "hash version " + gotVersion}},
 		}, nil
 	})
 }
+
+// hashUnknownError is a check that cannot tell because a hash Karpenter
+// has yet to write is unknown here; unlike the provider's other checks'
+// errors, it does not stop the ones after it. It wraps ErrCannotTell.
+type hashUnknownError struct{ msg string }
+
+func (e hashUnknownError) Error() string { return ErrCannotTell.Error() + ": " + e.msg }
+func (e hashUnknownError) Unwrap() error { return ErrCannotTell }
 
 // StampRule says whether Karpenter compares a NodeClaim's stamped hash
 // with its owner's (NodePool or EC2NodeClass) current one, given the

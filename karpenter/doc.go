@@ -40,6 +40,8 @@
 // instance's subnet and security groups). AMI drift judges a NodeClaim by
 // its labels, which Karpenter writes from the instance type's
 // requirements; Karpenter itself uses the instance type. The EC2NodeClass
-// hash depends on the cluster's CA bundle, which a dump does not hold, so
-// NodeClassHashCheck compares annotations, as Karpenter does.
+// hash depends on the cluster's CA bundle, which a dump does not hold:
+// give it (WithClusterCABundle) and NodeClassHashCheck computes the hash
+// Karpenter will write; without it, it trusts an annotation at the current
+// hash version and cannot tell where none is written yet.
 package karpenter
