@@ -382,9 +382,11 @@ func TestFailedMachinesStallAsClusterAPIDoes(t *testing.T) {
 		upgraded []string // nodes at the new version at the end
 	}{
 		{
-			name:    "default limits (maxSurge 1, maxUnavailable 0): the group stops at the failed machine",
-			cluster: func() *fake.Cluster { return fake.NewCluster("c").ControlPlane(1, "v1.35.4").MachineDeployment("md-0", 3, "v1.35.4") },
-			fail:    "c-md-0-0",
+			name: "default limits (maxSurge 1, maxUnavailable 0): the group stops at the failed machine",
+			cluster: func() *fake.Cluster {
+				return fake.NewCluster("c").ControlPlane(1, "v1.35.4").MachineDeployment("md-0", 3, "v1.35.4")
+			},
+			fail: "c-md-0-0",
 			held: []fake.Hold{
 				{Machine: "c-md-0-1", Reason: "1 failed machines of the group stay unavailable while Cluster API retries them; the limit (maxSurge+maxUnavailable) is 1"},
 				{Machine: "c-md-0-2", Reason: "1 failed machines of the group stay unavailable while Cluster API retries them; the limit (maxSurge+maxUnavailable) is 1"},
@@ -392,8 +394,10 @@ func TestFailedMachinesStallAsClusterAPIDoes(t *testing.T) {
 			upgraded: []string{"c-control-plane-0"},
 		},
 		{
-			name:     "the same with FailureContinue: the rolled back machine frees its slot",
-			cluster:  func() *fake.Cluster { return fake.NewCluster("c").ControlPlane(1, "v1.35.4").MachineDeployment("md-0", 3, "v1.35.4") },
+			name: "the same with FailureContinue: the rolled back machine frees its slot",
+			cluster: func() *fake.Cluster {
+				return fake.NewCluster("c").ControlPlane(1, "v1.35.4").MachineDeployment("md-0", 3, "v1.35.4")
+			},
 			fail:     "c-md-0-0",
 			policy:   fake.FailureContinue,
 			upgraded: []string{"c-control-plane-0", "c-md-0-1", "c-md-0-2"},
@@ -410,9 +414,11 @@ func TestFailedMachinesStallAsClusterAPIDoes(t *testing.T) {
 			upgraded: []string{"c-control-plane-0", "c-md-0-1", "c-md-0-2", "c-md-0-4"},
 		},
 		{
-			name:    "a failed control plane machine stops KubeadmControlPlane and the workers",
-			cluster: func() *fake.Cluster { return fake.NewCluster("c").ControlPlane(3, "v1.35.4").MachineDeployment("md-0", 2, "v1.35.4") },
-			fail:    "c-control-plane-1",
+			name: "a failed control plane machine stops KubeadmControlPlane and the workers",
+			cluster: func() *fake.Cluster {
+				return fake.NewCluster("c").ControlPlane(3, "v1.35.4").MachineDeployment("md-0", 2, "v1.35.4")
+			},
+			fail: "c-control-plane-1",
 			held: []fake.Hold{
 				{Machine: "c-control-plane-2", Reason: kcpWaits},
 				{Machine: "c-md-0-0", Reason: "control plane machine c-control-plane-1 failed: workers wait (version skew)"},
