@@ -8,6 +8,7 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -140,6 +141,20 @@ func TestDemoStallsAtAFailureAsClusterAPIDoes(t *testing.T) {
 	require.NotContains(t, s, "failed-update-retried")
 	require.NotContains(t, s, "Stalled where")
 	require.Contains(t, s, "demo-md-0-4              InPlace verify                 Succeeded")
+}
+
+// TestREADMEShowsTheStall: the README's stalled demo is what the command
+// prints.
+func TestREADMEShowsTheStall(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	require.NoError(t, err)
+	m := regexp.MustCompile("(?s)`go run ./examples/simulate ([^`]*)` ends with[^`]*```\n(.*?)\n```").FindSubmatch(readme)
+	require.NotNil(t, m, "README.md shows the demo stalling")
+	var out bytes.Buffer
+	err = run(context.Background(), append([]string{"-progress-bar=false"}, strings.Fields(string(m[1]))...), &out, &bytes.Buffer{})
+	require.Equal(t, exitFailed, exitCode(err, &bytes.Buffer{}), "README.md says it exits 3")
+	require.Contains(t, out.String(), string(m[2])+"\n")
+	require.Contains(t, string(m[2]), "Held back: demo-md-0-2")
 }
 
 func TestDemoWithACrash(t *testing.T) {
