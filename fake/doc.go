@@ -98,8 +98,23 @@
 // than the control plane), CheckDisruption (no group over its maxSurge +
 // maxUnavailable at any instant, control plane one at a time),
 // CheckNoRerun (no completed step run again), CheckCordons (no node left
-// cordoned, nobody else's cordon lifted), plus converged versions. A
-// 1,000-node in-place upgrade simulates in a few seconds (BENCHMARKS.md).
+// cordoned, nobody else's cordon lifted), CheckStall (below), plus
+// converged versions. A 1,000-node in-place upgrade simulates in a few
+// seconds (BENCHMARKS.md).
+//
+// After a failed update the simulator stalls where Cluster API v1.14 does
+// (FailureStall, the default): Cluster API keeps the Machine Updating
+// (InPlaceUpdateFailed), so unavailable, and calls UpdateMachine again for
+// as long as it fails; the MachineDeployment counts it against maxSurge +
+// maxUnavailable, so the group goes on only in the slots left (none with
+// the default maxSurge 1, maxUnavailable 0), and KubeadmControlPlane waits
+// for the failed update before it touches another control plane machine.
+// The machines not started are Result.Held with the reason, and the failed
+// machine has a StallStep event ("Blocked") to the end of the run.
+// CheckStall checks that nothing started that Cluster API would not have.
+// WithOnFailure(FailureContinue) carries on instead, as if each failed
+// machine had been fixed at once (only machines left cordoned hold their
+// group), to show the rest of the rollout.
 //
 // Gates (WithSimGates) are asked before each machine at the virtual
 // time, against the simulated cluster (a gate built on Simulator.Client

@@ -122,6 +122,7 @@ func ExampleSimulator() {
 	// demo-md-0-2 kubeadm-binary RolledBack
 	// demo-md-0-2 cni-plugins RolledBack
 	// demo-md-0-2 containerd RolledBack
+	// demo-md-0-2 failed-update-retried Blocked
 	// demo-control-plane-0 v1.36.3 unschedulable: false
 	// demo-md-0-0 v1.36.3 unschedulable: false
 	// demo-md-0-2 v1.35.4 unschedulable: false

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"time"
@@ -264,6 +265,9 @@ func CheckBreaker(res *Result, b strategy.Breaker) []string {
 	}
 	first, last := map[string]int{}, map[string]int{}
 	for i, e := range res.Events {
+		if e.Step == StallStep {
+			continue // emitted at the end: the machine's work ended before
+		}
 		if _, ok := first[e.Machine]; !ok {
 			first[e.Machine] = i
 		}
@@ -284,5 +288,88 @@ func CheckBreaker(res *Result, b strategy.Breaker) []string {
 		}
 	}
 	sort.Strings(out)
+	return out
+}
+
+// CheckStall reports machines started where Cluster API would have
+// stalled after a failure (FailureStall, the default; nil for a Result of
+// FailureContinue): a machine of a group started while the group's
+// failed machines, which Cluster API keeps Updating and unavailable, and
+// the machines still running used up its limit (res.Limits: maxSurge +
+// maxUnavailable, 1 when missing); and any machine started after a
+// control plane machine failed (KubeadmControlPlane waits for the failed
+// update, the workers behind it). A machine's failure counts from the end
+// of its last event (StallStep events aside); groups and failures come
+// from every plan of res.
+func CheckStall(res *Result) []string {
+	if res == nil || res.OnFailure == FailureContinue {
+		return nil
+	}
+	group := map[string]string{}
+	for _, p := range append([]*strategy.Plan{res.Plan}, res.Plans...) {
+		if p == nil {
+			continue
+		}
+		for _, pm := range p.Machines {
+			group[pm.Machine] = pm.Group
+		}
+	}
+	type span struct{ start, end time.Time }
+	spans := map[string]*span{}
+	for _, e := range res.Events {
+		if e.Step == StallStep {
+			continue
+		}
+		sp, ok := spans[e.Machine]
+		if !ok {
+			spans[e.Machine] = &span{e.Start, e.End}
+			continue
+		}
+		if e.Start.Before(sp.start) {
+			sp.start = e.Start
+		}
+		if e.End.After(sp.end) {
+			sp.end = e.End
+		}
+	}
+	failed := map[string]bool{}
+	for _, m := range res.Failed {
+		if _, ok := spans[m]; ok {
+			failed[m] = true
+		}
+	}
+	var out []string
+	for _, m := range slices.Sorted(maps.Keys(spans)) {
+		start, g := spans[m].start, group[m]
+		down, running := 0, 0
+		for _, o := range slices.Sorted(maps.Keys(spans)) {
+			sp := spans[o]
+			switch {
+			case o == m:
+			case failed[o] && !sp.end.After(start):
+				if group[o] == "" {
+					out = append(out, fmt.Sprintf("%s started at %s, after control plane machine %s failed at %s",
+						m, start.Format(time.RFC3339), o, sp.end.Format(time.RFC3339)))
+				}
+				if group[o] == g && g != "" {
+					down++
+				}
+			case group[o] == g && !sp.start.After(start) && sp.end.After(start):
+				running++
+			}
+		}
+		limit, ok := res.Limits[g]
+		if !ok {
+			limit = 1
+		}
+		if down > 0 && down+running+1 > limit {
+			name := "group " + g
+			if g == "" {
+				name = "the control plane"
+			}
+			out = append(out, fmt.Sprintf("%s started at %s while %d failed machines of %s stay unavailable and %d run; the limit is %d",
+				m, start.Format(time.RFC3339), down, name, running, limit))
+		}
+	}
 	return out
 }

@@ -321,14 +321,18 @@ func TestControllerCrashPlansAgainFromTheCluster(t *testing.T) {
 // (a reviewer's case: before, the next workers ran and no invariant saw
 // the group over its limit). A failed control plane machine holds every
 // worker.
+// TestFailuresHoldWhatWouldBreakLimits: with FailureContinue, only a
+// machine left cordoned (failed without a rollback) holds its group, and a
+// failed control plane machine holds the workers.
 func TestFailuresHoldWhatWouldBreakLimits(t *testing.T) {
 	ctx := context.Background()
 	cl := fake.NewCluster("c").ControlPlane(1, "v1.35.4").MachineDeployment("md-0", 3, "v1.35.4")
-	sim, err := fake.NewSimulator(cl, fake.WithSimFaults(fake.NewFaults(1).FailStep("c-md-0-0", "kubectl-binary", 100)))
+	sim, err := fake.NewSimulator(cl, fake.WithOnFailure(fake.FailureContinue), fake.WithSimFaults(fake.NewFaults(1).FailStep("c-md-0-0", "kubectl-binary", 100)))
 	require.NoError(t, err)
 	res, err := sim.Run(ctx, fake.Rollout{ToVersion: "v1.36.3"})
 	require.NoError(t, err)
 	require.Empty(t, res.Violations)
+	require.Equal(t, fake.FailureContinue, res.OnFailure)
 	require.Equal(t, []string{"c-md-0-0"}, res.Failed)
 	require.Equal(t, []string{"c-md-0-0"}, res.LeftCordoned, "kubectl-binary fails after kubeadm upgrade: no automatic rollback")
 	require.Equal(t, []fake.Hold{
@@ -341,15 +345,183 @@ func TestFailuresHoldWhatWouldBreakLimits(t *testing.T) {
 	require.False(t, n.Spec.Unschedulable)
 
 	cl = fake.NewCluster("d").ControlPlane(3, "v1.35.4").MachineDeployment("md-0", 2, "v1.35.4")
-	sim, err = fake.NewSimulator(cl, fake.WithSimFaults(fake.NewFaults(1).FailStep("d-control-plane-1", "containerd", 100)))
+	sim, err = fake.NewSimulator(cl, fake.WithOnFailure(fake.FailureContinue), fake.WithSimFaults(fake.NewFaults(1).FailStep("d-control-plane-1", "containerd", 100)))
 	require.NoError(t, err)
 	res, err = sim.Run(ctx, fake.Rollout{ToVersion: "v1.36.3"})
 	require.NoError(t, err)
 	require.Empty(t, res.Violations)
 	require.Equal(t, []string{"d-control-plane-1"}, res.Failed)
-	var held []string
+	require.Equal(t, []string{"d-md-0-0", "d-md-0-1"}, heldMachines(res), "workers wait for a control plane that did not make it")
+	require.NotEmpty(t, fake.CheckStall(&fake.Result{Plan: res.Plan, Events: res.Events, Limits: res.Limits, Failed: res.Failed, End: res.End}),
+		"d-control-plane-2 went on after d-control-plane-1 failed, which Cluster API does not do")
+}
+
+func heldMachines(res *fake.Result) []string {
+	var out []string
 	for _, h := range res.Held {
-		held = append(held, h.Machine)
+		out = append(out, h.Machine)
 	}
-	require.Equal(t, []string{"d-md-0-0", "d-md-0-1"}, held, "workers wait for a control plane that did not make it")
+	return out
+}
+
+// TestFailedMachinesStallAsClusterAPIDoes: by default a failed machine
+// stays unavailable, as Cluster API keeps it Updating and retries it: its
+// MachineDeployment goes on only while maxSurge+maxUnavailable slots
+// remain, and KubeadmControlPlane starts no other control plane machine.
+// The same runs with FailureContinue go on past the failure.
+func TestFailedMachinesStallAsClusterAPIDoes(t *testing.T) {
+	ctx := context.Background()
+	two, zero := intstr.FromInt32(2), intstr.FromInt32(0)
+	kcpWaits := "KubeadmControlPlane waits for the in-place update of c-control-plane-1 to complete; it failed, and Cluster API retries it"
+	tests := []struct {
+		name     string
+		cluster  func() *fake.Cluster
+		fail     string // node whose containerd step fails for good (the plan rolls back)
+		policy   fake.FailurePolicy
+		held     []fake.Hold
+		upgraded []string // nodes at the new version at the end
+	}{
+		{
+			name: "default limits (maxSurge 1, maxUnavailable 0): the group stops at the failed machine",
+			cluster: func() *fake.Cluster {
+				return fake.NewCluster("c").ControlPlane(1, "v1.35.4").MachineDeployment("md-0", 3, "v1.35.4")
+			},
+			fail: "c-md-0-0",
+			held: []fake.Hold{
+				{Machine: "c-md-0-1", Reason: "1 failed machines of the group stay unavailable while Cluster API retries them; the limit (maxSurge+maxUnavailable) is 1"},
+				{Machine: "c-md-0-2", Reason: "1 failed machines of the group stay unavailable while Cluster API retries them; the limit (maxSurge+maxUnavailable) is 1"},
+			},
+			upgraded: []string{"c-control-plane-0"},
+		},
+		{
+			name: "the same with FailureContinue: the rolled back machine frees its slot",
+			cluster: func() *fake.Cluster {
+				return fake.NewCluster("c").ControlPlane(1, "v1.35.4").MachineDeployment("md-0", 3, "v1.35.4")
+			},
+			fail:     "c-md-0-0",
+			policy:   fake.FailureContinue,
+			upgraded: []string{"c-control-plane-0", "c-md-0-1", "c-md-0-2"},
+		},
+		{
+			name: "maxUnavailable 2: the others go on in the slot that is left",
+			cluster: func() *fake.Cluster {
+				return fake.NewCluster("c").ControlPlane(1, "v1.35.4").MachineDeployment("md-0", 5, "v1.35.4", fake.WithRollingUpdate(&zero, &two))
+			},
+			fail: "c-md-0-0",
+			held: []fake.Hold{
+				{Machine: "c-md-0-3", Reason: "1 failed machines of the group stay unavailable while Cluster API retries them; the limit (maxSurge+maxUnavailable) is 2"},
+			},
+			upgraded: []string{"c-control-plane-0", "c-md-0-1", "c-md-0-2", "c-md-0-4"},
+		},
+		{
+			name: "a failed control plane machine stops KubeadmControlPlane and the workers",
+			cluster: func() *fake.Cluster {
+				return fake.NewCluster("c").ControlPlane(3, "v1.35.4").MachineDeployment("md-0", 2, "v1.35.4")
+			},
+			fail: "c-control-plane-1",
+			held: []fake.Hold{
+				{Machine: "c-control-plane-2", Reason: kcpWaits},
+				{Machine: "c-md-0-0", Reason: "control plane machine c-control-plane-1 failed: workers wait (version skew)"},
+				{Machine: "c-md-0-1", Reason: "control plane machine c-control-plane-1 failed: workers wait (version skew)"},
+			},
+			upgraded: []string{"c-control-plane-0"},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			cl := tc.cluster()
+			opts := []fake.SimOption{fake.WithSimFaults(fake.NewFaults(1).FailStep(tc.fail, "containerd", 100))}
+			if tc.policy != "" {
+				opts = append(opts, fake.WithOnFailure(tc.policy))
+			}
+			sim, err := fake.NewSimulator(cl, opts...)
+			require.NoError(t, err)
+			res, err := sim.Run(ctx, fake.Rollout{ToVersion: "v1.36.3"})
+			require.NoError(t, err)
+			require.Empty(t, res.Violations)
+			require.Equal(t, []string{tc.fail}, res.Failed)
+			require.Empty(t, res.LeftCordoned, "containerd's failure rolls back")
+			require.Empty(t, cmp.Diff(tc.held, res.Held))
+
+			var nodes corev1.NodeList
+			require.NoError(t, sim.Client().List(ctx, &nodes))
+			var upgraded []string
+			for _, n := range nodes.Items {
+				require.False(t, n.Spec.Unschedulable, n.Name)
+				if n.Status.NodeInfo.KubeletVersion == "v1.36.3" {
+					upgraded = append(upgraded, n.Name)
+				}
+			}
+			require.ElementsMatch(t, tc.upgraded, upgraded)
+
+			// The stall is on the timeline: the failed machine is Blocked
+			// from its failure to the end.
+			var stalls []fake.Event
+			for _, e := range res.Events {
+				if e.Step == fake.StallStep {
+					stalls = append(stalls, e)
+				}
+			}
+			if tc.policy == fake.FailureContinue {
+				require.Empty(t, stalls)
+				return
+			}
+			require.Equal(t, fake.FailureStall, res.OnFailure)
+			require.Len(t, stalls, 1)
+			require.Equal(t, tc.fail, stalls[0].Machine)
+			require.Equal(t, "Blocked", stalls[0].Outcome)
+			require.Equal(t, res.End, stalls[0].End)
+			var failedAt time.Time
+			for _, e := range res.Events {
+				if e.Machine == tc.fail && e.Step != fake.StallStep && e.End.After(failedAt) {
+					failedAt = e.End
+				}
+			}
+			require.Equal(t, failedAt, stalls[0].Start)
+		})
+	}
+
+	_, err := fake.NewSimulator(fake.NewCluster("c").ControlPlane(1, "v1.35.4"), fake.WithOnFailure("retry"))
+	require.ErrorIs(t, err, fake.ErrInvalidCluster)
+	require.ErrorContains(t, err, `failure policy "retry"`)
+}
+
+func TestCheckStall(t *testing.T) {
+	plan := &strategy.Plan{Machines: []strategy.PlannedMachine{
+		{Machine: "cp-0"}, {Machine: "cp-1"}, {Machine: "w-0", Group: "md-0"}, {Machine: "w-1", Group: "md-0"}, {Machine: "w-2", Group: "md-0"},
+	}}
+	ev := func(m string, start, end int) fake.Event {
+		return fake.Event{Machine: m, Step: "s", Start: at(start), End: at(end)}
+	}
+	tests := []struct {
+		name   string
+		events []fake.Event
+		failed []string
+		limit  int
+		policy fake.FailurePolicy
+		want   []string
+	}{
+		{"no failure", []fake.Event{ev("w-0", 0, 5), ev("w-1", 5, 9)}, nil, 1, "", nil},
+		{"a start after a failure that used the only slot", []fake.Event{ev("w-0", 0, 5), ev("w-1", 5, 9)}, []string{"w-0"}, 1, "",
+			[]string{"w-1 started at 2026-01-01T09:05:00Z while 1 failed machines of group md-0 stay unavailable and 0 run; the limit is 1"}},
+		{"the same under FailureContinue", []fake.Event{ev("w-0", 0, 5), ev("w-1", 5, 9)}, []string{"w-0"}, 1, fake.FailureContinue, nil},
+		{"a slot left after the failure", []fake.Event{ev("w-0", 0, 5), ev("w-1", 0, 4), ev("w-2", 5, 9)}, []string{"w-0"}, 2, "", nil},
+		{"the slot left is taken", []fake.Event{ev("w-0", 0, 5), ev("w-1", 3, 9), ev("w-2", 6, 9)}, []string{"w-0"}, 2, "",
+			[]string{"w-2 started at 2026-01-01T09:06:00Z while 1 failed machines of group md-0 stay unavailable and 1 run; the limit is 2"}},
+		{"the failure is not known before it ends", []fake.Event{ev("w-0", 0, 5), ev("w-1", 0, 5)}, []string{"w-0"}, 2, "", nil},
+		{"the stall event does not count as work", []fake.Event{ev("w-0", 0, 5), ev("w-1", 5, 9),
+			{Machine: "w-0", Step: fake.StallStep, Start: at(5), End: at(10), Outcome: "Blocked"}}, []string{"w-0"}, 2, "", nil},
+		{"anything after a control plane failure", []fake.Event{ev("cp-0", 0, 5), ev("cp-1", 5, 9), ev("w-0", 9, 10)}, []string{"cp-0"}, 1, "", []string{
+			"cp-1 started at 2026-01-01T09:05:00Z, after control plane machine cp-0 failed at 2026-01-01T09:05:00Z",
+			"w-0 started at 2026-01-01T09:09:00Z, after control plane machine cp-0 failed at 2026-01-01T09:05:00Z",
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got := fake.CheckStall(&fake.Result{Plan: plan, Events: tc.events, Failed: tc.failed, OnFailure: tc.policy,
+				Limits: map[string]int{"": 1, "md-0": tc.limit}, End: at(10)})
+			require.Empty(t, cmp.Diff(tc.want, got))
+		})
+	}
+	require.Nil(t, fake.CheckStall(nil))
 }

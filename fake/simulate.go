@@ -130,7 +130,44 @@ type Result struct {
 	// GateWaits is the virtual time machines waited at closed gates
 	// (WithSimGates), by machine.
 	GateWaits map[string]time.Duration `json:"gateWaits,omitempty"`
+	// OnFailure is the failure policy the run followed (WithOnFailure;
+	// "" is FailureStall, the default).
+	OnFailure FailurePolicy `json:"onFailure,omitempty"`
 }
+
+// FailurePolicy says what the simulated controllers do once a machine's
+// update has failed (WithOnFailure).
+type FailurePolicy string
+
+const (
+	// FailureStall, the default, is what Cluster API v1.14 does. The
+	// Machine stays Updating (reason InPlaceUpdateFailed), so neither
+	// Ready nor Available, and Cluster API calls UpdateMachine again, with
+	// backoff, for as long as it answers Failure; it never gives up on it.
+	// Its MachineDeployment counts it as unavailable in the new
+	// MachineSet, so it uses one of the group's maxSurge+maxUnavailable
+	// slots until it is fixed: the group starts other machines only while
+	// slots remain (with the default maxSurge 1, maxUnavailable 0, none).
+	// KubeadmControlPlane waits for an in-place update in progress to
+	// complete before it touches any other control plane machine, so a
+	// failed control plane machine stops the rest of the control plane
+	// (and the workers wait behind it, version skew). The failed machine
+	// gets a StallStep event from its failure to the end of the run, and
+	// the machines not started are Held.
+	FailureStall FailurePolicy = "stall"
+	// FailureContinue carries on as if the failed machine had been fixed
+	// at once: a failed update whose plan rolled back frees its slot, and
+	// only machines left cordoned (failed without a rollback) count
+	// against their group's limit. A control plane failure still holds
+	// the workers. It shows the rest of a rollout after a failure, which
+	// Cluster API itself would not reach.
+	FailureContinue FailurePolicy = "continue"
+)
+
+// StallStep is the Step of the event that shows a failed machine staying
+// unavailable, from its failure to the end of the run, under FailureStall
+// (Outcome "Blocked").
+const StallStep = "failed-update-retried"
 
 // BreakerTrip is a group's circuit breaker tripping during a run.
 type BreakerTrip struct {
@@ -202,6 +239,8 @@ type Simulator struct {
 	breaker  *strategy.Breaker
 	gates    strategy.Gate
 	gateWait time.Duration
+	// onFailure: WithOnFailure.
+	onFailure FailurePolicy
 }
 
 // SimOption configures a Simulator.
@@ -244,6 +283,12 @@ func WithSimGates(g strategy.Gate, maxWait time.Duration) SimOption {
 	return func(s *Simulator) { s.gates, s.gateWait = g, maxWait }
 }
 
+// WithOnFailure sets what the simulated controllers do once a machine's
+// update has failed: FailureStall (the default: as Cluster API, the group
+// stalls where its limit is used up) or FailureContinue. NewSimulator
+// refuses any other value.
+func WithOnFailure(p FailurePolicy) SimOption { return func(s *Simulator) { s.onFailure = p } }
+
 // WithMaxRestarts sets how many times a crashed runner is restarted on one
 // machine before the machine counts as failed (default 3).
 func WithMaxRestarts(n int) SimOption { return func(s *Simulator) { s.maxRestarts = n } }
@@ -267,6 +312,13 @@ func NewSimulator(cl *Cluster, opts ...SimOption) (*Simulator, error) {
 	}
 	if s.maxRestarts < 0 {
 		return nil, fmt.Errorf("fake: %w: max restarts %d is negative", ErrInvalidCluster, s.maxRestarts)
+	}
+	switch s.onFailure {
+	case "":
+		s.onFailure = FailureStall
+	case FailureStall, FailureContinue:
+	default:
+		return nil, fmt.Errorf("fake: %w: failure policy %s: want %s or %s", ErrInvalidCluster, errtext.Quote(string(s.onFailure)), FailureStall, FailureContinue)
 	}
 	copts := []ClientOption{WithoutServerSideApply()}
 	if s.faults != nil {
@@ -464,7 +516,11 @@ func (s *Simulator) Run(ctx context.Context, r Rollout) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	res := &Result{Plan: plan, Start: s.clock.Now(), Limits: map[string]int{"": 1}}
+	stall := s.onFailure != FailureContinue
+	res := &Result{Plan: plan, Start: s.clock.Now(), Limits: map[string]int{"": 1}, OnFailure: FailureContinue}
+	if stall {
+		res.OnFailure = FailureStall
+	}
 	sizes := map[string]int{"": len(in.ControlPlane)}
 	for _, g := range in.Workers {
 		sizes[g.Name] = len(g.Machines)
@@ -507,8 +563,10 @@ func (s *Simulator) Run(ctx context.Context, r Rollout) (*Result, error) {
 	sort.Strings(allNodes)
 	res.Plans = []*strategy.Plan{plan}
 	completed := 0
-	stuck := map[string]int{} // per group: machines left cordoned by earlier batches
-	cpFailed := ""            // a control plane machine whose update failed
+	stuck := map[string]int{}    // per group: machines left cordoned by earlier batches
+	failedIn := map[string]int{} // per group: machines that failed in earlier batches
+	var stalled []Event          // per failed machine, from its failure on
+	cpFailed := ""               // a control plane machine whose update failed
 	for {
 		byName := map[string]strategy.PlannedMachine{}
 		for _, pm := range plan.Machines {
@@ -522,7 +580,7 @@ func (s *Simulator) Run(ctx context.Context, r Rollout) (*Result, error) {
 			start := s.clock.Now()
 			end := start
 			inBatch := map[string]int{}
-			leftBefore := len(res.LeftCordoned)
+			leftBefore, failedBefore := len(res.LeftCordoned), len(res.Failed)
 			for _, name := range b.Machines {
 				s.clock.SetTime(start)
 				pm := byName[name]
@@ -530,11 +588,21 @@ func (s *Simulator) Run(ctx context.Context, r Rollout) (*Result, error) {
 				// of a group than its limit while failed machines are still
 				// out of service, or move workers past a control plane that
 				// did not make it.
+				// Under FailureStall, also what Cluster API does not do: start
+				// a machine of a group whose failed machines (unavailable
+				// while it retries them) use up its limit, or any control
+				// plane machine after one failed.
 				switch {
 				case pm.Role == strategy.RoleWorker && cpFailed != "":
 					res.Held = append(res.Held, Hold{Machine: name, Reason: fmt.Sprintf("control plane machine %s failed: workers wait (version skew)", cpFailed)})
 					continue
-				case stuck[pm.Group]+inBatch[pm.Group]+1 > res.Limits[pm.Group]:
+				case stall && pm.Role == strategy.RoleControlPlane && cpFailed != "":
+					res.Held = append(res.Held, Hold{Machine: name, Reason: fmt.Sprintf("KubeadmControlPlane waits for the in-place update of %s to complete; it failed, and Cluster API retries it", cpFailed)})
+					continue
+				case stall && failedIn[pm.Group]+inBatch[pm.Group]+1 > res.Limits[pm.Group]:
+					res.Held = append(res.Held, Hold{Machine: name, Reason: fmt.Sprintf("%d failed machines of the group stay unavailable while Cluster API retries them; the limit (maxSurge+maxUnavailable) is %d", failedIn[pm.Group], res.Limits[pm.Group])})
+					continue
+				case !stall && stuck[pm.Group]+inBatch[pm.Group]+1 > res.Limits[pm.Group]:
 					res.Held = append(res.Held, Hold{Machine: name, Reason: fmt.Sprintf("%d machines of the group are left cordoned after failures; the limit is %d", stuck[pm.Group], res.Limits[pm.Group])})
 					continue
 				case tripped[pm.Group] != "":
@@ -573,6 +641,7 @@ func (s *Simulator) Run(ctx context.Context, r Rollout) (*Result, error) {
 						res.Reasons = map[string]string{}
 					}
 					res.Reasons[name] = err.Error()
+					stalled = append(stalled, Event{Machine: name, Batch: b.Index, Method: pm.Method, Step: StallStep, Start: s.clock.Now(), Outcome: "Blocked"})
 					if pm.Role == strategy.RoleControlPlane && cpFailed == "" {
 						cpFailed = name
 					}
@@ -586,6 +655,9 @@ func (s *Simulator) Run(ctx context.Context, r Rollout) (*Result, error) {
 			}
 			for _, n := range res.LeftCordoned[leftBefore:] {
 				stuck[s.pools[n]]++
+			}
+			for _, m := range res.Failed[failedBefore:] {
+				failedIn[byName[m].Group]++
 			}
 			s.clock.SetTime(end)
 			if b.HealthGate {
@@ -622,11 +694,20 @@ func (s *Simulator) Run(ctx context.Context, r Rollout) (*Result, error) {
 		res.Plans = append(res.Plans, plan)
 	}
 	res.End = s.clock.Now()
+	if stall {
+		// Cluster API keeps the failed machines Updating, and unavailable,
+		// to the end.
+		for _, e := range stalled {
+			e.End = res.End
+			s.emit(res, e)
+		}
+	}
 	res.Violations = append(res.Violations, s.checkConverged(ctx, r, res)...)
 	res.Violations = append(res.Violations, CheckSkew(ctx, s.c, s.cl)...)
 	res.Violations = append(res.Violations, CheckDisruption(res)...)
 	res.Violations = append(res.Violations, CheckNoRerun(res)...)
 	res.Violations = append(res.Violations, CheckCordons(ctx, s.c, res)...)
+	res.Violations = append(res.Violations, CheckStall(res)...)
 	if s.breaker != nil {
 		res.Violations = append(res.Violations, CheckBreaker(res, *s.breaker)...)
 	}

@@ -216,6 +216,12 @@ func runPropertyCase(t *testing.T, seed int64) *fake.Result {
 	pc := newPropertyCase(t, seed)
 	ctx := context.Background()
 	opts := []fake.SimOption{fake.WithStrategy(pc.strategy), fake.WithSimFaults(pc.faults)}
+	if seed%4 == 0 {
+		// A quarter of the runs carry on past failures; the others stall
+		// where Cluster API does (CheckStall), the default. Drawn from the
+		// seed, not the generator, so every seed keeps its case.
+		opts = append(opts, fake.WithOnFailure(fake.FailureContinue))
+	}
 	if pc.breaker != nil {
 		opts = append(opts, fake.WithBreaker(*pc.breaker))
 	}
@@ -244,8 +250,9 @@ func runPropertyCase(t *testing.T, seed int64) *fake.Result {
 // strategies, image changes) with randomized faults (hard and transient
 // step failures, runner crashes during and between steps, NotReady nodes,
 // controller crashes that lose the plan, API conflicts and throttling,
-// nodes cordoned by someone else) and checks
-// every invariant each time, plus: only machines with an injected hard
+// nodes cordoned by someone else), a quarter of them with FailureContinue
+// and the others stalling after failures as Cluster API does, and checks
+// every invariant each time (CheckStall among them), plus: only machines with an injected hard
 // failure fail, and a seed replays to the same timeline. Each seed is a
 // parallel subtest; a failing one replays alone with
 // -run 'TestSimulatorProperty/seed=N$'.

@@ -200,9 +200,13 @@ func TestMachineUpdaterModeStopsOnAFailedStep(t *testing.T) {
 		require.Equal(t, "v1.35.4", v, n)
 	}
 	requireNoStoppedKubelet(t, sim)
-	last := res.Events[len(res.Events)-1]
-	require.Equal(t, fake.UpdateMachineStep+capi.ReasonFailed, last.Step)
-	require.Equal(t, fake.AnswerFailure, last.Outcome)
+	// The hook's last answer, then the stall: Cluster API keeps the
+	// machine Updating to the end.
+	answer, stall := res.Events[len(res.Events)-2], res.Events[len(res.Events)-1]
+	require.Equal(t, fake.UpdateMachineStep+capi.ReasonFailed, answer.Step)
+	require.Equal(t, fake.AnswerFailure, answer.Outcome)
+	require.Equal(t, fake.Event{Machine: "demo-control-plane-0", Batch: answer.Batch, Method: answer.Method, Step: fake.StallStep,
+		Start: answer.End, End: res.End, Outcome: "Blocked"}, stall)
 }
 
 // TestMachineUpdaterModeReportsEndlessWaiting: a machine that takes more

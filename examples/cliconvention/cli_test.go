@@ -71,6 +71,7 @@ func TestEveryExampleFollowsTheConvention(t *testing.T) {
 		{"simulate", []string{"-fail", "nosuch/kubelet=1"}, nil, 2, `no node "nosuch"`, "", ""},
 		{"simulate", []string{"-crash", "demo-md-0-0/nosuchstep"}, nil, 2, `no step "nosuchstep"`, "", ""},
 		{"simulate", []string{"-new-image", "nosuch"}, nil, 2, `no machine deployment "nosuch"`, "", ""},
+		{"simulate", []string{"-on-failure", "retry"}, nil, 2, `-on-failure: unknown "retry" (stall, continue)`, "", ""},
 		{"upgrader", []string{"nosuchcommand"}, nil, 2, "unknown command", "", ""},
 		{"preview", []string{"-f", "change.yaml"}, nil, 2, "-cluster is required", "", ""},
 		{"preview", []string{"-cluster", "demo", "-in-place", "KubernetesVerison"}, nil, 2, `unknown category "KubernetesVerison"`, "", ""},
@@ -85,6 +86,12 @@ func TestEveryExampleFollowsTheConvention(t *testing.T) {
 		{"simulate", []string{"-progress-bar=false", "-control-planes", "1", "-workers", "md-0=1", "-new-image", "", "-fail", "demo-md-0-0/kubelet=9"}, nil, 3, "failed: demo-md-0-0", "", ""},
 		{"simulate", []string{"-progress-bar=false", "-control-planes", "1", "-workers", "md-0=1", "-new-image", "md-0", "-strategy", "inplace-only"}, nil, 4, "Blocked: 1 machines", "", ""},
 		{"simulate", []string{"-progress-bar=false", "-control-planes", "1", "-workers", "md-0=1", "-new-image", ""}, nil, 0, "Invariants held", "", ""},
+		// A failed machine stalls its machine deployment as Cluster API's
+		// would; -on-failure continue plays on.
+		{"simulate", []string{"-progress-bar=false", "-control-planes", "1", "-workers", "md-0=3", "-new-image", "", "-fail", "demo-md-0-0/containerd=9"}, nil, 3,
+			"Held back: demo-md-0-2 (1 failed machines of the group stay unavailable while Cluster API retries them; the limit (maxSurge+maxUnavailable) is 1)", "", ""},
+		{"simulate", []string{"-progress-bar=false", "-control-planes", "1", "-workers", "md-0=3", "-new-image", "", "-fail", "demo-md-0-0/containerd=9", "-on-failure", "continue"}, nil, 3,
+			"demo-md-0-2              InPlace verify                 Succeeded", "", "Held back"},
 		// No cluster to talk to: one line, no stack trace.
 		{"inplace-extension", []string{"-upgrader-image", "x@sha256:" + strings.Repeat("a", 64), "-allow-unverified-bundles"}, []string{"KUBECONFIG=", "HOME=" + t.TempDir()}, 1, "management cluster config", "", "stacktrace"},
 		{"inplace-extension", []string{"-upgrader-image", "x:v1", "-allow-unverified-bundles"}, nil, 2, "is not pinned by digest", "", ""},

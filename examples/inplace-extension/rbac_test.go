@@ -309,6 +309,8 @@ func TestLeastPrivilegeOverHTTPS(t *testing.T) {
 	pool := testcerts.Write(t, dir)
 	port := testcerts.FreePort(t)
 	metricsAddr := "127.0.0.1:" + strconv.Itoa(testcerts.FreePort(t))
+	// -retry-after 1, not the default 15: the test calls UpdateMachine
+	// until done, and only the number of calls depends on it.
 	o, err := parseFlags([]string{"-host", "127.0.0.1", "-port", strconv.Itoa(port), "-cert-dir", dir, "-metrics-bind-address", metricsAddr, "-health-addr", "0",
 		"-upgrader-image", "registry.example/upgrader:v1.36.1@" + testDigest, "-allow-unverified-bundles", "-skip-steps", "containerd,cni-plugins", "-retry-after", "1"}, &bytes.Buffer{})
 	require.NoError(t, err)

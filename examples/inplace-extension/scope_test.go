@@ -113,6 +113,12 @@ func TestUnreachableWorkloadClusterIsDeclinedAndBounded(t *testing.T) {
 	dir := t.TempDir()
 	pool := testcerts.Write(t, dir)
 	port := testcerts.FreePort(t)
+	// The deadline under test, -workload-unreachable-timeout, is 2 s
+	// instead of the default 30 m, so that the test sees it pass. The
+	// first UpdateMachine call starts it, so that call answers in progress
+	// however loaded the machine is; the Failure is then awaited for up to
+	// 60 s.
+	// -retry-after 1 (default 15) only changes the answers' RetryAfter.
 	o, err := parseFlags([]string{"-host", "127.0.0.1", "-port", strconv.Itoa(port), "-cert-dir", dir, "-metrics-bind-address", "0",
 		"-upgrader-image", "registry.example/upgrader:v1.36.1@" + testDigest, "-allow-unverified-bundles", "-skip-steps", "containerd,cni-plugins",
 		"-retry-after", "1", "-workload-unreachable-timeout", "2s"}, &bytes.Buffer{})

@@ -10,7 +10,11 @@
 // machines where something went wrong or was retried get a lane. -updater capi has the
 // real capi.MachineUpdater update the in-place machines, called as Cluster
 // API calls the UpdateMachine hook, with the simulated kubelets running
-// its upgrader pods (fake.WithMachineUpdater).
+// its upgrader pods (fake.WithMachineUpdater). A machine whose update
+// fails stalls the rollout where Cluster API would (fake.FailureStall):
+// its machine deployment goes on only within maxSurge+maxUnavailable, a
+// failed control plane machine stops the control plane and the workers;
+// -on-failure continue plays on as if it were fixed.
 //
 //	go run ./examples/simulate
 //	go run ./examples/simulate -from v1.34.2 -to v1.35.4 -workers md-0=5,md-1=5 -new-image md-1 -timeline rollout.html
@@ -90,6 +94,7 @@ type options struct {
 	timeline      string
 	bar           bool
 	updater       string
+	onFailure     string
 }
 
 type pool struct {
@@ -132,6 +137,7 @@ func parseArgs(args []string, stderr io.Writer) (o options, printed bool, err er
 	fs.StringVar(&o.timeline, "timeline", "", "write an HTML/SVG timeline of the rollout to this file")
 	fs.BoolVar(&o.bar, "progress-bar", isTerminal(os.Stdout), "print a progress bar after each batch (default: when stdout is a terminal)")
 	fs.StringVar(&o.updater, "updater", updaterSimulator, "what updates in-place machines: simulator (the simulator runs the kubeadm plans), capi (a real capi.MachineUpdater called as Cluster API calls the UpdateMachine hook, the simulated kubelets running its upgrader pods)")
+	fs.StringVar(&o.onFailure, "on-failure", string(fake.FailureStall), "what the rollout does after a machine's update fails: stall (as Cluster API: the failed machine stays unavailable, so its machine deployment goes on only within maxSurge+maxUnavailable, and a failed control plane machine stops the control plane and the workers), continue (as if the failed machine were fixed at once)")
 	if err := fs.Parse(args); err != nil {
 		return o, true, err
 	}
@@ -140,6 +146,9 @@ func parseArgs(args []string, stderr io.Writer) (o options, printed bool, err er
 	}
 	if o.updater != updaterSimulator && o.updater != updaterCAPI {
 		return o, false, fmt.Errorf("-updater: unknown %q (%s, %s)", o.updater, updaterSimulator, updaterCAPI)
+	}
+	if o.onFailure != string(fake.FailureStall) && o.onFailure != string(fake.FailureContinue) {
+		return o, false, fmt.Errorf("-on-failure: unknown %q (%s, %s)", o.onFailure, fake.FailureStall, fake.FailureContinue)
 	}
 	if fs.NArg() > 0 {
 		return o, false, fmt.Errorf("unexpected arguments: %v", fs.Args())
@@ -264,7 +273,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	total := 0
 	prog := newProgress(stdout, o.bar)
-	simOpts := []fake.SimOption{fake.WithPlanner(p), fake.WithSimFaults(faults), fake.WithEvents(prog.event)}
+	simOpts := []fake.SimOption{fake.WithPlanner(p), fake.WithSimFaults(faults), fake.WithEvents(prog.event),
+		fake.WithOnFailure(fake.FailurePolicy(o.onFailure))}
 	if o.updater == updaterCAPI {
 		simOpts = append(simOpts, fake.WithMachineUpdater(capi.WithRetryAfter(30)))
 	}
@@ -485,6 +495,9 @@ func summarize(w io.Writer, res *fake.Result) {
 	for _, h := range res.Held {
 		fmt.Fprintf(w, "Held back: %s (%s)\n", h.Machine, h.Reason)
 	}
+	if len(res.Failed) > 0 && res.OnFailure == fake.FailureStall {
+		fmt.Fprintf(w, "Stalled where Cluster API would: it keeps retrying %s until that succeeds; -on-failure continue plays on as if it were fixed.\n", strings.Join(res.Failed, ", "))
+	}
 	if len(res.LeftCordoned) > 0 {
 		fmt.Fprintf(w, "Left cordoned for a person (failed without a rollback): %s\n", strings.Join(res.LeftCordoned, ", "))
 	}
@@ -497,6 +510,9 @@ func summarize(w io.Writer, res *fake.Result) {
 	case len(res.Violations) == 0:
 		fmt.Fprintln(w, "Invariants held: control plane first and one at a time; no group over maxSurge+maxUnavailable at once;")
 		fmt.Fprintln(w, "no kubelet newer than the control plane; no completed step run twice; no node left cordoned; every updated machine converged.")
+		if res.OnFailure == fake.FailureStall && len(res.Failed) > 0 {
+			fmt.Fprintln(w, "After the failure nothing started that Cluster API would not have started.")
+		}
 	}
 	for _, v := range res.Violations {
 		fmt.Fprintln(w, "VIOLATION:", v)

@@ -8,6 +8,7 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -97,6 +98,65 @@ func TestDemoWithAFailure(t *testing.T) {
 	checkTimeline(t, timeline, []string{"demo-control-plane-0", "demo-md-0-0", "demo-md-0-1"}, true)
 }
 
+// TestDemoStallsAtAFailureAsClusterAPIDoes: a machine whose update fails
+// for good stops its machine deployment, as Cluster API keeps it Updating
+// (unavailable) and retries it; the other deployment goes on. The
+// timeline draws the stall. -on-failure continue plays on past it.
+func TestDemoStallsAtAFailureAsClusterAPIDoes(t *testing.T) {
+	timeline := filepath.Join(t.TempDir(), "rollout.html")
+	var out bytes.Buffer
+	err := run(context.Background(), []string{"-progress-bar=false", "-fail", "demo-md-0-1/kubeadm-upgrade=9", "-timeline", timeline}, &out, &bytes.Buffer{})
+	require.ErrorIs(t, err, errMachinesFailed, out.String())
+	s := out.String()
+	held := "(1 failed machines of the group stay unavailable while Cluster API retries them; the limit (maxSurge+maxUnavailable) is 1)"
+	for _, m := range []string{"demo-md-0-2", "demo-md-0-3", "demo-md-0-4"} {
+		require.Contains(t, s, "Held back: "+m+" "+held)
+		require.NotContains(t, s, m+"              InPlace", "%s never starts", m)
+	}
+	require.Contains(t, s, "  09:55:10  batch 5  demo-md-0-1              InPlace failed-update-retried  Blocked since 09:30:10: its update failed; "+
+		"Cluster API keeps the Machine Updating and retries it, so it stays unavailable\n")
+	require.Contains(t, s, "demo-md-1-4              Replace drain-and-delete-old   Replaced", "the other machine deployment goes on")
+	require.Contains(t, s, "Stalled where Cluster API would: it keeps retrying demo-md-0-1 until that succeeds; -on-failure continue plays on as if it were fixed.")
+	require.Contains(t, s, "After the failure nothing started that Cluster API would not have started.")
+
+	page, err := os.ReadFile(timeline)
+	require.NoError(t, err)
+	d := parseSVG(t, string(page))
+	var stalls []string
+	for _, r := range d.Rects {
+		if r.Fill == "#8a8a8a" /* blocked */ && strings.Contains(r.Title, "Blocked since 09:30:10") {
+			stalls = append(stalls, r.Title)
+		}
+	}
+	require.Equal(t, []string{
+		"md-0 stalled at demo-md-0-1: Blocked since 09:30:10: its update failed; Cluster API keeps the Machine Updating and retries it, so it stays unavailable",
+		"demo-md-0-1: Blocked since 09:30:10: its update failed; Cluster API keeps the Machine Updating and retries it, so it stays unavailable",
+	}, stalls, "the stall is drawn in md-0's lane and demo-md-0-1's")
+
+	out.Reset()
+	err = run(context.Background(), []string{"-progress-bar=false", "-fail", "demo-md-0-1/kubeadm-upgrade=9", "-on-failure", "continue"}, &out, &bytes.Buffer{})
+	require.ErrorIs(t, err, errMachinesFailed, out.String())
+	s = out.String()
+	require.NotContains(t, s, "Held back")
+	require.NotContains(t, s, "failed-update-retried")
+	require.NotContains(t, s, "Stalled where")
+	require.Contains(t, s, "demo-md-0-4              InPlace verify                 Succeeded")
+}
+
+// TestREADMEShowsTheStall: the README's stalled demo is what the command
+// prints.
+func TestREADMEShowsTheStall(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	require.NoError(t, err)
+	m := regexp.MustCompile("(?s)`go run ./examples/simulate ([^`]*)` ends with[^`]*```\n(.*?)\n```").FindSubmatch(readme)
+	require.NotNil(t, m, "README.md shows the demo stalling")
+	var out bytes.Buffer
+	err = run(context.Background(), append([]string{"-progress-bar=false"}, strings.Fields(string(m[1]))...), &out, &bytes.Buffer{})
+	require.Equal(t, exitFailed, exitCode(err, &bytes.Buffer{}), "README.md says it exits 3")
+	require.Contains(t, out.String(), string(m[2])+"\n")
+	require.Contains(t, string(m[2]), "Held back: demo-md-0-2")
+}
+
 func TestDemoWithACrash(t *testing.T) {
 	var out bytes.Buffer
 	err := run(context.Background(), []string{"-progress-bar=false", "-control-planes", "1", "-workers", "md-0=2", "-new-image", "",
@@ -110,10 +170,12 @@ func TestDemoWithACrash(t *testing.T) {
 	require.NotContains(t, s, "failed:")
 }
 
+// TestDemoHoldsBackAfterAFailureLeftCordoned: even carrying on past
+// failures, a machine left cordoned holds its group's slot.
 func TestDemoHoldsBackAfterAFailureLeftCordoned(t *testing.T) {
 	var out bytes.Buffer
 	err := run(context.Background(), []string{"-progress-bar=false", "-control-planes", "1", "-workers", "md-0=3", "-new-image", "",
-		"-fail", "demo-md-0-0/kubectl-binary=50"}, &out, &bytes.Buffer{})
+		"-fail", "demo-md-0-0/kubectl-binary=50", "-on-failure", "continue"}, &out, &bytes.Buffer{})
 	require.ErrorIs(t, err, errMachinesFailed, out.String())
 	s := out.String()
 	require.Contains(t, s, "Left cordoned for a person (failed without a rollback): demo-md-0-0")
@@ -137,6 +199,7 @@ func TestBadFlags(t *testing.T) {
 		// run look fault-free.
 		{"-fail", "nosuch/kubelet=1"}, {"-fail", "demo-md-0-0/nosuchstep=1"}, {"-crash", "x/kubelet"},
 		{"-crash", "demo-md-0-0/nosuchstep"}, {"-new-image", "nosuch"}, {"-flaky", "1.5"},
+		{"-on-failure", "retry"}, {"-on-failure"},
 	} {
 		var stderr bytes.Buffer
 		err := run(context.Background(), args, &bytes.Buffer{}, &stderr)

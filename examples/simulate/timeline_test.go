@@ -68,11 +68,13 @@ func parseSVG(t *testing.T, page string) svgDoc {
 }
 
 // The two scenarios of the closing figures: the default demo with a
-// failure, a crash and retries (13 machines), and 1,000 machines.
+// crash, retries and a failure that stalls md-0 as Cluster API would (13
+// machines), and 1,000 machines carrying on past failures (-on-failure
+// continue), so that all of them are drawn.
 var (
-	demo13   = []string{"-fail", "demo-md-0-1/kubeadm-upgrade=9", "-crash", "demo-md-0-2/kubelet"}
+	demo13   = []string{"-fail", "demo-md-0-1/kubeadm-upgrade=9", "-crash", "demo-md-0-0/kubelet"}
 	demo1000 = []string{"-control-planes", "3", "-workers", "md-0=250,md-1=250,md-2=250,md-3=247", "-new-image", "md-3",
-		"-fail", "demo-md-0-17/kubeadm-upgrade=9", "-crash", "demo-md-2-100/kubelet", "-flaky", "0.002", "-seed", "7"}
+		"-fail", "demo-md-0-17/kubeadm-upgrade=9", "-crash", "demo-md-2-100/kubelet", "-flaky", "0.002", "-seed", "7", "-on-failure", "continue"}
 )
 
 // TestTimelineStructure checks the timeline without a browser: a time

@@ -50,4 +50,27 @@
 // dialling each etcd Pod through the API server's portforward subresource
 // (controlplane/kubeadm/pkg/proxy/dial.go); envtest has no kubelet to
 // forward to, so stacked etcd cannot pass them here.
+//
+// What it does not model, so what a test here cannot catch:
+//
+//   - one API server serves the management cluster and every workload
+//     cluster: no second endpoint, certificate or outage of a workload
+//     cluster alone, and a client that mixes up the two still works;
+//   - no kube-scheduler and no kube-controller-manager: a Pod runs only if
+//     its spec.nodeName names a node (upgrader pods are pinned; other pods
+//     are only reported Running), owned objects are not garbage collected
+//     when their owner goes, no node lifecycle controller marks a silent
+//     Node NotReady or taints it, and no Deployment or ReplicaSet makes
+//     Pods;
+//   - steps take no time: a simulated host runs a kubeadm plan's commands
+//     at once, so a whole in-place update fits inside one RetryAfter and
+//     nothing depends on how long a real kubeadm upgrade, drain or image
+//     pull takes (fake.Faults.SlowStep, through WithHostOptions, makes a
+//     step overrun its own deadline; it does not make it last longer on
+//     the real clock).
+//
+// Tests here shorten only delays they do not test (the extension's
+// RetryAfter, 1 s instead of 15 s), and say so where they do; a test about
+// a deadline (examples/inplace-extension's workload-unreachable timeout)
+// shortens it to see it pass, and says so too.
 package capitest

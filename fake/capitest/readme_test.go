@@ -72,6 +72,10 @@ func serveMyExtension(t *testing.T, h *capitest.Harness) (string, []byte) {
 	require.NoError(t, err)
 	ext, err := capi.NewExtension(strategy.Updaters(kubeadm), capi.WithChecks(capi.ControlPlaneSkewCheck(mgmt)))
 	require.NoError(t, err)
+	// RetryAfter 1 s, not the default 15 s: Cluster API calls
+	// UpdateMachine again after it, and the harness's steps take no time,
+	// so the default would only make the test wait; nothing here depends
+	// on its length.
 	updater, err := capi.NewMachineUpdater(capi.KubeconfigSecretClients(mgmt, h.Env.Scheme),
 		capi.WithWorkloadClientset(capi.KubeconfigSecretClientsets(mgmt)),
 		capi.WithManagementReader(mgmt), capi.WithRetryAfter(1),

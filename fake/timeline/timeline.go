@@ -47,7 +47,8 @@ var legend = []legendItem{
 	{"background:" + colorCrash, "runner crash"}, {"border:2px solid " + colorRetried + ";width:8px;height:8px", "retried (×N)"},
 }
 
-// blocked says whether any event of res is Blocked.
+// blocked says whether any event of res is Blocked (a StallStep among
+// them).
 func blocked(res *fake.Result) bool {
 	for _, e := range res.Events {
 		if e.Outcome == "Blocked" {
@@ -179,8 +180,14 @@ func build(res *fake.Result, o options) timeline {
 		}
 	}
 	events := map[string][]fake.Event{}
+	stalls := map[string]fake.Event{} // a failed machine's StallStep
 	eventful := map[string]bool{}
 	for _, e := range res.Events {
+		if e.Step == fake.StallStep {
+			stalls[e.Machine] = e
+			eventful[e.Machine] = true
+			continue
+		}
 		events[e.Machine] = append(events[e.Machine], e)
 		if e.Outcome == "Failed" || e.Outcome == "RolledBack" || e.Outcome == "Crashed" || e.Outcome == "Blocked" || e.Attempts > 1 {
 			eventful[e.Machine] = true
@@ -257,6 +264,14 @@ func build(res *fake.Result, o options) timeline {
 			}
 		}
 		tl.Texts = append(tl.Texts, tlText{X: 4, Y: y + 12, Text: fmt.Sprintf("%s (%s)", g, machinesText(n))})
+		// The group stalls from a failure on (fake.FailureStall): a grey
+		// bar under its batches, to the end.
+		for _, pm := range machines {
+			if e, ok := stalls[pm.Machine]; ok && groupOf(pm) == g {
+				tl.Bars = append(tl.Bars, tlBar{X: x(e.Start), Y: y, W: max(x(e.End)-x(e.Start), 2), H: tlBarH, Color: colorBlocked,
+					Title: fmt.Sprintf("%s stalled at %s: %s", g, pm.Machine, Describe(e))})
+			}
+		}
 		var bs []int
 		for b := range per {
 			bs = append(bs, b)
@@ -358,6 +373,14 @@ func build(res *fake.Result, o options) timeline {
 				tl.Marks = append(tl.Marks, tlMark{X: bar.X + bar.W + 1, Y: y + 12, Symbol: "✗", Color: colorFailed, Title: title})
 			case "Blocked":
 				tl.Marks = append(tl.Marks, tlMark{X: bar.X + bar.W + 1, Y: y + 12, Symbol: "‖", Color: colorBlocked, Title: title})
+			}
+		}
+		if e, ok := stalls[pm.Machine]; ok {
+			// Blocked to the end of the run, which lies beyond the lane's
+			// zoom: a thin grey bar from the failure to the right edge.
+			if from := x(e.Start) + 2; from < tlLeft+plotW {
+				tl.Bars = append(tl.Bars, tlBar{X: from, Y: y + tlBarH/2 - 2, W: tlLeft + plotW - from, H: 4, Color: colorBlocked,
+					Title: fmt.Sprintf("%s: %s", e.Machine, Describe(e))})
 			}
 		}
 		y += tlLaneH
@@ -517,11 +540,14 @@ var timelineTmpl = template.Must(template.New("timeline").Parse(`<!DOCTYPE html>
 `))
 
 // Describe says how an event ended, in a few words: its outcome, the
-// attempts when it was retried, what a runner crash means.
+// attempts when it was retried, what a runner crash means, since when a
+// failed machine stalls its group (fake.StallStep).
 func Describe(e fake.Event) string {
 	switch {
 	case e.Outcome == "Crashed":
 		return "Crashed: the upgrader died; a new one resumes from the journal"
+	case e.Step == fake.StallStep:
+		return fmt.Sprintf("Blocked since %s: its update failed; Cluster API keeps the Machine Updating and retries it, so it stays unavailable", e.Start.Format("15:04:05"))
 	case e.Attempts > 1:
 		return fmt.Sprintf("%s after %d attempts", e.Outcome, e.Attempts)
 	}

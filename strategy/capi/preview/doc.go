@@ -49,4 +49,15 @@
 // is which machine a MachineDeployment deletes when it scales a surge back
 // down. MachinePools, MachineHealthCheck remediation during the rollout and
 // ClusterClass changes other than spec.topology.version are out of scope.
+//
+// Nor does it predict failures of the updates themselves: waves and
+// estimates assume every update succeeds. Where one fails (UpdateMachine
+// answers Failure, a step failed on the node), Cluster API v1.14 stalls:
+// it keeps the Machine Updating (InPlaceUpdateFailed), so unavailable, and
+// calls UpdateMachine again for as long as it fails; the MachineDeployment
+// goes on only within maxSurge+maxUnavailable (with the defaults, maxSurge
+// 1 and maxUnavailable 0, not at all), and KubeadmControlPlane touches no
+// other control plane machine until the failed one is through. The only
+// failure predicted is a CanUpdate hook answering Failure now (Blocked).
+// fake.Simulator plays failures as Cluster API does (fake.FailureStall).
 package preview

@@ -91,7 +91,8 @@ type Prediction struct {
 	Groups []Group `json:"groups"`
 	// Estimate is how long the rollout takes: Cluster API rolls the groups
 	// at the same time (after the control plane when ControlPlaneFirst),
-	// each group wave after wave.
+	// each group wave after wave. It assumes every update succeeds: a
+	// failed one stalls its group (see the package documentation).
 	Estimate time.Duration `json:"estimate"`
 	// ControlPlaneFirst: a managed topology's version changes, so the
 	// topology controller upgrades the control plane before the workers.
