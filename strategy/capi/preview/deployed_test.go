@@ -2,18 +2,23 @@ package preview_test
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
 	"net/url"
+	"strconv"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	runtimecatalog "sigs.k8s.io/cluster-api/api/runtime/catalog"
 	runtimehooksv1 "sigs.k8s.io/cluster-api/api/runtime/hooks/v1alpha1"
@@ -22,6 +27,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/upgradekit/upgradekit/fake/capitest"
+	"github.com/upgradekit/upgradekit/fake/testcerts"
 	"github.com/upgradekit/upgradekit/strategy"
 	"github.com/upgradekit/upgradekit/strategy/capi"
 	"github.com/upgradekit/upgradekit/strategy/capi/extensionserver"
@@ -33,6 +39,7 @@ import (
 // handlers served (no Cluster API controller runs here).
 type registration struct {
 	name, url     string
+	service       *runtimev1.ServiceReference // instead of url
 	ca            []byte
 	handlers      []server.ExtensionHandler
 	settings      map[string]string
@@ -47,6 +54,9 @@ func register(t *testing.T, c client.Client, r registration) {
 	}
 	ec := &runtimev1.ExtensionConfig{ObjectMeta: metav1.ObjectMeta{Name: r.name},
 		Spec: runtimev1.ExtensionConfigSpec{ClientConfig: runtimev1.ClientConfig{URL: r.url, CABundle: r.ca}, NamespaceSelector: r.selector, Settings: r.settings}}
+	if r.service != nil {
+		ec.Spec.ClientConfig.Service = *r.service
+	}
 	for _, h := range r.handlers {
 		ec.Status.Handlers = append(ec.Status.Handlers, runtimev1.ExtensionHandler{Name: h.Name + "." + r.name, TimeoutSeconds: 10, FailurePolicy: cmpOr(r.failurePolicy, runtimev1.FailurePolicyFail),
 			RequestHook: runtimev1.GroupVersionHook{APIVersion: runtimehooksv1.GroupVersion.String(), Hook: runtimecatalog.HookName(h.Hook)}})
@@ -227,4 +237,101 @@ func TestSeveralInPlaceExtensions(t *testing.T) {
 	require.ErrorIs(t, err, preview.ErrSeveralExtensions)
 	_, err = preview.FindDeployed(ctx, c, "")
 	require.ErrorIs(t, err, preview.ErrInvalidArgument)
+}
+
+// TestThroughTheServiceProxy: an ExtensionConfig naming a Service, whose
+// name resolves only inside the cluster, is reached through the API
+// server's service proxy, as kubectl reaches services from outside; the
+// answer is the deployed extension's (no upgrader image for the version:
+// a decline). The API server proxies to no loopback address, so the
+// extension listens on this machine's first other address.
+func TestThroughTheServiceProxy(t *testing.T) {
+	ip := nonLoopbackIPv4(t)
+	env := startEnv(t)
+	c, ctx := env.Client, t.Context()
+	require.NoError(t, capitest.ProvisionedCluster{Name: "small", Version: cpFrom, WorkerVersion: workersFrom, ControlPlane: 1,
+		Workers: map[string]int{"md-a": 2}, Nodes: true}.Create(ctx, c))
+	kubeconfigFor(t, env, "small")
+	var md clusterv1.MachineDeployment
+	require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: "default", Name: "md-a"}, &md))
+	md.Spec.Template.Spec.Version = cpFrom
+	change := []*unstructured.Unstructured{toUnstructured(t, &md, "MachineDeployment", clusterv1.GroupVersion.String())}
+	snap, err := preview.Read(ctx, c, client.ObjectKey{Namespace: "default", Name: "small"})
+	require.NoError(t, err)
+
+	srv, err := extensionserver.New(c, extensionserver.AllowMutableUpgraderImages(), extensionserver.WithoutBundleChecksums(),
+		extensionserver.WithUpgraderImages(capi.ImagesByVersion{cpTo: "registry.example/upgrader:" + cpTo}))
+	require.NoError(t, err)
+	dir := t.TempDir()
+	testcerts.Write(t, dir)
+	l, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
+	require.NoError(t, err)
+	port := l.Addr().(*net.TCPAddr).Port
+	require.NoError(t, l.Close())
+	catalog := runtimecatalog.New()
+	require.NoError(t, runtimehooksv1.AddToCatalog(catalog))
+	hooks, err := server.New(server.Options{Catalog: catalog, Host: ip, Port: port, CertDir: dir,
+		TLSOpts: []func(*tls.Config){func(c *tls.Config) { c.NextProtos = []string{"http/1.1"} }}})
+	require.NoError(t, err)
+	for _, h := range srv.Handlers() {
+		require.NoError(t, hooks.AddExtensionHandler(h))
+	}
+	sctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- hooks.Start(sctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	require.Eventually(t, func() bool {
+		conn, err := net.DialTimeout("tcp", net.JoinHostPort(ip, strconv.Itoa(port)), time.Second)
+		if err == nil {
+			_ = conn.Close()
+		}
+		return err == nil
+	}, time.Minute, 20*time.Millisecond, "the extension listens")
+
+	// The Service and its endpoints, as a Deployment behind it would have
+	// them (no controller runs here).
+	require.NoError(t, c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "upgradekit-system"}}))
+	require.NoError(t, c.Create(ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "upgradekit-system", Name: "upgradekit"},
+		Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "https", Port: 443, TargetPort: intstr.FromInt(port)}}}}))
+	// The API server proxies only to an endpoint that is a pod with its IP.
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "upgradekit-system", Name: "upgradekit-0"},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "extension", Image: "registry.example/upgradekit:1"}}}}
+	require.NoError(t, c.Create(ctx, pod))
+	pod.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: ip, PodIPs: []corev1.PodIP{{IP: ip}}}
+	require.NoError(t, c.Status().Update(ctx, pod))
+	podRef := &corev1.ObjectReference{Kind: "Pod", Namespace: "upgradekit-system", Name: "upgradekit-0", UID: pod.UID}
+	require.NoError(t, c.Create(ctx, &corev1.Endpoints{ObjectMeta: metav1.ObjectMeta{Namespace: "upgradekit-system", Name: "upgradekit"}, //nolint:staticcheck // the service proxy reads them
+		Subsets: []corev1.EndpointSubset{{Addresses: []corev1.EndpointAddress{{IP: ip, TargetRef: podRef}}, Ports: []corev1.EndpointPort{{Name: "https", Port: int32(port)}}}}}))
+	require.NoError(t, c.Create(ctx, &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Namespace: "upgradekit-system", Name: "upgradekit-1",
+		Labels: map[string]string{discoveryv1.LabelServiceName: "upgradekit"}}, AddressType: discoveryv1.AddressTypeIPv4,
+		Endpoints: []discoveryv1.Endpoint{{Addresses: []string{ip}, TargetRef: podRef, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}}},
+		Ports:     []discoveryv1.EndpointPort{{Name: ptr.To("https"), Port: ptr.To(int32(port))}}}))
+	register(t, c, registration{name: "upgradekit", service: &runtimev1.ServiceReference{Namespace: "upgradekit-system", Name: "upgradekit", Port: ptr.To[int32](443)},
+		handlers: srv.Handlers()})
+
+	d, err := preview.FindDeployed(ctx, c, "default", preview.ThroughServiceProxy(env.Config))
+	require.NoError(t, err)
+	pr, err := preview.Predict(ctx, c, snap, change, d)
+	require.NoError(t, err)
+	t.Logf("prediction:\n%s", pr)
+	for _, n := range []string{"md-a-abcde-0000", "md-a-abcde-0001"} {
+		m, _ := pr.Machine(n)
+		require.Equal(t, strategy.MethodReplace, m.Method, m.Reason)
+		require.Contains(t, m.Reason, "no upgrader image for "+cpFrom)
+	}
+}
+
+// nonLoopbackIPv4 is one of this machine's addresses the API server will
+// proxy to.
+func nonLoopbackIPv4(t *testing.T) string {
+	t.Helper()
+	addrs, err := net.InterfaceAddrs()
+	require.NoError(t, err)
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok && n.IP.To4() != nil && !n.IP.IsLoopback() && !n.IP.IsLinkLocalUnicast() {
+			return n.IP.String()
+		}
+	}
+	t.Skip("no non-loopback IPv4 address: the API server proxies to none other")
+	return ""
 }
