@@ -68,6 +68,8 @@ type SeveralExtensionsError struct {
 	ExtensionConfigs []string
 }
 
+// Error names the hook, the handlers and their ExtensionConfigs, and what
+// to do.
 func (e *SeveralExtensionsError) Error() string {
 	return fmt.Sprintf("%v: ExtensionConfigs %s register %s handlers (%s) for this namespace; Cluster API supports one and fails every reconcile that asks it, so no machine is updated in place and the rollout does not proceed: remove all but one, or narrow their spec.namespaceSelector",
 		ErrSeveralExtensions, strings.Join(e.ExtensionConfigs, ", "), e.Hook, strings.Join(e.Handlers, ","))
