@@ -300,8 +300,15 @@ func TestThroughTheServiceProxy(t *testing.T) {
 	pod.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: ip, PodIPs: []corev1.PodIP{{IP: ip}}}
 	require.NoError(t, c.Status().Update(ctx, pod))
 	podRef := &corev1.ObjectReference{Kind: "Pod", Namespace: "upgradekit-system", Name: "upgradekit-0", UID: pod.UID}
-	require.NoError(t, c.Create(ctx, &corev1.Endpoints{ObjectMeta: metav1.ObjectMeta{Namespace: "upgradekit-system", Name: "upgradekit"}, //nolint:staticcheck // the service proxy reads them
-		Subsets: []corev1.EndpointSubset{{Addresses: []corev1.EndpointAddress{{IP: ip, TargetRef: podRef}}, Ports: []corev1.EndpointPort{{Name: "https", Port: int32(port)}}}}}))
+	// Endpoints, which the service proxy reads (unstructured: the typed
+	// API is deprecated), and the EndpointSlice that goes with them.
+	eps := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "Endpoints",
+		"metadata": map[string]any{"namespace": "upgradekit-system", "name": "upgradekit"},
+		"subsets": []any{map[string]any{
+			"addresses": []any{map[string]any{"ip": ip, "targetRef": map[string]any{"kind": "Pod", "namespace": "upgradekit-system", "name": "upgradekit-0", "uid": string(pod.UID)}}},
+			"ports":     []any{map[string]any{"name": "https", "port": int64(port)}},
+		}}}}
+	require.NoError(t, c.Create(ctx, eps))
 	require.NoError(t, c.Create(ctx, &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Namespace: "upgradekit-system", Name: "upgradekit-1",
 		Labels: map[string]string{discoveryv1.LabelServiceName: "upgradekit"}}, AddressType: discoveryv1.AddressTypeIPv4,
 		Endpoints: []discoveryv1.Endpoint{{Addresses: []string{ip}, TargetRef: podRef, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}}},
