@@ -1,9 +1,12 @@
 // Command preview says, before you apply a change to a Cluster API
 // cluster, which machines will be updated in place, which replaced and
 // which will hold the rollout up, and why; with the waves they go in and
-// how long it takes. It reads the cluster and asks the decision side of
-// upgradekit's in-place extension (configured with the flags the deployed
-// examples/inplace-extension runs with) exactly what Cluster API will ask.
+// how long it takes. It reads the cluster and asks exactly what Cluster
+// API will ask of the in-place extension its ExtensionConfigs register
+// (-mode extension, over HTTPS), or, with none registered, of upgradekit's
+// decision in process, configured with the flags the deployed
+// examples/inplace-extension runs with (-mode in-process); -mode auto, the
+// default, picks the first that exists.
 //
 //	preview -cluster NAME [-n NAMESPACE] -f CHANGE.yaml [flags]
 //
@@ -105,7 +108,7 @@ type options struct {
 	version                                               bool // -version: print it, preview nothing
 	cluster, namespace, file, kubeconfig, context, output string
 	categories, upgraderImage, upgraderImages             string
-	extensionConfig                                       string
+	extensionConfig, mode                                 string
 	timeline, timingsFlag                                 string
 	noUpdate, workload, serverDryRun                      bool
 	timings                                               preview.Timings
@@ -142,6 +145,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.upgraderImage, "upgrader-image", "", "the extension's -upgrader-image (one image, any version)")
 	fs.StringVar(&o.upgraderImages, "upgrader-images", "", "the extension's -upgrader-images, version=image,...: a version not listed is declined")
 	fs.BoolVar(&o.noUpdate, "no-update-machine", false, "the extension runs with -no-update-machine (it then accepts Kubernetes versions only)")
+	fs.StringVar(&o.mode, "mode", modeAuto, "who answers Cluster API's hooks: extension (the in-place extension the cluster's ExtensionConfigs register, asked over HTTPS), in-process (upgradekit's decision configured by -in-place, -upgrader-image(s), -no-update-machine, -extension-config) or auto (extension when one is registered, else in-process)")
 	fs.StringVar(&o.extensionConfig, "extension-config", "", "ExtensionConfig whose settings Cluster API sends with each request (upgradekit.io/ignore, upgradekit.io/disabled)")
 	fs.BoolVar(&o.workload, "workload", true, "read the workload cluster (Nodes, Pods, PodDisruptionBudgets) through its <cluster>-kubeconfig Secret, to find drain blockers")
 	fs.StringVar(&o.timeline, "timeline", "", "also write the prediction as an HTML/SVG timeline to this file (estimated time; the groups side by side)")
@@ -163,6 +167,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		return o, usage(errors.New("-cluster is required"))
 	case o.output != "table" && o.output != "json":
 		return o, usage(fmt.Errorf("-o %q: want table or json", o.output))
+	case o.mode != modeAuto && o.mode != preview.ModeExtension && o.mode != preview.ModeInProcess:
+		return o, usage(fmt.Errorf("-mode %q: want auto, extension or in-process", o.mode))
 	case o.upgraderImage != "" && o.upgraderImages != "":
 		return o, usage(errors.New("-upgrader-image and -upgrader-images: set one"))
 	}
@@ -231,7 +237,13 @@ func (o options) extensionOptions() []extensionserver.Option {
 // client instead of a kubeconfig.
 type deps struct {
 	mgmt client.Client
+	// cfg reaches an extension behind a Service through the API server's
+	// service proxy (nil: called directly).
+	cfg *rest.Config
 }
+
+// modeAuto: the deployed extension when one is registered, else in process.
+const modeAuto = "auto"
 
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer, d *deps) error {
 	o, err := parseFlags(args, stderr)
@@ -274,13 +286,22 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 			return fmt.Errorf("management cluster client: %w", err)
 		}
 		d = &deps{mgmt: c}
+		if os.Getenv("KUBERNETES_SERVICE_HOST") == "" {
+			// Outside the cluster a Service's name does not resolve:
+			// reach it as kubectl does, through the API server.
+			d.cfg = cfg
+		}
 	}
 	key := client.ObjectKey{Namespace: o.namespace, Name: o.cluster}
 	popts := []preview.Option{preview.WithTimings(o.timings)}
 	if o.serverDryRun {
 		popts = append(popts, preview.WithServerDryRun())
 	}
-	if o.extensionConfig != "" {
+	ans, err := answerer(ctx, o, d)
+	if err != nil {
+		return err
+	}
+	if o.extensionConfig != "" && ans == nil {
 		var ec runtimev1.ExtensionConfig
 		if err := d.mgmt.Get(ctx, client.ObjectKey{Name: o.extensionConfig}, &ec); err != nil {
 			if apierrors.IsNotFound(err) {
@@ -290,9 +311,12 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		}
 		popts = append(popts, preview.WithSettings(ec.Spec.Settings))
 	}
-	srv, err := extensionserver.New(d.mgmt, o.extensionOptions()...)
-	if err != nil {
-		return usage(err)
+	if ans == nil {
+		srv, err := extensionserver.New(d.mgmt, o.extensionOptions()...)
+		if err != nil {
+			return usage(err)
+		}
+		ans = srv.Extension()
 	}
 	var ropts []preview.ReadOption
 	if o.workload {
@@ -309,7 +333,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		}
 		return err
 	}
-	pr, err := preview.Predict(ctx, d.mgmt, snap, change, srv.Extension(), popts...)
+	pr, err := preview.Predict(ctx, d.mgmt, snap, change, ans, popts...)
 	if err != nil {
 		if errors.Is(err, preview.ErrInvalidChange) {
 			return usage(fmt.Errorf("-f %s: %w", o.file, err))
@@ -354,6 +378,26 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return errReplaced
 	}
 	return nil
+}
+
+// answerer is the deployed extension for -mode extension, and for auto
+// when one is registered; nil for the in-process answer.
+func answerer(ctx context.Context, o options, d *deps) (preview.Answerer, error) {
+	if o.mode == preview.ModeInProcess {
+		return nil, nil
+	}
+	var dopts []preview.DeployedOption
+	if d.cfg != nil {
+		dopts = append(dopts, preview.ThroughServiceProxy(d.cfg))
+	}
+	dep, err := preview.FindDeployed(ctx, d.mgmt, o.namespace, dopts...)
+	switch {
+	case err == nil:
+		return dep, nil
+	case errors.Is(err, preview.ErrNoExtension) && o.mode == modeAuto:
+		return nil, nil
+	}
+	return nil, fmt.Errorf("-mode %s: %w", o.mode, err)
 }
 
 // restConfig is the management cluster's config: -kubeconfig, else

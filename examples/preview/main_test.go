@@ -16,11 +16,15 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
+	runtimecatalog "sigs.k8s.io/cluster-api/api/runtime/catalog"
+	runtimehooksv1 "sigs.k8s.io/cluster-api/api/runtime/hooks/v1alpha1"
 	runtimev1 "sigs.k8s.io/cluster-api/api/runtime/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/upgradekit/upgradekit/fake/capitest"
 	"github.com/upgradekit/upgradekit/fake/envtest"
+	"github.com/upgradekit/upgradekit/strategy/capi"
+	"github.com/upgradekit/upgradekit/strategy/capi/extensionserver"
 	"github.com/upgradekit/upgradekit/strategy/capi/preview"
 )
 
@@ -203,4 +207,80 @@ func TestREADMEShowsARealPreview(t *testing.T) {
 	if !strings.Contains(string(readme), out+"$ echo $?\n4\n") {
 		t.Fatalf("README does not show the real output:\n%s", out)
 	}
+}
+
+// registerServed serves upgradekit's extension, configured by opts, over
+// HTTPS and registers it as Cluster API leaves an ExtensionConfig it has
+// discovered (status.handlers written here: no Cluster API controller
+// runs in this test).
+func registerServed(t *testing.T, c client.Client, name string, opts ...extensionserver.Option) {
+	t.Helper()
+	srv, err := extensionserver.New(c, append([]extensionserver.Option{extensionserver.AllowMutableUpgraderImages(), extensionserver.WithoutBundleChecksums()}, opts...)...)
+	require.NoError(t, err)
+	url, ca := capitest.ServeForTest(t, srv.Handlers()...)
+	ec := &runtimev1.ExtensionConfig{ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: runtimev1.ExtensionConfigSpec{ClientConfig: runtimev1.ClientConfig{URL: url, CABundle: ca}, NamespaceSelector: &metav1.LabelSelector{}}}
+	require.NoError(t, c.Create(t.Context(), ec))
+	for _, h := range srv.Handlers() {
+		ec.Status.Handlers = append(ec.Status.Handlers, runtimev1.ExtensionHandler{Name: h.Name + "." + name, TimeoutSeconds: 10, FailurePolicy: runtimev1.FailurePolicyFail,
+			RequestHook: runtimev1.GroupVersionHook{APIVersion: runtimehooksv1.GroupVersion.String(), Hook: runtimecatalog.HookName(h.Hook)}})
+	}
+	require.NoError(t, c.Status().Update(t.Context(), ec))
+}
+
+// TestPreviewAsksTheDeployedExtension: with an extension registered, the
+// plugin asks it (-mode auto, the default), so its configuration decides,
+// not the plugin's flags: the deployed extension has upgrader images for
+// another version only, and declines what the flags' defaults accept.
+func TestPreviewAsksTheDeployedExtension(t *testing.T) {
+	env, file := demoCluster(t)
+	c := commandClient(t, env)
+
+	_, errOut, code := runWith(t, c, "", "-cluster", "demo", "-f", file, "-mode", "extension")
+	require.Equal(t, exitError, code)
+	require.Contains(t, errOut, "no in-place extension registered")
+	_, errOut, code = runWith(t, c, "", "-cluster", "demo", "-f", file, "-mode", "sometimes")
+	require.Equal(t, exitUsage, code)
+	require.Contains(t, errOut, `-mode "sometimes": want auto, extension or in-process`)
+
+	registerServed(t, c, "upgradekit", extensionserver.WithUpgraderImages(capi.ImagesByVersion{"v1.37.0": "registry.example/upgrader:v1.37.0"}))
+	for _, mode := range []string{"", "extension"} {
+		args := []string{"-cluster", "demo", "-f", file}
+		if mode != "" {
+			args = append(args, "-mode", mode)
+		}
+		out, errOut, code := runWith(t, c, "", args...)
+		require.Equal(t, exitBlocked, code, "md-2's node cannot be drained: %s%s", out, errOut)
+		require.Contains(t, out, "md-0-abcde-0000  md-0           Replace", "the deployed extension has no upgrader image for v1.36.3")
+		require.Contains(t, out, "no upgrader image for v1.36.3")
+		require.Contains(t, out, "answered by the deployed extension (ExtensionConfig upgradekit)")
+	}
+	out, _, code := runWith(t, c, "", "-cluster", "demo", "-f", file, "-mode", "in-process")
+	require.Equal(t, exitBlocked, code)
+	require.Contains(t, out, "md-0-abcde-0000  md-0           InPlace", "the flags' defaults accept any version")
+	require.Contains(t, out, "answered in-process")
+
+	out, _, _ = runWith(t, c, "", "-cluster", "demo", "-f", file, "-o", "json")
+	var pr preview.Prediction
+	require.NoError(t, json.Unmarshal([]byte(out), &pr))
+	require.Equal(t, preview.ModeExtension, pr.Mode)
+	require.Equal(t, []string{"upgradekit"}, pr.Extensions)
+
+	// Two in-place extensions: Cluster API refuses the hooks; so does the
+	// preview, naming them.
+	registerServed(t, c, "other-vendor", extensionserver.WithUpgraderImage("registry.example/upgrader:any"))
+	for _, mode := range []string{"", "extension"} {
+		_, errOut, code = runWith(t, c, "", "-cluster", "demo", "-f", file, "-mode", cmpOr(mode, "auto"))
+		require.Equal(t, exitError, code, errOut)
+		require.Contains(t, errOut, "several in-place extensions registered: ExtensionConfigs other-vendor, upgradekit register")
+	}
+	_, _, code = runWith(t, c, "", "-cluster", "demo", "-f", file, "-mode", "in-process")
+	require.Equal(t, exitBlocked, code, "in process, the flags answer")
+}
+
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
 }

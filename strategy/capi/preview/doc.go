@@ -21,10 +21,16 @@
 //   - for a MachineDeployment, Cluster API's mdutil finds the new and old
 //     MachineSets, and the CanUpdateMachineSet request carries the desired
 //     MachineSets and templates as the rollout planner sends them;
-//   - the Answerer (your extension: extensionserver.Server.Extension, or a
-//     *capi.Extension) answers each request as it will over the wire, and
-//     capi.Verify* applies an accept's patches as Cluster API does: in place
-//     only when nothing is left to roll;
+//   - the Answerer answers each request: the extension Cluster API will
+//     ask, found through the ExtensionConfigs and asked over HTTPS as
+//     Cluster API's runtime client asks it (FindDeployed; any in-place
+//     extension, its deployed configuration deciding), or one in process
+//     (extensionserver.Server.Extension, a *capi.Extension) for a cluster
+//     with no extension yet; Prediction.Mode says which answered. Several
+//     in-place extensions registered are a *SeveralExtensionsError, as
+//     Cluster API v1.14 refuses the hooks then;
+//   - capi.Verify* applies an accept's patches as Cluster API does: in
+//     place only when nothing is left to roll;
 //   - a machine to update whose node a drain would stop on (a
 //     PodDisruptionBudget that allows no disruption; for in-place updates
 //     also a pod opted out with karpenter.sh/do-not-disrupt or without a

@@ -96,6 +96,12 @@ func (pr *Prediction) WriteTable(w io.Writer) error {
 		}
 		fmt.Fprintf(&b, "%s %s%s: %s%s\n", g.Kind, g.Name, hook, g.Summary, took)
 	}
+	switch {
+	case pr.Mode == ModeExtension:
+		fmt.Fprintf(&b, "answered by the deployed extension (ExtensionConfig %s)\n", strings.Join(pr.Extensions, ", "))
+	case pr.Mode != "":
+		fmt.Fprintf(&b, "answered %s (not by a deployed extension)\n", pr.Mode)
+	}
 	for _, n := range pr.Notes {
 		fmt.Fprintf(&b, "note: %s\n", n)
 	}

@@ -97,6 +97,12 @@ type Prediction struct {
 	// ControlPlaneFirst: a managed topology's version changes, so the
 	// topology controller upgrades the control plane before the workers.
 	ControlPlaneFirst bool `json:"controlPlaneFirst,omitempty"`
+	// Mode says who answered the hooks: ModeExtension (the deployed
+	// extension, over HTTPS) or ModeInProcess.
+	Mode string `json:"mode"`
+	// Extensions names the ExtensionConfigs whose handlers answered in
+	// ModeExtension.
+	Extensions []string `json:"extensions,omitempty"`
 	// Notes are facts about the change as a whole (a template edited in
 	// place, a new MachineDeployment, a workload cluster not read).
 	Notes []string `json:"notes,omitempty"`
@@ -267,7 +273,10 @@ func Predict(ctx context.Context, mgmt client.Client, snap *Snapshot, change []*
 		return nil, err
 	}
 	p.members, p.surgeDeletes = map[string][]string{}, map[string]bool{}
-	pr := &Prediction{Cluster: snap.Cluster.Namespace + "/" + snap.Cluster.Name, At: p.now.UTC(), Notes: p.notes}
+	pr := &Prediction{Cluster: snap.Cluster.Namespace + "/" + snap.Cluster.Name, At: p.now.UTC(), Notes: p.notes, Mode: ModeInProcess}
+	if d, ok := ext.(*Deployed); ok {
+		pr.Mode, pr.Extensions = ModeExtension, d.ExtensionConfigs()
+	}
 	byName := map[string]*Machine{}
 	for _, m := range snap.Machines {
 		pm := &Machine{Name: m.Name, Node: m.Status.NodeRef.Name, Role: strategy.RoleWorker, FromVersion: m.Spec.Version, ToVersion: m.Spec.Version,

@@ -134,26 +134,28 @@ func TestPredictionIsWhatClusterAPIDoes(t *testing.T) {
 			return capi.KubeconfigSecretClients(c, h.Env.Scheme)(ctx, key)
 		}))
 	require.NoError(t, err)
-	pr, err := preview.Predict(ctx, c, snap, change, srv.Extension(), preview.WithServerDryRun())
-	require.NoError(t, err)
-	t.Logf("prediction:\n%s", pr)
+	// In both modes: the extension's decision side in this process, and
+	// the deployed extension asked over HTTPS through its ExtensionConfig.
+	preds := bothModes(t, c, snap, change, srv.Extension(), preview.WithServerDryRun())
 
 	want := map[string]strategy.Method{"version": strategy.MethodInPlace, "image": strategy.MethodReplace, "kubelet": strategy.MethodInPlace,
 		"kubelet-empty": strategy.MethodReplace, "both": strategy.MethodReplace}
-	for group, method := range want {
-		for name := range before[group] {
-			m, ok := pr.Machine(name)
-			require.True(t, ok, name)
-			require.Equal(t, method, m.Method, "%s (%s): %s", name, group, m.Reason)
+	for _, pr := range preds {
+		for group, method := range want {
+			for name := range before[group] {
+				m, ok := pr.Machine(name)
+				require.True(t, ok, name)
+				require.Equal(t, method, m.Method, "%s: %s (%s): %s", pr.Mode, name, group, m.Reason)
+			}
 		}
-	}
-	for name := range before["pdb"] {
-		m, _ := pr.Machine(name)
-		if name == pinned {
-			require.Equal(t, strategy.MethodBlocked, m.Method, m.Reason)
-			require.Contains(t, m.Reason, "PDB apps/db")
-		} else {
-			require.Equal(t, strategy.MethodInPlace, m.Method, m.Reason)
+		for name := range before["pdb"] {
+			m, _ := pr.Machine(name)
+			if name == pinned {
+				require.Equal(t, strategy.MethodBlocked, m.Method, m.Reason)
+				require.Contains(t, m.Reason, "PDB apps/db")
+			} else {
+				require.Equal(t, strategy.MethodInPlace, m.Method, "%s: %s", pr.Mode, m.Reason)
+			}
 		}
 	}
 
@@ -195,18 +197,20 @@ func TestPredictionIsWhatClusterAPIDoes(t *testing.T) {
 	}, 5*time.Minute, 500*time.Millisecond, "rollouts end; waiting for %s", lazy(func() string { return waiting + "; provider: " + fmt.Sprint(h.Provider.Errors()) }))
 
 	// The truth: names kept or not, nodes updated or not, as predicted.
-	for group := range groups {
-		for name := range before[group] {
-			m, _ := pr.Machine(name)
-			_, still := after[group][name]
-			require.Equal(t, m.KeepsName(), still, "%s (%s) predicted %s", name, group, m.Method)
-			switch m.Method {
-			case strategy.MethodInPlace:
-				if m.ToVersion != m.FromVersion {
-					require.True(t, updated(name), "%s updated in place", name)
+	for _, pr := range preds {
+		for group := range groups {
+			for name := range before[group] {
+				m, _ := pr.Machine(name)
+				_, still := after[group][name]
+				require.Equal(t, m.KeepsName(), still, "%s: %s (%s) predicted %s", pr.Mode, name, group, m.Method)
+				switch m.Method {
+				case strategy.MethodInPlace:
+					if m.ToVersion != m.FromVersion {
+						require.True(t, updated(name), "%s updated in place", name)
+					}
+				case strategy.MethodBlocked:
+					require.False(t, updated(name), "%s waits on its PodDisruptionBudget", name)
 				}
-			case strategy.MethodBlocked:
-				require.False(t, updated(name), "%s waits on its PodDisruptionBudget", name)
 			}
 		}
 	}
@@ -335,10 +339,10 @@ func TestPredictionIsWhatKubeadmControlPlaneDoes(t *testing.T) {
 
 	snap, err := preview.Read(ctx, c, client.ObjectKey{Namespace: "default", Name: "demo"})
 	require.NoError(t, err)
-	pr, err := preview.Predict(ctx, c, snap, []*unstructured.Unstructured{u}, srv.Extension(), preview.WithServerDryRun())
-	require.NoError(t, err)
-	t.Logf("prediction:\n%s", pr)
-	require.Equal(t, map[strategy.Method]int{strategy.MethodInPlace: 2, strategy.MethodReplace: 1}, pr.Count(), "%s", pr)
+	preds := bothModes(t, c, snap, []*unstructured.Unstructured{u}, srv.Extension(), preview.WithServerDryRun())
+	for _, pr := range preds {
+		require.Equal(t, map[strategy.Method]int{strategy.MethodInPlace: 2, strategy.MethodReplace: 1}, pr.Count(), "%s", pr)
+	}
 
 	require.NoError(t, c.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner("kubectl"), client.ForceOwnership))
 	var after map[string]clusterv1.Machine
@@ -354,11 +358,33 @@ func TestPredictionIsWhatKubeadmControlPlaneDoes(t *testing.T) {
 		}
 		return true
 	}, 6*time.Minute, 500*time.Millisecond, "KubeadmControlPlane updated; provider: %v", h.Provider.Errors())
-	for name := range before {
-		m, _ := pr.Machine(name)
-		_, still := after[name]
-		require.Equal(t, m.KeepsName(), still, "%s predicted %s: %s", name, m.Method, m.Reason)
+	for _, pr := range preds {
+		for name := range before {
+			m, _ := pr.Machine(name)
+			_, still := after[name]
+			require.Equal(t, m.KeepsName(), still, "%s: %s predicted %s: %s", pr.Mode, name, m.Method, m.Reason)
+		}
 	}
+}
+
+// bothModes predicts the change twice: with the in-process answerer, and
+// with the extension registered with Cluster API (preview.FindDeployed,
+// over HTTPS); both predictions are returned, the in-process one first.
+func bothModes(t *testing.T, c client.Client, snap *preview.Snapshot, change []*unstructured.Unstructured, inProcess preview.Answerer, opts ...preview.Option) []*preview.Prediction {
+	t.Helper()
+	ctx := t.Context()
+	local, err := preview.Predict(ctx, c, snap, change, inProcess, opts...)
+	require.NoError(t, err)
+	require.Equal(t, preview.ModeInProcess, local.Mode)
+	t.Logf("prediction, in process:\n%s", local)
+	d, err := preview.FindDeployed(ctx, c, snap.Cluster.Namespace)
+	require.NoError(t, err)
+	remote, err := preview.Predict(ctx, c, snap, change, d, opts...)
+	require.NoError(t, err)
+	require.Equal(t, preview.ModeExtension, remote.Mode)
+	require.Equal(t, []string{"upgradekit"}, remote.Extensions)
+	t.Logf("prediction, asking the deployed extension:\n%s", remote)
+	return []*preview.Prediction{local, remote}
 }
 
 // kcpReady says whether demo-cp has n replicas, all up to date and
