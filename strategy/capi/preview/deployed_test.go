@@ -244,9 +244,10 @@ func TestSeveralInPlaceExtensions(t *testing.T) {
 // server's service proxy, as kubectl reaches services from outside; the
 // answer is the deployed extension's (no upgrader image for the version:
 // a decline). The API server proxies to no loopback address, so the
-// extension listens on this machine's first other address.
+// extension listens in a network namespace of the test's own
+// (extensionNetwork).
 func TestThroughTheServiceProxy(t *testing.T) {
-	ip := nonLoopbackIPv4(t)
+	ip, inNetns := extensionNetwork(t)
 	env := startEnv(t)
 	c, ctx := env.Client, t.Context()
 	require.NoError(t, capitest.ProvisionedCluster{Name: "small", Version: cpFrom, WorkerVersion: workersFrom, ControlPlane: 1,
@@ -264,10 +265,7 @@ func TestThroughTheServiceProxy(t *testing.T) {
 	require.NoError(t, err)
 	dir := t.TempDir()
 	testcerts.Write(t, dir)
-	l, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
-	require.NoError(t, err)
-	port := l.Addr().(*net.TCPAddr).Port
-	require.NoError(t, l.Close())
+	port := testcerts.FreePort(t) // the namespace has nothing else listening
 	catalog := runtimecatalog.New()
 	require.NoError(t, runtimehooksv1.AddToCatalog(catalog))
 	hooks, err := server.New(server.Options{Catalog: catalog, Host: ip, Port: port, CertDir: dir,
@@ -278,7 +276,7 @@ func TestThroughTheServiceProxy(t *testing.T) {
 	}
 	sctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- hooks.Start(sctx) }()
+	go func() { done <- inNetns(func() error { return hooks.Start(sctx) }) }()
 	t.Cleanup(func() { cancel(); <-done })
 	require.Eventually(t, func() bool {
 		conn, err := net.DialTimeout("tcp", net.JoinHostPort(ip, strconv.Itoa(port)), time.Second)
@@ -328,17 +326,3 @@ func TestThroughTheServiceProxy(t *testing.T) {
 	}
 }
 
-// nonLoopbackIPv4 is one of this machine's addresses the API server will
-// proxy to.
-func nonLoopbackIPv4(t *testing.T) string {
-	t.Helper()
-	addrs, err := net.InterfaceAddrs()
-	require.NoError(t, err)
-	for _, a := range addrs {
-		if n, ok := a.(*net.IPNet); ok && n.IP.To4() != nil && !n.IP.IsLoopback() && !n.IP.IsLinkLocalUnicast() {
-			return n.IP.String()
-		}
-	}
-	t.Skip("no non-loopback IPv4 address: the API server proxies to none other")
-	return ""
-}
