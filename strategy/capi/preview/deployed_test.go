@@ -325,4 +325,3 @@ func TestThroughTheServiceProxy(t *testing.T) {
 		require.Contains(t, m.Reason, "no upgrader image for "+cpFrom)
 	}
 }
-
