@@ -140,7 +140,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.output, "o", "table", "output: table or json")
 	fs.StringVar(&o.categories, "in-place", defaultCategories(), "the extension's -in-place: diff categories it accepts in place")
 	fs.StringVar(&o.upgraderImage, "upgrader-image", "", "the extension's -upgrader-image (one image, any version)")
-	fs.StringVar(&o.upgraderImages, "upgrader-images", "", "the extension's -upgrader-images, version=image,...: a version not listed is declined")
+	fs.StringVar(&o.upgraderImages, "upgrader-images", "", "the extension's -upgrader-images, version=image,...: a version not listed is answered with a Failure (Cluster API waits)")
 	fs.BoolVar(&o.noUpdate, "no-update-machine", false, "the extension runs with -no-update-machine (it then accepts Kubernetes versions only)")
 	fs.StringVar(&o.extensionConfig, "extension-config", "", "ExtensionConfig whose settings Cluster API sends with each request (upgradekit.io/ignore, upgradekit.io/disabled)")
 	fs.BoolVar(&o.workload, "workload", true, "read the workload cluster (Nodes, Pods, PodDisruptionBudgets) through its <cluster>-kubeconfig Secret, to find drain blockers")
