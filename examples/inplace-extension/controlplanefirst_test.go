@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	controlplanev1 "sigs.k8s.io/cluster-api/api/controlplane/kubeadm/v1beta2"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -163,7 +164,9 @@ func TestClusterAPIUpdatesControlPlaneAndWorkersTogether(t *testing.T) {
 		}
 		for _, w := range workers {
 			var n corev1.Node
-			if err := c.Get(ctx, client.ObjectKey{Name: w}, &n); err != nil {
+			if err := c.Get(ctx, client.ObjectKey{Name: w}, &n); apierrors.IsNotFound(err) {
+				return false, "", fmt.Errorf("worker %s's Node is gone: Cluster API replaced the machine", w)
+			} else if err != nil {
 				return false, "", err
 			}
 			if cond := capi.InPlaceUpdateCondition(&n); cond != nil && cond.Reason == capi.ReasonPending && strings.Contains(cond.Message, "waiting for the control plane") {
