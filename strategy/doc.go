@@ -33,8 +33,10 @@
 //     files, FilesPaths, are applied and verified by the same executor);
 //   - refuse what cannot be applied before accepting: feasibility (a
 //     version a kubeadm plan can reach, an upgrader image for it, the
-//     caller's own checks) is checked at CanUpdate* time, and what fails
-//     is declined with the reason, so Cluster API replaces the machine;
+//     caller's own checks) is checked at CanUpdate* time, and what cannot
+//     pass by itself is declined with the reason, so Cluster API replaces
+//     the machine (what may pass, an upgrader image not configured yet
+//     for the version, is a Failure Cluster API asks again about);
 //   - apply and verify all that was accepted before answering done; an
 //     ignored change (Rule with ActionIgnore) is accepted without being
 //     applied, and recorded in the patches so Cluster API sees nothing left

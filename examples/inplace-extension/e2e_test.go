@@ -58,12 +58,19 @@ func e2eExtension(t *testing.T, h *capitest.Harness, dir string, port int, reg *
 // e2eExtensionWith is e2eExtension recording Events with rec.
 func e2eExtensionWith(t *testing.T, h *capitest.Harness, dir string, port int, reg *prometheus.Registry, rec events.EventRecorder, register bool) (stop func()) {
 	t.Helper()
+	return e2eExtensionImages(t, h, dir, port, reg, rec, e2eTo+"="+e2eImage+","+e2eSkip+"="+e2eSkipImage, register)
+}
+
+// e2eExtensionImages is e2eExtensionWith with images as its
+// -upgrader-images.
+func e2eExtensionImages(t *testing.T, h *capitest.Harness, dir string, port int, reg *prometheus.Registry, rec events.EventRecorder, images string, register bool) (stop func()) {
+	t.Helper()
 	ctrllog.SetLogger(logr.Discard()) // as main sets its own
 	// -retry-after 1, not the default 15: Cluster API calls UpdateMachine
 	// again after it and the harness's steps take no time, so the default
 	// would only slow the scenarios down; none depends on its length.
 	o, err := parseFlags([]string{"-host", "127.0.0.1", "-port", strconv.Itoa(port), "-cert-dir", dir, "-metrics-bind-address", "0", "-health-addr", "0",
-		"-upgrader-images", e2eTo + "=" + e2eImage + "," + e2eSkip + "=" + e2eSkipImage, "-allow-unverified-bundles", "-retry-after", "1"}, &bytes.Buffer{})
+		"-upgrader-images", images, "-allow-unverified-bundles", "-retry-after", "1"}, &bytes.Buffer{})
 	require.NoError(t, err)
 	metrics, err := capi.NewMetrics(reg)
 	require.NoError(t, err)

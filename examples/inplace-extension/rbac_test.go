@@ -343,8 +343,8 @@ func TestLeastPrivilegeOverHTTPS(t *testing.T) {
 	infraRaw, err := json.Marshal(infra)
 	require.NoError(t, err)
 
-	// CanUpdateMachine: accepted, after the skew check listed the control
-	// plane Machines.
+	// CanUpdateMachine: accepted, after the skew check read the Cluster
+	// and its KubeadmControlPlane's desired version.
 	var can runtimehooksv1.CanUpdateMachineResponse
 	post(runtimehooksv1.CanUpdateMachine, "upgradekit-can-update-machine", &runtimehooksv1.CanUpdateMachineRequest{
 		TypeMeta: metav1.TypeMeta{APIVersion: runtimehooksv1.GroupVersion.String(), Kind: "CanUpdateMachineRequest"},
@@ -353,6 +353,30 @@ func TestLeastPrivilegeOverHTTPS(t *testing.T) {
 	}, &can)
 	require.Equal(t, runtimehooksv1.ResponseStatusSuccess, can.Status, can.Message)
 	require.True(t, can.MachinePatch.IsDefined(), can.Message)
+
+	// CanUpdateMachineSet (a MachineDeployment's question): accepted,
+	// after the skew check read the MachineSet, the Cluster and its
+	// KubeadmControlPlane.
+	var ms clusterv1.MachineSet
+	require.NoError(t, admin.Get(ctx, client.ObjectKey{Namespace: live.Namespace, Name: live.Labels[clusterv1.MachineSetNameLabel]}, &ms))
+	// The MachineSet's infrastructure template, as Cluster API sends it
+	// (the fake cluster has no template objects: the extension reads
+	// none).
+	msRef := ms.Spec.Template.Spec.InfrastructureRef
+	imtRaw, err := json.Marshal(map[string]any{"apiVersion": msRef.APIGroup + "/v1beta2", "kind": msRef.Kind,
+		"metadata": map[string]any{"name": msRef.Name, "namespace": ms.Namespace}, "spec": map[string]any{"template": map[string]any{"spec": map[string]any{}}}})
+	require.NoError(t, err)
+	curMS, desMS := ms.DeepCopy(), ms.DeepCopy()
+	curMS.TypeMeta = metav1.TypeMeta{APIVersion: clusterv1.GroupVersion.String(), Kind: "MachineSet"}
+	desMS.TypeMeta, desMS.Name, desMS.Spec.Template.Spec.Version = curMS.TypeMeta, ms.Name+"-new", "v1.36.1"
+	var canMS runtimehooksv1.CanUpdateMachineSetResponse
+	post(runtimehooksv1.CanUpdateMachineSet, "upgradekit-can-update-machineset", &runtimehooksv1.CanUpdateMachineSetRequest{
+		TypeMeta: metav1.TypeMeta{APIVersion: runtimehooksv1.GroupVersion.String(), Kind: "CanUpdateMachineSetRequest"},
+		Current:  runtimehooksv1.CanUpdateMachineSetRequestObjects{MachineSet: *curMS, InfrastructureMachineTemplate: runtime.RawExtension{Raw: imtRaw}},
+		Desired:  runtimehooksv1.CanUpdateMachineSetRequestObjects{MachineSet: *desMS, InfrastructureMachineTemplate: runtime.RawExtension{Raw: imtRaw}},
+	}, &canMS)
+	require.Equal(t, runtimehooksv1.ResponseStatusSuccess, canMS.Status, canMS.Message)
+	require.True(t, canMS.MachineSetPatch.IsDefined(), canMS.Message)
 
 	// The Machine's KubeadmConfig, which Cluster API sends along.
 	kc := &bootstrapv1.KubeadmConfig{}
@@ -510,9 +534,14 @@ func TestLeastPrivilegeOverHTTPS(t *testing.T) {
 	// Patching a KubeadmConfig removes KubeadmControlPlane's certificate
 	// expiry date after a control plane's kubeadm upgrade; this update is
 	// a worker's (TestClusterAPIDrivesKubeadmControlPlaneInPlace shows it).
+	// Listing the control plane Machines is ControlPlaneSkewCheck's
+	// fallback for a cluster without a control plane object it can read
+	// (standalone control plane Machines, another provider's kind); this
+	// cluster has a KubeadmControlPlane.
 	unprovoked := map[string]string{
 		"events.k8s.io/events/patch":                      "repeated Events are patched",
 		"bootstrap.cluster.x-k8s.io/kubeadmconfigs/patch": "a control plane's certificates renewed",
+		"cluster.x-k8s.io/machines/list":                  "the skew check's fallback",
 	}
 	var excess []string
 	for _, rules := range grants {

@@ -143,7 +143,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.output, "o", "table", "output: table or json")
 	fs.StringVar(&o.categories, "in-place", defaultCategories(), "the extension's -in-place: diff categories it accepts in place")
 	fs.StringVar(&o.upgraderImage, "upgrader-image", "", "the extension's -upgrader-image (one image, any version)")
-	fs.StringVar(&o.upgraderImages, "upgrader-images", "", "the extension's -upgrader-images, version=image,...: a version not listed is declined")
+	fs.StringVar(&o.upgraderImages, "upgrader-images", "", "the extension's -upgrader-images, version=image,...: a version not listed is answered with a Failure (Cluster API waits)")
 	fs.BoolVar(&o.noUpdate, "no-update-machine", false, "the extension runs with -no-update-machine (it then accepts Kubernetes versions only)")
 	fs.StringVar(&o.mode, "mode", modeAuto, "who answers Cluster API's hooks: extension (the in-place extension the cluster's ExtensionConfigs register, asked over HTTPS), in-process (upgradekit's decision configured by -in-place, -upgrader-image(s), -no-update-machine, -extension-config) or auto (extension when one is registered, else in-process)")
 	fs.StringVar(&o.extensionConfig, "extension-config", "", "ExtensionConfig whose settings Cluster API sends with each request (upgradekit.io/ignore, upgradekit.io/disabled)")

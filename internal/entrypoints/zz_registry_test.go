@@ -637,6 +637,7 @@ var sentinels = []error{
 	capi.ErrNotAnAnswer,
 	capi.ErrRequestMismatch,
 	capi.ErrUpdateFailed,
+	capi.ErrVersionNotConfigured,
 	capi.ErrWorkloadUnreachable,
 	capi.ErrWouldRollOut,
 	diff.ErrInvalidJSON,

@@ -91,8 +91,8 @@ func VersionCheck() Check {
 
 // ImagesByVersion maps a Kubernetes version ("v1.31.4") to the upgrader
 // image that carries its binaries (nodepod.WithImage). The Extension
-// declines a version change to a version the map does not have
-// (WithUpgraderImages), and MachineUpdater runs each update with the image
+// answers a version change to a version the map does not have with a
+// Failure (WithUpgraderImages), and MachineUpdater runs each update with the image
 // of its target version.
 type ImagesByVersion map[string]string
 
@@ -127,9 +127,22 @@ func (m ImagesByVersion) versions() []string {
 	return vs
 }
 
-// WithUpgraderImages makes the Extension decline a version change to a
-// version that has no upgrader image in images: without one, UpdateMachine
-// could not build the upgrader pod, and the machine would be stranded.
+// ErrVersionNotConfigured is matched by the Failure answered to a version
+// change the extension is not configured for: no upgrader image for the
+// target version (WithUpgraderImages), or no bundle checksums for it
+// (extensionserver). It is a Failure and not a decline because it passes
+// once the operator configures the version: Cluster API asks again about
+// a Failure (the MachineDeployment or KubeadmControlPlane waits, changing
+// nothing), while it would remember a MachineSet's decline for 24 hours
+// and replace the whole MachineDeployment. To have such machines replaced
+// instead, set SettingDisabled.
+var ErrVersionNotConfigured = errors.New("the extension is not configured for the version")
+
+// WithUpgraderImages makes the Extension answer a version change to a
+// version that has no upgrader image in images with a Failure
+// (ErrVersionNotConfigured): without one, UpdateMachine could not build
+// the upgrader pod, and the machine would be stranded; once the image is
+// configured, Cluster API's next question is accepted.
 // NewExtension fails on an invalid map.
 func WithUpgraderImages(images ImagesByVersion) ExtensionOption {
 	return func(e *Extension) {
@@ -139,7 +152,8 @@ func WithUpgraderImages(images ImagesByVersion) ExtensionOption {
 				return nil
 			}
 			if _, ok := images.Image(r.ToVersion); !ok {
-				return fmt.Errorf("%w: spec.version: no upgrader image for %s (have: %s)", ErrInfeasible, r.ToVersion, strings.Join(images.versions(), ", "))
+				return fmt.Errorf("%w: spec.version: no upgrader image for %s (have: %s); Cluster API asks again once it is configured",
+					ErrVersionNotConfigured, r.ToVersion, strings.Join(images.versions(), ", "))
 			}
 			return nil
 		}))

@@ -16,13 +16,16 @@
 //   - before accepting it runs feasibility checks: VersionCheck (always;
 //     kubeadm.CheckUpgrade: no skipped minor, downgrade or major change),
 //     KubeletArgsCheck (always: kubelet extra arguments it can write),
-//     WithUpgraderImages (a bundle for the target version) and WithChecks
+//     WithUpgraderImages (a bundle for the target version, else a
+//     Failure: see What Cluster API remembers) and WithChecks
 //     (for example WorkloadReachableCheck: a cluster whose kubeconfig
 //     secret the extension cannot read, say in a namespace without its
 //     RoleBindings, or whose API server refuses its credentials, is
 //     declined as permanent, while a timeout is a Failure CAPI asks again
 //     about; and ControlPlaneSkewCheck: no worker kubelet newer than its
-//     control plane).
+//     control plane, declined only when the control plane's desired
+//     version is below the worker's, while a control plane on its way is
+//     waited for by UpdateMachine).
 //     A check's ErrInfeasible declines with the reason; any other error
 //     answers Failure and CAPI asks again;
 //   - it honours the ExtensionConfig settings SettingDisabled and
@@ -43,6 +46,41 @@
 //     VerifyCanUpdateMachine and VerifyCanUpdateMachineSet tell, for any
 //     extension's answer, whether CAPI would update in place or roll out
 //     (*RollOutError naming the fields left).
+//
+// # What Cluster API remembers
+//
+// Cluster API v1.14 keeps a MachineDeployment's CanUpdateMachineSet
+// answer in memory for 24 hours per old and new MachineSet
+// (core/reconcilers/machinedeployment/machinedeployment_canupdatemachineset.go,
+// util/cache): a decline is the rest of the rollout by replacement, even
+// if its reason goes away meanwhile (a capi-controller-manager restart
+// or a new MachineSet clears it). A Failure is not remembered: its
+// runtime client turns it into an error, the MachineDeployment's (or
+// KubeadmControlPlane's) reconcile fails before anything is cached or
+// changed, and it asks again with backoff. KubeadmControlPlane remembers
+// nothing; its decline replaces the one machine it asked about. So the
+// Extension declines only what does not pass by itself, and answers
+// Failure for what may:
+//
+//   - declined: changes no updater applies, VersionCheck, KubeletArgsCheck
+//     and FilesCheck refusals, the self-check's leftovers,
+//     ControlPlaneSkewCheck when the control plane's desired version is
+//     below the worker's, WorkloadReachableCheck's permanent causes
+//     (RBAC, a missing or unusable kubeconfig, refused credentials), and
+//     SettingDisabled, which exists to make Cluster API replace;
+//   - accepted and waited for in UpdateMachine: a worker above the
+//     control plane's current version while the control plane is on its
+//     way to the worker's (MachineUpdater holds the worker until every
+//     control plane Node runs it);
+//   - Failure: a version without an upgrader image or bundle checksums
+//     (ErrVersionNotConfigured: it passes once configured),
+//     WorkloadReachableCheck's transient causes (timeouts, refused
+//     connections, 5xx, 429), a failed read, an unknown setting, a
+//     malformed request, ErrRequestMismatch.
+//
+// With FailurePolicy Ignore (WithFailurePolicy), Cluster API takes an
+// unreachable extension's silence for an empty answer, that is a "no" it
+// then remembers: keep the default, Fail.
 //
 // The contract is tested against CAPI's own code: hack/capi-inplace-oracle.sh
 // builds CAPI v1.14's applyPatchesToRequest and matchesMachine /

@@ -22,7 +22,10 @@ import (
 // Settings an ExtensionConfig may pass to the extension's in-place hooks.
 const (
 	// SettingDisabled, "true", makes every CanUpdate* answer decline: a
-	// switch to force rolling replacement without redeploying.
+	// switch to force rolling replacement without redeploying. Cluster API
+	// remembers a MachineSet's decline for 24 hours (see the package
+	// documentation), so a MachineDeployment asked while it is set goes
+	// on by replacement after it is unset.
 	SettingDisabled = "upgradekit.io/disabled"
 	// SettingIgnore is a comma-separated list of diff path patterns
 	// (e.g. "infrastructure.spec.additionalTags") whose changes are
@@ -89,7 +92,9 @@ func WithExtensionMetrics(m *Metrics) ExtensionOption { return func(e *Extension
 // the extension cannot answer, Cluster API keeps asking and changes
 // nothing). runtimehooksv1.FailurePolicyIgnore makes Cluster API go on
 // without an answer, that is, roll machines out by replacement while the
-// extension is down.
+// extension is down; for a MachineDeployment it remembers that "no" for 24
+// hours per MachineSet, so the rollout goes on by replacement after the
+// extension is back.
 func WithFailurePolicy(p runtimehooksv1.FailurePolicy) ExtensionOption {
 	return func(e *Extension) { e.failure = p }
 }

@@ -118,7 +118,6 @@ func TestExtensionChecksFeasibilityBeforeAccepting(t *testing.T) {
 		{"a major change", "v1.36.1", "v2.0.0", nil, false, "major version change"},
 		{"not canonical", "v1.35.4", "1.31.1", nil, false, "invalid Kubernetes version"},
 		{"an image for the version", "v1.35.4", "v1.36.1", []capi.ExtensionOption{capi.WithUpgraderImages(images)}, true, "in place by kubeadm"},
-		{"no image for the version", "v1.36.1", "v1.37.0", []capi.ExtensionOption{capi.WithUpgraderImages(images)}, false, "no upgrader image for v1.37.0"},
 		{"a check declines", "v1.35.4", "v1.36.1", []capi.ExtensionOption{capi.WithChecks(capi.CheckFunc(func(context.Context, capi.CheckRequest) error {
 			return errors.Join(capi.ErrInfeasible, errors.New("control plane is at v1.30"))
 		}))}, false, "control plane is at v1.30"},

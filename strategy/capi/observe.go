@@ -33,7 +33,9 @@ const ConditionInPlaceUpdate corev1.NodeConditionType = "upgradekit.io/InPlaceUp
 // are also the values of the "phase" label of MetricMachinesInProgress.
 const (
 	// ReasonPending: waiting for something outside the node's update (the
-	// workload cluster, kubeadm-config, the upgrader pod of an earlier plan).
+	// workload cluster, kubeadm-config, the upgrader pod of an earlier plan,
+	// and, for a worker's version change, the control plane nodes to run
+	// the target minor first).
 	ReasonPending = "Pending"
 	// ReasonDraining: the node is cordoned and its pods are being evicted.
 	ReasonDraining = "Draining"

@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	controlplanev1 "sigs.k8s.io/cluster-api/api/controlplane/kubeadm/v1beta2"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	runtimehooksv1 "sigs.k8s.io/cluster-api/api/runtime/hooks/v1alpha1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -20,6 +21,7 @@ import (
 func TestControlPlaneSkewCheck(t *testing.T) {
 	scheme := runtime.NewScheme()
 	require.NoError(t, clusterv1.AddToScheme(scheme))
+	require.NoError(t, controlplanev1.AddToScheme(scheme))
 	cp := func(name, v string) client.Object {
 		return &clusterv1.Machine{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default",
 			Labels: map[string]string{clusterv1.ClusterNameLabel: "demo", clusterv1.MachineControlPlaneLabel: ""}},
@@ -29,6 +31,16 @@ func TestControlPlaneSkewCheck(t *testing.T) {
 		Labels: map[string]string{clusterv1.ClusterNameLabel: "other", clusterv1.MachineControlPlaneLabel: ""}},
 		Spec: clusterv1.MachineSpec{ClusterName: "other", Version: "v1.29.0"}}
 	kubeadm := must(strategy.ForCategories("kubeadm", strategy.KubeadmCategories()...))
+	// A Cluster whose control plane is a KubeadmControlPlane desired at v.
+	kcp := func(v string) []client.Object {
+		return []client.Object{
+			&clusterv1.Cluster{ObjectMeta: metav1.ObjectMeta{Name: "demo", Namespace: "default"},
+				Spec: clusterv1.ClusterSpec{ControlPlaneRef: clusterv1.ContractVersionedObjectReference{
+					APIGroup: controlplanev1.GroupVersion.Group, Kind: "KubeadmControlPlane", Name: "demo-cp"}}},
+			&controlplanev1.KubeadmControlPlane{ObjectMeta: metav1.ObjectMeta{Name: "demo-cp", Namespace: "default"},
+				Spec: controlplanev1.KubeadmControlPlaneSpec{Version: v}},
+		}
+	}
 
 	for _, tc := range []struct {
 		name         string
@@ -41,8 +53,19 @@ func TestControlPlaneSkewCheck(t *testing.T) {
 	}{
 		{"control plane upgraded", []client.Object{cp("cp-a", "v1.36.1"), cp("cp-b", "v1.36.0"), otherCluster}, false, "v1.36.1",
 			runtimehooksv1.ResponseStatusSuccess, true, "in place by kubeadm"},
-		{"control plane halfway", []client.Object{cp("cp-a", "v1.36.1"), cp("cp-b", "v1.35.4")}, false, "v1.36.1",
+		{"control plane halfway, no control plane object", []client.Object{cp("cp-a", "v1.36.1"), cp("cp-b", "v1.35.4")}, false, "v1.36.1",
 			runtimehooksv1.ResponseStatusSuccess, false, "newer than the control plane (machine cp-b is at v1.35.4)"},
+		// KubeadmControlPlane writes a machine's new version only when it
+		// updates that machine: halfway is on its way, not a reason to
+		// decline (UpdateMachine waits for it).
+		{"KubeadmControlPlane halfway to the version", append(kcp("v1.36.1"), cp("cp-a", "v1.36.1"), cp("cp-b", "v1.35.4")), false, "v1.36.1",
+			runtimehooksv1.ResponseStatusSuccess, true, "in place by kubeadm"},
+		{"KubeadmControlPlane bumped, no machine updated yet", append(kcp("v1.36.0"), cp("cp-a", "v1.35.4"), cp("cp-b", "v1.35.4")), false, "v1.36.1",
+			runtimehooksv1.ResponseStatusSuccess, true, "in place by kubeadm"},
+		{"KubeadmControlPlane desired below the target", append(kcp("v1.35.4"), cp("cp-a", "v1.35.4")), false, "v1.36.1",
+			runtimehooksv1.ResponseStatusSuccess, false, "newer than the control plane, whose desired version is v1.35.4 (KubeadmControlPlane demo-cp)"},
+		{"KubeadmControlPlane with an unreadable version", append(kcp("latest"), cp("cp-a", "v1.36.1")), false, "v1.36.1",
+			runtimehooksv1.ResponseStatusFailure, false, `KubeadmControlPlane default/demo-cp: spec.version "latest"`},
 		{"a patch within the control plane's minor", []client.Object{cp("cp-a", "v1.35.4")}, false, "v1.35.5",
 			runtimehooksv1.ResponseStatusSuccess, true, "in place by kubeadm"},
 		{"a control plane machine is KubeadmControlPlane's to order", []client.Object{cp("cp-b", "v1.35.4")}, true, "v1.36.1",

@@ -83,6 +83,13 @@ type WorkloadClient func(ctx context.Context, cluster types.NamespacedName) (cli
 // kubeadm refuses or a pod admission refuses is a Failure
 // (FailurePlanRejected, FailurePodRejected) with the node left as it was.
 //
+// A worker's version change to a minor above the control plane's does
+// not start until every control plane Node runs the target minor, with no
+// in-place update unfinished on it (ReasonPending, naming the node):
+// ControlPlaneSkewCheck accepts such a change while the control plane is
+// on its way to the version, since Cluster API's MachineDeployment does
+// not order workers after the control plane.
+//
 // It answers RetryAfterSeconds > 0 while the update runs; 0 ("done") only
 // once the node's kubelet reports the desired version AND no upgrader pod
 // on the node is Pending or Running AND, for an update it started, the
@@ -155,7 +162,8 @@ func WithPodOptions(opts ...nodepod.Option) MachineUpdaterOption {
 // binaries), over any nodepod.WithImage in WithPodOptions. A version
 // without an image is a Failure (FailurePodBuild) found before the node is
 // disrupted; pass the same map to the Extension (WithUpgraderImages) so
-// that such a version is declined before Cluster API commits to it.
+// that such a version is answered with a Failure before Cluster API
+// commits to it.
 // NewMachineUpdater fails on an invalid map.
 func WithVersionImages(images ImagesByVersion) MachineUpdaterOption {
 	return func(u *MachineUpdater) { u.images = images }
@@ -1086,6 +1094,9 @@ func (u *MachineUpdater) updateNode(ctx context.Context, st *call, to *version.V
 	// journal on the host, re-running nothing that is done.
 	switch {
 	case rec == nil || rec.Version != want || rec.KubeletArgs != st.args.digest || rec.ControlPlaneConfig != st.cp.digest || rec.Files != st.files.digest:
+		if res, ok := controlPlaneAhead(ctx, st, current, to); !ok {
+			return res
+		}
 		if res, ok := u.gatesOpen(ctx, st); !ok {
 			return res
 		}
@@ -1212,7 +1223,7 @@ func (u *MachineUpdater) buildPod(st *call, rec *UpdateRecord, from string) (*co
 	if u.images != nil {
 		img, ok := u.images.Image(rec.Version)
 		if !ok {
-			return nil, failedAs(FailurePodBuild, "no upgrader image for %s (have: %s); the extension's CanUpdate* should have declined it (capi.WithUpgraderImages with the same map)",
+			return nil, failedAs(FailurePodBuild, "no upgrader image for %s (have: %s); the extension's CanUpdate* should have refused it (capi.WithUpgraderImages with the same map)",
 				rec.Version, strings.Join(u.images.versions(), ", ")), false
 		}
 		opts = append(append([]nodepod.Option(nil), u.podOpts...), nodepod.WithImage(img))
@@ -1354,6 +1365,52 @@ func (u *MachineUpdater) role(ctx context.Context, st *call, to *version.Version
 		}
 	}
 	return kubeadm.RoleFirstControlPlane, updateResult{}, true
+}
+
+// controlPlaneAhead holds the start of a worker's version change until
+// every control plane Node of the workload cluster (LabelControlPlaneNode)
+// runs a kubelet at the target minor or above, with no in-place update of
+// ours unfinished on it: the skew policy allows no kubelet newer than the
+// API server, and ControlPlaneSkewCheck accepts a worker's change while
+// the control plane is still on its way to the version (Cluster API's
+// MachineDeployment does not wait for it). The answer is in progress
+// (ReasonPending, naming the control plane node), with nothing done to the
+// node. Control plane machines, a change within the node's minor and a
+// cluster without control plane Nodes (a managed control plane) are not
+// held.
+func controlPlaneAhead(ctx context.Context, st *call, current string, to *version.Version) (updateResult, bool) {
+	if _, cp := st.machine.Labels[clusterv1.MachineControlPlaneLabel]; cp {
+		return updateResult{}, true
+	}
+	if from, err := version.ParseSemantic(current); err == nil && !minorAbove(to, from) {
+		return updateResult{}, true
+	}
+	var nodes corev1.NodeList
+	if err := st.c.List(ctx, &nodes, client.HasLabels{LabelControlPlaneNode}); err != nil {
+		return waiting(ReasonPending, "node %s not started: listing the control plane nodes to check their version first: %v", st.node.Name, err), false
+	}
+	for i := range nodes.Items {
+		n := &nodes.Items[i]
+		kv := n.Status.NodeInfo.KubeletVersion
+		v, err := version.ParseSemantic(kv)
+		switch {
+		case err != nil || minorAbove(to, v):
+			st.log.V(1).Info("waiting for the control plane", "controlPlaneNode", n.Name, "kubeletVersion", kv)
+			return waiting(ReasonPending, "node %s not started: waiting for the control plane to run %s first: control plane node %s runs %s (a kubelet may not be newer than its API server)",
+				st.node.Name, st.machine.Spec.Version, n.Name, errtext.Quote(kv)), false
+		case updateUnfinished(n):
+			return waiting(ReasonPending, "node %s not started: waiting for the control plane to run %s first: the in-place update of control plane node %s is unfinished",
+				st.node.Name, st.machine.Spec.Version, n.Name), false
+		}
+	}
+	return updateResult{}, true
+}
+
+// updateUnfinished tells whether n's ConditionInPlaceUpdate says an
+// update of ours is under way on it.
+func updateUnfinished(n *corev1.Node) bool {
+	c := InPlaceUpdateCondition(n)
+	return c != nil && c.Status == corev1.ConditionTrue && c.Reason != ReasonGateClosed && c.Reason != ReasonPending
 }
 
 // runPlan builds the update's plan and pod, waits for or clears the other

@@ -25,8 +25,10 @@
 //     cluster whose kubeconfig secret the extension cannot read, say in a
 //     namespace without its RoleBindings, is declined: UpdateMachine could
 //     never reach it), capi.ControlPlaneSkewCheck, and,
-//     with WithUpgraderImages, a decline for a version that has no bundle,
-//     and one for a version that has no bundle checksums;
+//     with WithUpgraderImages, a Failure (capi.ErrVersionNotConfigured,
+//     asked again by Cluster API, never remembered as a decline) for a
+//     version that has no bundle, and one for a version that has no
+//     bundle checksums;
 //   - what runs as root on the nodes is pinned: upgrader images by digest
 //     (AllowMutableUpgraderImages accepts tags), and each plan's bundle
 //     step verifies the target version's SHA-256 checksums

@@ -254,7 +254,9 @@ func WithUpgraderImage(image string) Option { return func(c *config) { c.image =
 
 // WithUpgraderImages sets the upgrader image per Kubernetes version: each
 // update runs its target version's bundle, and a version change to a
-// version not listed is declined at CanUpdate* (capi.WithUpgraderImages).
+// version not listed is answered with a Failure at CanUpdate*
+// (capi.WithUpgraderImages, capi.ErrVersionNotConfigured): Cluster API
+// waits and asks again, and goes on in place once the version is listed.
 // Every image must be named by digest, as for WithUpgraderImage.
 func WithUpgraderImages(images capi.ImagesByVersion) Option {
 	return func(c *config) {

@@ -219,8 +219,11 @@ func (c *config) loadChecksums() error {
 	return nil
 }
 
-// checksumsCheck declines a version change to a version that has no bundle
-// checksums: its update could not verify its bundle and would fail.
+// checksumsCheck answers a version change to a version that has no bundle
+// checksums with a Failure (capi.ErrVersionNotConfigured): its update
+// could not verify its bundle and would fail, and once the checksums are
+// configured Cluster API's next question is accepted (a decline would be
+// remembered for a MachineSet for 24 hours).
 func (c *config) checksumsCheck() capi.Check {
 	if c.decideOnly || c.withoutChecksums {
 		return nil
@@ -230,7 +233,8 @@ func (c *config) checksumsCheck() capi.Check {
 			return nil
 		}
 		if _, ok := c.checksums[r.ToVersion]; !ok {
-			return fmt.Errorf("%w: spec.version: no upgrader bundle checksums for %s (have: %s)", capi.ErrInfeasible, r.ToVersion, strings.Join(slices.Sorted(maps.Keys(c.checksums)), ", "))
+			return fmt.Errorf("%w: spec.version: no upgrader bundle checksums for %s (have: %s); Cluster API asks again once they are configured",
+				capi.ErrVersionNotConfigured, r.ToVersion, strings.Join(slices.Sorted(maps.Keys(c.checksums)), ", "))
 		}
 		return nil
 	})

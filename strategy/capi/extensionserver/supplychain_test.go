@@ -198,10 +198,12 @@ func TestBundleChecksumsOptions(t *testing.T) {
 	})
 }
 
-// TestVersionWithoutChecksumsIsDeclined: CanUpdateMachine declines a
+// TestVersionWithoutChecksumsIsAFailure: CanUpdateMachine answers a
 // version change to a version that has no bundle checksums (its update
-// could not verify its bundle), and accepts one that has them.
-func TestVersionWithoutChecksumsIsDeclined(t *testing.T) {
+// could not verify its bundle) with a Failure, which Cluster API asks
+// again about once they are configured (a decline it would remember for a
+// MachineSet for 24 hours), and accepts one that has them.
+func TestVersionWithoutChecksumsIsAFailure(t *testing.T) {
 	env := envtest.StartForTest(t)
 	machine := func(v string) clusterv1.Machine {
 		return clusterv1.Machine{ObjectMeta: metav1.ObjectMeta{Name: "m", Namespace: "default"}, Spec: clusterv1.MachineSpec{
@@ -235,14 +237,16 @@ func TestVersionWithoutChecksumsIsDeclined(t *testing.T) {
 			Current: runtimehooksv1.CanUpdateMachineRequestObjects{Machine: machine("v1.35.4"), InfrastructureMachine: infra},
 			Desired: runtimehooksv1.CanUpdateMachineRequestObjects{Machine: machine(to), InfrastructureMachine: infra},
 		}, &resp)
-		require.Equal(t, runtimehooksv1.ResponseStatusSuccess, resp.Status, resp.Message)
 		return &resp
 	}
 	resp := ask("v1.36.1")
+	require.Equal(t, runtimehooksv1.ResponseStatusSuccess, resp.Status, resp.Message)
 	require.True(t, resp.MachinePatch.IsDefined(), "accepted: %s", resp.Message)
 	resp = ask("v1.36.2")
-	require.False(t, resp.MachinePatch.IsDefined(), "declined: %s", resp.Message)
+	require.Equal(t, runtimehooksv1.ResponseStatusFailure, resp.Status, resp.Message)
+	require.False(t, resp.MachinePatch.IsDefined(), "not accepted: %s", resp.Message)
 	require.Contains(t, resp.Message, "no upgrader bundle checksums for v1.36.2 (have: v1.36.1)")
+	require.Contains(t, resp.Message, capi.ErrVersionNotConfigured.Error())
 }
 
 // TestBundleMustCarryWhatTheStepsNeed: with bundle checksums (the list of

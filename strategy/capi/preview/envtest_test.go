@@ -273,13 +273,15 @@ func TestTopologyVersionAndChecks(t *testing.T) {
 	require.ErrorIs(t, err, preview.ErrInvalidChange)
 	require.ErrorContains(t, err, "only spec.topology.version")
 
-	// A version no upgrader image is listed for: declined at CanUpdate*.
+	// A version no upgrader image is listed for: a Failure at CanUpdate*
+	// (Cluster API waits and asks again, goes on in place once the image
+	// is listed), not a decline it would remember.
 	var own clusterv1.MachineDeployment
 	require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: "default", Name: "own"}, &own))
 	own.Spec.Template.Spec.Version = "v1.35.5"
 	pr, err = preview.Predict(ctx, c, snap, []*unstructured.Unstructured{toUnstructured(t, &own, "MachineDeployment", clusterv1.GroupVersion.String())}, srv.Extension())
 	require.NoError(t, err)
 	m, _ := pr.Machine("own-abcde-0000")
-	require.Equal(t, strategy.MethodReplace, m.Method)
-	require.Contains(t, m.Reason, "v1.35.5", m.Reason)
+	require.Equal(t, strategy.MethodBlocked, m.Method)
+	require.Contains(t, m.Reason, "no upgrader image for v1.35.5", m.Reason)
 }
