@@ -628,6 +628,15 @@ func isScalarKind(p *plan) bool {
 // a live, addressable Go value of at least n bytes.
 func isZeroMem(p unsafe.Pointer, n uintptr) bool {
 	b := unsafe.Slice((*byte)(p), n)
+	// Four words at a time: nested zero structs (a KubeadmConfig's
+	// unset sections) run to hundreds of bytes.
+	for len(b) >= 32 {
+		if binary.NativeEndian.Uint64(b)|binary.NativeEndian.Uint64(b[8:])|
+			binary.NativeEndian.Uint64(b[16:])|binary.NativeEndian.Uint64(b[24:]) != 0 {
+			return false
+		}
+		b = b[32:]
+	}
 	for len(b) >= 8 {
 		if binary.NativeEndian.Uint64(b) != 0 {
 			return false
