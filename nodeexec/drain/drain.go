@@ -289,7 +289,7 @@ func Drain(ctx context.Context, cs kubernetes.Interface, node string, opts ...Op
 	var mu sync.Mutex
 	var optedOut []BlockedPod
 	var waits []waitedPod
-	var unmanaged []string // evicted although no controller recreates them
+	var unmanaged []string       // evicted although no controller recreates them
 	orders := map[string]int32{} // namespace/name -> drain order
 	logw := logWriter{o.log}
 	h := &kdrain.Helper{
