@@ -155,12 +155,15 @@ func TestDeployManifestsApply(t *testing.T) {
 		}
 	}
 	// Exactly what the extension does in the management cluster: read
-	// Machines, their KubeadmConfigs and infrastructure machines, record
+	// Machines, their KubeadmConfigs and infrastructure machines, their
+	// MachineDrainRules and Cluster (the drain's rules), record
 	// Events on Machines and read kubeconfig Secrets, only where a
 	// RoleBinding grants it.
 	require.Empty(t, cmp.Diff(map[string][]rbacv1.PolicyRule{
 		"upgradekit-extension": {
 			{APIGroups: []string{"cluster.x-k8s.io"}, Resources: []string{"machines"}, Verbs: []string{"get", "list"}},
+			{APIGroups: []string{"cluster.x-k8s.io"}, Resources: []string{"machinedrainrules"}, Verbs: []string{"list"}},
+			{APIGroups: []string{"cluster.x-k8s.io"}, Resources: []string{"clusters"}, Verbs: []string{"get"}},
 			{APIGroups: []string{"bootstrap.cluster.x-k8s.io"}, Resources: []string{"kubeadmconfigs"}, Verbs: []string{"get"}},
 			{APIGroups: []string{"infrastructure.cluster.x-k8s.io"}, Resources: []string{"dockermachines"}, Verbs: []string{"get"}},
 			{APIGroups: []string{"events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
