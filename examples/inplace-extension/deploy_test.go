@@ -158,13 +158,15 @@ func TestDeployManifestsApply(t *testing.T) {
 	// Machines, their KubeadmConfigs (and remove a stale certificate
 	// expiry annotation from them) and infrastructure machines, the
 	// MachineSets, Clusters and KubeadmControlPlanes the skew check reads,
-	// record Events on Machines and read kubeconfig Secrets, only where a
+	// the MachineDrainRules the drain follows, record Events on Machines
+	// and read kubeconfig Secrets, only where a
 	// RoleBinding grants it.
 	require.Empty(t, cmp.Diff(map[string][]rbacv1.PolicyRule{
 		"upgradekit-extension": {
 			{APIGroups: []string{"cluster.x-k8s.io"}, Resources: []string{"machines"}, Verbs: []string{"get", "list"}},
 			{APIGroups: []string{"cluster.x-k8s.io"}, Resources: []string{"machinesets", "clusters"}, Verbs: []string{"get"}},
 			{APIGroups: []string{"controlplane.cluster.x-k8s.io"}, Resources: []string{"kubeadmcontrolplanes"}, Verbs: []string{"get"}},
+			{APIGroups: []string{"cluster.x-k8s.io"}, Resources: []string{"machinedrainrules"}, Verbs: []string{"list"}},
 			{APIGroups: []string{"bootstrap.cluster.x-k8s.io"}, Resources: []string{"kubeadmconfigs"}, Verbs: []string{"get", "patch"}},
 			{APIGroups: []string{"infrastructure.cluster.x-k8s.io"}, Resources: []string{"dockermachines"}, Verbs: []string{"get"}},
 			{APIGroups: []string{"events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},

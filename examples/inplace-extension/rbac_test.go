@@ -259,6 +259,16 @@ func TestLeastPrivilegeOverHTTPS(t *testing.T) {
 		Data: map[string][]byte{"key": []byte("not for the extension")}}))
 	// A namespace with no RoleBinding: clusters the extension does not serve.
 	require.NoError(t, admin.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "tenant"}}))
+	// A MachineDrainRule for Machines of clusters labelled env=prod: the
+	// drain lists the namespace's rules and reads the Cluster's labels.
+	require.NoError(t, admin.Create(ctx, &clusterv1.MachineDrainRule{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "keep-monitoring"},
+		Spec: clusterv1.MachineDrainRuleSpec{
+			Drain:    clusterv1.MachineDrainRuleDrainConfig{Behavior: clusterv1.MachineDrainRuleDrainBehaviorSkip},
+			Machines: []clusterv1.MachineDrainRuleMachineSelector{{ClusterSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"env": "prod"}}}},
+			Pods:     []clusterv1.MachineDrainRulePodSelector{{Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "monitoring"}}}},
+		},
+	}))
 
 	// The extension's management-cluster identity: the ServiceAccount,
 	// every request recorded.
@@ -287,6 +297,8 @@ func TestLeastPrivilegeOverHTTPS(t *testing.T) {
 		"list all Machines":      mgmt.List(ctx, &clusterv1.MachineList{}),
 		"get a KubeadmConfig":    mgmt.Get(ctx, client.ObjectKey{Namespace: "tenant", Name: "kc"}, &bootstrapv1.KubeadmConfig{}),
 		"get all KubeadmConfigs": mgmt.List(ctx, &bootstrapv1.KubeadmConfigList{}),
+		"list MachineDrainRules": mgmt.List(ctx, &clusterv1.MachineDrainRuleList{}, client.InNamespace("tenant")),
+		"get a Cluster":          mgmt.Get(ctx, client.ObjectKey{Namespace: "tenant", Name: "demo"}, &clusterv1.Cluster{}),
 		"read a kubeconfig":      mgmt.Get(ctx, client.ObjectKey{Namespace: "tenant", Name: "demo-kubeconfig"}, &corev1.Secret{}),
 		"record an Event": func() error {
 			_, err := cs.EventsV1().Events("tenant").Create(ctx, probeEvent("tenant"), metav1.CreateOptions{})

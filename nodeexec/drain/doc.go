@@ -17,6 +17,11 @@
 // *DrainError lists every pod still there and the PDBs that allow it no
 // disruption (Diagnose does the same on demand).
 //
+// WithClusterAPIRules makes Drain and Blockers follow Cluster API's own
+// drain rules for a Machine (the pod label cluster.x-k8s.io/drain, the
+// MachineDrainRules with their order and selectors, pods without a
+// controller evicted with a warning); see ClusterAPIRules.
+//
 // It is not a scheduler-aware drain: it does not check that evicted pods
 // fit elsewhere, and it does not wait for their replacements to be ready.
 package drain

@@ -22,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
 	kdrain "k8s.io/kubectl/pkg/drain"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 )
 
 // DefaultOptOutAnnotation is Karpenter's per-pod opt-out of voluntary
@@ -98,6 +99,10 @@ func (p PDBStatus) String() string {
 type BlockedPod struct {
 	Namespace, Name string
 	Reason          string
+	// WaitsForCompletion: the pod is never evicted, and the drain waits
+	// until it has completed (Cluster API's drain rules,
+	// WithClusterAPIRules).
+	WaitsForCompletion bool
 	// PDBs are the budgets that keep the pod from being evicted: those
 	// that select it and allow no disruption or have a stale status, or,
 	// when more than one selects it, all of them.
@@ -172,8 +177,12 @@ type Report struct {
 	// Evicted lists "namespace/name" of pods evicted (or deleted).
 	Evicted []string
 	// Warnings is kubectl's warning text (for example the DaemonSet
-	// pods it left alone).
+	// pods it left alone, or the pods without a controller it evicted).
 	Warnings string
+	// Skipped lists "namespace/name (why)" of pods left alone by
+	// Cluster API's drain label or a MachineDrainRule
+	// (WithClusterAPIRules), and of pods waited for that had completed.
+	Skipped []string
 }
 
 type options struct {
@@ -187,6 +196,8 @@ type options struct {
 	optOut         []string
 	retryDelay     time.Duration
 	log            logr.Logger
+	capi           *ClusterAPIRules
+	namespaces     map[string]labels.Set
 }
 
 // Option configures Drain.
@@ -237,6 +248,13 @@ func WithLogger(l logr.Logger) Option { return func(o *options) { o.log = l } }
 // PodDisruptionBudgets, using k8s.io/kubectl/pkg/drain. DaemonSet pods and
 // mirror (static) pods are left alone. Cordon the node first.
 //
+// With WithClusterAPIRules it follows Cluster API's drain rules for the
+// node's Machine: pods labelled or ruled Skip are left alone, pods
+// without a controller are evicted with a warning, pods are evicted by
+// increasing drain order, and pods to wait for are never evicted: Drain
+// polls them until they complete, and while any has not when the timeout
+// ends the error wraps ErrWaitingForCompletion.
+//
 // When the drain cannot finish, the *DrainError says which pods are left
 // and, for each, which PDB allows no disruption, or which pod opted out.
 func Drain(ctx context.Context, cs kubernetes.Interface, node string, opts ...Option) (Report, error) {
@@ -253,8 +271,26 @@ func Drain(ctx context.Context, cs kubernetes.Interface, node string, opts ...Op
 		return Report{}, fmt.Errorf("drain: pod selector %q: %w", o.podSelector, err)
 	}
 	rep := Report{Node: node}
+	var rs *ruleSet
+	if o.capi != nil {
+		var err error
+		if rs, err = o.capi.compile(); err != nil {
+			return rep, err
+		}
+		o.force = true // Cluster API evicts pods without a controller, with a warning
+		if rs.needNamespaces && o.namespaces == nil {
+			nl, err := cs.CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
+			if err != nil {
+				return rep, fmt.Errorf("drain: node %s: list namespaces for MachineDrainRules: %w", node, err)
+			}
+			WithNamespaces(nl.Items)(&o)
+		}
+	}
 	var mu sync.Mutex
 	var optedOut []BlockedPod
+	var waits []waitedPod
+	var unmanaged []string       // evicted although no controller recreates them
+	orders := map[string]int32{} // namespace/name -> drain order
 	logw := logWriter{o.log}
 	h := &kdrain.Helper{
 		Ctx:                  ctx,
@@ -280,6 +316,35 @@ func Drain(ctx context.Context, cs kubernetes.Interface, node string, opts ...Op
 			func(p corev1.Pod) kdrain.PodDeleteStatus {
 				if o.skip != nil && (o.skipNamespace == "" || p.Namespace == o.skipNamespace) && o.skip.Matches(labels.Set(p.Labels)) {
 					return kdrain.MakePodDeleteStatusSkip()
+				}
+				return kdrain.MakePodDeleteStatusOkay()
+			},
+			func(p corev1.Pod) kdrain.PodDeleteStatus {
+				if rs == nil {
+					return kdrain.MakePodDeleteStatusOkay()
+				}
+				pl, err := rs.plan(&p, o.namespaces)
+				if err != nil {
+					return kdrain.MakePodDeleteStatusWithError(err.Error())
+				}
+				key := p.Namespace + "/" + p.Name
+				mu.Lock()
+				defer mu.Unlock()
+				switch pl.behavior {
+				case clusterv1.MachineDrainRuleDrainBehaviorSkip:
+					rep.Skipped = append(rep.Skipped, key+" ("+pl.why+")")
+					return kdrain.MakePodDeleteStatusSkip()
+				case clusterv1.MachineDrainRuleDrainBehaviorWaitCompleted:
+					if finished(&p) {
+						rep.Skipped = append(rep.Skipped, key+" ("+pl.why+", completed)")
+					} else {
+						waits = append(waits, waitedPod{pod: p, why: pl.why})
+					}
+					return kdrain.MakePodDeleteStatusSkip()
+				}
+				orders[key] = pl.order
+				if metav1.GetControllerOf(&p) == nil && !finished(&p) {
+					unmanaged = append(unmanaged, key)
 				}
 				return kdrain.MakePodDeleteStatusOkay()
 			},
@@ -325,18 +390,95 @@ func Drain(ctx context.Context, cs kubernetes.Interface, node string, opts ...Op
 		return rep, de
 	}
 	rep.Warnings = list.Warnings()
-	pods := list.Pods()
-	o.log.Info("draining node", "node", node, "pods", len(pods))
-	err := h.DeleteOrEvictPods(pods)
-	sort.Strings(rep.Evicted)
-	if err == nil {
-		return rep, nil
+	if len(unmanaged) > 0 {
+		// kubectl keeps only the last filter's verdict, so its own
+		// warning for these is lost: say it here, as Cluster API does.
+		sort.Strings(unmanaged)
+		w := "evicting Pods that have no controller (nothing recreates them): " + strings.Join(unmanaged, ", ")
+		if rep.Warnings != "" {
+			w = rep.Warnings + "\n" + w
+		}
+		rep.Warnings = w
 	}
+	sort.Strings(rep.Skipped)
+	if rep.Warnings != "" {
+		o.log.Info("drain warnings", "node", node, "warnings", rep.Warnings)
+	}
+	pods := list.Pods()
+	o.log.Info("draining node", "node", node, "pods", len(pods), "waitForCompletion", len(waits))
+
+	// Pods go by increasing drain order (all 0 without MachineDrainRules);
+	// pods waited for are order 0.
+	groups := map[int32][]corev1.Pod{}
+	for _, p := range pods {
+		ord := orders[p.Namespace+"/"+p.Name]
+		groups[ord] = append(groups[ord], p)
+	}
+	if len(waits) > 0 {
+		if _, ok := groups[0]; !ok {
+			groups[0] = nil
+		}
+	}
+	order := make([]int32, 0, len(groups))
+	for k := range groups {
+		order = append(order, k)
+	}
+	sort.Slice(order, func(i, j int) bool { return order[i] < order[j] })
+	var deadline time.Time
+	if o.timeout > 0 {
+		deadline = time.Now().Add(o.timeout)
+	}
+	// later lists the pods of the orders after i, which wait their turn.
+	later := func(i int) []BlockedPod {
+		var out []BlockedPod
+		for _, ord := range order[i+1:] {
+			for _, p := range groups[ord] {
+				out = append(out, BlockedPod{Namespace: p.Namespace, Name: p.Name,
+					Reason: fmt.Sprintf("drain order %d: evicted once the pods of order %d are gone", ord, order[i])})
+			}
+		}
+		return out
+	}
+	for i, ord := range order {
+		if group := groups[ord]; len(group) > 0 {
+			if !deadline.IsZero() {
+				h.Timeout = time.Until(deadline)
+				if h.Timeout <= 0 {
+					h.Timeout = time.Nanosecond // expires at once, as the whole drain's timeout has
+				}
+			}
+			if err := h.DeleteOrEvictPods(group); err != nil {
+				sort.Strings(rep.Evicted)
+				return rep, drainFailure(ctx, cs, node, group, later(i), err)
+			}
+		}
+		if ord == 0 && len(waits) > 0 {
+			pending, err := waitForCompletion(ctx, cs, waits, deadline, o.retryDelay)
+			if err != nil || len(pending) > 0 {
+				sort.Strings(rep.Evicted)
+				de := &DrainError{Node: node, Err: ErrWaitingForCompletion, Blocked: append(pending, later(i)...)}
+				if err != nil {
+					de.Detail = err.Error()
+				}
+				if ctx.Err() != nil && !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+					de.Err = ctx.Err()
+				}
+				return rep, de
+			}
+		}
+	}
+	sort.Strings(rep.Evicted)
+	return rep, nil
+}
+
+// drainFailure is the *DrainError of an eviction round that did not
+// finish: its pods diagnosed, then the pods of later orders.
+func drainFailure(ctx context.Context, cs kubernetes.Interface, node string, pods []corev1.Pod, later []BlockedPod, err error) error {
 	// Diagnose with a fresh context: the drain's may be what expired.
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
 	blocked, derr := diagnose(dctx, cs, pods)
-	de := &DrainError{Node: node, Err: ErrEvictionFailed, Detail: err.Error(), Blocked: blocked}
+	de := &DrainError{Node: node, Err: ErrEvictionFailed, Detail: err.Error(), Blocked: append(blocked, later...)}
 	if strings.Contains(err.Error(), "global timeout reached") || errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		de.Err = ErrDrainTimeout
 	}
@@ -346,7 +488,54 @@ func Drain(ctx context.Context, cs kubernetes.Interface, node string, opts ...Op
 	if ctx.Err() != nil && !errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		de.Err = ctx.Err()
 	}
-	return rep, de
+	return de
+}
+
+// waitedPod is a pod the drain waits for without evicting it.
+type waitedPod struct {
+	pod corev1.Pod
+	why string
+}
+
+// waitForCompletion polls the pods waited for until each has completed
+// or is gone, the deadline (zero: none) passes or ctx ends; it returns
+// those still running.
+func waitForCompletion(ctx context.Context, cs kubernetes.Interface, waits []waitedPod, deadline time.Time, delay time.Duration) ([]BlockedPod, error) {
+	if delay <= 0 {
+		delay = time.Second
+	}
+	for {
+		var pending []BlockedPod
+		for _, w := range waits {
+			cur, err := cs.CoreV1().Pods(w.pod.Namespace).Get(ctx, w.pod.Name, metav1.GetOptions{})
+			if apierrors.IsNotFound(err) || (err == nil && (cur.UID != w.pod.UID || finished(cur))) {
+				continue
+			}
+			b := BlockedPod{Namespace: w.pod.Namespace, Name: w.pod.Name, Reason: "waiting for it to complete (" + w.why + "); never evicted"}
+			if err != nil {
+				b.Reason += ": " + err.Error()
+			}
+			pending = append(pending, b)
+		}
+		if len(pending) == 0 {
+			return nil, nil
+		}
+		wait := delay
+		if !deadline.IsZero() {
+			left := time.Until(deadline)
+			if left <= 0 {
+				return pending, nil
+			}
+			wait = min(wait, left)
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return pending, ctx.Err()
+		case <-t.C:
+		}
+	}
 }
 
 // Diagnose lists the pods still on node that a drain would have to evict
@@ -420,14 +609,21 @@ func diagnose(ctx context.Context, cs kubernetes.Interface, pods []corev1.Pod) (
 // with opts, from finishing, and why. Pods Drain leaves alone (DaemonSet
 // and mirror pods, finished pods, pods matching WithSkip or outside
 // WithPodSelector) are not listed; nor are pods Drain can evict now.
-// Reasons, in the order they are checked: the pod opted out by annotation
-// (WithOptOutAnnotations), it has no controller and WithForce is not set
-// (kubectl's drain refuses such pods), or its PodDisruptionBudgets refuse
-// the eviction (none allows a disruption, a status is stale, or more than
+// Reasons, in the order they are checked: Cluster API's drain rules
+// (WithClusterAPIRules) say to wait for the pod to complete
+// (WaitsForCompletion; pods they skip are not listed), the pod opted out
+// by annotation (WithOptOutAnnotations), it has no controller and
+// WithForce is not set (kubectl's drain refuses such pods; Cluster API's
+// rules imply WithForce), or its PodDisruptionBudgets refuse the
+// eviction (none allows a disruption, a status is stale, or more than
 // one selects it). Pods without a node are ignored, and a DaemonSet
-// pod's DaemonSet is taken to exist (kubectl's drain refuses orphans). Only WithSkip,
-// WithSkipNamespace, WithPodSelector, WithOptOutAnnotations and WithForce
-// matter here; a selector that does not parse is an error naming it.
+// pod's DaemonSet is taken to exist (kubectl's drain refuses orphans).
+// Only WithSkip, WithSkipNamespace, WithPodSelector,
+// WithOptOutAnnotations, WithForce, WithClusterAPIRules and
+// WithNamespaces matter here; a selector that does not parse, an invalid
+// MachineDrainRule (ErrInvalidDrainRule), or a namespaceSelector to match
+// against a Namespace not given (ErrUnknownNamespace) is an error naming
+// it. With WithClusterAPIRules, pass only the pods of that Machine's node.
 //
 // What it cannot see: budgets that allow one disruption for pods on two
 // nodes drained at once (the second eviction waits), and evictions a
@@ -442,6 +638,13 @@ func Blockers(pods []corev1.Pod, pdbs []policyv1.PodDisruptionBudget, opts ...Op
 	sel, err := labels.Parse(o.podSelector)
 	if err != nil {
 		return nil, fmt.Errorf("drain: pod selector %q: %w", o.podSelector, err)
+	}
+	var rs *ruleSet
+	if o.capi != nil {
+		if rs, err = o.capi.compile(); err != nil {
+			return nil, err
+		}
+		o.force = true
 	}
 	out := map[string][]BlockedPod{}
 	for i := range pods {
@@ -464,6 +667,21 @@ func Blockers(pods []corev1.Pod, pdbs []policyv1.PodDisruptionBudget, opts ...Op
 			continue
 		}
 		b := BlockedPod{Namespace: p.Namespace, Name: p.Name}
+		if rs != nil {
+			pl, err := rs.plan(p, o.namespaces)
+			if err != nil {
+				return nil, err
+			}
+			switch pl.behavior {
+			case clusterv1.MachineDrainRuleDrainBehaviorSkip:
+				continue
+			case clusterv1.MachineDrainRuleDrainBehaviorWaitCompleted:
+				b.Reason = "the drain waits for it to complete (" + pl.why + "); never evicted"
+				b.WaitsForCompletion = true
+				out[node] = append(out[node], b)
+				continue
+			}
+		}
 		for _, k := range o.optOut {
 			if p.Annotations[k] == "true" {
 				b.Reason = "annotation " + k + "=true"

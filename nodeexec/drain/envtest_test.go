@@ -2,6 +2,7 @@ package drain_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 
 	"github.com/upgradekit/upgradekit/fake/envtest"
 	"github.com/upgradekit/upgradekit/nodeexec/drain"
@@ -310,4 +312,92 @@ func TestBlockersPredictDrainAgainstAPIServer(t *testing.T) {
 
 	_, err = drain.Blockers(nil, nil, drain.WithPodSelector("a in ("))
 	require.ErrorContains(t, err, "pod selector")
+}
+
+// TestClusterAPIRulesAgainstAPIServer: the drain follows Cluster API's
+// rules on a real API server: a pod labelled cluster.x-k8s.io/drain=skip
+// and one a MachineDrainRule skips are never evicted, a bare pod is
+// evicted with a warning instead of blocking, a wait-completed pod is
+// never evicted but waited for, and a pod of drain order 1 is evicted
+// only once that wait is over.
+func TestClusterAPIRulesAgainstAPIServer(t *testing.T) {
+	env := envtest.StartForTest(t)
+	cs, err := kubernetes.NewForConfig(env.Config)
+	require.NoError(t, err)
+	ctx := t.Context()
+	const nodeName = "w1"
+	_, err = cs.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	for name, lbl := range map[string]map[string]string{"apps": nil, "monitoring": {"team": "obs"}} {
+		_, err = cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: lbl}}, metav1.CreateOptions{})
+		require.NoError(t, err)
+	}
+	rs := metav1.OwnerReference{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "rs", UID: "33333333-3333-3333-3333-333333333333", Controller: ptr.To(true)}
+	runningPod(t, cs, "apps", "web", nodeName, map[string]string{"app": "web"}, rs)
+	runningPod(t, cs, "apps", "cache", nodeName, map[string]string{"app": "cache", "cluster.x-k8s.io/drain": "skip"}, rs)
+	wait := runningPod(t, cs, "apps", "batch", nodeName, map[string]string{"app": "batch", "cluster.x-k8s.io/drain": "wait-completed"}, rs)
+	runningPod(t, cs, "apps", "last", nodeName, map[string]string{"app": "last"}, rs)
+	runningPod(t, cs, "monitoring", "agent", nodeName, map[string]string{"app": "agent"}, rs)
+	// A bare pod: no controller.
+	bare, err := cs.CoreV1().Pods("apps").Create(ctx, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: "debug"},
+		Spec:       corev1.PodSpec{NodeName: nodeName, Containers: []corev1.Container{{Name: "c", Image: "registry.local/debug:1"}}},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	bare.Status.Phase = corev1.PodRunning
+	_, err = cs.CoreV1().Pods("apps").UpdateStatus(ctx, bare, metav1.UpdateOptions{})
+	require.NoError(t, err)
+
+	machine := &clusterv1.Machine{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "m1", Labels: map[string]string{"pool": "a"}}}
+	rules := drain.ClusterAPIRules{Machine: machine, Rules: []clusterv1.MachineDrainRule{
+		{ObjectMeta: metav1.ObjectMeta{Name: "keep-monitoring"}, Spec: clusterv1.MachineDrainRuleSpec{
+			Drain: clusterv1.MachineDrainRuleDrainConfig{Behavior: clusterv1.MachineDrainRuleDrainBehaviorSkip},
+			Pods:  []clusterv1.MachineDrainRulePodSelector{{NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"team": "obs"}}}},
+		}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "last-last"}, Spec: clusterv1.MachineDrainRuleSpec{
+			Drain:    clusterv1.MachineDrainRuleDrainConfig{Behavior: clusterv1.MachineDrainRuleDrainBehaviorDrain, Order: ptr.To[int32](1)},
+			Machines: []clusterv1.MachineDrainRuleMachineSelector{{Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"pool": "a"}}}},
+			Pods:     []clusterv1.MachineDrainRulePodSelector{{Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "last"}}}},
+		}},
+	}}
+	opts := []drain.Option{
+		drain.WithTimeout(2 * time.Second), drain.WithEvictionRetryDelay(200 * time.Millisecond),
+		drain.WithGracePeriod(0), drain.WithClusterAPIRules(rules),
+	}
+
+	// Without the rules (today's behaviour): the bare pod blocks.
+	_, err = drain.Drain(ctx, cs, nodeName, drain.WithTimeout(2*time.Second), drain.WithGracePeriod(0))
+	require.ErrorIs(t, err, drain.ErrDrainBlocked)
+	require.True(t, exists(t, cs, "apps", "debug"))
+
+	rep, err := drain.Drain(ctx, cs, nodeName, opts...)
+	require.ErrorIs(t, err, drain.ErrWaitingForCompletion)
+	t.Logf("waiting: %v", err)
+	var de *drain.DrainError
+	require.ErrorAs(t, err, &de)
+	require.Equal(t, []drain.BlockedPod{
+		{Namespace: "apps", Name: "batch", Reason: "waiting for it to complete (label cluster.x-k8s.io/drain=wait-completed); never evicted"},
+		{Namespace: "apps", Name: "last", Reason: "drain order 1: evicted once the pods of order 0 are gone"},
+	}, de.Blocked)
+	require.Equal(t, []string{"apps/debug", "apps/web"}, rep.Evicted, "the bare pod is evicted, not a blocker")
+	require.Contains(t, rep.Warnings, "apps/debug", "with a warning")
+	require.Equal(t, []string{"apps/cache (label cluster.x-k8s.io/drain=skip)", "monitoring/agent (MachineDrainRule keep-monitoring)"}, rep.Skipped)
+	for _, p := range []string{"apps/cache", "apps/batch", "apps/last", "monitoring/agent"} {
+		ns, name, _ := strings.Cut(p, "/")
+		require.True(t, exists(t, cs, ns, name), "%s still there", p)
+	}
+
+	// The batch pod completes: the drain goes on to order 1 and finishes,
+	// the completed pod left alone.
+	wait, err = cs.CoreV1().Pods("apps").Get(ctx, wait.Name, metav1.GetOptions{})
+	require.NoError(t, err)
+	wait.Status.Phase = corev1.PodSucceeded
+	_, err = cs.CoreV1().Pods("apps").UpdateStatus(ctx, wait, metav1.UpdateOptions{})
+	require.NoError(t, err)
+	rep, err = drain.Drain(ctx, cs, nodeName, opts...)
+	require.NoError(t, err)
+	require.Equal(t, []string{"apps/last"}, rep.Evicted)
+	require.True(t, exists(t, cs, "apps", "batch"), "a pod waited for is never evicted")
+	require.True(t, exists(t, cs, "apps", "cache"), "drain=skip is never evicted")
+	require.True(t, exists(t, cs, "monitoring", "agent"), "the MachineDrainRule's Skip")
 }

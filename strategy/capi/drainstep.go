@@ -9,6 +9,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/upgradekit/upgradekit/nodeexec/drain"
 	"github.com/upgradekit/upgradekit/nodeexec/nodepod"
@@ -78,7 +80,12 @@ func WithDrainAttempt(d time.Duration) MachineUpdaterOption {
 // delay here is 1 second). drain.WithTimeout, drain.WithSkip and
 // drain.WithSkipNamespace (our upgrader pods, in our namespace only) are set by
 // MachineUpdater (WithDrainAttempt, and nodepod.Selector() so the upgrader
-// pod is never evicted) and cannot be overridden.
+// pod is never evicted) and cannot be overridden; so is
+// drain.WithClusterAPIRules: the drain follows Cluster API's own drain
+// rules for the Machine (the pod label cluster.x-k8s.io/drain, the
+// MachineDrainRules of the Machine's namespace read through
+// WithManagementReader, pods without a controller evicted with a
+// warning), which implies drain.WithForce.
 func WithDrainOptions(opts ...drain.Option) MachineUpdaterOption {
 	return func(u *MachineUpdater) { u.drainOpts = append(u.drainOpts, opts...) }
 }
@@ -122,11 +129,19 @@ func (u *MachineUpdater) drainNode(ctx context.Context, st *call, rec *UpdateRec
 	}
 
 	log := st.log.WithValues("step", "drain")
+	rules, err := u.drainRules(ctx, st)
+	if err != nil {
+		return waiting(ReasonDraining, "reading the drain rules of machine %s: %v", st.machine.Name, err), false
+	}
 	opts := append([]drain.Option{drain.WithEvictionRetryDelay(time.Second), drain.WithLogger(log.V(1))}, u.drainOpts...)
-	opts = append(opts, drain.WithTimeout(u.drainAttempt), drain.WithSkip(nodepod.Selector()), drain.WithSkipNamespace(u.podNamespace))
+	opts = append(opts, drain.WithTimeout(u.drainAttempt), drain.WithSkip(nodepod.Selector()), drain.WithSkipNamespace(u.podNamespace),
+		drain.WithClusterAPIRules(rules))
 	rep, err := drain.Drain(ctx, cs, node, opts...)
 	if len(rep.Evicted) > 0 {
 		log.V(1).Info("evicted pods", "pods", rep.Evicted)
+	}
+	if rep.Warnings != "" {
+		log.Info("drain warning", "warning", rep.Warnings)
 	}
 	if err == nil {
 		drained := st.nowMeta()
@@ -222,4 +237,35 @@ func describeDrain(de *drain.DrainError) string {
 		return de.Err.Error()
 	}
 	return strings.Join(parts, "; ")
+}
+
+// drainRules are Cluster API's drain rules for the Machine: the
+// MachineDrainRules of its namespace, read through the management reader
+// (WithManagementReader; without it there are none, and only the pod
+// label cluster.x-k8s.io/drain applies), with its Cluster, read only when
+// a rule selects Machines by their Cluster's labels.
+func (u *MachineUpdater) drainRules(ctx context.Context, st *call) (drain.ClusterAPIRules, error) {
+	r := drain.ClusterAPIRules{Machine: st.machine}
+	if u.mgmt == nil {
+		return r, nil
+	}
+	var list clusterv1.MachineDrainRuleList
+	if err := u.mgmt.List(ctx, &list, client.InNamespace(st.machine.Namespace)); err != nil {
+		return r, fmt.Errorf("list MachineDrainRules in namespace %s: %w", st.machine.Namespace, err)
+	}
+	r.Rules = list.Items
+	for _, mdr := range list.Items {
+		for _, ms := range mdr.Spec.Machines {
+			if ms.ClusterSelector == nil || (len(ms.ClusterSelector.MatchLabels) == 0 && len(ms.ClusterSelector.MatchExpressions) == 0) {
+				continue
+			}
+			cl := &clusterv1.Cluster{}
+			if err := u.mgmt.Get(ctx, types.NamespacedName{Namespace: st.machine.Namespace, Name: st.machine.Spec.ClusterName}, cl); err != nil {
+				return r, fmt.Errorf("get Cluster %s/%s for MachineDrainRule %s: %w", st.machine.Namespace, st.machine.Spec.ClusterName, mdr.Name, err)
+			}
+			r.Cluster = cl
+			return r, nil
+		}
+	}
+	return r, nil
 }

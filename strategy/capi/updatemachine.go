@@ -655,7 +655,10 @@ func (u *MachineUpdater) updateMachine(ctx context.Context, log logr.Logger, m *
 // the live objects (whether a Machine exists, its providerID or version):
 // the details go to the log. Nothing is done, recorded or remembered for
 // it: no Event, no metric, no failure kept in memory. mgmt needs get on
-// Machines, KubeadmConfigs and the infrastructure machines' kinds.
+// Machines, KubeadmConfigs and the infrastructure machines' kinds, and,
+// when draining, list on MachineDrainRules and get on Clusters (the drain
+// follows Cluster API's drain rules for the Machine; the Cluster is read
+// only when a rule has a clusterSelector).
 //
 // When mgmt can also write (a client.Client, as a manager's is), a
 // control plane's update to a new version ends by removing

@@ -21,6 +21,7 @@ import (
 
 	"github.com/upgradekit/upgradekit/fake/capitest"
 	"github.com/upgradekit/upgradekit/fake/envtest"
+	"github.com/upgradekit/upgradekit/nodeexec/drain"
 	"github.com/upgradekit/upgradekit/strategy"
 	"github.com/upgradekit/upgradekit/strategy/capi"
 	"github.com/upgradekit/upgradekit/strategy/capi/extensionserver"
@@ -111,10 +112,30 @@ func TestReadAndPredictAgainstAPIServer(t *testing.T) {
 	pdb.Status = policyv1.PodDisruptionBudgetStatus{ObservedGeneration: pdb.Generation, DisruptionsAllowed: 0, CurrentHealthy: 1, DesiredHealthy: 1, ExpectedPods: 1}
 	require.NoError(t, c.Status().Update(ctx, pdb))
 
+	// Cluster API's drain rules, which both drains follow: a bare pod is
+	// evicted (with a warning), a pod labelled cluster.x-k8s.io/drain=skip
+	// is left alone (its opt-out annotation then stops nothing), and a
+	// MachineDrainRule for md-a's Machines skips the db pods there, but
+	// not on md-b.
+	require.NoError(t, c.Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: "debug"},
+		Spec: corev1.PodSpec{NodeName: "md-a-abcde-0001", Containers: []corev1.Container{{Name: "c", Image: "registry.example/debug:1"}}}}))
+	require.NoError(t, c.Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: "cache", Labels: map[string]string{clusterv1.PodDrainLabel: "skip"},
+		Annotations: map[string]string{"karpenter.sh/do-not-disrupt": "true"}, OwnerReferences: rs},
+		Spec: corev1.PodSpec{NodeName: "md-a-abcde-0001", Containers: []corev1.Container{{Name: "c", Image: "registry.example/cache:1"}}}}))
+	require.NoError(t, c.Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: "db-1", Labels: map[string]string{"app": "db"}, OwnerReferences: rs},
+		Spec: corev1.PodSpec{NodeName: "md-a-abcde-0002", Containers: []corev1.Container{{Name: "c", Image: "registry.example/db:1"}}}}))
+	require.NoError(t, c.Create(ctx, &clusterv1.MachineDrainRule{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "keep-db-on-md-a"},
+		Spec: clusterv1.MachineDrainRuleSpec{
+			Drain:    clusterv1.MachineDrainRuleDrainConfig{Behavior: clusterv1.MachineDrainRuleDrainBehaviorSkip},
+			Machines: []clusterv1.MachineDrainRuleMachineSelector{{Selector: &metav1.LabelSelector{MatchLabels: map[string]string{clusterv1.MachineDeploymentNameLabel: "md-a"}}}},
+			Pods:     []clusterv1.MachineDrainRulePodSelector{{Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "db"}}}},
+		}}))
+
 	snap, err = preview.Read(ctx, c, client.ObjectKey{Namespace: "default", Name: "small"},
 		preview.WithWorkload(func(context.Context, client.ObjectKey) (client.Client, error) { return c, nil }))
 	require.NoError(t, err)
 	require.Len(t, snap.Nodes, 8)
+	require.Len(t, snap.MachineDrainRules, 1)
 	pr, err = preview.Predict(ctx, c, snap, change, srv.Extension(), preview.WithServerDryRun())
 	require.NoError(t, err)
 	t.Logf("change:\n%s", pr)
@@ -152,6 +173,22 @@ func TestReadAndPredictAgainstAPIServer(t *testing.T) {
 	require.Equal(t, strategy.MethodBlocked, pinned.Method, "a PodDisruptionBudget holds Cluster API's drain too")
 	require.Contains(t, pinned.Reason, "PDB apps/db")
 	require.Equal(t, map[strategy.Method]int{strategy.MethodInPlace: 4, strategy.MethodReplace: 2, strategy.MethodBlocked: 2}, pr.Count())
+
+	// A pod labelled wait-completed: never evicted, the drain waits for
+	// it to complete, by either drain.
+	require.NoError(t, c.Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: "batch", Labels: map[string]string{clusterv1.PodDrainLabel: "wait-completed"}, OwnerReferences: rs},
+		Spec: corev1.PodSpec{NodeName: "md-b-abcde-0001", Containers: []corev1.Container{{Name: "c", Image: "registry.example/batch:1"}}}}))
+	snap, err = preview.Read(ctx, c, client.ObjectKey{Namespace: "default", Name: "small"},
+		preview.WithWorkload(func(context.Context, client.ObjectKey) (client.Client, error) { return c, nil }))
+	require.NoError(t, err)
+	require.Equal(t, []drain.BlockedPod{{Namespace: "apps", Name: "batch", WaitsForCompletion: true,
+		Reason: "the drain waits for it to complete (label cluster.x-k8s.io/drain=wait-completed); never evicted"},
+		{Namespace: "apps", Name: "quiet", Reason: "annotation karpenter.sh/do-not-disrupt=true"}}, snap.DrainBlockers["md-b-abcde-0001"])
+	pr, err = preview.Predict(ctx, c, snap, change, srv.Extension(), preview.WithServerDryRun())
+	require.NoError(t, err)
+	waits, _ := pr.Machine("md-b-abcde-0001")
+	require.Equal(t, strategy.MethodBlocked, waits.Method, "Cluster API's drain waits for it too")
+	require.Contains(t, waits.Reason, "to be replaced, but the drain of node md-b-abcde-0001 will wait: apps/batch: the drain waits for it to complete")
 }
 
 func toUnstructured(t *testing.T, obj client.Object, kind, apiVersion string) *unstructured.Unstructured {

@@ -755,9 +755,9 @@ func (p *predictor) blockers(byName map[string]*Machine) {
 		}
 		for _, b := range p.snap.DrainBlockers[pm.Node] {
 			// A replaced machine is drained by Cluster API, which honours
-			// PodDisruptionBudgets but not the extension's opt-out
-			// annotations or its refusal of unmanaged pods.
-			if pm.Method == strategy.MethodInPlace || len(b.PDBs) > 0 {
+			// PodDisruptionBudgets and its own drain rules (pods it waits
+			// for), but not the extension's opt-out annotations.
+			if pm.Method == strategy.MethodInPlace || len(b.PDBs) > 0 || b.WaitsForCompletion {
 				pm.Blockers = append(pm.Blockers, b.String())
 			}
 		}

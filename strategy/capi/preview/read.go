@@ -51,6 +51,11 @@ type Snapshot struct {
 	// before an update (drain.Blockers, with the options given to Read);
 	// nil when the workload cluster was not read.
 	DrainBlockers map[string][]drain.BlockedPod
+	// MachineDrainRules are the MachineDrainRules of the Cluster's
+	// namespace, by name, which the drain blockers follow as Cluster
+	// API's drain and the extension's do (drain.WithClusterAPIRules); read
+	// only with the workload cluster.
+	MachineDrainRules []clusterv1.MachineDrainRule
 }
 
 // WorkloadReader gives a reader of a workload cluster (Nodes, Pods,
@@ -66,8 +71,11 @@ type readOptions struct {
 }
 
 // WithWorkload reads Nodes, Pods and PodDisruptionBudgets of the workload
-// cluster through get, so the preview can say which nodes a drain would
-// stop on. Without it the preview knows nothing of workloads and says so.
+// cluster through get (and its Namespaces when the Cluster's namespace
+// has MachineDrainRules), so the preview can say which nodes a drain
+// would stop on, following Cluster API's drain rules for each node's
+// Machine as both drains do. Without it the preview knows nothing of
+// workloads and says so.
 func WithWorkload(get WorkloadReader) ReadOption {
 	return func(o *readOptions) { o.workload = get }
 }
@@ -88,7 +96,8 @@ var ErrNotFound = errors.New("not found")
 // Machines, KubeadmConfigs and infrastructure machines, with one List per
 // kind (label cluster.x-k8s.io/cluster-name), so a cluster of a thousand
 // machines costs a handful of requests. mgmt needs get/list on those
-// kinds and nothing else. Errors name what could not be read.
+// kinds, and with WithWorkload list on MachineDrainRules, and nothing
+// else. Errors name what could not be read.
 func Read(ctx context.Context, mgmt client.Client, key client.ObjectKey, opts ...ReadOption) (*Snapshot, error) {
 	if mgmt == nil {
 		return nil, fmt.Errorf("%w: Read: nil management client", ErrInvalidArgument)
@@ -194,6 +203,12 @@ func Read(ctx context.Context, mgmt client.Client, key client.ObjectKey, opts ..
 		}
 	}
 	if o.workload != nil {
+		var rules clusterv1.MachineDrainRuleList
+		if err := mgmt.List(ctx, &rules, client.InNamespace(key.Namespace)); err != nil {
+			return nil, fmt.Errorf("preview: list MachineDrainRules in namespace %s: %w", key.Namespace, err)
+		}
+		s.MachineDrainRules = rules.Items
+		slices.SortFunc(s.MachineDrainRules, func(a, b clusterv1.MachineDrainRule) int { return strings.Compare(a.Name, b.Name) })
 		if err := s.readWorkload(ctx, key, o); err != nil {
 			return nil, err
 		}
@@ -223,14 +238,40 @@ func (s *Snapshot) readWorkload(ctx context.Context, key client.ObjectKey, o rea
 	if err := wc.List(ctx, &pdbs); err != nil {
 		return fmt.Errorf("preview: workload cluster %s: list PodDisruptionBudgets: %w", key, err)
 	}
+	var nss corev1.NamespaceList
+	if len(s.MachineDrainRules) > 0 {
+		if err := wc.List(ctx, &nss); err != nil {
+			return fmt.Errorf("preview: workload cluster %s: list Namespaces: %w", key, err)
+		}
+	}
 	s.Nodes = make(map[string]*corev1.Node, len(nodes.Items))
 	for i := range nodes.Items {
 		s.Nodes[nodes.Items[i].Name] = &nodes.Items[i]
 	}
-	dopts := append([]drain.Option{drain.WithSkip(nodepod.Selector()), drain.WithSkipNamespace(nodepod.DefaultNamespace)}, o.drainOpts...)
-	s.DrainBlockers, err = drain.Blockers(pods.Items, pdbs.Items, dopts...)
-	if err != nil {
-		return fmt.Errorf("%w: drain options: %w", ErrInvalidArgument, err)
+	// Cluster API's drain rules depend on the Machine: blockers are
+	// worked out node by node, each with its Machine's rules.
+	machineOf := map[string]*clusterv1.Machine{}
+	for _, m := range s.Machines {
+		if m.Status.NodeRef.IsDefined() {
+			machineOf[m.Status.NodeRef.Name] = m
+		}
+	}
+	podsOf := map[string][]corev1.Pod{}
+	for _, p := range pods.Items {
+		podsOf[p.Spec.NodeName] = append(podsOf[p.Spec.NodeName], p)
+	}
+	s.DrainBlockers = map[string][]drain.BlockedPod{}
+	for node, ps := range podsOf {
+		dopts := append([]drain.Option{drain.WithSkip(nodepod.Selector()), drain.WithSkipNamespace(nodepod.DefaultNamespace)}, o.drainOpts...)
+		dopts = append(dopts, drain.WithNamespaces(nss.Items),
+			drain.WithClusterAPIRules(drain.ClusterAPIRules{Rules: s.MachineDrainRules, Machine: machineOf[node], Cluster: s.Cluster}))
+		got, err := drain.Blockers(ps, pdbs.Items, dopts...)
+		if err != nil {
+			return fmt.Errorf("%w: drain options: %w", ErrInvalidArgument, err)
+		}
+		for n, bs := range got {
+			s.DrainBlockers[n] = bs
+		}
 	}
 	return nil
 }

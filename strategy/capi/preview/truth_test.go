@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -125,6 +126,29 @@ func TestPredictionIsWhatClusterAPIDoes(t *testing.T) {
 	pdb.Status = policyv1.PodDisruptionBudgetStatus{ObservedGeneration: pdb.Generation, DisruptionsAllowed: 0, CurrentHealthy: 1, DesiredHealthy: 1, ExpectedPods: 1}
 	require.NoError(t, c.Status().Update(ctx, pdb)) // envtest runs no disruption controller
 
+	// Cluster API's drain rules on the other node of "pdb", updated in
+	// place all the same: a bare pod (evicted, with a warning), a db pod
+	// labelled cluster.x-k8s.io/drain=skip (the budget allows nothing, but
+	// it is never evicted), and an agent a MachineDrainRule for "pdb"'s
+	// Machines skips.
+	other := slices.Sorted(maps.Keys(before["pdb"]))[1]
+	otherNode := before["pdb"][other].Status.NodeRef.Name
+	sts := []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "StatefulSet", Name: "db", UID: types.UID("33333333-3333-3333-3333-333333333333"), Controller: ptr.To(true)}}
+	for _, p := range []*corev1.Pod{
+		{ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: "debug"}},
+		{ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: "db-1", Labels: map[string]string{"app": "db", clusterv1.PodDrainLabel: "skip"}, OwnerReferences: sts}},
+		{ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: "agent", Labels: map[string]string{"app": "agent"}, OwnerReferences: sts}},
+	} {
+		p.Spec = corev1.PodSpec{NodeName: otherNode, Containers: []corev1.Container{{Name: "c", Image: "registry.example/app:1"}}}
+		require.NoError(t, c.Create(ctx, p))
+	}
+	require.NoError(t, c.Create(ctx, &clusterv1.MachineDrainRule{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "keep-agents"},
+		Spec: clusterv1.MachineDrainRuleSpec{
+			Drain:    clusterv1.MachineDrainRuleDrainConfig{Behavior: clusterv1.MachineDrainRuleDrainBehaviorSkip},
+			Machines: []clusterv1.MachineDrainRuleMachineSelector{{Selector: &metav1.LabelSelector{MatchLabels: map[string]string{clusterv1.MachineDeploymentNameLabel: "pdb"}}}},
+			Pods:     []clusterv1.MachineDrainRulePodSelector{{Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "agent"}}}},
+		}}))
+
 	// The change: new templates and the MachineDeployments pointing at them.
 	change := truthChange(t, c)
 
@@ -137,6 +161,10 @@ func TestPredictionIsWhatClusterAPIDoes(t *testing.T) {
 	// In both modes: the extension's decision side in this process, and
 	// the deployed extension asked over HTTPS through its ExtensionConfig.
 	preds := bothModes(t, c, snap, change, srv.Extension(), preview.WithServerDryRun())
+	for _, pr := range preds {
+		om, _ := pr.Machine(other)
+		require.Equal(t, strategy.MethodInPlace, om.Method, "%s: Cluster API's drain rules: nothing on %s holds the drain: %s", pr.Mode, otherNode, om.Reason)
+	}
 
 	want := map[string]strategy.Method{"version": strategy.MethodInPlace, "image": strategy.MethodReplace, "kubelet": strategy.MethodInPlace,
 		"kubelet-empty": strategy.MethodReplace, "both": strategy.MethodReplace}
@@ -213,6 +241,12 @@ func TestPredictionIsWhatClusterAPIDoes(t *testing.T) {
 				}
 			}
 		}
+	}
+	require.True(t, updated(other), "%s updated in place", other)
+	err = c.Get(ctx, client.ObjectKey{Namespace: "apps", Name: "debug"}, &corev1.Pod{})
+	require.True(t, apierrors.IsNotFound(err), "the bare pod was evicted: %v", err)
+	for _, name := range []string{"db-1", "agent"} {
+		require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: "apps", Name: name}, &corev1.Pod{}), "%s is never evicted", name)
 	}
 	cfg := &bootstrapv1.KubeadmConfig{}
 	for name := range before["kubelet"] {
