@@ -3,12 +3,12 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"encoding/xml"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
@@ -18,10 +18,10 @@ import (
 	"k8s.io/utils/ptr"
 	runtimev1 "sigs.k8s.io/cluster-api/api/runtime/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
 
 	"github.com/upgradekit/upgradekit/fake/capitest"
 	"github.com/upgradekit/upgradekit/fake/envtest"
-	"github.com/upgradekit/upgradekit/strategy/capi/preview"
 )
 
 // demoChange is README's change.yaml: md-0 and md-2 to the control
@@ -113,16 +113,31 @@ func TestPreviewAgainstAPIServer(t *testing.T) {
 	require.Contains(t, out, "md-2-abcde-0000  md-2           Blocked")
 	require.Contains(t, errOut, "read and predicted 4 machines")
 
-	t.Run("json", func(t *testing.T) {
-		out, _, code := runWith(t, c, demoChange, "-cluster", "demo", "-f", "-", "-o", "json")
-		require.Equal(t, exitBlocked, code)
-		var pr preview.Prediction
-		require.NoError(t, json.Unmarshal([]byte(out), &pr))
-		require.Len(t, pr.Machines, 4)
-		m, ok := pr.Machine("md-1-abcde-0000")
-		require.True(t, ok)
-		require.Equal(t, []string{"infrastructure.spec.template.spec.image (InfrastructureImage)"}, m.ReplaceFields)
-	})
+	for _, output := range [][]string{{"-o", "json"}, {"--output=yaml"}, {"-oyaml"}} {
+		t.Run(strings.Join(output, ""), func(t *testing.T) {
+			// Flags after the arguments' place, kubectl-style spellings.
+			out, _, code := runWith(t, c, demoChange, append([]string{"--cluster=demo", "-f", "-"}, output...)...)
+			require.Equal(t, exitBlocked, code)
+			var pr struct {
+				APIVersion string `json:"apiVersion"`
+				Kind       string `json:"kind"`
+				Estimate   string `json:"estimate"`
+				Machines   []struct {
+					Name          string   `json:"name"`
+					ReplaceFields []string `json:"replaceFields"`
+				} `json:"machines"`
+			}
+			require.NoError(t, yaml.Unmarshal([]byte(out), &pr))
+			require.Equal(t, "cli.upgradekit.io/v1alpha1", pr.APIVersion)
+			require.Equal(t, "Prediction", pr.Kind)
+			_, err := time.ParseDuration(pr.Estimate)
+			require.NoError(t, err, "a duration as a string: %q", pr.Estimate)
+			require.NotContains(t, out, "null")
+			require.Len(t, pr.Machines, 4)
+			require.Equal(t, "md-1-abcde-0000", pr.Machines[1].Name)
+			require.Equal(t, []string{"infrastructure.spec.template.spec.image (InfrastructureImage)"}, pr.Machines[1].ReplaceFields)
+		})
+	}
 	t.Run("replaced only", func(t *testing.T) {
 		_, _, code := runWith(t, c, demoChange, "-cluster", "demo", "-f", "-", "-workload=false")
 		require.Equal(t, exitReplaced, code, "without the workload cluster no drain blocker is known")
