@@ -50,17 +50,19 @@ func TestEveryExampleFollowsTheConvention(t *testing.T) {
 		{"drift-explain", []string{"-h"}, nil, 0, "usage: drift-explain", "", ""},
 		{"inplace-extension", []string{"-h"}, nil, 0, "-kubeconfig", "", ""},
 		{"simulate", []string{"-h"}, nil, 0, "-flaky", "", ""},
-		{"preview", []string{"-h"}, nil, 0, "usage: preview", "", ""},
+		{"preview", []string{"-h"}, nil, 0, "usage: kubectl upgradekit preview", "", ""},
+		{"preview", []string{"--help"}, nil, 0, "-o, --output string", "", ""},
 		{"preview", []string{"preview", "-h"}, nil, 0, "kubectl upgradekit preview", "", ""},
 		{"upgrader", []string{"-h"}, nil, 0, "usage", "", ""},
 
-		// An unknown flag: exit 2, said once.
-		{"ami-resolve", []string{"-no-such-flag"}, nil, 2, "", "flag provided but not defined", ""},
-		{"drift-explain", []string{"-no-such-flag"}, nil, 2, "", "flag provided but not defined", ""},
-		{"inplace-extension", []string{"-no-such-flag"}, nil, 2, "", "flag provided but not defined", ""},
-		{"simulate", []string{"-no-such-flag"}, nil, 2, "", "flag provided but not defined", ""},
-		{"preview", []string{"-no-such-flag"}, nil, 2, "", "flag provided but not defined", ""},
-		{"upgrader", []string{"run", "-no-such-flag"}, nil, 2, "", "flag provided but not defined", ""},
+		// An unknown flag: exit 2, one line and the hint, not the help.
+		{"ami-resolve", []string{"--no-such-flag"}, nil, 2, "ami-resolve: unknown flag: --no-such-flag\nSee 'ami-resolve --help' for usage.\n", "unknown flag", "Flags:"},
+		{"drift-explain", []string{"-no-such-flag"}, nil, 2, "drift-explain: unknown flag: --no-such-flag\nSee 'drift-explain --help' for usage.\n", "unknown flag", "Flags:"},
+		{"inplace-extension", []string{"--no-such-flag"}, nil, 2, "inplace-extension: unknown flag: --no-such-flag\nSee 'inplace-extension --help' for usage.\n", "unknown flag", "Flags:"},
+		{"simulate", []string{"--no-such-flag"}, nil, 2, "simulate: unknown flag: --no-such-flag\nSee 'simulate --help' for usage.\n", "unknown flag", "Flags:"},
+		{"preview", []string{"preview", "--no-such-flag"}, nil, 2, "kubectl upgradekit preview: unknown flag: --no-such-flag\nSee 'kubectl upgradekit preview --help' for usage.\n", "unknown flag", "Flags:"},
+		{"upgrader", []string{"run", "--no-such-flag"}, nil, 2, "upgrader run: unknown flag: --no-such-flag\nSee 'upgrader run --help' for usage.\n", "unknown flag", "Flags:"},
+		{"upgrader", []string{"nosuchcommand"}, nil, 2, "See 'upgrader --help' for usage.", "unknown command", "usage:"},
 
 		// Other usage errors: exit 2; names a flag refers to are checked.
 		{"ami-resolve", []string{"only-one-arg"}, nil, 2, "want 2 arguments", "", ""},
@@ -72,7 +74,7 @@ func TestEveryExampleFollowsTheConvention(t *testing.T) {
 		{"simulate", []string{"-crash", "demo-md-0-0/nosuchstep"}, nil, 2, `no step "nosuchstep"`, "", ""},
 		{"simulate", []string{"-new-image", "nosuch"}, nil, 2, `no machine deployment "nosuch"`, "", ""},
 		{"upgrader", []string{"nosuchcommand"}, nil, 2, "unknown command", "", ""},
-		{"preview", []string{"-f", "change.yaml"}, nil, 2, "-cluster is required", "", ""},
+		{"preview", []string{"-f", "change.yaml"}, nil, 2, "kubectl upgradekit preview: --cluster is required\nSee 'kubectl upgradekit preview --help' for usage.\n", "", "Flags:"},
 		{"preview", []string{"-cluster", "demo", "-in-place", "KubernetesVerison"}, nil, 2, `unknown category "KubernetesVerison"`, "", ""},
 		{"preview", []string{"-cluster", "demo", "-f", filepath.Join(t.TempDir(), "missing.yaml")}, nil, 2, "no such file", "", ""},
 
@@ -81,7 +83,14 @@ func TestEveryExampleFollowsTheConvention(t *testing.T) {
 		{"ami-resolve", []string{"-kubernetes-version", "1.31", ami + "/terms.yaml", filepath.Join(t.TempDir(), "missing.json")}, nil, 1, "no such file", "", ""},
 		{"drift-explain", []string{de + "/nodepool.yaml", de + "/nodes.yaml"}, nil, 3, "1 of 3 objects drifted", "", ""},
 		{"drift-explain", []string{"-karpenter", kd + "/cluster.yaml"}, nil, 3, "6 of 13 NodeClaims drifted", "", ""},
-		{"drift-explain", []string{"-karpenter", "-o", "yaml", kd + "/cluster.yaml"}, nil, 2, "want table or json", "", ""},
+		{"drift-explain", []string{"-karpenter", "-o", "xml", kd + "/cluster.yaml"}, nil, 2, `--output "xml": want table, json, yaml`, "", ""},
+
+		// GNU/kubectl flags: --flag=value, -ovalue, flags after the
+		// arguments; -o json|yaml prints a Kubernetes-shaped object.
+		{"ami-resolve", []string{ami + "/terms.yaml", ami + "/catalog.json", "--kubernetes-version=1.31", "-oyaml"}, nil, 0, "apiVersion: cli.upgradekit.io/v1alpha1\n", "kind: AMIResolution\n", ""},
+		{"ami-resolve", []string{ami + "/terms.yaml", "--output", "json", ami + "/catalog.json"}, nil, 0, `"kind": "AMIResolution"`, "", "null"},
+		{"drift-explain", []string{kd + "/cluster.yaml", "--karpenter", "--output=yaml"}, nil, 3, "kind: KarpenterDriftReport\n", "", "null"},
+		{"upgrader", []string{"status", "--output=yaml", "--journal-dir", t.TempDir()}, nil, 0, "No journals found in", "", ""},
 		{"simulate", []string{"-progress-bar=false", "-control-planes", "1", "-workers", "md-0=1", "-new-image", "", "-fail", "demo-md-0-0/kubelet=9"}, nil, 3, "failed: demo-md-0-0", "", ""},
 		{"simulate", []string{"-progress-bar=false", "-control-planes", "1", "-workers", "md-0=1", "-new-image", "md-0", "-strategy", "inplace-only"}, nil, 4, "Blocked: 1 machines", "", ""},
 		{"simulate", []string{"-progress-bar=false", "-control-planes", "1", "-workers", "md-0=1", "-new-image", ""}, nil, 0, "Invariants held", "", ""},
@@ -135,4 +144,61 @@ func prefixed(p string, names []string) []string {
 		out[i] = p + n
 	}
 	return out
+}
+
+// TestPreviewIsAKubectlPlugin installs the built preview as the kubectl
+// plugin kubectl-upgradekit (an executable of that name on PATH) and runs
+// it through kubectl, as a user would.
+func TestPreviewIsAKubectlPlugin(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the preview binary")
+	}
+	kubectl, err := exec.LookPath("kubectl")
+	if err != nil {
+		if os.Getenv("UPGRADEKIT_REQUIRE_ENVTEST") == "1" {
+			t.Fatalf("no kubectl on PATH: %v", err)
+		}
+		t.Skip("no kubectl on PATH")
+	}
+	root, err := filepath.Abs(filepath.Join("..", ".."))
+	require.NoError(t, err)
+	plugins := t.TempDir()
+	build := exec.CommandContext(t.Context(), "go", "build", "-o", filepath.Join(plugins, "kubectl-upgradekit"), "./examples/preview")
+	build.Dir = root
+	out, err := build.CombinedOutput()
+	require.NoError(t, err, string(out))
+
+	for _, tc := range []struct {
+		args    []string
+		exit    int
+		printed string
+	}{
+		{[]string{"upgradekit", "preview", "--help"}, 0, "usage: kubectl upgradekit preview --cluster NAME"},
+		{[]string{"upgradekit", "preview", "--clustr", "demo"}, 2, "kubectl upgradekit preview: unknown flag: --clustr\nSee 'kubectl upgradekit preview --help' for usage.\n"},
+		{[]string{"upgradekit", "--version"}, 0, "kubectl-upgradekit github.com/upgradekit/upgradekit"},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			cmd := exec.CommandContext(t.Context(), kubectl, tc.args...)
+			cmd.Env = append(os.Environ(), "PATH="+plugins+string(os.PathListSeparator)+os.Getenv("PATH"), "KUBECONFIG="+filepath.Join(t.TempDir(), "none"))
+			var stdout, stderr bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &stdout, &stderr
+			err := cmd.Run()
+			code := 0
+			var ee *exec.ExitError
+			if errors.As(err, &ee) {
+				code = ee.ExitCode()
+			} else {
+				require.NoError(t, err)
+			}
+			all := stdout.String() + stderr.String()
+			require.Equal(t, tc.exit, code, all)
+			require.Contains(t, all, tc.printed)
+			require.NotContains(t, all, "preview: preview:")
+		})
+	}
+	// kubectl lists it among its plugins.
+	list := exec.CommandContext(t.Context(), kubectl, "plugin", "list", "--name-only")
+	list.Env = append(os.Environ(), "PATH="+plugins)
+	out, _ = list.CombinedOutput()
+	require.Contains(t, string(out), "kubectl-upgradekit")
 }
