@@ -19,7 +19,10 @@ type UsageError struct {
 	Err error
 }
 
+// Error is the message of the error wrapped.
 func (e *UsageError) Error() string { return e.Err.Error() }
+
+// Unwrap returns the error wrapped, for errors.Is and errors.As.
 func (e *UsageError) Unwrap() error { return e.Err }
 
 // Usagef returns a [UsageError] with a message formatted as fmt.Errorf

@@ -117,11 +117,11 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.k.kubeconfig, "kubeconfig", "", "with -live: kubeconfig (default: $KUBECONFIG, ~/.kube/config, then the in-cluster config)")
 	fs.StringVar(&o.k.context, "context", "", "with -live: kubeconfig context to use")
 	fs.StringVar(&o.k.previous, "previous", "", "with -karpenter: earlier NodePools (YAML) to name the fields that changed since a NodeClaim was made")
-	fs.StringVar(&o.k.instances, "instances", "", "with -karpenter: `aws ec2 describe-instances` output (JSON), for security group and subnet drift")
+	fs.StringVar(&o.k.instances, "instances", "", "with --karpenter: the output of aws ec2 describe-instances (JSON), for security group and subnet drift")
 	fs.StringVar(&o.k.images, "images", "", "with -karpenter: image catalog (JSON, as ami-resolve reads) to say why a new AMI won")
 	fs.StringVar(&o.k.imagesAt, "images-at", "", "with -images: the time to resolve at (RFC 3339; default now)")
 	fs.StringVar(&o.k.kubernetesVersion, "kubernetes-version", "", "with -images: the cluster's Kubernetes version, for alias terms (e.g. 1.31)")
-	fs.StringVarP(&o.k.output, "output", "o", "table", "with --karpenter: output format, table, json or yaml")
+	fs.StringVarP(&o.k.output, "output", "o", "table", "with --karpenter: output format: table, json, yaml")
 	if err := cli.Parse(fs, args); err != nil {
 		if errors.Is(err, cli.ErrHelp) {
 			return o, err
