@@ -3,10 +3,13 @@ package cliconvention
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -18,20 +21,7 @@ func TestEveryExampleFollowsTheConvention(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds every example binary")
 	}
-	bin := t.TempDir()
-	root, err := filepath.Abs(filepath.Join("..", ".."))
-	require.NoError(t, err)
-	names := []string{"ami-resolve", "inplace-extension", "preview", "simulate", "upgrader"}
-	build := exec.CommandContext(t.Context(), "go", append([]string{"build", "-o", bin + "/"}, prefixed("./examples/", names)...)...)
-	build.Dir = root
-	out, err := build.CombinedOutput()
-	require.NoError(t, err, string(out))
-	// drift-explain is its own module (its -karpenter mode needs the
-	// karpenter module, which the core must not depend on).
-	build = exec.CommandContext(t.Context(), "go", "build", "-o", bin+"/", ".")
-	build.Dir = filepath.Join(root, "examples", "drift-explain")
-	out, err = build.CombinedOutput()
-	require.NoError(t, err, string(out))
+	bin, root := buildAll(t)
 	ami := filepath.Join(root, "examples", "ami-resolve", "testdata")
 	de := filepath.Join(root, "examples", "drift-explain", "testdata")
 	kd := filepath.Join(root, "karpenter", "testdata", "dump")
@@ -133,6 +123,117 @@ func TestEveryExampleFollowsTheConvention(t *testing.T) {
 			}
 			if tc.notShown != "" {
 				require.NotContains(t, all, tc.notShown)
+			}
+		})
+	}
+}
+
+// built is the directory buildAll built the examples into, once per
+// test binary.
+var built struct {
+	once      sync.Once
+	bin, root string
+	err       error
+}
+
+// buildAll builds every example binary into one directory, once, and
+// returns it and the repository root.
+func buildAll(t *testing.T) (bin, root string) {
+	t.Helper()
+	built.once.Do(func() {
+		if built.root, built.err = filepath.Abs(filepath.Join("..", "..")); built.err != nil {
+			return
+		}
+		if built.bin, built.err = os.MkdirTemp("", "cliconvention"); built.err != nil {
+			return
+		}
+		names := []string{"ami-resolve", "inplace-extension", "preview", "simulate", "upgrader"}
+		build := exec.Command("go", append([]string{"build", "-o", built.bin + "/"}, prefixed("./examples/", names)...)...)
+		build.Dir = built.root
+		if out, err := build.CombinedOutput(); err != nil {
+			built.err = fmt.Errorf("%w: %s", err, out)
+			return
+		}
+		// drift-explain is its own module (its -karpenter mode needs the
+		// karpenter module, which the core must not depend on).
+		build = exec.Command("go", "build", "-o", built.bin+"/", ".")
+		build.Dir = filepath.Join(built.root, "examples", "drift-explain")
+		if out, err := build.CombinedOutput(); err != nil {
+			built.err = fmt.Errorf("%w: %s", err, out)
+		}
+	})
+	require.NoError(t, built.err)
+	return built.bin, built.root
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if built.bin != "" {
+		_ = os.RemoveAll(built.bin)
+	}
+	os.Exit(code)
+}
+
+// TestREADMETableMatchesTheCommands reads the table of examples/README.md
+// and checks each row against the command's --help: the flags it names
+// are there, its -o formats are the ones --help offers, and the exit codes
+// it gives findings are the ones --help lists (and no others).
+func TestREADMETableMatchesTheCommands(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds every example binary")
+	}
+	bin, root := buildAll(t)
+	readme, err := os.ReadFile(filepath.Join(root, "examples", "README.md"))
+	require.NoError(t, err)
+	var rows [][]string
+	for _, line := range strings.Split(string(readme), "\n") {
+		if strings.HasPrefix(line, "| `") {
+			cells := strings.Split(strings.TrimSuffix(strings.TrimPrefix(line, "|"), "|"), "|")
+			require.Len(t, cells, 7, line)
+			rows = append(rows, cells)
+		}
+	}
+	require.Len(t, rows, 6, "a row per command")
+	help := func(name string, args ...string) string {
+		cmd := exec.CommandContext(t.Context(), filepath.Join(bin, name), append(args, "--help")...)
+		out, err := cmd.CombinedOutput()
+		require.NoError(t, err, "%s --help exits 0: %s", name, out)
+		return string(out)
+	}
+	tick := regexp.MustCompile("`([^`]+)`")
+	for _, row := range rows {
+		command := strings.Trim(strings.TrimSpace(row[0]), "`")
+		t.Run(command, func(t *testing.T) {
+			words := strings.Fields(command)
+			name, args := words[len(words)-1], []string(nil)
+			if name == "preview" {
+				args = []string{"preview"}
+			}
+			h := help(name, args...)
+			for _, m := range tick.FindAllStringSubmatch(row[1], -1) {
+				require.Contains(t, h, m[1], "--help names the README's flag")
+			}
+			if formats, _, _ := strings.Cut(strings.TrimSpace(row[2]), " ("); formats != "" {
+				oh := h
+				if name == "upgrader" {
+					oh = help(name, "status")
+				}
+				require.Contains(t, oh, "output format: "+formats)
+			} else {
+				require.NotContains(t, h, "--output")
+			}
+			var exit string
+			for _, l := range strings.Split(h, "\n") {
+				if strings.HasPrefix(l, "exit: ") {
+					exit = l
+				}
+			}
+			require.NotEmpty(t, exit, "--help says the exit codes")
+			for i, codes := range [][]string{{"0"}, {"3"}, {"4"}, {"5", "6"}} {
+				for _, code := range codes {
+					listed := regexp.MustCompile(`(: |, )` + code + ` `).MatchString(exit)
+					require.Equal(t, strings.TrimSpace(row[3+i]) != "", listed, "exit code %s in %q", code, exit)
+				}
 			}
 		})
 	}

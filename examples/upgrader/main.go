@@ -80,12 +80,13 @@ func stateCode(s nodeexec.PlanState) int {
 }
 
 const usage = `usage:
-  upgrader run      [-plan FILE] [-direct] [-journal-dir DIR] [-stop-after STEP] [flags]
-  upgrader status   [-journal-dir DIR | -journal FILE] [-o text|json] [-tail N] [PLAN...]
-  upgrader rollback [-plan FILE] [-direct] [-journal-dir DIR] [flags]
-  upgrader reset    [-journal-dir DIR] PLAN...
+  upgrader run      [--plan FILE] [--direct] [--journal-dir DIR] [--stop-after STEP] [flags]
+  upgrader status   [--journal-dir DIR | --journal FILE] [-o text|json|yaml] [--tail N] [PLAN...]
+  upgrader rollback [--plan FILE] [--direct] [--journal-dir DIR] [flags]
+  upgrader reset    [--journal-dir DIR] PLAN...
   upgrader version
-Run "upgrader COMMAND -h" for a command's flags. The plan and settings
+exit: 0 done, 1 error, 2 usage, 3 in progress, 4 rolled back, 5 failed, 6 needs attention
+Run "upgrader COMMAND --help" for a command's flags. The plan and settings
 default to the UPGRADEKIT_* environment the upgrader pod sets.`
 
 func main() {
