@@ -1,18 +1,25 @@
 package cliconvention
 
 import (
+	"archive/tar"
 	"bytes"
+	"compress/gzip"
+	"crypto/sha256"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	"sigs.k8s.io/yaml"
 )
 
 // TestEveryExampleFollowsTheConvention builds each example and runs it as
@@ -247,9 +254,11 @@ func prefixed(p string, names []string) []string {
 	return out
 }
 
-// TestPreviewIsAKubectlPlugin installs the built preview as the kubectl
-// plugin kubectl-upgradekit (an executable of that name on PATH) and runs
-// it through kubectl, as a user would.
+// TestPreviewIsAKubectlPlugin installs preview as krew would, from the
+// krew manifest and archive hack/krew-manifest.sh builds (the archive
+// checked against the manifest's sha256, its files unpacked, the bin
+// linked as kubectl-<plugin name> on PATH), and runs it through a real
+// kubectl as a user would.
 func TestPreviewIsAKubectlPlugin(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the preview binary")
@@ -263,11 +272,77 @@ func TestPreviewIsAKubectlPlugin(t *testing.T) {
 	}
 	root, err := filepath.Abs(filepath.Join("..", ".."))
 	require.NoError(t, err)
-	plugins := t.TempDir()
-	build := exec.CommandContext(t.Context(), "go", "build", "-o", filepath.Join(plugins, "kubectl-upgradekit"), "./examples/preview")
-	build.Dir = root
+	dist := t.TempDir()
+	build := exec.CommandContext(t.Context(), filepath.Join(root, "hack", "krew-manifest.sh"), "v0.0.1", dist, runtime.GOOS+"/"+runtime.GOARCH)
 	out, err := build.CombinedOutput()
 	require.NoError(t, err, string(out))
+
+	var manifest struct {
+		APIVersion string `json:"apiVersion"`
+		Kind       string `json:"kind"`
+		Metadata   struct {
+			Name string `json:"name"`
+		} `json:"metadata"`
+		Spec struct {
+			Version          string `json:"version"`
+			Homepage         string `json:"homepage"`
+			ShortDescription string `json:"shortDescription"`
+			Description      string `json:"description"`
+			Platforms        []struct {
+				Selector struct {
+					MatchLabels map[string]string `json:"matchLabels"`
+				} `json:"selector"`
+				URI    string `json:"uri"`
+				SHA256 string `json:"sha256"`
+				Bin    string `json:"bin"`
+				Files  []struct {
+					From string `json:"from"`
+					To   string `json:"to"`
+				} `json:"files"`
+			} `json:"platforms"`
+		} `json:"spec"`
+	}
+	b, err := os.ReadFile(filepath.Join(dist, "upgradekit.yaml"))
+	require.NoError(t, err)
+	require.NoError(t, yaml.UnmarshalStrict(b, &manifest))
+	require.Equal(t, "krew.googlecontainertools.github.com/v1alpha2", manifest.APIVersion)
+	require.Equal(t, "Plugin", manifest.Kind)
+	require.Equal(t, "upgradekit", manifest.Metadata.Name, "kubectl upgradekit")
+	require.Equal(t, "v0.0.1", manifest.Spec.Version)
+	require.Contains(t, manifest.Spec.Description, "kubectl upgradekit preview --help")
+	require.Len(t, manifest.Spec.Platforms, 1)
+	platform := manifest.Spec.Platforms[0]
+	require.Equal(t, map[string]string{"os": runtime.GOOS, "arch": runtime.GOARCH}, platform.Selector.MatchLabels)
+	archive := filepath.Join(dist, path.Base(platform.URI))
+	data, err := os.ReadFile(archive)
+	require.NoError(t, err, "the manifest's uri names the archive built")
+	require.Equal(t, fmt.Sprintf("%x", sha256.Sum256(data)), platform.SHA256)
+
+	// Unpack the files the manifest names, as krew does.
+	install := t.TempDir()
+	zr, err := gzip.NewReader(bytes.NewReader(data))
+	require.NoError(t, err)
+	tr := tar.NewReader(zr)
+	want := map[string]bool{}
+	for _, f := range platform.Files {
+		require.Equal(t, ".", f.To)
+		want[f.From] = true
+	}
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		require.NoError(t, err)
+		require.True(t, want[h.Name], "the archive holds only what the manifest names: %s", h.Name)
+		delete(want, h.Name)
+		content, err := io.ReadAll(tr)
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile(filepath.Join(install, h.Name), content, os.FileMode(h.Mode)&0o755))
+	}
+	require.Empty(t, want, "every file the manifest names is in the archive")
+	plugins := t.TempDir()
+	require.NoError(t, os.Symlink(filepath.Join(install, platform.Bin), filepath.Join(plugins, "kubectl-"+manifest.Metadata.Name)))
 
 	for _, tc := range []struct {
 		args    []string
