@@ -90,7 +90,7 @@ func TestObjectIsKubernetesShaped(t *testing.T) {
 		At      time.Time         `json:"at"`
 		private int
 	}
-	obj, err := Object("Thing", result{Name: "x", At: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)})
+	obj, err := Object("Thing", result{Name: "x", At: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC), private: 1})
 	require.NoError(t, err)
 	require.Empty(t, cmp.Diff(map[string]any{
 		"apiVersion": APIVersion, "kind": "Thing", "name": "x",
