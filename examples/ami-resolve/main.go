@@ -16,7 +16,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -31,6 +30,7 @@ import (
 
 	"github.com/upgradekit/upgradekit/amiselect"
 	"github.com/upgradekit/upgradekit/examples/buildinfo"
+	"github.com/upgradekit/upgradekit/examples/cli"
 )
 
 // Exit codes, as in every example (examples/README.md): 0 resolved (or
@@ -43,11 +43,9 @@ const (
 	exitInvalidTerms = 3
 )
 
-// usageError is a command line that cannot run; printed says the flag
-// package has printed it already.
+// usageError is a command line that cannot run.
 type usageError struct {
-	err     error
-	printed bool
+	err error
 }
 
 func (e usageError) Error() string { return e.err.Error() }
@@ -62,12 +60,10 @@ func exitCode(err error, stderr io.Writer) int {
 	var ue usageError
 	var it *invalidTermsError
 	switch {
-	case err == nil || errors.Is(err, flag.ErrHelp):
+	case err == nil || errors.Is(err, cli.ErrHelp):
 		return exitOK
 	case errors.As(err, &ue):
-		if !ue.printed {
-			fmt.Fprintln(stderr, "ami-resolve:", err)
-		}
+		cli.PrintUsageError(stderr, "ami-resolve", err)
 		return exitUsage
 	case errors.As(err, &it):
 		fmt.Fprintln(stderr, "ami-resolve:", err)
@@ -79,6 +75,7 @@ func exitCode(err error, stderr io.Writer) int {
 
 type options struct {
 	version                bool // -version: print it, resolve nothing
+	output                 string
 	kubernetesVersion      string
 	minAge                 time.Duration
 	now                    time.Time
@@ -89,11 +86,10 @@ type options struct {
 func parseFlags(args []string, stderr io.Writer) (options, error) {
 	var o options
 	var minAge, now string
-	fs := flag.NewFlagSet("ami-resolve", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := cli.NewFlagSet("ami-resolve")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: ami-resolve [flags] TERMS.yaml CATALOG.json")
-		fs.PrintDefaults()
+		cli.WriteHelp(stderr, fs, "usage: ami-resolve [flags] TERMS.yaml CATALOG.json",
+			"exit: 0 resolved, 1 error, 2 usage, 3 the terms are invalid")
 	}
 	fs.StringVar(&o.kubernetesVersion, "kubernetes-version", "", "cluster Kubernetes version, e.g. 1.31 (needed for aliases)")
 	fs.StringVar(&minAge, "min-age", "", "do not choose images younger than this (Go duration, or days: 7d)")
@@ -101,18 +97,22 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.pin, "pin", "", "stored resolution record (JSON): choose only images it chose")
 	fs.StringVar(&o.record, "record", "", "write the resolution record (JSON) to this file")
 	fs.StringVar(&o.previous, "previous", "", "earlier resolution record (JSON): print what would change")
+	cli.OutputFlag(fs, &o.output, cli.Table, cli.JSON, cli.YAML)
 	fs.BoolVar(&o.version, "version", false, "print the version and exit")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
+	if err := cli.Parse(fs, args); err != nil {
+		if errors.Is(err, cli.ErrHelp) {
 			return o, err
 		}
-		return o, usageError{err: err, printed: true}
+		return o, usageError{err: err}
 	}
 	if o.version {
 		return o, nil
 	}
+	if err := cli.CheckOutput(o.output, cli.Table, cli.JSON, cli.YAML); err != nil {
+		return o, usageError{err: err}
+	}
 	if fs.NArg() != 2 {
-		return o, usageError{err: fmt.Errorf("want 2 arguments (TERMS.yaml CATALOG.json), got %d; -h for usage", fs.NArg())}
+		return o, usageError{err: fmt.Errorf("want 2 arguments (TERMS.yaml CATALOG.json), got %d", fs.NArg())}
 	}
 	o.termsFile, o.catalogFile = fs.Arg(0), fs.Arg(1)
 	var err error
@@ -210,9 +210,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		return err
 	}
-	printTable(stdout, res, src.images(), o.now)
+	if o.output != cli.Table {
+		// The resolution as -record writes it, as an object.
+		if err := cli.WriteObject(stdout, o.output, "AMIResolution", res); err != nil {
+			return err
+		}
+	} else {
+		printTable(stdout, res, src.images(), o.now)
+	}
 
-	if o.previous != "" {
+	if o.previous != "" && o.output == cli.Table {
 		prev, err := readRecord(o.previous)
 		if err != nil {
 			return err

@@ -172,7 +172,7 @@ func TestBadInput(t *testing.T) {
 		is   error
 	}{
 		{"no arguments", nil, "want 2 arguments", nil},
-		{"unknown flag", []string{"-bogus"}, "flag provided but not defined", nil},
+		{"unknown flag", []string{"-bogus"}, "unknown flag: --bogus", nil},
 		{"missing terms file", []string{"testdata/nope.yaml", "testdata/catalog.json"}, "nope.yaml", fs.ErrNotExist},
 		{"missing catalog", []string{"testdata/terms.yaml", "testdata/nope.json"}, "nope.json", fs.ErrNotExist},
 		{"malformed YAML", []string{malformed, "testdata/catalog.json"}, "malformed.yaml", nil},

@@ -1,15 +1,25 @@
 package cliconvention
 
 import (
+	"archive/tar"
 	"bytes"
+	"compress/gzip"
+	"crypto/sha256"
 	"errors"
+	"fmt"
+	"io"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
+	"regexp"
+	"runtime"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	"sigs.k8s.io/yaml"
 )
 
 // TestEveryExampleFollowsTheConvention builds each example and runs it as
@@ -18,20 +28,7 @@ func TestEveryExampleFollowsTheConvention(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds every example binary")
 	}
-	bin := t.TempDir()
-	root, err := filepath.Abs(filepath.Join("..", ".."))
-	require.NoError(t, err)
-	names := []string{"ami-resolve", "inplace-extension", "preview", "simulate", "upgrader"}
-	build := exec.CommandContext(t.Context(), "go", append([]string{"build", "-o", bin + "/"}, prefixed("./examples/", names)...)...)
-	build.Dir = root
-	out, err := build.CombinedOutput()
-	require.NoError(t, err, string(out))
-	// drift-explain is its own module (its -karpenter mode needs the
-	// karpenter module, which the core must not depend on).
-	build = exec.CommandContext(t.Context(), "go", "build", "-o", bin+"/", ".")
-	build.Dir = filepath.Join(root, "examples", "drift-explain")
-	out, err = build.CombinedOutput()
-	require.NoError(t, err, string(out))
+	bin, root := buildAll(t)
 	ami := filepath.Join(root, "examples", "ami-resolve", "testdata")
 	de := filepath.Join(root, "examples", "drift-explain", "testdata")
 	kd := filepath.Join(root, "karpenter", "testdata", "dump")
@@ -50,17 +47,19 @@ func TestEveryExampleFollowsTheConvention(t *testing.T) {
 		{"drift-explain", []string{"-h"}, nil, 0, "usage: drift-explain", "", ""},
 		{"inplace-extension", []string{"-h"}, nil, 0, "-kubeconfig", "", ""},
 		{"simulate", []string{"-h"}, nil, 0, "-flaky", "", ""},
-		{"preview", []string{"-h"}, nil, 0, "usage: preview", "", ""},
+		{"preview", []string{"-h"}, nil, 0, "usage: kubectl upgradekit preview", "", ""},
+		{"preview", []string{"--help"}, nil, 0, "-o, --output string", "", ""},
 		{"preview", []string{"preview", "-h"}, nil, 0, "kubectl upgradekit preview", "", ""},
 		{"upgrader", []string{"-h"}, nil, 0, "usage", "", ""},
 
-		// An unknown flag: exit 2, said once.
-		{"ami-resolve", []string{"-no-such-flag"}, nil, 2, "", "flag provided but not defined", ""},
-		{"drift-explain", []string{"-no-such-flag"}, nil, 2, "", "flag provided but not defined", ""},
-		{"inplace-extension", []string{"-no-such-flag"}, nil, 2, "", "flag provided but not defined", ""},
-		{"simulate", []string{"-no-such-flag"}, nil, 2, "", "flag provided but not defined", ""},
-		{"preview", []string{"-no-such-flag"}, nil, 2, "", "flag provided but not defined", ""},
-		{"upgrader", []string{"run", "-no-such-flag"}, nil, 2, "", "flag provided but not defined", ""},
+		// An unknown flag: exit 2, one line and the hint, not the help.
+		{"ami-resolve", []string{"--no-such-flag"}, nil, 2, "ami-resolve: unknown flag: --no-such-flag\nSee 'ami-resolve --help' for usage.\n", "unknown flag", "Flags:"},
+		{"drift-explain", []string{"-no-such-flag"}, nil, 2, "drift-explain: unknown flag: --no-such-flag\nSee 'drift-explain --help' for usage.\n", "unknown flag", "Flags:"},
+		{"inplace-extension", []string{"--no-such-flag"}, nil, 2, "inplace-extension: unknown flag: --no-such-flag\nSee 'inplace-extension --help' for usage.\n", "unknown flag", "Flags:"},
+		{"simulate", []string{"--no-such-flag"}, nil, 2, "simulate: unknown flag: --no-such-flag\nSee 'simulate --help' for usage.\n", "unknown flag", "Flags:"},
+		{"preview", []string{"preview", "--no-such-flag"}, nil, 2, "kubectl upgradekit preview: unknown flag: --no-such-flag\nSee 'kubectl upgradekit preview --help' for usage.\n", "unknown flag", "Flags:"},
+		{"upgrader", []string{"run", "--no-such-flag"}, nil, 2, "upgrader run: unknown flag: --no-such-flag\nSee 'upgrader run --help' for usage.\n", "unknown flag", "Flags:"},
+		{"upgrader", []string{"nosuchcommand"}, nil, 2, "See 'upgrader --help' for usage.", "unknown command", "usage:"},
 
 		// Other usage errors: exit 2; names a flag refers to are checked.
 		{"ami-resolve", []string{"only-one-arg"}, nil, 2, "want 2 arguments", "", ""},
@@ -73,7 +72,7 @@ func TestEveryExampleFollowsTheConvention(t *testing.T) {
 		{"simulate", []string{"-new-image", "nosuch"}, nil, 2, `no machine deployment "nosuch"`, "", ""},
 		{"simulate", []string{"-on-failure", "retry"}, nil, 2, `-on-failure: unknown "retry" (stall, continue)`, "", ""},
 		{"upgrader", []string{"nosuchcommand"}, nil, 2, "unknown command", "", ""},
-		{"preview", []string{"-f", "change.yaml"}, nil, 2, "-cluster is required", "", ""},
+		{"preview", []string{"-f", "change.yaml"}, nil, 2, "kubectl upgradekit preview: --cluster is required\nSee 'kubectl upgradekit preview --help' for usage.\n", "", "Flags:"},
 		{"preview", []string{"-cluster", "demo", "-in-place", "KubernetesVerison"}, nil, 2, `unknown category "KubernetesVerison"`, "", ""},
 		{"preview", []string{"-cluster", "demo", "-f", filepath.Join(t.TempDir(), "missing.yaml")}, nil, 2, "no such file", "", ""},
 
@@ -82,7 +81,14 @@ func TestEveryExampleFollowsTheConvention(t *testing.T) {
 		{"ami-resolve", []string{"-kubernetes-version", "1.31", ami + "/terms.yaml", filepath.Join(t.TempDir(), "missing.json")}, nil, 1, "no such file", "", ""},
 		{"drift-explain", []string{de + "/nodepool.yaml", de + "/nodes.yaml"}, nil, 3, "1 of 3 objects drifted", "", ""},
 		{"drift-explain", []string{"-karpenter", kd + "/cluster.yaml"}, nil, 3, "6 of 13 NodeClaims drifted", "", ""},
-		{"drift-explain", []string{"-karpenter", "-o", "yaml", kd + "/cluster.yaml"}, nil, 2, "want table or json", "", ""},
+		{"drift-explain", []string{"-karpenter", "-o", "xml", kd + "/cluster.yaml"}, nil, 2, `--output "xml": want table, json, yaml`, "", ""},
+
+		// GNU/kubectl flags: --flag=value, -ovalue, flags after the
+		// arguments; -o json|yaml prints a Kubernetes-shaped object.
+		{"ami-resolve", []string{ami + "/terms.yaml", ami + "/catalog.json", "--kubernetes-version=1.31", "-oyaml"}, nil, 0, "apiVersion: cli.upgradekit.io/v1alpha1\n", "kind: AMIResolution\n", ""},
+		{"ami-resolve", []string{ami + "/terms.yaml", "--output", "json", ami + "/catalog.json"}, nil, 0, `"kind": "AMIResolution"`, "", "null"},
+		{"drift-explain", []string{kd + "/cluster.yaml", "--karpenter", "--output=yaml"}, nil, 3, "kind: KarpenterDriftReport\n", "", "null"},
+		{"upgrader", []string{"status", "--output=yaml", "--journal-dir", t.TempDir()}, nil, 0, "No journals found in", "", ""},
 		{"simulate", []string{"-progress-bar=false", "-control-planes", "1", "-workers", "md-0=1", "-new-image", "", "-fail", "demo-md-0-0/kubelet=9"}, nil, 3, "failed: demo-md-0-0", "", ""},
 		{"simulate", []string{"-progress-bar=false", "-control-planes", "1", "-workers", "md-0=1", "-new-image", "md-0", "-strategy", "inplace-only"}, nil, 4, "Blocked: 1 machines", "", ""},
 		{"simulate", []string{"-progress-bar=false", "-control-planes", "1", "-workers", "md-0=1", "-new-image", ""}, nil, 0, "Invariants held", "", ""},
@@ -136,10 +142,246 @@ func TestEveryExampleFollowsTheConvention(t *testing.T) {
 	}
 }
 
+// built is the directory buildAll built the examples into, once per
+// test binary.
+var built struct {
+	once      sync.Once
+	bin, root string
+	err       error
+}
+
+// buildAll builds every example binary into one directory, once, and
+// returns it and the repository root.
+func buildAll(t *testing.T) (bin, root string) {
+	t.Helper()
+	built.once.Do(func() {
+		if built.root, built.err = filepath.Abs(filepath.Join("..", "..")); built.err != nil {
+			return
+		}
+		if built.bin, built.err = os.MkdirTemp("", "cliconvention"); built.err != nil {
+			return
+		}
+		names := []string{"ami-resolve", "inplace-extension", "preview", "simulate", "upgrader"}
+		build := exec.Command("go", append([]string{"build", "-o", built.bin + "/"}, prefixed("./examples/", names)...)...)
+		build.Dir = built.root
+		if out, err := build.CombinedOutput(); err != nil {
+			built.err = fmt.Errorf("%w: %s", err, out)
+			return
+		}
+		// drift-explain is its own module (its -karpenter mode needs the
+		// karpenter module, which the core must not depend on).
+		build = exec.Command("go", "build", "-o", built.bin+"/", ".")
+		build.Dir = filepath.Join(built.root, "examples", "drift-explain")
+		if out, err := build.CombinedOutput(); err != nil {
+			built.err = fmt.Errorf("%w: %s", err, out)
+		}
+	})
+	require.NoError(t, built.err)
+	return built.bin, built.root
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if built.bin != "" {
+		_ = os.RemoveAll(built.bin)
+	}
+	os.Exit(code)
+}
+
+// TestREADMETableMatchesTheCommands reads the table of examples/README.md
+// and checks each row against the command's --help: the flags it names
+// are there, its -o formats are the ones --help offers, and the exit codes
+// it gives findings are the ones --help lists (and no others).
+func TestREADMETableMatchesTheCommands(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds every example binary")
+	}
+	bin, root := buildAll(t)
+	readme, err := os.ReadFile(filepath.Join(root, "examples", "README.md"))
+	require.NoError(t, err)
+	var rows [][]string
+	for _, line := range strings.Split(string(readme), "\n") {
+		if strings.HasPrefix(line, "| `") {
+			cells := strings.Split(strings.TrimSuffix(strings.TrimPrefix(line, "|"), "|"), "|")
+			require.Len(t, cells, 7, line)
+			rows = append(rows, cells)
+		}
+	}
+	require.Len(t, rows, 6, "a row per command")
+	help := func(name string, args ...string) string {
+		cmd := exec.CommandContext(t.Context(), filepath.Join(bin, name), append(args, "--help")...)
+		out, err := cmd.CombinedOutput()
+		require.NoError(t, err, "%s --help exits 0: %s", name, out)
+		return string(out)
+	}
+	tick := regexp.MustCompile("`([^`]+)`")
+	for _, row := range rows {
+		command := strings.Trim(strings.TrimSpace(row[0]), "`")
+		t.Run(command, func(t *testing.T) {
+			words := strings.Fields(command)
+			name, args := words[len(words)-1], []string(nil)
+			if name == "preview" {
+				args = []string{"preview"}
+			}
+			h := help(name, args...)
+			for _, m := range tick.FindAllStringSubmatch(row[1], -1) {
+				require.Contains(t, h, m[1], "--help names the README's flag")
+			}
+			if formats, _, _ := strings.Cut(strings.TrimSpace(row[2]), " ("); formats != "" {
+				oh := h
+				if name == "upgrader" {
+					oh = help(name, "status")
+				}
+				require.Contains(t, oh, "output format: "+formats)
+			} else {
+				require.NotContains(t, h, "--output")
+			}
+			var exit string
+			for _, l := range strings.Split(h, "\n") {
+				if strings.HasPrefix(l, "exit: ") {
+					exit = l
+				}
+			}
+			require.NotEmpty(t, exit, "--help says the exit codes")
+			for i, codes := range [][]string{{"0"}, {"3"}, {"4"}, {"5", "6"}} {
+				for _, code := range codes {
+					listed := regexp.MustCompile(`(: |, )` + code + ` `).MatchString(exit)
+					require.Equal(t, strings.TrimSpace(row[3+i]) != "", listed, "exit code %s in %q", code, exit)
+				}
+			}
+		})
+	}
+}
+
 func prefixed(p string, names []string) []string {
 	out := make([]string, len(names))
 	for i, n := range names {
 		out[i] = p + n
 	}
 	return out
+}
+
+// TestPreviewIsAKubectlPlugin installs preview as krew would, from the
+// krew manifest and archive hack/krew-manifest.sh builds (the archive
+// checked against the manifest's sha256, its files unpacked, the bin
+// linked as kubectl-<plugin name> on PATH), and runs it through a real
+// kubectl as a user would.
+func TestPreviewIsAKubectlPlugin(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the preview binary")
+	}
+	kubectl, err := exec.LookPath("kubectl")
+	if err != nil {
+		if os.Getenv("UPGRADEKIT_REQUIRE_ENVTEST") == "1" {
+			t.Fatalf("no kubectl on PATH: %v", err)
+		}
+		t.Skip("no kubectl on PATH")
+	}
+	root, err := filepath.Abs(filepath.Join("..", ".."))
+	require.NoError(t, err)
+	dist := t.TempDir()
+	build := exec.CommandContext(t.Context(), filepath.Join(root, "hack", "krew-manifest.sh"), "v0.0.1", dist, runtime.GOOS+"/"+runtime.GOARCH)
+	out, err := build.CombinedOutput()
+	require.NoError(t, err, string(out))
+
+	var manifest struct {
+		APIVersion string `json:"apiVersion"`
+		Kind       string `json:"kind"`
+		Metadata   struct {
+			Name string `json:"name"`
+		} `json:"metadata"`
+		Spec struct {
+			Version          string `json:"version"`
+			Homepage         string `json:"homepage"`
+			ShortDescription string `json:"shortDescription"`
+			Description      string `json:"description"`
+			Platforms        []struct {
+				Selector struct {
+					MatchLabels map[string]string `json:"matchLabels"`
+				} `json:"selector"`
+				URI    string `json:"uri"`
+				SHA256 string `json:"sha256"`
+				Bin    string `json:"bin"`
+				Files  []struct {
+					From string `json:"from"`
+					To   string `json:"to"`
+				} `json:"files"`
+			} `json:"platforms"`
+		} `json:"spec"`
+	}
+	b, err := os.ReadFile(filepath.Join(dist, "upgradekit.yaml"))
+	require.NoError(t, err)
+	require.NoError(t, yaml.UnmarshalStrict(b, &manifest))
+	require.Equal(t, "krew.googlecontainertools.github.com/v1alpha2", manifest.APIVersion)
+	require.Equal(t, "Plugin", manifest.Kind)
+	require.Equal(t, "upgradekit", manifest.Metadata.Name, "kubectl upgradekit")
+	require.Equal(t, "v0.0.1", manifest.Spec.Version)
+	require.Contains(t, manifest.Spec.Description, "kubectl upgradekit preview --help")
+	require.Len(t, manifest.Spec.Platforms, 1)
+	platform := manifest.Spec.Platforms[0]
+	require.Equal(t, map[string]string{"os": runtime.GOOS, "arch": runtime.GOARCH}, platform.Selector.MatchLabels)
+	archive := filepath.Join(dist, path.Base(platform.URI))
+	data, err := os.ReadFile(archive)
+	require.NoError(t, err, "the manifest's uri names the archive built")
+	require.Equal(t, fmt.Sprintf("%x", sha256.Sum256(data)), platform.SHA256)
+
+	// Unpack the files the manifest names, as krew does.
+	install := t.TempDir()
+	zr, err := gzip.NewReader(bytes.NewReader(data))
+	require.NoError(t, err)
+	tr := tar.NewReader(zr)
+	want := map[string]bool{}
+	for _, f := range platform.Files {
+		require.Equal(t, ".", f.To)
+		want[f.From] = true
+	}
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		require.NoError(t, err)
+		require.True(t, want[h.Name], "the archive holds only what the manifest names: %s", h.Name)
+		delete(want, h.Name)
+		content, err := io.ReadAll(tr)
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile(filepath.Join(install, h.Name), content, os.FileMode(h.Mode)&0o755))
+	}
+	require.Empty(t, want, "every file the manifest names is in the archive")
+	plugins := t.TempDir()
+	require.NoError(t, os.Symlink(filepath.Join(install, platform.Bin), filepath.Join(plugins, "kubectl-"+manifest.Metadata.Name)))
+
+	for _, tc := range []struct {
+		args    []string
+		exit    int
+		printed string
+	}{
+		{[]string{"upgradekit", "preview", "--help"}, 0, "usage: kubectl upgradekit preview --cluster NAME"},
+		{[]string{"upgradekit", "preview", "--clustr", "demo"}, 2, "kubectl upgradekit preview: unknown flag: --clustr\nSee 'kubectl upgradekit preview --help' for usage.\n"},
+		{[]string{"upgradekit", "--version"}, 0, "kubectl-upgradekit github.com/upgradekit/upgradekit"},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			cmd := exec.CommandContext(t.Context(), kubectl, tc.args...)
+			cmd.Env = append(os.Environ(), "PATH="+plugins+string(os.PathListSeparator)+os.Getenv("PATH"), "KUBECONFIG="+filepath.Join(t.TempDir(), "none"))
+			var stdout, stderr bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &stdout, &stderr
+			err := cmd.Run()
+			code := 0
+			var ee *exec.ExitError
+			if errors.As(err, &ee) {
+				code = ee.ExitCode()
+			} else {
+				require.NoError(t, err)
+			}
+			all := stdout.String() + stderr.String()
+			require.Equal(t, tc.exit, code, all)
+			require.Contains(t, all, tc.printed)
+			require.NotContains(t, all, "preview: preview:")
+		})
+	}
+	// kubectl lists it among its plugins.
+	list := exec.CommandContext(t.Context(), kubectl, "plugin", "list", "--name-only")
+	list.Env = append(os.Environ(), "PATH="+plugins)
+	out, _ = list.CombinedOutput()
+	require.Contains(t, string(out), "kubectl-upgradekit")
 }

@@ -4,6 +4,7 @@ go 1.26.6
 
 require (
 	github.com/google/go-cmp v0.7.0
+	github.com/spf13/pflag v1.0.10
 	github.com/stretchr/testify v1.11.1
 	github.com/upgradekit/upgradekit v0.0.0
 	github.com/upgradekit/upgradekit/karpenter v0.0.0
@@ -60,7 +61,6 @@ require (
 	github.com/robfig/cron/v3 v3.0.1 // indirect
 	github.com/samber/lo v1.53.0 // indirect
 	github.com/spf13/cobra v1.10.2 // indirect
-	github.com/spf13/pflag v1.0.10 // indirect
 	github.com/x448/float16 v0.8.4 // indirect
 	go.uber.org/multierr v1.11.0 // indirect
 	go.uber.org/zap v1.28.0 // indirect

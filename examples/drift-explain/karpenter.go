@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/upgradekit/upgradekit/amiselect"
 	"github.com/upgradekit/upgradekit/drift"
+	"github.com/upgradekit/upgradekit/examples/cli"
 	"github.com/upgradekit/upgradekit/karpenter"
 )
 
@@ -96,10 +96,8 @@ func runKarpenter(ctx context.Context, o karpenterOptions, stdout io.Writer, new
 	if err != nil {
 		return err
 	}
-	if o.output == "json" {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(rep); err != nil {
+	if o.output != cli.Table {
+		if err := cli.WriteObject(stdout, o.output, "KarpenterDriftReport", rep); err != nil {
 			return err
 		}
 	} else {
@@ -240,10 +238,8 @@ func validateKarpenter(o *karpenterOptions, args []string, generic []string) err
 	if len(generic) > 0 {
 		return usageError{err: fmt.Errorf("%s cannot be combined with -karpenter", strings.Join(generic, ", "))}
 	}
-	switch o.output {
-	case "table", "json":
-	default:
-		return usageError{err: fmt.Errorf("-o %q: want table or json", o.output)}
+	if err := cli.CheckOutput(o.output, cli.Table, cli.JSON, cli.YAML); err != nil {
+		return usageError{err: err}
 	}
 	if o.live {
 		if len(args) > 0 {

@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
 
 	"github.com/upgradekit/upgradekit/fake/envtest"
 	"github.com/upgradekit/upgradekit/karpenter"
@@ -78,14 +79,28 @@ func TestKarpenterDump(t *testing.T) {
 	require.Contains(t, out, "6 of 13 NodeClaims drifted")
 }
 
-// TestKarpenterJSON: -o json prints the karpenter.Report.
+// TestKarpenterJSON: -o json and -o yaml print the karpenter.Report as a
+// Kubernetes-shaped object, however the flag is spelt.
 func TestKarpenterJSON(t *testing.T) {
-	out, _, err := runCmd(t, "-karpenter", "-o", "json", dumpDir+"/cluster.yaml")
-	require.ErrorIs(t, err, errDrifted)
-	var rep karpenter.Report
-	require.NoError(t, json.Unmarshal([]byte(out), &rep))
-	require.Equal(t, 6, rep.Drifted)
-	require.Len(t, rep.NodeClaims, 13)
+	for _, args := range [][]string{
+		{"-karpenter", "-o", "json"},
+		{"--karpenter", "--output=yaml"},
+		{"-oyaml", "--karpenter"},
+	} {
+		out, _, err := runCmd(t, append(args, dumpDir+"/cluster.yaml")...)
+		require.ErrorIs(t, err, errDrifted)
+		var rep struct {
+			APIVersion string `json:"apiVersion"`
+			Kind       string `json:"kind"`
+			karpenter.Report
+		}
+		require.NoError(t, yaml.UnmarshalStrict([]byte(out), &rep), "%q", args)
+		require.Equal(t, "cli.upgradekit.io/v1alpha1", rep.APIVersion)
+		require.Equal(t, "KarpenterDriftReport", rep.Kind)
+		require.Equal(t, 6, rep.Drifted)
+		require.Len(t, rep.NodeClaims, 13)
+		require.NotContains(t, out, "null")
+	}
 }
 
 // TestKarpenterImages: with an image catalog, AMI drift says which term
@@ -184,12 +199,12 @@ func TestKarpenterUsage(t *testing.T) {
 		{[]string{"-karpenter", "-stamp", dump}, "-stamp cannot be combined with -karpenter"},
 		{[]string{"-karpenter", "-live", dump}, "give no dump files"},
 		{[]string{"-karpenter", "-kubeconfig", "x", dump}, "need -live"},
-		{[]string{"-karpenter", "-o", "yaml", dump}, "want table or json"},
+		{[]string{"-karpenter", "-o", "xml", dump}, "want table, json, yaml"},
 		{[]string{"-karpenter", "-kubernetes-version", "1.31", dump}, "need -images"},
 		{[]string{"-karpenter", "-images", dumpDir + "/images.json", "-kubernetes-version", "one", dump}, "-kubernetes-version"},
 		{[]string{"-karpenter", "-instances", "no-such-file.json", dump}, "no-such-file.json"},
 		{[]string{"-karpenter", "no-such-dump.yaml"}, "no-such-dump.yaml"},
-		{[]string{"-instances", "x", "a", "b"}, "-instances needs -karpenter"},
+		{[]string{"-instances", "x", "a", "b"}, "--instances needs --karpenter"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			_, _, err := runCmd(t, tc.args...)

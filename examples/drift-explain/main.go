@@ -28,13 +28,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"strings"
 	"text/tabwriter"
 
+	"github.com/spf13/pflag"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -43,6 +43,7 @@ import (
 
 	"github.com/upgradekit/upgradekit/drift"
 	"github.com/upgradekit/upgradekit/examples/buildinfo"
+	"github.com/upgradekit/upgradekit/examples/cli"
 )
 
 // Exit codes, as in every example (examples/README.md): 0 nothing
@@ -58,8 +59,7 @@ const (
 // usageError is a command line that cannot run; printed says the flag
 // package has printed it already.
 type usageError struct {
-	err     error
-	printed bool
+	err error
 }
 
 func (e usageError) Error() string { return e.err.Error() }
@@ -76,14 +76,12 @@ func main() {
 func exitCode(err error, stderr io.Writer) int {
 	var ue usageError
 	switch {
-	case err == nil || errors.Is(err, flag.ErrHelp):
+	case err == nil || errors.Is(err, cli.ErrHelp):
 		return exitOK
 	case errors.Is(err, errDrifted):
 		return exitDrifted
 	case errors.As(err, &ue):
-		if !ue.printed {
-			fmt.Fprintln(stderr, "drift-explain:", err)
-		}
+		cli.PrintUsageError(stderr, "drift-explain", err)
 		return exitUsage
 	}
 	fmt.Fprintln(stderr, "drift-explain:", err)
@@ -101,13 +99,12 @@ type options struct {
 
 func parseFlags(args []string, stderr io.Writer) (options, error) {
 	var o options
-	fs := flag.NewFlagSet("drift-explain", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := cli.NewFlagSet("drift-explain")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: drift-explain [flags] TEMPLATE.yaml OBJECTS.yaml")
-		fmt.Fprintln(stderr, "       drift-explain -karpenter [flags] DUMP.yaml...")
-		fmt.Fprintln(stderr, "       drift-explain -karpenter -live [-kubeconfig F] [-context C] [flags]")
-		fs.PrintDefaults()
+		cli.WriteHelp(stderr, fs, "usage: drift-explain [flags] TEMPLATE.yaml OBJECTS.yaml",
+			"       drift-explain --karpenter [flags] DUMP.yaml...",
+			"       drift-explain --karpenter --live [--kubeconfig F] [--context C] [flags]",
+			"exit: 0 nothing drifted, 1 error, 2 usage, 3 objects drifted (with --proposed: would drift)")
 	}
 	fs.BoolVar(&o.version, "version", false, "print the version and exit")
 	fs.StringVar(&o.prefix, "prefix", "upgradekit.io", "annotation prefix: <prefix>/hash, <prefix>/hash-version, <prefix>/hash-fields")
@@ -120,41 +117,41 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.k.kubeconfig, "kubeconfig", "", "with -live: kubeconfig (default: $KUBECONFIG, ~/.kube/config, then the in-cluster config)")
 	fs.StringVar(&o.k.context, "context", "", "with -live: kubeconfig context to use")
 	fs.StringVar(&o.k.previous, "previous", "", "with -karpenter: earlier NodePools (YAML) to name the fields that changed since a NodeClaim was made")
-	fs.StringVar(&o.k.instances, "instances", "", "with -karpenter: `aws ec2 describe-instances` output (JSON), for security group and subnet drift")
+	fs.StringVar(&o.k.instances, "instances", "", "with --karpenter: the output of aws ec2 describe-instances (JSON), for security group and subnet drift")
 	fs.StringVar(&o.k.images, "images", "", "with -karpenter: image catalog (JSON, as ami-resolve reads) to say why a new AMI won")
 	fs.StringVar(&o.k.imagesAt, "images-at", "", "with -images: the time to resolve at (RFC 3339; default now)")
 	fs.StringVar(&o.k.kubernetesVersion, "kubernetes-version", "", "with -images: the cluster's Kubernetes version, for alias terms (e.g. 1.31)")
-	fs.StringVar(&o.k.output, "o", "table", "with -karpenter: output format, table or json")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
+	fs.StringVarP(&o.k.output, "output", "o", "table", "with --karpenter: output format: table, json, yaml")
+	if err := cli.Parse(fs, args); err != nil {
+		if errors.Is(err, cli.ErrHelp) {
 			return o, err
 		}
-		return o, usageError{err: err, printed: true}
+		return o, usageError{err: err}
 	}
 	if o.version {
 		return o, nil
 	}
 	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	fs.Visit(func(f *pflag.Flag) { set[f.Name] = true })
 	if o.karpenter {
 		var generic []string
 		for _, n := range []string{"prefix", "hash-version", "path", "stamp", "proposed"} {
 			if set[n] {
-				generic = append(generic, "-"+n)
+				generic = append(generic, "--"+n)
 			}
 		}
 		return o, validateKarpenter(&o.k, fs.Args(), generic)
 	}
-	for _, n := range []string{"live", "kubeconfig", "context", "previous", "instances", "images", "images-at", "kubernetes-version", "o"} {
+	for _, n := range []string{"live", "kubeconfig", "context", "previous", "instances", "images", "images-at", "kubernetes-version", "output"} {
 		if set[n] {
-			return o, usageError{err: fmt.Errorf("-%s needs -karpenter", n)}
+			return o, usageError{err: fmt.Errorf("--%s needs --karpenter", n)}
 		}
 	}
 	if fs.NArg() != 2 {
-		return o, usageError{err: fmt.Errorf("want 2 arguments (TEMPLATE.yaml OBJECTS.yaml), got %d; -h for usage", fs.NArg())}
+		return o, usageError{err: fmt.Errorf("want 2 arguments (TEMPLATE.yaml OBJECTS.yaml), got %d", fs.NArg())}
 	}
 	if o.stamp && o.proposed != "" {
-		return o, usageError{err: errors.New("-stamp and -proposed cannot be combined")}
+		return o, usageError{err: errors.New("--stamp and --proposed cannot be combined")}
 	}
 	o.templateFile, o.objectsFile = fs.Arg(0), fs.Arg(1)
 	return o, nil

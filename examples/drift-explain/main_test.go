@@ -186,7 +186,7 @@ func TestBadInput(t *testing.T) {
 		is   error
 	}{
 		{"no arguments", nil, "want 2 arguments", nil},
-		{"unknown flag", []string{"-bogus"}, "flag provided but not defined", nil},
+		{"unknown flag", []string{"-bogus"}, "unknown flag: --bogus", nil},
 		{"stamp and proposed", []string{"-stamp", "-proposed", "x", "a", "b"}, "cannot be combined", nil},
 		{"missing template", []string{"testdata/nope.yaml", "testdata/nodes.yaml"}, "nope.yaml", fs.ErrNotExist},
 		{"missing objects", []string{"testdata/nodepool.yaml", "testdata/nope.yaml"}, "nope.yaml", fs.ErrNotExist},

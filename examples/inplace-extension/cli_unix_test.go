@@ -85,7 +85,7 @@ func TestBinaryVersionAndLogging(t *testing.T) {
 	}{
 		{[]string{"-h"}, exitOK, "-logging-format"},
 		{[]string{"-no-update-machine", "--logging-format=yaml"}, exitUsage, `Unsupported log format`},
-		{[]string{"-no-update-machine", "-v=loud"}, exitUsage, `invalid value "loud" for flag -v`},
+		{[]string{"-no-update-machine", "-v=loud"}, exitUsage, `invalid argument "loud" for "-v, --v" flag`},
 	} {
 		stderr.Reset()
 		cmd := exec.Command(bin, tc.args...)

@@ -28,7 +28,6 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -41,6 +40,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/spf13/pflag"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
@@ -60,6 +60,7 @@ import (
 
 	"github.com/upgradekit/upgradekit/diff"
 	"github.com/upgradekit/upgradekit/examples/buildinfo"
+	"github.com/upgradekit/upgradekit/examples/cli"
 	"github.com/upgradekit/upgradekit/nodeexec/nodepod"
 	"github.com/upgradekit/upgradekit/strategy"
 	"github.com/upgradekit/upgradekit/strategy/capi"
@@ -84,11 +85,11 @@ var defaultUpgraderCommand = strings.Join(extensionserver.DefaultUpgraderCommand
 // errInvalidFlag is wrapped by every flag validation error.
 var errInvalidFlag = errors.New("invalid flag")
 
-// printedUsageError is a flag the flag package refused and printed.
-type printedUsageError struct{ err error }
+// parseError is a command line the flag parser refused.
+type parseError struct{ err error }
 
-func (e printedUsageError) Error() string { return e.err.Error() }
-func (e printedUsageError) Unwrap() error { return errInvalidFlag }
+func (e parseError) Error() string { return e.err.Error() }
+func (e parseError) Unwrap() error { return errInvalidFlag }
 
 // Exit codes, as in every example (examples/README.md): 0 stopped cleanly
 // (or -h), 1 an error, 2 a usage error.
@@ -100,14 +101,11 @@ const (
 
 // exitCode prints err once and maps it to the exit code.
 func exitCode(err error, stderr io.Writer) int {
-	var printed printedUsageError
 	switch {
-	case err == nil || errors.Is(err, flag.ErrHelp):
+	case err == nil || errors.Is(err, cli.ErrHelp):
 		return exitOK
-	case errors.As(err, &printed):
-		return exitUsage
 	case errors.Is(err, errInvalidFlag):
-		fmt.Fprintln(stderr, "inplace-extension:", err)
+		cli.PrintUsageError(stderr, "inplace-extension", err)
 		return exitUsage
 	}
 	fmt.Fprintln(stderr, "inplace-extension:", err)
@@ -207,8 +205,11 @@ var optionNamesAsFlags = strings.NewReplacer(
 
 func parseFlags(args []string, stderr io.Writer) (options, error) {
 	var o options
-	fs := flag.NewFlagSet("inplace-extension", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := cli.NewFlagSet("inplace-extension")
+	fs.Usage = func() {
+		cli.WriteHelp(stderr, fs, "usage: inplace-extension --upgrader-image IMAGE@sha256:... [flags]",
+			"exit: 0 stopped cleanly, 1 error, 2 usage")
+	}
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig of the management cluster (default: $KUBECONFIG, ~/.kube/config, then the in-cluster config)")
 	fs.StringVar(&o.host, "host", "", "address to listen on (default: all)")
 	fs.IntVar(&o.port, "port", extensionserver.DefaultPort, "port to serve the hooks on")
@@ -247,12 +248,12 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.healthAddr, "health-addr", ":9440", `address of the health endpoints, plain HTTP: /healthz (the process answers) and /readyz (the hooks are served with the certificate of -cert-dir); "0" disables them`)
 	fs.BoolVar(&o.version, "version", false, "print the version and exit")
 	o.logging = logsv1.NewLoggingConfiguration()
-	logsv1.AddGoFlags(o.logging, fs)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
+	logsv1.AddFlags(o.logging, fs)
+	if err := cli.Parse(fs, args); err != nil {
+		if errors.Is(err, cli.ErrHelp) {
 			return o, err
 		}
-		return o, printedUsageError{err}
+		return o, parseError{err}
 	}
 	if fs.NArg() > 0 {
 		return o, fmt.Errorf("%w: unexpected arguments %q", errInvalidFlag, fs.Args())
@@ -263,7 +264,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	if errs := logsv1.Validate(o.logging, nil, nil); len(errs) > 0 {
 		return o, fmt.Errorf("%w: %w", errInvalidFlag, errs.ToAggregate())
 	}
-	fs.VisitAll(func(f *flag.Flag) { o.flagValues = append(o.flagValues, "-"+f.Name+"="+f.Value.String()) })
+	fs.VisitAll(func(f *pflag.Flag) { o.flagValues = append(o.flagValues, "-"+f.Name+"="+f.Value.String()) })
 	o.cats = nil
 	for _, c := range strings.Split(o.categories, ",") {
 		if c = strings.TrimSpace(c); c != "" {

@@ -24,7 +24,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"maps"
@@ -47,6 +46,7 @@ import (
 
 	"github.com/upgradekit/upgradekit/diff"
 	"github.com/upgradekit/upgradekit/examples/buildinfo"
+	"github.com/upgradekit/upgradekit/examples/cli"
 	"github.com/upgradekit/upgradekit/strategy"
 	"github.com/upgradekit/upgradekit/strategy/capi"
 	"github.com/upgradekit/upgradekit/strategy/capi/extensionserver"
@@ -64,11 +64,9 @@ const (
 	exitBlocked  = 4
 )
 
-// usageError is a command line that cannot run; printed says the flag
-// package has printed it already.
+// usageError is a command line that cannot run.
 type usageError struct {
-	err     error
-	printed bool
+	err error
 }
 
 func (e usageError) Error() string { return e.err.Error() }
@@ -80,6 +78,10 @@ var (
 	errBlocked  = errors.New("machines will hold the rollout up")
 )
 
+// command is what the user typed to run preview: it installs as the
+// kubectl plugin kubectl-upgradekit.
+const command = "kubectl upgradekit preview"
+
 func main() {
 	os.Exit(exitCode(run(context.Background(), os.Args[1:], os.Stdin, os.Stdout, os.Stderr, nil), os.Stderr))
 }
@@ -88,19 +90,17 @@ func main() {
 func exitCode(err error, stderr io.Writer) int {
 	var ue usageError
 	switch {
-	case err == nil || errors.Is(err, flag.ErrHelp):
+	case err == nil || errors.Is(err, cli.ErrHelp):
 		return exitOK
 	case errors.Is(err, errBlocked):
 		return exitBlocked
 	case errors.Is(err, errReplaced):
 		return exitReplaced
 	case errors.As(err, &ue):
-		if !ue.printed {
-			fmt.Fprintln(stderr, "preview:", err)
-		}
+		cli.PrintUsageError(stderr, command, err)
 		return exitUsage
 	}
-	fmt.Fprintln(stderr, "preview:", err)
+	fmt.Fprintf(stderr, "%s: %v\n", command, err)
 	return exitError
 }
 
@@ -125,22 +125,18 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		args = args[1:]
 	}
 	var o options
-	fs := flag.NewFlagSet("preview", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := cli.NewFlagSet(command)
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: preview -cluster NAME [-n NAMESPACE] -f CHANGE.yaml [flags]")
-		fmt.Fprintln(stderr, "  (as a kubectl plugin: kubectl upgradekit preview ...)")
-		fmt.Fprintln(stderr, "exit: 0 in place or unchanged, 1 error, 2 usage, 3 machines replaced, 4 machines blocked")
-		fs.PrintDefaults()
+		cli.WriteHelp(stderr, fs, "usage: "+command+" --cluster NAME [-n NAMESPACE] -f CHANGE.yaml [flags]",
+			"exit: 0 in place or unchanged, 1 error, 2 usage, 3 machines replaced, 4 machines blocked")
 	}
 	fs.BoolVar(&o.version, "version", false, "print the version and exit")
 	fs.StringVar(&o.cluster, "cluster", "", "name of the Cluster (required)")
-	fs.StringVar(&o.namespace, "n", "default", "namespace of the Cluster")
-	fs.StringVar(&o.namespace, "namespace", "default", "same as -n")
-	fs.StringVar(&o.file, "f", "", `the change: YAML or JSON objects as kubectl apply -f takes them ("-": standard input; none: what Cluster API would do now)`)
+	fs.StringVarP(&o.namespace, "namespace", "n", "default", "namespace of the Cluster")
+	fs.StringVarP(&o.file, "filename", "f", "", `the change: YAML or JSON objects as kubectl apply -f takes them ("-": standard input; none: what Cluster API would do now)`)
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig of the management cluster (default: $KUBECONFIG, ~/.kube/config, then the in-cluster config)")
 	fs.StringVar(&o.context, "context", "", "kubeconfig context to use")
-	fs.StringVar(&o.output, "o", "table", "output: table or json")
+	cli.OutputFlag(fs, &o.output, cli.Table, cli.JSON, cli.YAML)
 	fs.StringVar(&o.categories, "in-place", defaultCategories(), "the extension's -in-place: diff categories it accepts in place")
 	fs.StringVar(&o.upgraderImage, "upgrader-image", "", "the extension's -upgrader-image (one image, any version)")
 	fs.StringVar(&o.upgraderImages, "upgrader-images", "", "the extension's -upgrader-images, version=image,...: a version not listed is answered with a Failure (Cluster API waits)")
@@ -151,11 +147,11 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.timeline, "timeline", "", "also write the prediction as an HTML/SVG timeline to this file (estimated time; the groups side by side)")
 	fs.StringVar(&o.timingsFlag, "timings", "", "your own figures for the estimates, name=duration,...: drain, replace, other (an updater without its own figure) and updater names (kubeadm, kubelet-args, control-plane-config, files); the rest keep their defaults: "+defaultTimings())
 	fs.BoolVar(&o.serverDryRun, "server-dry-run", true, "send the change and the desired control plane objects as server-side dry runs, so Cluster API's webhooks default and validate them (needs the patch verb; nothing is stored)")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
+	if err := cli.Parse(fs, args); err != nil {
+		if errors.Is(err, cli.ErrHelp) {
 			return o, err
 		}
-		return o, usageError{err: err, printed: true}
+		return o, usageError{err: err}
 	}
 	if o.version {
 		return o, nil
@@ -164,11 +160,11 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	case fs.NArg() > 0:
 		return o, usage(fmt.Errorf("unexpected arguments %q", fs.Args()))
 	case o.cluster == "":
-		return o, usage(errors.New("-cluster is required"))
-	case o.output != "table" && o.output != "json":
-		return o, usage(fmt.Errorf("-o %q: want table or json", o.output))
+		return o, usage(errors.New("--cluster is required"))
+	case cli.CheckOutput(o.output, cli.Table, cli.JSON, cli.YAML) != nil:
+		return o, usage(cli.CheckOutput(o.output, cli.Table, cli.JSON, cli.YAML))
 	case o.mode != modeAuto && o.mode != preview.ModeExtension && o.mode != preview.ModeInProcess:
-		return o, usage(fmt.Errorf("-mode %q: want auto, extension or in-process", o.mode))
+		return o, usage(fmt.Errorf("--mode %q: want auto, extension or in-process", o.mode))
 	case o.upgraderImage != "" && o.upgraderImages != "":
 		return o, usage(errors.New("-upgrader-image and -upgrader-images: set one"))
 	}
@@ -326,7 +322,12 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		}))
 	}
 	start := time.Now()
+	// On a terminal only: reading a large cluster takes a while.
+	prog := cli.NewProgress(stderr, command)
+	defer prog.Done()
+	prog.Printf("reading Cluster %s and its machines...", key)
 	snap, err := preview.Read(ctx, d.mgmt, key, ropts...)
+	prog.Printf("asking the extension about Cluster %s...", key)
 	if err != nil {
 		if errors.Is(err, preview.ErrNotFound) {
 			return usage(fmt.Errorf("-cluster: no Cluster %s", key))
@@ -341,13 +342,10 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return err
 	}
 	took := time.Since(start)
+	prog.Done()
 	switch o.output {
-	case "json":
-		out, err := pr.JSON()
-		if err != nil {
-			return err
-		}
-		if _, err := fmt.Fprintln(stdout, string(out)); err != nil {
+	case cli.JSON, cli.YAML:
+		if err := cli.WriteObject(stdout, o.output, "Prediction", pr); err != nil {
 			return err
 		}
 	default:

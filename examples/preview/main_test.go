@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
@@ -20,6 +21,7 @@ import (
 	runtimehooksv1 "sigs.k8s.io/cluster-api/api/runtime/hooks/v1alpha1"
 	runtimev1 "sigs.k8s.io/cluster-api/api/runtime/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
 
 	"github.com/upgradekit/upgradekit/fake/capitest"
 	"github.com/upgradekit/upgradekit/fake/envtest"
@@ -117,16 +119,31 @@ func TestPreviewAgainstAPIServer(t *testing.T) {
 	require.Contains(t, out, "md-2-abcde-0000  md-2           Blocked")
 	require.Contains(t, errOut, "read and predicted 4 machines")
 
-	t.Run("json", func(t *testing.T) {
-		out, _, code := runWith(t, c, demoChange, "-cluster", "demo", "-f", "-", "-o", "json")
-		require.Equal(t, exitBlocked, code)
-		var pr preview.Prediction
-		require.NoError(t, json.Unmarshal([]byte(out), &pr))
-		require.Len(t, pr.Machines, 4)
-		m, ok := pr.Machine("md-1-abcde-0000")
-		require.True(t, ok)
-		require.Equal(t, []string{"infrastructure.spec.template.spec.image (InfrastructureImage)"}, m.ReplaceFields)
-	})
+	for _, output := range [][]string{{"-o", "json"}, {"--output=yaml"}, {"-oyaml"}} {
+		t.Run(strings.Join(output, ""), func(t *testing.T) {
+			// Flags after the arguments' place, kubectl-style spellings.
+			out, _, code := runWith(t, c, demoChange, append([]string{"--cluster=demo", "-f", "-"}, output...)...)
+			require.Equal(t, exitBlocked, code)
+			var pr struct {
+				APIVersion string `json:"apiVersion"`
+				Kind       string `json:"kind"`
+				Estimate   string `json:"estimate"`
+				Machines   []struct {
+					Name          string   `json:"name"`
+					ReplaceFields []string `json:"replaceFields"`
+				} `json:"machines"`
+			}
+			require.NoError(t, yaml.Unmarshal([]byte(out), &pr))
+			require.Equal(t, "cli.upgradekit.io/v1alpha1", pr.APIVersion)
+			require.Equal(t, "Prediction", pr.Kind)
+			_, err := time.ParseDuration(pr.Estimate)
+			require.NoError(t, err, "a duration as a string: %q", pr.Estimate)
+			require.NotContains(t, out, "null")
+			require.Len(t, pr.Machines, 4)
+			require.Equal(t, "md-1-abcde-0000", pr.Machines[1].Name)
+			require.Equal(t, []string{"infrastructure.spec.template.spec.image (InfrastructureImage)"}, pr.Machines[1].ReplaceFields)
+		})
+	}
 	t.Run("replaced only", func(t *testing.T) {
 		_, _, code := runWith(t, c, demoChange, "-cluster", "demo", "-f", "-", "-workload=false")
 		require.Equal(t, exitReplaced, code, "without the workload cluster no drain blocker is known")
@@ -261,8 +278,13 @@ func TestPreviewAsksTheDeployedExtension(t *testing.T) {
 	require.Contains(t, out, "answered in-process")
 
 	out, _, _ = runWith(t, c, "", "-cluster", "demo", "-f", file, "-o", "json")
-	var pr preview.Prediction
+	var pr struct {
+		Kind       string   `json:"kind"`
+		Mode       string   `json:"mode"`
+		Extensions []string `json:"extensions"`
+	}
 	require.NoError(t, json.Unmarshal([]byte(out), &pr))
+	require.Equal(t, "Prediction", pr.Kind)
 	require.Equal(t, preview.ModeExtension, pr.Mode)
 	require.Equal(t, []string{"upgradekit"}, pr.Extensions)
 

@@ -27,7 +27,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"maps"
@@ -39,7 +38,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/spf13/pflag"
+
 	"github.com/upgradekit/upgradekit/examples/buildinfo"
+	"github.com/upgradekit/upgradekit/examples/cli"
 	"github.com/upgradekit/upgradekit/fake"
 	"github.com/upgradekit/upgradekit/fake/timeline"
 	"github.com/upgradekit/upgradekit/nodeexec/kubeadm"
@@ -111,7 +113,7 @@ type fault struct {
 // flag.ErrHelp for -h, after the usage is printed).
 func parseFlags(args []string, stderr io.Writer) (options, error) {
 	o, printed, err := parseArgs(args, stderr)
-	if err != nil && !errors.Is(err, flag.ErrHelp) {
+	if err != nil && !errors.Is(err, cli.ErrHelp) {
 		return o, usageError{err: err, printed: printed}
 	}
 	return o, err
@@ -120,8 +122,11 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 // parseArgs parses args; printed says the flag package printed the error.
 func parseArgs(args []string, stderr io.Writer) (o options, printed bool, err error) {
 	var workers, newImage, faults string
-	fs := flag.NewFlagSet("simulate", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := cli.NewFlagSet("simulate")
+	fs.Usage = func() {
+		cli.WriteHelp(stderr, fs, "usage: simulate [flags]",
+			"exit: 0 every machine done, 1 error, 2 usage, 3 machines failed, 4 machines blocked or held back")
+	}
 	fs.BoolVar(&o.version, "version", false, "print the version and exit")
 	fs.IntVar(&o.controlPlanes, "control-planes", 3, "control plane machines")
 	fs.StringVar(&workers, "workers", "md-0=5,md-1=5", "machine deployments as name=replicas,...")
@@ -138,8 +143,8 @@ func parseArgs(args []string, stderr io.Writer) (o options, printed bool, err er
 	fs.BoolVar(&o.bar, "progress-bar", isTerminal(os.Stdout), "print a progress bar after each batch (default: when stdout is a terminal)")
 	fs.StringVar(&o.updater, "updater", updaterSimulator, "what updates in-place machines: simulator (the simulator runs the kubeadm plans), capi (a real capi.MachineUpdater called as Cluster API calls the UpdateMachine hook, the simulated kubelets running its upgrader pods)")
 	fs.StringVar(&o.onFailure, "on-failure", string(fake.FailureStall), "what the rollout does after a machine's update fails: stall (as Cluster API: the failed machine stays unavailable, so its machine deployment goes on only within maxSurge+maxUnavailable, and a failed control plane machine stops the control plane and the workers), continue (as if the failed machine were fixed at once)")
-	if err := fs.Parse(args); err != nil {
-		return o, true, err
+	if err := cli.Parse(fs, args); err != nil {
+		return o, false, err
 	}
 	if o.version {
 		return o, false, nil
@@ -169,7 +174,7 @@ func parseArgs(args []string, stderr io.Writer) (o options, printed bool, err er
 	}
 	o.newImage = splitList(newImage)
 	explicit := false
-	fs.Visit(func(f *flag.Flag) { explicit = explicit || f.Name == "new-image" })
+	fs.Visit(func(f *pflag.Flag) { explicit = explicit || f.Name == "new-image" })
 	if !explicit {
 		// The default names md-1 of the default -workers: keep it only
 		// where there is such a deployment.
@@ -530,7 +535,7 @@ func main() {
 // in the summary already; they are not printed again.
 func exitCode(err error, stderr io.Writer) int {
 	switch {
-	case err == nil || errors.Is(err, flag.ErrHelp):
+	case err == nil || errors.Is(err, cli.ErrHelp):
 		return exitOK
 	case errors.Is(err, errMachinesFailed):
 		return exitFailed
@@ -540,7 +545,7 @@ func exitCode(err error, stderr io.Writer) int {
 	var ue usageError
 	if errors.As(err, &ue) {
 		if !ue.printed {
-			fmt.Fprintln(stderr, "simulate:", err)
+			cli.PrintUsageError(stderr, "simulate", err)
 		}
 		return exitUsage
 	}

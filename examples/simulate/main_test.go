@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/xml"
 	"errors"
-	"flag"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -13,6 +12,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/upgradekit/upgradekit/examples/cli"
 )
 
 // TestDefaultDemo runs the README's command (with a timeline) and checks the
@@ -258,9 +259,9 @@ func TestSeedDrivesFlakyFailures(t *testing.T) {
 func TestHelpExitsZero(t *testing.T) {
 	var stderr bytes.Buffer
 	err := run(context.Background(), []string{"-h"}, &bytes.Buffer{}, &stderr)
-	require.ErrorIs(t, err, flag.ErrHelp)
+	require.ErrorIs(t, err, cli.ErrHelp)
 	require.Equal(t, exitOK, exitCode(err, &stderr))
-	require.Contains(t, stderr.String(), "-updater string")
+	require.Contains(t, stderr.String(), "--updater string")
 	require.Contains(t, stderr.String(), "capi (a real capi.MachineUpdater")
 	require.Equal(t, exitOK, exitCode(nil, &stderr))
 	require.Equal(t, exitFailure, exitCode(errors.New("3 invariant violations"), &stderr))

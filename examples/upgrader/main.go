@@ -40,7 +40,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -49,6 +48,7 @@ import (
 	"time"
 
 	"github.com/upgradekit/upgradekit/examples/buildinfo"
+	"github.com/upgradekit/upgradekit/examples/cli"
 	"github.com/upgradekit/upgradekit/nodeexec"
 )
 
@@ -80,12 +80,13 @@ func stateCode(s nodeexec.PlanState) int {
 }
 
 const usage = `usage:
-  upgrader run      [-plan FILE] [-direct] [-journal-dir DIR] [-stop-after STEP] [flags]
-  upgrader status   [-journal-dir DIR | -journal FILE] [-o text|json] [-tail N] [PLAN...]
-  upgrader rollback [-plan FILE] [-direct] [-journal-dir DIR] [flags]
-  upgrader reset    [-journal-dir DIR] PLAN...
+  upgrader run      [--plan FILE] [--direct] [--journal-dir DIR] [--stop-after STEP] [flags]
+  upgrader status   [--journal-dir DIR | --journal FILE] [-o text|json|yaml] [--tail N] [PLAN...]
+  upgrader rollback [--plan FILE] [--direct] [--journal-dir DIR] [flags]
+  upgrader reset    [--journal-dir DIR] PLAN...
   upgrader version
-Run "upgrader COMMAND -h" for a command's flags. The plan and settings
+exit: 0 done, 1 error, 2 usage, 3 in progress, 4 rolled back, 5 failed, 6 needs attention
+Run "upgrader COMMAND --help" for a command's flags. The plan and settings
 default to the UPGRADEKIT_* environment the upgrader pod sets.`
 
 func main() {
@@ -102,8 +103,7 @@ func main() {
 // run is the whole command; getenv stands for os.Getenv.
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
-		fmt.Fprintln(stderr, usage)
-		return exitUsage
+		return usagef(stderr, "upgrader", "name a command (run, rollback, status, reset, version)")
 	}
 	switch args[0] {
 	case "run", "rollback":
@@ -119,8 +119,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		fmt.Fprintln(stdout, buildinfo.Version("upgrader"))
 		return exitOK
 	default:
-		fmt.Fprintf(stderr, "upgrader: unknown command %q\n%s\n", args[0], usage)
-		return exitUsage
+		return usagef(stderr, "upgrader", "unknown command %q (run, rollback, status, reset, version)", args[0])
 	}
 }
 
@@ -130,8 +129,8 @@ const defaultStopGrace = 15 * time.Second
 
 // runPlan is "run" and "rollback": both need the plan and a runner.
 func runPlan(ctx context.Context, cmd string, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("upgrader "+cmd, flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := cli.NewFlagSet("upgrader " + cmd)
+	fs.Usage = func() { cli.WriteHelp(stderr, fs, "usage: upgrader "+cmd+" [flags]") }
 	planFile := fs.String("plan", "", "plan file (JSON, as nodeexec.EncodePlan writes it); default $"+nodeexec.EnvPlan)
 	direct := fs.Bool("direct", false, "run steps without nsenter, in this process's namespaces (on the host itself, or tests)")
 	grace := fs.Duration("stop-grace", defaultStopGrace, "after SIGTERM/SIGINT, how long the step under way may go on before its processes are stopped (no new step starts); keep it and 10s under the pod's termination grace period")
@@ -146,16 +145,14 @@ func runPlan(ctx context.Context, cmd string, args []string, getenv func(string)
 	if cmd == "run" {
 		env[nodeexec.EnvStopAfter] = fs.String("stop-after", "", "return after this step completes; default $"+nodeexec.EnvStopAfter)
 	}
-	if err := fs.Parse(args); err != nil {
-		return usageError(err)
+	if err := cli.Parse(fs, args); err != nil {
+		return usageError(stderr, "upgrader "+cmd, err)
 	}
 	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "upgrader %s: unexpected arguments %q\n", cmd, fs.Args())
-		return exitUsage
+		return usagef(stderr, "upgrader "+cmd, "unexpected arguments %q", fs.Args())
 	}
 	if *grace < 0 {
-		fmt.Fprintf(stderr, "upgrader %s: -stop-grace %s: must not be negative\n", cmd, *grace)
-		return exitUsage
+		return usagef(stderr, "upgrader "+cmd, "--stop-grace %s: must not be negative", *grace)
 	}
 	if *planFile != "" {
 		data, err := os.ReadFile(*planFile)
@@ -265,15 +262,14 @@ func report(cmd string, out nodeexec.Outcome, err error, ran bool, stdout, stder
 // reset deletes the journals of the named plans (Runner.Reset: never the
 // journal of a plan a runner is executing), so the next run starts over.
 func reset(args []string, getenv func(string) string, stdout, stderr io.Writer) int {
-	flags := flag.NewFlagSet("upgrader reset", flag.ContinueOnError)
-	flags.SetOutput(stderr)
+	flags := cli.NewFlagSet("upgrader reset")
+	flags.Usage = func() { cli.WriteHelp(stderr, flags, "usage: "+flags.Name()+" [flags]") }
 	dir := flags.String("journal-dir", "", "journal directory; default $"+nodeexec.EnvJournalDir+" or "+nodeexec.DefaultJournalDir)
-	if err := flags.Parse(args); err != nil {
-		return usageError(err)
+	if err := cli.Parse(flags, args); err != nil {
+		return usageError(stderr, flags.Name(), err)
 	}
 	if flags.NArg() == 0 {
-		fmt.Fprintln(stderr, "upgrader reset: name the plans whose journals to delete")
-		return exitUsage
+		return usagef(stderr, "upgrader reset", "name the plans whose journals to delete")
 	}
 	runner, err := nodeexec.NewRunner(nodeexec.OSExecutor{}, nodeexec.WithJournalDir(journalDir(*dir, getenv)))
 	if err != nil {
@@ -282,13 +278,11 @@ func reset(args []string, getenv func(string) string, stdout, stderr io.Writer) 
 	}
 	for _, plan := range flags.Args() {
 		if err := nodeexec.CheckPlanName(plan); err != nil {
-			fmt.Fprintf(stderr, "upgrader reset: %v\n", err)
-			return exitUsage
+			return usagef(stderr, "upgrader reset", "%v", err)
 		}
 		journal, err := runner.JournalPath(plan) // checked above
 		if err != nil {
-			fmt.Fprintf(stderr, "upgrader reset: %v\n", err)
-			return exitUsage
+			return usagef(stderr, "upgrader reset", "%v", err)
 		}
 		_, statErr := os.Stat(journal)
 		if err := runner.Reset(plan); err != nil {
@@ -315,12 +309,19 @@ func journalDir(flagValue string, getenv func(string) string) string {
 	return nodeexec.DefaultJournalDir
 }
 
-// usageError maps a flag parsing error to an exit code (the flag package
-// has already printed it).
-func usageError(err error) int {
-	if errors.Is(err, flag.ErrHelp) {
+// usageError maps a flag parsing error to an exit code, printing it as
+// one line and the --help hint (the help itself for -h).
+func usageError(stderr io.Writer, cmd string, err error) int {
+	if errors.Is(err, cli.ErrHelp) {
 		return exitOK
 	}
+	cli.PrintUsageError(stderr, cmd, err)
+	return exitUsage
+}
+
+// usagef prints a usage error of cmd as one line and the --help hint.
+func usagef(stderr io.Writer, cmd, format string, a ...any) int {
+	cli.PrintUsageError(stderr, cmd, fmt.Errorf(format, a...))
 	return exitUsage
 }
 

@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/stretchr/testify/require"
+	"sigs.k8s.io/yaml"
 
 	"github.com/upgradekit/upgradekit/nodeexec"
 )
@@ -143,19 +143,32 @@ func TestRunFails(t *testing.T) {
 	}
 	require.Empty(t, cmp.Diff(want, trimmed))
 
-	r = upgrader(t, nil, "status", "-journal-dir", journal, "-o", "json")
-	require.Equal(t, exitFailed, r.code)
-	var gotJSON statusJSON
-	require.NoError(t, json.Unmarshal([]byte(r.stdout), &gotJSON))
 	path := filepath.Join(journal, "demo.journal.json")
 	j, err := nodeexec.ReadJournal(path)
 	require.NoError(t, err)
-	require.Empty(t, cmp.Diff(statusJSON{Path: path, Journal: j}, gotJSON))
-	require.Equal(t, nodeexec.PlanFailed, gotJSON.State)
-
-	// -journal FILE reads the same journal.
-	r2 := upgrader(t, nil, "status", "-journal", path, "-o", "json")
-	require.Equal(t, r.stdout, r2.stdout)
+	for _, output := range []string{"-ojson", "--output=yaml"} {
+		r = upgrader(t, nil, "status", "--journal-dir", journal, output)
+		require.Equal(t, exitFailed, r.code)
+		var list struct {
+			APIVersion string       `json:"apiVersion"`
+			Kind       string       `json:"kind"`
+			Items      []statusJSON `json:"items"`
+		}
+		require.NoError(t, yaml.Unmarshal([]byte(r.stdout), &list), r.stdout)
+		require.Equal(t, "cli.upgradekit.io/v1alpha1", list.APIVersion)
+		require.Equal(t, "JournalList", list.Kind)
+		require.Empty(t, cmp.Diff([]statusJSON{{Path: path, Journal: j}}, list.Items))
+		var kinds struct {
+			Items []struct {
+				Kind string `json:"kind"`
+			} `json:"items"`
+		}
+		require.NoError(t, yaml.Unmarshal([]byte(r.stdout), &kinds))
+		require.Equal(t, "Journal", kinds.Items[0].Kind, "each item is typed too")
+		// -journal FILE reads the same journal.
+		r2 := upgrader(t, nil, "status", "-journal", path, output)
+		require.Equal(t, r.stdout, r2.stdout)
+	}
 }
 
 func TestRollback(t *testing.T) {
@@ -286,19 +299,19 @@ func TestUsage(t *testing.T) {
 		want   int
 		stderr string
 	}{
-		{"no command", nil, nil, exitUsage, "usage:"},
-		{"unknown command", nil, []string{"upgrade"}, exitUsage, `unknown command "upgrade"`},
+		{"no command", nil, nil, exitUsage, "upgrader: name a command (run, rollback, status, reset, version)\nSee 'upgrader --help' for usage.\n"},
+		{"unknown command", nil, []string{"upgrade"}, exitUsage, "upgrader: unknown command \"upgrade\" (run, rollback, status, reset, version)\nSee 'upgrader --help' for usage.\n"},
 		{"help", nil, []string{"help"}, exitOK, ""},
 		{"command help", nil, []string{"run", "-h"}, exitOK, "-stop-after"},
-		{"unknown flag", nil, []string{"run", "-bogus"}, exitUsage, "flag provided but not defined: -bogus"},
-		{"stop-after is not a rollback flag", nil, []string{"rollback", "-stop-after", "one"}, exitUsage, "not defined: -stop-after"},
+		{"unknown flag", nil, []string{"run", "-bogus"}, exitUsage, "upgrader run: unknown flag: --bogus\nSee 'upgrader run --help' for usage.\n"},
+		{"stop-after is not a rollback flag", nil, []string{"rollback", "-stop-after", "one"}, exitUsage, "unknown flag: --stop-after"},
 		{"stray argument", nil, []string{"run", "-plan", plan, "extra"}, exitUsage, `unexpected arguments ["extra"]`},
 		{"no plan", nil, []string{"run", "-direct", "-journal-dir", journal}, exitError, "UPGRADEKIT_PLAN: required environment variable is not set"},
 		{"missing plan file", nil, []string{"run", "-plan", filepath.Join(journal, "nope.json")}, exitError, "no such file"},
 		{"invalid plan", map[string]string{nodeexec.EnvPlan: `{"name":"x","node":"n","steps":[]}`}, []string{"run"}, exitError, "plan has no steps"},
 		{"bad target PID", nil, []string{"run", "-plan", plan, "-target-pid", "0"}, exitError, "want a PID >= 1"},
 		{"bad stop-after step", nil, []string{"run", "-plan", plan, "-direct", "-journal-dir", journal, "-stop-after", "nope"}, exitError, `plan has no step "nope"`},
-		{"bad output format", nil, []string{"status", "-o", "yaml"}, exitUsage, `-o "yaml"`},
+		{"bad output format", nil, []string{"status", "-o", "xml"}, exitUsage, `--output "xml": want text, json, yaml`},
 		{"negative tail", nil, []string{"status", "-tail", "-1"}, exitUsage, "-tail -1"},
 		{"journal file and plan names", nil, []string{"status", "-journal", "f", "demo"}, exitUsage, "-journal names one file"},
 		{"plan name with a slash", nil, []string{"status", "../etc"}, exitUsage, "invalid plan: name: invalid name: \"../etc\""},

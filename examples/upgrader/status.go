@@ -1,9 +1,7 @@
 package main
 
 import (
-	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"io/fs"
@@ -14,11 +12,12 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/upgradekit/upgradekit/examples/cli"
 	"github.com/upgradekit/upgradekit/nodeexec"
 )
 
-// statusJSON is one line of `status -o json`: the journal as stored, plus
-// where it was read from.
+// statusJSON is one item of `status -o json|yaml` (a JournalList): the
+// journal as stored, plus where it was read from.
 type statusJSON struct {
 	Path string `json:"journal"`
 	nodeexec.Journal
@@ -27,30 +26,27 @@ type statusJSON struct {
 // status prints the journals of the named plans (all journals in the
 // directory when none is named, or the one file given with -journal).
 func status(args []string, getenv func(string) string, stdout, stderr io.Writer) int {
-	flags := flag.NewFlagSet("upgrader status", flag.ContinueOnError)
-	flags.SetOutput(stderr)
+	flags := cli.NewFlagSet("upgrader status")
+	flags.Usage = func() { cli.WriteHelp(stderr, flags, "usage: "+flags.Name()+" [flags]") }
 	dir := flags.String("journal-dir", "", "journal directory; default $"+nodeexec.EnvJournalDir+" or "+nodeexec.DefaultJournalDir)
 	file := flags.String("journal", "", "read this journal file instead of looking plans up in the directory")
-	format := flags.String("o", "text", "output: text, or json (one journal object per line)")
+	var format string
+	cli.OutputFlag(flags, &format, cli.Text, cli.JSON, cli.YAML)
 	tail := flags.Int("tail", 3, "lines of each step's journaled output to print (text only; 0 for none)")
-	if err := flags.Parse(args); err != nil {
-		return usageError(err)
+	if err := cli.Parse(flags, args); err != nil {
+		return usageError(stderr, flags.Name(), err)
 	}
 	switch {
-	case *format != "text" && *format != "json":
-		fmt.Fprintf(stderr, "upgrader status: -o %q: want text or json\n", *format)
-		return exitUsage
+	case cli.CheckOutput(format, cli.Text, cli.JSON, cli.YAML) != nil:
+		return usagef(stderr, "upgrader status", "%v", cli.CheckOutput(format, cli.Text, cli.JSON, cli.YAML))
 	case *tail < 0:
-		fmt.Fprintf(stderr, "upgrader status: -tail %d: want 0 or more\n", *tail)
-		return exitUsage
+		return usagef(stderr, "upgrader status", "-tail %d: want 0 or more", *tail)
 	case *file != "" && (*dir != "" || flags.NArg() > 0):
-		fmt.Fprintln(stderr, "upgrader status: -journal names one file; it takes no -journal-dir or plan names")
-		return exitUsage
+		return usagef(stderr, "upgrader status", "-journal names one file; it takes no -journal-dir or plan names")
 	}
 	for _, p := range flags.Args() {
 		if err := nodeexec.CheckPlanName(p); err != nil {
-			fmt.Fprintf(stderr, "upgrader status: %v\n", err)
-			return exitUsage
+			return usagef(stderr, "upgrader status", "%v", err)
 		}
 	}
 	paths, err := journalPaths(*file, journalDir(*dir, getenv), flags.Args())
@@ -60,12 +56,13 @@ func status(args []string, getenv func(string) string, stdout, stderr io.Writer)
 	}
 	if len(paths) == 0 {
 		// An empty result is not an error, as kubectl get's "No
-		// resources found": nothing on stdout (no JSON lines either), a
+		// resources found": nothing on stdout (no JSON or YAML either), a
 		// note on stderr, exit 0.
 		fmt.Fprintf(stderr, "No journals found in %s.\n", journalDir(*dir, getenv))
 		return exitOK
 	}
 	code := exitOK
+	var items []statusJSON
 	for i, path := range paths {
 		j, err := nodeexec.ReadJournal(path)
 		if errors.Is(err, fs.ErrNotExist) {
@@ -77,19 +74,20 @@ func status(args []string, getenv func(string) string, stdout, stderr io.Writer)
 			continue
 		}
 		code = max(code, stateCode(j.State))
-		if *format == "json" {
-			b, err := json.Marshal(statusJSON{Path: path, Journal: j})
-			if err != nil {
-				fmt.Fprintf(stderr, "upgrader status: %v\n", err)
-				return exitError
-			}
-			fmt.Fprintf(stdout, "%s\n", b)
+		if format != cli.Text {
+			items = append(items, statusJSON{Path: path, Journal: j})
 			continue
 		}
 		if i > 0 {
 			fmt.Fprintln(stdout)
 		}
 		printJournal(stdout, path, j, *tail)
+	}
+	if format != cli.Text && len(items) > 0 {
+		if err := cli.WriteObject(stdout, format, "Journal", items); err != nil {
+			fmt.Fprintf(stderr, "upgrader status: %v\n", err)
+			return exitError
+		}
 	}
 	return code
 }

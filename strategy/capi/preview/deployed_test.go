@@ -171,8 +171,10 @@ func TestTheDeployedExtensionDecides(t *testing.T) {
 		reason   string
 	}{
 		{name: "upgradekit as the plugin assumes", handlers: upgradekit(extensionserver.WithUpgraderImage("registry.example/upgrader:any")), want: strategy.MethodInPlace, reason: "CanUpdateMachineSet accepts"},
+		// Not configured for the version is a Failure, which Cluster API
+		// asks again, not a decline it remembers.
 		{name: "upgradekit with images for another version", handlers: upgradekit(extensionserver.WithUpgraderImages(capi.ImagesByVersion{cpTo: "registry.example/upgrader:" + cpTo})),
-			want: strategy.MethodReplace, reason: "CanUpdateMachineSet declines"},
+			want: strategy.MethodBlocked, reason: "not configured for the version"},
 		{name: "upgradekit disabled by its ExtensionConfig's settings", handlers: upgradekit(extensionserver.WithUpgraderImage("registry.example/upgrader:any")),
 			settings: map[string]string{capi.SettingDisabled: "true"}, want: strategy.MethodReplace, reason: "CanUpdateMachineSet declines"},
 		{name: "another vendor's extension", handlers: []server.ExtensionHandler{versionOnly("other", true)}, want: strategy.MethodInPlace, reason: "version only (handler other.deployed)"},
@@ -243,9 +245,9 @@ func TestSeveralInPlaceExtensions(t *testing.T) {
 // name resolves only inside the cluster, is reached through the API
 // server's service proxy, as kubectl reaches services from outside; the
 // answer is the deployed extension's (no upgrader image for the version:
-// a decline). The API server proxies to no loopback address, so the
-// extension listens in a network namespace of the test's own
-// (extensionNetwork).
+// a Failure, so the machines are Blocked until it is configured). The API
+// server proxies to no loopback address, so the extension listens in a
+// network namespace of the test's own (extensionNetwork).
 func TestThroughTheServiceProxy(t *testing.T) {
 	ip, inNetns := extensionNetwork(t)
 	env := startEnv(t)
@@ -321,7 +323,7 @@ func TestThroughTheServiceProxy(t *testing.T) {
 	t.Logf("prediction:\n%s", pr)
 	for _, n := range []string{"md-a-abcde-0000", "md-a-abcde-0001"} {
 		m, _ := pr.Machine(n)
-		require.Equal(t, strategy.MethodReplace, m.Method, m.Reason)
+		require.Equal(t, strategy.MethodBlocked, m.Method, m.Reason)
 		require.Contains(t, m.Reason, "no upgrader image for "+cpFrom)
 	}
 }
