@@ -48,7 +48,8 @@ clusterctl:
 
 ## test: the whole suite with the race detector, against a real kube-apiserver + etcd,
 ## CAPI's own in-place comparison (hack/capi-inplace-oracle.sh), CAPI's own
-## managers (hack/capi-managers.sh) and CAPI's clusterctl (hack/clusterctl.sh).
+## managers (hack/capi-managers.sh), CAPI's clusterctl (hack/clusterctl.sh) and
+## a kubectl for the kubectl plugin test (hack/kubectl.sh).
 ## UPGRADEKIT_REQUIRE_ENVTEST=1: a test that needs the API server fails
 ## instead of skipping when it cannot have one.
 test:
@@ -56,9 +57,10 @@ test:
 	oracle="$$(hack/capi-inplace-oracle.sh)"; \
 	managers="$$(hack/capi-managers.sh)"; \
 	clusterctl="$$(hack/clusterctl.sh)"; \
+	kubectl="$$(hack/kubectl.sh)/kubectl"; \
 	for m in $(MODULES); do \
 	  echo "== go test -race $$m/..."; \
-	  (cd "$$m" && KUBEBUILDER_ASSETS="$$assets" UPGRADEKIT_REQUIRE_ENVTEST=1 UPGRADEKIT_CAPI_ORACLE="$$oracle" UPGRADEKIT_CAPI_MANAGERS="$$managers" UPGRADEKIT_CLUSTERCTL="$$clusterctl" go test -race -count=1 -timeout 30m ./...); \
+	  (cd "$$m" && KUBEBUILDER_ASSETS="$$assets" UPGRADEKIT_REQUIRE_ENVTEST=1 UPGRADEKIT_CAPI_ORACLE="$$oracle" UPGRADEKIT_CAPI_MANAGERS="$$managers" UPGRADEKIT_CLUSTERCTL="$$clusterctl" UPGRADEKIT_KUBECTL="$$kubectl" go test -race -count=1 -timeout 30m ./...); \
 	done
 
 ## e2e: only the scenarios Cluster API's own controllers drive (fake/capitest and

@@ -270,12 +270,17 @@ func TestPreviewIsAKubectlPlugin(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the preview binary")
 	}
-	kubectl, err := exec.LookPath("kubectl")
-	if err != nil {
-		if os.Getenv("UPGRADEKIT_REQUIRE_ENVTEST") == "1" {
-			t.Fatalf("no kubectl on PATH: %v", err)
+	// UPGRADEKIT_KUBECTL (make test builds one: hack/kubectl.sh), else
+	// the one on PATH.
+	kubectl := os.Getenv("UPGRADEKIT_KUBECTL")
+	if kubectl == "" {
+		var err error
+		if kubectl, err = exec.LookPath("kubectl"); err != nil {
+			if os.Getenv("UPGRADEKIT_REQUIRE_ENVTEST") == "1" {
+				t.Fatalf("no kubectl: set UPGRADEKIT_KUBECTL=$(hack/kubectl.sh)/kubectl or put one on PATH: %v", err)
+			}
+			t.Skip("no kubectl: UPGRADEKIT_KUBECTL=$(hack/kubectl.sh)/kubectl")
 		}
-		t.Skip("no kubectl on PATH")
 	}
 	root, err := filepath.Abs(filepath.Join("..", ".."))
 	require.NoError(t, err)
