@@ -309,10 +309,10 @@ func NodeClassHashCheck(l Lookup, opts ...ExplainOption) drift.Check {
 				Evidence: []drift.Evidence{{Kind: drift.EvidenceHash, Key: awsv1.AnnotationEC2NodeClassHash, Got: got, Detail: "hash version " + gotVersion}},
 			}, nil
 		}
-		want, source := annotated, "annotation"
+		want, source := annotated, ""
 		switch {
 		case cfg.caBundle != nil:
-			want, source = EC2NodeClassHash(class, cfg.caBundle), "computed with the cluster CA bundle"
+			want, source = EC2NodeClassHash(class, cfg.caBundle), ", computed with the cluster CA bundle"
 		case !okAnnotated || classVersion != EC2NodeClassHashVersion:
 			return nil, hashUnknownError{fmt.Sprintf("EC2NodeClass %s has no %s hash annotation yet, and its hash includes the cluster CA bundle, which was not given",
 				class.Name, EC2NodeClassHashVersion)}
@@ -322,7 +322,7 @@ func NodeClassHashCheck(l Lookup, opts ...ExplainOption) drift.Check {
 		}
 		return &drift.Reason{
 			Name: drift.NodeClassDrift,
-			Message: fmt.Sprintf("EC2NodeClass %s's spec changed since this NodeClaim was made (hash %s, now %s, %s)",
+			Message: fmt.Sprintf("EC2NodeClass %s's spec changed since this NodeClaim was made (hash %s, now %s%s)",
 				class.Name, errtext.Quote(got), errtext.Quote(want), source),
 			Evidence: []drift.Evidence{{Kind: drift.EvidenceHash, Key: awsv1.AnnotationEC2NodeClassHash, Want: want, Got: got,
 				Detail: "hash version " + gotVersion}},

@@ -26,6 +26,7 @@ type karpenterOptions struct {
 	live                      bool
 	kubeconfig, context       string
 	previous, instances       string
+	caBundle                  string
 	images, kubernetesVersion string
 	imagesAt                  string
 	output                    string
@@ -72,6 +73,13 @@ func runKarpenter(ctx context.Context, o karpenterOptions, stdout io.Writer, new
 			return fmt.Errorf("-previous %s: no NodePools", o.previous)
 		}
 		opts = append(opts, karpenter.WithPreviousNodePools(prev.NodePools...))
+	}
+	if o.caBundle != "" {
+		pem, err := os.ReadFile(o.caBundle)
+		if err != nil {
+			return err
+		}
+		opts = append(opts, karpenter.WithClusterCABundle(string(pem)))
 	}
 	if o.instances != "" {
 		f, err := os.Open(o.instances)
@@ -262,7 +270,7 @@ func validateKarpenter(o *karpenterOptions, args []string, generic []string) err
 			return usageError{err: fmt.Errorf("-kubernetes-version: %w", err)}
 		}
 	}
-	for _, f := range append([]string{o.previous, o.instances, o.images}, o.dumps...) {
+	for _, f := range append([]string{o.previous, o.instances, o.images, o.caBundle}, o.dumps...) {
 		if f == "" {
 			continue
 		}

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	awsv1 "github.com/aws/karpenter-provider-aws/pkg/apis/v1"
 	"github.com/google/go-cmp/cmp"
 	"github.com/stretchr/testify/require"
 	"k8s.io/client-go/tools/clientcmd"
@@ -282,4 +283,32 @@ func TestREADMEShowsARealKarpenterExplanation(t *testing.T) {
 	out, _, err := runCmd(t, "-karpenter", "-instances", dumpDir+"/instances.json", dumpDir+"/cluster.yaml")
 	require.ErrorIs(t, err, errDrifted)
 	require.Empty(t, cmp.Diff(out, shown), "README.md's -karpenter output is stale")
+}
+
+// TestKarpenterClusterCABundle: with the EC2NodeClass's hash annotation
+// not yet written, a NodeClaim stamped with the hash Karpenter will write
+// is "cannot tell" without --cluster-ca-bundle and not drifted with it.
+func TestKarpenterClusterCABundle(t *testing.T) {
+	const ca = "-----BEGIN CERTIFICATE-----\nMIIBtest\n-----END CERTIFICATE-----\n"
+	snap := readDump(t)
+	class := snap.EC2NodeClass("default")
+	delete(class.Annotations, awsv1.AnnotationEC2NodeClassHash)
+	delete(class.Annotations, awsv1.AnnotationEC2NodeClassHashVersion)
+	caCopy := ca
+	for i := range snap.NodeClaims {
+		if snap.NodeClaims[i].Name == "default-f" {
+			snap.NodeClaims[i].Annotations[awsv1.AnnotationEC2NodeClassHash] = class.Hash(&caCopy)
+		}
+	}
+	file := writeDump(t, snap, func(name string) bool { return name == "default-f" })
+	out, _, _ := runCmd(t, "-karpenter", file)
+	require.Contains(t, out, "CA bundle")
+
+	bundle := filepath.Join(t.TempDir(), "ca.crt")
+	require.NoError(t, os.WriteFile(bundle, []byte(ca), 0o600))
+	out, stderr, err := runCmd(t, "--karpenter", "--cluster-ca-bundle", bundle, file)
+	require.NoError(t, err, stderr)
+	require.NotContains(t, out, "CA bundle")
+	require.Contains(t, out, "0 of 1 NodeClaims drifted")
+	require.Contains(t, out, "EC2NodeClass default has no hash annotation yet; Karpenter will stamp "+class.Hash(&caCopy))
 }

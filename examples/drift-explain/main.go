@@ -117,6 +117,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.k.kubeconfig, "kubeconfig", "", "with -live: kubeconfig (default: $KUBECONFIG, ~/.kube/config, then the in-cluster config)")
 	fs.StringVar(&o.k.context, "context", "", "with -live: kubeconfig context to use")
 	fs.StringVar(&o.k.previous, "previous", "", "with -karpenter: earlier NodePools (YAML) to name the fields that changed since a NodeClaim was made")
+	fs.StringVar(&o.k.caBundle, "cluster-ca-bundle", "", "with --karpenter: the cluster's CA bundle (PEM file, as Karpenter's controller has it), which the EC2NodeClass hash includes: drift is judged against the hash Karpenter will write, not the annotation")
 	fs.StringVar(&o.k.instances, "instances", "", "with --karpenter: the output of aws ec2 describe-instances (JSON), for security group and subnet drift")
 	fs.StringVar(&o.k.images, "images", "", "with -karpenter: image catalog (JSON, as ami-resolve reads) to say why a new AMI won")
 	fs.StringVar(&o.k.imagesAt, "images-at", "", "with -images: the time to resolve at (RFC 3339; default now)")
@@ -142,7 +143,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		}
 		return o, validateKarpenter(&o.k, fs.Args(), generic)
 	}
-	for _, n := range []string{"live", "kubeconfig", "context", "previous", "instances", "images", "images-at", "kubernetes-version", "output"} {
+	for _, n := range []string{"live", "kubeconfig", "context", "previous", "cluster-ca-bundle", "instances", "images", "images-at", "kubernetes-version", "output"} {
 		if set[n] {
 			return o, usageError{err: fmt.Errorf("--%s needs --karpenter", n)}
 		}
