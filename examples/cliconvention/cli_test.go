@@ -119,17 +119,7 @@ func TestEveryExampleFollowsTheConvention(t *testing.T) {
 		t.Run(tc.name+" "+strings.Join(tc.args, " "), func(t *testing.T) {
 			cmd := exec.CommandContext(t.Context(), filepath.Join(bin, tc.name), tc.args...)
 			cmd.Env = append(os.Environ(), tc.env...)
-			var stdout, stderr bytes.Buffer
-			cmd.Stdout, cmd.Stderr = &stdout, &stderr
-			err := cmd.Run()
-			code := 0
-			var ee *exec.ExitError
-			if errors.As(err, &ee) {
-				code = ee.ExitCode()
-			} else {
-				require.NoError(t, err)
-			}
-			all := stdout.String() + stderr.String()
+			all, code := runForExit(t, cmd)
 			require.Equal(t, tc.exit, code, all)
 			require.Contains(t, all, tc.printed)
 			if tc.once != "" {
@@ -368,17 +358,7 @@ func TestPreviewIsAKubectlPlugin(t *testing.T) {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			cmd := exec.CommandContext(t.Context(), kubectl, tc.args...)
 			cmd.Env = append(os.Environ(), "PATH="+plugins+string(os.PathListSeparator)+os.Getenv("PATH"), "KUBECONFIG="+filepath.Join(t.TempDir(), "none"))
-			var stdout, stderr bytes.Buffer
-			cmd.Stdout, cmd.Stderr = &stdout, &stderr
-			err := cmd.Run()
-			code := 0
-			var ee *exec.ExitError
-			if errors.As(err, &ee) {
-				code = ee.ExitCode()
-			} else {
-				require.NoError(t, err)
-			}
-			all := stdout.String() + stderr.String()
+			all, code := runForExit(t, cmd)
 			require.Equal(t, tc.exit, code, all)
 			require.Contains(t, all, tc.printed)
 			require.NotContains(t, all, "preview: preview:")
@@ -389,4 +369,21 @@ func TestPreviewIsAKubectlPlugin(t *testing.T) {
 	list.Env = append(os.Environ(), "PATH="+plugins)
 	out, _ = list.CombinedOutput()
 	require.Contains(t, string(out), "kubectl-upgradekit")
+}
+
+// runForExit runs cmd and returns what it printed (stdout, then stderr)
+// and its exit code; a failure to run it at all fails t.
+func runForExit(t *testing.T, cmd *exec.Cmd) (string, int) {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	code := 0
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		code = ee.ExitCode()
+	} else {
+		require.NoError(t, err)
+	}
+	return stdout.String() + stderr.String(), code
 }

@@ -27,6 +27,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/upgradekit/upgradekit/fake/capitest"
+	"github.com/upgradekit/upgradekit/fake/envtest"
 	"github.com/upgradekit/upgradekit/fake/testcerts"
 	"github.com/upgradekit/upgradekit/strategy"
 	"github.com/upgradekit/upgradekit/strategy/capi"
@@ -124,17 +125,8 @@ func versionOnly(name string, patchVersion bool) server.ExtensionHandler {
 // mode follows the deployed configuration, its ExtensionConfig's settings
 // and its failure policy, for upgradekit's extension and for another.
 func TestTheDeployedExtensionDecides(t *testing.T) {
-	env := startEnv(t)
+	env, snap, change := smallClusterChange(t)
 	c, ctx := env.Client, t.Context()
-	require.NoError(t, capitest.ProvisionedCluster{Name: "small", Version: cpFrom, WorkerVersion: workersFrom, ControlPlane: 1,
-		Workers: map[string]int{"md-a": 2}, Nodes: true}.Create(ctx, c))
-	kubeconfigFor(t, env, "small")
-	var md clusterv1.MachineDeployment
-	require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: "default", Name: "md-a"}, &md))
-	md.Spec.Template.Spec.Version = cpFrom
-	change := []*unstructured.Unstructured{toUnstructured(t, &md, "MachineDeployment", clusterv1.GroupVersion.String())}
-	snap, err := preview.Read(ctx, c, client.ObjectKey{Namespace: "default", Name: "small"})
-	require.NoError(t, err)
 	workers := []string{"md-a-abcde-0000", "md-a-abcde-0001"}
 
 	// In process, as the plugin's defaults configure upgradekit's
@@ -250,17 +242,8 @@ func TestSeveralInPlaceExtensions(t *testing.T) {
 // network namespace of the test's own (extensionNetwork).
 func TestThroughTheServiceProxy(t *testing.T) {
 	ip, inNetns := extensionNetwork(t)
-	env := startEnv(t)
+	env, snap, change := smallClusterChange(t)
 	c, ctx := env.Client, t.Context()
-	require.NoError(t, capitest.ProvisionedCluster{Name: "small", Version: cpFrom, WorkerVersion: workersFrom, ControlPlane: 1,
-		Workers: map[string]int{"md-a": 2}, Nodes: true}.Create(ctx, c))
-	kubeconfigFor(t, env, "small")
-	var md clusterv1.MachineDeployment
-	require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: "default", Name: "md-a"}, &md))
-	md.Spec.Template.Spec.Version = cpFrom
-	change := []*unstructured.Unstructured{toUnstructured(t, &md, "MachineDeployment", clusterv1.GroupVersion.String())}
-	snap, err := preview.Read(ctx, c, client.ObjectKey{Namespace: "default", Name: "small"})
-	require.NoError(t, err)
 
 	srv, err := extensionserver.New(c, extensionserver.AllowMutableUpgraderImages(), extensionserver.WithoutBundleChecksums(),
 		extensionserver.WithUpgraderImages(capi.ImagesByVersion{cpTo: "registry.example/upgrader:" + cpTo}))
@@ -326,4 +309,24 @@ func TestThroughTheServiceProxy(t *testing.T) {
 		require.Equal(t, strategy.MethodBlocked, m.Method, m.Reason)
 		require.Contains(t, m.Reason, "no upgrader image for "+cpFrom)
 	}
+}
+
+// smallClusterChange provisions the cluster "small" (one control plane at
+// cpFrom, MachineDeployment md-a of two workers at workersFrom) with its
+// kubeconfig Secret, reads it, and returns the change that takes md-a to
+// the control plane's version.
+func smallClusterChange(t *testing.T) (*envtest.Env, *preview.Snapshot, []*unstructured.Unstructured) {
+	t.Helper()
+	env := startEnv(t)
+	c, ctx := env.Client, t.Context()
+	require.NoError(t, capitest.ProvisionedCluster{Name: "small", Version: cpFrom, WorkerVersion: workersFrom, ControlPlane: 1,
+		Workers: map[string]int{"md-a": 2}, Nodes: true}.Create(ctx, c))
+	kubeconfigFor(t, env, "small")
+	var md clusterv1.MachineDeployment
+	require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: "default", Name: "md-a"}, &md))
+	md.Spec.Template.Spec.Version = cpFrom
+	change := []*unstructured.Unstructured{toUnstructured(t, &md, "MachineDeployment", clusterv1.GroupVersion.String())}
+	snap, err := preview.Read(ctx, c, client.ObjectKey{Namespace: "default", Name: "small"})
+	require.NoError(t, err)
+	return env, snap, change
 }
