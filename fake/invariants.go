@@ -100,21 +100,7 @@ func CheckDisruption(res *Result) []string {
 	for _, pm := range res.Plan.Machines {
 		group[pm.Machine] = pm.Group
 	}
-	type span struct{ start, end time.Time }
-	spans := map[string]*span{}
-	for _, e := range res.Events {
-		sp, ok := spans[e.Machine]
-		if !ok {
-			spans[e.Machine] = &span{e.Start, e.End}
-			continue
-		}
-		if e.Start.Before(sp.start) {
-			sp.start = e.Start
-		}
-		if e.End.After(sp.end) {
-			sp.end = e.End
-		}
-	}
+	spans := machineSpans(res.Events, nil)
 	type edge struct {
 		at    time.Time
 		delta int
@@ -314,24 +300,7 @@ func CheckStall(res *Result) []string {
 			group[pm.Machine] = pm.Group
 		}
 	}
-	type span struct{ start, end time.Time }
-	spans := map[string]*span{}
-	for _, e := range res.Events {
-		if e.Step == StallStep {
-			continue
-		}
-		sp, ok := spans[e.Machine]
-		if !ok {
-			spans[e.Machine] = &span{e.Start, e.End}
-			continue
-		}
-		if e.Start.Before(sp.start) {
-			sp.start = e.Start
-		}
-		if e.End.After(sp.end) {
-			sp.end = e.End
-		}
-	}
+	spans := machineSpans(res.Events, func(e Event) bool { return e.Step == StallStep })
 	failed := map[string]bool{}
 	for _, m := range res.Failed {
 		if _, ok := spans[m]; ok {
@@ -372,4 +341,30 @@ func CheckStall(res *Result) []string {
 		}
 	}
 	return out
+}
+
+// span is when a machine's events begin and end.
+type span struct{ start, end time.Time }
+
+// machineSpans returns, per machine, the span of its events, leaving out
+// those skip reports (nil: none).
+func machineSpans(events []Event, skip func(Event) bool) map[string]*span {
+	spans := map[string]*span{}
+	for _, e := range events {
+		if skip != nil && skip(e) {
+			continue
+		}
+		sp, ok := spans[e.Machine]
+		if !ok {
+			spans[e.Machine] = &span{e.Start, e.End}
+			continue
+		}
+		if e.Start.Before(sp.start) {
+			sp.start = e.Start
+		}
+		if e.End.After(sp.end) {
+			sp.end = e.End
+		}
+	}
+	return spans
 }
