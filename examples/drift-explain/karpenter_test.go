@@ -312,3 +312,15 @@ func TestKarpenterClusterCABundle(t *testing.T) {
 	require.Contains(t, out, "0 of 1 NodeClaims drifted")
 	require.Contains(t, out, "EC2NodeClass default has no hash annotation yet; Karpenter will stamp "+class.Hash(&caCopy))
 }
+
+// TestHelpNamesArguments: --help names what each file or value flag takes
+// (pflag reads the backquoted word of a usage string as its argument), not
+// "string".
+func TestHelpNamesArguments(t *testing.T) {
+	_, stderr, _ := runCmd(t, "--help")
+	for _, want := range []string{"--previous FILE", "--cluster-ca-bundle FILE", "--instances FILE", "--images FILE",
+		"--images-at TIME", "--kubernetes-version VERSION", "--kubeconfig FILE", "--context NAME", "--proposed FILE"} {
+		require.Contains(t, stderr, want)
+	}
+	require.NotContains(t, stderr, "with -karpenter", "one spelling of the flags in the help: --karpenter")
+}
