@@ -198,6 +198,11 @@ func (s *Snapshot) add(obj map[string]any) error {
 		name, _ = md["name"].(string)
 	}
 	where := kind + "/" + name
+	if apiVersion == "" || kind == "" {
+		// kubectl get -o yaml writes both; without them nothing says what
+		// the object is, and skipping it would report "0 of 0 drifted".
+		return fmt.Errorf("object %s has no apiVersion or kind: not a Kubernetes object as kubectl get -o yaml writes it", errtext.Quote(name))
+	}
 	known := (group == GroupKarpenter && (kind == "NodePool" || kind == "NodeClaim")) ||
 		(group == GroupAWS && kind == "EC2NodeClass") || (group == "" && kind == "Node")
 	if !known {

@@ -54,6 +54,8 @@ func TestReadDumpErrors(t *testing.T) {
 		{"no name", "apiVersion: karpenter.sh/v1\nkind: NodeClaim\nmetadata: {}\n", "NodeClaim without metadata.name"},
 		{"unknown version", "apiVersion: karpenter.sh/v2\nkind: NodePool\nmetadata: {name: a}\n", `unsupported apiVersion "karpenter.sh/v2"`},
 		{"bad field type", "apiVersion: karpenter.sh/v1\nkind: NodePool\nmetadata: {name: a}\nspec: {template: 3}\n", `"NodePool/a"`},
+		{"no kind", "apiVersion: karpenter.sh/v1\nmetadata: {name: a}\nspec: {}\n", `object "a" has no apiVersion or kind`},
+		{"no apiVersion in a List", "kind: List\nitems: [{kind: NodeClaim, metadata: {name: b}}]\n", `document 1, item 0: object "b" has no apiVersion or kind`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := ReadDump(strings.NewReader(tc.in))
