@@ -96,6 +96,8 @@ func NodePoolHashCheck(l Lookup, opts ...ExplainOption) drift.Check {
 					path, _, _ := strings.Cut(w, " ")
 					r.Evidence = append(r.Evidence, drift.Evidence{Kind: drift.EvidenceField, Key: path, Detail: "written since: " + w[len(path)+1:]})
 				}
+			} else if len(np.ManagedFields) == 0 {
+				r.Message += " (the NodePool has no managedFields, which say who wrote which field when: kubectl get leaves them out unless given --show-managed-fields)"
 			}
 			return r, nil
 		}

@@ -170,6 +170,17 @@ func TestExplainWithPreviousNodePools(t *testing.T) {
 	require.NoError(t, err)
 	a := rep.NodeClaims[indexOf(rep, "default-a")].Reasons[0]
 	require.Contains(t, a.Message, "which fields is unknown")
+	if len(np.ManagedFields) == 0 {
+		require.Contains(t, a.Message, "--show-managed-fields", "says how to get the fallback")
+	} else {
+		np.ManagedFields = nil
+		rep, err = Explain(t.Context(), snap)
+		require.NoError(t, err)
+		require.Contains(t, rep.NodeClaims[indexOf(rep, "default-a")].Reasons[0].Message, "--show-managed-fields", "says how to get the fallback")
+		snap = readFixture(t)
+		np = snap.NodePool("default")
+		delete(np.Annotations, AnnotationLastApplied)
+	}
 
 	prev := *np.DeepCopy()
 	prev.Spec.Template.Labels = map[string]string{"team": "a"}
