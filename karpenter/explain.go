@@ -252,6 +252,7 @@ func Explain(ctx context.Context, s *Snapshot, opts ...ExplainOption) (*Report, 
 			}
 		}
 	}
+	judged := 0
 	for i := range s.NodeClaims {
 		if err := ctx.Err(); err != nil {
 			return nil, err
@@ -293,14 +294,16 @@ func Explain(ctx context.Context, s *Snapshot, opts ...ExplainOption) (*Report, 
 					}
 				}
 			}
-			if cfg.instances == nil {
-				cr.Notes = append(cr.Notes, "security groups and subnets not checked: no instances given")
-			}
+			judged++
 		}
 		if cr.Drifted() {
 			rep.Drifted++
 		}
 		rep.NodeClaims = append(rep.NodeClaims, cr)
+	}
+	if cfg.instances == nil && judged > 0 {
+		// Once for the report: it holds for every NodeClaim judged.
+		rep.Notes = append(rep.Notes, "security groups and subnets not checked: no instances given")
 	}
 	return rep, nil
 }

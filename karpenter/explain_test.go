@@ -269,3 +269,24 @@ func TestExplainArguments(t *testing.T) {
 	_, err = Explain(ctx, readFixture(t))
 	require.True(t, errors.Is(err, context.Canceled), err)
 }
+
+// TestExplainSaysNotCheckedOnce: without instances the security group and
+// subnet checks are skipped for every NodeClaim; the report says so once.
+func TestExplainSaysNotCheckedOnce(t *testing.T) {
+	const note = "security groups and subnets not checked: no instances given"
+	rep, err := Explain(t.Context(), readFixture(t))
+	require.NoError(t, err)
+	n := 0
+	for _, s := range rep.Notes {
+		if s == note {
+			n++
+		}
+	}
+	require.Equal(t, 1, n, "%q", rep.Notes)
+	for _, c := range rep.NodeClaims {
+		require.NotContains(t, c.Notes, note, c.Name)
+	}
+	rep, err = Explain(t.Context(), readFixture(t), WithInstances(fixtureInstances(t)))
+	require.NoError(t, err)
+	require.NotContains(t, rep.Notes, note)
+}
