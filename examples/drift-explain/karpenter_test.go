@@ -324,3 +324,11 @@ func TestHelpNamesArguments(t *testing.T) {
 	}
 	require.NotContains(t, stderr, "with -karpenter", "one spelling of the flags in the help: --karpenter")
 }
+
+// TestKarpenterTableNamesTheRequirement: the table's details name the
+// label and the requirement it no longer meets, not only -o json.
+func TestKarpenterTableNamesTheRequirement(t *testing.T) {
+	out, _, err := runCmd(t, "-karpenter", "-instances", dumpDir+"/instances.json", dumpDir+"/cluster.yaml")
+	require.ErrorIs(t, err, errDrifted)
+	require.Contains(t, out, "label karpenter.sh/capacity-type=spot: needs karpenter.sh/capacity-type In [on-demand]")
+}
