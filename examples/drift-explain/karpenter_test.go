@@ -332,3 +332,13 @@ func TestKarpenterTableNamesTheRequirement(t *testing.T) {
 	require.ErrorIs(t, err, errDrifted)
 	require.Contains(t, out, "label karpenter.sh/capacity-type=spot: needs karpenter.sh/capacity-type In [on-demand]")
 }
+
+// TestKarpenterDumpWithoutTheFlag: a Karpenter dump read in the generic
+// mode is refused with the way to read it, not reported "not stamped".
+func TestKarpenterDumpWithoutTheFlag(t *testing.T) {
+	_, _, err := runCmd(t, "testdata/nodepool.yaml", dumpDir+"/cluster.yaml")
+	var ue usageError
+	require.ErrorAs(t, err, &ue)
+	require.Contains(t, err.Error(), "stamped by Karpenter")
+	require.Contains(t, err.Error(), "--karpenter")
+}

@@ -194,6 +194,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if err := notKarpenters(objs, o.prefix, o.objectsFile); err != nil {
+		return err
+	}
 
 	switch {
 	case o.stamp:
@@ -389,6 +392,22 @@ func readPool(file, path string) (pool, error) {
 
 // readObjects reads objects from a YAML list, a kind: List, or several
 // documents.
+// notKarpenters refuses objects that Karpenter stamped (its nodepool-hash
+// annotation) and this prefix did not: read with this mode's rules they
+// would all be "not stamped", while Karpenter judges them by its own.
+func notKarpenters(objs []*unstructured.Unstructured, prefix, file string) error {
+	for _, obj := range objs {
+		a := obj.GetAnnotations()
+		_, karpenters := a["karpenter.sh/nodepool-hash"]
+		_, ours := a[prefix+"/hash"]
+		if karpenters && !ours {
+			return usageError{err: fmt.Errorf("%s: %s %s is stamped by Karpenter (karpenter.sh/nodepool-hash), not with %s: explain it with Karpenter's rules: drift-explain --karpenter DUMP.yaml",
+				file, obj.GetKind(), obj.GetName(), prefix)}
+		}
+	}
+	return nil
+}
+
 func readObjects(file string) ([]*unstructured.Unstructured, error) {
 	docs, err := readDocs(file)
 	if err != nil {
