@@ -295,6 +295,11 @@ func Explain(ctx context.Context, s *Snapshot, opts ...ExplainOption) (*Report, 
 				}
 			}
 			judged++
+			if !cr.Drifted() && cr.Condition != "" {
+				if why := unchecked(cr.Condition, cfg); why != "" {
+					cr.CannotTell = append(cr.CannotTell, fmt.Sprintf("Karpenter's Drifted condition says %s, which %s", cr.Condition, why))
+				}
+			}
 		}
 		if cr.Drifted() {
 			rep.Drifted++
@@ -369,4 +374,19 @@ func splitJoined(err error) []error {
 		return []error{ce.Err}
 	}
 	return []error{err}
+}
+
+// unchecked says why Explain could not have found a drift reason
+// Karpenter reported, or "" when it checks that reason with what it was
+// given (then "not drifted" is its verdict against Karpenter's).
+func unchecked(reason string, cfg *explainConfig) string {
+	switch drift.ReasonName(reason) {
+	case drift.SecurityGroupDrift, drift.SubnetDrift:
+		if cfg.instances == nil {
+			return "needs the instances (WithInstances, drift-explain --instances), not given"
+		}
+	case drift.CapacityReservationDrift, drift.PlacementGroupDrift, "InstanceTypeNotFound":
+		return "is not checked here"
+	}
+	return ""
 }

@@ -290,3 +290,26 @@ func TestExplainSaysNotCheckedOnce(t *testing.T) {
 	require.NoError(t, err)
 	require.NotContains(t, rep.Notes, note)
 }
+
+// TestExplainUnknownWhereKarpenterSaysDrifted: a NodeClaim Karpenter
+// marked SecurityGroupDrift is "cannot tell" without instances, not "not
+// drifted"; with them it is drifted for that reason.
+func TestExplainUnknownWhereKarpenterSaysDrifted(t *testing.T) {
+	snap := readFixture(t)
+	nc := &snap.NodeClaims[slices.IndexFunc(snap.NodeClaims, func(c karpv1.NodeClaim) bool { return c.Name == "default-d" })]
+	nc.Status.Conditions = append(nc.Status.Conditions, karpStatusCondition{Type: karpv1.ConditionTypeDrifted, Status: metav1.ConditionTrue, Reason: string(drift.SecurityGroupDrift)})
+
+	rep, err := Explain(t.Context(), snap)
+	require.NoError(t, err)
+	cr := rep.NodeClaims[indexOf(rep, "default-d")]
+	require.False(t, cr.Drifted())
+	require.Len(t, cr.CannotTell, 1)
+	require.Contains(t, cr.CannotTell[0], "Karpenter's Drifted condition says SecurityGroupDrift, which needs the instances")
+
+	rep, err = Explain(t.Context(), snap, WithInstances(fixtureInstances(t)))
+	require.NoError(t, err)
+	cr = rep.NodeClaims[indexOf(rep, "default-d")]
+	require.True(t, cr.Drifted())
+	require.Equal(t, drift.SecurityGroupDrift, cr.Reasons[0].Name)
+	require.Empty(t, cr.CannotTell)
+}

@@ -183,6 +183,9 @@ func printKarpenter(w io.Writer, rep *karpenter.Report) {
 	fmt.Fprintln(tw, "NODECLAIM\tNODE\tNODEPOOL\tVERDICT\tREASONS\tKARPENTER SAYS")
 	for _, c := range rep.NodeClaims {
 		verdict, reasons := "not drifted", "-"
+		if len(c.CannotTell) > 0 {
+			verdict = "unknown" // what was given cannot settle it; the details say why
+		}
 		if c.Drifted() {
 			verdict = "drifted"
 			names := make([]string, len(c.Reasons))

@@ -10,8 +10,10 @@ import (
 	"testing"
 
 	awsv1 "github.com/aws/karpenter-provider-aws/pkg/apis/v1"
+	"github.com/awslabs/operatorpkg/status"
 	"github.com/google/go-cmp/cmp"
 	"github.com/stretchr/testify/require"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -341,4 +343,21 @@ func TestKarpenterDumpWithoutTheFlag(t *testing.T) {
 	require.ErrorAs(t, err, &ue)
 	require.Contains(t, err.Error(), "stamped by Karpenter")
 	require.Contains(t, err.Error(), "--karpenter")
+}
+
+// TestKarpenterVerdictUnknown: a NodeClaim Karpenter marked drifted for a
+// reason the input cannot check reads "unknown" in the table.
+func TestKarpenterVerdictUnknown(t *testing.T) {
+	snap := readDump(t)
+	for i := range snap.NodeClaims {
+		if snap.NodeClaims[i].Name == "default-d" {
+			snap.NodeClaims[i].Status.Conditions = append(snap.NodeClaims[i].Status.Conditions,
+				status.Condition{Type: "Drifted", Status: metav1.ConditionTrue, Reason: "SecurityGroupDrift", LastTransitionTime: metav1.Now()})
+		}
+	}
+	file := writeDump(t, snap, func(name string) bool { return name == "default-d" })
+	out, _, err := runCmd(t, "--karpenter", file)
+	require.NoError(t, err)
+	require.Regexp(t, `default-d .* unknown +- +Drifted: SecurityGroupDrift`, out)
+	require.Contains(t, out, "cannot tell: Karpenter's Drifted condition says SecurityGroupDrift")
 }
