@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 
 	awsv1 "github.com/aws/karpenter-provider-aws/pkg/apis/v1"
@@ -175,6 +177,51 @@ type Report struct {
 	// converted from v1beta1, NodePools whose hash annotation Karpenter
 	// has yet to rewrite.
 	Notes []string
+	// NodePools sums the NodeClaims up per NodePool, by name: the rollout
+	// progress of a drift.
+	NodePools []NodePoolSummary
+}
+
+// NodePoolSummary counts one NodePool's NodeClaims in a Report.
+type NodePoolSummary struct {
+	// Name is the NodePool's name ("" for NodeClaims without one).
+	Name string
+	// NodeClaims, Drifted and Unknown count its NodeClaims, those found
+	// drifted and those Explain cannot tell.
+	NodeClaims, Drifted, Unknown int
+	// Replacing counts its NodeClaims being deleted: drifted ones
+	// Karpenter has started to replace, among others.
+	Replacing int
+	// ByReason counts the drifted ones by the reason Karpenter reports
+	// (their first).
+	ByReason map[drift.ReasonName]int
+}
+
+// summarise fills rep.NodePools from rep.NodeClaims; deleting names the
+// NodeClaims being deleted.
+func summarise(rep *Report, deleting map[string]bool) {
+	idx := map[string]int{}
+	for _, c := range rep.NodeClaims {
+		i, ok := idx[c.NodePool]
+		if !ok {
+			i = len(rep.NodePools)
+			idx[c.NodePool] = i
+			rep.NodePools = append(rep.NodePools, NodePoolSummary{Name: c.NodePool, ByReason: map[drift.ReasonName]int{}})
+		}
+		sum := &rep.NodePools[i]
+		sum.NodeClaims++
+		switch {
+		case c.Drifted():
+			sum.Drifted++
+			sum.ByReason[c.Reasons[0].Name]++
+		case len(c.CannotTell) > 0:
+			sum.Unknown++
+		}
+		if deleting[c.Name] {
+			sum.Replacing++
+		}
+	}
+	slices.SortFunc(rep.NodePools, func(a, b NodePoolSummary) int { return strings.Compare(a.Name, b.Name) })
 }
 
 // ClaimReport is what Explain says of one NodeClaim.
@@ -306,6 +353,13 @@ func Explain(ctx context.Context, s *Snapshot, opts ...ExplainOption) (*Report, 
 		}
 		rep.NodeClaims = append(rep.NodeClaims, cr)
 	}
+	deleting := map[string]bool{}
+	for i := range s.NodeClaims {
+		if s.NodeClaims[i].DeletionTimestamp != nil {
+			deleting[s.NodeClaims[i].Name] = true
+		}
+	}
+	summarise(rep, deleting)
 	if cfg.instances == nil && judged > 0 {
 		// Once for the report: it holds for every NodeClaim judged.
 		rep.Notes = append(rep.Notes, "security groups and subnets not checked: no instances given")

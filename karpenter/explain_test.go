@@ -313,3 +313,46 @@ func TestExplainUnknownWhereKarpenterSaysDrifted(t *testing.T) {
 	require.Equal(t, drift.SecurityGroupDrift, cr.Reasons[0].Name)
 	require.Empty(t, cr.CannotTell)
 }
+
+// TestExplainSummarisesPerNodePool: the report counts each NodePool's
+// NodeClaims, drifted ones by the reason Karpenter reports, unknown ones
+// and those being replaced.
+func TestExplainSummarisesPerNodePool(t *testing.T) {
+	snap := readFixture(t)
+	now := metav1.Now()
+	snap.NodeClaims[slices.IndexFunc(snap.NodeClaims, func(c karpv1.NodeClaim) bool { return c.Name == "default-b" })].DeletionTimestamp = &now
+	rep, err := Explain(t.Context(), snap, WithInstances(fixtureInstances(t)))
+	require.NoError(t, err)
+	want := map[string]NodePoolSummary{}
+	for _, c := range rep.NodeClaims {
+		sum := want[c.NodePool]
+		sum.Name = c.NodePool
+		sum.NodeClaims++
+		if sum.ByReason == nil {
+			sum.ByReason = map[drift.ReasonName]int{}
+		}
+		if c.Drifted() {
+			sum.Drifted++
+			sum.ByReason[c.Reasons[0].Name]++
+		} else if len(c.CannotTell) > 0 {
+			sum.Unknown++
+		}
+		if c.Name == "default-b" {
+			sum.Replacing++
+		}
+		want[c.NodePool] = sum
+	}
+	require.Len(t, rep.NodePools, len(want))
+	total := 0
+	for _, got := range rep.NodePools {
+		require.Equal(t, want[got.Name], got)
+		total += got.Drifted
+	}
+	require.Equal(t, rep.Drifted, total)
+	// The fixture's figures (default-b, being deleted, is not judged).
+	require.Equal(t, []NodePoolSummary{
+		{Name: "default", NodeClaims: 11, Drifted: 6, Replacing: 1, ByReason: map[drift.ReasonName]int{
+			drift.AMIDrift: 1, drift.NodeClassDrift: 1, drift.NodePoolDrifted: 1, drift.RequirementsDrifted: 1, drift.SecurityGroupDrift: 1, drift.SubnetDrift: 1}},
+		{Name: "legacy", NodeClaims: 2, Drifted: 1, ByReason: map[drift.ReasonName]int{drift.NodePoolDrifted: 1}},
+	}, rep.NodePools)
+}

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -238,7 +240,33 @@ func printKarpenter(w io.Writer, rep *karpenter.Report) {
 			fmt.Fprintf(w, "note: %s\n", s)
 		}
 	}
+	if len(rep.NodePools) > 1 || len(rep.NodePools) == 1 && rep.Drifted > 0 {
+		fmt.Fprintln(w)
+		for _, p := range rep.NodePools {
+			fmt.Fprintf(w, "NodePool %s: %s\n", orDash(p.Name), nodePoolLine(p))
+		}
+	}
 	fmt.Fprintf(w, "\n%d of %d NodeClaims drifted\n", rep.Drifted, len(rep.NodeClaims))
+}
+
+// nodePoolLine says how far a NodePool's drift has gone: "3 of 11
+// NodeClaims drifted (AMIDrift 2, SubnetDrift 1), 1 being replaced".
+func nodePoolLine(p karpenter.NodePoolSummary) string {
+	line := fmt.Sprintf("%d of %d NodeClaims drifted", p.Drifted, p.NodeClaims)
+	if len(p.ByReason) > 0 {
+		parts := make([]string, 0, len(p.ByReason))
+		for _, r := range slices.Sorted(maps.Keys(p.ByReason)) {
+			parts = append(parts, fmt.Sprintf("%s %d", r, p.ByReason[r]))
+		}
+		line += " (" + strings.Join(parts, ", ") + ")"
+	}
+	if p.Unknown > 0 {
+		line += fmt.Sprintf(", %d unknown", p.Unknown)
+	}
+	if p.Replacing > 0 {
+		line += fmt.Sprintf(", %d being replaced", p.Replacing)
+	}
+	return line
 }
 
 func orDash(s string) string {
