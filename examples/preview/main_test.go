@@ -268,8 +268,10 @@ func TestPreviewAsksTheDeployedExtension(t *testing.T) {
 		}
 		out, errOut, code := runWith(t, c, "", args...)
 		require.Equal(t, exitBlocked, code, "md-2's node cannot be drained: %s%s", out, errOut)
-		require.Contains(t, out, "md-0-abcde-0000  md-0           Replace", "the deployed extension has no upgrader image for v1.36.3")
-		require.Contains(t, out, "no upgrader image for v1.36.3")
+		// Not configured for the version: a Failure Cluster API asks again,
+		// so the machine waits (Blocked) rather than being replaced.
+		require.Contains(t, out, "md-0-abcde-0000  md-0           Blocked", "the deployed extension has no upgrader image for v1.36.3")
+		require.Regexp(t, `md-0-abcde-0000 +md-0 +Blocked .*CanUpdateMachineSet answers Failure`, out)
 		require.Contains(t, out, "answered by the deployed extension (ExtensionConfig upgradekit)")
 	}
 	out, _, code := runWith(t, c, "", "-cluster", "demo", "-f", file, "-mode", "in-process")
