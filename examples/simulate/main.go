@@ -97,6 +97,9 @@ type options struct {
 	bar           bool
 	updater       string
 	onFailure     string
+	// output is text (the demo's narration) or json/yaml (only the
+	// simulation's result, as one object).
+	output string
 }
 
 type pool struct {
@@ -142,6 +145,7 @@ func parseArgs(args []string, stderr io.Writer) (o options, printed bool, err er
 	fs.StringVar(&o.timeline, "timeline", "", "write an HTML/SVG timeline of the rollout to this file")
 	fs.BoolVar(&o.bar, "progress-bar", isTerminal(os.Stdout), "print a progress bar after each batch (default: when stdout is a terminal)")
 	fs.StringVar(&o.updater, "updater", updaterSimulator, "what updates in-place machines: simulator (the simulator runs the kubeadm plans), capi (a real capi.MachineUpdater called as Cluster API calls the UpdateMachine hook, the simulated kubelets running its upgrader pods)")
+	cli.OutputFlag(fs, &o.output, cli.Text, cli.JSON, cli.YAML)
 	fs.StringVar(&o.onFailure, "on-failure", string(fake.FailureStall), "what the rollout does after a machine's update fails: stall (as Cluster API: the failed machine stays unavailable, so its machine deployment goes on only within maxSurge+maxUnavailable, and a failed control plane machine stops the control plane and the workers), continue (as if the failed machine were fixed at once)")
 	if err := cli.Parse(fs, args); err != nil {
 		return o, false, err
@@ -151,6 +155,12 @@ func parseArgs(args []string, stderr io.Writer) (o options, printed bool, err er
 	}
 	if o.updater != updaterSimulator && o.updater != updaterCAPI {
 		return o, false, fmt.Errorf("-updater: unknown %q (%s, %s)", o.updater, updaterSimulator, updaterCAPI)
+	}
+	if err := cli.CheckOutput(o.output, cli.Text, cli.JSON, cli.YAML); err != nil {
+		return o, false, err
+	}
+	if o.output != cli.Text {
+		o.bar = false // the object alone on stdout
 	}
 	if o.onFailure != string(fake.FailureStall) && o.onFailure != string(fake.FailureContinue) {
 		return o, false, fmt.Errorf("-on-failure: unknown %q (%s, %s)", o.onFailure, fake.FailureStall, fake.FailureContinue)
@@ -276,8 +286,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	for _, c := range o.crashes {
 		faults.CrashRunner(c.node, c.step, fake.CrashDuring)
 	}
+	out := stdout // the narration
+	if o.output != cli.Text {
+		out = io.Discard
+	}
 	total := 0
-	prog := newProgress(stdout, o.bar)
+	prog := newProgress(out, o.bar)
 	simOpts := []fake.SimOption{fake.WithPlanner(p), fake.WithSimFaults(faults), fake.WithEvents(prog.event),
 		fake.WithOnFailure(fake.FailurePolicy(o.onFailure))}
 	if o.updater == updaterCAPI {
@@ -292,11 +306,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	rollout := fake.Rollout{ToVersion: o.to, Images: images}
 
-	fmt.Fprintf(stdout, "Cluster demo: %d control plane machines, %d machine deployments, %s -> %s\n", o.controlPlanes, len(o.workers), o.from, o.to)
+	fmt.Fprintf(out, "Cluster demo: %d control plane machines, %d machine deployments, %s -> %s\n", o.controlPlanes, len(o.workers), o.from, o.to)
 	if o.updater == updaterCAPI {
-		fmt.Fprintln(stdout, "In-place machines are updated by capi.MachineUpdater, called as Cluster API calls the UpdateMachine hook.")
+		fmt.Fprintln(out, "In-place machines are updated by capi.MachineUpdater, called as Cluster API calls the UpdateMachine hook.")
 	}
-	fmt.Fprintln(stdout)
+	fmt.Fprintln(out)
 	preview, err := sim.Preview(ctx, rollout)
 	if errors.Is(err, fake.ErrInvalidCluster) {
 		return usageError{err: err} // a -to that is no version
@@ -304,8 +318,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintln(stdout, "Preview (nothing has happened yet):")
-	if err := preview.WriteTable(stdout); err != nil {
+	fmt.Fprintln(out, "Preview (nothing has happened yet):")
+	if err := preview.WriteTable(out); err != nil {
 		return err
 	}
 	for _, pm := range preview.Machines {
@@ -315,13 +329,18 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	prog.total = total
 
-	fmt.Fprintln(stdout, "\nRollout:")
+	fmt.Fprintln(out, "\nRollout:")
 	res, err := sim.Run(ctx, rollout)
 	if err != nil {
 		return err
 	}
 	prog.finish()
-	summarize(stdout, res)
+	summarize(out, res)
+	if o.output != cli.Text {
+		if err := cli.WriteObject(stdout, o.output, "Simulation", res); err != nil {
+			return err
+		}
+	}
 	if o.timeline != "" {
 		f, err := os.Create(o.timeline)
 		if err != nil {
@@ -334,7 +353,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if err := f.Close(); err != nil {
 			return err
 		}
-		fmt.Fprintf(stdout, "timeline written to %s\n", o.timeline)
+		fmt.Fprintf(out, "timeline written to %s\n", o.timeline)
 	}
 	if len(res.Violations) > 0 {
 		return fmt.Errorf("%d invariant violations", len(res.Violations))

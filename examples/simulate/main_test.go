@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	"sigs.k8s.io/yaml"
 
 	"github.com/upgradekit/upgradekit/examples/cli"
 )
@@ -301,4 +302,24 @@ func TestUpdaterCAPIWithAFailedStep(t *testing.T) {
 	require.Contains(t, s, "Left cordoned for a person (failed without a rollback): demo-control-plane-0")
 	require.Contains(t, s, "Invariants held")
 	checkTimeline(t, timeline, []string{"demo-control-plane-0", "demo-md-0-0", "demo-md-0-1"}, true)
+}
+
+// TestOutputAsAnObject: -o json|yaml prints the simulation's result alone,
+// as one Kubernetes-shaped object (apiVersion, kind, no nulls), with the
+// same exit codes as the narration.
+func TestOutputAsAnObject(t *testing.T) {
+	args := []string{"-control-planes", "1", "-workers", "md-0=2", "-new-image", "", "-fail", "demo-md-0-1/kubeadm-upgrade=9"}
+	for _, format := range []string{"json", "yaml"} {
+		var out bytes.Buffer
+		err := run(context.Background(), append([]string{"-o", format}, args...), &out, &bytes.Buffer{})
+		require.ErrorIs(t, err, errMachinesFailed, "the exit code follows the result, whatever the format")
+		var obj map[string]any
+		require.NoError(t, yaml.Unmarshal(out.Bytes(), &obj), "%s: stdout is the object alone:\n%s", format, out.String())
+		require.Equal(t, "cli.upgradekit.io/v1alpha1", obj["apiVersion"])
+		require.Equal(t, "Simulation", obj["kind"])
+		require.NotEmpty(t, obj["events"])
+		require.Equal(t, []any{"demo-md-0-1"}, obj["failed"])
+		require.NotContains(t, out.String(), "Rollout:", "no narration")
+		require.NotContains(t, out.String(), "null")
+	}
 }
