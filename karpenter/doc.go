@@ -27,7 +27,8 @@
 //     Explain in Karpenter's order: NodePoolHashCheck (static drift, with
 //     the changed fields when the previous template is known, else the
 //     hashed fields written since, from managedFields),
-//     RequirementsCheck, NodeClassHashCheck, AMICheck (which image replaced
+//     RequirementsCheck, InstanceTypeCheck (with the instance type
+//     offerings, ReadOfferings), NodeClassHashCheck, AMICheck (which image replaced
 //     which, and with CatalogResolver the selector term and why the new one
 //     won), SecurityGroupCheck and SubnetCheck (from the instances). Hash
 //     version rules are Karpenter's: a NodeClaim stamped with another
@@ -35,9 +36,9 @@
 //
 // What it is not: it does not patch NodeClaims, delete nodes or replace
 // Karpenter's controllers; it reads and explains. It does not check
-// InstanceTypeNotFound (that needs the provider's instance type offerings),
 // CapacityReservationDrift or PlacementGroupDrift (EC2 state beyond an
-// instance's subnet and security groups). AMI drift judges a NodeClaim by
+// instance's subnet and security groups), nor capacity types in
+// InstanceTypeNotFound (offerings list zones only). AMI drift judges a NodeClaim by
 // its labels, which Karpenter writes from the instance type's
 // requirements; Karpenter itself uses the instance type. The EC2NodeClass
 // hash depends on the cluster's CA bundle, which a dump does not hold:

@@ -31,6 +31,7 @@ type explainConfig struct {
 	instances     InstanceLookup
 	imageResolver ImageResolver
 	caBundle      *string
+	offerings     Offerings
 }
 
 func newExplainConfig(opts []ExplainOption) *explainConfig {
@@ -248,15 +249,16 @@ func (c ClaimReport) Drifted() bool { return len(c.Reasons) > 0 }
 // Explain says, for every NodeClaim of s, whether Karpenter (v1.14 core
 // and AWS provider) finds it drifted and why, by running Karpenter's
 // drift rules as drift.Checks in Karpenter's order: NodePoolHashCheck,
-// RequirementsCheck, NodeClassHashCheck, AMICheck, SecurityGroupCheck and
-// SubnetCheck (the last two only with WithInstances). Unlike Karpenter,
+// RequirementsCheck, InstanceTypeCheck (only with WithOfferings),
+// NodeClassHashCheck, AMICheck, SecurityGroupCheck and SubnetCheck (the
+// last two only with WithInstances). Unlike Karpenter,
 // which stops at the first reason, it reports them all; like Karpenter, it
 // runs none of the provider's checks after one that cannot tell (the
 // Drifted condition then stays as it was, ClaimReport.Condition). NodeClaims
 // being deleted, and EC2NodeClasses being deleted, are not judged. Not checked:
-// InstanceTypeNotFound (needs the provider's instance type offerings),
 // CapacityReservationDrift and PlacementGroupDrift (need EC2 state beyond
-// an instance's subnet and groups). A NodeClaim that is not launched is
+// an instance's subnet and groups); where Karpenter's condition names a
+// reason not checked, the NodeClaim is "cannot tell". A NodeClaim that is not launched is
 // never drifted (Karpenter clears the condition). Errors: ErrInvalidArgument
 // for a nil snapshot; ctx ends the run.
 func Explain(ctx context.Context, s *Snapshot, opts ...ExplainOption) (*Report, error) {
@@ -264,7 +266,7 @@ func Explain(ctx context.Context, s *Snapshot, opts ...ExplainOption) (*Report, 
 		return nil, fmt.Errorf("%w: nil snapshot", ErrInvalidArgument)
 	}
 	cfg := newExplainConfig(opts)
-	core := drift.NewDetector(NodePoolHashCheck(s, opts...), RequirementsCheck(s))
+	core := drift.NewDetector(NodePoolHashCheck(s, opts...), RequirementsCheck(s), InstanceTypeCheck(s, opts...))
 	provider := []drift.Check{NodeClassHashCheck(s, opts...), AMICheck(s, opts...)}
 	if cfg.instances != nil {
 		provider = append(provider, SecurityGroupCheck(s, cfg.instances), SubnetCheck(s, cfg.instances))
@@ -439,7 +441,11 @@ func unchecked(reason string, cfg *explainConfig) string {
 		if cfg.instances == nil {
 			return "needs the instances (WithInstances, drift-explain --instances), not given"
 		}
-	case drift.CapacityReservationDrift, drift.PlacementGroupDrift, "InstanceTypeNotFound":
+	case InstanceTypeNotFound:
+		if cfg.offerings == nil {
+			return "needs the instance type offerings (WithOfferings, drift-explain --offerings), not given"
+		}
+	case drift.CapacityReservationDrift, drift.PlacementGroupDrift:
 		return "is not checked here"
 	}
 	return ""

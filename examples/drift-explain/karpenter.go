@@ -28,7 +28,7 @@ type karpenterOptions struct {
 	live                      bool
 	kubeconfig, context       string
 	previous, instances       string
-	caBundle                  string
+	caBundle, offerings       string
 	images, kubernetesVersion string
 	imagesAt                  string
 	output                    string
@@ -82,6 +82,18 @@ func runKarpenter(ctx context.Context, o karpenterOptions, stdout io.Writer, new
 			return err
 		}
 		opts = append(opts, karpenter.WithClusterCABundle(string(pem)))
+	}
+	if o.offerings != "" {
+		f, err := os.Open(o.offerings)
+		if err != nil {
+			return err
+		}
+		offerings, err := karpenter.ReadOfferings(f)
+		f.Close()
+		if err != nil {
+			return fmt.Errorf("--offerings %s: %w", o.offerings, err)
+		}
+		opts = append(opts, karpenter.WithOfferings(offerings))
 	}
 	if o.instances != "" {
 		f, err := os.Open(o.instances)
@@ -312,7 +324,7 @@ func validateKarpenter(o *karpenterOptions, args []string, generic []string) err
 			return usageError{err: fmt.Errorf("-kubernetes-version: %w", err)}
 		}
 	}
-	for _, f := range append([]string{o.previous, o.instances, o.images, o.caBundle}, o.dumps...) {
+	for _, f := range append([]string{o.previous, o.instances, o.images, o.caBundle, o.offerings}, o.dumps...) {
 		if f == "" {
 			continue
 		}

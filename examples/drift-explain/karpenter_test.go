@@ -320,7 +320,7 @@ func TestKarpenterClusterCABundle(t *testing.T) {
 // "string".
 func TestHelpNamesArguments(t *testing.T) {
 	_, stderr, _ := runCmd(t, "--help")
-	for _, want := range []string{"--previous FILE", "--cluster-ca-bundle FILE", "--instances FILE", "--images FILE",
+	for _, want := range []string{"--previous FILE", "--cluster-ca-bundle FILE", "--offerings FILE", "--instances FILE", "--images FILE",
 		"--images-at TIME", "--kubernetes-version VERSION", "--kubeconfig FILE", "--context NAME", "--proposed FILE"} {
 		require.Contains(t, stderr, want)
 	}
@@ -360,4 +360,22 @@ func TestKarpenterVerdictUnknown(t *testing.T) {
 	require.NoError(t, err)
 	require.Regexp(t, `default-d .* unknown +- +Drifted: SecurityGroupDrift`, out)
 	require.Contains(t, out, "cannot tell: Karpenter's Drifted condition says SecurityGroupDrift")
+}
+
+// TestKarpenterOfferings: --offerings reads describe-instance-type-offerings
+// output; a NodeClaim whose instance type is not offered is
+// InstanceTypeNotFound.
+func TestKarpenterOfferings(t *testing.T) {
+	file := writeDump(t, readDump(t), func(name string) bool { return name == "default-f" })
+	offerings := filepath.Join(t.TempDir(), "offerings.json")
+	require.NoError(t, os.WriteFile(offerings, []byte(`{"InstanceTypeOfferings": [
+	  {"InstanceType": "x9.nothing", "LocationType": "availability-zone", "Location": "us-west-2a"}]}`), 0o600))
+	out, _, err := runCmd(t, "--karpenter", "--offerings", offerings, file)
+	require.ErrorIs(t, err, errDrifted)
+	require.Contains(t, out, "InstanceTypeNotFound")
+	require.Contains(t, out, "is no longer offered")
+
+	require.NoError(t, os.WriteFile(offerings, []byte(`{"InstanceTypeOfferings": [{"LocationType": "region"}]}`), 0o600))
+	_, _, err = runCmd(t, "--karpenter", "--offerings", offerings, file)
+	require.ErrorContains(t, err, "--offerings")
 }

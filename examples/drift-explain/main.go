@@ -118,6 +118,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.k.context, "context", "", "with --live: kubeconfig context `NAME` to use")
 	fs.StringVar(&o.k.previous, "previous", "", "with --karpenter: earlier NodePools (a YAML `FILE`) to name the fields that changed since a NodeClaim was made")
 	fs.StringVar(&o.k.caBundle, "cluster-ca-bundle", "", "with --karpenter: the cluster's CA bundle (a PEM `FILE`, as Karpenter's controller has it), which the EC2NodeClass hash includes: drift is judged against the hash Karpenter will write, not the annotation")
+	fs.StringVar(&o.k.offerings, "offerings", "", "with --karpenter: the output of aws ec2 describe-instance-type-offerings --location-type availability-zone (a JSON `FILE`), for InstanceTypeNotFound drift")
 	fs.StringVar(&o.k.instances, "instances", "", "with --karpenter: the output of aws ec2 describe-instances (a JSON `FILE`), for security group and subnet drift")
 	fs.StringVar(&o.k.images, "images", "", "with --karpenter: image catalog (a JSON `FILE`, as ami-resolve reads) to say why a new AMI won")
 	fs.StringVar(&o.k.imagesAt, "images-at", "", "with --images: the `TIME` to resolve at (RFC 3339; default now)")
@@ -143,7 +144,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		}
 		return o, validateKarpenter(&o.k, fs.Args(), generic)
 	}
-	for _, n := range []string{"live", "kubeconfig", "context", "previous", "cluster-ca-bundle", "instances", "images", "images-at", "kubernetes-version", "output"} {
+	for _, n := range []string{"live", "kubeconfig", "context", "previous", "cluster-ca-bundle", "offerings", "instances", "images", "images-at", "kubernetes-version", "output"} {
 		if set[n] {
 			return o, usageError{err: fmt.Errorf("--%s needs --karpenter", n)}
 		}
