@@ -181,6 +181,9 @@ type Instance struct {
 	// Instances does not find terminated instances, as Karpenter's
 	// instance provider does not.
 	State string
+	// CapacityReservationID is the capacity reservation it runs in, if
+	// any.
+	CapacityReservationID string
 }
 
 // InstanceLookup returns the instance with the given id; ok is false when
@@ -216,6 +219,7 @@ func ReadInstances(r io.Reader) ([]Instance, error) {
 				InstanceID string `json:"InstanceId"`
 				SubnetID   string `json:"SubnetId"`
 				ImageID    string `json:"ImageId"`
+				CRID       string `json:"CapacityReservationId"`
 				State      struct {
 					Name string `json:"Name"`
 				} `json:"State"`
@@ -234,7 +238,7 @@ func ReadInstances(r io.Reader) ([]Instance, error) {
 			if in.InstanceID == "" {
 				return nil, fmt.Errorf("%w: Reservations[%d].Instances[%d]: no InstanceId", ErrInvalidDump, ri, ii)
 			}
-			inst := Instance{ID: in.InstanceID, SubnetID: in.SubnetID, ImageID: in.ImageID, State: in.State.Name}
+			inst := Instance{ID: in.InstanceID, SubnetID: in.SubnetID, ImageID: in.ImageID, State: in.State.Name, CapacityReservationID: in.CRID}
 			for _, sg := range in.SecurityGroups {
 				inst.SecurityGroupIDs = append(inst.SecurityGroupIDs, sg.GroupID)
 			}
@@ -340,6 +344,90 @@ func SubnetCheck(l Lookup, lookup InstanceLookup) drift.Check {
 			Evidence: []drift.Evidence{{Kind: drift.EvidenceField, Key: "status.subnets", Want: strings.Join(ids, ","), Got: inst.SubnetID}},
 		}, nil
 	})
+}
+
+// CapacityReservationCheck is the AWS provider's capacity reservation
+// drift: a reserved NodeClaim's instance runs in a capacity reservation
+// its EC2NodeClass no longer selects (status.capacityReservations). An
+// instance in no reservation is not judged, as in the provider.
+func CapacityReservationCheck(l Lookup, lookup InstanceLookup) drift.Check {
+	return drift.CheckFunc(func(ctx context.Context, obj metav1.Object) (*drift.Reason, error) {
+		class, inst, err := classAndInstance(ctx, l, lookup, obj)
+		if class == nil || err != nil || inst.CapacityReservationID == "" {
+			return nil, err
+		}
+		nc, _ := obj.(*karpv1.NodeClaim)
+		if nc == nil || nc.Labels[karpv1.CapacityTypeLabelKey] != karpv1.CapacityTypeReserved {
+			return nil, nil // the provider looks at reserved instances only
+		}
+		ids := make([]string, 0, len(class.Status.CapacityReservations))
+		for _, cr := range class.Status.CapacityReservations {
+			if cr.ID == inst.CapacityReservationID {
+				return nil, nil
+			}
+			ids = append(ids, cr.ID)
+		}
+		sort.Strings(ids)
+		return &drift.Reason{
+			Name: drift.CapacityReservationDrift,
+			Message: fmt.Sprintf("EC2NodeClass %s no longer selects capacity reservation %s of instance %s (selects %s)",
+				class.Name, errtext.Quote(inst.CapacityReservationID), inst.ID, orNone(ids)),
+			Evidence: []drift.Evidence{{Kind: drift.EvidenceField, Key: "status.capacityReservations", Want: strings.Join(ids, ","), Got: inst.CapacityReservationID}},
+		}, nil
+	})
+}
+
+// PlacementGroupCheck is the AWS provider's placement group drift: the
+// NodeClaim's karpenter.k8s.aws/placement-group-id label is not the
+// placement group its EC2NodeClass resolves. Without a
+// placementGroupSelector the class resolves none, so a labelled NodeClaim
+// is drifted; a selector by id resolves that id; a selector by name needs
+// EC2 to resolve it, so the check cannot tell unless the NodeClaim has no
+// label (then it is drifted: the class resolves some group).
+func PlacementGroupCheck(l Lookup) drift.Check {
+	return drift.CheckFunc(func(_ context.Context, obj metav1.Object) (*drift.Reason, error) {
+		nc, class := claimAndClass(l, obj)
+		if nc == nil || class == nil {
+			return nil, nil
+		}
+		label := nc.Labels[awsv1.LabelPlacementGroupID]
+		sel := class.Spec.PlacementGroupSelector
+		var want string
+		switch {
+		case sel == nil:
+		case sel.ID != nil:
+			want = *sel.ID
+		case label == "":
+			want = "the group named " + errtext.Quote(ptrOr(sel.Name))
+		default:
+			return nil, fmt.Errorf("%w: EC2NodeClass %s selects its placement group by name (%s), which only EC2 resolves to an id",
+				ErrCannotTell, class.Name, errtext.Quote(ptrOr(sel.Name)))
+		}
+		if label == want {
+			return nil, nil
+		}
+		return &drift.Reason{
+			Name: drift.PlacementGroupDrift,
+			Message: fmt.Sprintf("EC2NodeClass %s's placement group is %s, the NodeClaim's %s",
+				class.Name, orNone([]string{want}), orNone([]string{label})),
+			Evidence: []drift.Evidence{{Kind: drift.EvidenceLabel, Key: awsv1.LabelPlacementGroupID, Want: want, Got: label}},
+		}, nil
+	})
+}
+
+func ptrOr(p *string) string {
+	if p == nil {
+		return ""
+	}
+	return *p
+}
+
+// orNone writes a list, or "none" when it is empty (or holds "").
+func orNone(ids []string) string {
+	if len(ids) == 0 || len(ids) == 1 && ids[0] == "" {
+		return "none"
+	}
+	return strings.Join(ids, ", ")
 }
 
 // setDiff returns the members of want missing from got, and of got missing

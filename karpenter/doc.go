@@ -30,15 +30,15 @@
 //     RequirementsCheck, InstanceTypeCheck (with the instance type
 //     offerings, ReadOfferings), NodeClassHashCheck, AMICheck (which image replaced
 //     which, and with CatalogResolver the selector term and why the new one
-//     won), SecurityGroupCheck and SubnetCheck (from the instances). Hash
+//     won), SecurityGroupCheck, SubnetCheck and CapacityReservationCheck
+//     (from the instances) and PlacementGroupCheck. Hash
 //     version rules are Karpenter's: a NodeClaim stamped with another
 //     version is re-stamped, not drifted, unless it is already drifted.
 //
 // What it is not: it does not patch NodeClaims, delete nodes or replace
 // Karpenter's controllers; it reads and explains. It does not check
-// CapacityReservationDrift or PlacementGroupDrift (EC2 state beyond an
-// instance's subnet and security groups), nor capacity types in
-// InstanceTypeNotFound (offerings list zones only). AMI drift judges a NodeClaim by
+// capacity types in InstanceTypeNotFound (offerings list zones only), nor
+// placement groups selected by name (only EC2 resolves them). AMI drift judges a NodeClaim by
 // its labels, which Karpenter writes from the instance type's
 // requirements; Karpenter itself uses the instance type. The EC2NodeClass
 // hash depends on the cluster's CA bundle, which a dump does not hold:

@@ -250,15 +250,15 @@ func (c ClaimReport) Drifted() bool { return len(c.Reasons) > 0 }
 // and AWS provider) finds it drifted and why, by running Karpenter's
 // drift rules as drift.Checks in Karpenter's order: NodePoolHashCheck,
 // RequirementsCheck, InstanceTypeCheck (only with WithOfferings),
-// NodeClassHashCheck, AMICheck, SecurityGroupCheck and SubnetCheck (the
-// last two only with WithInstances). Unlike Karpenter,
+// NodeClassHashCheck, AMICheck, SecurityGroupCheck, SubnetCheck and
+// CapacityReservationCheck (those three only with WithInstances) and
+// PlacementGroupCheck. Unlike Karpenter,
 // which stops at the first reason, it reports them all; like Karpenter, it
 // runs none of the provider's checks after one that cannot tell (the
 // Drifted condition then stays as it was, ClaimReport.Condition). NodeClaims
-// being deleted, and EC2NodeClasses being deleted, are not judged. Not checked:
-// CapacityReservationDrift and PlacementGroupDrift (need EC2 state beyond
-// an instance's subnet and groups); where Karpenter's condition names a
-// reason not checked, the NodeClaim is "cannot tell". A NodeClaim that is not launched is
+// being deleted, and EC2NodeClasses being deleted, are not judged. Where
+// Karpenter's condition names a reason the input cannot check, the
+// NodeClaim is "cannot tell". A NodeClaim that is not launched is
 // never drifted (Karpenter clears the condition). Errors: ErrInvalidArgument
 // for a nil snapshot; ctx ends the run.
 func Explain(ctx context.Context, s *Snapshot, opts ...ExplainOption) (*Report, error) {
@@ -269,8 +269,9 @@ func Explain(ctx context.Context, s *Snapshot, opts ...ExplainOption) (*Report, 
 	core := drift.NewDetector(NodePoolHashCheck(s, opts...), RequirementsCheck(s), InstanceTypeCheck(s, opts...))
 	provider := []drift.Check{NodeClassHashCheck(s, opts...), AMICheck(s, opts...)}
 	if cfg.instances != nil {
-		provider = append(provider, SecurityGroupCheck(s, cfg.instances), SubnetCheck(s, cfg.instances))
+		provider = append(provider, SecurityGroupCheck(s, cfg.instances), SubnetCheck(s, cfg.instances), CapacityReservationCheck(s, cfg.instances))
 	}
+	provider = append(provider, PlacementGroupCheck(s))
 	rep := &Report{NodeClaims: make([]ClaimReport, 0, len(s.NodeClaims))}
 	for _, c := range s.Converted {
 		rep.Notes = append(rep.Notes, c+" was read in its v1beta1 form and converted to v1")
@@ -437,7 +438,7 @@ func splitJoined(err error) []error {
 // given (then "not drifted" is its verdict against Karpenter's).
 func unchecked(reason string, cfg *explainConfig) string {
 	switch drift.ReasonName(reason) {
-	case drift.SecurityGroupDrift, drift.SubnetDrift:
+	case drift.SecurityGroupDrift, drift.SubnetDrift, drift.CapacityReservationDrift:
 		if cfg.instances == nil {
 			return "needs the instances (WithInstances, drift-explain --instances), not given"
 		}
@@ -445,8 +446,6 @@ func unchecked(reason string, cfg *explainConfig) string {
 		if cfg.offerings == nil {
 			return "needs the instance type offerings (WithOfferings, drift-explain --offerings), not given"
 		}
-	case drift.CapacityReservationDrift, drift.PlacementGroupDrift:
-		return "is not checked here"
 	}
 	return ""
 }

@@ -247,9 +247,9 @@ func TestConvertV1beta1Refuses(t *testing.T) {
 
 func TestReadInstances(t *testing.T) {
 	list, err := ReadInstances(strings.NewReader(`{"Reservations":[{"Instances":[
-		{"InstanceId":"i-1","SubnetId":"subnet-1","ImageId":"ami-1","SecurityGroups":[{"GroupId":"sg-1"},{"GroupId":"sg-2"}]}]}]}`))
+		{"InstanceId":"i-1","SubnetId":"subnet-1","ImageId":"ami-1","CapacityReservationId":"cr-1","SecurityGroups":[{"GroupId":"sg-1"},{"GroupId":"sg-2"}]}]}]}`))
 	require.NoError(t, err)
-	require.Equal(t, []Instance{{ID: "i-1", SubnetID: "subnet-1", ImageID: "ami-1", SecurityGroupIDs: []string{"sg-1", "sg-2"}}}, list)
+	require.Equal(t, []Instance{{ID: "i-1", SubnetID: "subnet-1", ImageID: "ami-1", CapacityReservationID: "cr-1", SecurityGroupIDs: []string{"sg-1", "sg-2"}}}, list)
 
 	// Terminated instances are not found, as Karpenter does not look them up.
 	lookup := Instances([]Instance{{ID: "i-1", State: "terminated"}, {ID: "i-2", State: "stopped"}})
