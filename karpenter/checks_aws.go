@@ -410,7 +410,8 @@ func PlacementGroupCheck(l Lookup) drift.Check {
 			Name: drift.PlacementGroupDrift,
 			Message: fmt.Sprintf("EC2NodeClass %s's placement group is %s, the NodeClaim's %s",
 				class.Name, orNone([]string{want}), orNone([]string{label})),
-			Evidence: []drift.Evidence{{Kind: drift.EvidenceLabel, Key: awsv1.LabelPlacementGroupID, Want: want, Got: label}},
+			Evidence: []drift.Evidence{{Kind: drift.EvidenceLabel, Key: awsv1.LabelPlacementGroupID, Want: orNone([]string{want}), Got: label,
+				Detail: "the EC2NodeClass's placement group"}},
 		}, nil
 	})
 }

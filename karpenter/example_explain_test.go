@@ -41,5 +41,7 @@ func ExampleExplain() {
 	// default-g: NodeClassDrift
 	// gpu-a: AMIDrift
 	// legacy-b: NodePoolDrifted
-	// 6 of 13 drifted
+	// pg-a: PlacementGroupDrift
+	// reserved-a: RequirementsDrifted
+	// 8 of 16 drifted
 }

@@ -34,8 +34,21 @@ func fixtureInstances(t *testing.T) InstanceLookup {
 	defer f.Close()
 	list, err := ReadInstances(f)
 	require.NoError(t, err)
-	require.Len(t, list, 14)
+	require.Len(t, list, 17)
 	return Instances(list)
+}
+
+// fixtureOfferings are the fixture's instance type offerings: every
+// instance type its NodeClaims run but m4.retired.
+func fixtureOfferings(t *testing.T) Offerings {
+	t.Helper()
+	f, err := os.Open("testdata/dump/offerings.json")
+	require.NoError(t, err)
+	defer f.Close()
+	o, err := ReadOfferings(f)
+	require.NoError(t, err)
+	require.NotContains(t, o, "m4.retired")
+	return o
 }
 
 // reasonNames maps each NodeClaim to the names of its reasons.
@@ -62,19 +75,22 @@ func TestExplainTheFixtureCluster(t *testing.T) {
 	require.ElementsMatch(t, []string{"NodePool/legacy", "EC2NodeClass/legacy", "NodeClaim/legacy-a"}, snap.Converted)
 
 	withoutInstances := map[string][]drift.ReasonName{
-		"arm-a":     nil,
-		"default-a": {drift.NodePoolDrifted},
-		"default-b": {drift.AMIDrift},
-		"default-c": {drift.RequirementsDrifted},
-		"default-d": nil,
-		"default-e": nil,
-		"default-f": nil,
-		"default-g": {drift.NodeClassDrift},
-		"default-h": nil,
-		"default-i": nil,
-		"legacy-a":  nil,
-		"legacy-b":  {drift.NodePoolDrifted, drift.NodeClassDrift, drift.AMIDrift},
-		"gpu-a":     {drift.AMIDrift},
+		"arm-a":      nil,
+		"default-a":  {drift.NodePoolDrifted},
+		"default-b":  {drift.AMIDrift},
+		"default-c":  {drift.RequirementsDrifted},
+		"default-d":  nil,
+		"default-e":  nil,
+		"default-f":  nil,
+		"default-g":  {drift.NodeClassDrift},
+		"default-h":  nil,
+		"default-i":  nil,
+		"legacy-a":   nil,
+		"legacy-b":   {drift.NodePoolDrifted, drift.NodeClassDrift, drift.AMIDrift},
+		"gpu-a":      {drift.AMIDrift},
+		"pg-a":       {drift.PlacementGroupDrift},
+		"reserved-a": {drift.RequirementsDrifted},
+		"gone-a":     nil,
 	}
 	withInstances := map[string][]drift.ReasonName{}
 	for k, v := range withoutInstances {
@@ -82,6 +98,12 @@ func TestExplainTheFixtureCluster(t *testing.T) {
 	}
 	withInstances["default-d"] = []drift.ReasonName{drift.SecurityGroupDrift}
 	withInstances["default-e"] = []drift.ReasonName{drift.SubnetDrift}
+	withInstances["reserved-a"] = []drift.ReasonName{drift.RequirementsDrifted, drift.CapacityReservationDrift}
+	withOfferings := map[string][]drift.ReasonName{}
+	for k, v := range withInstances {
+		withOfferings[k] = v
+	}
+	withOfferings["gone-a"] = []drift.ReasonName{InstanceTypeNotFound}
 
 	for _, tc := range []struct {
 		name    string
@@ -89,8 +111,9 @@ func TestExplainTheFixtureCluster(t *testing.T) {
 		want    map[string][]drift.ReasonName
 		drifted int
 	}{
-		{"dump only", nil, withoutInstances, 6},
-		{"with instances", []ExplainOption{WithInstances(fixtureInstances(t))}, withInstances, 8},
+		{"dump only", nil, withoutInstances, 8},
+		{"with instances", []ExplainOption{WithInstances(fixtureInstances(t))}, withInstances, 10},
+		{"with instances and offerings", []ExplainOption{WithInstances(fixtureInstances(t)), WithOfferings(fixtureOfferings(t))}, withOfferings, 11},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rep, err := Explain(t.Context(), snap, tc.opts...)
@@ -98,6 +121,12 @@ func TestExplainTheFixtureCluster(t *testing.T) {
 			require.Empty(t, cmp.Diff(tc.want, reasonNames(rep)))
 			require.Equal(t, tc.drifted, rep.Drifted)
 			for _, c := range rep.NodeClaims {
+				if c.Name == "gone-a" && tc.want["gone-a"] == nil {
+					// Karpenter says InstanceTypeNotFound; without offerings
+					// that cannot be checked.
+					require.Len(t, c.CannotTell, 1, c.Name)
+					continue
+				}
 				require.Empty(t, c.CannotTell, c.Name)
 				for _, r := range c.Reasons {
 					require.NotEmpty(t, r.Message, "%s %s", c.Name, r.Name)
@@ -349,10 +378,12 @@ func TestExplainSummarisesPerNodePool(t *testing.T) {
 		total += got.Drifted
 	}
 	require.Equal(t, rep.Drifted, total)
-	// The fixture's figures (default-b, being deleted, is not judged).
+	// The fixture's figures (default-b, being deleted, is not judged;
+	// gone-a, without offerings, is unknown).
 	require.Equal(t, []NodePoolSummary{
-		{Name: "default", NodeClaims: 11, Drifted: 6, Replacing: 1, ByReason: map[drift.ReasonName]int{
-			drift.AMIDrift: 1, drift.NodeClassDrift: 1, drift.NodePoolDrifted: 1, drift.RequirementsDrifted: 1, drift.SecurityGroupDrift: 1, drift.SubnetDrift: 1}},
+		{Name: "default", NodeClaims: 14, Drifted: 8, Unknown: 1, Replacing: 1, ByReason: map[drift.ReasonName]int{
+			drift.AMIDrift: 1, drift.NodeClassDrift: 1, drift.NodePoolDrifted: 1, drift.RequirementsDrifted: 2, drift.SecurityGroupDrift: 1,
+			drift.SubnetDrift: 1, drift.PlacementGroupDrift: 1}},
 		{Name: "legacy", NodeClaims: 2, Drifted: 1, ByReason: map[drift.ReasonName]int{drift.NodePoolDrifted: 1}},
 	}, rep.NodePools)
 }

@@ -99,12 +99,7 @@ func TestInstanceTypeCheckIsKarpenters(t *testing.T) {
 // without them, Karpenter's condition saying so is "cannot tell".
 func TestExplainInstanceTypeNotFound(t *testing.T) {
 	snap := readFixture(t)
-	offerings := Offerings{}
-	for _, nc := range snap.NodeClaims {
-		if it := nc.Labels[corev1.LabelInstanceTypeStable]; it != "" {
-			offerings[it] = append(offerings[it], nc.Labels[corev1.LabelTopologyZone])
-		}
-	}
+	offerings := fixtureOfferings(t)
 	// default-f runs an instance type the cloud no longer offers.
 	nc := &snap.NodeClaims[indexOfClaim(snap, "default-f")]
 	nc.Labels[corev1.LabelInstanceTypeStable] = "m4.retired"

@@ -52,26 +52,29 @@ func karpenterRows(t *testing.T, out string) map[string]string {
 // drifted NodeClaim with its reasons, every other one not drifted, exit 3.
 func TestKarpenterDump(t *testing.T) {
 	want := map[string]string{
-		"arm-a":     "not drifted -",
-		"default-a": "drifted NodePoolDrifted",
-		"default-b": "drifted AMIDrift",
-		"default-c": "drifted RequirementsDrifted",
-		"default-d": "drifted SecurityGroupDrift",
-		"default-e": "drifted SubnetDrift",
-		"default-f": "not drifted -",
-		"default-g": "drifted NodeClassDrift",
-		"default-h": "not drifted -",
-		"default-i": "not drifted -",
-		"legacy-a":  "not drifted -",
-		"legacy-b":  "drifted NodePoolDrifted,NodeClassDrift,AMIDrift",
-		"gpu-a":     "drifted AMIDrift",
+		"arm-a":      "not drifted -",
+		"default-a":  "drifted NodePoolDrifted",
+		"default-b":  "drifted AMIDrift",
+		"default-c":  "drifted RequirementsDrifted",
+		"default-d":  "drifted SecurityGroupDrift",
+		"default-e":  "drifted SubnetDrift",
+		"default-f":  "not drifted -",
+		"default-g":  "drifted NodeClassDrift",
+		"default-h":  "not drifted -",
+		"default-i":  "not drifted -",
+		"legacy-a":   "not drifted -",
+		"legacy-b":   "drifted NodePoolDrifted,NodeClassDrift,AMIDrift",
+		"gpu-a":      "drifted AMIDrift",
+		"pg-a":       "drifted PlacementGroupDrift",
+		"reserved-a": "drifted RequirementsDrifted,CapacityReservationDrift",
+		"gone-a":     "unknown -",
 	}
 	out, stderr, err := runCmd(t, "-karpenter", "-instances", dumpDir+"/instances.json", dumpDir+"/cluster.yaml")
 	require.ErrorIs(t, err, errDrifted, stderr)
 	require.Empty(t, cmp.Diff(want, karpenterRows(t, out)))
 	require.Contains(t, out, `metadata.labels["team"]: a -> b`)
 	require.Contains(t, out, "NodeClaim/legacy-a was read in its v1beta1 form")
-	require.Contains(t, out, "8 of 13 NodeClaims drifted")
+	require.Contains(t, out, "10 of 16 NodeClaims drifted")
 
 	// Without the instances, security groups and subnets cannot be seen.
 	out, _, err = runCmd(t, "-karpenter", dumpDir+"/cluster.yaml")
@@ -79,7 +82,12 @@ func TestKarpenterDump(t *testing.T) {
 	rows := karpenterRows(t, out)
 	require.Equal(t, "not drifted -", rows["default-d"])
 	require.Equal(t, "not drifted -", rows["default-e"])
-	require.Contains(t, out, "6 of 13 NodeClaims drifted")
+	require.Contains(t, out, "8 of 16 NodeClaims drifted")
+
+	// With the offerings, the instance type no longer offered is found.
+	out, _, err = runCmd(t, "--karpenter", "--offerings", dumpDir+"/offerings.json", dumpDir+"/cluster.yaml")
+	require.ErrorIs(t, err, errDrifted)
+	require.Equal(t, "drifted InstanceTypeNotFound", karpenterRows(t, out)["gone-a"])
 }
 
 // TestKarpenterJSON: -o json and -o yaml print the karpenter.Report as a
@@ -100,8 +108,8 @@ func TestKarpenterJSON(t *testing.T) {
 		require.NoError(t, yaml.UnmarshalStrict([]byte(out), &rep), "%q", args)
 		require.Equal(t, "cli.upgradekit.io/v1alpha1", rep.APIVersion)
 		require.Equal(t, "KarpenterDriftReport", rep.Kind)
-		require.Equal(t, 6, rep.Drifted)
-		require.Len(t, rep.NodeClaims, 13)
+		require.Equal(t, 8, rep.Drifted)
+		require.Len(t, rep.NodeClaims, 16)
 		require.NotContains(t, out, "null")
 	}
 }
