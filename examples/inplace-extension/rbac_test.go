@@ -581,7 +581,12 @@ func TestLeastPrivilegeOverHTTPS(t *testing.T) {
 		err := mgmt.Get(ctx, client.ObjectKey{Namespace: "default", Name: "cloud-credentials"}, &corev1.Secret{})
 		return apierrors.IsForbidden(err)
 	}, 30*time.Second, 100*time.Millisecond, "another Secret of the namespace")
-	require.NoError(t, mgmt.Get(ctx, client.ObjectKey{Namespace: "default", Name: "demo-kubeconfig"}, &corev1.Secret{}))
+	// The API server's RBAC authorizer learns the new binding from its
+	// informers, after the old one is gone: wait for it too (CI once read
+	// the kubeconfig in between and was refused).
+	require.Eventually(t, func() bool {
+		return mgmt.Get(ctx, client.ObjectKey{Namespace: "default", Name: "demo-kubeconfig"}, &corev1.Secret{}) == nil
+	}, 30*time.Second, 100*time.Millisecond, "the kubeconfig, through deploy/kubeconfig-by-name.yaml")
 	before := len(log.all())
 	resp = updateMachine(desired)
 	require.Equal(t, runtimehooksv1.ResponseStatusSuccess, resp.Status, resp.Message)
