@@ -80,7 +80,7 @@ func TestEveryExampleFollowsTheConvention(t *testing.T) {
 		{"ami-resolve", []string{ami + "/invalid.yaml", ami + "/catalog.json"}, nil, 3, "invalid: amiSelectorTerms", "", ""},
 		{"ami-resolve", []string{"-kubernetes-version", "1.31", ami + "/terms.yaml", filepath.Join(t.TempDir(), "missing.json")}, nil, 1, "no such file", "", ""},
 		{"drift-explain", []string{de + "/nodepool.yaml", de + "/nodes.yaml"}, nil, 3, "1 of 3 objects drifted", "", ""},
-		{"drift-explain", []string{"-karpenter", kd + "/cluster.yaml"}, nil, 3, "6 of 13 NodeClaims drifted", "", ""},
+		{"drift-explain", []string{"-karpenter", kd + "/cluster.yaml"}, nil, 3, "8 of 16 NodeClaims drifted", "", ""},
 		{"drift-explain", []string{"-karpenter", "-o", "xml", kd + "/cluster.yaml"}, nil, 2, `--output "xml": want table, json, yaml`, "", ""},
 
 		// GNU/kubectl flags: --flag=value, -ovalue, flags after the
