@@ -45,7 +45,13 @@
 //     would then roll out anyway. The same check is public:
 //     VerifyCanUpdateMachine and VerifyCanUpdateMachineSet tell, for any
 //     extension's answer, whether CAPI would update in place or roll out
-//     (*RollOutError naming the fields left).
+//     (*RollOutError naming the fields left);
+//   - with WithInfrastructureDryRun, a MachineSet answer that accepts an
+//     infrastructure template change is tried on the MachineSet's
+//     infrastructure machines first (a server-side apply with dry run, as
+//     Cluster API's MachineSet controller will write it): a change the
+//     provider refuses is declined, not accepted into a write that fails
+//     on every retry and leaves the Machine stuck.
 //
 // # What Cluster API remembers
 //

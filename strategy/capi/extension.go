@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	runtimehooksv1 "sigs.k8s.io/cluster-api/api/runtime/hooks/v1alpha1"
 	"sigs.k8s.io/cluster-api/exp/runtime/server"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/upgradekit/upgradekit/diff"
 	"github.com/upgradekit/upgradekit/internal/errtext"
@@ -62,6 +63,7 @@ type Extension struct {
 	checks   []Check
 	images   ImagesByVersion
 	failure  runtimehooksv1.FailurePolicy
+	dryRun   client.Client // WithInfrastructureDryRun
 }
 
 // HandlerTimeoutCanUpdate is the TimeoutSeconds the CanUpdate* handlers
@@ -510,7 +512,18 @@ func (e *Extension) answer(ctx context.Context, settings map[string]string, cur,
 			a.patches[o] = runtimehooksv1.Patch{PatchType: runtimehooksv1.JSONPatchType, Patch: jp}
 		}
 	}
-	return e.checkPatched(a, cur, des, templates), nil
+	a = e.checkPatched(a, cur, des, templates)
+	if !a.decline && templates && e.dryRun != nil && a.patches[diff.Infrastructure].Patch != nil {
+		why, err := e.dryRunInfrastructure(ctx, cur.Machine, des.Infrastructure)
+		if err != nil {
+			return answer{}, err
+		}
+		if why != "" {
+			infra := cs.Filter(func(c diff.Change) bool { return c.Object == diff.Infrastructure })
+			return answer{msg: why, decline: true, uncovered: fieldNames(infra), decision: a.decision}, nil
+		}
+	}
+	return a, nil
 }
 
 // checkPatched is the last step of an answer that does not decline: it

@@ -60,7 +60,11 @@ type Server struct {
 // <cluster>-kubeconfig Secrets of the workload clusters, Machines (every
 // UpdateMachine request is checked against the live Machine before
 // anything is done) and control plane versions (capi.ControlPlaneSkewCheck).
-// It may be nil only with DecideOnly. Every option is checked here, so a
+// A mgmt that is a client.Client also writes: the removal of
+// KubeadmControlPlane's certificate expiry annotation after a renewal, and
+// the dry runs of capi.WithInfrastructureDryRun (an accepted
+// infrastructure template change tried on the MachineSet's infrastructure
+// machines first). It may be nil only with DecideOnly. Every option is checked here, so a
 // mistake fails at start-up, not at the first update; the errors match
 // ErrInvalidOption and name the option.
 func New(mgmt client.Reader, opts ...Option) (*Server, error) {
@@ -369,6 +373,13 @@ func (s *Server) buildHandlers(mgmt client.Reader) ([]server.ExtensionHandler, e
 	checks := slices.Clone(c.checks)
 	if chk := c.checksumsCheck(); chk != nil {
 		checks = append(checks, chk)
+	}
+	if w, ok := mgmt.(client.Client); ok {
+		// An accepted infrastructure template change is tried on the
+		// MachineSet's infrastructure machines (a dry run of Cluster API's
+		// write) first: a provider that refuses it gets a decline, not a
+		// Machine stuck between its MachineSets.
+		extOpts = append(extOpts, capi.WithInfrastructureDryRun(w))
 	}
 	if mgmt != nil {
 		// No kubelet newer than its control plane: declined, never stranded.
