@@ -168,7 +168,7 @@ func TestDeployManifestsApply(t *testing.T) {
 			{APIGroups: []string{"controlplane.cluster.x-k8s.io"}, Resources: []string{"kubeadmcontrolplanes"}, Verbs: []string{"get"}},
 			{APIGroups: []string{"cluster.x-k8s.io"}, Resources: []string{"machinedrainrules"}, Verbs: []string{"list"}},
 			{APIGroups: []string{"bootstrap.cluster.x-k8s.io"}, Resources: []string{"kubeadmconfigs"}, Verbs: []string{"get", "patch"}},
-			{APIGroups: []string{"infrastructure.cluster.x-k8s.io"}, Resources: []string{"dockermachines"}, Verbs: []string{"get"}},
+			{APIGroups: []string{"infrastructure.cluster.x-k8s.io"}, Resources: []string{"dockermachines"}, Verbs: []string{"get", "patch"}},
 			{APIGroups: []string{"events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
 		},
 		"upgradekit-extension-kubeconfig": {

@@ -65,6 +65,19 @@ func e2eExtensionWith(t *testing.T, h *capitest.Harness, dir string, port int, r
 // -upgrader-images.
 func e2eExtensionImages(t *testing.T, h *capitest.Harness, dir string, port int, reg *prometheus.Registry, rec events.EventRecorder, images string, register bool) (stop func()) {
 	t.Helper()
+	return e2eExtensionServe(t, h, dir, port, reg, rec, images, register, e2eExtras{})
+}
+
+// e2eExtras are what some scenarios add to e2eExtensionImages: the
+// extension's logger, the ExtensionConfig's settings.
+type e2eExtras struct {
+	log      logr.Logger
+	settings map[string]string
+}
+
+// e2eExtensionServe is e2eExtensionImages with extras.
+func e2eExtensionServe(t *testing.T, h *capitest.Harness, dir string, port int, reg *prometheus.Registry, rec events.EventRecorder, images string, register bool, x e2eExtras) (stop func()) {
+	t.Helper()
 	ctrllog.SetLogger(logr.Discard()) // as main sets its own
 	// -retry-after 1, not the default 15: Cluster API calls UpdateMachine
 	// again after it and the harness's steps take no time, so the default
@@ -77,7 +90,7 @@ func e2eExtensionImages(t *testing.T, h *capitest.Harness, dir string, port int,
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- serve(ctx, o, deps{mgmt: h.Env.Client, scheme: h.Env.Scheme, recorder: rec, metrics: metrics})
+		done <- serve(ctx, o, deps{mgmt: h.Env.Client, scheme: h.Env.Scheme, recorder: rec, metrics: metrics, log: x.log})
 	}()
 	stopped := false
 	stop = func() {
@@ -93,7 +106,7 @@ func e2eExtensionImages(t *testing.T, h *capitest.Harness, dir string, port int,
 		require.NoError(t, err)
 		rctx, rcancel := context.WithTimeout(t.Context(), time.Minute)
 		defer rcancel()
-		names, err := capitest.RegisterExtension(rctx, h.Env.Client, "upgradekit", "https://127.0.0.1:"+strconv.Itoa(port), ca)
+		names, err := capitest.RegisterExtension(rctx, h.Env.Client, "upgradekit", "https://127.0.0.1:"+strconv.Itoa(port), ca, capitest.WithExtensionSettings(x.settings))
 		require.NoError(t, err)
 		require.Len(t, names, 3, "the three in-place handlers: %v", names)
 	}

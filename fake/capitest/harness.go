@@ -77,11 +77,17 @@ const registrySettle = 3 * time.Second
 // handlers (their names, "<handler>.<name>") and the other managers have
 // had time to load them (3 seconds), or with an error naming
 // the ExtensionConfig's conditions when ctx ends first.
-func RegisterExtension(ctx context.Context, c client.Client, name, url string, caBundle []byte) ([]string, error) {
+func RegisterExtension(ctx context.Context, c client.Client, name, url string, caBundle []byte, opts ...RegisterOption) ([]string, error) {
+	spec := map[string]any{"clientConfig": map[string]any{"url": url, "caBundle": caBundle}}
+	for _, o := range opts {
+		if o != nil {
+			o(spec)
+		}
+	}
 	ec := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "runtime.cluster.x-k8s.io/v1beta2", "kind": "ExtensionConfig",
 		"metadata": map[string]any{"name": name},
-		"spec":     map[string]any{"clientConfig": map[string]any{"url": url, "caBundle": caBundle}},
+		"spec":     spec,
 	}}
 	if err := c.Create(ctx, ec); err != nil {
 		return nil, fmt.Errorf("capitest: creating ExtensionConfig %s: %w", name, err)
@@ -117,6 +123,27 @@ func RegisterExtension(ctx context.Context, c client.Client, name, url string, c
 			return nil, fmt.Errorf("capitest: ExtensionConfig %s: no handlers discovered (conditions: %v): %w", name, conds, ctx.Err())
 		case <-time.After(200 * time.Millisecond):
 		}
+	}
+}
+
+// RegisterOption configures the ExtensionConfig RegisterExtension creates.
+type RegisterOption func(spec map[string]any)
+
+// WithExtensionSettings sets the ExtensionConfig's spec.settings, which
+// Cluster API passes in every hook request. They are in place before
+// Cluster API discovers the extension, so no hook is ever called without
+// them (Cluster API remembers a MachineSet's CanUpdateMachineSet answer
+// for 24 hours: settings changed later may come too late for a rollout).
+func WithExtensionSettings(settings map[string]string) RegisterOption {
+	return func(spec map[string]any) {
+		if len(settings) == 0 {
+			return
+		}
+		m := make(map[string]any, len(settings))
+		for k, v := range settings {
+			m[k] = v
+		}
+		spec["settings"] = m
 	}
 }
 
