@@ -1,0 +1,199 @@
+package main
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/tools/events"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/upgradekit/upgradekit/fake"
+	"github.com/upgradekit/upgradekit/fake/capitest"
+	"github.com/upgradekit/upgradekit/fake/testcerts"
+	"github.com/upgradekit/upgradekit/strategy/capi"
+)
+
+// TestClusterAPISurgesAndDeletesMachinesUpdatingInPlace: a
+// MachineDeployment (3) rolling out with maxSurge 1 / maxUnavailable 0 is
+// bumped v1.35.4 -> v1.36.3 under Cluster API v1.14's own managers.
+// Cluster API surges a new machine and moves old ones to the new
+// MachineSet to be updated in place. While an update is in flight (its
+// upgrader pod created, held by the node's kubelet) the MachineDeployment
+// is scaled down to 2. A MachineSet scaling down deletes machines still
+// updating in place first (machineset_deletion_order.go), which would cut
+// an update off while its upgrader runs; Cluster API v1.14's rollout
+// planner, though, scales nothing down while an in-place update is in
+// flight, and this checks that it waits: the machine in flight finishes
+// in place, and an old machine that is not updating is deleted. The end
+// state is whole: two machines, all up to date at v1.36.3 on their hosts,
+// none cordoned, no update record left on a node, no upgrader pod left on
+// any remaining node but succeeded ones.
+func TestClusterAPISurgesAndDeletesMachinesUpdatingInPlace(t *testing.T) {
+	h := capitest.NewForTest(t, capitest.WithUpgraderImage(e2eImage, fake.Staging{Kubernetes: e2eTo, Containerd: "2.0.5", CNI: "v1.7.1"}))
+	ctx, c := t.Context(), h.Env.Client
+	objs, err := capitest.ClusterObjects(h.Env, "default", "demo", e2eTo)
+	require.NoError(t, err)
+	require.NoError(t, capitest.Create(ctx, c, objs...))
+	md := capitest.MachineDeploymentObjects("default", "demo", "md", 3, e2eFrom)
+	surge, none := intstr.FromInt32(1), intstr.FromInt32(0)
+	md[2].(*clusterv1.MachineDeployment).Spec.Rollout.Strategy.RollingUpdate = clusterv1.MachineDeploymentRolloutStrategyRollingUpdate{MaxSurge: &surge, MaxUnavailable: &none}
+	require.NoError(t, capitest.Create(ctx, c, md...))
+	mdLabel := client.MatchingLabels{clusterv1.MachineDeploymentNameLabel: "md"}
+	var before map[string]clusterv1.Machine
+	waitUntil(t, 4*time.Minute, "machines provisioned", func() (bool, string, error) {
+		var err error
+		before, err = machinesBy(t, c, mdLabel)
+		return err == nil && settled(before, 3, e2eFrom), fmt.Sprintf("machines %v; provider %v", slices.Sorted(maps.Keys(before)), h.Provider.Errors()), err
+	})
+
+	dir := t.TempDir()
+	testcerts.Write(t, dir)
+	reg := prometheus.NewRegistry()
+	e2eExtensionWith(t, h, dir, testcerts.FreePort(t), reg, events.NewFakeRecorder(1000), true)
+
+	// Watch what happens to the machines: which ones Cluster API deletes
+	// while they are updating in place.
+	var mu sync.Mutex
+	deletedUpdating := map[string]bool{}
+	stopWatch := make(chan struct{})
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		for {
+			select {
+			case <-stopWatch:
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+			ms, err := machinesBy(t, c, mdLabel)
+			if err != nil {
+				continue
+			}
+			for n, m := range ms {
+				if _, updating := m.Annotations[clusterv1.UpdateInProgressAnnotation]; updating && m.DeletionTimestamp != nil {
+					mu.Lock()
+					deletedUpdating[n] = true
+					mu.Unlock()
+				}
+			}
+		}
+	}()
+
+	// The old nodes' kubelets hold their pods: the first upgrader Cluster
+	// API starts stays in flight until released.
+	for n := range before {
+		require.True(t, h.Provider.HoldPods(n), n)
+	}
+	var cur clusterv1.MachineDeployment
+	require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: "default", Name: "md"}, &cur))
+	patch := client.MergeFrom(cur.DeepCopy())
+	cur.Spec.Template.Spec.Version = e2eTo
+	require.NoError(t, c.Patch(ctx, &cur, patch))
+
+	// A machine is updating in place, its upgrader pod created: the user
+	// scales the MachineDeployment down. Cluster API deletes machines
+	// updating in place first.
+	var inFlight string
+	waitUntil(t, 4*time.Minute, "an update in flight", func() (bool, string, error) {
+		ms, err := machinesBy(t, c, mdLabel)
+		if err != nil {
+			return false, "", err
+		}
+		for n, m := range ms {
+			if _, updating := m.Annotations[clusterv1.UpdateInProgressAnnotation]; updating && m.Status.NodeRef.IsDefined() && len(upgraderPods(t, c, []string{m.Status.NodeRef.Name})) > 0 {
+				inFlight = n
+				return true, "", nil
+			}
+		}
+		return false, fmt.Sprintf("machines %v", machineStates(ms)), nil
+	})
+	require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: "default", Name: "md"}, &cur))
+	patch = client.MergeFrom(cur.DeepCopy())
+	cur.Spec.Replicas = new(int32(2))
+	require.NoError(t, c.Patch(ctx, &cur, patch))
+	// Cluster API v1.14 does not act on the scale-down while the update
+	// is in flight (its rollout planner waits for in-place updates):
+	// hold the pods a while longer to give it the chance, then release
+	// them.
+	time.Sleep(10 * time.Second)
+	stillThere, err := machinesBy(t, c, mdLabel)
+	require.NoError(t, err)
+	t.Logf("10 s after the scale-down, the machines are %v", machineStates(stillThere))
+	for n := range before {
+		h.Provider.ReleasePods(n)
+	}
+
+	var after map[string]clusterv1.Machine
+	waitUntil(t, 8*time.Minute, "the rollout is done", func() (bool, string, error) {
+		var err error
+		if after, err = machinesBy(t, c, mdLabel); err != nil {
+			return false, "", err
+		}
+		return settled(after, 2, e2eTo) && mdSettled(t, c, "md", 2), fmt.Sprintf("machines %v; provider %v", machineStates(after), h.Provider.Errors()), nil
+	})
+	close(stopWatch)
+	<-watched
+
+	names := slices.Sorted(maps.Keys(after))
+	var nodes []string
+	for _, n := range names {
+		m := after[n]
+		require.Equal(t, e2eTo, h.Provider.Host(n).RunningVersion(fake.Kubelet), "%s runs v1.36.3 on its host", n)
+		var node corev1.Node
+		require.NoError(t, c.Get(ctx, client.ObjectKey{Name: m.Status.NodeRef.Name}, &node))
+		require.False(t, node.Spec.Unschedulable, "%s uncordoned", n)
+		require.NotContains(t, node.Annotations, capi.AnnotationInPlaceUpdate, "%s: no update left half done", n)
+		nodes = append(nodes, node.Name)
+	}
+	// Succeeded upgrader pods stay for their logs; none is left running or
+	// pending on a remaining node. (Pods of deleted nodes are not checked:
+	// the harness has no controller-manager, whose pod garbage collector
+	// removes them in a real cluster.)
+	for _, p := range upgraderPods(t, c, nodes) {
+		require.Equal(t, corev1.PodSucceeded, p.Status.Phase, "upgrader pod %s on remaining node %s", p.Name, p.Spec.NodeName)
+	}
+	kept := 0
+	for _, n := range names {
+		if _, old := before[n]; old {
+			kept++
+		}
+	}
+	mu.Lock()
+	t.Logf("in flight at the scale-down: %s; kept in place: %d; deleted while updating in place: %v; updates done: %v", inFlight, kept, slices.Sorted(maps.Keys(deletedUpdating)),
+		metricSums(t, reg, capi.MetricUpdateDuration))
+	// Cluster API v1.14 waits for the update in flight before scaling
+	// down (machinedeployment_rollout_rollingupdate.go,
+	// scalingOrInPlaceUpdateInProgress): the machine finishes in place and
+	// an old machine not being updated is deleted instead.
+	require.Empty(t, deletedUpdating, "no machine deleted while updating in place")
+	require.Contains(t, after, inFlight, "the machine in flight finished its update in place")
+	mu.Unlock()
+	require.Empty(t, h.Provider.Errors())
+}
+
+// machineStates says where each Machine is, for a waiting message.
+func machineStates(ms map[string]clusterv1.Machine) []string {
+	var out []string
+	for n, m := range ms {
+		s := n + ":" + m.Spec.Version + ":" + m.Status.Phase
+		if _, ok := m.Annotations[clusterv1.UpdateInProgressAnnotation]; ok {
+			s += ":updating"
+		}
+		if m.DeletionTimestamp != nil {
+			s += ":deleting"
+		}
+		out = append(out, s)
+	}
+	sort.Strings(out)
+	return out
+}
