@@ -307,23 +307,41 @@ func CheckStall(res *Result) []string {
 			failed[m] = true
 		}
 	}
+	// Sorted once: machines, the failed ones, and each group's.
+	names := slices.Sorted(maps.Keys(spans))
+	var failedNames []string
+	members := map[string][]string{}
+	for _, o := range names {
+		if failed[o] {
+			failedNames = append(failedNames, o)
+		}
+		members[group[o]] = append(members[group[o]], o)
+	}
 	var out []string
-	for _, m := range slices.Sorted(maps.Keys(spans)) {
+	for _, m := range names {
 		start, g := spans[m].start, group[m]
-		down, running := 0, 0
-		for _, o := range slices.Sorted(maps.Keys(spans)) {
+		down := 0
+		for _, o := range failedNames {
 			sp := spans[o]
-			switch {
-			case o == m:
-			case failed[o] && !sp.end.After(start):
-				if group[o] == "" {
-					out = append(out, fmt.Sprintf("%s started at %s, after control plane machine %s failed at %s",
-						m, start.Format(time.RFC3339), o, sp.end.Format(time.RFC3339)))
-				}
-				if group[o] == g && g != "" {
-					down++
-				}
-			case group[o] == g && !sp.start.After(start) && sp.end.After(start):
+			if o == m || sp.end.After(start) {
+				continue
+			}
+			if group[o] == "" {
+				out = append(out, fmt.Sprintf("%s started at %s, after control plane machine %s failed at %s",
+					m, start.Format(time.RFC3339), o, sp.end.Format(time.RFC3339)))
+			}
+			if group[o] == g && g != "" {
+				down++
+			}
+		}
+		if down == 0 {
+			continue
+		}
+		// Running at m's start: begun by then, not ended (a failed machine
+		// that ended by then counted as down above).
+		running := 0
+		for _, o := range members[g] {
+			if sp := spans[o]; o != m && !sp.start.After(start) && sp.end.After(start) {
 				running++
 			}
 		}
@@ -331,7 +349,7 @@ func CheckStall(res *Result) []string {
 		if !ok {
 			limit = 1
 		}
-		if down > 0 && down+running+1 > limit {
+		if down+running+1 > limit {
 			name := "group " + g
 			if g == "" {
 				name = "the control plane"

@@ -104,13 +104,16 @@ func learnScripts[K comparable](generate func() (nodeexec.Plan, error), sources 
 	return out
 }
 
+// scriptArgs is how many arguments each script takes (scriptBundle aside).
+var scriptArgs = map[scriptKind]int{
+	scriptEtcdSnapshot: 4, scriptInstallTree: 1, scriptBackupTree: 2, scriptRestoreTree: 1,
+	scriptRestoreTreeRestart: 2, scriptInstallFile: 2, scriptBackupFile: 2,
+	scriptWriteFile: 1, scriptBackupEtcKubernetes: 3, scriptVerify: 6,
+	scriptInstallContainerdRestart: 4, scriptBackupContainerd: 3, scriptReplaceBinaryRestart: 4,
+}
+
 func (h *Host) script(ctx context.Context, k scriptKind, args []string, env map[string]string) (int, string) {
-	want := map[scriptKind]int{
-		scriptEtcdSnapshot: 4, scriptInstallTree: 1, scriptBackupTree: 2, scriptRestoreTree: 1,
-		scriptRestoreTreeRestart: 2, scriptInstallFile: 2, scriptBackupFile: 2,
-		scriptWriteFile: 1, scriptBackupEtcKubernetes: 3, scriptVerify: 6,
-		scriptInstallContainerdRestart: 4, scriptBackupContainerd: 3, scriptReplaceBinaryRestart: 4,
-	}[k]
+	want := scriptArgs[k]
 	if k == scriptBundle {
 		return h.bundle(args)
 	}

@@ -241,6 +241,9 @@ type Simulator struct {
 	gateWait time.Duration
 	// onFailure: WithOnFailure.
 	onFailure FailurePolicy
+	// differ diffs each machine against the rollout (diff.InPlaceUpdate),
+	// compiled once: building it costs more than a diff.
+	differ *diff.Differ
 }
 
 // SimOption configures a Simulator.
@@ -341,6 +344,9 @@ func NewSimulator(cl *Cluster, opts ...SimOption) (*Simulator, error) {
 			return nil, err
 		}
 	}
+	if s.differ, err = diff.New(diff.InPlaceUpdate()); err != nil {
+		return nil, err
+	}
 	s.roles, s.pools, s.versions = map[string]Role{}, map[string]string{}, map[string]string{}
 	for _, n := range cl.Nodes() {
 		s.roles[n.Name], s.pools[n.Name], s.versions[n.Name] = n.Role, n.Pool, n.Version
@@ -380,7 +386,7 @@ func (s *Simulator) Fleet() *Fleet { return s.fleet }
 // machine with its diff against the desired state, and each worker group
 // with its MachineDeployment's rolling update limits.
 func (s *Simulator) Input(ctx context.Context, r Rollout) (strategy.Cluster, error) {
-	if s.cl == nil || s.c == nil {
+	if s.cl == nil || s.c == nil || s.differ == nil {
 		return strategy.Cluster{}, fmt.Errorf("fake: %w: Simulator not made by NewSimulator", ErrInvalidCluster)
 	}
 	if _, err := version.ParseSemantic(r.ToVersion); err != nil {
@@ -450,7 +456,7 @@ func (s *Simulator) machine(ctx context.Context, n NodeInfo, r Rollout) (strateg
 		}
 		cur.Bootstrap, des.Bootstrap = gates(map[string]any{}), gates(map[string]any{kubeletLocalModeGate: true})
 	}
-	cs, err := diff.Machines(cur, des, diff.InPlaceUpdate())
+	cs, err := s.differ.Machines(cur, des)
 	if err != nil {
 		return strategy.Machine{}, err
 	}
