@@ -387,6 +387,8 @@ func TestBadInput(t *testing.T) {
 		{"the same NaN on both sides", diff.State{Infrastructure: &floatMachine{Spec: floatSpec{F: math.NaN()}}}, diff.State{Infrastructure: &floatMachine{Spec: floatSpec{F: math.NaN()}}}, diff.ErrUnsupportedValue, "infrastructure.spec.f"},
 		{"the same channel on both sides", diff.State{Infrastructure: &chanMachine{Spec: chanSpec{C: ch}}}, diff.State{Infrastructure: &chanMachine{Spec: chanSpec{C: ch}}}, diff.ErrUnsupportedValue, "infrastructure.spec.c"},
 		{"the same absurdly deep typed value on both sides", diff.State{Infrastructure: &deepMachine{Spec: deepTyped}}, diff.State{Infrastructure: &deepMachine{Spec: deepTyped}}, diff.ErrTooDeep, "infrastructure.spec.a.a"},
+		// 101 levels: spec, l, [0], then s and [0] 49 times.
+		{"the same value one level too deep in a list on both sides", diff.State{Infrastructure: &deepListMachine{Spec: deepList{L: []deepList{deepLists(49)}}}}, diff.State{Infrastructure: &deepListMachine{Spec: deepList{L: []deepList{deepLists(49)}}}}, diff.ErrTooDeep, "infrastructure.spec.l[0].l[0]"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -506,6 +508,23 @@ type chanMachine struct {
 
 type deepNode struct {
 	A *deepNode `json:"a,omitempty"`
+}
+
+type deepList struct {
+	L []deepList `json:"l,omitempty"`
+}
+
+// deepLists nests n lists of one element.
+func deepLists(n int) deepList {
+	v := deepList{}
+	for range n {
+		v = deepList{L: []deepList{v}}
+	}
+	return v
+}
+
+type deepListMachine struct {
+	Spec deepList `json:"spec"`
 }
 
 type deepMachine struct {

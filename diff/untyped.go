@@ -315,6 +315,9 @@ func (l dataList) enter(s bool, i int, keyed bool) bool {
 
 func (l dataList) cmp(i, j int) { l.w.cmpData(l.a[i], l.b[j]) }
 
+// same is false: unstructured elements are compared by walking them.
+func (l dataList) same(int, int) bool { return false }
+
 func (l dataList) value(s bool, i int) any {
 	v := l.side(s)[i]
 	if !l.w.checkData(v) || (l.w.lazyCheck && !l.w.checkDeep(v)) {
