@@ -387,7 +387,9 @@ func TestBadInput(t *testing.T) {
 		{"the same NaN on both sides", diff.State{Infrastructure: &floatMachine{Spec: floatSpec{F: math.NaN()}}}, diff.State{Infrastructure: &floatMachine{Spec: floatSpec{F: math.NaN()}}}, diff.ErrUnsupportedValue, "infrastructure.spec.f"},
 		{"the same channel on both sides", diff.State{Infrastructure: &chanMachine{Spec: chanSpec{C: ch}}}, diff.State{Infrastructure: &chanMachine{Spec: chanSpec{C: ch}}}, diff.ErrUnsupportedValue, "infrastructure.spec.c"},
 		{"the same absurdly deep typed value on both sides", diff.State{Infrastructure: &deepMachine{Spec: deepTyped}}, diff.State{Infrastructure: &deepMachine{Spec: deepTyped}}, diff.ErrTooDeep, "infrastructure.spec.a.a"},
-		// 101 levels: spec, l, [0], then s and [0] 49 times.
+		// 101 levels: spec, then a 100 times.
+		{"the same string one level too deep on both sides", diff.State{Infrastructure: map[string]any{"spec": nestedA(100)}}, diff.State{Infrastructure: map[string]any{"spec": nestedA(100)}}, diff.ErrTooDeep, "infrastructure.spec.a.a"},
+		// 101 levels: spec, l, [0], then l and [0] 49 times.
 		{"the same value one level too deep in a list on both sides", diff.State{Infrastructure: &deepListMachine{Spec: deepList{L: []deepList{deepLists(49)}}}}, diff.State{Infrastructure: &deepListMachine{Spec: deepList{L: []deepList{deepLists(49)}}}}, diff.ErrTooDeep, "infrastructure.spec.l[0].l[0]"},
 	}
 	for _, tc := range cases {
@@ -512,6 +514,15 @@ type deepNode struct {
 
 type deepList struct {
 	L []deepList `json:"l,omitempty"`
+}
+
+// nestedA nests n objects {"a": ...} around "x".
+func nestedA(n int) any {
+	var v any = "x"
+	for range n {
+		v = map[string]any{"a": v}
+	}
+	return v
 }
 
 // deepLists nests n lists of one element.
