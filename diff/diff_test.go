@@ -680,3 +680,33 @@ func fields(cs diff.ChangeSet) []string {
 	}
 	return out
 }
+
+type namedStrings map[string]string
+
+type namedMapMachine struct {
+	Spec struct {
+		M namedStrings `json:"m,omitempty"`
+	} `json:"spec"`
+}
+
+// TestNamedMapType: a field of a named map[string]string type is compared
+// like a plain one; it used to panic (a type assertion to
+// map[string]string).
+func TestNamedMapType(t *testing.T) {
+	cur, des, same := &namedMapMachine{}, &namedMapMachine{}, &namedMapMachine{}
+	cur.Spec.M = namedStrings{"a": "1", "b": "2"}
+	des.Spec.M = namedStrings{"a": "1", "b": "3"}
+	same.Spec.M = namedStrings{"a": "1", "b": "2"}
+	var cs diff.ChangeSet
+	var err error
+	require.NotPanics(t, func() { cs, err = diff.Objects(diff.Infrastructure, cur, des) })
+	require.NoError(t, err)
+	require.Equal(t, []string{`infrastructure.spec.m.b: replace "2" -> "3" (Other)`}, strings.Split(cs.String(), "\n"))
+	require.NotPanics(t, func() { cs, err = diff.Objects(diff.Infrastructure, cur, same) })
+	require.NoError(t, err)
+	require.True(t, cs.Empty(), "%s", cs)
+	var eq bool
+	require.NotPanics(t, func() { eq, err = diff.Equal(diff.State{Infrastructure: cur}, diff.State{Infrastructure: des}) })
+	require.NoError(t, err)
+	require.False(t, eq)
+}

@@ -160,7 +160,7 @@ func buildPlan(t reflect.Type, building map[reflect.Type]*typePlan) *typePlan {
 			return p
 		}
 		p.elem = buildPlan(t.Elem(), building)
-		p.strMap = t.Key() == reflect.TypeFor[string]() && t.Elem() == reflect.TypeFor[string]()
+		p.strMap = t == reflect.TypeFor[map[string]string]() // not a named map type: asserted to map[string]string
 		p.boolMap = t.Key() == reflect.TypeFor[string]() && t.Elem() == reflect.TypeFor[bool]()
 	case reflect.Struct:
 		p.byName = map[string]int{}
