@@ -233,10 +233,11 @@ func (d *Differ) walk(current, desired State, mode walkMode) (cs ChangeSet, foun
 	// visits and what it skips (out of scope), and marks anything it
 	// leaves unchecked. On any error, or a gap, the inputs are checked
 	// whole first, in the order readInput checks them, so the errors are
-	// the same as when they are checked up front, which Equal (it stops
-	// early), templates (only spec.template is walked), transforms (they
-	// see the data first) and depth limits beyond checkJSONData's still do.
-	lazy := lazyChecks && !first && !templates && d.cfg.maxDepth <= maxJSONDepth
+	// the same as when they are checked up front, which templates (only
+	// spec.template is walked), transforms (they see the data first) and
+	// depth limits beyond checkJSONData's still do. Equal, which stops at
+	// the first difference, checks the inputs whole when it finds one.
+	lazy := lazyChecks && !templates && d.cfg.maxDepth <= maxJSONDepth
 	for o := Object(0); o < numObjects; o++ {
 		lazyO := lazy && len(d.cfg.transforms[o]) == 0
 		cur, err := readInputCheck(o, "current", current.get(o), !lazyO)
@@ -277,6 +278,10 @@ func (d *Differ) walk(current, desired State, mode walkMode) (cs ChangeSet, foun
 			}
 		}
 		if first && w.found {
+			// The walk stopped early: what it did not reach is unchecked.
+			if err := firstErr(cur.checkIfUnchecked(), des.checkIfUnchecked()); err != nil {
+				return ChangeSet{}, false, err
+			}
 			return ChangeSet{}, true, nil
 		}
 	}

@@ -387,6 +387,10 @@ func TestBadInput(t *testing.T) {
 		{"the same NaN on both sides", diff.State{Infrastructure: &floatMachine{Spec: floatSpec{F: math.NaN()}}}, diff.State{Infrastructure: &floatMachine{Spec: floatSpec{F: math.NaN()}}}, diff.ErrUnsupportedValue, "infrastructure.spec.f"},
 		{"the same channel on both sides", diff.State{Infrastructure: &chanMachine{Spec: chanSpec{C: ch}}}, diff.State{Infrastructure: &chanMachine{Spec: chanSpec{C: ch}}}, diff.ErrUnsupportedValue, "infrastructure.spec.c"},
 		{"the same absurdly deep typed value on both sides", diff.State{Infrastructure: &deepMachine{Spec: deepTyped}}, diff.State{Infrastructure: &deepMachine{Spec: deepTyped}}, diff.ErrTooDeep, "infrastructure.spec.a.a"},
+		// 101 levels: spec, then a 100 times.
+		{"the same string one level too deep on both sides", diff.State{Infrastructure: map[string]any{"spec": nestedA(100)}}, diff.State{Infrastructure: map[string]any{"spec": nestedA(100)}}, diff.ErrTooDeep, "infrastructure.spec.a.a"},
+		// 101 levels: spec, l, [0], then l and [0] 49 times.
+		{"the same value one level too deep in a list on both sides", diff.State{Infrastructure: &deepListMachine{Spec: deepList{L: []deepList{deepLists(49)}}}}, diff.State{Infrastructure: &deepListMachine{Spec: deepList{L: []deepList{deepLists(49)}}}}, diff.ErrTooDeep, "infrastructure.spec.l[0].l[0]"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -506,6 +510,32 @@ type chanMachine struct {
 
 type deepNode struct {
 	A *deepNode `json:"a,omitempty"`
+}
+
+type deepList struct {
+	L []deepList `json:"l,omitempty"`
+}
+
+// nestedA nests n objects {"a": ...} around "x".
+func nestedA(n int) any {
+	var v any = "x"
+	for range n {
+		v = map[string]any{"a": v}
+	}
+	return v
+}
+
+// deepLists nests n lists of one element.
+func deepLists(n int) deepList {
+	v := deepList{}
+	for range n {
+		v = deepList{L: []deepList{v}}
+	}
+	return v
+}
+
+type deepListMachine struct {
+	Spec deepList `json:"spec"`
 }
 
 type deepMachine struct {
@@ -649,4 +679,34 @@ func fields(cs diff.ChangeSet) []string {
 		out = append(out, c.Field)
 	}
 	return out
+}
+
+type namedStrings map[string]string
+
+type namedMapMachine struct {
+	Spec struct {
+		M namedStrings `json:"m,omitempty"`
+	} `json:"spec"`
+}
+
+// TestNamedMapType: a field of a named map[string]string type is compared
+// like a plain one; it used to panic (a type assertion to
+// map[string]string).
+func TestNamedMapType(t *testing.T) {
+	cur, des, same := &namedMapMachine{}, &namedMapMachine{}, &namedMapMachine{}
+	cur.Spec.M = namedStrings{"a": "1", "b": "2"}
+	des.Spec.M = namedStrings{"a": "1", "b": "3"}
+	same.Spec.M = namedStrings{"a": "1", "b": "2"}
+	var cs diff.ChangeSet
+	var err error
+	require.NotPanics(t, func() { cs, err = diff.Objects(diff.Infrastructure, cur, des) })
+	require.NoError(t, err)
+	require.Equal(t, []string{`infrastructure.spec.m.b: replace "2" -> "3" (Other)`}, strings.Split(cs.String(), "\n"))
+	require.NotPanics(t, func() { cs, err = diff.Objects(diff.Infrastructure, cur, same) })
+	require.NoError(t, err)
+	require.True(t, cs.Empty(), "%s", cs)
+	var eq bool
+	require.NotPanics(t, func() { eq, err = diff.Equal(diff.State{Infrastructure: cur}, diff.State{Infrastructure: des}) })
+	require.NoError(t, err)
+	require.False(t, eq)
 }

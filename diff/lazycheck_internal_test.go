@@ -14,7 +14,8 @@ import (
 // gives the same results and the same errors as checking them whole
 // before it, over random objects with values that have no JSON form
 // placed anywhere: in and out of scope, in lists, under ignored paths,
-// inside values reported whole, and nested past the depth limit.
+// inside values reported whole, and nested past the depth limit; for
+// Machines and for Equal, which stops at the first difference.
 func TestLazyChecksMatchUpFront(t *testing.T) {
 	differs := map[string]*Differ{}
 	for name, opts := range map[string][]Option{
@@ -107,10 +108,13 @@ func TestLazyChecksMatchUpFront(t *testing.T) {
 			want, wantErr := d.Machines(State{Infrastructure: cur}, State{Infrastructure: des})
 			lazyChecks = true
 			got, gotErr := d.Machines(State{Infrastructure: cur}, State{Infrastructure: des})
+			lazyChecks = false
+			wantEq, wantEqErr := d.Equal(State{Infrastructure: cur}, State{Infrastructure: des})
+			lazyChecks = true
+			gotEq, gotEqErr := d.Equal(State{Infrastructure: cur}, State{Infrastructure: des})
 			cases++
-			if wantErr != nil {
-				failing++
-				require.Error(t, gotErr, "%s #%d: want %v", name, i, wantErr)
+			sameErr := func(what string, wantErr, gotErr error) {
+				require.Error(t, gotErr, "%s %s #%d: want %v", what, name, i, wantErr)
 				var we, ge *Error
 				require.True(t, errors.As(wantErr, &we) && errors.As(gotErr, &ge))
 				// An input with a value too deep and another that is no
@@ -122,17 +126,28 @@ func TestLazyChecksMatchUpFront(t *testing.T) {
 					}
 					return err
 				}
-				require.Equal(t, class(we.Err), class(ge.Err), "%s #%d: %v / %v", name, i, wantErr, gotErr)
-				require.Equal(t, we.Side, ge.Side, "%s #%d: %v / %v", name, i, wantErr, gotErr)
+				require.Equal(t, class(we.Err), class(ge.Err), "%s %s #%d: %v / %v", what, name, i, wantErr, gotErr)
+				require.Equal(t, we.Side, ge.Side, "%s %s #%d: %v / %v", what, name, i, wantErr, gotErr)
 				// Checks up front report no path; the walk's own errors do
 				// (which one, when there are several, depends on map order).
-				require.Equal(t, we.Path == "", ge.Path == "", "%s #%d: %v / %v", name, i, wantErr, gotErr)
+				require.Equal(t, we.Path == "", ge.Path == "", "%s %s #%d: %v / %v", what, name, i, wantErr, gotErr)
 				if we.Path == "" {
 					require.Equal(t, we.Object, ge.Object)
 				}
+			}
+			if wantEqErr != nil {
+				sameErr("Equal", wantEqErr, gotEqErr)
+			} else {
+				require.NoError(t, gotEqErr, "Equal %s #%d", name, i)
+				require.Equal(t, wantEq, gotEq, "Equal %s #%d", name, i)
+			}
+			if wantErr != nil {
+				failing++
+				sameErr("Machines", wantErr, gotErr)
 				continue
 			}
 			require.NoError(t, gotErr, "%s #%d", name, i)
+			require.Equal(t, want.Empty(), gotEq, "%s #%d: Equal", name, i)
 			require.Equal(t, want.String(), got.String(), "%s #%d", name, i)
 			require.Equal(t, len(want.Changes), len(got.Changes))
 			for j := range want.Changes {

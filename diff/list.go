@@ -15,6 +15,10 @@ type lister interface {
 	enter(side bool, i int, keyed bool) bool
 	// cmp compares current element i with desired element j (entered).
 	cmp(i, j int)
+	// same reports, without entering them, that current element i and
+	// desired element j are identical, so that comparing them would find
+	// no change under any rule (typedSame); false when unsure.
+	same(i, j int) bool
 	// value returns element i of the given side as JSON data.
 	value(side bool, i int) any
 	// whole returns the whole list of a side as JSON data.
@@ -37,6 +41,9 @@ func matchList[L lister](w *walker, l L, keyed, ordered bool) {
 		}
 		if aligned {
 			for i := 0; i < na && !w.done(); i++ {
+				if l.same(i, i) {
+					continue
+				}
 				if l.enter(sideA, i, keyed) {
 					l.cmp(i, i)
 				}
@@ -51,6 +58,9 @@ func matchList[L lister](w *walker, l L, keyed, ordered bool) {
 	if !keyed {
 		n := min(na, nb)
 		for i := 0; i < n && !w.done(); i++ {
+			if l.same(i, i) {
+				continue
+			}
 			if l.enter(sideA, i, keyed) {
 				l.cmp(i, i)
 			}
@@ -85,14 +95,16 @@ func matchList[L lister](w *walker, l L, keyed, ordered bool) {
 				break
 			}
 		}
-		if l.enter(sideA, i, keyed) {
-			if j < 0 {
-				w.emit(OpRemove, l.value(sideA, i), nil)
-			} else {
-				l.cmp(i, j)
+		if j < 0 || !l.same(i, j) {
+			if l.enter(sideA, i, keyed) {
+				if j < 0 {
+					w.emit(OpRemove, l.value(sideA, i), nil)
+				} else {
+					l.cmp(i, j)
+				}
 			}
+			w.leave()
 		}
-		w.leave()
 		if j >= 0 {
 			matched[j/64] |= 1 << (j % 64)
 			if j < lastJ {

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"unsafe"
 
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -49,6 +50,7 @@ type typePlan struct {
 	stringish bool   // kind String
 	typeMeta  int    // struct: index of an embedded metav1.TypeMeta, or -1
 	name      string // t.Name()
+	size      uintptr
 }
 
 type fieldPlan struct {
@@ -57,6 +59,14 @@ type fieldPlan struct {
 	omitEmpty bool
 	omitZero  bool
 	plan      *typePlan
+	// offset is the field's offset in the outer struct; direct says that
+	// no embedded pointer lies on the way, so offset locates it.
+	offset uintptr
+	direct bool
+	// zero is the field type's zero layout, for omitzero (zeroKnown false:
+	// too large, ask reflect).
+	zero      []zspan
+	zeroKnown bool
 }
 
 var (
@@ -94,7 +104,7 @@ func buildPlan(t reflect.Type, building map[reflect.Type]*typePlan) *typePlan {
 	if p := building[t]; p != nil {
 		return p
 	}
-	p := &typePlan{t: t, kind: t.Kind(), typeMeta: -1, name: t.Name()}
+	p := &typePlan{t: t, kind: t.Kind(), typeMeta: -1, name: t.Name(), size: t.Size()}
 	building[t] = p
 	if t.Kind() == reflect.Struct {
 		for i := 0; i < t.NumField(); i++ {
@@ -150,21 +160,25 @@ func buildPlan(t reflect.Type, building map[reflect.Type]*typePlan) *typePlan {
 			return p
 		}
 		p.elem = buildPlan(t.Elem(), building)
-		p.strMap = t.Key() == reflect.TypeFor[string]() && t.Elem() == reflect.TypeFor[string]()
+		p.strMap = t == reflect.TypeFor[map[string]string]() // not a named map type: asserted to map[string]string
 		p.boolMap = t.Key() == reflect.TypeFor[string]() && t.Elem() == reflect.TypeFor[bool]()
 	case reflect.Struct:
 		p.byName = map[string]int{}
-		addFields(p, t, nil, building)
+		addFields(p, t, nil, 0, true, building)
 	}
 	return p
 }
 
 // addFields flattens t's fields into p, as encoding/json does: embedded
 // structs without a JSON name are inlined; shallower names win.
-func addFields(p *typePlan, t reflect.Type, index []int, building map[reflect.Type]*typePlan) {
+// base is t's offset in p's struct, direct false when an embedded
+// pointer lies on the way.
+func addFields(p *typePlan, t reflect.Type, index []int, base uintptr, direct bool, building map[reflect.Type]*typePlan) {
 	type embedded struct {
-		t     reflect.Type
-		index []int
+		t      reflect.Type
+		index  []int
+		base   uintptr
+		direct bool
 	}
 	var inline []embedded
 	for i := 0; i < t.NumField(); i++ {
@@ -182,7 +196,7 @@ func addFields(p *typePlan, t reflect.Type, index []int, building map[reflect.Ty
 				et = et.Elem()
 			}
 			if et.Kind() == reflect.Struct {
-				inline = append(inline, embedded{t: et, index: idx})
+				inline = append(inline, embedded{t: et, index: idx, base: base + sf.Offset, direct: direct && ft.Kind() != reflect.Pointer})
 				continue
 			}
 		}
@@ -195,7 +209,7 @@ func addFields(p *typePlan, t reflect.Type, index []int, building map[reflect.Ty
 		if _, dup := p.byName[name]; dup {
 			continue
 		}
-		fp := fieldPlan{index: idx, name: name, plan: buildPlan(ft, building)}
+		fp := fieldPlan{index: idx, name: name, plan: buildPlan(ft, building), offset: base + sf.Offset, direct: direct}
 		for _, o := range strings.Split(opts, ",") {
 			switch o {
 			case "omitempty":
@@ -204,11 +218,14 @@ func addFields(p *typePlan, t reflect.Type, index []int, building map[reflect.Ty
 				fp.omitZero = true
 			}
 		}
+		if fp.omitZero {
+			fp.zero, fp.zeroKnown = zeroLayout(ft)
+		}
 		p.byName[name] = len(p.fields)
 		p.fields = append(p.fields, fp)
 	}
 	for _, e := range inline {
-		addFields(p, e.t, e.index, building)
+		addFields(p, e.t, e.index, e.base, e.direct, building)
 	}
 }
 
@@ -440,6 +457,16 @@ func (w *walker) cmpTyped(a, b reflect.Value, aOK, bOK bool, p *typePlan) {
 		// The scope limits only the root's fields and metadata's.
 		scoped := len(w.frames)-w.prefix == 0 ||
 			(len(w.frames)-w.prefix == 1 && w.frames[w.prefix].name == "metadata")
+		// Addressable structs (all but map values and interface contents)
+		// are read in memory: see memory.go.
+		var baseA, baseB unsafe.Pointer
+		if aOK && a.CanAddr() {
+			baseA = unsafe.Pointer(a.UnsafeAddr())
+		}
+		if bOK && b.CanAddr() {
+			baseB = unsafe.Pointer(b.UnsafeAddr())
+		}
+		inMemory := fastPaths && (!aOK || baseA != nil) && (!bOK || baseB != nil)
 		for i := range p.fields {
 			if w.done() {
 				return
@@ -450,13 +477,25 @@ func (w *walker) cmpTyped(a, b reflect.Value, aOK, bOK bool, p *typePlan) {
 			}
 			var fa, fb reflect.Value
 			var pa, pb bool
-			if aOK {
+			var ptrA, ptrB unsafe.Pointer
+			knownA, knownB := !aOK, !bOK // absent sides are known absent
+			if inMemory && fp.direct {
+				if aOK {
+					ptrA = unsafe.Add(baseA, fp.offset)
+					pa, knownA = presentAt(ptrA, fp)
+				}
+				if bOK {
+					ptrB = unsafe.Add(baseB, fp.offset)
+					pb, knownB = presentAt(ptrB, fp)
+				}
+			}
+			if !knownA {
 				var ok bool
 				if fa, ok = fieldOf(a, fp.index); ok {
 					pa = present(fa, fp)
 				}
 			}
-			if bOK {
+			if !knownB {
 				var ok bool
 				if fb, ok = fieldOf(b, fp.index); ok {
 					pb = present(fb, fp)
@@ -470,9 +509,28 @@ func (w *walker) cmpTyped(a, b reflect.Value, aOK, bOK bool, p *typePlan) {
 			// are compared and the rest, name and uid, mostly differs; and
 			// spec is where the changes are, its fields are tried one by
 			// one.)
-			if pa && pb && len(w.frames) > w.prefix &&
-				typedSame(fa, fb, fp.plan, len(w.frames)+1, w.maxDepth) {
-				continue
+			if pa && pb && len(w.frames) > w.prefix {
+				var same bool
+				if ptrA != nil && ptrB != nil {
+					same = sameAt(ptrA, ptrB, fp.plan, len(w.frames)+1, w.maxDepth)
+				} else {
+					if !fa.IsValid() {
+						fa, _ = fieldOf(a, fp.index)
+					}
+					if !fb.IsValid() {
+						fb, _ = fieldOf(b, fp.index)
+					}
+					same = typedSame(fa, fb, fp.plan, len(w.frames)+1, w.maxDepth)
+				}
+				if same {
+					continue
+				}
+			}
+			if pa && !fa.IsValid() {
+				fa, _ = fieldOf(a, fp.index)
+			}
+			if pb && !fb.IsValid() {
+				fb, _ = fieldOf(b, fp.index)
 			}
 			if w.enterField(fp.name) {
 				w.cmpTyped(fa, fb, pa, pb, fp.plan)
@@ -520,10 +578,13 @@ func (w *walker) cmpTyped(a, b reflect.Value, aOK, bOK bool, p *typePlan) {
 // kinds, custom marshalers, nesting beyond maxDepth) and any difference of
 // form (nil against empty) answers false, and the walk decides. depth is
 // the number of path steps to a and b; no frames are pushed, nothing is
-// allocated.
+// allocated. Addressable values are compared in memory (sameAt).
 func typedSame(a, b reflect.Value, p *typePlan, depth, maxDepth int) bool {
 	if depth > maxDepth {
 		return false
+	}
+	if fastPaths && a.CanAddr() && b.CanAddr() {
+		return sameAt(unsafe.Pointer(a.UnsafeAddr()), unsafe.Pointer(b.UnsafeAddr()), p, depth, maxDepth)
 	}
 	switch p.leaf {
 	case leafNone:
@@ -545,11 +606,7 @@ func typedSame(a, b reflect.Value, p *typePlan, depth, maxDepth int) bool {
 		}
 		return typedSame(a.Elem(), b.Elem(), p.elem, depth+1, maxDepth)
 	case reflect.Interface:
-		if a.IsNil() || b.IsNil() {
-			return a.IsNil() && b.IsNil()
-		}
-		ea, eb := a.Elem(), b.Elem()
-		return ea.Type() == eb.Type() && typedSame(ea, eb, planFor(ea.Type()), depth+1, maxDepth)
+		return sameIfaces(a, b, depth, maxDepth)
 	case reflect.Struct:
 		for i := range p.fields {
 			fp := &p.fields[i]
@@ -578,29 +635,7 @@ func typedSame(a, b reflect.Value, p *typePlan, depth, maxDepth int) bool {
 		}
 		return true
 	case reflect.Map:
-		if a.IsNil() != b.IsNil() || a.Len() != b.Len() {
-			return false
-		}
-		if p.strMap && a.CanInterface() && b.CanInterface() {
-			if depth+1 > maxDepth && a.Len() > 0 {
-				return false
-			}
-			ma, mb := a.Interface().(map[string]string), b.Interface().(map[string]string)
-			for k, va := range ma {
-				if vb, ok := mb[k]; !ok || va != vb {
-					return false
-				}
-			}
-			return true
-		}
-		iter := a.MapRange()
-		for iter.Next() {
-			vb := b.MapIndex(iter.Key())
-			if !vb.IsValid() || !typedSame(iter.Value(), vb, p.elem, depth+1, maxDepth) {
-				return false
-			}
-		}
-		return true
+		return sameMaps(a, b, p, depth, maxDepth)
 	case reflect.String:
 		return a.String() == b.String()
 	case reflect.Bool:
@@ -614,6 +649,43 @@ func typedSame(a, b reflect.Value, p *typePlan, depth, maxDepth int) bool {
 		return fa == fb && !math.IsInf(fa, 0) // NaN != NaN
 	}
 	return false
+}
+
+// sameIfaces is typedSame for two interface values.
+func sameIfaces(a, b reflect.Value, depth, maxDepth int) bool {
+	if a.IsNil() || b.IsNil() {
+		return a.IsNil() && b.IsNil()
+	}
+	ea, eb := a.Elem(), b.Elem()
+	return ea.Type() == eb.Type() && typedSame(ea, eb, planFor(ea.Type()), depth+1, maxDepth)
+}
+
+// sameMaps is typedSame for two maps, with reflect (a map's entries are
+// not addressable).
+func sameMaps(a, b reflect.Value, p *typePlan, depth, maxDepth int) bool {
+	if a.IsNil() != b.IsNil() || a.Len() != b.Len() {
+		return false
+	}
+	if p.strMap && a.CanInterface() && b.CanInterface() {
+		if depth+1 > maxDepth && a.Len() > 0 {
+			return false
+		}
+		ma, mb := a.Interface().(map[string]string), b.Interface().(map[string]string)
+		for k, va := range ma {
+			if vb, ok := mb[k]; !ok || va != vb {
+				return false
+			}
+		}
+		return true
+	}
+	iter := a.MapRange()
+	for iter.Next() {
+		vb := b.MapIndex(iter.Key())
+		if !vb.IsValid() || !typedSame(iter.Value(), vb, p.elem, depth+1, maxDepth) {
+			return false
+		}
+	}
+	return true
 }
 
 // scalarOf returns a bool or number as JSON data.
@@ -985,6 +1057,14 @@ func (l typedList) enter(s bool, i int, keyed bool) bool {
 func (l typedList) cmp(i, j int) {
 	ea, eb := l.a.Index(i), l.b.Index(j)
 	l.w.cmpTyped(ea, eb, !nilish(ea), !nilish(eb), l.p)
+}
+
+func (l typedList) same(i, j int) bool {
+	if !fastPaths {
+		return false
+	}
+	ea, eb := l.a.Index(i), l.b.Index(j)
+	return !nilish(ea) && !nilish(eb) && typedSame(ea, eb, l.p, len(l.w.frames)+1, l.w.maxDepth)
 }
 
 func nilish(v reflect.Value) bool {

@@ -219,6 +219,9 @@ func (w *walker) cmpMaps(a, b map[string]any) {
 			w.checkSkipped(bv)
 			continue
 		}
+		if ok && len(w.frames) < w.maxDepth && sameLeaf(av, bv) {
+			continue // identical strings or bools: no rule can tell them apart
+		}
 		if w.enterField(k) {
 			if av == nil && !ok && w.strict() {
 				w.emit(OpRemove, nil, nil) // an explicit null against absent
@@ -255,6 +258,21 @@ func (w *walker) cmpMaps(a, b map[string]any) {
 		}
 		w.leave()
 	}
+}
+
+// sameLeaf reports whether a and b are the same string or the same bool:
+// entering them would find no change under any rule, and they need no
+// check (unlike numbers: NaN).
+func sameLeaf(a, b any) bool {
+	switch x := a.(type) {
+	case string:
+		y, ok := b.(string)
+		return ok && x == y
+	case bool:
+		y, ok := b.(bool)
+		return ok && x == y
+	}
+	return false
 }
 
 // dataList adapts two []any to matchList.
@@ -314,6 +332,9 @@ func (l dataList) enter(s bool, i int, keyed bool) bool {
 }
 
 func (l dataList) cmp(i, j int) { l.w.cmpData(l.a[i], l.b[j]) }
+
+// same is false: unstructured elements are compared by walking them.
+func (l dataList) same(int, int) bool { return false }
 
 func (l dataList) value(s bool, i int) any {
 	v := l.side(s)[i]
