@@ -70,6 +70,23 @@ func InstallInfrastructure(ctx context.Context, env *envtest.Env) error {
 // every manager's registry to hold the handlers (they requeue each second).
 const registrySettle = 3 * time.Second
 
+// RegisterOption configures the ExtensionConfig RegisterExtension creates.
+type RegisterOption func(*registration)
+
+type registration struct {
+	settings map[string]string
+}
+
+// WithExtensionSettings sets the ExtensionConfig's spec.settings, which
+// Cluster API sends with every call to the extension's hooks. They are in
+// the ExtensionConfig from its creation: a change made later reaches each
+// manager's registry only when its ExtensionConfig controller next
+// reconciles, so a rollout started meanwhile may be asked with the old
+// ones.
+func WithExtensionSettings(settings map[string]string) RegisterOption {
+	return func(r *registration) { r.settings = settings }
+}
+
 // RegisterExtension registers a runtime extension the way a user does:
 // an ExtensionConfig named name whose client config is url and the CA
 // bundle that signed the extension's serving certificate. It returns once
@@ -77,11 +94,25 @@ const registrySettle = 3 * time.Second
 // handlers (their names, "<handler>.<name>") and the other managers have
 // had time to load them (3 seconds), or with an error naming
 // the ExtensionConfig's conditions when ctx ends first.
-func RegisterExtension(ctx context.Context, c client.Client, name, url string, caBundle []byte) ([]string, error) {
+func RegisterExtension(ctx context.Context, c client.Client, name, url string, caBundle []byte, opts ...RegisterOption) ([]string, error) {
+	var r registration
+	for _, o := range opts {
+		if o != nil {
+			o(&r)
+		}
+	}
+	spec := map[string]any{"clientConfig": map[string]any{"url": url, "caBundle": caBundle}}
+	if len(r.settings) > 0 {
+		settings := map[string]any{}
+		for k, v := range r.settings {
+			settings[k] = v
+		}
+		spec["settings"] = settings
+	}
 	ec := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "runtime.cluster.x-k8s.io/v1beta2", "kind": "ExtensionConfig",
 		"metadata": map[string]any{"name": name},
-		"spec":     map[string]any{"clientConfig": map[string]any{"url": url, "caBundle": caBundle}},
+		"spec":     spec,
 	}}
 	if err := c.Create(ctx, ec); err != nil {
 		return nil, fmt.Errorf("capitest: creating ExtensionConfig %s: %w", name, err)
