@@ -413,7 +413,9 @@ func TestLeastPrivilegeOverHTTPS(t *testing.T) {
 	mdUID := ms.OwnerReferences[0].UID
 	require.Eventually(t, func() bool { // sent asynchronously
 		var evs eventsv1.EventList
-		require.NoError(t, admin.List(ctx, &evs, client.InNamespace("default")))
+		if err := admin.List(ctx, &evs, client.InNamespace("default")); err != nil {
+			return false
+		}
 		related := map[string]bool{}
 		for _, e := range evs.Items {
 			if e.Regarding.Kind == "MachineDeployment" && e.Regarding.UID == mdUID && e.Reason == capi.EventReasonCanUpdateFailed && e.Related != nil {
