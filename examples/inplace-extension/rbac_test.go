@@ -390,6 +390,41 @@ func TestLeastPrivilegeOverHTTPS(t *testing.T) {
 	require.Equal(t, runtimehooksv1.ResponseStatusSuccess, canMS.Status, canMS.Message)
 	require.True(t, canMS.MachineSetPatch.IsDefined(), canMS.Message)
 
+	// A misspelt ExtensionConfig setting: both hooks answer Failure, and
+	// each is recorded on the MachineDeployment, found through the live
+	// Machine and MachineSet (get, already granted: no new permission).
+	typo := map[string]string{"upgradekit.io/ignroe": "x"}
+	var failedMS runtimehooksv1.CanUpdateMachineSetResponse
+	post(runtimehooksv1.CanUpdateMachineSet, "upgradekit-can-update-machineset", &runtimehooksv1.CanUpdateMachineSetRequest{
+		TypeMeta:      metav1.TypeMeta{APIVersion: runtimehooksv1.GroupVersion.String(), Kind: "CanUpdateMachineSetRequest"},
+		CommonRequest: runtimehooksv1.CommonRequest{Settings: typo},
+		Current:       runtimehooksv1.CanUpdateMachineSetRequestObjects{MachineSet: *curMS, InfrastructureMachineTemplate: runtime.RawExtension{Raw: imtRaw}},
+		Desired:       runtimehooksv1.CanUpdateMachineSetRequestObjects{MachineSet: *desMS, InfrastructureMachineTemplate: runtime.RawExtension{Raw: imtRaw}},
+	}, &failedMS)
+	require.Equal(t, runtimehooksv1.ResponseStatusFailure, failedMS.Status, failedMS.Message)
+	var failedM runtimehooksv1.CanUpdateMachineResponse
+	post(runtimehooksv1.CanUpdateMachine, "upgradekit-can-update-machine", &runtimehooksv1.CanUpdateMachineRequest{
+		TypeMeta:      metav1.TypeMeta{APIVersion: runtimehooksv1.GroupVersion.String(), Kind: "CanUpdateMachineRequest"},
+		CommonRequest: runtimehooksv1.CommonRequest{Settings: typo},
+		Current:       runtimehooksv1.CanUpdateMachineRequestObjects{Machine: *current, InfrastructureMachine: runtime.RawExtension{Raw: infraRaw}},
+		Desired:       runtimehooksv1.CanUpdateMachineRequestObjects{Machine: *desired, InfrastructureMachine: runtime.RawExtension{Raw: infraRaw}},
+	}, &failedM)
+	require.Equal(t, runtimehooksv1.ResponseStatusFailure, failedM.Status, failedM.Message)
+	mdUID := ms.OwnerReferences[0].UID
+	require.Eventually(t, func() bool { // sent asynchronously
+		var evs eventsv1.EventList
+		if err := admin.List(ctx, &evs, client.InNamespace("default")); err != nil {
+			return false
+		}
+		related := map[string]bool{}
+		for _, e := range evs.Items {
+			if e.Regarding.Kind == "MachineDeployment" && e.Regarding.UID == mdUID && e.Reason == capi.EventReasonCanUpdateFailed && e.Related != nil {
+				related[e.Related.Kind] = true
+			}
+		}
+		return related["MachineSet"] && related["Machine"]
+	}, 30*time.Second, 100*time.Millisecond, "the Failures recorded on the MachineDeployment")
+
 	// The Machine's KubeadmConfig, which Cluster API sends along.
 	kc := &bootstrapv1.KubeadmConfig{}
 	require.NoError(t, admin.Get(ctx, client.ObjectKey{Namespace: live.Namespace, Name: live.Spec.Bootstrap.ConfigRef.Name}, kc))

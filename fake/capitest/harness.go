@@ -70,6 +70,23 @@ func InstallInfrastructure(ctx context.Context, env *envtest.Env) error {
 // every manager's registry to hold the handlers (they requeue each second).
 const registrySettle = 3 * time.Second
 
+// RegisterOption configures the ExtensionConfig RegisterExtension creates.
+type RegisterOption func(*registration)
+
+type registration struct {
+	settings map[string]string
+}
+
+// WithExtensionSettings sets the ExtensionConfig's spec.settings, which
+// Cluster API sends with every call to the extension's hooks. They are in
+// the ExtensionConfig from its creation: a change made later reaches each
+// manager's registry only when its ExtensionConfig controller next
+// reconciles, so a rollout started meanwhile may be asked with the old
+// ones.
+func WithExtensionSettings(settings map[string]string) RegisterOption {
+	return func(r *registration) { r.settings = settings }
+}
+
 // RegisterExtension registers a runtime extension the way a user does:
 // an ExtensionConfig named name whose client config is url and the CA
 // bundle that signed the extension's serving certificate. It returns once
@@ -78,11 +95,19 @@ const registrySettle = 3 * time.Second
 // had time to load them (3 seconds), or with an error naming
 // the ExtensionConfig's conditions when ctx ends first.
 func RegisterExtension(ctx context.Context, c client.Client, name, url string, caBundle []byte, opts ...RegisterOption) ([]string, error) {
-	spec := map[string]any{"clientConfig": map[string]any{"url": url, "caBundle": caBundle}}
+	var r registration
 	for _, o := range opts {
 		if o != nil {
-			o(spec)
+			o(&r)
 		}
+	}
+	spec := map[string]any{"clientConfig": map[string]any{"url": url, "caBundle": caBundle}}
+	if len(r.settings) > 0 {
+		settings := map[string]any{}
+		for k, v := range r.settings {
+			settings[k] = v
+		}
+		spec["settings"] = settings
 	}
 	ec := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "runtime.cluster.x-k8s.io/v1beta2", "kind": "ExtensionConfig",
@@ -123,27 +148,6 @@ func RegisterExtension(ctx context.Context, c client.Client, name, url string, c
 			return nil, fmt.Errorf("capitest: ExtensionConfig %s: no handlers discovered (conditions: %v): %w", name, conds, ctx.Err())
 		case <-time.After(200 * time.Millisecond):
 		}
-	}
-}
-
-// RegisterOption configures the ExtensionConfig RegisterExtension creates.
-type RegisterOption func(spec map[string]any)
-
-// WithExtensionSettings sets the ExtensionConfig's spec.settings, which
-// Cluster API passes in every hook request. They are in place before
-// Cluster API discovers the extension, so no hook is ever called without
-// them (Cluster API remembers a MachineSet's CanUpdateMachineSet answer
-// for 24 hours: settings changed later may come too late for a rollout).
-func WithExtensionSettings(settings map[string]string) RegisterOption {
-	return func(spec map[string]any) {
-		if len(settings) == 0 {
-			return
-		}
-		m := make(map[string]any, len(settings))
-		for k, v := range settings {
-			m[k] = v
-		}
-		spec["settings"] = m
 	}
 }
 

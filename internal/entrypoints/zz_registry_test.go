@@ -104,6 +104,7 @@ var registry = map[string]reflect.Value{
 	"capi.WithDrainOptions":                          reflect.ValueOf(capi.WithDrainOptions),
 	"capi.WithDrainTimeout":                          reflect.ValueOf(capi.WithDrainTimeout),
 	"capi.WithEventRecorder":                         reflect.ValueOf(capi.WithEventRecorder),
+	"capi.WithExtensionEventRecorder":                reflect.ValueOf(capi.WithExtensionEventRecorder),
 	"capi.WithExtensionLogger":                       reflect.ValueOf(capi.WithExtensionLogger),
 	"capi.WithExtensionMetrics":                      reflect.ValueOf(capi.WithExtensionMetrics),
 	"capi.WithFailurePolicy":                         reflect.ValueOf(capi.WithFailurePolicy),

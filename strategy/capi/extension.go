@@ -64,6 +64,7 @@ type Extension struct {
 	images   ImagesByVersion
 	failure  runtimehooksv1.FailurePolicy
 	dryRun   client.Client // WithInfrastructureDryRun
+	events   *canUpdateEvents
 }
 
 // HandlerTimeoutCanUpdate is the TimeoutSeconds the CanUpdate* handlers
@@ -111,6 +112,9 @@ func NewExtension(d strategy.Decider, opts ...ExtensionOption) (*Extension, erro
 		if o != nil {
 			o(e)
 		}
+	}
+	if e.events != nil && (e.events.recorder == nil || e.events.mgmt == nil) {
+		return nil, fmt.Errorf("%w: WithExtensionEventRecorder needs both a recorder and a management cluster reader", ErrInvalidOption)
 	}
 	if e.failure != runtimehooksv1.FailurePolicyFail && e.failure != runtimehooksv1.FailurePolicyIgnore {
 		return nil, fmt.Errorf("%w: failure policy %q (want %s or %s)", ErrInvalidOption, e.failure, runtimehooksv1.FailurePolicyFail, runtimehooksv1.FailurePolicyIgnore)
@@ -168,6 +172,7 @@ func (e *Extension) CanUpdateMachine(ctx context.Context, req *runtimehooksv1.Ca
 	log := e.logger(ctx).WithValues("hook", "CanUpdateMachine", "machine", req.Desired.Machine.Namespace+"/"+req.Desired.Machine.Name,
 		"cluster", req.Desired.Machine.Namespace+"/"+req.Desired.Machine.Spec.ClusterName)
 	a, err := e.AnswerCanUpdateMachine(ctx, req)
+	e.events.answered(ctx, log, canUpdateSubject{hook: "CanUpdateMachine", kind: "Machine", namespace: req.Desired.Machine.Namespace, name: req.Desired.Machine.Name}, err)
 	if e.respond(log, "CanUpdateMachine", a, err, resp) {
 		resp.MachinePatch, resp.BootstrapConfigPatch, resp.InfrastructureMachinePatch = a.MachinePatch, a.BootstrapPatch, a.InfrastructurePatch
 	}
@@ -215,6 +220,9 @@ func (e *Extension) CanUpdateMachineSet(ctx context.Context, req *runtimehooksv1
 	log := e.logger(ctx).WithValues("hook", "CanUpdateMachineSet", "machineSet", req.Desired.MachineSet.Namespace+"/"+req.Desired.MachineSet.Name,
 		"cluster", req.Desired.MachineSet.Namespace+"/"+req.Desired.MachineSet.Spec.ClusterName)
 	a, err := e.AnswerCanUpdateMachineSet(ctx, req)
+	// The current MachineSet: Cluster API may ask before it creates the
+	// desired one.
+	e.events.answered(ctx, log, canUpdateSubject{hook: "CanUpdateMachineSet", kind: "MachineSet", namespace: req.Current.MachineSet.Namespace, name: req.Current.MachineSet.Name}, err)
 	if e.respond(log, "CanUpdateMachineSet", a, err, resp) {
 		resp.MachineSetPatch, resp.BootstrapConfigTemplatePatch, resp.InfrastructureMachineTemplatePatch = a.MachinePatch, a.BootstrapPatch, a.InfrastructurePatch
 	}

@@ -106,7 +106,8 @@ type WorkloadClient func(ctx context.Context, cluster types.NamespacedName) (cli
 // (FailurePlanRejected).
 //
 // Progress is visible as the Node condition ConditionInPlaceUpdate, as
-// Events on the Machine (WithEventRecorder), in Prometheus metrics
+// Events on the Machine, and failures also on its MachineDeployment or
+// KubeadmControlPlane (WithEventRecorder), in Prometheus metrics
 // (WithUpdaterMetrics) and in logs with the keys machine, cluster, node,
 // phase and step.
 type MachineUpdater struct {
@@ -189,10 +190,18 @@ func WithUpdaterLogger(l logr.Logger) MachineUpdaterOption {
 }
 
 // WithEventRecorder records Kubernetes Events on the Machine, in the
-// management cluster, with the EventReason* reasons. A controller-runtime
-// manager hands one out with mgr.GetEventRecorder(name); without a manager
-// use k8s.io/client-go/tools/events.NewBroadcaster. The recorder's scheme
-// needs no CAPI types: the Machine carries its kind.
+// management cluster, with the EventReason* reasons. With
+// WithManagementReader, a failure (EventReasonUpdateFailed, recorded once
+// per failure like the Machine's) is also recorded on the Machine's
+// owner, the object `kubectl describe` is run on when a rollout stops: its
+// MachineDeployment (read through its MachineSet: get on MachineSets), or
+// its KubeadmControlPlane, with the Machine as the related object.
+// Cluster API v1.14 puts only a fixed text on the Machine's Updating
+// condition. A controller-runtime manager hands a recorder out with
+// mgr.GetEventRecorder(name); without a manager use
+// k8s.io/client-go/tools/events.NewBroadcaster. The recorder's scheme
+// needs no CAPI types: the Machine carries its kind, the owner is an
+// object reference.
 func WithEventRecorder(r events.EventRecorder) MachineUpdaterOption {
 	return func(u *MachineUpdater) { u.recorder = r }
 }
@@ -543,7 +552,7 @@ func (u *MachineUpdater) update(ctx context.Context, log logr.Logger, m *cluster
 		if spec, err = desiredSpec(desired.BootstrapConfig, false); err != nil {
 			res := failedAs(FailureInvalidMachine, "desired %s", errtext.Clip(err.Error()))
 			res.machine = m
-			u.reportWithoutNode(m, &res)
+			u.reportWithoutNode(ctx, log, m, &res)
 			return res
 		}
 	}
@@ -576,30 +585,30 @@ func (u *MachineUpdater) updateMachine(ctx context.Context, log logr.Logger, m *
 		}
 	}
 	if res.err != nil {
-		u.reportWithoutNode(m, &res)
+		u.reportWithoutNode(ctx, log, m, &res)
 		return res
 	}
 	cluster := types.NamespacedName{Namespace: m.Namespace, Name: m.Spec.ClusterName}
 	c, err := u.workload(ctx, cluster)
 	if err != nil {
-		return u.workloadUnreachable(m, "waiting for the workload cluster", err)
+		return u.workloadUnreachable(ctx, log, m, "waiting for the workload cluster", err)
 	}
 	key := m.Namespace + "/" + m.Name
 	node, err := u.findNode(ctx, c, cluster, m.Spec.ProviderID)
 	if err != nil && !errors.Is(err, errNoNode) && !errors.Is(err, errAmbiguousNode) {
-		return u.workloadUnreachable(m, "waiting for the node", err)
+		return u.workloadUnreachable(ctx, log, m, "waiting for the node", err)
 	}
 	u.workloadReached(key)
 	switch {
 	case errors.Is(err, errAmbiguousNode):
 		res = failedAs(FailureAmbiguousNode, "%v: the machine's node cannot be told apart", err)
-		u.reportWithoutNode(m, &res)
+		u.reportWithoutNode(ctx, log, m, &res)
 		return res
 	case errors.Is(err, errNoNode):
 		missing := u.nodeMissingFor(ctx, c, key, u.clock.Now())
 		if u.nodeGoneGrace > 0 && missing > u.nodeGoneGrace {
 			res = failedAs(FailureNodeGone, "%v for %s (grace %s): the node is gone; the machine needs replacing", err, missing.Truncate(time.Second), u.nodeGoneGrace)
-			u.reportWithoutNode(m, &res)
+			u.reportWithoutNode(ctx, log, m, &res)
 			return res
 		}
 		return waiting(ReasonPending, "waiting for the node: %v (for %s)", err, missing.Truncate(time.Second))
@@ -611,7 +620,7 @@ func (u *MachineUpdater) updateMachine(ctx context.Context, log logr.Logger, m *
 		res = failedAs(FailureNodeClaimed, "node %s is being updated for machine %s (annotation %s), and machine %s names the same node (spec.providerID %s): one node, one machine; if %s is gone, remove the annotation",
 			node.Name, rec.Machine, AnnotationInPlaceUpdate, key, errtext.Quote(m.Spec.ProviderID), rec.Machine)
 		res.node = node.Name
-		u.reportWithoutNode(m, &res)
+		u.reportWithoutNode(ctx, log, m, &res)
 		return res
 	}
 	u.forgetFailure(m)
@@ -655,7 +664,9 @@ func (u *MachineUpdater) updateMachine(ctx context.Context, log logr.Logger, m *
 // the live objects (whether a Machine exists, its providerID or version):
 // the details go to the log. Nothing is done, recorded or remembered for
 // it: no Event, no metric, no failure kept in memory. mgmt needs get on
-// Machines, KubeadmConfigs and the infrastructure machines' kinds, and,
+// Machines, KubeadmConfigs and the infrastructure machines' kinds, get on
+// MachineSets to record a failure on the MachineDeployment
+// (WithEventRecorder), and,
 // when draining, list on MachineDrainRules and get on Clusters (the drain
 // follows Cluster API's drain rules for the Machine; the Cluster is read
 // only when a rule has a clusterSelector).
@@ -955,7 +966,7 @@ func WithWorkloadUnreachableTimeout(d time.Duration) MachineUpdaterOption {
 // workloadUnreachable answers a call that could not reach m's workload
 // cluster (err says why): in progress, or Failure once it has been so for
 // longer than the unreachable timeout.
-func (u *MachineUpdater) workloadUnreachable(m *clusterv1.Machine, what string, err error) updateResult {
+func (u *MachineUpdater) workloadUnreachable(ctx context.Context, log logr.Logger, m *clusterv1.Machine, what string, err error) updateResult {
 	key := m.Namespace + "/" + m.Name
 	now := u.clock.Now()
 	u.mu.Lock()
@@ -978,7 +989,7 @@ func (u *MachineUpdater) workloadUnreachable(m *clusterv1.Machine, what string, 
 	if u.unreachableTimeout > 0 && waited > u.unreachableTimeout {
 		res := failedAs(FailureWorkloadUnreachable, "%s for %s (deadline %s, counted in the management cluster): %s",
 			what, waited.Truncate(time.Second), u.unreachableTimeout, errtext.Clip(err.Error()))
-		u.reportWithoutNode(m, &res)
+		u.reportWithoutNode(ctx, log, m, &res)
 		return res
 	}
 	return waiting(ReasonPending, "%s: %v (for %s)", what, err, waited.Truncate(time.Second))
@@ -1857,6 +1868,7 @@ func (u *MachineUpdater) report(ctx context.Context, st *call, res *updateResult
 		res.newFailure = true
 		u.metrics.failure(res.failure)
 		u.event(st.machine, eventWarning, EventReasonUpdateFailed, "Update", "%s", msg)
+		u.ownerEvent(ctx, st.log, st.machine, msg)
 		return
 	}
 	st.log.Info("drain blocked", "step", "drain", "message", msg)
@@ -1908,7 +1920,7 @@ const maxRememberedFailures = 4096
 // reportWithoutNode records a failure found before any node is known,
 // remembering it in memory (at most maxRememberedFailures) so that
 // retries do not repeat it.
-func (u *MachineUpdater) reportWithoutNode(m *clusterv1.Machine, res *updateResult) {
+func (u *MachineUpdater) reportWithoutNode(ctx context.Context, log logr.Logger, m *clusterv1.Machine, res *updateResult) {
 	key := m.Namespace + "/" + m.Name
 	u.mu.Lock()
 	prev, known := u.lastFailure[key]
@@ -1926,7 +1938,9 @@ func (u *MachineUpdater) reportWithoutNode(m *clusterv1.Machine, res *updateResu
 	}
 	res.newFailure = true
 	u.metrics.failure(res.failure)
-	u.event(m, eventWarning, EventReasonUpdateFailed, "Update", "%s", strings.TrimPrefix(res.err.Error(), ErrUpdateFailed.Error()+": "))
+	note := strings.TrimPrefix(res.err.Error(), ErrUpdateFailed.Error()+": ")
+	u.event(m, eventWarning, EventReasonUpdateFailed, "Update", "%s", note)
+	u.ownerEvent(ctx, log, m, note)
 }
 
 func (u *MachineUpdater) forgetFailure(m *clusterv1.Machine) {

@@ -346,8 +346,14 @@ func WithRetryAfter(seconds int) Option { return func(c *config) { c.retryAfter 
 // client-go's).
 func WithScheme(s *runtime.Scheme) Option { return func(c *config) { c.scheme = s } }
 
-// WithEventRecorder records Events on Machines in the management cluster,
-// such as a controller-runtime manager's GetEventRecorder gives.
+// WithEventRecorder records Events in the management cluster, such as a
+// controller-runtime manager's GetEventRecorder gives: the update's
+// progress on each Machine, and, so that `kubectl describe` of the
+// MachineDeployment or KubeadmControlPlane says why a rollout stopped,
+// failures on those too: a failed update (capi.WithEventRecorder) and a
+// CanUpdate* Failure, such as an unknown ExtensionConfig setting
+// (capi.WithExtensionEventRecorder). Both need New's management cluster
+// reader; without one (DecideOnly with a nil reader) none are recorded.
 func WithEventRecorder(r events.EventRecorder) Option { return func(c *config) { c.recorder = r } }
 
 // WithLogger sets the logger of the hooks and the server (default: none).

@@ -397,6 +397,10 @@ func (s *Server) buildHandlers(mgmt client.Reader) ([]server.ExtensionHandler, e
 	if len(checks) > 0 {
 		extOpts = append(extOpts, capi.WithChecks(checks...))
 	}
+	if c.recorder != nil && mgmt != nil {
+		// A CanUpdate* Failure where `kubectl describe` shows it.
+		extOpts = append(extOpts, capi.WithExtensionEventRecorder(c.recorder, mgmt))
+	}
 	updaters := []strategy.Updater{kubeadmUpdater}
 	if !c.decideOnly {
 		// UpdateMachine applies the kubelet's extra arguments with every
