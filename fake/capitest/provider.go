@@ -101,7 +101,11 @@ func WithProviderLogger(l logr.Logger) ProviderOption {
 // As the kubelet of each host it registers the Node (named after the
 // Machine, with the providerID, Ready, the host's kubelet version; the
 // host keeps both current as its kubelet restarts), and for every pod
-// bound to the node: runs upgrader pods (built by nodeexec/nodepod)
+// bound to the node: pulls its images first, with WithRegistry (a pull
+// that fails leaves the pod Pending, its container waiting with
+// ErrImagePull, then ImagePullBackOff, or InvalidImageName, as
+// fake.Registry reports it); runs pre-pull pods (nodepod.BuildPrePull:
+// their command exits 0); runs upgrader pods (built by nodeexec/nodepod)
 // through fake.PodRunner on the host (the real nodeexec runner, the
 // journal in a directory of the provider's) and writes the status the
 // kubelet reports; marks other pods Running and Ready; and finishes the
@@ -112,7 +116,9 @@ func WithProviderLogger(l logr.Logger) ProviderOption {
 // containerd) starts no container and reports nothing; a running step is
 // never killed by a kubelet restart; a deleted pod is not run again; a
 // deleted machine's Node disappears. What it does not model, besides what
-// fake.PodRunner and fake.Host list: pods other than upgrader pods run no
+// fake.PodRunner, fake.Registry and fake.Host list: image pulls without
+// WithRegistry (every image pulls); what a pre-pull pod's command finds
+// in its image (it always exits 0 once pulled); pods other than upgrader pods run no
 // containers (they are only reported Running and Ready); a pod deleted
 // while its container runs finishes that container first (PodRunner.Run
 // is not interruptible); Node heartbeats, leases, NotReady after a
