@@ -65,7 +65,6 @@
 // status the kubelet last reported. The pod status it keeps reads with
 // nodepod.ReadStatus. PodRunner's documentation lists what it does not
 // model (back-off, deadlines, reboots and sandbox loss, among others).
-
 //
 // Registry is what a simulated kubelet can pull: PullPod reports a pod
 // whose image it does not hold (or is told to fail) as a kubelet does,
