@@ -66,6 +66,14 @@
 // nodepod.ReadStatus. PodRunner's documentation lists what it does not
 // model (back-off, deadlines, reboots and sandbox loss, among others).
 //
+// Registry is what a simulated kubelet can pull: PullPod reports a pod
+// whose image it does not hold (or is told to fail) as a kubelet does,
+// Pending with the container waiting in ErrImagePull, then
+// ImagePullBackOff, or InvalidImageName for a reference that does not
+// parse; capitest's kubelets pull from one (capitest.WithRegistry).
+// PodRunner itself pulls nothing. Registry's documentation lists what it
+// does not model (pull policies, the image cache, credentials, time).
+//
 // # Faults
 //
 // Faults fails a step on a node k times (or randomly, from a seed), marks

@@ -11,6 +11,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/upgradekit/upgradekit/internal/errtext"
@@ -149,7 +150,10 @@ func WithPodMaxRestarts(n int) PodOption { return func(p *PodRunner) { p.maxRest
 //     container right after the step's command succeeded (exit 137, the
 //     journal still shows the step running); in runner containers
 //     CrashAfter kills the next one that runs a command after that step;
-//   - a raw status container's default argv ("true") runs on the host.
+//   - a raw status container's default argv ("true") runs on the host;
+//   - a pre-pull pod (nodepod.BuildPrePull) runs its command, which
+//     exits 0 without touching the host. Whether its image pulls is the
+//     caller's to model (Registry.PullPod) before starting it.
 //
 // What it does not model: the kubelet's restart back-off and
 // activeDeadlineSeconds (no time passes between containers), pod
@@ -392,6 +396,10 @@ func tail(s string, n int) string {
 // and termination message.
 func (p *PodRunner) exec(ctx context.Context, c corev1.Container) (int, string, string) {
 	switch {
+	case c.Name == nodepod.PrePullContainer && nodepod.PrePullSelector().Matches(labels.Set(p.pod.Labels)):
+		// The pre-pull pod's command (the runner's "version", or
+		// "nsenter --version") prints a version and exits 0.
+		return 0, strings.Join(c.Command, " ") + ": simulated version", ""
 	case c.Name == nodepod.StageContainer:
 		return p.stage(c)
 	case envValue(c, nodeexec.EnvPlan) != "":

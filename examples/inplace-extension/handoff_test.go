@@ -110,6 +110,27 @@ func TestUpdateMachineCreatesAPodTheUpgraderRuns(t *testing.T) {
 			var resp runtimehooksv1.UpdateMachineResponse
 			update(ctx, &runtimehooksv1.UpdateMachineRequest{Desired: runtimehooksv1.UpdateMachineRequestObjects{Machine: m, InfrastructureMachine: infra}}, &resp)
 			require.Equal(t, runtimehooksv1.ResponseStatusSuccess, resp.Status, resp.Message)
+			require.Contains(t, resp.Message, "pulling the upgrader image registry.example/upgradekit-upgrader:v1.36.1@"+testDigest+" on node "+tc.node+" before cordoning it")
+
+			// First the pre-pull pod: the upgrader pod's image, running a
+			// program the image has, with a command the upgrader knows.
+			var prePull corev1.PodList
+			require.NoError(t, wl.List(ctx, &prePull, client.InNamespace(nodepod.DefaultNamespace), client.MatchingLabelsSelector{Selector: nodepod.PrePullSelector()},
+				client.MatchingLabels{nodepod.LabelNode: tc.node}))
+			require.Len(t, prePull.Items, 1)
+			pp := &prePull.Items[0]
+			require.Equal(t, tc.node, pp.Spec.NodeName)
+			ppc := pp.Spec.Containers[0]
+			require.Equal(t, "registry.example/upgradekit-upgrader:v1.36.1@"+testDigest, ppc.Image)
+			_, ok = img.lookPath(ppc.Command[0])
+			require.True(t, ok, "the pre-pull command %q is in the upgrader image", ppc.Command[0])
+			require.Equal(t, []string{"/upgrader", "version"}, ppc.Command, "upgrader version exits 0 at once (examples/upgrader)")
+			// The kubelet pulls the image and runs the command.
+			pp.Status = corev1.PodStatus{Phase: corev1.PodSucceeded, ContainerStatuses: []corev1.ContainerStatus{{Name: ppc.Name, Image: ppc.Image,
+				State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0, Reason: "Completed"}}}}}
+			require.NoError(t, wl.Status().Update(ctx, pp))
+			update(ctx, &runtimehooksv1.UpdateMachineRequest{Desired: runtimehooksv1.UpdateMachineRequestObjects{Machine: m, InfrastructureMachine: infra}}, &resp)
+			require.Equal(t, runtimehooksv1.ResponseStatusSuccess, resp.Status, resp.Message)
 			require.Contains(t, resp.Message, "started "+string(tc.role)+" upgrade of node "+tc.node)
 
 			var ns corev1.Namespace

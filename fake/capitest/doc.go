@@ -67,10 +67,16 @@
 //     nothing depends on how long a real kubeadm upgrade, drain or image
 //     pull takes (fake.Faults.SlowStep, through WithHostOptions, makes a
 //     step overrun its own deadline; it does not make it last longer on
-//     the real clock).
+//     the real clock);
+//   - image pulls only with WithRegistry, and then without time: a pull
+//     that fails is reported as a kubelet reports it (ErrImagePull, then
+//     ImagePullBackOff, one kubelet poll apart, not on the kubelet's
+//     back-off), and pull policies, the node's image cache and pull
+//     secrets are not modeled (fake.Registry).
 //
 // Tests here shorten only delays they do not test (the extension's
 // RetryAfter, 1 s instead of 15 s), and say so where they do; a test about
-// a deadline (examples/inplace-extension's workload-unreachable timeout)
+// a deadline (examples/inplace-extension's workload-unreachable timeout,
+// the pre-pull timeout in TestAnUnpullableUpgraderImageFailsBeforeTheDrain)
 // shortens it to see it pass, and says so too.
 package capitest

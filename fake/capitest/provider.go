@@ -19,6 +19,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	bootstrapv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
@@ -32,6 +33,7 @@ import (
 type providerOptions struct {
 	hostOpts []fake.HostOption
 	images   map[string]fake.Staging
+	registry *fake.Registry
 	interval time.Duration
 	log      logr.Logger
 }
@@ -52,6 +54,17 @@ func WithHostOptions(opts ...fake.HostOption) ProviderOption {
 // holds nothing, and its stage container fails as `cp` would.
 func WithUpgraderImage(image string, s fake.Staging) ProviderOption {
 	return func(o *providerOptions) { o.images[image] = s }
+}
+
+// WithRegistry has the kubelets pull every pod's images from r
+// (fake.Registry): a container whose image r does not hold, or whose pull
+// r is told to fail, waits with ErrImagePull, then ImagePullBackOff (or
+// InvalidImageName), and its pod stays Pending, as a real kubelet reports
+// it; the images of WithUpgraderImage are added to r. Without it every
+// image pulls. Mirror pods (the hosts' static pods) pull nothing: their
+// images are the host's.
+func WithRegistry(r *fake.Registry) ProviderOption {
+	return func(o *providerOptions) { o.registry = r }
 }
 
 // WithPollInterval sets how often the provider and each kubelet look at
@@ -88,7 +101,11 @@ func WithProviderLogger(l logr.Logger) ProviderOption {
 // As the kubelet of each host it registers the Node (named after the
 // Machine, with the providerID, Ready, the host's kubelet version; the
 // host keeps both current as its kubelet restarts), and for every pod
-// bound to the node: runs upgrader pods (built by nodeexec/nodepod)
+// bound to the node: pulls its images first, with WithRegistry (a pull
+// that fails leaves the pod Pending, its container waiting with
+// ErrImagePull, then ImagePullBackOff, or InvalidImageName, as
+// fake.Registry reports it); runs pre-pull pods (nodepod.BuildPrePull:
+// their command exits 0); runs upgrader pods (built by nodeexec/nodepod)
 // through fake.PodRunner on the host (the real nodeexec runner, the
 // journal in a directory of the provider's) and writes the status the
 // kubelet reports; marks other pods Running and Ready; and finishes the
@@ -99,7 +116,9 @@ func WithProviderLogger(l logr.Logger) ProviderOption {
 // containerd) starts no container and reports nothing; a running step is
 // never killed by a kubelet restart; a deleted pod is not run again; a
 // deleted machine's Node disappears. What it does not model, besides what
-// fake.PodRunner and fake.Host list: pods other than upgrader pods run no
+// fake.PodRunner, fake.Registry and fake.Host list: image pulls without
+// WithRegistry (every image pulls); what a pre-pull pod's command finds
+// in its image (it always exits 0 once pulled); pods other than upgrader pods run no
 // containers (they are only reported Running and Ready); a pod deleted
 // while its container runs finishes that container first (PodRunner.Run
 // is not interruptible); Node heartbeats, leases, NotReady after a
@@ -135,6 +154,9 @@ func StartProvider(c client.Client, opts ...ProviderOption) (*Provider, error) {
 	}
 	if o.interval <= 0 {
 		return nil, fmt.Errorf("capitest: StartProvider: poll interval %s is not positive", o.interval)
+	}
+	if o.registry != nil {
+		o.registry.Add(slices.Collect(maps.Keys(o.images))...)
 	}
 	dir, err := os.MkdirTemp("", "upgradekit-capitest-provider-")
 	if err != nil {
@@ -591,14 +613,39 @@ func (k *kubelet) sync(ctx context.Context) {
 		if k.host.UnitState("kubelet") != fake.UnitActive || k.held.Load() {
 			continue // a stopped kubelet starts and reports nothing
 		}
+		if !k.pulled(ctx, pod) {
+			continue
+		}
 		if _, upgrader := pod.Annotations[nodepod.AnnotationSteps]; upgrader {
 			k.runUpgrader(ctx, pod)
+			continue
+		}
+		if nodepod.PrePullSelector().Matches(labels.Set(pod.Labels)) {
+			// The pre-pull pod's command (the runner's version, or
+			// nsenter --version) exits 0 at once.
+			k.writeStatus(ctx, pod, succeededStatus(pod))
 			continue
 		}
 		if pod.Status.Phase == "" || pod.Status.Phase == corev1.PodPending {
 			k.writeStatus(ctx, pod, runningStatus(pod))
 		}
 	}
+}
+
+// pulled pulls the images of a pod none of whose containers started yet
+// (WithRegistry), and tells whether they all are; if not, it writes the
+// Pending status a kubelet reports for the failed pull.
+func (k *kubelet) pulled(ctx context.Context, pod *corev1.Pod) bool {
+	reg := k.p.o.registry
+	if _, mirror := pod.Annotations[corev1.MirrorPodAnnotationKey]; reg == nil || mirror || k.runners[pod.UID] != nil ||
+		(pod.Status.Phase != "" && pod.Status.Phase != corev1.PodPending) {
+		return true
+	}
+	st, ok := reg.PullPod(pod)
+	if !ok {
+		k.writeStatus(ctx, pod, st)
+	}
+	return ok
 }
 
 func (k *kubelet) runUpgrader(ctx context.Context, pod *corev1.Pod) {
@@ -638,6 +685,24 @@ func (k *kubelet) writeStatus(ctx context.Context, pod *corev1.Pod, st corev1.Po
 	if err := k.p.c.Status().Update(ctx, pod); err != nil {
 		k.p.report(fmt.Errorf("kubelet %s: status of pod %s/%s: %w", k.node, pod.Namespace, pod.Name, err))
 	}
+}
+
+// succeededStatus is what a kubelet reports for a pod whose containers
+// all ran and exited 0.
+func succeededStatus(pod *corev1.Pod) corev1.PodStatus {
+	now := metav1.Now()
+	st := corev1.PodStatus{Phase: corev1.PodSucceeded, StartTime: &now, HostIP: "127.0.0.1", PodIP: "10.0.0.1",
+		Conditions: []corev1.PodCondition{
+			{Type: corev1.PodScheduled, Status: corev1.ConditionTrue, LastTransitionTime: now},
+			{Type: corev1.PodInitialized, Status: corev1.ConditionTrue, LastTransitionTime: now},
+			{Type: corev1.ContainersReady, Status: corev1.ConditionFalse, Reason: "PodCompleted", LastTransitionTime: now},
+			{Type: corev1.PodReady, Status: corev1.ConditionFalse, Reason: "PodCompleted", LastTransitionTime: now},
+		}}
+	for _, c := range pod.Spec.Containers {
+		st.ContainerStatuses = append(st.ContainerStatuses, corev1.ContainerStatus{Name: c.Name, Image: c.Image, Started: new(false),
+			State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0, Reason: "Completed", StartedAt: now, FinishedAt: now}}})
+	}
+	return st
 }
 
 // runningStatus is what a kubelet reports for a pod whose containers all

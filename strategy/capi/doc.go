@@ -113,7 +113,11 @@
 //   - before anything disruptive it builds the plan and has the API server
 //     dry-run the pod: a plan kubeadm refuses or a pod admission refuses is
 //     a Failure (FailurePlanRejected, FailurePodRejected) on an untouched
-//     node; the control plane role comes from the control plane Nodes,
+//     node; when it drains, a pre-pull pod then proves the upgrader image
+//     pulls and starts on the node before the cordon (WithPrePullTimeout,
+//     WithoutPrePull), so an image that cannot be pulled is a Failure
+//     (FailureImagePull, naming the kubelet's pull error) within minutes
+//     on a node never cordoned; the control plane role comes from the control plane Nodes,
 //     not from kubeadm-config, which KubeadmControlPlane rewrites first;
 //   - it answers done only on a recorded success of the update's own pod
 //     (UpdateRecord.Succeeded); a pod gone before that is created again
@@ -186,7 +190,11 @@
 // Cluster API does not drain a machine it updates in place, and EKS
 // Anywhere does not either: pods keep running while kubeadm, containerd and
 // the kubelet restart under them. MachineUpdater drains by default
-// (WithoutDrain turns it off): it cordons the node as DefaultCordonOwner,
+// (WithoutDrain turns it off): it first proves, with a pre-pull pod pinned
+// to the node, that the upgrader image pulls and starts there
+// (WithPrePullTimeout; an image that does not is a Failure,
+// FailureImagePull, on a node still schedulable), then it cordons the
+// node as DefaultCordonOwner,
 // evicts pods through the Eviction API so PodDisruptionBudgets hold
 // (package nodeexec/drain; DaemonSet, mirror and upgrader pods stay), and
 // starts the upgrader pod only once the node is empty. Because

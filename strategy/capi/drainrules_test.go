@@ -67,6 +67,7 @@ func TestUpdateMachineDrainFollowsClusterAPIRules(t *testing.T) {
 		t.Helper()
 		u, err := capi.NewMachineUpdater(func(context.Context, types.NamespacedName) (client.Client, error) { return c, nil },
 			capi.WithWorkloadClientset(func(context.Context, types.NamespacedName) (kubernetes.Interface, error) { return cs, nil }),
+			capi.WithoutPrePull(), // no kubelet here to run the pre-pull pod (prepull_test.go)
 			capi.WithPodOptions(nodepod.WithImage("registry.example/upgrader:v1.36.1")),
 			capi.WithManagementReader(mgmt),
 			capi.WithDrainAttempt(2*time.Second),

@@ -145,6 +145,7 @@ func TestUpdateMachineDrainsFirst(t *testing.T) {
 		// A new updater per call: nothing survives in memory.
 		u, err := capi.NewMachineUpdater(workload, append([]capi.MachineUpdaterOption{
 			capi.WithWorkloadClientset(clientset),
+			capi.WithoutPrePull(), // no kubelet here to run the pre-pull pod (prepull_test.go)
 			capi.WithPodOptions(nodepod.WithImage("registry.example/upgrader:v1.36.1")),
 			capi.WithRetryAfter(5),
 			capi.WithDrainAttempt(2 * time.Second),
@@ -411,6 +412,7 @@ func TestNewMachineUpdaterRefusesBadDrainOptions(t *testing.T) {
 		{"owner", []capi.MachineUpdaterOption{capi.WithWorkloadClientset(clientset), capi.WithCordonOwner("")}, "empty cordon owner"},
 		{"a pod that can never be built", []capi.MachineUpdaterOption{capi.WithoutDrain()}, "upgrader pod options (WithPodOptions): nodepod: invalid pod builder options: image is required"},
 		{"node-gone grace", []capi.MachineUpdaterOption{capi.WithoutDrain(), capi.WithNodeGoneGrace(-time.Second)}, "node-gone grace -1s"},
+		{"pre-pull timeout must be positive", []capi.MachineUpdaterOption{capi.WithWorkloadClientset(clientset), capi.WithPrePullTimeout(0)}, "pre-pull timeout 0s: must be positive"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

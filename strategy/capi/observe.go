@@ -120,6 +120,13 @@ const (
 	// Cluster API keeps asking: a later call that reaches the cluster goes
 	// on with the update.
 	FailureWorkloadUnreachable = "WorkloadUnreachable"
+	// FailureImagePull: the upgrader image cannot be pulled or started on
+	// the node: its pre-pull pod (WithPrePullTimeout) kept failing to pull
+	// it (ErrImagePull, ImagePullBackOff) past the pre-pull timeout, its
+	// reference is invalid (InvalidImageName), or its command failed. The
+	// message names the kubelet's reason and message. It is found before
+	// the node is cordoned, so the node is left as it was.
+	FailureImagePull = "ImagePull"
 )
 
 // Reasons of the Kubernetes Events MachineUpdater records on the Machine
@@ -189,6 +196,12 @@ type UpdateRecord struct {
 	Version string `json:"version"`
 	// Started is when the update started.
 	Started metav1.Time `json:"started"`
+	// PrePullStarted is when the pre-pull pod (WithPrePullTimeout) was
+	// first created; the pre-pull timeout counts from here.
+	PrePullStarted *metav1.Time `json:"prePullStarted,omitempty"`
+	// PrePulled is when the pre-pull pod was seen Succeeded: the upgrader
+	// image runs on the node, and the drain may start.
+	PrePulled *metav1.Time `json:"prePulled,omitempty"`
 	// DrainStarted is when draining started; the drain deadline counts
 	// from here.
 	DrainStarted *metav1.Time `json:"drainStarted,omitempty"`

@@ -50,8 +50,10 @@ type WorkloadClient func(ctx context.Context, cluster types.NamespacedName) (cli
 // machine's node in place with a kubeadm plan (nodeexec/kubeadm) run by an
 // upgrader pod (nodeexec/nodepod) on that node.
 //
-// By default it drains the node first (see WithoutDrain): it cordons the
-// node as DefaultCordonOwner, evicts its pods through the Eviction API in a
+// By default it drains the node first (see WithoutDrain): once a pre-pull
+// pod has proven that the upgrader image pulls and starts on the node
+// (WithPrePullTimeout, WithoutPrePull; FailureImagePull otherwise, on an
+// uncordoned node), it cordons the node as DefaultCordonOwner, evicts its pods through the Eviction API in a
 // bounded attempt per call (WithDrainAttempt), answers RetryAfterSeconds
 // with the PodDisruptionBudgets and pods in the way while the drain is
 // unfinished, and Failure once it stays unfinished past WithDrainTimeout.
@@ -82,6 +84,10 @@ type WorkloadClient func(ctx context.Context, cluster types.NamespacedName) (cli
 // and has the API server check the pod with a server-side dry run: a plan
 // kubeadm refuses or a pod admission refuses is a Failure
 // (FailurePlanRejected, FailurePodRejected) with the node left as it was.
+// When it drains, the pre-pull comes next, still before the cordon: an
+// upgrader image the node cannot pull is a Failure (FailureImagePull)
+// with the node left as it was, not an upgrader pod in ImagePullBackOff
+// on a drained node until the update deadline.
 //
 // A worker's version change to a minor above the control plane's does
 // not start until every control plane Node runs the target minor, with no
@@ -118,6 +124,8 @@ type MachineUpdater struct {
 	retryAfter   int32
 	log          logr.Logger
 	drain        bool
+	prePull      bool
+	prePullTO    time.Duration
 	drainTimeout time.Duration
 	drainAttempt time.Duration
 	drainOpts    []drain.Option
@@ -264,7 +272,7 @@ func NewMachineUpdater(workload WorkloadClient, opts ...MachineUpdaterOption) (*
 	}
 	u := &MachineUpdater{
 		workload: workload, retryAfter: 15,
-		drain: true, drainTimeout: DefaultDrainTimeout, drainAttempt: DefaultDrainAttempt, cordonOwner: DefaultCordonOwner,
+		drain: true, prePull: true, prePullTO: DefaultPrePullTimeout, drainTimeout: DefaultDrainTimeout, drainAttempt: DefaultDrainAttempt, cordonOwner: DefaultCordonOwner,
 		clock: clock.RealClock{}, lastFailure: map[string]string{},
 		nodeNames: map[string]string{}, missingSince: map[string]time.Time{}, goneChecked: map[string]bool{}, nodeGoneGrace: DefaultNodeGoneGrace,
 		updateTimeout: DefaultUpdateTimeout, notReadyTimeout: DefaultNotReadyTimeout,
@@ -284,6 +292,8 @@ func NewMachineUpdater(workload WorkloadClient, opts ...MachineUpdaterOption) (*
 		return nil, fmt.Errorf("%w: drain attempt %s: must be positive", ErrInvalidOption, u.drainAttempt)
 	case u.drainTimeout < 0:
 		return nil, fmt.Errorf("%w: drain timeout %s: must not be negative", ErrInvalidOption, u.drainTimeout)
+	case u.prePullTO <= 0:
+		return nil, fmt.Errorf("%w: pre-pull timeout %s: must be positive (WithoutPrePull turns the pre-pull off)", ErrInvalidOption, u.prePullTO)
 	case u.cordonOwner == "":
 		return nil, fmt.Errorf("%w: empty cordon owner", ErrInvalidOption)
 	case u.clock == nil:
@@ -314,6 +324,11 @@ func NewMachineUpdater(workload WorkloadClient, opts ...MachineUpdaterOption) (*
 	probe, err := nodepod.Build(nodeexec.Plan{Name: "probe", Node: "probe", Steps: []nodeexec.Step{{Name: "probe", Argv: []string{"true"}}}}, probeOpts...)
 	if err != nil {
 		return nil, fmt.Errorf("%w: upgrader pod options (WithPodOptions): %w", ErrInvalidOption, err)
+	}
+	if u.drain && u.prePull {
+		if _, err := nodepod.BuildPrePull("probe", probeOpts...); err != nil {
+			return nil, fmt.Errorf("%w: pre-pull pod options (WithPodOptions): %w", ErrInvalidOption, err)
+		}
 	}
 	u.podNamespace = probe.Namespace
 	return u, nil
@@ -1122,7 +1137,9 @@ func (u *MachineUpdater) updateNode(ctx context.Context, st *call, to *version.V
 		// no request to retry this update.
 		rec = &UpdateRecord{Machine: m.Namespace + "/" + m.Name, Version: want, Started: st.nowMeta(), Role: string(role),
 			RetryToken: m.Annotations[AnnotationRetry], KubeletArgs: st.args.digest, ControlPlaneConfig: st.cp.digest, Files: st.files.digest}
-		if u.drain {
+		if u.drain && !u.prePull {
+			// With the pre-pull, the drain starts (drainNode records it)
+			// once the image is proven.
 			rec.DrainStarted = &rec.Started
 		}
 		if err := st.writeRecord(ctx, rec); err != nil {
@@ -1160,6 +1177,15 @@ func (u *MachineUpdater) updateNode(ctx context.Context, st *call, to *version.V
 			}
 		}
 		if res, ok := u.validate(ctx, st, rec); !ok {
+			return res
+		}
+	}
+	if u.drain && u.prePull && rec.DrainStarted == nil {
+		// Before the cordon: prove that the upgrader image runs on the
+		// node. A record whose drain started (by an earlier version of
+		// this updater, or WithoutPrePull) goes on without it.
+		if res, ok := u.prePullImage(ctx, st, rec); !ok {
+			res.step = "pre-pull"
 			return res
 		}
 	}
@@ -2145,12 +2171,23 @@ func (u *MachineUpdater) retry(ctx context.Context, st *call, res updateResult) 
 	if next.Drained == nil && next.DrainStarted != nil {
 		next.DrainStarted = &next.Started
 	}
+	prePullFailed := next.PrePulled == nil && next.DrainStarted == nil
+	if prePullFailed {
+		// The pre-pull failed: the new attempt pulls again, with a new
+		// deadline, from a new pod.
+		next.PrePullStarted = nil
+	}
 	if err := st.writeRecord(ctx, &next); err != nil {
 		return res
 	}
 	if failed != nil && failed.Namespace == u.podNamespace {
 		if err := st.c.Delete(ctx, failed); err != nil && !apierrors.IsNotFound(err) {
 			st.log.Info("deleting the failed upgrader pod for a retry; the next call deletes it", "pod", failed.Namespace+"/"+failed.Name, "error", err.Error())
+		}
+	}
+	if prePullFailed {
+		if err := u.deletePrePullPods(ctx, st, ""); err != nil {
+			st.log.Info("deleting the failed pre-pull pod for a retry; the next call deletes it", "error", err.Error())
 		}
 	}
 	st.log.Info("in-place update retried", "attempt", next.Attempt, "after", res.failure)

@@ -47,7 +47,7 @@ func TestUpdateMachineValidatesBeforeDisrupting(t *testing.T) {
 	workload := func(context.Context, types.NamespacedName) (client.Client, error) { return c, nil }
 	clientset := func(context.Context, types.NamespacedName) (kubernetes.Interface, error) { return cs, nil }
 	call := func(req *runtimehooksv1.UpdateMachineRequest, namespace string) runtimehooksv1.UpdateMachineResponse {
-		u, err := capi.NewMachineUpdater(workload, capi.WithWorkloadClientset(clientset),
+		u, err := capi.NewMachineUpdater(workload, capi.WithWorkloadClientset(clientset), capi.WithoutPrePull(),
 			capi.WithPodOptions(nodepod.WithImage("registry.example/upgrader:v1.36.1"), nodepod.WithNamespace(namespace)))
 		require.NoError(t, err)
 		var resp runtimehooksv1.UpdateMachineResponse

@@ -410,6 +410,9 @@ func TestUpdateMachinePropertyWithDrain(t *testing.T) {
 	clientset := func(context.Context, types.NamespacedName) (kubernetes.Interface, error) { return cs, nil }
 	w := &propertyWorld{c: c, drain: []capi.MachineUpdaterOption{
 		capi.WithWorkloadClientset(clientset),
+		// Its kubelet plays upgrader pods only; the pre-pull has tests of
+		// its own (prepull_test.go).
+		capi.WithoutPrePull(),
 		capi.WithDrainAttempt(time.Second),
 		capi.WithDrainOptions(drain.WithGracePeriod(0)),
 	}}

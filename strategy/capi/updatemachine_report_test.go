@@ -60,7 +60,7 @@ func TestUpdateMachineReportsOnceWithoutNodeStatus(t *testing.T) {
 	clientset := func(context.Context, types.NamespacedName) (kubernetes.Interface, error) { return cs, nil }
 	call := func(req *runtimehooksv1.UpdateMachineRequest) runtimehooksv1.UpdateMachineResponse {
 		t.Helper()
-		u, err := capi.NewMachineUpdater(workload, capi.WithWorkloadClientset(clientset), capi.WithUpdaterClock(clk),
+		u, err := capi.NewMachineUpdater(workload, capi.WithWorkloadClientset(clientset), capi.WithoutPrePull(), capi.WithUpdaterClock(clk),
 			capi.WithEventRecorder(recorder), capi.WithUpdaterMetrics(metrics), capi.WithPodOptions(nodepod.WithImage("r/u:1")))
 		require.NoError(t, err)
 		var resp runtimehooksv1.UpdateMachineResponse

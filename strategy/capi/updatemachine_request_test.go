@@ -161,7 +161,7 @@ func TestUpdateMachineActsOnTheLiveMachineOnly(t *testing.T) {
 			cs := k8sfake.NewClientset(n.DeepCopy())
 			rec := &countingRecorder{}
 			u, err := capi.NewMachineUpdater(func(context.Context, types.NamespacedName) (client.Client, error) { return pc.c, nil },
-				capi.WithWorkloadClientset(func(context.Context, types.NamespacedName) (kubernetes.Interface, error) { return cs, nil }),
+				capi.WithWorkloadClientset(func(context.Context, types.NamespacedName) (kubernetes.Interface, error) { return cs, nil }), capi.WithoutPrePull(),
 				capi.WithPodOptions(nodepod.WithImage("r/u:1")), capi.WithManagementReader(live.client(t)), capi.WithEventRecorder(rec))
 			require.NoError(t, err)
 			for range 2 {
