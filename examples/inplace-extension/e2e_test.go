@@ -494,7 +494,7 @@ func TestClusterAPISurfacesFailuresAndSurvivesRestarts(t *testing.T) {
 					return e.Regarding.Kind == "MachineDeployment" && e.Regarding.UID == md.UID && e.Related != nil && e.Related.Name == a &&
 						e.Type == corev1.EventTypeWarning && e.Reason == capi.EventReasonUpdateFailed && strings.Contains(e.Note, kubeadm.StepKubeadmUpgrade)
 				})
-			}, 30*time.Second, 200*time.Millisecond, "and one on MachineDeployment md, about Machine %s", a)
+			}, 2*time.Minute, 200*time.Millisecond, "and one on MachineDeployment md, about Machine %s", a)
 			// The operator fixes the cause and asks for a retry.
 			faults.Heal(a, kubeadm.StepKubeadmUpgrade)
 			patch := client.MergeFrom(m.DeepCopy())
@@ -697,7 +697,7 @@ func TestClusterAPIDrivesKubeadmControlPlaneInPlace(t *testing.T) {
 			onKCP = evs.Items[i]
 		}
 		return onMachine && i >= 0
-	}, 30*time.Second, 200*time.Millisecond, "Warning Events on Machine %s and on KubeadmControlPlane demo-cp name the step", second)
+	}, 2*time.Minute, 200*time.Millisecond, "Warning Events on Machine %s and on KubeadmControlPlane demo-cp name the step", second)
 	var node corev1.Node
 	require.NoError(t, c.Get(ctx, client.ObjectKey{Name: second}, &node))
 	cond := capi.InPlaceUpdateCondition(&node)

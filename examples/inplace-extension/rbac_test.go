@@ -423,7 +423,7 @@ func TestLeastPrivilegeOverHTTPS(t *testing.T) {
 			}
 		}
 		return related["MachineSet"] && related["Machine"]
-	}, 30*time.Second, 100*time.Millisecond, "the Failures recorded on the MachineDeployment")
+	}, 2*time.Minute, 100*time.Millisecond, "the Failures recorded on the MachineDeployment")
 
 	// The Machine's KubeadmConfig, which Cluster API sends along.
 	kc := &bootstrapv1.KubeadmConfig{}
