@@ -153,6 +153,8 @@ func (e PullError) Terminal() bool {
 	return e.Reason == "InvalidImageName" || e.Reason == "ErrImageNeverPull"
 }
 
+// String says which container could not pull which image, and the
+// kubelet's reason and message.
 func (e PullError) String() string {
 	s := fmt.Sprintf("container %s: image %s: %s", e.Container, e.Image, e.Reason)
 	if e.Message != "" {
