@@ -50,10 +50,18 @@ func NewRegistry(images ...string) *Registry {
 	return r
 }
 
-// Add makes images pullable (and forgets a Fail of them).
+// Add makes images pullable (and forgets a Fail of them). The zero
+// Registry holds nothing until Add; on a nil one (which pulls everything)
+// Add does nothing.
 func (r *Registry) Add(images ...string) {
+	if r == nil {
+		return
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.present == nil {
+		r.present = map[string]bool{}
+	}
 	for _, i := range images {
 		r.present[i] = true
 		delete(r.failing, i)
@@ -62,9 +70,17 @@ func (r *Registry) Add(images ...string) {
 
 // Fail makes every pull of image fail with message, as a registry outage
 // or a missing credential would.
+//
+// On a nil Registry (which pulls everything) Fail does nothing.
 func (r *Registry) Fail(image, message string) {
+	if r == nil {
+		return
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.failing == nil {
+		r.failing = map[string]string{}
+	}
 	r.failing[image] = message
 }
 
@@ -98,8 +114,11 @@ func (r *Registry) Pull(image string) (reason, message string) {
 // image fails waits with ErrImagePull (the first attempt, when the
 // previous status shows no pull error for it) or ImagePullBackOff (later
 // ones), or InvalidImageName; the others wait with PodInitializing or
-// ContainerCreating.
+// ContainerCreating. A nil pod has nothing to pull.
 func (r *Registry) PullPod(pod *corev1.Pod) (corev1.PodStatus, bool) {
+	if pod == nil {
+		return corev1.PodStatus{}, true // no container, nothing to pull
+	}
 	prev := map[string]string{}
 	for _, cs := range append(append([]corev1.ContainerStatus{}, pod.Status.InitContainerStatuses...), pod.Status.ContainerStatuses...) {
 		if cs.State.Waiting != nil {

@@ -49,3 +49,28 @@ func TestRegistryPullsAsAKubeletReports(t *testing.T) {
 	reason, _ = (*Registry)(nil).Pull("anything")
 	require.Empty(t, reason, "no registry: everything pulls")
 }
+
+// TestRegistryZeroAndNil: the zero Registry holds nothing until Add or
+// Fail (no panic on its nil maps); a nil one pulls everything and ignores
+// Add and Fail; a nil pod has nothing to pull.
+func TestRegistryZeroAndNil(t *testing.T) {
+	var zero Registry
+	reason, _ := zero.Pull("registry.example/a:v1")
+	require.Equal(t, ReasonErrImagePull, reason, "the zero registry holds nothing")
+	zero.Add("registry.example/a:v1")
+	reason, _ = zero.Pull("registry.example/a:v1")
+	require.Empty(t, reason)
+	var fresh Registry
+	fresh.Fail("registry.example/b:v1", "denied")
+	reason, msg := fresh.Pull("registry.example/b:v1")
+	require.Equal(t, []string{ReasonErrImagePull, "denied"}, []string{reason, msg})
+
+	var none *Registry
+	none.Add("registry.example/a:v1")
+	none.Fail("registry.example/a:v1", "denied")
+	reason, _ = none.Pull("registry.example/a:v1")
+	require.Empty(t, reason, "a nil registry pulls everything")
+	st, ok := none.PullPod(nil)
+	require.True(t, ok)
+	require.Equal(t, corev1.PodStatus{}, st)
+}
