@@ -169,6 +169,7 @@ func (e *Extension) CanUpdateMachine(ctx context.Context, req *runtimehooksv1.Ca
 		failResponse(err, resp)
 		return
 	}
+	defer e.metrics.hookDone("CanUpdateMachine", time.Now())
 	log := e.logger(ctx).WithValues("hook", "CanUpdateMachine", "machine", req.Desired.Machine.Namespace+"/"+req.Desired.Machine.Name,
 		"cluster", req.Desired.Machine.Namespace+"/"+req.Desired.Machine.Spec.ClusterName)
 	a, err := e.AnswerCanUpdateMachine(ctx, req)
@@ -217,6 +218,7 @@ func (e *Extension) CanUpdateMachineSet(ctx context.Context, req *runtimehooksv1
 		failResponse(err, resp)
 		return
 	}
+	defer e.metrics.hookDone("CanUpdateMachineSet", time.Now())
 	log := e.logger(ctx).WithValues("hook", "CanUpdateMachineSet", "machineSet", req.Desired.MachineSet.Namespace+"/"+req.Desired.MachineSet.Name,
 		"cluster", req.Desired.MachineSet.Namespace+"/"+req.Desired.MachineSet.Spec.ClusterName)
 	a, err := e.AnswerCanUpdateMachineSet(ctx, req)

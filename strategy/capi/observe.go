@@ -179,6 +179,12 @@ const (
 	// MetricUpdateDuration is the time from an update's start, as recorded
 	// on the Node (AnnotationInPlaceUpdate), to the answer "done".
 	MetricUpdateDuration = "upgradekit_inplace_update_duration_seconds"
+	// MetricHookDuration is how long the extension took to answer one
+	// hook call (CanUpdateMachine, CanUpdateMachineSet, UpdateMachine), by
+	// "hook": from the decoded request to the response, the management
+	// and workload cluster reads included. Cluster API gives each call
+	// the handler's TimeoutSeconds.
+	MetricHookDuration = "upgradekit_inplace_hook_duration_seconds"
 )
 
 // AnnotationInPlaceUpdate is the Node annotation in which MachineUpdater
@@ -284,6 +290,7 @@ type Metrics struct {
 	decisions *prometheus.CounterVec
 	failures  *prometheus.CounterVec
 	duration  prometheus.Histogram
+	hooks     *prometheus.HistogramVec
 	progress  *progressCollector
 }
 
@@ -343,6 +350,11 @@ func NewMetrics(reg prometheus.Registerer, opts ...MetricsOption) (*Metrics, err
 			Help:    "Seconds from the start of an in-place update, as recorded on the Node, to done.",
 			Buckets: []float64{30, 60, 120, 300, 600, 900, 1200, 1800, 2700, 3600, 5400, 7200},
 		}),
+		hooks: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    MetricHookDuration,
+			Help:    "Seconds the extension took to answer one hook call, by hook.",
+			Buckets: []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10},
+		}, []string{"hook"}),
 		progress: &progressCollector{
 			desc: prometheus.NewDesc(MetricMachinesInProgress,
 				"Machines whose last UpdateMachine answer from this process was in progress, by phase.", []string{"phase"}, nil),
@@ -360,8 +372,14 @@ func NewMetrics(reg prometheus.Registerer, opts ...MetricsOption) (*Metrics, err
 	if err := register(reg, &m.duration); err != nil {
 		return nil, err
 	}
+	if err := register(reg, &m.hooks); err != nil {
+		return nil, err
+	}
 	if err := register(reg, &m.progress); err != nil {
 		return nil, err
+	}
+	for _, h := range []string{"CanUpdateMachine", "CanUpdateMachineSet", "UpdateMachine"} {
+		m.hooks.WithLabelValues(h)
 	}
 	// Every series exists from the start, at zero.
 	for _, h := range []string{"CanUpdateMachine", "CanUpdateMachineSet"} {
@@ -402,6 +420,13 @@ func (m *Metrics) decision(hook, outcome string) {
 func (m *Metrics) failure(reason string) {
 	if m != nil {
 		m.failures.WithLabelValues(reason).Inc()
+	}
+}
+
+// hookDone observes one hook call that started at start.
+func (m *Metrics) hookDone(hook string, start time.Time) {
+	if m != nil {
+		m.hooks.WithLabelValues(hook).Observe(time.Since(start).Seconds())
 	}
 }
 

@@ -2,6 +2,7 @@ package capi_test
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -39,6 +40,22 @@ func TestNewMetricsRegistration(t *testing.T) {
 			require.Equal(t, runtimehooksv1.ResponseStatusSuccess, resp.Status, resp.Message)
 		}
 		require.Equal(t, 2.0, counter(t, reg, capi.MetricDecisions, "outcome", capi.HookAccept))
+		require.Equal(t, map[string]uint64{"CanUpdateMachine": 2, "CanUpdateMachineSet": 0, "UpdateMachine": 0}, hookCounts(t, reg),
+			"each answered call is timed, by hook")
+	})
+
+	t.Run("UpdateMachine calls are timed, refused ones too", func(t *testing.T) {
+		reg := prometheus.NewRegistry()
+		m, err := capi.NewMetrics(reg)
+		require.NoError(t, err)
+		u, err := capi.NewMachineUpdater(func(context.Context, types.NamespacedName) (client.Client, error) {
+			return nil, errors.New("not reached")
+		}, capi.WithoutDrain(), capi.WithUpdaterMetrics(m), capi.WithPodOptions(nodepod.WithImage("registry.example/upgrader:v1@sha256:"+strings.Repeat("a", 64))))
+		require.NoError(t, err)
+		var resp runtimehooksv1.UpdateMachineResponse
+		u.UpdateMachine(context.Background(), &runtimehooksv1.UpdateMachineRequest{}, &resp)
+		require.Equal(t, runtimehooksv1.ResponseStatusFailure, resp.Status, "a request naming no Machine")
+		require.Equal(t, map[string]uint64{"CanUpdateMachine": 0, "CanUpdateMachineSet": 0, "UpdateMachine": 1}, hookCounts(t, reg))
 	})
 
 	t.Run("controller-runtime's registry by default", func(t *testing.T) {
@@ -46,9 +63,9 @@ func TestNewMetricsRegistration(t *testing.T) {
 		require.NoError(t, err)
 		_, err = capi.NewMetrics(nil)
 		require.NoError(t, err)
-		n, err := testutil.GatherAndCount(ctrlmetrics.Registry, capi.MetricDecisions, capi.MetricMachinesInProgress, capi.MetricFailures, capi.MetricUpdateDuration)
+		n, err := testutil.GatherAndCount(ctrlmetrics.Registry, capi.MetricDecisions, capi.MetricMachinesInProgress, capi.MetricFailures, capi.MetricUpdateDuration, capi.MetricHookDuration)
 		require.NoError(t, err)
-		require.Equal(t, 6+6+12+1, n, "every series exists at zero from the start")
+		require.Equal(t, 6+6+12+1+3, n, "every series exists at zero from the start")
 	})
 
 	t.Run("another collector under one of the names is a typed error", func(t *testing.T) {
@@ -65,6 +82,27 @@ func TestNewMetricsRegistration(t *testing.T) {
 		_, err = capi.NewMetrics(prometheus.NewRegistry(), capi.WithMetricsClock(nil))
 		require.ErrorIs(t, err, capi.ErrInvalidOption)
 	})
+}
+
+// hookCounts returns MetricHookDuration's sample count by hook.
+func hookCounts(t *testing.T, reg prometheus.Gatherer) map[string]uint64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	out := map[string]uint64{}
+	for _, mf := range mfs {
+		if mf.GetName() != capi.MetricHookDuration {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "hook" {
+					out[l.GetValue()] = m.GetHistogram().GetSampleCount()
+				}
+			}
+		}
+	}
+	return out
 }
 
 // versionChange is a CanUpdateMachine request for a version change only.

@@ -362,6 +362,7 @@ func (u *MachineUpdater) UpdateMachine(ctx context.Context, req *runtimehooksv1.
 		failResponse(fmt.Errorf("%w: no request", ErrIncompleteRequest), resp)
 		return
 	}
+	defer u.metrics.hookDone("UpdateMachine", time.Now())
 	log := u.log
 	if log.GetSink() == nil {
 		log = logr.FromContextOrDiscard(ctx)
