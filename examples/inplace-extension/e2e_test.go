@@ -111,8 +111,11 @@ func e2eExtensionServe(t *testing.T, h *capitest.Harness, dir string, port int, 
 		require.NoError(t, err)
 		rctx, rcancel := context.WithTimeout(t.Context(), time.Minute)
 		defer rcancel()
-		names, err := capitest.RegisterExtension(rctx, h.Env.Client, "upgradekit", "https://127.0.0.1:"+strconv.Itoa(port), ca,
-			append(x.regOpts, capitest.WithExtensionSettings(x.settings))...)
+		opts := x.regOpts
+		if x.settings != nil {
+			opts = append(opts, capitest.WithExtensionSettings(x.settings))
+		}
+		names, err := capitest.RegisterExtension(rctx, h.Env.Client, "upgradekit", "https://127.0.0.1:"+strconv.Itoa(port), ca, opts...)
 		require.NoError(t, err)
 		require.Len(t, names, 3, "the three in-place handlers: %v", names)
 	}
