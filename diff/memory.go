@@ -2,12 +2,13 @@ package diff
 
 import (
 	"bytes"
-	"encoding/binary"
 	"math"
 	"reflect"
 	"unsafe"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/upgradekit/upgradekit/internal/memzero"
 )
 
 // Fast paths for typed values: whether a field is present in the JSON form
@@ -147,7 +148,7 @@ func isZeroAt(p unsafe.Pointer, spans []zspan) bool {
 		q := unsafe.Add(p, z.off)
 		switch z.kind {
 		case zMem:
-			if !isZeroMem(q, z.size) {
+			if !memzero.Bytes(q, z.size) {
 				return false
 			}
 		case zString:
@@ -175,31 +176,6 @@ func isZeroAt(p unsafe.Pointer, spans []zspan) bool {
 	return true
 }
 
-// isZeroMem reports whether the n bytes at p are all zero. p points into a
-// live Go value of at least n bytes.
-func isZeroMem(p unsafe.Pointer, n uintptr) bool {
-	b := unsafe.Slice((*byte)(p), n)
-	for len(b) >= 32 {
-		if binary.NativeEndian.Uint64(b)|binary.NativeEndian.Uint64(b[8:])|
-			binary.NativeEndian.Uint64(b[16:])|binary.NativeEndian.Uint64(b[24:]) != 0 {
-			return false
-		}
-		b = b[32:]
-	}
-	for len(b) >= 8 {
-		if binary.NativeEndian.Uint64(b) != 0 {
-			return false
-		}
-		b = b[8:]
-	}
-	for _, c := range b {
-		if c != 0 {
-			return false
-		}
-	}
-	return true
-}
-
 // presentAt is present for the field stored at p; known is false when
 // memory alone cannot tell, and the caller asks present.
 func presentAt(p unsafe.Pointer, fp *fieldPlan) (ok, known bool) {
@@ -218,7 +194,7 @@ func presentAt(p unsafe.Pointer, fp *fieldPlan) (ok, known bool) {
 			return *(*bool)(p), true
 		case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
 			reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr:
-			return !isZeroMem(p, pl.size), true
+			return !memzero.Bytes(p, pl.size), true
 		case reflect.Float32:
 			return *(*float32)(p) != 0, true
 		case reflect.Float64:
@@ -239,7 +215,7 @@ func presentAt(p unsafe.Pointer, fp *fieldPlan) (ok, known bool) {
 		}
 		// All bytes zero is the zero value, whatever the type; an unset
 		// section (most of a KubeadmConfigSpec) is decided by this scan.
-		return !isZeroMem(p, pl.size) && !isZeroAt(p, fp.zero), true
+		return !memzero.Bytes(p, pl.size) && !isZeroAt(p, fp.zero), true
 	}
 	return true, true
 }

@@ -20,6 +20,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/upgradekit/upgradekit/internal/memzero"
 )
 
 // The canonical encoding. Every value starts with a one-byte tag; strings
@@ -484,7 +486,7 @@ func (e *encoder) object(v reflect.Value, p *plan, node *pathNode) (bool, error)
 		if e.cfg.noTags {
 			folds = f.plan.zeroFoldsNoTags
 		}
-		if base != nil && f.direct && folds && isZeroMem(unsafe.Add(base, f.offset), f.size) {
+		if base != nil && f.direct && folds && memzero.Bytes(unsafe.Add(base, f.offset), f.size) {
 			continue
 		}
 		var fnode *pathNode
@@ -622,33 +624,6 @@ func isScalarKind(p *plan) bool {
 		return true
 	}
 	return false
-}
-
-// isZeroMem reports whether the n bytes at p are all zero. p points into
-// a live, addressable Go value of at least n bytes.
-func isZeroMem(p unsafe.Pointer, n uintptr) bool {
-	b := unsafe.Slice((*byte)(p), n)
-	// Four words at a time: nested zero structs (a KubeadmConfig's
-	// unset sections) run to hundreds of bytes.
-	for len(b) >= 32 {
-		if binary.NativeEndian.Uint64(b)|binary.NativeEndian.Uint64(b[8:])|
-			binary.NativeEndian.Uint64(b[16:])|binary.NativeEndian.Uint64(b[24:]) != 0 {
-			return false
-		}
-		b = b[32:]
-	}
-	for len(b) >= 8 {
-		if binary.NativeEndian.Uint64(b) != 0 {
-			return false
-		}
-		b = b[8:]
-	}
-	for _, c := range b {
-		if c != 0 {
-			return false
-		}
-	}
-	return true
 }
 
 // fieldByIndex is reflect.Value.FieldByIndex that reports false, instead

@@ -1,0 +1,38 @@
+// Package memzero tells whether a span of a Go value's memory is all zero
+// bytes, a word at a time. It serves the typed walks of diff and drift,
+// which read fields at offsets their cached type plans hold; it is not for
+// values whose zero is not all zero bytes (floats' -0, strings with a
+// non-nil data pointer): those callers check such fields by kind.
+package memzero
+
+import (
+	"encoding/binary"
+	"unsafe"
+)
+
+// Bytes reports whether the n bytes at p are all zero. p must point into a
+// live Go value of at least n bytes.
+func Bytes(p unsafe.Pointer, n uintptr) bool {
+	b := unsafe.Slice((*byte)(p), n)
+	// Four words at a time: nested zero structs (a KubeadmConfig's unset
+	// sections) run to hundreds of bytes.
+	for len(b) >= 32 {
+		if binary.NativeEndian.Uint64(b)|binary.NativeEndian.Uint64(b[8:])|
+			binary.NativeEndian.Uint64(b[16:])|binary.NativeEndian.Uint64(b[24:]) != 0 {
+			return false
+		}
+		b = b[32:]
+	}
+	for len(b) >= 8 {
+		if binary.NativeEndian.Uint64(b) != 0 {
+			return false
+		}
+		b = b[8:]
+	}
+	for _, c := range b {
+		if c != 0 {
+			return false
+		}
+	}
+	return true
+}
