@@ -124,7 +124,8 @@ func TestClusterAPIReplacesWhenTheProviderRefusesAnIgnoredChange(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	logs := &lines{}
 	e2eExtensionServe(t, h, dir, testcerts.FreePort(t), reg, events.NewFakeRecorder(1000), e2eTo+"="+e2eImage, true,
-		e2eExtras{log: funcr.New(logs.add, funcr.Options{}), settings: map[string]string{capi.SettingIgnore: "infrastructure.spec.flavour"}})
+		e2eExtras{log: funcr.New(logs.add, funcr.Options{}),
+			regOpts: []capitest.RegisterOption{capitest.WithExtensionSettings(map[string]string{capi.SettingIgnore: "infrastructure.spec.flavour"})}})
 
 	// A new template with the large flavour; the MachineDeployment uses it.
 	large := tmpl.DeepCopy()

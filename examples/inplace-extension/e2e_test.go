@@ -72,12 +72,11 @@ func e2eExtensionImages(t *testing.T, h *capitest.Harness, dir string, port int,
 }
 
 // e2eExtras are what some scenarios add to e2eExtensionImages: the
-// extension's logger, the ExtensionConfig's settings and other
-// registration options.
+// extension's logger and the ExtensionConfig's registration options
+// (settings).
 type e2eExtras struct {
-	log      logr.Logger
-	settings map[string]string
-	regOpts  []capitest.RegisterOption
+	log     logr.Logger
+	regOpts []capitest.RegisterOption
 }
 
 // e2eExtensionServe is e2eExtensionImages with extras.
@@ -111,11 +110,7 @@ func e2eExtensionServe(t *testing.T, h *capitest.Harness, dir string, port int, 
 		require.NoError(t, err)
 		rctx, rcancel := context.WithTimeout(t.Context(), time.Minute)
 		defer rcancel()
-		opts := x.regOpts
-		if x.settings != nil {
-			opts = append(opts, capitest.WithExtensionSettings(x.settings))
-		}
-		names, err := capitest.RegisterExtension(rctx, h.Env.Client, "upgradekit", "https://127.0.0.1:"+strconv.Itoa(port), ca, opts...)
+		names, err := capitest.RegisterExtension(rctx, h.Env.Client, "upgradekit", "https://127.0.0.1:"+strconv.Itoa(port), ca, x.regOpts...)
 		require.NoError(t, err)
 		require.Len(t, names, 3, "the three in-place handlers: %v", names)
 	}
