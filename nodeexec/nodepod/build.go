@@ -97,6 +97,14 @@ func Selector() labels.Selector {
 	return labels.SelectorFromSet(labels.Set{LabelManagedBy: ManagedByValue, LabelName: NameValue})
 }
 
+// NodeSelector matches the upgrader pods this package builds for node
+// (Selector and the node's LabelNode value): listing with it, a client
+// reads only that node's pods, which matters once every node of a large
+// cluster has one (each carries its plan).
+func NodeSelector(node string) labels.Selector {
+	return labels.SelectorFromSet(labels.Set{LabelManagedBy: ManagedByValue, LabelName: NameValue, LabelNode: labelValue(node)})
+}
+
 type options struct {
 	mode             Mode
 	namespace        string

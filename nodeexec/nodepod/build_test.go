@@ -187,6 +187,23 @@ func TestNamesAndLabelsStayValid(t *testing.T) {
 	require.LessOrEqual(t, len(pod.Labels[LabelNode]), 63)
 }
 
+// TestNodeSelector: NodeSelector matches the pods built for that node,
+// a long node name's (its label value hashed) included, and not another
+// node's, nor a pod without the upgrader labels.
+func TestNodeSelector(t *testing.T) {
+	for _, node := range []string{"worker-0", strings.Repeat("n", 100) + ".example.com"} {
+		p := testPlan()
+		p.Node = node
+		pod, err := Build(p, WithImage("img"))
+		require.NoError(t, err)
+		require.True(t, NodeSelector(node).Matches(labels.Set(pod.Labels)), node)
+		require.True(t, Selector().Matches(labels.Set(pod.Labels)), node)
+		require.False(t, NodeSelector(node+"x").Matches(labels.Set(pod.Labels)), "another node's selector")
+		delete(pod.Labels, LabelManagedBy)
+		require.False(t, NodeSelector(node).Matches(labels.Set(pod.Labels)), "not an upgrader pod")
+	}
+}
+
 func TestBuildRejects(t *testing.T) {
 	tests := []struct {
 		name string

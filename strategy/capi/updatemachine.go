@@ -1609,13 +1609,16 @@ func upgrading(res updateResult, ps nodepod.Status) updateResult {
 	return res
 }
 
-// upgraderPodsOn lists the upgrader pods (nodepod.Selector) bound to node
+// upgraderPodsOn lists the upgrader pods (nodepod.NodeSelector) bound to node
 // in namespace, where this updater creates them. Labels alone are anyone's
 // to set: a pod carrying them in another namespace is not an upgrader pod
 // of ours, blocks nothing and is drained like any other pod.
 func upgraderPodsOn(ctx context.Context, c client.Client, namespace, node string) ([]corev1.Pod, error) {
 	var list corev1.PodList
-	if err := c.List(ctx, &list, client.InNamespace(namespace), client.MatchingLabelsSelector{Selector: nodepod.Selector()}); err != nil {
+	// Only the node's pods are read (its LabelNode): with every node's
+	// pod listed, each carrying its plan, a hundred updates held hundreds
+	// of MiB at once (make e2e-scale). spec.nodeName stays the authority.
+	if err := c.List(ctx, &list, client.InNamespace(namespace), client.MatchingLabelsSelector{Selector: nodepod.NodeSelector(node)}); err != nil {
 		return nil, err
 	}
 	out := list.Items[:0]

@@ -291,7 +291,7 @@ func TestUpdateMachineKnowsItsOwnPods(t *testing.T) {
 	pc := newPodsCluster(t)
 	lookalike := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "tenant", Name: "lookalike", Labels: map[string]string{
-			nodepod.LabelName: nodepod.NameValue, nodepod.LabelManagedBy: nodepod.ManagedByValue}},
+			nodepod.LabelName: nodepod.NameValue, nodepod.LabelManagedBy: nodepod.ManagedByValue, nodepod.LabelNode: "cp-0"}},
 		Spec:   corev1.PodSpec{NodeName: "cp-0", Containers: []corev1.Container{{Name: "app", Image: "tenant/app"}}},
 		Status: corev1.PodStatus{Phase: corev1.PodRunning},
 	}

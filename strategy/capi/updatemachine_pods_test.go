@@ -291,7 +291,7 @@ func TestUpdateMachineNeverStartsASecondPod(t *testing.T) {
 	foreign := func(name string, phase corev1.PodPhase) *corev1.Pod {
 		return &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Namespace: nodepod.DefaultNamespace, Name: name, Labels: map[string]string{
-				nodepod.LabelName: nodepod.NameValue, nodepod.LabelManagedBy: nodepod.ManagedByValue, nodepod.LabelPlan: name}},
+				nodepod.LabelName: nodepod.NameValue, nodepod.LabelManagedBy: nodepod.ManagedByValue, nodepod.LabelPlan: name, nodepod.LabelNode: "cp-0"}},
 			Spec:   corev1.PodSpec{NodeName: "cp-0", Containers: []corev1.Container{{Name: nodepod.StatusContainer, Image: "r/u:0"}}},
 			Status: corev1.PodStatus{Phase: phase},
 		}
