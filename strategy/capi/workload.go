@@ -27,6 +27,18 @@ var ErrKubeconfigUnusable = errors.New("kubeconfig unusable")
 // userAgent identifies upgradekit's requests in workload clusters' audit logs.
 const userAgent = "upgradekit"
 
+// The client-side rate limit of the workload cluster clients
+// KubeconfigSecretClients and KubeconfigSecretClientsets build: Cluster
+// API's own for workload clusters (its ClusterCache's default client QPS
+// and burst). A kubeconfig cannot set one, and client-go's default (5
+// requests per second, burst 10), shared by every update in a cluster,
+// made each UpdateMachine call wait seconds on its own client once a
+// MachineDeployment updated ten machines at once (make e2e-scale).
+const (
+	workloadQPS   = 20
+	workloadBurst = 30
+)
+
 // KubeconfigSecretClients returns a WorkloadClient that reaches each
 // workload cluster with the kubeconfig CAPI keeps in the management cluster
 // (secret <cluster>-kubeconfig, key "value"), read through mgmt. The secret
@@ -35,7 +47,9 @@ const userAgent = "upgradekit"
 // and per kubeconfig: a rotated secret, or a cluster recreated under the
 // same name with a new CA, gets a new client on the next call, and a secret
 // that cannot be read is an error (retried on the next call), never a stale
-// client. Calls for different clusters do not wait for each other.
+// client. Calls for different clusters do not wait for each other. Each
+// cluster's client is rate-limited client-side as Cluster API's own
+// workload cluster clients are: 20 requests per second, bursts of 30.
 func KubeconfigSecretClients(mgmt client.Reader, scheme *runtime.Scheme) WorkloadClient {
 	get := cachedPerCluster(mgmt, func(cfg *rest.Config) (client.Client, error) {
 		return client.New(cfg, client.Options{Scheme: scheme})
@@ -96,6 +110,7 @@ func cachedPerCluster[C any](mgmt client.Reader, build func(*rest.Config) (C, er
 			return zero, fmt.Errorf("kubeconfig of cluster %s: %w: secret %s/%s: %w", cluster, ErrKubeconfigUnusable, s.Namespace, s.Name, err)
 		}
 		cfg.UserAgent = userAgent
+		cfg.QPS, cfg.Burst = workloadQPS, workloadBurst
 		c, err := build(cfg)
 		if err != nil {
 			return zero, fmt.Errorf("client for cluster %s: %w", cluster, err)

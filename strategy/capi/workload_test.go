@@ -143,3 +143,21 @@ func TestKubeconfigSecretClientsDoNotSerialiseClusters(t *testing.T) {
 	close(release)
 	require.NoError(t, <-slowDone)
 }
+
+// TestKubeconfigSecretClientsetsRateLimit: a workload cluster's clientset
+// is rate-limited as Cluster API's own workload cluster clients are (20
+// requests per second, bursts of 30), not with client-go's default of 5
+// and 10, which every update in the cluster would share.
+func TestKubeconfigSecretClientsetsRateLimit(t *testing.T) {
+	s := runtime.NewScheme()
+	require.NoError(t, clientgoscheme.AddToScheme(s))
+	mgmt := crfake.NewClientBuilder().WithScheme(s).WithObjects(kubeconfigSecret("demo", kubeconfigFor(t, "https://127.0.0.1:6443"))).Build()
+	cs, err := capi.KubeconfigSecretClientsets(mgmt)(t.Context(), types.NamespacedName{Namespace: "default", Name: "demo"})
+	require.NoError(t, err)
+	rl := cs.CoreV1().RESTClient().GetRateLimiter()
+	require.NotNil(t, rl)
+	require.InDelta(t, 20, rl.QPS(), 0.001)
+	for i := range 30 {
+		require.True(t, rl.TryAccept(), "request %d of a burst of 30", i+1)
+	}
+}
