@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -52,4 +53,44 @@ func TestServerLimitFlags(t *testing.T) {
 		r.Body.Close()
 		require.Equal(t, want, r.StatusCode, "a %d-byte body", len(body))
 	}
+}
+
+// TestProfilerAddress: -profiler-address is off by default; set, Go's
+// profiles are served there (as Cluster API's managers' --profiler-address)
+// until the extension stops; an address in use is an error naming it.
+func TestProfilerAddress(t *testing.T) {
+	o, err := parseFlags([]string{"-no-update-machine"}, io.Discard)
+	require.NoError(t, err)
+	require.Empty(t, o.profilerAddr, "off by default")
+
+	dir := t.TempDir()
+	testcerts.Write(t, dir)
+	prof := "127.0.0.1:" + strconv.Itoa(testcerts.FreePort(t))
+	o, err = parseFlags([]string{"-no-update-machine", "-host", "127.0.0.1", "-port", strconv.Itoa(testcerts.FreePort(t)), "-cert-dir", dir,
+		"-metrics-bind-address", "0", "-health-addr", "0", "-profiler-address", prof}, io.Discard)
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- serve(ctx, o, deps{}) }()
+	defer func() {
+		cancel()
+		require.NoError(t, <-done)
+	}()
+	var b []byte
+	waitUntil(t, 2*time.Minute, "the profiles served", func() (bool, string, error) {
+		r, err := http.Get("http://" + prof + "/debug/pprof/heap?debug=1")
+		if err != nil {
+			return false, err.Error(), nil
+		}
+		defer r.Body.Close()
+		b, err = io.ReadAll(r.Body)
+		return r.StatusCode == http.StatusOK, r.Status, err
+	})
+	require.Contains(t, string(b), "heap profile")
+
+	// The address is taken now: a second extension refuses it.
+	o2, err := parseFlags([]string{"-no-update-machine", "-host", "127.0.0.1", "-port", strconv.Itoa(testcerts.FreePort(t)), "-cert-dir", dir,
+		"-metrics-bind-address", "0", "-health-addr", "0", "-profiler-address", prof}, io.Discard)
+	require.NoError(t, err)
+	require.ErrorContains(t, serve(t.Context(), o2, deps{}), "-profiler-address: ")
 }

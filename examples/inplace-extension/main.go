@@ -30,8 +30,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"os/signal"
 	"path"
@@ -112,16 +114,28 @@ func exitCode(err error, stderr io.Writer) int {
 	return exitError
 }
 
+// The management cluster client's default rate limit: Cluster API's
+// managers' (--kube-api-qps, --kube-api-burst). client-go's own default (5
+// per second, bursts of 10), shared by every hook call, made UpdateMachine
+// wait seconds once ten machines updated at once (make e2e-scale).
+const (
+	defaultKubeAPIQPS   = 20
+	defaultKubeAPIBurst = 30
+)
+
 // restConfig is the management cluster's config: -kubeconfig, else
 // $KUBECONFIG or ~/.kube/config, else the in-cluster config, through
 // client-go's loading rules (no log lines, no stack traces).
-func restConfig(kubeconfig string) (*rest.Config, error) {
+// Its client-side rate limit is qps and burst (-kube-api-qps,
+// -kube-api-burst).
+func restConfig(kubeconfig string, qps float32, burst int) (*rest.Config, error) {
 	rules := clientcmd.NewDefaultClientConfigLoadingRules()
 	rules.ExplicitPath = kubeconfig
 	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
 	if err != nil {
 		return nil, fmt.Errorf("management cluster config (-kubeconfig, $KUBECONFIG, ~/.kube/config or in-cluster): %w", err)
 	}
+	cfg.QPS, cfg.Burst = qps, burst
 	return cfg, nil
 }
 
@@ -138,6 +152,7 @@ type options struct {
 	metricsAddr                           string
 	metricsSecure                         bool
 	healthAddr                            string
+	profilerAddr                          string
 	// Kubernetes' logging flags (-v, -logging-format, ...), applied by run.
 	logging *logsv1.LoggingConfiguration
 	// flagValues are every flag's value, logged at -v=1.
@@ -146,6 +161,8 @@ type options struct {
 	// Limits of the hooks' server (extensionserver.HTTPLimits).
 	maxRequestBytes       int64
 	maxConcurrentRequests int
+	kubeAPIQPS            float64
+	kubeAPIBurst          int
 	readTimeout           time.Duration
 
 	// The upgrader pod and the plan it runs.
@@ -241,11 +258,14 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.DurationVar(&o.soak, "soak", 0, "start an update only when every other node of the cluster has been Ready this long without a break (0: no soak)")
 	fs.StringVar(&o.blockingPods, "blocking-pod-selector", "", "start no update while a pod matching this label selector runs in the workload cluster (a backup, a migration)")
 	fs.Int64Var(&o.maxRequestBytes, "max-request-bytes", extensionserver.DefaultMaxRequestBytes, "largest hook request body read; larger ones are answered 413 (a CanUpdateMachine request with big KubeadmConfigs is a few hundred KiB)")
+	fs.Float64Var(&o.kubeAPIQPS, "kube-api-qps", defaultKubeAPIQPS, "requests per second to the management cluster's API server, client-side (Cluster API's managers' default); workload clusters are reached at 20/s, bursts of 30, as Cluster API reaches them")
+	fs.IntVar(&o.kubeAPIBurst, "kube-api-burst", defaultKubeAPIBurst, "requests above -kube-api-qps allowed in a burst")
 	fs.IntVar(&o.maxConcurrentRequests, "max-concurrent-requests", extensionserver.DefaultMaxConcurrentRequests, "hook requests handled at once; more are answered 429, which Cluster API retries")
 	fs.DurationVar(&o.readTimeout, "read-timeout", extensionserver.DefaultReadTimeout, "how long a hook request, body included, may take to arrive before its connection is closed")
 	fs.StringVar(&o.metricsAddr, "metrics-bind-address", ":8443", `address of the Prometheus /metrics endpoint; "0" disables it`)
 	fs.BoolVar(&o.metricsSecure, "metrics-secure", true, "serve /metrics over HTTPS (a self-signed certificate) to scrapers whose bearer token the management cluster authenticates (TokenReview) and allows to get the non-resource URL /metrics (SubjectAccessReview); false serves plain HTTP to anyone who reaches the port")
 	fs.StringVar(&o.healthAddr, "health-addr", ":9440", `address of the health endpoints, plain HTTP: /healthz (the process answers) and /readyz (the hooks are served with the certificate of -cert-dir); "0" disables them`)
+	fs.StringVar(&o.profilerAddr, "profiler-address", "", `address of Go's profiles (/debug/pprof/), plain HTTP and unauthenticated: bind it to loopback (e.g. "127.0.0.1:6060") and use kubectl port-forward; "" disables them`)
 	fs.BoolVar(&o.version, "version", false, "print the version and exit")
 	o.logging = logsv1.NewLoggingConfiguration()
 	logsv1.AddFlags(o.logging, fs)
@@ -273,6 +293,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	}
 	if err := o.parseGates(); err != nil {
 		return o, err
+	}
+	if !(o.kubeAPIQPS > 0) || o.kubeAPIQPS > math.MaxFloat32 || o.kubeAPIBurst < 1 {
+		return o, fmt.Errorf("%w: -kube-api-qps/-kube-api-burst: %g/%d: both must be positive", errInvalidFlag, o.kubeAPIQPS, o.kubeAPIBurst)
 	}
 	if !o.noUpdate {
 		if o.upgraderImage == "" && strings.TrimSpace(o.upgraderImages) == "" {
@@ -540,6 +563,13 @@ func serve(ctx context.Context, o options, d deps) error {
 		}
 		servers = append(servers, health)
 	}
+	if o.profilerAddr != "" {
+		prof, err := profilerServer(o.profilerAddr)
+		if err != nil {
+			return err
+		}
+		servers = append(servers, prof)
+	}
 	// Whichever server stops first (an error, or ctx ending) stops the others.
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -589,10 +619,6 @@ func metricsServer(o options, d deps) (metricsserver.Server, error) {
 // the hooks are served), as a controller-runtime manager's health probe
 // server does.
 func healthServer(addr string, ready healthz.Checker) (func(context.Context) error, error) {
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, fmt.Errorf("-health-addr: %w", err)
-	}
 	mux := http.NewServeMux()
 	live := &healthz.Handler{Checks: map[string]healthz.Checker{"ping": healthz.Ping}}
 	readyz := &healthz.Handler{Checks: map[string]healthz.Checker{"hooks": ready}}
@@ -600,7 +626,33 @@ func healthServer(addr string, ready healthz.Checker) (func(context.Context) err
 	mux.Handle("/healthz/", http.StripPrefix("/healthz", live))
 	mux.Handle("/readyz", http.StripPrefix("/readyz", readyz))
 	mux.Handle("/readyz/", http.StripPrefix("/readyz", readyz))
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second}
+	return plainServer("-health-addr", addr, mux, 30*time.Second)
+}
+
+// profilerServer serves Go's profiles (net/http/pprof, under
+// /debug/pprof/) on addr, as Cluster API's managers do with
+// --profiler-address: plain HTTP without authentication, so bind it to
+// loopback and reach it with kubectl port-forward. A CPU profile or trace
+// may take up to two minutes.
+func profilerServer(addr string) (func(context.Context) error, error) {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	return plainServer("-profiler-address", addr, mux, 2*time.Minute)
+}
+
+// plainServer listens on addr now (a port in use is an error naming flag
+// before anything is served) and returns the function that serves mux
+// over plain HTTP until its context ends.
+func plainServer(flag, addr string, mux *http.ServeMux, write time.Duration) (func(context.Context) error, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", flag, err)
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second, WriteTimeout: write}
 	return func(ctx context.Context) error {
 		stopped := make(chan struct{})
 		go func() {
@@ -652,7 +704,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	d := deps{scheme: scheme, log: log}
 	if !o.noUpdate || (o.metricsSecure && o.metricsAddr != "0") {
-		cfg, err := restConfig(o.kubeconfig)
+		cfg, err := restConfig(o.kubeconfig, float32(o.kubeAPIQPS), o.kubeAPIBurst)
 		if err != nil {
 			return err
 		}

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -111,8 +112,44 @@ func TestFlags(t *testing.T) {
 	o, err = parseFlags([]string{"-no-update-machine", "-kubeconfig", "/etc/mgmt.conf"}, &out)
 	require.NoError(t, err)
 	require.Equal(t, "/etc/mgmt.conf", o.kubeconfig)
-	_, err = restConfig(filepath.Join(t.TempDir(), "missing.conf"))
+	_, err = restConfig(filepath.Join(t.TempDir(), "missing.conf"), defaultKubeAPIQPS, defaultKubeAPIBurst)
 	require.ErrorContains(t, err, "management cluster config")
+}
+
+// TestKubeAPIRateLimitFlags: the management cluster client is
+// rate-limited as Cluster API's managers' are by default (20 per second,
+// bursts of 30; client-go's own 5 and 10 made UpdateMachine wait seconds
+// at scale), -kube-api-qps and -kube-api-burst change it, and values that
+// are not positive are usage errors naming the flags.
+func TestKubeAPIRateLimitFlags(t *testing.T) {
+	kc := filepath.Join(t.TempDir(), "kubeconfig")
+	require.NoError(t, os.WriteFile(kc, []byte(`apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "https://127.0.0.1:6443"}}]
+users: [{name: u, user: {token: t}}]
+contexts: [{name: c, context: {cluster: c, user: u}}]
+current-context: c
+`), 0o600))
+	for _, tc := range []struct {
+		args  []string
+		qps   float32
+		burst int
+	}{
+		{nil, 20, 30},
+		{[]string{"-kube-api-qps", "50", "-kube-api-burst", "100"}, 50, 100},
+	} {
+		o, err := parseFlags(append([]string{"-no-update-machine", "-kubeconfig", kc}, tc.args...), io.Discard)
+		require.NoError(t, err, tc.args)
+		cfg, err := restConfig(o.kubeconfig, float32(o.kubeAPIQPS), o.kubeAPIBurst)
+		require.NoError(t, err)
+		require.Equal(t, tc.qps, cfg.QPS, tc.args)
+		require.Equal(t, tc.burst, cfg.Burst, tc.args)
+	}
+	for _, args := range [][]string{{"-kube-api-qps", "0"}, {"-kube-api-qps", "-1"}, {"-kube-api-qps", "NaN"}, {"-kube-api-qps", "1e40"}, {"-kube-api-burst", "0"}} {
+		_, err := parseFlags(append([]string{"-no-update-machine"}, args...), io.Discard)
+		require.ErrorIs(t, err, errInvalidFlag, args)
+		require.ErrorContains(t, err, "-kube-api-qps/-kube-api-burst: ", args)
+	}
 }
 
 // TestSupplyChainFlags: an upgrader image without a digest is refused
