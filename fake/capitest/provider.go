@@ -587,8 +587,12 @@ func (k *kubelet) loop(ctx context.Context) {
 }
 
 func (k *kubelet) sync(ctx context.Context) {
+	// Only this node's pods, as a kubelet watches them (a field selector
+	// the API server evaluates): a hundred kubelets listing every pod of
+	// the cluster would load the API server far beyond what the
+	// extension does.
 	var pods corev1.PodList
-	if err := k.p.c.List(ctx, &pods); err != nil {
+	if err := k.p.c.List(ctx, &pods, client.MatchingFields{"spec.nodeName": k.node}); err != nil {
 		k.p.report(fmt.Errorf("kubelet %s: listing pods: %w", k.node, err))
 		return
 	}
