@@ -17,6 +17,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	bootstrapv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
 	controlplanev1 "sigs.k8s.io/cluster-api/api/controlplane/kubeadm/v1beta2"
@@ -225,4 +226,114 @@ func newCA(cn string) (crt, key []byte, err error) {
 		return nil, nil, err
 	}
 	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}), nil
+}
+
+// Topology is the shape of a ClusterClassObjects cluster.
+type Topology struct {
+	// Version is the Cluster's spec.topology.version.
+	Version string
+	// ControlPlanes and Workers are the KubeadmControlPlane's replicas
+	// and those of the one MachineDeployment topology, TopologyWorkers.
+	ControlPlanes, Workers int32
+	// KubernetesVersions, when set, is the ClusterClass's
+	// spec.kubernetesVersions: the versions Cluster API plans chained
+	// upgrades through (one minor at a time for the control plane; workers
+	// may skip up to three). Unset, Cluster API refuses a topology.version
+	// bump of more than one minor.
+	KubernetesVersions []string
+}
+
+// TopologyWorkers is the name of the MachineDeployment topology of a
+// ClusterClassObjects cluster (its MachineDeployment carries it in the
+// label clusterv1.ClusterTopologyMachineDeploymentNameLabel) and of its
+// worker class.
+const TopologyWorkers = "md-0"
+
+// ClusterClassObjects returns a managed topology cluster (Cluster API's
+// ClusterTopology feature gate, which the managers must be started with:
+// WithFeatureGates(DefaultFeatureGates + ",ClusterTopology=true")) to
+// create in order with an administrator's client of env: the
+// kubeconfig and external etcd Secrets as KubeadmControlPlaneObjects
+// makes them, the ClusterClass <name>-class with its templates
+// (TestClusterTemplate, KubeadmControlPlaneTemplate, a TestMachineTemplate
+// each for control plane and workers, a KubeadmConfigTemplate for the
+// workers; KubeadmControlPlane rolls out with maxSurge 0 and the
+// MachineDeployment with maxSurge 0, maxUnavailable 1, both one machine
+// at a time), and the Cluster whose spec.topology uses it. Cluster API's
+// topology controller creates the TestCluster, the KubeadmControlPlane and
+// the MachineDeployment (named by it; find them by their cluster and
+// topology labels), and applies a topology.version bump to the control
+// plane first, to the workers once it is done.
+//
+// Create the Cluster once the ClusterClass is reconciled (its
+// status.observedGeneration at its generation): Cluster API's webhook
+// accepts it before, but its topology controller waits.
+func ClusterClassObjects(env *envtest.Env, namespace, name string, topo Topology) ([]client.Object, error) {
+	if topo.Version == "" || topo.ControlPlanes < 1 || topo.Workers < 0 {
+		return nil, fmt.Errorf("capitest: ClusterClassObjects: topology %+v needs a version and at least one control plane", topo)
+	}
+	cp, err := KubeadmControlPlaneObjects(env, namespace, name, topo.ControlPlanes, topo.Version)
+	if err != nil {
+		return nil, err
+	}
+	// The Secrets, and the external etcd the KubeadmControlPlane uses.
+	var objs []client.Object
+	var kcp *controlplanev1.KubeadmControlPlane
+	for _, o := range cp {
+		switch o := o.(type) {
+		case *corev1.Secret:
+			objs = append(objs, o)
+		case *controlplanev1.KubeadmControlPlane:
+			kcp = o
+		}
+	}
+	if kcp == nil {
+		return nil, errors.New("capitest: ClusterClassObjects: no KubeadmControlPlane to copy from")
+	}
+	labels := map[string]string{clusterv1.ClusterNameLabel: name}
+	template := func(gvk schema.GroupVersionKind, tname string, spec map[string]any) *unstructured.Unstructured {
+		u := &unstructured.Unstructured{}
+		u.SetGroupVersionKind(gvk)
+		u.SetNamespace(namespace)
+		u.SetName(tname)
+		u.SetLabels(labels)
+		u.Object["spec"] = map[string]any{"template": map[string]any{"spec": spec}}
+		return u
+	}
+	ref := func(gvk schema.GroupVersionKind, tname string) clusterv1.ClusterClassTemplateReference {
+		return clusterv1.ClusterClassTemplateReference{APIVersion: gvk.GroupVersion().String(), Kind: gvk.Kind, Name: tname}
+	}
+	infraCluster := template(InfraClusterTemplateGVK, name+"-cluster", map[string]any{"controlPlaneEndpoint": map[string]any{"host": "127.0.0.1", "port": int64(6443)}})
+	cpMachine := template(InfraTemplateGVK, name+"-cp", map[string]any{"image": "test-image-1"})
+	workerMachine := template(InfraTemplateGVK, name+"-worker", map[string]any{"image": "test-image-1"})
+	kcpTemplate := &controlplanev1.KubeadmControlPlaneTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name + "-cp", Labels: labels},
+		Spec: controlplanev1.KubeadmControlPlaneTemplateSpec{Template: controlplanev1.KubeadmControlPlaneTemplateResource{
+			Spec: controlplanev1.KubeadmControlPlaneTemplateResourceSpec{KubeadmConfigSpec: kcp.Spec.KubeadmConfigSpec,
+				Rollout: controlplanev1.KubeadmControlPlaneRolloutSpec{Strategy: kcp.Spec.Rollout.Strategy}}}}}
+	workerConfig := &bootstrapv1.KubeadmConfigTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name + "-worker", Labels: labels},
+		Spec: bootstrapv1.KubeadmConfigTemplateSpec{Template: bootstrapv1.KubeadmConfigTemplateResource{
+			Spec: bootstrapv1.KubeadmConfigSpec{JoinConfiguration: bootstrapv1.JoinConfiguration{}}}}}
+	zero, one := intstr.FromInt32(0), intstr.FromInt32(1)
+	class := &clusterv1.ClusterClass{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name + "-class"},
+		Spec: clusterv1.ClusterClassSpec{
+			KubernetesVersions: topo.KubernetesVersions,
+			Infrastructure:     clusterv1.InfrastructureClass{TemplateRef: ref(InfraClusterTemplateGVK, infraCluster.GetName())},
+			ControlPlane: clusterv1.ControlPlaneClass{TemplateRef: ref(controlplanev1.GroupVersion.WithKind("KubeadmControlPlaneTemplate"), kcpTemplate.Name),
+				MachineInfrastructure: clusterv1.ControlPlaneClassMachineInfrastructureTemplate{TemplateRef: ref(InfraTemplateGVK, cpMachine.GetName())}},
+			Workers: clusterv1.WorkersClass{MachineDeployments: []clusterv1.MachineDeploymentClass{{
+				Class:          TopologyWorkers,
+				Bootstrap:      clusterv1.MachineDeploymentClassBootstrapTemplate{TemplateRef: ref(bootstrapv1.GroupVersion.WithKind("KubeadmConfigTemplate"), workerConfig.Name)},
+				Infrastructure: clusterv1.MachineDeploymentClassInfrastructureTemplate{TemplateRef: ref(InfraTemplateGVK, workerMachine.GetName())},
+				Rollout: clusterv1.MachineDeploymentClassRolloutSpec{Strategy: clusterv1.MachineDeploymentClassRolloutStrategy{
+					Type:          clusterv1.RollingUpdateMachineDeploymentStrategyType,
+					RollingUpdate: clusterv1.MachineDeploymentClassRolloutStrategyRollingUpdate{MaxSurge: &zero, MaxUnavailable: &one}}},
+			}}},
+		}}
+	cluster := &clusterv1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name},
+		Spec: clusterv1.ClusterSpec{ControlPlaneEndpoint: clusterv1.APIEndpoint{Host: "127.0.0.1", Port: 6443},
+			Topology: clusterv1.Topology{ClassRef: clusterv1.ClusterClassRef{Name: class.Name}, Version: topo.Version,
+				ControlPlane: clusterv1.ControlPlaneTopology{Replicas: &topo.ControlPlanes},
+				Workers: clusterv1.WorkersTopology{MachineDeployments: []clusterv1.MachineDeploymentTopology{{
+					Class: TopologyWorkers, Name: TopologyWorkers, Replicas: &topo.Workers}}}}}}
+	return append(objs, infraCluster, cpMachine, workerMachine, kcpTemplate, workerConfig, class, cluster), nil
 }

@@ -51,6 +51,14 @@
 // (controlplane/kubeadm/pkg/proxy/dial.go); envtest has no kubelet to
 // forward to, so stacked etcd cannot pass them here.
 //
+// Managed topologies: ClusterClassObjects gives a cluster of Cluster
+// API's ClusterTopology feature gate (start the managers with
+// WithFeatureGates(DefaultFeatureGates + ",ClusterTopology=true")): a
+// ClusterClass with its templates (a TestClusterTemplate among them) and a
+// Cluster whose spec.topology Cluster API's topology controller turns
+// into a KubeadmControlPlane and a MachineDeployment, and whose
+// topology.version bumps it sequences, control plane first.
+//
 // What it does not model, so what a test here cannot catch:
 //
 //   - one API server serves the management cluster and every workload

@@ -15,6 +15,9 @@ const (
 	InfraClusterKind  = "TestCluster"
 	InfraMachineKind  = "TestMachine"
 	InfraTemplateKind = "TestMachineTemplate"
+	// InfraClusterTemplateKind is the template a ClusterClass makes a
+	// topology cluster's TestCluster from (ClusterClassObjects).
+	InfraClusterTemplateKind = "TestClusterTemplate"
 )
 
 // InfraClusterGVK, InfraMachineGVK and InfraTemplateGVK are the
@@ -23,6 +26,8 @@ var (
 	InfraClusterGVK  = schema.GroupVersionKind{Group: InfraGroup, Version: InfraVersion, Kind: InfraClusterKind}
 	InfraMachineGVK  = schema.GroupVersionKind{Group: InfraGroup, Version: InfraVersion, Kind: InfraMachineKind}
 	InfraTemplateGVK = schema.GroupVersionKind{Group: InfraGroup, Version: InfraVersion, Kind: InfraTemplateKind}
+	// InfraClusterTemplateGVK is the kind of InfraClusterTemplateKind.
+	InfraClusterTemplateGVK = schema.GroupVersionKind{Group: InfraGroup, Version: InfraVersion, Kind: InfraClusterTemplateKind}
 )
 
 // ProviderIDPrefix starts every spec.providerID the provider sets; the
@@ -30,7 +35,8 @@ var (
 const ProviderIDPrefix = "upgradekit-test://"
 
 // InfrastructureCRDs returns the CRDs of the harness's infrastructure
-// provider (TestCluster, TestMachine, TestMachineTemplate), labelled for Cluster API's
+// provider (TestCluster, TestMachine, TestMachineTemplate, and the
+// TestClusterTemplate a ClusterClass refers to), labelled for Cluster API's
 // v1beta2 contract so Cluster API's controllers accept them as
 // infrastructure kinds. Their schemas keep unknown fields, so any spec
 // (an image, a flavour) can be set and changed to drive a rollout.
@@ -56,9 +62,9 @@ func InfrastructureCRDs() []*apiextensionsv1.CustomResourceDefinition {
 			},
 		}
 	}
-	return []*apiextensionsv1.CustomResourceDefinition{crd(InfraClusterKind, true), crd(InfraMachineKind, true), crd(InfraTemplateKind, false)}
+	return []*apiextensionsv1.CustomResourceDefinition{crd(InfraClusterKind, true), crd(InfraMachineKind, true), crd(InfraTemplateKind, false), crd(InfraClusterTemplateKind, false)}
 }
 
 func lowerKind(k string) string {
-	return map[string]string{InfraClusterKind: "testcluster", InfraMachineKind: "testmachine", InfraTemplateKind: "testmachinetemplate"}[k]
+	return map[string]string{InfraClusterKind: "testcluster", InfraMachineKind: "testmachine", InfraTemplateKind: "testmachinetemplate", InfraClusterTemplateKind: "testclustertemplate"}[k]
 }

@@ -1,0 +1,304 @@
+package main
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/require"
+	controlplanev1 "sigs.k8s.io/cluster-api/api/controlplane/kubeadm/v1beta2"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/upgradekit/upgradekit/fake"
+	"github.com/upgradekit/upgradekit/fake/capitest"
+	"github.com/upgradekit/upgradekit/fake/envtest"
+	"github.com/upgradekit/upgradekit/fake/testcerts"
+	"github.com/upgradekit/upgradekit/strategy/capi"
+)
+
+// topologyHarness is capitest.NewForTest with Cluster API's ClusterTopology
+// feature gate on in every manager.
+func topologyHarness(t *testing.T, opts ...capitest.ProviderOption) *capitest.Harness {
+	t.Helper()
+	env := envtest.StartForTest(t)
+	require.NoError(t, capitest.InstallInfrastructure(t.Context(), env))
+	m := capitest.StartForTest(t, env, capitest.WithFeatureGates(capitest.DefaultFeatureGates+",ClusterTopology=true"))
+	p, err := capitest.StartProvider(env.Client, opts...)
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		if t.Failed() {
+			for _, err := range p.Errors() {
+				t.Logf("provider: %v", err)
+			}
+		}
+		require.NoError(t, p.Stop())
+	})
+	return &capitest.Harness{Env: env, Managers: m, Provider: p}
+}
+
+// createTopologyCluster creates a ClusterClassObjects cluster: everything
+// but the Cluster, then the Cluster once Cluster API reconciled the
+// ClusterClass.
+func createTopologyCluster(t *testing.T, h *capitest.Harness, name string, topo capitest.Topology) {
+	t.Helper()
+	ctx, c := t.Context(), h.Env.Client
+	objs, err := capitest.ClusterClassObjects(h.Env, "default", name, topo)
+	require.NoError(t, err)
+	require.NoError(t, capitest.Create(ctx, c, objs[:len(objs)-1]...))
+	waitUntil(t, 2*time.Minute, "the ClusterClass reconciled", func() (bool, string, error) {
+		var cc clusterv1.ClusterClass
+		if err := c.Get(ctx, client.ObjectKey{Namespace: "default", Name: name + "-class"}, &cc); err != nil {
+			return false, "", err
+		}
+		return cc.Status.ObservedGeneration == cc.Generation && conditionIs(cc.Status.Conditions, clusterv1.ClusterClassVariablesReadyCondition, "True"),
+			fmt.Sprintf("conditions %v", cc.Status.Conditions), nil
+	})
+	require.NoError(t, capitest.Create(ctx, c, objs[len(objs)-1]))
+}
+
+// topologyKCP is the name of the KubeadmControlPlane Cluster API's
+// topology controller created for cluster ("" until it did).
+func topologyKCP(t *testing.T, c client.Client, cluster string) (string, error) {
+	var list controlplanev1.KubeadmControlPlaneList
+	if err := c.List(t.Context(), &list, client.InNamespace("default"), client.MatchingLabels{clusterv1.ClusterNameLabel: cluster}); err != nil {
+		return "", err
+	}
+	if len(list.Items) != 1 {
+		return "", nil
+	}
+	return list.Items[0].Name, nil
+}
+
+// TestClusterAPIUpdatesATopologyInPlace: a managed topology cluster (a
+// ClusterClass; Cluster API's ClusterTopology feature gate on) with a
+// KubeadmControlPlane (3) and a MachineDeployment (2) at v1.35.4 gets its
+// spec.topology.version bumped to v1.36.3, under Cluster API v1.14's own
+// managers. Cluster API's topology controller sets the new version on the
+// KubeadmControlPlane, and on the MachineDeployment only once every control
+// plane machine runs it; both are updated in place through the extension:
+// every Machine keeps its name, each host runs v1.36.3, no worker's
+// kubelet is ever ahead of a control plane (sampled on the hosts), and
+// nothing is declined.
+func TestClusterAPIUpdatesATopologyInPlace(t *testing.T) {
+	h := topologyHarness(t, capitest.WithUpgraderImage(e2eImage, fake.Staging{Kubernetes: e2eTo, Containerd: "2.0.5", CNI: "v1.7.1"}))
+	ctx, c := t.Context(), h.Env.Client
+	createTopologyCluster(t, h, "topo", capitest.Topology{Version: e2eFrom, ControlPlanes: 3, Workers: 2})
+	cpLabel := client.HasLabels{clusterv1.MachineControlPlaneLabel}
+	mdLabel := client.MatchingLabels{clusterv1.ClusterTopologyMachineDeploymentNameLabel: capitest.TopologyWorkers}
+	start := time.Now()
+	var cpBefore, wBefore map[string]clusterv1.Machine
+	waitUntil(t, 6*time.Minute, "the topology provisioned", func() (bool, string, error) {
+		var err error
+		if cpBefore, err = machinesBy(t, c, cpLabel); err != nil {
+			return false, "", err
+		}
+		if wBefore, err = machinesBy(t, c, mdLabel); err != nil {
+			return false, "", err
+		}
+		var cl clusterv1.Cluster
+		if err := c.Get(ctx, client.ObjectKey{Namespace: "default", Name: "topo"}, &cl); err != nil {
+			return false, "", err
+		}
+		return settled(cpBefore, 3, e2eFrom) && settled(wBefore, 2, e2eFrom), fmt.Sprintf("control planes %v, workers %v; cluster conditions %v; provider %v",
+			slices.Sorted(maps.Keys(cpBefore)), slices.Sorted(maps.Keys(wBefore)), cl.Status.Conditions, h.Provider.Errors()), nil
+	})
+	t.Logf("3 control planes and 2 workers provisioned from the ClusterClass in %s", time.Since(start).Round(time.Millisecond))
+	kcpName, err := topologyKCP(t, c, "topo")
+	require.NoError(t, err)
+	require.NotEmpty(t, kcpName)
+	cps, workers := slices.Sorted(maps.Keys(cpBefore)), slices.Sorted(maps.Keys(wBefore))
+
+	dir := t.TempDir()
+	testcerts.Write(t, dir)
+	reg := prometheus.NewRegistry()
+	e2eExtension(t, h, dir, testcerts.FreePort(t), reg, true)
+
+	var mu sync.Mutex
+	var ahead []string
+	stop, sampled := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(sampled)
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+			for _, w := range workers {
+				if host := h.Provider.Host(w); host == nil || host.RunningVersion(fake.Kubelet) != e2eTo {
+					continue
+				}
+				for _, cp := range cps {
+					if host := h.Provider.Host(cp); host != nil && host.RunningVersion(fake.Kubelet) != e2eTo {
+						mu.Lock()
+						ahead = append(ahead, fmt.Sprintf("worker %s at %s while control plane %s runs %s", w, e2eTo, cp, host.RunningVersion(fake.Kubelet)))
+						mu.Unlock()
+					}
+				}
+			}
+		}
+	}()
+	defer func() {
+		close(stop)
+		<-sampled
+	}()
+
+	var cl clusterv1.Cluster
+	require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: "default", Name: "topo"}, &cl))
+	patch := client.MergeFrom(cl.DeepCopy())
+	cl.Spec.Topology.Version = e2eTo
+	require.NoError(t, c.Patch(ctx, &cl, patch))
+	start = time.Now()
+
+	var cpAfter, wAfter map[string]clusterv1.Machine
+	waitUntil(t, 10*time.Minute, "the topology updated", func() (bool, string, error) {
+		var cpDone bool
+		cpAfter, cpDone = kcpSettled(t, c, kcpName, 3, e2eTo)
+		var err error
+		if wAfter, err = machinesBy(t, c, mdLabel); err != nil {
+			return false, "", err
+		}
+		return cpDone && settled(wAfter, 2, e2eTo), fmt.Sprintf("control planes done %t, workers %v; provider %v", cpDone, machineStates(wAfter), h.Provider.Errors()), nil
+	})
+	t.Logf("the topology (3 control planes, then 2 workers) updated in place in %s", time.Since(start).Round(time.Millisecond))
+
+	require.Equal(t, cps, slices.Sorted(maps.Keys(cpAfter)), "no control plane replaced")
+	require.Equal(t, workers, slices.Sorted(maps.Keys(wAfter)), "no worker replaced")
+	for _, name := range append(slices.Clone(cps), workers...) {
+		require.Equal(t, e2eTo, h.Provider.Host(name).RunningVersion(fake.Kubelet), "%s upgraded on its host", name)
+	}
+	mu.Lock()
+	require.Empty(t, ahead, "no worker ahead of the control plane")
+	mu.Unlock()
+	decisions := metricSums(t, reg, capi.MetricDecisions, "hook", "outcome")
+	require.Zero(t, decisions["CanUpdateMachineSet/decline"]+decisions["CanUpdateMachine/decline"], "nothing declined: %v", decisions)
+	require.Positive(t, decisions["CanUpdateMachineSet/accept"], "%v", decisions)
+	require.Positive(t, decisions["CanUpdateMachine/accept"], "%v", decisions)
+}
+
+// TestClusterAPIChainsATopologyUpgrade: a topology cluster whose
+// ClusterClass lists v1.35.4, v1.36.3 and v1.37.2 (spec.kubernetesVersions)
+// is bumped from v1.35.4 to v1.37.2, skipping a minor, under Cluster API
+// v1.14's own managers. Cluster API plans the chain: the control plane
+// goes through v1.36.3, then to v1.37.2, one minor at a time; the workers,
+// which may skip minors (up to three), get v1.37.2 in one step once the
+// control plane runs it. What happens with the extension:
+//   - each control plane machine is updated in place twice (v1.36.3, then
+//     v1.37.2), keeping its name;
+//   - the MachineDeployment's one step skips a minor, which kubeadm does
+//     not support on a node: CanUpdateMachineSet declines it, and Cluster
+//     API replaces the workers with machines at v1.37.2;
+//   - no worker runs v1.37.2 while a control plane runs less.
+func TestClusterAPIChainsATopologyUpgrade(t *testing.T) {
+	staging := func(v string) fake.Staging { return fake.Staging{Kubernetes: v, Containerd: "2.0.5", CNI: "v1.7.1"} }
+	h := topologyHarness(t, capitest.WithUpgraderImage(e2eImage, staging(e2eTo)), capitest.WithUpgraderImage(e2eSkipImage, staging(e2eSkip)))
+	ctx, c := t.Context(), h.Env.Client
+	createTopologyCluster(t, h, "chain", capitest.Topology{Version: e2eFrom, ControlPlanes: 3, Workers: 2,
+		KubernetesVersions: []string{e2eFrom, e2eTo, e2eSkip}})
+	cpLabel := client.HasLabels{clusterv1.MachineControlPlaneLabel}
+	mdLabel := client.MatchingLabels{clusterv1.ClusterTopologyMachineDeploymentNameLabel: capitest.TopologyWorkers}
+	var cpBefore, wBefore map[string]clusterv1.Machine
+	waitUntil(t, 6*time.Minute, "the topology provisioned", func() (bool, string, error) {
+		var err error
+		if cpBefore, err = machinesBy(t, c, cpLabel); err != nil {
+			return false, "", err
+		}
+		if wBefore, err = machinesBy(t, c, mdLabel); err != nil {
+			return false, "", err
+		}
+		return settled(cpBefore, 3, e2eFrom) && settled(wBefore, 2, e2eFrom), fmt.Sprintf("control planes %v, workers %v; provider %v",
+			slices.Sorted(maps.Keys(cpBefore)), slices.Sorted(maps.Keys(wBefore)), h.Provider.Errors()), nil
+	})
+	kcpName, err := topologyKCP(t, c, "chain")
+	require.NoError(t, err)
+	require.NotEmpty(t, kcpName)
+	cps := slices.Sorted(maps.Keys(cpBefore))
+
+	dir := t.TempDir()
+	testcerts.Write(t, dir)
+	reg := prometheus.NewRegistry()
+	e2eExtension(t, h, dir, testcerts.FreePort(t), reg, true)
+
+	// Sampled throughout: the versions each control plane host went
+	// through, and any worker at v1.37.2 while a control plane is below.
+	var mu sync.Mutex
+	cpVersions := map[string][]string{}
+	var ahead []string
+	stop, sampled := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(sampled)
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+			mu.Lock()
+			low := ""
+			for _, cp := range cps {
+				if host := h.Provider.Host(cp); host != nil {
+					v := host.RunningVersion(fake.Kubelet)
+					if seen := cpVersions[cp]; len(seen) == 0 || seen[len(seen)-1] != v {
+						cpVersions[cp] = append(seen, v)
+					}
+					if v != e2eSkip {
+						low = cp + " at " + v
+					}
+				}
+			}
+			if low != "" {
+				for _, w := range h.Provider.Nodes() {
+					if host := h.Provider.Host(w); host != nil && !slices.Contains(cps, w) && host.RunningVersion(fake.Kubelet) == e2eSkip {
+						ahead = append(ahead, fmt.Sprintf("worker %s at %s while control plane %s", w, e2eSkip, low))
+					}
+				}
+			}
+			mu.Unlock()
+		}
+	}()
+	defer func() {
+		close(stop)
+		<-sampled
+	}()
+
+	var cl clusterv1.Cluster
+	require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: "default", Name: "chain"}, &cl))
+	patch := client.MergeFrom(cl.DeepCopy())
+	cl.Spec.Topology.Version = e2eSkip
+	require.NoError(t, c.Patch(ctx, &cl, patch), "Cluster API's webhook accepts a skipped minor when the ClusterClass lists the versions")
+	start := time.Now()
+
+	var cpAfter, wAfter map[string]clusterv1.Machine
+	waitUntil(t, 12*time.Minute, "the chained upgrade done", func() (bool, string, error) {
+		var cpDone bool
+		cpAfter, cpDone = kcpSettled(t, c, kcpName, 3, e2eSkip)
+		var err error
+		if wAfter, err = machinesBy(t, c, mdLabel); err != nil {
+			return false, "", err
+		}
+		return cpDone && settled(wAfter, 2, e2eSkip), fmt.Sprintf("control planes done %t, workers %v; provider %v", cpDone, machineStates(wAfter), h.Provider.Errors()), nil
+	})
+	t.Logf("the chain (control planes v1.35.4 -> v1.36.3 -> v1.37.2 in place, then workers) done in %s", time.Since(start).Round(time.Millisecond))
+
+	require.Equal(t, cps, slices.Sorted(maps.Keys(cpAfter)), "no control plane replaced")
+	mu.Lock()
+	for _, cp := range cps {
+		require.Equal(t, []string{e2eFrom, e2eTo, e2eSkip}, cpVersions[cp], "%s stepped through every minor on its host", cp)
+	}
+	require.Empty(t, ahead, "no worker ahead of the control plane")
+	mu.Unlock()
+	for name := range wBefore {
+		require.NotContains(t, wAfter, name, "worker %s replaced: its step skips a minor", name)
+	}
+	for name := range wAfter {
+		require.Equal(t, e2eSkip, h.Provider.Host(name).RunningVersion(fake.Kubelet), name)
+	}
+	decisions := metricSums(t, reg, capi.MetricDecisions, "hook", "outcome")
+	require.Positive(t, decisions["CanUpdateMachineSet/decline"], "the workers' skip declined: %v", decisions)
+	require.Zero(t, decisions["CanUpdateMachine/decline"], "no control plane step declined: %v", decisions)
+}
