@@ -506,6 +506,7 @@ var registry = map[string]reflect.Value{
 	"nodepod.CreateOrGet":                            reflect.ValueOf(nodepod.CreateOrGet),
 	"nodepod.DefaultResources":                       reflect.ValueOf(nodepod.DefaultResources),
 	"nodepod.Name":                                   reflect.ValueOf(nodepod.Name),
+	"nodepod.NodeSelector":                           reflect.ValueOf(nodepod.NodeSelector),
 	"nodepod.PrePullName":                            reflect.ValueOf(nodepod.PrePullName),
 	"nodepod.PrePullSelector":                        reflect.ValueOf(nodepod.PrePullSelector),
 	"nodepod.PullError.String":                       reflect.ValueOf(nodepod.PullError.String),
