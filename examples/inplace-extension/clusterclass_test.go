@@ -74,6 +74,50 @@ func topologyKCP(t *testing.T, c client.Client, cluster string) (string, error) 
 	return list.Items[0].Name, nil
 }
 
+// provisioned waits until cps control plane machines (cpSel) and workers
+// worker machines (wSel) run version, and returns them by name.
+func provisioned(t *testing.T, h *capitest.Harness, timeout time.Duration, cpSel, wSel client.ListOption, cps, workers int, version string) (cp, w map[string]clusterv1.Machine) {
+	t.Helper()
+	start := time.Now()
+	waitUntil(t, timeout, "control planes and workers provisioned", func() (bool, string, error) {
+		var err error
+		if cp, err = machinesBy(t, h.Env.Client, cpSel); err != nil {
+			return false, "", err
+		}
+		if w, err = machinesBy(t, h.Env.Client, wSel); err != nil {
+			return false, "", err
+		}
+		return settled(cp, cps, version) && settled(w, workers, version), fmt.Sprintf("%d control planes %v, %d workers; provider %v",
+			len(cp), slices.Sorted(maps.Keys(cp)), len(w), h.Provider.Errors()), nil
+	})
+	t.Logf("%d control planes and %d workers provisioned in %s", cps, workers, time.Since(start).Round(time.Millisecond))
+	return cp, w
+}
+
+// every runs f every d until the returned stop is called (stop waits for
+// a running f to return).
+func every(d time.Duration, f func()) (stop func()) {
+	quit, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-quit:
+				return
+			case <-time.After(d):
+			}
+			f()
+		}
+	}()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			close(quit)
+			<-done
+		})
+	}
+}
+
 // TestClusterAPIUpdatesATopologyInPlace: a managed topology cluster (a
 // ClusterClass; Cluster API's ClusterTopology feature gate on) with a
 // KubeadmControlPlane (3) and a MachineDeployment (2) at v1.35.4 gets its
@@ -90,24 +134,7 @@ func TestClusterAPIUpdatesATopologyInPlace(t *testing.T) {
 	createTopologyCluster(t, h, "topo", capitest.Topology{Version: e2eFrom, ControlPlanes: 3, Workers: 2})
 	cpLabel := client.HasLabels{clusterv1.MachineControlPlaneLabel}
 	mdLabel := client.MatchingLabels{clusterv1.ClusterTopologyMachineDeploymentNameLabel: capitest.TopologyWorkers}
-	start := time.Now()
-	var cpBefore, wBefore map[string]clusterv1.Machine
-	waitUntil(t, 6*time.Minute, "the topology provisioned", func() (bool, string, error) {
-		var err error
-		if cpBefore, err = machinesBy(t, c, cpLabel); err != nil {
-			return false, "", err
-		}
-		if wBefore, err = machinesBy(t, c, mdLabel); err != nil {
-			return false, "", err
-		}
-		var cl clusterv1.Cluster
-		if err := c.Get(ctx, client.ObjectKey{Namespace: "default", Name: "topo"}, &cl); err != nil {
-			return false, "", err
-		}
-		return settled(cpBefore, 3, e2eFrom) && settled(wBefore, 2, e2eFrom), fmt.Sprintf("control planes %v, workers %v; cluster conditions %v; provider %v",
-			slices.Sorted(maps.Keys(cpBefore)), slices.Sorted(maps.Keys(wBefore)), cl.Status.Conditions, h.Provider.Errors()), nil
-	})
-	t.Logf("3 control planes and 2 workers provisioned from the ClusterClass in %s", time.Since(start).Round(time.Millisecond))
+	cpBefore, wBefore := provisioned(t, h, 6*time.Minute, cpLabel, mdLabel, 3, 2, e2eFrom)
 	kcpName, err := topologyKCP(t, c, "topo")
 	require.NoError(t, err)
 	require.NotEmpty(t, kcpName)
@@ -120,40 +147,28 @@ func TestClusterAPIUpdatesATopologyInPlace(t *testing.T) {
 
 	var mu sync.Mutex
 	var ahead []string
-	stop, sampled := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(sampled)
-		for {
-			select {
-			case <-stop:
-				return
-			case <-time.After(20 * time.Millisecond):
+	stop := every(20*time.Millisecond, func() {
+		for _, w := range workers {
+			if host := h.Provider.Host(w); host == nil || host.RunningVersion(fake.Kubelet) != e2eTo {
+				continue
 			}
-			for _, w := range workers {
-				if host := h.Provider.Host(w); host == nil || host.RunningVersion(fake.Kubelet) != e2eTo {
-					continue
-				}
-				for _, cp := range cps {
-					if host := h.Provider.Host(cp); host != nil && host.RunningVersion(fake.Kubelet) != e2eTo {
-						mu.Lock()
-						ahead = append(ahead, fmt.Sprintf("worker %s at %s while control plane %s runs %s", w, e2eTo, cp, host.RunningVersion(fake.Kubelet)))
-						mu.Unlock()
-					}
+			for _, cp := range cps {
+				if host := h.Provider.Host(cp); host != nil && host.RunningVersion(fake.Kubelet) != e2eTo {
+					mu.Lock()
+					ahead = append(ahead, fmt.Sprintf("worker %s at %s while control plane %s runs %s", w, e2eTo, cp, host.RunningVersion(fake.Kubelet)))
+					mu.Unlock()
 				}
 			}
 		}
-	}()
-	defer func() {
-		close(stop)
-		<-sampled
-	}()
+	})
+	defer stop()
 
 	var cl clusterv1.Cluster
 	require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: "default", Name: "topo"}, &cl))
 	patch := client.MergeFrom(cl.DeepCopy())
 	cl.Spec.Topology.Version = e2eTo
 	require.NoError(t, c.Patch(ctx, &cl, patch))
-	start = time.Now()
+	start := time.Now()
 
 	var cpAfter, wAfter map[string]clusterv1.Machine
 	waitUntil(t, 10*time.Minute, "the topology updated", func() (bool, string, error) {
@@ -202,18 +217,7 @@ func TestClusterAPIChainsATopologyUpgrade(t *testing.T) {
 		KubernetesVersions: []string{e2eFrom, e2eTo, e2eSkip}})
 	cpLabel := client.HasLabels{clusterv1.MachineControlPlaneLabel}
 	mdLabel := client.MatchingLabels{clusterv1.ClusterTopologyMachineDeploymentNameLabel: capitest.TopologyWorkers}
-	var cpBefore, wBefore map[string]clusterv1.Machine
-	waitUntil(t, 6*time.Minute, "the topology provisioned", func() (bool, string, error) {
-		var err error
-		if cpBefore, err = machinesBy(t, c, cpLabel); err != nil {
-			return false, "", err
-		}
-		if wBefore, err = machinesBy(t, c, mdLabel); err != nil {
-			return false, "", err
-		}
-		return settled(cpBefore, 3, e2eFrom) && settled(wBefore, 2, e2eFrom), fmt.Sprintf("control planes %v, workers %v; provider %v",
-			slices.Sorted(maps.Keys(cpBefore)), slices.Sorted(maps.Keys(wBefore)), h.Provider.Errors()), nil
-	})
+	cpBefore, wBefore := provisioned(t, h, 6*time.Minute, cpLabel, mdLabel, 3, 2, e2eFrom)
 	kcpName, err := topologyKCP(t, c, "chain")
 	require.NoError(t, err)
 	require.NotEmpty(t, kcpName)
@@ -229,42 +233,31 @@ func TestClusterAPIChainsATopologyUpgrade(t *testing.T) {
 	var mu sync.Mutex
 	cpVersions := map[string][]string{}
 	var ahead []string
-	stop, sampled := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(sampled)
-		for {
-			select {
-			case <-stop:
-				return
-			case <-time.After(20 * time.Millisecond):
-			}
-			mu.Lock()
-			low := ""
-			for _, cp := range cps {
-				if host := h.Provider.Host(cp); host != nil {
-					v := host.RunningVersion(fake.Kubelet)
-					if seen := cpVersions[cp]; len(seen) == 0 || seen[len(seen)-1] != v {
-						cpVersions[cp] = append(seen, v)
-					}
-					if v != e2eSkip {
-						low = cp + " at " + v
-					}
+	stop := every(20*time.Millisecond, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		low := ""
+		for _, cp := range cps {
+			if host := h.Provider.Host(cp); host != nil {
+				v := host.RunningVersion(fake.Kubelet)
+				if seen := cpVersions[cp]; len(seen) == 0 || seen[len(seen)-1] != v {
+					cpVersions[cp] = append(seen, v)
+				}
+				if v != e2eSkip {
+					low = cp + " at " + v
 				}
 			}
-			if low != "" {
-				for _, w := range h.Provider.Nodes() {
-					if host := h.Provider.Host(w); host != nil && !slices.Contains(cps, w) && host.RunningVersion(fake.Kubelet) == e2eSkip {
-						ahead = append(ahead, fmt.Sprintf("worker %s at %s while control plane %s", w, e2eSkip, low))
-					}
-				}
-			}
-			mu.Unlock()
 		}
-	}()
-	defer func() {
-		close(stop)
-		<-sampled
-	}()
+		if low == "" {
+			return
+		}
+		for _, w := range h.Provider.Nodes() {
+			if host := h.Provider.Host(w); host != nil && !slices.Contains(cps, w) && host.RunningVersion(fake.Kubelet) == e2eSkip {
+				ahead = append(ahead, fmt.Sprintf("worker %s at %s while control plane %s", w, e2eSkip, low))
+			}
+		}
+	})
+	defer stop()
 
 	var cl clusterv1.Cluster
 	require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: "default", Name: "chain"}, &cl))

@@ -77,20 +77,7 @@ func TestClusterAPIUpdatesControlPlaneAndWorkersTogether(t *testing.T) {
 	require.NoError(t, capitest.Create(ctx, c, capitest.MachineDeploymentObjects("default", "demo", "md", 2, e2eFrom)...))
 	cpLabel := client.HasLabels{clusterv1.MachineControlPlaneLabel}
 	mdLabel := client.MatchingLabels{clusterv1.MachineDeploymentNameLabel: "md"}
-	start := time.Now()
-	var cpBefore, wBefore map[string]clusterv1.Machine
-	waitUntil(t, 6*time.Minute, "KubeadmControlPlane and MachineDeployment provisioned", func() (bool, string, error) {
-		var err error
-		if cpBefore, err = machinesBy(t, c, cpLabel); err != nil {
-			return false, "", err
-		}
-		if wBefore, err = machinesBy(t, c, mdLabel); err != nil {
-			return false, "", err
-		}
-		return settled(cpBefore, 3, e2eFrom) && settled(wBefore, 2, e2eFrom), fmt.Sprintf("control planes %v, workers %v; provider %v",
-			slices.Sorted(maps.Keys(cpBefore)), slices.Sorted(maps.Keys(wBefore)), h.Provider.Errors()), nil
-	})
-	t.Logf("3 control planes and 2 workers provisioned in %s", time.Since(start).Round(time.Millisecond))
+	cpBefore, wBefore := provisioned(t, h, 6*time.Minute, cpLabel, mdLabel, 3, 2, e2eFrom)
 	cps, workers := slices.Sorted(maps.Keys(cpBefore)), slices.Sorted(maps.Keys(wBefore))
 
 	dir := t.TempDir()
@@ -104,40 +91,27 @@ func TestClusterAPIUpdatesControlPlaneAndWorkersTogether(t *testing.T) {
 	// ahead of that control plane.
 	var mu sync.Mutex
 	var ahead []string
-	stop := make(chan struct{})
-	sampled := make(chan struct{})
-	go func() {
-		defer close(sampled)
-		for {
-			select {
-			case <-stop:
-				return
-			case <-time.After(20 * time.Millisecond):
+	stop := every(20*time.Millisecond, func() {
+		for _, w := range workers {
+			// A host is gone once its machine is deleted (replaced).
+			if host := h.Provider.Host(w); host == nil || host.RunningVersion(fake.Kubelet) != e2eTo {
+				continue
 			}
-			for _, w := range workers {
-				// A host is gone once its machine is deleted (replaced).
-				if host := h.Provider.Host(w); host == nil || host.RunningVersion(fake.Kubelet) != e2eTo {
+			for _, cp := range cps {
+				host := h.Provider.Host(cp)
+				if host == nil {
 					continue
 				}
-				for _, cp := range cps {
-					host := h.Provider.Host(cp)
-					if host == nil {
-						continue
-					}
-					kubelet, api := host.RunningVersion(fake.Kubelet), host.StaticPodImage("kube-apiserver")
-					if kubelet != e2eTo || api != "registry.k8s.io/kube-apiserver:"+e2eTo {
-						mu.Lock()
-						ahead = append(ahead, fmt.Sprintf("worker %s at %s while control plane %s runs kubelet %s, API server %s", w, e2eTo, cp, kubelet, api))
-						mu.Unlock()
-					}
+				kubelet, api := host.RunningVersion(fake.Kubelet), host.StaticPodImage("kube-apiserver")
+				if kubelet != e2eTo || api != "registry.k8s.io/kube-apiserver:"+e2eTo {
+					mu.Lock()
+					ahead = append(ahead, fmt.Sprintf("worker %s at %s while control plane %s runs kubelet %s, API server %s", w, e2eTo, cp, kubelet, api))
+					mu.Unlock()
 				}
 			}
 		}
-	}()
-	defer func() {
-		close(stop)
-		<-sampled
-	}()
+	})
+	defer stop()
 
 	// Both bumped together, as one `kubectl apply` of both would.
 	var kcp controlplanev1.KubeadmControlPlane
@@ -150,7 +124,7 @@ func TestClusterAPIUpdatesControlPlaneAndWorkersTogether(t *testing.T) {
 	md.Spec.Template.Spec.Version = e2eTo
 	require.NoError(t, c.Patch(ctx, &kcp, kpatch))
 	require.NoError(t, c.Patch(ctx, &md, mpatch))
-	start = time.Now()
+	start := time.Now()
 
 	waitedForControlPlane := map[string]bool{}
 	var cpAfter, wAfter map[string]clusterv1.Machine

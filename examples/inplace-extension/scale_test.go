@@ -89,20 +89,7 @@ func TestScaleInPlace(t *testing.T) {
 	require.NoError(t, capitest.Create(ctx, c, md...))
 	cpLabel := client.HasLabels{clusterv1.MachineControlPlaneLabel}
 	mdLabel := client.MatchingLabels{clusterv1.MachineDeploymentNameLabel: "md"}
-	start := time.Now()
-	var cpBefore, wBefore map[string]clusterv1.Machine
-	waitUntil(t, 40*time.Minute, "KubeadmControlPlane and MachineDeployment provisioned", func() (bool, string, error) {
-		var err error
-		if cpBefore, err = machinesBy(t, c, cpLabel); err != nil {
-			return false, "", err
-		}
-		if wBefore, err = machinesBy(t, c, mdLabel); err != nil {
-			return false, "", err
-		}
-		return settled(cpBefore, cps, e2eFrom) && settled(wBefore, machines, e2eFrom), fmt.Sprintf("%d control planes, %d workers; provider %v",
-			len(cpBefore), len(wBefore), h.Provider.Errors()), nil
-	})
-	t.Logf("%d control planes and %d workers provisioned in %s", cps, machines, time.Since(start).Round(time.Second))
+	cpBefore, wBefore := provisioned(t, h, 40*time.Minute, cpLabel, mdLabel, cps, machines, e2eFrom)
 
 	profiles := os.Getenv(envScaleProfiles)
 	ext := startExtensionProcess(t, h, profiles)
@@ -111,35 +98,26 @@ func TestScaleInPlace(t *testing.T) {
 	// The most machines updating in place at once.
 	var mu sync.Mutex
 	most := 0
-	stop, sampled := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(sampled)
-		for {
-			select {
-			case <-stop:
-				return
-			case <-time.After(time.Second):
-			}
-			ms, err := machinesBy(t, c)
-			if err != nil {
-				continue
-			}
-			n := 0
-			for _, m := range ms {
-				if _, updating := m.Annotations[clusterv1.UpdateInProgressAnnotation]; updating {
-					n++
-				}
-			}
-			mu.Lock()
-			most = max(most, n)
-			mu.Unlock()
-			if rss := ext.rss(); profiles != "" && rss > profiledAt+profiledAt/10 {
-				if ext.profile(filepath.Join(profiles, "heap.pb.gz"), "heap") == nil {
-					profiledAt = rss
-				}
+	stop := every(time.Second, func() {
+		ms, err := machinesBy(t, c)
+		if err != nil {
+			return
+		}
+		n := 0
+		for _, m := range ms {
+			if _, updating := m.Annotations[clusterv1.UpdateInProgressAnnotation]; updating {
+				n++
 			}
 		}
-	}()
+		mu.Lock()
+		most = max(most, n)
+		mu.Unlock()
+		if rss := ext.rss(); profiles != "" && rss > profiledAt+profiledAt/10 {
+			if ext.profile(filepath.Join(profiles, "heap.pb.gz"), "heap") == nil {
+				profiledAt = rss
+			}
+		}
+	})
 
 	cpuBefore := ext.cpu(t)
 	var kcp controlplanev1.KubeadmControlPlane
@@ -152,7 +130,7 @@ func TestScaleInPlace(t *testing.T) {
 	cur.Spec.Template.Spec.Version = e2eTo
 	require.NoError(t, c.Patch(ctx, &kcp, kpatch))
 	require.NoError(t, c.Patch(ctx, &cur, mpatch))
-	start = time.Now()
+	start := time.Now()
 
 	var cpAfter, wAfter map[string]clusterv1.Machine
 	waitUntil(t, 60*time.Minute, "control planes and workers updated", func() (bool, string, error) {
@@ -173,8 +151,7 @@ func TestScaleInPlace(t *testing.T) {
 	})
 	wall := time.Since(start)
 	cpu := ext.cpu(t) - cpuBefore
-	close(stop)
-	<-sampled
+	stop()
 	peak := ext.peakRSS(t)
 	if profiles != "" {
 		require.NoError(t, ext.profile(filepath.Join(profiles, "allocs.pb.gz"), "allocs"))
