@@ -104,20 +104,7 @@ func TestClusterAPISurgesAndDeletesMachinesUpdatingInPlace(t *testing.T) {
 	// A machine is updating in place, its upgrader pod created: the user
 	// scales the MachineDeployment down. Cluster API deletes machines
 	// updating in place first.
-	var inFlight string
-	waitUntil(t, 4*time.Minute, "an update in flight", func() (bool, string, error) {
-		ms, err := machinesBy(t, c, mdLabel)
-		if err != nil {
-			return false, "", err
-		}
-		for n, m := range ms {
-			if _, updating := m.Annotations[clusterv1.UpdateInProgressAnnotation]; updating && m.Status.NodeRef.IsDefined() && len(upgraderPods(t, c, []string{m.Status.NodeRef.Name})) > 0 {
-				inFlight = n
-				return true, "", nil
-			}
-		}
-		return false, fmt.Sprintf("machines %v", machineStates(ms)), nil
-	})
+	flying := inFlight(t, c, mdLabel).Name
 	require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: "default", Name: "md"}, &cur))
 	patch = client.MergeFrom(cur.DeepCopy())
 	cur.Spec.Replicas = new(int32(2))
@@ -145,24 +132,8 @@ func TestClusterAPISurgesAndDeletesMachinesUpdatingInPlace(t *testing.T) {
 	close(stopWatch)
 	<-watched
 
+	requireWhole(t, h, after, e2eTo)
 	names := slices.Sorted(maps.Keys(after))
-	var nodes []string
-	for _, n := range names {
-		m := after[n]
-		require.Equal(t, e2eTo, h.Provider.Host(n).RunningVersion(fake.Kubelet), "%s runs v1.36.3 on its host", n)
-		var node corev1.Node
-		require.NoError(t, c.Get(ctx, client.ObjectKey{Name: m.Status.NodeRef.Name}, &node))
-		require.False(t, node.Spec.Unschedulable, "%s uncordoned", n)
-		require.NotContains(t, node.Annotations, capi.AnnotationInPlaceUpdate, "%s: no update left half done", n)
-		nodes = append(nodes, node.Name)
-	}
-	// Succeeded upgrader pods stay for their logs; none is left running or
-	// pending on a remaining node. (Pods of deleted nodes are not checked:
-	// the harness has no controller-manager, whose pod garbage collector
-	// removes them in a real cluster.)
-	for _, p := range upgraderPods(t, c, nodes) {
-		require.Equal(t, corev1.PodSucceeded, p.Status.Phase, "upgrader pod %s on remaining node %s", p.Name, p.Spec.NodeName)
-	}
 	kept := 0
 	for _, n := range names {
 		if _, old := before[n]; old {
@@ -170,16 +141,61 @@ func TestClusterAPISurgesAndDeletesMachinesUpdatingInPlace(t *testing.T) {
 		}
 	}
 	mu.Lock()
-	t.Logf("in flight at the scale-down: %s; kept in place: %d; deleted while updating in place: %v; updates done: %v", inFlight, kept, slices.Sorted(maps.Keys(deletedUpdating)),
+	t.Logf("in flight at the scale-down: %s; kept in place: %d; deleted while updating in place: %v; updates done: %v", flying, kept, slices.Sorted(maps.Keys(deletedUpdating)),
 		metricSums(t, reg, capi.MetricUpdateDuration))
 	// Cluster API v1.14 waits for the update in flight before scaling
 	// down (machinedeployment_rollout_rollingupdate.go,
 	// scalingOrInPlaceUpdateInProgress): the machine finishes in place and
 	// an old machine not being updated is deleted instead.
 	require.Empty(t, deletedUpdating, "no machine deleted while updating in place")
-	require.Contains(t, after, inFlight, "the machine in flight finished its update in place")
+	require.Contains(t, after, flying, "the machine in flight finished its update in place")
 	mu.Unlock()
 	require.Empty(t, h.Provider.Errors())
+}
+
+// inFlight waits until a machine of sel is updating in place with its
+// upgrader pod created, and returns it.
+func inFlight(t *testing.T, c client.Client, sel client.ListOption) clusterv1.Machine {
+	t.Helper()
+	var found clusterv1.Machine
+	waitUntil(t, 4*time.Minute, "an update in flight", func() (bool, string, error) {
+		ms, err := machinesBy(t, c, sel)
+		if err != nil {
+			return false, "", err
+		}
+		for _, m := range ms {
+			if _, updating := m.Annotations[clusterv1.UpdateInProgressAnnotation]; updating && m.Status.NodeRef.IsDefined() && len(upgraderPods(t, c, []string{m.Status.NodeRef.Name})) > 0 {
+				found = m
+				return true, "", nil
+			}
+		}
+		return false, fmt.Sprintf("machines %v", machineStates(ms)), nil
+	})
+	return found
+}
+
+// requireWhole checks the end state of a rollout to version on every
+// machine of ms: its host runs the version, its Node is schedulable with
+// no update record left, and on those nodes only succeeded upgrader pods
+// remain (they stay for their logs). Pods bound to deleted nodes are not
+// checked: the harness has no controller-manager, whose pod garbage
+// collector removes them in a real cluster.
+func requireWhole(t *testing.T, h *capitest.Harness, ms map[string]clusterv1.Machine, version string) {
+	t.Helper()
+	c := h.Env.Client
+	var nodes []string
+	for _, n := range slices.Sorted(maps.Keys(ms)) {
+		m := ms[n]
+		require.Equal(t, version, h.Provider.Host(n).RunningVersion(fake.Kubelet), "%s runs %s on its host", n, version)
+		var node corev1.Node
+		require.NoError(t, c.Get(t.Context(), client.ObjectKey{Name: m.Status.NodeRef.Name}, &node))
+		require.False(t, node.Spec.Unschedulable, "%s uncordoned", n)
+		require.NotContains(t, node.Annotations, capi.AnnotationInPlaceUpdate, "%s: no update left half done", n)
+		nodes = append(nodes, node.Name)
+	}
+	for _, p := range upgraderPods(t, c, nodes) {
+		require.Equal(t, corev1.PodSucceeded, p.Status.Phase, "upgrader pod %s on remaining node %s", p.Name, p.Spec.NodeName)
+	}
 }
 
 // machineStates says where each Machine is, for a waiting message.
@@ -239,21 +255,8 @@ func TestClusterAPIDeletesAMachineMidUpdate(t *testing.T) {
 	cur.Spec.Template.Spec.Version = e2eTo
 	require.NoError(t, c.Patch(ctx, &cur, patch))
 
-	var inFlight clusterv1.Machine
-	waitUntil(t, 4*time.Minute, "an update in flight", func() (bool, string, error) {
-		ms, err := machinesBy(t, c, mdLabel)
-		if err != nil {
-			return false, "", err
-		}
-		for _, m := range ms {
-			if _, updating := m.Annotations[clusterv1.UpdateInProgressAnnotation]; updating && m.Status.NodeRef.IsDefined() && len(upgraderPods(t, c, []string{m.Status.NodeRef.Name})) > 0 {
-				inFlight = m
-				return true, "", nil
-			}
-		}
-		return false, fmt.Sprintf("machines %v", machineStates(ms)), nil
-	})
-	require.NoError(t, c.Delete(ctx, &inFlight), "the machine updating in place deleted by hand")
+	deleted := inFlight(t, c, mdLabel)
+	require.NoError(t, c.Delete(ctx, &deleted), "the machine updating in place deleted by hand")
 	for n := range before {
 		h.Provider.ReleasePods(n)
 	}
@@ -267,30 +270,16 @@ func TestClusterAPIDeletesAMachineMidUpdate(t *testing.T) {
 		return settled(after, 3, e2eTo) && mdSettled(t, c, "md", 3), fmt.Sprintf("machines %v; provider %v", machineStates(after), h.Provider.Errors()), nil
 	})
 
-	require.NotContains(t, after, inFlight.Name, "the deleted machine is gone")
+	require.NotContains(t, after, deleted.Name, "the deleted machine is gone")
 	var gone corev1.Node
-	require.True(t, apierrors.IsNotFound(c.Get(ctx, client.ObjectKey{Name: inFlight.Status.NodeRef.Name}, &gone)), "its Node is gone with it")
-	kept, replacements := 0, 0
-	var nodes []string
-	for n, m := range after {
+	require.True(t, apierrors.IsNotFound(c.Get(ctx, client.ObjectKey{Name: deleted.Status.NodeRef.Name}, &gone)), "its Node is gone with it")
+	requireWhole(t, h, after, e2eTo)
+	kept := 0
+	for n := range after {
 		if _, old := before[n]; old {
 			kept++
-		} else {
-			replacements++
 		}
-		require.Equal(t, e2eTo, h.Provider.Host(n).RunningVersion(fake.Kubelet), "%s runs v1.36.3 on its host", n)
-		var node corev1.Node
-		require.NoError(t, c.Get(ctx, client.ObjectKey{Name: m.Status.NodeRef.Name}, &node))
-		require.False(t, node.Spec.Unschedulable, "%s uncordoned", n)
-		require.NotContains(t, node.Annotations, capi.AnnotationInPlaceUpdate, "%s: no update left half done", n)
-		nodes = append(nodes, node.Name)
 	}
-	require.Equal(t, 2, kept, "the two other machines updated in place")
-	require.Equal(t, 1, replacements, "one new machine for the deleted one")
-	// (Pods bound to the deleted node are not checked: the harness has no
-	// controller-manager, whose pod garbage collector removes them.)
-	for _, p := range upgraderPods(t, c, nodes) {
-		require.Equal(t, corev1.PodSucceeded, p.Status.Phase, "upgrader pod %s on remaining node %s", p.Name, p.Spec.NodeName)
-	}
+	require.Equal(t, 2, kept, "the two other machines updated in place, one new machine for the deleted one")
 	require.Empty(t, h.Provider.Errors())
 }
