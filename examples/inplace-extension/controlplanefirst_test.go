@@ -55,6 +55,23 @@ func machinesBy(t *testing.T, c client.Client, opts ...client.ListOption) (map[s
 	return out, nil
 }
 
+// bumpTogether sets version on the KubeadmControlPlane kcp and the
+// MachineDeployment md in the default namespace, one right after the
+// other, as one `kubectl apply` of both would.
+func bumpTogether(t *testing.T, c client.Client, kcp, md, version string) {
+	t.Helper()
+	var cp controlplanev1.KubeadmControlPlane
+	require.NoError(t, c.Get(t.Context(), client.ObjectKey{Namespace: "default", Name: kcp}, &cp))
+	kpatch := client.MergeFrom(cp.DeepCopy())
+	cp.Spec.Version = version
+	var w clusterv1.MachineDeployment
+	require.NoError(t, c.Get(t.Context(), client.ObjectKey{Namespace: "default", Name: md}, &w))
+	mpatch := client.MergeFrom(w.DeepCopy())
+	w.Spec.Template.Spec.Version = version
+	require.NoError(t, c.Patch(t.Context(), &cp, kpatch))
+	require.NoError(t, c.Patch(t.Context(), &w, mpatch))
+}
+
 // TestClusterAPIUpdatesControlPlaneAndWorkersTogether: a cluster whose
 // KubeadmControlPlane (3) and MachineDeployment (2) run v1.35.4 gets both
 // bumped to v1.36.3 at once, under Cluster API v1.14's own managers.
@@ -114,16 +131,7 @@ func TestClusterAPIUpdatesControlPlaneAndWorkersTogether(t *testing.T) {
 	defer stop()
 
 	// Both bumped together, as one `kubectl apply` of both would.
-	var kcp controlplanev1.KubeadmControlPlane
-	require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: "default", Name: "demo-cp"}, &kcp))
-	kpatch := client.MergeFrom(kcp.DeepCopy())
-	kcp.Spec.Version = e2eTo
-	var md clusterv1.MachineDeployment
-	require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: "default", Name: "md"}, &md))
-	mpatch := client.MergeFrom(md.DeepCopy())
-	md.Spec.Template.Spec.Version = e2eTo
-	require.NoError(t, c.Patch(ctx, &kcp, kpatch))
-	require.NoError(t, c.Patch(ctx, &md, mpatch))
+	bumpTogether(t, c, "demo-cp", "md", e2eTo)
 	start := time.Now()
 
 	waitedForControlPlane := map[string]bool{}

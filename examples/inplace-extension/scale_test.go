@@ -28,7 +28,6 @@ import (
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
-	controlplanev1 "sigs.k8s.io/cluster-api/api/controlplane/kubeadm/v1beta2"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -120,16 +119,7 @@ func TestScaleInPlace(t *testing.T) {
 	})
 
 	cpuBefore := ext.cpu(t)
-	var kcp controlplanev1.KubeadmControlPlane
-	require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: "default", Name: "demo-cp"}, &kcp))
-	kpatch := client.MergeFrom(kcp.DeepCopy())
-	kcp.Spec.Version = e2eTo
-	var cur clusterv1.MachineDeployment
-	require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: "default", Name: "md"}, &cur))
-	mpatch := client.MergeFrom(cur.DeepCopy())
-	cur.Spec.Template.Spec.Version = e2eTo
-	require.NoError(t, c.Patch(ctx, &kcp, kpatch))
-	require.NoError(t, c.Patch(ctx, &cur, mpatch))
+	bumpTogether(t, c, "demo-cp", "md", e2eTo)
 	start := time.Now()
 
 	var cpAfter, wAfter map[string]clusterv1.Machine

@@ -508,6 +508,7 @@ var registry = map[string]reflect.Value{
 	"nodepod.Name":                                   reflect.ValueOf(nodepod.Name),
 	"nodepod.NodeSelector":                           reflect.ValueOf(nodepod.NodeSelector),
 	"nodepod.PrePullName":                            reflect.ValueOf(nodepod.PrePullName),
+	"nodepod.PrePullNodeSelector":                    reflect.ValueOf(nodepod.PrePullNodeSelector),
 	"nodepod.PrePullSelector":                        reflect.ValueOf(nodepod.PrePullSelector),
 	"nodepod.PullError.String":                       reflect.ValueOf(nodepod.PullError.String),
 	"nodepod.PullError.Terminal":                     reflect.ValueOf(nodepod.PullError.Terminal),

@@ -29,6 +29,13 @@ func PrePullSelector() labels.Selector {
 	return labels.SelectorFromSet(labels.Set{LabelManagedBy: ManagedByValue, LabelName: PrePullNameValue})
 }
 
+// PrePullNodeSelector matches the pre-pull pods BuildPrePull builds for
+// node (PrePullSelector and the node's LabelNode value), as NodeSelector
+// does the upgrader pods.
+func PrePullNodeSelector(node string) labels.Selector {
+	return labels.SelectorFromSet(labels.Set{LabelManagedBy: ManagedByValue, LabelName: PrePullNameValue, LabelNode: labelValue(node)})
+}
+
 // PrePullName is the name of the pre-pull pod of image on node: one per
 // node and image, hash-shortened to a DNS label.
 func PrePullName(node, image string) string {

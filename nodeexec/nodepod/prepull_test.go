@@ -49,12 +49,16 @@ func TestBuildPrePull(t *testing.T) {
 			require.Equal(t, []corev1.Capability{"ALL"}, c.SecurityContext.Capabilities.Drop)
 			require.True(t, PrePullSelector().Matches(labels.Set(pod.Labels)))
 			require.False(t, Selector().Matches(labels.Set(pod.Labels)), "not an upgrader pod")
+			require.True(t, PrePullNodeSelector(pod.Spec.NodeName).Matches(labels.Set(pod.Labels)), "its node's")
+			require.False(t, PrePullNodeSelector(pod.Spec.NodeName+"x").Matches(labels.Set(pod.Labels)), "not another node's")
+			require.False(t, NodeSelector(pod.Spec.NodeName).Matches(labels.Set(pod.Labels)), "not an upgrader pod of its node")
 		})
 	}
 	long := strings.Repeat("n", 200)
 	pod, err := BuildPrePull(long, WithImage("r/u:1"))
 	require.NoError(t, err)
 	require.LessOrEqual(t, len(pod.Name), 63)
+	require.True(t, PrePullNodeSelector(long).Matches(labels.Set(pod.Labels)), "a long node name's hashed label")
 	require.NotEqual(t, PrePullName("n-1", "r/u:1"), PrePullName("n-1", "r/u:2"), "one pod per image")
 	for _, bad := range [][]Option{nil, {WithImage("r/u:1"), WithNamespace("Bad_NS")}, {WithImage("r/u:1"), WithImagePullPolicy("Sometimes")}} {
 		_, err := BuildPrePull("n-1", bad...)

@@ -102,14 +102,8 @@ func (u *MachineUpdater) prePullImage(ctx context.Context, st *call, rec *Update
 	err := st.c.Get(ctx, client.ObjectKeyFromObject(want), &got)
 	switch {
 	case apierrors.IsNotFound(err):
-		if rec.PrePullStarted == nil {
-			started := st.nowMeta()
-			next := *rec
-			next.PrePullStarted = &started
-			if err := st.writeRecord(ctx, &next); err != nil {
-				return waiting(ReasonPending, "recording the pre-pull's start on node %s: %v", node, err), false
-			}
-			*rec = next
+		if err := recordPrePullStart(ctx, st, rec); err != nil {
+			return waiting(ReasonPending, "recording the pre-pull's start on node %s: %v", node, err), false
 		}
 		switch err := st.c.Create(ctx, want); {
 		case err == nil, apierrors.IsAlreadyExists(err):
@@ -126,16 +120,10 @@ func (u *MachineUpdater) prePullImage(ctx context.Context, st *call, rec *Update
 	if why := prePullDiffers(want, &got); why != "" {
 		return failedAs(FailureForeignPod, "pod %s on node %s is not the update's pre-pull pod (%s); delete it to go on", key, node, why), false
 	}
-	if rec.PrePullStarted == nil {
-		// A pod left by an attempt whose start was not recorded (a retry
-		// whose delete failed): the timeout counts from now.
-		started := st.nowMeta()
-		next := *rec
-		next.PrePullStarted = &started
-		if err := st.writeRecord(ctx, &next); err != nil {
-			return waiting(ReasonPending, "recording the pre-pull's start on node %s: %v", node, err), false
-		}
-		*rec = next
+	// A pod left by an attempt whose start was not recorded (a retry
+	// whose delete failed): the timeout counts from now.
+	if err := recordPrePullStart(ctx, st, rec); err != nil {
+		return waiting(ReasonPending, "recording the pre-pull's start on node %s: %v", node, err), false
 	}
 	elapsed := max(st.now.Sub(rec.PrePullStarted.Time), 0).Truncate(time.Second)
 	if got.DeletionTimestamp != nil {
@@ -198,6 +186,22 @@ func (u *MachineUpdater) prePullImage(ctx context.Context, st *call, rec *Update
 	return updateResult{}, true
 }
 
+// recordPrePullStart records on the Node, once, when the pre-pull
+// started: the pre-pull timeout counts from there.
+func recordPrePullStart(ctx context.Context, st *call, rec *UpdateRecord) error {
+	if rec.PrePullStarted != nil {
+		return nil
+	}
+	started := st.nowMeta()
+	next := *rec
+	next.PrePullStarted = &started
+	if err := st.writeRecord(ctx, &next); err != nil {
+		return err
+	}
+	*rec = next
+	return nil
+}
+
 // podPhase is the pod's phase as shown ("Pending" when unset).
 func podPhase(p *corev1.Pod) string {
 	if p.Status.Phase == "" {
@@ -236,7 +240,7 @@ func prePullDiffers(want, got *corev1.Pod) string {
 // upgrader namespace, but keep (a name; "" keeps none).
 func (u *MachineUpdater) deletePrePullPods(ctx context.Context, st *call, keep string) error {
 	var list corev1.PodList
-	if err := st.c.List(ctx, &list, client.InNamespace(u.podNamespace), client.MatchingLabelsSelector{Selector: nodepod.PrePullSelector()}); err != nil {
+	if err := st.c.List(ctx, &list, client.InNamespace(u.podNamespace), client.MatchingLabelsSelector{Selector: nodepod.PrePullNodeSelector(st.node.Name)}); err != nil {
 		return err
 	}
 	var errs []error

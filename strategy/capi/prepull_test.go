@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	clocktesting "k8s.io/utils/clock/testing"
@@ -66,18 +67,14 @@ func (w *prePullWorld) call(opts ...capi.MachineUpdaterOption) runtimehooksv1.Up
 	return resp
 }
 
-func (w *prePullWorld) pods(sel func() *client.ListOptions) []corev1.Pod {
+// podsOnNode lists the pods of sel in the upgrader namespace bound to the
+// world's node.
+func (w *prePullWorld) podsOnNode(sel labels.Selector) []corev1.Pod {
 	w.t.Helper()
 	var list corev1.PodList
-	require.NoError(w.t, w.c.List(w.t.Context(), &list, sel()))
-	return list.Items
-}
-
-func (w *prePullWorld) prePullPods() []corev1.Pod {
+	require.NoError(w.t, w.c.List(w.t.Context(), &list, client.InNamespace(nodepod.DefaultNamespace), client.MatchingLabelsSelector{Selector: sel}))
 	var out []corev1.Pod
-	for _, p := range w.pods(func() *client.ListOptions {
-		return &client.ListOptions{Namespace: nodepod.DefaultNamespace, LabelSelector: nodepod.PrePullSelector()}
-	}) {
+	for _, p := range list.Items {
 		if p.Spec.NodeName == w.node.Name {
 			out = append(out, p)
 		}
@@ -85,17 +82,9 @@ func (w *prePullWorld) prePullPods() []corev1.Pod {
 	return out
 }
 
-func (w *prePullWorld) upgraderPods() []corev1.Pod {
-	var out []corev1.Pod
-	for _, p := range w.pods(func() *client.ListOptions {
-		return &client.ListOptions{Namespace: nodepod.DefaultNamespace, LabelSelector: nodepod.Selector()}
-	}) {
-		if p.Spec.NodeName == w.node.Name {
-			out = append(out, p)
-		}
-	}
-	return out
-}
+func (w *prePullWorld) prePullPods() []corev1.Pod { return w.podsOnNode(nodepod.PrePullSelector()) }
+
+func (w *prePullWorld) upgraderPods() []corev1.Pod { return w.podsOnNode(nodepod.Selector()) }
 
 // kubelet plays one kubelet sync of the pre-pull pods: pull, then run the
 // command, which exits 0; the deletion of a deleted pod is confirmed.
