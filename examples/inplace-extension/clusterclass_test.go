@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"fmt"
 	"maps"
 	"slices"
@@ -10,6 +11,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	controlplanev1 "sigs.k8s.io/cluster-api/api/controlplane/kubeadm/v1beta2"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -18,7 +21,10 @@ import (
 	"github.com/upgradekit/upgradekit/fake/capitest"
 	"github.com/upgradekit/upgradekit/fake/envtest"
 	"github.com/upgradekit/upgradekit/fake/testcerts"
+	"github.com/upgradekit/upgradekit/strategy"
 	"github.com/upgradekit/upgradekit/strategy/capi"
+	"github.com/upgradekit/upgradekit/strategy/capi/extensionserver"
+	"github.com/upgradekit/upgradekit/strategy/capi/preview"
 )
 
 // topologyHarness is capitest.NewForTest with Cluster API's ClusterTopology
@@ -118,6 +124,59 @@ func every(d time.Duration, f func()) (stop func()) {
 	}
 }
 
+// previewTopology is the preview of cluster's spec.topology.version
+// bumped to version, made before Cluster API does anything: in process
+// (preview.InProcess) with the flags e2eExtension gives the extension, and
+// by the deployed extension (registered by e2eExtension).
+func previewTopology(t *testing.T, h *capitest.Harness, cluster, version string) (inProcess, deployed *preview.Prediction) {
+	t.Helper()
+	ctx, c := t.Context(), h.Env.Client
+	o, err := parseFlags([]string{"-upgrader-images", e2eTo + "=" + e2eImage + "," + e2eSkip + "=" + e2eSkipImage,
+		"-allow-unverified-bundles", "-metrics-bind-address", "0", "-health-addr", "0"}, &bytes.Buffer{})
+	require.NoError(t, err)
+	ip, err := preview.NewInProcess(c, func(mgmt client.Reader) (preview.Answerer, error) {
+		srv, err := extensionserver.New(mgmt, o.serverOptions(deps{mgmt: mgmt, scheme: h.Env.Scheme})...)
+		if err != nil {
+			return nil, err
+		}
+		return srv.Extension(), nil
+	})
+	require.NoError(t, err)
+	key := client.ObjectKey{Namespace: "default", Name: cluster}
+	snap, err := preview.Read(ctx, c, key)
+	require.NoError(t, err)
+	var cl clusterv1.Cluster
+	require.NoError(t, c.Get(ctx, key, &cl))
+	cl.Spec.Topology.Version = version
+	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&cl)
+	require.NoError(t, err)
+	u := &unstructured.Unstructured{Object: m}
+	u.SetGroupVersionKind(clusterv1.GroupVersion.WithKind("Cluster"))
+	change := []*unstructured.Unstructured{u}
+	inProcess, err = preview.Predict(ctx, c, snap, change, ip, preview.WithServerDryRun())
+	require.NoError(t, err)
+	t.Logf("preview, in process:\n%s", inProcess)
+	d, err := preview.FindDeployed(ctx, c, "default")
+	require.NoError(t, err)
+	deployed, err = preview.Predict(ctx, c, snap, change, d, preview.WithServerDryRun())
+	require.NoError(t, err)
+	t.Logf("preview, by the deployed extension:\n%s", deployed)
+	return inProcess, deployed
+}
+
+// requirePredicted holds a prediction to what Cluster API did: every
+// machine the preview says keeps its name is still there (before holds
+// the machines' names before the rollout, after those after it).
+func requirePredicted(t *testing.T, pr *preview.Prediction, before []string, after map[string]clusterv1.Machine) {
+	t.Helper()
+	for _, name := range before {
+		m, ok := pr.Machine(name)
+		require.True(t, ok, "%s predicted", name)
+		_, kept := after[name]
+		require.Equal(t, kept, m.KeepsName(), "%s: predicted %s (%s), Cluster API kept it: %t", name, m.Method, m.Reason, kept)
+	}
+}
+
 // TestClusterAPIUpdatesATopologyInPlace: a managed topology cluster (a
 // ClusterClass; Cluster API's ClusterTopology feature gate on) with a
 // KubeadmControlPlane (3) and a MachineDeployment (2) at v1.35.4 gets its
@@ -144,6 +203,20 @@ func TestClusterAPIUpdatesATopologyInPlace(t *testing.T) {
 	testcerts.Write(t, dir)
 	reg := prometheus.NewRegistry()
 	e2eExtension(t, h, dir, testcerts.FreePort(t), reg, true)
+
+	// What the preview says first: in process, everything in place, the
+	// control plane first; the deployed extension, asked now, answers the
+	// workers over today's control plane, and the reason says so.
+	predicted, asked := previewTopology(t, h, "topo", e2eTo)
+	require.True(t, predicted.ControlPlaneFirst)
+	for _, m := range predicted.Machines {
+		require.Equal(t, strategy.MethodInPlace, m.Method, "%s: %s", m.Name, m.Reason)
+	}
+	for _, name := range workers {
+		m, _ := asked.Machine(name)
+		require.Contains(t, m.Reason, "answered over the cluster as it is now", name)
+	}
+	asks := metricSums(t, reg, capi.MetricDecisions, "hook", "outcome") // the deployed preview's questions
 
 	var mu sync.Mutex
 	var ahead []string
@@ -184,6 +257,9 @@ func TestClusterAPIUpdatesATopologyInPlace(t *testing.T) {
 
 	require.Equal(t, cps, slices.Sorted(maps.Keys(cpAfter)), "no control plane replaced")
 	require.Equal(t, workers, slices.Sorted(maps.Keys(wAfter)), "no worker replaced")
+	all := maps.Clone(cpAfter)
+	maps.Copy(all, wAfter)
+	requirePredicted(t, predicted, append(slices.Clone(cps), workers...), all)
 	for _, name := range append(slices.Clone(cps), workers...) {
 		require.Equal(t, e2eTo, h.Provider.Host(name).RunningVersion(fake.Kubelet), "%s upgraded on its host", name)
 	}
@@ -191,6 +267,9 @@ func TestClusterAPIUpdatesATopologyInPlace(t *testing.T) {
 	require.Empty(t, ahead, "no worker ahead of the control plane")
 	mu.Unlock()
 	decisions := metricSums(t, reg, capi.MetricDecisions, "hook", "outcome")
+	for k, v := range asks {
+		decisions[k] -= v
+	}
 	require.Zero(t, decisions["CanUpdateMachineSet/decline"]+decisions["CanUpdateMachine/decline"], "nothing declined: %v", decisions)
 	require.Positive(t, decisions["CanUpdateMachineSet/accept"], "%v", decisions)
 	require.Positive(t, decisions["CanUpdateMachine/accept"], "%v", decisions)
@@ -227,6 +306,21 @@ func TestClusterAPIChainsATopologyUpgrade(t *testing.T) {
 	testcerts.Write(t, dir)
 	reg := prometheus.NewRegistry()
 	e2eExtension(t, h, dir, testcerts.FreePort(t), reg, true)
+
+	// What the preview says first, in process: each control plane
+	// machine in place in two steps, the workers' one step declined.
+	predicted, _ := previewTopology(t, h, "chain", e2eSkip)
+	for _, name := range cps {
+		m, _ := predicted.Machine(name)
+		require.Equal(t, strategy.MethodInPlace, m.Method, "%s: %s", name, m.Reason)
+		require.Len(t, m.Steps, 2, name)
+	}
+	for name := range wBefore {
+		m, _ := predicted.Machine(name)
+		require.Equal(t, strategy.MethodReplace, m.Method, "%s: %s", name, m.Reason)
+		require.Contains(t, m.Reason, "skips a minor", name)
+	}
+	asks := metricSums(t, reg, capi.MetricDecisions, "hook", "outcome") // the deployed preview's questions
 
 	// Sampled throughout: the versions each control plane host went
 	// through, and any worker at v1.37.2 while a control plane is below.
@@ -291,7 +385,13 @@ func TestClusterAPIChainsATopologyUpgrade(t *testing.T) {
 	for name := range wAfter {
 		require.Equal(t, e2eSkip, h.Provider.Host(name).RunningVersion(fake.Kubelet), name)
 	}
+	all := maps.Clone(cpAfter)
+	maps.Copy(all, wAfter)
+	requirePredicted(t, predicted, append(slices.Clone(cps), slices.Collect(maps.Keys(wBefore))...), all)
 	decisions := metricSums(t, reg, capi.MetricDecisions, "hook", "outcome")
+	for k, v := range asks {
+		decisions[k] -= v
+	}
 	require.Positive(t, decisions["CanUpdateMachineSet/decline"], "the workers' skip declined: %v", decisions)
 	require.Zero(t, decisions["CanUpdateMachine/decline"], "no control plane step declined: %v", decisions)
 }

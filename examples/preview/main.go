@@ -308,11 +308,19 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		popts = append(popts, preview.WithSettings(ec.Spec.Settings))
 	}
 	if ans == nil {
-		srv, err := extensionserver.New(d.mgmt, o.extensionOptions()...)
+		// Built again over the cluster as it will be at each step of a
+		// managed topology's upgrade (preview.InProcess).
+		ip, err := preview.NewInProcess(d.mgmt, func(mgmt client.Reader) (preview.Answerer, error) {
+			srv, err := extensionserver.New(mgmt, o.extensionOptions()...)
+			if err != nil {
+				return nil, err
+			}
+			return srv.Extension(), nil
+		})
 		if err != nil {
 			return usage(err)
 		}
-		ans = srv.Extension()
+		ans = ip
 	}
 	var ropts []preview.ReadOption
 	if o.workload {

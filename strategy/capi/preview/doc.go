@@ -36,6 +36,17 @@
 //     also a pod opted out with karpenter.sh/do-not-disrupt or without a
 //     controller, which the extension's drain refuses) is Blocked: the
 //     rollout waits there;
+//   - a managed topology's spec.topology.version is played as Cluster
+//     API's topology controller plays it: the upgrade plan (one minor at a
+//     time for the control plane, through the ClusterClass's
+//     spec.kubernetesVersions; the fewest steps for the workers, each
+//     taken once the control plane runs it) is computed as Cluster API
+//     computes it, and each step is a question of its own (Machine.Steps).
+//     An InProcess answerer is built again over the cluster as it will be
+//     at each step, so a check that reads the control plane's version
+//     answers as it will then; any other answerer, a deployed extension
+//     included, is asked over the cluster as it is now, and the reason of
+//     each answer given early says so;
 //   - strategy.Planner orders each group's machines into waves within its
 //     maxSurge and maxUnavailable, and Timings turn them into estimates.
 //
@@ -49,12 +60,14 @@
 // says is replaced is gone.
 //
 // What it is not: it does not apply anything (WithServerDryRun sends dry
-// runs only), and it predicts from the cluster as it is now: a check that
-// depends on the control plane's version answers for today's control
-// plane, the names of machines Cluster API will create are unknown, and so
-// is which machine a MachineDeployment deletes when it scales a surge back
-// down. MachinePools, MachineHealthCheck remediation during the rollout and
-// ClusterClass changes other than spec.topology.version are out of scope.
+// runs only), and it predicts from the cluster as it is now, except for
+// what InProcess answerers read at a topology's later steps: the names of
+// machines Cluster API will create are unknown, and so is which machine a
+// MachineDeployment deletes when it scales a surge back down. MachinePools,
+// MachineHealthCheck remediation during the rollout, upgrade plans from a
+// GenerateUpgradePlan extension, the topology's lifecycle hooks
+// (BeforeClusterUpgrade and the like, which only delay) and ClusterClass
+// changes other than spec.topology.version are out of scope.
 //
 // Nor does it predict failures of the updates themselves: waves and
 // estimates assume every update succeeds. Where one fails (UpdateMachine

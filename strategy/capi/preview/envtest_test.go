@@ -280,29 +280,60 @@ func TestTopologyVersionAndChecks(t *testing.T) {
 
 	bumped := cluster.DeepCopy()
 	bumped.Spec.Topology.Version = cpTo
-	pr, err := preview.Predict(ctx, c, snap, []*unstructured.Unstructured{toUnstructured(t, bumped, "Cluster", clusterv1.GroupVersion.String())}, srv.Extension())
-	require.NoError(t, err)
-	t.Logf("topology version:\n%s", pr)
-	require.True(t, pr.ControlPlaneFirst)
-	cp, _ := pr.Machine("topo-cp-0")
-	require.Equal(t, strategy.MethodInPlace, cp.Method, cp.Reason)
-	require.Equal(t, cpTo, cp.ToVersion)
-	require.Contains(t, cp.InPlaceFields, "bootstrap.spec.clusterConfiguration.featureGates.ControlPlaneKubeletLocalMode", "v1.35 -> v1.36 drops the gate, in place with the version")
-	for _, m := range pr.Machines {
-		switch m.Group {
-		case "managed":
-			require.Equal(t, cpTo, m.ToVersion, "the topology controller writes the version to the MachineDeployments it owns")
-			// Asked now, the skew check sees today's control plane at
-			// v1.35.4 and declines; the note says the answer may differ
-			// once the control plane is at v1.36.3.
-			require.Equal(t, strategy.MethodReplace, m.Method)
-			require.Contains(t, m.Reason, "newer than the control plane")
-		case "own":
-			require.Equal(t, strategy.MethodSkip, m.Method, "not owned by the topology")
+	change := []*unstructured.Unstructured{toUnstructured(t, bumped, "Cluster", clusterv1.GroupVersion.String())}
+	inProcess, err := preview.NewInProcess(c, func(mgmt client.Reader) (preview.Answerer, error) {
+		srv, err := extensionserver.New(mgmt, extensionserver.AllowMutableUpgraderImages(), extensionserver.WithoutBundleChecksums(), extensionserver.WithUpgraderImages(images))
+		if err != nil {
+			return nil, err
 		}
+		return srv.Extension(), nil
+	})
+	require.NoError(t, err)
+	for _, tc := range []struct {
+		name   string
+		ans    preview.Answerer
+		worker strategy.Method
+		says   string
+	}{
+		// Rebuilt over the cluster as it will be when Cluster API asks:
+		// the topology controller moves the MachineDeployment once the
+		// control plane runs v1.36.3, so the skew check passes.
+		{"in-process", inProcess, strategy.MethodInPlace, "CanUpdateMachineSet accepts"},
+		// Asked over today's cluster, the skew check sees the control
+		// plane at v1.35.4 and declines; the reason says the answer may
+		// differ when Cluster API asks.
+		{"as-is", srv.Extension(), strategy.MethodReplace, "newer than the control plane"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pr, err := preview.Predict(ctx, c, snap, change, tc.ans)
+			require.NoError(t, err)
+			t.Logf("topology version:\n%s", pr)
+			require.True(t, pr.ControlPlaneFirst)
+			cp, _ := pr.Machine("topo-cp-0")
+			require.Equal(t, strategy.MethodInPlace, cp.Method, cp.Reason)
+			require.Equal(t, cpTo, cp.ToVersion)
+			require.Empty(t, cp.Steps, "one minor: one step")
+			require.Contains(t, cp.InPlaceFields, "bootstrap.spec.clusterConfiguration.featureGates.ControlPlaneKubeletLocalMode", "v1.35 -> v1.36 drops the gate, in place with the version")
+			workers := 0
+			for _, m := range pr.Machines {
+				switch m.Group {
+				case "managed":
+					workers++
+					require.Equal(t, cpTo, m.ToVersion, "the topology controller writes the version to the MachineDeployments it owns")
+					require.Equal(t, tc.worker, m.Method, m.Reason)
+					require.Contains(t, m.Reason, tc.says)
+					if tc.ans != inProcess {
+						require.Contains(t, m.Reason, "answered over the cluster as it is now")
+					}
+				case "own":
+					require.Equal(t, strategy.MethodSkip, m.Method, "not owned by the topology")
+				}
+			}
+			require.Equal(t, 2, workers)
+			require.Equal(t, pr.Groups[0].Estimate+pr.Groups[1].Estimate, pr.Estimate, "control plane, then the workers")
+			require.Contains(t, strings.Join(pr.Notes, "\n"), "ClusterClass default/quick-start not found")
+		})
 	}
-	require.Equal(t, pr.Groups[0].Estimate+pr.Groups[1].Estimate, pr.Estimate, "control plane, then the workers")
-	require.Contains(t, strings.Join(pr.Notes, "\n"), "for today's control plane")
 
 	reshaped := cluster.DeepCopy()
 	reshaped.Spec.Topology.Workers.MachineDeployments = []clusterv1.MachineDeploymentTopology{{Class: "default-worker", Name: "md-0"}}
@@ -316,9 +347,120 @@ func TestTopologyVersionAndChecks(t *testing.T) {
 	var own clusterv1.MachineDeployment
 	require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: "default", Name: "own"}, &own))
 	own.Spec.Template.Spec.Version = "v1.35.5"
-	pr, err = preview.Predict(ctx, c, snap, []*unstructured.Unstructured{toUnstructured(t, &own, "MachineDeployment", clusterv1.GroupVersion.String())}, srv.Extension())
+	pr, err := preview.Predict(ctx, c, snap, []*unstructured.Unstructured{toUnstructured(t, &own, "MachineDeployment", clusterv1.GroupVersion.String())}, srv.Extension())
 	require.NoError(t, err)
 	m, _ := pr.Machine("own-abcde-0000")
 	require.Equal(t, strategy.MethodBlocked, m.Method)
 	require.Contains(t, m.Reason, "no upgrader image for v1.35.5", m.Reason)
+}
+
+// TestTopologyChainedUpgrade: a managed topology whose ClusterClass lists
+// v1.35.4, v1.36.3 and v1.37.2 is bumped two minors. Cluster API plans the
+// control plane through v1.36.3 and the workers in one step to v1.37.2
+// once the control plane runs it (the plan TestUpgradePlanIsClusterAPIs
+// holds to Cluster API's). Answered in process over the cluster as it will
+// be, the control plane machine is updated in place twice and the
+// workers' step, which skips a minor, is declined: replaced. That is what
+// Cluster API's own managers do in examples/inplace-extension's
+// TestClusterAPIChainsATopologyUpgrade, which runs the same preview.
+func TestTopologyChainedUpgrade(t *testing.T) {
+	const skip = "v1.37.2"
+	env := startEnv(t)
+	c, ctx := env.Client, t.Context()
+	require.NoError(t, capitest.ProvisionedCluster{Name: "chain", Version: cpFrom, ControlPlane: 1, Workers: map[string]int{"managed": 2}, Nodes: true}.Create(ctx, c))
+	kubeconfigFor(t, env, "chain")
+	class := &clusterv1.ClusterClass{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "chain-class"}}
+	class.Spec.KubernetesVersions = []string{cpFrom, cpTo, skip}
+	class.Spec.Infrastructure.TemplateRef = clusterv1.ClusterClassTemplateReference{APIVersion: "infrastructure.cluster.x-k8s.io/v1beta2", Kind: "TestClusterTemplate", Name: "unused"}
+	class.Spec.ControlPlane.TemplateRef = clusterv1.ClusterClassTemplateReference{APIVersion: controlplanev1.GroupVersion.String(), Kind: "KubeadmControlPlaneTemplate", Name: "unused"}
+	require.NoError(t, c.Create(ctx, class))
+	var cluster clusterv1.Cluster
+	require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: "default", Name: "chain"}, &cluster))
+	cluster.Spec.Topology = clusterv1.Topology{ClassRef: clusterv1.ClusterClassRef{Name: class.Name}, Version: cpFrom}
+	require.NoError(t, c.Update(ctx, &cluster))
+	var managed clusterv1.MachineDeployment
+	require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: "default", Name: "managed"}, &managed))
+	managed.Labels[clusterv1.ClusterTopologyOwnedLabel] = ""
+	require.NoError(t, c.Update(ctx, &managed))
+	snap, err := preview.Read(ctx, c, client.ObjectKey{Namespace: "default", Name: "chain"})
+	require.NoError(t, err)
+	images := capi.ImagesByVersion{cpTo: "registry.example/upgrader:" + cpTo, skip: "registry.example/upgrader:" + skip}
+	build := func(mgmt client.Reader) (preview.Answerer, error) {
+		srv, err := extensionserver.New(mgmt, extensionserver.AllowMutableUpgraderImages(), extensionserver.WithoutBundleChecksums(), extensionserver.WithUpgraderImages(images))
+		if err != nil {
+			return nil, err
+		}
+		return srv.Extension(), nil
+	}
+	inProcess, err := preview.NewInProcess(c, build)
+	require.NoError(t, err)
+	bumped := cluster.DeepCopy()
+	bumped.Spec.Topology.Version = skip
+	change := []*unstructured.Unstructured{toUnstructured(t, bumped, "Cluster", clusterv1.GroupVersion.String())}
+
+	pr, err := preview.Predict(ctx, c, snap, change, inProcess)
+	require.NoError(t, err)
+	t.Logf("chained:\n%s", pr)
+	cp, _ := pr.Machine("chain-cp-0")
+	require.Equal(t, strategy.MethodInPlace, cp.Method, cp.Reason)
+	require.Equal(t, cpFrom, cp.FromVersion)
+	require.Equal(t, skip, cp.ToVersion)
+	require.Len(t, cp.Steps, 2, "one step per minor")
+	for i, want := range [][2]string{{cpFrom, cpTo}, {cpTo, skip}} {
+		st := cp.Steps[i]
+		require.Equal(t, want, [2]string{st.FromVersion, st.ToVersion})
+		require.Equal(t, strategy.MethodInPlace, st.Method, st.Reason)
+		require.Contains(t, st.Updaters, "kubeadm")
+	}
+	require.Contains(t, cp.Reason, "in place 2 times ("+cpFrom+" -> "+cpTo+" -> "+skip+")")
+	workers := 0
+	for _, m := range pr.Machines {
+		if m.Group != "managed" {
+			continue
+		}
+		workers++
+		require.Equal(t, strategy.MethodReplace, m.Method, "the workers' one step skips a minor: %s", m.Reason)
+		require.Contains(t, m.Reason, "CanUpdateMachineSet declines")
+		require.NotContains(t, m.Reason, "newer than the control plane", "asked with the control plane at %s", skip)
+		require.Empty(t, m.Steps, "the workers go in one step")
+		require.Equal(t, skip, m.ToVersion)
+	}
+	require.Equal(t, 2, workers)
+	require.Contains(t, strings.Join(pr.Notes, "\n"), "through "+cpTo+", "+skip+", one minor at a time")
+	d := preview.DefaultTimings()
+	require.Equal(t, 2*(d.Drain+d.Updaters["kubeadm"]), cp.Estimate, "two drains and two kubeadm upgrades")
+	require.Equal(t, pr.Groups[0].Estimate+pr.Groups[1].Estimate, pr.Estimate, "the control plane's steps, then the workers")
+	var table strings.Builder
+	require.NoError(t, pr.WriteTable(&table))
+	require.Contains(t, table.String(), cpFrom+" -> "+cpTo+" -> "+skip, "the table shows the steps")
+
+	// Asked as things are now (as a deployed extension is): the control
+	// plane's steps are answered alike, the second one with the caveat
+	// that it was asked over today's cluster; the workers' step is
+	// declined (it skips a minor), with the same caveat.
+	plain, err := build(c)
+	require.NoError(t, err)
+	pr, err = preview.Predict(ctx, c, snap, change, plain)
+	require.NoError(t, err)
+	t.Logf("chained, asked as things are now:\n%s", pr)
+	cp, _ = pr.Machine("chain-cp-0")
+	require.Len(t, cp.Steps, 2)
+	require.Equal(t, strategy.MethodInPlace, cp.Steps[0].Method, cp.Steps[0].Reason)
+	require.NotContains(t, cp.Steps[0].Reason, "answered over the cluster as it is now", "the first step is asked of today's cluster")
+	require.Equal(t, strategy.MethodInPlace, cp.Steps[1].Method, cp.Steps[1].Reason)
+	require.Contains(t, cp.Steps[1].Reason, "answered over the cluster as it is now")
+	w, _ := pr.Machine("managed-abcde-0000")
+	require.Equal(t, strategy.MethodReplace, w.Method, w.Reason)
+	require.Contains(t, w.Reason, "skips a minor")
+	require.Contains(t, w.Reason, "answered over the cluster as it is now")
+	require.Contains(t, strings.Join(pr.Notes, "\n"), "-mode in-process answers over the cluster as it will be")
+
+	// Without the ClusterClass's list, Cluster API cannot plan two minors:
+	// neither can the preview.
+	require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(class), class))
+	class.Spec.KubernetesVersions = nil
+	require.NoError(t, c.Update(ctx, class))
+	_, err = preview.Predict(ctx, c, snap, change, inProcess)
+	require.ErrorIs(t, err, preview.ErrInvalidChange)
+	require.ErrorContains(t, err, "one minor at a time")
 }

@@ -61,7 +61,12 @@ func (pr *Prediction) WriteTable(w io.Writer) error {
 			wave = strconv.Itoa(m.Wave)
 		}
 		ver := m.FromVersion
-		if m.ToVersion != m.FromVersion && (m.Method == strategy.MethodInPlace || m.Method == strategy.MethodReplace || m.Method == strategy.MethodBlocked) {
+		switch {
+		case len(m.Steps) > 0:
+			for _, st := range m.Steps {
+				ver += " -> " + st.ToVersion
+			}
+		case m.ToVersion != m.FromVersion && (m.Method == strategy.MethodInPlace || m.Method == strategy.MethodReplace || m.Method == strategy.MethodBlocked):
 			ver += " -> " + m.ToVersion
 		}
 		if ver == "" {

@@ -1,10 +1,12 @@
 package preview
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -143,6 +145,27 @@ type Machine struct {
 	Wave int `json:"wave,omitempty"`
 	// Estimate is how long this machine's update takes.
 	Estimate time.Duration `json:"estimate,omitempty"`
+	// Steps are the questions of a managed topology's chained upgrade
+	// (the control plane goes one minor at a time, the workers in the
+	// fewest steps): one per version the machine is taken to, when there
+	// is more than one. Method and Reason are then the steps' outcome:
+	// Blocked at the first blocked step (later steps wait), else Replace
+	// when any step replaces the machine, else InPlace.
+	Steps []Step `json:"steps,omitempty"`
+}
+
+// Step is one question of a chained upgrade for one machine.
+type Step struct {
+	// FromVersion and ToVersion are the step's Kubernetes versions.
+	FromVersion string `json:"fromVersion"`
+	// ToVersion is the version the step takes the machine to.
+	ToVersion string `json:"toVersion"`
+	// Method is InPlace, Replace or Blocked.
+	Method strategy.Method `json:"method"`
+	// Reason says why.
+	Reason string `json:"reason"`
+	// Updaters are the extension's updaters that apply the step in place.
+	Updaters []string `json:"updaters,omitempty"`
 }
 
 // KeepsName says whether the machine is still there, under its name,
@@ -200,6 +223,13 @@ func DefaultTimings() Timings {
 }
 
 func (t Timings) of(m *Machine) time.Duration {
+	if len(m.Steps) > 0 {
+		var d time.Duration
+		for _, st := range m.Steps {
+			d += t.of(&Machine{Method: st.Method, Updaters: st.Updaters})
+		}
+		return d
+	}
 	switch m.Method {
 	case strategy.MethodInPlace:
 		d := t.Drain
@@ -235,6 +265,11 @@ const GroupControlPlane = "control-plane"
 // does: in place only when the patched objects then match. Nothing is
 // written to the cluster (WithServerDryRun sends dry runs). mgmt reads the
 // templates the objects name.
+//
+// A managed topology's new spec.topology.version is played step by step
+// as Cluster API's topology controller plays it (see the package
+// documentation); ext, when it is an *InProcess, is built again over the
+// cluster as it will be at each step.
 //
 // What it does not predict: the names of machines Cluster API creates,
 // which machine a MachineDeployment deletes when it scales a surge back
@@ -331,8 +366,13 @@ type predictor struct {
 	members      map[string][]string
 	surgeDeletes map[string]bool
 	// topologyUpgrade: a managed topology's version changes, so the
-	// control plane goes before the workers.
-	topologyUpgrade bool
+	// control plane goes before the workers, through cpPlan's versions;
+	// the MachineDeployments it manages through workersPlan's.
+	topologyUpgrade     bool
+	cpPlan, workersPlan []string
+	// built are InProcess answerers built over a view of the control
+	// plane alone, by its version.
+	built map[string]Answerer
 }
 
 // apply lays the change over the snapshot: the proposed control plane and
@@ -445,6 +485,9 @@ func (p *predictor) applyCluster(u *unstructured.Unstructured) error {
 		return nil
 	}
 	p.topologyUpgrade = true
+	if err := p.topologyPlan(to); err != nil {
+		return err
+	}
 	if p.kcp != nil {
 		p.kcp.Spec.Version = to
 	}
@@ -453,7 +496,20 @@ func (p *predictor) applyCluster(u *unstructured.Unstructured) error {
 			md.Spec.Template.Spec.Version = to
 		}
 	}
-	p.notes = append(p.notes, fmt.Sprintf("Cluster %s: spec.topology.version %s -> %s: the topology controller upgrades the control plane first, then the MachineDeployments; the workers' answers here are for today's control plane, so a check against its version (the skew check) may pass when they are really asked", live.Name, from, to))
+	note := fmt.Sprintf("Cluster %s: spec.topology.version %s -> %s: the topology controller upgrades the control plane first", live.Name, from, to)
+	if len(p.cpPlan) > 1 {
+		note += " (through " + strings.Join(p.cpPlan, ", ") + ", one minor at a time)"
+	}
+	note += ", then the MachineDeployments"
+	if len(p.workersPlan) > 1 {
+		note += " (through " + strings.Join(p.workersPlan, ", ") + ")"
+	}
+	if _, ok := p.ext.(*InProcess); ok {
+		note += "; each question is answered over the cluster as it will be when Cluster API asks it"
+	} else {
+		note += "; the answers are given over the cluster as it is now, so a check that reads the control plane's version (as upgradekit's skew check does) may answer otherwise when Cluster API asks (-mode in-process answers over the cluster as it will be)"
+	}
+	p.notes = append(p.notes, note)
 	return nil
 }
 
@@ -481,20 +537,95 @@ func (p *predictor) noteTemplateEdit(k objKey, u *unstructured.Unstructured) err
 	return nil
 }
 
-// controlPlane predicts the KubeadmControlPlane's machines.
+// controlPlane predicts the KubeadmControlPlane's machines: one step per
+// version of a managed topology's upgrade plan, one step otherwise.
 func (p *predictor) controlPlane(byName map[string]*Machine) (Group, error) {
-	g := Group{Name: GroupControlPlane, Kind: "KubeadmControlPlane"}
 	var owned []*clusterv1.Machine
 	for _, m := range p.snap.Machines {
 		if controlledBy(m, "KubeadmControlPlane", p.kcp.Name) {
 			owned = append(owned, m)
 		}
 	}
+	versions := []string{p.kcp.Spec.Version}
+	if p.topologyUpgrade && len(p.cpPlan) > 0 {
+		versions = p.cpPlan
+	}
+	chained := len(versions) > 1
+	var g Group
+	hook := ""
+	machines := owned
+	st := &cpState{infra: p.snap.InfraMachines, configs: p.snap.KubeadmConfigs}
+	for i, v := range versions {
+		p.kcp.Spec.Version = v
+		view := []client.Object{p.kcp.DeepCopy()}
+		if i > 0 {
+			for _, m := range machines {
+				view = append(view, m)
+			}
+		}
+		ans, caveat, err := p.answerer(view, i > 0)
+		if err != nil {
+			return g, err
+		}
+		step := map[string]*Machine{}
+		for _, m := range machines {
+			pm := byName[m.Name]
+			step[m.Name] = &Machine{Name: m.Name, Node: pm.Node, FromVersion: m.Spec.Version}
+		}
+		next := &cpState{infra: maps.Clone(st.infra), configs: maps.Clone(st.configs)}
+		if g, err = p.controlPlaneStep(machines, st, next, ans, step); err != nil {
+			return g, err
+		}
+		hook = cmp.Or(hook, g.Hook)
+		blocked := false
+		for _, m := range machines {
+			merge(byName[m.Name], step[m.Name], chained, caveat)
+			blocked = blocked || step[m.Name].Method == strategy.MethodBlocked
+		}
+		if blocked && i < len(versions)-1 {
+			p.notes = append(p.notes, fmt.Sprintf("the control plane's step to %s is blocked: its later steps (%s) wait", v, strings.Join(versions[i+1:], ", ")))
+			break
+		}
+		// After the step every machine runs v: in place, or replaced by
+		// one created at v (whose name the preview does not know).
+		after := make([]*clusterv1.Machine, 0, len(machines))
+		for _, m := range machines {
+			m = m.DeepCopy()
+			m.Spec.Version = v
+			after = append(after, m)
+		}
+		machines, st = after, next
+	}
+	if chained {
+		for _, m := range owned {
+			settle(byName[m.Name])
+		}
+	}
+	g.Hook = hook
+	p.members[g.Name] = nil
+	for _, m := range owned {
+		p.members[g.Name] = append(p.members[g.Name], m.Name)
+	}
+	return g, nil
+}
+
+// cpState is the control plane machines' KubeadmConfigs and
+// infrastructure machines, by machine name, before a step of a chained
+// upgrade.
+type cpState struct {
+	infra   map[string]*unstructured.Unstructured
+	configs map[string]*bootstrapv1.KubeadmConfig
+}
+
+// controlPlaneStep predicts one step of the KubeadmControlPlane's
+// machines (p.kcp at the step's version) into step, ans answering.
+func (p *predictor) controlPlaneStep(owned []*clusterv1.Machine, st, next *cpState, ans Answerer, step map[string]*Machine) (Group, error) {
+	g := Group{Name: GroupControlPlane, Kind: "KubeadmControlPlane"}
 	var outdated []*Machine
 	for _, m := range owned {
-		pm := byName[m.Name]
+		pm := step[m.Name]
 		pm.Group, pm.Role, pm.ToVersion = GroupControlPlane, strategy.RoleControlPlane, p.kcp.Spec.Version
-		upToDate, res, err := upToDate(p.ctx, p.ov, p.snap.Cluster, m, p.kcp, &p.now, p.snap.InfraMachines, p.snap.KubeadmConfigs)
+		upToDate, res, err := upToDate(p.ctx, p.ov, p.snap.Cluster, m, p.kcp, &p.now, st.infra, st.configs)
 		if err != nil {
 			return g, fmt.Errorf("preview: KubeadmControlPlane %s: machine %s: %w", p.kcp.Name, m.Name, err)
 		}
@@ -503,6 +634,15 @@ func (p *predictor) controlPlane(byName map[string]*Machine) (Group, error) {
 			continue
 		}
 		outdated = append(outdated, pm)
+		// After the step the machine's KubeadmConfig and infrastructure
+		// machine are what Cluster API wants now (updated in place, or
+		// those of the machine replacing it).
+		if res.DesiredKubeadmConfig != nil {
+			next.configs[m.Name] = res.DesiredKubeadmConfig.DeepCopy()
+		}
+		if res.DesiredInfraMachine != nil {
+			next.infra[m.Name] = res.DesiredInfraMachine.DeepCopy()
+		}
 		why := strings.Join(res.LogMessages, "; ")
 		if !res.EligibleForInPlaceUpdate {
 			pm.Method, pm.Reason = strategy.MethodReplace, "not eligible for an in-place update: "+why
@@ -525,7 +665,7 @@ func (p *predictor) controlPlane(byName map[string]*Machine) (Group, error) {
 		if err != nil {
 			return g, fmt.Errorf("preview: machine %s: %w", m.Name, err)
 		}
-		a, aerr := p.ext.AnswerCanUpdateMachine(p.ctx, wire)
+		a, aerr := ans.AnswerCanUpdateMachine(p.ctx, wire)
 		resp := &runtimehooksv1.CanUpdateMachineResponse{CommonResponse: runtimehooksv1.CommonResponse{Status: runtimehooksv1.ResponseStatusSuccess},
 			MachinePatch: a.MachinePatch, BootstrapConfigPatch: a.BootstrapPatch, InfrastructureMachinePatch: a.InfrastructurePatch}
 		var verr error
@@ -563,29 +703,109 @@ func (p *predictor) controlPlane(byName map[string]*Machine) (Group, error) {
 			}
 		}
 	}
-	for _, m := range owned {
-		p.members[g.Name] = append(p.members[g.Name], m.Name)
-	}
 	return g, nil
 }
 
-// machineDeployment predicts a MachineDeployment's machines.
+// machineDeployment predicts a MachineDeployment's machines: one step per
+// version of a managed topology's workers upgrade plan, one step
+// otherwise.
 func (p *predictor) machineDeployment(md *clusterv1.MachineDeployment, byName map[string]*Machine) (Group, error) {
-	g := Group{Name: md.Name, Kind: "MachineDeployment"}
 	var msList []*clusterv1.MachineSet
 	for _, ms := range p.snap.MachineSets {
 		if ref := metav1.GetControllerOf(ms); ref != nil && ref.Kind == "MachineDeployment" && ref.Name == md.Name {
 			msList = append(msList, ms.DeepCopy())
 		}
 	}
-	machinesOf := map[string][]*clusterv1.Machine{}
 	var owned []*clusterv1.Machine
 	for _, m := range p.snap.Machines {
 		for _, ms := range msList {
 			if controlledBy(m, "MachineSet", ms.Name) {
-				machinesOf[ms.Name] = append(machinesOf[ms.Name], m)
 				owned = append(owned, m)
-				pm := byName[m.Name]
+			}
+		}
+	}
+	_, managed := md.Labels[clusterv1.ClusterTopologyOwnedLabel]
+	versions := []string{md.Spec.Template.Spec.Version}
+	if p.topologyUpgrade && managed && len(p.workersPlan) > 0 {
+		versions = p.workersPlan
+	}
+	chained := len(versions) > 1
+	var g Group
+	hook := ""
+	for i, v := range versions {
+		at := md.DeepCopy()
+		at.Spec.Template.Spec.Version = v
+		var view []client.Object
+		kcpMoved := false
+		if p.kcp != nil {
+			kcp := p.kcp.DeepCopy()
+			if p.topologyUpgrade && managed {
+				kcp.Spec.Version = v // the topology controller moves workers to v once the control plane runs it
+			}
+			view = append(view, kcp)
+			kcpMoved = p.snap.ControlPlane != nil && kcp.Spec.Version != p.snap.ControlPlane.Spec.Version
+		}
+		if i > 0 {
+			for _, ms := range msList {
+				view = append(view, ms)
+			}
+		}
+		ans, caveat, err := p.answerer(view, i > 0 || kcpMoved)
+		if err != nil {
+			return g, err
+		}
+		step := map[string]*Machine{}
+		for _, m := range owned {
+			from := m.Spec.Version
+			if i > 0 {
+				from = versions[i-1]
+			}
+			step[m.Name] = &Machine{Name: m.Name, Node: byName[m.Name].Node, Role: strategy.RoleWorker, FromVersion: from}
+		}
+		if g, err = p.machineDeploymentStep(at, msList, owned, ans, step); err != nil {
+			return g, err
+		}
+		hook = cmp.Or(hook, g.Hook)
+		blocked := false
+		for _, m := range owned {
+			merge(byName[m.Name], step[m.Name], chained, caveat)
+			blocked = blocked || step[m.Name].Method == strategy.MethodBlocked
+		}
+		if blocked && i < len(versions)-1 {
+			p.notes = append(p.notes, fmt.Sprintf("MachineDeployment %s's step to %s is blocked: its later steps (%s) wait", md.Name, v, strings.Join(versions[i+1:], ", ")))
+			break
+		}
+		next := make([]*clusterv1.MachineSet, 0, len(msList))
+		for _, ms := range msList {
+			ms = ms.DeepCopy()
+			ms.Spec.Template.Spec.Version = v
+			next = append(next, ms)
+		}
+		msList = next
+	}
+	if chained {
+		for _, m := range owned {
+			settle(byName[m.Name])
+		}
+	}
+	g.Hook = hook
+	p.members[g.Name] = nil
+	for _, m := range owned {
+		p.members[g.Name] = append(p.members[g.Name], m.Name)
+	}
+	return g, nil
+}
+
+// machineDeploymentStep predicts one step of a MachineDeployment's
+// machines (owned, in msList's MachineSets) into step, ans answering.
+func (p *predictor) machineDeploymentStep(md *clusterv1.MachineDeployment, msList []*clusterv1.MachineSet, owned []*clusterv1.Machine, ans Answerer, step map[string]*Machine) (Group, error) {
+	g := Group{Name: md.Name, Kind: "MachineDeployment"}
+	machinesOf := map[string][]*clusterv1.Machine{}
+	for _, m := range owned {
+		for _, ms := range msList {
+			if controlledBy(m, "MachineSet", ms.Name) {
+				machinesOf[ms.Name] = append(machinesOf[ms.Name], m)
+				pm := step[m.Name]
 				pm.Group, pm.ToVersion = md.Name, md.Spec.Template.Spec.Version
 			}
 		}
@@ -599,7 +819,7 @@ func (p *predictor) machineDeployment(md *clusterv1.MachineDeployment, byName ma
 	}
 	if newMS != nil {
 		for _, m := range machinesOf[newMS.Name] {
-			pm := byName[m.Name]
+			pm := step[m.Name]
 			pm.Method, pm.Reason = strategy.MethodSkip, "its MachineSet "+newMS.Name+" matches the MachineDeployment's template"
 		}
 	}
@@ -615,7 +835,7 @@ func (p *predictor) machineDeployment(md *clusterv1.MachineDeployment, byName ma
 		why := strings.Join(res.LogMessages, ", ")
 		set := func(method strategy.Method, reason string) {
 			for _, m := range ms {
-				byName[m.Name].Method, byName[m.Name].Reason = method, reason
+				step[m.Name].Method, step[m.Name].Reason = method, reason
 			}
 		}
 		switch {
@@ -639,7 +859,7 @@ func (p *predictor) machineDeployment(md *clusterv1.MachineDeployment, byName ma
 		if err != nil {
 			return g, fmt.Errorf("preview: MachineSet %s: %w", old.Name, err)
 		}
-		a, aerr := p.ext.AnswerCanUpdateMachineSet(p.ctx, wire)
+		a, aerr := ans.AnswerCanUpdateMachineSet(p.ctx, wire)
 		resp := &runtimehooksv1.CanUpdateMachineSetResponse{CommonResponse: runtimehooksv1.CommonResponse{Status: runtimehooksv1.ResponseStatusSuccess},
 			MachineSetPatch: a.MachinePatch, BootstrapConfigTemplatePatch: a.BootstrapPatch, InfrastructureMachineTemplatePatch: a.InfrastructurePatch}
 		var verr error
@@ -647,8 +867,8 @@ func (p *predictor) machineDeployment(md *clusterv1.MachineDeployment, byName ma
 			verr = capi.VerifyCanUpdateMachineSet(wire, resp)
 		}
 		for _, m := range ms {
-			judge(byName[m.Name], "CanUpdateMachineSet", why, a, aerr, verr)
-			accepted = accepted || byName[m.Name].Method == strategy.MethodInPlace
+			judge(step[m.Name], "CanUpdateMachineSet", why, a, aerr, verr)
+			accepted = accepted || step[m.Name].Method == strategy.MethodInPlace
 		}
 	}
 	// With maxSurge > 0 the rollout planner lets one surge machine be
@@ -660,9 +880,6 @@ func (p *predictor) machineDeployment(md *clusterv1.MachineDeployment, byName ma
 		if accepted {
 			g.Surge = 1
 		}
-	}
-	for _, m := range owned {
-		p.members[g.Name] = append(p.members[g.Name], m.Name)
 	}
 	p.surgeDeletes[g.Name] = accepted && g.Surge > 0
 	return g, nil
