@@ -577,13 +577,7 @@ func (p *predictor) controlPlane(byName map[string]*Machine) (Group, error) {
 			return g, err
 		}
 		hook = cmp.Or(hook, g.Hook)
-		blocked := false
-		for _, m := range machines {
-			merge(byName[m.Name], step[m.Name], chained, caveat)
-			blocked = blocked || step[m.Name].Method == strategy.MethodBlocked
-		}
-		if blocked && i < len(versions)-1 {
-			p.notes = append(p.notes, fmt.Sprintf("the control plane's step to %s is blocked: its later steps (%s) wait", v, strings.Join(versions[i+1:], ", ")))
+		if p.fold(byName, step, chained, caveat, "the control plane", versions, i) {
 			break
 		}
 		// After the step every machine runs v: in place, or replaced by
@@ -596,17 +590,37 @@ func (p *predictor) controlPlane(byName map[string]*Machine) (Group, error) {
 		}
 		machines, st = after, next
 	}
-	if chained {
-		for _, m := range owned {
-			settle(byName[m.Name])
-		}
+	return p.finish(g, hook, owned, byName, chained), nil
+}
+
+// fold merges step i's predictions (of versions) into byName, and says
+// whether a machine of group is blocked there: its later steps wait,
+// which a note says.
+func (p *predictor) fold(byName, step map[string]*Machine, chained bool, caveat, group string, versions []string, i int) bool {
+	blocked := false
+	for name, st := range step {
+		merge(byName[name], st, chained, caveat)
+		blocked = blocked || st.Method == strategy.MethodBlocked
 	}
+	if blocked && i < len(versions)-1 {
+		p.notes = append(p.notes, fmt.Sprintf("%s's step to %s is blocked: its later steps (%s) wait", group, versions[i], strings.Join(versions[i+1:], ", ")))
+		return true
+	}
+	return false
+}
+
+// finish completes a group's prediction over its steps: each machine's
+// outcome from its steps when chained, the hook asked, its members.
+func (p *predictor) finish(g Group, hook string, owned []*clusterv1.Machine, byName map[string]*Machine, chained bool) Group {
 	g.Hook = hook
 	p.members[g.Name] = nil
 	for _, m := range owned {
+		if chained {
+			settle(byName[m.Name])
+		}
 		p.members[g.Name] = append(p.members[g.Name], m.Name)
 	}
-	return g, nil
+	return g
 }
 
 // cpState is the control plane machines' KubeadmConfigs and
@@ -766,13 +780,7 @@ func (p *predictor) machineDeployment(md *clusterv1.MachineDeployment, byName ma
 			return g, err
 		}
 		hook = cmp.Or(hook, g.Hook)
-		blocked := false
-		for _, m := range owned {
-			merge(byName[m.Name], step[m.Name], chained, caveat)
-			blocked = blocked || step[m.Name].Method == strategy.MethodBlocked
-		}
-		if blocked && i < len(versions)-1 {
-			p.notes = append(p.notes, fmt.Sprintf("MachineDeployment %s's step to %s is blocked: its later steps (%s) wait", md.Name, v, strings.Join(versions[i+1:], ", ")))
+		if p.fold(byName, step, chained, caveat, "MachineDeployment "+md.Name, versions, i) {
 			break
 		}
 		next := make([]*clusterv1.MachineSet, 0, len(msList))
@@ -783,17 +791,7 @@ func (p *predictor) machineDeployment(md *clusterv1.MachineDeployment, byName ma
 		}
 		msList = next
 	}
-	if chained {
-		for _, m := range owned {
-			settle(byName[m.Name])
-		}
-	}
-	g.Hook = hook
-	p.members[g.Name] = nil
-	for _, m := range owned {
-		p.members[g.Name] = append(p.members[g.Name], m.Name)
-	}
-	return g, nil
+	return p.finish(g, hook, owned, byName, chained), nil
 }
 
 // machineDeploymentStep predicts one step of a MachineDeployment's

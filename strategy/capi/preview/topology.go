@@ -56,7 +56,7 @@ func upgradePlan(classVersions []string, desired, cp, minWorkers string) (cpPlan
 	if cmpVersions(cur, want) != 0 {
 		if len(classVersions) == 0 {
 			if want.Minor() > cur.Minor()+1 {
-				return nil, nil, fmt.Errorf("Cluster API cannot plan an upgrade from %s to %s without the ClusterClass's spec.kubernetesVersions: one minor at a time", cp, desired)
+				return nil, nil, fmt.Errorf("no upgrade plan from %s to %s without the ClusterClass's spec.kubernetesVersions: Cluster API goes one minor at a time", cp, desired)
 			}
 			cpPlan = []string{desired}
 		} else {
