@@ -44,12 +44,14 @@
 // control plane KubeadmControlPlane's own controller creates, initialises,
 // scales and updates in place through the extension (CanUpdateMachine is
 // its hook; the provider does what kubeadm init and join leave that it
-// reads). It uses external etcd: with stacked etcd, KubeadmControlPlane's
-// preflight checks (reconcilers/kubeadmcontrolplane/preflight.go,
-// checkHealthiness) require each etcd member healthy, which it learns by
-// dialling each etcd Pod through the API server's portforward subresource
-// (controlplane/kubeadm/pkg/proxy/dial.go); envtest has no kubelet to
-// forward to, so stacked etcd cannot pass them here.
+// reads). It uses external etcd unless StackedEtcd asks for kubeadm's
+// default. With stacked etcd, KubeadmControlPlane's preflight checks and
+// conditions require each etcd member healthy, which it learns by dialling
+// each etcd Pod through the API server's portforward subresource
+// (controlplane/kubeadm/pkg/proxy/dial.go): the provider (WithEtcd, on in
+// NewForTest) runs a real etcd member per control plane machine and, in
+// front of each, a kubelet HTTPS endpoint serving that port-forward;
+// Provider.EtcdMembers reads the members as the test's own client.
 //
 // Managed topologies: ClusterClassObjects gives a cluster of Cluster
 // API's ClusterTopology feature gate (start the managers with

@@ -3,6 +3,7 @@ package capitest
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -30,6 +31,7 @@ type Harness struct {
 // (fake/envtest.StartForTest, which skips t when the assets are missing,
 // unless envtest.RequireEnvVar is set), the infrastructure CRDs, the three
 // managers with DefaultFeatureGates (StartForTest) and the provider with
+// WithEtcd (envtest's etcd binary, for stacked etcd control planes) and
 // opts. When t fails, the provider's errors and the end of each
 // manager's log are logged.
 func NewForTest(t testing.TB, opts ...ProviderOption) *Harness {
@@ -39,7 +41,7 @@ func NewForTest(t testing.TB, opts ...ProviderOption) *Harness {
 		t.Fatal(err)
 	}
 	m := StartForTest(t, env)
-	p, err := StartProvider(env.Client, opts...)
+	p, err := StartProvider(env.Client, append([]ProviderOption{WithEtcd(filepath.Join(env.AssetsDir, "etcd"))}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}

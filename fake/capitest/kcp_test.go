@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	controlplanev1 "sigs.k8s.io/cluster-api/api/controlplane/kubeadm/v1beta2"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -87,4 +88,55 @@ func machineConditions(ms map[string]clusterv1.Machine) string {
 		}
 	}
 	return b.String()
+}
+
+// TestClusterAPIProvisionsAStackedEtcdControlPlane: the same with etcd on
+// the control plane machines (StackedEtcd), kubeadm's default.
+// KubeadmControlPlane generates the etcd CA, and reads each member's
+// health through the API server's port-forward to kube-system/etcd-<node>,
+// which the provider's kubelets serve in front of a real etcd member per
+// machine: it reports etcd healthy, and the members are named after the
+// machines' Nodes, none a learner, no alarm raised.
+func TestClusterAPIProvisionsAStackedEtcdControlPlane(t *testing.T) {
+	h := capitest.NewForTest(t)
+	ctx, c := t.Context(), h.Env.Client
+	objs, err := capitest.KubeadmControlPlaneObjects(h.Env, "default", "stacked", 3, "v1.35.4", capitest.StackedEtcd())
+	require.NoError(t, err)
+	require.NoError(t, capitest.Create(ctx, c, objs...))
+	start := time.Now()
+	var kcp controlplanev1.KubeadmControlPlane
+	waitFor(t, 5*time.Minute, func() (bool, string) {
+		require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: "default", Name: "stacked-cp"}, &kcp))
+		st := kcp.Status
+		ok := st.ObservedGeneration == kcp.Generation && st.AvailableReplicas != nil && *st.AvailableReplicas == 3 &&
+			st.UpToDateReplicas != nil && *st.UpToDateReplicas == 3 && conditionTrue(st.Conditions, controlplanev1.KubeadmControlPlaneEtcdClusterHealthyCondition)
+		return ok, fmt.Sprintf("KubeadmControlPlane status %+v; machines %s; provider %v", st, machineConditions(kcpMachines(t, c)), h.Provider.Errors())
+	})
+	t.Logf("3 stacked etcd control plane machines in %s", time.Since(start).Round(time.Millisecond))
+	members, alarms, err := h.Provider.EtcdMembers(ctx, types.NamespacedName{Namespace: "default", Name: "stacked"})
+	require.NoError(t, err)
+	var names []string
+	for _, m := range members {
+		require.False(t, m.Learner, m.Name)
+		names = append(names, m.Name)
+	}
+	machines := kcpMachines(t, c)
+	var nodes []string
+	for _, m := range machines {
+		require.True(t, conditionTrue(m.Status.Conditions, controlplanev1.KubeadmControlPlaneMachineEtcdMemberHealthyCondition), "%s: %v", m.Name, m.Status.Conditions)
+		nodes = append(nodes, m.Status.NodeRef.Name)
+	}
+	require.ElementsMatch(t, nodes, names, "one member per machine, named after its Node")
+	require.Empty(t, alarms)
+	require.Empty(t, h.Provider.Errors())
+}
+
+// conditionTrue reports whether conds has typ with status True.
+func conditionTrue(conds []metav1.Condition, typ string) bool {
+	for _, c := range conds {
+		if c.Type == typ {
+			return c.Status == metav1.ConditionTrue
+		}
+	}
+	return false
 }

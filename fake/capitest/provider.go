@@ -36,6 +36,7 @@ type providerOptions struct {
 	registry *fake.Registry
 	interval time.Duration
 	log      logr.Logger
+	etcd     string
 }
 
 // ProviderOption configures StartProvider.
@@ -71,6 +72,25 @@ func WithRegistry(r *fake.Registry) ProviderOption {
 // the API server (default 100ms).
 func WithPollInterval(d time.Duration) ProviderOption {
 	return func(o *providerOptions) { o.interval = d }
+}
+
+// WithEtcd runs a real etcd member (binary: the envtest etcd, as
+// filepath.Join(env.AssetsDir, "etcd")) for each control plane machine
+// whose KubeadmConfig uses stacked etcd (no
+// clusterConfiguration.etcd.external), named after its node: the first of
+// a cluster starts a new etcd cluster, the others join it (MemberAdd, as
+// kubeadm join does), over TLS from the cluster's etcd CA. Each of those
+// nodes gets a kubelet HTTPS endpoint that serves the API server's
+// pods/portforward to kube-system/etcd-<node>:2379, which is how
+// KubeadmControlPlane reads etcd's health, moves its leader and removes a
+// deleted machine's member. Without it a stacked etcd control plane has
+// no etcd, and KubeadmControlPlane reports it unhealthy. What it does not
+// model: an etcd upgrade (the member's binary stays envtest's; the host's
+// etcd static pod changes its image only), peer TLS, a member whose host
+// stops (it runs until its machine is deleted) and the API servers of
+// the nodes (the one envtest API server stands for all, as without it).
+func WithEtcd(binary string) ProviderOption {
+	return func(o *providerOptions) { o.etcd = binary }
 }
 
 // WithProviderLogger logs what the provider and kubelets do (default:
@@ -136,7 +156,10 @@ type Provider struct {
 	mu      sync.Mutex
 	fleets  map[types.NamespacedName]*fake.Fleet // by Cluster
 	kubelet map[string]*kubelet                  // by node name
+	servers map[string]*kubeletServer            // by node name, with WithEtcd
 	errs    []error
+
+	etcd *etcdClusters // nil without WithEtcd
 }
 
 // StartProvider starts the provider against c (an administrator's client
@@ -164,7 +187,15 @@ func StartProvider(c client.Client, opts ...ProviderOption) (*Provider, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &Provider{c: c, o: o, dir: dir, stop: cancel, done: make(chan struct{}),
-		fleets: map[types.NamespacedName]*fake.Fleet{}, kubelet: map[string]*kubelet{}}
+		fleets: map[types.NamespacedName]*fake.Fleet{}, kubelet: map[string]*kubelet{}, servers: map[string]*kubeletServer{}}
+	if o.etcd != "" {
+		if _, err := os.Stat(o.etcd); err != nil {
+			cancel()
+			_ = os.RemoveAll(dir)
+			return nil, fmt.Errorf("capitest: StartProvider: WithEtcd: %w", err)
+		}
+		p.etcd = &etcdClusters{bin: o.etcd, dir: filepath.Join(dir, "etcd"), clusters: map[types.NamespacedName]*etcdCluster{}}
+	}
 	go p.loop(ctx)
 	return p, nil
 }
@@ -233,7 +264,18 @@ func (p *Provider) report(err error) {
 func (p *Provider) Stop() error {
 	p.stop()
 	<-p.done
-	return os.RemoveAll(p.dir)
+	p.mu.Lock()
+	servers := p.servers
+	p.servers = map[string]*kubeletServer{}
+	p.mu.Unlock()
+	for _, ks := range servers {
+		ks.stop()
+	}
+	var errs []error
+	if p.etcd != nil {
+		errs = append(errs, p.etcd.stop())
+	}
+	return errors.Join(append(errs, os.RemoveAll(p.dir))...)
 }
 
 func (p *Provider) loop(ctx context.Context) {
@@ -316,6 +358,16 @@ func (p *Provider) reconcile(ctx context.Context) {
 	p.mu.Unlock()
 	for _, k := range gone {
 		k.stopAndWait()
+		p.mu.Lock()
+		ks := p.servers[k.node]
+		delete(p.servers, k.node)
+		p.mu.Unlock()
+		if ks != nil {
+			ks.stop()
+		}
+		if p.etcd != nil {
+			p.etcd.leave(k.node)
+		}
 		k.fleet.Remove(k.node)
 		err := p.c.Delete(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: k.node}})
 		if err != nil && !apierrors.IsNotFound(err) {
@@ -408,12 +460,24 @@ func (p *Provider) boot(ctx context.Context, m *clusterv1.Machine) error {
 			return err
 		}
 	}
+	kubeletPort := 0
+	if role == fake.RoleControlPlane && p.etcd != nil {
+		stacked, err := p.stackedEtcd(ctx, m)
+		if err != nil {
+			return err
+		}
+		if stacked {
+			if kubeletPort, err = p.serveEtcd(ctx, key, m.Name); err != nil {
+				return fmt.Errorf("stacked etcd on %s: %w", m.Name, err)
+			}
+		}
+	}
 	if role == fake.RoleControlPlane {
 		if err := p.kubeadmInit(ctx, m); err != nil {
 			return fmt.Errorf("kubeadm init on %s: %w", m.Name, err)
 		}
 	}
-	if err := p.register(ctx, m, host, role); err != nil {
+	if err := p.register(ctx, m, host, role, kubeletPort); err != nil {
 		return fmt.Errorf("registering Node %s: %w", m.Name, err)
 	}
 	if role == fake.RoleControlPlane {
@@ -499,8 +563,9 @@ func (p *Provider) kubeadmInit(ctx context.Context, m *clusterv1.Machine) error 
 // annotation: it records when the node's certificates expire, in that
 // annotation. KubeadmControlPlane reads the API server's serving
 // certificate through a port-forward to its Pod, which needs a kubelet
-// serving the API server's portforward subresource; the harness's kubelets
-// do not, so the harness writes one year from now: kubeadm's validity for
+// serving the API server's portforward subresource to the API server's
+// Pod; the harness's kubelets serve it only to etcd Pods (WithEtcd), so
+// the harness writes one year from now: kubeadm's validity for
 // certificates it has just issued (at boot) or renewed (`kubeadm upgrade`,
 // after which the extension removes the annotation). It does not model
 // certificates that age: an annotation removed long after the last
@@ -525,8 +590,42 @@ func (p *Provider) certificatesExpiry(ctx context.Context, m *clusterv1.Machine)
 	return p.c.Patch(ctx, &cfg, patch)
 }
 
-// register creates the Node the kubelet registers at its first start.
-func (p *Provider) register(ctx context.Context, m *clusterv1.Machine, h *fake.Host, role fake.Role) error {
+// stackedEtcd reports whether m's KubeadmConfig runs etcd on the node
+// (no clusterConfiguration.etcd.external endpoints).
+func (p *Provider) stackedEtcd(ctx context.Context, m *clusterv1.Machine) (bool, error) {
+	ref := m.Spec.Bootstrap.ConfigRef
+	if ref.Kind != "KubeadmConfig" || ref.Name == "" {
+		return false, nil
+	}
+	var cfg bootstrapv1.KubeadmConfig
+	if err := p.c.Get(ctx, client.ObjectKey{Namespace: m.Namespace, Name: ref.Name}, &cfg); err != nil {
+		return false, err
+	}
+	return len(cfg.Spec.ClusterConfiguration.Etcd.External.Endpoints) == 0, nil
+}
+
+// serveEtcd starts node's etcd member in cluster and its kubelet endpoint
+// (once), and returns the endpoint's port.
+func (p *Provider) serveEtcd(ctx context.Context, cluster types.NamespacedName, node string) (int, error) {
+	if err := p.etcd.join(ctx, p.c, cluster, node); err != nil {
+		return 0, err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if ks := p.servers[node]; ks != nil {
+		return ks.port, nil
+	}
+	ks, err := startKubeletServer(node, func() *etcdMember { return p.etcd.member(cluster, node) })
+	if err != nil {
+		return 0, err
+	}
+	p.servers[node] = ks
+	return ks.port, nil
+}
+
+// register creates the Node the kubelet registers at its first start;
+// kubeletPort, when not 0, is its HTTPS endpoint's (WithEtcd).
+func (p *Provider) register(ctx context.Context, m *clusterv1.Machine, h *fake.Host, role fake.Role, kubeletPort int) error {
 	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: m.Name, Labels: map[string]string{
 		corev1.LabelHostname: m.Name, corev1.LabelOSStable: "linux", corev1.LabelArchStable: "amd64"}},
 		Spec: corev1.NodeSpec{ProviderID: ProviderIDPrefix + m.Namespace + "/" + m.Name}}
@@ -551,6 +650,12 @@ func (p *Provider) register(ctx context.Context, m *clusterv1.Machine, h *fake.H
 	n.Status.NodeInfo = corev1.NodeSystemInfo{KubeletVersion: h.RunningVersion(fake.Kubelet), OperatingSystem: "linux", Architecture: "amd64",
 		ContainerRuntimeVersion: "containerd://" + h.RunningVersion(fake.Containerd)}
 	n.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "127.0.0.1"}, {Type: corev1.NodeHostName, Address: m.Name}}
+	if kubeletPort != 0 {
+		// The API server reaches a kubelet at its Node's address by type
+		// (Hostname first), and the node's name resolves to nothing here.
+		n.Status.Addresses = n.Status.Addresses[:1]
+		n.Status.DaemonEndpoints.KubeletEndpoint.Port = int32(kubeletPort) //nolint:gosec // a TCP port
+	}
 	return p.c.Status().Update(ctx, n)
 }
 
