@@ -455,6 +455,56 @@ func TestTopologyChainedUpgrade(t *testing.T) {
 	require.Contains(t, w.Reason, "answered over the cluster as it is now")
 	require.Contains(t, strings.Join(pr.Notes, "\n"), "-mode in-process answers over the cluster as it will be")
 
+	// The control plane's first step blocked (no upgrader image for
+	// v1.36.3: CanUpdateMachine answers a Failure, Cluster API waits): its
+	// later step waits, and so do the workers, which Cluster API moves only
+	// once the control plane runs their version.
+	noFirst, err := preview.NewInProcess(c, func(mgmt client.Reader) (preview.Answerer, error) {
+		srv, err := extensionserver.New(mgmt, extensionserver.AllowMutableUpgraderImages(), extensionserver.WithoutBundleChecksums(),
+			extensionserver.WithUpgraderImages(capi.ImagesByVersion{skip: images[skip]}))
+		if err != nil {
+			return nil, err
+		}
+		return srv.Extension(), nil
+	})
+	require.NoError(t, err)
+	pr, err = preview.Predict(ctx, c, snap, change, noFirst)
+	require.NoError(t, err)
+	cp, _ = pr.Machine("chain-cp-0")
+	require.Equal(t, strategy.MethodBlocked, cp.Method, cp.Reason)
+	require.Len(t, cp.Steps, 1, "the step to v1.37.2 is never asked")
+	w, _ = pr.Machine("managed-abcde-0000")
+	require.Equal(t, strategy.MethodBlocked, w.Method, w.Reason)
+	require.Contains(t, w.Reason, "waits for the control plane, blocked at its step to "+cpTo)
+	require.Contains(t, strings.Join(pr.Notes, "\n"), "the control plane's step to "+cpTo+" is blocked: its later steps ("+skip+") wait")
+
+	// An InProcess not made by NewInProcess is refused.
+	_, err = preview.Predict(ctx, c, snap, change, &preview.InProcess{})
+	require.ErrorIs(t, err, preview.ErrInvalidArgument)
+
+	// A control plane rollout in progress (the KubeadmControlPlane at
+	// v1.36.3, its machine still at v1.35.4) ends before the topology
+	// controller moves it on: the machine steps to v1.36.3 first, then
+	// v1.37.2, never two minors at once.
+	var kcp controlplanev1.KubeadmControlPlane
+	require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: "default", Name: "chain-cp"}, &kcp))
+	kcp.Spec.Version = cpTo
+	require.NoError(t, c.Update(ctx, &kcp))
+	require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(&cluster), &cluster))
+	cluster.Spec.Topology.Version = cpTo
+	require.NoError(t, c.Update(ctx, &cluster))
+	midway, err := preview.Read(ctx, c, client.ObjectKey{Namespace: "default", Name: "chain"})
+	require.NoError(t, err)
+	bumped = cluster.DeepCopy()
+	bumped.Spec.Topology.Version = skip
+	pr, err = preview.Predict(ctx, c, midway, []*unstructured.Unstructured{toUnstructured(t, bumped, "Cluster", clusterv1.GroupVersion.String())}, inProcess)
+	require.NoError(t, err)
+	cp, _ = pr.Machine("chain-cp-0")
+	require.Equal(t, strategy.MethodInPlace, cp.Method, cp.Reason)
+	require.Len(t, cp.Steps, 2, "%+v", cp.Steps)
+	require.Equal(t, [2]string{cpFrom, cpTo}, [2]string{cp.Steps[0].FromVersion, cp.Steps[0].ToVersion})
+	require.Equal(t, [2]string{cpTo, skip}, [2]string{cp.Steps[1].FromVersion, cp.Steps[1].ToVersion})
+
 	// Without the ClusterClass's list, Cluster API cannot plan two minors:
 	// neither can the preview.
 	require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(class), class))

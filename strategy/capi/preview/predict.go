@@ -147,10 +147,10 @@ type Machine struct {
 	Estimate time.Duration `json:"estimate,omitempty"`
 	// Steps are the questions of a managed topology's chained upgrade
 	// (the control plane goes one minor at a time, the workers in the
-	// fewest steps): one per version the machine is taken to, when there
-	// is more than one. Method and Reason are then the steps' outcome:
-	// Blocked at the first blocked step (later steps wait), else Replace
-	// when any step replaces the machine, else InPlace.
+	// fewest steps), when its group has more than one step: one per step
+	// that changes the machine. Method and Reason are then the steps'
+	// outcome: Blocked at the first blocked step (later steps wait), else
+	// Replace at the first step that replaces the machine, else InPlace.
 	Steps []Step `json:"steps,omitempty"`
 }
 
@@ -287,6 +287,9 @@ func Predict(ctx context.Context, mgmt client.Client, snap *Snapshot, change []*
 	if err := snap.check(); err != nil {
 		return nil, err
 	}
+	if ip, ok := ext.(*InProcess); ok && (ip == nil || ip.now == nil) {
+		return nil, errNoInProcess
+	}
 	o := options{clock: clock.RealClock{}, timings: DefaultTimings()}
 	for _, f := range opts {
 		if f != nil {
@@ -333,6 +336,7 @@ func Predict(ctx context.Context, mgmt client.Client, snap *Snapshot, change []*
 		pr.Groups = append(pr.Groups, g)
 	}
 	p.blockers(byName)
+	pr.Notes = p.notes // with the groups' own
 	for i := range pr.Groups {
 		g := &pr.Groups[i]
 		g.Summary = summarize(p.members[g.Name], byName, g.Surge)
@@ -373,6 +377,10 @@ type predictor struct {
 	// built are InProcess answerers built over a view of the control
 	// plane alone, by its version.
 	built map[string]Answerer
+	// cpReached is the last version of the control plane's steps it
+	// completes; cpBlocked the version of the step it is blocked at ("":
+	// none).
+	cpReached, cpBlocked string
 }
 
 // apply lays the change over the snapshot: the proposed control plane and
@@ -549,6 +557,11 @@ func (p *predictor) controlPlane(byName map[string]*Machine) (Group, error) {
 	versions := []string{p.kcp.Spec.Version}
 	if p.topologyUpgrade && len(p.cpPlan) > 0 {
 		versions = p.cpPlan
+		// A rollout in progress ends before the topology controller
+		// moves the control plane on.
+		if live := p.snap.ControlPlane.Spec.Version; slices.ContainsFunc(owned, func(m *clusterv1.Machine) bool { return m.Spec.Version != live }) {
+			versions = append([]string{live}, versions...)
+		}
 	}
 	chained := len(versions) > 1
 	var g Group
@@ -578,8 +591,10 @@ func (p *predictor) controlPlane(byName map[string]*Machine) (Group, error) {
 		}
 		hook = cmp.Or(hook, g.Hook)
 		if p.fold(byName, step, chained, caveat, "the control plane", versions, i) {
+			p.cpBlocked = v
 			break
 		}
+		p.cpReached = v
 		// After the step every machine runs v: in place, or replaced by
 		// one created at v (whose name the preview does not know).
 		after := make([]*clusterv1.Machine, 0, len(machines))
@@ -594,8 +609,8 @@ func (p *predictor) controlPlane(byName map[string]*Machine) (Group, error) {
 }
 
 // fold merges step i's predictions (of versions) into byName, and says
-// whether a machine of group is blocked there: its later steps wait,
-// which a note says.
+// whether a machine of group is blocked there: its later steps, if any,
+// wait, which a note says.
 func (p *predictor) fold(byName, step map[string]*Machine, chained bool, caveat, group string, versions []string, i int) bool {
 	blocked := false
 	for name, st := range step {
@@ -604,9 +619,8 @@ func (p *predictor) fold(byName, step map[string]*Machine, chained bool, caveat,
 	}
 	if blocked && i < len(versions)-1 {
 		p.notes = append(p.notes, fmt.Sprintf("%s's step to %s is blocked: its later steps (%s) wait", group, versions[i], strings.Join(versions[i+1:], ", ")))
-		return true
 	}
-	return false
+	return blocked
 }
 
 // finish completes a group's prediction over its steps: each machine's
@@ -742,6 +756,34 @@ func (p *predictor) machineDeployment(md *clusterv1.MachineDeployment, byName ma
 	versions := []string{md.Spec.Template.Spec.Version}
 	if p.topologyUpgrade && managed && len(p.workersPlan) > 0 {
 		versions = p.workersPlan
+		// A rollout in progress ends first.
+		for _, live := range p.snap.MachineDeployments {
+			if live.Name == md.Name && slices.ContainsFunc(owned, func(m *clusterv1.Machine) bool { return m.Spec.Version != live.Spec.Template.Spec.Version }) {
+				versions = append([]string{live.Spec.Template.Spec.Version}, versions...)
+			}
+		}
+	}
+	if p.topologyUpgrade && managed && p.cpBlocked != "" {
+		// The topology controller moves workers to a version once the
+		// control plane runs it: not past where the control plane stops.
+		var kept []string
+		for _, v := range versions {
+			if p.cpReached != "" && cmpVersionStrings(v, p.cpReached) <= 0 {
+				kept = append(kept, v)
+			}
+		}
+		if len(kept) < len(versions) {
+			p.notes = append(p.notes, fmt.Sprintf("MachineDeployment %s waits for the control plane before its step to %s", md.Name, versions[len(kept)]))
+		}
+		if len(kept) == 0 {
+			for _, m := range owned {
+				pm := byName[m.Name]
+				pm.Group, pm.ToVersion, pm.Method = md.Name, versions[len(versions)-1], strategy.MethodBlocked
+				pm.Reason = fmt.Sprintf("waits for the control plane, blocked at its step to %s: Cluster API moves the workers once the control plane runs their version", p.cpBlocked)
+			}
+			return p.finish(Group{Name: md.Name, Kind: "MachineDeployment"}, "", owned, byName, false), nil
+		}
+		versions = kept
 	}
 	chained := len(versions) > 1
 	var g Group

@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -33,8 +34,10 @@ import (
 // versions the control plane goes through from cp to desired, one minor
 // at a time, and the fewest worker steps from minWorkers ("" without
 // workers) that keep workers within three minors of the control plane.
+// Versions that differ only in build metadata are ordered as Cluster
+// API's util/version.Compare with WithBuildTags orders them. Cluster API
+// also counts MachinePools among the workers; the preview reads none.
 // TestUpgradePlanIsClusterAPIs holds it to Cluster API's own functions.
-// Versions with build metadata are compared without it.
 func upgradePlan(classVersions []string, desired, cp, minWorkers string) (cpPlan, workersPlan []string, err error) {
 	want, err := version.ParseSemantic(desired)
 	if err != nil {
@@ -50,10 +53,10 @@ func upgradePlan(classVersions []string, desired, cp, minWorkers string) (cpPlan
 			return nil, nil, fmt.Errorf("MachineDeployment spec.template.spec.version %q: %w", minWorkers, err)
 		}
 	}
-	if cmpVersions(cur, want) == 0 && (workers == nil || cmpVersions(workers, want) == 0) {
+	if cur.String() == want.String() && (workers == nil || workers.String() == want.String()) {
 		return nil, nil, nil
 	}
-	if cmpVersions(cur, want) != 0 {
+	if cur.String() != want.String() {
 		if len(classVersions) == 0 {
 			if want.Minor() > cur.Minor()+1 {
 				return nil, nil, fmt.Errorf("no upgrade plan from %s to %s without the ClusterClass's spec.kubernetesVersions: Cluster API goes one minor at a time", cp, desired)
@@ -69,11 +72,11 @@ func upgradePlan(classVersions []string, desired, cp, minWorkers string) (cpPlan
 				if cmpVersions(v, cur) <= 0 {
 					continue
 				}
-				if cmpVersions(v, want) > 0 {
+				if cmpBuild(v, want) == 1 {
 					break
 				}
 				candidates = append(candidates, s)
-				if cmpVersions(v, want) == 0 {
+				if v.String() == want.String() {
 					break
 				}
 			}
@@ -92,12 +95,14 @@ func upgradePlan(classVersions []string, desired, cp, minWorkers string) (cpPlan
 				minor = v.Minor()
 			}
 		}
-		// DefaultAndValidateUpgradePlans: one minor at a time, ending at
-		// the desired version.
+	}
+	// DefaultAndValidateUpgradePlans: one minor at a time, ending at the
+	// desired version.
+	if cmpBuild(cur, want) != 0 {
 		at := cur
 		for i, s := range cpPlan {
 			v := version.MustParseSemantic(s)
-			if !at.LessThan(v) {
+			if c := cmpBuild(v, at); c == -1 || c == 0 {
 				return nil, nil, fmt.Errorf("invalid control plane upgrade plan %v: item %d, %s, is not above %s", cpPlan, i, s, at)
 			}
 			if v.Minor() != at.Minor() && v.Minor() != at.Minor()+1 {
@@ -105,11 +110,13 @@ func upgradePlan(classVersions []string, desired, cp, minWorkers string) (cpPlan
 			}
 			at = v
 		}
-		if cmpVersions(at, want) != 0 {
+		if cmpBuild(at, want) != 0 {
 			return nil, nil, fmt.Errorf("invalid control plane upgrade plan %v: it does not reach %s (is it in the ClusterClass's spec.kubernetesVersions?)", cpPlan, desired)
 		}
+	} else if len(cpPlan) > 0 {
+		return nil, nil, fmt.Errorf("invalid control plane upgrade plan %v: the control plane is at %s already", cpPlan, desired)
 	}
-	if workers == nil || cmpVersions(workers, want) == 0 {
+	if workers == nil || cmpBuild(workers, want) == 0 {
 		return cpPlan, nil, nil
 	}
 	minors := map[uint]string{cur.Minor(): cp}
@@ -128,10 +135,35 @@ func upgradePlan(classVersions []string, desired, cp, minWorkers string) (cpPlan
 	if len(workersPlan) == 0 || workersPlan[len(workersPlan)-1] != desired {
 		workersPlan = append(workersPlan, desired)
 	}
+	// The workers' steps go up, at most three minors at a time; versions
+	// that differ only in build metadata in the control plane's order.
+	order := map[string]int{"v" + cur.String(): -1}
+	for i, s := range cpPlan {
+		order["v"+version.MustParseSemantic(s).String()] = i
+	}
+	at := workers
+	for i, s := range workersPlan {
+		v := version.MustParseSemantic(s)
+		switch c := cmpBuild(v, at); c {
+		case -1, 0:
+			return nil, nil, fmt.Errorf("invalid workers upgrade plan %v: item %d, %s, is not above %s", workersPlan, i, s, at)
+		case 2:
+			to, ok := order["v"+v.String()]
+			from, known := order["v"+at.String()]
+			if !ok || !known || to < from {
+				return nil, nil, fmt.Errorf("invalid workers upgrade plan %v: item %d, %s, cannot be ordered after v%s", workersPlan, i, s, at)
+			}
+		}
+		if v.Minor() > at.Minor()+3 {
+			return nil, nil, fmt.Errorf("invalid workers upgrade plan %v: item %d, %s, is more than three minors above %s", workersPlan, i, s, at)
+		}
+		at = v
+	}
 	return cpPlan, workersPlan, nil
 }
 
-// cmpVersions is -1, 0 or 1 as a is below, at or above b.
+// cmpVersions is -1, 0 or 1 as a is below, at or above b, build metadata
+// aside.
 func cmpVersions(a, b *version.Version) int {
 	switch {
 	case a.LessThan(b):
@@ -140,6 +172,63 @@ func cmpVersions(a, b *version.Version) int {
 		return 1
 	}
 	return 0
+}
+
+// cmpVersionStrings is cmpVersions of two versions as strings; one that
+// does not parse is below the other.
+func cmpVersionStrings(a, b string) int {
+	x, xerr := version.ParseSemantic(a)
+	y, yerr := version.ParseSemantic(b)
+	switch {
+	case xerr != nil && yerr != nil:
+		return 0
+	case xerr != nil:
+		return -1
+	case yerr != nil:
+		return 1
+	}
+	return cmpVersions(x, y)
+}
+
+// cmpBuild is Cluster API's util/version.Compare with WithBuildTags:
+// cmpVersions, then the build metadata's dot-separated identifiers left
+// to right (numbers by value and below words; different words: 2, no
+// order), the longer list above when one is a prefix of the other.
+func cmpBuild(a, b *version.Version) int {
+	if c := cmpVersions(a, b); c != 0 {
+		return c
+	}
+	var x, y []string
+	if m := a.BuildMetadata(); m != "" {
+		x = strings.Split(m, ".")
+	}
+	if m := b.BuildMetadata(); m != "" {
+		y = strings.Split(m, ".")
+	}
+	for i := 0; i < len(x) && i < len(y); i++ {
+		xn, xerr := strconv.ParseUint(x[i], 10, 64)
+		yn, yerr := strconv.ParseUint(y[i], 10, 64)
+		switch {
+		case xerr == nil && yerr != nil:
+			return -1
+		case xerr != nil && yerr == nil:
+			return 1
+		case xerr == nil && yerr == nil && xn != yn:
+			if xn < yn {
+				return -1
+			}
+			return 1
+		case xerr != nil && yerr != nil && x[i] != y[i]:
+			return 2
+		}
+	}
+	switch {
+	case len(x) == len(y):
+		return 0
+	case len(x) < len(y):
+		return -1
+	}
+	return 1
 }
 
 // topologyPlan reads the Cluster's ClusterClass and computes the upgrade
@@ -173,7 +262,7 @@ func (p *predictor) topologyPlan(to string) error {
 		if err != nil {
 			return fmt.Errorf("preview: MachineDeployment %s: spec.template.spec.version %q: %w", md.Name, md.Spec.Template.Spec.Version, err)
 		}
-		if low == nil || v.LessThan(low) {
+		if low == nil || lowerWorkers(v, low, cp) {
 			low, minWorkers = v, md.Spec.Template.Spec.Version
 		}
 	}
@@ -183,6 +272,20 @@ func (p *predictor) topologyPlan(to string) error {
 	}
 	p.cpPlan, p.workersPlan = cpPlan, workersPlan
 	return nil
+}
+
+// lowerWorkers mirrors Cluster API's isLowerThanMinVersion: v is below
+// low, or differs from it in build metadata only and is not the control
+// plane's version cp.
+func lowerWorkers(v, low *version.Version, cp string) bool {
+	switch cmpBuild(v, low) {
+	case -1:
+		return true
+	case 2:
+		c, err := version.ParseSemantic(cp)
+		return err != nil || v.String() != c.String()
+	}
+	return false
 }
 
 // InProcess is an Answerer that runs in the caller's process, built over
@@ -255,14 +358,14 @@ func (a *InProcess) over(view client.Reader) (Answerer, error) {
 // futureView reads the management cluster as it will be at a step of a
 // managed topology's upgrade: the objects it holds (the control plane at
 // the step's version, machines and MachineSets at the version of the step
-// before) in place of the live ones, for Get. Lists are the live
-// cluster's: what the view does not model is every other object's change
-// along the way (a Machine's conditions while it updates, replacements'
-// new Machines).
+// before) in place of the live ones, for Get at the version they are
+// held at. Lists, and what goes to the API server (dry runs), are the
+// live cluster's: what the view does not model is every other object's
+// change along the way (a Machine's conditions while it updates,
+// replacements' new Machines).
 type futureView struct {
-	client.Reader
-	scheme *runtime.Scheme
-	objs   map[viewKey]client.Object
+	client.Client
+	objs map[viewKey]client.Object
 }
 
 type viewKey struct {
@@ -273,9 +376,9 @@ type viewKey struct {
 // newFutureView is a view over mgmt holding objs (typed objects of mgmt's
 // scheme, or unstructured ones with their kind set).
 func newFutureView(mgmt client.Client, objs ...client.Object) (*futureView, error) {
-	v := &futureView{Reader: mgmt, scheme: mgmt.Scheme(), objs: map[viewKey]client.Object{}}
+	v := &futureView{Client: mgmt, objs: map[viewKey]client.Object{}}
 	for _, o := range objs {
-		gvk, err := apiutil.GVKForObject(o, v.scheme)
+		gvk, err := apiutil.GVKForObject(o, mgmt.Scheme())
 		if err != nil {
 			return nil, fmt.Errorf("preview: %T %s: %w", o, o.GetName(), err)
 		}
@@ -284,16 +387,20 @@ func newFutureView(mgmt client.Client, objs ...client.Object) (*futureView, erro
 	return v, nil
 }
 
-// Get returns the view's object where it holds one, the live one
-// otherwise.
+// Get returns the view's object where it holds one at the version asked,
+// the live one otherwise.
 func (v *futureView) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
-	gvk, err := apiutil.GVKForObject(obj, v.scheme)
+	gvk, err := apiutil.GVKForObject(obj, v.Scheme())
 	if err != nil {
-		return v.Reader.Get(ctx, key, obj, opts...)
+		return v.Client.Get(ctx, key, obj, opts...)
 	}
 	held, ok := v.objs[viewKey{gvk.GroupKind(), key.Namespace, key.Name}]
+	if ok {
+		heldGVK, err := apiutil.GVKForObject(held, v.Scheme())
+		ok = err == nil && heldGVK.Version == gvk.Version
+	}
 	if !ok {
-		return v.Reader.Get(ctx, key, obj, opts...)
+		return v.Client.Get(ctx, key, obj, opts...)
 	}
 	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(held)
 	if err != nil {
@@ -339,7 +446,9 @@ func (p *predictor) answerer(view []client.Object, later bool) (Answerer, string
 	}
 	// A view of the control plane alone is the same for every group
 	// asked with the control plane at one version: built once.
-	if len(view) == 1 {
+	_, kcpAlone := view[0].(*controlplanev1.KubeadmControlPlane)
+	kcpAlone = kcpAlone && len(view) == 1
+	if kcpAlone {
 		if a, ok := p.built[kcpAt]; ok {
 			return a, "", nil
 		}
@@ -352,7 +461,7 @@ func (p *predictor) answerer(view []client.Object, later bool) (Answerer, string
 	if err != nil {
 		return nil, "", err
 	}
-	if len(view) == 1 {
+	if kcpAlone {
 		if p.built == nil {
 			p.built = map[string]Answerer{}
 		}
@@ -408,7 +517,7 @@ func settle(pm *Machine) {
 		switch {
 		case st.Method == strategy.MethodBlocked:
 			deciding = st
-		case st.Method == strategy.MethodReplace && (deciding == nil || deciding.Method != strategy.MethodBlocked):
+		case st.Method == strategy.MethodReplace && deciding == nil:
 			deciding = st
 		}
 		if deciding != nil && deciding.Method == strategy.MethodBlocked {
@@ -428,5 +537,8 @@ func settle(pm *Machine) {
 	}
 	last := pm.Steps[len(pm.Steps)-1]
 	pm.Method = strategy.MethodInPlace
-	pm.Reason = fmt.Sprintf("in place %d times (%s -> %s): %s", len(pm.Steps), pm.Steps[0].FromVersion, strings.Join(via, " -> "), last.Reason)
+	pm.Reason = last.Reason
+	if len(pm.Steps) > 1 {
+		pm.Reason = fmt.Sprintf("in place %d times (%s -> %s): %s", len(pm.Steps), pm.Steps[0].FromVersion, strings.Join(via, " -> "), last.Reason)
+	}
 }

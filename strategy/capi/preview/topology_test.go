@@ -37,20 +37,25 @@ func TestUpgradePlanIsClusterAPIs(t *testing.T) {
 		{"v1.31.2", "v1.32.0", "v1.32.4", "v1.33.1", "v1.34.0", "v1.35.4", "v1.36.0", "v1.36.3", "v1.37.2"},
 		{"v1.33.1", "v1.35.4", "v1.36.3", "v1.37.2"}, // v1.34 missing: no plan through it
 		{"v1.35.4", "v1.36.3", "v1.37.2"},
+		// Build metadata, which Cluster API's webhook allows in the list
+		// and orders with util/version's WithBuildTags.
+		{"v1.32.0", "v1.33.0+vmware.1", "v1.33.0+vmware.2", "v1.34.1+vmware.1", "v1.34.1+vmware.2.1"},
+		{"v1.32.0", "v1.33.0+abc", "v1.33.0+def", "v1.34.1"},
 	}
-	all := []string{"v1.31.2", "v1.32.0", "v1.32.4", "v1.33.1", "v1.34.0", "v1.35.4", "v1.36.0", "v1.36.3", "v1.37.2"}
+	all := []string{"v1.31.2", "v1.32.0", "v1.32.4", "v1.33.0+vmware.1", "v1.33.0+vmware.2", "v1.33.0+abc", "v1.33.0+def", "v1.33.1", "v1.34.0",
+		"v1.34.1", "v1.34.1+vmware.1", "v1.34.1+vmware.2.1", "v1.35.4", "v1.36.0", "v1.36.3", "v1.37.2"}
 	checked, refused := 0, 0
 	for li, list := range lists {
 		for _, cp := range all {
 			for _, desired := range all {
 				for _, workers := range append([]string{""}, all...) {
-					if workers != "" && (workers > cp || workers > desired) {
+					if workers != "" && (semverAbove(workers, cp) || semverAbove(workers, desired)) {
 						continue // workers are never ahead of the control plane
 					}
 					if workers != "" && minorOf(cp)-minorOf(workers) > 3 {
 						continue // nor more than three minors behind it (the skew policy)
 					}
-					if desired < cp {
+					if semverAbove(cp, desired) {
 						continue // Cluster API's webhook refuses a downgrade
 					}
 					name := fmt.Sprintf("list%d/%s->%s/workers%s", li, cp, desired, workers)
@@ -70,10 +75,15 @@ func TestUpgradePlanIsClusterAPIs(t *testing.T) {
 		}
 	}
 	t.Logf("%d plans compared, %d of them refused by both", checked, refused)
-	require.Greater(t, checked, 200, "enough plans compared")
+	require.Greater(t, checked, 2000, "enough plans compared")
 }
 
 func minorOf(v string) uint { return version.MustParseSemantic(v).Minor() }
+
+// semverAbove: a is above b, build metadata aside.
+func semverAbove(a, b string) bool {
+	return version.MustParseSemantic(b).LessThan(version.MustParseSemantic(a))
+}
 
 // cmpEmpty treats nil and empty plans alike.
 var cmpEmpty = cmp.Comparer(func(a, b []string) bool {
@@ -104,6 +114,10 @@ func TestUpgradePlanChains(t *testing.T) {
 		{name: "nothing to do", desired: "v1.36.3", cp: "v1.36.3", workers: "v1.36.3"},
 		{name: "workers behind a done control plane", desired: "v1.36.3", cp: "v1.36.3", workers: "v1.35.4", wantWorkers: []string{"v1.36.3"}},
 		{name: "not a version", desired: "1.36", cp: "v1.35.4", wantErr: "spec.topology.version"},
+		{name: "build metadata: the exact version listed", list: []string{"v1.32.0", "v1.33.0+vmware.1", "v1.33.0+vmware.2"}, desired: "v1.33.0+vmware.2", cp: "v1.32.0",
+			wantCP: []string{"v1.33.0+vmware.2"}},
+		{name: "build metadata: no step between builds of one version", list: []string{"v1.32.0", "v1.33.0+vmware.1", "v1.33.0+vmware.2"}, desired: "v1.33.0+vmware.2", cp: "v1.33.0+vmware.1",
+			wantErr: "does not reach"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cpPlan, workersPlan, err := upgradePlan(tc.list, tc.desired, tc.cp, tc.workers)
