@@ -7,6 +7,7 @@ package capitest
 // through it (kube-system/etcd-<node>, port 2379).
 
 import (
+	"bytes"
 	"context"
 	"crypto"
 	"crypto/ecdsa"
@@ -27,6 +28,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -122,16 +124,23 @@ func issue(caPEM []byte, caKey crypto.Signer, cn string, server bool) (crt, key 
 }
 
 // cluster returns the cluster's etcd, its certificates written on first
-// use.
+// use. A cluster whose etcd CA changed was deleted and created again
+// under its name: its old members are stopped and forgotten.
 func (e *etcdClusters) cluster(ctx context.Context, c client.Reader, key types.NamespacedName) (*etcdCluster, error) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if ec := e.clusters[key]; ec != nil {
-		return ec, nil
-	}
 	caPEM, caKey, err := etcdCA(ctx, c, key)
 	if err != nil {
 		return nil, err
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if ec := e.clusters[key]; ec != nil {
+		if bytes.Equal(ec.ca, caPEM) {
+			return ec, nil
+		}
+		for _, m := range ec.members {
+			m.stop()
+		}
+		delete(e.clusters, key)
 	}
 	dir := filepath.Join(e.dir, key.Namespace+"_"+key.Name)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
@@ -163,32 +172,72 @@ func (e *etcdClusters) cluster(ctx context.Context, c client.Reader, key types.N
 }
 
 // join starts node's member: the first of its cluster starts a new
-// cluster (kubeadm init), the others are added to it first (kubeadm join
-// with stacked etcd: MemberAdd, then the member starts with the cluster's
-// members). A member that runs already is left as it is.
-func (e *etcdClusters) join(ctx context.Context, c client.Reader, key types.NamespacedName, node string) error {
+// cluster (kubeadm init); the others are added to it first as learners,
+// started with the cluster's members, and promoted once in sync (kubeadm
+// join with stacked etcd, learner mode being kubeadm's default since
+// v1.32). A member that runs already is left as it is. A join that fails
+// removes what it added, so that a retry starts again from a whole
+// cluster.
+func (e *etcdClusters) join(ctx context.Context, c client.Reader, key types.NamespacedName, node string) (err error) {
 	ec, err := e.cluster(ctx, c, key)
 	if err != nil {
 		return err
 	}
-	m, logName, err := e.start(ctx, ec, key, node)
-	if err != nil || m == nil {
+	e.mu.Lock()
+	if m := ec.members[node]; m != nil && !m.done() {
+		e.mu.Unlock()
+		return nil
+	}
+	running := ec.running()
+	e.mu.Unlock()
+	ports, err := freePorts(2)
+	if err != nil {
 		return err
 	}
-	// Wait until the member answers for itself, as kubeadm waits for the
-	// new member before it goes on (without holding e.mu: the kubelets'
-	// port-forwards to the other members go on meanwhile).
+	m := &etcdMember{name: node, clientURL: fmt.Sprintf("https://127.0.0.1:%d", ports[0]), peerAt: fmt.Sprintf("http://127.0.0.1:%d", ports[1])}
+	state, initial := "new", node+"="+m.peerAt
+	var learner uint64
+	if len(running) > 0 {
+		if learner, initial, err = ec.addLearner(ctx, running, node, m.peerAt); err != nil {
+			return err
+		}
+		state = "existing"
+	}
+	defer func() {
+		if err == nil {
+			return
+		}
+		m.stop()
+		e.mu.Lock()
+		if ec.members[node] == m {
+			delete(ec.members, node)
+		}
+		e.mu.Unlock()
+		if learner != 0 {
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+			defer cancel()
+			if cli, derr := ec.dial(rctx, running); derr == nil {
+				if _, rerr := cli.MemberRemove(rctx, learner); rerr != nil {
+					err = errors.Join(err, fmt.Errorf("removing the learner added for %s: %w", node, rerr))
+				}
+				_ = cli.Close()
+			}
+		}
+	}()
+	logName, err := e.run(ec, key, m, state, initial)
+	if err != nil {
+		return err
+	}
+	e.mu.Lock()
+	ec.members[node] = m
+	e.mu.Unlock()
+	// Wait until the member answers for itself, then promote it: kubeadm
+	// waits for both before it goes on.
 	deadline := time.Now().Add(time.Minute)
 	for {
-		cli, err := ec.dial(ctx, []string{m.clientURL})
+		err = ec.ready(ctx, m, learner, running)
 		if err == nil {
-			sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-			_, err = cli.Status(sctx, m.clientURL)
-			cancel()
-			_ = cli.Close()
-			if err == nil {
-				return nil
-			}
+			return nil
 		}
 		select {
 		case <-m.exited:
@@ -198,57 +247,80 @@ func (e *etcdClusters) join(ctx context.Context, c client.Reader, key types.Name
 		case <-time.After(200 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("etcd member %s does not answer: %w (log %s)", node, err, logName)
+			return fmt.Errorf("etcd member %s is not ready: %w (log %s)", node, err, logName)
 		}
 	}
 }
 
-// start adds node's member to ec and starts its process (nil if it runs
-// already), and returns its log file's name.
-func (e *etcdClusters) start(ctx context.Context, ec *etcdCluster, key types.NamespacedName, node string) (*etcdMember, string, error) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if m := ec.members[node]; m != nil && !m.done() {
-		return nil, "", nil
-	}
-	ports, err := freePorts(2)
+// addLearner adds a learner at peerURL for node through the members at
+// urls, and returns its ID and the --initial-cluster it starts with.
+func (ec *etcdCluster) addLearner(ctx context.Context, urls []string, node, peerURL string) (uint64, string, error) {
+	actx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	cli, err := ec.dial(actx, urls)
 	if err != nil {
-		return nil, "", err
+		return 0, "", err
 	}
-	m := &etcdMember{name: node, clientURL: fmt.Sprintf("https://127.0.0.1:%d", ports[0]), peerAt: fmt.Sprintf("http://127.0.0.1:%d", ports[1])}
-	state, initial := "new", node+"="+m.peerAt
-	if running := ec.running(); len(running) > 0 {
-		cli, err := ec.dial(ctx, running)
-		if err != nil {
-			return nil, "", err
-		}
-		resp, err := cli.MemberAdd(ctx, []string{m.peerAt})
-		_ = cli.Close()
-		if err != nil {
-			return nil, "", fmt.Errorf("etcd MemberAdd for %s: %w", node, err)
-		}
-		var peers []string
-		for _, mem := range resp.Members {
-			name := mem.Name
-			if mem.ID == resp.Member.ID {
-				name = node
-			}
-			for _, u := range mem.PeerURLs {
-				peers = append(peers, name+"="+u)
-			}
-		}
-		state, initial = "existing", strings.Join(peers, ",")
+	defer cli.Close()
+	resp, err := cli.MemberAddAsLearner(actx, []string{peerURL})
+	if err != nil {
+		return 0, "", fmt.Errorf("etcd MemberAddAsLearner for %s: %w", node, err)
 	}
-	data := filepath.Join(ec.dir, node)
+	var peers []string
+	for _, mem := range resp.Members {
+		name := mem.Name
+		switch {
+		case mem.ID == resp.Member.ID:
+			name = node
+		case name == "":
+			name = fmt.Sprintf("%x", mem.ID) // added, not started yet
+		}
+		for _, u := range mem.PeerURLs {
+			peers = append(peers, name+"="+u)
+		}
+	}
+	return resp.Member.ID, strings.Join(peers, ","), nil
+}
+
+// ready checks that m answers for itself and, when it joined as learner
+// (not 0), promotes it through the members at urls (which fails until it
+// is in sync with the leader).
+func (ec *etcdCluster) ready(ctx context.Context, m *etcdMember, learner uint64, urls []string) error {
+	sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	cli, err := ec.dial(sctx, []string{m.clientURL})
+	if err != nil {
+		return err
+	}
+	_, err = cli.Status(sctx, m.clientURL)
+	_ = cli.Close()
+	if err != nil || learner == 0 {
+		return err
+	}
+	cli, err = ec.dial(sctx, urls)
+	if err != nil {
+		return err
+	}
+	defer cli.Close()
+	if _, err := cli.MemberPromote(sctx, learner); err != nil {
+		return fmt.Errorf("promoting %s: %w", m.name, err)
+	}
+	return nil
+}
+
+// run starts m's process in state with initial as its cluster, and
+// returns its log file's name.
+func (e *etcdClusters) run(ec *etcdCluster, key types.NamespacedName, m *etcdMember, state, initial string) (string, error) {
+	data := filepath.Join(ec.dir, m.name)
 	if err := os.RemoveAll(data); err != nil {
-		return nil, "", err
+		return "", err
 	}
-	logf, err := os.Create(filepath.Join(ec.dir, node+".log"))
+	logf, err := os.Create(filepath.Join(ec.dir, m.name+".log"))
 	if err != nil {
-		return nil, "", err
+		return "", err
 	}
 	m.cmd = exec.Command(e.bin, //nolint:gosec // the envtest etcd binary, with arguments the harness builds
-		"--name="+node, "--data-dir="+data,
+		"--name="+m.name, "--data-dir="+data,
 		"--listen-client-urls="+m.clientURL, "--advertise-client-urls="+m.clientURL,
 		"--listen-peer-urls="+m.peerAt, "--initial-advertise-peer-urls="+m.peerAt,
 		"--initial-cluster="+initial, "--initial-cluster-state="+state, "--initial-cluster-token="+key.String(),
@@ -256,9 +328,11 @@ func (e *etcdClusters) start(ctx context.Context, ec *etcdCluster, key types.Nam
 		"--client-cert-auth", "--trusted-ca-file="+filepath.Join(ec.dir, "ca.crt"),
 		"--unsafe-no-fsync", "--log-level=warn")
 	m.cmd.Stdout, m.cmd.Stderr = logf, logf
+	// Killed with the test process, even by SIGKILL, when no Stop runs.
+	m.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := m.cmd.Start(); err != nil {
 		_ = logf.Close()
-		return nil, "", fmt.Errorf("starting etcd member %s: %w", node, err)
+		return "", fmt.Errorf("starting etcd member %s: %w", m.name, err)
 	}
 	m.exited = make(chan struct{})
 	go func() {
@@ -266,8 +340,7 @@ func (e *etcdClusters) start(ctx context.Context, ec *etcdCluster, key types.Nam
 		_ = logf.Close()
 		close(m.exited)
 	}()
-	ec.members[node] = m
-	return m, logf.Name(), nil
+	return logf.Name(), nil
 }
 
 // running lists the client URLs of the members whose process runs.
@@ -458,7 +531,9 @@ func startKubeletServer(node string, member func() *etcdMember) (*kubeletServer,
 	return ks, nil
 }
 
-// stop closes the endpoint and its connections.
+// stop closes the endpoint and the connections it has not handed over:
+// a port-forward's upgraded connection ends with its etcd member or when
+// the API server drops it.
 func (ks *kubeletServer) stop() {
 	_ = ks.srv.Close()
 	<-ks.done
@@ -487,18 +562,36 @@ func (f etcdForwarder) PortForward(ctx context.Context, pod, _ string, port int3
 		return err
 	}
 	defer conn.Close()
-	done := make(chan struct{}, 2)
+	// Both ways until both ends are done: the API server's end closing
+	// half-closes the connection to etcd (its answers in flight still come
+	// back); etcd's end closing resets the stream, so the API server's
+	// reader is not left waiting for the idle timeout.
+	fromClient, fromEtcd := make(chan struct{}), make(chan struct{})
 	go func() {
+		defer close(fromClient)
 		_, _ = io.Copy(conn, stream)
-		done <- struct{}{}
+		if tc, ok := conn.(*net.TCPConn); ok {
+			_ = tc.CloseWrite()
+		}
 	}()
 	go func() {
+		defer close(fromEtcd)
 		_, _ = io.Copy(stream, conn)
-		done <- struct{}{}
 	}()
 	select {
-	case <-done:
-	case <-ctx.Done():
+	case <-fromEtcd:
+		if r, ok := stream.(interface{ Reset() error }); ok {
+			_ = r.Reset()
+		}
+		_ = stream.Close()
+		<-fromClient
+	case <-fromClient:
+		select {
+		case <-fromEtcd:
+		case <-time.After(10 * time.Second):
+			_ = conn.Close()
+			<-fromEtcd
+		}
 	}
 	return nil
 }

@@ -78,8 +78,9 @@ func WithPollInterval(d time.Duration) ProviderOption {
 // filepath.Join(env.AssetsDir, "etcd")) for each control plane machine
 // whose KubeadmConfig uses stacked etcd (no
 // clusterConfiguration.etcd.external), named after its node: the first of
-// a cluster starts a new etcd cluster, the others join it (MemberAdd, as
-// kubeadm join does), over TLS from the cluster's etcd CA. Each of those
+// a cluster starts a new etcd cluster, the others join it (as learners,
+// promoted once in sync, as kubeadm join does), over TLS from the
+// cluster's etcd CA; a join that fails is undone and tried again. Each of those
 // nodes gets a kubelet HTTPS endpoint that serves the API server's
 // pods/portforward to kube-system/etcd-<node>:2379, which is how
 // KubeadmControlPlane reads etcd's health, moves its leader and removes a
