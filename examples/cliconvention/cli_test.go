@@ -88,7 +88,7 @@ func TestEveryExampleFollowsTheConvention(t *testing.T) {
 		{"ami-resolve", []string{ami + "/terms.yaml", ami + "/catalog.json", "--kubernetes-version=1.31", "-oyaml"}, nil, 0, "apiVersion: cli.upgradekit.io/v1alpha1\n", "kind: AMIResolution\n", ""},
 		{"ami-resolve", []string{ami + "/terms.yaml", "--output", "json", ami + "/catalog.json"}, nil, 0, `"kind": "AMIResolution"`, "", "null"},
 		{"drift-explain", []string{kd + "/cluster.yaml", "--karpenter", "--output=yaml"}, nil, 3, "kind: KarpenterDriftReport\n", "", "null"},
-		{"upgrader", []string{"status", "--output=yaml", "--journal-dir", t.TempDir()}, nil, 0, "No journals found in", "", ""},
+		{"upgrader", []string{"status", "--output=yaml", "--journal-dir", t.TempDir()}, nil, 0, "kind: JournalList\n", "items: []\n", ""},
 		{"simulate", []string{"-progress-bar=false", "-control-planes", "1", "-workers", "md-0=1", "-new-image", "", "-fail", "demo-md-0-0/kubelet=9"}, nil, 3, "failed: demo-md-0-0", "", ""},
 		{"simulate", []string{"-progress-bar=false", "-control-planes", "1", "-workers", "md-0=1", "-new-image", "md-0", "-strategy", "inplace-only"}, nil, 4, "Blocked: 1 machines", "", ""},
 		{"simulate", []string{"-progress-bar=false", "-control-planes", "1", "-workers", "md-0=1", "-new-image", ""}, nil, 0, "Invariants held", "", ""},
@@ -114,7 +114,8 @@ func TestEveryExampleFollowsTheConvention(t *testing.T) {
 
 		// An empty result is not an error (kubectl get's "No resources found").
 		{"upgrader", []string{"status", "-journal-dir", t.TempDir()}, nil, 0, "No journals found in", "", ""},
-		{"upgrader", []string{"status", "-o", "json", "-journal-dir", t.TempDir()}, nil, 0, "No journals found in", "", ""},
+		// With -o json|yaml, an empty list on stdout as kubectl get prints.
+		{"upgrader", []string{"status", "-o", "json", "-journal-dir", t.TempDir()}, nil, 0, `"items": []`, "No journals found in", ""},
 	} {
 		t.Run(tc.name+" "+strings.Join(tc.args, " "), func(t *testing.T) {
 			cmd := exec.CommandContext(t.Context(), filepath.Join(bin, tc.name), tc.args...)

@@ -56,9 +56,15 @@ func status(args []string, getenv func(string) string, stdout, stderr io.Writer)
 	}
 	if len(paths) == 0 {
 		// An empty result is not an error, as kubectl get's "No
-		// resources found": nothing on stdout (no JSON or YAML either), a
-		// note on stderr, exit 0.
+		// resources found": a note on stderr, exit 0; with -o json|yaml an
+		// empty list on stdout, as kubectl get -o json prints one.
 		fmt.Fprintf(stderr, "No journals found in %s.\n", journalDir(*dir, getenv))
+		if format != cli.Text {
+			if err := cli.WriteObject(stdout, format, "Journal", []statusJSON{}); err != nil {
+				fmt.Fprintf(stderr, "upgrader status: %v\n", err)
+				return exitError
+			}
+		}
 		return exitOK
 	}
 	code := exitOK
