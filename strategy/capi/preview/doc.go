@@ -70,7 +70,9 @@
 // changes other than spec.topology.version are out of scope.
 //
 // Nor does it predict failures of the updates themselves: waves and
-// estimates assume every update succeeds. Where one fails (UpdateMachine
+// estimates assume every update succeeds, and each Group's OnFailure
+// (a line under the group in the table) says what Cluster API does with
+// the group when one fails. Where one fails (UpdateMachine
 // answers Failure, a step failed on the node), Cluster API v1.14 stalls:
 // it keeps the Machine Updating (InPlaceUpdateFailed), so unavailable, and
 // calls UpdateMachine again for as long as it fails; the MachineDeployment

@@ -331,6 +331,7 @@ func TestTopologyVersionAndChecks(t *testing.T) {
 			}
 			require.Equal(t, 2, workers)
 			require.Equal(t, pr.Groups[0].Estimate+pr.Groups[1].Estimate, pr.Estimate, "control plane, then the workers")
+			require.Contains(t, pr.Groups[0].OnFailure, "KubeadmControlPlane waits for that machine and touches no other", "what a failed update does")
 			require.Contains(t, strings.Join(pr.Notes, "\n"), "ClusterClass default/quick-start not found")
 		})
 	}

@@ -100,6 +100,9 @@ func (pr *Prediction) WriteTable(w io.Writer) error {
 			took = fmt.Sprintf(" (%d %s, %s)", g.Waves, waves, shortDuration(g.Estimate))
 		}
 		fmt.Fprintf(&b, "%s %s%s: %s%s\n", g.Kind, g.Name, hook, g.Summary, took)
+		if g.OnFailure != "" {
+			fmt.Fprintf(&b, "  %s\n", g.OnFailure)
+		}
 	}
 	switch {
 	case pr.Mode == ModeExtension:

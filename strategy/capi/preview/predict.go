@@ -190,6 +190,10 @@ type Group struct {
 	Waves int `json:"waves,omitempty"`
 	// Estimate is how long the group's rollout takes.
 	Estimate time.Duration `json:"estimate,omitempty"`
+	// OnFailure says what Cluster API does with the group when one of
+	// its in-place updates fails ("" when none is predicted): the
+	// estimates assume none does.
+	OnFailure string `json:"onFailure,omitempty"`
 }
 
 // Timings are the figures estimates are made of: an in-place update
@@ -343,6 +347,7 @@ func Predict(ctx context.Context, mgmt client.Client, snap *Snapshot, change []*
 		if p.surgeDeletes[g.Name] {
 			g.Summary += "; one machine of the group is deleted when the surge is scaled back down (Cluster API's deletion order picks which)"
 		}
+		g.OnFailure = p.onFailure(g, byName)
 	}
 	if snap.Nodes == nil {
 		pr.Notes = append(pr.Notes, "workload cluster not read: drain blockers (PodDisruptionBudgets, do-not-disrupt pods) are unknown")
@@ -1145,6 +1150,30 @@ func intstrPtr(v *intstr.IntOrString) *intstr.IntOrString {
 	}
 	c := *v
 	return &c
+}
+
+// onFailure is what Cluster API v1.14 does with g when an in-place update
+// of one of its machines fails: it keeps the Machine updating
+// (InPlaceUpdateFailed), so unavailable, and calls UpdateMachine again.
+func (p *predictor) onFailure(g *Group, byName map[string]*Machine) string {
+	if !slices.ContainsFunc(p.members[g.Name], func(n string) bool { return byName[n].Method == strategy.MethodInPlace }) {
+		return ""
+	}
+	if g.Kind == "KubeadmControlPlane" {
+		return "if an update fails, KubeadmControlPlane waits for that machine and touches no other until it is through (the retry annotation, or deleting the machine, gets it going)"
+	}
+	for _, md := range p.mds {
+		if md.Name != g.Name {
+			continue
+		}
+		limit := mdutil.MaxSurge(*md) + mdutil.MaxUnavailable(*md)
+		s := fmt.Sprintf("if an update fails, its machine stays unavailable while Cluster API retries it, and the MachineDeployment goes on only within maxSurge+maxUnavailable (%d)", limit)
+		if limit <= 1 {
+			s += ": nothing else moves"
+		}
+		return s
+	}
+	return ""
 }
 
 // summarize counts a group's machines by method.
