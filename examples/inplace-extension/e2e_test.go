@@ -752,9 +752,7 @@ func TestClusterAPIDrivesKubeadmControlPlaneInPlace(t *testing.T) {
 		for _, cmd := range host.Commands() {
 			require.NotEqual(t, kubeadm.StepEtcdSnapshot, cmd.Step, "%s: etcd is external: no snapshot", name)
 		}
-		if slices.ContainsFunc(host.Commands(), func(cmd nodeexec.Command) bool {
-			return cmd.Step == kubeadm.StepKubeadmUpgrade && slices.Contains(cmd.Argv, "apply")
-		}) {
+		if slices.ContainsFunc(host.Commands(), upgradeApply) {
 			applied++
 		}
 	}
@@ -795,6 +793,12 @@ func TestClusterAPIDrivesKubeadmControlPlaneInPlace(t *testing.T) {
 	}, time.Minute, 500*time.Millisecond, "KubeadmControlPlane up to date under rollout.before.certificatesExpiryDays")
 	require.Equal(t, names, slices.Sorted(maps.Keys(after)), "no control plane replaced for renewed certificates")
 	require.Empty(t, h.Provider.Errors())
+}
+
+// upgradeApply reports whether cmd is the first control plane's
+// `kubeadm upgrade apply`.
+func upgradeApply(cmd nodeexec.Command) bool {
+	return cmd.Step == kubeadm.StepKubeadmUpgrade && slices.Contains(cmd.Argv, "apply")
 }
 
 // setCertificatesExpiry writes Cluster API's certificate expiry

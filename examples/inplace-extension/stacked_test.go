@@ -104,10 +104,8 @@ func TestClusterAPIUpdatesAStackedEtcdControlPlaneInPlace(t *testing.T) {
 			switch {
 			case cmd.Step == kubeadm.StepEtcdSnapshot:
 				snapshots = append(snapshots, name)
-				require.True(t, slices.ContainsFunc(host.Commands()[i:], func(c nodeexec.Command) bool {
-					return c.Step == kubeadm.StepKubeadmUpgrade && slices.Contains(c.Argv, "apply")
-				}), "%s: the snapshot comes before kubeadm upgrade apply", name)
-			case cmd.Step == kubeadm.StepKubeadmUpgrade && slices.Contains(cmd.Argv, "apply"):
+				require.True(t, slices.ContainsFunc(host.Commands()[i:], upgradeApply), "%s: the snapshot comes before kubeadm upgrade apply", name)
+			case upgradeApply(cmd):
 				applied = append(applied, name)
 			}
 		}

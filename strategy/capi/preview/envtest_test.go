@@ -434,6 +434,9 @@ func TestTopologyChainedUpgrade(t *testing.T) {
 	var table strings.Builder
 	require.NoError(t, pr.WriteTable(&table))
 	require.Contains(t, table.String(), cpFrom+" -> "+cpTo+" -> "+skip, "the table shows the steps")
+	js, err := pr.JSON()
+	require.NoError(t, err)
+	require.Contains(t, string(js), `"steps":`, "and JSON")
 
 	// Asked as things are now (as a deployed extension is): the control
 	// plane's steps are answered alike, the second one with the caveat
@@ -514,4 +517,12 @@ func TestTopologyChainedUpgrade(t *testing.T) {
 	_, err = preview.Predict(ctx, c, snap, change, inProcess)
 	require.ErrorIs(t, err, preview.ErrInvalidChange)
 	require.ErrorContains(t, err, "one minor at a time")
+
+	// A plan from a GenerateUpgradePlan extension is not guessed.
+	require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(class), class))
+	class.Spec.Upgrade.External.GenerateUpgradePlanExtension = "plans.example"
+	require.NoError(t, c.Update(ctx, class))
+	_, err = preview.Predict(ctx, c, snap, change, inProcess)
+	require.ErrorIs(t, err, preview.ErrInvalidChange)
+	require.ErrorContains(t, err, `GenerateUpgradePlan extension "plans.example"`)
 }

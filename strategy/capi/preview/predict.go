@@ -315,7 +315,7 @@ func Predict(ctx context.Context, mgmt client.Client, snap *Snapshot, change []*
 		return nil, err
 	}
 	p.members, p.surgeDeletes = map[string][]string{}, map[string]bool{}
-	pr := &Prediction{Cluster: snap.Cluster.Namespace + "/" + snap.Cluster.Name, At: p.now.UTC(), Notes: p.notes, Mode: ModeInProcess}
+	pr := &Prediction{Cluster: snap.Cluster.Namespace + "/" + snap.Cluster.Name, At: p.now.UTC(), Mode: ModeInProcess}
 	if d, ok := ext.(*Deployed); ok {
 		pr.Mode, pr.Extensions = ModeExtension, d.ExtensionConfigs()
 	}
@@ -340,7 +340,7 @@ func Predict(ctx context.Context, mgmt client.Client, snap *Snapshot, change []*
 		pr.Groups = append(pr.Groups, g)
 	}
 	p.blockers(byName)
-	pr.Notes = p.notes // with the groups' own
+	pr.Notes = p.notes // the change's and the groups'
 	for i := range pr.Groups {
 		g := &pr.Groups[i]
 		g.Summary = summarize(p.members[g.Name], byName, g.Surge)
