@@ -79,9 +79,27 @@ func (r GateResult) String() string {
 // Gate decides whether a machine may be disrupted now. A gate that cannot
 // tell (an API error) answers Wait with Err set: gates fail closed.
 // Compose gates with Gates; adapt a function with GateFunc.
+//
+// Check changes nothing, unless the gate is a GateHolder: what its Allow
+// takes (a concurrency slot) it holds until Release. Such a gate can say
+// what it would answer without taking anything by being a GatePeeker too;
+// Gates.Peek relies on this to report gates without side effects.
 type Gate interface {
 	Check(ctx context.Context, req GateRequest) GateResult
 }
+
+// GatePeeker is a Gate that can tell what Check would answer now without
+// doing what Check does: a ConcurrencyGate's Check takes a slot, its Peek
+// only counts the slots held. A preview or a report asks Peek.
+type GatePeeker interface {
+	Gate
+	Peek(ctx context.Context, req GateRequest) GateResult
+}
+
+// ErrCannotPeek is the Err of Gates.Peek's answer for a GateHolder that
+// is no GatePeeker: asking its Check would take what it holds, so it is
+// not asked, and the answer is Wait (not known, failing closed).
+var ErrCannotPeek = errors.New("gate cannot be asked without taking what it holds")
 
 // GateFunc adapts a function to Gate.
 type GateFunc func(ctx context.Context, req GateRequest) GateResult
@@ -108,15 +126,71 @@ type Gates []Gate
 
 // Check asks every gate; see Gates.
 func (gs Gates) Check(ctx context.Context, req GateRequest) GateResult {
+	return gs.fold(func(i int, g Gate) GateResult {
+		if g == nil {
+			return nilGate(i)
+		}
+		return g.Check(ctx, req)
+	})
+}
+
+// Peek answers what Check would answer now, changing nothing: each
+// member's Peek when it is a GatePeeker, its Check when it is no
+// GateHolder (whose Check changes nothing), and Wait with ErrCannotPeek
+// for a GateHolder that cannot peek. Unlike Check it asks every member,
+// also after a Stop.
+func (gs Gates) Peek(ctx context.Context, req GateRequest) GateResult {
+	each := gs.PeekEach(ctx, req)
+	return gs.fold(func(i int, _ Gate) GateResult { return each[i] })
+}
+
+// PeekEach is Peek's answer of every member, in order, for a report that
+// shows each gate (Allow included): a member with no name of its own is
+// named by its place, "gates[i]".
+func (gs Gates) PeekEach(ctx context.Context, req GateRequest) []GateResult {
+	out := make([]GateResult, len(gs))
+	for i, g := range gs {
+		var r GateResult
+		switch p := g.(type) {
+		case nil:
+			r = nilGate(i)
+		case GatePeeker:
+			r = p.Peek(ctx, req)
+		case GateHolder:
+			r = GateResult{Verdict: Wait, Reason: "not asked: it holds what its Check allows, and it cannot peek (no GatePeeker)", Err: ErrCannotPeek}
+		default:
+			r = g.Check(ctx, req)
+		}
+		if r.Verdict != Allow && r.Verdict != Wait && r.Verdict != Stop {
+			r = noVerdict(r)
+		}
+		if r.Gate == "" {
+			r.Gate = fmt.Sprintf("gates[%d]", i)
+		}
+		out[i] = r
+	}
+	return out
+}
+
+// Peek of a Gates inside a Gates: the inner list answers as one member.
+var _ GatePeeker = Gates(nil)
+
+func nilGate(i int) GateResult {
+	return GateResult{Verdict: Wait, Gate: fmt.Sprintf("gates[%d]", i), Reason: "nil gate", Err: ErrInvalidGate}
+}
+
+func noVerdict(r GateResult) GateResult {
+	return GateResult{Verdict: Wait, Gate: r.Gate, Reason: fmt.Sprintf("answered %s, which is no verdict", errtext.Quote(string(r.Verdict))), Err: ErrInvalidGate}
+}
+
+// fold combines the members' answers as Check documents: the first Stop
+// (asking no further), else the first Wait with the longest RetryAfter,
+// else Allow.
+func (gs Gates) fold(ask func(i int, g Gate) GateResult) GateResult {
 	var wait *GateResult
 	var longest time.Duration
 	for i, g := range gs {
-		var r GateResult
-		if g == nil {
-			r = GateResult{Verdict: Wait, Gate: fmt.Sprintf("gates[%d]", i), Reason: "nil gate", Err: ErrInvalidGate}
-		} else {
-			r = g.Check(ctx, req)
-		}
+		r := ask(i, g)
 		switch r.Verdict {
 		case Allow:
 			continue
@@ -124,7 +198,7 @@ func (gs Gates) Check(ctx context.Context, req GateRequest) GateResult {
 			return r
 		case Wait:
 		default:
-			r = GateResult{Verdict: Wait, Gate: r.Gate, Reason: fmt.Sprintf("answered %s, which is no verdict", errtext.Quote(string(r.Verdict))), Err: ErrInvalidGate}
+			r = noVerdict(r)
 		}
 		longest = max(longest, r.RetryAfter)
 		if wait == nil {

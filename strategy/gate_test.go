@@ -94,17 +94,104 @@ func TestGates(t *testing.T) {
 		{"nested", strategy.Gates{strategy.Gates{allow}, strategy.Gates{window}}, strategy.Wait, "window", time.Hour, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			r := tc.gates.Check(ctx, strategy.GateRequest{Machine: "m"})
-			require.Equal(t, tc.want, r.Verdict, r.String())
-			require.Equal(t, tc.gate, r.Gate)
-			require.Equal(t, tc.retry, r.RetryAfter)
-			require.Equal(t, tc.want == strategy.Allow, r.Allowed())
-			if tc.err != nil {
-				require.True(t, errors.Is(r.Err, tc.err), r.String())
+			// Peek answers as Check does for gates that hold nothing.
+			for _, ask := range []func(context.Context, strategy.GateRequest) strategy.GateResult{tc.gates.Check, tc.gates.Peek} {
+				r := ask(ctx, strategy.GateRequest{Machine: "m"})
+				require.Equal(t, tc.want, r.Verdict, r.String())
+				require.Equal(t, tc.gate, r.Gate)
+				require.Equal(t, tc.retry, r.RetryAfter)
+				require.Equal(t, tc.want == strategy.Allow, r.Allowed())
+				if tc.err != nil {
+					require.True(t, errors.Is(r.Err, tc.err), r.String())
+				}
 			}
 		})
 	}
 	require.Equal(t, "Wait by window: window says Wait (retry after 1h0m0s)", window.Check(ctx, strategy.GateRequest{}).String())
+}
+
+// slot is a GateHolder that counts what its Check takes; with peek it is
+// a GatePeeker too.
+type slot struct {
+	taken, peeked int
+	free          bool
+}
+
+func (s *slot) Check(context.Context, strategy.GateRequest) strategy.GateResult {
+	if !s.free {
+		return strategy.GateResult{Verdict: strategy.Wait, Gate: "slot", Reason: "all slots held"}
+	}
+	s.taken++
+	return strategy.GateResult{Verdict: strategy.Allow, Gate: "slot"}
+}
+func (s *slot) Renew(context.Context, strategy.GateRequest) error   { return nil }
+func (s *slot) Release(context.Context, strategy.GateRequest) error { return nil }
+
+type peekingSlot struct{ *slot }
+
+func (s peekingSlot) Peek(context.Context, strategy.GateRequest) strategy.GateResult {
+	s.peeked++
+	if !s.free {
+		return strategy.GateResult{Verdict: strategy.Wait, Gate: "slot", Reason: "all slots held", RetryAfter: time.Minute}
+	}
+	return strategy.GateResult{Verdict: strategy.Allow, Gate: "slot"}
+}
+
+func TestGatesPeekTakesNothing(t *testing.T) {
+	ctx := context.Background()
+	req := strategy.GateRequest{Machine: "m"}
+	checked := 0
+	plain := strategy.GateFunc(func(context.Context, strategy.GateRequest) strategy.GateResult {
+		checked++
+		return strategy.GateResult{Verdict: strategy.Allow}
+	})
+	stop := strategy.GateFunc(func(context.Context, strategy.GateRequest) strategy.GateResult {
+		return strategy.GateResult{Verdict: strategy.Stop, Gate: "breaker", Reason: "tripped"}
+	})
+
+	free := &slot{free: true}
+	gates := strategy.Gates{plain, peekingSlot{free}}
+	require.Equal(t, strategy.Allow, gates.Peek(ctx, req).Verdict)
+	require.Equal(t, 0, free.taken, "Peek took a slot")
+	require.Equal(t, 1, free.peeked)
+	require.Equal(t, 1, checked, "a gate that holds nothing is asked with Check")
+	require.Equal(t, strategy.Allow, gates.Check(ctx, req).Verdict)
+	require.Equal(t, 1, free.taken, "Check takes the slot")
+
+	t.Run("a holder that cannot peek is not asked, and fails closed", func(t *testing.T) {
+		s := &slot{free: true}
+		r := strategy.Gates{plain, s}.Peek(ctx, req)
+		require.Equal(t, strategy.Wait, r.Verdict)
+		require.ErrorIs(t, r.Err, strategy.ErrCannotPeek)
+		require.Equal(t, "gates[1]", r.Gate)
+		require.Zero(t, s.taken)
+	})
+
+	t.Run("each gate's answer, in order, also after a stop", func(t *testing.T) {
+		full := &slot{}
+		each := strategy.Gates{plain, stop, peekingSlot{full}, nil}.PeekEach(ctx, req)
+		var got []string
+		for _, r := range each {
+			got = append(got, r.String())
+		}
+		require.Equal(t, []string{
+			"Allow by gates[0]",
+			"Stop by breaker: tripped",
+			"Wait by slot: all slots held (retry after 1m0s)",
+			"Wait by gates[3]: nil gate",
+		}, got)
+		require.Equal(t, 1, full.peeked, "a gate after a Stop is still asked")
+		r := strategy.Gates{plain, stop, peekingSlot{full}}.Peek(ctx, req)
+		require.Equal(t, "Stop by breaker: tripped", r.String())
+	})
+
+	t.Run("nested lists peek too", func(t *testing.T) {
+		s := &slot{free: true}
+		r := strategy.Gates{strategy.Gates{peekingSlot{s}}}.PeekEach(ctx, req)
+		require.Equal(t, strategy.Allow, r[0].Verdict)
+		require.Zero(t, s.taken)
+		require.Equal(t, 1, s.peeked)
+	})
 }
 
 func TestBreaker(t *testing.T) {

@@ -35,7 +35,8 @@ const LabelConcurrencyCluster = "upgradekit.io/concurrency-cluster"
 // time between two UpdateMachine calls by far, not the update's length:
 // MachineUpdater renews on every call).
 //
-// It is a strategy.Gate with Renew and Release (strategy.GateHolder):
+// It is a strategy.Gate with Renew and Release (strategy.GateHolder) and
+// Peek (strategy.GatePeeker, for a report that takes no slot):
 // MachineUpdater (WithGates) asks Check before an update starts, renews
 // while it runs and releases when it is done. A failed update keeps its
 // slot until its TTL ends: the node is still cordoned and needs a person,
@@ -148,6 +149,58 @@ func (g *ConcurrencyGate) Check(ctx context.Context, req strategy.GateRequest) s
 	if soonest > 0 {
 		res.RetryAfter = soonest
 	}
+	return res
+}
+
+// Peek answers what Check would answer now without writing a Lease:
+// Allow when the machine holds a slot or one of Limit is free or expired,
+// Wait with the holders and when the first slot expires otherwise. It
+// needs only get and list on Leases. Another replica may take the free
+// slot before the machine's update asks Check.
+func (g *ConcurrencyGate) Peek(ctx context.Context, req strategy.GateRequest) strategy.GateResult {
+	res := strategy.GateResult{Gate: "concurrency"}
+	if g == nil || g.c == nil {
+		res.Verdict, res.Reason, res.Err = strategy.Wait, "ConcurrencyGate not built with NewConcurrencyGate", strategy.ErrInvalidGate
+		return res
+	}
+	if req.Cluster == "" || req.Machine == "" {
+		res.Verdict, res.Reason, res.Err = strategy.Wait, "the request names no cluster or machine", strategy.ErrInvalidGate
+		return res
+	}
+	leases, err := g.leases(ctx, req.Cluster)
+	if err != nil {
+		res.Verdict, res.Reason, res.Err = strategy.Wait, "reading the concurrency Leases: "+errtext.Clip(err.Error()), err
+		return res
+	}
+	me := holder(req)
+	for _, l := range leases {
+		if l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity == me {
+			res.Verdict, res.Reason = strategy.Allow, "holds slot "+l.Name
+			return res
+		}
+	}
+	var held []string
+	var soonest time.Duration = -1
+	for i := range g.limit {
+		l := leases[g.slotName(req.Cluster, i)]
+		if l == nil {
+			continue
+		}
+		if left := g.left(l, req.Now); left > 0 {
+			held = append(held, strings.TrimPrefix(*l.Spec.HolderIdentity, req.Cluster+"/"))
+			if soonest < 0 || left < soonest {
+				soonest = left
+			}
+		}
+	}
+	slices.Sort(held)
+	if len(held) < g.limit {
+		res.Verdict, res.Reason = strategy.Allow, fmt.Sprintf("%d of %d slots of cluster %s free", g.limit-len(held), g.limit, req.Cluster)
+		return res
+	}
+	res.Verdict = strategy.Wait
+	res.Reason = fmt.Sprintf("%d of %d machines of cluster %s are being updated already: %s", len(held), g.limit, req.Cluster, strings.Join(held, ", "))
+	res.RetryAfter = max(soonest, 0)
 	return res
 }
 
