@@ -34,6 +34,7 @@ var scanned = []struct{ dir, alias string }{
 	{"strategy/capi", "capi"},
 	{"strategy/capi/extensionserver", "extensionserver"},
 	{"strategy/capi/preview", "preview"},
+	{"strategy/capi/gatereport", "gatereport"},
 	{"nodeexec", "nodeexec"},
 	{"nodeexec/kubeadm", "kubeadm"},
 	{"nodeexec/nodepod", "nodepod"},

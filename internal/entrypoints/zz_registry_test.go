@@ -17,6 +17,7 @@ import (
 	strategy "github.com/upgradekit/upgradekit/strategy"
 	capi "github.com/upgradekit/upgradekit/strategy/capi"
 	extensionserver "github.com/upgradekit/upgradekit/strategy/capi/extensionserver"
+	gatereport "github.com/upgradekit/upgradekit/strategy/capi/gatereport"
 	preview "github.com/upgradekit/upgradekit/strategy/capi/preview"
 )
 
@@ -68,6 +69,7 @@ var registry = map[string]reflect.Value{
 	"capi.CheckFunc.Check":                           reflect.ValueOf(capi.CheckFunc.Check),
 	"capi.CheckRequest.VersionChanged":               reflect.ValueOf(capi.CheckRequest.VersionChanged),
 	"capi.ConcurrencyGate.Check":                     reflect.ValueOf((*capi.ConcurrencyGate).Check),
+	"capi.ConcurrencyGate.Peek":                      reflect.ValueOf((*capi.ConcurrencyGate).Peek),
 	"capi.ConcurrencyGate.Release":                   reflect.ValueOf((*capi.ConcurrencyGate).Release),
 	"capi.ConcurrencyGate.Renew":                     reflect.ValueOf((*capi.ConcurrencyGate).Renew),
 	"capi.ControlPlaneGate":                          reflect.ValueOf(capi.ControlPlaneGate),
@@ -85,6 +87,7 @@ var registry = map[string]reflect.Value{
 	"capi.KubeconfigSecretClientsets":                reflect.ValueOf(capi.KubeconfigSecretClientsets),
 	"capi.KubeletArgsCheck":                          reflect.ValueOf(capi.KubeletArgsCheck),
 	"capi.MachineUpdater.Handler":                    reflect.ValueOf((*capi.MachineUpdater).Handler),
+	"capi.MachineUpdater.PeekGates":                  reflect.ValueOf((*capi.MachineUpdater).PeekGates),
 	"capi.MachineUpdater.UpdateMachine":              reflect.ValueOf((*capi.MachineUpdater).UpdateMachine),
 	"capi.NewConcurrencyGate":                        reflect.ValueOf(capi.NewConcurrencyGate),
 	"capi.NewExtension":                              reflect.ValueOf(capi.NewExtension),
@@ -432,6 +435,9 @@ var registry = map[string]reflect.Value{
 	"fake.WithUpdateCallBudget":                      reflect.ValueOf(fake.WithUpdateCallBudget),
 	"fake.WithUpgraderPodOptions":                    reflect.ValueOf(fake.WithUpgraderPodOptions),
 	"fake.WithoutServerSideApply":                    reflect.ValueOf(fake.WithoutServerSideApply),
+	"gatereport.NewHandler":                          reflect.ValueOf(gatereport.NewHandler),
+	"gatereport.Post":                                reflect.ValueOf(gatereport.Post),
+	"gatereport.Request.Validate":                    reflect.ValueOf((*gatereport.Request).Validate),
 	"kubeadm.CheckUpgrade":                           reflect.ValueOf(kubeadm.CheckUpgrade),
 	"kubeadm.DefaultFilesAllowedDirs":                reflect.ValueOf(kubeadm.DefaultFilesAllowedDirs),
 	"kubeadm.FormatChecksums":                        reflect.ValueOf(kubeadm.FormatChecksums),
@@ -582,6 +588,8 @@ var registry = map[string]reflect.Value{
 	"strategy.GateResult.Allowed":                    reflect.ValueOf(strategy.GateResult.Allowed),
 	"strategy.GateResult.String":                     reflect.ValueOf(strategy.GateResult.String),
 	"strategy.Gates.Check":                           reflect.ValueOf(strategy.Gates.Check),
+	"strategy.Gates.Peek":                            reflect.ValueOf(strategy.Gates.Peek),
+	"strategy.Gates.PeekEach":                        reflect.ValueOf(strategy.Gates.PeekEach),
 	"strategy.Gates.Release":                         reflect.ValueOf(strategy.Gates.Release),
 	"strategy.Gates.Renew":                           reflect.ValueOf(strategy.Gates.Renew),
 	"strategy.InPlaceStrategy":                       reflect.ValueOf(strategy.InPlaceStrategy),
@@ -699,6 +707,8 @@ var sentinels = []error{
 	extensionserver.ErrNamespaceNotManaged,
 	fake.ErrInvalidCluster,
 	fake.ErrInvalidPod,
+	gatereport.ErrInvalidRequest,
+	gatereport.ErrNotServed,
 	kubeadm.ErrDowngrade,
 	kubeadm.ErrInvalidConfig,
 	kubeadm.ErrInvalidKubeletArg,
@@ -738,6 +748,7 @@ var sentinels = []error{
 	preview.ErrNoExtension,
 	preview.ErrNotFound,
 	preview.ErrSeveralExtensions,
+	strategy.ErrCannotPeek,
 	strategy.ErrContradictoryPolicy,
 	strategy.ErrInvalidBudget,
 	strategy.ErrInvalidCluster,

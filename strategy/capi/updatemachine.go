@@ -444,6 +444,35 @@ func gateRequest(m *clusterv1.Machine, node string, now time.Time) strategy.Gate
 	return req
 }
 
+// PeekGates says what WithGates' gates would answer now about an update
+// of m, each gate in order (the members of a strategy.Gates given to
+// WithGates each on its own), taking nothing: strategy.Gates.PeekEach. m's
+// node is its status.nodeRef. It returns nil without gates; an updater not
+// built by NewMachineUpdater answers nothing either.
+func (u *MachineUpdater) PeekGates(ctx context.Context, m *clusterv1.Machine) []strategy.GateResult {
+	if u == nil || m == nil || len(u.gates) == 0 {
+		return nil
+	}
+	now := time.Now()
+	if u.clock != nil {
+		now = u.clock.Now()
+	}
+	return flatGates(u.gates).PeekEach(ctx, gateRequest(m, m.Status.NodeRef.Name, now))
+}
+
+// flatGates lists the gates of gs, nested strategy.Gates opened.
+func flatGates(gs []strategy.Gate) strategy.Gates {
+	var out strategy.Gates
+	for _, g := range gs {
+		if inner, ok := g.(strategy.Gates); ok {
+			out = append(out, flatGates(inner)...)
+			continue
+		}
+		out = append(out, g)
+	}
+	return out
+}
+
 // holdGates renews what the gates hold for an update in progress and
 // releases it once the update is done (a failed update keeps it: see
 // ConcurrencyGate). Errors are logged: the slot's TTL bounds them.

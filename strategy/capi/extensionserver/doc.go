@@ -51,6 +51,10 @@
 //     concurrency limit across replicas, a soak time, the workloads, the
 //     control plane, a circuit breaker, Prometheus alerts) before it
 //     touches a node;
+//   - beside the hooks, at gatereport.Path, what those gates would answer
+//     now about machines of a cluster, taking nothing (no concurrency
+//     slot), for a preview (gatereport); each machine is read from the
+//     management cluster and must belong to the cluster asked about;
 //   - TLS from the certificate directory, HTTP/1.1 only, handler timeouts
 //     announced in discovery; metrics on controller-runtime's registry;
 //   - limits on what any caller can make the server hold (HTTPLimits,

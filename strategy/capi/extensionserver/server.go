@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net/http"
 	"path"
 	"slices"
 	"strings"
@@ -24,6 +25,7 @@ import (
 	"github.com/upgradekit/upgradekit/nodeexec/nodepod"
 	"github.com/upgradekit/upgradekit/strategy"
 	"github.com/upgradekit/upgradekit/strategy/capi"
+	"github.com/upgradekit/upgradekit/strategy/capi/gatereport"
 )
 
 // ErrInvalidOption is matched by every error of New and Validate about
@@ -51,6 +53,8 @@ type Server struct {
 	cfg       config
 	handlers  []server.ExtensionHandler
 	extension *capi.Extension
+	// gateReport serves gatereport.Path (nil with DecideOnly).
+	gateReport http.Handler
 	// listening is the address the hooks are served on while Start
 	// serves them (nil before and after).
 	listening atomic.Pointer[string]
@@ -463,6 +467,7 @@ func (s *Server) buildHandlers(mgmt client.Reader) ([]server.ExtensionHandler, e
 	if err != nil {
 		return nil, err
 	}
+	s.gateReport = gatereport.NewHandler(mgmt, updater, c.log)
 	return append(hs, updater.Handler(c.prefix)), nil
 }
 
@@ -498,6 +503,11 @@ func (s *Server) Start(ctx context.Context) error {
 			return fmt.Errorf("handler %s: %w", h.Name, err)
 		}
 		s.cfg.log.Info("serving hook", "handler", h.Name)
+	}
+	if s.gateReport != nil {
+		// What UpdateMachine's gates would answer now, for a preview.
+		srv.Server.Register(gatereport.Path, s.gateReport)
+		s.cfg.log.Info("serving the gate report", "path", gatereport.Path)
 	}
 	if err := srv.Start(ctx); err != nil && !errors.Is(err, context.Canceled) {
 		return err

@@ -1,0 +1,195 @@
+package gatereport_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/google/go-cmp/cmp"
+	"github.com/stretchr/testify/require"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	crfake "sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	"github.com/upgradekit/upgradekit/strategy"
+	"github.com/upgradekit/upgradekit/strategy/capi/gatereport"
+)
+
+// peeker answers from a table by machine and records who was asked.
+type peeker struct {
+	answers map[string][]strategy.GateResult
+	asked   []string
+}
+
+func (p *peeker) PeekGates(_ context.Context, m *clusterv1.Machine) []strategy.GateResult {
+	p.asked = append(p.asked, m.Name)
+	return p.answers[m.Name]
+}
+
+func machine(cluster, name, node string) *clusterv1.Machine {
+	m := &clusterv1.Machine{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name}, Spec: clusterv1.MachineSpec{ClusterName: cluster}}
+	m.Status.NodeRef = clusterv1.MachineNodeReference{Name: node}
+	return m
+}
+
+func mgmt(t *testing.T) client.Client {
+	s := runtime.NewScheme()
+	require.NoError(t, clusterv1.AddToScheme(s))
+	return crfake.NewClientBuilder().WithScheme(s).WithObjects(
+		machine("demo", "demo-cp-0", "node-cp-0"), machine("demo", "demo-md-0", "node-md-0"), machine("other", "other-md-0", "node-o")).Build()
+}
+
+func TestReport(t *testing.T) {
+	p := &peeker{answers: map[string][]strategy.GateResult{
+		"demo-cp-0": {{Verdict: strategy.Allow, Gate: "concurrency", Reason: "1 of 1 slots free"}},
+		"demo-md-0": {
+			{Verdict: strategy.Wait, Gate: "nightly", Reason: "outside the window", RetryAfter: 3 * time.Hour},
+			{Verdict: strategy.Stop, Gate: "breaker", Reason: "tripped"},
+			{Verdict: strategy.Wait, Gate: "alerts", Reason: "cannot tell", Err: context.DeadlineExceeded},
+		},
+	}}
+	srv := httptest.NewServer(gatereport.NewHandler(mgmt(t), p, logr.Discard()))
+	t.Cleanup(srv.Close)
+	base, err := url.Parse(srv.URL)
+	require.NoError(t, err)
+
+	rep, err := gatereport.Post(t.Context(), srv.Client(), base, &gatereport.Request{Cluster: gatereport.ClusterRef{Namespace: "default", Name: "demo"},
+		Machines: []string{"demo-cp-0", "demo-md-0", "other-md-0", "gone"}})
+	require.NoError(t, err)
+	want := []gatereport.MachineReport{
+		{Name: "demo-cp-0", Node: "node-cp-0", Verdict: strategy.Allow, Gates: []gatereport.Answer{{Gate: "concurrency", Verdict: strategy.Allow, Reason: "1 of 1 slots free"}}},
+		{Name: "demo-md-0", Node: "node-md-0", Verdict: strategy.Stop, Gates: []gatereport.Answer{
+			{Gate: "nightly", Verdict: strategy.Wait, Reason: "outside the window", RetryAfter: &metav1.Duration{Duration: 3 * time.Hour}},
+			{Gate: "breaker", Verdict: strategy.Stop, Reason: "tripped"},
+			{Gate: "alerts", Verdict: strategy.Wait, Reason: "cannot tell", Error: "context deadline exceeded"},
+		}},
+		{Name: "other-md-0", Gates: []gatereport.Answer{}, Error: `Machine default/other-md-0 belongs to cluster "other", not "demo"`},
+		{Name: "gone", Gates: []gatereport.Answer{}, Error: "Machine default/gone not found"},
+	}
+	require.Empty(t, cmp.Diff(want, rep.Machines))
+	require.Equal(t, []string{"demo-cp-0", "demo-md-0"}, p.asked, "a machine of another cluster, or none, is not asked about")
+
+	t.Run("the wire shape", func(t *testing.T) {
+		b, err := json.Marshal(rep)
+		require.NoError(t, err)
+		s := string(b)
+		require.Contains(t, s, `"kind":"GateReport","apiVersion":"gates.upgradekit.io/v1alpha1"`)
+		require.Contains(t, s, `"retryAfter":"3h0m0s"`)
+		require.Contains(t, s, `"gates":[]`)
+		require.NotContains(t, s, "null")
+	})
+}
+
+func TestReportRefuses(t *testing.T) {
+	p := &peeker{}
+	h := gatereport.NewHandler(mgmt(t), p, logr.Discard())
+	valid := `{"apiVersion":"gates.upgradekit.io/v1alpha1","kind":"GateReportRequest","cluster":{"namespace":"default","name":"demo"},"machines":["demo-cp-0"]}`
+	many := make([]string, gatereport.MaxMachines+1)
+	for i := range many {
+		many[i] = `"m-` + strings.Repeat("a", i%5+1) + `-` + string(rune('a'+i%26)) + `"`
+	}
+	for _, tc := range []struct {
+		name, method, body string
+		code               int
+		want               string
+	}{
+		{"a GET", http.MethodGet, "", http.StatusMethodNotAllowed, "POST a GateReportRequest"},
+		{"not JSON", http.MethodPost, "machines: [a]", http.StatusBadRequest, "invalid gate report request"},
+		{"an unknown field", http.MethodPost, strings.Replace(valid, `"machines"`, `"nodes":[],"machines"`, 1), http.StatusBadRequest, `unknown field "nodes"`},
+		{"another kind", http.MethodPost, strings.Replace(valid, "GateReportRequest", "GateReport", 1), http.StatusBadRequest, `kind "GateReport": want gates.upgradekit.io/v1alpha1, GateReportRequest`},
+		{"a bad namespace", http.MethodPost, strings.Replace(valid, `"namespace":"default"`, `"namespace":"Default/x"`, 1), http.StatusBadRequest, `cluster.namespace "Default/x"`},
+		{"no cluster name", http.MethodPost, strings.Replace(valid, `"name":"demo"`, `"name":""`, 1), http.StatusBadRequest, `cluster.name ""`},
+		{"no machine", http.MethodPost, strings.Replace(valid, `["demo-cp-0"]`, `[]`, 1), http.StatusBadRequest, "machines: empty"},
+		{"a bad machine name", http.MethodPost, strings.Replace(valid, `["demo-cp-0"]`, `["demo-cp-0","../etc"]`, 1), http.StatusBadRequest, `machines[1] "../etc"`},
+		{"a machine twice", http.MethodPost, strings.Replace(valid, `["demo-cp-0"]`, `["demo-cp-0","demo-cp-0"]`, 1), http.StatusBadRequest, `machines[1] "demo-cp-0": named twice`},
+		{"too many machines", http.MethodPost, strings.Replace(valid, `["demo-cp-0"]`, "["+strings.Join(many, ",")+"]", 1), http.StatusBadRequest, "machines: 1001, at most 1000"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := httptest.NewRecorder()
+			h.ServeHTTP(w, httptest.NewRequest(tc.method, gatereport.Path, strings.NewReader(tc.body)))
+			require.Equal(t, tc.code, w.Code, w.Body.String())
+			require.Contains(t, w.Body.String(), tc.want)
+		})
+	}
+	require.Empty(t, p.asked, "no refused request asks a gate")
+
+	w := httptest.NewRecorder()
+	gatereport.NewHandler(nil, p, logr.Discard()).ServeHTTP(w, httptest.NewRequest(http.MethodPost, gatereport.Path, strings.NewReader(valid)))
+	require.Equal(t, http.StatusInternalServerError, w.Code)
+}
+
+func TestPostChecksTheAnswer(t *testing.T) {
+	req := &gatereport.Request{Cluster: gatereport.ClusterRef{Namespace: "default", Name: "demo"}, Machines: []string{"a", "b"}}
+	for _, tc := range []struct {
+		name   string
+		status int
+		body   string
+		want   string
+		is     error
+	}{
+		{"no report served", http.StatusNotFound, "404 page not found", "HTTP 404", gatereport.ErrNotServed},
+		{"a failure", http.StatusServiceUnavailable, "read Machine default/a: timeout", "HTTP status 503: read Machine default/a: timeout", nil},
+		{"not JSON", http.StatusOK, "<html>", "decode the gate report", nil},
+		{"another kind", http.StatusOK, `{"apiVersion":"v1","kind":"Status","cluster":{"namespace":"default","name":"demo"},"machines":[]}`, "does not answer the request", nil},
+		{"a machine missing", http.StatusOK, `{"apiVersion":"gates.upgradekit.io/v1alpha1","kind":"GateReport","cluster":{"namespace":"default","name":"demo"},"machines":[{"name":"a","gates":[]}]}`, "1 machines for 2 asked", nil},
+		{"machines swapped", http.StatusOK, `{"apiVersion":"gates.upgradekit.io/v1alpha1","kind":"GateReport","cluster":{"namespace":"default","name":"demo"},"machines":[{"name":"b","gates":[]},{"name":"a","gates":[]}]}`, `machines[0] is "b", asked "a"`, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.URL.Path != "/prefix"+gatereport.Path {
+					http.NotFound(w, r)
+					return
+				}
+				w.WriteHeader(tc.status)
+				_, _ = w.Write([]byte(tc.body))
+			}))
+			t.Cleanup(srv.Close)
+			base, err := url.Parse(srv.URL + "/prefix/")
+			require.NoError(t, err)
+			_, err = gatereport.Post(t.Context(), srv.Client(), base, req)
+			require.ErrorContains(t, err, tc.want)
+			if tc.is != nil {
+				require.ErrorIs(t, err, tc.is)
+			}
+		})
+	}
+	_, err := gatereport.Post(t.Context(), http.DefaultClient, &url.URL{Scheme: "http", Host: "127.0.0.1:1"}, &gatereport.Request{})
+	require.ErrorIs(t, err, gatereport.ErrInvalidRequest)
+}
+
+// FuzzHandler: whatever the body, the handler answers 200 or 400 and
+// never panics; only a valid request asks a gate.
+func FuzzHandler(f *testing.F) {
+	f.Add(`{"apiVersion":"gates.upgradekit.io/v1alpha1","kind":"GateReportRequest","cluster":{"namespace":"default","name":"demo"},"machines":["demo-cp-0","gone"]}`)
+	f.Add(`{"apiVersion":"gates.upgradekit.io/v1alpha1","kind":"GateReportRequest","cluster":{"namespace":"default","name":"demo"},"machines":null}`)
+	f.Add(`{}`)
+	f.Add(`[`)
+	s := runtime.NewScheme()
+	if err := clusterv1.AddToScheme(s); err != nil {
+		f.Fatal(err)
+	}
+	c := crfake.NewClientBuilder().WithScheme(s).WithObjects(machine("demo", "demo-cp-0", "n")).Build()
+	f.Fuzz(func(t *testing.T, body string) {
+		p := &peeker{}
+		w := httptest.NewRecorder()
+		gatereport.NewHandler(c, p, logr.Discard()).ServeHTTP(w, httptest.NewRequest(http.MethodPost, gatereport.Path, strings.NewReader(body)))
+		switch w.Code {
+		case http.StatusOK:
+			var rep gatereport.Report
+			require.NoError(t, json.Unmarshal(w.Body.Bytes(), &rep))
+			require.NotEmpty(t, rep.Machines)
+		case http.StatusBadRequest:
+			require.Empty(t, p.asked)
+		default:
+			t.Fatalf("status %d: %s", w.Code, w.Body.String())
+		}
+	})
+}
