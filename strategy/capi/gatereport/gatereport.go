@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"time"
 
 	"github.com/go-logr/logr"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -89,7 +90,8 @@ type Answer struct {
 	Verdict strategy.Verdict `json:"verdict"`
 	// Reason says why.
 	Reason string `json:"reason,omitempty"`
-	// RetryAfter, for Wait, is when asking again can make sense.
+	// RetryAfter, for Wait, is when asking again can make sense, in whole
+	// seconds.
 	RetryAfter *metav1.Duration `json:"retryAfter,omitempty"`
 	// Error is why the gate could not tell (it then answers Wait).
 	Error string `json:"error,omitempty"`
@@ -219,7 +221,8 @@ func report(ctx context.Context, mgmt client.Reader, p Peeker, req *Request) (*R
 func answerOf(g strategy.GateResult) Answer {
 	a := Answer{Gate: g.Gate, Verdict: g.Verdict, Reason: g.Reason}
 	if g.RetryAfter > 0 {
-		a.RetryAfter = &metav1.Duration{Duration: g.RetryAfter}
+		// Whole seconds, as Cluster API's RetryAfterSeconds; at least one.
+		a.RetryAfter = &metav1.Duration{Duration: max(g.RetryAfter.Round(time.Second), time.Second)}
 	}
 	if g.Err != nil {
 		a.Error = errtext.Clip(g.Err.Error())

@@ -53,7 +53,7 @@ func TestReport(t *testing.T) {
 		"demo-md-0": {
 			{Verdict: strategy.Wait, Gate: "nightly", Reason: "outside the window", RetryAfter: 3 * time.Hour},
 			{Verdict: strategy.Stop, Gate: "breaker", Reason: "tripped"},
-			{Verdict: strategy.Wait, Gate: "alerts", Reason: "cannot tell", Err: context.DeadlineExceeded},
+			{Verdict: strategy.Wait, Gate: "alerts", Reason: "cannot tell", Err: context.DeadlineExceeded, RetryAfter: 300 * time.Millisecond},
 		},
 	}}
 	srv := httptest.NewServer(gatereport.NewHandler(mgmt(t), p, logr.Discard()))
@@ -69,7 +69,8 @@ func TestReport(t *testing.T) {
 		{Name: "demo-md-0", Node: "node-md-0", Verdict: strategy.Stop, Gates: []gatereport.Answer{
 			{Gate: "nightly", Verdict: strategy.Wait, Reason: "outside the window", RetryAfter: &metav1.Duration{Duration: 3 * time.Hour}},
 			{Gate: "breaker", Verdict: strategy.Stop, Reason: "tripped"},
-			{Gate: "alerts", Verdict: strategy.Wait, Reason: "cannot tell", Error: "context deadline exceeded"},
+			// Whole seconds, at least one.
+			{Gate: "alerts", Verdict: strategy.Wait, Reason: "cannot tell", Error: "context deadline exceeded", RetryAfter: &metav1.Duration{Duration: time.Second}},
 		}},
 		{Name: "other-md-0", Gates: []gatereport.Answer{}, Error: `Machine default/other-md-0 belongs to cluster "other", not "demo"`},
 		{Name: "gone", Gates: []gatereport.Answer{}, Error: "Machine default/gone not found"},

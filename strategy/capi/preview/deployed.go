@@ -32,6 +32,7 @@ import (
 
 	"github.com/upgradekit/upgradekit/internal/errtext"
 	"github.com/upgradekit/upgradekit/strategy/capi"
+	"github.com/upgradekit/upgradekit/strategy/capi/gatereport"
 )
 
 // Modes a Prediction says it was answered in (Prediction.Mode).
@@ -137,6 +138,7 @@ type handler struct {
 // Build it with FindDeployed.
 type Deployed struct {
 	handlers map[string]handler // by hook name
+	update   *handler           // UpdateMachine's, whose gates ReportGates asks
 	configs  []string
 	catalog  *runtimecatalog.Catalog
 	opts     deployedOptions
@@ -232,6 +234,9 @@ func FindDeployed(ctx context.Context, c client.Reader, namespace string, opts .
 				}
 			}
 			return nil, e
+		}
+		if len(hs) == 1 && hook == hookUpdateMachine {
+			d.update = &hs[0]
 		}
 		if len(hs) == 1 && hook != hookUpdateMachine {
 			d.handlers[hook] = hs[0]
@@ -356,7 +361,7 @@ func (d *Deployed) call(ctx context.Context, h handler, req runtimehooksv1.Reque
 	if err != nil {
 		return nil, fmt.Errorf("extension handler %s: marshal request: %w", errtext.Quote(h.name), err)
 	}
-	httpc, u, err := d.target(h)
+	httpc, u, err := d.target(h, runtimecatalog.GVHToPath(h.gvh, h.short))
 	if err != nil {
 		return nil, fmt.Errorf("extension handler %s (ExtensionConfig %s): %w", errtext.Quote(h.name), errtext.Quote(h.config), err)
 	}
@@ -394,14 +399,14 @@ func (d *Deployed) call(ctx context.Context, h handler, req runtimehooksv1.Reque
 	return nil, nil
 }
 
-// target is the HTTP client and URL for h: the API server's service proxy
-// for a Service with ThroughServiceProxy, the extension itself otherwise
-// (TLS verified with the caBundle, the host name as server name).
-func (d *Deployed) target(h handler) (*http.Client, *url.URL, error) {
+// target is the HTTP client and URL of hookPath on h's extension: the API
+// server's service proxy for a Service with ThroughServiceProxy, the
+// extension itself otherwise (TLS verified with the caBundle, the host
+// name as server name).
+func (d *Deployed) target(h handler, hookPath string) (*http.Client, *url.URL, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	cc := h.client
-	hookPath := runtimecatalog.GVHToPath(h.gvh, h.short)
 	if cc.Service.IsDefined() && d.opts.proxy != nil {
 		port := int32(443)
 		if cc.Service.Port != nil {
@@ -458,4 +463,38 @@ func (d *Deployed) target(h handler) (*http.Client, *url.URL, error) {
 		d.http[h.config] = httpc
 	}
 	return httpc, u, nil
+}
+
+// ErrNoGateReport is matched by ReportGates' error when no gate report
+// can be asked: no UpdateMachine handler is registered for the namespace,
+// or its extension serves none (not upgradekit's, or an older one; then
+// the error also matches gatereport.ErrNotServed).
+var ErrNoGateReport = errors.New("no gate report")
+
+// ReportGates asks the extension whose handler Cluster API calls for
+// UpdateMachine what its gates (a maintenance window, a soak, a
+// concurrency limit, blockers) would answer now about machines of
+// cluster, taking nothing (gatereport). It is called like the hooks:
+// through the service proxy with ThroughServiceProxy, the handler's
+// timeout. The answer is for now: the gates are asked again when Cluster
+// API calls UpdateMachine.
+func (d *Deployed) ReportGates(ctx context.Context, cluster client.ObjectKey, machines []string) (*gatereport.Report, error) {
+	if d == nil || d.update == nil {
+		return nil, fmt.Errorf("%w: no ExtensionConfig registers an UpdateMachine handler for this namespace", ErrNoGateReport)
+	}
+	h := *d.update
+	httpc, u, err := d.target(h, "/")
+	if err != nil {
+		return nil, fmt.Errorf("extension handler %s (ExtensionConfig %s): %w", errtext.Quote(h.name), errtext.Quote(h.config), err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, h.timeout)
+	defer cancel()
+	rep, err := gatereport.Post(ctx, httpc, u, &gatereport.Request{Cluster: gatereport.ClusterRef{Namespace: cluster.Namespace, Name: cluster.Name}, Machines: machines})
+	if errors.Is(err, gatereport.ErrNotServed) {
+		return nil, fmt.Errorf("%w: ExtensionConfig %s: %w", ErrNoGateReport, errtext.Quote(h.config), err)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("gate report of ExtensionConfig %s: %w", errtext.Quote(h.config), err)
+	}
+	return rep, nil
 }

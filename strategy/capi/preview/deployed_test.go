@@ -2,12 +2,12 @@ package preview_test
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
 	"net/url"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -28,7 +28,6 @@ import (
 
 	"github.com/upgradekit/upgradekit/fake/capitest"
 	"github.com/upgradekit/upgradekit/fake/envtest"
-	"github.com/upgradekit/upgradekit/fake/testcerts"
 	"github.com/upgradekit/upgradekit/strategy"
 	"github.com/upgradekit/upgradekit/strategy/capi"
 	"github.com/upgradekit/upgradekit/strategy/capi/extensionserver"
@@ -245,31 +244,14 @@ func TestThroughTheServiceProxy(t *testing.T) {
 	env, snap, change := smallClusterChange(t)
 	c, ctx := env.Client, t.Context()
 
-	srv, err := extensionserver.New(c, extensionserver.AllowMutableUpgraderImages(), extensionserver.WithoutBundleChecksums(),
-		extensionserver.WithUpgraderImages(capi.ImagesByVersion{cpTo: "registry.example/upgrader:" + cpTo}))
+	// The extension as its Deployment runs it, hooks and gate report on
+	// one port, with a maintenance window that is closed.
+	yearly, err := strategy.MaintenanceWindow("new-year", "0 0 1 1 *", time.Minute, "UTC")
 	require.NoError(t, err)
-	dir := t.TempDir()
-	testcerts.Write(t, dir)
-	port := testcerts.FreePort(t) // the namespace has nothing else listening
-	catalog := runtimecatalog.New()
-	require.NoError(t, runtimehooksv1.AddToCatalog(catalog))
-	hooks, err := server.New(server.Options{Catalog: catalog, Host: ip, Port: port, CertDir: dir,
-		TLSOpts: []func(*tls.Config){func(c *tls.Config) { c.NextProtos = []string{"http/1.1"} }}})
+	srv, u, _ := startServer(t, ip, inNetns, c, extensionserver.WithUpgraderImages(capi.ImagesByVersion{cpTo: "registry.example/upgrader:" + cpTo}),
+		extensionserver.WithGates(yearly))
+	port, err := strconv.Atoi(u[strings.LastIndex(u, ":")+1:])
 	require.NoError(t, err)
-	for _, h := range srv.Handlers() {
-		require.NoError(t, hooks.AddExtensionHandler(h))
-	}
-	sctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- inNetns(func() error { return hooks.Start(sctx) }) }()
-	t.Cleanup(func() { cancel(); <-done })
-	require.Eventually(t, func() bool {
-		conn, err := net.DialTimeout("tcp", net.JoinHostPort(ip, strconv.Itoa(port)), time.Second)
-		if err == nil {
-			_ = conn.Close()
-		}
-		return err == nil
-	}, time.Minute, 20*time.Millisecond, "the extension listens")
 
 	// The Service and its endpoints, as a Deployment behind it would have
 	// them (no controller runs here).
@@ -309,6 +291,13 @@ func TestThroughTheServiceProxy(t *testing.T) {
 		require.Equal(t, strategy.MethodBlocked, m.Method, m.Reason)
 		require.Contains(t, m.Reason, "no upgrader image for "+cpFrom)
 	}
+
+	// The gate report goes the same way.
+	rep, err := d.ReportGates(ctx, client.ObjectKey{Namespace: "default", Name: "small"}, []string{"md-a-abcde-0000"})
+	require.NoError(t, err)
+	require.Len(t, rep.Machines, 1)
+	require.Equal(t, strategy.Wait, rep.Machines[0].Verdict)
+	require.Equal(t, "new-year", rep.Machines[0].Gates[0].Gate)
 }
 
 // smallClusterChange provisions the cluster "small" (one control plane at

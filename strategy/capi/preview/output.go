@@ -103,6 +103,9 @@ func (pr *Prediction) WriteTable(w io.Writer) error {
 		if g.OnFailure != "" {
 			fmt.Fprintf(&b, "  %s\n", g.OnFailure)
 		}
+		if g.Gates != "" {
+			fmt.Fprintf(&b, "  %s\n", g.Gates)
+		}
 	}
 	switch {
 	case pr.Mode == ModeExtension:

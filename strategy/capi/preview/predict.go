@@ -26,6 +26,7 @@ import (
 	"github.com/upgradekit/upgradekit/internal/errtext"
 	"github.com/upgradekit/upgradekit/strategy"
 	"github.com/upgradekit/upgradekit/strategy/capi"
+	"github.com/upgradekit/upgradekit/strategy/capi/gatereport"
 )
 
 // Answerer answers Cluster API's in-place hooks as values: the extension
@@ -152,6 +153,13 @@ type Machine struct {
 	// outcome: Blocked at the first blocked step (later steps wait), else
 	// Replace at the first step that replaces the machine, else InPlace.
 	Steps []Step `json:"steps,omitempty"`
+	// Gates are what the deployed extension's gates (a maintenance window,
+	// a soak, a concurrency limit, blockers) say now about updating this
+	// machine in place, each gate's answer, asked without taking anything
+	// (Deployed.ReportGates): only in ModeExtension and for a machine
+	// updated in place. Cluster API's UpdateMachine asks them again when
+	// the rollout reaches the machine.
+	Gates []gatereport.Answer `json:"gates,omitempty"`
 }
 
 // Step is one question of a chained upgrade for one machine.
@@ -194,6 +202,11 @@ type Group struct {
 	// its in-place updates fails ("" when none is predicted): the
 	// estimates assume none does.
 	OnFailure string `json:"onFailure,omitempty"`
+	// Gates says, in one line, what the deployed extension's gates would
+	// answer now about the group's machines updated in place: open, or
+	// the first gate that holds them and for how many ("" when not
+	// asked: see Machine.Gates).
+	Gates string `json:"gates,omitempty"`
 }
 
 // Timings are the figures estimates are made of: an in-place update
@@ -355,7 +368,107 @@ func Predict(ctx context.Context, mgmt client.Client, snap *Snapshot, change []*
 	if err := p.plan(pr, byName); err != nil {
 		return nil, err
 	}
+	if d, ok := ext.(*Deployed); ok {
+		p.reportGates(d, pr)
+	}
 	return pr, nil
+}
+
+// reportGates asks the deployed extension's gates about the machines
+// updated in place and says what they answer, per machine and per group;
+// a report that cannot be had is a note, not an error: the prediction of
+// what Cluster API does stands without it.
+func (p *predictor) reportGates(d *Deployed, pr *Prediction) {
+	var names []string
+	for _, m := range pr.Machines {
+		if m.Method == strategy.MethodInPlace {
+			names = append(names, m.Name)
+		}
+	}
+	if len(names) == 0 {
+		return
+	}
+	var reports []gatereport.MachineReport
+	for chunk := range slices.Chunk(names, gatereport.MaxMachines) {
+		rep, err := d.ReportGates(p.ctx, client.ObjectKeyFromObject(p.snap.Cluster), chunk)
+		if err != nil {
+			pr.Notes = append(pr.Notes, "the gates were not asked: "+errtext.Clip(err.Error()))
+			return
+		}
+		reports = append(reports, rep.Machines...)
+	}
+	byName := make(map[string]gatereport.MachineReport, len(reports))
+	for _, r := range reports {
+		byName[r.Name] = r
+	}
+	for i := range pr.Machines {
+		if r, ok := byName[pr.Machines[i].Name]; ok {
+			pr.Machines[i].Gates = r.Gates
+		}
+	}
+	for i := range pr.Groups {
+		g := &pr.Groups[i]
+		var group []gatereport.MachineReport
+		for _, m := range pr.Machines {
+			if r, ok := byName[m.Name]; ok && m.Group == g.Name {
+				group = append(group, r)
+			}
+		}
+		g.Gates = gatesLine(group)
+	}
+}
+
+// gatesLine sums up what the gates say about a group's machines: the
+// first gate that holds the first held machine back, for how many, or
+// that all are open.
+func gatesLine(reports []gatereport.MachineReport) string {
+	if len(reports) == 0 {
+		return ""
+	}
+	var held int
+	var first *gatereport.Answer
+	var failed []string
+	for _, r := range reports {
+		if r.Error != "" {
+			failed = append(failed, r.Name+": "+r.Error)
+			continue
+		}
+		for j := range r.Gates {
+			a := &r.Gates[j]
+			if a.Verdict == strategy.Allow {
+				continue
+			}
+			held++
+			if first == nil || (a.Verdict == strategy.Stop && first.Verdict != strategy.Stop) {
+				first = a
+			}
+			break
+		}
+	}
+	var line string
+	switch {
+	case first != nil:
+		line = fmt.Sprintf("gates now: %s by %s", first.Verdict, first.Gate)
+		if first.Reason != "" {
+			line += ": " + first.Reason
+		}
+		if first.RetryAfter != nil {
+			line += fmt.Sprintf(" (retry after %s)", first.RetryAfter.Duration)
+		}
+		line += fmt.Sprintf("; %d of %d machines held", held, len(reports))
+	case len(reports[0].Gates) == 0 && len(failed) == 0:
+		line = "gates now: none configured on the extension"
+	default:
+		var names []string
+		for _, a := range reports[0].Gates {
+			names = append(names, a.Gate)
+		}
+		line = "gates now: open (" + strings.Join(names, ", ") + ")"
+	}
+	if len(failed) > 0 {
+		line += "; not asked about " + strings.Join(failed, "; ")
+	}
+	return line + "; asked again when Cluster API reaches each machine"
 }
 
 // predictor holds one Predict call's state.
