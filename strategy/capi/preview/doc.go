@@ -48,7 +48,14 @@
 //     included, is asked over the cluster as it is now, and the reason of
 //     each answer given early says so;
 //   - strategy.Planner orders each group's machines into waves within its
-//     maxSurge and maxUnavailable, and Timings turn them into estimates.
+//     maxSurge and maxUnavailable, and Timings turn them into estimates;
+//   - with a deployed extension, its gates (a maintenance window, a soak,
+//     a concurrency limit, blockers) are asked what they would answer now
+//     about each machine updated in place, through the extension's gate
+//     report (gatereport; Deployed.ReportGates), which takes no
+//     concurrency slot: Machine.Gates and Group.Gates. An in-process
+//     answerer has no gates to ask, and an extension that serves no
+//     report leaves a note.
 //
 // The Prediction renders as a table (WriteTable), JSON, or per machine
 // (Machine, KeepsName). examples/preview is the command line over it,
