@@ -53,8 +53,11 @@ type Server struct {
 	cfg       config
 	handlers  []server.ExtensionHandler
 	extension *capi.Extension
-	// gateReport serves gatereport.Path (nil with DecideOnly).
+	// gateReport serves gatereport.Path (nil with DecideOnly), from
+	// updater's gates read through mgmt.
 	gateReport http.Handler
+	updater    *capi.MachineUpdater
+	mgmt       client.Reader
 	// listening is the address the hooks are served on while Start
 	// serves them (nil before and after).
 	listening atomic.Pointer[string]
@@ -467,8 +470,20 @@ func (s *Server) buildHandlers(mgmt client.Reader) ([]server.ExtensionHandler, e
 	if err != nil {
 		return nil, err
 	}
-	s.gateReport = gatereport.NewHandler(mgmt, updater, c.log)
+	s.gateReport, s.updater, s.mgmt = gatereport.NewHandler(mgmt, updater, c.log), updater, mgmt
 	return append(hs, updater.Handler(c.prefix)), nil
+}
+
+// ReportGates says what the gates of WithGates would answer now about
+// machines of cluster, taking nothing: the report Start serves at
+// gatereport.Path, made in process (for a preview of an extension not
+// deployed yet). A Server with DecideOnly serves no UpdateMachine, so it
+// has no gates to report: ErrInvalidOption.
+func (s *Server) ReportGates(ctx context.Context, cluster client.ObjectKey, machines []string) (*gatereport.Report, error) {
+	if s == nil || s.updater == nil {
+		return nil, invalid("ReportGates", "a Server made by New without DecideOnly")
+	}
+	return gatereport.Build(ctx, s.mgmt, s.updater, &gatereport.Request{Cluster: gatereport.ClusterRef{Namespace: cluster.Namespace, Name: cluster.Name}, Machines: machines})
 }
 
 // Start serves the hooks over TLS until ctx ends (it is a

@@ -7,6 +7,10 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	fakeclient "sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	"github.com/upgradekit/upgradekit/diff"
@@ -15,6 +19,7 @@ import (
 	"github.com/upgradekit/upgradekit/strategy"
 	"github.com/upgradekit/upgradekit/strategy/capi"
 	"github.com/upgradekit/upgradekit/strategy/capi/extensionserver"
+	"github.com/upgradekit/upgradekit/strategy/capi/gatereport"
 )
 
 func metrics(t *testing.T) extensionserver.Option {
@@ -166,4 +171,33 @@ func TestStartRefusesAZeroServer(t *testing.T) {
 	require.ErrorIs(t, nilServer.Start(t.Context()), extensionserver.ErrInvalidOption)
 	require.ErrorIs(t, (&extensionserver.Server{}).Start(t.Context()), extensionserver.ErrInvalidOption)
 	require.Empty(t, (&extensionserver.Server{}).Handlers())
+}
+
+// TestReportGates: in process, the Server reports what its gates would
+// answer about a cluster's machines, each checked against the management
+// cluster; a DecideOnly Server has no gates to report.
+func TestReportGates(t *testing.T) {
+	s := runtime.NewScheme()
+	require.NoError(t, clusterv1.AddToScheme(s))
+	m := &clusterv1.Machine{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "demo-md-0-a"}, Spec: clusterv1.MachineSpec{ClusterName: "demo"}}
+	mgmt := fakeclient.NewClientBuilder().WithScheme(s).WithObjects(m).Build()
+	yearly, err := strategy.MaintenanceWindow("new-year", "0 0 1 1 *", time.Minute, "UTC")
+	require.NoError(t, err)
+	srv, err := extensionserver.New(mgmt, extensionserver.WithUpgraderImage("r/u@"+digestA), extensionserver.WithoutBundleChecksums(),
+		extensionserver.WithGates(yearly), metrics(t))
+	require.NoError(t, err)
+	rep, err := srv.ReportGates(t.Context(), client.ObjectKey{Namespace: "default", Name: "demo"}, []string{"demo-md-0-a", "other"})
+	require.NoError(t, err)
+	require.Len(t, rep.Machines, 2)
+	require.Equal(t, strategy.Wait, rep.Machines[0].Verdict)
+	require.Equal(t, "new-year", rep.Machines[0].Gates[0].Gate)
+	require.Equal(t, "Machine default/other not found", rep.Machines[1].Error)
+
+	_, err = srv.ReportGates(t.Context(), client.ObjectKey{Namespace: "default", Name: "demo"}, nil)
+	require.ErrorIs(t, err, gatereport.ErrInvalidRequest)
+
+	decide, err := extensionserver.New(nil, extensionserver.DecideOnly(), metrics(t))
+	require.NoError(t, err)
+	_, err = decide.ReportGates(t.Context(), client.ObjectKey{Namespace: "default", Name: "demo"}, []string{"demo-md-0-a"})
+	require.ErrorIs(t, err, extensionserver.ErrInvalidOption)
 }

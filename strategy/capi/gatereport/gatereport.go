@@ -175,7 +175,7 @@ func NewHandler(mgmt client.Reader, p Peeker, log logr.Logger) http.Handler {
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
 		}
-		rep, err := report(r.Context(), mgmt, p, &req)
+		rep, err := Build(r.Context(), mgmt, p, &req)
 		if err != nil {
 			http.Error(w, errtext.Clip(err.Error()), http.StatusServiceUnavailable)
 			return
@@ -186,8 +186,22 @@ func NewHandler(mgmt client.Reader, p Peeker, log logr.Logger) http.Handler {
 	})
 }
 
-// report asks p about each machine of req, after reading it from mgmt.
-func report(ctx context.Context, mgmt client.Reader, p Peeker, req *Request) (*Report, error) {
+// Build is the report NewHandler serves, made in process: req is
+// validated (Request.Validate; its apiVersion and kind may be left empty),
+// each machine is read from mgmt and must belong to req's cluster before
+// p is asked about it. An error reading a Machine fails the report.
+func Build(ctx context.Context, mgmt client.Reader, p Peeker, req *Request) (*Report, error) {
+	if mgmt == nil || p == nil || req == nil {
+		return nil, fmt.Errorf("%w: nil management client, peeker or request", ErrInvalidRequest)
+	}
+	if req.APIVersion == "" && req.Kind == "" {
+		r := *req
+		r.TypeMeta = metav1.TypeMeta{APIVersion: APIVersion, Kind: "GateReportRequest"}
+		req = &r
+	}
+	if err := req.Validate(); err != nil {
+		return nil, err
+	}
 	rep := &Report{TypeMeta: metav1.TypeMeta{APIVersion: APIVersion, Kind: "GateReport"}, Cluster: req.Cluster, Machines: make([]MachineReport, 0, len(req.Machines))}
 	for _, name := range req.Machines {
 		mr := MachineReport{Name: name, Gates: []Answer{}}

@@ -53,9 +53,10 @@
 //     a concurrency limit, blockers) are asked what they would answer now
 //     about each machine updated in place, through the extension's gate
 //     report (gatereport; Deployed.ReportGates), which takes no
-//     concurrency slot: Machine.Gates and Group.Gates. An in-process
-//     answerer has no gates to ask, and an extension that serves no
-//     report leaves a note.
+//     concurrency slot: Machine.Gates and Group.Gates. In process,
+//     WithGateReporter takes an extensionserver.Server configured as the
+//     extension will be; an extension that serves no report leaves a
+//     note.
 //
 // The Prediction renders as a table (WriteTable), JSON, or per machine
 // (Machine, KeepsName). examples/preview is the command line over it,

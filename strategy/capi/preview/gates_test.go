@@ -118,6 +118,20 @@ func TestTheDeployedExtensionsGates(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, string(js), `"gates":[{"gate":"new-year","verdict":"Wait"`)
 
+	t.Run("in process, the extension's server reports its gates", func(t *testing.T) {
+		local, err := extensionserver.New(c, extensionserver.AllowMutableUpgraderImages(), extensionserver.WithoutBundleChecksums(),
+			extensionserver.WithUpgraderImage("registry.example/upgrader:any"), extensionserver.WithGates(limit))
+		require.NoError(t, err)
+		pr, err := preview.Predict(ctx, c, snap, change, local.Extension(), preview.WithGateReporter(local))
+		require.NoError(t, err)
+		require.Equal(t, preview.ModeInProcess, pr.Mode)
+		require.Contains(t, pr.String(), "\n  gates now: Wait by concurrency: 1 of 1 machines of cluster default/small are being updated already: small-cp-elsewhere (retry after ")
+		pr, err = preview.Predict(ctx, c, snap, change, local.Extension())
+		require.NoError(t, err)
+		require.NotContains(t, pr.String(), "gates now", "no reporter, no gates")
+		require.Empty(t, cmpLeases(held, leases()))
+	})
+
 	t.Run("an extension without gates", func(t *testing.T) {
 		_, u, ca := startServer(t, "127.0.0.1", direct, c, extensionserver.WithUpgraderImage("registry.example/upgrader:any"))
 		unregister(t, c, "deployed")

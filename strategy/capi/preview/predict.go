@@ -47,6 +47,7 @@ type options struct {
 	clock    clock.PassiveClock
 	dryRun   bool
 	timings  Timings
+	gates    GateReporter
 }
 
 // WithSettings are the ExtensionConfig's settings, sent in every request
@@ -368,17 +369,35 @@ func Predict(ctx context.Context, mgmt client.Client, snap *Snapshot, change []*
 	if err := p.plan(pr, byName); err != nil {
 		return nil, err
 	}
-	if d, ok := ext.(*Deployed); ok {
-		p.reportGates(d, pr)
+	gates := o.gates
+	if r, ok := ext.(GateReporter); ok && gates == nil {
+		gates = r
+	}
+	if gates != nil {
+		p.reportGates(gates, pr)
 	}
 	return pr, nil
 }
+
+// GateReporter says what the gates of the extension's UpdateMachine (a
+// maintenance window, a soak, a concurrency limit, blockers) would answer
+// now about machines of a cluster, taking nothing: a Deployed asks the
+// deployed extension (ReportGates), an extensionserver.Server answers in
+// process.
+type GateReporter interface {
+	ReportGates(ctx context.Context, cluster client.ObjectKey, machines []string) (*gatereport.Report, error)
+}
+
+// WithGateReporter has Predict ask r about the gates (Machine.Gates,
+// Group.Gates), for an in-process answerer; a Deployed answerer is its own
+// reporter without it.
+func WithGateReporter(r GateReporter) Option { return func(o *options) { o.gates = r } }
 
 // reportGates asks the deployed extension's gates about the machines
 // updated in place and says what they answer, per machine and per group;
 // a report that cannot be had is a note, not an error: the prediction of
 // what Cluster API does stands without it.
-func (p *predictor) reportGates(d *Deployed, pr *Prediction) {
+func (p *predictor) reportGates(d GateReporter, pr *Prediction) {
 	var names []string
 	for _, m := range pr.Machines {
 		if m.Method == strategy.MethodInPlace {
