@@ -23,7 +23,7 @@ import (
 	"github.com/upgradekit/upgradekit/karpenter"
 )
 
-// karpenterOptions are the flags of the -karpenter mode.
+// karpenterOptions are the flags of the --karpenter mode.
 type karpenterOptions struct {
 	live                      bool
 	kubeconfig, context       string
@@ -36,7 +36,7 @@ type karpenterOptions struct {
 }
 
 // runKarpenter explains the drift of every NodeClaim of a Karpenter
-// cluster, read from dumps or, with -live, from the cluster.
+// cluster, read from dumps or, with --live, from the cluster.
 func runKarpenter(ctx context.Context, o karpenterOptions, stdout io.Writer, newClient func(*rest.Config) (client.Reader, error)) error {
 	var snap *karpenter.Snapshot
 	if o.live {
@@ -72,7 +72,7 @@ func runKarpenter(ctx context.Context, o karpenterOptions, stdout io.Writer, new
 			return err
 		}
 		if len(prev.NodePools) == 0 {
-			return fmt.Errorf("-previous %s: no NodePools", o.previous)
+			return fmt.Errorf("--previous %s: no NodePools", o.previous)
 		}
 		opts = append(opts, karpenter.WithPreviousNodePools(prev.NodePools...))
 	}
@@ -103,7 +103,7 @@ func runKarpenter(ctx context.Context, o karpenterOptions, stdout io.Writer, new
 		list, err := karpenter.ReadInstances(f)
 		f.Close()
 		if err != nil {
-			return fmt.Errorf("-instances %s: %w", o.instances, err)
+			return fmt.Errorf("--instances %s: %w", o.instances, err)
 		}
 		opts = append(opts, karpenter.WithInstances(karpenter.Instances(list)))
 	}
@@ -145,7 +145,7 @@ func readDumpFile(file string) (*karpenter.Snapshot, error) {
 	return s, nil
 }
 
-// imageResolver loads -images, an image catalog as ami-resolve reads it.
+// imageResolver loads --images, an image catalog as ami-resolve reads it.
 func imageResolver(o karpenterOptions) (karpenter.ImageResolver, error) {
 	f, err := os.Open(o.images)
 	if err != nil {
@@ -156,13 +156,13 @@ func imageResolver(o karpenterOptions) (karpenter.ImageResolver, error) {
 	if o.imagesAt != "" {
 		at, err := time.Parse(time.RFC3339, o.imagesAt)
 		if err != nil {
-			return nil, usageError{err: fmt.Errorf("-images-at: %w", err)}
+			return nil, usageError{err: fmt.Errorf("--images-at: %w", err)}
 		}
 		opts = append(opts, amiselect.WithClock(clocktesting.NewFakePassiveClock(at)))
 	}
 	catalog, err := amiselect.LoadCatalog(f, opts...)
 	if err != nil {
-		return nil, fmt.Errorf("-images %s: %w", o.images, err)
+		return nil, fmt.Errorf("--images %s: %w", o.images, err)
 	}
 	if o.kubernetesVersion != "" {
 		opts = append(opts, amiselect.WithKubernetesVersion(o.kubernetesVersion))
@@ -170,14 +170,14 @@ func imageResolver(o karpenterOptions) (karpenter.ImageResolver, error) {
 	return karpenter.CatalogResolver(catalog, opts...)
 }
 
-// restConfig is the cluster's config: -kubeconfig, else client-go's
-// loading rules, with -context.
+// restConfig is the cluster's config: --kubeconfig, else client-go's
+// loading rules, with --context.
 func restConfig(kubeconfig, context string) (*rest.Config, error) {
 	rules := clientcmd.NewDefaultClientConfigLoadingRules()
 	rules.ExplicitPath = kubeconfig
 	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: context}).ClientConfig()
 	if err != nil {
-		return nil, fmt.Errorf("cluster config (-kubeconfig, $KUBECONFIG, ~/.kube/config or in-cluster): %w", err)
+		return nil, fmt.Errorf("cluster config (--kubeconfig, $KUBECONFIG, ~/.kube/config or in-cluster): %w", err)
 	}
 	return cfg, nil
 }
@@ -295,33 +295,33 @@ func orAbsent(s string) string {
 	return s
 }
 
-// validateKarpenter checks the -karpenter mode's flags and arguments.
+// validateKarpenter checks the --karpenter mode's flags and arguments.
 func validateKarpenter(o *karpenterOptions, args []string, generic []string) error {
 	if len(generic) > 0 {
-		return usageError{err: fmt.Errorf("%s cannot be combined with -karpenter", strings.Join(generic, ", "))}
+		return usageError{err: fmt.Errorf("%s cannot be combined with --karpenter", strings.Join(generic, ", "))}
 	}
 	if err := cli.CheckOutput(o.output, cli.Table, cli.JSON, cli.YAML); err != nil {
 		return usageError{err: err}
 	}
 	if o.live {
 		if len(args) > 0 {
-			return usageError{err: errors.New("-live reads the cluster: give no dump files")}
+			return usageError{err: errors.New("--live reads the cluster: give no dump files")}
 		}
 	} else {
 		if o.kubeconfig != "" || o.context != "" {
-			return usageError{err: errors.New("-kubeconfig and -context need -live")}
+			return usageError{err: errors.New("--kubeconfig and --context need --live")}
 		}
 		if len(args) == 0 {
-			return usageError{err: errors.New("-karpenter needs dump files (DUMP.yaml...) or -live; -h for usage")}
+			return usageError{err: errors.New("--karpenter needs dump files (DUMP.yaml...) or --live; --help for usage")}
 		}
 		o.dumps = args
 	}
 	if (o.kubernetesVersion != "" || o.imagesAt != "") && o.images == "" {
-		return usageError{err: errors.New("-kubernetes-version and -images-at need -images")}
+		return usageError{err: errors.New("--kubernetes-version and --images-at need --images")}
 	}
 	if o.kubernetesVersion != "" {
 		if _, _, err := amiselect.ParseKubernetesVersion(o.kubernetesVersion); err != nil {
-			return usageError{err: fmt.Errorf("-kubernetes-version: %w", err)}
+			return usageError{err: fmt.Errorf("--kubernetes-version: %w", err)}
 		}
 	}
 	for _, f := range append([]string{o.previous, o.instances, o.images, o.caBundle, o.offerings}, o.dumps...) {

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -200,28 +201,34 @@ func readDump(t *testing.T) *karpenter.Snapshot {
 	return s
 }
 
+// oneDashFlag is a long flag spelt with one dash, as kubectl never
+// spells it: -karpenter, (-kubeconfig.
+var oneDashFlag = regexp.MustCompile(`(^|[\s(,])-[a-z][a-z-]+`)
+
 func TestKarpenterUsage(t *testing.T) {
 	dump := dumpDir + "/cluster.yaml"
 	for _, tc := range []struct {
 		args []string
 		want string
 	}{
-		{[]string{"-karpenter"}, "needs dump files"},
-		{[]string{"-karpenter", "-stamp", dump}, "-stamp cannot be combined with -karpenter"},
-		{[]string{"-karpenter", "-live", dump}, "give no dump files"},
-		{[]string{"-karpenter", "-kubeconfig", "x", dump}, "need -live"},
-		{[]string{"-karpenter", "-o", "xml", dump}, "want table, json, yaml"},
-		{[]string{"-karpenter", "-kubernetes-version", "1.31", dump}, "need -images"},
-		{[]string{"-karpenter", "-images", dumpDir + "/images.json", "-kubernetes-version", "one", dump}, "-kubernetes-version"},
+		{[]string{"-karpenter"}, "--karpenter needs dump files (DUMP.yaml...) or --live; --help for usage"},
+		{[]string{"-karpenter", "-stamp", dump}, "--stamp cannot be combined with --karpenter"},
+		{[]string{"-karpenter", "-live", dump}, "--live reads the cluster: give no dump files"},
+		{[]string{"-karpenter", "-kubeconfig", "x", dump}, "--kubeconfig and --context need --live"},
+		{[]string{"-karpenter", "-o", "xml", dump}, `--output "xml": want table, json, yaml`},
+		{[]string{"-karpenter", "-kubernetes-version", "1.31", dump}, "--kubernetes-version and --images-at need --images"},
+		{[]string{"-karpenter", "-images", dumpDir + "/images.json", "-kubernetes-version", "one", dump}, "--kubernetes-version: "},
 		{[]string{"-karpenter", "-instances", "no-such-file.json", dump}, "no-such-file.json"},
 		{[]string{"-karpenter", "no-such-dump.yaml"}, "no-such-dump.yaml"},
 		{[]string{"-instances", "x", "a", "b"}, "--instances needs --karpenter"},
+		{[]string{"--karpenter", "--images", dumpDir + "/images.json", "--images-at", "yesterday", dump}, "--images-at: "},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			_, _, err := runCmd(t, tc.args...)
 			var ue usageError
 			require.True(t, errors.As(err, &ue), "%v", err)
 			require.Contains(t, err.Error(), tc.want)
+			require.NotRegexp(t, oneDashFlag, err.Error(), "flags are spelt --flag, as kubectl spells them")
 		})
 	}
 }
