@@ -7,11 +7,13 @@ import (
 	"io"
 	"maps"
 	"os"
+	"reflect"
 	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clocktesting "k8s.io/utils/clock/testing"
@@ -36,8 +38,9 @@ type karpenterOptions struct {
 }
 
 // runKarpenter explains the drift of every NodeClaim of a Karpenter
-// cluster, read from dumps or, with --live, from the cluster.
-func runKarpenter(ctx context.Context, o karpenterOptions, stdout io.Writer, newClient func(*rest.Config) (client.Reader, error)) error {
+// cluster, read from dumps or, with --live, from the cluster (saying on
+// stderr what it reads, when that is a terminal).
+func runKarpenter(ctx context.Context, o karpenterOptions, stdout, stderr io.Writer, newClient func(*rest.Config) (client.Reader, error)) error {
 	var snap *karpenter.Snapshot
 	if o.live {
 		cfg, err := restConfig(o.kubeconfig, o.context)
@@ -48,7 +51,14 @@ func runKarpenter(ctx context.Context, o karpenterOptions, stdout io.Writer, new
 		if err != nil {
 			return err
 		}
-		if snap, err = karpenter.Read(ctx, c); err != nil {
+		// On a terminal only: listing a large cluster takes a while.
+		prog := cli.NewProgress(stderr, "drift-explain")
+		if c != nil { // else karpenter.Read says what is wrong
+			c = &progressReader{Reader: c, prog: prog}
+		}
+		snap, err = karpenter.Read(ctx, c)
+		prog.Done()
+		if err != nil {
 			return err
 		}
 	} else {
@@ -129,6 +139,41 @@ func runKarpenter(ctx context.Context, o karpenterOptions, stdout io.Writer, new
 		return errDrifted
 	}
 	return nil
+}
+
+// progressReader is a client.Reader that draws on prog which kind it is
+// listing and how many of each kind it has read: "drift-explain: NodePools
+// 3, NodeClaims 120, reading Nodes...".
+type progressReader struct {
+	client.Reader
+	prog *cli.Progress
+	read []string // "NodePools 3", one per kind listed
+}
+
+// List lists as the Reader does, saying so before and counting after.
+func (r *progressReader) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
+	kinds := pluralKind(list)
+	r.prog.Printf("%s", strings.Join(append(slices.Clone(r.read), "reading "+kinds+"..."), ", "))
+	if err := r.Reader.List(ctx, list, opts...); err != nil {
+		return err
+	}
+	r.read = append(r.read, fmt.Sprintf("%s %d", kinds, meta.LenList(list)))
+	r.prog.Printf("%s", strings.Join(r.read, ", "))
+	return nil
+}
+
+// pluralKind names the kind a list holds, in the plural: NodePools,
+// EC2NodeClasses.
+func pluralKind(list client.ObjectList) string {
+	t := reflect.TypeOf(list)
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	kind := strings.TrimSuffix(t.Name(), "List")
+	if strings.HasSuffix(kind, "s") {
+		return kind + "es"
+	}
+	return kind + "s"
 }
 
 // readDumpFile reads a Karpenter dump from a file.

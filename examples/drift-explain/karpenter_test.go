@@ -14,10 +14,12 @@ import (
 	"github.com/awslabs/operatorpkg/status"
 	"github.com/google/go-cmp/cmp"
 	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 	"sigs.k8s.io/yaml"
 
 	"github.com/upgradekit/upgradekit/fake/envtest"
@@ -236,6 +238,25 @@ func TestKarpenterUsage(t *testing.T) {
 // TestKarpenterLive reads the fixture cluster from a real kube-apiserver
 // serving Karpenter's CRDs, through a kubeconfig file, as a user would.
 func TestKarpenterLive(t *testing.T) {
+	kubeconfig := liveCluster(t)
+	out, stderr, err := runCmd(t, "-karpenter", "-live", "-kubeconfig", kubeconfig, "-context", "envtest",
+		"-instances", dumpDir+"/instances.json")
+	require.ErrorIs(t, err, errDrifted, stderr)
+	require.Empty(t, stderr, "stderr is no terminal: no progress")
+	fromDump, _, _ := runCmd(t, "-karpenter", "-instances", dumpDir+"/instances.json", dumpDir+"/cluster.yaml")
+	require.Empty(t, cmp.Diff(karpenterRows(t, fromDump), karpenterRows(t, out)))
+
+	_, _, err = runCmd(t, "-karpenter", "-live", "-kubeconfig", kubeconfig, "-context", "no-such-context")
+	require.Error(t, err)
+	require.Contains(t, err.Error(), "no-such-context")
+}
+
+// liveCluster starts a real kube-apiserver serving Karpenter's CRDs,
+// creates the fixture cluster's EC2NodeClasses, NodePools and NodeClaims
+// in it (no Nodes) and returns a kubeconfig file whose context envtest
+// reaches it.
+func liveCluster(t *testing.T) string {
+	t.Helper()
 	scheme, err := karpenter.Scheme()
 	require.NoError(t, err)
 	crds := func(mod string, files ...string) []string {
@@ -275,16 +296,21 @@ func TestKarpenterLive(t *testing.T) {
 	cfg.AuthInfos["envtest"] = &clientcmdapi.AuthInfo{ClientCertificateData: env.Config.CertData, ClientKeyData: env.Config.KeyData}
 	cfg.Contexts["envtest"] = &clientcmdapi.Context{Cluster: "envtest", AuthInfo: "envtest"}
 	require.NoError(t, clientcmd.WriteToFile(*cfg, kubeconfig))
+	return kubeconfig
+}
 
-	out, stderr, err := runCmd(t, "-karpenter", "-live", "-kubeconfig", kubeconfig, "-context", "envtest",
-		"-instances", dumpDir+"/instances.json")
-	require.ErrorIs(t, err, errDrifted, stderr)
-	fromDump, _, _ := runCmd(t, "-karpenter", "-instances", dumpDir+"/instances.json", dumpDir+"/cluster.yaml")
-	require.Empty(t, cmp.Diff(karpenterRows(t, fromDump), karpenterRows(t, out)))
-
-	_, _, err = runCmd(t, "-karpenter", "-live", "-kubeconfig", kubeconfig, "-context", "no-such-context")
-	require.Error(t, err)
-	require.Contains(t, err.Error(), "no-such-context")
+func TestPluralKind(t *testing.T) {
+	for _, tc := range []struct {
+		list client.ObjectList
+		want string
+	}{
+		{&karpv1.NodePoolList{}, "NodePools"},
+		{&karpv1.NodeClaimList{}, "NodeClaims"},
+		{&corev1.NodeList{}, "Nodes"},
+		{&awsv1.EC2NodeClassList{}, "EC2NodeClasses"},
+	} {
+		require.Equal(t, tc.want, pluralKind(tc.list))
+	}
 }
 
 // TestREADMEShowsARealKarpenterExplanation: the -karpenter output in

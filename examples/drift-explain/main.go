@@ -191,7 +191,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	if o.karpenter {
-		return runKarpenter(ctx, o.k, stdout, newKarpenterClient)
+		return runKarpenter(ctx, o.k, stdout, stderr, newKarpenterClient)
 	}
 	hasher, err := drift.NewHasher(o.hashVersion, drift.IgnorePaths("spec.requirements"))
 	if err != nil {
