@@ -313,21 +313,6 @@ func TestPluralKind(t *testing.T) {
 	}
 }
 
-// TestREADMEShowsARealKarpenterExplanation: the -karpenter output in
-// README.md is what the command prints today.
-func TestREADMEShowsARealKarpenterExplanation(t *testing.T) {
-	readme, err := os.ReadFile("README.md")
-	require.NoError(t, err)
-	const cmd = "$ go run . -karpenter -instances ../../karpenter/testdata/dump/instances.json ../../karpenter/testdata/dump/cluster.yaml\n"
-	i := strings.Index(string(readme), cmd)
-	require.GreaterOrEqual(t, i, 0, "README.md shows the -karpenter command")
-	shown := string(readme)[i+len(cmd):]
-	shown = shown[:strings.Index(shown, "```")]
-	out, _, err := runCmd(t, "-karpenter", "-instances", dumpDir+"/instances.json", dumpDir+"/cluster.yaml")
-	require.ErrorIs(t, err, errDrifted)
-	require.Empty(t, cmp.Diff(out, shown), "README.md's -karpenter output is stale")
-}
-
 // TestKarpenterClusterCABundle: with the EC2NodeClass's hash annotation
 // not yet written, a NodeClaim stamped with the hash Karpenter will write
 // is "cannot tell" without --cluster-ca-bundle and not drifted with it.

@@ -381,3 +381,43 @@ func TestStampWithOutputTable(t *testing.T) {
 	require.Equal(t, want, got)
 	require.Contains(t, got, "upgradekit.io/hash:")
 }
+
+// TestREADMEShowsRealOutput: every "$ go run . ARGS" in README.md is
+// followed by what the command prints today (stdout), up to the next
+// command or the end of the block.
+func TestREADMEShowsRealOutput(t *testing.T) {
+	readme, err := os.ReadFile("README.md")
+	require.NoError(t, err)
+	const prompt = "$ go run . "
+	var ran []string
+	for rest := string(readme); ; {
+		i := strings.Index(rest, "\n"+prompt)
+		if i < 0 {
+			break
+		}
+		rest = rest[i+1:]
+		line, after, _ := strings.Cut(rest, "\n")
+		end := len(after)
+		for _, stop := range []string{"\n$ ", "```"} {
+			if j := strings.Index(after, stop); j >= 0 && j < end {
+				end = j
+			}
+		}
+		shown := strings.TrimRight(after[:end], "\n") + "\n"
+		args := strings.Fields(strings.TrimPrefix(line, prompt))
+		t.Run(strings.Join(args, " "), func(t *testing.T) {
+			out, stderr, err := runCmd(t, args...)
+			if err != nil {
+				require.ErrorIs(t, err, errDrifted, stderr)
+			}
+			require.Empty(t, cmp.Diff(out, shown), "README.md's output of %q is stale", line)
+		})
+		ran = append(ran, strings.Join(args, " "))
+	}
+	require.Equal(t, []string{
+		"testdata/nodepool.yaml testdata/nodes.yaml",
+		"--proposed testdata/proposed.yaml testdata/nodepool.yaml testdata/nodes.yaml",
+		"-o yaml testdata/nodepool.yaml testdata/nodes.yaml",
+		"--karpenter --instances ../../karpenter/testdata/dump/instances.json ../../karpenter/testdata/dump/cluster.yaml",
+	}, ran, "the commands README.md shows with their output")
+}
