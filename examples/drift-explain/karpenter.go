@@ -345,9 +345,6 @@ func validateKarpenter(o *karpenterOptions, args []string, generic []string) err
 	if len(generic) > 0 {
 		return usageError{err: fmt.Errorf("%s cannot be combined with --karpenter", strings.Join(generic, ", "))}
 	}
-	if err := cli.CheckOutput(o.output, cli.Table, cli.JSON, cli.YAML); err != nil {
-		return usageError{err: err}
-	}
 	if o.live {
 		if len(args) > 0 {
 			return usageError{err: errors.New("--live reads the cluster: give no dump files")}
