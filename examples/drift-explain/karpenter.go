@@ -7,11 +7,13 @@ import (
 	"io"
 	"maps"
 	"os"
+	"reflect"
 	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clocktesting "k8s.io/utils/clock/testing"
@@ -23,7 +25,7 @@ import (
 	"github.com/upgradekit/upgradekit/karpenter"
 )
 
-// karpenterOptions are the flags of the -karpenter mode.
+// karpenterOptions are the flags of the --karpenter mode.
 type karpenterOptions struct {
 	live                      bool
 	kubeconfig, context       string
@@ -36,8 +38,9 @@ type karpenterOptions struct {
 }
 
 // runKarpenter explains the drift of every NodeClaim of a Karpenter
-// cluster, read from dumps or, with -live, from the cluster.
-func runKarpenter(ctx context.Context, o karpenterOptions, stdout io.Writer, newClient func(*rest.Config) (client.Reader, error)) error {
+// cluster, read from dumps or, with --live, from the cluster (saying on
+// stderr what it reads, when that is a terminal).
+func runKarpenter(ctx context.Context, o karpenterOptions, stdout, stderr io.Writer, newClient func(*rest.Config) (client.Reader, error)) error {
 	var snap *karpenter.Snapshot
 	if o.live {
 		cfg, err := restConfig(o.kubeconfig, o.context)
@@ -48,7 +51,14 @@ func runKarpenter(ctx context.Context, o karpenterOptions, stdout io.Writer, new
 		if err != nil {
 			return err
 		}
-		if snap, err = karpenter.Read(ctx, c); err != nil {
+		// On a terminal only: listing a large cluster takes a while.
+		prog := cli.NewProgress(stderr, "drift-explain")
+		if c != nil { // else karpenter.Read says what is wrong
+			c = &progressReader{Reader: c, prog: prog}
+		}
+		snap, err = karpenter.Read(ctx, c)
+		prog.Done()
+		if err != nil {
 			return err
 		}
 	} else {
@@ -72,7 +82,7 @@ func runKarpenter(ctx context.Context, o karpenterOptions, stdout io.Writer, new
 			return err
 		}
 		if len(prev.NodePools) == 0 {
-			return fmt.Errorf("-previous %s: no NodePools", o.previous)
+			return fmt.Errorf("--previous %s: no NodePools", o.previous)
 		}
 		opts = append(opts, karpenter.WithPreviousNodePools(prev.NodePools...))
 	}
@@ -103,7 +113,7 @@ func runKarpenter(ctx context.Context, o karpenterOptions, stdout io.Writer, new
 		list, err := karpenter.ReadInstances(f)
 		f.Close()
 		if err != nil {
-			return fmt.Errorf("-instances %s: %w", o.instances, err)
+			return fmt.Errorf("--instances %s: %w", o.instances, err)
 		}
 		opts = append(opts, karpenter.WithInstances(karpenter.Instances(list)))
 	}
@@ -131,6 +141,41 @@ func runKarpenter(ctx context.Context, o karpenterOptions, stdout io.Writer, new
 	return nil
 }
 
+// progressReader is a client.Reader that draws on prog which kind it is
+// listing and how many of each kind it has read: "drift-explain: NodePools
+// 3, NodeClaims 120, reading Nodes...".
+type progressReader struct {
+	client.Reader
+	prog *cli.Progress
+	read []string // "NodePools 3", one per kind listed
+}
+
+// List lists as the Reader does, saying so before and counting after.
+func (r *progressReader) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
+	kinds := pluralKind(list)
+	r.prog.Printf("%s", strings.Join(append(slices.Clone(r.read), "reading "+kinds+"..."), ", "))
+	if err := r.Reader.List(ctx, list, opts...); err != nil {
+		return err
+	}
+	r.read = append(r.read, fmt.Sprintf("%s %d", kinds, meta.LenList(list)))
+	r.prog.Printf("%s", strings.Join(r.read, ", "))
+	return nil
+}
+
+// pluralKind names the kind a list holds, in the plural: NodePools,
+// EC2NodeClasses.
+func pluralKind(list client.ObjectList) string {
+	t := reflect.TypeOf(list)
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	kind := strings.TrimSuffix(t.Name(), "List")
+	if strings.HasSuffix(kind, "s") {
+		return kind + "es"
+	}
+	return kind + "s"
+}
+
 // readDumpFile reads a Karpenter dump from a file.
 func readDumpFile(file string) (*karpenter.Snapshot, error) {
 	f, err := os.Open(file)
@@ -145,7 +190,7 @@ func readDumpFile(file string) (*karpenter.Snapshot, error) {
 	return s, nil
 }
 
-// imageResolver loads -images, an image catalog as ami-resolve reads it.
+// imageResolver loads --images, an image catalog as ami-resolve reads it.
 func imageResolver(o karpenterOptions) (karpenter.ImageResolver, error) {
 	f, err := os.Open(o.images)
 	if err != nil {
@@ -156,13 +201,13 @@ func imageResolver(o karpenterOptions) (karpenter.ImageResolver, error) {
 	if o.imagesAt != "" {
 		at, err := time.Parse(time.RFC3339, o.imagesAt)
 		if err != nil {
-			return nil, usageError{err: fmt.Errorf("-images-at: %w", err)}
+			return nil, usageError{err: fmt.Errorf("--images-at: %w", err)}
 		}
 		opts = append(opts, amiselect.WithClock(clocktesting.NewFakePassiveClock(at)))
 	}
 	catalog, err := amiselect.LoadCatalog(f, opts...)
 	if err != nil {
-		return nil, fmt.Errorf("-images %s: %w", o.images, err)
+		return nil, fmt.Errorf("--images %s: %w", o.images, err)
 	}
 	if o.kubernetesVersion != "" {
 		opts = append(opts, amiselect.WithKubernetesVersion(o.kubernetesVersion))
@@ -170,14 +215,14 @@ func imageResolver(o karpenterOptions) (karpenter.ImageResolver, error) {
 	return karpenter.CatalogResolver(catalog, opts...)
 }
 
-// restConfig is the cluster's config: -kubeconfig, else client-go's
-// loading rules, with -context.
+// restConfig is the cluster's config: --kubeconfig, else client-go's
+// loading rules, with --context.
 func restConfig(kubeconfig, context string) (*rest.Config, error) {
 	rules := clientcmd.NewDefaultClientConfigLoadingRules()
 	rules.ExplicitPath = kubeconfig
 	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: context}).ClientConfig()
 	if err != nil {
-		return nil, fmt.Errorf("cluster config (-kubeconfig, $KUBECONFIG, ~/.kube/config or in-cluster): %w", err)
+		return nil, fmt.Errorf("cluster config (--kubeconfig, $KUBECONFIG, ~/.kube/config or in-cluster): %w", err)
 	}
 	return cfg, nil
 }
@@ -295,33 +340,30 @@ func orAbsent(s string) string {
 	return s
 }
 
-// validateKarpenter checks the -karpenter mode's flags and arguments.
+// validateKarpenter checks the --karpenter mode's flags and arguments.
 func validateKarpenter(o *karpenterOptions, args []string, generic []string) error {
 	if len(generic) > 0 {
-		return usageError{err: fmt.Errorf("%s cannot be combined with -karpenter", strings.Join(generic, ", "))}
-	}
-	if err := cli.CheckOutput(o.output, cli.Table, cli.JSON, cli.YAML); err != nil {
-		return usageError{err: err}
+		return usageError{err: fmt.Errorf("%s cannot be combined with --karpenter", strings.Join(generic, ", "))}
 	}
 	if o.live {
 		if len(args) > 0 {
-			return usageError{err: errors.New("-live reads the cluster: give no dump files")}
+			return usageError{err: errors.New("--live reads the cluster: give no dump files")}
 		}
 	} else {
 		if o.kubeconfig != "" || o.context != "" {
-			return usageError{err: errors.New("-kubeconfig and -context need -live")}
+			return usageError{err: errors.New("--kubeconfig and --context need --live")}
 		}
 		if len(args) == 0 {
-			return usageError{err: errors.New("-karpenter needs dump files (DUMP.yaml...) or -live; -h for usage")}
+			return usageError{err: errors.New("--karpenter needs dump files (DUMP.yaml...) or --live; --help for usage")}
 		}
 		o.dumps = args
 	}
 	if (o.kubernetesVersion != "" || o.imagesAt != "") && o.images == "" {
-		return usageError{err: errors.New("-kubernetes-version and -images-at need -images")}
+		return usageError{err: errors.New("--kubernetes-version and --images-at need --images")}
 	}
 	if o.kubernetesVersion != "" {
 		if _, _, err := amiselect.ParseKubernetesVersion(o.kubernetesVersion); err != nil {
-			return usageError{err: fmt.Errorf("-kubernetes-version: %w", err)}
+			return usageError{err: fmt.Errorf("--kubernetes-version: %w", err)}
 		}
 	}
 	for _, f := range append([]string{o.previous, o.instances, o.images, o.caBundle, o.offerings}, o.dumps...) {

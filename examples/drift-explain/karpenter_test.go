@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -13,10 +14,12 @@ import (
 	"github.com/awslabs/operatorpkg/status"
 	"github.com/google/go-cmp/cmp"
 	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 	"sigs.k8s.io/yaml"
 
 	"github.com/upgradekit/upgradekit/fake/envtest"
@@ -200,28 +203,34 @@ func readDump(t *testing.T) *karpenter.Snapshot {
 	return s
 }
 
+// oneDashFlag is a long flag spelt with one dash, as kubectl never
+// spells it: -karpenter, (-kubeconfig.
+var oneDashFlag = regexp.MustCompile(`(^|[\s(,])-[a-z][a-z-]+`)
+
 func TestKarpenterUsage(t *testing.T) {
 	dump := dumpDir + "/cluster.yaml"
 	for _, tc := range []struct {
 		args []string
 		want string
 	}{
-		{[]string{"-karpenter"}, "needs dump files"},
-		{[]string{"-karpenter", "-stamp", dump}, "-stamp cannot be combined with -karpenter"},
-		{[]string{"-karpenter", "-live", dump}, "give no dump files"},
-		{[]string{"-karpenter", "-kubeconfig", "x", dump}, "need -live"},
-		{[]string{"-karpenter", "-o", "xml", dump}, "want table, json, yaml"},
-		{[]string{"-karpenter", "-kubernetes-version", "1.31", dump}, "need -images"},
-		{[]string{"-karpenter", "-images", dumpDir + "/images.json", "-kubernetes-version", "one", dump}, "-kubernetes-version"},
+		{[]string{"-karpenter"}, "--karpenter needs dump files (DUMP.yaml...) or --live; --help for usage"},
+		{[]string{"-karpenter", "-stamp", dump}, "--stamp cannot be combined with --karpenter"},
+		{[]string{"-karpenter", "-live", dump}, "--live reads the cluster: give no dump files"},
+		{[]string{"-karpenter", "-kubeconfig", "x", dump}, "--kubeconfig and --context need --live"},
+		{[]string{"-karpenter", "-o", "xml", dump}, `--output "xml": want table, json, yaml`},
+		{[]string{"-karpenter", "-kubernetes-version", "1.31", dump}, "--kubernetes-version and --images-at need --images"},
+		{[]string{"-karpenter", "-images", dumpDir + "/images.json", "-kubernetes-version", "one", dump}, "--kubernetes-version: "},
 		{[]string{"-karpenter", "-instances", "no-such-file.json", dump}, "no-such-file.json"},
 		{[]string{"-karpenter", "no-such-dump.yaml"}, "no-such-dump.yaml"},
 		{[]string{"-instances", "x", "a", "b"}, "--instances needs --karpenter"},
+		{[]string{"--karpenter", "--images", dumpDir + "/images.json", "--images-at", "yesterday", dump}, "--images-at: "},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			_, _, err := runCmd(t, tc.args...)
 			var ue usageError
 			require.True(t, errors.As(err, &ue), "%v", err)
 			require.Contains(t, err.Error(), tc.want)
+			require.NotRegexp(t, oneDashFlag, err.Error(), "flags are spelt --flag, as kubectl spells them")
 		})
 	}
 }
@@ -229,6 +238,25 @@ func TestKarpenterUsage(t *testing.T) {
 // TestKarpenterLive reads the fixture cluster from a real kube-apiserver
 // serving Karpenter's CRDs, through a kubeconfig file, as a user would.
 func TestKarpenterLive(t *testing.T) {
+	kubeconfig := liveCluster(t)
+	out, stderr, err := runCmd(t, "-karpenter", "-live", "-kubeconfig", kubeconfig, "-context", "envtest",
+		"-instances", dumpDir+"/instances.json")
+	require.ErrorIs(t, err, errDrifted, stderr)
+	require.Empty(t, stderr, "stderr is no terminal: no progress")
+	fromDump, _, _ := runCmd(t, "-karpenter", "-instances", dumpDir+"/instances.json", dumpDir+"/cluster.yaml")
+	require.Empty(t, cmp.Diff(karpenterRows(t, fromDump), karpenterRows(t, out)))
+
+	_, _, err = runCmd(t, "-karpenter", "-live", "-kubeconfig", kubeconfig, "-context", "no-such-context")
+	require.Error(t, err)
+	require.Contains(t, err.Error(), "no-such-context")
+}
+
+// liveCluster starts a real kube-apiserver serving Karpenter's CRDs,
+// creates the fixture cluster's EC2NodeClasses, NodePools and NodeClaims
+// in it (no Nodes) and returns a kubeconfig file whose context envtest
+// reaches it.
+func liveCluster(t *testing.T) string {
+	t.Helper()
 	scheme, err := karpenter.Scheme()
 	require.NoError(t, err)
 	crds := func(mod string, files ...string) []string {
@@ -268,31 +296,21 @@ func TestKarpenterLive(t *testing.T) {
 	cfg.AuthInfos["envtest"] = &clientcmdapi.AuthInfo{ClientCertificateData: env.Config.CertData, ClientKeyData: env.Config.KeyData}
 	cfg.Contexts["envtest"] = &clientcmdapi.Context{Cluster: "envtest", AuthInfo: "envtest"}
 	require.NoError(t, clientcmd.WriteToFile(*cfg, kubeconfig))
-
-	out, stderr, err := runCmd(t, "-karpenter", "-live", "-kubeconfig", kubeconfig, "-context", "envtest",
-		"-instances", dumpDir+"/instances.json")
-	require.ErrorIs(t, err, errDrifted, stderr)
-	fromDump, _, _ := runCmd(t, "-karpenter", "-instances", dumpDir+"/instances.json", dumpDir+"/cluster.yaml")
-	require.Empty(t, cmp.Diff(karpenterRows(t, fromDump), karpenterRows(t, out)))
-
-	_, _, err = runCmd(t, "-karpenter", "-live", "-kubeconfig", kubeconfig, "-context", "no-such-context")
-	require.Error(t, err)
-	require.Contains(t, err.Error(), "no-such-context")
+	return kubeconfig
 }
 
-// TestREADMEShowsARealKarpenterExplanation: the -karpenter output in
-// README.md is what the command prints today.
-func TestREADMEShowsARealKarpenterExplanation(t *testing.T) {
-	readme, err := os.ReadFile("README.md")
-	require.NoError(t, err)
-	const cmd = "$ go run . -karpenter -instances ../../karpenter/testdata/dump/instances.json ../../karpenter/testdata/dump/cluster.yaml\n"
-	i := strings.Index(string(readme), cmd)
-	require.GreaterOrEqual(t, i, 0, "README.md shows the -karpenter command")
-	shown := string(readme)[i+len(cmd):]
-	shown = shown[:strings.Index(shown, "```")]
-	out, _, err := runCmd(t, "-karpenter", "-instances", dumpDir+"/instances.json", dumpDir+"/cluster.yaml")
-	require.ErrorIs(t, err, errDrifted)
-	require.Empty(t, cmp.Diff(out, shown), "README.md's -karpenter output is stale")
+func TestPluralKind(t *testing.T) {
+	for _, tc := range []struct {
+		list client.ObjectList
+		want string
+	}{
+		{&karpv1.NodePoolList{}, "NodePools"},
+		{&karpv1.NodeClaimList{}, "NodeClaims"},
+		{&corev1.NodeList{}, "Nodes"},
+		{&awsv1.EC2NodeClassList{}, "EC2NodeClasses"},
+	} {
+		require.Equal(t, tc.want, pluralKind(tc.list))
+	}
 }
 
 // TestKarpenterClusterCABundle: with the EC2NodeClass's hash annotation

@@ -2,25 +2,30 @@
 // field, in two modes.
 //
 //	drift-explain [flags] TEMPLATE.yaml OBJECTS.yaml
-//	drift-explain -karpenter [flags] DUMP.yaml...
-//	drift-explain -karpenter -live [-kubeconfig F] [-context C] [flags]
+//	drift-explain --karpenter [flags] DUMP.yaml...
+//	drift-explain --karpenter --live [--kubeconfig F] [--context C] [flags]
 //
 // The first checks objects upgradekit stamped (Nodes, NodeClaims, CAPI
 // Machines) against a pool's template: TEMPLATE.yaml is the pool (a
-// NodePool, a MachineDeployment, ...), the part at -path (default
+// NodePool, a MachineDeployment, ...), the part at --path (default
 // spec.template) the desired spec; OBJECTS.yaml holds the objects, as a
 // YAML list, a kind: List or several documents separated by "---"; with
-// -proposed it says what would drift if a proposed template were applied.
+// --proposed it says what would drift if a proposed template were applied.
 //
-// With -karpenter it explains a Karpenter cluster as Karpenter stamped it:
+// With --karpenter it explains a Karpenter cluster as Karpenter stamped it:
 // every NodeClaim's static drift (Karpenter's own NodePool hash, with the
 // fields that changed when the previous template is known), requirements,
-// EC2NodeClass hash and AMI drift, and with -instances security group and
+// EC2NodeClass hash and AMI drift, and with --instances security group and
 // subnet drift, read from dumps (`kubectl get nodepools,nodeclaims,
 // ec2nodeclasses,nodes -o yaml`; v1beta1 objects are converted) or from
-// the cluster (-live). This mode lives in its own Go module, beside the
+// the cluster (--live, which says what it is reading on stderr when that
+// is a terminal). This mode lives in its own Go module, beside the
 // karpenter module, so upgradekit's core module stays free of Karpenter's
-// dependencies. See README.md.
+// dependencies.
+//
+// Both modes print a table, or with -o json|yaml one Kubernetes-shaped
+// object: a DriftReport, or with --karpenter a KarpenterDriftReport. See
+// README.md.
 package main
 
 import (
@@ -48,7 +53,7 @@ import (
 
 // Exit codes, as in every example (examples/README.md): 0 nothing
 // drifted (or -h), 1 an error, 2 a usage error, 3 objects drifted (or, with
-// -proposed, would drift).
+// --proposed, would drift).
 const (
 	exitOK      = 0
 	exitError   = 1
@@ -89,9 +94,10 @@ func exitCode(err error, stderr io.Writer) int {
 }
 
 type options struct {
-	version                             bool // -version: print it, explain nothing
+	version                             bool // --version: print it, explain nothing
 	prefix, hashVersion, path, proposed string
 	stamp                               bool
+	output                              string // -o: table, json or yaml, in both modes
 	templateFile, objectsFile           string
 	karpenter                           bool
 	k                                   karpenterOptions
@@ -123,7 +129,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.k.images, "images", "", "with --karpenter: image catalog (a JSON `FILE`, as ami-resolve reads) to say why a new AMI won")
 	fs.StringVar(&o.k.imagesAt, "images-at", "", "with --images: the `TIME` to resolve at (RFC 3339; default now)")
 	fs.StringVar(&o.k.kubernetesVersion, "kubernetes-version", "", "with --images: the cluster's Kubernetes `VERSION`, for alias terms (e.g. 1.31)")
-	fs.StringVarP(&o.k.output, "output", "o", "table", "with --karpenter: output format: table, json, yaml")
+	cli.OutputFlag(fs, &o.output, cli.Table, cli.JSON, cli.YAML)
 	if err := cli.Parse(fs, args); err != nil {
 		if errors.Is(err, cli.ErrHelp) {
 			return o, err
@@ -133,9 +139,13 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	if o.version {
 		return o, nil
 	}
+	if err := cli.CheckOutput(o.output, cli.Table, cli.JSON, cli.YAML); err != nil {
+		return o, usageError{err: err}
+	}
 	set := map[string]bool{}
 	fs.Visit(func(f *pflag.Flag) { set[f.Name] = true })
 	if o.karpenter {
+		o.k.output = o.output
 		var generic []string
 		for _, n := range []string{"prefix", "hash-version", "path", "stamp", "proposed"} {
 			if set[n] {
@@ -144,7 +154,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		}
 		return o, validateKarpenter(&o.k, fs.Args(), generic)
 	}
-	for _, n := range []string{"live", "kubeconfig", "context", "previous", "cluster-ca-bundle", "offerings", "instances", "images", "images-at", "kubernetes-version", "output"} {
+	for _, n := range []string{"live", "kubeconfig", "context", "previous", "cluster-ca-bundle", "offerings", "instances", "images", "images-at", "kubernetes-version"} {
 		if set[n] {
 			return o, usageError{err: fmt.Errorf("--%s needs --karpenter", n)}
 		}
@@ -154,6 +164,10 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	}
 	if o.stamp && o.proposed != "" {
 		return o, usageError{err: errors.New("--stamp and --proposed cannot be combined")}
+	}
+	if o.stamp && o.output != cli.Table {
+		// --stamp prints the objects themselves, as YAML documents.
+		return o, usageError{err: fmt.Errorf("--stamp and --output %s cannot be combined: --stamp prints the stamped objects as YAML", o.output)}
 	}
 	o.templateFile, o.objectsFile = fs.Arg(0), fs.Arg(1)
 	return o, nil
@@ -177,15 +191,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	if o.karpenter {
-		return runKarpenter(ctx, o.k, stdout, newKarpenterClient)
+		return runKarpenter(ctx, o.k, stdout, stderr, newKarpenterClient)
 	}
 	hasher, err := drift.NewHasher(o.hashVersion, drift.IgnorePaths("spec.requirements"))
 	if err != nil {
-		return usageError{err: fmt.Errorf("-hash-version: %w", err)}
+		return usageError{err: fmt.Errorf("--hash-version: %w", err)}
 	}
 	stamper, err := drift.NewStamper(o.prefix, hasher)
 	if err != nil {
-		return usageError{err: fmt.Errorf("-prefix: %w", err)}
+		return usageError{err: fmt.Errorf("--prefix: %w", err)}
 	}
 	desired, err := readPool(o.templateFile, o.path)
 	if err != nil {
@@ -207,15 +221,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if err != nil {
 			return err
 		}
-		return whatIf(ctx, stdout, stamper, desired, proposed, objs)
+		return whatIf(ctx, stdout, o, stamper, desired, proposed, objs)
 	default:
-		return explain(ctx, stdout, stamper, desired, objs)
+		return explain(ctx, stdout, o, stamper, desired, objs)
 	}
 }
 
 // explain prints, per object, its stamp state and every drift reason with
 // the fields that changed.
-func explain(ctx context.Context, w io.Writer, s *drift.Stamper, desired pool, objs []*unstructured.Unstructured) error {
+func explain(ctx context.Context, w io.Writer, o options, s *drift.Stamper, desired pool, objs []*unstructured.Unstructured) error {
 	static, err := drift.NewStaticHash(s, desired.spec)
 	if err != nil {
 		return err
@@ -228,23 +242,17 @@ func explain(ctx context.Context, w io.Writer, s *drift.Stamper, desired pool, o
 	if err != nil {
 		return err
 	}
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "OBJECT\tSTAMP\tVERDICT\tREASON\tFIELDS")
+	out := driftReport{Template: o.templateFile, Objects: make([]objectDrift, len(objs))}
 	for i, obj := range objs {
-		check := s.Compare(obj, static.Desired().Hash)
-		printObject(tw, name(obj), check, report.Objects[i], "drifted", "current")
+		out.Objects[i] = objectResult(obj, s.Compare(obj, static.Desired().Hash), report.Objects[i], "drifted", "current")
 	}
-	tw.Flush()
-	fmt.Fprintf(w, "\n%d of %d objects drifted\n", report.Drifted, report.Total)
-	if report.Drifted > 0 {
-		return errDrifted
-	}
-	return nil
+	out.Summary = driftSummary{Total: report.Total, Drifted: report.Drifted, Failed: report.Failed}
+	return printReport(w, o.output, "VERDICT", "drifted", out)
 }
 
 // whatIf prints, per object, whether it would drift if proposed replaced
 // the current template (drift.Stamper.DryRun).
-func whatIf(ctx context.Context, w io.Writer, s *drift.Stamper, current, proposed pool, objs []*unstructured.Unstructured) error {
+func whatIf(ctx context.Context, w io.Writer, o options, s *drift.Stamper, current, proposed pool, objs []*unstructured.Unstructured) error {
 	var extra []drift.Check
 	if proposed.requirements != nil {
 		extra = append(extra, proposed.requirements)
@@ -257,61 +265,171 @@ func whatIf(ctx context.Context, w io.Writer, s *drift.Stamper, current, propose
 	if err != nil {
 		return err
 	}
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "OBJECT\tSTAMP\tIF APPLIED\tREASON\tFIELDS")
+	out := driftReport{Template: o.templateFile, Proposed: o.proposed, Objects: make([]objectDrift, len(objs))}
 	for i, obj := range objs {
-		printObject(tw, name(obj), s.Compare(obj, now.Hash), report.Objects[i], "would drift", "would not drift")
+		out.Objects[i] = objectResult(obj, s.Compare(obj, now.Hash), report.Objects[i], "would drift", "would not drift")
 	}
-	tw.Flush()
-	fmt.Fprintf(w, "\n%d of %d objects would drift\n", report.Drifted, report.Total)
-	if report.Drifted > 0 {
-		return errDrifted
-	}
-	return nil
+	out.Summary = driftSummary{Total: report.Total, Drifted: report.Drifted, Failed: report.Failed}
+	return printReport(w, o.output, "IF APPLIED", "would drift", out)
 }
 
-// printObject prints one row per drift reason, or one row saying why the
-// object is not drifted.
-func printObject(tw io.Writer, obj string, check drift.Comparison, rep drift.ObjectReport, drifted, notDrifted string) {
-	stamp := check.State.String()
-	if rep.Err != nil {
-		fmt.Fprintf(tw, "%s\t%s\terror\t%v\t-\n", obj, stamp, rep.Err)
-		return
+// driftReport is what the mode without --karpenter prints with -o
+// json|yaml, as kind DriftReport: the table's rows per object, and the
+// count under them.
+type driftReport struct {
+	// Template is TEMPLATE.yaml; Proposed the --proposed file, with which
+	// drifted means "would drift if Proposed replaced Template".
+	Template string `json:"template"`
+	Proposed string `json:"proposed,omitempty"`
+	// Objects are the objects of OBJECTS.yaml, in its order.
+	Objects []objectDrift `json:"objects"`
+	Summary driftSummary  `json:"summary"`
+}
+
+// driftSummary counts the objects: all, drifted (with --proposed: would
+// drift) and those a check failed on.
+type driftSummary struct {
+	Total   int `json:"total"`
+	Drifted int `json:"drifted"`
+	Failed  int `json:"failed"`
+}
+
+// objectDrift is one object's verdict, as the table prints it.
+type objectDrift struct {
+	APIVersion string `json:"apiVersion,omitempty"`
+	Kind       string `json:"kind,omitempty"`
+	Namespace  string `json:"namespace,omitempty"`
+	Name       string `json:"name"`
+	// Stamp is the stamp compared with the (current) template: Current,
+	// Drifted, NeedsRestamp or Unknown.
+	Stamp string `json:"stamp"`
+	// Verdict is the table's: drifted, current, needs re-stamp, unknown
+	// or error; with --proposed would drift, would not drift, needs
+	// re-stamp, unknown or error.
+	Verdict string `json:"verdict"`
+	// Drifted says whether it has drifted (with --proposed: would drift).
+	Drifted bool `json:"drifted"`
+	// Reasons are why, each with the changes behind it.
+	Reasons []reasonDrift `json:"reasons"`
+	// Message says why an object without reasons was not compared, or
+	// the error a check failed with.
+	Message string `json:"message,omitempty"`
+}
+
+// reasonDrift is one drift reason of an object.
+type reasonDrift struct {
+	Name    string   `json:"name"`
+	Message string   `json:"message"`
+	Changes []change `json:"changes"`
+}
+
+// change is one field or label behind a reason: the table's FIELDS.
+type change struct {
+	// Kind is Field, Label or Image.
+	Kind string `json:"kind"`
+	// Key is the field's path (metadata.labels), the label's key or
+	// "image".
+	Key string `json:"key"`
+	// Desired and Actual are the values, when known: field changes are
+	// told from fingerprints, which keep no values.
+	Desired string `json:"desired,omitempty"`
+	Actual  string `json:"actual,omitempty"`
+	// Detail is how a field changed (Modified, Added, Removed) or why a
+	// label fails its requirement.
+	Detail string `json:"detail,omitempty"`
+}
+
+// objectResult is one object's verdict: its drift reasons, or why it is
+// not drifted.
+func objectResult(obj *unstructured.Unstructured, check drift.Comparison, rep drift.ObjectReport, drifted, notDrifted string) objectDrift {
+	r := objectDrift{
+		APIVersion: obj.GetAPIVersion(), Kind: obj.GetKind(), Namespace: obj.GetNamespace(), Name: obj.GetName(),
+		Stamp: check.State.String(), Reasons: []reasonDrift{},
 	}
-	for _, r := range rep.Reasons {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", obj, stamp, drifted, r.Name, fields(r))
+	if rep.Err != nil {
+		r.Verdict, r.Message = "error", rep.Err.Error()
+		return r
+	}
+	for _, reason := range rep.Reasons {
+		r.Reasons = append(r.Reasons, reasonDrift{Name: string(reason.Name), Message: reason.Message, Changes: changes(reason)})
 	}
 	if len(rep.Reasons) > 0 {
-		return
+		r.Verdict, r.Drifted = drifted, true
+		return r
 	}
 	switch check.State {
 	case drift.NeedsRestamp:
-		fmt.Fprintf(tw, "%s\t%s\tneeds re-stamp\tstamped with %s, desired %s: not compared, not drifted\t-\n",
-			obj, stamp, check.Stamped.Version, check.Desired.Version)
+		r.Verdict = "needs re-stamp"
+		r.Message = fmt.Sprintf("stamped with %s, desired %s: not compared, not drifted", check.Stamped.Version, check.Desired.Version)
 	case drift.Unknown:
 		why := "not stamped"
 		if check.Err != nil && !errors.Is(check.Err, drift.ErrNotStamped) {
 			why = check.Err.Error()
 		}
-		fmt.Fprintf(tw, "%s\t%s\tunknown\t%s: not drifted\t-\n", obj, stamp, why)
+		r.Verdict, r.Message = "unknown", why+": not drifted"
 	default:
-		fmt.Fprintf(tw, "%s\t%s\t%s\t-\t-\n", obj, stamp, notDrifted)
+		r.Verdict = notDrifted
 	}
+	return r
 }
 
-// fields renders a reason's evidence: changed fields and failed labels.
-func fields(r drift.Reason) string {
-	var out []string
+// changes is a reason's evidence but the hashes: changed fields and failed
+// labels.
+func changes(r drift.Reason) []change {
+	out := []change{}
 	for _, e := range r.Evidence {
-		switch e.Kind {
-		case drift.EvidenceHash:
+		if e.Kind == drift.EvidenceHash {
 			continue
+		}
+		out = append(out, change{Kind: string(e.Kind), Key: e.Key, Desired: e.Want, Actual: e.Got, Detail: e.Detail})
+	}
+	return out
+}
+
+// printReport prints rep as a table, one row per drift reason (or one row
+// saying why an object is not drifted) and the count, or as a DriftReport
+// with -o json|yaml. It returns errDrifted when objects drifted.
+func printReport(w io.Writer, output, verdictHeader, drifted string, rep driftReport) error {
+	if output != cli.Table {
+		if err := cli.WriteObject(w, output, "DriftReport", rep); err != nil {
+			return err
+		}
+	} else {
+		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		fmt.Fprintf(tw, "OBJECT\tSTAMP\t%s\tREASON\tFIELDS\n", verdictHeader)
+		for _, o := range rep.Objects {
+			obj := o.Name
+			if o.Kind != "" {
+				obj = o.Kind + "/" + o.Name
+			}
+			for _, r := range o.Reasons {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", obj, o.Stamp, o.Verdict, r.Name, fields(r.Changes))
+			}
+			if len(o.Reasons) == 0 {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t-\n", obj, o.Stamp, o.Verdict, orDash(o.Message))
+			}
+		}
+		tw.Flush()
+		fmt.Fprintf(w, "\n%d of %d objects %s\n", rep.Summary.Drifted, rep.Summary.Total, drifted)
+	}
+	if rep.Summary.Drifted > 0 {
+		return errDrifted
+	}
+	return nil
+}
+
+// fields renders a reason's changes for the table: changed fields and
+// failed labels.
+func fields(changes []change) string {
+	var out []string
+	for _, c := range changes {
+		switch drift.EvidenceKind(c.Kind) {
 		case drift.EvidenceLabel:
-			out = append(out, fmt.Sprintf("%s=%q (need %s)", e.Key, e.Got, e.Want))
+			out = append(out, fmt.Sprintf("%s=%q (need %s)", c.Key, c.Actual, c.Desired))
 		default:
-			f := e.Key
-			if e.Detail != "" {
-				f += " (" + e.Detail + ")"
+			f := c.Key
+			if c.Detail != "" {
+				f += " (" + c.Detail + ")"
 			}
 			out = append(out, f)
 		}
@@ -362,7 +480,7 @@ func readPool(file, path string) (pool, error) {
 		for _, key := range strings.Split(path, ".") {
 			next, ok := spec[key].(map[string]any)
 			if !ok {
-				return pool{}, fmt.Errorf("%s: no object at %s (see -path)", file, path)
+				return pool{}, fmt.Errorf("%s: no object at %s (see --path)", file, path)
 			}
 			spec = next
 		}

@@ -3,7 +3,9 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"flag"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -12,6 +14,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/stretchr/testify/require"
+	"sigs.k8s.io/yaml"
 
 	"github.com/upgradekit/upgradekit/drift"
 )
@@ -187,7 +190,10 @@ func TestBadInput(t *testing.T) {
 	}{
 		{"no arguments", nil, "want 2 arguments", nil},
 		{"unknown flag", []string{"-bogus"}, "unknown flag: --bogus", nil},
-		{"stamp and proposed", []string{"-stamp", "-proposed", "x", "a", "b"}, "cannot be combined", nil},
+		{"stamp and proposed", []string{"-stamp", "-proposed", "x", "a", "b"}, "--stamp and --proposed cannot be combined", nil},
+		{"stamp and -o json", []string{"--stamp", "-o", "json", "testdata/nodepool.yaml", "testdata/nodes.yaml"}, "--stamp and --output json cannot be combined", nil},
+		{"stamp and --output=yaml", []string{"--stamp", "--output=yaml", "testdata/nodepool.yaml", "testdata/nodes.yaml"}, "--stamp and --output yaml cannot be combined", nil},
+		{"unknown output", []string{"-o", "xml", "testdata/nodepool.yaml", "testdata/nodes.yaml"}, `--output "xml": want table, json, yaml`, nil},
 		{"missing template", []string{"testdata/nope.yaml", "testdata/nodes.yaml"}, "nope.yaml", fs.ErrNotExist},
 		{"missing objects", []string{"testdata/nodepool.yaml", "testdata/nope.yaml"}, "nope.yaml", fs.ErrNotExist},
 		{"missing proposed", []string{"-proposed", "testdata/nope.yaml", "testdata/nodepool.yaml", "testdata/nodes.yaml"}, "nope.yaml", fs.ErrNotExist},
@@ -196,16 +202,17 @@ func TestBadInput(t *testing.T) {
 		{"object without name", []string{"testdata/nodepool.yaml", noName}, "object 0 has no metadata.name", nil},
 		{"scalar objects", []string{"testdata/nodepool.yaml", scalar}, "neither an object nor a list", nil},
 		{"empty objects", []string{"testdata/nodepool.yaml", empty}, "empty", nil},
-		{"no spec at path", []string{"-path", "spec.nothing", "testdata/nodepool.yaml", "testdata/nodes.yaml"}, "no object at spec.nothing", nil},
+		{"no spec at path", []string{"-path", "spec.nothing", "testdata/nodepool.yaml", "testdata/nodes.yaml"}, "no object at spec.nothing (see --path)", nil},
 		{"invalid requirement", []string{badReq, "testdata/nodes.yaml"}, "spec.template.spec.requirements", drift.ErrInvalidRequirement},
-		{"bad prefix", []string{"-prefix", "not a prefix!", "testdata/nodepool.yaml", "testdata/nodes.yaml"}, "-prefix", drift.ErrInvalidOption},
-		{"bad hash version", []string{"-hash-version", "", "testdata/nodepool.yaml", "testdata/nodes.yaml"}, "-hash-version", drift.ErrInvalidOption},
+		{"bad prefix", []string{"-prefix", "not a prefix!", "testdata/nodepool.yaml", "testdata/nodes.yaml"}, "--prefix: ", drift.ErrInvalidOption},
+		{"bad hash version", []string{"-hash-version", "", "testdata/nodepool.yaml", "testdata/nodes.yaml"}, "--hash-version: ", drift.ErrInvalidOption},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			_, stderr, err := runCmd(t, tt.args...)
 			require.Error(t, err)
 			require.Contains(t, err.Error()+stderr, tt.want)
+			require.NotRegexp(t, oneDashFlag, err.Error(), "flags are spelt --flag, as kubectl spells them")
 			if tt.is != nil {
 				require.ErrorIs(t, err, tt.is)
 			}
@@ -255,4 +262,162 @@ spec:
 		"Machine/md-0-b": {{"Current", "would drift", "NodePoolDrifted", "spec.version (Modified)"}},
 	}
 	require.Empty(t, cmp.Diff(want, table(t, out)), out)
+}
+
+// driftReportOut is what -o json|yaml prints without --karpenter, read
+// strictly: a field the command prints and this does not know fails.
+type driftReportOut struct {
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
+	Template   string `json:"template"`
+	Proposed   string `json:"proposed"`
+	Objects    []struct {
+		APIVersion string `json:"apiVersion"`
+		Kind       string `json:"kind"`
+		Namespace  string `json:"namespace"`
+		Name       string `json:"name"`
+		Stamp      string `json:"stamp"`
+		Verdict    string `json:"verdict"`
+		Drifted    bool   `json:"drifted"`
+		Message    string `json:"message"`
+		Reasons    []struct {
+			Name    string   `json:"name"`
+			Message string   `json:"message"`
+			Changes []change `json:"changes"`
+		} `json:"reasons"`
+	} `json:"objects"`
+	Summary driftSummary `json:"summary"`
+}
+
+// verdicts sums a DriftReport up as the table does: object -> stamp,
+// verdict, drifted, message, and per reason its name and changes.
+func verdicts(rep driftReportOut) map[string][]string {
+	out := map[string][]string{}
+	for _, o := range rep.Objects {
+		v := []string{o.APIVersion, o.Stamp, o.Verdict, fmt.Sprint(o.Drifted), o.Message}
+		for _, r := range o.Reasons {
+			v = append(v, r.Name)
+			for _, c := range r.Changes {
+				v = append(v, fmt.Sprintf("%s %s %q %q %s", c.Kind, c.Key, c.Desired, c.Actual, c.Detail))
+			}
+		}
+		out[o.Kind+"/"+o.Name] = v
+	}
+	return out
+}
+
+// TestDriftReport: without --karpenter, -o json and -o yaml print what the
+// table says as one Kubernetes-shaped DriftReport, however -o is spelt,
+// with the exit code the table has.
+func TestDriftReport(t *testing.T) {
+	explained := map[string][]string{
+		"Node/node-current": {"v1", "Current", "current", "false", ""},
+		"Node/node-drifted": {"v1", "Drifted", "drifted", "true", "", "NodePoolDrifted", `Field metadata.labels "" "" Modified`},
+		"Node/node-old-version": {"v1", "NeedsRestamp", "needs re-stamp", "false",
+			"stamped with v0+uk1, desired v1+uk1: not compared, not drifted"},
+	}
+	arch := `Label kubernetes.io/arch "kubernetes.io/arch In [amd64]" "arm64" value not allowed`
+	proposed := map[string][]string{
+		"Node/node-current": {"v1", "Current", "would drift", "true", "", "NodePoolDrifted", `Field spec.expireAfter "" "" Modified`},
+		"Node/node-drifted": {"v1", "Drifted", "would drift", "true", "",
+			"NodePoolDrifted", `Field metadata.labels "" "" Modified`, `Field spec.expireAfter "" "" Modified`,
+			"RequirementsDrifted", arch},
+		"Node/node-old-version": {"v1", "NeedsRestamp", "would drift", "true", "", "RequirementsDrifted", arch},
+	}
+	notStamped := []string{"v1", "Unknown", "unknown", "false", "not stamped: not drifted"}
+	objs := []string{"testdata/nodepool.yaml", "testdata/nodes.yaml"}
+	for _, tc := range []struct {
+		args     []string
+		json     bool
+		proposed string
+		want     map[string][]string
+		summary  driftSummary
+		err      error
+	}{
+		{[]string{"-o", "json"}, true, "", explained, driftSummary{Total: 3, Drifted: 1}, errDrifted},
+		{[]string{"-ojson"}, true, "", explained, driftSummary{Total: 3, Drifted: 1}, errDrifted},
+		{[]string{"--output=yaml"}, false, "", explained, driftSummary{Total: 3, Drifted: 1}, errDrifted},
+		{[]string{"--output", "yaml", "--proposed", "testdata/proposed.yaml"}, false, "testdata/proposed.yaml", proposed, driftSummary{Total: 3, Drifted: 3}, errDrifted},
+		{[]string{"-proposed=testdata/proposed.yaml", "-oyaml"}, false, "testdata/proposed.yaml", proposed, driftSummary{Total: 3, Drifted: 3}, errDrifted},
+		// Nothing drifted: exit 0, and no reasons is [], not null.
+		{[]string{"--prefix", "example.com", "-o", "json"}, true, "",
+			map[string][]string{"Node/node-current": notStamped, "Node/node-drifted": notStamped, "Node/node-old-version": notStamped},
+			driftSummary{Total: 3}, nil},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			out, stderr, err := runCmd(t, append(tc.args, objs...)...)
+			if tc.err != nil {
+				require.ErrorIs(t, err, tc.err, stderr)
+			} else {
+				require.NoError(t, err, stderr)
+			}
+			require.Equal(t, tc.json, strings.HasPrefix(out, "{\n"), out)
+			if tc.json {
+				require.True(t, json.Valid([]byte(out)), out)
+			}
+			var rep driftReportOut
+			require.NoError(t, yaml.UnmarshalStrict([]byte(out), &rep), out)
+			require.Equal(t, "cli.upgradekit.io/v1alpha1", rep.APIVersion)
+			require.Equal(t, "DriftReport", rep.Kind)
+			require.Equal(t, "testdata/nodepool.yaml", rep.Template)
+			require.Equal(t, tc.proposed, rep.Proposed)
+			require.Empty(t, cmp.Diff(tc.want, verdicts(rep)), out)
+			require.Equal(t, tc.summary, rep.Summary)
+			require.NotContains(t, out, "null")
+			if tc.err == nil {
+				require.Contains(t, out, `"reasons": []`)
+			}
+		})
+	}
+}
+
+// TestStampWithOutputTable: --stamp prints YAML objects; -o table, the
+// default, says nothing against it.
+func TestStampWithOutputTable(t *testing.T) {
+	want, stderr, err := runCmd(t, "--stamp", "testdata/nodepool.yaml", "testdata/unstamped/node-current.yaml")
+	require.NoError(t, err, stderr)
+	got, stderr, err := runCmd(t, "--stamp", "-o", "table", "testdata/nodepool.yaml", "testdata/unstamped/node-current.yaml")
+	require.NoError(t, err, stderr)
+	require.Equal(t, want, got)
+	require.Contains(t, got, "upgradekit.io/hash:")
+}
+
+// TestREADMEShowsRealOutput: every "$ go run . ARGS" in README.md is
+// followed by what the command prints today (stdout), up to the next
+// command or the end of the block.
+func TestREADMEShowsRealOutput(t *testing.T) {
+	readme, err := os.ReadFile("README.md")
+	require.NoError(t, err)
+	const prompt = "$ go run . "
+	var ran []string
+	for rest := string(readme); ; {
+		i := strings.Index(rest, "\n"+prompt)
+		if i < 0 {
+			break
+		}
+		rest = rest[i+1:]
+		line, after, _ := strings.Cut(rest, "\n")
+		end := len(after)
+		for _, stop := range []string{"\n$ ", "```"} {
+			if j := strings.Index(after, stop); j >= 0 && j < end {
+				end = j
+			}
+		}
+		shown := strings.TrimRight(after[:end], "\n") + "\n"
+		args := strings.Fields(strings.TrimPrefix(line, prompt))
+		t.Run(strings.Join(args, " "), func(t *testing.T) {
+			out, stderr, err := runCmd(t, args...)
+			if err != nil {
+				require.ErrorIs(t, err, errDrifted, stderr)
+			}
+			require.Empty(t, cmp.Diff(out, shown), "README.md's output of %q is stale", line)
+		})
+		ran = append(ran, strings.Join(args, " "))
+	}
+	require.Equal(t, []string{
+		"testdata/nodepool.yaml testdata/nodes.yaml",
+		"--proposed testdata/proposed.yaml testdata/nodepool.yaml testdata/nodes.yaml",
+		"-o yaml testdata/nodepool.yaml testdata/nodes.yaml",
+		"--karpenter --instances ../../karpenter/testdata/dump/instances.json ../../karpenter/testdata/dump/cluster.yaml",
+	}, ran, "the commands README.md shows with their output")
 }
