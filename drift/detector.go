@@ -50,26 +50,26 @@ const (
 // Evidence is one observation supporting a Reason.
 type Evidence struct {
 	// Kind says what Key refers to.
-	Kind EvidenceKind
+	Kind EvidenceKind `json:"kind"`
 	// Key is the field path, label key, or "image"/"hash".
-	Key string
+	Key string `json:"key"`
 	// Want is the desired value or constraint, when known.
-	Want string
+	Want string `json:"want,omitempty"`
 	// Got is the object's value, when known.
-	Got string
+	Got string `json:"got,omitempty"`
 	// Detail says more, e.g. "Modified" for a field or the failed
 	// requirement.
-	Detail string
+	Detail string `json:"detail,omitempty"`
 }
 
 // Reason says why an object drifted.
 type Reason struct {
 	// Name classifies the drift (Karpenter's reason names where they exist).
-	Name ReasonName
+	Name ReasonName `json:"name"`
 	// Message is a human-readable sentence for events and logs.
-	Message string
+	Message string `json:"message"`
 	// Evidence lists the observations behind the reason, most specific first.
-	Evidence []Evidence
+	Evidence []Evidence `json:"evidence"`
 }
 
 // Check is one drift check. It returns nil when it finds no drift, a

@@ -171,31 +171,34 @@ func (r *catalogResolver) ExplainImage(ctx context.Context, class *awsv1.EC2Node
 // Report is Explain's answer for a whole snapshot.
 type Report struct {
 	// NodeClaims has one entry per NodeClaim, by name.
-	NodeClaims []ClaimReport
+	NodeClaims []ClaimReport `json:"nodeClaims"`
 	// Drifted counts the NodeClaims with at least one reason.
-	Drifted int
+	Drifted int `json:"drifted"`
 	// Notes say what about the snapshot affects the answer: objects
 	// converted from v1beta1, NodePools whose hash annotation Karpenter
 	// has yet to rewrite.
-	Notes []string
+	Notes []string `json:"notes"`
 	// NodePools sums the NodeClaims up per NodePool, by name: the rollout
 	// progress of a drift.
-	NodePools []NodePoolSummary
+	NodePools []NodePoolSummary `json:"nodePools"`
 }
 
 // NodePoolSummary counts one NodePool's NodeClaims in a Report.
 type NodePoolSummary struct {
 	// Name is the NodePool's name ("" for NodeClaims without one).
-	Name string
-	// NodeClaims, Drifted and Unknown count its NodeClaims, those found
-	// drifted and those Explain cannot tell.
-	NodeClaims, Drifted, Unknown int
+	Name string `json:"name"`
+	// NodeClaims counts its NodeClaims.
+	NodeClaims int `json:"nodeClaims"`
+	// Drifted counts those found drifted.
+	Drifted int `json:"drifted"`
+	// Unknown counts those Explain cannot tell.
+	Unknown int `json:"unknown"`
 	// Replacing counts its NodeClaims being deleted: drifted ones
 	// Karpenter has started to replace, among others.
-	Replacing int
+	Replacing int `json:"replacing"`
 	// ByReason counts the drifted ones by the reason Karpenter reports
 	// (their first).
-	ByReason map[drift.ReasonName]int
+	ByReason map[drift.ReasonName]int `json:"byReason"`
 }
 
 // summarise fills rep.NodePools from rep.NodeClaims; deleting names the
@@ -227,20 +230,25 @@ func summarise(rep *Report, deleting map[string]bool) {
 
 // ClaimReport is what Explain says of one NodeClaim.
 type ClaimReport struct {
-	// Name is the NodeClaim's name; Node its node's; NodePool and
-	// NodeClass the objects its drift is judged against.
-	Name, Node, NodePool, NodeClass string
+	// Name is the NodeClaim's name.
+	Name string `json:"name"`
+	// Node is its node's name.
+	Node string `json:"node,omitempty"`
+	// NodePool is the NodePool its drift is judged against.
+	NodePool string `json:"nodePool,omitempty"`
+	// NodeClass is the EC2NodeClass its drift is judged against.
+	NodeClass string `json:"nodeClass,omitempty"`
 	// Reasons are every drift found, in Karpenter's order: Reasons[0] is
 	// the reason Karpenter reports (it stops at the first).
-	Reasons []drift.Reason
+	Reasons []drift.Reason `json:"reasons"`
 	// CannotTell lists the checks that could not judge, and why.
-	CannotTell []string
+	CannotTell []string `json:"cannotTell"`
 	// Notes say what else matters: not launched, not managed by the AWS
 	// provider, a hash version Karpenter re-stamps.
-	Notes []string
+	Notes []string `json:"notes"`
 	// Condition is the Drifted condition's reason in the snapshot, or ""
 	// when it has none: what Karpenter had concluded when it was taken.
-	Condition string
+	Condition string `json:"condition,omitempty"`
 }
 
 // Drifted reports whether Explain found the NodeClaim drifted.

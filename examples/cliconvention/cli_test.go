@@ -88,6 +88,7 @@ func TestEveryExampleFollowsTheConvention(t *testing.T) {
 		{"ami-resolve", []string{ami + "/terms.yaml", ami + "/catalog.json", "--kubernetes-version=1.31", "-oyaml"}, nil, 0, "apiVersion: cli.upgradekit.io/v1alpha1\n", "kind: AMIResolution\n", ""},
 		{"ami-resolve", []string{ami + "/terms.yaml", "--output", "json", ami + "/catalog.json"}, nil, 0, `"kind": "AMIResolution"`, "", "null"},
 		{"drift-explain", []string{kd + "/cluster.yaml", "--karpenter", "--output=yaml"}, nil, 3, "kind: KarpenterDriftReport\n", "", "null"},
+		{"drift-explain", []string{kd + "/cluster.yaml", "--karpenter", "-ojson"}, nil, 3, `"nodeClaims": [`, "", `"NodeClaims"`}, // camelCase keys, as kubectl prints
 		{"drift-explain", []string{de + "/nodepool.yaml", de + "/nodes.yaml", "-o", "json"}, nil, 3, `"kind": "DriftReport"`, `"apiVersion": "cli.upgradekit.io/v1alpha1"`, "null"},
 		{"drift-explain", []string{"-ojson", de + "/nodepool.yaml", de + "/nodes.yaml"}, nil, 3, `"kind": "DriftReport"`, `"summary": {`, "null"},
 		{"drift-explain", []string{de + "/nodepool.yaml", "--output=yaml", de + "/nodes.yaml"}, nil, 3, "kind: DriftReport\n", "  drifted: 1\n", "null"},

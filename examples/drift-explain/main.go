@@ -330,10 +330,12 @@ type change struct {
 	// Key is the field's path (metadata.labels), the label's key or
 	// "image".
 	Key string `json:"key"`
-	// Desired and Actual are the values, when known: field changes are
-	// told from fingerprints, which keep no values.
-	Desired string `json:"desired,omitempty"`
-	Actual  string `json:"actual,omitempty"`
+	// Want and Got are the desired and the object's values, when known
+	// (named as drift.Evidence names them, which the Karpenter report
+	// prints): field changes are told from fingerprints, which keep no
+	// values.
+	Want string `json:"want,omitempty"`
+	Got  string `json:"got,omitempty"`
 	// Detail is how a field changed (Modified, Added, Removed) or why a
 	// label fails its requirement.
 	Detail string `json:"detail,omitempty"`
@@ -381,7 +383,7 @@ func changes(r drift.Reason) []change {
 		if e.Kind == drift.EvidenceHash {
 			continue
 		}
-		out = append(out, change{Kind: string(e.Kind), Key: e.Key, Desired: e.Want, Actual: e.Got, Detail: e.Detail})
+		out = append(out, change{Kind: string(e.Kind), Key: e.Key, Want: e.Want, Got: e.Got, Detail: e.Detail})
 	}
 	return out
 }
@@ -425,7 +427,7 @@ func fields(changes []change) string {
 	for _, c := range changes {
 		switch drift.EvidenceKind(c.Kind) {
 		case drift.EvidenceLabel:
-			out = append(out, fmt.Sprintf("%s=%q (need %s)", c.Key, c.Actual, c.Desired))
+			out = append(out, fmt.Sprintf("%s=%q (need %s)", c.Key, c.Got, c.Want))
 		default:
 			f := c.Key
 			if c.Detail != "" {

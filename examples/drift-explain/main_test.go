@@ -298,7 +298,7 @@ func verdicts(rep driftReportOut) map[string][]string {
 		for _, r := range o.Reasons {
 			v = append(v, r.Name)
 			for _, c := range r.Changes {
-				v = append(v, fmt.Sprintf("%s %s %q %q %s", c.Kind, c.Key, c.Desired, c.Actual, c.Detail))
+				v = append(v, fmt.Sprintf("%s %s %q %q %s", c.Kind, c.Key, c.Want, c.Got, c.Detail))
 			}
 		}
 		out[o.Kind+"/"+o.Name] = v
