@@ -188,12 +188,13 @@ func TestPreviewAgainstAPIServer(t *testing.T) {
 			args []string
 			want string
 		}{
-			{[]string{"-cluster", "nosuch"}, "no Cluster default/nosuch"},
-			{[]string{"-cluster", "demo", "-extension-config", "nosuch"}, `no ExtensionConfig "nosuch"`},
+			{[]string{"-cluster", "nosuch"}, "--cluster: no Cluster default/nosuch"},
+			{[]string{"-cluster", "demo", "-extension-config", "nosuch"}, `--extension-config: no ExtensionConfig "nosuch"`},
 			{[]string{"-cluster", "demo", "-f", filepath.Join(t.TempDir(), "nosuch.yaml")}, "no such file"},
 			{[]string{"-cluster", "demo", "-in-place", "NoSuchCategory"}, "NoSuchCategory"},
 			{[]string{"-cluster", "demo", "-upgrader-images", "v1.36=x"}, "v1.36"},
-			{[]string{"-cluster", "demo", "-timings", "kubeadmm=1m"}, `no updater "kubeadmm"`},
+			{[]string{"-cluster", "demo", "-upgrader-images", "v1.36.3"}, `--upgrader-images: "v1.36.3" is not version=image`},
+			{[]string{"-cluster", "demo", "-timings", "kubeadmm=1m"}, `--timings: no updater "kubeadmm"`},
 			{[]string{"-cluster", "demo", "-timings", "drain=soon"}, `"soon" is not a duration`},
 		} {
 			_, errOut, code := runWith(t, c, "", tc.args...)
@@ -255,10 +256,10 @@ func TestPreviewAsksTheDeployedExtension(t *testing.T) {
 
 	_, errOut, code := runWith(t, c, "", "-cluster", "demo", "-f", file, "-mode", "extension")
 	require.Equal(t, exitError, code)
-	require.Contains(t, errOut, "no in-place extension registered")
+	require.Contains(t, errOut, "--mode extension: no in-place extension registered")
 	_, errOut, code = runWith(t, c, "", "-cluster", "demo", "-f", file, "-mode", "sometimes")
 	require.Equal(t, exitUsage, code)
-	require.Contains(t, errOut, `-mode "sometimes": want auto, extension or in-process`)
+	require.Contains(t, errOut, `--mode "sometimes": want auto, extension or in-process`)
 
 	registerServed(t, c, "upgradekit", extensionserver.WithUpgraderImages(capi.ImagesByVersion{"v1.37.0": "registry.example/upgrader:v1.37.0"}))
 	for _, mode := range []string{"", "extension"} {
