@@ -7,6 +7,7 @@ import (
 	"encoding/xml"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -210,19 +211,25 @@ func TestPreviewAgainstAPIServer(t *testing.T) {
 	})
 }
 
-// TestREADMEShowsARealPreview: the output in README.md's preview section
-// is this command's, on demoCluster with demoChange.
+// TestREADMEShowsARealPreview: the command line and output in README.md's
+// preview section are this command's, on demoCluster with demoChange.
 func TestREADMEShowsARealPreview(t *testing.T) {
-	env, file := demoCluster(t)
-	out, _, code := runWith(t, commandClient(t, env), "", "-cluster", "demo", "-f", file)
-	require.Equal(t, exitBlocked, code)
-	t.Logf("output:\n%s", out)
 	readme, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
 	require.NoError(t, err)
+	// The command line as README shows it, kubectl's spelling: two dashes.
+	m := regexp.MustCompile(`\n\$ kubectl upgradekit preview (.*)\n`).FindSubmatch(readme)
+	require.NotNil(t, m, "README.md shows a preview command line")
+	args := strings.Fields(string(m[1]))
+	require.Equal(t, []string{"--cluster", "demo", "-f", "change.yaml"}, args)
+	env, file := demoCluster(t)
+	args[3] = file
+	out, _, code := runWith(t, commandClient(t, env), "", args...)
+	require.Equal(t, exitBlocked, code)
+	t.Logf("output:\n%s", out)
 	if !strings.Contains(string(readme), demoChange) {
 		t.Fatalf("README's change.yaml is not demoChange:\n%s", demoChange)
 	}
-	if !strings.Contains(string(readme), out+"$ echo $?\n4\n") {
+	if !strings.Contains(string(readme), string(m[0])+out+"$ echo $?\n4\n") {
 		t.Fatalf("README does not show the real output:\n%s", out)
 	}
 }
