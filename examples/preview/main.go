@@ -3,17 +3,17 @@
 // which will hold the rollout up, and why; with the waves they go in and
 // how long it takes. It reads the cluster and asks exactly what Cluster
 // API will ask of the in-place extension its ExtensionConfigs register
-// (-mode extension, over HTTPS), or, with none registered, of upgradekit's
+// (--mode extension, over HTTPS), or, with none registered, of upgradekit's
 // decision in process, configured with the flags the deployed
-// examples/inplace-extension runs with (-mode in-process); -mode auto, the
+// examples/inplace-extension runs with (--mode in-process); --mode auto, the
 // default, picks the first that exists.
 //
-//	preview -cluster NAME [-n NAMESPACE] -f CHANGE.yaml [flags]
+//	preview --cluster NAME [-n NAMESPACE] -f CHANGE.yaml [flags]
 //
 // Built as kubectl-upgradekit it is a kubectl plugin:
 //
 //	go build -o kubectl-upgradekit ./examples/preview
-//	kubectl upgradekit preview -f change.yaml -cluster demo
+//	kubectl upgradekit preview -f change.yaml --cluster demo
 //
 // CHANGE.yaml holds the objects you are about to apply (what kubectl apply
 // -f takes): a KubeadmControlPlane or MachineDeployment with a new version,
@@ -105,7 +105,7 @@ func exitCode(err error, stderr io.Writer) int {
 }
 
 type options struct {
-	version                                               bool // -version: print it, preview nothing
+	version                                               bool // --version: print it, preview nothing
 	cluster, namespace, file, kubeconfig, context, output string
 	categories, upgraderImage, upgraderImages             string
 	extensionConfig, mode                                 string
@@ -137,11 +137,11 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig of the management cluster (default: $KUBECONFIG, ~/.kube/config, then the in-cluster config)")
 	fs.StringVar(&o.context, "context", "", "kubeconfig context to use")
 	cli.OutputFlag(fs, &o.output, cli.Table, cli.JSON, cli.YAML)
-	fs.StringVar(&o.categories, "in-place", defaultCategories(), "the extension's -in-place: diff categories it accepts in place")
-	fs.StringVar(&o.upgraderImage, "upgrader-image", "", "the extension's -upgrader-image (one image, any version)")
-	fs.StringVar(&o.upgraderImages, "upgrader-images", "", "the extension's -upgrader-images, version=image,...: a version not listed is answered with a Failure (Cluster API waits)")
-	fs.BoolVar(&o.noUpdate, "no-update-machine", false, "the extension runs with -no-update-machine (it then accepts Kubernetes versions only)")
-	fs.StringVar(&o.mode, "mode", modeAuto, "who answers Cluster API's hooks: extension (the in-place extension the cluster's ExtensionConfigs register, asked over HTTPS), in-process (upgradekit's decision configured by -in-place, -upgrader-image(s), -no-update-machine, -extension-config) or auto (extension when one is registered, else in-process)")
+	fs.StringVar(&o.categories, "in-place", defaultCategories(), "the extension's --in-place: diff categories it accepts in place")
+	fs.StringVar(&o.upgraderImage, "upgrader-image", "", "the extension's --upgrader-image (one image, any version)")
+	fs.StringVar(&o.upgraderImages, "upgrader-images", "", "the extension's --upgrader-images, version=image,...: a version not listed is answered with a Failure (Cluster API waits)")
+	fs.BoolVar(&o.noUpdate, "no-update-machine", false, "the extension runs with --no-update-machine (it then accepts Kubernetes versions only)")
+	fs.StringVar(&o.mode, "mode", modeAuto, "who answers Cluster API's hooks: extension (the in-place extension the cluster's ExtensionConfigs register, asked over HTTPS), in-process (upgradekit's decision configured by --in-place, --upgrader-image(s), --no-update-machine, --extension-config) or auto (extension when one is registered, else in-process)")
 	fs.StringVar(&o.extensionConfig, "extension-config", "", "ExtensionConfig whose settings Cluster API sends with each request (upgradekit.io/ignore, upgradekit.io/disabled)")
 	fs.BoolVar(&o.workload, "workload", true, "read the workload cluster (Nodes, Pods, PodDisruptionBudgets) through its <cluster>-kubeconfig Secret, to find drain blockers")
 	fs.StringVar(&o.timeline, "timeline", "", "also write the prediction as an HTML/SVG timeline to this file (estimated time; the groups side by side)")
@@ -166,7 +166,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	case o.mode != modeAuto && o.mode != preview.ModeExtension && o.mode != preview.ModeInProcess:
 		return o, usage(fmt.Errorf("--mode %q: want auto, extension or in-process", o.mode))
 	case o.upgraderImage != "" && o.upgraderImages != "":
-		return o, usage(errors.New("-upgrader-image and -upgrader-images: set one"))
+		return o, usage(errors.New("--upgrader-image and --upgrader-images: set one"))
 	}
 	for _, c := range strings.Split(o.categories, ",") {
 		if c = strings.TrimSpace(c); c != "" {
@@ -178,7 +178,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		for _, kv := range strings.Split(o.upgraderImages, ",") {
 			v, img, ok := strings.Cut(strings.TrimSpace(kv), "=")
 			if !ok || v == "" || img == "" {
-				return o, usage(fmt.Errorf("-upgrader-images: %q is not version=image", kv))
+				return o, usage(fmt.Errorf("--upgrader-images: %q is not version=image", kv))
 			}
 			o.images[v] = img
 		}
@@ -301,7 +301,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		var ec runtimev1.ExtensionConfig
 		if err := d.mgmt.Get(ctx, client.ObjectKey{Name: o.extensionConfig}, &ec); err != nil {
 			if apierrors.IsNotFound(err) {
-				return usage(fmt.Errorf("-extension-config: no ExtensionConfig %q", o.extensionConfig))
+				return usage(fmt.Errorf("--extension-config: no ExtensionConfig %q", o.extensionConfig))
 			}
 			return fmt.Errorf("read ExtensionConfig %s: %w", o.extensionConfig, err)
 		}
@@ -338,7 +338,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	prog.Printf("asking the extension about Cluster %s...", key)
 	if err != nil {
 		if errors.Is(err, preview.ErrNotFound) {
-			return usage(fmt.Errorf("-cluster: no Cluster %s", key))
+			return usage(fmt.Errorf("--cluster: no Cluster %s", key))
 		}
 		return err
 	}
@@ -365,14 +365,14 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	if o.timeline != "" {
 		f, err := os.Create(o.timeline)
 		if err != nil {
-			return fmt.Errorf("-timeline: %w", err)
+			return fmt.Errorf("--timeline: %w", err)
 		}
 		err = writeTimeline(f, pr, o.timings)
 		if cerr := f.Close(); err == nil {
 			err = cerr
 		}
 		if err != nil {
-			return fmt.Errorf("-timeline: %w", err)
+			return fmt.Errorf("--timeline: %w", err)
 		}
 		fmt.Fprintf(stderr, "timeline written to %s\n", o.timeline)
 	}
@@ -386,7 +386,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	return nil
 }
 
-// answerer is the deployed extension for -mode extension, and for auto
+// answerer is the deployed extension for --mode extension, and for auto
 // when one is registered; nil for the in-process answer.
 func answerer(ctx context.Context, o options, d *deps) (preview.Answerer, error) {
 	if o.mode == preview.ModeInProcess {
@@ -403,18 +403,18 @@ func answerer(ctx context.Context, o options, d *deps) (preview.Answerer, error)
 	case errors.Is(err, preview.ErrNoExtension) && o.mode == modeAuto:
 		return nil, nil
 	}
-	return nil, fmt.Errorf("-mode %s: %w", o.mode, err)
+	return nil, fmt.Errorf("--mode %s: %w", o.mode, err)
 }
 
-// restConfig is the management cluster's config: -kubeconfig, else
+// restConfig is the management cluster's config: --kubeconfig, else
 // $KUBECONFIG or ~/.kube/config, else the in-cluster config, through
-// client-go's loading rules, with -context.
+// client-go's loading rules, with --context.
 func restConfig(kubeconfig, context string) (*rest.Config, error) {
 	rules := clientcmd.NewDefaultClientConfigLoadingRules()
 	rules.ExplicitPath = kubeconfig
 	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: context}).ClientConfig()
 	if err != nil {
-		return nil, fmt.Errorf("management cluster config (-kubeconfig, $KUBECONFIG, ~/.kube/config or in-cluster): %w", err)
+		return nil, fmt.Errorf("management cluster config (--kubeconfig, $KUBECONFIG, ~/.kube/config or in-cluster): %w", err)
 	}
 	return cfg, nil
 }
@@ -431,7 +431,7 @@ func newScheme() (*runtime.Scheme, error) {
 	return s, nil
 }
 
-// defaultTimings lists preview.DefaultTimings as -timings would set them.
+// defaultTimings lists preview.DefaultTimings as --timings would set them.
 func defaultTimings() string {
 	t := preview.DefaultTimings()
 	parts := []string{"drain=" + t.Drain.String(), "replace=" + t.Replace.String(), "other=" + t.Updater.String()}
@@ -441,7 +441,7 @@ func defaultTimings() string {
 	return strings.Join(parts, ",")
 }
 
-// parseTimings applies -timings over preview.DefaultTimings.
+// parseTimings applies --timings over preview.DefaultTimings.
 func parseTimings(s string) (preview.Timings, error) {
 	t := preview.DefaultTimings()
 	if strings.TrimSpace(s) == "" {
@@ -454,11 +454,11 @@ func parseTimings(s string) (preview.Timings, error) {
 	for _, kv := range strings.Split(s, ",") {
 		name, val, ok := strings.Cut(strings.TrimSpace(kv), "=")
 		if !ok {
-			return t, fmt.Errorf("-timings: %q is not name=duration", kv)
+			return t, fmt.Errorf("--timings: %q is not name=duration", kv)
 		}
 		d, err := time.ParseDuration(val)
 		if err != nil || d < 0 {
-			return t, fmt.Errorf("-timings: %s: %q is not a duration", name, val)
+			return t, fmt.Errorf("--timings: %s: %q is not a duration", name, val)
 		}
 		switch name {
 		case "drain":
@@ -469,7 +469,7 @@ func parseTimings(s string) (preview.Timings, error) {
 			t.Updater = d
 		default:
 			if !known[name] {
-				return t, fmt.Errorf("-timings: no updater %q (want drain, replace, other or one of %s)", name, strings.Join(slices.Sorted(maps.Keys(t.Updaters)), ", "))
+				return t, fmt.Errorf("--timings: no updater %q (want drain, replace, other or one of %s)", name, strings.Join(slices.Sorted(maps.Keys(t.Updaters)), ", "))
 			}
 			t.Updaters[name] = d
 		}

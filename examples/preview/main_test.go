@@ -7,6 +7,7 @@ import (
 	"encoding/xml"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -188,12 +189,13 @@ func TestPreviewAgainstAPIServer(t *testing.T) {
 			args []string
 			want string
 		}{
-			{[]string{"-cluster", "nosuch"}, "no Cluster default/nosuch"},
-			{[]string{"-cluster", "demo", "-extension-config", "nosuch"}, `no ExtensionConfig "nosuch"`},
+			{[]string{"-cluster", "nosuch"}, "--cluster: no Cluster default/nosuch"},
+			{[]string{"-cluster", "demo", "-extension-config", "nosuch"}, `--extension-config: no ExtensionConfig "nosuch"`},
 			{[]string{"-cluster", "demo", "-f", filepath.Join(t.TempDir(), "nosuch.yaml")}, "no such file"},
 			{[]string{"-cluster", "demo", "-in-place", "NoSuchCategory"}, "NoSuchCategory"},
 			{[]string{"-cluster", "demo", "-upgrader-images", "v1.36=x"}, "v1.36"},
-			{[]string{"-cluster", "demo", "-timings", "kubeadmm=1m"}, `no updater "kubeadmm"`},
+			{[]string{"-cluster", "demo", "-upgrader-images", "v1.36.3"}, `--upgrader-images: "v1.36.3" is not version=image`},
+			{[]string{"-cluster", "demo", "-timings", "kubeadmm=1m"}, `--timings: no updater "kubeadmm"`},
 			{[]string{"-cluster", "demo", "-timings", "drain=soon"}, `"soon" is not a duration`},
 		} {
 			_, errOut, code := runWith(t, c, "", tc.args...)
@@ -209,19 +211,25 @@ func TestPreviewAgainstAPIServer(t *testing.T) {
 	})
 }
 
-// TestREADMEShowsARealPreview: the output in README.md's preview section
-// is this command's, on demoCluster with demoChange.
+// TestREADMEShowsARealPreview: the command line and output in README.md's
+// preview section are this command's, on demoCluster with demoChange.
 func TestREADMEShowsARealPreview(t *testing.T) {
-	env, file := demoCluster(t)
-	out, _, code := runWith(t, commandClient(t, env), "", "-cluster", "demo", "-f", file)
-	require.Equal(t, exitBlocked, code)
-	t.Logf("output:\n%s", out)
 	readme, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
 	require.NoError(t, err)
+	// The command line as README shows it, kubectl's spelling: two dashes.
+	m := regexp.MustCompile(`\n\$ kubectl upgradekit preview (.*)\n`).FindSubmatch(readme)
+	require.NotNil(t, m, "README.md shows a preview command line")
+	args := strings.Fields(string(m[1]))
+	require.Equal(t, []string{"--cluster", "demo", "-f", "change.yaml"}, args)
+	env, file := demoCluster(t)
+	args[3] = file
+	out, _, code := runWith(t, commandClient(t, env), "", args...)
+	require.Equal(t, exitBlocked, code)
+	t.Logf("output:\n%s", out)
 	if !strings.Contains(string(readme), demoChange) {
 		t.Fatalf("README's change.yaml is not demoChange:\n%s", demoChange)
 	}
-	if !strings.Contains(string(readme), out+"$ echo $?\n4\n") {
+	if !strings.Contains(string(readme), string(m[0])+out+"$ echo $?\n4\n") {
 		t.Fatalf("README does not show the real output:\n%s", out)
 	}
 }
@@ -255,10 +263,10 @@ func TestPreviewAsksTheDeployedExtension(t *testing.T) {
 
 	_, errOut, code := runWith(t, c, "", "-cluster", "demo", "-f", file, "-mode", "extension")
 	require.Equal(t, exitError, code)
-	require.Contains(t, errOut, "no in-place extension registered")
+	require.Contains(t, errOut, "--mode extension: no in-place extension registered")
 	_, errOut, code = runWith(t, c, "", "-cluster", "demo", "-f", file, "-mode", "sometimes")
 	require.Equal(t, exitUsage, code)
-	require.Contains(t, errOut, `-mode "sometimes": want auto, extension or in-process`)
+	require.Contains(t, errOut, `--mode "sometimes": want auto, extension or in-process`)
 
 	registerServed(t, c, "upgradekit", extensionserver.WithUpgraderImages(capi.ImagesByVersion{"v1.37.0": "registry.example/upgrader:v1.37.0"}))
 	for _, mode := range []string{"", "extension"} {

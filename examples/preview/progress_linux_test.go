@@ -7,7 +7,6 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"syscall"
 	"testing"
 
@@ -21,15 +20,8 @@ import (
 // pipe it prints no such line.
 func TestProgressOnATerminalOnly(t *testing.T) {
 	env, file := demoCluster(t)
-	kubeconfig, err := env.Kubeconfig("demo")
-	require.NoError(t, err)
-	kc := filepath.Join(t.TempDir(), "kubeconfig")
-	require.NoError(t, os.WriteFile(kc, kubeconfig, 0o600))
-	bin := filepath.Join(t.TempDir(), "kubectl-upgradekit")
-	build := exec.CommandContext(t.Context(), "go", "build", "-o", bin, ".")
-	out, err := build.CombinedOutput()
-	require.NoError(t, err, string(out))
-	args := []string{"preview", "--cluster", "demo", "-f", file, "--kubeconfig", kc}
+	bin := buildPlugin(t)
+	args := []string{"preview", "--cluster", "demo", "-f", file, "--kubeconfig", kubeconfigFile(t, env)}
 
 	// stderr on a terminal.
 	ptmx, tty := openPTY(t)
@@ -39,7 +31,7 @@ func TestProgressOnATerminalOnly(t *testing.T) {
 	require.NoError(t, cmd.Start())
 	require.NoError(t, tty.Close()) // the child holds it now
 	var terminal bytes.Buffer
-	_, err = io.Copy(&terminal, ptmx) // until the child exits: EIO
+	_, err := io.Copy(&terminal, ptmx) // until the child exits: EIO
 	var pe *os.PathError
 	require.True(t, err == nil || (errors.As(err, &pe) && errors.Is(pe.Err, syscall.EIO)), "%v", err)
 	var ee *exec.ExitError

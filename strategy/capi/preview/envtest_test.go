@@ -457,7 +457,7 @@ func TestTopologyChainedUpgrade(t *testing.T) {
 	require.Equal(t, strategy.MethodReplace, w.Method, w.Reason)
 	require.Contains(t, w.Reason, "skips a minor")
 	require.Contains(t, w.Reason, "answered over the cluster as it is now")
-	require.Contains(t, strings.Join(pr.Notes, "\n"), "-mode in-process answers over the cluster as it will be")
+	require.Contains(t, strings.Join(pr.Notes, "\n"), "--mode in-process answers over the cluster as it will be")
 
 	// The control plane's first step blocked (no upgrader image for
 	// v1.36.3: CanUpdateMachine answers a Failure, Cluster API waits): its

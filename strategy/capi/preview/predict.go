@@ -652,7 +652,7 @@ func (p *predictor) applyCluster(u *unstructured.Unstructured) error {
 	if _, ok := p.ext.(*InProcess); ok {
 		note += "; each question is answered over the cluster as it will be when Cluster API asks it"
 	} else {
-		note += "; the answers are given over the cluster as it is now, so a check that reads the control plane's version (as upgradekit's skew check does) may answer otherwise when Cluster API asks (-mode in-process answers over the cluster as it will be)"
+		note += "; the answers are given over the cluster as it is now, so a check that reads the control plane's version (as upgradekit's skew check does) may answer otherwise when Cluster API asks (--mode in-process answers over the cluster as it will be)"
 	}
 	p.notes = append(p.notes, note)
 	return nil
