@@ -137,14 +137,14 @@ func TestBinaryVersionAndLogging(t *testing.T) {
 		}
 		require.NoError(t, json.Unmarshal([]byte(l), &entry), "a JSON log line: %s", l)
 		msgs = append(msgs, entry.Msg)
-		if entry.Msg == "flag" && entry.Value == "-logging-format=json" {
+		if entry.Msg == "flag" && entry.Value == "--logging-format=json" {
 			require.Equal(t, 1, *entry.V, "flags are logged at -v=1")
 		}
 	}
 	require.Contains(t, msgs, "starting")
 	require.Contains(t, msgs, "serving hook")
 	require.Contains(t, lines[0], `"version":"inplace-extension github.com/upgradekit/upgradekit `)
-	require.Contains(t, strings.Join(lines, "\n"), `"value":"-logging-format=json"`)
+	require.Contains(t, strings.Join(lines, "\n"), `"value":"--logging-format=json"`)
 
 	lines = serveAndStop()
 	for _, l := range lines {

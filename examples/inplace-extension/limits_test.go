@@ -29,7 +29,7 @@ func TestServerLimitFlags(t *testing.T) {
 	for _, args := range [][]string{{"-max-request-bytes", "-1"}, {"-max-concurrent-requests", "-1"}, {"-read-timeout", "-1s"}} {
 		_, err := parseFlags(append([]string{"-no-update-machine"}, args...), io.Discard)
 		require.ErrorIs(t, err, errInvalidFlag, args)
-		require.ErrorContains(t, err, "-max-request-bytes/-max-concurrent-requests/-read-timeout: ", args)
+		require.ErrorContains(t, err, "--max-request-bytes/--max-concurrent-requests/--read-timeout: ", args)
 	}
 
 	dir := t.TempDir()
@@ -92,5 +92,5 @@ func TestProfilerAddress(t *testing.T) {
 	o2, err := parseFlags([]string{"-no-update-machine", "-host", "127.0.0.1", "-port", strconv.Itoa(testcerts.FreePort(t)), "-cert-dir", dir,
 		"-metrics-bind-address", "0", "-health-addr", "0", "-profiler-address", prof}, io.Discard)
 	require.NoError(t, err)
-	require.ErrorContains(t, serve(t.Context(), o2, deps{}), "-profiler-address: ")
+	require.ErrorContains(t, serve(t.Context(), o2, deps{}), "--profiler-address: ")
 }

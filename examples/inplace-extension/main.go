@@ -3,19 +3,19 @@
 // CanUpdateMachineSet decide (and answer with patches), UpdateMachine
 // drains the node, upgrades it with a kubeadm plan run by an upgrader pod,
 // and uncordons it. Progress shows as a Node condition, Events on the
-// Machine, Prometheus metrics (-metrics-bind-address, over HTTPS for
+// Machine, Prometheus metrics (--metrics-bind-address, over HTTPS for
 // scrapers the management cluster's RBAC allows to get /metrics) and logs
-// (-v, -logging-format: Kubernetes' logging flags). Liveness and
-// readiness are served on their own port (-health-addr: /healthz,
-// /readyz); -version prints the build's version.
+// (-v, --logging-format: Kubernetes' logging flags). Liveness and
+// readiness are served on their own port (--health-addr: /healthz,
+// /readyz); --version prints the build's version.
 //
-//	inplace-extension -cert-dir /tmp/k8s-webhook-server/serving-certs \
-//	    -upgrader-image registry.example/upgradekit-upgrader:v1.36.3
+//	inplace-extension --cert-dir /tmp/k8s-webhook-server/serving-certs \
+//	    --upgrader-image registry.example/upgradekit-upgrader:v1.36.3
 //
 // The upgrader pod runs examples/upgrader's image: by default every step's
-// init container runs "/upgrader run" (-upgrader-command), which reads the
+// init container runs "/upgrader run" (--upgrader-command), which reads the
 // plan from the pod's UPGRADEKIT_* environment, and a first init container
-// copies the image's /staging (-stage-from; the Dockerfile's bundle target
+// copies the image's /staging (--stage-from; the Dockerfile's bundle target
 // puts the Kubernetes binaries there) to /var/lib/upgradekit/staging on the
 // node, where the kubeadm plan installs them from. The runner writes a
 // summary to the termination log, which UpdateMachine reads back through
@@ -43,7 +43,6 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/spf13/pflag"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -51,7 +50,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/events"
 	logsv1 "k8s.io/component-base/logs/api/v1"
-	_ "k8s.io/component-base/logs/json/register" // -logging-format=json
+	_ "k8s.io/component-base/logs/json/register" // --logging-format=json
 	"k8s.io/klog/v2"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -63,6 +62,7 @@ import (
 	"github.com/upgradekit/upgradekit/diff"
 	"github.com/upgradekit/upgradekit/examples/buildinfo"
 	"github.com/upgradekit/upgradekit/examples/cli"
+	"github.com/upgradekit/upgradekit/examples/cli/gateflags"
 	"github.com/upgradekit/upgradekit/nodeexec/nodepod"
 	"github.com/upgradekit/upgradekit/strategy"
 	"github.com/upgradekit/upgradekit/strategy/capi"
@@ -123,17 +123,17 @@ const (
 	defaultKubeAPIBurst = 30
 )
 
-// restConfig is the management cluster's config: -kubeconfig, else
+// restConfig is the management cluster's config: --kubeconfig, else
 // $KUBECONFIG or ~/.kube/config, else the in-cluster config, through
 // client-go's loading rules (no log lines, no stack traces).
-// Its client-side rate limit is qps and burst (-kube-api-qps,
-// -kube-api-burst).
+// Its client-side rate limit is qps and burst (--kube-api-qps,
+// --kube-api-burst).
 func restConfig(kubeconfig string, qps float32, burst int) (*rest.Config, error) {
 	rules := clientcmd.NewDefaultClientConfigLoadingRules()
 	rules.ExplicitPath = kubeconfig
 	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
 	if err != nil {
-		return nil, fmt.Errorf("management cluster config (-kubeconfig, $KUBECONFIG, ~/.kube/config or in-cluster): %w", err)
+		return nil, fmt.Errorf("management cluster config (--kubeconfig, $KUBECONFIG, ~/.kube/config or in-cluster): %w", err)
 	}
 	cfg.QPS, cfg.Burst = qps, burst
 	return cfg, nil
@@ -153,11 +153,11 @@ type options struct {
 	metricsSecure                         bool
 	healthAddr                            string
 	profilerAddr                          string
-	// Kubernetes' logging flags (-v, -logging-format, ...), applied by run.
+	// Kubernetes' logging flags (-v, --logging-format, ...), applied by run.
 	logging *logsv1.LoggingConfiguration
 	// flagValues are every flag's value, logged at -v=1.
 	flagValues []string
-	version    bool // -version: print it, serve nothing
+	version    bool // --version: print it, serve nothing
 	// Limits of the hooks' server (extensionserver.HTTPLimits).
 	maxRequestBytes       int64
 	maxConcurrentRequests int
@@ -171,14 +171,12 @@ type options struct {
 	// Supply chain: images by digest, bundle checksums.
 	allowMutableImages, allowUnverifiedBundles bool
 	bundleChecksumsDir                         string
-	// Gates asked before each update starts.
-	windowSchedule, windowZone, blockingPods string
-	windowDuration, soak                     time.Duration
+	// Gates asked before each update starts (the preview takes the same
+	// flags for its in-process answer).
+	gateFlags gateflags.Flags
 	// Parsed from the strings above by parseFlags.
-	window       strategy.Gate   // nil without -maintenance-window
-	blockers     labels.Selector // nil without -blocking-pod-selector
 	cats         []diff.Category
-	images       capi.ImagesByVersion // nil without -upgrader-images
+	images       capi.ImagesByVersion // nil without --upgrader-images
 	runnerArgv   []string
 	skip         []string
 	ignoreChecks []string
@@ -187,37 +185,37 @@ type options struct {
 // flagOf names the flag behind each extensionserver option, so that its
 // errors speak of flags.
 var flagOf = map[string]string{
-	"WithServing":               "-port/-cert-dir",
-	"WithHandlerPrefix":         "-name",
-	"WithCategories":            "-in-place",
-	"WithUpgraderImage":         "-upgrader-image",
-	"WithUpgraderImages":        "-upgrader-images",
-	"WithBundleChecksums":       "-bundle-checksums-dir",
-	"WithBundleChecksumsDir":    "-bundle-checksums-dir",
-	"WithUpgraderNamespace":     "-upgrader-namespace",
-	"WithUpgraderCommand":       "-upgrader-command",
-	"WithUpgraderMode":          "-upgrader-mode",
-	"WithStageFrom":             "-stage-from",
-	"WithSkipSteps":             "-skip-steps",
-	"WithIgnorePreflightErrors": "-ignore-preflight-errors",
-	"WithDrainTimeout":          "-drain-timeout",
-	"WithRetryAfter":            "-retry-after",
+	"WithServing":               "--port/--cert-dir",
+	"WithHandlerPrefix":         "--name",
+	"WithCategories":            "--in-place",
+	"WithUpgraderImage":         "--upgrader-image",
+	"WithUpgraderImages":        "--upgrader-images",
+	"WithBundleChecksums":       "--bundle-checksums-dir",
+	"WithBundleChecksumsDir":    "--bundle-checksums-dir",
+	"WithUpgraderNamespace":     "--upgrader-namespace",
+	"WithUpgraderCommand":       "--upgrader-command",
+	"WithUpgraderMode":          "--upgrader-mode",
+	"WithStageFrom":             "--stage-from",
+	"WithSkipSteps":             "--skip-steps",
+	"WithIgnorePreflightErrors": "--ignore-preflight-errors",
+	"WithDrainTimeout":          "--drain-timeout",
+	"WithRetryAfter":            "--retry-after",
 	"WithPodOptions":            "upgrader pod",
-	"WithHTTPLimits":            "-max-request-bytes/-max-concurrent-requests/-read-timeout",
+	"WithHTTPLimits":            "--max-request-bytes/--max-concurrent-requests/--read-timeout",
 
-	"WithWorkloadUnreachableTimeout": "-workload-unreachable-timeout",
+	"WithWorkloadUnreachableTimeout": "--workload-unreachable-timeout",
 }
 
 // optionNamesAsFlags rewrites the option names a detail suggests as the
 // flags that set them.
 var optionNamesAsFlags = strings.NewReplacer(
 	"required (or WithBundleChecksumsDir)", "required",
-	"AllowMutableUpgraderImages", "-allow-mutable-upgrader-images",
-	"WithoutBundleChecksums", "-allow-unverified-bundles",
-	"WithBundleChecksumsDir", "-bundle-checksums-dir",
-	"WithSkipSteps(etcd-snapshot)", "-skip-steps with etcd-snapshot",
-	"WithSkipSteps(containerd)", "-skip-steps with containerd",
-	"WithSkipSteps(cni-plugins)", "-skip-steps with cni-plugins",
+	"AllowMutableUpgraderImages", "--allow-mutable-upgrader-images",
+	"WithoutBundleChecksums", "--allow-unverified-bundles",
+	"WithBundleChecksumsDir", "--bundle-checksums-dir",
+	"WithSkipSteps(etcd-snapshot)", "--skip-steps with etcd-snapshot",
+	"WithSkipSteps(containerd)", "--skip-steps with containerd",
+	"WithSkipSteps(cni-plugins)", "--skip-steps with cni-plugins",
 )
 
 func parseFlags(args []string, stderr io.Writer) (options, error) {
@@ -233,14 +231,14 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.certDir, "cert-dir", extensionserver.DefaultCertDir, "directory with tls.crt and tls.key")
 	fs.StringVar(&o.namePrefix, "name", extensionserver.DefaultHandlerPrefix, "prefix of the handler names in the ExtensionConfig")
 	fs.StringVar(&o.categories, "in-place", defaultCategories(), "comma-separated diff categories accepted in place; anything else makes CAPI replace the machine. With UpdateMachine served here, only what it applies: "+defaultCategories())
-	fs.StringVar(&o.upgraderImage, "upgrader-image", "", "image of the node upgrader pod, by digest (image@sha256:...): examples/upgrader's bundle image with the target version's kubeadm/kubelet/kubectl under /staging; required unless -no-update-machine")
-	fs.StringVar(&o.upgraderImage, "updater-image", "", "old name of -upgrader-image")
-	fs.StringVar(&o.upgraderImages, "upgrader-images", "", "upgrader image per Kubernetes version, by digest, version=image,... (e.g. v1.36.3=registry.example/upgrader@sha256:...): each update runs its target version's bundle, and a version change to a version not listed is answered with a Failure at CanUpdate* (Cluster API asks again once it is listed); instead of -upgrader-image")
+	fs.StringVar(&o.upgraderImage, "upgrader-image", "", "image of the node upgrader pod, by digest (image@sha256:...): examples/upgrader's bundle image with the target version's kubeadm/kubelet/kubectl under /staging; required unless --no-update-machine")
+	fs.StringVar(&o.upgraderImage, "updater-image", "", "old name of --upgrader-image")
+	fs.StringVar(&o.upgraderImages, "upgrader-images", "", "upgrader image per Kubernetes version, by digest, version=image,... (e.g. v1.36.3=registry.example/upgrader@sha256:...): each update runs its target version's bundle, and a version change to a version not listed is answered with a Failure at CanUpdate* (Cluster API asks again once it is listed); instead of --upgrader-image")
 	fs.BoolVar(&o.allowMutableImages, "allow-mutable-upgrader-images", false, "accept upgrader images by tag (whoever can push the tag then chooses what runs as root on the nodes; logged as a warning): development clusters only")
-	fs.StringVar(&o.bundleChecksumsDir, "bundle-checksums-dir", "", "directory of one sha256sum file per Kubernetes version, named by the version (e.g. v1.36.3, a mounted ConfigMap): the SHA-256 of every file the upgrader bundle stages, relative to /staging, verified on the node before anything staged runs; required unless -allow-unverified-bundles")
+	fs.StringVar(&o.bundleChecksumsDir, "bundle-checksums-dir", "", "directory of one sha256sum file per Kubernetes version, named by the version (e.g. v1.36.3, a mounted ConfigMap): the SHA-256 of every file the upgrader bundle stages, relative to /staging, verified on the node before anything staged runs; required unless --allow-unverified-bundles")
 	fs.BoolVar(&o.allowUnverifiedBundles, "allow-unverified-bundles", false, "run upgrader bundles without checksums (their binaries run as root unverified; logged as a warning): development clusters only")
 	fs.StringVar(&o.upgraderNamespace, "upgrader-namespace", nodepod.DefaultNamespace, "namespace of the upgrader pods in workload clusters")
-	fs.StringVar(&o.upgraderNamespace, "updater-namespace", nodepod.DefaultNamespace, "old name of -upgrader-namespace")
+	fs.StringVar(&o.upgraderNamespace, "updater-namespace", nodepod.DefaultNamespace, "old name of --upgrader-namespace")
 	fs.BoolVar(&o.createNamespace, "create-upgrader-namespace", true, "create the upgrader namespace in a workload cluster that lacks it, labelled for the privileged Pod Security Standard the upgrader pod needs (an existing namespace is left as it is)")
 	fs.StringVar(&o.upgraderCommand, "upgrader-command", defaultUpgraderCommand, `runner command in the upgrader image, split at spaces (it reads the plan from the UPGRADEKIT_* environment); "" runs each step's argv through nsenter instead (raw layout: no journal, retries or rollback)`)
 	fs.StringVar(&o.upgraderMode, "upgrader-mode", string(nodepod.ModeInitContainers), "upgrader pod layout: InitContainers (a container per step) or SingleContainer (one container runs the plan)")
@@ -252,19 +250,15 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.BoolVar(&o.drain, "drain", true, "cordon and drain each node (Eviction API, PDBs respected) before upgrading it, uncordon after")
 	fs.DurationVar(&o.drainTimeout, "drain-timeout", capi.DefaultDrainTimeout, "how long a drain may stay unfinished before UpdateMachine answers Failure naming the blocking PDBs (0: no deadline)")
 	fs.DurationVar(&o.workloadUnreachable, "workload-unreachable-timeout", capi.DefaultWorkloadUnreachableTimeout, "how long UpdateMachine waits for a workload cluster it cannot reach (kubeconfig secret unreadable, API server not answering), counted in the management cluster, before it answers Failure naming why (0: no deadline)")
-	fs.StringVar(&o.windowSchedule, "maintenance-window", "", `start updates only in windows that open at this cron schedule (5 fields, e.g. "0 2 * * *") and last -maintenance-duration, in -maintenance-timezone; outside them UpdateMachine answers in progress and touches nothing`)
-	fs.DurationVar(&o.windowDuration, "maintenance-duration", 3*time.Hour, "how long each maintenance window lasts")
-	fs.StringVar(&o.windowZone, "maintenance-timezone", "UTC", "IANA time zone of -maintenance-window (e.g. Europe/Berlin)")
-	fs.DurationVar(&o.soak, "soak", 0, "start an update only when every other node of the cluster has been Ready this long without a break (0: no soak)")
-	fs.StringVar(&o.blockingPods, "blocking-pod-selector", "", "start no update while a pod matching this label selector runs in the workload cluster (a backup, a migration)")
+	o.gateFlags.Add(fs)
 	fs.Int64Var(&o.maxRequestBytes, "max-request-bytes", extensionserver.DefaultMaxRequestBytes, "largest hook request body read; larger ones are answered 413 (a CanUpdateMachine request with big KubeadmConfigs is a few hundred KiB)")
 	fs.Float64Var(&o.kubeAPIQPS, "kube-api-qps", defaultKubeAPIQPS, "requests per second to the management cluster's API server, client-side (Cluster API's managers' default); workload clusters are reached at 20/s, bursts of 30, as Cluster API reaches them")
-	fs.IntVar(&o.kubeAPIBurst, "kube-api-burst", defaultKubeAPIBurst, "requests above -kube-api-qps allowed in a burst")
+	fs.IntVar(&o.kubeAPIBurst, "kube-api-burst", defaultKubeAPIBurst, "requests above --kube-api-qps allowed in a burst")
 	fs.IntVar(&o.maxConcurrentRequests, "max-concurrent-requests", extensionserver.DefaultMaxConcurrentRequests, "hook requests handled at once; more are answered 429, which Cluster API retries")
 	fs.DurationVar(&o.readTimeout, "read-timeout", extensionserver.DefaultReadTimeout, "how long a hook request, body included, may take to arrive before its connection is closed")
 	fs.StringVar(&o.metricsAddr, "metrics-bind-address", ":8443", `address of the Prometheus /metrics endpoint; "0" disables it`)
 	fs.BoolVar(&o.metricsSecure, "metrics-secure", true, "serve /metrics over HTTPS (a self-signed certificate) to scrapers whose bearer token the management cluster authenticates (TokenReview) and allows to get the non-resource URL /metrics (SubjectAccessReview); false serves plain HTTP to anyone who reaches the port")
-	fs.StringVar(&o.healthAddr, "health-addr", ":9440", `address of the health endpoints, plain HTTP: /healthz (the process answers) and /readyz (the hooks are served with the certificate of -cert-dir); "0" disables them`)
+	fs.StringVar(&o.healthAddr, "health-addr", ":9440", `address of the health endpoints, plain HTTP: /healthz (the process answers) and /readyz (the hooks are served with the certificate of --cert-dir); "0" disables them`)
 	fs.StringVar(&o.profilerAddr, "profiler-address", "", `address of Go's profiles (/debug/pprof/), plain HTTP and unauthenticated: bind it to loopback (e.g. "127.0.0.1:6060") and use kubectl port-forward; "" disables them`)
 	fs.BoolVar(&o.version, "version", false, "print the version and exit")
 	o.logging = logsv1.NewLoggingConfiguration()
@@ -284,7 +278,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	if errs := logsv1.Validate(o.logging, nil, nil); len(errs) > 0 {
 		return o, fmt.Errorf("%w: %w", errInvalidFlag, errs.ToAggregate())
 	}
-	fs.VisitAll(func(f *pflag.Flag) { o.flagValues = append(o.flagValues, "-"+f.Name+"="+f.Value.String()) })
+	fs.VisitAll(func(f *pflag.Flag) { o.flagValues = append(o.flagValues, "--"+f.Name+"="+f.Value.String()) })
 	o.cats = nil
 	for _, c := range strings.Split(o.categories, ",") {
 		if c = strings.TrimSpace(c); c != "" {
@@ -295,14 +289,14 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		return o, err
 	}
 	if !(o.kubeAPIQPS > 0) || o.kubeAPIQPS > math.MaxFloat32 || o.kubeAPIBurst < 1 {
-		return o, fmt.Errorf("%w: -kube-api-qps/-kube-api-burst: %g/%d: both must be positive", errInvalidFlag, o.kubeAPIQPS, o.kubeAPIBurst)
+		return o, fmt.Errorf("%w: --kube-api-qps/--kube-api-burst: %g/%d: both must be positive", errInvalidFlag, o.kubeAPIQPS, o.kubeAPIBurst)
 	}
 	if !o.noUpdate {
 		if o.upgraderImage == "" && strings.TrimSpace(o.upgraderImages) == "" {
-			return o, fmt.Errorf("%w: -upgrader-image or -upgrader-images is required (or -no-update-machine)", errInvalidFlag)
+			return o, fmt.Errorf("%w: --upgrader-image or --upgrader-images is required (or --no-update-machine)", errInvalidFlag)
 		}
 		if o.upgraderImage != "" && strings.TrimSpace(o.upgraderImages) != "" {
-			return o, fmt.Errorf("%w: -upgrader-image and -upgrader-images: set one", errInvalidFlag)
+			return o, fmt.Errorf("%w: --upgrader-image and --upgrader-images: set one", errInvalidFlag)
 		}
 		if err := o.parseImages(); err != nil {
 			return o, err
@@ -342,61 +336,29 @@ func flagError(err error) error {
 	return fmt.Errorf("%w: %s", errInvalidFlag, msg)
 }
 
-// parseGates checks the gate flags: the window and selector parse, the
-// soak is not negative; with -no-update-machine there is nothing to gate.
+// parseGates checks the gate flags; with --no-update-machine there is
+// nothing to gate.
 func (o *options) parseGates() error {
-	if o.windowSchedule != "" {
-		w, err := strategy.MaintenanceWindow("maintenance-window", o.windowSchedule, o.windowDuration, o.windowZone)
-		if err != nil {
-			return fmt.Errorf("%w: -maintenance-window/-maintenance-duration/-maintenance-timezone: %w", errInvalidFlag, err)
-		}
-		o.window = w
+	if err := o.gateFlags.Check(); err != nil {
+		return fmt.Errorf("%w: %w", errInvalidFlag, err)
 	}
-	if o.soak < 0 {
-		return fmt.Errorf("%w: -soak %s: must not be negative", errInvalidFlag, o.soak)
-	}
-	if o.blockingPods != "" {
-		sel, err := labels.Parse(o.blockingPods)
-		if err != nil || sel.Empty() {
-			return fmt.Errorf("%w: -blocking-pod-selector %q: not a non-empty label selector", errInvalidFlag, o.blockingPods)
-		}
-		o.blockers = sel
-	}
-	if o.noUpdate && (o.window != nil || o.soak > 0 || o.blockers != nil) {
-		return fmt.Errorf("%w: -maintenance-window, -soak and -blocking-pod-selector gate UpdateMachine, which -no-update-machine does not serve", errInvalidFlag)
+	if o.noUpdate && o.gateFlags.Set() {
+		return fmt.Errorf("%w: --maintenance-window, --soak and --blocking-pod-selector gate UpdateMachine, which --no-update-machine does not serve", errInvalidFlag)
 	}
 	return nil
 }
 
 // gates are the gates the flags ask for, built on the management reader
-// (nil when there is none yet, as in Validate).
+// (only the window when there is none yet, as in Validate).
 func (o options) gates(d deps) ([]strategy.Gate, error) {
-	var gates []strategy.Gate
-	if o.window != nil {
-		gates = append(gates, o.window)
+	var workload capi.WorkloadClient
+	if d.mgmt != nil {
+		workload = capi.KubeconfigSecretClients(d.mgmt, d.scheme)
 	}
-	if d.mgmt == nil || (o.soak == 0 && o.blockers == nil) {
-		return gates, nil
-	}
-	workload := capi.KubeconfigSecretClients(d.mgmt, d.scheme)
-	if o.soak > 0 {
-		g, err := capi.SoakGate(workload, o.soak, nil)
-		if err != nil {
-			return nil, err
-		}
-		gates = append(gates, g)
-	}
-	if o.blockers != nil {
-		g, err := capi.PodBlockerGate(workload, o.blockers)
-		if err != nil {
-			return nil, err
-		}
-		gates = append(gates, g)
-	}
-	return gates, nil
+	return o.gateFlags.Gates(workload)
 }
 
-// parseImages fills images from -upgrader-images (its syntax; the library
+// parseImages fills images from --upgrader-images (its syntax; the library
 // checks the versions).
 func (o *options) parseImages() error {
 	if strings.TrimSpace(o.upgraderImages) == "" {
@@ -406,10 +368,10 @@ func (o *options) parseImages() error {
 	for _, kv := range strings.Split(o.upgraderImages, ",") {
 		v, img, ok := strings.Cut(strings.TrimSpace(kv), "=")
 		if !ok || v == "" || img == "" {
-			return fmt.Errorf("%w: -upgrader-images: %q is not version=image", errInvalidFlag, kv)
+			return fmt.Errorf("%w: --upgrader-images: %q is not version=image", errInvalidFlag, kv)
 		}
 		if _, dup := o.images[v]; dup {
-			return fmt.Errorf("%w: -upgrader-images: version %s twice", errInvalidFlag, v)
+			return fmt.Errorf("%w: --upgrader-images: version %s twice", errInvalidFlag, v)
 		}
 		o.images[v] = img
 	}
@@ -427,25 +389,25 @@ func splitList(v string) []string {
 	return out
 }
 
-// parseUpgrader splits -upgrader-command, -skip-steps and
-// -ignore-preflight-errors, and checks that
+// parseUpgrader splits --upgrader-command, --skip-steps and
+// --ignore-preflight-errors, and checks that
 // the command fits examples/upgrader when that is the runner.
 func (o *options) parseUpgrader() error {
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("%w: %s", errInvalidFlag, fmt.Sprintf(format, args...))
 	}
 	if strings.ContainsAny(o.upgraderCommand, `"'\`) {
-		return bad("-upgrader-command %q: no quotes or escapes, the command is split at spaces", o.upgraderCommand)
+		return bad("--upgrader-command %q: no quotes or escapes, the command is split at spaces", o.upgraderCommand)
 	}
 	o.runnerArgv = strings.Fields(o.upgraderCommand)
 	if argv := o.runnerArgv; len(argv) > 0 && path.Base(argv[0]) == "upgrader" {
 		// examples/upgrader: the pod must run the plan, through nsenter.
 		if len(argv) < 2 || argv[1] != "run" {
-			return bad("-upgrader-command %q: the upgrader pod runs plans, so the upgrader's command must be \"run\" (%q)", o.upgraderCommand, defaultUpgraderCommand)
+			return bad("--upgrader-command %q: the upgrader pod runs plans, so the upgrader's command must be \"run\" (%q)", o.upgraderCommand, defaultUpgraderCommand)
 		}
 		for _, a := range argv[2:] {
 			if name, _, _ := strings.Cut(strings.TrimLeft(a, "-"), "="); name == "direct" && strings.HasPrefix(a, "-") {
-				return bad("-upgrader-command %q: %s would run host steps inside the container instead of through nsenter", o.upgraderCommand, a)
+				return bad("--upgrader-command %q: %s would run host steps inside the container instead of through nsenter", o.upgraderCommand, a)
 			}
 		}
 	}
@@ -457,7 +419,7 @@ func (o *options) parseUpgrader() error {
 // deps are what the extension uses besides the flags.
 type deps struct {
 	// mgmt reads the <cluster>-kubeconfig secrets and Machines (nil with
-	// -no-update-machine).
+	// --no-update-machine).
 	mgmt client.Reader
 	// cfg is the management cluster's config: the metrics server reviews
 	// scrapers' tokens with it (nil serves no secure metrics).
@@ -525,8 +487,8 @@ func (o options) serverOptions(d deps) []extensionserver.Option {
 }
 
 // serve runs the extension, the metrics server unless
-// -metrics-bind-address is "0" and the health endpoints unless
-// -health-addr is "0", until ctx ends or one of them fails. The metrics
+// --metrics-bind-address is "0" and the health endpoints unless
+// --health-addr is "0", until ctx ends or one of them fails. The metrics
 // are registered on controller-runtime's registry, which the metrics
 // server serves.
 func serve(ctx context.Context, o options, d deps) error {
@@ -540,7 +502,7 @@ func serve(ctx context.Context, o options, d deps) error {
 	}
 	ext, err := extensionserver.New(d.mgmt, opts...)
 	if err != nil {
-		// What New checks beyond Validate (the -bundle-checksums-dir files:
+		// What New checks beyond Validate (the --bundle-checksums-dir files:
 		// readable, and each bundle carrying what the steps need) is the
 		// flags' fault too: exit 2, before serving anything.
 		if ferr := flagError(err); ferr != nil {
@@ -586,7 +548,7 @@ func serve(ctx context.Context, o options, d deps) error {
 }
 
 // metricsServer is controller-runtime's metrics server for
-// -metrics-bind-address: with -metrics-secure, HTTPS with
+// --metrics-bind-address: with --metrics-secure, HTTPS with
 // controller-runtime's authentication and authorization filter (the
 // scraper's bearer token reviewed by the management cluster, TokenReview,
 // and its permission to get /metrics checked, SubjectAccessReview, with
@@ -596,7 +558,7 @@ func metricsServer(o options, d deps) (metricsserver.Server, error) {
 	opts := metricsserver.Options{BindAddress: o.metricsAddr}
 	if o.metricsSecure && o.metricsAddr != "0" {
 		if d.cfg == nil {
-			return nil, errors.New("-metrics-secure: the management cluster's config is needed to review the scrapers' tokens")
+			return nil, errors.New("--metrics-secure: the management cluster's config is needed to review the scrapers' tokens")
 		}
 		opts.SecureServing = true
 		opts.FilterProvider = filters.WithAuthenticationAndAuthorization
@@ -626,7 +588,7 @@ func healthServer(addr string, ready healthz.Checker) (func(context.Context) err
 	mux.Handle("/healthz/", http.StripPrefix("/healthz", live))
 	mux.Handle("/readyz", http.StripPrefix("/readyz", readyz))
 	mux.Handle("/readyz/", http.StripPrefix("/readyz", readyz))
-	return plainServer("-health-addr", addr, mux, 30*time.Second)
+	return plainServer("--health-addr", addr, mux, 30*time.Second)
 }
 
 // profilerServer serves Go's profiles (net/http/pprof, under
@@ -641,7 +603,7 @@ func profilerServer(addr string) (func(context.Context) error, error) {
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	return plainServer("-profiler-address", addr, mux, 2*time.Minute)
+	return plainServer("--profiler-address", addr, mux, 2*time.Minute)
 }
 
 // plainServer listens on addr now (a port in use is an error naming flag
@@ -670,7 +632,7 @@ func plainServer(flag, addr string, mux *http.ServeMux, write time.Duration) (fu
 	}, nil
 }
 
-// version is what -version prints (examples/buildinfo): the module's
+// version is what --version prints (examples/buildinfo): the module's
 // version, the VCS revision the binary was built from and the Go version.
 func version() string { return buildinfo.Version("inplace-extension") }
 
@@ -683,7 +645,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		_, err := fmt.Fprintln(stdout, version())
 		return err
 	}
-	// Kubernetes' logging (-v, -logging-format), as Cluster API's managers
+	// Kubernetes' logging (-v, --logging-format), as Cluster API's managers
 	// set it up; everything logs through its logr.Logger.
 	if err := logsv1.ValidateAndApplyWithOptions(o.logging, &logsv1.LoggingOptions{ErrorStream: stderr, InfoStream: stderr}, nil); err != nil {
 		return err

@@ -44,7 +44,7 @@ func TestFlags(t *testing.T) {
 	var out bytes.Buffer
 	_, err := parseFlags(nil, &out)
 	require.ErrorIs(t, err, errInvalidFlag)
-	require.ErrorContains(t, err, "-upgrader-image or -upgrader-images is required")
+	require.ErrorContains(t, err, "--upgrader-image or --upgrader-images is required")
 	o, err := parseFlags([]string{"-no-update-machine", "-port", "8443"}, &out)
 	require.NoError(t, err)
 	require.Equal(t, 8443, o.port)
@@ -63,11 +63,11 @@ func TestFlags(t *testing.T) {
 	require.Equal(t, time.Hour, o.drainTimeout)
 	require.Equal(t, "0", o.metricsAddr)
 	_, err = parseFlags([]string{"-upgrader-image", "img:v1@" + testDigest, "-allow-unverified-bundles", "-drain-timeout", "-1m"}, &out)
-	require.ErrorContains(t, err, "-drain-timeout: -1m0s: must not be negative")
+	require.ErrorContains(t, err, "--drain-timeout: -1m0s: must not be negative")
 	for _, v := range []string{"0", "-5", "4294967311"} {
 		_, err = parseFlags([]string{"-upgrader-image", "img:v1@" + testDigest, "-allow-unverified-bundles", "-retry-after", v}, &out)
 		require.ErrorIs(t, err, errInvalidFlag, v)
-		require.ErrorContains(t, err, "-retry-after: "+v+": must be between 1 and 86400 seconds")
+		require.ErrorContains(t, err, "--retry-after: "+v+": must be between 1 and 86400 seconds")
 	}
 	// Only what UpdateMachine applies may be accepted in place.
 	_, err = parseFlags([]string{"-upgrader-image", "img:v1@" + testDigest, "-allow-unverified-bundles", "-in-place", "KubernetesVersion,KubeletConfig"}, &out)
@@ -148,7 +148,7 @@ current-context: c
 	for _, args := range [][]string{{"-kube-api-qps", "0"}, {"-kube-api-qps", "-1"}, {"-kube-api-qps", "NaN"}, {"-kube-api-qps", "1e40"}, {"-kube-api-burst", "0"}} {
 		_, err := parseFlags(append([]string{"-no-update-machine"}, args...), io.Discard)
 		require.ErrorIs(t, err, errInvalidFlag, args)
-		require.ErrorContains(t, err, "-kube-api-qps/-kube-api-burst: ", args)
+		require.ErrorContains(t, err, "--kube-api-qps/--kube-api-burst: ", args)
 	}
 }
 
@@ -165,15 +165,15 @@ func TestSupplyChainFlags(t *testing.T) {
 		want string // "" when accepted
 	}{
 		{"a tag", []string{"-upgrader-image", "registry.example/upgrader:v1.36.1", "-allow-unverified-bundles"},
-			`-upgrader-image: "registry.example/upgrader:v1.36.1" is not pinned by digest (want <image>@sha256:<64 hex>; -allow-mutable-upgrader-images accepts tags)`},
+			`--upgrader-image: "registry.example/upgrader:v1.36.1" is not pinned by digest (want <image>@sha256:<64 hex>; --allow-mutable-upgrader-images accepts tags)`},
 		{"latest", []string{"-upgrader-image", "registry.example/upgrader:latest", "-allow-unverified-bundles"}, "is not pinned by digest"},
 		{"a tag in the map", []string{"-upgrader-images", "v1.36.1=r/u@" + testDigest + ",v1.37.0=r/u:v1.37.0", "-allow-unverified-bundles"},
-			`-upgrader-images: "r/u:v1.37.0" for "v1.37.0" is not pinned by digest`},
+			`--upgrader-images: "r/u:v1.37.0" for "v1.37.0" is not pinned by digest`},
 		{"a tag, allowed", []string{"-upgrader-image", "registry.example/upgrader:v1.36.1", "-allow-mutable-upgrader-images", "-allow-unverified-bundles"}, ""},
 		{"no checksums", []string{"-upgrader-image", "r/u@" + testDigest},
-			"-bundle-checksums-dir: required: without checksums the upgrader bundle's binaries run as root unverified; -allow-unverified-bundles accepts that"},
+			"--bundle-checksums-dir: required: without checksums the upgrader bundle's binaries run as root unverified; --allow-unverified-bundles accepts that"},
 		{"checksums and the opt-out", []string{"-upgrader-image", "r/u@" + testDigest, "-bundle-checksums-dir", "/etc/sums", "-allow-unverified-bundles"}, "set one"},
-		{"a relative checksums dir", []string{"-upgrader-image", "r/u@" + testDigest, "-bundle-checksums-dir", "sums"}, `-bundle-checksums-dir: "sums" is not an absolute path`},
+		{"a relative checksums dir", []string{"-upgrader-image", "r/u@" + testDigest, "-bundle-checksums-dir", "sums"}, `--bundle-checksums-dir: "sums" is not an absolute path`},
 		{"checksums", []string{"-upgrader-image", "r/u@" + testDigest, "-bundle-checksums-dir", "/etc/sums"}, ""},
 		{"deciding only needs neither", []string{"-no-update-machine"}, ""},
 	} {
@@ -201,13 +201,13 @@ func TestGateFlags(t *testing.T) {
 	o, err := parseFlags([]string{"-upgrader-image", "img:v1@" + testDigest, "-allow-unverified-bundles", "-maintenance-window", "0 2 * * 6", "-maintenance-duration", "4h",
 		"-maintenance-timezone", "Europe/Berlin", "-soak", "5m", "-blocking-pod-selector", "upgradekit.io/blocks-upgrades=true"}, &out)
 	require.NoError(t, err)
-	require.NotNil(t, o.window)
-	saturday := time.Date(2026, 11, 28, 3, 0, 0, 0, time.UTC) // 04:00 in Berlin
-	require.Equal(t, strategy.Allow, o.window.Check(t.Context(), strategy.GateRequest{Now: saturday}).Verdict)
-	require.Equal(t, strategy.Wait, o.window.Check(t.Context(), strategy.GateRequest{Now: saturday.Add(24 * time.Hour)}).Verdict)
 	gates, err := o.gates(deps{})
 	require.NoError(t, err)
 	require.Len(t, gates, 1, "without a management cluster only the window can be built")
+	window := gates[0]
+	saturday := time.Date(2026, 11, 28, 3, 0, 0, 0, time.UTC) // 04:00 in Berlin
+	require.Equal(t, strategy.Allow, window.Check(t.Context(), strategy.GateRequest{Now: saturday}).Verdict)
+	require.Equal(t, strategy.Wait, window.Check(t.Context(), strategy.GateRequest{Now: saturday.Add(24 * time.Hour)}).Verdict)
 	gates, err = o.gates(deps{mgmt: fakeclient.NewClientBuilder().Build(), scheme: runtime.NewScheme()})
 	require.NoError(t, err)
 	require.Len(t, gates, 3, "window, soak, blocking pods")
@@ -218,9 +218,9 @@ func TestGateFlags(t *testing.T) {
 		{[]string{"-upgrader-image", "x@" + testDigest, "-allow-unverified-bundles", "-maintenance-window", "0 2 * *"}, "expected exactly 5 fields"},
 		{[]string{"-upgrader-image", "x@" + testDigest, "-allow-unverified-bundles", "-maintenance-window", "0 2 * * *", "-maintenance-timezone", "Mars/Olympus"}, "time zone"},
 		{[]string{"-upgrader-image", "x@" + testDigest, "-allow-unverified-bundles", "-maintenance-window", "0 2 * * *", "-maintenance-duration", "0s"}, "must be positive"},
-		{[]string{"-upgrader-image", "x@" + testDigest, "-allow-unverified-bundles", "-soak", "-1m"}, "-soak -1m0s: must not be negative"},
+		{[]string{"-upgrader-image", "x@" + testDigest, "-allow-unverified-bundles", "-soak", "-1m"}, "invalid flag: --soak -1m0s: must not be negative"},
 		{[]string{"-upgrader-image", "x@" + testDigest, "-allow-unverified-bundles", "-blocking-pod-selector", "a in ("}, "not a non-empty label selector"},
-		{[]string{"-no-update-machine", "-soak", "5m"}, "-no-update-machine does not serve"},
+		{[]string{"-no-update-machine", "-soak", "5m"}, "--no-update-machine does not serve"},
 	} {
 		_, err := parseFlags(tc.args, &out)
 		require.ErrorIs(t, err, errInvalidFlag, tc.args)
@@ -550,7 +550,7 @@ func TestLoggingAndVersionFlags(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "json", o.logging.Format)
 	require.EqualValues(t, 4, o.logging.Verbosity)
-	require.Contains(t, o.flagValues, "-v=4")
+	require.Contains(t, o.flagValues, "--v=4")
 	_, err = parseFlags([]string{"-no-update-machine", "-logging-format=yaml"}, io.Discard)
 	require.ErrorIs(t, err, errInvalidFlag)
 	require.ErrorContains(t, err, `format: Invalid value: "yaml": Unsupported log format`)

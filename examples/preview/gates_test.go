@@ -118,4 +118,25 @@ func TestPreviewReportsTheDeployedGates(t *testing.T) {
 	var leases coordinationv1.LeaseList
 	require.NoError(t, c.List(ctx, &leases, client.InNamespace("default")))
 	require.Empty(t, leases.Items, "the preview took no concurrency slot")
+
+	// In process, the extension's gate flags give the gates it will ask;
+	// the deployed extension's own gates are not asked then.
+	out, errOut, code = runWith(t, c, "", "--cluster", "demo", "-f", file, "--mode", "in-process", "--maintenance-window", "0 3 2 1 *", "--maintenance-duration", "2m")
+	require.Equal(t, exitBlocked, code, errOut)
+	require.Contains(t, out, "answered in-process")
+	require.Regexp(t, `\n  gates now: Wait by maintenance-window: outside the maintenance window "0 3 2 1 \*" \(2m0s, UTC\); .*; 1 of 1 machines held; asked again when Cluster API reaches each machine\n`, out)
+	out, _, _ = runWith(t, c, "", "--cluster", "demo", "-f", file, "--mode", "in-process")
+	require.NotContains(t, out, "gates now", "no gate flags, no gates in process")
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--soak", "-1m"}, "--soak -1m0s: must not be negative"},
+		{[]string{"--maintenance-window", "0 2 * *"}, "--maintenance-window/--maintenance-duration/--maintenance-timezone: "},
+		{[]string{"--no-update-machine", "--blocking-pod-selector", "app=backup"}, "which --no-update-machine does not serve"},
+	} {
+		_, errOut, code := runWith(t, c, "", append([]string{"--cluster", "demo", "-f", file, "--mode", "in-process"}, tc.args...)...)
+		require.Equal(t, exitUsage, code, errOut)
+		require.Contains(t, errOut, tc.want)
+	}
 }

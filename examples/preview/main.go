@@ -47,6 +47,7 @@ import (
 	"github.com/upgradekit/upgradekit/diff"
 	"github.com/upgradekit/upgradekit/examples/buildinfo"
 	"github.com/upgradekit/upgradekit/examples/cli"
+	"github.com/upgradekit/upgradekit/examples/cli/gateflags"
 	"github.com/upgradekit/upgradekit/strategy"
 	"github.com/upgradekit/upgradekit/strategy/capi"
 	"github.com/upgradekit/upgradekit/strategy/capi/extensionserver"
@@ -112,6 +113,7 @@ type options struct {
 	timeline, timingsFlag                                 string
 	noUpdate, workload, serverDryRun                      bool
 	timings                                               preview.Timings
+	gateFlags                                             gateflags.Flags // the extension's gates, asked in process
 	cats                                                  []diff.Category
 	images                                                capi.ImagesByVersion
 }
@@ -141,11 +143,12 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.upgraderImage, "upgrader-image", "", "the extension's --upgrader-image (one image, any version)")
 	fs.StringVar(&o.upgraderImages, "upgrader-images", "", "the extension's --upgrader-images, version=image,...: a version not listed is answered with a Failure (Cluster API waits)")
 	fs.BoolVar(&o.noUpdate, "no-update-machine", false, "the extension runs with --no-update-machine (it then accepts Kubernetes versions only)")
-	fs.StringVar(&o.mode, "mode", modeAuto, "who answers Cluster API's hooks: extension (the in-place extension the cluster's ExtensionConfigs register, asked over HTTPS), in-process (upgradekit's decision configured by --in-place, --upgrader-image(s), --no-update-machine, --extension-config) or auto (extension when one is registered, else in-process)")
+	fs.StringVar(&o.mode, "mode", modeAuto, "who answers Cluster API's hooks: extension (the in-place extension the cluster's ExtensionConfigs register, asked over HTTPS, its gates too), in-process (upgradekit's decision configured by --in-place, --upgrader-image(s), --no-update-machine, --extension-config, and the gates of --maintenance-window, --soak and --blocking-pod-selector) or auto (extension when one is registered, else in-process)")
 	fs.StringVar(&o.extensionConfig, "extension-config", "", "ExtensionConfig whose settings Cluster API sends with each request (upgradekit.io/ignore, upgradekit.io/disabled)")
 	fs.BoolVar(&o.workload, "workload", true, "read the workload cluster (Nodes, Pods, PodDisruptionBudgets) through its <cluster>-kubeconfig Secret, to find drain blockers")
 	fs.StringVar(&o.timeline, "timeline", "", "also write the prediction as an HTML/SVG timeline to this file (estimated time; the groups side by side)")
 	fs.StringVar(&o.timingsFlag, "timings", "", "your own figures for the estimates, name=duration,...: drain, replace, other (an updater without its own figure) and updater names (kubeadm, kubelet-args, control-plane-config, files); the rest keep their defaults: "+defaultTimings())
+	o.gateFlags.Add(fs) // the extension's gate flags, for the in-process answer
 	fs.BoolVar(&o.serverDryRun, "server-dry-run", true, "send the change and the desired control plane objects as server-side dry runs, so Cluster API's webhooks default and validate them (needs the patch verb; nothing is stored)")
 	if err := cli.Parse(fs, args); err != nil {
 		if errors.Is(err, cli.ErrHelp) {
@@ -182,6 +185,12 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 			}
 			o.images[v] = img
 		}
+	}
+	if err := o.gateFlags.Check(); err != nil {
+		return o, usage(err)
+	}
+	if o.noUpdate && o.gateFlags.Set() {
+		return o, usage(errors.New("--maintenance-window, --soak and --blocking-pod-selector gate UpdateMachine, which --no-update-machine does not serve"))
 	}
 	timings, err := parseTimings(o.timingsFlag)
 	if err != nil {
@@ -321,6 +330,18 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 			return usage(err)
 		}
 		ans = ip
+		if o.gateFlags.Set() {
+			// The gates the extension will ask, asked now, taking nothing.
+			gates, err := o.gateFlags.Gates(capi.KubeconfigSecretClients(d.mgmt, d.mgmt.Scheme()))
+			if err != nil {
+				return usage(err)
+			}
+			srv, err := extensionserver.New(d.mgmt, append(o.extensionOptions(), extensionserver.WithGates(gates...))...)
+			if err != nil {
+				return usage(err)
+			}
+			popts = append(popts, preview.WithGateReporter(srv))
+		}
 	}
 	var ropts []preview.ReadOption
 	if o.workload {
