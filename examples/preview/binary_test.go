@@ -14,6 +14,7 @@ import (
 	runtimev1 "sigs.k8s.io/cluster-api/api/runtime/v1beta2"
 
 	"github.com/upgradekit/upgradekit/fake/envtest"
+	"github.com/upgradekit/upgradekit/strategy"
 	"github.com/upgradekit/upgradekit/strategy/capi"
 	"github.com/upgradekit/upgradekit/strategy/capi/extensionserver"
 )
@@ -145,4 +146,25 @@ func TestBuiltPluginAsksTheDeployedExtension(t *testing.T) {
 	require.Equal(t, exitBlocked, code, "%s%s", out, errOut)
 	require.Regexp(t, `md-0-abcde-0000 +md-0 +Blocked .*CanUpdateMachineSet answers Failure`, out)
 	require.Contains(t, out, "answered in-process")
+
+	// The deployed extension's gates: without any, the report says so.
+	out, errOut, code = runPlugin(t, bin, with("--mode", "extension")...)
+	require.Equal(t, exitReplaced, code, "%s%s", out, errOut)
+	require.Contains(t, out, "\n  gates now: none configured on the extension; asked again when Cluster API reaches each machine\n")
+	// With a maintenance window that is closed, the machines it would
+	// update in place are held, whatever the plugin's own gate flags say.
+	window, err := strategy.MaintenanceWindow("maintenance-window", "30 4 3 1 *", time.Minute, "UTC")
+	require.NoError(t, err)
+	require.NoError(t, c.Delete(t.Context(), &runtimev1.ExtensionConfig{ObjectMeta: metav1.ObjectMeta{Name: "upgradekit-v1-36"}}))
+	registerServed(t, c, "upgradekit-gated", extensionserver.WithUpgraderImages(capi.ImagesByVersion{"v1.36.3": "registry.example/upgrader:v1.36.3"}),
+		extensionserver.WithGates(window))
+	for _, flags := range [][]string{nil, {"--maintenance-window", "* * * * *"}} {
+		out, errOut, code = runPlugin(t, bin, with(append(flags, "--mode", "extension")...)...)
+		require.Equal(t, exitReplaced, code, "gates hold a rollout up, they do not change how: %s%s", out, errOut)
+		require.Regexp(t, `\n  gates now: Wait by maintenance-window: outside the maintenance window "30 4 3 1 \*" \(1m0s, UTC\); .*; 1 of 1 machines held; asked again when Cluster API reaches each machine\n`, out)
+	}
+	// In process, the plugin's gate flags give the gates.
+	out, errOut, code = runPlugin(t, bin, with("--mode", "in-process", "--upgrader-images", "v1.36.3=registry.example/upgrader:v1.36.3", "--maintenance-window", "* * * * *", "--maintenance-duration", "1m")...)
+	require.Equal(t, exitReplaced, code, "%s%s", out, errOut)
+	require.Contains(t, out, "\n  gates now: open (maintenance-window); asked again when Cluster API reaches each machine\n")
 }

@@ -13,10 +13,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 	coordinationv1 "k8s.io/api/coordination/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	runtimecatalog "sigs.k8s.io/cluster-api/api/runtime/catalog"
-	runtimehooksv1 "sigs.k8s.io/cluster-api/api/runtime/hooks/v1alpha1"
-	runtimev1 "sigs.k8s.io/cluster-api/api/runtime/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/upgradekit/upgradekit/fake/testcerts"
@@ -25,26 +21,17 @@ import (
 	"github.com/upgradekit/upgradekit/strategy/capi/extensionserver"
 )
 
-// TestPreviewReportsTheDeployedGates: the deployed extension runs as its
-// Deployment does (extensionserver.Server.Start: hooks and gate report on
-// one TLS port) with a maintenance window that is closed and a
-// concurrency limit; the plugin shows what those gates say now about the
-// machines updated in place, and takes no concurrency slot.
-func TestPreviewReportsTheDeployedGates(t *testing.T) {
-	env, file := demoCluster(t)
-	c := commandClient(t, env)
-	ctx := t.Context()
-
-	window, err := strategy.MaintenanceWindow("maintenance-window", "0 2 1 1 *", time.Minute, "UTC")
-	require.NoError(t, err)
-	limit, err := capi.NewConcurrencyGate(c, "default", 2, time.Hour)
-	require.NoError(t, err)
+// startServed starts upgradekit's extension, configured by opts, as its
+// Deployment runs it (extensionserver.Server.Start: the hooks and the gate
+// report on one TLS port, on loopback) and returns it with its URL and CA
+// bundle once it listens.
+func startServed(t *testing.T, c client.Client, opts ...extensionserver.Option) (*extensionserver.Server, string, []byte) {
+	t.Helper()
 	dir := t.TempDir()
 	testcerts.Write(t, dir)
 	port := testcerts.FreePort(t)
-	srv, err := extensionserver.New(c, extensionserver.AllowMutableUpgraderImages(), extensionserver.WithoutBundleChecksums(),
-		extensionserver.WithUpgraderImage("registry.example/upgrader:any"), extensionserver.WithGates(window, limit),
-		extensionserver.WithServing("127.0.0.1", port, dir))
+	srv, err := extensionserver.New(c, append([]extensionserver.Option{extensionserver.AllowMutableUpgraderImages(), extensionserver.WithoutBundleChecksums(),
+		extensionserver.WithServing("127.0.0.1", port, dir)}, opts...)...)
 	require.NoError(t, err)
 	sctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -65,14 +52,24 @@ func TestPreviewReportsTheDeployedGates(t *testing.T) {
 	}, time.Minute, 20*time.Millisecond, "the extension listens")
 	ca, err := os.ReadFile(filepath.Join(dir, testcerts.CAFile))
 	require.NoError(t, err)
-	ec := &runtimev1.ExtensionConfig{ObjectMeta: metav1.ObjectMeta{Name: "upgradekit"},
-		Spec: runtimev1.ExtensionConfigSpec{ClientConfig: runtimev1.ClientConfig{URL: "https://" + addr, CABundle: ca}, NamespaceSelector: &metav1.LabelSelector{}}}
-	require.NoError(t, c.Create(ctx, ec))
-	for _, h := range srv.Handlers() {
-		ec.Status.Handlers = append(ec.Status.Handlers, runtimev1.ExtensionHandler{Name: h.Name + ".upgradekit", TimeoutSeconds: 10, FailurePolicy: runtimev1.FailurePolicyFail,
-			RequestHook: runtimev1.GroupVersionHook{APIVersion: runtimehooksv1.GroupVersion.String(), Hook: runtimecatalog.HookName(h.Hook)}})
-	}
-	require.NoError(t, c.Status().Update(ctx, ec))
+	return srv, "https://" + addr, ca
+}
+
+// TestPreviewReportsTheDeployedGates: the deployed extension runs as its
+// Deployment does (extensionserver.Server.Start: hooks and gate report on
+// one TLS port) with a maintenance window that is closed and a
+// concurrency limit; the plugin shows what those gates say now about the
+// machines updated in place, and takes no concurrency slot.
+func TestPreviewReportsTheDeployedGates(t *testing.T) {
+	env, file := demoCluster(t)
+	c := commandClient(t, env)
+	ctx := t.Context()
+
+	window, err := strategy.MaintenanceWindow("maintenance-window", "0 2 1 1 *", time.Minute, "UTC")
+	require.NoError(t, err)
+	limit, err := capi.NewConcurrencyGate(c, "default", 2, time.Hour)
+	require.NoError(t, err)
+	registerServed(t, c, "upgradekit", extensionserver.WithUpgraderImage("registry.example/upgrader:any"), extensionserver.WithGates(window, limit))
 
 	out, errOut, code := runWith(t, c, "", "--cluster", "demo", "-f", file)
 	require.Equal(t, exitBlocked, code, "md-2's node cannot be drained: %s%s", out, errOut)

@@ -235,14 +235,12 @@ func TestREADMEShowsARealPreview(t *testing.T) {
 }
 
 // registerServed serves upgradekit's extension, configured by opts, over
-// HTTPS and registers it as Cluster API leaves an ExtensionConfig it has
+// HTTPS as its Deployment runs it (startServed) and registers it as Cluster API leaves an ExtensionConfig it has
 // discovered (status.handlers written here: no Cluster API controller
 // runs in this test).
 func registerServed(t *testing.T, c client.Client, name string, opts ...extensionserver.Option) {
 	t.Helper()
-	srv, err := extensionserver.New(c, append([]extensionserver.Option{extensionserver.AllowMutableUpgraderImages(), extensionserver.WithoutBundleChecksums()}, opts...)...)
-	require.NoError(t, err)
-	url, ca := capitest.ServeForTest(t, srv.Handlers()...)
+	srv, url, ca := startServed(t, c, opts...)
 	ec := &runtimev1.ExtensionConfig{ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: runtimev1.ExtensionConfigSpec{ClientConfig: runtimev1.ClientConfig{URL: url, CABundle: ca}, NamespaceSelector: &metav1.LabelSelector{}}}
 	require.NoError(t, c.Create(t.Context(), ec))
