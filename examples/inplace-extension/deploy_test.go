@@ -284,5 +284,5 @@ func TestDeployFlagsMatchTheBundle(t *testing.T) {
 	require.NoError(t, os.WriteFile(filepath.Join(o.bundleChecksumsDir, "v1.36.3"), []byte(kubeadm.FormatChecksums(defaultBundle)), 0o644))
 	var stderr bytes.Buffer
 	require.Equal(t, exitUsage, exitCode(serve(t.Context(), o, d), &stderr))
-	require.Equal(t, "inplace-extension: invalid flag: -bundle-checksums-dir: version v1.36.3: the bundle carries no etcd/etcdctl, which the etcd-snapshot step needs (the bundle must carry it, or -skip-steps with etcd-snapshot leaves the step out)\nSee 'inplace-extension --help' for usage.\n", stderr.String())
+	require.Equal(t, "inplace-extension: invalid flag: --bundle-checksums-dir: version v1.36.3: the bundle carries no etcd/etcdctl, which the etcd-snapshot step needs (the bundle must carry it, or --skip-steps with etcd-snapshot leaves the step out)\nSee 'inplace-extension --help' for usage.\n", stderr.String())
 }

@@ -72,7 +72,7 @@ func TestFlags(t *testing.T) {
 	// Only what UpdateMachine applies may be accepted in place.
 	_, err = parseFlags([]string{"-upgrader-image", "img:v1@" + testDigest, "-allow-unverified-bundles", "-in-place", "KubernetesVersion,KubeletConfig"}, &out)
 	require.ErrorIs(t, err, errInvalidFlag)
-	require.ErrorContains(t, err, `-in-place: "KubeletConfig" has no executor here`)
+	require.ErrorContains(t, err, `--in-place: "KubeletConfig" has no executor here`)
 	_, err = parseFlags([]string{"-upgrader-image", "img:v1@" + testDigest, "-allow-unverified-bundles", "-in-place", " , "}, &out)
 	require.ErrorContains(t, err, "name at least one diff category")
 	o, err = parseFlags([]string{"-no-update-machine", "-in-place", "KubernetesVersion,Files"}, &out)
@@ -256,23 +256,23 @@ func TestUpgraderFlags(t *testing.T) {
 			skip: map[string]bool{"containerd": true, "cni-plugins": true, "etcd-snapshot": true}},
 
 		{name: "upgrader told to roll back", args: []string{"-upgrader-command", "/upgrader rollback"},
-			wantErr: `-upgrader-command "/upgrader rollback": the upgrader pod runs plans, so the upgrader's command must be "run" ("/upgrader run")`},
+			wantErr: `--upgrader-command "/upgrader rollback": the upgrader pod runs plans, so the upgrader's command must be "run" ("/upgrader run")`},
 		{name: "upgrader without command", args: []string{"-upgrader-command", "/upgrader"},
 			wantErr: `the upgrader's command must be "run"`},
 		{name: "upgrader run -direct", args: []string{"-upgrader-command", "/upgrader run --direct=true"},
-			wantErr: `-upgrader-command "/upgrader run --direct=true": --direct=true would run host steps inside the container instead of through nsenter`},
+			wantErr: `--upgrader-command "/upgrader run --direct=true": --direct=true would run host steps inside the container instead of through nsenter`},
 		{name: "quoted command", args: []string{"-upgrader-command", `/upgrader run -plan "a b"`},
 			wantErr: "no quotes or escapes, the command is split at spaces"},
 		{name: "single container without runner", args: []string{"-upgrader-mode", "SingleContainer", "-upgrader-command", ""},
-			wantErr: `-upgrader-mode: SingleContainer needs a runner command (WithUpgraderCommand; default "/upgrader run")`},
+			wantErr: `--upgrader-mode: SingleContainer needs a runner command (WithUpgraderCommand; default "/upgrader run")`},
 		{name: "unknown mode", args: []string{"-upgrader-mode", "initcontainers"},
-			wantErr: `-upgrader-mode: "initcontainers": want InitContainers or SingleContainer`},
+			wantErr: `--upgrader-mode: "initcontainers": want InitContainers or SingleContainer`},
 		{name: "relative stage dir", args: []string{"-stage-from", "staging"},
-			wantErr: `-stage-from: "staging": must be an absolute directory of the upgrader image other than / (default "/staging")`},
+			wantErr: `--stage-from: "staging": must be an absolute directory of the upgrader image other than / (default "/staging")`},
 		{name: "stage the whole image", args: []string{"-stage-from", "//"},
-			wantErr: `-stage-from: "//": must be an absolute directory`},
+			wantErr: `--stage-from: "//": must be an absolute directory`},
 		{name: "unskippable step", args: []string{"-skip-steps", "kubeadm-upgrade"},
-			wantErr: `-skip-steps: "kubeadm-upgrade" cannot be skipped; only containerd, cni-plugins, etcd-snapshot can`},
+			wantErr: `--skip-steps: "kubeadm-upgrade" cannot be skipped; only containerd, cni-plugins, etcd-snapshot can`},
 		{name: "namespace nodepod refuses", args: []string{"-upgrader-namespace", "Ops_Team"},
 			wantErr: `upgrader pod: nodepod: invalid pod builder options: namespace "Ops_Team"`, nodepodErr: true},
 		{name: "stray argument", args: []string{"registry.example/upgrader:v1"},
