@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -14,8 +16,8 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// TestLiveProgressOnATerminalOnly reads a real API server with --live
-// twice: with stderr on a pseudo-terminal it says, on one line it
+// TestLiveProgressOnATerminalOnly runs the built command on a real API
+// server with --live twice: with stderr on a pseudo-terminal it says, on one line it
 // rewrites, which kind it is reading and how many of each it has read,
 // and clears the line before the table; with stderr on a pipe it prints
 // nothing there. Nothing is timed: the line is checked for what it says,
@@ -23,6 +25,21 @@ import (
 func TestLiveProgressOnATerminalOnly(t *testing.T) {
 	kubeconfig := liveCluster(t)
 	args := []string{"--karpenter", "--live", "--kubeconfig", kubeconfig, "--context", "envtest"}
+	bin := filepath.Join(t.TempDir(), "drift-explain")
+	build, err := exec.CommandContext(t.Context(), "go", "build", "-o", bin, ".").CombinedOutput()
+	require.NoError(t, err, string(build))
+	// runBuilt runs the command with stderr on f and returns its exit code.
+	runBuilt := func(stdout io.Writer, f *os.File) int {
+		cmd := exec.CommandContext(t.Context(), bin, args...)
+		cmd.Stdout, cmd.Stderr = stdout, f
+		err := cmd.Run()
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			return ee.ExitCode()
+		}
+		require.NoError(t, err)
+		return 0
+	}
 
 	// stderr on a terminal.
 	ptmx, tty := openPTY(t)
@@ -33,9 +50,9 @@ func TestLiveProgressOnATerminalOnly(t *testing.T) {
 		copied <- err
 	}()
 	var stdout bytes.Buffer
-	err := run(t.Context(), args, &stdout, tty)
+	code := runBuilt(&stdout, tty)
 	require.NoError(t, tty.Close())
-	require.ErrorIs(t, err, errDrifted)
+	require.Equal(t, 3, code, "drifted")
 	err = <-copied
 	var pe *os.PathError
 	require.True(t, err == nil || (errors.As(err, &pe) && errors.Is(pe.Err, syscall.EIO)), "%v", err)
@@ -64,9 +81,9 @@ func TestLiveProgressOnATerminalOnly(t *testing.T) {
 		piped <- b
 	}()
 	stdout.Reset()
-	err = run(t.Context(), args, &stdout, w)
+	code = runBuilt(&stdout, w)
 	require.NoError(t, w.Close())
-	require.ErrorIs(t, err, errDrifted)
+	require.Equal(t, 3, code, "drifted")
 	require.Empty(t, string(<-piped))
 	require.True(t, strings.HasPrefix(stdout.String(), "NODECLAIM"), stdout.String())
 }
