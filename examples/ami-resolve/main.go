@@ -74,7 +74,7 @@ func exitCode(err error, stderr io.Writer) int {
 }
 
 type options struct {
-	version                bool // -version: print it, resolve nothing
+	version                bool // --version: print it, resolve nothing
 	output                 string
 	kubernetesVersion      string
 	minAge                 time.Duration
@@ -117,17 +117,17 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	o.termsFile, o.catalogFile = fs.Arg(0), fs.Arg(1)
 	var err error
 	if o.minAge, err = parseAge(minAge); err != nil {
-		return o, usageError{err: fmt.Errorf("-min-age: %w", err)}
+		return o, usageError{err: fmt.Errorf("--min-age: %w", err)}
 	}
 	if o.kubernetesVersion != "" {
 		if _, _, err := amiselect.ParseKubernetesVersion(o.kubernetesVersion); err != nil {
-			return o, usageError{err: fmt.Errorf("-kubernetes-version: %w", err)}
+			return o, usageError{err: fmt.Errorf("--kubernetes-version: %w", err)}
 		}
 	}
 	o.now = time.Now().UTC()
 	if now != "" {
 		if o.now, err = time.Parse(time.RFC3339, now); err != nil {
-			return o, usageError{err: fmt.Errorf("-now: %w", err)}
+			return o, usageError{err: fmt.Errorf("--now: %w", err)}
 		}
 	}
 	return o, nil
@@ -177,7 +177,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return &invalidTermsError{file: o.termsFile, count: n, err: err}
 	}
 	if o.kubernetesVersion == "" && slices.ContainsFunc(terms, func(t amiselect.Term) bool { return t.Alias != "" }) {
-		return usageError{err: fmt.Errorf("%s: an alias resolves per Kubernetes version: pass -kubernetes-version", o.termsFile)}
+		return usageError{err: fmt.Errorf("%s: an alias resolves per Kubernetes version: pass --kubernetes-version", o.termsFile)}
 	}
 	if o.pin != "" {
 		pinned, err := readRecord(o.pin)
@@ -211,7 +211,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	if o.output != cli.Table {
-		// The resolution as -record writes it, as an object.
+		// The resolution as --record writes it, as an object.
 		if err := cli.WriteObject(stdout, o.output, "AMIResolution", res); err != nil {
 			return err
 		}

@@ -181,9 +181,9 @@ func TestBadInput(t *testing.T) {
 		{"unknown amiFamily", []string{badFamily, "testdata/catalog.json"}, "Ubuntu", amiselect.ErrInvalidFamily},
 		{"bad catalog", []string{"testdata/terms.yaml", badCatalog}, "Images[0]", amiselect.ErrInvalidCatalog},
 		{"bad pin record", []string{"-pin", badRecord, "testdata/terms.yaml", "testdata/catalog.json"}, "not a resolution record", nil},
-		{"bad min age", []string{"-min-age", "-3h", "testdata/terms.yaml", "testdata/catalog.json"}, "-min-age", nil},
-		{"bad now", []string{"-now", "yesterday", "testdata/terms.yaml", "testdata/catalog.json"}, "-now", nil},
-		{"alias without version", []string{"testdata/nodeclass.yaml", "testdata/catalog.json"}, "pass -kubernetes-version", nil},
+		{"bad min age", []string{"-min-age", "-3h", "testdata/terms.yaml", "testdata/catalog.json"}, "--min-age", nil},
+		{"bad now", []string{"-now", "yesterday", "testdata/terms.yaml", "testdata/catalog.json"}, "--now", nil},
+		{"alias without version", []string{"testdata/nodeclass.yaml", "testdata/catalog.json"}, "pass --kubernetes-version", nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

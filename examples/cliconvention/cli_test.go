@@ -8,12 +8,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"path"
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -45,8 +47,8 @@ func TestEveryExampleFollowsTheConvention(t *testing.T) {
 		// -h exits 0 everywhere.
 		{"ami-resolve", []string{"-h"}, nil, 0, "usage: ami-resolve", "", ""},
 		{"drift-explain", []string{"-h"}, nil, 0, "usage: drift-explain", "", ""},
-		{"inplace-extension", []string{"-h"}, nil, 0, "-kubeconfig", "", ""},
-		{"simulate", []string{"-h"}, nil, 0, "-flaky", "", ""},
+		{"inplace-extension", []string{"-h"}, nil, 0, "--kubeconfig", "", ""},
+		{"simulate", []string{"-h"}, nil, 0, "--flaky", "", ""},
 		{"preview", []string{"-h"}, nil, 0, "usage: kubectl upgradekit preview", "", ""},
 		{"preview", []string{"--help"}, nil, 0, "-o, --output string", "", ""},
 		{"preview", []string{"preview", "-h"}, nil, 0, "kubectl upgradekit preview", "", ""},
@@ -63,14 +65,14 @@ func TestEveryExampleFollowsTheConvention(t *testing.T) {
 
 		// Other usage errors: exit 2; names a flag refers to are checked.
 		{"ami-resolve", []string{"only-one-arg"}, nil, 2, "want 2 arguments", "", ""},
-		{"ami-resolve", []string{"-kubernetes-version", "latest", ami + "/terms.yaml", ami + "/catalog.json"}, nil, 2, "-kubernetes-version", "", ""},
+		{"ami-resolve", []string{"-kubernetes-version", "latest", ami + "/terms.yaml", ami + "/catalog.json"}, nil, 2, "--kubernetes-version", "", ""},
 		{"drift-explain", []string{"-stamp", "-proposed", "x", "a", "b"}, nil, 2, "cannot be combined", "", ""},
 		{"inplace-extension", []string{"-no-update-machine", "-in-place", "KubernetesVerison"}, nil, 2, `unknown category "KubernetesVerison"`, "", ""},
 		{"inplace-extension", []string{"-upgrader-image", "x", "-maintenance-window", "0 2 * * *", "-maintenance-timezone", "Europe/Berln"}, nil, 2, "time zone", "", ""},
 		{"simulate", []string{"-fail", "nosuch/kubelet=1"}, nil, 2, `no node "nosuch"`, "", ""},
 		{"simulate", []string{"-crash", "demo-md-0-0/nosuchstep"}, nil, 2, `no step "nosuchstep"`, "", ""},
 		{"simulate", []string{"-new-image", "nosuch"}, nil, 2, `no machine deployment "nosuch"`, "", ""},
-		{"simulate", []string{"-on-failure", "retry"}, nil, 2, `-on-failure: unknown "retry" (stall, continue)`, "", ""},
+		{"simulate", []string{"-on-failure", "retry"}, nil, 2, `--on-failure: unknown "retry" (stall, continue)`, "", ""},
 		{"upgrader", []string{"nosuchcommand"}, nil, 2, "unknown command", "", ""},
 		{"preview", []string{"-f", "change.yaml"}, nil, 2, "kubectl upgradekit preview: --cluster is required\nSee 'kubectl upgradekit preview --help' for usage.\n", "", "Flags:"},
 		{"preview", []string{"-cluster", "demo", "-in-place", "KubernetesVerison"}, nil, 2, `unknown category "KubernetesVerison"`, "", ""},
@@ -101,7 +103,7 @@ func TestEveryExampleFollowsTheConvention(t *testing.T) {
 		{"simulate", []string{"-progress-bar=false", "-control-planes", "1", "-workers", "md-0=1", "-new-image", "md-0", "-strategy", "inplace-only"}, nil, 4, "Blocked: 1 machines", "", ""},
 		{"simulate", []string{"-progress-bar=false", "-control-planes", "1", "-workers", "md-0=1", "-new-image", ""}, nil, 0, "Invariants held", "", ""},
 		// A failed machine stalls its machine deployment as Cluster API's
-		// would; -on-failure continue plays on.
+		// would; --on-failure continue plays on.
 		{"simulate", []string{"-progress-bar=false", "-control-planes", "1", "-workers", "md-0=3", "-new-image", "", "-fail", "demo-md-0-0/containerd=9"}, nil, 3,
 			"Held back: demo-md-0-2 (1 failed machines of the group stay unavailable while Cluster API retries them; the limit (maxSurge+maxUnavailable) is 1)", "", ""},
 		{"simulate", []string{"-progress-bar=false", "-control-planes", "1", "-workers", "md-0=3", "-new-image", "", "-fail", "demo-md-0-0/containerd=9", "-on-failure", "continue"}, nil, 3,
@@ -140,6 +142,169 @@ func TestEveryExampleFollowsTheConvention(t *testing.T) {
 		})
 	}
 }
+
+// oneDashAllowed are the long flags, as "command flag", that a command
+// may still print with one dash: commands not yet swept to kubectl's
+// spelling. Remove an entry once its command prints --flag; the test
+// fails on an entry no longer needed.
+var oneDashAllowed = map[string]bool{
+	// TODO(flag-sweep): inplace-extension allow-mutable-upgrader-images
+	"inplace-extension allow-mutable-upgrader-images": true,
+	// TODO(flag-sweep): inplace-extension allow-unverified-bundles
+	"inplace-extension allow-unverified-bundles": true,
+	// TODO(flag-sweep): inplace-extension bundle-checksums-dir
+	"inplace-extension bundle-checksums-dir": true,
+	// TODO(flag-sweep): inplace-extension cert-dir
+	"inplace-extension cert-dir": true,
+	// TODO(flag-sweep): inplace-extension in-place
+	"inplace-extension in-place": true,
+	// TODO(flag-sweep): inplace-extension kube-api-burst
+	"inplace-extension kube-api-burst": true,
+	// TODO(flag-sweep): inplace-extension kube-api-qps
+	"inplace-extension kube-api-qps": true,
+	// TODO(flag-sweep): inplace-extension kubeconfig
+	"inplace-extension kubeconfig": true,
+	// TODO(flag-sweep): inplace-extension maintenance-duration
+	"inplace-extension maintenance-duration": true,
+	// TODO(flag-sweep): inplace-extension maintenance-timezone
+	"inplace-extension maintenance-timezone": true,
+	// TODO(flag-sweep): inplace-extension maintenance-window
+	"inplace-extension maintenance-window": true,
+	// TODO(flag-sweep): inplace-extension no-update-machine
+	"inplace-extension no-update-machine": true,
+	// TODO(flag-sweep): inplace-extension upgrader-image
+	"inplace-extension upgrader-image": true,
+	// TODO(flag-sweep): inplace-extension upgrader-images
+	"inplace-extension upgrader-images": true,
+	// TODO(flag-sweep): inplace-extension upgrader-namespace
+	"inplace-extension upgrader-namespace": true,
+}
+
+// TestLongFlagsArePrintedWithTwoDashes holds every command to kubectl's
+// spelling of its own long flags (issue 31): its --help and its usage
+// errors say --flag, never -flag. The flags are the ones the command's
+// --help lists; -flag counts where no dash, letter or digit comes just
+// before it, or just after the name (nor a name's end: <cluster>-kubeconfig
+// names a Secret). Commands still accept -flag (examples/cli); this is
+// about what they print.
+func TestLongFlagsArePrintedWithTwoDashes(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds every example binary")
+	}
+	bin, root := buildAll(t)
+	tmp := t.TempDir()
+	ami := filepath.Join(root, "examples", "ami-resolve", "testdata")
+	de := filepath.Join(root, "examples", "drift-explain", "testdata")
+	kd := filepath.Join(root, "karpenter", "testdata", "dump")
+	digest := "x@sha256:" + strings.Repeat("a", 64)
+	noCluster := []string{"KUBECONFIG=", "HOME=" + tmp}
+	type run struct {
+		args []string
+		env  []string
+		exit int
+	}
+	usage := func(args ...string) run { return run{args: args, exit: 2} }
+	for _, c := range []struct {
+		name string
+		help [][]string // the command lines, before --help, whose help lists its flags
+		runs []run
+	}{
+		{"simulate", [][]string{nil}, []run{
+			usage("--no-such-flag"), usage("extra"), usage("-o", "xml"),
+			usage("--on-failure", "retry"), usage("--updater", "x"), usage("--strategy", "yolo"),
+			usage("--fail", "x"), usage("--crash", "x"), usage("--workers", "md-0"),
+			usage("--control-planes", "0"), usage("--flaky", "2"), usage("--from", "latest"),
+			usage("--fail", "nosuch/kubelet=1"), usage("--crash", "demo-md-0-0/nosuchstep"), usage("--new-image", "nosuch"),
+		}},
+		{"ami-resolve", [][]string{nil}, []run{
+			usage("--no-such-flag"), usage("only-one-arg"), usage("-o", "xml", ami+"/terms.yaml", ami+"/catalog.json"),
+			usage("--min-age", "bad", ami+"/terms.yaml", ami+"/catalog.json"),
+			usage("--now", "bad", ami+"/terms.yaml", ami+"/catalog.json"),
+			usage("--kubernetes-version", "latest", ami+"/terms.yaml", ami+"/catalog.json"),
+			usage(ami+"/nodeclass.yaml", ami+"/catalog.json"),
+		}},
+		{"upgrader", [][]string{nil, {"run"}, {"rollback"}, {"status"}, {"reset"}}, []run{
+			usage(), usage("nosuchcommand"), usage("run", "--no-such-flag"), usage("run", "extra"),
+			usage("run", "--stop-grace", "-1s"), usage("reset", "--journal-dir", tmp),
+			usage("status", "--tail", "-1", "--journal-dir", tmp), usage("status", "--journal", "f", "demo"),
+			usage("status", "-o", "xml", "--journal-dir", tmp),
+			{args: []string{"run", "--journal-dir", tmp}, env: []string{"UPGRADEKIT_PLAN="}, exit: 1},
+		}},
+		{"drift-explain", [][]string{nil}, []run{
+			usage("--no-such-flag"), usage(), usage("--stamp", "--proposed", "x", "a", "b"), usage("-o", "xml", "a", "b"),
+			usage("--live"), usage("--karpenter"), usage("--karpenter", "--live", kd+"/cluster.yaml"),
+			usage("--images-at", "now", de+"/nodepool.yaml", de+"/nodes.yaml"),
+			usage("--previous", "x", de+"/nodepool.yaml", de+"/nodes.yaml"),
+			usage("--karpenter", "--images-at", "x", kd+"/cluster.yaml"),
+		}},
+		{"preview", [][]string{nil, {"preview"}}, []run{
+			usage("preview", "--no-such-flag"), usage("preview", "-f", "change.yaml"), usage("preview", "--cluster", "demo", "extra"),
+			usage("preview", "--cluster", "demo", "-o", "xml"), usage("preview", "--cluster", "demo", "--mode", "bogus"),
+			usage("preview", "--cluster", "demo", "--timings", "bogus"),
+			usage("preview", "--cluster", "demo", "--in-place", "KubernetesVerison"),
+			usage("preview", "--cluster", "demo", "--upgrader-image", "x", "--upgrader-images", "v1.36.3=y"),
+			{args: []string{"preview", "--cluster", "demo"}, env: noCluster, exit: 1},
+		}},
+		{"inplace-extension", [][]string{nil}, []run{
+			usage("--no-such-flag"), usage(), usage("extra"),
+			usage("--no-update-machine", "--in-place", "KubernetesVerison"),
+			usage("--no-update-machine", "--kube-api-qps", "-1"),
+			usage("--upgrader-image", "x", "--maintenance-window", "0 2 * * *", "--maintenance-timezone", "Europe/Berln"),
+			usage("--upgrader-image", "x:v1", "--allow-unverified-bundles"),
+			usage("--upgrader-image", digest),
+			usage("--upgrader-image", digest, "--upgrader-images", "v1.36.3="+digest, "--allow-unverified-bundles"),
+			{args: []string{"--upgrader-image", digest, "--allow-unverified-bundles"}, env: noCluster, exit: 1},
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			// printed is what each command line printed, the paths of
+			// this machine taken out (they are not the command's words).
+			printed := map[string]string{}
+			exec1 := func(r run) {
+				cmd := exec.CommandContext(t.Context(), filepath.Join(bin, c.name), r.args...)
+				cmd.Env = append(os.Environ(), r.env...)
+				out, code := runForExit(t, cmd)
+				line := strings.TrimSpace(c.name + " " + strings.Join(r.args, " "))
+				require.Equal(t, r.exit, code, "%s: %s", line, out)
+				printed[line] = strings.NewReplacer(tmp, "TMP", root, "ROOT").Replace(out)
+			}
+			flags := map[string]bool{}
+			for _, h := range c.help {
+				exec1(run{args: append(slices.Clone(h), "--help")})
+				for _, m := range helpFlag.FindAllStringSubmatch(printed[strings.Join(append([]string{c.name}, append(h, "--help")...), " ")], -1) {
+					flags[m[1]] = true
+				}
+			}
+			require.NotEmpty(t, flags, "%s --help lists its flags", c.name)
+			for _, r := range c.runs {
+				exec1(r)
+			}
+			needed := map[string]bool{}
+			for _, flag := range slices.Sorted(maps.Keys(flags)) {
+				oneDash := regexp.MustCompile(`(?m)^.*(?:^|[^-A-Za-z0-9_>}])-` + regexp.QuoteMeta(flag) + `(?:$|[^-A-Za-z0-9]).*$`)
+				for _, line := range slices.Sorted(maps.Keys(printed)) {
+					m := oneDash.FindString(printed[line])
+					switch {
+					case m == "":
+					case oneDashAllowed[c.name+" "+flag]:
+						needed[c.name+" "+flag] = true
+					default:
+						t.Errorf("%s prints -%s, which kubectl spells --%s:\n%s", line, flag, flag, m)
+					}
+				}
+			}
+			for key := range oneDashAllowed {
+				if strings.HasPrefix(key, c.name+" ") && !needed[key] {
+					t.Errorf("oneDashAllowed[%q]: %s no longer prints it with one dash; remove the entry", key, c.name)
+				}
+			}
+		})
+	}
+}
+
+// helpFlag is a long flag in the flag list of a --help: "  -o, --output
+// string  ...", "      --timeline string  ...".
+var helpFlag = regexp.MustCompile(`(?m)^\s+(?:-[A-Za-z0-9], )?--([A-Za-z0-9][A-Za-z0-9-]+)`)
 
 // built is the directory buildAll built the examples into, once per
 // test binary.

@@ -3,22 +3,22 @@
 // with the real kubeadm plans against simulated node hosts on a virtual
 // clock, printing every step, retry, runner crash, rollback and failure in
 // virtual-time order as each batch ends (with a progress bar after each
-// batch on a terminal), and prints a summary. -timeline writes the rollout
+// batch on a terminal), and prints a summary. --timeline writes the rollout
 // as a self-contained HTML/SVG timeline: a time axis, a lane per group
 // with a bar per batch, and a lane per machine with its steps, marks for
 // failures, rollbacks, crashes and retries; above 60 machines only the
-// machines where something went wrong or was retried get a lane. -updater capi has the
+// machines where something went wrong or was retried get a lane. --updater capi has the
 // real capi.MachineUpdater update the in-place machines, called as Cluster
 // API calls the UpdateMachine hook, with the simulated kubelets running
 // its upgrader pods (fake.WithMachineUpdater). A machine whose update
 // fails stalls the rollout where Cluster API would (fake.FailureStall):
 // its machine deployment goes on only within maxSurge+maxUnavailable, a
 // failed control plane machine stops the control plane and the workers;
-// -on-failure continue plays on as if it were fixed.
+// --on-failure continue plays on as if it were fixed.
 //
 //	go run ./examples/simulate
-//	go run ./examples/simulate -from v1.34.2 -to v1.35.4 -workers md-0=5,md-1=5 -new-image md-1 -timeline rollout.html
-//	go run ./examples/simulate -updater capi -control-planes 1 -workers md-0=3 -new-image ""
+//	go run ./examples/simulate --from v1.34.2 --to v1.35.4 --workers md-0=5,md-1=5 --new-image md-1 --timeline rollout.html
+//	go run ./examples/simulate --updater capi --control-planes 1 --workers md-0=3 --new-image ""
 //
 // Exit codes: 0 done (and for -h), 1 the rollout broke an invariant or
 // could not run, 2 a usage error.
@@ -66,7 +66,7 @@ var (
 	errMachinesBlocked = errors.New("machines blocked or held back")
 )
 
-// Updaters (-updater).
+// Updaters (--updater).
 const (
 	updaterSimulator = "simulator"
 	updaterCAPI      = "capi"
@@ -83,7 +83,7 @@ func (e usageError) Error() string { return e.err.Error() }
 func (e usageError) Unwrap() error { return e.err }
 
 type options struct {
-	version       bool // -version: print it, simulate nothing
+	version       bool // --version: print it, simulate nothing
 	controlPlanes int
 	workers       []pool
 	from, to      string
@@ -140,8 +140,8 @@ func parseArgs(args []string, stderr io.Writer) (o options, printed bool, err er
 	fs.StringVar(&faults, "fail", "", "inject step failures: node/step=times,... (e.g. demo-md-0-1/kubeadm-upgrade=1)")
 	var crashes string
 	fs.StringVar(&crashes, "crash", "", "crash the node's upgrader during a step (a new one resumes from the journal): node/step,... (e.g. demo-md-0-0/kubelet)")
-	fs.Uint64Var(&o.seed, "seed", 1, "seed for -flaky's random failures (the same seed, the same failures)")
-	fs.Float64Var(&o.flaky, "flaky", 0, "make every step fail with this probability (0 to 1), drawn from -seed")
+	fs.Uint64Var(&o.seed, "seed", 1, "seed for --flaky's random failures (the same seed, the same failures)")
+	fs.Float64Var(&o.flaky, "flaky", 0, "make every step fail with this probability (0 to 1), drawn from --seed")
 	fs.StringVar(&o.timeline, "timeline", "", "write an HTML/SVG timeline of the rollout to this file")
 	fs.BoolVar(&o.bar, "progress-bar", isTerminal(os.Stdout), "print a progress bar after each batch (default: when stdout is a terminal)")
 	fs.StringVar(&o.updater, "updater", updaterSimulator, "what updates in-place machines: simulator (the simulator runs the kubeadm plans), capi (a real capi.MachineUpdater called as Cluster API calls the UpdateMachine hook, the simulated kubelets running its upgrader pods)")
@@ -154,7 +154,7 @@ func parseArgs(args []string, stderr io.Writer) (o options, printed bool, err er
 		return o, false, nil
 	}
 	if o.updater != updaterSimulator && o.updater != updaterCAPI {
-		return o, false, fmt.Errorf("-updater: unknown %q (%s, %s)", o.updater, updaterSimulator, updaterCAPI)
+		return o, false, fmt.Errorf("--updater: unknown %q (%s, %s)", o.updater, updaterSimulator, updaterCAPI)
 	}
 	if err := cli.CheckOutput(o.output, cli.Text, cli.JSON, cli.YAML); err != nil {
 		return o, false, err
@@ -163,22 +163,22 @@ func parseArgs(args []string, stderr io.Writer) (o options, printed bool, err er
 		o.bar = false // the object alone on stdout
 	}
 	if o.onFailure != string(fake.FailureStall) && o.onFailure != string(fake.FailureContinue) {
-		return o, false, fmt.Errorf("-on-failure: unknown %q (%s, %s)", o.onFailure, fake.FailureStall, fake.FailureContinue)
+		return o, false, fmt.Errorf("--on-failure: unknown %q (%s, %s)", o.onFailure, fake.FailureStall, fake.FailureContinue)
 	}
 	if fs.NArg() > 0 {
 		return o, false, fmt.Errorf("unexpected arguments: %v", fs.Args())
 	}
 	if o.flaky < 0 || o.flaky > 1 {
-		return o, false, fmt.Errorf("-flaky: %v is not a probability from 0 to 1", o.flaky)
+		return o, false, fmt.Errorf("--flaky: %v is not a probability from 0 to 1", o.flaky)
 	}
 	if o.controlPlanes < 1 {
-		return o, false, errors.New("-control-planes must be at least 1")
+		return o, false, errors.New("--control-planes must be at least 1")
 	}
 	for _, w := range splitList(workers) {
 		name, n, ok := strings.Cut(w, "=")
 		r, err := strconv.Atoi(n)
 		if !ok || err != nil || r < 1 || name == "" {
-			return o, false, fmt.Errorf("-workers: %q is not name=replicas", w)
+			return o, false, fmt.Errorf("--workers: %q is not name=replicas", w)
 		}
 		o.workers = append(o.workers, pool{name, r})
 	}
@@ -186,7 +186,7 @@ func parseArgs(args []string, stderr io.Writer) (o options, printed bool, err er
 	explicit := false
 	fs.Visit(func(f *pflag.Flag) { explicit = explicit || f.Name == "new-image" })
 	if !explicit {
-		// The default names md-1 of the default -workers: keep it only
+		// The default names md-1 of the default --workers: keep it only
 		// where there is such a deployment.
 		o.newImage = slices.DeleteFunc(o.newImage, func(n string) bool {
 			return !slices.ContainsFunc(o.workers, func(p pool) bool { return p.name == n })
@@ -197,14 +197,14 @@ func parseArgs(args []string, stderr io.Writer) (o options, printed bool, err er
 		node, step, ok2 := strings.Cut(target, "/")
 		times, err := strconv.Atoi(n)
 		if !ok || !ok2 || err != nil || times < 1 {
-			return o, false, fmt.Errorf("-fail: %q is not node/step=times", f)
+			return o, false, fmt.Errorf("--fail: %q is not node/step=times", f)
 		}
 		o.faults = append(o.faults, fault{node, step, times})
 	}
 	for _, c := range splitList(crashes) {
 		node, step, ok := strings.Cut(c, "/")
 		if !ok || node == "" || step == "" {
-			return o, false, fmt.Errorf("-crash: %q is not node/step", c)
+			return o, false, fmt.Errorf("--crash: %q is not node/step", c)
 		}
 		o.crashes = append(o.crashes, fault{node: node, step: step})
 	}
@@ -246,7 +246,7 @@ func planner(name string) (*strategy.Planner, error) {
 	case "rolling":
 		s = rolling
 	default:
-		return nil, fmt.Errorf("-strategy: unknown %q (fallback, inplace-only, rolling)", name)
+		return nil, fmt.Errorf("--strategy: unknown %q (fallback, inplace-only, rolling)", name)
 	}
 	decider := strategy.Updaters(kubeadm)
 	if name == "rolling" {
@@ -299,7 +299,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	sim, err := fake.NewSimulator(cl, simOpts...)
 	if errors.Is(err, fake.ErrInvalidCluster) {
-		return usageError{err: err} // a -from that is no version, say
+		return usageError{err: err} // a --from that is no version, say
 	}
 	if err != nil {
 		return err
@@ -313,7 +313,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fmt.Fprintln(out)
 	preview, err := sim.Preview(ctx, rollout)
 	if errors.Is(err, fake.ErrInvalidCluster) {
-		return usageError{err: err} // a -to that is no version
+		return usageError{err: err} // a --to that is no version
 	}
 	if err != nil {
 		return err
@@ -378,7 +378,7 @@ func blocked(p *strategy.Plan) int {
 	return n
 }
 
-// checkNames refuses -fail, -crash and -new-image entries that name no
+// checkNames refuses --fail, --crash and --new-image entries that name no
 // node, step or machine deployment of the cluster: silently ignored, they
 // would make a run look fault-free.
 func checkNames(o options, cl *fake.Cluster) error {
@@ -390,7 +390,7 @@ func checkNames(o options, cl *fake.Cluster) error {
 	if err != nil {
 		return err
 	}
-	for flagName, list := range map[string][]fault{"-fail": o.faults, "-crash": o.crashes} {
+	for flagName, list := range map[string][]fault{"--fail": o.faults, "--crash": o.crashes} {
 		for _, f := range list {
 			if !nodes[f.node] {
 				return fmt.Errorf("%s: no node %q (nodes: %s)", flagName, f.node, strings.Join(slices.Sorted(maps.Keys(nodes)), ", "))
@@ -406,7 +406,7 @@ func checkNames(o options, cl *fake.Cluster) error {
 	}
 	for _, name := range o.newImage {
 		if !pools[name] {
-			return fmt.Errorf("-new-image: no machine deployment %q (machine deployments: %s)", name, strings.Join(slices.Sorted(maps.Keys(pools)), ", "))
+			return fmt.Errorf("--new-image: no machine deployment %q (machine deployments: %s)", name, strings.Join(slices.Sorted(maps.Keys(pools)), ", "))
 		}
 	}
 	return nil
@@ -418,7 +418,7 @@ func stepNames(o options) (map[string]bool, error) {
 	for _, role := range []kubeadm.Role{kubeadm.RoleFirstControlPlane, kubeadm.RoleControlPlane, kubeadm.RoleWorker} {
 		p, err := kubeadm.NewPlan(kubeadm.Config{Node: "n", Role: role, FromVersion: o.from, ToVersion: o.to})
 		if err != nil {
-			return nil, fmt.Errorf("-from %s -to %s: %w", o.from, o.to, err)
+			return nil, fmt.Errorf("--from %s --to %s: %w", o.from, o.to, err)
 		}
 		for _, s := range p.Steps {
 			out[s.Name] = true
@@ -520,7 +520,7 @@ func summarize(w io.Writer, res *fake.Result) {
 		fmt.Fprintf(w, "Held back: %s (%s)\n", h.Machine, h.Reason)
 	}
 	if len(res.Failed) > 0 && res.OnFailure == fake.FailureStall {
-		fmt.Fprintf(w, "Stalled where Cluster API would: it keeps retrying %s until that succeeds; -on-failure continue plays on as if it were fixed.\n", strings.Join(res.Failed, ", "))
+		fmt.Fprintf(w, "Stalled where Cluster API would: it keeps retrying %s until that succeeds; --on-failure continue plays on as if it were fixed.\n", strings.Join(res.Failed, ", "))
 	}
 	if len(res.LeftCordoned) > 0 {
 		fmt.Fprintf(w, "Left cordoned for a person (failed without a rollback): %s\n", strings.Join(res.LeftCordoned, ", "))

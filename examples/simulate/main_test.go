@@ -103,7 +103,7 @@ func TestDemoWithAFailure(t *testing.T) {
 // TestDemoStallsAtAFailureAsClusterAPIDoes: a machine whose update fails
 // for good stops its machine deployment, as Cluster API keeps it Updating
 // (unavailable) and retries it; the other deployment goes on. The
-// timeline draws the stall. -on-failure continue plays on past it.
+// timeline draws the stall. --on-failure continue plays on past it.
 func TestDemoStallsAtAFailureAsClusterAPIDoes(t *testing.T) {
 	timeline := filepath.Join(t.TempDir(), "rollout.html")
 	var out bytes.Buffer
@@ -118,7 +118,7 @@ func TestDemoStallsAtAFailureAsClusterAPIDoes(t *testing.T) {
 	require.Contains(t, s, "  09:55:10  batch 5  demo-md-0-1              InPlace failed-update-retried  Blocked since 09:30:10: its update failed; "+
 		"Cluster API keeps the Machine Updating and retries it, so it stays unavailable\n")
 	require.Contains(t, s, "demo-md-1-4              Replace drain-and-delete-old   Replaced", "the other machine deployment goes on")
-	require.Contains(t, s, "Stalled where Cluster API would: it keeps retrying demo-md-0-1 until that succeeds; -on-failure continue plays on as if it were fixed.")
+	require.Contains(t, s, "Stalled where Cluster API would: it keeps retrying demo-md-0-1 until that succeeds; --on-failure continue plays on as if it were fixed.")
 	require.Contains(t, s, "After the failure nothing started that Cluster API would not have started.")
 
 	page, err := os.ReadFile(timeline)

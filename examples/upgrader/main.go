@@ -13,13 +13,13 @@
 // environment the pod sets (UPGRADEKIT_PLAN, UPGRADEKIT_JOURNAL_DIR,
 // UPGRADEKIT_TARGET_PID, UPGRADEKIT_NSENTER, UPGRADEKIT_STOP_AFTER,
 // UPGRADEKIT_SUMMARY_FILE; see nodeexec.FromEnv). Flags override it for
-// hand use on a node: -plan FILE reads the plan from a file, -direct runs
+// hand use on a node: --plan FILE reads the plan from a file, --direct runs
 // the steps without nsenter (the process already runs on the host).
 //
 // Exit codes, the same for every command:
 //
 //	0  the command did what it was asked: run: the plan Succeeded (or
-//	   stopped after the -stop-after step); rollback: the plan is
+//	   stopped after the --stop-after step); rollback: the plan is
 //	   RolledBack; status: every plan shown Succeeded; reset: the
 //	   journals are gone
 //	1  error: unreadable or invalid plan, journal missing, locked by a
@@ -91,7 +91,7 @@ default to the UPGRADEKIT_* environment the upgrader pod sets.`
 
 func main() {
 	// SIGTERM (pod deletion) and SIGINT cancel the context: the runner
-	// starts no further step and gives the one under way -stop-grace to end
+	// starts no further step and gives the one under way --stop-grace to end
 	// before it stops its process group (SIGTERM, then SIGKILL); a step
 	// stopped that way stays Running in the journal, so the next run
 	// resumes it per its interrupt policy.
@@ -124,7 +124,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 }
 
 // defaultStopGrace is how long the step under way may go on after
-// SIGTERM (-stop-grace).
+// SIGTERM (--stop-grace).
 const defaultStopGrace = 15 * time.Second
 
 // runPlan is "run" and "rollback": both need the plan and a runner.
@@ -172,7 +172,7 @@ func runPlan(ctx context.Context, cmd string, args []string, getenv func(string)
 		return getenv(k)
 	})
 	if errors.Is(err, nodeexec.ErrMissingEnv) {
-		err = fmt.Errorf("%w (give -plan FILE or set $%s)", err, nodeexec.EnvPlan)
+		err = fmt.Errorf("%w (give --plan FILE or set $%s)", err, nodeexec.EnvPlan)
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "upgrader %s: %v\n", cmd, err)
@@ -187,7 +187,7 @@ func runPlan(ctx context.Context, cmd string, args []string, getenv func(string)
 		opts = append(opts, nodeexec.WithDirect())
 	}
 	if cmd == "run" {
-		opts = append(opts, nodeexec.WithSoftStop(ctx)) // see -stop-grace below
+		opts = append(opts, nodeexec.WithSoftStop(ctx)) // see --stop-grace below
 	}
 	runner, err := nodeexec.NewRunner(executor, opts...)
 	if err != nil {
@@ -203,7 +203,7 @@ func runPlan(ctx context.Context, cmd string, args []string, getenv func(string)
 	fmt.Fprintf(stdout, "upgrader: %s plan %s on node %s (%d steps), journal %s\n", cmd, plan.Name, plan.Node, len(plan.Steps), journal)
 
 	// ctx ends at SIGTERM (pod deletion): no new step starts, and the step
-	// or rollback under way has -stop-grace to finish before it is stopped
+	// or rollback under way has --stop-grace to finish before it is stopped
 	// (SIGTERM to its process group, SIGKILL nodeexec.DefaultKillGrace
 	// later), all within the pod's 30-second termination grace period.
 	hard, cancelHard := context.WithCancel(context.WithoutCancel(ctx))
@@ -253,7 +253,7 @@ func report(cmd string, out nodeexec.Outcome, err error, ran bool, stdout, stder
 	switch {
 	case cmd == "rollback" && out.State == nodeexec.PlanRolledBack:
 		return exitOK
-	case cmd == "run" && out.State == nodeexec.PlanRunning: // stopped after -stop-after
+	case cmd == "run" && out.State == nodeexec.PlanRunning: // stopped after --stop-after
 		return exitOK
 	}
 	return stateCode(out.State)
@@ -298,7 +298,7 @@ func reset(args []string, getenv func(string) string, stdout, stderr io.Writer) 
 	return exitOK
 }
 
-// journalDir is the -journal-dir flag, else $UPGRADEKIT_JOURNAL_DIR, else
+// journalDir is the --journal-dir flag, else $UPGRADEKIT_JOURNAL_DIR, else
 // the default.
 func journalDir(flagValue string, getenv func(string) string) string {
 	for _, d := range []string{flagValue, getenv(nodeexec.EnvJournalDir)} {

@@ -313,7 +313,7 @@ func TestUsage(t *testing.T) {
 		{"bad stop-after step", nil, []string{"run", "-plan", plan, "-direct", "-journal-dir", journal, "-stop-after", "nope"}, exitError, `plan has no step "nope"`},
 		{"bad output format", nil, []string{"status", "-o", "xml"}, exitUsage, `--output "xml": want text, json, yaml`},
 		{"negative tail", nil, []string{"status", "-tail", "-1"}, exitUsage, "-tail -1"},
-		{"journal file and plan names", nil, []string{"status", "-journal", "f", "demo"}, exitUsage, "-journal names one file"},
+		{"journal file and plan names", nil, []string{"status", "-journal", "f", "demo"}, exitUsage, "--journal names one file"},
 		{"plan name with a slash", nil, []string{"status", "../etc"}, exitUsage, "invalid plan: name: invalid name: \"../etc\""},
 		{"status of an unknown plan", nil, []string{"status", "-journal-dir", journal, "nope"}, exitError, "no journal"},
 		{"status of a missing directory", nil, []string{"status", "-journal-dir", filepath.Join(t.TempDir(), "nope")}, exitError, "no such file or directory"},

@@ -24,7 +24,7 @@ type statusJSON struct {
 }
 
 // status prints the journals of the named plans (all journals in the
-// directory when none is named, or the one file given with -journal).
+// directory when none is named, or the one file given with --journal).
 func status(args []string, getenv func(string) string, stdout, stderr io.Writer) int {
 	flags := cli.NewFlagSet("upgrader status")
 	flags.Usage = func() { cli.WriteHelp(stderr, flags, "usage: "+flags.Name()+" [flags]") }
@@ -40,9 +40,9 @@ func status(args []string, getenv func(string) string, stdout, stderr io.Writer)
 	case cli.CheckOutput(format, cli.Text, cli.JSON, cli.YAML) != nil:
 		return usagef(stderr, "upgrader status", "%v", cli.CheckOutput(format, cli.Text, cli.JSON, cli.YAML))
 	case *tail < 0:
-		return usagef(stderr, "upgrader status", "-tail %d: want 0 or more", *tail)
+		return usagef(stderr, "upgrader status", "--tail %d: want 0 or more", *tail)
 	case *file != "" && (*dir != "" || flags.NArg() > 0):
-		return usagef(stderr, "upgrader status", "-journal names one file; it takes no -journal-dir or plan names")
+		return usagef(stderr, "upgrader status", "--journal names one file; it takes no --journal-dir or plan names")
 	}
 	for _, p := range flags.Args() {
 		if err := nodeexec.CheckPlanName(p); err != nil {
