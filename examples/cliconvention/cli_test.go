@@ -143,43 +143,6 @@ func TestEveryExampleFollowsTheConvention(t *testing.T) {
 	}
 }
 
-// oneDashAllowed are the long flags, as "command flag", that a command
-// may still print with one dash: commands not yet swept to kubectl's
-// spelling. Remove an entry once its command prints --flag; the test
-// fails on an entry no longer needed.
-var oneDashAllowed = map[string]bool{
-	// TODO(flag-sweep): inplace-extension allow-mutable-upgrader-images
-	"inplace-extension allow-mutable-upgrader-images": true,
-	// TODO(flag-sweep): inplace-extension allow-unverified-bundles
-	"inplace-extension allow-unverified-bundles": true,
-	// TODO(flag-sweep): inplace-extension bundle-checksums-dir
-	"inplace-extension bundle-checksums-dir": true,
-	// TODO(flag-sweep): inplace-extension cert-dir
-	"inplace-extension cert-dir": true,
-	// TODO(flag-sweep): inplace-extension in-place
-	"inplace-extension in-place": true,
-	// TODO(flag-sweep): inplace-extension kube-api-burst
-	"inplace-extension kube-api-burst": true,
-	// TODO(flag-sweep): inplace-extension kube-api-qps
-	"inplace-extension kube-api-qps": true,
-	// TODO(flag-sweep): inplace-extension kubeconfig
-	"inplace-extension kubeconfig": true,
-	// TODO(flag-sweep): inplace-extension maintenance-duration
-	"inplace-extension maintenance-duration": true,
-	// TODO(flag-sweep): inplace-extension maintenance-timezone
-	"inplace-extension maintenance-timezone": true,
-	// TODO(flag-sweep): inplace-extension maintenance-window
-	"inplace-extension maintenance-window": true,
-	// TODO(flag-sweep): inplace-extension no-update-machine
-	"inplace-extension no-update-machine": true,
-	// TODO(flag-sweep): inplace-extension upgrader-image
-	"inplace-extension upgrader-image": true,
-	// TODO(flag-sweep): inplace-extension upgrader-images
-	"inplace-extension upgrader-images": true,
-	// TODO(flag-sweep): inplace-extension upgrader-namespace
-	"inplace-extension upgrader-namespace": true,
-}
-
 // TestLongFlagsArePrintedWithTwoDashes holds every command to kubectl's
 // spelling of its own long flags (issue 31): its --help and its usage
 // errors say --flag, never -flag. The flags are the ones the command's
@@ -279,23 +242,12 @@ func TestLongFlagsArePrintedWithTwoDashes(t *testing.T) {
 			for _, r := range c.runs {
 				exec1(r)
 			}
-			needed := map[string]bool{}
 			for _, flag := range slices.Sorted(maps.Keys(flags)) {
 				oneDash := regexp.MustCompile(`(?m)^.*(?:^|[^-A-Za-z0-9_>}])-` + regexp.QuoteMeta(flag) + `(?:$|[^-A-Za-z0-9]).*$`)
 				for _, line := range slices.Sorted(maps.Keys(printed)) {
-					m := oneDash.FindString(printed[line])
-					switch {
-					case m == "":
-					case oneDashAllowed[c.name+" "+flag]:
-						needed[c.name+" "+flag] = true
-					default:
+					if m := oneDash.FindString(printed[line]); m != "" {
 						t.Errorf("%s prints -%s, which kubectl spells --%s:\n%s", line, flag, flag, m)
 					}
-				}
-			}
-			for key := range oneDashAllowed {
-				if strings.HasPrefix(key, c.name+" ") && !needed[key] {
-					t.Errorf("oneDashAllowed[%q]: %s no longer prints it with one dash; remove the entry", key, c.name)
 				}
 			}
 		})
