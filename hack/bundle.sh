@@ -22,10 +22,10 @@
 #                               with --cni (github.com/containernetworking/plugins)
 #   SHA256SUMS                  sha256sum of every file under staging/, paths
 #                               relative to it (kubernetes/kubeadm, ...): the
-#                               in-place extension's -bundle-checksums-dir file
+#                               in-place extension's --bundle-checksums-dir file
 #                               for VERSION, kept with your release records
 #   bundle.env                  the versions, ARCH, and SKIP_STEPS: the
-#                               extension's -skip-steps for what the bundle
+#                               extension's --skip-steps for what the bundle
 #                               does not carry
 #
 # Fill the image with: cp -a "$(hack/bundle.sh VERSION)"/staging/. examples/upgrader/staging/
@@ -165,5 +165,5 @@ chmod 0755 "$out"
 cache_publish "$out" "$dest" complete
 log "done in $(( $(date +%s) - start ))s: $dest"
 log "image: cp -a $dest/staging/. examples/upgrader/staging/ && docker build --platform linux/$arch -f examples/upgrader/Dockerfile --target bundle ."
-log "extension: $dest/SHA256SUMS as the -bundle-checksums-dir file ${version}${skip_steps:+, with -skip-steps=$skip_steps}"
+log "extension: $dest/SHA256SUMS as the --bundle-checksums-dir file ${version}${skip_steps:+, with --skip-steps=$skip_steps}"
 printf '%s\n' "$dest"

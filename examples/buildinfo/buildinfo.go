@@ -5,7 +5,7 @@ import (
 	"strings"
 )
 
-// Version returns the -version line of program, for example
+// Version returns the --version line of program, for example
 // "upgrader github.com/upgradekit/upgradekit v0.3.0 revision 1a2b3c4 go1.27.3".
 func Version(program string) string {
 	bi, ok := debug.ReadBuildInfo()

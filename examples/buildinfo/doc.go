@@ -1,4 +1,4 @@
-// Package buildinfo gives the commands under examples/ their -version
+// Package buildinfo gives the commands under examples/ their --version
 // line: the program name, the main module's path and version, the VCS
 // revision the binary was built from (with "+modified" when the tree had
 // uncommitted changes) and the Go version, read from the binary's own

@@ -170,7 +170,7 @@ type UpgraderRun struct {
 
 // UpgraderCommand returns the upgrader command line the way the upgrader
 // pod's runner runs on a node: steps run through nsenter in the node's
-// namespaces (-target-pid is the node's PID), the journal is in
+// namespaces (--target-pid is the node's PID), the journal is in
 // journalDir, and a plan file is written next to it. cmd is "run" or
 // "rollback"; args come after it. The command is in a process group of
 // its own, so that a test can kill it with everything it started, as a

@@ -9,8 +9,8 @@
 // group.
 //
 // It draws a fake.Result: what the simulator did (examples/simulate
-// -timeline), or a preview's estimate laid out as one
-// (examples/preview -timeline). The pictures are checked in a headless
+// --timeline), or a preview's estimate laid out as one
+// (examples/preview --timeline). The pictures are checked in a headless
 // browser for overlapping text (examples/simulate's TestTimelineInABrowser).
 //
 // It is not a chart library: the geometry is fixed (1,200 pixels wide)
