@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"k8s.io/utils/clock"
+
+	"github.com/upgradekit/upgradekit/internal/errtext"
 )
 
 // Catalog is an in-memory ImageSource for tests and offline use. It answers
@@ -118,7 +120,7 @@ func (c *Catalog) GetParameter(ctx context.Context, name string) (string, error)
 	v, ok := c.params[name]
 	c.mu.RUnlock()
 	if !ok {
-		return "", fmt.Errorf("parameter %s: %w", quote(name), ErrParameterNotFound)
+		return "", fmt.Errorf("parameter %s: %w", errtext.Quote(name), ErrParameterNotFound)
 	}
 	return v, nil
 }

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"reflect"
 	"strings"
+
+	"github.com/upgradekit/upgradekit/internal/errtext"
 )
 
 // Sentinel error kinds. Every error this package returns for bad input wraps
@@ -78,7 +80,7 @@ func (e *Error) Error() string {
 	}
 	if e.Value != "" {
 		b.WriteString(" ")
-		b.WriteString(quote(e.Value))
+		b.WriteString(errtext.Quote(e.Value))
 	}
 	if e.Reason != "" {
 		b.WriteString(": ")
@@ -87,8 +89,8 @@ func (e *Error) Error() string {
 	if b.Len() == 0 {
 		return "amiselect: error"
 	}
-	if b.Len() > 16*maxQuoted {
-		return fmt.Sprintf("%s... (%d bytes)", b.String()[:16*maxQuoted], b.Len())
+	if b.Len() > 16*errtext.MaxQuoted {
+		return fmt.Sprintf("%s... (%d bytes)", b.String()[:16*errtext.MaxQuoted], b.Len())
 	}
 	return b.String()
 }

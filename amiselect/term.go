@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+
+	"github.com/upgradekit/upgradekit/internal/errtext"
 )
 
 // Term is one Karpenter amiSelectorTerm. Terms are ORed; the fields set in one
@@ -37,7 +39,7 @@ func (t Term) String() string {
 	var parts []string
 	add := func(k, v string) {
 		if v != "" {
-			parts = append(parts, k+" "+quote(v))
+			parts = append(parts, k+" "+errtext.Quote(v))
 		}
 	}
 	add("alias", t.Alias)
@@ -158,7 +160,7 @@ func Validate(terms []Term, opts ...Option) error {
 			}
 		}
 	}
-	return errors.Join(cutErrors(errs)...)
+	return errors.Join(errtext.Cut(errs)...)
 }
 
 func validateTerm(i int, t Term) []error {

@@ -10,6 +10,8 @@ import (
 	"sort"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/upgradekit/upgradekit/internal/errtext"
 )
 
 // Object names which of a machine's three objects a change belongs to.
@@ -50,7 +52,7 @@ func (o *Object) UnmarshalText(b []byte) error {
 			return nil
 		}
 	}
-	return fmt.Errorf("%w: unknown object %s", ErrInvalidOption, quote(string(b)))
+	return fmt.Errorf("%w: unknown object %s", ErrInvalidOption, errtext.Quote(string(b)))
 }
 
 // Op is what happened to a value, named after RFC 6902's operations.

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/upgradekit/upgradekit/internal/errtext"
 )
 
 // Path patterns name places in the three objects. A pattern starts with the
@@ -47,7 +49,7 @@ type pattern struct {
 func parsePattern(text string) (pattern, error) {
 	p := pattern{text: text}
 	bad := func(format string, args ...any) (pattern, error) {
-		return pattern{}, fmt.Errorf("%w: path pattern %s: %s", ErrInvalidOption, quote(text), fmt.Sprintf(format, args...))
+		return pattern{}, fmt.Errorf("%w: path pattern %s: %s", ErrInvalidOption, errtext.Quote(text), fmt.Sprintf(format, args...))
 	}
 	s := text
 	// Object.
@@ -70,7 +72,7 @@ func parsePattern(text string) (pattern, error) {
 			}
 		}
 		if !found {
-			return bad("unknown object %s (want machine, bootstrap, infrastructure or *)", quote(obj))
+			return bad("unknown object %s (want machine, bootstrap, infrastructure or *)", errtext.Quote(obj))
 		}
 	}
 	if strings.HasPrefix(s, "(") {

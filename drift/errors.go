@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"reflect"
 	"strings"
+
+	"github.com/upgradekit/upgradekit/internal/errtext"
 )
 
 // Sentinel errors. Every error returned by this package wraps one of these,
@@ -85,8 +87,8 @@ func (e *PathError) Error() string {
 		return msg + " (at the root)"
 	}
 	p := e.Path
-	if len(p) > 2*maxQuoted {
-		p = fmt.Sprintf("%s...(%d bytes)...%s", p[:maxQuoted], len(p), p[len(p)-maxQuoted:])
+	if len(p) > 2*errtext.MaxQuoted {
+		p = fmt.Sprintf("%s...(%d bytes)...%s", p[:errtext.MaxQuoted], len(p), p[len(p)-errtext.MaxQuoted:])
 	}
 	return msg + " (at " + p + ")"
 }

@@ -9,6 +9,8 @@ import (
 	"sync"
 
 	"github.com/cespare/xxhash/v2"
+
+	"github.com/upgradekit/upgradekit/internal/errtext"
 )
 
 // EncodingVersion identifies this package's canonical encoding and hash
@@ -47,15 +49,15 @@ func (h Hash) IsZero() bool { return h.Version == "" }
 // pairs it with version. Errors wrap ErrInvalidAnnotation.
 func ParseHash(version, value string) (Hash, error) {
 	if err := validateVersion(version); err != nil {
-		return Hash{}, fmt.Errorf("%w: version %s: %v", ErrInvalidAnnotation, quote(version), err)
+		return Hash{}, fmt.Errorf("%w: version %s: %v", ErrInvalidAnnotation, errtext.Quote(version), err)
 	}
 	if len(value) != 16 {
-		return Hash{}, fmt.Errorf("%w: hash %s is not 16 hex digits", ErrInvalidAnnotation, quote(value))
+		return Hash{}, fmt.Errorf("%w: hash %s is not 16 hex digits", ErrInvalidAnnotation, errtext.Quote(value))
 	}
 	for i := 0; i < len(value); i++ {
 		c := value[i]
 		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
-			return Hash{}, fmt.Errorf("%w: hash %s is not 16 lower-case hex digits", ErrInvalidAnnotation, quote(value))
+			return Hash{}, fmt.Errorf("%w: hash %s is not 16 lower-case hex digits", ErrInvalidAnnotation, errtext.Quote(value))
 		}
 	}
 	u, err := strconv.ParseUint(value, 16, 64)
@@ -102,7 +104,7 @@ const MaxVersionLen = 63 - 1 - len(EncodingVersion)
 // ErrInvalidOption.
 func NewHasher(version string, opts ...Option) (*Hasher, error) {
 	if err := validateVersion(version); err != nil {
-		return nil, fmt.Errorf("%w: version %s: %v", ErrInvalidOption, quote(version), err)
+		return nil, fmt.Errorf("%w: version %s: %v", ErrInvalidOption, errtext.Quote(version), err)
 	}
 	if strings.Contains(version, "+") {
 		return nil, fmt.Errorf("%w: version %q: '+' is reserved as the separator from the encoding version", ErrInvalidOption, version)

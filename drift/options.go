@@ -3,6 +3,8 @@ package drift
 import (
 	"fmt"
 	"strings"
+
+	"github.com/upgradekit/upgradekit/internal/errtext"
 )
 
 // Option configures a Hasher. Options compose: Options is itself an Option,
@@ -139,10 +141,10 @@ func (n *pathNode) insert(path string) (*pathNode, error) {
 			seg = strings.TrimSuffix(seg, "[*]")
 		}
 		if strings.ContainsAny(seg, "[]") {
-			return nil, fmt.Errorf("%w: path %s: drift cannot select list elements (lists are transparent: a path through a list applies to every element); write [*] or leave the step out", ErrInvalidOption, quote(path))
+			return nil, fmt.Errorf("%w: path %s: drift cannot select list elements (lists are transparent: a path through a list applies to every element); write [*] or leave the step out", ErrInvalidOption, errtext.Quote(path))
 		}
 		if seg == "" {
-			return nil, fmt.Errorf("%w: path %s has an empty segment", ErrInvalidOption, quote(path))
+			return nil, fmt.Errorf("%w: path %s has an empty segment", ErrInvalidOption, errtext.Quote(path))
 		}
 		if seg == "*" {
 			if cur.wildcard == nil {

@@ -11,6 +11,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/upgradekit/upgradekit/internal/errtext"
 )
 
 // KarpenterLabelAliases returns a new map from deprecated well-known label
@@ -122,7 +124,7 @@ func newKeyReq(r corev1.NodeSelectorRequirement) (*keyReq, error) {
 		kr.complement = true
 		kr.lte = &n
 	default:
-		return nil, fmt.Errorf("%w: %s: unknown operator %s", ErrInvalidRequirement, quote(r.Key), quote(string(r.Operator)))
+		return nil, fmt.Errorf("%w: %s: unknown operator %s", ErrInvalidRequirement, errtext.Quote(r.Key), errtext.Quote(string(r.Operator)))
 	}
 	return kr, nil
 }

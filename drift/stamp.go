@@ -8,6 +8,8 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/upgradekit/upgradekit/internal/errtext"
 )
 
 // ErrNotStamped is the reason a check is Unknown when an object lacks the
@@ -48,7 +50,7 @@ func NewStamper(prefix string, h *Hasher, opts ...StamperOption) (*Stamper, erro
 		return nil, fmt.Errorf("%w: nil Hasher", ErrInvalidOption)
 	}
 	if errs := validation.IsDNS1123Subdomain(prefix); len(errs) > 0 {
-		return nil, fmt.Errorf("%w: annotation prefix %s: %v", ErrInvalidOption, quote(prefix), errs)
+		return nil, fmt.Errorf("%w: annotation prefix %s: %v", ErrInvalidOption, errtext.Quote(prefix), errs)
 	}
 	s := &Stamper{prefix: prefix, hasher: h, maxFields: DefaultMaxFingerprintFields}
 	for _, o := range opts {
@@ -233,7 +235,7 @@ func (s *Stamper) checkAnnotations(ann map[string]string, desired Hash) Comparis
 	}
 	res.Stamped.Version = version
 	if err := validateVersion(version); err != nil {
-		res.Err = fmt.Errorf("%w: %s %s: %v", ErrInvalidAnnotation, s.VersionKey(), quote(version), err)
+		res.Err = fmt.Errorf("%w: %s %s: %v", ErrInvalidAnnotation, s.VersionKey(), errtext.Quote(version), err)
 		return res
 	}
 	if version != desired.Version {

@@ -1,8 +1,8 @@
 // Package errtext keeps error messages short when they quote what a
 // caller passed: a megabyte of input must not come back as a megabyte of
 // error (logged, put in a Kubernetes condition or an Event, sent back to
-// Cluster API). The leaf packages (diff, drift, amiselect) import nothing
-// of ours and keep a copy of Quote.
+// Cluster API). The leaf packages (diff, drift, amiselect) use it too:
+// they import nothing of ours but internal packages.
 package errtext
 
 import (
