@@ -122,17 +122,54 @@ var ErrInvalidGate = errors.New("invalid gate")
 // the first Wait (with the longest RetryAfter of the Waits, since all must
 // open), else Allow. A nil entry, or an answer that is no verdict, is a
 // Wait with ErrInvalidGate: a gate list fails closed.
+//
+// A GateHolder takes something with its Allow (a concurrency slot), so
+// Check asks the holders last, and only when every other gate allows
+// (a holder that is a GatePeeker is peeked at first, like the others); if
+// a holder then answers Wait or Stop, what the holders before it took in
+// this Check is released. A machine waiting for a window holds no slot.
 type Gates []Gate
 
 // Check asks every gate; see Gates.
 func (gs Gates) Check(ctx context.Context, req GateRequest) GateResult {
-	return gs.fold(func(i int, g Gate) GateResult {
-		if g == nil {
+	// First everything but the holders' Check: the others, and the
+	// holders that can say without taking.
+	var holders []int
+	first := gs.fold(func(i int, g Gate) GateResult {
+		switch h := g.(type) {
+		case nil:
 			return nilGate(i)
+		case GateHolder:
+			holders = append(holders, i)
+			if p, ok := h.(GatePeeker); ok {
+				return p.Peek(ctx, req)
+			}
+			return GateResult{Verdict: Allow}
 		}
 		return g.Check(ctx, req)
 	})
+	if first.Verdict != Allow || len(holders) == 0 {
+		return first
+	}
+	// Then the holders, in order, taking.
+	for n, i := range holders {
+		r := gs[i].Check(ctx, req)
+		if r.Verdict == Allow {
+			continue
+		}
+		if r.Verdict != Wait && r.Verdict != Stop {
+			r = noVerdict(r)
+		}
+		for _, j := range holders[:n] {
+			if err := gs[j].(GateHolder).Release(ctx, req); err != nil && r.Err == nil {
+				r.Err = fmt.Errorf("releasing what gates[%d] took: %w", j, err)
+			}
+		}
+		return r
+	}
+	return GateResult{Verdict: Allow}
 }
+
 
 // Peek answers what Check would answer now, changing nothing: each
 // member's Peek when it is a GatePeeker, its Check when it is no

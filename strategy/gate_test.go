@@ -113,8 +113,8 @@ func TestGates(t *testing.T) {
 // slot is a GateHolder that counts what its Check takes; with peek it is
 // a GatePeeker too.
 type slot struct {
-	taken, peeked int
-	free          bool
+	taken, peeked, released int
+	free                    bool
 }
 
 func (s *slot) Check(context.Context, strategy.GateRequest) strategy.GateResult {
@@ -125,7 +125,10 @@ func (s *slot) Check(context.Context, strategy.GateRequest) strategy.GateResult 
 	return strategy.GateResult{Verdict: strategy.Allow, Gate: "slot"}
 }
 func (s *slot) Renew(context.Context, strategy.GateRequest) error   { return nil }
-func (s *slot) Release(context.Context, strategy.GateRequest) error { return nil }
+func (s *slot) Release(context.Context, strategy.GateRequest) error {
+	s.released++
+	return nil
+}
 
 type peekingSlot struct{ *slot }
 
@@ -192,6 +195,47 @@ func TestGatesPeekTakesNothing(t *testing.T) {
 		require.Zero(t, s.taken)
 		require.Equal(t, 1, s.peeked)
 	})
+}
+
+// TestGatesCheckHoldsNothingWhileClosed: Check asks the holders last and
+// only when every other gate allows, so a machine waiting for a window
+// takes no slot; a holder's Wait releases what the holders before it took.
+func TestGatesCheckHoldsNothingWhileClosed(t *testing.T) {
+	ctx := context.Background()
+	req := strategy.GateRequest{Machine: "m"}
+	window := strategy.GateFunc(func(context.Context, strategy.GateRequest) strategy.GateResult {
+		return strategy.GateResult{Verdict: strategy.Wait, Gate: "window", RetryAfter: time.Hour}
+	})
+	open := strategy.GateFunc(func(context.Context, strategy.GateRequest) strategy.GateResult {
+		return strategy.GateResult{Verdict: strategy.Allow, Gate: "open"}
+	})
+	for _, tc := range []struct {
+		name     string
+		gates    func(a, b *slot) strategy.Gates
+		a, b     slot // before
+		want     string
+		taken    [2]int
+		released [2]int
+	}{
+		{"a holder before a closed window takes nothing", func(a, _ *slot) strategy.Gates { return strategy.Gates{a, window} },
+			slot{free: true}, slot{}, "Wait by window (retry after 1h0m0s)", [2]int{0, 0}, [2]int{0, 0}},
+		{"a peeking holder after a closed window takes nothing", func(a, _ *slot) strategy.Gates { return strategy.Gates{window, peekingSlot{a}} },
+			slot{free: true}, slot{}, "Wait by window (retry after 1h0m0s)", [2]int{0, 0}, [2]int{0, 0}},
+		{"a full peeking holder stops the first from taking", func(a, b *slot) strategy.Gates { return strategy.Gates{a, peekingSlot{b}} },
+			slot{free: true}, slot{}, "Wait by slot: all slots held (retry after 1m0s)", [2]int{0, 0}, [2]int{0, 0}},
+		{"a full holder that cannot peek: the first's slot is given back", func(a, b *slot) strategy.Gates { return strategy.Gates{a, open, b} },
+			slot{free: true}, slot{}, "Wait by slot: all slots held", [2]int{1, 0}, [2]int{1, 0}},
+		{"all open: each holder takes once", func(a, b *slot) strategy.Gates { return strategy.Gates{a, open, peekingSlot{b}} },
+			slot{free: true}, slot{free: true}, "Allow", [2]int{1, 1}, [2]int{0, 0}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a, b := tc.a, tc.b
+			r := tc.gates(&a, &b).Check(ctx, req)
+			require.Equal(t, tc.want, r.String())
+			require.Equal(t, tc.taken, [2]int{a.taken, b.taken}, "taken")
+			require.Equal(t, tc.released, [2]int{a.released, b.released}, "released")
+		})
+	}
 }
 
 func TestBreaker(t *testing.T) {

@@ -114,19 +114,17 @@ func (g *ConcurrencyGate) Check(ctx context.Context, req strategy.GateRequest) s
 			return res
 		}
 	}
-	var held []string
-	var soonest time.Duration = -1
+	held, soonest := g.held(leases, req)
 	for i := range g.limit {
+		if len(held) >= g.limit {
+			break // every slot is held, counting slots above a lowered limit
+		}
 		name := g.slotName(req.Cluster, i)
 		l := leases[name]
 		if l == nil {
 			l = &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: g.namespace, Name: name,
 				Labels: map[string]string{LabelConcurrencyCluster: clusterKey(req.Cluster)}}}
-		} else if left := g.left(l, req.Now); left > 0 {
-			held = append(held, strings.TrimPrefix(*l.Spec.HolderIdentity, req.Cluster+"/"))
-			if soonest < 0 || left < soonest {
-				soonest = left
-			}
+		} else if g.left(l, req.Now) > 0 {
 			continue
 		}
 		err := g.write(ctx, l, me, req.Now, true)
@@ -179,21 +177,7 @@ func (g *ConcurrencyGate) Peek(ctx context.Context, req strategy.GateRequest) st
 			return res
 		}
 	}
-	var held []string
-	var soonest time.Duration = -1
-	for i := range g.limit {
-		l := leases[g.slotName(req.Cluster, i)]
-		if l == nil {
-			continue
-		}
-		if left := g.left(l, req.Now); left > 0 {
-			held = append(held, strings.TrimPrefix(*l.Spec.HolderIdentity, req.Cluster+"/"))
-			if soonest < 0 || left < soonest {
-				soonest = left
-			}
-		}
-	}
-	slices.Sort(held)
+	held, soonest := g.held(leases, req)
 	if len(held) < g.limit {
 		res.Verdict, res.Reason = strategy.Allow, fmt.Sprintf("%d of %d slots of cluster %s free", g.limit-len(held), g.limit, req.Cluster)
 		return res
@@ -202,6 +186,24 @@ func (g *ConcurrencyGate) Peek(ctx context.Context, req strategy.GateRequest) st
 	res.Reason = fmt.Sprintf("%d of %d machines of cluster %s are being updated already: %s", len(held), g.limit, req.Cluster, strings.Join(held, ", "))
 	res.RetryAfter = max(soonest, 0)
 	return res
+}
+
+// held lists the machines (sorted) that hold a live slot of req's
+// cluster, any slot, also one above a limit lowered since it was taken,
+// and how long until the first of them expires (-1 with none).
+func (g *ConcurrencyGate) held(leases map[string]*coordinationv1.Lease, req strategy.GateRequest) ([]string, time.Duration) {
+	var held []string
+	var soonest time.Duration = -1
+	for _, l := range leases {
+		if left := g.left(l, req.Now); left > 0 {
+			held = append(held, strings.TrimPrefix(*l.Spec.HolderIdentity, req.Cluster+"/"))
+			if soonest < 0 || left < soonest {
+				soonest = left
+			}
+		}
+	}
+	slices.Sort(held)
+	return held, soonest
 }
 
 // left is how long l's holder has before the slot is free again: 0 for a

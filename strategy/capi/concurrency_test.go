@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/stretchr/testify/require"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -195,6 +196,30 @@ func TestConcurrencyGatePeekTakesNothing(t *testing.T) {
 	after := leases()
 	require.Len(t, after, 1)
 	require.Equal(t, "default/demo/m-a", *after[0].Spec.HolderIdentity, "Peek changed no holder")
+
+	// A limit lowered while slots above it are held: they count.
+	two, err := capi.NewConcurrencyGate(admin, "default", 2, 30*time.Second)
+	require.NoError(t, err)
+	at := func(machine string) strategy.GateRequest {
+		return strategy.GateRequest{Cluster: "default/lowered", Machine: machine, Now: now}
+	}
+	require.True(t, two.Check(ctx, at("m-x")).Allowed())
+	require.True(t, two.Check(ctx, at("m-y")).Allowed())
+	one, err := capi.NewConcurrencyGate(admin, "default", 1, 30*time.Second)
+	require.NoError(t, err)
+	require.Equal(t, "Wait by concurrency: 2 of 1 machines of cluster default/lowered are being updated already: m-x, m-y (retry after 30s)", one.Check(ctx, at("m-z")).String())
+	require.Equal(t, strategy.Wait, one.Peek(ctx, at("m-z")).Verdict)
+	require.Equal(t, strategy.Allow, one.Peek(ctx, at("m-y")).Verdict, "a holder keeps its slot")
+
+	// With a window that is closed, Gates asks the concurrency gate last
+	// and not at all: a machine waiting for its window holds no slot.
+	closed, err := strategy.MaintenanceWindow("new-year", "0 0 1 1 *", time.Minute, "UTC")
+	require.NoError(t, err)
+	before = leases()
+	for _, gates := range []strategy.Gates{{taker, closed}, {closed, taker}} {
+		require.Equal(t, strategy.Wait, gates.Check(ctx, req("m-w", 50*time.Second)).Verdict)
+	}
+	require.Empty(t, cmp.Diff(before, leases()), "no Lease taken or renewed")
 
 	var nilGate *capi.ConcurrencyGate
 	require.ErrorIs(t, nilGate.Peek(ctx, req("m-a", 0)).Err, strategy.ErrInvalidGate)
