@@ -170,7 +170,6 @@ func (gs Gates) Check(ctx context.Context, req GateRequest) GateResult {
 	return GateResult{Verdict: Allow}
 }
 
-
 // Peek answers what Check would answer now, changing nothing: each
 // member's Peek when it is a GatePeeker, its Check when it is no
 // GateHolder (whose Check changes nothing), and Wait with ErrCannotPeek

@@ -124,7 +124,7 @@ func (s *slot) Check(context.Context, strategy.GateRequest) strategy.GateResult 
 	s.taken++
 	return strategy.GateResult{Verdict: strategy.Allow, Gate: "slot"}
 }
-func (s *slot) Renew(context.Context, strategy.GateRequest) error   { return nil }
+func (s *slot) Renew(context.Context, strategy.GateRequest) error { return nil }
 func (s *slot) Release(context.Context, strategy.GateRequest) error {
 	s.released++
 	return nil
