@@ -74,7 +74,7 @@ func TestPreviewReportsTheDeployedGates(t *testing.T) {
 	out, errOut, code := runWith(t, c, "", "--cluster", "demo", "-f", file)
 	require.Equal(t, exitBlocked, code, "md-2's node cannot be drained: %s%s", out, errOut)
 	require.Contains(t, out, "answered by the deployed extension (ExtensionConfig upgradekit)")
-	require.Regexp(t, `MachineDeployment md-0 \(CanUpdateMachineSet\): .*\n(  .*\n)*  gates now: Wait by maintenance-window: outside the maintenance window "0 2 1 1 \*" \(1m0s, UTC\); the next opens \d{4}-01-01 02:00 UTC \(retry after \d+h\d+m\d+s\); 1 of 1 machines held; asked again when Cluster API reaches each machine\n`, out)
+	require.Regexp(t, `MachineDeployment md-0 \(CanUpdateMachineSet\): .*\n(  .*\n)*  gates now: Wait by maintenance-window: outside the maintenance window "0 2 1 1 \*" \(1m0s, UTC\); the next opens \d{4}-01-01 02:00 UTC \(retry after \d+h\d+m\d+s\); the gates hold 1 of 1 machines; asked again when Cluster API reaches each machine\n`, out)
 
 	out, _, _ = runWith(t, c, "", "--cluster", "demo", "-f", file, "-ojson")
 	var pr struct {
@@ -121,7 +121,7 @@ func TestPreviewReportsTheDeployedGates(t *testing.T) {
 	out, errOut, code = runWith(t, c, "", "--cluster", "demo", "-f", file, "--mode", "in-process", "--maintenance-window", "0 3 2 1 *", "--maintenance-duration", "2m")
 	require.Equal(t, exitBlocked, code, errOut)
 	require.Contains(t, out, "answered in-process")
-	require.Regexp(t, `\n  gates now: Wait by maintenance-window: outside the maintenance window "0 3 2 1 \*" \(2m0s, UTC\); .*; 1 of 1 machines held; asked again when Cluster API reaches each machine\n`, out)
+	require.Regexp(t, `\n  gates now: Wait by maintenance-window: outside the maintenance window "0 3 2 1 \*" \(2m0s, UTC\); .*; the gates hold 1 of 1 machines; asked again when Cluster API reaches each machine\n`, out)
 	out, _, _ = runWith(t, c, "", "--cluster", "demo", "-f", file, "--mode", "in-process")
 	require.NotContains(t, out, "gates now", "no gate flags, no gates in process")
 	for _, tc := range []struct {

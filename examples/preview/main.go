@@ -316,6 +316,9 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		}
 		popts = append(popts, preview.WithSettings(ec.Spec.Settings))
 	}
+	if ans != nil && o.gateFlags.Set() {
+		fmt.Fprintf(stderr, "%s: note: --maintenance-window, --soak and --blocking-pod-selector configure the in-process answer; the deployed extension's own gates answer\n", command)
+	}
 	if ans == nil {
 		// Built again over the cluster as it will be at each step of a
 		// managed topology's upgrade (preview.InProcess).

@@ -447,8 +447,11 @@ func gateRequest(m *clusterv1.Machine, node string, now time.Time) strategy.Gate
 // PeekGates says what WithGates' gates would answer now about an update
 // of m, each gate in order (the members of a strategy.Gates given to
 // WithGates each on its own), taking nothing: strategy.Gates.PeekEach. m's
-// node is its status.nodeRef. It returns nil without gates; an updater not
-// built by NewMachineUpdater answers nothing either.
+// node is its status.nodeRef, where UpdateMachine finds the Node by
+// spec.providerID: until Cluster API sets the nodeRef, a gate that looks
+// at the machine's own node (a soak) may answer otherwise than it will.
+// It returns nil without gates; an updater not built by NewMachineUpdater
+// answers nothing either.
 func (u *MachineUpdater) PeekGates(ctx context.Context, m *clusterv1.Machine) []strategy.GateResult {
 	if u == nil || m == nil || len(u.gates) == 0 {
 		return nil

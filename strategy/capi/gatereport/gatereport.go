@@ -31,7 +31,17 @@ const APIVersion = "gates.upgradekit.io/v1alpha1"
 const Path = "/" + APIVersion + "/report"
 
 // MaxMachines bounds how many machines one Request may name.
-const MaxMachines = 1000
+const MaxMachines = 250
+
+// Budget bounds the time one report takes: the machines not asked about
+// when it runs out are reported with an Error saying so. It stays below
+// the UpdateMachine handler's timeout, with which a preview asks.
+const Budget = 20 * time.Second
+
+// maxReports is how many reports a handler makes at once; more are
+// answered 429. Reports read the workload clusters, as UpdateMachine does,
+// and must not crowd out Cluster API's hooks on the same server.
+const maxReports = 2
 
 // maxBody bounds a Request's and a Report's size.
 const maxBody = 4 << 20
@@ -151,9 +161,17 @@ func (r *Request) Validate() error {
 // with a Report. Each machine is read from mgmt (get on machines) and must
 // belong to the Request's cluster before p is asked about it; one that
 // does not is reported with Error. A Request that is not valid is
-// answered 400 with the reason, any method but POST 405. log gets one
+// answered 400 with the reason, any method but POST 405, and more than two
+// reports at once 429. Each report takes at most Budget. log gets one
 // line per report at V(1).
+//
+// The report tells whoever reaches the server what the gates say (a
+// window's schedule, the pods that block, the machines that hold
+// concurrency slots), as UpdateMachine's answers tell Cluster API: serve
+// it where only Cluster API's controllers and those you allow reach the
+// hooks.
 func NewHandler(mgmt client.Reader, p Peeker, log logr.Logger) http.Handler {
+	slots := make(chan struct{}, maxReports)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPost {
 			w.Header().Set("Allow", http.MethodPost)
@@ -162,6 +180,14 @@ func NewHandler(mgmt client.Reader, p Peeker, log logr.Logger) http.Handler {
 		}
 		if mgmt == nil || p == nil {
 			http.Error(w, "gate report: handler built without a management client or gates", http.StatusInternalServerError)
+			return
+		}
+		select {
+		case slots <- struct{}{}:
+			defer func() { <-slots }()
+		default:
+			w.Header().Set("Retry-After", "5")
+			http.Error(w, "gate report: other reports are being made; try again", http.StatusTooManyRequests)
 			return
 		}
 		var req Request
@@ -202,18 +228,28 @@ func Build(ctx context.Context, mgmt client.Reader, p Peeker, req *Request) (*Re
 	if err := req.Validate(); err != nil {
 		return nil, err
 	}
+	ctx, cancel := context.WithTimeout(ctx, Budget)
+	defer cancel()
 	rep := &Report{TypeMeta: metav1.TypeMeta{APIVersion: APIVersion, Kind: "GateReport"}, Cluster: req.Cluster, Machines: make([]MachineReport, 0, len(req.Machines))}
 	for _, name := range req.Machines {
 		mr := MachineReport{Name: name, Gates: []Answer{}}
+		if ctx.Err() != nil {
+			// Out of time: the rest is said to be not asked.
+			mr.Error = fmt.Sprintf("not asked: the report ran out of its %s", Budget)
+			rep.Machines = append(rep.Machines, mr)
+			continue
+		}
 		var m clusterv1.Machine
 		err := mgmt.Get(ctx, client.ObjectKey{Namespace: req.Cluster.Namespace, Name: name}, &m)
 		switch {
-		case apierrors.IsNotFound(err):
-			mr.Error = fmt.Sprintf("Machine %s/%s not found", req.Cluster.Namespace, name)
+		case apierrors.IsNotFound(err) || (err == nil && m.Spec.ClusterName != req.Cluster.Name):
+			// One answer for both: the report tells no more about other
+			// clusters' machines than that they are not this one's.
+			mr.Error = fmt.Sprintf("no Machine %s/%s of cluster %s", req.Cluster.Namespace, name, req.Cluster.Name)
+		case err != nil && ctx.Err() != nil:
+			mr.Error = fmt.Sprintf("not asked: the report ran out of its %s", Budget)
 		case err != nil:
 			return nil, fmt.Errorf("read Machine %s/%s: %w", req.Cluster.Namespace, name, err)
-		case m.Spec.ClusterName != req.Cluster.Name:
-			mr.Error = fmt.Sprintf("Machine %s/%s belongs to cluster %s, not %s", req.Cluster.Namespace, name, errtext.Quote(m.Spec.ClusterName), errtext.Quote(req.Cluster.Name))
 		default:
 			mr.Node = m.Status.NodeRef.Name
 			mr.Verdict = strategy.Allow
@@ -294,9 +330,42 @@ func Post(ctx context.Context, hc *http.Client, base *url.URL, req *Request) (*R
 			errtext.Quote(rep.APIVersion), errtext.Quote(rep.Kind), rep.Cluster.Namespace, rep.Cluster.Name, len(rep.Machines), len(r.Machines))
 	}
 	for i := range rep.Machines {
-		if rep.Machines[i].Name != r.Machines[i] {
-			return nil, fmt.Errorf("the gate report's machines[%d] is %s, asked %s", i, errtext.Quote(rep.Machines[i].Name), errtext.Quote(r.Machines[i]))
+		if err := rep.Machines[i].check(r.Machines[i]); err != nil {
+			return nil, fmt.Errorf("the gate report's machines[%d]: %w", i, err)
 		}
 	}
 	return &rep, nil
+}
+
+// check says whether mr answers for the machine named asked: the same
+// name, verdicts that are verdicts, and its Verdict the one its gates give
+// (none with an Error).
+func (mr *MachineReport) check(asked string) error {
+	if mr.Name != asked {
+		return fmt.Errorf("is %s, asked %s", errtext.Quote(mr.Name), errtext.Quote(asked))
+	}
+	if mr.Error != "" {
+		if mr.Verdict != "" || len(mr.Gates) > 0 {
+			return fmt.Errorf("%s: an error with a verdict", errtext.Quote(mr.Name))
+		}
+		return nil
+	}
+	want := strategy.Allow
+	for i, a := range mr.Gates {
+		switch a.Verdict {
+		case strategy.Allow:
+		case strategy.Stop:
+			want = strategy.Stop
+		case strategy.Wait:
+			if want != strategy.Stop {
+				want = strategy.Wait
+			}
+		default:
+			return fmt.Errorf("%s: gates[%d] answers %s, which is no verdict", errtext.Quote(mr.Name), i, errtext.Quote(string(a.Verdict)))
+		}
+	}
+	if mr.Verdict != want {
+		return fmt.Errorf("%s: verdict %s, its gates say %s", errtext.Quote(mr.Name), errtext.Quote(string(mr.Verdict)), want)
+	}
+	return nil
 }

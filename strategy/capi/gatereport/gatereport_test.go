@@ -72,8 +72,10 @@ func TestReport(t *testing.T) {
 			// Whole seconds, at least one.
 			{Gate: "alerts", Verdict: strategy.Wait, Reason: "cannot tell", Error: "context deadline exceeded", RetryAfter: &metav1.Duration{Duration: time.Second}},
 		}},
-		{Name: "other-md-0", Gates: []gatereport.Answer{}, Error: `Machine default/other-md-0 belongs to cluster "other", not "demo"`},
-		{Name: "gone", Gates: []gatereport.Answer{}, Error: "Machine default/gone not found"},
+		// Another cluster's machine reads as a missing one: the report
+		// tells nothing about other clusters.
+		{Name: "other-md-0", Gates: []gatereport.Answer{}, Error: "no Machine default/other-md-0 of cluster demo"},
+		{Name: "gone", Gates: []gatereport.Answer{}, Error: "no Machine default/gone of cluster demo"},
 	}
 	require.Empty(t, cmp.Diff(want, rep.Machines))
 	require.Equal(t, []string{"demo-cp-0", "demo-md-0"}, p.asked, "a machine of another cluster, or none, is not asked about")
@@ -94,6 +96,7 @@ func TestReportRefuses(t *testing.T) {
 	h := gatereport.NewHandler(mgmt(t), p, logr.Discard())
 	valid := `{"apiVersion":"gates.upgradekit.io/v1alpha1","kind":"GateReportRequest","cluster":{"namespace":"default","name":"demo"},"machines":["demo-cp-0"]}`
 	many := make([]string, gatereport.MaxMachines+1)
+	require.Equal(t, 250, gatereport.MaxMachines)
 	for i := range many {
 		many[i] = `"m-` + strings.Repeat("a", i%5+1) + `-` + string(rune('a'+i%26)) + `"`
 	}
@@ -111,7 +114,7 @@ func TestReportRefuses(t *testing.T) {
 		{"no machine", http.MethodPost, strings.Replace(valid, `["demo-cp-0"]`, `[]`, 1), http.StatusBadRequest, "machines: empty"},
 		{"a bad machine name", http.MethodPost, strings.Replace(valid, `["demo-cp-0"]`, `["demo-cp-0","../etc"]`, 1), http.StatusBadRequest, `machines[1] "../etc"`},
 		{"a machine twice", http.MethodPost, strings.Replace(valid, `["demo-cp-0"]`, `["demo-cp-0","demo-cp-0"]`, 1), http.StatusBadRequest, `machines[1] "demo-cp-0": named twice`},
-		{"too many machines", http.MethodPost, strings.Replace(valid, `["demo-cp-0"]`, "["+strings.Join(many, ",")+"]", 1), http.StatusBadRequest, "machines: 1001, at most 1000"},
+		{"too many machines", http.MethodPost, strings.Replace(valid, `["demo-cp-0"]`, "["+strings.Join(many, ",")+"]", 1), http.StatusBadRequest, "machines: 251, at most 250"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			w := httptest.NewRecorder()
@@ -141,7 +144,10 @@ func TestPostChecksTheAnswer(t *testing.T) {
 		{"not JSON", http.StatusOK, "<html>", "decode the gate report", nil},
 		{"another kind", http.StatusOK, `{"apiVersion":"v1","kind":"Status","cluster":{"namespace":"default","name":"demo"},"machines":[]}`, "does not answer the request", nil},
 		{"a machine missing", http.StatusOK, `{"apiVersion":"gates.upgradekit.io/v1alpha1","kind":"GateReport","cluster":{"namespace":"default","name":"demo"},"machines":[{"name":"a","gates":[]}]}`, "1 machines for 2 asked", nil},
-		{"machines swapped", http.StatusOK, `{"apiVersion":"gates.upgradekit.io/v1alpha1","kind":"GateReport","cluster":{"namespace":"default","name":"demo"},"machines":[{"name":"b","gates":[]},{"name":"a","gates":[]}]}`, `machines[0] is "b", asked "a"`, nil},
+		{"machines swapped", http.StatusOK, `{"apiVersion":"gates.upgradekit.io/v1alpha1","kind":"GateReport","cluster":{"namespace":"default","name":"demo"},"machines":[{"name":"b","gates":[]},{"name":"a","gates":[]}]}`, `machines[0]: is "b", asked "a"`, nil},
+		{"no verdict", http.StatusOK, `{"apiVersion":"gates.upgradekit.io/v1alpha1","kind":"GateReport","cluster":{"namespace":"default","name":"demo"},"machines":[{"name":"a","verdict":"Allow","gates":[{"gate":"w","verdict":"Maybe"}]},{"name":"b","verdict":"Allow","gates":[]}]}`, `gates[0] answers "Maybe", which is no verdict`, nil},
+		{"a verdict its gates do not give", http.StatusOK, `{"apiVersion":"gates.upgradekit.io/v1alpha1","kind":"GateReport","cluster":{"namespace":"default","name":"demo"},"machines":[{"name":"a","verdict":"Allow","gates":[{"gate":"w","verdict":"Wait"},{"gate":"b","verdict":"Stop"}]},{"name":"b","verdict":"Allow","gates":[]}]}`, `verdict "Allow", its gates say Stop`, nil},
+		{"an error with a verdict", http.StatusOK, `{"apiVersion":"gates.upgradekit.io/v1alpha1","kind":"GateReport","cluster":{"namespace":"default","name":"demo"},"machines":[{"name":"a","verdict":"Allow","gates":[],"error":"gone"},{"name":"b","verdict":"Allow","gates":[]}]}`, `an error with a verdict`, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -193,4 +199,61 @@ func FuzzHandler(f *testing.F) {
 			t.Fatalf("status %d: %s", w.Code, w.Body.String())
 		}
 	})
+}
+
+// slowPeeker answers after its gate blocks until released, so reports can
+// be held open.
+type slowPeeker struct {
+	started chan string
+	release chan struct{}
+}
+
+func (p *slowPeeker) PeekGates(ctx context.Context, m *clusterv1.Machine) []strategy.GateResult {
+	p.started <- m.Name
+	select {
+	case <-p.release:
+	case <-ctx.Done():
+	}
+	return []strategy.GateResult{{Verdict: strategy.Allow, Gate: "slow"}}
+}
+
+// TestReportsAtOnce: two reports at once are made, a third is answered
+// 429 until one ends, so reports cannot crowd out the hooks.
+func TestReportsAtOnce(t *testing.T) {
+	p := &slowPeeker{started: make(chan string, 3), release: make(chan struct{})}
+	h := gatereport.NewHandler(mgmt(t), p, logr.Discard())
+	body := `{"apiVersion":"gates.upgradekit.io/v1alpha1","kind":"GateReportRequest","cluster":{"namespace":"default","name":"demo"},"machines":["demo-cp-0"]}`
+	codes := make(chan int, 2)
+	for range 2 {
+		go func() {
+			w := httptest.NewRecorder()
+			h.ServeHTTP(w, httptest.NewRequest(http.MethodPost, gatereport.Path, strings.NewReader(body)))
+			codes <- w.Code
+		}()
+	}
+	<-p.started
+	<-p.started // both are inside
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, httptest.NewRequest(http.MethodPost, gatereport.Path, strings.NewReader(body)))
+	require.Equal(t, http.StatusTooManyRequests, w.Code, w.Body.String())
+	require.Equal(t, "5", w.Header().Get("Retry-After"))
+	close(p.release)
+	require.Equal(t, http.StatusOK, <-codes)
+	require.Equal(t, http.StatusOK, <-codes)
+}
+
+// TestReportOutOfTime: machines left when the report's time is up (here
+// the caller's context) are reported as not asked, not dropped.
+func TestReportOutOfTime(t *testing.T) {
+	p := &peeker{}
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	rep, err := gatereport.Build(ctx, mgmt(t), p, &gatereport.Request{Cluster: gatereport.ClusterRef{Namespace: "default", Name: "demo"}, Machines: []string{"demo-cp-0", "demo-md-0"}})
+	require.NoError(t, err)
+	for _, mr := range rep.Machines {
+		require.Equal(t, "not asked: the report ran out of its 20s", mr.Error, mr.Name)
+	}
+	require.Empty(t, p.asked)
+	_, err = gatereport.Build(t.Context(), nil, p, &gatereport.Request{})
+	require.ErrorIs(t, err, gatereport.ErrInvalidRequest)
 }

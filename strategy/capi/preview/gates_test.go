@@ -112,7 +112,7 @@ func TestTheDeployedExtensionsGates(t *testing.T) {
 		require.Equal(t, gatereport.Answer{Gate: "concurrency", Verdict: strategy.Wait, Reason: "1 of 1 machines of cluster default/small are being updated already: small-cp-elsewhere",
 			RetryAfter: m.Gates[1].RetryAfter}, m.Gates[1])
 	}
-	require.Regexp(t, `\n  gates now: Wait by new-year: outside the maintenance window "0 0 1 1 \*" .*; 2 of 2 machines held; asked again when Cluster API reaches each machine\n`, pr.String())
+	require.Regexp(t, `\n  gates now: Wait by new-year: outside the maintenance window "0 0 1 1 \*" .*; the gates hold 2 of 2 machines; asked again when Cluster API reaches each machine\n`, pr.String())
 	require.Empty(t, cmpLeases(held, leases()), "the report took no slot and renewed none")
 	js, err := json.Marshal(pr)
 	require.NoError(t, err)
@@ -126,6 +126,22 @@ func TestTheDeployedExtensionsGates(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, preview.ModeInProcess, pr.Mode)
 		require.Contains(t, pr.String(), "\n  gates now: Wait by concurrency: 1 of 1 machines of cluster default/small are being updated already: small-cp-elsewhere (retry after ")
+		m, _ := pr.Machine(workers[0])
+		require.Equal(t, strategy.Wait, m.GateVerdict)
+
+		// A free slot, which a Check would take: the report takes none.
+		two, err := capi.NewConcurrencyGate(c, "default", 2, time.Hour)
+		require.NoError(t, err)
+		local, err = extensionserver.New(c, extensionserver.AllowMutableUpgraderImages(), extensionserver.WithoutBundleChecksums(),
+			extensionserver.WithUpgraderImage("registry.example/upgrader:any"), extensionserver.WithGates(two))
+		require.NoError(t, err)
+		pr, err = preview.Predict(ctx, c, snap, change, local.Extension(), preview.WithGateReporter(local))
+		require.NoError(t, err)
+		require.Contains(t, pr.String(), "\n  gates now: open (concurrency); asked again")
+		m, _ = pr.Machine(workers[0])
+		require.Equal(t, []gatereport.Answer{{Gate: "concurrency", Verdict: strategy.Allow, Reason: "1 of 2 slots of cluster default/small free"}}, m.Gates)
+		require.Equal(t, strategy.Allow, m.GateVerdict)
+		require.Empty(t, cmpLeases(held, leases()), "no slot taken")
 		pr, err = preview.Predict(ctx, c, snap, change, local.Extension())
 		require.NoError(t, err)
 		require.NotContains(t, pr.String(), "gates now", "no reporter, no gates")

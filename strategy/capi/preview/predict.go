@@ -154,13 +154,20 @@ type Machine struct {
 	// outcome: Blocked at the first blocked step (later steps wait), else
 	// Replace at the first step that replaces the machine, else InPlace.
 	Steps []Step `json:"steps,omitempty"`
-	// Gates are what the deployed extension's gates (a maintenance window,
-	// a soak, a concurrency limit, blockers) say now about updating this
-	// machine in place, each gate's answer, asked without taking anything
-	// (Deployed.ReportGates): only in ModeExtension and for a machine
-	// updated in place. Cluster API's UpdateMachine asks them again when
-	// the rollout reaches the machine.
+	// Gates are what the extension's gates (a maintenance window, a soak,
+	// a concurrency limit, blockers) say now about updating this machine
+	// in place, each gate's answer, asked without taking anything: by the
+	// deployed extension (Deployed.ReportGates), or in process with
+	// WithGateReporter; only for a machine updated in place. Cluster
+	// API's UpdateMachine asks them again when the rollout reaches the
+	// machine.
 	Gates []gatereport.Answer `json:"gates,omitempty"`
+	// GateVerdict is what UpdateMachine would do with Gates now: Allow,
+	// Wait or Stop ("" when the gates were not asked about it).
+	GateVerdict strategy.Verdict `json:"gateVerdict,omitempty"`
+	// GateError says why the gates were not asked about this machine
+	// (gone since the cluster was read, the report out of time).
+	GateError string `json:"gateError,omitempty"`
 }
 
 // Step is one question of a chained upgrade for one machine.
@@ -410,6 +417,9 @@ func (p *predictor) reportGates(d GateReporter, pr *Prediction) {
 	var reports []gatereport.MachineReport
 	for chunk := range slices.Chunk(names, gatereport.MaxMachines) {
 		rep, err := d.ReportGates(p.ctx, client.ObjectKeyFromObject(p.snap.Cluster), chunk)
+		if err == nil && rep == nil {
+			err = errors.New("the reporter gave no report")
+		}
 		if err != nil {
 			pr.Notes = append(pr.Notes, "the gates were not asked: "+errtext.Clip(err.Error()))
 			return
@@ -422,7 +432,8 @@ func (p *predictor) reportGates(d GateReporter, pr *Prediction) {
 	}
 	for i := range pr.Machines {
 		if r, ok := byName[pr.Machines[i].Name]; ok {
-			pr.Machines[i].Gates = r.Gates
+			m := &pr.Machines[i]
+			m.Gates, m.GateVerdict, m.GateError = r.Gates, r.Verdict, r.Error
 		}
 	}
 	for i := range pr.Groups {
@@ -438,50 +449,72 @@ func (p *predictor) reportGates(d GateReporter, pr *Prediction) {
 }
 
 // gatesLine sums up what the gates say about a group's machines: the
-// first gate that holds the first held machine back, for how many, or
-// that all are open.
+// gate that holds the first held machine back (one that Stops before one
+// that Waits: UpdateMachine then fails), with the longest wait of that
+// machine's gates, and how many machines the gates hold; else that all are
+// open; and the machines not asked about.
 func gatesLine(reports []gatereport.MachineReport) string {
 	if len(reports) == 0 {
 		return ""
 	}
-	var held int
-	var first *gatereport.Answer
+	var held, asked int
+	var shown *gatereport.Answer
+	var shownVerdict strategy.Verdict
+	var wait time.Duration
+	var names []string
 	var failed []string
 	for _, r := range reports {
 		if r.Error != "" {
 			failed = append(failed, r.Name+": "+r.Error)
 			continue
 		}
+		asked++
+		if names == nil {
+			names = []string{}
+			for _, a := range r.Gates {
+				names = append(names, a.Gate)
+			}
+		}
+		if r.Verdict == strategy.Allow {
+			continue
+		}
+		held++
+		if shown != nil && !(r.Verdict == strategy.Stop && shownVerdict != strategy.Stop) {
+			continue
+		}
+		// The machine's deciding answer: its first Stop, else its first
+		// Wait, with the longest of its waits (all must open).
+		var longest time.Duration
+		var first *gatereport.Answer
 		for j := range r.Gates {
 			a := &r.Gates[j]
-			if a.Verdict == strategy.Allow {
-				continue
+			if a.Verdict == strategy.Wait && a.RetryAfter != nil {
+				longest = max(longest, a.RetryAfter.Duration)
 			}
-			held++
-			if first == nil || (a.Verdict == strategy.Stop && first.Verdict != strategy.Stop) {
+			if a.Verdict == r.Verdict && first == nil {
 				first = a
 			}
-			break
+		}
+		if first != nil {
+			shown, shownVerdict, wait = first, r.Verdict, longest
 		}
 	}
 	var line string
 	switch {
-	case first != nil:
-		line = fmt.Sprintf("gates now: %s by %s", first.Verdict, first.Gate)
-		if first.Reason != "" {
-			line += ": " + first.Reason
+	case shown != nil:
+		line = fmt.Sprintf("gates now: %s by %s", shown.Verdict, shown.Gate)
+		if shown.Reason != "" {
+			line += ": " + shown.Reason
 		}
-		if first.RetryAfter != nil {
-			line += fmt.Sprintf(" (retry after %s)", first.RetryAfter.Duration)
+		if shownVerdict == strategy.Wait && wait > 0 {
+			line += fmt.Sprintf(" (retry after %s)", wait)
 		}
-		line += fmt.Sprintf("; %d of %d machines held", held, len(reports))
-	case len(reports[0].Gates) == 0 && len(failed) == 0:
+		line += fmt.Sprintf("; the gates hold %d of %d machines", held, len(reports))
+	case asked == 0:
+		line = "gates now: not asked"
+	case len(names) == 0:
 		line = "gates now: none configured on the extension"
 	default:
-		var names []string
-		for _, a := range reports[0].Gates {
-			names = append(names, a.Gate)
-		}
 		line = "gates now: open (" + strings.Join(names, ", ") + ")"
 	}
 	if len(failed) > 0 {
