@@ -191,7 +191,7 @@ func TestReportGates(t *testing.T) {
 	require.Len(t, rep.Machines, 2)
 	require.Equal(t, strategy.Wait, rep.Machines[0].Verdict)
 	require.Equal(t, "new-year", rep.Machines[0].Gates[0].Gate)
-	require.Equal(t, "Machine default/other not found", rep.Machines[1].Error)
+	require.Equal(t, "no Machine default/other of cluster demo", rep.Machines[1].Error)
 
 	_, err = srv.ReportGates(t.Context(), client.ObjectKey{Namespace: "default", Name: "demo"}, nil)
 	require.ErrorIs(t, err, gatereport.ErrInvalidRequest)
