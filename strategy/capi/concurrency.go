@@ -89,18 +89,8 @@ func clusterKey(cluster string) string {
 // free or expired one; otherwise it answers Wait with the holders and
 // when the first slot would expire.
 func (g *ConcurrencyGate) Check(ctx context.Context, req strategy.GateRequest) strategy.GateResult {
-	res := strategy.GateResult{Gate: "concurrency"}
-	if g == nil || g.c == nil {
-		res.Verdict, res.Reason, res.Err = strategy.Wait, "ConcurrencyGate not built with NewConcurrencyGate", strategy.ErrInvalidGate
-		return res
-	}
-	if req.Cluster == "" || req.Machine == "" {
-		res.Verdict, res.Reason, res.Err = strategy.Wait, "the request names no cluster or machine", strategy.ErrInvalidGate
-		return res
-	}
-	leases, err := g.leases(ctx, req.Cluster)
-	if err != nil {
-		res.Verdict, res.Reason, res.Err = strategy.Wait, "reading the concurrency Leases: "+errtext.Clip(err.Error()), err
+	leases, res, ok := g.read(ctx, req)
+	if !ok {
 		return res
 	}
 	me := holder(req)
@@ -156,18 +146,8 @@ func (g *ConcurrencyGate) Check(ctx context.Context, req strategy.GateRequest) s
 // needs only get and list on Leases. Another replica may take the free
 // slot before the machine's update asks Check.
 func (g *ConcurrencyGate) Peek(ctx context.Context, req strategy.GateRequest) strategy.GateResult {
-	res := strategy.GateResult{Gate: "concurrency"}
-	if g == nil || g.c == nil {
-		res.Verdict, res.Reason, res.Err = strategy.Wait, "ConcurrencyGate not built with NewConcurrencyGate", strategy.ErrInvalidGate
-		return res
-	}
-	if req.Cluster == "" || req.Machine == "" {
-		res.Verdict, res.Reason, res.Err = strategy.Wait, "the request names no cluster or machine", strategy.ErrInvalidGate
-		return res
-	}
-	leases, err := g.leases(ctx, req.Cluster)
-	if err != nil {
-		res.Verdict, res.Reason, res.Err = strategy.Wait, "reading the concurrency Leases: "+errtext.Clip(err.Error()), err
+	leases, res, ok := g.read(ctx, req)
+	if !ok {
 		return res
 	}
 	me := holder(req)
@@ -186,6 +166,26 @@ func (g *ConcurrencyGate) Peek(ctx context.Context, req strategy.GateRequest) st
 	res.Reason = fmt.Sprintf("%d of %d machines of cluster %s are being updated already: %s", len(held), g.limit, req.Cluster, strings.Join(held, ", "))
 	res.RetryAfter = max(soonest, 0)
 	return res
+}
+
+// read checks the gate and the request and lists the cluster's Leases;
+// when it cannot, ok is false and res is the Wait to answer.
+func (g *ConcurrencyGate) read(ctx context.Context, req strategy.GateRequest) (leases map[string]*coordinationv1.Lease, res strategy.GateResult, ok bool) {
+	res = strategy.GateResult{Gate: "concurrency", Verdict: strategy.Wait}
+	switch {
+	case g == nil || g.c == nil:
+		res.Reason, res.Err = "ConcurrencyGate not built with NewConcurrencyGate", strategy.ErrInvalidGate
+		return nil, res, false
+	case req.Cluster == "" || req.Machine == "":
+		res.Reason, res.Err = "the request names no cluster or machine", strategy.ErrInvalidGate
+		return nil, res, false
+	}
+	leases, err := g.leases(ctx, req.Cluster)
+	if err != nil {
+		res.Reason, res.Err = "reading the concurrency Leases: "+errtext.Clip(err.Error()), err
+		return nil, res, false
+	}
+	return leases, strategy.GateResult{Gate: "concurrency"}, true
 }
 
 // held lists the machines (sorted) that hold a live slot of req's
