@@ -94,15 +94,13 @@ func (g *ConcurrencyGate) Check(ctx context.Context, req strategy.GateRequest) s
 		return res
 	}
 	me := holder(req)
-	for _, l := range leases {
-		if l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity == me {
-			if err := g.write(ctx, l, me, req.Now, false); err != nil {
-				res.Verdict, res.Reason, res.Err = strategy.Wait, "renewing slot "+l.Name+": "+errtext.Clip(err.Error()), err
-				return res
-			}
-			res.Verdict = strategy.Allow
+	if l := heldBy(leases, me); l != nil {
+		if err := g.write(ctx, l, me, req.Now, false); err != nil {
+			res.Verdict, res.Reason, res.Err = strategy.Wait, "renewing slot "+l.Name+": "+errtext.Clip(err.Error()), err
 			return res
 		}
+		res.Verdict = strategy.Allow
+		return res
 	}
 	held, soonest := g.held(leases, req)
 	for i := range g.limit {
@@ -131,13 +129,7 @@ func (g *ConcurrencyGate) Check(ctx context.Context, req strategy.GateRequest) s
 			return res
 		}
 	}
-	slices.Sort(held)
-	res.Verdict = strategy.Wait
-	res.Reason = fmt.Sprintf("%d of %d machines of cluster %s are being updated already: %s", len(held), g.limit, req.Cluster, strings.Join(held, ", "))
-	if soonest > 0 {
-		res.RetryAfter = soonest
-	}
-	return res
+	return g.full(req, held, soonest)
 }
 
 // Peek answers what Check would answer now without writing a Lease:
@@ -150,22 +142,34 @@ func (g *ConcurrencyGate) Peek(ctx context.Context, req strategy.GateRequest) st
 	if !ok {
 		return res
 	}
-	me := holder(req)
-	for _, l := range leases {
-		if l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity == me {
-			res.Verdict, res.Reason = strategy.Allow, "holds slot "+l.Name
-			return res
-		}
+	if l := heldBy(leases, holder(req)); l != nil {
+		res.Verdict, res.Reason = strategy.Allow, "holds slot "+l.Name
+		return res
 	}
 	held, soonest := g.held(leases, req)
 	if len(held) < g.limit {
 		res.Verdict, res.Reason = strategy.Allow, fmt.Sprintf("%d of %d slots of cluster %s free", g.limit-len(held), g.limit, req.Cluster)
 		return res
 	}
-	res.Verdict = strategy.Wait
-	res.Reason = fmt.Sprintf("%d of %d machines of cluster %s are being updated already: %s", len(held), g.limit, req.Cluster, strings.Join(held, ", "))
-	res.RetryAfter = max(soonest, 0)
-	return res
+	return g.full(req, held, soonest)
+}
+
+// heldBy is the Lease whose holder is me, nil if none.
+func heldBy(leases map[string]*coordinationv1.Lease, me string) *coordinationv1.Lease {
+	for _, l := range leases {
+		if l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity == me {
+			return l
+		}
+	}
+	return nil
+}
+
+// full is the Wait of a cluster whose slots are all held: by whom, and
+// until the first expires.
+func (g *ConcurrencyGate) full(req strategy.GateRequest, held []string, soonest time.Duration) strategy.GateResult {
+	slices.Sort(held)
+	return strategy.GateResult{Gate: "concurrency", Verdict: strategy.Wait, RetryAfter: max(soonest, 0),
+		Reason: fmt.Sprintf("%d of %d machines of cluster %s are being updated already: %s", len(held), g.limit, req.Cluster, strings.Join(held, ", "))}
 }
 
 // read checks the gate and the request and lists the cluster's Leases;
