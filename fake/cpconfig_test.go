@@ -75,7 +75,7 @@ func TestControlPlaneConfigPlanOnHost(t *testing.T) {
 	before := h.StaticPodCommand("kube-apiserver")
 	require.NotContains(t, before, "--audit-log-maxage=30")
 
-	r, err := nodeexec.NewRunner(h, nodeexec.WithJournalDir(t.TempDir()))
+	r, err := nodeexec.NewRunner(h, nodeexec.RunnerOptions{JournalDir: t.TempDir()})
 	require.NoError(t, err)
 	out, err := r.Run(t.Context(), cpConfigPlan(t, h.Node(), wantCPConfig...))
 	require.NoError(t, err, "%+v", out)
@@ -105,7 +105,7 @@ func TestControlPlaneConfigPlanOnHost(t *testing.T) {
 func TestControlPlaneConfigPlanOnHostFails(t *testing.T) {
 	t.Run("kubeadm-config without the change", func(t *testing.T) {
 		h, _ := cpHost(t, "apiVersion: kubeadm.k8s.io/v1beta4\nkind: ClusterConfiguration\n")
-		r, err := nodeexec.NewRunner(h, nodeexec.WithJournalDir(t.TempDir()))
+		r, err := nodeexec.NewRunner(h, nodeexec.RunnerOptions{JournalDir: t.TempDir()})
 		require.NoError(t, err)
 		out, err := r.Run(t.Context(), cpConfigPlan(t, h.Node(), wantCPConfig...))
 		require.Error(t, err)
@@ -117,7 +117,7 @@ func TestControlPlaneConfigPlanOnHostFails(t *testing.T) {
 		res, err := h.Run(t.Context(), nodeexec.Command{Argv: []string{"systemctl", "stop", "kubelet"}})
 		require.NoError(t, err)
 		require.Zero(t, res.ExitCode)
-		r, err := nodeexec.NewRunner(h, nodeexec.WithJournalDir(t.TempDir()))
+		r, err := nodeexec.NewRunner(h, nodeexec.RunnerOptions{JournalDir: t.TempDir()})
 		require.NoError(t, err)
 		out, err := r.Run(t.Context(), cpConfigPlan(t, h.Node(), wantCPConfig...))
 		require.Error(t, err)
@@ -127,7 +127,7 @@ func TestControlPlaneConfigPlanOnHostFails(t *testing.T) {
 	})
 	t.Run("a corrupted manifest is caught", func(t *testing.T) {
 		h, _ := cpHost(t, clusterConfigurationV1beta4)
-		r, err := nodeexec.NewRunner(h, nodeexec.WithJournalDir(t.TempDir()))
+		r, err := nodeexec.NewRunner(h, nodeexec.RunnerOptions{JournalDir: t.TempDir()})
 		require.NoError(t, err)
 		p := cpConfigPlan(t, h.Node(), wantCPConfig...)
 		_, err = r.Run(t.Context(), p)
@@ -151,7 +151,7 @@ func TestKubeadmUpgradeRendersClusterConfiguration(t *testing.T) {
 	plan, err := kubeadm.NewPlan(kubeadm.Config{Node: h.Node(), Role: kubeadm.RoleFirstControlPlane, FromVersion: "v1.30.4", ToVersion: "v1.31.1"})
 	require.NoError(t, err)
 	plan.Steps = append(plan.Steps, cpConfigPlan(t, h.Node(), wantCPConfig...).Steps[1])
-	r, err := nodeexec.NewRunner(h, nodeexec.WithJournalDir(t.TempDir()))
+	r, err := nodeexec.NewRunner(h, nodeexec.RunnerOptions{JournalDir: t.TempDir()})
 	require.NoError(t, err)
 	out, err := r.Run(context.Background(), plan)
 	require.NoError(t, err, "%+v", out)

@@ -46,7 +46,7 @@ func Example() {
 			fmt.Println(err)
 			return
 		}
-		runner, err := nodeexec.NewRunner(h, nodeexec.WithJournalDir(journal))
+		runner, err := nodeexec.NewRunner(h, nodeexec.RunnerOptions{JournalDir: journal})
 		if err != nil {
 			fmt.Println(err)
 			return

@@ -554,7 +554,7 @@ func DriveClock(c *testingclock.FakeClock, quantum time.Duration) (stop func()) 
 
 // SkipAheadClock is a clock.Clock over a FakeClock whose After and Sleep
 // do not wait: they step the FakeClock by the duration and return at
-// once. Give it to a nodeexec.Runner (nodeexec.WithClock) and its retry
+// once. Give it to a nodeexec.Runner (nodeexec.RunnerOptions.Clock) and its retry
 // backoffs cost no wall time while still showing in virtual time, with no
 // goroutine polling the clock as DriveClock does. Timers and tickers
 // (NewTimer, Tick, AfterFunc) are the FakeClock's own and still wait for

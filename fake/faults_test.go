@@ -26,8 +26,8 @@ func TestFailStepKTimes(t *testing.T) {
 		wantState nodeexec.PlanState
 		attempts  int
 	}{
-		{"recovers within the retry budget", 2, nodeexec.PlanSucceeded, 3},
-		{"exhausts the retry budget", 3, nodeexec.PlanFailed, 3},
+		{"recovers within the retry budget", 2, nodeexec.PlanStateSucceeded, 3},
+		{"exhausts the retry budget", 3, nodeexec.PlanStateFailed, 3},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -39,11 +39,11 @@ func TestFailStepKTimes(t *testing.T) {
 			defer stop()
 
 			// The same fault on another node does not fire.
-			out, err := runPlan(t, fleet.Host("demo-md-0-0"), kubeadm.RoleWorker, nil, nodeexec.WithClock(fc))
+			out, err := runPlan(t, fleet.Host("demo-md-0-0"), kubeadm.RoleWorker, nil, nodeexec.RunnerOptions{Clock: fc})
 			require.NoError(t, err)
 			require.Empty(t, faults.Injected())
 
-			out, _ = runPlan(t, fleet.Host("demo-md-0-1"), kubeadm.RoleWorker, nil, nodeexec.WithClock(fc))
+			out, _ = runPlan(t, fleet.Host("demo-md-0-1"), kubeadm.RoleWorker, nil, nodeexec.RunnerOptions{Clock: fc})
 			require.Equal(t, tt.wantState, out.State)
 			for _, s := range out.Steps {
 				if s.Name == kubeadm.StepKubelet {
@@ -69,9 +69,9 @@ func TestHealClearsFailuresLeft(t *testing.T) {
 	stop := DriveClock(fc, 5*time.Second)
 	defer stop()
 	faults.Heal("demo-md-0-1", kubeadm.StepKubelet)
-	out, err := runPlan(t, fleet.Host("demo-md-0-1"), kubeadm.RoleWorker, nil, nodeexec.WithClock(fc))
+	out, err := runPlan(t, fleet.Host("demo-md-0-1"), kubeadm.RoleWorker, nil, nodeexec.RunnerOptions{Clock: fc})
 	require.NoError(t, err)
-	require.Equal(t, nodeexec.PlanSucceeded, out.State)
+	require.Equal(t, nodeexec.PlanStateSucceeded, out.State)
 	require.Empty(t, faults.Injected())
 }
 
@@ -102,7 +102,7 @@ func TestNotReadyAfterStep(t *testing.T) {
 	plan, err := kubeadm.NewPlan(kubeadm.Config{Node: h.Node(), Role: kubeadm.RoleWorker, FromVersion: from, ToVersion: to})
 	require.NoError(t, err)
 
-	r, err := nodeexec.NewRunner(h, nodeexec.WithJournalDir(dir), nodeexec.WithStopAfter(kubeadm.StepKubeadmUpgrade))
+	r, err := nodeexec.NewRunner(h, nodeexec.RunnerOptions{JournalDir: dir, StopAfter: kubeadm.StepKubeadmUpgrade})
 	require.NoError(t, err)
 	_, err = r.Run(context.Background(), plan)
 	require.NoError(t, err)
@@ -112,7 +112,7 @@ func TestNotReadyAfterStep(t *testing.T) {
 	_, ready = nodeVersion(t, c, "demo-md-0-1")
 	require.Equal(t, corev1.ConditionTrue, ready, "other nodes are untouched")
 
-	r, err = nodeexec.NewRunner(h, nodeexec.WithJournalDir(dir))
+	r, err = nodeexec.NewRunner(h, nodeexec.RunnerOptions{JournalDir: dir})
 	require.NoError(t, err)
 	out, err := r.Run(context.Background(), plan)
 	require.NoError(t, err, "%+v", out.Failure)
@@ -142,7 +142,7 @@ func TestSlowStepOnVirtualClock(t *testing.T) {
 			defer stop()
 
 			began := time.Now()
-			out, err := runPlan(t, fleet.Host("demo-control-plane-0"), kubeadm.RoleFirstControlPlane, nil, nodeexec.WithClock(runnerClock))
+			out, err := runPlan(t, fleet.Host("demo-control-plane-0"), kubeadm.RoleFirstControlPlane, nil, nodeexec.RunnerOptions{Clock: runnerClock})
 			require.Less(t, time.Since(began), time.Minute, "virtual time, no sleeping")
 			if !tt.wantErr {
 				require.NoError(t, err)
@@ -299,9 +299,9 @@ func TestNilAndZeroFaults(t *testing.T) {
 	fc := testingclock.NewFakeClock(time.Unix(0, 0))
 	stop := DriveClock(fc, 5*time.Second)
 	defer stop()
-	out, err := runPlan(t, fleet.Host("demo-md-0-0"), kubeadm.RoleWorker, nil, nodeexec.WithClock(fc))
+	out, err := runPlan(t, fleet.Host("demo-md-0-0"), kubeadm.RoleWorker, nil, nodeexec.RunnerOptions{Clock: fc})
 	require.NoError(t, err)
-	require.Equal(t, nodeexec.PlanSucceeded, out.State)
+	require.Equal(t, nodeexec.PlanStateSucceeded, out.State)
 
 	// Rules built on nil and on a zero value fire.
 	for name, f := range map[string]*Faults{
@@ -312,8 +312,8 @@ func TestNilAndZeroFaults(t *testing.T) {
 			require.NotNil(t, f)
 			_, _, fleet := upgradeFleet(t, WithFaults(f))
 			fleet.Host("demo-control-plane-0").kubeadm.set(to)
-			out, _ := runPlan(t, fleet.Host("demo-md-0-0"), kubeadm.RoleWorker, nil, nodeexec.WithClock(fc))
-			require.Equal(t, nodeexec.PlanFailed, out.State)
+			out, _ := runPlan(t, fleet.Host("demo-md-0-0"), kubeadm.RoleWorker, nil, nodeexec.RunnerOptions{Clock: fc})
+			require.Equal(t, nodeexec.PlanStateFailed, out.State)
 			require.Len(t, f.Injected(), 3)
 		})
 	}

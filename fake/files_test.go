@@ -25,7 +25,7 @@ func TestFilesPlanOnHost(t *testing.T) {
 	h, err := NewHost("w-0", RoleWorker, "v1.32.1")
 	require.NoError(t, err)
 	h.WriteFile("/etc/kubernetes/example/existing.conf", "old")
-	r, err := nodeexec.NewRunner(h, nodeexec.WithJournalDir(t.TempDir()))
+	r, err := nodeexec.NewRunner(h, nodeexec.RunnerOptions{JournalDir: t.TempDir()})
 	require.NoError(t, err)
 	files := []kubeadm.File{
 		{Path: "/etc/kubernetes/example/existing.conf", Content: []byte("new"), Permissions: "0640"},
@@ -41,13 +41,13 @@ func TestFilesPlanOnHost(t *testing.T) {
 
 	out, err = r.Run(context.Background(), filesPlan(t, "files-2", false, files...))
 	require.NoError(t, err)
-	require.Equal(t, nodeexec.StepSkipped, out.Steps[0].State)
+	require.Equal(t, nodeexec.StepStateSkipped, out.Steps[0].State)
 
 	f := NewFaults(1).FailStep("w-0", kubeadm.StepFilesVerify, 100)
 	h2, err := NewHost("w-0", RoleWorker, "v1.32.1", WithFaults(f))
 	require.NoError(t, err)
 	h2.WriteFile("/etc/kubernetes/example/existing.conf", "old")
-	r2, err := nodeexec.NewRunner(h2, nodeexec.WithJournalDir(t.TempDir()))
+	r2, err := nodeexec.NewRunner(h2, nodeexec.RunnerOptions{JournalDir: t.TempDir()})
 	require.NoError(t, err)
 	p := filesPlan(t, "files-3", true, files...)
 	for i := range p.Steps {

@@ -37,7 +37,7 @@ func upgradeFleet(t *testing.T, opts ...HostOption) (*Cluster, client.Client, *F
 	return cl, c, fleet
 }
 
-func runPlan(t *testing.T, h *Host, role kubeadm.Role, cfg func(*kubeadm.Config), opts ...nodeexec.RunnerOption) (nodeexec.Outcome, error) {
+func runPlan(t *testing.T, h *Host, role kubeadm.Role, cfg func(*kubeadm.Config), opts ...nodeexec.RunnerOptions) (nodeexec.Outcome, error) {
 	t.Helper()
 	c := kubeadm.Config{Node: h.Node(), Role: role, FromVersion: from, ToVersion: to}
 	if cfg != nil {
@@ -45,7 +45,12 @@ func runPlan(t *testing.T, h *Host, role kubeadm.Role, cfg func(*kubeadm.Config)
 	}
 	plan, err := kubeadm.NewPlan(c)
 	require.NoError(t, err)
-	r, err := nodeexec.NewRunner(h, append([]nodeexec.RunnerOption{nodeexec.WithJournalDir(t.TempDir())}, opts...)...)
+	var o nodeexec.RunnerOptions
+	if len(opts) > 0 {
+		o = opts[0]
+	}
+	o.JournalDir = t.TempDir()
+	r, err := nodeexec.NewRunner(h, o)
 	require.NoError(t, err)
 	return r.Run(context.Background(), plan)
 }
@@ -80,7 +85,7 @@ func TestKubeadmPlansRunToCompletion(t *testing.T) {
 		require.Equal(t, from, v)
 		out, err := runPlan(t, h, n.role, nil)
 		require.NoError(t, err, "%s: %+v", n.node, out.Failure)
-		require.Equal(t, nodeexec.PlanSucceeded, out.State)
+		require.Equal(t, nodeexec.PlanStateSucceeded, out.State)
 
 		for _, comp := range []Component{Kubeadm, Kubelet, Kubectl} {
 			require.Equal(t, to, h.Version(comp), "%s %s", n.node, comp)
@@ -123,7 +128,7 @@ func TestPreV130FirstControlPlanePlan(t *testing.T) {
 	h.Stage(Staging{Kubernetes: "v1.30.4"})
 	plan, err := kubeadm.NewPlan(kubeadm.Config{Node: "cp-0", Role: kubeadm.RoleFirstControlPlane, FromVersion: "v1.29.7", ToVersion: "v1.30.4", SkipContainerd: true, SkipCNIPlugins: true})
 	require.NoError(t, err)
-	r, err := nodeexec.NewRunner(h, nodeexec.WithJournalDir(t.TempDir()), nodeexec.WithDirect())
+	r, err := nodeexec.NewRunner(h, nodeexec.RunnerOptions{JournalDir: t.TempDir(), Direct: true})
 	require.NoError(t, err)
 	out, err := r.Run(context.Background(), plan)
 	require.NoError(t, err, "%+v", out.Failure)
@@ -137,7 +142,7 @@ func TestWorkerBeforeControlPlaneFails(t *testing.T) {
 	fc := testingclock.NewFakeClock(time.Unix(0, 0))
 	stop := DriveClock(fc, 10*time.Second)
 	defer stop()
-	out, err := runPlan(t, fleet.Host("demo-md-0-0"), kubeadm.RoleWorker, nil, nodeexec.WithClock(fc))
+	out, err := runPlan(t, fleet.Host("demo-md-0-0"), kubeadm.RoleWorker, nil, nodeexec.RunnerOptions{Clock: fc})
 	require.ErrorIs(t, err, nodeexec.ErrStepFailed)
 	require.Equal(t, kubeadm.StepKubeadmUpgrade, out.Failure.Step)
 	require.Contains(t, out.Failure.Output, "run `kubeadm upgrade apply` on the first control plane node first")
@@ -158,14 +163,14 @@ func TestRollback(t *testing.T) {
 			// Everything the plan changed is undone: the binary backup, the
 			// tree backups (containerd, CNI) and the unit restarts.
 			name: "failure before kubeadm upgrade rolls back every step", failStep: kubeadm.StepKubeadmBinary, times: 1,
-			wantState: nodeexec.PlanRolledBack, wantErr: nodeexec.ErrRolledBack,
+			wantState: nodeexec.PlanStateRolledBack, wantErr: nodeexec.ErrRolledBack,
 			kubelet: from, kubectl: from, kubeadm: from, containerd: DefaultContainerdVersion, cni: DefaultCNIVersion,
 		},
 		{
 			// kubeadm-upgrade has no rollback argv, so the runner undoes
 			// the steps after it and stops there for a human.
 			name: "failure after kubeadm upgrade rolls back to it", failStep: kubeadm.StepVerify, times: 100,
-			wantState: nodeexec.PlanNeedsAttention, wantErr: nodeexec.ErrNeedsAttention,
+			wantState: nodeexec.PlanStateNeedsAttention, wantErr: nodeexec.ErrNeedsAttention,
 			kubelet: from, kubectl: from, kubeadm: to, containerd: "2.0.5", cni: "v1.7.1",
 		},
 	}
@@ -179,7 +184,7 @@ func TestRollback(t *testing.T) {
 			defer stop()
 
 			h := fleet.Host("demo-md-0-0")
-			out, err := runPlan(t, h, kubeadm.RoleWorker, func(c *kubeadm.Config) { c.RollbackOnFailure = true }, nodeexec.WithClock(fc))
+			out, err := runPlan(t, h, kubeadm.RoleWorker, func(c *kubeadm.Config) { c.RollbackOnFailure = true }, nodeexec.RunnerOptions{Clock: fc})
 			require.ErrorIs(t, err, tt.wantErr)
 			require.Equal(t, tt.wantState, out.State)
 			require.Equal(t, tt.kubelet, h.Version(Kubelet))
@@ -321,7 +326,7 @@ func TestContainerdConfigMigration(t *testing.T) {
 			// crash rolls back, so the containerd step's result stays.
 			out, _ := runPlan(t, h, kubeadm.RoleWorker, func(c *kubeadm.Config) { c.RollbackOnFailure = tc.crashes })
 			if tc.crashes {
-				require.Equal(t, nodeexec.PlanRolledBack, out.State)
+				require.Equal(t, nodeexec.PlanStateRolledBack, out.State)
 				require.Equal(t, DefaultContainerdVersion, h.RunningVersion(Containerd), "the old containerd runs again")
 			} else {
 				require.Equal(t, tc.staged, h.RunningVersion(Containerd), "the containerd step succeeded")

@@ -25,7 +25,7 @@ func kubeletArgsPlan(t *testing.T, name string, rollback bool, desired ...kubead
 func TestKubeletArgsPlanOnHost(t *testing.T) {
 	h, err := NewHost("w-0", RoleWorker, "v1.32.1")
 	require.NoError(t, err)
-	r, err := nodeexec.NewRunner(h, nodeexec.WithJournalDir(t.TempDir()))
+	r, err := nodeexec.NewRunner(h, nodeexec.RunnerOptions{JournalDir: t.TempDir()})
 	require.NoError(t, err)
 	require.Equal(t, []string{"--container-runtime-endpoint=unix:///run/containerd/containerd.sock", "--pod-infra-container-image=registry.k8s.io/pause:3.10"}, h.KubeletArgs())
 
@@ -40,7 +40,7 @@ func TestKubeletArgsPlanOnHost(t *testing.T) {
 
 	out, err = r.Run(context.Background(), kubeletArgsPlan(t, "args-2", false, maxPods))
 	require.NoError(t, err)
-	require.Equal(t, nodeexec.StepSkipped, out.Steps[0].State)
+	require.Equal(t, nodeexec.StepStateSkipped, out.Steps[0].State)
 
 	out, err = r.Run(context.Background(), kubeletArgsPlan(t, "args-3", false, kubeadm.KubeletArg{Name: "v", Value: "2"}))
 	require.NoError(t, err, "%+v", out)
@@ -59,11 +59,11 @@ func TestKubeletArgsPlanRollsBackOnHost(t *testing.T) {
 	for i := range p.Steps {
 		p.Steps[i].Retry = nodeexec.RetryPolicy{}
 	}
-	r, err := nodeexec.NewRunner(h, nodeexec.WithJournalDir(t.TempDir()))
+	r, err := nodeexec.NewRunner(h, nodeexec.RunnerOptions{JournalDir: t.TempDir()})
 	require.NoError(t, err)
 	out, err := r.Run(context.Background(), p)
 	require.ErrorIs(t, err, nodeexec.ErrRolledBack)
-	require.Equal(t, nodeexec.PlanRolledBack, out.State)
+	require.Equal(t, nodeexec.PlanStateRolledBack, out.State)
 	got, _ := h.File(kubeadm.DefaultKubeadmFlagsFile)
 	require.Equal(t, DefaultKubeadmFlags, got)
 	_, ok := h.File(kubeadm.DefaultKubeletArgsRecordFile)

@@ -100,14 +100,6 @@ func WithPodImageStaging(s Staging) PodOption {
 	return func(p *PodRunner) { p.image = &s }
 }
 
-// WithPodRunnerOptions adds options to every nodeexec.Runner a runner
-// container starts (after the ones its environment implies). When the
-// Host's clock is a *testingclock.FakeClock, runners already use a
-// SkipAheadClock over it, so retry back-offs cost no wall time.
-func WithPodRunnerOptions(opts ...nodeexec.RunnerOption) PodOption {
-	return func(p *PodRunner) { p.runnerOpts = append(p.runnerOpts, opts...) }
-}
-
 // WithPodMaxRestarts sets how many times one Run call restarts a failing
 // container of a restartPolicy OnFailure pod before reporting
 // PodCrashLoop (default 3).
@@ -180,7 +172,6 @@ type PodRunner struct {
 	pod         *corev1.Pod
 	journalDir  string
 	image       *Staging
-	runnerOpts  []nodeexec.RunnerOption
 	maxRestarts int
 
 	containers []corev1.Container // init containers, then main ones
@@ -484,12 +475,13 @@ func (p *PodRunner) runner(ctx context.Context, c corev1.Container) (int, string
 		}
 		return out, err
 	})
-	opts := append(cfg.RunnerOptions(), nodeexec.WithJournalDir(p.journalDir), nodeexec.WithSummaryFile(summary))
+	opts := cfg.RunnerOptions()
+	opts.JournalDir, opts.SummaryFile = p.journalDir, summary
 	if fc, ok := p.host.clock.(*testingclock.FakeClock); ok {
-		opts = append(opts, nodeexec.WithClock(SkipAheadClock{fc}))
+		// retry back-offs cost no wall time
+		opts.Clock = SkipAheadClock{fc}
 	}
-	opts = append(opts, p.runnerOpts...)
-	runner, err := nodeexec.NewRunner(exec, opts...)
+	runner, err := nodeexec.NewRunner(exec, opts)
 	if err != nil {
 		return 1, "upgrader run: " + err.Error(), ""
 	}
@@ -500,7 +492,7 @@ func (p *PodRunner) runner(ctx context.Context, c corev1.Container) (int, string
 	}
 	code := upgraderExitCode(out, err)
 	text := fmt.Sprintf("upgrader: plan %s %s", out.Plan, out.State)
-	if f := out.Failure; f != nil && out.State != nodeexec.PlanSucceeded {
+	if f := out.Failure; f != nil && out.State != nodeexec.PlanStateSucceeded {
 		text += fmt.Sprintf("\nupgrader: failure: step %q (%s) exit code %d after %d attempt(s): %s", f.Step, f.Phase, f.ExitCode, f.Attempts, f.Error)
 	}
 	if err != nil {
@@ -520,13 +512,13 @@ func upgraderExitCode(out nodeexec.Outcome, err error) int {
 		return 1
 	}
 	switch out.State {
-	case nodeexec.PlanSucceeded, nodeexec.PlanRunning: // Running: stopped after its step
+	case nodeexec.PlanStateSucceeded, nodeexec.PlanStateRunning: // Running: stopped after its step
 		return 0
-	case nodeexec.PlanRolledBack:
+	case nodeexec.PlanStateRolledBack:
 		return 4
-	case nodeexec.PlanFailed:
+	case nodeexec.PlanStateFailed:
 		return 5
-	case nodeexec.PlanNeedsAttention:
+	case nodeexec.PlanStateNeedsAttention:
 		return 6
 	}
 	return 3

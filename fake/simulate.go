@@ -852,15 +852,15 @@ func (s *Simulator) inPlace(ctx context.Context, r Rollout, b strategy.Batch, pm
 		}
 		ev := Event{Machine: pm.Machine, Batch: b.Index, Method: pm.Method, Step: st.Name, Start: st.Started, End: end,
 			Outcome: string(st.State), Attempts: st.Attempts}
-		if st.State == nodeexec.StepRolledBack && !st.RolledBack.IsZero() {
+		if st.State == nodeexec.StepStateRolledBack && !st.RolledBack.IsZero() {
 			// The run (the failed one, or a success undone), then, later,
 			// its rollback.
-			ev.Outcome = string(nodeexec.StepSucceeded)
+			ev.Outcome = string(nodeexec.StepStateSucceeded)
 			if out.Failure != nil && out.Failure.Step == st.Name && out.Failure.Phase == nodeexec.PhaseRun {
-				ev.Outcome = string(nodeexec.StepFailed)
+				ev.Outcome = string(nodeexec.StepStateFailed)
 			}
 			events = append(events, ev, Event{Machine: pm.Machine, Batch: b.Index, Method: pm.Method, Step: st.Name,
-				Start: st.RolledBack, End: st.RolledBack, Outcome: string(nodeexec.StepRolledBack)})
+				Start: st.RolledBack, End: st.RolledBack, Outcome: string(nodeexec.StepStateRolledBack)})
 			continue
 		}
 		events = append(events, ev)
@@ -880,12 +880,12 @@ func (s *Simulator) inPlace(ctx context.Context, r Rollout, b strategy.Batch, pm
 		return ctx.Err()
 	}
 	switch {
-	case out.State == nodeexec.PlanSucceeded && runErr == nil:
+	case out.State == nodeexec.PlanStateSucceeded && runErr == nil:
 		if err := s.setMachineVersion(ctx, pm.Machine, r.ToVersion, "", false); err != nil {
 			return err
 		}
 		return s.uncordon(ctx, pm.Node)
-	case out.State == nodeexec.PlanRolledBack:
+	case out.State == nodeexec.PlanStateRolledBack:
 		// Back where it was and healthy: schedulable again, but failed.
 		if err := s.uncordon(ctx, pm.Node); err != nil {
 			return err
@@ -932,7 +932,7 @@ func (s *Simulator) runPlan(ctx context.Context, h *Host, pm strategy.PlannedMac
 			return out, err
 		})
 		// Retry backoffs step the virtual clock instead of waiting.
-		runner, err := nodeexec.NewRunner(exec, nodeexec.WithJournalDir(s.journal), nodeexec.WithClock(SkipAheadClock{s.clock}))
+		runner, err := nodeexec.NewRunner(exec, nodeexec.RunnerOptions{JournalDir: s.journal, Clock: SkipAheadClock{s.clock}})
 		if err != nil {
 			cancel()
 			return nodeexec.Outcome{}, err

@@ -447,7 +447,7 @@ func (s *Simulator) emitUpdate(res *Result, run *updaterRun, event func(string, 
 			res.Violations = append(res.Violations, fmt.Sprintf("%s: journal %s: %v", run.machine, e.Name(), err))
 			continue
 		}
-		rolledBack = rolledBack || j.State == nodeexec.PlanRolledBack
+		rolledBack = rolledBack || j.State == nodeexec.PlanStateRolledBack
 		for _, st := range j.Steps {
 			if st.Started.IsZero() {
 				continue
@@ -478,13 +478,13 @@ func (s *Simulator) emitUpdate(res *Result, run *updaterRun, event func(string, 
 				switch {
 				case cs.State.Terminated != nil:
 					t := cs.State.Terminated
-					outcome := string(nodeexec.StepSucceeded)
+					outcome := string(nodeexec.StepStateSucceeded)
 					if t.ExitCode != 0 {
-						outcome = string(nodeexec.StepFailed)
+						outcome = string(nodeexec.StepStateFailed)
 					}
 					evs = append(evs, event(cs.Name, t.StartedAt.Time, t.FinishedAt.Time, outcome))
 				case cs.State.Running != nil:
-					evs = append(evs, event(cs.Name, cs.State.Running.StartedAt.Time, now, string(nodeexec.StepRunning)))
+					evs = append(evs, event(cs.Name, cs.State.Running.StartedAt.Time, now, string(nodeexec.StepStateRunning)))
 				}
 			}
 		}

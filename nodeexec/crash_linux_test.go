@@ -37,7 +37,9 @@ func runnerHelper() int {
 		return 2
 	}
 	log := funcr.New(func(prefix, args string) { fmt.Println(prefix, args) }, funcr.Options{})
-	r, err := NewRunner(cfg.Executor(), append(cfg.RunnerOptions(), WithDirect(), WithLogger(log))...)
+	opts := cfg.RunnerOptions()
+	opts.Direct, opts.Logger = true, log
+	r, err := NewRunner(cfg.Executor(), opts)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
@@ -104,15 +106,15 @@ func TestCrashResumeWithSIGKILL(t *testing.T) {
 	path := filepath.Join(journalDir, JournalFileName(plan.Name))
 	j, err := ReadJournal(path)
 	require.NoError(t, err)
-	require.Equal(t, PlanRunning, j.State)
-	require.Equal(t, []StepState{StepSucceeded, StepRunning, StepPending}, states(j.Outcome))
+	require.Equal(t, PlanStateRunning, j.State)
+	require.Equal(t, []StepState{StepStateSucceeded, StepStateRunning, StepStatePending}, states(j.Outcome))
 	t.Logf("journal after the crash:\n%s", journalSummary(j))
 	t.Logf("ledger after the crash:\n%s", readLedger())
 	raw, err := os.ReadFile(summaryFile)
 	require.NoError(t, err)
 	sum, err := ParseSummary(raw)
 	require.NoError(t, err)
-	require.Equal(t, StepRunning, sum.Steps[1].State, "the killed runner's last summary shows where it was")
+	require.Equal(t, StepStateRunning, sum.Steps[1].State, "the killed runner's last summary shows where it was")
 	t.Logf("termination message left by the killed runner: %s", raw)
 
 	// Run 2: a fresh process resumes from the journal.
@@ -123,7 +125,7 @@ func TestCrashResumeWithSIGKILL(t *testing.T) {
 	j, err = ReadJournal(path)
 	require.NoError(t, err)
 	t.Logf("journal after the resume:\n%s", journalSummary(j))
-	require.Equal(t, PlanSucceeded, j.State)
+	require.Equal(t, PlanStateSucceeded, j.State)
 	require.Equal(t, 2, j.Runs)
 	s1, _ := j.Step("step-1")
 	s2, _ := j.Step("step-2")

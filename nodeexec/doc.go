@@ -19,21 +19,21 @@
 //     non-idempotent one),
 //   - handles the step that was running per its InterruptPolicy: re-run
 //     (idempotent), check then maybe re-run, roll back then re-run, or stop
-//     in PlanNeedsAttention,
+//     in PlanStateNeedsAttention,
 //   - keeps the backup taken before the first attempt instead of taking a
 //     new one of half-upgraded state.
 //
-// Terminal states are explicit: PlanSucceeded, PlanFailed (with step,
-// phase, exit code and output tail), PlanRolledBack (RollbackOnFailure:
+// Terminal states are explicit: PlanStateSucceeded, PlanStateFailed (with step,
+// phase, exit code and output tail), PlanStateRolledBack (RollbackOnFailure:
 // the failed and completed steps are undone in reverse order) and
-// PlanNeedsAttention. A corrupt journal or one written for another plan is
+// PlanStateNeedsAttention. A corrupt journal or one written for another plan is
 // refused (ErrJournalCorrupt, ErrJournalMismatch) without running anything
 // or touching the file.
 //
 // Runner.Rollback is the operator's rollback: it undoes a plan that ended
 // Failed, NeedsAttention or Succeeded (or whose runner died mid-step) with
 // the same journaled machinery as RollbackOnFailure (reverse order,
-// NothingToUndo steps passed over, a stop in PlanNeedsAttention at a
+// NothingToUndo steps passed over, a stop in PlanStateNeedsAttention at a
 // completed step that cannot be undone, resume after a crash, never twice).
 // It refuses a plan whose runner holds the lock (ErrJournalLocked), a
 // journal of another plan (ErrJournalMismatch) and a plan that never ran

@@ -18,7 +18,7 @@ const (
 	// EnvNsenter is the nsenter binary inside the image (default "nsenter").
 	EnvNsenter = "UPGRADEKIT_NSENTER"
 	// EnvStopAfter names the step after which the runner returns (see
-	// WithStopAfter); empty runs the whole plan.
+	// RunnerOptions.StopAfter); empty runs the whole plan.
 	EnvStopAfter = "UPGRADEKIT_STOP_AFTER"
 	// EnvSummaryFile is where the runner keeps a Summary (the container's
 	// termination message path, so the pod status carries progress).
@@ -36,13 +36,14 @@ type EnvConfig struct {
 	Nsenter    string
 	StopAfter  string
 	// SummaryFile, when set, receives Summarize(outcome) after every
-	// journal write (see WithSummaryFile).
+	// journal write (see RunnerOptions.SummaryFile).
 	SummaryFile string
 }
 
-// RunnerOptions returns the options matching the configuration.
-func (c EnvConfig) RunnerOptions() []RunnerOption {
-	return []RunnerOption{WithJournalDir(c.JournalDir), WithTargetPID(c.TargetPID), WithStopAfter(c.StopAfter), WithSummaryFile(c.SummaryFile)}
+// RunnerOptions returns the options matching the configuration; the
+// caller may set the others (Logger, Progress, SoftStop, ...) on the result.
+func (c EnvConfig) RunnerOptions() RunnerOptions {
+	return RunnerOptions{JournalDir: c.JournalDir, TargetPID: c.TargetPID, StopAfter: c.StopAfter, SummaryFile: c.SummaryFile}
 }
 
 // Executor returns an OSExecutor using the configured nsenter.
@@ -53,7 +54,7 @@ func (c EnvConfig) Executor() OSExecutor { return OSExecutor{NsenterPath: c.Nsen
 // minimal upgrader main is:
 //
 //	cfg, err := nodeexec.FromEnv(os.Getenv)
-//	runner, err := nodeexec.NewRunner(cfg.Executor(), cfg.RunnerOptions()...)
+//	runner, err := nodeexec.NewRunner(cfg.Executor(), cfg.RunnerOptions())
 //	outcome, err := runner.Run(ctx, cfg.Plan)
 func FromEnv(getenv func(string) string) (EnvConfig, error) {
 	if getenv == nil {

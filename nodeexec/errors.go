@@ -10,44 +10,17 @@ import (
 // Sentinel errors. Every error this package returns wraps one of them, so
 // callers can branch with errors.Is without parsing messages.
 var (
-	// ErrInvalidPlan is wrapped by every *ValidationError.
+	// ErrInvalidPlan is wrapped by every *ValidationError; its Field
+	// names what is wrong.
 	ErrInvalidPlan = errors.New("invalid plan")
-	// ErrEmptyArgv: an argv (step, check, backup or rollback) is empty or
-	// its program name is the empty string.
-	ErrEmptyArgv = errors.New("empty argv")
-	// ErrInvalidArgv: an argv element contains a NUL byte, which no
-	// program can receive.
-	ErrInvalidArgv = errors.New("argv element contains a NUL byte")
-	// ErrUnknownNamespace: a namespace name is not one of mount, uts, ipc,
-	// net, pid.
-	ErrUnknownNamespace = errors.New("unknown namespace")
-	// ErrNegativeDuration: a timeout or backoff is negative, or a retry
-	// budget is negative.
-	ErrNegativeDuration = errors.New("negative duration or count")
-	// ErrInvalidName: a plan, node or step name is not a valid DNS-1123
-	// label (step names become container names and journal keys).
-	ErrInvalidName = errors.New("invalid name")
-	// ErrDuplicateStep: two steps share a name.
-	ErrDuplicateStep = errors.New("duplicate step name")
-	// ErrNoSteps: a plan has no steps.
-	ErrNoSteps = errors.New("plan has no steps")
-	// ErrInvalidEnv: an environment variable name is empty or contains
-	// '=' or NUL, or its value contains NUL.
-	ErrInvalidEnv = errors.New("invalid environment variable")
-	// ErrInvalidPolicy: an interrupt policy is unknown or asks for
-	// something the step does not provide (Check without a check argv,
-	// Rollback without a rollback argv).
-	ErrInvalidPolicy = errors.New("invalid interrupt policy")
-	// ErrConflictingFields: two fields that exclude each other are both
-	// set (for example InContainer together with Namespaces).
-	ErrConflictingFields = errors.New("conflicting fields")
 	// ErrMalformed: encoded input (a plan for DecodePlan or FromEnv, a
 	// summary for ParseSummary) is not valid JSON of the expected shape:
 	// syntax errors, unknown fields, trailing data, missing names.
 	ErrMalformed = errors.New("malformed input")
-	// ErrInvalidOption: a Runner option or runner environment variable
-	// has an unusable value (nil Executor or clock, empty journal
-	// directory, target PID < 1).
+	// ErrInvalidOption: a RunnerOptions field or runner environment
+	// variable has an unusable value (a nil Executor, a negative
+	// TargetPID, JournalOutputLimit or MaxResumes, a target PID < 1 in
+	// the environment); the message names it.
 	ErrInvalidOption = errors.New("invalid option")
 
 	// ErrJournalCorrupt: the journal file exists but cannot be decoded or
@@ -65,7 +38,7 @@ var (
 	// it also satisfy errors.Is(err, fs.ErrNotExist).
 	ErrNoJournal = errors.New("no journal for the plan")
 
-	// ErrStepFailed: the plan ended in PlanFailed.
+	// ErrStepFailed: the plan ended in PlanStateFailed.
 	ErrStepFailed = errors.New("step failed")
 	// ErrRolledBack: a step failed and the plan was rolled back.
 	ErrRolledBack = errors.New("plan rolled back")
@@ -74,8 +47,44 @@ var (
 	ErrNeedsAttention = errors.New("plan needs attention")
 )
 
+// What is wrong with a field of a plan: the Err of a *ValidationError.
+// Callers tell problems apart by ValidationError.Field.
+var (
+	// errEmptyArgv: an argv (step, check, backup or rollback) is empty or
+	// its program name is the empty string.
+	errEmptyArgv = errors.New("empty argv")
+	// errInvalidArgv: an argv element contains a NUL byte, which no
+	// program can receive.
+	errInvalidArgv = errors.New("argv element contains a NUL byte")
+	// errUnknownNamespace: a namespace name is not one of mount, uts, ipc,
+	// net, pid.
+	errUnknownNamespace = errors.New("unknown namespace")
+	// errNegativeDuration: a timeout or backoff is negative, or a retry
+	// budget is negative.
+	errNegativeDuration = errors.New("negative duration or count")
+	// errInvalidName: a plan, node or step name is not a valid DNS-1123
+	// label (step names become container names and journal keys).
+	errInvalidName = errors.New("invalid name")
+	// errDuplicateStep: two steps share a name.
+	errDuplicateStep = errors.New("duplicate step name")
+	// errNoSteps: a plan has no steps.
+	errNoSteps = errors.New("plan has no steps")
+	// errInvalidEnv: an environment variable name is empty or contains
+	// '=' or NUL, or its value contains NUL.
+	errInvalidEnv = errors.New("invalid environment variable")
+	// errInvalidPolicy: an interrupt policy is unknown or asks for
+	// something the step does not provide (Check without a check argv,
+	// Rollback without a rollback argv).
+	errInvalidPolicy = errors.New("invalid interrupt policy")
+	// errConflictingFields: two fields that exclude each other are both
+	// set (for example InContainer together with Namespaces).
+	errConflictingFields = errors.New("conflicting fields")
+)
+
 // ValidationError describes one invalid field of a Plan. Field is a path
-// such as "steps[2].argv" or "steps[kubeadm].timeout".
+// such as "steps[2].argv" or "steps[kubeadm].timeout"; Err says what is
+// wrong with it (an empty argv, a negative duration, ...) and Detail
+// shows the value.
 type ValidationError struct {
 	Field  string
 	Detail string
@@ -90,7 +99,7 @@ func (e *ValidationError) Error() string {
 	return errtext.Cap(fmt.Sprintf("nodeexec: invalid plan: %s: %v: %s", e.Field, e.Err, e.Detail))
 }
 
-// Unwrap makes errors.Is match both ErrInvalidPlan and the specific sentinel.
+// Unwrap makes errors.Is match both ErrInvalidPlan and Err.
 func (e *ValidationError) Unwrap() []error { return []error{ErrInvalidPlan, e.Err} }
 
 // JournalError reports a journal file that cannot be used.
@@ -113,7 +122,7 @@ func (e *JournalError) Error() string {
 func (e *JournalError) Unwrap() error { return e.Err }
 
 // PlanError is returned by Runner.Run when a plan reaches a terminal state
-// other than PlanSucceeded. It unwraps to ErrStepFailed, ErrRolledBack or
+// other than PlanStateSucceeded. It unwraps to ErrStepFailed, ErrRolledBack or
 // ErrNeedsAttention.
 type PlanError struct {
 	Plan    string
@@ -134,9 +143,9 @@ func (e *PlanError) Error() string {
 // Unwrap maps the terminal state to its sentinel.
 func (e *PlanError) Unwrap() error {
 	switch e.State {
-	case PlanRolledBack:
+	case PlanStateRolledBack:
 		return ErrRolledBack
-	case PlanNeedsAttention:
+	case PlanStateNeedsAttention:
 		return ErrNeedsAttention
 	default:
 		return ErrStepFailed

@@ -33,7 +33,7 @@ func Example() {
 		}
 		return nodeexec.Result{}, nil
 	})
-	runner, err := nodeexec.NewRunner(host, nodeexec.WithJournalDir(dir))
+	runner, err := nodeexec.NewRunner(host, nodeexec.RunnerOptions{JournalDir: dir})
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -49,7 +49,8 @@ func Example() {
 	// Bad input is refused before anything runs.
 	plan.Steps[0].Argv = nil
 	_, err = runner.Run(context.Background(), plan)
-	fmt.Println(errors.Is(err, nodeexec.ErrEmptyArgv))
+	var verr *nodeexec.ValidationError
+	fmt.Println(errors.Is(err, nodeexec.ErrInvalidPlan), errors.As(err, &verr) && verr.Field == "steps[0].argv")
 	// Output:
 	// host runs stage [cp -a /staging/. /] in [mount uts ipc net] of PID 1
 	// host runs restart [systemctl restart kubelet] in [mount uts ipc net] of PID 1
@@ -58,7 +59,7 @@ func Example() {
 	// stage Succeeded attempts: 1
 	// restart Succeeded attempts: 2
 	// second run: Succeeded runs recorded: 1
-	// true
+	// true true
 }
 
 func ExampleShellArgv() {
@@ -104,7 +105,7 @@ func ExampleRunner_Rollback() {
 		}
 		return nodeexec.Result{}, nil
 	})
-	runner, _ := nodeexec.NewRunner(host, nodeexec.WithJournalDir(dir))
+	runner, _ := nodeexec.NewRunner(host, nodeexec.RunnerOptions{JournalDir: dir})
 	out, _ := runner.Run(context.Background(), plan)
 	fmt.Println("run:", out.State)
 

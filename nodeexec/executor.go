@@ -83,8 +83,8 @@ func (f ExecutorFunc) Run(ctx context.Context, cmd Command) (Result, error) {
 // DefaultPath is the PATH given to commands when OSExecutor.BaseEnv is nil.
 const DefaultPath = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
-// DefaultOutputLimit is the number of output bytes OSExecutor keeps.
-const DefaultOutputLimit = 64 << 10
+// defaultOutputLimit is the number of output bytes OSExecutor keeps.
+const defaultOutputLimit = 64 << 10
 
 // OSExecutor runs commands with os/exec, from argv slices only. Commands
 // with a Target are wrapped in nsenter (see NsenterArgv). On context end the
@@ -94,7 +94,7 @@ type OSExecutor struct {
 	// on the runner's PATH.
 	NsenterPath string
 	// OutputLimit is how many trailing output bytes Result keeps; zero
-	// means DefaultOutputLimit.
+	// means 64 KiB.
 	OutputLimit int
 	// BaseEnv is the environment every command starts from; nil means
 	// just DefaultPath. The runner's own environment is never inherited,
@@ -107,14 +107,14 @@ type OSExecutor struct {
 	WaitDelay time.Duration
 	// KillGrace is how long a cancelled command (the step's deadline, or
 	// the runner's context ended) has between SIGTERM and SIGKILL to its
-	// process group; zero means DefaultKillGrace.
+	// process group; zero means 10 seconds.
 	KillGrace time.Duration
 }
 
-// DefaultKillGrace is OSExecutor's default KillGrace: short enough that a
+// defaultKillGrace is OSExecutor's default KillGrace: short enough that a
 // runner whose pod is deleted still journals the interruption within the
 // upgrader pod's termination grace period (30 seconds).
-const DefaultKillGrace = 10 * time.Second
+const defaultKillGrace = 10 * time.Second
 
 // NsenterArgv returns the argv that runs argv inside the namespaces of
 // target through nsenter: nsenter --target PID --mount ... -- argv...
@@ -128,10 +128,11 @@ func NsenterArgv(nsenter string, target Target, argv []string) []string {
 	return append(out, argv...)
 }
 
-// Run implements Executor.
+// Run implements Executor. An empty argv is a *ValidationError (field
+// "argv") and runs nothing.
 func (e OSExecutor) Run(ctx context.Context, c Command) (Result, error) {
 	if len(c.Argv) == 0 || c.Argv[0] == "" {
-		return Result{ExitCode: -1}, fmt.Errorf("nodeexec: run step %q: %w", c.Step, ErrEmptyArgv)
+		return Result{ExitCode: -1}, &ValidationError{Field: "argv", Err: errEmptyArgv, Detail: fmt.Sprintf("step %q (%s)", c.Step, c.Phase)}
 	}
 	argv := c.Argv
 	if c.Target != nil {
@@ -143,7 +144,7 @@ func (e OSExecutor) Run(ctx context.Context, c Command) (Result, error) {
 	}
 	limit := e.OutputLimit
 	if limit <= 0 {
-		limit = DefaultOutputLimit
+		limit = defaultOutputLimit
 	}
 	out := &tailBuffer{limit: limit}
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
@@ -160,7 +161,7 @@ func (e OSExecutor) Run(ctx context.Context, c Command) (Result, error) {
 	cmd.Stderr = w
 	grace := e.KillGrace
 	if grace <= 0 {
-		grace = DefaultKillGrace
+		grace = defaultKillGrace
 	}
 	exited := make(chan struct{})
 	setProcessGroup(cmd, grace, exited)

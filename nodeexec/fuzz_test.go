@@ -58,7 +58,7 @@ func FuzzDecodeJournal(f *testing.F) {
 		if i == 0 {
 			p.RollbackOnFailure = true
 		}
-		r, err := NewRunner(h, WithJournalDir(dir))
+		r, err := NewRunner(h, RunnerOptions{JournalDir: dir})
 		if err != nil {
 			f.Fatal(err)
 		}
@@ -76,7 +76,7 @@ func FuzzDecodeJournal(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if j.Version != JournalVersion || !j.State.known() || j.Plan == "" {
+		if j.Version != journalVersion || !j.State.known() || j.Plan == "" {
 			t.Fatalf("accepted an inconsistent journal: %+v", j)
 		}
 		seen := map[string]bool{}

@@ -15,26 +15,26 @@ import (
 	"github.com/upgradekit/upgradekit/internal/errtext"
 )
 
-// JournalVersion is the journal file format version this package writes.
-const JournalVersion = 1
+// journalVersion is the journal file format version this package writes.
+const journalVersion = 1
 
 // StepState is the journaled state of one step.
 type StepState string
 
 // Step states.
 const (
-	StepPending     StepState = "Pending"
-	StepRunning     StepState = "Running" // started, not known to have finished
-	StepSucceeded   StepState = "Succeeded"
-	StepSkipped     StepState = "Skipped" // its check said it was already done
-	StepFailed      StepState = "Failed"
-	StepRollingBack StepState = "RollingBack"
-	StepRolledBack  StepState = "RolledBack"
+	StepStatePending     StepState = "Pending"
+	StepStateRunning     StepState = "Running" // started, not known to have finished
+	StepStateSucceeded   StepState = "Succeeded"
+	StepStateSkipped     StepState = "Skipped" // its check said it was already done
+	StepStateFailed      StepState = "Failed"
+	StepStateRollingBack StepState = "RollingBack"
+	StepStateRolledBack  StepState = "RolledBack"
 )
 
 func (s StepState) known() bool {
 	switch s {
-	case StepPending, StepRunning, StepSucceeded, StepSkipped, StepFailed, StepRollingBack, StepRolledBack:
+	case StepStatePending, StepStateRunning, StepStateSucceeded, StepStateSkipped, StepStateFailed, StepStateRollingBack, StepStateRolledBack:
 		return true
 	}
 	return false
@@ -47,25 +47,25 @@ type PlanState string
 // terminal: running a plan whose journal is terminal returns the recorded
 // outcome and runs nothing.
 const (
-	PlanRunning        PlanState = "Running"
-	PlanRollingBack    PlanState = "RollingBack"
-	PlanSucceeded      PlanState = "Succeeded"
-	PlanFailed         PlanState = "Failed"
-	PlanRolledBack     PlanState = "RolledBack"
-	PlanNeedsAttention PlanState = "NeedsAttention"
+	PlanStateRunning        PlanState = "Running"
+	PlanStateRollingBack    PlanState = "RollingBack"
+	PlanStateSucceeded      PlanState = "Succeeded"
+	PlanStateFailed         PlanState = "Failed"
+	PlanStateRolledBack     PlanState = "RolledBack"
+	PlanStateNeedsAttention PlanState = "NeedsAttention"
 )
 
 // Terminal reports whether the plan has finished, one way or another.
 func (s PlanState) Terminal() bool {
 	switch s {
-	case PlanSucceeded, PlanFailed, PlanRolledBack, PlanNeedsAttention:
+	case PlanStateSucceeded, PlanStateFailed, PlanStateRolledBack, PlanStateNeedsAttention:
 		return true
 	}
 	return false
 }
 
 func (s PlanState) known() bool {
-	return s.Terminal() || s == PlanRunning || s == PlanRollingBack
+	return s.Terminal() || s == PlanStateRunning || s == PlanStateRollingBack
 }
 
 // StepRecord is the journal entry of one step.
@@ -85,7 +85,7 @@ type StepRecord struct {
 	Started  time.Time `json:"started,omitzero"`
 	Finished time.Time `json:"finished,omitzero"`
 	// RolledBack is when the step's rollback completed (State
-	// StepRolledBack); Started and Finished stay those of its run.
+	// StepStateRolledBack); Started and Finished stay those of its run.
 	RolledBack time.Time `json:"rolledBack,omitzero"`
 }
 
@@ -117,7 +117,7 @@ func (o Outcome) Progress() float64 {
 	}
 	done := 0
 	for _, s := range o.Steps {
-		if s.State == StepSucceeded || s.State == StepSkipped {
+		if s.State == StepStateSucceeded || s.State == StepStateSkipped {
 			done++
 		}
 	}
@@ -148,16 +148,16 @@ type Journal struct {
 // CheckPlanName first, with a name that comes from outside.
 func JournalFileName(planName string) string { return planName + ".journal.json" }
 
-// MaxJournalSize bounds a journal file: ReadJournal refuses a larger one
+// maxJournalSize bounds a journal file: ReadJournal refuses a larger one
 // (ErrJournalTooLarge) and the runner never writes one. A plan of 15 steps
 // that all kept a full 4096-byte output tail (the default
-// WithJournalOutputLimit) takes about 80 KB of JSON, 400 KB when every
+// RunnerOptions.JournalOutputLimit) takes about 80 KB of JSON, 400 KB when every
 // output byte is a control character JSON escapes in 6 bytes.
-const MaxJournalSize = 1 << 20
+const maxJournalSize = 1 << 20
 
 // Errors about the journal file itself, wrapped by a *JournalError.
 var (
-	// ErrJournalTooLarge: the journal file is larger than MaxJournalSize,
+	// ErrJournalTooLarge: the journal file is larger than 1 MiB,
 	// or a journal would be, even with the step outputs it keeps cut.
 	ErrJournalTooLarge = errors.New("journal is too large")
 	// ErrJournalNotRegular: the journal or its lock file is a symbolic
@@ -170,7 +170,7 @@ var (
 // as an error satisfying errors.Is(err, fs.ErrNotExist); an undecodable or
 // inconsistent one as ErrJournalCorrupt; a symbolic link or anything else
 // but a regular file (never followed or read) as ErrJournalNotRegular; one
-// larger than MaxJournalSize (never read whole) as ErrJournalTooLarge.
+// larger than 1 MiB (never read whole) as ErrJournalTooLarge.
 func ReadJournal(path string) (Journal, error) {
 	data, err := readJournalFile(path)
 	if err != nil {
@@ -193,7 +193,7 @@ func ReadJournal(path string) (Journal, error) {
 }
 
 // readJournalFile reads path if it is a regular file of at most
-// MaxJournalSize bytes, without following a symbolic link or blocking on
+// maxJournalSize bytes, without following a symbolic link or blocking on
 // a FIFO.
 func readJournalFile(path string) ([]byte, error) {
 	notRegular := func(mode fs.FileMode) error {
@@ -220,15 +220,15 @@ func readJournalFile(path string) ([]byte, error) {
 	if !fi.Mode().IsRegular() {
 		return nil, notRegular(fi.Mode())
 	}
-	tooLarge := &JournalError{Path: errtext.Quote(path), Err: ErrJournalTooLarge, Detail: fmt.Sprintf("more than %d bytes", MaxJournalSize)}
-	if fi.Size() > MaxJournalSize {
+	tooLarge := &JournalError{Path: errtext.Quote(path), Err: ErrJournalTooLarge, Detail: fmt.Sprintf("more than %d bytes", maxJournalSize)}
+	if fi.Size() > maxJournalSize {
 		return nil, tooLarge
 	}
-	data, err := io.ReadAll(io.LimitReader(f, MaxJournalSize+1))
+	data, err := io.ReadAll(io.LimitReader(f, maxJournalSize+1))
 	if err != nil {
 		return nil, err
 	}
-	if len(data) > MaxJournalSize { // it grew since the Stat
+	if len(data) > maxJournalSize { // it grew since the Stat
 		return nil, tooLarge
 	}
 	return data, nil
@@ -267,8 +267,8 @@ func DecodeJournal(data []byte) (Journal, error) {
 	if _, err := dec.Token(); err != io.EOF {
 		return corrupt("trailing data")
 	}
-	if j.Version != JournalVersion {
-		return corrupt("format version %d, want %d", j.Version, JournalVersion)
+	if j.Version != journalVersion {
+		return corrupt("format version %d, want %d", j.Version, journalVersion)
 	}
 	if j.Fingerprint == "" || j.Plan == "" {
 		return corrupt("missing plan name or fingerprint")
@@ -305,10 +305,10 @@ func DecodeJournal(data []byte) (Journal, error) {
 func checkStepStates(o Outcome) error {
 	var allowed map[StepState]bool
 	switch o.State {
-	case PlanRunning:
-		allowed = map[StepState]bool{StepPending: true, StepRunning: true, StepSucceeded: true, StepSkipped: true}
-	case PlanRollingBack:
-		allowed = map[StepState]bool{StepPending: true, StepSucceeded: true, StepSkipped: true, StepFailed: true, StepRollingBack: true, StepRolledBack: true}
+	case PlanStateRunning:
+		allowed = map[StepState]bool{StepStatePending: true, StepStateRunning: true, StepStateSucceeded: true, StepStateSkipped: true}
+	case PlanStateRollingBack:
+		allowed = map[StepState]bool{StepStatePending: true, StepStateSucceeded: true, StepStateSkipped: true, StepStateFailed: true, StepStateRollingBack: true, StepStateRolledBack: true}
 	default:
 		return nil
 	}
@@ -320,24 +320,24 @@ func checkStepStates(o Outcome) error {
 			return fmt.Errorf("steps[%d] %q is %s while the plan is %s", i, s.Name, s.State, o.State)
 		}
 		count[s.State]++
-		if firstOpen >= 0 && s.State != StepPending {
+		if firstOpen >= 0 && s.State != StepStatePending {
 			return fmt.Errorf("steps[%d] %q is %s after steps[%d] %q, which is %s", i, s.Name, s.State, firstOpen, o.Steps[firstOpen].Name, o.Steps[firstOpen].State)
 		}
-		if s.State == StepPending || s.State == StepRunning {
+		if s.State == StepStatePending || s.State == StepStateRunning {
 			firstOpen = i
 		}
-		if s.State == StepRollingBack {
+		if s.State == StepStateRollingBack {
 			rollingBack = i
 		}
-		if s.State == StepRolledBack && rollingBack < 0 {
+		if s.State == StepStateRolledBack && rollingBack < 0 {
 			for k := i + 1; k < len(o.Steps); k++ {
-				if o.Steps[k].State == StepRollingBack {
-					return fmt.Errorf("steps[%d] %q is %s before steps[%d] %q, which is still %s (rollback runs in reverse order)", i, s.Name, s.State, k, o.Steps[k].Name, StepRollingBack)
+				if o.Steps[k].State == StepStateRollingBack {
+					return fmt.Errorf("steps[%d] %q is %s before steps[%d] %q, which is still %s (rollback runs in reverse order)", i, s.Name, s.State, k, o.Steps[k].Name, StepStateRollingBack)
 				}
 			}
 		}
 	}
-	for _, st := range []StepState{StepRunning, StepFailed, StepRollingBack} {
+	for _, st := range []StepState{StepStateRunning, StepStateFailed, StepStateRollingBack} {
 		if count[st] > 1 {
 			return fmt.Errorf("%d steps are %s; at most one can be", count[st], st)
 		}
@@ -352,8 +352,8 @@ func checkStepStates(o Outcome) error {
 // indenting it cost as much as encoding it (`upgrader status` or jq read
 // it for people).
 //
-// A journal that would be larger than MaxJournalSize (a huge
-// WithJournalOutputLimit) is written with its step outputs cut to shorter
+// A journal that would be larger than 1 MiB (a huge
+// RunnerOptions.JournalOutputLimit) is written with its step outputs cut to shorter
 // tails until it fits, so that the runner can always read back what it
 // wrote; one that does not fit even without them is ErrJournalTooLarge.
 func writeJournal(path string, j Journal) error {
@@ -395,7 +395,7 @@ func writeJournal(path string, j Journal) error {
 	return d.Sync()
 }
 
-// encodeJournal marshals j, newline-terminated, in at most MaxJournalSize
+// encodeJournal marshals j, newline-terminated, in at most maxJournalSize
 // bytes: outputs are cut to their last half, quarter... until it fits.
 func encodeJournal(j Journal) ([]byte, error) {
 	limit := 0
@@ -411,11 +411,11 @@ func encodeJournal(j Journal) ([]byte, error) {
 			return nil, err
 		}
 		data = append(data, '\n')
-		if len(data) <= MaxJournalSize {
+		if len(data) <= maxJournalSize {
 			return data, nil
 		}
 		if limit == 0 {
-			return nil, fmt.Errorf("%w: %d bytes without step outputs, more than %d", ErrJournalTooLarge, len(data), MaxJournalSize)
+			return nil, fmt.Errorf("%w: %d bytes without step outputs, more than %d", ErrJournalTooLarge, len(data), maxJournalSize)
 		}
 		limit /= 2
 		j = cutOutputs(j, limit)

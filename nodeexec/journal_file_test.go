@@ -15,7 +15,7 @@ import (
 // TestReadJournalRefusesWhatIsNotAJournalFile: ReadJournal follows no
 // symbolic link (one to /dev/zero would be read until memory runs out),
 // reads no directory, FIFO or device, and no file larger than
-// MaxJournalSize; each is a typed *JournalError.
+// maxJournalSize; each is a typed *JournalError.
 func TestReadJournalRefusesWhatIsNotAJournalFile(t *testing.T) {
 	dir := t.TempDir()
 	good := filepath.Join(dir, "good.journal.json")
@@ -31,7 +31,7 @@ func TestReadJournalRefusesWhatIsNotAJournalFile(t *testing.T) {
 	fifo := filepath.Join(dir, "fifo.journal.json")
 	require.NoError(t, syscall.Mkfifo(fifo, 0o600))
 	huge := filepath.Join(dir, "huge.journal.json")
-	require.NoError(t, os.WriteFile(huge, []byte(strings.Repeat(" ", MaxJournalSize+1)), 0o600))
+	require.NoError(t, os.WriteFile(huge, []byte(strings.Repeat(" ", maxJournalSize+1)), 0o600))
 
 	for _, tc := range []struct {
 		name, path string
@@ -42,7 +42,7 @@ func TestReadJournalRefusesWhatIsNotAJournalFile(t *testing.T) {
 		{"a directory", t.TempDir(), ErrJournalNotRegular},
 		{"a FIFO", fifo, ErrJournalNotRegular},
 		{"/dev/zero", "/dev/zero", ErrJournalNotRegular},
-		{"more than MaxJournalSize", huge, ErrJournalTooLarge},
+		{"more than maxJournalSize", huge, ErrJournalTooLarge},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := ReadJournal(tc.path)
@@ -81,7 +81,7 @@ func TestJournalLockFollowsNoLink(t *testing.T) {
 }
 
 // TestJournalWriteFitsMaxJournalSize: a journal whose outputs would make it
-// larger than MaxJournalSize (a huge WithJournalOutputLimit) is written
+// larger than maxJournalSize (a huge RunnerOptions.JournalOutputLimit) is written
 // with the outputs cut to their tails, so the runner reads back what it
 // wrote; one too large even without outputs is ErrJournalTooLarge.
 func TestJournalWriteFitsMaxJournalSize(t *testing.T) {
@@ -95,7 +95,7 @@ func TestJournalWriteFitsMaxJournalSize(t *testing.T) {
 	require.NoError(t, writeJournal(path, j))
 	fi, err := os.Stat(path)
 	require.NoError(t, err)
-	require.LessOrEqual(t, fi.Size(), int64(MaxJournalSize))
+	require.LessOrEqual(t, fi.Size(), int64(maxJournalSize))
 	got, err := ReadJournal(path)
 	require.NoError(t, err)
 	for _, s := range got.Steps {
@@ -104,7 +104,7 @@ func TestJournalWriteFitsMaxJournalSize(t *testing.T) {
 	}
 	require.Equal(t, out, j.Steps[0].Output, "the caller's journal is not changed")
 
-	big := newJournal(threeStepPlan(), strings.Repeat("f", MaxJournalSize))
+	big := newJournal(threeStepPlan(), strings.Repeat("f", maxJournalSize))
 	require.ErrorIs(t, writeJournal(path, big), ErrJournalTooLarge)
 	got, err = ReadJournal(path)
 	require.NoError(t, err, "the journal on disk is the previous one")

@@ -81,7 +81,7 @@ func TestRunnerEntersRealNamespaces(t *testing.T) {
 		{Name: "env", Argv: []string{"printenv", "UPGRADEKIT_TEST_VALUE"}, Env: []EnvVar{{Name: "UPGRADEKIT_TEST_VALUE", Value: "a b; $(c)"}}, Idempotent: true},
 		{Name: "in-container", Argv: []string{"hostname"}, InContainer: true, Idempotent: true},
 	}}
-	r := newTestRunner(t, OSExecutor{NsenterPath: nsenterBin}, t.TempDir(), WithTargetPID(pid))
+	r := newTestRunner(t, OSExecutor{NsenterPath: nsenterBin}, t.TempDir(), RunnerOptions{TargetPID: pid})
 	out, err := r.Run(t.Context(), plan)
 	require.NoError(t, err)
 	got := map[string]string{}
@@ -147,12 +147,12 @@ func TestRequiredCapabilitiesAreMinimal(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			run := func(caps []string) Outcome {
 				plan := Plan{Name: "caps", Node: "n", Steps: []Step{{Name: "probe", Argv: []string{"hostname"}, Namespaces: ns, Idempotent: true}}}
-				r := newTestRunner(t, capExecutor(caps), t.TempDir(), WithTargetPID(pid))
+				r := newTestRunner(t, capExecutor(caps), t.TempDir(), RunnerOptions{TargetPID: pid})
 				out, _ := r.Run(t.Context(), plan)
 				return out
 			}
 			out := run(required)
-			require.Equal(t, PlanSucceeded, out.State, "with %v: %+v", required, out.Failure)
+			require.Equal(t, PlanStateSucceeded, out.State, "with %v: %+v", required, out.Failure)
 			if len(ns) == 1 && ns[0] == NamespaceNet {
 				require.NotEqual(t, childHost, strings.TrimSpace(out.Steps[0].Output))
 			} else {
@@ -161,7 +161,7 @@ func TestRequiredCapabilitiesAreMinimal(t *testing.T) {
 			t.Logf("%v: works with exactly %v", ns, required)
 			for _, drop := range required {
 				out := run(without(required, drop))
-				require.Equal(t, PlanFailed, out.State, "dropping %s must break nsenter into %v", drop, ns)
+				require.Equal(t, PlanStateFailed, out.State, "dropping %s must break nsenter into %v", drop, ns)
 				require.NotEqual(t, 0, out.Failure.ExitCode)
 				t.Logf("%v: without %s -> exit %d: %s", ns, drop, out.Failure.ExitCode, strings.TrimSpace(out.Failure.Output))
 			}
@@ -186,7 +186,7 @@ func TestOSExecutorResults(t *testing.T) {
 	require.ErrorContains(t, err, "start")
 
 	_, err = OSExecutor{}.Run(ctx, Command{})
-	require.ErrorIs(t, err, ErrEmptyArgv)
+	require.ErrorIs(t, err, errEmptyArgv)
 
 	// The runner's own environment is not inherited.
 	t.Setenv("UPGRADEKIT_SECRET", "leak")
@@ -241,22 +241,22 @@ func TestRunnerSoftStopLetsTheStepFinish(t *testing.T) {
 		{Name: "first", Argv: []string{"/bin/sh", "-c", `sleep 0.5; touch "$1"`, "sh", marker}, Timeout: time.Minute, Idempotent: true},
 		{Name: "second", Argv: []string{"/bin/true"}, Timeout: time.Minute, Idempotent: true},
 	}}
-	r, err := NewRunner(OSExecutor{}, WithJournalDir(filepath.Join(dir, "journal")), WithDirect(), WithSoftStop(soft))
+	r, err := NewRunner(OSExecutor{}, RunnerOptions{JournalDir: filepath.Join(dir, "journal"), Direct: true, SoftStop: soft})
 	require.NoError(t, err)
 	time.AfterFunc(100*time.Millisecond, stop) // SIGTERM while the first step runs
 	out, err := r.Run(t.Context(), plan)
 	require.ErrorIs(t, err, context.Canceled)
 	require.Contains(t, err.Error(), `before step "second"`)
-	require.Equal(t, PlanRunning, out.State)
-	require.Equal(t, StepSucceeded, out.Steps[0].State, "the step under way finished")
-	require.Equal(t, StepPending, out.Steps[1].State)
+	require.Equal(t, PlanStateRunning, out.State)
+	require.Equal(t, StepStateSucceeded, out.Steps[0].State, "the step under way finished")
+	require.Equal(t, StepStatePending, out.Steps[1].State)
 	_, err = os.Stat(marker)
 	require.NoError(t, err)
 
-	r, err = NewRunner(OSExecutor{}, WithJournalDir(filepath.Join(dir, "journal")), WithDirect())
+	r, err = NewRunner(OSExecutor{}, RunnerOptions{JournalDir: filepath.Join(dir, "journal"), Direct: true})
 	require.NoError(t, err)
 	out, err = r.Run(t.Context(), plan)
 	require.NoError(t, err)
-	require.Equal(t, PlanSucceeded, out.State)
+	require.Equal(t, PlanStateSucceeded, out.State)
 	require.Equal(t, 1, out.Steps[0].Attempts, "the first step did not run again")
 }

@@ -98,20 +98,20 @@ type InterruptPolicy string
 // Interrupt policies. The zero value picks a default: Check when the step
 // has a check argv, Rerun when it is Idempotent, Stop otherwise.
 const (
-	// InterruptDefault derives the policy from the step (see above).
-	InterruptDefault InterruptPolicy = ""
-	// InterruptRerun runs the step again. Only for idempotent steps.
-	InterruptRerun InterruptPolicy = "Rerun"
-	// InterruptCheck runs the check argv: exit 0 means the step completed
+	// InterruptPolicyDefault derives the policy from the step (see above).
+	InterruptPolicyDefault InterruptPolicy = ""
+	// InterruptPolicyRerun runs the step again. Only for idempotent steps.
+	InterruptPolicyRerun InterruptPolicy = "Rerun"
+	// InterruptPolicyCheck runs the check argv: exit 0 means the step completed
 	// before the interruption and it is marked succeeded; any other exit
 	// code means it did not, and it is run again.
-	InterruptCheck InterruptPolicy = "Check"
-	// InterruptRollback runs the step's rollback argv (restoring the
+	InterruptPolicyCheck InterruptPolicy = "Check"
+	// InterruptPolicyRollback runs the step's rollback argv (restoring the
 	// backup taken before the first run) and then runs the step again.
-	InterruptRollback InterruptPolicy = "Rollback"
-	// InterruptStop ends the plan in PlanNeedsAttention without touching
+	InterruptPolicyRollback InterruptPolicy = "Rollback"
+	// InterruptPolicyStop ends the plan in PlanStateNeedsAttention without touching
 	// the host: a human (or a higher-level controller) decides.
-	InterruptStop InterruptPolicy = "Stop"
+	InterruptPolicyStop InterruptPolicy = "Stop"
 )
 
 // Step is one command run on the node.
@@ -143,21 +143,21 @@ type Step struct {
 	// Idempotent declares that running the step twice is safe.
 	Idempotent bool `json:"idempotent,omitempty"`
 	// Check, when set, is run before the step: exit code 0 means "already
-	// done" and the step is skipped. It is also what InterruptCheck runs.
+	// done" and the step is skipped. It is also what InterruptPolicyCheck runs.
 	Check []string `json:"check,omitempty"`
 	// Backup is run once, before the first attempt; the journal records
 	// that it ran so a resumed runner never overwrites a good backup with
 	// half-upgraded state.
 	Backup []string `json:"backup,omitempty"`
 	// Rollback undoes the step (typically restoring Backup). It is used
-	// by InterruptRollback and by plan rollback on failure.
+	// by InterruptPolicyRollback and by plan rollback on failure.
 	Rollback []string `json:"rollback,omitempty"`
 	// OnInterrupt picks the resume behaviour; see InterruptPolicy.
 	OnInterrupt InterruptPolicy `json:"onInterrupt,omitempty"`
 	// NothingToUndo declares that the step leaves nothing a plan rollback
 	// has to undo (a service restart, a verification, a snapshot), so
 	// rollback passes over it. A completed step with neither Rollback nor
-	// NothingToUndo stops a plan rollback in PlanNeedsAttention: undoing
+	// NothingToUndo stops a plan rollback in PlanStateNeedsAttention: undoing
 	// the steps before it would put old components under whatever it
 	// changed (old binaries under an upgraded control plane, say).
 	NothingToUndo bool `json:"nothingToUndo,omitempty"`
@@ -166,16 +166,16 @@ type Step struct {
 // EffectiveInterruptPolicy returns the policy the runner applies, with the
 // defaults resolved.
 func (s Step) EffectiveInterruptPolicy() InterruptPolicy {
-	if s.OnInterrupt != InterruptDefault {
+	if s.OnInterrupt != InterruptPolicyDefault {
 		return s.OnInterrupt
 	}
 	switch {
 	case len(s.Check) > 0:
-		return InterruptCheck
+		return InterruptPolicyCheck
 	case s.Idempotent:
-		return InterruptRerun
+		return InterruptPolicyRerun
 	default:
-		return InterruptStop
+		return InterruptPolicyStop
 	}
 }
 
@@ -217,24 +217,24 @@ type Plan struct {
 	Steps []Step `json:"steps"`
 	// RollbackOnFailure rolls back the failed step and every completed
 	// step, in reverse order, when a step exhausts its retry budget. The
-	// rollback stops in PlanNeedsAttention at a completed step that has
+	// rollback stops in PlanStateNeedsAttention at a completed step that has
 	// no Rollback and does not declare NothingToUndo.
 	RollbackOnFailure bool `json:"rollbackOnFailure,omitempty"`
 }
 
-// CheckPlanName returns a *ValidationError (field "name", ErrInvalidName)
+// CheckPlanName returns a *ValidationError (field "name", errInvalidName)
 // unless name is a valid plan name: a DNS-1123 label, so it is safe as a
 // file name in the journal directory and as part of a pod name.
 func CheckPlanName(name string) error {
 	if msgs := validation.IsDNS1123Label(name); len(msgs) > 0 {
-		return &ValidationError{Field: "name", Err: ErrInvalidName, Detail: fmt.Sprintf("%s: %s", errtext.Quote(name), strings.Join(msgs, "; "))}
+		return &ValidationError{Field: "name", Err: errInvalidName, Detail: fmt.Sprintf("%s: %s", errtext.Quote(name), strings.Join(msgs, "; "))}
 	}
 	return nil
 }
 
 // Validate checks the plan and returns every problem found, joined; each
 // is a *ValidationError that unwraps to ErrInvalidPlan and a specific
-// sentinel (ErrEmptyArgv, ErrUnknownNamespace, ...).
+// sentinel (errEmptyArgv, errUnknownNamespace, ...).
 func (p Plan) Validate() error {
 	var errs []error
 	add := func(field string, sentinel error, detail string, args ...any) {
@@ -244,18 +244,18 @@ func (p Plan) Validate() error {
 		errs = append(errs, err)
 	}
 	if msgs := validation.IsDNS1123Subdomain(p.Node); len(msgs) > 0 {
-		add("node", ErrInvalidName, "%s: %s", errtext.Quote(p.Node), strings.Join(msgs, "; "))
+		add("node", errInvalidName, "%s: %s", errtext.Quote(p.Node), strings.Join(msgs, "; "))
 	}
 	if len(p.Steps) == 0 {
-		add("steps", ErrNoSteps, "")
+		add("steps", errNoSteps, "")
 	}
 	seen := make(map[string]int, len(p.Steps))
 	for i, s := range p.Steps {
 		f := fmt.Sprintf("steps[%d]", i)
 		if msgs := validation.IsDNS1123Label(s.Name); len(msgs) > 0 {
-			add(f+".name", ErrInvalidName, "%q: %s", s.Name, strings.Join(msgs, "; "))
+			add(f+".name", errInvalidName, "%q: %s", s.Name, strings.Join(msgs, "; "))
 		} else if j, dup := seen[s.Name]; dup {
-			add(f+".name", ErrDuplicateStep, "%q also used by steps[%d]", s.Name, j)
+			add(f+".name", errDuplicateStep, "%q also used by steps[%d]", s.Name, j)
 		} else {
 			seen[s.Name] = i
 		}
@@ -266,47 +266,47 @@ func (p Plan) Validate() error {
 		nsSeen := map[Namespace]bool{}
 		for k, n := range s.Namespaces {
 			if !knownNamespace(n) {
-				add(fmt.Sprintf("%s.namespaces[%d]", f, k), ErrUnknownNamespace, "%q (want one of mount, uts, ipc, net, pid)", n)
+				add(fmt.Sprintf("%s.namespaces[%d]", f, k), errUnknownNamespace, "%q (want one of mount, uts, ipc, net, pid)", n)
 			} else if nsSeen[n] {
-				add(fmt.Sprintf("%s.namespaces[%d]", f, k), ErrUnknownNamespace, "%q listed twice", n)
+				add(fmt.Sprintf("%s.namespaces[%d]", f, k), errUnknownNamespace, "%q listed twice", n)
 			}
 			nsSeen[n] = true
 		}
 		if s.NothingToUndo && s.Rollback != nil {
-			add(f+".nothingToUndo", ErrConflictingFields, "a step with a rollback argv has something to undo")
+			add(f+".nothingToUndo", errConflictingFields, "a step with a rollback argv has something to undo")
 		}
 		if s.InContainer && len(s.Namespaces) > 0 {
-			add(f+".namespaces", ErrConflictingFields, "inContainer steps enter no host namespace")
+			add(f+".namespaces", errConflictingFields, "inContainer steps enter no host namespace")
 		}
 		for k, e := range s.Env {
 			if e.Name == "" || strings.ContainsAny(e.Name, "=\x00") || strings.ContainsRune(e.Value, 0) {
-				add(fmt.Sprintf("%s.env[%d]", f, k), ErrInvalidEnv, "%q", e.Name)
+				add(fmt.Sprintf("%s.env[%d]", f, k), errInvalidEnv, "%q", e.Name)
 			}
 		}
 		if s.Timeout < 0 {
-			add(f+".timeout", ErrNegativeDuration, "%v", s.Timeout)
+			add(f+".timeout", errNegativeDuration, "%v", s.Timeout)
 		}
 		if s.Retry.Attempts < 0 {
-			add(f+".retry.attempts", ErrNegativeDuration, "%d", s.Retry.Attempts)
+			add(f+".retry.attempts", errNegativeDuration, "%d", s.Retry.Attempts)
 		}
 		if s.Retry.Backoff < 0 {
-			add(f+".retry.backoff", ErrNegativeDuration, "%v", s.Retry.Backoff)
+			add(f+".retry.backoff", errNegativeDuration, "%v", s.Retry.Backoff)
 		}
 		if s.Retry.MaxBackoff < 0 {
-			add(f+".retry.maxBackoff", ErrNegativeDuration, "%v", s.Retry.MaxBackoff)
+			add(f+".retry.maxBackoff", errNegativeDuration, "%v", s.Retry.MaxBackoff)
 		}
 		switch s.OnInterrupt {
-		case InterruptDefault, InterruptRerun, InterruptStop:
-		case InterruptCheck:
+		case InterruptPolicyDefault, InterruptPolicyRerun, InterruptPolicyStop:
+		case InterruptPolicyCheck:
 			if len(s.Check) == 0 {
-				add(f+".onInterrupt", ErrInvalidPolicy, "Check needs a check argv")
+				add(f+".onInterrupt", errInvalidPolicy, "Check needs a check argv")
 			}
-		case InterruptRollback:
+		case InterruptPolicyRollback:
 			if len(s.Rollback) == 0 {
-				add(f+".onInterrupt", ErrInvalidPolicy, "Rollback needs a rollback argv")
+				add(f+".onInterrupt", errInvalidPolicy, "Rollback needs a rollback argv")
 			}
 		default:
-			add(f+".onInterrupt", ErrInvalidPolicy, "%q", s.OnInterrupt)
+			add(f+".onInterrupt", errInvalidPolicy, "%q", s.OnInterrupt)
 		}
 	}
 	return errors.Join(errtext.Cut(errs)...)
@@ -317,12 +317,12 @@ func validateArgv(field string, argv []string, required bool, add func(string, e
 		return
 	}
 	if len(argv) == 0 || argv[0] == "" {
-		add(field, ErrEmptyArgv, "")
+		add(field, errEmptyArgv, "")
 		return
 	}
 	for i, a := range argv {
 		if strings.ContainsRune(a, 0) {
-			add(fmt.Sprintf("%s[%d]", field, i), ErrInvalidArgv, "")
+			add(fmt.Sprintf("%s[%d]", field, i), errInvalidArgv, "")
 		}
 	}
 }

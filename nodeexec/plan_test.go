@@ -28,29 +28,29 @@ func TestValidate(t *testing.T) {
 		field  string
 	}{
 		{"valid", func(*Plan) {}, nil, ""},
-		{"empty argv", func(p *Plan) { p.Steps[0].Argv = nil }, []error{ErrEmptyArgv}, "steps[0].argv"},
-		{"empty program", func(p *Plan) { p.Steps[0].Argv = []string{"", "x"} }, []error{ErrEmptyArgv}, "steps[0].argv"},
-		{"nul in argv", func(p *Plan) { p.Steps[1].Argv = []string{"echo", "a\x00b"} }, []error{ErrInvalidArgv}, "steps[1].argv[1]"},
-		{"empty check argv", func(p *Plan) { p.Steps[1].Check = []string{} }, []error{ErrEmptyArgv}, "steps[1].check"},
-		{"unknown namespace", func(p *Plan) { p.Steps[0].Namespaces = []Namespace{"mount", "cgroup"} }, []error{ErrUnknownNamespace}, "steps[0].namespaces[1]"},
-		{"namespace twice", func(p *Plan) { p.Steps[0].Namespaces = []Namespace{"uts", "uts"} }, []error{ErrUnknownNamespace}, "steps[0].namespaces[1]"},
-		{"in container with namespaces", func(p *Plan) { p.Steps[0].InContainer = true; p.Steps[0].Namespaces = []Namespace{"uts"} }, []error{ErrConflictingFields}, "steps[0].namespaces"},
-		{"nothing to undo with a rollback", func(p *Plan) { p.Steps[0].NothingToUndo = true; p.Steps[0].Rollback = []string{"r"} }, []error{ErrConflictingFields}, "steps[0].nothingToUndo"},
-		{"negative timeout", func(p *Plan) { p.Steps[0].Timeout = -time.Second }, []error{ErrNegativeDuration}, "steps[0].timeout"},
-		{"negative attempts", func(p *Plan) { p.Steps[0].Retry.Attempts = -1 }, []error{ErrNegativeDuration}, "steps[0].retry.attempts"},
-		{"negative backoff", func(p *Plan) { p.Steps[0].Retry.Backoff = -1 }, []error{ErrNegativeDuration}, "steps[0].retry.backoff"},
-		{"negative max backoff", func(p *Plan) { p.Steps[0].Retry.MaxBackoff = -1 }, []error{ErrNegativeDuration}, "steps[0].retry.maxBackoff"},
-		{"bad step name", func(p *Plan) { p.Steps[0].Name = "Bad_Name" }, []error{ErrInvalidName}, "steps[0].name"},
-		{"duplicate step", func(p *Plan) { p.Steps[1].Name = "a" }, []error{ErrDuplicateStep}, "steps[1].name"},
-		{"bad plan name", func(p *Plan) { p.Name = "" }, []error{ErrInvalidName}, "name"},
-		{"bad node", func(p *Plan) { p.Node = "Node_1" }, []error{ErrInvalidName}, "node"},
-		{"no steps", func(p *Plan) { p.Steps = nil }, []error{ErrNoSteps}, "steps"},
-		{"env with =", func(p *Plan) { p.Steps[0].Env = []EnvVar{{Name: "A=B", Value: "x"}} }, []error{ErrInvalidEnv}, "steps[0].env[0]"},
-		{"empty env name", func(p *Plan) { p.Steps[0].Env = []EnvVar{{Value: "x"}} }, []error{ErrInvalidEnv}, "steps[0].env[0]"},
-		{"check policy without check", func(p *Plan) { p.Steps[0].OnInterrupt = InterruptCheck }, []error{ErrInvalidPolicy}, "steps[0].onInterrupt"},
-		{"rollback policy without rollback", func(p *Plan) { p.Steps[0].OnInterrupt = InterruptRollback }, []error{ErrInvalidPolicy}, "steps[0].onInterrupt"},
-		{"unknown policy", func(p *Plan) { p.Steps[0].OnInterrupt = "Pray" }, []error{ErrInvalidPolicy}, "steps[0].onInterrupt"},
-		{"two problems", func(p *Plan) { p.Steps[0].Argv = nil; p.Steps[1].Timeout = -1 }, []error{ErrEmptyArgv, ErrNegativeDuration}, "steps[0].argv"},
+		{"empty argv", func(p *Plan) { p.Steps[0].Argv = nil }, []error{errEmptyArgv}, "steps[0].argv"},
+		{"empty program", func(p *Plan) { p.Steps[0].Argv = []string{"", "x"} }, []error{errEmptyArgv}, "steps[0].argv"},
+		{"nul in argv", func(p *Plan) { p.Steps[1].Argv = []string{"echo", "a\x00b"} }, []error{errInvalidArgv}, "steps[1].argv[1]"},
+		{"empty check argv", func(p *Plan) { p.Steps[1].Check = []string{} }, []error{errEmptyArgv}, "steps[1].check"},
+		{"unknown namespace", func(p *Plan) { p.Steps[0].Namespaces = []Namespace{"mount", "cgroup"} }, []error{errUnknownNamespace}, "steps[0].namespaces[1]"},
+		{"namespace twice", func(p *Plan) { p.Steps[0].Namespaces = []Namespace{"uts", "uts"} }, []error{errUnknownNamespace}, "steps[0].namespaces[1]"},
+		{"in container with namespaces", func(p *Plan) { p.Steps[0].InContainer = true; p.Steps[0].Namespaces = []Namespace{"uts"} }, []error{errConflictingFields}, "steps[0].namespaces"},
+		{"nothing to undo with a rollback", func(p *Plan) { p.Steps[0].NothingToUndo = true; p.Steps[0].Rollback = []string{"r"} }, []error{errConflictingFields}, "steps[0].nothingToUndo"},
+		{"negative timeout", func(p *Plan) { p.Steps[0].Timeout = -time.Second }, []error{errNegativeDuration}, "steps[0].timeout"},
+		{"negative attempts", func(p *Plan) { p.Steps[0].Retry.Attempts = -1 }, []error{errNegativeDuration}, "steps[0].retry.attempts"},
+		{"negative backoff", func(p *Plan) { p.Steps[0].Retry.Backoff = -1 }, []error{errNegativeDuration}, "steps[0].retry.backoff"},
+		{"negative max backoff", func(p *Plan) { p.Steps[0].Retry.MaxBackoff = -1 }, []error{errNegativeDuration}, "steps[0].retry.maxBackoff"},
+		{"bad step name", func(p *Plan) { p.Steps[0].Name = "Bad_Name" }, []error{errInvalidName}, "steps[0].name"},
+		{"duplicate step", func(p *Plan) { p.Steps[1].Name = "a" }, []error{errDuplicateStep}, "steps[1].name"},
+		{"bad plan name", func(p *Plan) { p.Name = "" }, []error{errInvalidName}, "name"},
+		{"bad node", func(p *Plan) { p.Node = "Node_1" }, []error{errInvalidName}, "node"},
+		{"no steps", func(p *Plan) { p.Steps = nil }, []error{errNoSteps}, "steps"},
+		{"env with =", func(p *Plan) { p.Steps[0].Env = []EnvVar{{Name: "A=B", Value: "x"}} }, []error{errInvalidEnv}, "steps[0].env[0]"},
+		{"empty env name", func(p *Plan) { p.Steps[0].Env = []EnvVar{{Value: "x"}} }, []error{errInvalidEnv}, "steps[0].env[0]"},
+		{"check policy without check", func(p *Plan) { p.Steps[0].OnInterrupt = InterruptPolicyCheck }, []error{errInvalidPolicy}, "steps[0].onInterrupt"},
+		{"rollback policy without rollback", func(p *Plan) { p.Steps[0].OnInterrupt = InterruptPolicyRollback }, []error{errInvalidPolicy}, "steps[0].onInterrupt"},
+		{"unknown policy", func(p *Plan) { p.Steps[0].OnInterrupt = "Pray" }, []error{errInvalidPolicy}, "steps[0].onInterrupt"},
+		{"two problems", func(p *Plan) { p.Steps[0].Argv = nil; p.Steps[1].Timeout = -1 }, []error{errEmptyArgv, errNegativeDuration}, "steps[0].argv"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -76,13 +76,13 @@ func TestValidate(t *testing.T) {
 
 func TestEffectiveDefaults(t *testing.T) {
 	s := Step{Name: "x", Argv: []string{"x"}}
-	require.Equal(t, InterruptStop, s.EffectiveInterruptPolicy())
+	require.Equal(t, InterruptPolicyStop, s.EffectiveInterruptPolicy())
 	s.Idempotent = true
-	require.Equal(t, InterruptRerun, s.EffectiveInterruptPolicy())
+	require.Equal(t, InterruptPolicyRerun, s.EffectiveInterruptPolicy())
 	s.Check = []string{"c"}
-	require.Equal(t, InterruptCheck, s.EffectiveInterruptPolicy())
-	s.OnInterrupt = InterruptStop
-	require.Equal(t, InterruptStop, s.EffectiveInterruptPolicy())
+	require.Equal(t, InterruptPolicyCheck, s.EffectiveInterruptPolicy())
+	s.OnInterrupt = InterruptPolicyStop
+	require.Equal(t, InterruptPolicyStop, s.EffectiveInterruptPolicy())
 
 	require.Equal(t, DefaultNamespaces(), s.EffectiveNamespaces())
 	s.Namespaces = []Namespace{NamespacePID, NamespaceMount, NamespaceNet}
@@ -123,12 +123,12 @@ func TestEncodeDecodePlan(t *testing.T) {
 	require.ErrorContains(t, err, "trailing data")
 	require.ErrorIs(t, err, ErrMalformed)
 	_, err = DecodePlan([]byte(`{"name":"x","node":"n","steps":[{"name":"a","argv":[]}]}`))
-	require.ErrorIs(t, err, ErrEmptyArgv)
+	require.ErrorIs(t, err, errEmptyArgv)
 
 	bad := validPlan()
 	bad.Steps[0].Argv = nil
 	_, err = EncodePlan(bad)
-	require.ErrorIs(t, err, ErrEmptyArgv)
+	require.ErrorIs(t, err, errEmptyArgv)
 }
 
 func TestFingerprintChangesWithContent(t *testing.T) {
@@ -170,7 +170,7 @@ func TestFromEnv(t *testing.T) {
 	require.Equal(t, "/j", cfg.JournalDir)
 	require.Equal(t, 42, cfg.TargetPID)
 	require.Equal(t, "/bin/nsenter", cfg.Executor().NsenterPath)
-	require.Len(t, cfg.RunnerOptions(), 4)
+	require.Equal(t, RunnerOptions{JournalDir: "/j", TargetPID: 42}, cfg.RunnerOptions())
 
 	_, err = FromEnv(func(string) string { return "" })
 	require.ErrorIs(t, err, ErrMissingEnv)

@@ -38,23 +38,23 @@ func TestRollbackOnRequest(t *testing.T) {
 		{
 			name:       "succeeded plan: every step undone in reverse order",
 			wantCalls:  []string{"three/rollback", "two/rollback", "one/rollback"},
-			wantStates: []StepState{StepRolledBack, StepRolledBack, StepRolledBack},
-			wantState:  PlanRolledBack,
+			wantStates: []StepState{StepStateRolledBack, StepStateRolledBack, StepStateRolledBack},
+			wantState:  PlanStateRolledBack,
 		},
 		{
 			name:        "failed plan: the failed step and the ones before it",
 			exits:       map[string][]int{"two/run": {1}},
 			wantCalls:   []string{"two/rollback", "one/rollback"},
-			wantStates:  []StepState{StepRolledBack, StepRolledBack, StepPending},
-			wantState:   PlanRolledBack,
+			wantStates:  []StepState{StepStateRolledBack, StepStateRolledBack, StepStatePending},
+			wantState:   PlanStateRolledBack,
 			wantFailure: "two",
 		},
 		{
 			name:        "failed backup: nothing to restore for that step",
 			exits:       map[string][]int{"three/backup": {2}},
 			wantCalls:   []string{"two/rollback", "one/rollback"},
-			wantStates:  []StepState{StepRolledBack, StepRolledBack, StepFailed},
-			wantState:   PlanRolledBack,
+			wantStates:  []StepState{StepStateRolledBack, StepStateRolledBack, StepStateFailed},
+			wantState:   PlanStateRolledBack,
 			wantFailure: "three",
 		},
 		{
@@ -62,22 +62,22 @@ func TestRollbackOnRequest(t *testing.T) {
 			plan:       func(p *Plan) { p.Steps[1].Check = []string{"is-done"} },
 			exits:      map[string][]int{"two/check": {0}},
 			wantCalls:  []string{"three/rollback", "one/rollback"},
-			wantStates: []StepState{StepRolledBack, StepSkipped, StepRolledBack},
-			wantState:  PlanRolledBack,
+			wantStates: []StepState{StepStateRolledBack, StepStateSkipped, StepStateRolledBack},
+			wantState:  PlanStateRolledBack,
 		},
 		{
 			name:       "NothingToUndo steps are passed over",
 			plan:       func(p *Plan) { p.Steps[1].Rollback, p.Steps[1].NothingToUndo = nil, true },
 			wantCalls:  []string{"three/rollback", "one/rollback"},
-			wantStates: []StepState{StepRolledBack, StepSucceeded, StepRolledBack},
-			wantState:  PlanRolledBack,
+			wantStates: []StepState{StepStateRolledBack, StepStateSucceeded, StepStateRolledBack},
+			wantState:  PlanStateRolledBack,
 		},
 		{
 			name:        "a completed step that cannot be undone stops the rollback",
 			plan:        func(p *Plan) { p.Steps[1].Rollback = nil },
 			wantCalls:   []string{"three/rollback"},
-			wantStates:  []StepState{StepSucceeded, StepSucceeded, StepRolledBack},
-			wantState:   PlanNeedsAttention,
+			wantStates:  []StepState{StepStateSucceeded, StepStateSucceeded, StepStateRolledBack},
+			wantState:   PlanStateNeedsAttention,
 			wantErr:     ErrNeedsAttention,
 			wantFailure: "two",
 			wantError:   "the rollback was requested while the plan was Succeeded",
@@ -86,8 +86,8 @@ func TestRollbackOnRequest(t *testing.T) {
 			name:        "already rolled back on failure: nothing runs twice",
 			plan:        func(p *Plan) { p.RollbackOnFailure = true },
 			exits:       map[string][]int{"three/run": {1}},
-			wantStates:  []StepState{StepRolledBack, StepRolledBack, StepRolledBack},
-			wantState:   PlanRolledBack,
+			wantStates:  []StepState{StepStateRolledBack, StepStateRolledBack, StepStateRolledBack},
+			wantState:   PlanStateRolledBack,
 			wantFailure: "three",
 		},
 		{
@@ -95,8 +95,8 @@ func TestRollbackOnRequest(t *testing.T) {
 			plan:        func(p *Plan) { p.RollbackOnFailure = true },
 			exits:       map[string][]int{"three/run": {1}, "two/rollback": {9, 0}},
 			wantCalls:   []string{"two/rollback", "one/rollback"},
-			wantStates:  []StepState{StepRolledBack, StepRolledBack, StepRolledBack},
-			wantState:   PlanRolledBack,
+			wantStates:  []StepState{StepStateRolledBack, StepStateRolledBack, StepStateRolledBack},
+			wantState:   PlanStateRolledBack,
 			wantFailure: "two",
 		},
 		{
@@ -108,8 +108,8 @@ func TestRollbackOnRequest(t *testing.T) {
 				require.ErrorIs(t, err, ErrNeedsAttention)
 			},
 			wantCalls:   []string{"two/rollback", "one/rollback"},
-			wantStates:  []StepState{StepRolledBack, StepRolledBack, StepPending},
-			wantState:   PlanRolledBack,
+			wantStates:  []StepState{StepStateRolledBack, StepStateRolledBack, StepStatePending},
+			wantState:   PlanStateRolledBack,
 			wantFailure: "two",
 		},
 		{
@@ -118,18 +118,18 @@ func TestRollbackOnRequest(t *testing.T) {
 				interruptAt(t, r, h, p, "three/run")
 			},
 			wantCalls:  []string{"three/rollback", "two/rollback", "one/rollback"},
-			wantStates: []StepState{StepRolledBack, StepRolledBack, StepRolledBack},
-			wantState:  PlanRolledBack,
+			wantStates: []StepState{StepStateRolledBack, StepStateRolledBack, StepStateRolledBack},
+			wantState:  PlanStateRolledBack,
 		},
 		{
 			name: "stopped after a step, between two init containers",
 			prepare: func(t *testing.T, r *Runner, h *scriptedHost, p Plan) {
-				_, err := newTestRunner(t, h, r.dir, WithStopAfter("one")).Run(t.Context(), p)
+				_, err := newTestRunner(t, h, r.dir, RunnerOptions{StopAfter: "one"}).Run(t.Context(), p)
 				require.NoError(t, err)
 			},
 			wantCalls:  []string{"one/rollback"},
-			wantStates: []StepState{StepRolledBack, StepPending, StepPending},
-			wantState:  PlanRolledBack,
+			wantStates: []StepState{StepStateRolledBack, StepStatePending, StepStatePending},
+			wantState:  PlanStateRolledBack,
 		},
 	}
 	for _, tt := range tests {
@@ -162,7 +162,7 @@ func TestRollbackOnRequest(t *testing.T) {
 			require.Equal(t, tt.wantStates, states(out))
 			for _, st := range out.Steps {
 				// When a step was rolled back is recorded, and only then.
-				require.Equal(t, st.State == StepRolledBack, !st.RolledBack.IsZero(), "step %s (%s): RolledBack %v", st.Name, st.State, st.RolledBack)
+				require.Equal(t, st.State == StepStateRolledBack, !st.RolledBack.IsZero(), "step %s (%s): RolledBack %v", st.Name, st.State, st.RolledBack)
 			}
 			require.Equal(t, tt.wantState, out.State)
 			if tt.wantFailure == "" {
@@ -217,7 +217,7 @@ func TestRequestedRollbackFailsThenIsRetried(t *testing.T) {
 	out, err := r.Rollback(t.Context(), p)
 	require.ErrorIs(t, err, ErrNeedsAttention)
 	require.Equal(t, []string{"three/rollback", "two/rollback"}, h.Calls(), "one is not rolled back under a step that is still upgraded")
-	require.Equal(t, []StepState{StepSucceeded, StepRollingBack, StepRolledBack}, states(out))
+	require.Equal(t, []StepState{StepStateSucceeded, StepStateRollingBack, StepStateRolledBack}, states(out))
 	require.Equal(t, Failure{Step: "two", Phase: PhaseRollback, ExitCode: 9, Output: "two/rollback output",
 		Error: "requested rollback of the Succeeded plan failed", Attempts: 1}, *out.Failure)
 
@@ -226,7 +226,7 @@ func TestRequestedRollbackFailsThenIsRetried(t *testing.T) {
 	out, err = r.Rollback(t.Context(), p)
 	require.NoError(t, err)
 	require.Equal(t, []string{"two/rollback", "one/rollback"}, h.Calls())
-	require.Equal(t, PlanRolledBack, out.State)
+	require.Equal(t, PlanStateRolledBack, out.State)
 }
 
 // interruptRollbackAt starts Rollback, waits until the host runs at (which
@@ -264,8 +264,8 @@ func TestRequestedRollbackResumesAfterCrash(t *testing.T) {
 			interruptRollbackAt(t, r, h, p, "two/rollback")
 			j, err := ReadJournal(journalPath(t, r, p.Name))
 			require.NoError(t, err)
-			require.Equal(t, PlanRollingBack, j.State)
-			require.Equal(t, []StepState{StepSucceeded, StepRollingBack, StepRolledBack}, states(j.Outcome))
+			require.Equal(t, PlanStateRollingBack, j.State)
+			require.Equal(t, []StepState{StepStateSucceeded, StepStateRollingBack, StepStateRolledBack}, states(j.Outcome))
 
 			out, err := resume(newTestRunner(t, h, r.dir), t.Context(), p)
 			if name == "Run" {
@@ -274,7 +274,7 @@ func TestRequestedRollbackResumesAfterCrash(t *testing.T) {
 				require.NoError(t, err)
 			}
 			require.Equal(t, []string{"two/rollback", "one/rollback"}, h.Calls(), "three is not undone twice; two is redone")
-			require.Equal(t, PlanRolledBack, out.State)
+			require.Equal(t, PlanStateRolledBack, out.State)
 			require.Equal(t, 3, out.Runs, "run, rollback, resume")
 		})
 	}
@@ -336,8 +336,8 @@ func TestRollbackRefusals(t *testing.T) {
 			setup: func(t *testing.T, dir string) Plan {
 				p := threeStepPlan()
 				j := newJournal(p, p.Fingerprint())
-				j.State = PlanNeedsAttention
-				j.Steps[0].State, j.Steps[1].State = StepRunning, StepRunning
+				j.State = PlanStateNeedsAttention
+				j.Steps[0].State, j.Steps[1].State = StepStateRunning, StepStateRunning
 				b, err := json.Marshal(j)
 				require.NoError(t, err)
 				require.NoError(t, os.WriteFile(filepath.Join(dir, JournalFileName("p")), b, 0o600))
@@ -353,7 +353,7 @@ func TestRollbackRefusals(t *testing.T) {
 				p.Steps[2].Rollback = []string{""}
 				return p
 			},
-			want: []error{ErrInvalidPlan, ErrEmptyArgv},
+			want: []error{ErrInvalidPlan, errEmptyArgv},
 		},
 		{
 			name: "context already cancelled",
@@ -419,8 +419,8 @@ func FuzzRollback(f *testing.F) {
 	f.Add(uint8(0), uint8(2), uint8(1), uint8(0), uint8(0b001), uint8(0), uint8(0)) // Running, runner died
 	f.Add(uint8(5), uint8(1), uint8(1), uint8(0), uint8(0), uint8(0), uint8(0))     // contradictory
 	f.Add(uint8(4), uint8(6), uint8(6), uint8(6), uint8(0b111), uint8(0), uint8(0)) // RolledBack
-	planStates := []PlanState{PlanRunning, PlanRollingBack, PlanSucceeded, PlanFailed, PlanRolledBack, PlanNeedsAttention}
-	stepStates := []StepState{StepPending, StepRunning, StepSucceeded, StepSkipped, StepFailed, StepRollingBack, StepRolledBack}
+	planStates := []PlanState{PlanStateRunning, PlanStateRollingBack, PlanStateSucceeded, PlanStateFailed, PlanStateRolledBack, PlanStateNeedsAttention}
+	stepStates := []StepState{StepStatePending, StepStateRunning, StepStateSucceeded, StepStateSkipped, StepStateFailed, StepStateRollingBack, StepStateRolledBack}
 	f.Fuzz(func(t *testing.T, ps, s0, s1, s2, backups, noRollback, nothingToUndo uint8) {
 		p := threeStepPlan()
 		for i := range p.Steps {
@@ -444,7 +444,7 @@ func FuzzRollback(f *testing.F) {
 			t.Fatal(err)
 		}
 		h := &scriptedHost{}
-		r, err := NewRunner(h, WithJournalDir(dir))
+		r, err := NewRunner(h, RunnerOptions{JournalDir: dir})
 		require.NoError(t, err)
 
 		out, err := r.Rollback(context.Background(), p)
@@ -452,7 +452,7 @@ func FuzzRollback(f *testing.F) {
 		var pe *PlanError
 		switch {
 		case err == nil:
-			require.Equal(t, PlanRolledBack, out.State)
+			require.Equal(t, PlanStateRolledBack, out.State)
 		case errors.Is(err, ErrJournalCorrupt):
 			require.Empty(t, calls)
 			after, rerr := os.ReadFile(path)
@@ -464,7 +464,7 @@ func FuzzRollback(f *testing.F) {
 			// stops the rollback.
 			k := slices.IndexFunc(p.Steps, func(s Step) bool { return s.Name == out.Failure.Step })
 			require.GreaterOrEqual(t, k, 0)
-			require.Equal(t, StepSucceeded, in[k])
+			require.Equal(t, StepStateSucceeded, in[k])
 			require.Nil(t, p.Steps[k].Rollback)
 			require.False(t, p.Steps[k].NothingToUndo)
 		default:
@@ -477,8 +477,8 @@ func FuzzRollback(f *testing.F) {
 			k := slices.IndexFunc(p.Steps, func(s Step) bool { return s.Name == step })
 			require.Less(t, k, last, "rollbacks run newest first, each once: %v", calls)
 			last = k
-			require.Contains(t, []StepState{StepRunning, StepSucceeded, StepFailed, StepRollingBack}, in[k], "only steps that ran are undone: %v from %v", calls, in)
-			require.Equal(t, StepRolledBack, out.Steps[k].State)
+			require.Contains(t, []StepState{StepStateRunning, StepStateSucceeded, StepStateFailed, StepStateRollingBack}, in[k], "only steps that ran are undone: %v from %v", calls, in)
+			require.Equal(t, StepStateRolledBack, out.Steps[k].State)
 		}
 		onDisk, err := ReadJournal(path)
 		require.NoError(t, err)

@@ -13,11 +13,6 @@ import (
 	"k8s.io/utils/clock"
 )
 
-// DefaultJournalDir is where the runner keeps journals when no directory
-// is configured. The pod builder mounts the staging hostPath there, so the
-// journal lives on the host and survives pod restarts.
-const DefaultJournalDir = "/var/lib/upgradekit/journal"
-
 // Runner executes plans step by step, journaling every state change to a
 // file before and after it happens, so that a runner restarted after a
 // crash resumes where the previous one stopped.
@@ -26,7 +21,7 @@ const DefaultJournalDir = "/var/lib/upgradekit/journal"
 //   - a step recorded as Succeeded or Skipped is never run again;
 //   - a step recorded as Running (started, outcome unknown) is handled by
 //     its InterruptPolicy: re-run, check, roll back and re-run, or stop in
-//     PlanNeedsAttention;
+//     PlanStateNeedsAttention;
 //   - a backup is taken at most once, before the first attempt;
 //   - a plan whose journal is terminal is not run again: Run returns the
 //     recorded outcome.
@@ -52,88 +47,31 @@ type Runner struct {
 	softStop    context.Context
 }
 
-// RunnerOption configures a Runner.
-type RunnerOption func(*Runner)
-
-// WithJournalDir sets the directory that holds journals (created 0700 if
-// missing). Default DefaultJournalDir.
-func WithJournalDir(dir string) RunnerOption { return func(r *Runner) { r.dir = dir } }
-
-// WithTargetPID sets the process whose namespaces steps enter; default 1
-// (the host's init, visible when the pod runs with hostPID).
-func WithTargetPID(pid int) RunnerOption { return func(r *Runner) { r.pid = pid } }
-
-// WithDirect runs every step without nsenter, for a runner that already
-// runs on the host (a systemd unit, an SSH session, tests).
-func WithDirect() RunnerOption { return func(r *Runner) { r.direct = true } }
-
-// WithLogger sets the logger; default logr.Discard().
-func WithLogger(l logr.Logger) RunnerOption { return func(r *Runner) { r.log = l } }
-
-// WithClock sets the clock used for backoff waits and journal timestamps.
-func WithClock(c clock.Clock) RunnerOption { return func(r *Runner) { r.clock = c } }
-
-// WithJournalOutputLimit sets how many trailing output bytes of each step
-// the journal keeps (default 4096; the full bounded output is in the
-// Executor's Result and the logs).
-func WithJournalOutputLimit(n int) RunnerOption { return func(r *Runner) { r.outputLimit = n } }
-
-// WithMaxResumes bounds how often one step may be found interrupted before
-// the plan stops in PlanNeedsAttention, so a step that kills its own runner
-// (for example by restarting the container runtime the pod runs on) cannot
-// loop forever. Default 3.
-func WithMaxResumes(n int) RunnerOption { return func(r *Runner) { r.maxResumes = n } }
-
-// WithProgress registers a function called with a copy of the outcome
-// after every journal write (for status reporting).
-func WithProgress(f func(Outcome)) RunnerOption { return func(r *Runner) { r.progress = f } }
-
-// WithStopAfter makes Run return after the named step completes, leaving
-// the plan Running in the journal (Run returns a nil error and the
-// non-terminal outcome). The pod builder uses it to give every step its own
-// init container while keeping the journal's guarantees: each container
-// runs the plan up to its step, skipping what earlier ones completed.
-func WithStopAfter(step string) RunnerOption { return func(r *Runner) { r.stopAfter = step } }
-
-// WithSoftStop makes Run stop before starting the next step once stop is
-// done, while the step under way (and a rollback under way) keeps running
-// under Run's own context. Run then returns an error wrapping
-// context.Canceled, the plan stays Running in the journal, and the next
-// Run continues with the step that did not start. A runner in a pod wires
-// SIGTERM to stop and cancels Run's context only after a grace period, so
-// that pod deletion does not kill `kubeadm upgrade apply` mid-way when it
-// could finish.
-func WithSoftStop(stop context.Context) RunnerOption { return func(r *Runner) { r.softStop = stop } }
-
-// NewRunner returns a Runner that executes commands through exec.
-func NewRunner(exec Executor, opts ...RunnerOption) (*Runner, error) {
-	r := &Runner{
-		exec:        exec,
-		dir:         DefaultJournalDir,
-		pid:         1,
-		log:         logr.Discard(),
-		clock:       clock.RealClock{},
-		outputLimit: 4096,
-		maxResumes:  3,
-	}
-	for _, o := range opts {
-		if o != nil {
-			o(r)
-		}
-	}
-	switch {
-	case exec == nil:
+// NewRunner returns a Runner that executes commands through exec,
+// configured by opts (RunnerOptions{} for the defaults). A nil exec or an
+// unusable option is an error wrapping ErrInvalidOption that names it.
+func NewRunner(exec Executor, opts RunnerOptions) (*Runner, error) {
+	if exec == nil {
 		return nil, fmt.Errorf("nodeexec: NewRunner: nil Executor: %w", ErrInvalidOption)
-	case r.dir == "":
-		return nil, fmt.Errorf("nodeexec: NewRunner: empty journal directory: %w", ErrInvalidOption)
-	case r.pid < 1:
-		return nil, fmt.Errorf("nodeexec: NewRunner: target PID %d: must be >= 1: %w", r.pid, ErrInvalidOption)
-	case r.outputLimit < 0 || r.maxResumes < 0:
-		return nil, fmt.Errorf("nodeexec: NewRunner: %w", ErrNegativeDuration)
-	case r.clock == nil:
-		return nil, fmt.Errorf("nodeexec: NewRunner: nil clock: %w", ErrInvalidOption)
 	}
-	return r, nil
+	o, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	return &Runner{
+		exec:        exec,
+		dir:         o.JournalDir,
+		pid:         o.TargetPID,
+		direct:      o.Direct,
+		log:         o.Logger,
+		clock:       o.Clock,
+		outputLimit: o.JournalOutputLimit,
+		maxResumes:  o.MaxResumes,
+		progress:    o.Progress,
+		stopAfter:   o.StopAfter,
+		summaryFile: o.SummaryFile,
+		softStop:    o.SoftStop,
+	}, nil
 }
 
 // JournalPath returns where the journal of the named plan lives. A name
@@ -197,7 +135,7 @@ func (r *Runner) Run(ctx context.Context, plan Plan) (Outcome, error) {
 			}
 		}
 		if stopAt < 0 {
-			return Outcome{}, &ValidationError{Field: "stopAfter", Err: ErrInvalidName, Detail: fmt.Sprintf("plan has no step %q", r.stopAfter)}
+			return Outcome{}, &ValidationError{Field: "stopAfter", Err: errInvalidName, Detail: fmt.Sprintf("plan has no step %q", r.stopAfter)}
 		}
 	}
 	if err := os.MkdirAll(r.dir, 0o700); err != nil {
@@ -228,13 +166,13 @@ func (r *Runner) Run(ctx context.Context, plan Plan) (Outcome, error) {
 	}
 	log.Info("plan started", "run", j.Runs, "journal", path)
 
-	if j.State == PlanRollingBack {
+	if j.State == PlanStateRollingBack {
 		if err := s.rollback(ctx); err != nil {
 			return j.Outcome.clone(), err
 		}
 	}
 	for i := 0; i <= stopAt && !j.State.Terminal(); i++ {
-		if r.softStop != nil && r.softStop.Err() != nil && j.Steps[i].State == StepPending {
+		if r.softStop != nil && r.softStop.Err() != nil && j.Steps[i].State == StepStatePending {
 			log.Info("stop requested; not starting the next step", "step", plan.Steps[i].Name)
 			return j.Outcome.clone(), fmt.Errorf("nodeexec: interrupted before step %q: %w", plan.Steps[i].Name, context.Canceled)
 		}
@@ -247,7 +185,7 @@ func (r *Runner) Run(ctx context.Context, plan Plan) (Outcome, error) {
 		return j.Outcome.clone(), nil
 	}
 	if !j.State.Terminal() {
-		j.State = PlanSucceeded
+		j.State = PlanStateSucceeded
 		if err := s.persist(); err != nil {
 			return j.Outcome.clone(), err
 		}
@@ -313,7 +251,7 @@ func journalMatches(path string, j Journal, plan Plan) error {
 //     (there is nothing to restore), as are Skipped and Pending steps and
 //     steps that declare NothingToUndo;
 //   - a completed step with neither a Rollback argv nor NothingToUndo
-//     stops the rollback in PlanNeedsAttention, leaving the steps before
+//     stops the rollback in PlanStateNeedsAttention, leaving the steps before
 //     it as they are;
 //   - every transition is journaled before the command runs, so a
 //     rollback interrupted by a crash or a cancelled context is resumed by
@@ -323,8 +261,8 @@ func journalMatches(path string, j Journal, plan Plan) error {
 //   - a plan already RolledBack runs nothing and returns its outcome.
 //
 // Rollback returns the outcome and a nil error when the plan ends
-// PlanRolledBack; a *PlanError wrapping ErrNeedsAttention when it stops in
-// PlanNeedsAttention (Rollback may be called again once the cause is
+// PlanStateRolledBack; a *PlanError wrapping ErrNeedsAttention when it stops in
+// PlanStateNeedsAttention (Rollback may be called again once the cause is
 // fixed: it retries the rollback that failed). It refuses, running nothing
 // and leaving the journal untouched, with a *JournalError wrapping:
 //
@@ -338,7 +276,7 @@ func journalMatches(path string, j Journal, plan Plan) error {
 //   - ErrJournalCorrupt when the journal cannot be decoded or its step
 //     states contradict each other.
 //
-// The runner's WithStopAfter setting does not apply to Rollback. After a
+// The runner's RunnerOptions.StopAfter does not apply to Rollback. After a
 // rollback, Run returns the RolledBack outcome until Reset is called.
 func (r *Runner) Rollback(ctx context.Context, plan Plan) (Outcome, error) {
 	if err := plan.Validate(); err != nil {
@@ -366,21 +304,21 @@ func (r *Runner) Rollback(ctx context.Context, plan Plan) (Outcome, error) {
 	log := r.log.WithValues("plan", plan.Name, "node", plan.Node)
 	s := &session{r: r, plan: plan, j: &j, path: path, log: log}
 	switch j.State {
-	case PlanRolledBack:
+	case PlanStateRolledBack:
 		log.Info("plan already rolled back; nothing to undo")
 		r.writeSummary(j.Outcome)
 		return j.Outcome.clone(), nil
-	case PlanRollingBack:
+	case PlanStateRollingBack:
 		log.Info("resuming an interrupted rollback")
 	default:
 		s.requestedFrom = j.State
 		for i := range j.Steps {
-			if j.Steps[i].State == StepRunning {
-				j.Steps[i].State = StepFailed
+			if j.Steps[i].State == StepStateRunning {
+				j.Steps[i].State = StepStateFailed
 				j.Steps[i].Note = "interrupted while running; rolled back as a failed step"
 			}
 		}
-		j.State = PlanRollingBack
+		j.State = PlanStateRollingBack
 		// Terminal journals are not checked when read (they are only
 		// reported); this one is about to be acted on.
 		if err := checkStepStates(j.Outcome); err != nil {
@@ -396,23 +334,23 @@ func (r *Runner) Rollback(ctx context.Context, plan Plan) (Outcome, error) {
 		return j.Outcome.clone(), err
 	}
 	log.Info("rollback finished", "state", j.State)
-	if j.State == PlanRolledBack {
+	if j.State == PlanStateRolledBack {
 		return j.Outcome.clone(), nil
 	}
 	return j.Outcome.clone(), terminalError(j.Outcome)
 }
 
 func newJournal(plan Plan, fp string) Journal {
-	j := Journal{Version: JournalVersion, Fingerprint: fp, Outcome: Outcome{Plan: plan.Name, Node: plan.Node, State: PlanRunning}}
+	j := Journal{Version: journalVersion, Fingerprint: fp, Outcome: Outcome{Plan: plan.Name, Node: plan.Node, State: PlanStateRunning}}
 	j.Steps = make([]StepRecord, len(plan.Steps))
 	for i, s := range plan.Steps {
-		j.Steps[i] = StepRecord{Name: s.Name, State: StepPending}
+		j.Steps[i] = StepRecord{Name: s.Name, State: StepStatePending}
 	}
 	return j
 }
 
 func terminalError(o Outcome) error {
-	if o.State == PlanSucceeded || !o.State.Terminal() {
+	if o.State == PlanStateSucceeded || !o.State.Terminal() {
 		return nil
 	}
 	e := &PlanError{Plan: o.Plan, State: o.State}
@@ -504,10 +442,10 @@ func (s *session) step(ctx context.Context, i int) error {
 	rec := &s.j.Steps[i]
 	log := s.log.WithValues("step", st.Name)
 	switch rec.State {
-	case StepSucceeded, StepSkipped:
+	case StepStateSucceeded, StepStateSkipped:
 		log.Info("step already completed; not re-running", "state", rec.State)
 		return nil
-	case StepRunning:
+	case StepStateRunning:
 		rec.Resumed++
 		policy := st.EffectiveInterruptPolicy()
 		log.Info("step was interrupted", "policy", policy, "resumed", rec.Resumed)
@@ -520,20 +458,20 @@ func (s *session) step(ctx context.Context, i int) error {
 			return err
 		}
 		switch policy {
-		case InterruptStop:
+		case InterruptPolicyStop:
 			return s.stop(i, "interrupted while running; the step is neither idempotent nor checkable")
-		case InterruptCheck:
+		case InterruptPolicyCheck:
 			res, err := s.exec(ctx, i, PhaseCheck, st.Check)
 			if ierr := interrupted(ctx); ierr != nil {
 				return ierr
 			}
 			if err == nil && res.ExitCode == 0 {
-				rec.State, rec.Note, rec.Finished = StepSucceeded, "completed before the interruption (check passed)", s.r.clock.Now().UTC()
+				rec.State, rec.Note, rec.Finished = StepStateSucceeded, "completed before the interruption (check passed)", s.r.clock.Now().UTC()
 				log.Info("interrupted step had completed; check passed")
 				return s.persist()
 			}
 			rec.Note = fmt.Sprintf("check after interruption: exit %d; running again", res.ExitCode)
-		case InterruptRollback:
+		case InterruptPolicyRollback:
 			if st.Backup == nil || rec.BackupTaken {
 				res, err := s.runWithRetry(ctx, i, PhaseRollback, st.Rollback)
 				if ierr := interrupted(ctx); ierr != nil {
@@ -544,20 +482,20 @@ func (s *session) step(ctx context.Context, i int) error {
 				}
 				rec.Note = "rolled back after interruption; running again"
 			}
-		case InterruptRerun:
+		case InterruptPolicyRerun:
 			rec.Note = "interrupted; idempotent, running again"
 		}
 		if err := s.persist(); err != nil {
 			return err
 		}
-	case StepPending:
+	case StepStatePending:
 		if len(st.Check) > 0 {
 			res, err := s.exec(ctx, i, PhaseCheck, st.Check)
 			if ierr := interrupted(ctx); ierr != nil {
 				return ierr
 			}
 			if err == nil && res.ExitCode == 0 {
-				rec.State, rec.Note, rec.Finished = StepSkipped, "already done (check passed)", s.r.clock.Now().UTC()
+				rec.State, rec.Note, rec.Finished = StepStateSkipped, "already done (check passed)", s.r.clock.Now().UTC()
 				log.Info("step skipped: check says already done")
 				return s.persist()
 			}
@@ -572,7 +510,7 @@ func (s *session) step(ctx context.Context, i int) error {
 			return ierr
 		}
 		if err != nil || res.ExitCode != 0 {
-			rec.State = StepFailed
+			rec.State = StepStateFailed
 			return s.fail(ctx, i, PhaseBackup, res, err)
 		}
 		rec.BackupTaken = true
@@ -588,7 +526,7 @@ func (s *session) step(ctx context.Context, i int) error {
 		if err := interrupted(ctx); err != nil {
 			return err
 		}
-		rec.State, rec.Started = StepRunning, s.r.clock.Now().UTC()
+		rec.State, rec.Started = StepStateRunning, s.r.clock.Now().UTC()
 		rec.Attempts++
 		if err := s.persist(); err != nil { // journaled before the command starts
 			return err
@@ -600,12 +538,12 @@ func (s *session) step(ctx context.Context, i int) error {
 		}
 		rec.ExitCode, rec.Output, rec.Finished = res.ExitCode, s.tail(res.Output), s.r.clock.Now().UTC()
 		if err == nil && res.ExitCode == 0 {
-			rec.State, rec.Note = StepSucceeded, ""
+			rec.State, rec.Note = StepStateSucceeded, ""
 			log.Info("step succeeded", "duration", res.Duration)
 			return s.persist()
 		}
 		if n >= attempts {
-			rec.State = StepFailed
+			rec.State = StepStateFailed
 			return s.fail(ctx, i, PhaseRun, res, err)
 		}
 		wait := st.Retry.delay(n)
@@ -671,15 +609,15 @@ func (s *session) failure(i int, phase Phase, res Result, err error) *Failure {
 }
 
 // fail records a step that exhausted its budget and either ends the plan
-// in PlanFailed or rolls it back.
+// in PlanStateFailed or rolls it back.
 func (s *session) fail(ctx context.Context, i int, phase Phase, res Result, err error) error {
 	s.j.Failure = s.failure(i, phase, res, err)
 	s.log.Info("step failed", "step", s.plan.Steps[i].Name, "phase", phase, "exitCode", res.ExitCode, "error", errString(err))
 	if !s.plan.RollbackOnFailure {
-		s.j.State = PlanFailed
+		s.j.State = PlanStateFailed
 		return s.persist()
 	}
-	s.j.State = PlanRollingBack
+	s.j.State = PlanStateRollingBack
 	if err := s.persist(); err != nil {
 		return err
 	}
@@ -688,7 +626,7 @@ func (s *session) fail(ctx context.Context, i int, phase Phase, res Result, err 
 
 func (s *session) stop(i int, why string) error {
 	rec := s.j.Steps[i]
-	s.j.State = PlanNeedsAttention
+	s.j.State = PlanStateNeedsAttention
 	s.j.Failure = &Failure{Step: rec.Name, Phase: PhaseRun, ExitCode: rec.ExitCode, Output: rec.Output, Error: why, Attempts: rec.Attempts}
 	s.log.Info("plan needs attention", "step", rec.Name, "reason", why)
 	return s.persist()
@@ -697,7 +635,7 @@ func (s *session) stop(i int, why string) error {
 func (s *session) needsAttention(i int, phase Phase, res Result, err error, why string) error {
 	f := s.failure(i, phase, res, err)
 	f.Error = strings.TrimSuffix(why+": "+f.Error, ": ")
-	s.j.State, s.j.Failure = PlanNeedsAttention, f
+	s.j.State, s.j.Failure = PlanStateNeedsAttention, f
 	s.log.Info("plan needs attention", "step", f.Step, "reason", f.Error)
 	return s.persist()
 }
@@ -715,7 +653,7 @@ func (s *session) rollbackBlocked(k int, orig *Failure) error {
 		why += fmt.Sprintf("; the plan was rolling back because step %q failed (exit %d)", orig.Step, orig.ExitCode)
 	}
 	rec.Note = "completed and cannot be undone; rollback stopped here"
-	s.j.State = PlanNeedsAttention
+	s.j.State = PlanStateNeedsAttention
 	s.j.Failure = &Failure{Step: rec.Name, Phase: PhaseRollback, ExitCode: rec.ExitCode, Output: rec.Output, Error: why, Attempts: rec.Attempts}
 	s.log.Info("plan needs attention", "step", rec.Name, "reason", why)
 	return s.persist()
@@ -723,7 +661,7 @@ func (s *session) rollbackBlocked(k int, orig *Failure) error {
 
 // rollback undoes, in reverse order, every step that ran and has a
 // rollback argv (and whose backup, if it declares one, was taken). It
-// stops in PlanNeedsAttention at the first completed step that has no
+// stops in PlanStateNeedsAttention at the first completed step that has no
 // rollback argv and does not declare NothingToUndo. Steps
 // already RolledBack are not undone twice; a step found RollingBack (the
 // runner died mid-rollback) is rolled back again, so rollback argvs must be
@@ -733,12 +671,12 @@ func (s *session) rollback(ctx context.Context) error {
 	for k := len(s.plan.Steps) - 1; k >= 0; k-- {
 		st, rec := s.plan.Steps[k], &s.j.Steps[k]
 		switch rec.State {
-		case StepSucceeded, StepFailed, StepRollingBack:
+		case StepStateSucceeded, StepStateFailed, StepStateRollingBack:
 		default:
 			continue
 		}
 		if len(st.Rollback) == 0 {
-			if rec.State == StepSucceeded && !st.NothingToUndo {
+			if rec.State == StepStateSucceeded && !st.NothingToUndo {
 				return s.rollbackBlocked(k, orig)
 			}
 			rec.Note = "no rollback argv; left as is"
@@ -748,7 +686,7 @@ func (s *session) rollback(ctx context.Context) error {
 			rec.Note = "backup was never taken; nothing to restore"
 			continue
 		}
-		rec.State = StepRollingBack
+		rec.State = StepStateRollingBack
 		if err := s.persist(); err != nil {
 			return err
 		}
@@ -767,11 +705,11 @@ func (s *session) rollback(ctx context.Context) error {
 			}
 			return s.needsAttention(k, PhaseRollback, res, err, why)
 		}
-		rec.State, rec.Note, rec.RolledBack = StepRolledBack, "", s.r.clock.Now().UTC()
+		rec.State, rec.Note, rec.RolledBack = StepStateRolledBack, "", s.r.clock.Now().UTC()
 		if err := s.persist(); err != nil {
 			return err
 		}
 	}
-	s.j.State = PlanRolledBack
+	s.j.State = PlanStateRolledBack
 	return s.persist()
 }

@@ -62,9 +62,16 @@ func (h *scriptedHost) reset() {
 	h.calls, h.cmds = nil, nil
 }
 
-func newTestRunner(t *testing.T, h Executor, dir string, opts ...RunnerOption) *Runner {
+// newTestRunner returns a runner journaling in dir and logging to t, with
+// the other settings of opts (at most one).
+func newTestRunner(t *testing.T, h Executor, dir string, opts ...RunnerOptions) *Runner {
 	t.Helper()
-	r, err := NewRunner(h, append([]RunnerOption{WithJournalDir(dir), WithLogger(testr.New(t))}, opts...)...)
+	var o RunnerOptions
+	if len(opts) > 0 {
+		o = opts[0]
+	}
+	o.JournalDir, o.Logger = dir, testr.New(t)
+	r, err := NewRunner(h, o)
 	require.NoError(t, err)
 	return r
 }
@@ -94,7 +101,7 @@ func TestRunSucceedsAndIsNotRepeated(t *testing.T) {
 	r := newTestRunner(t, h, dir)
 	out, err := r.Run(t.Context(), threeStepPlan())
 	require.NoError(t, err)
-	require.Equal(t, PlanSucceeded, out.State)
+	require.Equal(t, PlanStateSucceeded, out.State)
 	require.Equal(t, []string{"one/backup", "one/run", "two/run", "three/backup", "three/run"}, h.Calls())
 	require.Equal(t, 1.0, out.Progress())
 	// Default target is PID 1 with the default namespaces.
@@ -113,7 +120,7 @@ func TestRunSucceedsAndIsNotRepeated(t *testing.T) {
 	out2, err := r.Run(t.Context(), threeStepPlan())
 	require.NoError(t, err)
 	require.Empty(t, h.Calls())
-	require.Equal(t, PlanSucceeded, out2.State)
+	require.Equal(t, PlanStateSucceeded, out2.State)
 
 	// Reset makes it run again.
 	require.NoError(t, r.Reset("p"))
@@ -129,7 +136,7 @@ func TestCheckSkipsDoneStep(t *testing.T) {
 	p.Steps[1].Check = []string{"is-done"}
 	out, err := newTestRunner(t, h, t.TempDir()).Run(t.Context(), p)
 	require.NoError(t, err)
-	require.Equal(t, []StepState{StepSucceeded, StepSkipped, StepSucceeded}, states(out))
+	require.Equal(t, []StepState{StepStateSucceeded, StepStateSkipped, StepStateSucceeded}, states(out))
 	require.NotContains(t, h.Calls(), "two/run")
 }
 
@@ -141,7 +148,7 @@ func TestRetryThenSucceed(t *testing.T) {
 	require.NoError(t, err)
 	rec, _ := out.Step("two")
 	require.Equal(t, 3, rec.Attempts)
-	require.Equal(t, StepSucceeded, rec.State)
+	require.Equal(t, StepStateSucceeded, rec.State)
 }
 
 func TestFailureIsTerminalWithExitCodeAndOutput(t *testing.T) {
@@ -154,8 +161,8 @@ func TestFailureIsTerminalWithExitCodeAndOutput(t *testing.T) {
 	var pe *PlanError
 	require.ErrorAs(t, err, &pe)
 	require.Equal(t, Failure{Step: "two", Phase: PhaseRun, ExitCode: 3, Output: "two/run output", Attempts: 2}, pe.Failure)
-	require.Equal(t, PlanFailed, out.State)
-	require.Equal(t, []StepState{StepSucceeded, StepFailed, StepPending}, states(out))
+	require.Equal(t, PlanStateFailed, out.State)
+	require.Equal(t, []StepState{StepStateSucceeded, StepStateFailed, StepStatePending}, states(out))
 	require.InDelta(t, 1.0/3, out.Progress(), 1e-9)
 
 	// Terminal: a second Run runs nothing and returns the same failure.
@@ -171,12 +178,12 @@ func TestRollbackInReverseOrder(t *testing.T) {
 	p.RollbackOnFailure = true
 	out, err := newTestRunner(t, h, t.TempDir()).Run(t.Context(), p)
 	require.ErrorIs(t, err, ErrRolledBack)
-	require.Equal(t, PlanRolledBack, out.State)
+	require.Equal(t, PlanStateRolledBack, out.State)
 	require.Equal(t, []string{
 		"one/backup", "one/run", "two/run", "three/backup", "three/run",
 		"three/rollback", "two/rollback", "one/rollback",
 	}, h.Calls())
-	require.Equal(t, []StepState{StepRolledBack, StepRolledBack, StepRolledBack}, states(out))
+	require.Equal(t, []StepState{StepStateRolledBack, StepStateRolledBack, StepStateRolledBack}, states(out))
 	require.Equal(t, "three", out.Failure.Step)
 }
 
@@ -198,7 +205,7 @@ func TestRollbackFailureNeedsAttention(t *testing.T) {
 	p.RollbackOnFailure = true
 	out, err := newTestRunner(t, h, t.TempDir()).Run(t.Context(), p)
 	require.ErrorIs(t, err, ErrNeedsAttention)
-	require.Equal(t, PlanNeedsAttention, out.State)
+	require.Equal(t, PlanStateNeedsAttention, out.State)
 	require.Equal(t, PhaseRollback, out.Failure.Phase)
 	require.Equal(t, "two", out.Failure.Step)
 	require.Contains(t, out.Failure.Error, `after step "three" failed`)
@@ -237,33 +244,33 @@ func TestResumeAfterInterruption(t *testing.T) {
 			name:      "idempotent step re-runs",
 			mutate:    func(s *Step) { s.Idempotent = true },
 			wantCalls: []string{"two/run", "three/backup", "three/run"},
-			wantState: PlanSucceeded,
+			wantState: PlanStateSucceeded,
 		},
 		{
 			name:      "check passes: marked done, not re-run",
 			mutate:    func(s *Step) { s.Idempotent = false; s.Check = []string{"c"} },
 			exits:     map[string][]int{"two/check": {1, 0}},
 			wantCalls: []string{"two/check", "three/backup", "three/run"},
-			wantState: PlanSucceeded,
+			wantState: PlanStateSucceeded,
 		},
 		{
 			name:      "check fails: re-run",
 			mutate:    func(s *Step) { s.Idempotent = false; s.Check = []string{"c"} },
 			exits:     map[string][]int{"two/check": {1}},
 			wantCalls: []string{"two/check", "two/run", "three/backup", "three/run"},
-			wantState: PlanSucceeded,
+			wantState: PlanStateSucceeded,
 		},
 		{
 			name:      "rollback then re-run",
-			mutate:    func(s *Step) { s.Idempotent = false; s.OnInterrupt = InterruptRollback },
+			mutate:    func(s *Step) { s.Idempotent = false; s.OnInterrupt = InterruptPolicyRollback },
 			wantCalls: []string{"two/rollback", "two/run", "three/backup", "three/run"},
-			wantState: PlanSucceeded,
+			wantState: PlanStateSucceeded,
 		},
 		{
 			name:      "not idempotent: stop, run nothing",
 			mutate:    func(s *Step) { s.Idempotent = false },
 			wantCalls: nil,
-			wantState: PlanNeedsAttention,
+			wantState: PlanStateNeedsAttention,
 			wantErr:   ErrNeedsAttention,
 		},
 	}
@@ -280,7 +287,7 @@ func TestResumeAfterInterruption(t *testing.T) {
 
 			j, err := ReadJournal(journalPath(t, r, p.Name))
 			require.NoError(t, err)
-			require.Equal(t, []StepState{StepSucceeded, StepRunning, StepPending}, states(j.Outcome))
+			require.Equal(t, []StepState{StepStateSucceeded, StepStateRunning, StepStatePending}, states(j.Outcome))
 
 			out, err := r.Run(t.Context(), p)
 			if tt.wantErr != nil {
@@ -312,7 +319,7 @@ func TestBackupNotRetakenOnResume(t *testing.T) {
 func TestResumeLimit(t *testing.T) {
 	h := &scriptedHost{}
 	p := threeStepPlan()
-	r := newTestRunner(t, h, t.TempDir(), WithMaxResumes(1))
+	r := newTestRunner(t, h, t.TempDir(), RunnerOptions{MaxResumes: 1})
 	interruptAt(t, r, h, p, "two/run")
 	interruptAt(t, r, h, p, "two/run")
 	out, err := r.Run(t.Context(), p)
@@ -330,7 +337,7 @@ func TestResumeInterruptedRollback(t *testing.T) {
 	out, err := r.Run(t.Context(), p)
 	require.ErrorIs(t, err, ErrRolledBack)
 	require.Equal(t, []string{"two/rollback", "one/rollback"}, h.Calls(), "three is already rolled back; two is redone")
-	require.Equal(t, PlanRolledBack, out.State)
+	require.Equal(t, PlanStateRolledBack, out.State)
 }
 
 func TestStepDeadline(t *testing.T) {
@@ -339,7 +346,7 @@ func TestStepDeadline(t *testing.T) {
 		Retry: RetryPolicy{Attempts: 2},
 	}}}
 	start := time.Now()
-	out, err := newTestRunner(t, OSExecutor{}, t.TempDir(), WithDirect()).Run(t.Context(), p)
+	out, err := newTestRunner(t, OSExecutor{}, t.TempDir(), RunnerOptions{Direct: true}).Run(t.Context(), p)
 	require.ErrorIs(t, err, ErrStepFailed)
 	require.Less(t, time.Since(start), 10*time.Second)
 	require.Equal(t, -1, out.Failure.ExitCode)
@@ -375,14 +382,14 @@ func TestBadJournalsRunNothingAndLoseNothing(t *testing.T) {
 		{"unknown version", []byte(`{"version":99,"fingerprint":"x","plan":"p","state":"Running","steps":[]}`), ErrJournalCorrupt},
 		{"unknown state", []byte(`{"version":1,"fingerprint":"x","plan":"p","state":"Dancing","steps":[]}`), ErrJournalCorrupt},
 		{"different plan", otherJournal, ErrJournalMismatch},
-		{"running plan, rolled-back step after a pending one", withStates(PlanRunning, StepSucceeded, StepPending, StepRolledBack), ErrJournalCorrupt},
-		{"running plan, failed step", withStates(PlanRunning, StepSucceeded, StepFailed, StepPending), ErrJournalCorrupt},
-		{"running plan, two running steps", withStates(PlanRunning, StepRunning, StepRunning, StepPending), ErrJournalCorrupt},
-		{"running plan, succeeded after pending", withStates(PlanRunning, StepPending, StepSucceeded, StepPending), ErrJournalCorrupt},
-		{"running plan, succeeded after running", withStates(PlanRunning, StepRunning, StepPending, StepSucceeded), ErrJournalCorrupt},
-		{"rolling back, running step", withStates(PlanRollingBack, StepSucceeded, StepRunning, StepPending), ErrJournalCorrupt},
-		{"rolling back, two failed steps", withStates(PlanRollingBack, StepFailed, StepFailed, StepPending), ErrJournalCorrupt},
-		{"rolling back, rolled back below the rolling-back step", withStates(PlanRollingBack, StepRolledBack, StepRollingBack, StepFailed), ErrJournalCorrupt},
+		{"running plan, rolled-back step after a pending one", withStates(PlanStateRunning, StepStateSucceeded, StepStatePending, StepStateRolledBack), ErrJournalCorrupt},
+		{"running plan, failed step", withStates(PlanStateRunning, StepStateSucceeded, StepStateFailed, StepStatePending), ErrJournalCorrupt},
+		{"running plan, two running steps", withStates(PlanStateRunning, StepStateRunning, StepStateRunning, StepStatePending), ErrJournalCorrupt},
+		{"running plan, succeeded after pending", withStates(PlanStateRunning, StepStatePending, StepStateSucceeded, StepStatePending), ErrJournalCorrupt},
+		{"running plan, succeeded after running", withStates(PlanStateRunning, StepStateRunning, StepStatePending, StepStateSucceeded), ErrJournalCorrupt},
+		{"rolling back, running step", withStates(PlanStateRollingBack, StepStateSucceeded, StepStateRunning, StepStatePending), ErrJournalCorrupt},
+		{"rolling back, two failed steps", withStates(PlanStateRollingBack, StepStateFailed, StepStateFailed, StepStatePending), ErrJournalCorrupt},
+		{"rolling back, rolled back below the rolling-back step", withStates(PlanStateRollingBack, StepStateRolledBack, StepStateRollingBack, StepStateFailed), ErrJournalCorrupt},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -410,7 +417,7 @@ func TestInvalidPlanRunsNothing(t *testing.T) {
 	p := threeStepPlan()
 	p.Steps[1].Namespaces = []Namespace{"time"}
 	_, err := newTestRunner(t, h, dir).Run(t.Context(), p)
-	require.ErrorIs(t, err, ErrUnknownNamespace)
+	require.ErrorIs(t, err, errUnknownNamespace)
 	require.Empty(t, h.Calls())
 	entries, err := os.ReadDir(dir)
 	require.NoError(t, err)
@@ -436,14 +443,14 @@ func TestDirectAndInContainerHaveNoTarget(t *testing.T) {
 	p.Steps[0].InContainer = true
 	p.Steps[1].Namespaces = []Namespace{NamespaceUTS}
 	p.Steps[1].Env = []EnvVar{{Name: "K", Value: "v w"}}
-	_, err := newTestRunner(t, h, t.TempDir(), WithTargetPID(77)).Run(t.Context(), p)
+	_, err := newTestRunner(t, h, t.TempDir(), RunnerOptions{TargetPID: 77}).Run(t.Context(), p)
 	require.NoError(t, err)
 	require.Nil(t, h.cmds[0].Target)
 	require.Equal(t, &Target{PID: 77, Namespaces: []Namespace{NamespaceUTS}}, h.cmds[2].Target)
 	require.Equal(t, []string{"K=v w"}, h.cmds[2].Env)
 
 	h2 := &scriptedHost{}
-	_, err = newTestRunner(t, h2, t.TempDir(), WithDirect()).Run(t.Context(), threeStepPlan())
+	_, err = newTestRunner(t, h2, t.TempDir(), RunnerOptions{Direct: true}).Run(t.Context(), threeStepPlan())
 	require.NoError(t, err)
 	for _, c := range h2.cmds {
 		require.Nil(t, c.Target)
@@ -451,21 +458,34 @@ func TestDirectAndInContainerHaveNoTarget(t *testing.T) {
 }
 
 func TestNewRunnerRejectsBadOptions(t *testing.T) {
-	_, err := NewRunner(nil)
+	_, err := NewRunner(nil, RunnerOptions{})
 	require.ErrorIs(t, err, ErrInvalidOption)
-	_, err = NewRunner(OSExecutor{}, WithJournalDir(""))
-	require.ErrorIs(t, err, ErrInvalidOption)
-	_, err = NewRunner(OSExecutor{}, WithTargetPID(0))
-	require.ErrorIs(t, err, ErrInvalidOption)
-	_, err = NewRunner(OSExecutor{}, WithClock(nil))
-	require.ErrorIs(t, err, ErrInvalidOption)
-	_, err = NewRunner(OSExecutor{}, WithMaxResumes(-1))
-	require.ErrorIs(t, err, ErrNegativeDuration)
+	require.ErrorContains(t, err, "Executor")
+	for field, o := range map[string]RunnerOptions{
+		"TargetPID":          {TargetPID: -1},
+		"JournalOutputLimit": {JournalOutputLimit: -1},
+		"MaxResumes":         {MaxResumes: -1},
+	} {
+		_, err = NewRunner(OSExecutor{}, o)
+		require.ErrorIs(t, err, ErrInvalidOption, field)
+		require.ErrorContains(t, err, "RunnerOptions."+field)
+	}
+}
+
+func TestRunnerOptionsZeroValueIsTheDefault(t *testing.T) {
+	r, err := NewRunner(OSExecutor{}, RunnerOptions{})
+	require.NoError(t, err)
+	require.Equal(t, DefaultJournalDir, r.dir)
+	require.Equal(t, 1, r.pid)
+	require.Equal(t, defaultJournalOutputLimit, r.outputLimit)
+	require.Equal(t, defaultMaxResumes, r.maxResumes)
+	require.NotNil(t, r.clock)
+	require.False(t, r.direct)
 }
 
 func TestProgressCallback(t *testing.T) {
 	var seen []float64
-	_, err := newTestRunner(t, &scriptedHost{}, t.TempDir(), WithProgress(func(o Outcome) { seen = append(seen, o.Progress()) })).Run(t.Context(), threeStepPlan())
+	_, err := newTestRunner(t, &scriptedHost{}, t.TempDir(), RunnerOptions{Progress: func(o Outcome) { seen = append(seen, o.Progress()) }}).Run(t.Context(), threeStepPlan())
 	require.NoError(t, err)
 	require.Equal(t, 1.0, seen[len(seen)-1])
 	require.Equal(t, 0.0, seen[0])
@@ -476,14 +496,14 @@ func TestJournalWriteIsAtomic(t *testing.T) {
 	path := filepath.Join(dir, "x.journal.json")
 	j := newJournal(threeStepPlan(), "fp")
 	require.NoError(t, writeJournal(path, j))
-	j.State = PlanSucceeded
+	j.State = PlanStateSucceeded
 	require.NoError(t, writeJournal(path, j))
 	entries, err := os.ReadDir(dir)
 	require.NoError(t, err)
 	require.Len(t, entries, 1, "no temporary files are left behind")
 	got, err := ReadJournal(path)
 	require.NoError(t, err)
-	require.Equal(t, PlanSucceeded, got.State)
+	require.Equal(t, PlanStateSucceeded, got.State)
 
 	_, err = ReadJournal(filepath.Join(dir, "missing"))
 	require.True(t, errors.Is(err, os.ErrNotExist))
@@ -493,19 +513,19 @@ func TestStopAfter(t *testing.T) {
 	h := &scriptedHost{}
 	dir := t.TempDir()
 	p := threeStepPlan()
-	out, err := newTestRunner(t, h, dir, WithStopAfter("two")).Run(t.Context(), p)
+	out, err := newTestRunner(t, h, dir, RunnerOptions{StopAfter: "two"}).Run(t.Context(), p)
 	require.NoError(t, err)
-	require.Equal(t, PlanRunning, out.State)
-	require.Equal(t, []StepState{StepSucceeded, StepSucceeded, StepPending}, states(out))
+	require.Equal(t, PlanStateRunning, out.State)
+	require.Equal(t, []StepState{StepStateSucceeded, StepStateSucceeded, StepStatePending}, states(out))
 	h.reset()
 	// The next container runs only what is left.
-	out, err = newTestRunner(t, h, dir, WithStopAfter("three")).Run(t.Context(), p)
+	out, err = newTestRunner(t, h, dir, RunnerOptions{StopAfter: "three"}).Run(t.Context(), p)
 	require.NoError(t, err)
-	require.Equal(t, PlanSucceeded, out.State)
+	require.Equal(t, PlanStateSucceeded, out.State)
 	require.Equal(t, []string{"three/backup", "three/run"}, h.Calls())
 
-	_, err = newTestRunner(t, h, t.TempDir(), WithStopAfter("nope")).Run(t.Context(), p)
-	require.ErrorIs(t, err, ErrInvalidName)
+	_, err = newTestRunner(t, h, t.TempDir(), RunnerOptions{StopAfter: "nope"}).Run(t.Context(), p)
+	require.ErrorIs(t, err, errInvalidName)
 }
 
 func TestCancelledContextJournalsNoAttempt(t *testing.T) {
@@ -532,24 +552,24 @@ func TestCancelledContextJournalsNoAttempt(t *testing.T) {
 		ctx, cancel := context.WithCancel(t.Context())
 		// The journal write that records the backup is the last thing
 		// before the first attempt; cancel right there.
-		r := newTestRunner(t, h, t.TempDir(), WithProgress(func(o Outcome) {
-			if rec, _ := o.Step("one"); rec.BackupTaken && rec.State == StepPending {
+		r := newTestRunner(t, h, t.TempDir(), RunnerOptions{Progress: func(o Outcome) {
+			if rec, _ := o.Step("one"); rec.BackupTaken && rec.State == StepStatePending {
 				cancel()
 			}
-		}))
+		}})
 		_, err := r.Run(ctx, p)
 		require.ErrorIs(t, err, context.Canceled)
 		require.Equal(t, []string{"one/backup"}, h.Calls())
 		j, err := ReadJournal(journalPath(t, r, p.Name))
 		require.NoError(t, err)
-		require.Equal(t, StepRecord{Name: "one", State: StepPending, BackupTaken: true}, j.Steps[0])
+		require.Equal(t, StepRecord{Name: "one", State: StepStatePending, BackupTaken: true}, j.Steps[0])
 
 		h.reset()
 		r2 := newTestRunner(t, h, r.dir)
 		out, err := r2.Run(t.Context(), p)
 		require.NoError(t, err, "the step never started, so it is not interrupted")
 		require.Equal(t, []string{"one/run", "two/run", "three/backup", "three/run"}, h.Calls())
-		require.Equal(t, PlanSucceeded, out.State)
+		require.Equal(t, PlanStateSucceeded, out.State)
 	})
 }
 
@@ -561,7 +581,7 @@ func TestResumeCountedBeforeCheckRuns(t *testing.T) {
 	p.Steps[1].Idempotent = false
 	p.Steps[1].Check = []string{"c"}
 	h.exits = map[string][]int{"two/check": {1, 0}}
-	r := newTestRunner(t, h, t.TempDir(), WithMaxResumes(1))
+	r := newTestRunner(t, h, t.TempDir(), RunnerOptions{MaxResumes: 1})
 	interruptAt(t, r, h, p, "two/run")
 	interruptAt(t, r, h, p, "two/check")
 	j, err := ReadJournal(journalPath(t, r, p.Name))
@@ -606,10 +626,10 @@ func TestRollbackStopsAtStepThatCannotBeUndone(t *testing.T) {
 		h := &scriptedHost{exits: map[string][]int{"three/run": {1}}}
 		out, err := newTestRunner(t, h, t.TempDir()).Run(t.Context(), p)
 		require.ErrorIs(t, err, ErrNeedsAttention)
-		require.Equal(t, PlanNeedsAttention, out.State)
+		require.Equal(t, PlanStateNeedsAttention, out.State)
 		require.Equal(t, []string{"one/backup", "one/run", "two/run", "three/backup", "three/run", "three/rollback"}, h.Calls(),
 			"one is not rolled back under two")
-		require.Equal(t, []StepState{StepSucceeded, StepSucceeded, StepRolledBack}, states(out))
+		require.Equal(t, []StepState{StepStateSucceeded, StepStateSucceeded, StepStateRolledBack}, states(out))
 		require.Equal(t, "two", out.Failure.Step)
 		require.Equal(t, PhaseRollback, out.Failure.Phase)
 		require.Contains(t, out.Failure.Error, `rollback stopped at step "two"`)
@@ -622,7 +642,7 @@ func TestRollbackStopsAtStepThatCannotBeUndone(t *testing.T) {
 		h := &scriptedHost{exits: map[string][]int{"three/run": {1}}}
 		out, err := newTestRunner(t, h, t.TempDir()).Run(t.Context(), p)
 		require.ErrorIs(t, err, ErrRolledBack)
-		require.Equal(t, []StepState{StepRolledBack, StepSucceeded, StepRolledBack}, states(out))
+		require.Equal(t, []StepState{StepStateRolledBack, StepStateSucceeded, StepStateRolledBack}, states(out))
 		require.Contains(t, h.Calls(), "one/rollback")
 	})
 	t.Run("a failed step without rollback does not block", func(t *testing.T) {
@@ -630,7 +650,7 @@ func TestRollbackStopsAtStepThatCannotBeUndone(t *testing.T) {
 		out, err := newTestRunner(t, h, t.TempDir()).Run(t.Context(), p)
 		require.ErrorIs(t, err, ErrRolledBack)
 		require.Equal(t, []string{"one/backup", "one/run", "two/run", "one/rollback"}, h.Calls())
-		require.Equal(t, PlanRolledBack, out.State)
+		require.Equal(t, PlanStateRolledBack, out.State)
 	})
 }
 
@@ -664,18 +684,18 @@ func TestJournalNamesStayInTheJournalDirectory(t *testing.T) {
 	require.NoError(t, os.MkdirAll(dir, 0o700))
 	victim := filepath.Join(root, "x.journal.json")
 	require.NoError(t, os.WriteFile(victim, []byte("not ours"), 0o600))
-	r, err := NewRunner(&scriptedHost{}, WithJournalDir(dir))
+	r, err := NewRunner(&scriptedHost{}, RunnerOptions{JournalDir: dir})
 	require.NoError(t, err)
 	for _, name := range []string{"../x", "", "a/b", "/abs", "x\x00", "UPPER", strings.Repeat("a", 64)} {
 		t.Run(fmt.Sprintf("%q", name), func(t *testing.T) {
 			err := r.Reset(name)
-			require.ErrorIs(t, err, ErrInvalidName)
+			require.ErrorIs(t, err, errInvalidName)
 			require.ErrorIs(t, err, ErrInvalidPlan)
 			var ve *ValidationError
 			require.ErrorAs(t, err, &ve)
 			require.Equal(t, "name", ve.Field)
 			_, err = r.JournalPath(name)
-			require.ErrorIs(t, err, ErrInvalidName)
+			require.ErrorIs(t, err, errInvalidName)
 		})
 	}
 	_, err = os.Stat(victim)

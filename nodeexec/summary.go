@@ -7,9 +7,9 @@ import (
 	"os"
 )
 
-// SummaryLimit is the largest summary Summarize produces: the kubelet keeps
+// summaryLimit is the largest summary Summarize produces: the kubelet keeps
 // at most 4096 bytes of a container's termination message.
-const SummaryLimit = 4096
+const summaryLimit = 4096
 
 // Summary is a compact form of an Outcome for places with little room,
 // such as a container's termination message, which the kubelet copies into
@@ -31,7 +31,7 @@ type SummaryStep struct {
 	ExitCode int       `json:"e,omitempty"`
 }
 
-// Summarize returns the JSON summary of o, at most SummaryLimit bytes (the
+// Summarize returns the JSON summary of o, at most 4096 bytes (the
 // steps that do not fit are dropped from the end).
 func Summarize(o Outcome) []byte {
 	s := Summary{Plan: o.Plan, State: o.State}
@@ -46,7 +46,7 @@ func Summarize(o Outcome) []byte {
 		if err != nil {
 			return nil
 		}
-		if len(b) <= SummaryLimit || len(s.Steps) == 0 {
+		if len(b) <= summaryLimit || len(s.Steps) == 0 {
 			return b
 		}
 		s.Steps = s.Steps[:len(s.Steps)-1]
@@ -74,13 +74,6 @@ func ParseSummary(data []byte) (Summary, error) {
 	}
 	return s, nil
 }
-
-// WithSummaryFile makes the runner rewrite path with Summarize(outcome)
-// after every journal write. Pointed at the container's termination
-// message path (/dev/termination-log), it lets the pod status show the last
-// known progress even after the runner was killed. Errors writing the file
-// are logged, never fatal: the journal is the record, the summary a view.
-func WithSummaryFile(path string) RunnerOption { return func(r *Runner) { r.summaryFile = path } }
 
 func (r *Runner) writeSummary(o Outcome) {
 	if r.summaryFile == "" {

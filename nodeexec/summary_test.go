@@ -13,25 +13,25 @@ import (
 func TestSummaryRoundTrip(t *testing.T) {
 	h := &scriptedHost{exits: map[string][]int{"two/run": {4}}}
 	file := filepath.Join(t.TempDir(), "termination-log")
-	out, err := newTestRunner(t, h, t.TempDir(), WithSummaryFile(file)).Run(t.Context(), threeStepPlan())
+	out, err := newTestRunner(t, h, t.TempDir(), RunnerOptions{SummaryFile: file}).Run(t.Context(), threeStepPlan())
 	require.ErrorIs(t, err, ErrStepFailed)
 	data, err := os.ReadFile(file)
 	require.NoError(t, err)
 	s, err := ParseSummary(data)
 	require.NoError(t, err)
-	require.Equal(t, Summary{Plan: "p", State: PlanFailed, FailedStep: "two", ExitCode: 4, Steps: []SummaryStep{
-		{Name: "one", State: StepSucceeded}, {Name: "two", State: StepFailed, ExitCode: 4}, {Name: "three", State: StepPending},
+	require.Equal(t, Summary{Plan: "p", State: PlanStateFailed, FailedStep: "two", ExitCode: 4, Steps: []SummaryStep{
+		{Name: "one", State: StepStateSucceeded}, {Name: "two", State: StepStateFailed, ExitCode: 4}, {Name: "three", State: StepStatePending},
 	}}, s)
 	require.Equal(t, out.Plan, s.Plan)
 }
 
 func TestSummaryLimit(t *testing.T) {
-	o := Outcome{Plan: "p", State: PlanRunning}
+	o := Outcome{Plan: "p", State: PlanStateRunning}
 	for i := range 500 {
-		o.Steps = append(o.Steps, StepRecord{Name: fmt.Sprintf("step-%03d-%s", i, strings.Repeat("x", 20)), State: StepPending})
+		o.Steps = append(o.Steps, StepRecord{Name: fmt.Sprintf("step-%03d-%s", i, strings.Repeat("x", 20)), State: StepStatePending})
 	}
 	b := Summarize(o)
-	require.LessOrEqual(t, len(b), SummaryLimit)
+	require.LessOrEqual(t, len(b), summaryLimit)
 	s, err := ParseSummary(b)
 	require.NoError(t, err)
 	require.NotEmpty(t, s.Steps)
@@ -46,8 +46,8 @@ func TestParseSummaryRejects(t *testing.T) {
 }
 
 func FuzzParseSummary(f *testing.F) {
-	f.Add(Summarize(Outcome{Plan: "p", State: PlanRunning, Steps: []StepRecord{{Name: "a", State: StepRunning}}}))
-	f.Add(Summarize(Outcome{Plan: "p", State: PlanFailed, Failure: &Failure{Step: "a", ExitCode: 3}, Steps: []StepRecord{{Name: "a", State: StepFailed, ExitCode: 3}}}))
+	f.Add(Summarize(Outcome{Plan: "p", State: PlanStateRunning, Steps: []StepRecord{{Name: "a", State: StepStateRunning}}}))
+	f.Add(Summarize(Outcome{Plan: "p", State: PlanStateFailed, Failure: &Failure{Step: "a", ExitCode: 3}, Steps: []StepRecord{{Name: "a", State: StepStateFailed, ExitCode: 3}}}))
 	f.Add([]byte(`{"p":"x","s":"Running","st":null}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		s, err := ParseSummary(data)

@@ -164,7 +164,7 @@ func TestUpgraderRunsTheExtensionsPod(t *testing.T) {
 			require.NoError(t, err, "the runner journals on the staging host path")
 			if tc.wantFailed == "" {
 				require.Equal(t, 1.0, st.Progress)
-				require.Equal(t, nodeexec.PlanSucceeded, j.State)
+				require.Equal(t, nodeexec.PlanStateSucceeded, j.State)
 				got, err := os.ReadFile(installed)
 				require.NoError(t, err)
 				want, err := os.ReadFile(filepath.Join(bundle, "kubernetes", "kubeadm"))
@@ -172,7 +172,7 @@ func TestUpgraderRunsTheExtensionsPod(t *testing.T) {
 				require.Equal(t, want, got, "the bundle's binary, staged on the host, installed by the plan")
 				return
 			}
-			require.Equal(t, nodeexec.PlanFailed, j.State)
+			require.Equal(t, nodeexec.PlanStateFailed, j.State)
 			require.NotNil(t, st.Failed)
 			require.Equal(t, tc.wantFailed, st.Failed.Name)
 			require.Equal(t, tc.wantExit, st.Failed.ExitCode, "the step's own exit code, from the runner's summary, not the runner's 5")

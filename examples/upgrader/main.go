@@ -66,13 +66,13 @@ const (
 // stateCode is the exit code that reports a plan state.
 func stateCode(s nodeexec.PlanState) int {
 	switch s {
-	case nodeexec.PlanSucceeded:
+	case nodeexec.PlanStateSucceeded:
 		return exitOK
-	case nodeexec.PlanRolledBack:
+	case nodeexec.PlanStateRolledBack:
 		return exitRolledBack
-	case nodeexec.PlanFailed:
+	case nodeexec.PlanStateFailed:
 		return exitFailed
-	case nodeexec.PlanNeedsAttention:
+	case nodeexec.PlanStateNeedsAttention:
 		return exitNeedsAttention
 	default:
 		return exitInProgress
@@ -182,14 +182,12 @@ func runPlan(ctx context.Context, cmd string, args []string, getenv func(string)
 	executor := cfg.Executor()
 	executor.Tee = stderr // live step output, for pod logs
 	p := &progress{w: stdout}
-	opts := append(cfg.RunnerOptions(), nodeexec.WithProgress(p.update))
-	if *direct {
-		opts = append(opts, nodeexec.WithDirect())
-	}
+	opts := cfg.RunnerOptions()
+	opts.Progress, opts.Direct = p.update, *direct
 	if cmd == "run" {
-		opts = append(opts, nodeexec.WithSoftStop(ctx)) // see --stop-grace below
+		opts.SoftStop = ctx // see --stop-grace below
 	}
-	runner, err := nodeexec.NewRunner(executor, opts...)
+	runner, err := nodeexec.NewRunner(executor, opts)
 	if err != nil {
 		fmt.Fprintf(stderr, "upgrader %s: %v\n", cmd, err)
 		return exitError
@@ -204,7 +202,7 @@ func runPlan(ctx context.Context, cmd string, args []string, getenv func(string)
 
 	// ctx ends at SIGTERM (pod deletion): no new step starts, and the step
 	// or rollback under way has --stop-grace to finish before it is stopped
-	// (SIGTERM to its process group, SIGKILL nodeexec.DefaultKillGrace
+	// (SIGTERM to its process group, SIGKILL OSExecutor.KillGrace, 10s by default,
 	// later), all within the pod's 30-second termination grace period.
 	hard, cancelHard := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelHard()
@@ -247,13 +245,13 @@ func report(cmd string, out nodeexec.Outcome, err error, ran bool, stdout, stder
 		fmt.Fprintf(stdout, "upgrader: nothing to do: the journal says the plan is already %s\n", out.State)
 	}
 	fmt.Fprintf(stdout, "upgrader: plan %s %s\n", out.Plan, out.State)
-	if f := out.Failure; f != nil && out.State != nodeexec.PlanSucceeded {
+	if f := out.Failure; f != nil && out.State != nodeexec.PlanStateSucceeded {
 		fmt.Fprintf(stdout, "upgrader: failure: step %q (%s) exit code %d after %d attempt(s)%s\n", f.Step, f.Phase, f.ExitCode, f.Attempts, suffix(": ", f.Error))
 	}
 	switch {
-	case cmd == "rollback" && out.State == nodeexec.PlanRolledBack:
+	case cmd == "rollback" && out.State == nodeexec.PlanStateRolledBack:
 		return exitOK
-	case cmd == "run" && out.State == nodeexec.PlanRunning: // stopped after --stop-after
+	case cmd == "run" && out.State == nodeexec.PlanStateRunning: // stopped after --stop-after
 		return exitOK
 	}
 	return stateCode(out.State)
@@ -271,7 +269,7 @@ func reset(args []string, getenv func(string) string, stdout, stderr io.Writer) 
 	if flags.NArg() == 0 {
 		return usagef(stderr, "upgrader reset", "name the plans whose journals to delete")
 	}
-	runner, err := nodeexec.NewRunner(nodeexec.OSExecutor{}, nodeexec.WithJournalDir(journalDir(*dir, getenv)))
+	runner, err := nodeexec.NewRunner(nodeexec.OSExecutor{}, nodeexec.RunnerOptions{JournalDir: journalDir(*dir, getenv)})
 	if err != nil {
 		fmt.Fprintf(stderr, "upgrader reset: %v\n", err)
 		return exitError

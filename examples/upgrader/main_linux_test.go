@@ -97,8 +97,8 @@ func TestSIGTERMIsRecordedAndResumed(t *testing.T) {
 
 	path := filepath.Join(journal, nodeexec.JournalFileName("slow"))
 	state, steps := journalStates(t, path)
-	require.Equal(t, nodeexec.PlanRunning, state)
-	require.Equal(t, []nodeexec.StepState{nodeexec.StepSucceeded, nodeexec.StepRunning, nodeexec.StepPending}, steps)
+	require.Equal(t, nodeexec.PlanStateRunning, state)
+	require.Equal(t, []nodeexec.StepState{nodeexec.StepStateSucceeded, nodeexec.StepStateRunning, nodeexec.StepStatePending}, steps)
 	require.Equal(t, exitInProgress, upgrader(t, nil, "status", "-journal-dir", journal).code)
 
 	r := upgrader(t, nil, "run", "-plan", plan, "-direct", "-journal-dir", journal)
@@ -133,8 +133,8 @@ func TestSIGTERMLetsTheStepUnderWayFinish(t *testing.T) {
 	require.Equal(t, exitInProgress, exitErr.ExitCode())
 	require.Equal(t, "one started\none done\n", ledger(), "one finished; two did not start")
 	state, steps := journalStates(t, filepath.Join(journal, nodeexec.JournalFileName("graceful")))
-	require.Equal(t, nodeexec.PlanRunning, state)
-	require.Equal(t, []nodeexec.StepState{nodeexec.StepSucceeded, nodeexec.StepPending}, steps)
+	require.Equal(t, nodeexec.PlanStateRunning, state)
+	require.Equal(t, []nodeexec.StepState{nodeexec.StepStateSucceeded, nodeexec.StepStatePending}, steps)
 
 	require.Equal(t, exitOK, upgrader(t, nil, "run", "-plan", plan, "-direct", "-journal-dir", journal).code)
 	require.Equal(t, "one started\none done\ntwo ran\n", ledger())
@@ -164,8 +164,8 @@ func TestRollbackResumesAfterSIGKILL(t *testing.T) {
 
 	path := filepath.Join(journal, nodeexec.JournalFileName("slow"))
 	state, steps := journalStates(t, path)
-	require.Equal(t, nodeexec.PlanRollingBack, state)
-	require.Equal(t, []nodeexec.StepState{nodeexec.StepSucceeded, nodeexec.StepRollingBack, nodeexec.StepRolledBack}, steps)
+	require.Equal(t, nodeexec.PlanStateRollingBack, state)
+	require.Equal(t, []nodeexec.StepState{nodeexec.StepStateSucceeded, nodeexec.StepStateRollingBack, nodeexec.StepStateRolledBack}, steps)
 	require.Equal(t, exitInProgress, upgrader(t, nil, "status", "-journal-dir", journal, "slow").code)
 
 	r := upgrader(t, nil, "rollback", "-plan", plan, "-direct", "-journal-dir", journal)
@@ -173,7 +173,7 @@ func TestRollbackResumesAfterSIGKILL(t *testing.T) {
 	require.Equal(t, "one ran\ntwo ran\nthree ran\nthree undone\ntwo undo started\ntwo undo started\ntwo undo done\none undone\n", ledger(),
 		"three was not undone twice; the interrupted rollback of two ran again")
 	state, _ = journalStates(t, path)
-	require.Equal(t, nodeexec.PlanRolledBack, state)
+	require.Equal(t, nodeexec.PlanStateRolledBack, state)
 }
 
 // namespacedChild starts `sleep` in fresh UTS, mount, IPC and network

@@ -268,8 +268,8 @@ func TestRunFromPodEnvironment(t *testing.T) {
 	require.NoError(t, err)
 	sum, err := nodeexec.ParseSummary(raw)
 	require.NoError(t, err)
-	require.Equal(t, nodeexec.Summary{Plan: "demo", State: nodeexec.PlanRunning, Steps: []nodeexec.SummaryStep{
-		{Name: "one", State: nodeexec.StepSucceeded}, {Name: "two", State: nodeexec.StepPending}, {Name: "restart", State: nodeexec.StepPending},
+	require.Equal(t, nodeexec.Summary{Plan: "demo", State: nodeexec.PlanStateRunning, Steps: []nodeexec.SummaryStep{
+		{Name: "one", State: nodeexec.StepStateSucceeded}, {Name: "two", State: nodeexec.StepStatePending}, {Name: "restart", State: nodeexec.StepStatePending},
 	}}, sum)
 
 	// The status container: no stop-after, runs what is left.
@@ -281,7 +281,7 @@ func TestRunFromPodEnvironment(t *testing.T) {
 	require.NoError(t, err)
 	sum, err = nodeexec.ParseSummary(raw)
 	require.NoError(t, err)
-	require.Equal(t, nodeexec.PlanSucceeded, sum.State)
+	require.Equal(t, nodeexec.PlanStateSucceeded, sum.State)
 
 	// Flags override the environment.
 	r = upgrader(t, env, "status", "-journal-dir", t.TempDir(), "demo")
@@ -330,10 +330,10 @@ func TestUsage(t *testing.T) {
 }
 
 func TestStateCodesOrderSeverity(t *testing.T) {
-	order := []nodeexec.PlanState{nodeexec.PlanSucceeded, nodeexec.PlanRunning, nodeexec.PlanRolledBack, nodeexec.PlanFailed, nodeexec.PlanNeedsAttention}
+	order := []nodeexec.PlanState{nodeexec.PlanStateSucceeded, nodeexec.PlanStateRunning, nodeexec.PlanStateRolledBack, nodeexec.PlanStateFailed, nodeexec.PlanStateNeedsAttention}
 	for i := 1; i < len(order); i++ {
 		require.Greater(t, stateCode(order[i]), stateCode(order[i-1]), "%s is worse than %s", order[i], order[i-1])
 	}
-	require.Equal(t, exitInProgress, stateCode(nodeexec.PlanRollingBack))
+	require.Equal(t, exitInProgress, stateCode(nodeexec.PlanStateRollingBack))
 	require.Equal(t, exitError, run(context.Background(), []string{"status", "-journal-dir", t.TempDir(), "x"}, func(string) string { return "" }, &bytes.Buffer{}, &bytes.Buffer{}))
 }

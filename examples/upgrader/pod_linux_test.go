@@ -61,7 +61,7 @@ func TestPodContainersRunTheBinary(t *testing.T) {
 		} else {
 			rec := sum.Steps[len(ran)-1]
 			require.Equal(t, c.Name, rec.Name)
-			require.Equal(t, nodeexec.StepSucceeded, rec.State, "container %s ran its step", c.Name)
+			require.Equal(t, nodeexec.StepStateSucceeded, rec.State, "container %s ran its step", c.Name)
 		}
 	}
 	require.Equal(t, []string{"one", "two", "three", nodepod.StatusContainer}, ran)
@@ -71,7 +71,7 @@ func TestPodContainersRunTheBinary(t *testing.T) {
 
 	j, err := nodeexec.ReadJournal(filepath.Join(dir, "host", "journal", nodeexec.JournalFileName(plan.Name)))
 	require.NoError(t, err)
-	require.Equal(t, nodeexec.PlanSucceeded, j.State)
+	require.Equal(t, nodeexec.PlanStateSucceeded, j.State)
 	require.Equal(t, 3, j.Runs, "one run per step container; the last one finished the plan, so the status container ran nothing")
 	require.Equal(t, strconv.Itoa(os.Getpid()), envOf(pod.Spec.Containers[0], nodeexec.EnvTargetPID))
 }

@@ -22,16 +22,16 @@ func (p *progress) update(o nodeexec.Outcome) {
 		old, seen := p.last[s.Name]
 		p.last[s.Name] = s
 		changed := old.State != s.State || old.Attempts != s.Attempts || old.Note != s.Note || old.BackupTaken != s.BackupTaken
-		if (!seen && s.State == nodeexec.StepPending && !s.BackupTaken) || (seen && !changed) {
+		if (!seen && s.State == nodeexec.StepStatePending && !s.BackupTaken) || (seen && !changed) {
 			continue
 		}
 		line := string(s.State)
 		switch s.State {
-		case nodeexec.StepRunning:
+		case nodeexec.StepStateRunning:
 			line += " (attempt " + strconv.Itoa(s.Attempts) + ")"
-		case nodeexec.StepSucceeded, nodeexec.StepFailed:
+		case nodeexec.StepStateSucceeded, nodeexec.StepStateFailed:
 			line += fmt.Sprintf(" (exit %d, %d attempt(s))", s.ExitCode, s.Attempts)
-		case nodeexec.StepPending:
+		case nodeexec.StepStatePending:
 			line += " (backup taken)"
 		}
 		if s.Note != old.Note {

@@ -129,7 +129,7 @@ func printJournal(w io.Writer, path string, j nodeexec.Journal, tail int) {
 	fmt.Fprintln(tw, "STEP\tSTATE\tATTEMPTS\tEXIT\tBACKUP\tNOTE")
 	for _, s := range j.Steps {
 		exit, backup := "-", "-"
-		if s.Attempts > 0 && s.State != nodeexec.StepRunning { // a running step has no exit code yet
+		if s.Attempts > 0 && s.State != nodeexec.StepStateRunning { // a running step has no exit code yet
 			exit = fmt.Sprint(s.ExitCode)
 		}
 		if s.BackupTaken {

@@ -199,7 +199,7 @@ func FakeRun(ctx context.Context, node FakeNode, plan nodeexec.Plan, log logr.Lo
 		return FakeResult{}, err
 	}
 	defer os.RemoveAll(dir)
-	r, err := nodeexec.NewRunner(h, nodeexec.WithJournalDir(dir), nodeexec.WithClock(fake.SkipAheadClock{FakeClock: clk}), nodeexec.WithLogger(log))
+	r, err := nodeexec.NewRunner(h, nodeexec.RunnerOptions{JournalDir: dir, Clock: fake.SkipAheadClock{FakeClock: clk}, Logger: log})
 	if err != nil {
 		return FakeResult{}, err
 	}
@@ -410,7 +410,7 @@ func CompareWithFake(real RealNode, f FakeResult) []Difference {
 }
 
 func notSucceeded(s nodeexec.StepState) bool {
-	return s == nodeexec.StepFailed || s == nodeexec.StepRolledBack || s == nodeexec.StepRollingBack
+	return s == nodeexec.StepStateFailed || s == nodeexec.StepStateRolledBack || s == nodeexec.StepStateRollingBack
 }
 
 func failure(f *nodeexec.Failure) string {

@@ -90,7 +90,7 @@ func TestCompareWithFakeCatchesDrift(t *testing.T) {
 	}{{
 		name:   "plan state",
 		rec:    "first-control-plane-v1-37",
-		mutate: func(j *nodeexec.Journal, _ *nodetest.RealNode) { j.State = nodeexec.PlanNeedsAttention },
+		mutate: func(j *nodeexec.Journal, _ *nodetest.RealNode) { j.State = nodeexec.PlanStateNeedsAttention },
 		want:   []nodetest.Difference{{What: "plan", Name: "state", Real: "NeedsAttention", Fake: "Succeeded"}},
 	}, {
 		name:   "another plan",
@@ -108,7 +108,7 @@ func TestCompareWithFakeCatchesDrift(t *testing.T) {
 		name: "a step only the real node ran",
 		rec:  "first-control-plane-v1-37",
 		mutate: func(j *nodeexec.Journal, _ *nodetest.RealNode) {
-			j.Steps = append(j.Steps, nodeexec.StepRecord{Name: "extra", State: nodeexec.StepSucceeded, Attempts: 1})
+			j.Steps = append(j.Steps, nodeexec.StepRecord{Name: "extra", State: nodeexec.StepStateSucceeded, Attempts: 1})
 		},
 		want: []nodetest.Difference{{What: "step", Name: "extra", Real: "Succeeded"}},
 	}, {
@@ -124,7 +124,7 @@ func TestCompareWithFakeCatchesDrift(t *testing.T) {
 		name: "skipped where the fake ran the step (check semantics)",
 		rec:  "first-control-plane-v1-37",
 		mutate: func(j *nodeexec.Journal, _ *nodetest.RealNode) {
-			step(j, kubeadm.StepKubeadmBinary).State = nodeexec.StepSkipped
+			step(j, kubeadm.StepKubeadmBinary).State = nodeexec.StepStateSkipped
 		},
 		want: []nodetest.Difference{{What: "state", Name: kubeadm.StepKubeadmBinary, Real: "Skipped", Fake: "Succeeded"}},
 	}, {
@@ -149,8 +149,8 @@ func TestCompareWithFakeCatchesDrift(t *testing.T) {
 		name: "failed where the fake rolled back",
 		rec:  "worker-broken-containerd-v1-37",
 		mutate: func(j *nodeexec.Journal, _ *nodetest.RealNode) {
-			j.State = nodeexec.PlanFailed
-			step(j, kubeadm.StepContainerd).State = nodeexec.StepFailed
+			j.State = nodeexec.PlanStateFailed
+			step(j, kubeadm.StepContainerd).State = nodeexec.StepStateFailed
 		},
 		want: []nodetest.Difference{
 			{What: "plan", Name: "state", Real: "Failed", Fake: "RolledBack"},
@@ -199,7 +199,7 @@ func TestCompareWithFakeIgnores(t *testing.T) {
 	j.Runs = 7
 	for i := range j.Steps {
 		j.Steps[i].Output, j.Steps[i].Note = "other wording", "other note"
-		if j.Steps[i].State == nodeexec.StepSucceeded {
+		if j.Steps[i].State == nodeexec.StepStateSucceeded {
 			j.Steps[i].Attempts, j.Steps[i].Resumed = 5, 2
 		}
 	}
@@ -222,11 +222,11 @@ func TestFakeRunImagesStep(t *testing.T) {
 		s, ok := res.Journal.Step(kubeadm.StepImages)
 		require.True(t, ok)
 		if images {
-			require.Equal(t, nodeexec.StepSucceeded, s.State, s.Output)
+			require.Equal(t, nodeexec.StepStateSucceeded, s.State, s.Output)
 			require.Equal(t, "images: imported 1 archive(s)", s.Output)
 			continue
 		}
-		require.Equal(t, nodeexec.StepFailed, s.State)
+		require.Equal(t, nodeexec.StepStateFailed, s.State)
 		require.Equal(t, 1, s.ExitCode)
 		require.Equal(t, "images: no image archive (*.tar) in "+path.Join(kubeadm.DefaultStagingDir, "images"), s.Output)
 	}
@@ -236,7 +236,7 @@ func TestFakeRunResult(t *testing.T) {
 	rec := recordings(t)["worker-files-kubelet-args-v1-37"]
 	res, err := nodetest.FakeRun(context.Background(), rec.Node, rec.Plan, testr.New(t))
 	require.NoError(t, err)
-	require.Equal(t, nodeexec.PlanSucceeded, res.Journal.State)
+	require.Equal(t, nodeexec.PlanStateSucceeded, res.Journal.State)
 	require.Equal(t, "v1.37.2", res.Versions["kubelet"])
 	require.Equal(t, map[string]bool{"containerd": true, "kubelet": true}, res.UnitsActive)
 	require.Equal(t, "vm.swappiness = 10\n", res.Written["/etc/sysctl.d/99-upgradekit.conf"])

@@ -186,19 +186,19 @@ func runKilledThenResumed(ctx context.Context, t *testing.T, n *nodetest.Node, u
 		case <-time.After(500 * time.Millisecond):
 		}
 		r := journalStep(journal, plan.Name, step)
-		if r.State == nodeexec.StepRunning && !r.Started.IsZero() && time.Since(r.Started) >= after {
+		if r.State == nodeexec.StepStateRunning && !r.Started.IsZero() && time.Since(r.Started) >= after {
 			require.NoError(t, syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL))
 			killed = true
 		}
 	}
 	<-done
 	t.Logf("killed the upgrader %s into step %s", after, step)
-	require.Equal(t, nodeexec.StepRunning, journalStep(journal, plan.Name, step).State, "the journal says the step was under way")
+	require.Equal(t, nodeexec.StepStateRunning, journalStep(journal, plan.Name, step).State, "the journal says the step was under way")
 	run, err := n.RunUpgrader(ctx, upgrader, "run", plan, journal)
 	require.NoError(t, err)
 	require.Zero(t, run.ExitCode, "resumed upgrader run:\n%s", run.Output)
 	r := journalStep(journal, plan.Name, step)
-	require.Equal(t, nodeexec.StepSucceeded, r.State)
+	require.Equal(t, nodeexec.StepStateSucceeded, r.State)
 	require.GreaterOrEqual(t, r.Resumed, 1, "the resumed run found step %s interrupted", step)
 	return run
 }
@@ -542,14 +542,14 @@ func upgradeByPod(ctx context.Context, t *testing.T, c *cluster, w *nodetest.Nod
 	// The pod's status and the host's journal agree, step by step.
 	j, err := nodeexec.ReadJournal(w.Path("/var/lib/upgradekit/journal/" + nodeexec.JournalFileName(plan.Name)))
 	require.NoError(t, err)
-	require.Equal(t, nodeexec.PlanSucceeded, j.State)
+	require.Equal(t, nodeexec.PlanStateSucceeded, j.State)
 	journaled := map[string]nodeexec.StepState{}
 	for _, s := range j.Steps {
 		journaled[s.Name] = s.State
 	}
 	for _, s := range st.Steps {
 		require.Equal(t, nodepod.PhaseSucceeded, s.Phase, "pod step %s", s.Name)
-		require.Contains(t, []nodeexec.StepState{nodeexec.StepSucceeded, nodeexec.StepSkipped}, journaled[s.Name], "journal step %s", s.Name)
+		require.Contains(t, []nodeexec.StepState{nodeexec.StepStateSucceeded, nodeexec.StepStateSkipped}, journaled[s.Name], "journal step %s", s.Name)
 	}
 	require.Len(t, st.Steps, len(j.Steps))
 	require.Greater(t, w.Starts("containerd"), containerdStarts, "containerd restarted under the pod")

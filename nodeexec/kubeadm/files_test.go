@@ -112,7 +112,7 @@ func TestFilesPlanOnThisHost(t *testing.T) {
 		{Path: existing, Content: []byte("new\n"), Permissions: "0640", Owner: "root:root"},
 		{Path: created, Content: []byte("binary \x00\xff 'quoted' $(not run)\n"), Permissions: "600", Owner: "0"},
 	}
-	r, err := nodeexec.NewRunner(nodeexec.OSExecutor{}, nodeexec.WithJournalDir(filepath.Join(dir, "journal")), nodeexec.WithDirect())
+	r, err := nodeexec.NewRunner(nodeexec.OSExecutor{}, nodeexec.RunnerOptions{JournalDir: filepath.Join(dir, "journal"), Direct: true})
 	require.NoError(t, err)
 
 	plan, err := NewFilesPlan(FilesConfig{PlanName: "files-1", Node: "n", Files: files, BackupDir: filepath.Join(dir, "backup-1"), AllowedDirs: []string{dir}})
@@ -136,7 +136,7 @@ func TestFilesPlanOnThisHost(t *testing.T) {
 	plan.Name = "files-2"
 	out, err = r.Run(t.Context(), plan)
 	require.NoError(t, err)
-	require.Equal(t, nodeexec.StepSkipped, out.Steps[0].State, "already as desired: skipped by the check")
+	require.Equal(t, nodeexec.StepStateSkipped, out.Steps[0].State, "already as desired: skipped by the check")
 
 	// A verification that fails (another checksum expected) rolls back.
 	require.NoError(t, os.WriteFile(existing, []byte("old\n"), 0o600))
@@ -221,7 +221,7 @@ func TestFilesPlanRefusesOnThisHost(t *testing.T) {
 		out, err := cmd.CombinedOutput()
 		return string(out), err
 	}
-	r, err := nodeexec.NewRunner(nodeexec.OSExecutor{}, nodeexec.WithJournalDir(filepath.Join(dir, "journal")), nodeexec.WithDirect())
+	r, err := nodeexec.NewRunner(nodeexec.OSExecutor{}, nodeexec.RunnerOptions{JournalDir: filepath.Join(dir, "journal"), Direct: true})
 	require.NoError(t, err)
 
 	for i, tc := range []struct{ name, path, want string }{

@@ -157,7 +157,7 @@ func TestNewKubeletArgsPlan(t *testing.T) {
 	require.Equal(t, want, s.Rollback[4:])
 	require.Equal(t, want, step(t, p, StepKubeletArgsVerify).Argv[4:])
 	require.Equal(t, []string{DefaultKubeadmFlagsFile, DefaultKubeletArgsRecordFile, DefaultBackupRoot + "/" + p.Name}, s.Backup[4:])
-	require.Equal(t, nodeexec.InterruptCheck, s.EffectiveInterruptPolicy())
+	require.Equal(t, nodeexec.InterruptPolicyCheck, s.EffectiveInterruptPolicy())
 	require.True(t, s.Idempotent)
 	require.True(t, step(t, p, StepKubeletArgsVerify).NothingToUndo)
 	for _, st := range p.Steps {
@@ -190,7 +190,7 @@ func TestNewKubeletArgsPlanRejects(t *testing.T) {
 		{"record is the flags file", KubeletArgsConfig{Node: "n", RecordFile: DefaultKubeadmFlagsFile}, ErrInvalidConfig, ""},
 		{"settle not whole seconds", KubeletArgsConfig{Node: "n", Settle: 1500 * time.Millisecond}, ErrInvalidConfig, ""},
 		{"settle too long", KubeletArgsConfig{Node: "n", Settle: 2 * time.Minute}, ErrInvalidConfig, ""},
-		{"bad plan name", KubeletArgsConfig{Node: "n", PlanName: "Not_A_Label"}, nodeexec.ErrInvalidName, ""},
+		{"bad plan name", KubeletArgsConfig{Node: "n", PlanName: "Not_A_Label"}, nodeexec.ErrInvalidPlan, ""},
 		{"leading dashes", KubeletArgsConfig{Node: "n", Desired: []KubeletArg{{Name: "--max-pods", Value: "1"}}}, ErrInvalidKubeletArg, "desired[0].name"},
 		{"upper case name", KubeletArgsConfig{Node: "n", Desired: []KubeletArg{{Name: "MaxPods", Value: "1"}}}, ErrInvalidKubeletArg, "desired[0].name"},
 		{"empty name", KubeletArgsConfig{Node: "n", Desired: []KubeletArg{{Value: "1"}}}, ErrInvalidKubeletArg, "desired[0].name"},
@@ -218,6 +218,11 @@ func TestNewKubeletArgsPlanRejects(t *testing.T) {
 			p, err := NewKubeletArgsPlan(tt.cfg)
 			require.ErrorIs(t, err, tt.want)
 			require.Empty(t, p.Steps)
+			if tt.want == nodeexec.ErrInvalidPlan {
+				var verr *nodeexec.ValidationError
+				require.ErrorAs(t, err, &verr)
+				require.Equal(t, "name", verr.Field)
+			}
 			if tt.wantField == "" {
 				return
 			}
@@ -381,11 +386,11 @@ func TestKubeletArgsPlanRunsAndReruns(t *testing.T) {
 	p, err := NewKubeletArgsPlan(cfg)
 	require.NoError(t, err)
 	journal := t.TempDir()
-	r, err := nodeexec.NewRunner(k.exec, nodeexec.WithJournalDir(journal), nodeexec.WithDirect())
+	r, err := nodeexec.NewRunner(k.exec, nodeexec.RunnerOptions{JournalDir: journal, Direct: true})
 	require.NoError(t, err)
 	out, err := r.Run(context.Background(), p)
 	require.NoError(t, err, "%+v", out)
-	require.Equal(t, nodeexec.PlanSucceeded, out.State)
+	require.Equal(t, nodeexec.PlanStateSucceeded, out.State)
 	require.Equal(t, 1, k.restarts(t))
 
 	cfg.PlanName = "args-again"
@@ -393,7 +398,7 @@ func TestKubeletArgsPlanRunsAndReruns(t *testing.T) {
 	require.NoError(t, err)
 	out, err = r.Run(context.Background(), p2)
 	require.NoError(t, err)
-	require.Equal(t, nodeexec.StepSkipped, out.Steps[0].State, "already applied")
+	require.Equal(t, nodeexec.StepStateSkipped, out.Steps[0].State, "already applied")
 	require.Equal(t, 1, k.restarts(t), "nothing restarted again")
 }
 
@@ -424,11 +429,11 @@ func TestKubeletArgsRestoreWhenTheKubeletFails(t *testing.T) {
 	p, err = NewKubeletArgsPlan(cfg)
 	require.NoError(t, err)
 	p.Steps[0].Retry = nodeexec.RetryPolicy{}
-	r, err := nodeexec.NewRunner(k.exec, nodeexec.WithJournalDir(t.TempDir()), nodeexec.WithDirect())
+	r, err := nodeexec.NewRunner(k.exec, nodeexec.RunnerOptions{JournalDir: t.TempDir(), Direct: true})
 	require.NoError(t, err)
 	o, err := r.Run(context.Background(), p)
 	require.ErrorIs(t, err, nodeexec.ErrRolledBack)
-	require.Equal(t, nodeexec.PlanRolledBack, o.State)
+	require.Equal(t, nodeexec.PlanStateRolledBack, o.State)
 	require.Equal(t, kubeadmFile, k.read(t, k.flags))
 	require.True(t, k.active(t))
 }

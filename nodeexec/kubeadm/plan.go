@@ -243,7 +243,7 @@ type Config struct {
 	// kubeadm-upgrade step has no automatic rollback: undoing `kubeadm
 	// upgrade apply` means restoring the etcd snapshot, a human decision.
 	// A failure after it therefore rolls back the later steps and stops
-	// at it in PlanNeedsAttention, leaving the earlier ones installed.
+	// at it in PlanStateNeedsAttention, leaving the earlier ones installed.
 	RollbackOnFailure bool
 }
 
@@ -744,7 +744,7 @@ systemctl is-active --quiet "$2"`, bak, "containerd"),
 		Retry:      nodeexec.RetryPolicy{Attempts: 2, Backoff: 30 * time.Second},
 		Idempotent: true, // kubeadm documents `kubeadm upgrade` as idempotent
 		// No Rollback and not NothingToUndo on purpose: a plan rollback stops
-		// here (PlanNeedsAttention) instead of putting the old kubeadm,
+		// here (PlanStateNeedsAttention) instead of putting the old kubeadm,
 		// containerd and CNI plugins under an upgraded control plane.
 		// Keep a copy of /etc/kubernetes for manual recovery; kubeadm keeps
 		// its own in /etc/kubernetes/tmp as well.

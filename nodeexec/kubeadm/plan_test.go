@@ -229,7 +229,7 @@ func TestNewPlanRejects(t *testing.T) {
 		{"staging at root", func(c *Config) { c.StagingDir = "/" }, ErrInvalidConfig},
 		{"backup at root", func(c *Config) { c.BackupDir = "//." }, ErrInvalidConfig},
 		{"shell characters in version", func(c *Config) { c.FromVersion, c.ToVersion = "v1.32.0", "v1.32.0+a;b" }, ErrInvalidVersion},
-		{"bad plan name", func(c *Config) { c.PlanName = "Not_A_Label" }, nodeexec.ErrInvalidName},
+		{"bad plan name", func(c *Config) { c.PlanName = "Not_A_Label" }, nodeexec.ErrInvalidPlan},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -237,6 +237,11 @@ func TestNewPlanRejects(t *testing.T) {
 			tt.mutate(&c)
 			_, err := NewPlan(c)
 			require.ErrorIs(t, err, tt.want)
+			if tt.want == nodeexec.ErrInvalidPlan {
+				var verr *nodeexec.ValidationError
+				require.ErrorAs(t, err, &verr)
+				require.Equal(t, "name", verr.Field)
+			}
 		})
 	}
 }

@@ -283,9 +283,9 @@ func Build(plan nodeexec.Plan, opts ...Option) (*corev1.Pod, error) {
 	case o.targetPID < 1:
 		return bad("target PID %d", o.targetPID)
 	case len(o.statusArgv) == 0 || o.statusArgv[0] == "":
-		return bad("status argv: %v", nodeexec.ErrEmptyArgv)
+		return bad("status argv: empty argv")
 	case o.deadlineOverhead < 0:
-		return bad("deadline overhead %v: %v", o.deadlineOverhead, nodeexec.ErrNegativeDuration)
+		return bad("deadline overhead %v: negative duration", o.deadlineOverhead)
 	}
 	if msgs := validation.IsDNS1123Label(o.namespace); len(msgs) > 0 {
 		return bad("namespace %q: %v", o.namespace, msgs)
@@ -688,7 +688,7 @@ func (b *podBuilder) deadline() (time.Duration, bool) {
 		if len(s.Backup) > 0 || len(s.Check) > 0 {
 			total = satAdd(total, satMul(s.Timeout, 2))
 		}
-		if len(s.Rollback) > 0 && (b.plan.RollbackOnFailure || s.EffectiveInterruptPolicy() == nodeexec.InterruptRollback) {
+		if len(s.Rollback) > 0 && (b.plan.RollbackOnFailure || s.EffectiveInterruptPolicy() == nodeexec.InterruptPolicyRollback) {
 			total = satAdd(total, budget) // rollback runs with the same retry budget
 		}
 	}

@@ -220,7 +220,7 @@ func TestBuildRejects(t *testing.T) {
 		{"empty status argv", nil, []Option{WithImage("i"), WithStatusArgv()}, ErrInvalidOptions},
 		{"step clashes with status container", func(p *nodeexec.Plan) { p.Steps[1].Name = StatusContainer }, []Option{WithImage("i")}, ErrInvalidOptions},
 		{"step clashes with backup container", func(p *nodeexec.Plan) { p.Steps[1].Name = "containerd-backup" }, []Option{WithImage("i")}, ErrInvalidOptions},
-		{"invalid plan", func(p *nodeexec.Plan) { p.Steps[0].Argv = nil }, []Option{WithImage("i")}, nodeexec.ErrEmptyArgv},
+		{"invalid plan", func(p *nodeexec.Plan) { p.Steps[0].Argv = nil }, []Option{WithImage("i")}, nodeexec.ErrInvalidPlan},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -230,6 +230,11 @@ func TestBuildRejects(t *testing.T) {
 			}
 			_, err := Build(p, tt.opts...)
 			require.ErrorIs(t, err, tt.want)
+			if tt.want == nodeexec.ErrInvalidPlan {
+				var verr *nodeexec.ValidationError
+				require.ErrorAs(t, err, &verr)
+				require.Equal(t, "steps[0].argv", verr.Field)
+			}
 		})
 	}
 }

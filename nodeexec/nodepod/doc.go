@@ -6,7 +6,7 @@
 //
 //   - ModeInitContainers with WithRunnerCommand (recommended): one init
 //     container per step, each running the journaled runner up to its step
-//     (nodeexec.WithStopAfter), then a status container that runs the rest
+//     (nodeexec.RunnerOptions.StopAfter), then a status container that runs the rest
 //     (nothing) and exits. `kubectl get pod` shows per-step progress and the
 //     journal on the host keeps deadlines, retries, checks, backups,
 //     rollback and crash-resume. restartPolicy OnFailure: a crashed runner

@@ -11,7 +11,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/utils/ptr"
 
-	"github.com/upgradekit/upgradekit/nodeexec"
 )
 
 // Pre-pull pods (BuildPrePull).
@@ -94,7 +93,7 @@ func BuildPrePull(node string, opts ...Option) (*corev1.Pod, error) {
 	command := []string{o.nsenter, "--version"}
 	if len(o.runnerCommand) > 0 {
 		if o.runnerCommand[0] == "" {
-			return bad("runner command: %v", nodeexec.ErrEmptyArgv)
+			return bad("runner command: empty argv")
 		}
 		command = []string{o.runnerCommand[0], "version"}
 	}

@@ -124,7 +124,7 @@ func ReadStatus(pod *corev1.Pod, opts ...ReadOption) Status {
 			for _, s := range sum.Steps {
 				summary[s.Name] = s
 			}
-			if sum.FailedStep != "" && sum.State.Terminal() && sum.State != nodeexec.PlanSucceeded {
+			if sum.FailedStep != "" && sum.State.Terminal() && sum.State != nodeexec.PlanStateSucceeded {
 				failedStep, failedExit = sum.FailedStep, int32(sum.ExitCode)
 			}
 		}
@@ -203,11 +203,11 @@ func terminationSummary(cs corev1.ContainerStatus) (nodeexec.Summary, bool) {
 
 func summaryPhase(s nodeexec.StepState) Phase {
 	switch s {
-	case nodeexec.StepSucceeded, nodeexec.StepSkipped:
+	case nodeexec.StepStateSucceeded, nodeexec.StepStateSkipped:
 		return PhaseSucceeded
-	case nodeexec.StepRunning, nodeexec.StepRollingBack:
+	case nodeexec.StepStateRunning, nodeexec.StepStateRollingBack:
 		return PhaseRunning
-	case nodeexec.StepFailed, nodeexec.StepRolledBack:
+	case nodeexec.StepStateFailed, nodeexec.StepStateRolledBack:
 		return PhaseFailed
 	}
 	return PhasePending

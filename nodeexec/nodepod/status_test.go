@@ -147,8 +147,8 @@ func TestReadStatusSingleContainerSummary(t *testing.T) {
 	// The runner was killed mid-step and is restarting: its last summary
 	// (the termination message) gives per-step progress.
 	cs := crashLoop(StatusContainer, 137, 1)
-	cs.LastTerminationState.Terminated.Message = string(nodeexec.Summarize(nodeexec.Outcome{Plan: "p", State: nodeexec.PlanRunning, Steps: []nodeexec.StepRecord{
-		{Name: "a", State: nodeexec.StepSucceeded}, {Name: "b", State: nodeexec.StepRunning}, {Name: "c", State: nodeexec.StepPending},
+	cs.LastTerminationState.Terminated.Message = string(nodeexec.Summarize(nodeexec.Outcome{Plan: "p", State: nodeexec.PlanStateRunning, Steps: []nodeexec.StepRecord{
+		{Name: "a", State: nodeexec.StepStateSucceeded}, {Name: "b", State: nodeexec.StepStateRunning}, {Name: "c", State: nodeexec.StepStatePending},
 	}}))
 	s := ReadStatus(podWith(ModeSingleContainer, corev1.PodRunning, nil, cs))
 	require.Equal(t, PhaseRunning, s.Phase)
@@ -157,9 +157,9 @@ func TestReadStatusSingleContainerSummary(t *testing.T) {
 
 	// A terminal failure reported in the summary names the step.
 	fail := terminated(StatusContainer, 1, "Error")
-	fail.State.Terminated.Message = string(nodeexec.Summarize(nodeexec.Outcome{Plan: "p", State: nodeexec.PlanFailed,
+	fail.State.Terminated.Message = string(nodeexec.Summarize(nodeexec.Outcome{Plan: "p", State: nodeexec.PlanStateFailed,
 		Failure: &nodeexec.Failure{Step: "b", ExitCode: 7}, Steps: []nodeexec.StepRecord{
-			{Name: "a", State: nodeexec.StepSucceeded}, {Name: "b", State: nodeexec.StepFailed, ExitCode: 7}, {Name: "c", State: nodeexec.StepPending},
+			{Name: "a", State: nodeexec.StepStateSucceeded}, {Name: "b", State: nodeexec.StepStateFailed, ExitCode: 7}, {Name: "c", State: nodeexec.StepStatePending},
 		}}))
 	s = ReadStatus(podWith(ModeSingleContainer, corev1.PodRunning, nil, fail))
 	require.Equal(t, PhaseFailed, s.Phase)
@@ -212,10 +212,10 @@ func TestReadStatusSingleContainerRollbackNamesFailedStep(t *testing.T) {
 	// b failed with exit 7 and the plan was rolled back: a and b both
 	// show RolledBack, but the failure is b's, not a's.
 	cs := terminated(StatusContainer, 1, "Error")
-	cs.State.Terminated.Message = summaryMsg(nodeexec.PlanRolledBack, "b", 7,
-		nodeexec.StepRecord{Name: "a", State: nodeexec.StepRolledBack},
-		nodeexec.StepRecord{Name: "b", State: nodeexec.StepRolledBack, ExitCode: 7},
-		nodeexec.StepRecord{Name: "c", State: nodeexec.StepPending})
+	cs.State.Terminated.Message = summaryMsg(nodeexec.PlanStateRolledBack, "b", 7,
+		nodeexec.StepRecord{Name: "a", State: nodeexec.StepStateRolledBack},
+		nodeexec.StepRecord{Name: "b", State: nodeexec.StepStateRolledBack, ExitCode: 7},
+		nodeexec.StepRecord{Name: "c", State: nodeexec.StepStatePending})
 	pod := podWith(ModeSingleContainer, corev1.PodRunning, nil, cs)
 	pod.Spec.RestartPolicy = corev1.RestartPolicyOnFailure
 	s := ReadStatus(pod)
@@ -230,10 +230,10 @@ func TestReadStatusJournaledInitContainerUsesSummary(t *testing.T) {
 	// Journaled init layout: container b runs the runner up to step b;
 	// the runner exits 1 but step b itself exited 5.
 	b := terminated("b", 1, "Error")
-	b.State.Terminated.Message = summaryMsg(nodeexec.PlanFailed, "b", 5,
-		nodeexec.StepRecord{Name: "a", State: nodeexec.StepSucceeded},
-		nodeexec.StepRecord{Name: "b", State: nodeexec.StepFailed, ExitCode: 5},
-		nodeexec.StepRecord{Name: "c", State: nodeexec.StepPending})
+	b.State.Terminated.Message = summaryMsg(nodeexec.PlanStateFailed, "b", 5,
+		nodeexec.StepRecord{Name: "a", State: nodeexec.StepStateSucceeded},
+		nodeexec.StepRecord{Name: "b", State: nodeexec.StepStateFailed, ExitCode: 5},
+		nodeexec.StepRecord{Name: "c", State: nodeexec.StepStatePending})
 	pod := podWith(ModeInitContainers, corev1.PodPending, []corev1.ContainerStatus{terminated("a", 0, "Completed"), b})
 	pod.Spec.RestartPolicy = corev1.RestartPolicyOnFailure
 	s := ReadStatus(pod)
@@ -245,10 +245,10 @@ func TestReadStatusJournaledInitContainerUsesSummary(t *testing.T) {
 
 	// Killed mid-step (plan still Running): resuming, not failed.
 	k := terminated("b", 137, "Error")
-	k.State.Terminated.Message = summaryMsg(nodeexec.PlanRunning, "", 0,
-		nodeexec.StepRecord{Name: "a", State: nodeexec.StepSucceeded},
-		nodeexec.StepRecord{Name: "b", State: nodeexec.StepRunning},
-		nodeexec.StepRecord{Name: "c", State: nodeexec.StepPending})
+	k.State.Terminated.Message = summaryMsg(nodeexec.PlanStateRunning, "", 0,
+		nodeexec.StepRecord{Name: "a", State: nodeexec.StepStateSucceeded},
+		nodeexec.StepRecord{Name: "b", State: nodeexec.StepStateRunning},
+		nodeexec.StepRecord{Name: "c", State: nodeexec.StepStatePending})
 	pod.Status.InitContainerStatuses[1] = k
 	s = ReadStatus(pod)
 	require.Equal(t, PhaseRunning, s.Phase)
