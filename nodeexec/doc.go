@@ -7,13 +7,15 @@
 // (Idempotent, or a Check argv that says whether it is already done) and
 // optional Backup and Rollback argvs. A Plan is the ordered steps for one
 // node plus metadata; Validate reports every problem as a typed
-// *ValidationError.
+// *ValidationError wrapping ErrInvalidPlan, whose Field names it.
 //
 // The Runner executes a plan through an Executor (OSExecutor uses os/exec
 // with argv slices; simulated hosts implement the interface or use
 // ExecutorFunc). Every state change is written to a journal file on the
 // host (temporary file, fsync, rename, directory fsync) before the command
-// it describes starts. After a crash or a pod restart, a new Runner:
+// it describes starts. NewRunner takes a RunnerOptions struct whose zero
+// value is the default (journals in DefaultJournalDir, namespaces of PID
+// 1). After a crash or a pod restart, a new Runner:
 //
 //   - skips steps the journal records as completed (never re-running a
 //     non-idempotent one),
