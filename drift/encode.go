@@ -22,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/upgradekit/upgradekit/internal/memzero"
+	"github.com/upgradekit/upgradekit/internal/reflectx"
 )
 
 // The canonical encoding. Every value starts with a one-byte tag; strings
@@ -515,7 +516,7 @@ func (e *encoder) object(v reflect.Value, p *plan, node *pathNode) (bool, error)
 			}
 			e.buf = e.buf[:mark]
 		}
-		fv, ok := fieldByIndex(v, f.index)
+		fv, ok := reflectx.FieldByIndex(v, f.index)
 		if !ok {
 			continue
 		}
@@ -624,24 +625,6 @@ func isScalarKind(p *plan) bool {
 		return true
 	}
 	return false
-}
-
-// fieldByIndex is reflect.Value.FieldByIndex that reports false, instead
-// of panicking, when it meets a nil embedded pointer.
-func fieldByIndex(v reflect.Value, index []int) (reflect.Value, bool) {
-	if len(index) == 1 {
-		return v.Field(index[0]), true
-	}
-	for i, x := range index {
-		if i > 0 && v.Kind() == reflect.Pointer {
-			if v.IsNil() {
-				return reflect.Value{}, false
-			}
-			v = v.Elem()
-		}
-		v = v.Field(x)
-	}
-	return v, true
 }
 
 // isEmptyJSON is encoding/json's omitempty test.

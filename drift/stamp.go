@@ -162,28 +162,29 @@ func (s *Stamper) applyTo(ann map[string]string, st Stamp) {
 // State is the outcome of checking a stamped object against a desired hash.
 type State int
 
-// States. Only Drifted means drifted: Unknown and NeedsRestamp never do.
+// States. Only StateDrifted means drifted: StateUnknown and
+// StateNeedsRestamp never do.
 const (
-	// Unknown: the object is not stamped, or its stamp is unreadable.
-	Unknown State = iota
-	// Current: the stamp matches the desired hash.
-	Current
-	// Drifted: same hash version, different hash.
-	Drifted
-	// NeedsRestamp: the stamp has another hash version. As in Karpenter,
+	// StateUnknown: the object is not stamped, or its stamp is unreadable.
+	StateUnknown State = iota
+	// StateCurrent: the stamp matches the desired hash.
+	StateCurrent
+	// StateDrifted: same hash version, different hash.
+	StateDrifted
+	// StateNeedsRestamp: the stamp has another hash version. As in Karpenter,
 	// hashes of different versions are never compared, so the object is
 	// not drifted by hash; it must be re-stamped (see VersionBump).
-	NeedsRestamp
+	StateNeedsRestamp
 )
 
 // String returns the state's name.
 func (s State) String() string {
 	switch s {
-	case Current:
+	case StateCurrent:
 		return "Current"
-	case Drifted:
+	case StateDrifted:
 		return "Drifted"
-	case NeedsRestamp:
+	case StateNeedsRestamp:
 		return "NeedsRestamp"
 	default:
 		return "Unknown"
@@ -239,7 +240,7 @@ func (s *Stamper) checkAnnotations(ann map[string]string, desired Hash) Comparis
 		return res
 	}
 	if version != desired.Version {
-		res.State = NeedsRestamp
+		res.State = StateNeedsRestamp
 		if h, err := ParseHash(version, value); err == nil {
 			res.Stamped = h
 		}
@@ -252,9 +253,9 @@ func (s *Stamper) checkAnnotations(ann map[string]string, desired Hash) Comparis
 	}
 	res.Stamped = h
 	if h.Value == desired.Value {
-		res.State = Current
+		res.State = StateCurrent
 	} else {
-		res.State = Drifted
+		res.State = StateDrifted
 	}
 	return res
 }
