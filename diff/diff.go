@@ -12,6 +12,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+
+	"github.com/upgradekit/upgradekit/internal/reflectx"
 )
 
 // State is one side of a machine: its three objects. Each may be a typed Go
@@ -371,7 +373,7 @@ func typedChild(v reflect.Value, p *typePlan, name string, ok bool) (reflect.Val
 		return reflect.Value{}, false
 	}
 	fp := &p.fields[i]
-	f, ok := fieldOf(v, fp.index)
+	f, ok := reflectx.FieldByIndex(v, fp.index)
 	return f, ok && present(f, fp)
 }
 

@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/upgradekit/upgradekit/internal/memzero"
+	"github.com/upgradekit/upgradekit/internal/reflectx"
 )
 
 // Fast paths for typed values: whether a field is present in the JSON form
@@ -262,8 +263,8 @@ func sameAt(a, b unsafe.Pointer, p *typePlan, depth, maxDepth int) bool {
 			if !va.IsValid() {
 				va, vb = reflect.NewAt(p.t, a).Elem(), reflect.NewAt(p.t, b).Elem()
 			}
-			fa, okA := fieldOf(va, fp.index)
-			fb, okB := fieldOf(vb, fp.index)
+			fa, okA := reflectx.FieldByIndex(va, fp.index)
+			fb, okB := reflectx.FieldByIndex(vb, fp.index)
 			if okA != okB {
 				return false
 			}

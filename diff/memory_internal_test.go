@@ -16,6 +16,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	bootstrapv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+
+	"github.com/upgradekit/upgradekit/internal/reflectx"
 )
 
 // Types with the shapes the memory paths must get right: -0 and NaN,
@@ -199,7 +201,7 @@ func checkPresence(t *testing.T, v reflect.Value, depth int) int {
 		p := planFor(v.Type())
 		for i := range p.fields {
 			fp := &p.fields[i]
-			f, ok := fieldOf(v, fp.index)
+			f, ok := reflectx.FieldByIndex(v, fp.index)
 			if !ok {
 				continue
 			}

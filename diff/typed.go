@@ -9,12 +9,13 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
-	"sync"
 	"unsafe"
 
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/upgradekit/upgradekit/internal/reflectx"
 )
 
 // Typed values are compared by walking both with reflect, guided by a plan
@@ -70,8 +71,7 @@ type fieldPlan struct {
 }
 
 var (
-	planCache sync.Map // reflect.Type -> *typePlan
-	planMu    sync.Mutex
+	planCache reflectx.PlanCache[*typePlan]
 
 	timeType        = reflect.TypeFor[metav1.Time]()
 	microTimeType   = reflect.TypeFor[metav1.MicroTime]()
@@ -85,21 +85,14 @@ var (
 
 func planFor(t reflect.Type) *typePlan {
 	if p, ok := planCache.Load(t); ok {
-		return p.(*typePlan)
+		return p
 	}
-	planMu.Lock()
-	defer planMu.Unlock()
-	building := map[reflect.Type]*typePlan{}
-	p := buildPlan(t, building)
-	for bt, bp := range building {
-		planCache.LoadOrStore(bt, bp)
-	}
-	return p
+	return planCache.Build(t, buildPlan, nil)
 }
 
 func buildPlan(t reflect.Type, building map[reflect.Type]*typePlan) *typePlan {
 	if p, ok := planCache.Load(t); ok {
-		return p.(*typePlan)
+		return p
 	}
 	if p := building[t]; p != nil {
 		return p
@@ -229,24 +222,6 @@ func addFields(p *typePlan, t reflect.Type, index []int, base uintptr, direct bo
 	}
 }
 
-// fieldOf returns the field at index, or false if an embedded pointer on
-// the way is nil.
-func fieldOf(v reflect.Value, index []int) (reflect.Value, bool) {
-	if len(index) == 1 {
-		return v.Field(index[0]), true
-	}
-	for i, x := range index {
-		if i > 0 && v.Kind() == reflect.Pointer {
-			if v.IsNil() {
-				return reflect.Value{}, false
-			}
-			v = v.Elem()
-		}
-		v = v.Field(x)
-	}
-	return v, true
-}
-
 // present reports whether a field's value appears in the JSON form.
 func present(v reflect.Value, fp *fieldPlan) bool {
 	switch v.Kind() {
@@ -326,7 +301,7 @@ func typedEmpty(v reflect.Value, p *typePlan, depth int) bool {
 	case reflect.Struct:
 		for i := range p.fields {
 			fp := &p.fields[i]
-			f, ok := fieldOf(v, fp.index)
+			f, ok := reflectx.FieldByIndex(v, fp.index)
 			if ok && present(f, fp) && !typedEmpty(f, fp.plan, depth+1) {
 				return false
 			}
@@ -491,13 +466,13 @@ func (w *walker) cmpTyped(a, b reflect.Value, aOK, bOK bool, p *typePlan) {
 			}
 			if !knownA {
 				var ok bool
-				if fa, ok = fieldOf(a, fp.index); ok {
+				if fa, ok = reflectx.FieldByIndex(a, fp.index); ok {
 					pa = present(fa, fp)
 				}
 			}
 			if !knownB {
 				var ok bool
-				if fb, ok = fieldOf(b, fp.index); ok {
+				if fb, ok = reflectx.FieldByIndex(b, fp.index); ok {
 					pb = present(fb, fp)
 				}
 			}
@@ -515,10 +490,10 @@ func (w *walker) cmpTyped(a, b reflect.Value, aOK, bOK bool, p *typePlan) {
 					same = sameAt(ptrA, ptrB, fp.plan, len(w.frames)+1, w.maxDepth)
 				} else {
 					if !fa.IsValid() {
-						fa, _ = fieldOf(a, fp.index)
+						fa, _ = reflectx.FieldByIndex(a, fp.index)
 					}
 					if !fb.IsValid() {
-						fb, _ = fieldOf(b, fp.index)
+						fb, _ = reflectx.FieldByIndex(b, fp.index)
 					}
 					same = typedSame(fa, fb, fp.plan, len(w.frames)+1, w.maxDepth)
 				}
@@ -527,10 +502,10 @@ func (w *walker) cmpTyped(a, b reflect.Value, aOK, bOK bool, p *typePlan) {
 				}
 			}
 			if pa && !fa.IsValid() {
-				fa, _ = fieldOf(a, fp.index)
+				fa, _ = reflectx.FieldByIndex(a, fp.index)
 			}
 			if pb && !fb.IsValid() {
-				fb, _ = fieldOf(b, fp.index)
+				fb, _ = reflectx.FieldByIndex(b, fp.index)
 			}
 			if w.enterField(fp.name) {
 				w.cmpTyped(fa, fb, pa, pb, fp.plan)
@@ -610,8 +585,8 @@ func typedSame(a, b reflect.Value, p *typePlan, depth, maxDepth int) bool {
 	case reflect.Struct:
 		for i := range p.fields {
 			fp := &p.fields[i]
-			fa, okA := fieldOf(a, fp.index)
-			fb, okB := fieldOf(b, fp.index)
+			fa, okA := reflectx.FieldByIndex(a, fp.index)
+			fb, okB := reflectx.FieldByIndex(b, fp.index)
 			if okA != okB {
 				return false
 			}
@@ -954,8 +929,8 @@ func (l typedList) keyEq(x bool, i int, y bool, j int) bool {
 		if !okx || !oky {
 			return false
 		}
-		fx, okx := fieldOf(sx, px.fields[ix].index)
-		fy, oky := fieldOf(sy, py.fields[iy].index)
+		fx, okx := reflectx.FieldByIndex(sx, px.fields[ix].index)
+		fy, oky := reflectx.FieldByIndex(sy, py.fields[iy].index)
 		if okx != oky || (okx && !typedScalarEqual(fx, fy)) {
 			return false
 		}
@@ -1024,7 +999,7 @@ func appendTypedKeyText(b []byte, v reflect.Value, key string) []byte {
 	if !ok {
 		return b
 	}
-	f, ok := fieldOf(v, p.fields[i].index)
+	f, ok := reflectx.FieldByIndex(v, p.fields[i].index)
 	if !ok {
 		return b
 	}

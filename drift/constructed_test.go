@@ -28,7 +28,7 @@ func TestZeroValuesDoNotPanic(t *testing.T) {
 			_, err = s.Stamp(obj, map[string]any{"a": 1})
 			require.ErrorIs(t, err, drift.ErrInvalidOption)
 			res := s.Compare(obj, drift.Hash{Version: "v1+uk1", Value: 1})
-			require.Equal(t, drift.Unknown, res.State)
+			require.Equal(t, drift.StateUnknown, res.State)
 			require.ErrorIs(t, res.Err, drift.ErrInvalidOption)
 			_, err = s.Explain(ctx, obj, map[string]any{"a": 1})
 			require.ErrorIs(t, err, drift.ErrInvalidOption)

@@ -260,7 +260,7 @@ func (c *StaticHash) Check(ctx context.Context, obj metav1.Object) (*Reason, err
 		return nil, ErrNilObject
 	}
 	res := c.stamper.Compare(obj, c.stamp.Hash)
-	if res.State != Drifted {
+	if res.State != StateDrifted {
 		return nil, nil
 	}
 	r := &Reason{

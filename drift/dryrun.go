@@ -204,7 +204,7 @@ func runBump(ctx context.Context, objs []metav1.Object, b VersionBump, apply boo
 		entry := BumpEntry{Name: objectName(obj), Action: ActionNone}
 		if isNilObject(obj) {
 			// Nothing to read or re-stamp: reported like an unstamped object.
-			entry.Before, entry.After = Unknown, Unknown
+			entry.Before, entry.After = StateUnknown, StateUnknown
 			rep.Unknown++
 			rep.Objects = append(rep.Objects, entry)
 			continue
@@ -220,21 +220,21 @@ func runBump(ctx context.Context, objs []metav1.Object, b VersionBump, apply boo
 			before := b.From.checkAnnotations(ann, fromHash)
 			entry.Before = before.State
 			recorded := b.RecordedDrift != nil && b.RecordedDrift(obj)
-			if before.State == Unknown {
+			if before.State == StateUnknown {
 				entry.After = b.To.checkAnnotations(ann, toStamp.Hash).State
 				rep.Unknown++
 				break
 			}
 			next := maps.Clone(ann)
-			if before.State == Current && !recorded {
+			if before.State == StateCurrent && !recorded {
 				b.To.applyTo(next, toStamp)
 				entry.Action = ActionRestamp
 				rep.Restamped++
 			} else {
 				// Keep the drift: new version, a hash that cannot equal
 				// the new one, and no fingerprints of the old version.
-				if before.State == Current {
-					entry.Before = Drifted // recorded elsewhere
+				if before.State == StateCurrent {
+					entry.Before = StateDrifted // recorded elsewhere
 				}
 				kept := before.Stamped.Value
 				if kept == toStamp.Hash.Value {
@@ -252,17 +252,17 @@ func runBump(ctx context.Context, objs []metav1.Object, b VersionBump, apply boo
 				obj.SetAnnotations(next)
 			}
 		case hasVersion:
-			entry.Before = NeedsRestamp
-			entry.After = NeedsRestamp
+			entry.Before = StateNeedsRestamp
+			entry.After = StateNeedsRestamp
 			rep.OtherVersion++
 		default:
-			entry.Before, entry.After = Unknown, Unknown
+			entry.Before, entry.After = StateUnknown, StateUnknown
 			rep.Unknown++
 		}
-		if entry.Before != Drifted && entry.After == Drifted {
+		if entry.Before != StateDrifted && entry.After == StateDrifted {
 			rep.NewlyDrifted++
 		}
-		if entry.Before == Drifted && entry.After != Drifted {
+		if entry.Before == StateDrifted && entry.After != StateDrifted {
 			rep.ClearedDrift++
 		}
 		rep.Objects = append(rep.Objects, entry)

@@ -22,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/upgradekit/upgradekit/internal/memzero"
+	"github.com/upgradekit/upgradekit/internal/reflectx"
 )
 
 // The canonical encoding. Every value starts with a one-byte tag; strings
@@ -194,7 +195,7 @@ func (e *encoder) unsigned(u uint64) bool {
 // hash equal.
 func (e *encoder) float(f float64) (bool, error) {
 	if math.IsNaN(f) || math.IsInf(f, 0) {
-		return false, newWalkError(fmt.Errorf("%w: float %v has no JSON form", ErrUnsupportedValue, f))
+		return false, newWalkError(fmt.Errorf("%w: float %v has no JSON form", errUnsupportedValue, f))
 	}
 	if f == math.Trunc(f) && f >= -(1<<63) && f < (1<<63) {
 		return e.integer(int64(f)), nil
@@ -219,13 +220,13 @@ func (e *encoder) float32(f float32) (bool, error) {
 
 func (e *encoder) depthEnter(p uintptr, t reflect.Type) error {
 	e.depth++
-	if e.depth > MaxDepth {
-		return newWalkError(fmt.Errorf("%w: deeper than %d levels", ErrTooDeep, MaxDepth))
+	if e.depth > maxDepth {
+		return newWalkError(fmt.Errorf("%w: deeper than %d levels", errTooDeep, maxDepth))
 	}
 	if e.depth > cycleCheckDepth && p != 0 {
 		k := ptrKey{p, t}
 		if slices.Contains(e.ptrs, k) {
-			return newWalkError(fmt.Errorf("%w: %s refers to itself", ErrCycle, t))
+			return newWalkError(fmt.Errorf("%w: %s refers to itself", errCycle, t))
 		}
 		e.ptrs = append(e.ptrs, k)
 	}
@@ -363,7 +364,7 @@ func (e *encoder) value(v reflect.Value, p *plan, node *pathNode, set bool) (boo
 			q = &qv
 		}
 		if q == nil {
-			return false, newWalkError(fmt.Errorf("%w: unreadable %s", ErrUnsupportedValue, p.typ))
+			return false, newWalkError(fmt.Errorf("%w: unreadable %s", errUnsupportedValue, p.typ))
 		}
 		num, suffix := q.CanonicalizeBytes(e.tmp[:0])
 		e.buf = append(e.buf, tagString)
@@ -374,7 +375,7 @@ func (e *encoder) value(v reflect.Value, p *plan, node *pathNode, set bool) (boo
 	case pkMetaTime, pkMicroTime, pkStdTime:
 		t, ok := readTime(v)
 		if !ok {
-			return false, newWalkError(fmt.Errorf("%w: unreadable %s", ErrUnsupportedValue, p.typ))
+			return false, newWalkError(fmt.Errorf("%w: unreadable %s", errUnsupportedValue, p.typ))
 		}
 		layout := time.RFC3339
 		switch p.kind {
@@ -404,7 +405,7 @@ func (e *encoder) value(v reflect.Value, p *plan, node *pathNode, set bool) (boo
 		if typ == intstr.Int {
 			return e.integer(v.Field(idxIntOrStrInt).Int()), nil
 		}
-		return false, newWalkError(fmt.Errorf("%w: IntOrString with type %d", ErrUnsupportedValue, typ))
+		return false, newWalkError(fmt.Errorf("%w: IntOrString with type %d", errUnsupportedValue, typ))
 	case pkJSONNumber:
 		if v.String() == "" {
 			return e.null(), nil
@@ -415,7 +416,7 @@ func (e *encoder) value(v reflect.Value, p *plan, node *pathNode, set bool) (boo
 		return e.value(obj, planFor(obj.Type()), node, set)
 	case pkJSONMarshaler:
 		if !v.CanInterface() {
-			return false, newWalkError(fmt.Errorf("%w: unexported marshaler %s", ErrUnsupportedValue, p.typ))
+			return false, newWalkError(fmt.Errorf("%w: unexported marshaler %s", errUnsupportedValue, p.typ))
 		}
 		m, _ := v.Interface().(json.Marshaler)
 		return e.marshaled(m, node, set)
@@ -427,7 +428,7 @@ func (e *encoder) value(v reflect.Value, p *plan, node *pathNode, set bool) (boo
 		return e.value(v, p.fallback, node, set)
 	case pkTextMarshaler:
 		if !v.CanInterface() {
-			return false, newWalkError(fmt.Errorf("%w: unexported marshaler %s", ErrUnsupportedValue, p.typ))
+			return false, newWalkError(fmt.Errorf("%w: unexported marshaler %s", errUnsupportedValue, p.typ))
 		}
 		m, _ := v.Interface().(encoding.TextMarshaler)
 		return e.text(m)
@@ -438,7 +439,7 @@ func (e *encoder) value(v reflect.Value, p *plan, node *pathNode, set bool) (boo
 		}
 		return e.value(v, p.fallback, node, set)
 	default:
-		return false, newWalkError(fmt.Errorf("%w: %s has no JSON form", ErrUnsupportedType, p.typ))
+		return false, newWalkError(fmt.Errorf("%w: %s has no JSON form", errUnsupportedType, p.typ))
 	}
 }
 
@@ -515,7 +516,7 @@ func (e *encoder) object(v reflect.Value, p *plan, node *pathNode) (bool, error)
 			}
 			e.buf = e.buf[:mark]
 		}
-		fv, ok := fieldByIndex(v, f.index)
+		fv, ok := reflectx.FieldByIndex(v, f.index)
 		if !ok {
 			continue
 		}
@@ -626,24 +627,6 @@ func isScalarKind(p *plan) bool {
 	return false
 }
 
-// fieldByIndex is reflect.Value.FieldByIndex that reports false, instead
-// of panicking, when it meets a nil embedded pointer.
-func fieldByIndex(v reflect.Value, index []int) (reflect.Value, bool) {
-	if len(index) == 1 {
-		return v.Field(index[0]), true
-	}
-	for i, x := range index {
-		if i > 0 && v.Kind() == reflect.Pointer {
-			if v.IsNil() {
-				return reflect.Value{}, false
-			}
-			v = v.Elem()
-		}
-		v = v.Field(x)
-	}
-	return v, true
-}
-
 // isEmptyJSON is encoding/json's omitempty test.
 func isEmptyJSON(v reflect.Value) bool {
 	switch v.Kind() {
@@ -661,7 +644,7 @@ type zeroer interface{ IsZero() bool }
 
 // isZeroJSON is encoding/json's omitzero test: an IsZero method if the
 // type has one, else the zero value. A panicking IsZero is an
-// ErrUnsupportedValue walkError.
+// errUnsupportedValue walkError.
 func isZeroJSON(v reflect.Value) (bool, error) {
 	if v.CanInterface() {
 		if z, ok := v.Interface().(zeroer); ok {
@@ -681,13 +664,13 @@ func isZeroJSON(v reflect.Value) (bool, error) {
 
 // The user methods the encoder calls (MarshalJSON, MarshalText, IsZero)
 // are called through these wrappers, which turn a panic into an
-// ErrUnsupportedValue: a broken marshaler is bad input, not a bug here.
+// errUnsupportedValue: a broken marshaler is bad input, not a bug here.
 // Any other panic while hashing is ErrInternal (see Hasher.run).
 
 func callIsZero(z zeroer) (zero bool, err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			err = newWalkError(fmt.Errorf("%w: IsZero of %T panicked: %v", ErrUnsupportedValue, z, r))
+			err = newWalkError(fmt.Errorf("%w: IsZero of %T panicked: %v", errUnsupportedValue, z, r))
 		}
 	}()
 	return z.IsZero(), nil
@@ -730,7 +713,7 @@ func (e *encoder) asString(v reflect.Value) (bool, error) {
 	case reflect.Float32, reflect.Float64:
 		f := v.Float()
 		if math.IsNaN(f) || math.IsInf(f, 0) {
-			return false, newWalkError(fmt.Errorf("%w: float %v has no JSON form", ErrUnsupportedValue, f))
+			return false, newWalkError(fmt.Errorf("%w: float %v has no JSON form", errUnsupportedValue, f))
 		}
 		bits := 64
 		if v.Kind() == reflect.Float32 {
@@ -740,11 +723,11 @@ func (e *encoder) asString(v reflect.Value) (bool, error) {
 	case reflect.String:
 		q, err := json.Marshal(v.String())
 		if err != nil {
-			return false, newWalkError(fmt.Errorf("%w: %v", ErrUnsupportedValue, err))
+			return false, newWalkError(fmt.Errorf("%w: %v", errUnsupportedValue, err))
 		}
 		b = append(b, q...)
 	default:
-		return false, newWalkError(fmt.Errorf("%w: ,string option on %s", ErrUnsupportedType, v.Type()))
+		return false, newWalkError(fmt.Errorf("%w: ,string option on %s", errUnsupportedType, v.Type()))
 	}
 	e.tmp = b
 	if v.IsZero() && !e.cfg.keepZero {
@@ -990,7 +973,7 @@ func mapKeyString(k reflect.Value, kp *plan) (string, error) {
 			}
 			b, err := callMarshalText(tm)
 			if err != nil {
-				return "", newWalkError(fmt.Errorf("%w: map key: %v", ErrUnsupportedValue, err))
+				return "", newWalkError(fmt.Errorf("%w: map key: %v", errUnsupportedValue, err))
 			}
 			return string(b), nil
 		}
@@ -1003,7 +986,7 @@ func mapKeyString(k reflect.Value, kp *plan) (string, error) {
 	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr:
 		return strconv.FormatUint(k.Uint(), 10), nil
 	}
-	return "", newWalkError(fmt.Errorf("%w: map key type %s", ErrUnsupportedType, k.Type()))
+	return "", newWalkError(fmt.Errorf("%w: map key type %s", errUnsupportedType, k.Type()))
 }
 
 // anyValue encodes a dynamically typed value, with fast paths for the
@@ -1129,7 +1112,7 @@ func (e *encoder) number(n json.Number) (bool, error) {
 	}
 	f, err := strconv.ParseFloat(string(n), 64)
 	if err != nil {
-		return false, newWalkError(fmt.Errorf("%w: number %q", ErrUnsupportedValue, string(n)))
+		return false, newWalkError(fmt.Errorf("%w: number %q", errUnsupportedValue, string(n)))
 	}
 	return e.float(f)
 }
@@ -1142,7 +1125,7 @@ func (e *encoder) marshaled(m json.Marshaler, node *pathNode, set bool) (bool, e
 	}
 	b, err := callMarshalJSON(m)
 	if err != nil {
-		return false, newWalkError(fmt.Errorf("%w: MarshalJSON of %T: %v", ErrUnsupportedValue, m, err))
+		return false, newWalkError(fmt.Errorf("%w: MarshalJSON of %T: %v", errUnsupportedValue, m, err))
 	}
 	b = bytes.TrimSpace(b)
 	// Fast path: a string without escapes.
@@ -1154,10 +1137,10 @@ func (e *encoder) marshaled(m json.Marshaler, node *pathNode, set bool) (bool, e
 	dec.UseNumber()
 	var x any
 	if err := dec.Decode(&x); err != nil {
-		return false, newWalkError(fmt.Errorf("%w: MarshalJSON of %T returned invalid JSON: %v", ErrUnsupportedValue, m, err))
+		return false, newWalkError(fmt.Errorf("%w: MarshalJSON of %T returned invalid JSON: %v", errUnsupportedValue, m, err))
 	}
 	if dec.More() {
-		return false, newWalkError(fmt.Errorf("%w: MarshalJSON of %T returned trailing data", ErrUnsupportedValue, m))
+		return false, newWalkError(fmt.Errorf("%w: MarshalJSON of %T returned trailing data", errUnsupportedValue, m))
 	}
 	return e.anyValue(x, node, set)
 }
@@ -1168,7 +1151,7 @@ func (e *encoder) text(m encoding.TextMarshaler) (bool, error) {
 	}
 	b, err := callMarshalText(m)
 	if err != nil {
-		return false, newWalkError(fmt.Errorf("%w: MarshalText of %T: %v", ErrUnsupportedValue, m, err))
+		return false, newWalkError(fmt.Errorf("%w: MarshalText of %T: %v", errUnsupportedValue, m, err))
 	}
 	return e.strBytes(b), nil
 }

@@ -13,19 +13,15 @@ import (
 // so callers can test with errors.Is; errors about a location in a spec are
 // also a *PathError (errors.As) naming that location.
 var (
-	// ErrUnsupportedType is returned when a spec contains a value of a kind
-	// that has no JSON form: channels, funcs, complex numbers,
-	// unsafe pointers, or maps whose keys cannot become JSON object keys.
-	ErrUnsupportedType = errors.New("drift: unsupported type")
-	// ErrUnsupportedValue is returned for values with no canonical form,
-	// such as NaN or infinite floats, or a marshaler that fails or
-	// returns invalid JSON.
-	ErrUnsupportedValue = errors.New("drift: unsupported value")
-	// ErrCycle is returned when a spec refers to itself through pointers,
-	// maps, slices or interfaces.
-	ErrCycle = errors.New("drift: cycle in spec")
-	// ErrTooDeep is returned when a spec nests deeper than MaxDepth.
-	ErrTooDeep = errors.New("drift: spec nests too deeply")
+	// ErrUnhashable is returned when a spec has no canonical JSON form:
+	// a value of a kind JSON cannot hold (channels, funcs, complex
+	// numbers, unsafe pointers, maps whose keys cannot become JSON object
+	// keys), a value with no canonical form (NaN or infinite floats, a
+	// marshaler that fails or returns invalid JSON), a cycle through
+	// pointers, maps, slices or interfaces, or nesting deeper than 1000
+	// levels (pointers, maps, slices and interfaces each count one). The
+	// error is a *PathError naming where, and its message says which.
+	ErrUnhashable = errors.New("drift: spec cannot be hashed")
 	// ErrInvalidOption is returned by constructors given a bad option,
 	// version, prefix or path.
 	ErrInvalidOption = errors.New("drift: invalid option")
@@ -49,6 +45,23 @@ var (
 	ErrNilObject = errors.New("drift: nil object")
 )
 
+// The reasons a spec cannot be hashed: each matches ErrUnhashable with
+// errors.Is, and keeps its own message.
+var (
+	errUnsupportedType  error = &unhashableError{"drift: unsupported type"}
+	errUnsupportedValue error = &unhashableError{"drift: unsupported value"}
+	errCycle            error = &unhashableError{"drift: cycle in spec"}
+	errTooDeep          error = &unhashableError{"drift: spec nests too deeply"}
+)
+
+// unhashableError is one reason a spec cannot be hashed.
+type unhashableError struct{ msg string }
+
+func (e *unhashableError) Error() string { return e.msg }
+
+// Is makes every reason match ErrUnhashable.
+func (e *unhashableError) Is(target error) bool { return target == ErrUnhashable }
+
 // isNilObject reports whether obj is nil or a typed nil pointer.
 func isNilObject(obj any) bool {
 	if obj == nil {
@@ -58,10 +71,10 @@ func isNilObject(obj any) bool {
 	return v.Kind() == reflect.Pointer && v.IsNil()
 }
 
-// MaxDepth is the deepest nesting (pointers, maps, slices and interfaces
+// maxDepth is the deepest nesting (pointers, maps, slices and interfaces
 // each count one level) the hasher descends before giving up with
-// ErrTooDeep. Real Kubernetes specs stay far below it.
-const MaxDepth = 1000
+// errTooDeep. Real Kubernetes specs stay far below it.
+const maxDepth = 1000
 
 // cycleCheckDepth is the depth after which the encoder starts remembering
 // the containers on its current path, to tell a cycle from merely deep data

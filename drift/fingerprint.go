@@ -11,9 +11,9 @@ import (
 	"github.com/cespare/xxhash/v2"
 )
 
-// DefaultMaxFingerprintFields bounds the number of field fingerprints kept
+// defaultMaxFingerprintFields bounds the number of field fingerprints kept
 // in a stamp: 64 fields are 8 + 64*8 = 520 characters of annotation.
-const DefaultMaxFingerprintFields = 64
+const defaultMaxFingerprintFields = 64
 
 // fingerprintFormat is the first byte of an encoded Fingerprints value.
 const (
@@ -62,7 +62,7 @@ func pathHash(parent, name string) uint32 {
 
 func newFingerprints(_ string, fps []fpEntry, maxFields int) Fingerprints {
 	if maxFields <= 0 {
-		maxFields = DefaultMaxFingerprintFields
+		maxFields = defaultMaxFingerprintFields
 	}
 	var out Fingerprints
 	// Level-1 entries first, then level-2, each in encounter order.
@@ -120,9 +120,9 @@ func (f Fingerprints) String() string {
 	return base64.RawURLEncoding.EncodeToString(b)
 }
 
-// ParseFingerprints parses the annotation form. Errors wrap
+// parseFingerprints parses the annotation form. Errors wrap
 // ErrInvalidAnnotation.
-func ParseFingerprints(s string) (Fingerprints, error) {
+func parseFingerprints(s string) (Fingerprints, error) {
 	b, err := base64.RawURLEncoding.DecodeString(s)
 	if err != nil {
 		return Fingerprints{}, fmt.Errorf("%w: fingerprints: %v", ErrInvalidAnnotation, err)

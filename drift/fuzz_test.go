@@ -174,17 +174,17 @@ func FuzzCheckAnnotations(f *testing.F) {
 		obj := &metav1.ObjectMeta{Annotations: ann}
 		res := s.Compare(obj, st.Hash)
 		parsed, perr := drift.ParseHash(version, hash)
-		if res.State == drift.Drifted && (perr != nil || version != st.Hash.Version || parsed.Value == st.Hash.Value) {
+		if res.State == drift.StateDrifted && (perr != nil || version != st.Hash.Version || parsed.Value == st.Hash.Value) {
 			t.Fatalf("garbage reported as drifted: %q %q", hash, version)
 		}
-		if perr == nil && version == st.Hash.Version && parsed.Value != st.Hash.Value && res.State != drift.Drifted {
+		if perr == nil && version == st.Hash.Version && parsed.Value != st.Hash.Value && res.State != drift.StateDrifted {
 			t.Fatalf("real drift missed: %q", hash)
 		}
 		r, err := check.Check(context.Background(), obj)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if (r != nil) != (res.State == drift.Drifted) {
+		if (r != nil) != (res.State == drift.StateDrifted) {
 			t.Fatalf("static check and Check disagree")
 		}
 		if _, err := s.Explain(context.Background(), obj, desired); err != nil {

@@ -45,9 +45,9 @@ func (h Hash) String() string {
 // IsZero reports whether h is the zero Hash (no version).
 func (h Hash) IsZero() bool { return h.Version == "" }
 
-// ParseHash parses the annotation form of a hash value (16 hex digits) and
+// parseHash parses the annotation form of a hash value (16 hex digits) and
 // pairs it with version. Errors wrap ErrInvalidAnnotation.
-func ParseHash(version, value string) (Hash, error) {
+func parseHash(version, value string) (Hash, error) {
 	if err := validateVersion(version); err != nil {
 		return Hash{}, fmt.Errorf("%w: version %s: %v", ErrInvalidAnnotation, errtext.Quote(version), err)
 	}
@@ -92,13 +92,13 @@ type Hasher struct {
 	pool    sync.Pool
 }
 
-// MaxVersionLen is the longest version NewHasher accepts: the full
+// maxVersionLen is the longest version NewHasher accepts: the full
 // version (version + "+" + EncodingVersion) must fit in 63 characters.
-const MaxVersionLen = 63 - 1 - len(EncodingVersion)
+const maxVersionLen = 63 - 1 - len(EncodingVersion)
 
 // NewHasher returns a Hasher. version names the caller's hashing scheme
 // (which fields, which options) and must change whenever the options or the
-// meaning of the hashed spec change; it is 1 to MaxVersionLen characters of
+// meaning of the hashed spec change; it is 1 to 59 characters of
 // [A-Za-z0-9._-] ('+' is reserved as the separator). The resulting
 // Hash.Version is version + "+" + EncodingVersion. Errors wrap
 // ErrInvalidOption.
@@ -109,8 +109,8 @@ func NewHasher(version string, opts ...Option) (*Hasher, error) {
 	if strings.Contains(version, "+") {
 		return nil, fmt.Errorf("%w: version %q: '+' is reserved as the separator from the encoding version", ErrInvalidOption, version)
 	}
-	if len(version) > MaxVersionLen {
-		return nil, fmt.Errorf("%w: version %q is longer than %d characters", ErrInvalidOption, version, MaxVersionLen)
+	if len(version) > maxVersionLen {
+		return nil, fmt.Errorf("%w: version %q is longer than %d characters", ErrInvalidOption, version, maxVersionLen)
 	}
 	full := version + "+" + EncodingVersion
 	h := &Hasher{version: full}
@@ -144,8 +144,8 @@ var errNotConstructed = fmt.Errorf("%w: Hasher not constructed with NewHasher", 
 func (h *Hasher) valid() bool { return h != nil && h.version != "" && h.pool.New != nil }
 
 // Hash hashes v. Pass pointers to large structs: a struct passed by value
-// is copied once. Errors are *PathError values wrapping ErrUnsupportedType,
-// ErrUnsupportedValue, ErrCycle, ErrTooDeep or (a bug) ErrInternal; a
+// is copied once. Errors are *PathError values wrapping ErrUnhashable (the message
+// says why) or (a bug) ErrInternal; a
 // Hasher not made by NewHasher returns ErrInvalidOption.
 func (h *Hasher) Hash(v any) (Hash, error) {
 	if !h.valid() {
@@ -162,7 +162,7 @@ func (h *Hasher) Hash(v any) (Hash, error) {
 
 // Fingerprint hashes v and also returns its field fingerprints (see
 // Fingerprints), keeping at most maxFields of them (<= 0 means
-// DefaultMaxFingerprintFields).
+// 64).
 func (h *Hasher) Fingerprint(v any, maxFields int) (Hash, Fingerprints, error) {
 	if !h.valid() {
 		return Hash{}, Fingerprints{}, errNotConstructed

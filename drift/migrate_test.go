@@ -176,10 +176,10 @@ func TestMigrationWithoutMassDrift(t *testing.T) {
 	for i, e := range applied.Objects {
 		if i == 0 || i >= 7 {
 			require.Equal(t, drift.ActionKeepDrift, e.Action, e.Name)
-			require.Equal(t, drift.Drifted, e.After, e.Name)
+			require.Equal(t, drift.StateDrifted, e.After, e.Name)
 		} else {
 			require.Equal(t, drift.ActionRestamp, e.Action, e.Name)
-			require.Equal(t, drift.Current, e.After, e.Name)
+			require.Equal(t, drift.StateCurrent, e.After, e.Name)
 		}
 	}
 	classRep, err := drift.ApplyVersionBump(ctx, objs, classBump)

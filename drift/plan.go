@@ -7,13 +7,14 @@ import (
 	"reflect"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/upgradekit/upgradekit/internal/reflectx"
 )
 
 // planKind says how a type is encoded.
@@ -88,8 +89,7 @@ type fieldPlan struct {
 }
 
 var (
-	planCache sync.Map // reflect.Type -> *plan
-	planMu    sync.Mutex
+	planCache reflectx.PlanCache[*plan]
 
 	typQuantity     = reflect.TypeFor[resource.Quantity]()
 	typMetaTime     = reflect.TypeFor[metav1.Time]()
@@ -130,25 +130,14 @@ func fieldIndex(t reflect.Type, name string, k reflect.Kind) int {
 // types reachable from it) on first use.
 func planFor(t reflect.Type) *plan {
 	if p, ok := planCache.Load(t); ok {
-		return p.(*plan)
+		return p
 	}
-	planMu.Lock()
-	defer planMu.Unlock()
-	if p, ok := planCache.Load(t); ok {
-		return p.(*plan)
-	}
-	building := map[reflect.Type]*plan{}
-	p := buildPlan(t, building)
-	finishZeroFolds(building)
-	for bt, bp := range building {
-		planCache.Store(bt, bp)
-	}
-	return p
+	return planCache.Build(t, buildPlan, finishZeroFolds)
 }
 
 func buildPlan(t reflect.Type, building map[reflect.Type]*plan) *plan {
 	if p, ok := planCache.Load(t); ok {
-		return p.(*plan)
+		return p
 	}
 	if p, ok := building[t]; ok {
 		return p

@@ -18,9 +18,9 @@ var ErrNotStamped = errors.New("drift: object is not stamped")
 
 // Annotation name suffixes, appended to the caller's prefix.
 const (
-	HashSuffix    = "/hash"
-	VersionSuffix = "/hash-version"
-	FieldsSuffix  = "/hash-fields"
+	hashSuffix    = "/hash"
+	versionSuffix = "/hash-version"
+	fieldsSuffix  = "/hash-fields"
 )
 
 // Stamper writes and reads hash stamps on Kubernetes objects: the
@@ -38,7 +38,7 @@ type Stamper struct {
 type StamperOption func(*Stamper)
 
 // WithMaxFingerprintFields bounds the number of field fingerprints stamped
-// (default DefaultMaxFingerprintFields). 0 disables the fields annotation.
+// (default 64). 0 disables the fields annotation.
 func WithMaxFingerprintFields(n int) StamperOption {
 	return func(s *Stamper) { s.maxFields = n }
 }
@@ -52,7 +52,7 @@ func NewStamper(prefix string, h *Hasher, opts ...StamperOption) (*Stamper, erro
 	if errs := validation.IsDNS1123Subdomain(prefix); len(errs) > 0 {
 		return nil, fmt.Errorf("%w: annotation prefix %s: %v", ErrInvalidOption, errtext.Quote(prefix), errs)
 	}
-	s := &Stamper{prefix: prefix, hasher: h, maxFields: DefaultMaxFingerprintFields}
+	s := &Stamper{prefix: prefix, hasher: h, maxFields: defaultMaxFingerprintFields}
 	for _, o := range opts {
 		if o != nil {
 			o(s)
@@ -78,7 +78,7 @@ func (s *Stamper) valid() bool { return s != nil && s.prefix != "" && s.hasher.v
 var errStamperNotConstructed = fmt.Errorf("%w: Stamper not constructed with NewStamper", ErrInvalidOption)
 
 // HashKey is the hash annotation's name.
-func (s *Stamper) HashKey() string { return s.key(HashSuffix) }
+func (s *Stamper) HashKey() string { return s.key(hashSuffix) }
 
 // key is prefix+suffix, or "" for a nil Stamper.
 func (s *Stamper) key(suffix string) string {
@@ -89,10 +89,10 @@ func (s *Stamper) key(suffix string) string {
 }
 
 // VersionKey is the hash-version annotation's name.
-func (s *Stamper) VersionKey() string { return s.key(VersionSuffix) }
+func (s *Stamper) VersionKey() string { return s.key(versionSuffix) }
 
 // FieldsKey is the field-fingerprints annotation's name.
-func (s *Stamper) FieldsKey() string { return s.key(FieldsSuffix) }
+func (s *Stamper) FieldsKey() string { return s.key(fieldsSuffix) }
 
 // Stamp is what gets written on an object: the hash and the field
 // fingerprints of a desired spec.
@@ -162,28 +162,29 @@ func (s *Stamper) applyTo(ann map[string]string, st Stamp) {
 // State is the outcome of checking a stamped object against a desired hash.
 type State int
 
-// States. Only Drifted means drifted: Unknown and NeedsRestamp never do.
+// States. Only StateDrifted means drifted: StateUnknown and
+// StateNeedsRestamp never do.
 const (
-	// Unknown: the object is not stamped, or its stamp is unreadable.
-	Unknown State = iota
-	// Current: the stamp matches the desired hash.
-	Current
-	// Drifted: same hash version, different hash.
-	Drifted
-	// NeedsRestamp: the stamp has another hash version. As in Karpenter,
+	// StateUnknown: the object is not stamped, or its stamp is unreadable.
+	StateUnknown State = iota
+	// StateCurrent: the stamp matches the desired hash.
+	StateCurrent
+	// StateDrifted: same hash version, different hash.
+	StateDrifted
+	// StateNeedsRestamp: the stamp has another hash version. As in Karpenter,
 	// hashes of different versions are never compared, so the object is
 	// not drifted by hash; it must be re-stamped (see VersionBump).
-	NeedsRestamp
+	StateNeedsRestamp
 )
 
 // String returns the state's name.
 func (s State) String() string {
 	switch s {
-	case Current:
+	case StateCurrent:
 		return "Current"
-	case Drifted:
+	case StateDrifted:
 		return "Drifted"
-	case NeedsRestamp:
+	case StateNeedsRestamp:
 		return "NeedsRestamp"
 	default:
 		return "Unknown"
@@ -239,22 +240,22 @@ func (s *Stamper) checkAnnotations(ann map[string]string, desired Hash) Comparis
 		return res
 	}
 	if version != desired.Version {
-		res.State = NeedsRestamp
-		if h, err := ParseHash(version, value); err == nil {
+		res.State = StateNeedsRestamp
+		if h, err := parseHash(version, value); err == nil {
 			res.Stamped = h
 		}
 		return res
 	}
-	h, err := ParseHash(version, value)
+	h, err := parseHash(version, value)
 	if err != nil {
 		res.Err = fmt.Errorf("%s: %w", s.HashKey(), err)
 		return res
 	}
 	res.Stamped = h
 	if h.Value == desired.Value {
-		res.State = Current
+		res.State = StateCurrent
 	} else {
-		res.State = Drifted
+		res.State = StateDrifted
 	}
 	return res
 }
@@ -335,7 +336,7 @@ func (s *Stamper) explainFingerprints(ann map[string]string, desired any, extra 
 	if !ok {
 		return Explanation{Source: "none"}, nil
 	}
-	stamped, err := ParseFingerprints(raw)
+	stamped, err := parseFingerprints(raw)
 	if err != nil {
 		return Explanation{Source: "none"}, nil //nolint:nilerr // garbage annotations explain nothing; never an error
 	}

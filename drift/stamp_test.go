@@ -42,14 +42,14 @@ func TestStampAndCheck(t *testing.T) {
 	require.Less(t, len(obj.Annotations[prefix+"/hash-fields"]), 600, "fingerprints stay small")
 
 	res := s.Compare(obj, st.Hash)
-	require.Equal(t, drift.Current, res.State)
+	require.Equal(t, drift.StateCurrent, res.State)
 	require.NoError(t, res.Err)
 
 	changed := nodePoolTemplate()
 	changed.Spec.Taints[0].Value = "other"
 	want, err := s.Compute(changed)
 	require.NoError(t, err)
-	require.Equal(t, drift.Drifted, s.Compare(obj, want.Hash).State)
+	require.Equal(t, drift.StateDrifted, s.Compare(obj, want.Hash).State)
 }
 
 func TestCheckKarpenterVersionRules(t *testing.T) {
@@ -62,17 +62,17 @@ func TestCheckKarpenterVersionRules(t *testing.T) {
 		want drift.State
 		err  error
 	}{
-		{"not stamped", nil, drift.Unknown, drift.ErrNotStamped},
-		{"hash without version", map[string]string{prefix + "/hash": desired.Hash.String()}, drift.Unknown, drift.ErrNotStamped},
-		{"version without hash", map[string]string{prefix + "/hash-version": desired.Hash.Version}, drift.Unknown, drift.ErrNotStamped},
-		{"current", map[string]string{prefix + "/hash": desired.Hash.String(), prefix + "/hash-version": desired.Hash.Version}, drift.Current, nil},
-		{"drifted", map[string]string{prefix + "/hash": "0000000000000001", prefix + "/hash-version": desired.Hash.Version}, drift.Drifted, nil},
-		{"other version is never drifted", map[string]string{prefix + "/hash": "0000000000000001", prefix + "/hash-version": "v1+uk1"}, drift.NeedsRestamp, nil},
-		{"unknown future version", map[string]string{prefix + "/hash": "0000000000000001", prefix + "/hash-version": "v9+uk7"}, drift.NeedsRestamp, nil},
-		{"garbage hash", map[string]string{prefix + "/hash": "not-a-hash", prefix + "/hash-version": desired.Hash.Version}, drift.Unknown, drift.ErrInvalidAnnotation},
-		{"upper-case hash", map[string]string{prefix + "/hash": strings.ToUpper(desired.Hash.String()), prefix + "/hash-version": desired.Hash.Version}, drift.Unknown, drift.ErrInvalidAnnotation},
-		{"garbage version", map[string]string{prefix + "/hash": desired.Hash.String(), prefix + "/hash-version": "v 2"}, drift.Unknown, drift.ErrInvalidAnnotation},
-		{"empty version", map[string]string{prefix + "/hash": desired.Hash.String(), prefix + "/hash-version": ""}, drift.Unknown, drift.ErrInvalidAnnotation},
+		{"not stamped", nil, drift.StateUnknown, drift.ErrNotStamped},
+		{"hash without version", map[string]string{prefix + "/hash": desired.Hash.String()}, drift.StateUnknown, drift.ErrNotStamped},
+		{"version without hash", map[string]string{prefix + "/hash-version": desired.Hash.Version}, drift.StateUnknown, drift.ErrNotStamped},
+		{"current", map[string]string{prefix + "/hash": desired.Hash.String(), prefix + "/hash-version": desired.Hash.Version}, drift.StateCurrent, nil},
+		{"drifted", map[string]string{prefix + "/hash": "0000000000000001", prefix + "/hash-version": desired.Hash.Version}, drift.StateDrifted, nil},
+		{"other version is never drifted", map[string]string{prefix + "/hash": "0000000000000001", prefix + "/hash-version": "v1+uk1"}, drift.StateNeedsRestamp, nil},
+		{"unknown future version", map[string]string{prefix + "/hash": "0000000000000001", prefix + "/hash-version": "v9+uk7"}, drift.StateNeedsRestamp, nil},
+		{"garbage hash", map[string]string{prefix + "/hash": "not-a-hash", prefix + "/hash-version": desired.Hash.Version}, drift.StateUnknown, drift.ErrInvalidAnnotation},
+		{"upper-case hash", map[string]string{prefix + "/hash": strings.ToUpper(desired.Hash.String()), prefix + "/hash-version": desired.Hash.Version}, drift.StateUnknown, drift.ErrInvalidAnnotation},
+		{"garbage version", map[string]string{prefix + "/hash": desired.Hash.String(), prefix + "/hash-version": "v 2"}, drift.StateUnknown, drift.ErrInvalidAnnotation},
+		{"empty version", map[string]string{prefix + "/hash": desired.Hash.String(), prefix + "/hash-version": ""}, drift.StateUnknown, drift.ErrInvalidAnnotation},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -89,7 +89,7 @@ func TestCheckKarpenterVersionRules(t *testing.T) {
 			require.NoError(t, err)
 			r, err := c.Check(context.Background(), obj)
 			require.NoError(t, err)
-			require.Equal(t, tc.want == drift.Drifted, r != nil)
+			require.Equal(t, tc.want == drift.StateDrifted, r != nil)
 		})
 	}
 }

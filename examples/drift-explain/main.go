@@ -360,10 +360,10 @@ func objectResult(obj *unstructured.Unstructured, check drift.Comparison, rep dr
 		return r
 	}
 	switch check.State {
-	case drift.NeedsRestamp:
+	case drift.StateNeedsRestamp:
 		r.Verdict = "needs re-stamp"
 		r.Message = fmt.Sprintf("stamped with %s, desired %s: not compared, not drifted", check.Stamped.Version, check.Desired.Version)
-	case drift.Unknown:
+	case drift.StateUnknown:
 		why := "not stamped"
 		if check.Err != nil && !errors.Is(check.Err, drift.ErrNotStamped) {
 			why = check.Err.Error()

@@ -1,0 +1,20 @@
+package drift
+
+// Names the tests of package drift_test reach that are not exported.
+var (
+	ErrUnsupportedType  = errUnsupportedType
+	ErrUnsupportedValue = errUnsupportedValue
+	ErrCycle            = errCycle
+	ErrTooDeep          = errTooDeep
+	ParseHash           = parseHash
+	ParseFingerprints   = parseFingerprints
+	HashSuffix          = hashSuffix
+	VersionSuffix       = versionSuffix
+	FieldsSuffix        = fieldsSuffix
+)
+
+const (
+	MaxDepth                    = maxDepth
+	MaxVersionLen               = maxVersionLen
+	DefaultMaxFingerprintFields = defaultMaxFingerprintFields
+)
