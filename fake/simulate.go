@@ -751,7 +751,7 @@ func (s *Simulator) waitForGates(ctx context.Context, pm strategy.PlannedMachine
 	for {
 		r := s.gates.Check(ctx, strategy.GateRequest{Cluster: "default/" + s.cl.name, Group: pm.Group, Role: pm.Role, Machine: pm.Machine, Node: pm.Node, Now: s.clock.Now()})
 		switch r.Verdict {
-		case strategy.Allow:
+		case strategy.VerdictAllow:
 			if waited := s.clock.Now().Sub(began); waited > 0 {
 				if res.GateWaits == nil {
 					res.GateWaits = map[string]time.Duration{}
@@ -759,7 +759,7 @@ func (s *Simulator) waitForGates(ctx context.Context, pm strategy.PlannedMachine
 				res.GateWaits[pm.Machine] = waited
 			}
 			return "", true
-		case strategy.Stop:
+		case strategy.VerdictStop:
 			return r.String(), false
 		}
 		step := r.RetryAfter

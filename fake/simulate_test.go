@@ -333,9 +333,9 @@ func TestSimulatorGates(t *testing.T) {
 
 	stop := strategy.GateFunc(func(_ context.Context, req strategy.GateRequest) strategy.GateResult {
 		if req.Machine == "demo-md-0-1" {
-			return strategy.GateResult{Verdict: strategy.Stop, Gate: "change-freeze", Reason: "release freeze"}
+			return strategy.GateResult{Verdict: strategy.VerdictStop, Gate: "change-freeze", Reason: "release freeze"}
 		}
-		return strategy.GateResult{Verdict: strategy.Allow}
+		return strategy.GateResult{Verdict: strategy.VerdictAllow}
 	})
 	cl = fake.NewCluster("demo").ControlPlane(1, "v1.35.4").MachineDeployment("md-0", 3, "v1.35.4")
 	sim, err = fake.NewSimulator(cl, fake.WithSimGates(stop, time.Hour))

@@ -15,14 +15,14 @@ import (
 
 // Node labels RequirementsFromLabels reads, as Karpenter sets them.
 const (
-	// LabelArch is the node's architecture.
-	LabelArch = "kubernetes.io/arch"
-	// LabelWindowsBuild is a Windows node's build.
-	LabelWindowsBuild = "node.kubernetes.io/windows-build"
-	// LabelGPUManufacturer is set on instances with GPUs.
-	LabelGPUManufacturer = "karpenter.k8s.aws/instance-gpu-manufacturer"
-	// LabelAcceleratorManufacturer is set on instances with accelerators.
-	LabelAcceleratorManufacturer = "karpenter.k8s.aws/instance-accelerator-manufacturer"
+	// labelArch is the node's architecture.
+	labelArch = "kubernetes.io/arch"
+	// labelWindowsBuild is a Windows node's build.
+	labelWindowsBuild = "node.kubernetes.io/windows-build"
+	// labelGPUManufacturer is set on instances with GPUs.
+	labelGPUManufacturer = "karpenter.k8s.aws/instance-gpu-manufacturer"
+	// labelAcceleratorManufacturer is set on instances with accelerators.
+	labelAcceleratorManufacturer = "karpenter.k8s.aws/instance-accelerator-manufacturer"
 
 	gpuManufacturerNvidia = "nvidia"
 	acceleratorMakerAWS   = "aws"
@@ -41,21 +41,21 @@ var ErrNoRequirements = errors.New("labels do not name the node's image requirem
 // (node.kubernetes.io/windows-build).
 func RequirementsFromLabels(labels map[string]string) (amiselect.Requirements, error) {
 	var r amiselect.Requirements
-	switch arch := labels[LabelArch]; arch {
+	switch arch := labels[labelArch]; arch {
 	case amiselect.ArchAMD64, amiselect.ArchARM64:
 		r.Architecture = arch
 	case "":
-		return r, fmt.Errorf("%w: label %s is missing", ErrNoRequirements, LabelArch)
+		return r, fmt.Errorf("%w: label %s is missing", ErrNoRequirements, labelArch)
 	default:
-		return r, fmt.Errorf("%w: label %s is %s, want %s or %s", ErrNoRequirements, LabelArch, errtext.Quote(arch), amiselect.ArchAMD64, amiselect.ArchARM64)
+		return r, fmt.Errorf("%w: label %s is %s, want %s or %s", ErrNoRequirements, labelArch, errtext.Quote(arch), amiselect.ArchAMD64, amiselect.ArchARM64)
 	}
 	switch {
-	case labels[LabelGPUManufacturer] == gpuManufacturerNvidia:
+	case labels[labelGPUManufacturer] == gpuManufacturerNvidia:
 		r.Variant = amiselect.VariantNvidia
-	case labels[LabelAcceleratorManufacturer] == acceleratorMakerAWS:
+	case labels[labelAcceleratorManufacturer] == acceleratorMakerAWS:
 		r.Variant = amiselect.VariantNeuron
 	}
-	r.WindowsBuild = labels[LabelWindowsBuild]
+	r.WindowsBuild = labels[labelWindowsBuild]
 	return r, nil
 }
 

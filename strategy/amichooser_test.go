@@ -53,7 +53,7 @@ func TestAMIChooserDriftsExactlyTheNodesANewImageSelects(t *testing.T) {
 	})
 	require.NoError(t, err)
 	node := func(name, arch, image string, extra map[string]string) metav1.Object {
-		labels := map[string]string{strategy.LabelArch: arch}
+		labels := map[string]string{"kubernetes.io/arch": arch}
 		for k, v := range extra {
 			labels[k] = v
 		}
@@ -61,7 +61,7 @@ func TestAMIChooserDriftsExactlyTheNodesANewImageSelects(t *testing.T) {
 	}
 	nodes := []metav1.Object{
 		node("amd64-a", "amd64", "ami-0aaa", nil),
-		node("amd64-gpu", "amd64", "ami-0aaa", map[string]string{strategy.LabelGPUManufacturer: "nvidia"}), // custom images fit any variant
+		node("amd64-gpu", "amd64", "ami-0aaa", map[string]string{"karpenter.k8s.aws/instance-gpu-manufacturer": "nvidia"}), // custom images fit any variant
 		node("arm64-a", "arm64", "ami-0ccc", nil),
 	}
 	detector := drift.NewDetector(check)
@@ -107,12 +107,12 @@ func TestRequirementsFromLabels(t *testing.T) {
 		want   amiselect.Requirements
 		err    bool
 	}{
-		{labels: map[string]string{strategy.LabelArch: "amd64"}, want: amiselect.Requirements{Architecture: "amd64"}},
-		{labels: map[string]string{strategy.LabelArch: "arm64", strategy.LabelGPUManufacturer: "nvidia"}, want: amiselect.Requirements{Architecture: "arm64", Variant: amiselect.VariantNvidia}},
-		{labels: map[string]string{strategy.LabelArch: "amd64", strategy.LabelAcceleratorManufacturer: "aws"}, want: amiselect.Requirements{Architecture: "amd64", Variant: amiselect.VariantNeuron}},
-		{labels: map[string]string{strategy.LabelArch: "amd64", strategy.LabelWindowsBuild: "10.0.20348"}, want: amiselect.Requirements{Architecture: "amd64", WindowsBuild: "10.0.20348"}},
+		{labels: map[string]string{"kubernetes.io/arch": "amd64"}, want: amiselect.Requirements{Architecture: "amd64"}},
+		{labels: map[string]string{"kubernetes.io/arch": "arm64", "karpenter.k8s.aws/instance-gpu-manufacturer": "nvidia"}, want: amiselect.Requirements{Architecture: "arm64", Variant: amiselect.VariantNvidia}},
+		{labels: map[string]string{"kubernetes.io/arch": "amd64", "karpenter.k8s.aws/instance-accelerator-manufacturer": "aws"}, want: amiselect.Requirements{Architecture: "amd64", Variant: amiselect.VariantNeuron}},
+		{labels: map[string]string{"kubernetes.io/arch": "amd64", "node.kubernetes.io/windows-build": "10.0.20348"}, want: amiselect.Requirements{Architecture: "amd64", WindowsBuild: "10.0.20348"}},
 		{labels: map[string]string{}, err: true},
-		{labels: map[string]string{strategy.LabelArch: "s390x"}, err: true},
+		{labels: map[string]string{"kubernetes.io/arch": "s390x"}, err: true},
 	} {
 		got, err := strategy.RequirementsFromLabels(tc.labels)
 		if tc.err {
@@ -133,13 +133,13 @@ func TestAMIChooserCannotTell(t *testing.T) {
 	boom := errors.New("ec2 unavailable")
 	c, err := strategy.AMIChooser(func(context.Context) (*amiselect.Resolution, error) { return nil, boom })
 	require.NoError(t, err)
-	_, err = c.ChooseImage(ctx, map[string]string{strategy.LabelArch: "amd64"})
+	_, err = c.ChooseImage(ctx, map[string]string{"kubernetes.io/arch": "amd64"})
 	require.ErrorIs(t, err, boom)
 	_, err = c.ChooseImage(ctx, nil)
 	require.ErrorIs(t, err, strategy.ErrNoRequirements)
 	empty, err := strategy.AMIChooser(func(context.Context) (*amiselect.Resolution, error) { return &amiselect.Resolution{}, nil })
 	require.NoError(t, err)
-	_, err = empty.ChooseImage(ctx, map[string]string{strategy.LabelArch: "amd64"})
+	_, err = empty.ChooseImage(ctx, map[string]string{"kubernetes.io/arch": "amd64"})
 	require.ErrorIs(t, err, drift.ErrNoImage)
 }
 
@@ -159,7 +159,7 @@ func ExampleAMIChooser() {
 		id, ok := o.GetAnnotations()[imageAnnotation]
 		return id, ok
 	})
-	node := &metav1.ObjectMeta{Name: "n1", Labels: map[string]string{strategy.LabelArch: "amd64"},
+	node := &metav1.ObjectMeta{Name: "n1", Labels: map[string]string{"kubernetes.io/arch": "amd64"},
 		Annotations: map[string]string{imageAnnotation: "ami-0aaa"}}
 	reason, err := check.Check(ctx, node)
 	if err != nil {
@@ -186,7 +186,7 @@ func TestAMIChooserSaysWhatItPassedOver(t *testing.T) {
 		return amiselect.Resolve(ctx, catalog, terms, amiselect.WithClock(clock), amiselect.WithMinAge(7*24*time.Hour))
 	})
 	require.NoError(t, err)
-	img, why, err := c.ExplainImage(ctx, map[string]string{strategy.LabelArch: "amd64"})
+	img, why, err := c.ExplainImage(ctx, map[string]string{"kubernetes.io/arch": "amd64"})
 	require.NoError(t, err)
 	require.Equal(t, "ami-0mid", img, "the newest image at least a week old")
 	require.Contains(t, why, "passed over: ")

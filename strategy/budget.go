@@ -41,8 +41,8 @@ type Budget struct {
 	Duration time.Duration `json:"duration,omitempty"`
 }
 
-// Unlimited is what Allowed returns for a budget that does not limit.
-const Unlimited = math.MaxInt32
+// unlimited is what Allowed returns for a budget that does not limit.
+const unlimited = math.MaxInt32
 
 // Validate checks the budget's fields; errors wrap ErrInvalidBudget and
 // name the field.
@@ -110,15 +110,15 @@ func (b Budget) Active(c clock.PassiveClock) (bool, error) {
 }
 
 // Allowed is how many of a group of size machines the budget lets be
-// disrupted now: Unlimited when inactive, 0 when malformed (fail closed,
-// with the error).
+// disrupted now: math.MaxInt32 (no limit) when inactive, 0 when malformed
+// (fail closed, with the error).
 func (b Budget) Allowed(c clock.PassiveClock, size int) (int, error) {
 	active, err := b.Active(c)
 	if err != nil {
 		return 0, err
 	}
 	if !active {
-		return Unlimited, nil
+		return unlimited, nil
 	}
 	n, err := b.nodes(size)
 	if err != nil {
@@ -140,11 +140,11 @@ func (b Budget) AppliesTo(r Reason) bool {
 	return false
 }
 
-// AllowedFor is the minimum over budgets that apply to reason (Unlimited
+// allowedFor is the minimum over budgets that apply to reason (unlimited
 // when none does). Malformed budgets count as 0; their errors are returned
 // joined, each naming budgets[i].
-func AllowedFor(budgets []Budget, c clock.PassiveClock, size int, reason Reason) (int, error) {
-	allowed := Unlimited
+func allowedFor(budgets []Budget, c clock.PassiveClock, size int, reason Reason) (int, error) {
+	allowed := unlimited
 	var errs []error
 	for i, b := range budgets {
 		n, err := b.Allowed(c, size)

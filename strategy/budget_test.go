@@ -36,11 +36,11 @@ func TestBudgetAllowed(t *testing.T) {
 		// A window that opens at 09:00 UTC on weekdays and lasts 8 hours.
 		{"inside a cron window", Budget{Nodes: "0", Schedule: "0 9 * * 1-5", Duration: 8 * time.Hour}, "2026-01-05T12:00:00Z", 10, 0, ""},
 		{"at the window's opening", Budget{Nodes: "0", Schedule: "0 9 * * 1-5", Duration: 8 * time.Hour}, "2026-01-05T09:00:00Z", 10, 0, ""},
-		{"at the window's end it is over: [open, open+duration)", Budget{Nodes: "0", Schedule: "0 9 * * 1-5", Duration: 8 * time.Hour}, "2026-01-05T17:00:00Z", 10, Unlimited, ""},
+		{"at the window's end it is over: [open, open+duration)", Budget{Nodes: "0", Schedule: "0 9 * * 1-5", Duration: 8 * time.Hour}, "2026-01-05T17:00:00Z", 10, unlimited, ""},
 		{"a minute before the end", Budget{Nodes: "0", Schedule: "0 9 * * 1-5", Duration: 8 * time.Hour}, "2026-01-05T16:59:00Z", 10, 0, ""},
-		{"after the window", Budget{Nodes: "0", Schedule: "0 9 * * 1-5", Duration: 8 * time.Hour}, "2026-01-05T17:01:00Z", 10, Unlimited, ""},
-		{"before the window", Budget{Nodes: "0", Schedule: "0 9 * * 1-5", Duration: 8 * time.Hour}, "2026-01-05T08:59:00Z", 10, Unlimited, ""},
-		{"weekend: no window", Budget{Nodes: "0", Schedule: "0 9 * * 1-5", Duration: 8 * time.Hour}, "2026-01-04T12:00:00Z", 10, Unlimited, ""},
+		{"after the window", Budget{Nodes: "0", Schedule: "0 9 * * 1-5", Duration: 8 * time.Hour}, "2026-01-05T17:01:00Z", 10, unlimited, ""},
+		{"before the window", Budget{Nodes: "0", Schedule: "0 9 * * 1-5", Duration: 8 * time.Hour}, "2026-01-05T08:59:00Z", 10, unlimited, ""},
+		{"weekend: no window", Budget{Nodes: "0", Schedule: "0 9 * * 1-5", Duration: 8 * time.Hour}, "2026-01-04T12:00:00Z", 10, unlimited, ""},
 		{"window across midnight", Budget{Nodes: "1", Schedule: "0 22 * * *", Duration: 4 * time.Hour}, "2026-01-06T01:30:00Z", 10, 1, ""},
 		{"@daily", Budget{Nodes: "2", Schedule: "@daily", Duration: time.Hour}, "2026-01-06T00:30:00Z", 10, 2, ""},
 		{"clock in another zone is read in UTC", Budget{Nodes: "0", Schedule: "0 9 * * *", Duration: time.Hour}, "2026-01-05T10:30:00+01:00", 10, 0, ""},
@@ -56,7 +56,7 @@ func TestBudgetAllowed(t *testing.T) {
 		{"empty", Budget{}, "2026-01-05T12:00:00Z", 10, 0, "nodes"},
 		{"percent sign only", Budget{Nodes: "%"}, "2026-01-05T12:00:00Z", 10, 0, "nodes"},
 		{"huge count", Budget{Nodes: "99999999999999999999"}, "2026-01-05T12:00:00Z", 10, 0, "nodes"},
-		{"inactive budget with bad nodes is still unlimited", Budget{Nodes: "x", Schedule: "0 9 * * *", Duration: time.Hour}, "2026-01-05T12:00:00Z", 10, Unlimited, ""},
+		{"inactive budget with bad nodes is still unlimited", Budget{Nodes: "x", Schedule: "0 9 * * *", Duration: time.Hour}, "2026-01-05T12:00:00Z", 10, unlimited, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -86,27 +86,27 @@ func TestAllowedFor(t *testing.T) {
 		{Nodes: "1", Reasons: []Reason{ReasonDrifted}},
 		{Nodes: "0", Reasons: []Reason{ReasonEmpty}, Schedule: "0 0 * * *", Duration: time.Hour}, // inactive at noon
 	}
-	n, err := AllowedFor(budgets, c, 10, ReasonDrifted)
+	n, err := allowedFor(budgets, c, 10, ReasonDrifted)
 	require.NoError(t, err)
 	require.Equal(t, 1, n, "minimum over the active budgets that apply")
-	n, err = AllowedFor(budgets, c, 10, ReasonUnhealthy)
+	n, err = allowedFor(budgets, c, 10, ReasonUnhealthy)
 	require.NoError(t, err)
 	require.Equal(t, 5, n)
-	n, err = AllowedFor(budgets, c, 10, ReasonEmpty)
+	n, err = allowedFor(budgets, c, 10, ReasonEmpty)
 	require.NoError(t, err)
 	require.Equal(t, 5, n)
-	n, err = AllowedFor(nil, c, 10, ReasonEmpty)
+	n, err = allowedFor(nil, c, 10, ReasonEmpty)
 	require.NoError(t, err)
-	require.Equal(t, Unlimited, n)
+	require.Equal(t, unlimited, n)
 
 	bad := append(budgets, Budget{Nodes: "2", Schedule: "nope", Duration: time.Hour, Reasons: []Reason{ReasonEmpty}})
-	n, err = AllowedFor(bad, c, 10, ReasonEmpty)
+	n, err = allowedFor(bad, c, 10, ReasonEmpty)
 	require.ErrorIs(t, err, ErrInvalidBudget)
 	require.Contains(t, err.Error(), "budgets[3]: ")
 	require.Zero(t, n, "malformed budget fails closed")
 	// The malformed budget is reported even for a reason it does not cover,
 	// but does not limit that reason.
-	n, err = AllowedFor(bad, c, 10, ReasonDrifted)
+	n, err = allowedFor(bad, c, 10, ReasonDrifted)
 	require.True(t, errors.Is(err, ErrInvalidBudget))
 	require.Equal(t, 1, n)
 }
@@ -130,7 +130,7 @@ func FuzzBudget(f *testing.F) {
 		}
 		require.GreaterOrEqual(t, n, 0)
 		// A count (spaces around it are trimmed) may exceed the group.
-		if n != Unlimited && size >= 0 && !isDigits(strings.TrimSpace(nodes)) {
+		if n != unlimited && size >= 0 && !isDigits(strings.TrimSpace(nodes)) {
 			require.LessOrEqual(t, n, size, "a percentage never exceeds the group")
 		}
 	})

@@ -12,15 +12,11 @@ import (
 	"github.com/upgradekit/upgradekit/internal/errtext"
 )
 
-// Errors returned by this package, matched with errors.Is.
-var (
-	// ErrInvalidRule: a rule or updater that cannot be used (no selector,
-	// bad path pattern, unknown action or updater, empty name).
-	ErrInvalidRule = errors.New("invalid rule")
-	// ErrContradictoryPolicy: two rules select the same changes with
-	// different actions.
-	ErrContradictoryPolicy = errors.New("contradictory policy")
-)
+// ErrInvalidRule is matched (errors.Is) by the errors of rules and updaters
+// that cannot be used: no selector, a bad path pattern, an unknown action or
+// updater, an empty name, two rules that select the same changes with
+// different actions.
+var ErrInvalidRule = errors.New("invalid rule")
 
 // Updater is something that can apply some changes to a machine without
 // replacing it: a Kubernetes version updater, a files updater, an etcd
@@ -32,12 +28,9 @@ type Updater interface {
 	Covers(c diff.Change) bool
 }
 
-// CoversFunc is the coverage test of an updater.
-type CoversFunc func(c diff.Change) bool
-
 type funcUpdater struct {
 	name   string
-	covers CoversFunc
+	covers func(c diff.Change) bool
 }
 
 func (u funcUpdater) Name() string              { return u.name }
@@ -45,7 +38,7 @@ func (u funcUpdater) Covers(c diff.Change) bool { return u.covers(c) }
 
 // NewUpdater adapts a function to an Updater, as http.HandlerFunc adapts
 // a function to a Handler.
-func NewUpdater(name string, covers CoversFunc) (Updater, error) {
+func NewUpdater(name string, covers func(c diff.Change) bool) (Updater, error) {
 	if name == "" || covers == nil {
 		return nil, fmt.Errorf("%w: updater needs a name and a coverage function", ErrInvalidRule)
 	}
@@ -55,14 +48,14 @@ func NewUpdater(name string, covers CoversFunc) (Updater, error) {
 // ForCategories is an updater covering every change of the given
 // categories, which must be built in (diff.BuiltinCategories): a typo
 // ("KubernetesVerison") would otherwise cover nothing, silently, and every
-// machine would be replaced. Unknown categories are an
-// *UnknownCategoryError. For categories of your own diff.Categorize rules
+// machine would be replaced. Unknown categories are an ErrInvalidRule
+// naming the category and listing the built-in ones. For categories of your own diff.Categorize rules
 // use ForCustomCategories.
 func ForCategories(name string, cats ...diff.Category) (Updater, error) {
 	builtin := diff.BuiltinCategories()
 	for _, c := range cats {
 		if !slices.Contains(builtin, c) {
-			return nil, &UnknownCategoryError{Updater: name, Category: c, Valid: builtin}
+			return nil, &unknownCategoryError{Updater: name, Category: c, Valid: builtin}
 		}
 	}
 	return ForCustomCategories(name, cats...)
@@ -85,9 +78,9 @@ func ForCustomCategories(name string, cats ...diff.Category) (Updater, error) {
 	return NewUpdater(name, func(c diff.Change) bool { return set[c.Category] })
 }
 
-// UnknownCategoryError is ForCategories' error for a category that is not
+// unknownCategoryError is ForCategories' error for a category that is not
 // built in. It unwraps to ErrInvalidRule.
-type UnknownCategoryError struct {
+type unknownCategoryError struct {
 	// Updater is the updater's name.
 	Updater string
 	// Category is the unknown category.
@@ -97,7 +90,7 @@ type UnknownCategoryError struct {
 }
 
 // Error implements error.
-func (e *UnknownCategoryError) Error() string {
+func (e *unknownCategoryError) Error() string {
 	valid := make([]string, len(e.Valid))
 	for i, c := range e.Valid {
 		valid[i] = string(c)
@@ -107,7 +100,7 @@ func (e *UnknownCategoryError) Error() string {
 }
 
 // Unwrap returns ErrInvalidRule.
-func (e *UnknownCategoryError) Unwrap() error { return ErrInvalidRule }
+func (e *unknownCategoryError) Unwrap() error { return ErrInvalidRule }
 
 // KubeadmCategories are the changes upgradekit's kubeadm executor (the
 // kubeadm plans of package nodeexec/kubeadm, run by strategy/capi's
@@ -209,16 +202,19 @@ func ForPaths(name string, patterns ...string) (Updater, error) {
 	})
 }
 
-// Outcome is how a machine gets to its desired state.
+// Outcome is a Decider's answer for one machine, in a Decision: can all of
+// its changes be applied in place (OutcomeInPlace, Cluster API: accept),
+// does it need replacing (OutcomeReplace: decline), or is there nothing to do.
+// It says what is possible; the Method a Strategy then picks says what happens.
 type Outcome string
 
 const (
-	// NoChange: nothing to do.
-	NoChange Outcome = "NoChange"
-	// InPlace: every change is covered by an updater (CAPI: accept).
-	InPlace Outcome = "InPlace"
-	// Replace: some change cannot be applied in place (CAPI: decline).
-	Replace Outcome = "Replace"
+	// OutcomeNoChange: nothing to do.
+	OutcomeNoChange Outcome = "NoChange"
+	// OutcomeInPlace: every change is covered by an updater (CAPI: accept).
+	OutcomeInPlace Outcome = "InPlace"
+	// OutcomeReplace: some change cannot be applied in place (CAPI: decline).
+	OutcomeReplace Outcome = "Replace"
 )
 
 // Coverage names the updater that applies a change.
@@ -247,7 +243,7 @@ type Decision struct {
 	// Warning's text when there is one.
 	Message string
 	// Warning is set when the change set is not one Cluster API would act
-	// on: an *UnsuitableDiffError (errors.Is ErrUnsuitableDiff) naming the
+	// on: an error (errors.Is ErrUnsuitableDiff) naming the
 	// changes to fields a provider or Cluster API assigns (diff.AssignedPaths:
 	// providerID, instance IDs, the names of the machine's own objects), which
 	// a diff without a preset reports for a machine built from templates and
@@ -261,17 +257,17 @@ type Decision struct {
 // the change set holds changes Cluster API never counts.
 var ErrUnsuitableDiff = errors.New("change set unsuitable for an in-place decision")
 
-// UnsuitableDiffError names the changes that make a change set unsuitable
+// unsuitableDiffError names the changes that make a change set unsuitable
 // for deciding as Cluster API does: changes to the fields of
 // diff.AssignedPaths, which a running machine has and a machine built from
 // templates lacks. It unwraps to ErrUnsuitableDiff.
-type UnsuitableDiffError struct {
+type unsuitableDiffError struct {
 	// Fields are the assigned fields that differ, as diff names them.
 	Fields []string
 }
 
 // Error names the fields and the preset that leaves them out.
-func (e *UnsuitableDiffError) Error() string {
+func (e *unsuitableDiffError) Error() string {
 	return fmt.Sprintf("%v: it compares %s, which a provider or Cluster API assigns to a running machine "+
 		"(Cluster API's own desired objects carry them over, a machine built from templates lacks them); "+
 		"diff with diff.InPlaceProposal() (or diff.InPlaceUpdate() for a Cluster API request's objects)",
@@ -279,7 +275,7 @@ func (e *UnsuitableDiffError) Error() string {
 }
 
 // Unwrap returns ErrUnsuitableDiff.
-func (e *UnsuitableDiffError) Unwrap() error { return ErrUnsuitableDiff }
+func (e *unsuitableDiffError) Unwrap() error { return ErrUnsuitableDiff }
 
 // assignedPatterns are diff.AssignedPaths, parsed once.
 var assignedPatterns = sync.OnceValue(func() []diff.Pattern {
@@ -292,7 +288,7 @@ var assignedPatterns = sync.OnceValue(func() []diff.Pattern {
 	return ps
 })
 
-// unsuitable returns an *UnsuitableDiffError for the changes of sets at
+// unsuitable returns an *unsuitableDiffError for the changes of sets at
 // assigned fields, or nil.
 func unsuitable(sets ...diff.ChangeSet) error {
 	var fields []string
@@ -309,7 +305,7 @@ func unsuitable(sets ...diff.ChangeSet) error {
 	if len(fields) == 0 {
 		return nil
 	}
-	return &UnsuitableDiffError{Fields: fields}
+	return &unsuitableDiffError{Fields: fields}
 }
 
 // Updaters returns the updaters that cover at least one change, in first-use
@@ -423,13 +419,13 @@ func assign(cs diff.ChangeSet, route func(diff.Change) (Action, string)) Decisio
 	}
 	switch {
 	case d.Uncovered.Len() > 0:
-		d.Outcome = Replace
+		d.Outcome = OutcomeReplace
 		d.Message = declineMessage(d.Uncovered)
 	case d.InPlace.Len() > 0:
-		d.Outcome = InPlace
+		d.Outcome = OutcomeInPlace
 		d.Message = "in place by " + strings.Join(d.Updaters(), ", ") + ": " + fieldList(d.InPlace, false)
 	default:
-		d.Outcome = NoChange
+		d.Outcome = OutcomeNoChange
 		d.Message = "no changes"
 	}
 	if w := unsuitable(d.InPlace, d.Uncovered); w != nil {

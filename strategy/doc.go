@@ -9,7 +9,7 @@
 // updater and an etcd updater: each change goes to the first updater that
 // covers it, and the machine is updated in place only when every change is
 // covered. Otherwise the Decision says Replace and names the uncovered
-// fields. Policy is the declarative form: ordered rules (category and/or
+// fields. NewPolicy is the declarative form: ordered rules (category and/or
 // path → InPlace, Replace or Ignore) with a default.
 //
 // A Decision carries the changes applied in place as a diff.ChangeSet, so

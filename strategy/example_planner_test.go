@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"time"
 
@@ -16,12 +17,12 @@ import (
 
 // Decisions as a decider would give them, for the strategy examples.
 var (
-	inPlace = strategy.Decision{Outcome: strategy.InPlace, Message: "in place by kubernetes: machine.spec.version"}
-	replace = strategy.Decision{Outcome: strategy.Replace, Message: "cannot update in place: 1 change not covered: infrastructure.spec.ami.id (InfrastructureImage)"}
+	inPlace = strategy.Decision{Outcome: strategy.OutcomeInPlace, Message: "in place by kubernetes: machine.spec.version"}
+	replace = strategy.Decision{Outcome: strategy.OutcomeReplace, Message: "cannot update in place: 1 change not covered: infrastructure.spec.ami.id (InfrastructureImage)"}
 )
 
 func show(s strategy.Strategy) {
-	for _, d := range []strategy.Decision{{Outcome: strategy.NoChange}, inPlace, replace} {
+	for _, d := range []strategy.Decision{{Outcome: strategy.OutcomeNoChange}, inPlace, replace} {
 		c, ok := s.Choose(d)
 		if !ok {
 			fmt.Printf("%-8s -> (next strategy)\n", d.Outcome)
@@ -155,7 +156,7 @@ func ExampleBudget_Allowed() {
 	for _, at := range []string{"2026-01-05T10:00:00Z", "2026-01-05T18:00:00Z"} {
 		now, _ := time.Parse(time.RFC3339, at)
 		n, _ := b.Allowed(clocktesting.NewFakePassiveClock(now), 20)
-		fmt.Println(at, n == strategy.Unlimited, n)
+		fmt.Println(at, n == math.MaxInt32, n)
 	}
 	_, err := strategy.Budget{Nodes: "10%", Schedule: "every day", Duration: time.Hour}.Allowed(clocktesting.NewFakePassiveClock(time.Now()), 20)
 	fmt.Println(errors.Is(err, strategy.ErrInvalidBudget))

@@ -18,12 +18,12 @@ import (
 type Verdict string
 
 const (
-	// Allow: go on with this machine.
-	Allow Verdict = "Allow"
-	// Wait: not now; ask again after RetryAfter. Nothing is disrupted.
-	Wait Verdict = "Wait"
-	// Stop: do not go on with this rollout until a person looks.
-	Stop Verdict = "Stop"
+	// VerdictAllow: go on with this machine.
+	VerdictAllow Verdict = "Allow"
+	// VerdictWait: not now; ask again after RetryAfter. Nothing is disrupted.
+	VerdictWait Verdict = "Wait"
+	// VerdictStop: do not go on with this rollout until a person looks.
+	VerdictStop Verdict = "Stop"
 )
 
 // GateRequest is what a Gate is asked: may this machine be disrupted
@@ -59,7 +59,7 @@ type GateResult struct {
 }
 
 // Allowed says whether the verdict lets the machine go.
-func (r GateResult) Allowed() bool { return r.Verdict == Allow }
+func (r GateResult) Allowed() bool { return r.Verdict == VerdictAllow }
 
 // String says the verdict, the gate and why in one line.
 func (r GateResult) String() string {
@@ -107,7 +107,7 @@ type GateFunc func(ctx context.Context, req GateRequest) GateResult
 // Check calls f; a nil GateFunc answers Wait with ErrInvalidGate.
 func (f GateFunc) Check(ctx context.Context, req GateRequest) GateResult {
 	if f == nil {
-		return GateResult{Verdict: Wait, Gate: "GateFunc", Reason: "nil gate function", Err: ErrInvalidGate}
+		return GateResult{Verdict: VerdictWait, Gate: "GateFunc", Reason: "nil gate function", Err: ErrInvalidGate}
 	}
 	return f(ctx, req)
 }
@@ -144,20 +144,20 @@ func (gs Gates) Check(ctx context.Context, req GateRequest) GateResult {
 			if p, ok := h.(GatePeeker); ok {
 				return p.Peek(ctx, req)
 			}
-			return GateResult{Verdict: Allow}
+			return GateResult{Verdict: VerdictAllow}
 		}
 		return g.Check(ctx, req)
 	})
-	if first.Verdict != Allow || len(holders) == 0 {
+	if first.Verdict != VerdictAllow || len(holders) == 0 {
 		return first
 	}
 	// Then the holders, in order, taking.
 	for n, i := range holders {
 		r := gs[i].Check(ctx, req)
-		if r.Verdict == Allow {
+		if r.Verdict == VerdictAllow {
 			continue
 		}
-		if r.Verdict != Wait && r.Verdict != Stop {
+		if r.Verdict != VerdictWait && r.Verdict != VerdictStop {
 			r = noVerdict(r)
 		}
 		for _, j := range holders[:n] {
@@ -167,7 +167,7 @@ func (gs Gates) Check(ctx context.Context, req GateRequest) GateResult {
 		}
 		return r
 	}
-	return GateResult{Verdict: Allow}
+	return GateResult{Verdict: VerdictAllow}
 }
 
 // Peek answers what Check would answer now, changing nothing: each
@@ -193,11 +193,11 @@ func (gs Gates) PeekEach(ctx context.Context, req GateRequest) []GateResult {
 		case GatePeeker:
 			r = p.Peek(ctx, req)
 		case GateHolder:
-			r = GateResult{Verdict: Wait, Reason: "not asked: it holds what its Check allows, and it cannot peek (no GatePeeker)", Err: ErrCannotPeek}
+			r = GateResult{Verdict: VerdictWait, Reason: "not asked: it holds what its Check allows, and it cannot peek (no GatePeeker)", Err: ErrCannotPeek}
 		default:
 			r = g.Check(ctx, req)
 		}
-		if r.Verdict != Allow && r.Verdict != Wait && r.Verdict != Stop {
+		if r.Verdict != VerdictAllow && r.Verdict != VerdictWait && r.Verdict != VerdictStop {
 			r = noVerdict(r)
 		}
 		if r.Gate == "" {
@@ -212,11 +212,11 @@ func (gs Gates) PeekEach(ctx context.Context, req GateRequest) []GateResult {
 var _ GatePeeker = Gates(nil)
 
 func nilGate(i int) GateResult {
-	return GateResult{Verdict: Wait, Gate: fmt.Sprintf("gates[%d]", i), Reason: "nil gate", Err: ErrInvalidGate}
+	return GateResult{Verdict: VerdictWait, Gate: fmt.Sprintf("gates[%d]", i), Reason: "nil gate", Err: ErrInvalidGate}
 }
 
 func noVerdict(r GateResult) GateResult {
-	return GateResult{Verdict: Wait, Gate: r.Gate, Reason: fmt.Sprintf("answered %s, which is no verdict", errtext.Quote(string(r.Verdict))), Err: ErrInvalidGate}
+	return GateResult{Verdict: VerdictWait, Gate: r.Gate, Reason: fmt.Sprintf("answered %s, which is no verdict", errtext.Quote(string(r.Verdict))), Err: ErrInvalidGate}
 }
 
 // fold combines the members' answers as Check documents: the first Stop
@@ -228,11 +228,11 @@ func (gs Gates) fold(ask func(i int, g Gate) GateResult) GateResult {
 	for i, g := range gs {
 		r := ask(i, g)
 		switch r.Verdict {
-		case Allow:
+		case VerdictAllow:
 			continue
-		case Stop:
+		case VerdictStop:
 			return r
-		case Wait:
+		case VerdictWait:
 		default:
 			r = noVerdict(r)
 		}
@@ -246,7 +246,7 @@ func (gs Gates) fold(ask func(i int, g Gate) GateResult) GateResult {
 		wait.RetryAfter = longest
 		return *wait
 	}
-	return GateResult{Verdict: Allow}
+	return GateResult{Verdict: VerdictAllow}
 }
 
 // MaintenanceWindow is a gate open only in windows: each opens at a hit of
@@ -300,10 +300,10 @@ type window struct {
 func (w *window) Check(_ context.Context, req GateRequest) GateResult {
 	now := req.Now.In(w.loc)
 	if next := w.sched.Next(now.Add(-w.d)); !next.After(now) {
-		return GateResult{Verdict: Allow, Gate: w.name}
+		return GateResult{Verdict: VerdictAllow, Gate: w.name}
 	}
 	opens := w.sched.Next(now)
-	return GateResult{Verdict: Wait, Gate: w.name, RetryAfter: opens.Sub(now),
+	return GateResult{Verdict: VerdictWait, Gate: w.name, RetryAfter: opens.Sub(now),
 		Reason: fmt.Sprintf("outside the maintenance window %s (%s, %s); the next opens %s", errtext.Quote(w.schedule), w.d, w.loc, opens.Format("2006-01-02 15:04 MST"))}
 }
 

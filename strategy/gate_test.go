@@ -23,20 +23,20 @@ func TestMaintenanceWindow(t *testing.T) {
 		want  strategy.Verdict
 		retry time.Duration
 	}{
-		{"before it opens", time.Date(2026, 11, 25, 1, 30, 0, 0, berlin), strategy.Wait, 30 * time.Minute},
-		{"as it opens", time.Date(2026, 11, 25, 2, 0, 0, 0, berlin), strategy.Allow, 0},
-		{"inside", time.Date(2026, 11, 25, 4, 59, 59, 0, berlin), strategy.Allow, 0},
-		{"as it closes", time.Date(2026, 11, 25, 5, 0, 0, 0, berlin), strategy.Wait, 21 * time.Hour},
-		{"the same instant in UTC", time.Date(2026, 11, 25, 2, 30, 0, 0, time.UTC), strategy.Allow, 0}, // 03:30 in Berlin
-		{"02:30 UTC in summer is 04:30 in Berlin", time.Date(2026, 7, 1, 2, 30, 0, 0, time.UTC), strategy.Allow, 0},
-		{"03:30 UTC in summer is 05:30 in Berlin", time.Date(2026, 7, 1, 3, 30, 0, 0, time.UTC), strategy.Wait, 20*time.Hour + 30*time.Minute},
+		{"before it opens", time.Date(2026, 11, 25, 1, 30, 0, 0, berlin), strategy.VerdictWait, 30 * time.Minute},
+		{"as it opens", time.Date(2026, 11, 25, 2, 0, 0, 0, berlin), strategy.VerdictAllow, 0},
+		{"inside", time.Date(2026, 11, 25, 4, 59, 59, 0, berlin), strategy.VerdictAllow, 0},
+		{"as it closes", time.Date(2026, 11, 25, 5, 0, 0, 0, berlin), strategy.VerdictWait, 21 * time.Hour},
+		{"the same instant in UTC", time.Date(2026, 11, 25, 2, 30, 0, 0, time.UTC), strategy.VerdictAllow, 0}, // 03:30 in Berlin
+		{"02:30 UTC in summer is 04:30 in Berlin", time.Date(2026, 7, 1, 2, 30, 0, 0, time.UTC), strategy.VerdictAllow, 0},
+		{"03:30 UTC in summer is 05:30 in Berlin", time.Date(2026, 7, 1, 3, 30, 0, 0, time.UTC), strategy.VerdictWait, 20*time.Hour + 30*time.Minute},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := gate.Check(context.Background(), strategy.GateRequest{Machine: "m", Now: tc.now})
 			require.Equal(t, tc.want, r.Verdict, r.String())
 			require.Equal(t, tc.retry, r.RetryAfter, r.String())
 			require.Equal(t, "nightly", r.Gate)
-			if r.Verdict == strategy.Wait {
+			if r.Verdict == strategy.VerdictWait {
 				require.Contains(t, r.Reason, "outside the maintenance window")
 				require.Contains(t, r.Reason, "Europe/Berlin")
 			}
@@ -46,7 +46,7 @@ func TestMaintenanceWindow(t *testing.T) {
 	// to 03:00): as with cron, that night has no window, and the next
 	// opens at 02:00 local time the night after, in summer time.
 	r := gate.Check(context.Background(), strategy.GateRequest{Now: time.Date(2026, 3, 28, 12, 0, 0, 0, berlin)})
-	require.Equal(t, strategy.Wait, r.Verdict)
+	require.Equal(t, strategy.VerdictWait, r.Verdict)
 	opens := time.Date(2026, 3, 28, 12, 0, 0, 0, berlin).Add(r.RetryAfter).In(berlin)
 	require.Equal(t, time.Date(2026, 3, 30, 2, 0, 0, 0, berlin), opens)
 	require.Equal(t, 37*time.Hour, r.RetryAfter, "one hour less than a day and a half")
@@ -75,7 +75,7 @@ func TestGates(t *testing.T) {
 			return strategy.GateResult{Verdict: v, Gate: name, RetryAfter: retry, Reason: name + " says " + string(v)}
 		})
 	}
-	allow, soak, window, breaker := answer("a", strategy.Allow, 0), answer("soak", strategy.Wait, time.Minute), answer("window", strategy.Wait, time.Hour), answer("breaker", strategy.Stop, 0)
+	allow, soak, window, breaker := answer("a", strategy.VerdictAllow, 0), answer("soak", strategy.VerdictWait, time.Minute), answer("window", strategy.VerdictWait, time.Hour), answer("breaker", strategy.VerdictStop, 0)
 	for _, tc := range []struct {
 		name  string
 		gates strategy.Gates
@@ -84,14 +84,14 @@ func TestGates(t *testing.T) {
 		retry time.Duration
 		err   error
 	}{
-		{"none", nil, strategy.Allow, "", 0, nil},
-		{"all open", strategy.Gates{allow, allow}, strategy.Allow, "", 0, nil},
-		{"the first wait, until all open", strategy.Gates{allow, soak, window}, strategy.Wait, "soak", time.Hour, nil},
-		{"a stop beats the waits", strategy.Gates{soak, breaker, window}, strategy.Stop, "breaker", 0, nil},
-		{"a nil gate fails closed", strategy.Gates{allow, nil}, strategy.Wait, "gates[1]", 0, strategy.ErrInvalidGate},
-		{"a nil func fails closed", strategy.Gates{strategy.GateFunc(nil)}, strategy.Wait, "GateFunc", 0, strategy.ErrInvalidGate},
-		{"no verdict fails closed", strategy.Gates{answer("odd", "", 0)}, strategy.Wait, "odd", 0, strategy.ErrInvalidGate},
-		{"nested", strategy.Gates{strategy.Gates{allow}, strategy.Gates{window}}, strategy.Wait, "window", time.Hour, nil},
+		{"none", nil, strategy.VerdictAllow, "", 0, nil},
+		{"all open", strategy.Gates{allow, allow}, strategy.VerdictAllow, "", 0, nil},
+		{"the first wait, until all open", strategy.Gates{allow, soak, window}, strategy.VerdictWait, "soak", time.Hour, nil},
+		{"a stop beats the waits", strategy.Gates{soak, breaker, window}, strategy.VerdictStop, "breaker", 0, nil},
+		{"a nil gate fails closed", strategy.Gates{allow, nil}, strategy.VerdictWait, "gates[1]", 0, strategy.ErrInvalidGate},
+		{"a nil func fails closed", strategy.Gates{strategy.GateFunc(nil)}, strategy.VerdictWait, "GateFunc", 0, strategy.ErrInvalidGate},
+		{"no verdict fails closed", strategy.Gates{answer("odd", "", 0)}, strategy.VerdictWait, "odd", 0, strategy.ErrInvalidGate},
+		{"nested", strategy.Gates{strategy.Gates{allow}, strategy.Gates{window}}, strategy.VerdictWait, "window", time.Hour, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			// Peek answers as Check does for gates that hold nothing.
@@ -100,7 +100,7 @@ func TestGates(t *testing.T) {
 				require.Equal(t, tc.want, r.Verdict, r.String())
 				require.Equal(t, tc.gate, r.Gate)
 				require.Equal(t, tc.retry, r.RetryAfter)
-				require.Equal(t, tc.want == strategy.Allow, r.Allowed())
+				require.Equal(t, tc.want == strategy.VerdictAllow, r.Allowed())
 				if tc.err != nil {
 					require.True(t, errors.Is(r.Err, tc.err), r.String())
 				}
@@ -119,10 +119,10 @@ type slot struct {
 
 func (s *slot) Check(context.Context, strategy.GateRequest) strategy.GateResult {
 	if !s.free {
-		return strategy.GateResult{Verdict: strategy.Wait, Gate: "slot", Reason: "all slots held"}
+		return strategy.GateResult{Verdict: strategy.VerdictWait, Gate: "slot", Reason: "all slots held"}
 	}
 	s.taken++
-	return strategy.GateResult{Verdict: strategy.Allow, Gate: "slot"}
+	return strategy.GateResult{Verdict: strategy.VerdictAllow, Gate: "slot"}
 }
 func (s *slot) Renew(context.Context, strategy.GateRequest) error { return nil }
 func (s *slot) Release(context.Context, strategy.GateRequest) error {
@@ -135,9 +135,9 @@ type peekingSlot struct{ *slot }
 func (s peekingSlot) Peek(context.Context, strategy.GateRequest) strategy.GateResult {
 	s.peeked++
 	if !s.free {
-		return strategy.GateResult{Verdict: strategy.Wait, Gate: "slot", Reason: "all slots held", RetryAfter: time.Minute}
+		return strategy.GateResult{Verdict: strategy.VerdictWait, Gate: "slot", Reason: "all slots held", RetryAfter: time.Minute}
 	}
-	return strategy.GateResult{Verdict: strategy.Allow, Gate: "slot"}
+	return strategy.GateResult{Verdict: strategy.VerdictAllow, Gate: "slot"}
 }
 
 func TestGatesPeekTakesNothing(t *testing.T) {
@@ -146,25 +146,25 @@ func TestGatesPeekTakesNothing(t *testing.T) {
 	checked := 0
 	plain := strategy.GateFunc(func(context.Context, strategy.GateRequest) strategy.GateResult {
 		checked++
-		return strategy.GateResult{Verdict: strategy.Allow}
+		return strategy.GateResult{Verdict: strategy.VerdictAllow}
 	})
 	stop := strategy.GateFunc(func(context.Context, strategy.GateRequest) strategy.GateResult {
-		return strategy.GateResult{Verdict: strategy.Stop, Gate: "breaker", Reason: "tripped"}
+		return strategy.GateResult{Verdict: strategy.VerdictStop, Gate: "breaker", Reason: "tripped"}
 	})
 
 	free := &slot{free: true}
 	gates := strategy.Gates{plain, peekingSlot{free}}
-	require.Equal(t, strategy.Allow, gates.Peek(ctx, req).Verdict)
+	require.Equal(t, strategy.VerdictAllow, gates.Peek(ctx, req).Verdict)
 	require.Equal(t, 0, free.taken, "Peek took a slot")
 	require.Equal(t, 1, free.peeked)
 	require.Equal(t, 1, checked, "a gate that holds nothing is asked with Check")
-	require.Equal(t, strategy.Allow, gates.Check(ctx, req).Verdict)
+	require.Equal(t, strategy.VerdictAllow, gates.Check(ctx, req).Verdict)
 	require.Equal(t, 1, free.taken, "Check takes the slot")
 
 	t.Run("a holder that cannot peek is not asked, and fails closed", func(t *testing.T) {
 		s := &slot{free: true}
 		r := strategy.Gates{plain, s}.Peek(ctx, req)
-		require.Equal(t, strategy.Wait, r.Verdict)
+		require.Equal(t, strategy.VerdictWait, r.Verdict)
 		require.ErrorIs(t, r.Err, strategy.ErrCannotPeek)
 		require.Equal(t, "gates[1]", r.Gate)
 		require.Zero(t, s.taken)
@@ -191,7 +191,7 @@ func TestGatesPeekTakesNothing(t *testing.T) {
 	t.Run("nested lists peek too", func(t *testing.T) {
 		s := &slot{free: true}
 		r := strategy.Gates{strategy.Gates{peekingSlot{s}}}.PeekEach(ctx, req)
-		require.Equal(t, strategy.Allow, r[0].Verdict)
+		require.Equal(t, strategy.VerdictAllow, r[0].Verdict)
 		require.Zero(t, s.taken)
 		require.Equal(t, 1, s.peeked)
 	})
@@ -204,10 +204,10 @@ func TestGatesCheckHoldsNothingWhileClosed(t *testing.T) {
 	ctx := context.Background()
 	req := strategy.GateRequest{Machine: "m"}
 	window := strategy.GateFunc(func(context.Context, strategy.GateRequest) strategy.GateResult {
-		return strategy.GateResult{Verdict: strategy.Wait, Gate: "window", RetryAfter: time.Hour}
+		return strategy.GateResult{Verdict: strategy.VerdictWait, Gate: "window", RetryAfter: time.Hour}
 	})
 	open := strategy.GateFunc(func(context.Context, strategy.GateRequest) strategy.GateResult {
-		return strategy.GateResult{Verdict: strategy.Allow, Gate: "open"}
+		return strategy.GateResult{Verdict: strategy.VerdictAllow, Gate: "open"}
 	})
 	for _, tc := range []struct {
 		name     string

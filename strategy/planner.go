@@ -499,12 +499,12 @@ func (p *Planner) choose(ctx context.Context, c *Cluster, w *work) error {
 			return fmt.Errorf("deciding %s: %w", w.pm.Machine, err)
 		}
 	}
-	if w.changesVersion() && (d.Outcome == NoChange || d.Outcome == "") {
+	if w.changesVersion() && (d.Outcome == OutcomeNoChange || d.Outcome == "") {
 		return fmt.Errorf("%w: %s: version %s differs from targetVersion %s but the decision has no changes", ErrInvalidCluster, w.pm.Machine, m.Version, c.TargetVersion)
 	}
 	w.pm.Outcome = d.Outcome
 	if w.pm.Outcome == "" {
-		w.pm.Outcome = NoChange
+		w.pm.Outcome = OutcomeNoChange
 	}
 	w.pm.InPlaceFields = fields(d.InPlace)
 	w.pm.UncoveredFields = fields(d.Uncovered)
@@ -613,7 +613,7 @@ func (p *Planner) planGroup(plan *Plan, g *Group, lim [2]int, ws []*work, canary
 	used := sc.used[:len(g.Budgets)]
 	for len(todo) > 0 {
 		b := Batch{Index: len(plan.Batches) + 1, Phase: PhaseWorkers, Group: g.Name}
-		capN := Unlimited
+		capN := unlimited
 		if *canary > 0 {
 			capN, b.Canary, b.HealthGate = *canary, true, true
 			*canary = 0

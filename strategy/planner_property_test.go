@@ -188,7 +188,7 @@ func checkPlan(t *testing.T, p *Planner, c Cluster, plan *Plan, where string) {
 				"%s: protected or failed machine %s planned", where, m.Machine)
 			require.False(t, plan.CircuitOpen)
 		}
-		if src.Decision.Outcome == NoChange {
+		if src.Decision.Outcome == OutcomeNoChange {
 			require.Equal(t, MethodSkip, m.Method)
 		}
 	}

@@ -15,9 +15,9 @@ import (
 )
 
 var (
-	dInPlace = Decision{Outcome: InPlace, Message: "in place"}
-	dReplace = Decision{Outcome: Replace, Message: "cannot update in place"}
-	dNone    = Decision{Outcome: NoChange, Message: "no changes"}
+	dInPlace = Decision{Outcome: OutcomeInPlace, Message: "in place"}
+	dReplace = Decision{Outcome: OutcomeReplace, Message: "cannot update in place"}
+	dNone    = Decision{Outcome: OutcomeNoChange, Message: "no changes"}
 )
 
 func mach(name, ver string, d Decision) Machine {

@@ -8,7 +8,8 @@ import (
 	"github.com/upgradekit/upgradekit/internal/errtext"
 )
 
-// Action is what a policy does with a change.
+// Action is what a policy Rule does with one change (a machine's Outcome
+// follows from the actions of all its changes).
 type Action string
 
 const (
@@ -53,9 +54,8 @@ func (r Rule) String() string {
 	return sel + " -> " + string(r.Action)
 }
 
-// Policy is the declarative decision: ordered rules, first match wins,
-// and a default for changes no rule selects. It is a Decider.
-type Policy struct {
+// policy is the declarative Decider NewPolicy builds.
+type policy struct {
 	rules    []compiledRule
 	def      Action
 	updaters []Updater
@@ -67,15 +67,16 @@ type compiledRule struct {
 	pattern *diff.Pattern
 }
 
-// NewPolicy compiles rules. def is the action for changes no rule selects
-// (ActionReplace is the safe choice). InPlace rules are applied by the named
+// NewPolicy is the declarative Decider: ordered rules, first match wins,
+// and def, the action for changes no rule selects (ActionReplace is the
+// safe choice). InPlace rules are applied by the named
 // updater, or by the first of updaters that covers the change; an InPlace
 // change no updater covers is a reason to replace. With no updaters at all
 // the policy itself covers its InPlace changes (updater name "policy"), for
 // callers that only need the decision. Two rules with the same
-// selector and different actions are an ErrContradictoryPolicy.
-func NewPolicy(rules []Rule, def Action, updaters ...Updater) (*Policy, error) {
-	p := &Policy{def: def, byName: map[string]Updater{}}
+// selector and different actions are an ErrInvalidRule.
+func NewPolicy(rules []Rule, def Action, updaters ...Updater) (Decider, error) {
+	p := &policy{def: def, byName: map[string]Updater{}}
 	if !validAction(def) || def == "" {
 		return nil, fmt.Errorf("%w: default action %s", ErrInvalidRule, errtext.Quote(string(def)))
 	}
@@ -115,7 +116,7 @@ func NewPolicy(rules []Rule, def Action, updaters ...Updater) (*Policy, error) {
 		}
 		key := [2]string{string(r.Category), r.Path}
 		if prev, ok := seen[key]; ok && prev.Action != r.Action {
-			return nil, fmt.Errorf("%w: rules[%d] (%s) contradicts an earlier rule (%s)", ErrContradictoryPolicy, i, r, prev)
+			return nil, fmt.Errorf("%w: rules[%d] (%s) contradicts an earlier rule (%s)", ErrInvalidRule, i, r, prev)
 		}
 		seen[key] = r
 		p.rules = append(p.rules, cr)
@@ -139,7 +140,7 @@ func (r compiledRule) selects(c diff.Change) bool {
 }
 
 // Decide applies the policy to one machine's changes.
-func (p *Policy) Decide(ctx context.Context, cs diff.ChangeSet) (Decision, error) {
+func (p *policy) Decide(ctx context.Context, cs diff.ChangeSet) (Decision, error) {
 	if err := ctx.Err(); err != nil {
 		return Decision{}, err
 	}

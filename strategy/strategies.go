@@ -28,7 +28,8 @@ var (
 	ErrVersionSkew = errors.New("version skew")
 )
 
-// Method is how a machine is taken to its desired state.
+// Method is how a machine is taken to its desired state, as a Strategy
+// chooses it from the machine's Decision and a Plan carries it out.
 type Method string
 
 const (
@@ -73,12 +74,9 @@ type Strategy interface {
 	Choose(d Decision) (c Choice, ok bool)
 }
 
-// ChooseFunc is the body of a strategy.
-type ChooseFunc func(d Decision) (Choice, bool)
-
 type funcStrategy struct {
 	name   string
-	choose ChooseFunc
+	choose func(d Decision) (Choice, bool)
 }
 
 func (s funcStrategy) Name() string { return s.name }
@@ -94,7 +92,7 @@ func (s funcStrategy) Choose(d Decision) (Choice, bool) {
 // NewStrategy adapts a function to a Strategy, as http.HandlerFunc adapts a
 // function to a Handler. Choices it returns without a Strategy name get
 // name.
-func NewStrategy(name string, choose ChooseFunc) (Strategy, error) {
+func NewStrategy(name string, choose func(d Decision) (Choice, bool)) (Strategy, error) {
 	if name == "" || choose == nil {
 		return nil, fmt.Errorf("%w: a strategy needs a name and a function", ErrInvalidStrategy)
 	}
@@ -104,7 +102,7 @@ func NewStrategy(name string, choose ChooseFunc) (Strategy, error) {
 // noChange answers Skip for a decision with nothing to do; every built-in
 // strategy starts with it.
 func noChange(name string, d Decision) (Choice, bool) {
-	if d.Outcome == NoChange || d.Outcome == "" {
+	if d.Outcome == OutcomeNoChange || d.Outcome == "" {
 		return Choice{Method: MethodSkip, Strategy: name, Reason: "no changes"}, true
 	}
 	return Choice{}, false
@@ -118,7 +116,7 @@ func InPlaceStrategy() Strategy {
 		if c, ok := noChange(name, d); ok {
 			return c, true
 		}
-		if d.Outcome == InPlace {
+		if d.Outcome == OutcomeInPlace {
 			return Choice{Method: MethodInPlace, Reason: d.Message}, true
 		}
 		return Choice{}, false
@@ -254,7 +252,7 @@ func FallbackStrategy(replace Strategy) (Strategy, error) {
 		if c, ok := noChange(name, d); ok {
 			return c, true
 		}
-		if d.Outcome == InPlace {
+		if d.Outcome == OutcomeInPlace {
 			return Choice{Method: MethodInPlace, Reason: d.Message}, true
 		}
 		c, ok := replace.Choose(d)
@@ -276,7 +274,7 @@ func NeverReplaceStrategy() Strategy {
 		if c, ok := noChange(name, d); ok {
 			return c, true
 		}
-		if d.Outcome == InPlace {
+		if d.Outcome == OutcomeInPlace {
 			return Choice{Method: MethodInPlace, Reason: d.Message}, true
 		}
 		return Choice{Method: MethodBlocked, Reason: "replacement not allowed: " + d.Message}, true
@@ -284,7 +282,7 @@ func NeverReplaceStrategy() Strategy {
 }
 
 func replaceReason(d Decision) string {
-	if d.Outcome == InPlace {
+	if d.Outcome == OutcomeInPlace {
 		return "replacing although in place is possible: " + d.Message
 	}
 	return d.Message

@@ -8,15 +8,15 @@ import (
 )
 
 func TestStrategies(t *testing.T) {
-	noChangeD := Decision{Outcome: NoChange, Message: "no changes"}
-	inPlaceD := Decision{Outcome: InPlace, Message: "in place: 1 changes covered by k8s"}
-	replaceD := Decision{Outcome: Replace, Message: "cannot update in place: 1 change not covered: x (Other)"}
+	noChangeD := Decision{Outcome: OutcomeNoChange, Message: "no changes"}
+	inPlaceD := Decision{Outcome: OutcomeInPlace, Message: "in place: 1 changes covered by k8s"}
+	replaceD := Decision{Outcome: OutcomeReplace, Message: "cannot update in place: 1 change not covered: x (Other)"}
 	rolling, err := RollingReplaceStrategy(RollingUpdate{})
 	require.NoError(t, err)
 	fallback, err := FallbackStrategy(ReplaceFirstStrategy())
 	require.NoError(t, err)
 	custom, err := NewStrategy("custom", func(d Decision) (Choice, bool) {
-		return Choice{Method: MethodOnDelete, Reason: "always"}, d.Outcome == Replace
+		return Choice{Method: MethodOnDelete, Reason: "always"}, d.Outcome == OutcomeReplace
 	})
 	require.NoError(t, err)
 
@@ -64,7 +64,7 @@ func TestStrategies(t *testing.T) {
 }
 
 func TestStrategyReasonsNameTheDecision(t *testing.T) {
-	d := Decision{Outcome: Replace, Message: "cannot update in place: 1 change not covered: infrastructure.spec.ami.id (InfrastructureImage)"}
+	d := Decision{Outcome: OutcomeReplace, Message: "cannot update in place: 1 change not covered: infrastructure.spec.ami.id (InfrastructureImage)"}
 	c, _ := NeverReplaceStrategy().Choose(d)
 	require.Contains(t, c.Reason, "infrastructure.spec.ami.id")
 	c, _ = Strategies{InPlaceStrategy()}.Choose(d)

@@ -206,8 +206,8 @@ func TestGateFlags(t *testing.T) {
 	require.Len(t, gates, 1, "without a management cluster only the window can be built")
 	window := gates[0]
 	saturday := time.Date(2026, 11, 28, 3, 0, 0, 0, time.UTC) // 04:00 in Berlin
-	require.Equal(t, strategy.Allow, window.Check(t.Context(), strategy.GateRequest{Now: saturday}).Verdict)
-	require.Equal(t, strategy.Wait, window.Check(t.Context(), strategy.GateRequest{Now: saturday.Add(24 * time.Hour)}).Verdict)
+	require.Equal(t, strategy.VerdictAllow, window.Check(t.Context(), strategy.GateRequest{Now: saturday}).Verdict)
+	require.Equal(t, strategy.VerdictWait, window.Check(t.Context(), strategy.GateRequest{Now: saturday.Add(24 * time.Hour)}).Verdict)
 	gates, err = o.gates(deps{mgmt: fakeclient.NewClientBuilder().Build(), scheme: runtime.NewScheme()})
 	require.NoError(t, err)
 	require.Len(t, gates, 3, "window, soak, blocking pods")

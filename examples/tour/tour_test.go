@@ -97,14 +97,14 @@ func TestWhatChangedDecidesAsClusterAPI(t *testing.T) {
 	require.NoError(t, err)
 	d, err := decider.Decide(t.Context(), cs)
 	require.NoError(t, err)
-	require.Equal(t, strategy.InPlace, d.Outcome, d.Message)
+	require.Equal(t, strategy.OutcomeInPlace, d.Outcome, d.Message)
 	require.NoError(t, d.Warning)
 
 	raw, err := diff.Machines(current, want)
 	require.NoError(t, err)
 	d, err = decider.Decide(t.Context(), raw)
 	require.NoError(t, err)
-	require.Equal(t, strategy.Replace, d.Outcome)
+	require.Equal(t, strategy.OutcomeReplace, d.Outcome)
 	require.ErrorIs(t, d.Warning, strategy.ErrUnsuitableDiff)
 	require.Contains(t, d.Message, "diff.InPlaceProposal()")
 }

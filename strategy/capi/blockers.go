@@ -44,7 +44,7 @@ func AlertGate(c promapi.Client, query string) (strategy.Gate, error) {
 		res := strategy.GateResult{Gate: "alerts", RetryAfter: DefaultBlockerRetry}
 		v, _, err := api.Query(ctx, query, req.Now)
 		if err != nil {
-			res.Verdict, res.Reason, res.Err = strategy.Wait, "asking Prometheus "+errtext.Quote(query)+": "+errtext.Clip(err.Error()), err
+			res.Verdict, res.Reason, res.Err = strategy.VerdictWait, "asking Prometheus "+errtext.Quote(query)+": "+errtext.Clip(err.Error()), err
 			return res
 		}
 		var firing []string
@@ -63,11 +63,11 @@ func AlertGate(c promapi.Client, query string) (strategy.Gate, error) {
 			}
 		}
 		if len(firing) == 0 {
-			return strategy.GateResult{Verdict: strategy.Allow, Gate: res.Gate}
+			return strategy.GateResult{Verdict: strategy.VerdictAllow, Gate: res.Gate}
 		}
 		slices.Sort(firing)
 		firing = slices.Compact(firing)
-		res.Verdict = strategy.Wait
+		res.Verdict = strategy.VerdictWait
 		res.Reason = fmt.Sprintf("%s returns %d series: %s", errtext.Quote(query), len(firing), strings.Join(capList(firing), ", "))
 		return res
 	}), nil
@@ -109,7 +109,7 @@ func PodBlockerGate(workload WorkloadClient, selector labels.Selector) (strategy
 		}
 		var pods corev1.PodList
 		if err := c.List(ctx, &pods, client.MatchingLabelsSelector{Selector: selector}); err != nil {
-			res.Verdict, res.Reason, res.Err = strategy.Wait, "reading the workload cluster's pods: "+errtext.Clip(err.Error()), err
+			res.Verdict, res.Reason, res.Err = strategy.VerdictWait, "reading the workload cluster's pods: "+errtext.Clip(err.Error()), err
 			return res
 		}
 		var blocking []string
@@ -120,10 +120,10 @@ func PodBlockerGate(workload WorkloadClient, selector labels.Selector) (strategy
 			blocking = append(blocking, p.Namespace+"/"+p.Name)
 		}
 		if len(blocking) == 0 {
-			return strategy.GateResult{Verdict: strategy.Allow, Gate: res.Gate}
+			return strategy.GateResult{Verdict: strategy.VerdictAllow, Gate: res.Gate}
 		}
 		slices.Sort(blocking)
-		res.Verdict = strategy.Wait
+		res.Verdict = strategy.VerdictWait
 		res.Reason = fmt.Sprintf("pods matching %s run: %s", errtext.Quote(selector.String()), strings.Join(capList(blocking), ", "))
 		return res
 	}), nil

@@ -55,7 +55,7 @@ func TestAlertGate(t *testing.T) {
 	gate, err := capi.AlertGate(c, "")
 	require.NoError(t, err)
 	r := gate.Check(ctx, req)
-	require.Equal(t, strategy.Wait, r.Verdict)
+	require.Equal(t, strategy.VerdictWait, r.Verdict)
 	require.Equal(t, `"ALERTS{alertstate=\"firing\"}" returns 2 series: EtcdMembersDown, KubeNodeNotReady`, r.Reason)
 	require.Equal(t, capi.DefaultBlockerRetry, r.RetryAfter)
 	require.Equal(t, capi.DefaultAlertQuery, asked.Form.Get("query"))
@@ -64,13 +64,13 @@ func TestAlertGate(t *testing.T) {
 	quiet, _ := prometheusServer(t, http.StatusOK, `{"status":"success","data":{"resultType":"vector","result":[]}}`)
 	gate, err = capi.AlertGate(quiet, `ALERTS{alertstate="firing",severity="critical"}`)
 	require.NoError(t, err)
-	require.Equal(t, strategy.Allow, gate.Check(ctx, req).Verdict)
+	require.Equal(t, strategy.VerdictAllow, gate.Check(ctx, req).Verdict)
 
 	broken, _ := prometheusServer(t, http.StatusBadRequest, `{"status":"error","errorType":"bad_data","error":"parse error at char 7"}`)
 	gate, err = capi.AlertGate(broken, "ALERTS{")
 	require.NoError(t, err)
 	r = gate.Check(ctx, req)
-	require.Equal(t, strategy.Wait, r.Verdict, "a failed query holds the update")
+	require.Equal(t, strategy.VerdictWait, r.Verdict, "a failed query holds the update")
 	require.Error(t, r.Err)
 	require.Contains(t, r.Reason, "parse error")
 
@@ -95,11 +95,11 @@ func TestPodBlockerGate(t *testing.T) {
 	require.NoError(t, err)
 	req := strategy.GateRequest{Cluster: "default/demo", Machine: "m", Now: time.Now()}
 	r := gate.Check(ctx, req)
-	require.Equal(t, strategy.Wait, r.Verdict)
+	require.Equal(t, strategy.VerdictWait, r.Verdict)
 	require.Equal(t, `pods matching "upgradekit.io/blocks-upgrades=true" run: ops/backup-0`, r.Reason, "finished pods and others do not block")
 
 	require.NoError(t, c.Delete(ctx, pod("backup-0", corev1.PodRunning)))
-	require.Equal(t, strategy.Allow, gate.Check(ctx, req).Verdict)
+	require.Equal(t, strategy.VerdictAllow, gate.Check(ctx, req).Verdict)
 
 	_, err = capi.PodBlockerGate(workload, labels.Everything())
 	require.ErrorIs(t, err, capi.ErrInvalidOption, "an empty selector would block on every pod")

@@ -96,10 +96,10 @@ func (g *ConcurrencyGate) Check(ctx context.Context, req strategy.GateRequest) s
 	me := holder(req)
 	if l := heldBy(leases, me); l != nil {
 		if err := g.write(ctx, l, me, req.Now, false); err != nil {
-			res.Verdict, res.Reason, res.Err = strategy.Wait, "renewing slot "+l.Name+": "+errtext.Clip(err.Error()), err
+			res.Verdict, res.Reason, res.Err = strategy.VerdictWait, "renewing slot "+l.Name+": "+errtext.Clip(err.Error()), err
 			return res
 		}
-		res.Verdict = strategy.Allow
+		res.Verdict = strategy.VerdictAllow
 		return res
 	}
 	held, soonest := g.held(leases, req)
@@ -118,14 +118,14 @@ func (g *ConcurrencyGate) Check(ctx context.Context, req strategy.GateRequest) s
 		err := g.write(ctx, l, me, req.Now, true)
 		switch {
 		case err == nil:
-			res.Verdict = strategy.Allow
+			res.Verdict = strategy.VerdictAllow
 			return res
 		case apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err):
 			// Another replica took it first: try the next slot.
 			held = append(held, "(taken meanwhile)")
 			continue
 		default:
-			res.Verdict, res.Reason, res.Err = strategy.Wait, "taking slot "+name+": "+errtext.Clip(err.Error()), err
+			res.Verdict, res.Reason, res.Err = strategy.VerdictWait, "taking slot "+name+": "+errtext.Clip(err.Error()), err
 			return res
 		}
 	}
@@ -143,12 +143,12 @@ func (g *ConcurrencyGate) Peek(ctx context.Context, req strategy.GateRequest) st
 		return res
 	}
 	if l := heldBy(leases, holder(req)); l != nil {
-		res.Verdict, res.Reason = strategy.Allow, "holds slot "+l.Name
+		res.Verdict, res.Reason = strategy.VerdictAllow, "holds slot "+l.Name
 		return res
 	}
 	held, soonest := g.held(leases, req)
 	if len(held) < g.limit {
-		res.Verdict, res.Reason = strategy.Allow, fmt.Sprintf("%d of %d slots of cluster %s free", g.limit-len(held), g.limit, req.Cluster)
+		res.Verdict, res.Reason = strategy.VerdictAllow, fmt.Sprintf("%d of %d slots of cluster %s free", g.limit-len(held), g.limit, req.Cluster)
 		return res
 	}
 	return g.full(req, held, soonest)
@@ -168,14 +168,14 @@ func heldBy(leases map[string]*coordinationv1.Lease, me string) *coordinationv1.
 // until the first expires.
 func (g *ConcurrencyGate) full(req strategy.GateRequest, held []string, soonest time.Duration) strategy.GateResult {
 	slices.Sort(held)
-	return strategy.GateResult{Gate: "concurrency", Verdict: strategy.Wait, RetryAfter: max(soonest, 0),
+	return strategy.GateResult{Gate: "concurrency", Verdict: strategy.VerdictWait, RetryAfter: max(soonest, 0),
 		Reason: fmt.Sprintf("%d of %d machines of cluster %s are being updated already: %s", len(held), g.limit, req.Cluster, strings.Join(held, ", "))}
 }
 
 // read checks the gate and the request and lists the cluster's Leases;
 // when it cannot, ok is false and res is the Wait to answer.
 func (g *ConcurrencyGate) read(ctx context.Context, req strategy.GateRequest) (leases map[string]*coordinationv1.Lease, res strategy.GateResult, ok bool) {
-	res = strategy.GateResult{Gate: "concurrency", Verdict: strategy.Wait}
+	res = strategy.GateResult{Gate: "concurrency", Verdict: strategy.VerdictWait}
 	switch {
 	case g == nil || g.c == nil:
 		res.Reason, res.Err = "ConcurrencyGate not built with NewConcurrencyGate", strategy.ErrInvalidGate

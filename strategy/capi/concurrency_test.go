@@ -170,7 +170,7 @@ func TestConcurrencyGatePeekTakesNothing(t *testing.T) {
 
 	// The read-only identity cannot take one: Check would fail closed.
 	r = peeker.Check(ctx, req("m-a", 0))
-	require.Equal(t, strategy.Wait, r.Verdict)
+	require.Equal(t, strategy.VerdictWait, r.Verdict)
 	require.True(t, apierrors.IsForbidden(r.Err), r.String())
 
 	require.True(t, taker.Check(ctx, req("m-a", 0)).Allowed())
@@ -208,8 +208,8 @@ func TestConcurrencyGatePeekTakesNothing(t *testing.T) {
 	one, err := capi.NewConcurrencyGate(admin, "default", 1, 30*time.Second)
 	require.NoError(t, err)
 	require.Equal(t, "Wait by concurrency: 2 of 1 machines of cluster default/lowered are being updated already: m-x, m-y (retry after 30s)", one.Check(ctx, at("m-z")).String())
-	require.Equal(t, strategy.Wait, one.Peek(ctx, at("m-z")).Verdict)
-	require.Equal(t, strategy.Allow, one.Peek(ctx, at("m-y")).Verdict, "a holder keeps its slot")
+	require.Equal(t, strategy.VerdictWait, one.Peek(ctx, at("m-z")).Verdict)
+	require.Equal(t, strategy.VerdictAllow, one.Peek(ctx, at("m-y")).Verdict, "a holder keeps its slot")
 
 	// With a window that is closed, Gates asks the concurrency gate last
 	// and not at all: a machine waiting for its window holds no slot.
@@ -217,7 +217,7 @@ func TestConcurrencyGatePeekTakesNothing(t *testing.T) {
 	require.NoError(t, err)
 	before = leases()
 	for _, gates := range []strategy.Gates{{taker, closed}, {closed, taker}} {
-		require.Equal(t, strategy.Wait, gates.Check(ctx, req("m-w", 50*time.Second)).Verdict)
+		require.Equal(t, strategy.VerdictWait, gates.Check(ctx, req("m-w", 50*time.Second)).Verdict)
 	}
 	require.Empty(t, cmp.Diff(before, leases()), "no Lease taken or renewed")
 

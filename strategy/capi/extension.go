@@ -488,11 +488,11 @@ func (e *Extension) answer(ctx context.Context, settings map[string]string, cur,
 		return a, err
 	}
 	a.decision = d
-	if d.Outcome == strategy.Replace {
+	if d.Outcome == strategy.OutcomeReplace {
 		a.msg, a.decline, a.uncovered = d.Message, true, fieldNames(d.Uncovered)
 		return a, nil
 	}
-	if d.Outcome == strategy.InPlace {
+	if d.Outcome == strategy.OutcomeInPlace {
 		req := CheckRequest{Current: cur, Desired: des, FromVersion: from, ToVersion: to, Templates: templates, Decision: d}
 		for _, c := range e.checks {
 			if err := c.Check(ctx, req); err != nil {
@@ -507,7 +507,7 @@ func (e *Extension) answer(ctx context.Context, settings map[string]string, cur,
 	a.msg = d.Message
 	if ig := ignored.Len() + d.Ignored.Len(); ig > 0 {
 		note := fmt.Sprintf("%d ignored change(s) accepted without being applied: %s", ig, ignoredList(ignored, d.Ignored))
-		if d.Outcome == strategy.InPlace {
+		if d.Outcome == strategy.OutcomeInPlace {
 			a.msg += "; " + note
 		} else {
 			a.msg = note

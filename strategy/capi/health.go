@@ -22,14 +22,14 @@ import (
 func workloadOf(ctx context.Context, workload WorkloadClient, gate string, req strategy.GateRequest) (client.Client, *strategy.GateResult) {
 	ns, name, ok := strings.Cut(req.Cluster, "/")
 	if !ok {
-		return nil, &strategy.GateResult{Verdict: strategy.Wait, Gate: gate, Reason: "the request names no namespace/name cluster", Err: strategy.ErrInvalidGate}
+		return nil, &strategy.GateResult{Verdict: strategy.VerdictWait, Gate: gate, Reason: "the request names no namespace/name cluster", Err: strategy.ErrInvalidGate}
 	}
 	c, err := workload(ctx, types.NamespacedName{Namespace: ns, Name: name})
 	if err == nil && c == nil {
 		err = fmt.Errorf("%w: the workload client getter returned no client", ErrInvalidOption)
 	}
 	if err != nil {
-		return nil, &strategy.GateResult{Verdict: strategy.Wait, Gate: gate, Reason: "reaching the workload cluster: " + errtext.Clip(err.Error()), Err: err}
+		return nil, &strategy.GateResult{Verdict: strategy.VerdictWait, Gate: gate, Reason: "reaching the workload cluster: " + errtext.Clip(err.Error()), Err: err}
 	}
 	return c, nil
 }
@@ -65,7 +65,7 @@ func WorkloadsGate(workload WorkloadClient, timeout time.Duration, namespaces ..
 				err = c.List(ctx, &sts, client.InNamespace(ns))
 			}
 			if err != nil {
-				return strategy.GateResult{Verdict: strategy.Wait, Gate: "workloads", Reason: "reading Deployments and StatefulSets: " + errtext.Clip(err.Error()), Err: err}
+				return strategy.GateResult{Verdict: strategy.VerdictWait, Gate: "workloads", Reason: "reading Deployments and StatefulSets: " + errtext.Clip(err.Error()), Err: err}
 			}
 			for _, d := range deps.Items {
 				want := int32(1)
@@ -100,15 +100,15 @@ func WorkloadsGate(workload WorkloadClient, timeout time.Duration, namespaces ..
 		}
 		if len(stuck) > 0 {
 			slices.Sort(stuck)
-			return strategy.GateResult{Verdict: strategy.Stop, Gate: "workloads",
+			return strategy.GateResult{Verdict: strategy.VerdictStop, Gate: "workloads",
 				Reason: fmt.Sprintf("workloads unavailable for more than %s: %s", timeout, strings.Join(capList(stuck), "; "))}
 		}
 		if len(short) > 0 {
 			slices.Sort(short)
-			return strategy.GateResult{Verdict: strategy.Wait, Gate: "workloads", RetryAfter: 15 * time.Second,
+			return strategy.GateResult{Verdict: strategy.VerdictWait, Gate: "workloads", RetryAfter: 15 * time.Second,
 				Reason: "workloads not fully available: " + strings.Join(capList(short), ", ")}
 		}
-		return strategy.GateResult{Verdict: strategy.Allow, Gate: "workloads"}
+		return strategy.GateResult{Verdict: strategy.VerdictAllow, Gate: "workloads"}
 	}), nil
 }
 
@@ -132,7 +132,7 @@ func ControlPlaneGate(workload WorkloadClient) (strategy.Gate, error) {
 	}
 	return strategy.GateFunc(func(ctx context.Context, req strategy.GateRequest) strategy.GateResult {
 		if req.Role != strategy.RoleControlPlane {
-			return strategy.GateResult{Verdict: strategy.Allow, Gate: "control-plane"}
+			return strategy.GateResult{Verdict: strategy.VerdictAllow, Gate: "control-plane"}
 		}
 		c, bad := workloadOf(ctx, workload, "control-plane", req)
 		if bad != nil {
@@ -145,7 +145,7 @@ func ControlPlaneGate(workload WorkloadClient) (strategy.Gate, error) {
 			err = c.List(ctx, &pods, client.InNamespace("kube-system"))
 		}
 		if err != nil {
-			return strategy.GateResult{Verdict: strategy.Wait, Gate: "control-plane", Reason: "reading the control plane: " + errtext.Clip(err.Error()), Err: err}
+			return strategy.GateResult{Verdict: strategy.VerdictWait, Gate: "control-plane", Reason: "reading the control plane: " + errtext.Clip(err.Error()), Err: err}
 		}
 		byName := make(map[string]*corev1.Pod, len(pods.Items))
 		for i := range pods.Items {
@@ -177,10 +177,10 @@ func ControlPlaneGate(workload WorkloadClient) (strategy.Gate, error) {
 		}
 		if len(problems) > 0 {
 			slices.Sort(problems)
-			return strategy.GateResult{Verdict: strategy.Wait, Gate: "control-plane", RetryAfter: 15 * time.Second,
+			return strategy.GateResult{Verdict: strategy.VerdictWait, Gate: "control-plane", RetryAfter: 15 * time.Second,
 				Reason: "the other control plane nodes are not all healthy: " + strings.Join(capList(problems), ", ")}
 		}
-		return strategy.GateResult{Verdict: strategy.Allow, Gate: "control-plane"}
+		return strategy.GateResult{Verdict: strategy.VerdictAllow, Gate: "control-plane"}
 	}), nil
 }
 
@@ -211,7 +211,7 @@ func BreakerGate(mgmt client.Reader, workload WorkloadClient, b strategy.Breaker
 	}
 	return strategy.GateFunc(func(ctx context.Context, req strategy.GateRequest) strategy.GateResult {
 		if req.Role == strategy.RoleControlPlane || req.Group == "" {
-			return strategy.GateResult{Verdict: strategy.Allow, Gate: "breaker"}
+			return strategy.GateResult{Verdict: strategy.VerdictAllow, Gate: "breaker"}
 		}
 		c, bad := workloadOf(ctx, workload, "breaker", req)
 		if bad != nil {
@@ -220,7 +220,7 @@ func BreakerGate(mgmt client.Reader, workload WorkloadClient, b strategy.Breaker
 		ns, _, _ := strings.Cut(req.Cluster, "/")
 		var machines clusterv1.MachineList
 		if err := mgmt.List(ctx, &machines, client.InNamespace(ns), client.MatchingLabels{clusterv1.MachineDeploymentNameLabel: req.Group}); err != nil {
-			return strategy.GateResult{Verdict: strategy.Wait, Gate: "breaker", Reason: "reading the group's machines: " + errtext.Clip(err.Error()), Err: err}
+			return strategy.GateResult{Verdict: strategy.VerdictWait, Gate: "breaker", Reason: "reading the group's machines: " + errtext.Clip(err.Error()), Err: err}
 		}
 		var broken []string
 		for _, m := range machines.Items {
@@ -230,7 +230,7 @@ func BreakerGate(mgmt client.Reader, workload WorkloadClient, b strategy.Breaker
 			var n corev1.Node
 			if err := c.Get(ctx, client.ObjectKey{Name: m.Status.NodeRef.Name}, &n); err != nil {
 				if client.IgnoreNotFound(err) != nil {
-					return strategy.GateResult{Verdict: strategy.Wait, Gate: "breaker", Reason: "reading node " + m.Status.NodeRef.Name + ": " + errtext.Clip(err.Error()), Err: err}
+					return strategy.GateResult{Verdict: strategy.VerdictWait, Gate: "breaker", Reason: "reading node " + m.Status.NodeRef.Name + ": " + errtext.Clip(err.Error()), Err: err}
 				}
 				continue
 			}
@@ -250,11 +250,11 @@ func BreakerGate(mgmt client.Reader, workload WorkloadClient, b strategy.Breaker
 		tripped, why, err := b.Tripped(len(machines.Items), len(broken))
 		switch {
 		case err != nil:
-			return strategy.GateResult{Verdict: strategy.Wait, Gate: "breaker", Reason: errtext.Clip(err.Error()), Err: err}
+			return strategy.GateResult{Verdict: strategy.VerdictWait, Gate: "breaker", Reason: errtext.Clip(err.Error()), Err: err}
 		case tripped:
 			slices.Sort(broken)
-			return strategy.GateResult{Verdict: strategy.Stop, Gate: "breaker", Reason: why + ": " + strings.Join(capList(broken), ", ")}
+			return strategy.GateResult{Verdict: strategy.VerdictStop, Gate: "breaker", Reason: why + ": " + strings.Join(capList(broken), ", ")}
 		}
-		return strategy.GateResult{Verdict: strategy.Allow, Gate: "breaker"}
+		return strategy.GateResult{Verdict: strategy.VerdictAllow, Gate: "breaker"}
 	}), nil
 }

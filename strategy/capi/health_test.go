@@ -58,18 +58,18 @@ func TestWorkloadsAndControlPlaneGatesAgainstAPIServer(t *testing.T) {
 		setDeployment(1, t0) // two pods evicted from the last node are pending elsewhere
 		setStatefulSet(1)
 		r := ask(t0.Add(time.Minute))
-		require.Equal(t, strategy.Wait, r.Verdict)
+		require.Equal(t, strategy.VerdictWait, r.Verdict)
 		require.Equal(t, "workloads not fully available: Deployment default/web (1/3 available), StatefulSet default/db (1/2 ready)", r.Reason)
 		r = ask(t0.Add(11 * time.Minute))
-		require.Equal(t, strategy.Stop, r.Verdict, "unavailable past the timeout: a person must look")
+		require.Equal(t, strategy.VerdictStop, r.Verdict, "unavailable past the timeout: a person must look")
 		require.Contains(t, r.Reason, "workloads unavailable for more than 10m0s: Deployment default/web")
 		setDeployment(3, t0.Add(12*time.Minute))
 		setStatefulSet(2)
-		require.Equal(t, strategy.Allow, ask(t0.Add(12*time.Minute)).Verdict)
+		require.Equal(t, strategy.VerdictAllow, ask(t0.Add(12*time.Minute)).Verdict)
 		other, err := capi.WorkloadsGate(workload, 0, "kube-system")
 		require.NoError(t, err)
 		setDeployment(0, t0)
-		require.Equal(t, strategy.Allow, other.Check(ctx, strategy.GateRequest{Cluster: "default/demo", Now: t0.Add(time.Hour)}).Verdict, "only the namespaces given")
+		require.Equal(t, strategy.VerdictAllow, other.Check(ctx, strategy.GateRequest{Cluster: "default/demo", Now: t0.Add(time.Hour)}).Verdict, "only the namespaces given")
 	})
 
 	t.Run("control plane", func(t *testing.T) {
@@ -103,18 +103,18 @@ func TestWorkloadsAndControlPlaneGatesAgainstAPIServer(t *testing.T) {
 		ask := func(node string, role strategy.Role) strategy.GateResult {
 			return gate.Check(ctx, strategy.GateRequest{Cluster: "default/demo", Machine: node, Node: node, Role: role, Now: t0})
 		}
-		require.Equal(t, strategy.Allow, ask("cp-1", strategy.RoleControlPlane).Verdict)
+		require.Equal(t, strategy.VerdictAllow, ask("cp-1", strategy.RoleControlPlane).Verdict)
 		mirror("etcd", "cp-0", false) // cp-0 just updated: its etcd member not healthy yet
 		mirror("kube-scheduler", "cp-0", false)
 		r := ask("cp-1", strategy.RoleControlPlane)
-		require.Equal(t, strategy.Wait, r.Verdict)
+		require.Equal(t, strategy.VerdictWait, r.Verdict)
 		require.Equal(t, "the other control plane nodes are not all healthy: cp-0: etcd not Ready, cp-0: kube-scheduler not Ready", r.Reason)
-		require.Equal(t, strategy.Allow, ask("cp-0", strategy.RoleControlPlane).Verdict, "the node about to be updated does not count")
-		require.Equal(t, strategy.Allow, ask("w-0", strategy.RoleWorker).Verdict, "workers pass")
+		require.Equal(t, strategy.VerdictAllow, ask("cp-0", strategy.RoleControlPlane).Verdict, "the node about to be updated does not count")
+		require.Equal(t, strategy.VerdictAllow, ask("w-0", strategy.RoleWorker).Verdict, "workers pass")
 		mirror("etcd", "cp-0", true)
 		mirror("kube-scheduler", "cp-0", true)
 		require.NoError(t, c.Delete(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: "etcd-cp-2"}}, client.GracePeriodSeconds(0)))
-		require.Equal(t, strategy.Allow, ask("cp-1", strategy.RoleControlPlane).Verdict, "no etcd pod: external etcd")
+		require.Equal(t, strategy.VerdictAllow, ask("cp-1", strategy.RoleControlPlane).Verdict, "no etcd pod: external etcd")
 		require.NoError(t, c.Delete(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: "kube-apiserver-cp-2"}}))
 		require.Contains(t, ask("cp-1", strategy.RoleControlPlane).Reason, "cp-2: kube-apiserver being deleted", "no kubelet here: the pod terminates for ever")
 		require.NoError(t, c.Delete(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: "kube-apiserver-cp-2"}}, client.GracePeriodSeconds(0)))
@@ -157,16 +157,16 @@ func TestBreakerGate(t *testing.T) {
 	ask := func(machine string) strategy.GateResult {
 		return gate.Check(t.Context(), strategy.GateRequest{Cluster: "default/demo", Group: "md-0", Role: strategy.RoleWorker, Machine: machine, Node: machine, Now: time.Now()})
 	}
-	require.Equal(t, strategy.Allow, ask("w-3").Verdict, "1 of 4 bad: at the limit")
+	require.Equal(t, strategy.VerdictAllow, ask("w-3").Verdict, "1 of 4 bad: at the limit")
 
 	var w2 corev1.Node
 	require.NoError(t, c.Get(t.Context(), client.ObjectKey{Name: "w-2"}, &w2))
 	w2.Status.Conditions = append(w2.Status.Conditions, corev1.NodeCondition{Type: capi.ConditionInPlaceUpdate, Status: corev1.ConditionTrue, Reason: capi.ReasonFailed})
 	require.NoError(t, c.Status().Update(t.Context(), &w2))
 	r := ask("w-3")
-	require.Equal(t, strategy.Stop, r.Verdict)
+	require.Equal(t, strategy.VerdictStop, r.Verdict)
 	require.Equal(t, "circuit breaker: 2 of 4 machines failed or unhealthy after their update, more than maxUnhealthy 25% (1): w-1 (node not Ready), w-2 (update failed)", r.Reason)
-	require.Equal(t, strategy.Allow, gate.Check(t.Context(), strategy.GateRequest{Cluster: "default/demo", Role: strategy.RoleControlPlane, Machine: "cp-0"}).Verdict)
+	require.Equal(t, strategy.VerdictAllow, gate.Check(t.Context(), strategy.GateRequest{Cluster: "default/demo", Role: strategy.RoleControlPlane, Machine: "cp-0"}).Verdict)
 
 	_, err = capi.BreakerGate(c, workload, strategy.Breaker{MaxUnhealthy: intstr.FromString("200%")})
 	require.ErrorIs(t, err, capi.ErrInvalidOption)

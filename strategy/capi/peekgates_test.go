@@ -33,7 +33,7 @@ func TestPeekGates(t *testing.T) {
 	holder := &countingHolder{}
 	workload := func(context.Context, types.NamespacedName) (client.Client, error) { return nil, errors.New("not used") }
 	u, err := capi.NewMachineUpdater(workload, capi.WithoutDrain(), capi.WithPodOptions(nodepod.WithImage("registry.example/upgrader:v1")), capi.WithUpdaterClock(clocktesting.NewFakePassiveClock(now)),
-		capi.WithGates(gate("window", strategy.Allow), strategy.Gates{gate("soak", strategy.Wait), holder}))
+		capi.WithGates(gate("window", strategy.VerdictAllow), strategy.Gates{gate("soak", strategy.VerdictWait), holder}))
 	require.NoError(t, err)
 	m := &clusterv1.Machine{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "demo-md-0-x", Labels: map[string]string{clusterv1.MachineDeploymentNameLabel: "md-0"}},
 		Spec: clusterv1.MachineSpec{ClusterName: "demo"}}
@@ -58,7 +58,7 @@ type countingHolder struct{ checked int }
 
 func (h *countingHolder) Check(context.Context, strategy.GateRequest) strategy.GateResult {
 	h.checked++
-	return strategy.GateResult{Verdict: strategy.Allow, Gate: "holder"}
+	return strategy.GateResult{Verdict: strategy.VerdictAllow, Gate: "holder"}
 }
 func (h *countingHolder) Renew(context.Context, strategy.GateRequest) error   { return nil }
 func (h *countingHolder) Release(context.Context, strategy.GateRequest) error { return nil }

@@ -99,7 +99,7 @@ func TestControlPlaneSkewCheck(t *testing.T) {
 		ms.Spec.Template.Spec.Version = "v1.35.4"
 		mgmt := fakeclient.NewClientBuilder().WithScheme(scheme).WithObjects(cp("cp-a", "v1.35.4"), ms.DeepCopy()).Build()
 		check := capi.ControlPlaneSkewCheck(mgmt)
-		d := strategy.Decision{Outcome: strategy.InPlace, InPlace: diff.ChangeSet{Changes: []diff.Change{{Category: diff.CategoryKubernetesVersion}}}}
+		d := strategy.Decision{Outcome: strategy.OutcomeInPlace, InPlace: diff.ChangeSet{Changes: []diff.Change{{Category: diff.CategoryKubernetesVersion}}}}
 		err := check.Check(context.Background(), capi.CheckRequest{Templates: true, FromVersion: "v1.35.4", ToVersion: "v1.36.1", Decision: d,
 			Current: diff.State{Machine: ms}, Desired: diff.State{Machine: ms}})
 		require.ErrorIs(t, err, capi.ErrInfeasible)

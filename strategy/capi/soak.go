@@ -40,7 +40,7 @@ func SoakGate(workload WorkloadClient, soak time.Duration, selector labels.Selec
 		}
 		var nodes corev1.NodeList
 		if err := c.List(ctx, &nodes, client.MatchingLabelsSelector{Selector: selector}); err != nil {
-			return strategy.GateResult{Verdict: strategy.Wait, Gate: "soak", Reason: "reading the workload cluster's nodes: " + errtext.Clip(err.Error()), Err: err}
+			return strategy.GateResult{Verdict: strategy.VerdictWait, Gate: "soak", Reason: "reading the workload cluster's nodes: " + errtext.Clip(err.Error()), Err: err}
 		}
 		var waiting []string
 		var longest time.Duration
@@ -62,11 +62,11 @@ func SoakGate(workload WorkloadClient, soak time.Duration, selector labels.Selec
 		}
 		res := strategy.GateResult{Gate: "soak"}
 		if len(waiting) == 0 {
-			res.Verdict = strategy.Allow
+			res.Verdict = strategy.VerdictAllow
 			return res
 		}
 		slices.Sort(waiting)
-		res.Verdict, res.RetryAfter = strategy.Wait, longest
+		res.Verdict, res.RetryAfter = strategy.VerdictWait, longest
 		res.Reason = fmt.Sprintf("nodes not yet Ready for %s: %s", soak, strings.Join(capList(waiting), ", "))
 		return res
 	}), nil

@@ -47,10 +47,10 @@ func TestSoakGateAgainstAPIServer(t *testing.T) {
 	}
 
 	r := ask("c", t0)
-	require.Equal(t, strategy.Wait, r.Verdict, r.String())
+	require.Equal(t, strategy.VerdictWait, r.Verdict, r.String())
 	require.Equal(t, "nodes not yet Ready for 5m0s: b (Ready for 2m0s)", r.Reason, "c itself does not count")
 	require.Equal(t, 3*time.Minute, r.RetryAfter)
-	require.Equal(t, strategy.Allow, ask("c", t0.Add(3*time.Minute)).Verdict)
+	require.Equal(t, strategy.VerdictAllow, ask("c", t0.Add(3*time.Minute)).Verdict)
 
 	// b flaps: NotReady, then Ready again a minute later; the soak starts over.
 	setReady("b", corev1.ConditionFalse, t0.Add(4*time.Minute))
@@ -58,9 +58,9 @@ func TestSoakGateAgainstAPIServer(t *testing.T) {
 	require.Contains(t, r.Reason, "b (not Ready)")
 	setReady("b", corev1.ConditionTrue, t0.Add(5*time.Minute))
 	r = ask("c", t0.Add(8*time.Minute))
-	require.Equal(t, strategy.Wait, r.Verdict)
+	require.Equal(t, strategy.VerdictWait, r.Verdict)
 	require.Equal(t, 2*time.Minute, r.RetryAfter)
-	require.Equal(t, strategy.Allow, ask("c", t0.Add(10*time.Minute)).Verdict)
+	require.Equal(t, strategy.VerdictAllow, ask("c", t0.Add(10*time.Minute)).Verdict)
 
 	// A selector narrows the nodes that count; c NotReady holds a's update.
 	r = ask("a", t0.Add(10*time.Minute))
@@ -69,7 +69,7 @@ func TestSoakGateAgainstAPIServer(t *testing.T) {
 	require.NoError(t, err)
 	narrow, err := capi.SoakGate(workload, 5*time.Minute, sel)
 	require.NoError(t, err)
-	require.Equal(t, strategy.Allow, narrow.Check(ctx, strategy.GateRequest{Cluster: "default/demo", Node: "a", Now: t0.Add(10 * time.Minute)}).Verdict)
+	require.Equal(t, strategy.VerdictAllow, narrow.Check(ctx, strategy.GateRequest{Cluster: "default/demo", Node: "a", Now: t0.Add(10 * time.Minute)}).Verdict)
 
 	_, err = capi.SoakGate(nil, time.Minute, nil)
 	require.ErrorIs(t, err, capi.ErrInvalidOption)

@@ -505,9 +505,9 @@ func (u *MachineUpdater) gatesOpen(ctx context.Context, st *call) (updateResult,
 	}
 	r := u.gate.Check(ctx, gateRequest(st.machine, st.node.Name, st.now))
 	switch r.Verdict {
-	case strategy.Allow:
+	case strategy.VerdictAllow:
 		return updateResult{}, true
-	case strategy.Stop:
+	case strategy.VerdictStop:
 		st.log.Info("a gate stopped the update", "gate", r.Gate, "reason", r.Reason)
 		return failedAs(FailureGateStopped, "node %s: %s", st.node.Name, r.String()), false
 	}

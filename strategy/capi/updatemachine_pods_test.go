@@ -366,7 +366,7 @@ func TestUpdateMachineWaitsForItsGates(t *testing.T) {
 
 	t.Run("stop", func(t *testing.T) {
 		stop := strategy.GateFunc(func(context.Context, strategy.GateRequest) strategy.GateResult {
-			return strategy.GateResult{Verdict: strategy.Stop, Gate: "breaker", Reason: "3 of 10 machines of md-0 unhealthy"}
+			return strategy.GateResult{Verdict: strategy.VerdictStop, Gate: "breaker", Reason: "3 of 10 machines of md-0 unhealthy"}
 		})
 		pc := newPodsCluster(t, capi.WithGates(window, stop), capi.WithUpdaterClock(clk))
 		resp := pc.call(req)

@@ -189,7 +189,7 @@ func TestReportGates(t *testing.T) {
 	rep, err := srv.ReportGates(t.Context(), client.ObjectKey{Namespace: "default", Name: "demo"}, []string{"demo-md-0-a", "other"})
 	require.NoError(t, err)
 	require.Len(t, rep.Machines, 2)
-	require.Equal(t, strategy.Wait, rep.Machines[0].Verdict)
+	require.Equal(t, strategy.VerdictWait, rep.Machines[0].Verdict)
 	require.Equal(t, "new-year", rep.Machines[0].Gates[0].Gate)
 	require.Equal(t, "no Machine default/other of cluster demo", rep.Machines[1].Error)
 

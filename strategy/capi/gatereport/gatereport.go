@@ -252,13 +252,13 @@ func Build(ctx context.Context, mgmt client.Reader, p Peeker, req *Request) (*Re
 			return nil, fmt.Errorf("read Machine %s/%s: %w", req.Cluster.Namespace, name, err)
 		default:
 			mr.Node = m.Status.NodeRef.Name
-			mr.Verdict = strategy.Allow
+			mr.Verdict = strategy.VerdictAllow
 			for _, g := range p.PeekGates(ctx, &m) {
 				mr.Gates = append(mr.Gates, answerOf(g))
-				if mr.Verdict != strategy.Stop && g.Verdict != strategy.Allow {
-					mr.Verdict = strategy.Wait
-					if g.Verdict == strategy.Stop {
-						mr.Verdict = strategy.Stop
+				if mr.Verdict != strategy.VerdictStop && g.Verdict != strategy.VerdictAllow {
+					mr.Verdict = strategy.VerdictWait
+					if g.Verdict == strategy.VerdictStop {
+						mr.Verdict = strategy.VerdictStop
 					}
 				}
 			}
@@ -350,15 +350,15 @@ func (mr *MachineReport) check(asked string) error {
 		}
 		return nil
 	}
-	want := strategy.Allow
+	want := strategy.VerdictAllow
 	for i, a := range mr.Gates {
 		switch a.Verdict {
-		case strategy.Allow:
-		case strategy.Stop:
-			want = strategy.Stop
-		case strategy.Wait:
-			if want != strategy.Stop {
-				want = strategy.Wait
+		case strategy.VerdictAllow:
+		case strategy.VerdictStop:
+			want = strategy.VerdictStop
+		case strategy.VerdictWait:
+			if want != strategy.VerdictStop {
+				want = strategy.VerdictWait
 			}
 		default:
 			return fmt.Errorf("%s: gates[%d] answers %s, which is no verdict", errtext.Quote(mr.Name), i, errtext.Quote(string(a.Verdict)))

@@ -49,11 +49,11 @@ func mgmt(t *testing.T) client.Client {
 
 func TestReport(t *testing.T) {
 	p := &peeker{answers: map[string][]strategy.GateResult{
-		"demo-cp-0": {{Verdict: strategy.Allow, Gate: "concurrency", Reason: "1 of 1 slots free"}},
+		"demo-cp-0": {{Verdict: strategy.VerdictAllow, Gate: "concurrency", Reason: "1 of 1 slots free"}},
 		"demo-md-0": {
-			{Verdict: strategy.Wait, Gate: "nightly", Reason: "outside the window", RetryAfter: 3 * time.Hour},
-			{Verdict: strategy.Stop, Gate: "breaker", Reason: "tripped"},
-			{Verdict: strategy.Wait, Gate: "alerts", Reason: "cannot tell", Err: context.DeadlineExceeded, RetryAfter: 300 * time.Millisecond},
+			{Verdict: strategy.VerdictWait, Gate: "nightly", Reason: "outside the window", RetryAfter: 3 * time.Hour},
+			{Verdict: strategy.VerdictStop, Gate: "breaker", Reason: "tripped"},
+			{Verdict: strategy.VerdictWait, Gate: "alerts", Reason: "cannot tell", Err: context.DeadlineExceeded, RetryAfter: 300 * time.Millisecond},
 		},
 	}}
 	srv := httptest.NewServer(gatereport.NewHandler(mgmt(t), p, logr.Discard()))
@@ -65,12 +65,12 @@ func TestReport(t *testing.T) {
 		Machines: []string{"demo-cp-0", "demo-md-0", "other-md-0", "gone"}})
 	require.NoError(t, err)
 	want := []gatereport.MachineReport{
-		{Name: "demo-cp-0", Node: "node-cp-0", Verdict: strategy.Allow, Gates: []gatereport.Answer{{Gate: "concurrency", Verdict: strategy.Allow, Reason: "1 of 1 slots free"}}},
-		{Name: "demo-md-0", Node: "node-md-0", Verdict: strategy.Stop, Gates: []gatereport.Answer{
-			{Gate: "nightly", Verdict: strategy.Wait, Reason: "outside the window", RetryAfter: &metav1.Duration{Duration: 3 * time.Hour}},
-			{Gate: "breaker", Verdict: strategy.Stop, Reason: "tripped"},
+		{Name: "demo-cp-0", Node: "node-cp-0", Verdict: strategy.VerdictAllow, Gates: []gatereport.Answer{{Gate: "concurrency", Verdict: strategy.VerdictAllow, Reason: "1 of 1 slots free"}}},
+		{Name: "demo-md-0", Node: "node-md-0", Verdict: strategy.VerdictStop, Gates: []gatereport.Answer{
+			{Gate: "nightly", Verdict: strategy.VerdictWait, Reason: "outside the window", RetryAfter: &metav1.Duration{Duration: 3 * time.Hour}},
+			{Gate: "breaker", Verdict: strategy.VerdictStop, Reason: "tripped"},
 			// Whole seconds, at least one.
-			{Gate: "alerts", Verdict: strategy.Wait, Reason: "cannot tell", Error: "context deadline exceeded", RetryAfter: &metav1.Duration{Duration: time.Second}},
+			{Gate: "alerts", Verdict: strategy.VerdictWait, Reason: "cannot tell", Error: "context deadline exceeded", RetryAfter: &metav1.Duration{Duration: time.Second}},
 		}},
 		// Another cluster's machine reads as a missing one: the report
 		// tells nothing about other clusters.
@@ -214,7 +214,7 @@ func (p *slowPeeker) PeekGates(ctx context.Context, m *clusterv1.Machine) []stra
 	case <-p.release:
 	case <-ctx.Done():
 	}
-	return []strategy.GateResult{{Verdict: strategy.Allow, Gate: "slow"}}
+	return []strategy.GateResult{{Verdict: strategy.VerdictAllow, Gate: "slow"}}
 }
 
 // TestReportsAtOnce: two reports at once are made, a third is answered

@@ -296,7 +296,7 @@ func TestThroughTheServiceProxy(t *testing.T) {
 	rep, err := d.ReportGates(ctx, client.ObjectKey{Namespace: "default", Name: "small"}, []string{"md-a-abcde-0000"})
 	require.NoError(t, err)
 	require.Len(t, rep.Machines, 1)
-	require.Equal(t, strategy.Wait, rep.Machines[0].Verdict)
+	require.Equal(t, strategy.VerdictWait, rep.Machines[0].Verdict)
 	require.Equal(t, "new-year", rep.Machines[0].Gates[0].Gate)
 }
 

@@ -106,10 +106,10 @@ func TestTheDeployedExtensionsGates(t *testing.T) {
 		require.Equal(t, strategy.MethodInPlace, m.Method, m.Reason)
 		require.Len(t, m.Gates, 2, "each gate's answer")
 		require.Equal(t, "new-year", m.Gates[0].Gate)
-		require.Equal(t, strategy.Wait, m.Gates[0].Verdict)
+		require.Equal(t, strategy.VerdictWait, m.Gates[0].Verdict)
 		require.Contains(t, m.Gates[0].Reason, "outside the maintenance window")
 		require.NotNil(t, m.Gates[0].RetryAfter)
-		require.Equal(t, gatereport.Answer{Gate: "concurrency", Verdict: strategy.Wait, Reason: "1 of 1 machines of cluster default/small are being updated already: small-cp-elsewhere",
+		require.Equal(t, gatereport.Answer{Gate: "concurrency", Verdict: strategy.VerdictWait, Reason: "1 of 1 machines of cluster default/small are being updated already: small-cp-elsewhere",
 			RetryAfter: m.Gates[1].RetryAfter}, m.Gates[1])
 	}
 	require.Regexp(t, `\n  gates now: Wait by new-year: outside the maintenance window "0 0 1 1 \*" .*; the gates hold 2 of 2 machines; asked again when Cluster API reaches each machine\n`, pr.String())
@@ -127,7 +127,7 @@ func TestTheDeployedExtensionsGates(t *testing.T) {
 		require.Equal(t, preview.ModeInProcess, pr.Mode)
 		require.Contains(t, pr.String(), "\n  gates now: Wait by concurrency: 1 of 1 machines of cluster default/small are being updated already: small-cp-elsewhere (retry after ")
 		m, _ := pr.Machine(workers[0])
-		require.Equal(t, strategy.Wait, m.GateVerdict)
+		require.Equal(t, strategy.VerdictWait, m.GateVerdict)
 
 		// A free slot, which a Check would take: the report takes none.
 		two, err := capi.NewConcurrencyGate(c, "default", 2, time.Hour)
@@ -139,8 +139,8 @@ func TestTheDeployedExtensionsGates(t *testing.T) {
 		require.NoError(t, err)
 		require.Contains(t, pr.String(), "\n  gates now: open (concurrency); asked again")
 		m, _ = pr.Machine(workers[0])
-		require.Equal(t, []gatereport.Answer{{Gate: "concurrency", Verdict: strategy.Allow, Reason: "1 of 2 slots of cluster default/small free"}}, m.Gates)
-		require.Equal(t, strategy.Allow, m.GateVerdict)
+		require.Equal(t, []gatereport.Answer{{Gate: "concurrency", Verdict: strategy.VerdictAllow, Reason: "1 of 2 slots of cluster default/small free"}}, m.Gates)
+		require.Equal(t, strategy.VerdictAllow, m.GateVerdict)
 		require.Empty(t, cmpLeases(held, leases()), "no slot taken")
 		pr, err = preview.Predict(ctx, c, snap, change, local.Extension())
 		require.NoError(t, err)

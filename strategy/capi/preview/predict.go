@@ -475,11 +475,11 @@ func gatesLine(reports []gatereport.MachineReport) string {
 				names = append(names, a.Gate)
 			}
 		}
-		if r.Verdict == strategy.Allow {
+		if r.Verdict == strategy.VerdictAllow {
 			continue
 		}
 		held++
-		if shown != nil && !(r.Verdict == strategy.Stop && shownVerdict != strategy.Stop) {
+		if shown != nil && !(r.Verdict == strategy.VerdictStop && shownVerdict != strategy.VerdictStop) {
 			continue
 		}
 		// The machine's deciding answer: its first Stop, else its first
@@ -488,7 +488,7 @@ func gatesLine(reports []gatereport.MachineReport) string {
 		var first *gatereport.Answer
 		for j := range r.Gates {
 			a := &r.Gates[j]
-			if a.Verdict == strategy.Wait && a.RetryAfter != nil {
+			if a.Verdict == strategy.VerdictWait && a.RetryAfter != nil {
 				longest = max(longest, a.RetryAfter.Duration)
 			}
 			if a.Verdict == r.Verdict && first == nil {
@@ -506,7 +506,7 @@ func gatesLine(reports []gatereport.MachineReport) string {
 		if shown.Reason != "" {
 			line += ": " + shown.Reason
 		}
-		if shownVerdict == strategy.Wait && wait > 0 {
+		if shownVerdict == strategy.VerdictWait && wait > 0 {
 			line += fmt.Sprintf(" (retry after %s)", wait)
 		}
 		line += fmt.Sprintf("; the gates hold %d of %d machines", held, len(reports))
@@ -1207,11 +1207,11 @@ func (p *predictor) plan(pr *Prediction, byName map[string]*Machine) error {
 	decision := func(pm *Machine) *strategy.Decision {
 		switch pm.Method {
 		case strategy.MethodInPlace:
-			return &strategy.Decision{Outcome: strategy.InPlace, Message: pm.Reason}
+			return &strategy.Decision{Outcome: strategy.OutcomeInPlace, Message: pm.Reason}
 		case strategy.MethodReplace:
-			return &strategy.Decision{Outcome: strategy.Replace, Message: pm.Reason}
+			return &strategy.Decision{Outcome: strategy.OutcomeReplace, Message: pm.Reason}
 		}
-		return &strategy.Decision{Outcome: strategy.NoChange}
+		return &strategy.Decision{Outcome: strategy.OutcomeNoChange}
 	}
 	machine := func(name string) strategy.Machine {
 		pm := byName[name]
