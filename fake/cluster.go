@@ -32,6 +32,7 @@ import (
 
 	"github.com/upgradekit/upgradekit/internal/errtext"
 	"github.com/upgradekit/upgradekit/nodeexec/kubeadm"
+	"github.com/upgradekit/upgradekit/strategy"
 )
 
 // ErrInvalidCluster is wrapped by every error the Cluster builder reports
@@ -68,15 +69,6 @@ var AWSMachine = Infrastructure{
 	ImageField: []string{"spec", "ami", "id"},
 	ProviderID: func(node string) string { return "aws:///us-east-1a/i-" + shortHash(node, 17) },
 }
-
-// Role is a node's part in the cluster.
-type Role string
-
-// Node roles.
-const (
-	RoleControlPlane Role = "control-plane"
-	RoleWorker       Role = "worker"
-)
 
 // PoolOption configures one pool (the control plane or a machine
 // deployment).
@@ -282,7 +274,7 @@ type NodeInfo struct {
 	// name as given to MachineDeployment.
 	Pool string
 	// Role of the node.
-	Role Role
+	Role strategy.Role
 	// Version is the node's Kubernetes version.
 	Version string
 	// ProviderID is the Node's and the Machine's spec.providerID.
@@ -295,7 +287,7 @@ type NodeInfo struct {
 // deployment in the order added.
 func (c *Cluster) Nodes() []NodeInfo {
 	var out []NodeInfo
-	add := func(p *pool, prefix string, role Role) {
+	add := func(p *pool, prefix string, role strategy.Role) {
 		if p == nil {
 			return
 		}
@@ -304,9 +296,9 @@ func (c *Cluster) Nodes() []NodeInfo {
 			out = append(out, NodeInfo{Name: n, Pool: p.name, Role: role, Version: p.version, ProviderID: c.infra.ProviderID(n), Ready: !p.notReady[i]})
 		}
 	}
-	add(c.cp, c.cpName(), RoleControlPlane)
+	add(c.cp, c.cpName(), strategy.RoleControlPlane)
 	for _, md := range c.mds {
-		add(md, c.mdName(md), RoleWorker)
+		add(md, c.mdName(md), strategy.RoleWorker)
 	}
 	return out
 }
@@ -314,10 +306,10 @@ func (c *Cluster) Nodes() []NodeInfo {
 func (c *Cluster) cpName() string        { return c.name + "-control-plane" }
 func (c *Cluster) mdName(p *pool) string { return c.name + "-" + p.name }
 
-// NewScheme returns a scheme with core Kubernetes, apiextensions v1 and
+// newScheme returns a scheme with core Kubernetes, apiextensions v1 and
 // Cluster API core, kubeadm bootstrap and kubeadm control plane v1beta2
 // types.
-func NewScheme() (*runtime.Scheme, error) {
+func newScheme() (*runtime.Scheme, error) {
 	s := runtime.NewScheme()
 	for _, add := range []func(*runtime.Scheme) error{
 		clientgoscheme.AddToScheme, apiextensionsv1.AddToScheme,
@@ -335,7 +327,7 @@ func NewScheme() (*runtime.Scheme, error) {
 // build many clusters.
 var schemes sync.Map // schema.GroupVersionKind -> *runtime.Scheme
 
-// scheme is NewScheme plus the cluster's infrastructure kind, registered as
+// scheme is newScheme plus the cluster's infrastructure kind, registered as
 // unstructured.
 func (c *Cluster) scheme() (*runtime.Scheme, error) {
 	gv, err := schema.ParseGroupVersion(c.infra.APIVersion)
@@ -346,7 +338,7 @@ func (c *Cluster) scheme() (*runtime.Scheme, error) {
 	if s, ok := schemes.Load(gvk); ok {
 		return s.(*runtime.Scheme), nil
 	}
-	s, err := NewScheme()
+	s, err := newScheme()
 	if err != nil {
 		return nil, err
 	}
@@ -590,7 +582,7 @@ func (c *Cluster) machines(p *pool, prefix string, labels map[string]string, own
 
 func (c *Cluster) node(n NodeInfo) *corev1.Node {
 	labels := map[string]string{corev1.LabelHostname: n.Name, corev1.LabelOSStable: "linux", corev1.LabelArchStable: "amd64"}
-	if n.Role == RoleControlPlane {
+	if n.Role == strategy.RoleControlPlane {
 		labels["node-role.kubernetes.io/control-plane"] = ""
 	}
 	node := &corev1.Node{ObjectMeta: meta("Node", "", n.Name, labels)}
@@ -598,7 +590,7 @@ func (c *Cluster) node(n NodeInfo) *corev1.Node {
 		clusterv1.ClusterNameAnnotation: c.name, clusterv1.ClusterNamespaceAnnotation: c.namespace, clusterv1.MachineAnnotation: n.Name,
 	}
 	node.Spec.ProviderID = n.ProviderID
-	if n.Role == RoleControlPlane {
+	if n.Role == strategy.RoleControlPlane {
 		node.Spec.Taints = []corev1.Taint{{Key: "node-role.kubernetes.io/control-plane", Effect: corev1.TaintEffectNoSchedule}}
 	}
 	node.Status = corev1.NodeStatus{
@@ -644,7 +636,7 @@ func WithInterceptor(f interceptor.Funcs) ClientOption {
 }
 
 // Client returns a controller-runtime fake client holding the cluster's
-// objects, with a scheme from NewScheme plus the infrastructure kind
+// objects, with a scheme from newScheme plus the infrastructure kind
 // registered as unstructured, and status subresources for every type that
 // has a status. The scheme is built once per infrastructure kind and
 // shared by the clients of every cluster using that kind: read it, do not

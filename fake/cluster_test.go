@@ -19,6 +19,7 @@ import (
 
 	"github.com/upgradekit/upgradekit/fake/envtest"
 	"github.com/upgradekit/upgradekit/nodeexec"
+	"github.com/upgradekit/upgradekit/strategy"
 )
 
 func demo() *Cluster {
@@ -205,7 +206,7 @@ func TestApplyToRealAPIServer(t *testing.T) {
 	require.True(t, apierrors.IsTooManyRequests(err), "%v", err)
 
 	// A host writes its Node's status in the real API server too.
-	h, err = NewHost("demo-md-0-1", RoleWorker, "v1.30.4", WithNodeClient(env.Client))
+	h, err = NewHost("demo-md-0-1", strategy.RoleWorker, "v1.30.4", WithNodeClient(env.Client))
 	require.NoError(t, err)
 	h.WriteFile("/usr/bin/kubelet", binary(Kubelet, "v1.31.2"))
 	res, err := h.Run(ctx, nodeexec.Command{Argv: []string{"systemctl", "restart", "kubelet"}})

@@ -20,6 +20,7 @@ import (
 
 	"github.com/upgradekit/upgradekit/nodeexec"
 	"github.com/upgradekit/upgradekit/nodeexec/kubeadm"
+	"github.com/upgradekit/upgradekit/strategy"
 )
 
 // The static pods of a control plane Host, in the order kubeadm writes
@@ -223,7 +224,7 @@ func (h *Host) syncMirrorPods(ctx context.Context) error {
 	}
 	h.mu.Lock()
 	pods := map[string]staticPod{}
-	if h.role == RoleControlPlane {
+	if h.role == strategy.RoleControlPlane {
 		for _, c := range staticPodComponents {
 			if p, ok := h.readStaticPod(c); ok {
 				pods[c] = p

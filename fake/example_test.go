@@ -24,7 +24,7 @@ func Example() {
 	ctx := context.Background()
 	cl := fake.NewCluster("demo").ControlPlane(1, "v1.35.4").MachineDeployment("md-0", 2, "v1.35.4")
 
-	faults := fake.NewFaults(1).APIError(fake.VerbUpdateStatus, "Node", fake.Conflict, 1)
+	faults := fake.NewFaults(1).APIError("update/status", "Node", fake.Conflict, 1)
 	c, err := cl.Client(fake.WithInterceptor(faults.Interceptor()))
 	if err != nil {
 		fmt.Println(err)
@@ -65,7 +65,7 @@ func Example() {
 	fmt.Println("injected:", faults.Injected())
 
 	// API faults are real API errors.
-	faults.APIError(fake.VerbGet, "Node", fake.Throttled, 1)
+	faults.APIError("get", "Node", fake.Throttled, 1)
 	err = c.Get(ctx, client.ObjectKey{Name: "demo-md-0-1"}, &corev1.Node{})
 	fmt.Println(apierrors.IsTooManyRequests(err))
 	// Output:
@@ -134,7 +134,7 @@ func ExampleSimulator() {
 // stopping container still looks Running, because the kubelet died before
 // it could report the exit. The kubeadm plans restart it within one step.
 func ExamplePodRunner() {
-	h, _ := fake.NewHost("w-0", fake.RoleWorker, "v1.36.3")
+	h, _ := fake.NewHost("w-0", strategy.RoleWorker, "v1.36.3")
 	plan := nodeexec.Plan{Name: "split-restart", Node: "w-0", Steps: []nodeexec.Step{
 		{Name: "stop", Argv: []string{"systemctl", "stop", "kubelet"}},
 		{Name: "start", Argv: []string{"systemctl", "start", "kubelet"}},

@@ -18,21 +18,23 @@ import (
 	"github.com/upgradekit/upgradekit/nodeexec"
 )
 
-// Verb is an API operation faults can be injected into.
+// Verb is an API operation faults can be injected into: a verb of the
+// controller-runtime client, "get", "list", "create", "update", "patch" or
+// "delete", or "<verb>/<subresource>" for a subresource: "update/status",
+// "patch/status", "create/eviction".
 type Verb string
 
-// Verbs of the controller-runtime client. Subresource verbs are
-// "<verb>/<subresource>".
+// Verbs of the controller-runtime client.
 const (
-	VerbGet            Verb = "get"
-	VerbList           Verb = "list"
-	VerbCreate         Verb = "create"
-	VerbUpdate         Verb = "update"
-	VerbPatch          Verb = "patch"
-	VerbDelete         Verb = "delete"
-	VerbUpdateStatus   Verb = "update/status"
-	VerbPatchStatus    Verb = "patch/status"
-	VerbCreateEviction Verb = "create/eviction"
+	verbGet            Verb = "get"
+	verbList           Verb = "list"
+	verbCreate         Verb = "create"
+	verbUpdate         Verb = "update"
+	verbPatch          Verb = "patch"
+	verbDelete         Verb = "delete"
+	verbUpdateStatus   Verb = "update/status"
+	verbPatchStatus    Verb = "patch/status"
+	verbCreateEviction Verb = "create/eviction"
 )
 
 // APIFault is the kind of error an API call fails with.
@@ -159,8 +161,8 @@ func (f *Faults) TakeUnhealthy(node string) bool {
 	return true
 }
 
-// FailStep makes the run phase of step on node exit with ExitInjected the
-// first times times it runs.
+// FailStep makes the run phase of step on node exit with code 86 (an
+// injected failure) the first times times it runs.
 func (f *Faults) FailStep(node, step string, times int) *Faults {
 	f = f.ready()
 	f.mu.Lock()
@@ -367,7 +369,7 @@ func (f *Faults) before(ctx context.Context, h *Host, cmd nodeexec.Command) (res
 	f.mu.Unlock()
 	if fail {
 		f.record(Injection{Node: h.node, Step: cmd.Step, What: "fail"})
-		return nodeexec.Result{ExitCode: ExitInjected, Output: []byte(fmt.Sprintf("fake: injected failure of step %q on %s", cmd.Step, h.node))}, nil, true
+		return nodeexec.Result{ExitCode: exitInjected, Output: []byte(fmt.Sprintf("fake: injected failure of step %q on %s", cmd.Step, h.node))}, nil, true
 	}
 	return res, nil, false
 }
@@ -466,37 +468,37 @@ func trimList(kind string) string {
 func (f *Faults) Interceptor() interceptor.Funcs {
 	return interceptor.Funcs{
 		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
-			if err := f.apiFault(c, VerbGet, obj, key.Name); err != nil {
+			if err := f.apiFault(c, verbGet, obj, key.Name); err != nil {
 				return err
 			}
 			return c.Get(ctx, key, obj, opts...)
 		},
 		List: func(ctx context.Context, c client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {
-			if err := f.apiFault(c, VerbList, list, ""); err != nil {
+			if err := f.apiFault(c, verbList, list, ""); err != nil {
 				return err
 			}
 			return c.List(ctx, list, opts...)
 		},
 		Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
-			if err := f.apiFault(c, VerbCreate, obj, obj.GetName()); err != nil {
+			if err := f.apiFault(c, verbCreate, obj, obj.GetName()); err != nil {
 				return err
 			}
 			return c.Create(ctx, obj, opts...)
 		},
 		Update: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
-			if err := f.apiFault(c, VerbUpdate, obj, obj.GetName()); err != nil {
+			if err := f.apiFault(c, verbUpdate, obj, obj.GetName()); err != nil {
 				return err
 			}
 			return c.Update(ctx, obj, opts...)
 		},
 		Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
-			if err := f.apiFault(c, VerbPatch, obj, obj.GetName()); err != nil {
+			if err := f.apiFault(c, verbPatch, obj, obj.GetName()); err != nil {
 				return err
 			}
 			return c.Patch(ctx, obj, patch, opts...)
 		},
 		Delete: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.DeleteOption) error {
-			if err := f.apiFault(c, VerbDelete, obj, obj.GetName()); err != nil {
+			if err := f.apiFault(c, verbDelete, obj, obj.GetName()); err != nil {
 				return err
 			}
 			return c.Delete(ctx, obj, opts...)

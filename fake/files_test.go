@@ -9,6 +9,7 @@ import (
 
 	"github.com/upgradekit/upgradekit/nodeexec"
 	"github.com/upgradekit/upgradekit/nodeexec/kubeadm"
+	"github.com/upgradekit/upgradekit/strategy"
 )
 
 func filesPlan(t *testing.T, name string, rollback bool, files ...kubeadm.File) nodeexec.Plan {
@@ -22,7 +23,7 @@ func filesPlan(t *testing.T, name string, rollback bool, files ...kubeadm.File) 
 // owner, a second plan with the same files is skipped by the check, and a
 // failed verification puts back what was there.
 func TestFilesPlanOnHost(t *testing.T) {
-	h, err := NewHost("w-0", RoleWorker, "v1.32.1")
+	h, err := NewHost("w-0", strategy.RoleWorker, "v1.32.1")
 	require.NoError(t, err)
 	h.WriteFile("/etc/kubernetes/example/existing.conf", "old")
 	r, err := nodeexec.NewRunner(h, nodeexec.RunnerOptions{JournalDir: t.TempDir()})
@@ -44,7 +45,7 @@ func TestFilesPlanOnHost(t *testing.T) {
 	require.Equal(t, nodeexec.StepStateSkipped, out.Steps[0].State)
 
 	f := NewFaults(1).FailStep("w-0", kubeadm.StepFilesVerify, 100)
-	h2, err := NewHost("w-0", RoleWorker, "v1.32.1", WithFaults(f))
+	h2, err := NewHost("w-0", strategy.RoleWorker, "v1.32.1", WithFaults(f))
 	require.NoError(t, err)
 	h2.WriteFile("/etc/kubernetes/example/existing.conf", "old")
 	r2, err := nodeexec.NewRunner(h2, nodeexec.RunnerOptions{JournalDir: t.TempDir()})
@@ -66,7 +67,7 @@ func TestFilesPlanOnHost(t *testing.T) {
 func TestFilesPlanCompletesInPods(t *testing.T) {
 	for _, layout := range podLayouts {
 		t.Run(layout.name, func(t *testing.T) {
-			h, err := NewHost("w-0", RoleWorker, "v1.32.1", fakeClock())
+			h, err := NewHost("w-0", strategy.RoleWorker, "v1.32.1", fakeClock())
 			require.NoError(t, err)
 			plan := filesPlan(t, "files", false, kubeadm.File{Path: "/etc/kubernetes/example/a.conf", Content: []byte("a")})
 			pr := newPodRunner(t, h, buildPod(t, plan, layout.opts), t.TempDir())

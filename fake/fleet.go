@@ -2,6 +2,7 @@ package fake
 
 import (
 	"fmt"
+	"github.com/upgradekit/upgradekit/strategy"
 	"sync"
 )
 
@@ -59,7 +60,7 @@ func NewEmptyFleet(opts ...HostOption) *Fleet {
 // kubeadm configuration has no version yet sets it, as `kubeadm init`
 // does; a worker joining such a fleet leaves it unset. A name already in
 // the fleet is an error wrapping ErrInvalidCluster.
-func (f *Fleet) Add(node string, role Role, version string, opts ...HostOption) (*Host, error) {
+func (f *Fleet) Add(node string, role strategy.Role, version string, opts ...HostOption) (*Host, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if _, ok := f.byName[node]; ok {
@@ -69,7 +70,7 @@ func (f *Fleet) Add(node string, role Role, version string, opts ...HostOption) 
 	if err != nil {
 		return nil, err
 	}
-	if role == RoleControlPlane {
+	if role == strategy.RoleControlPlane {
 		f.state.mu.Lock()
 		if f.state.version == "" {
 			f.state.version = version

@@ -6,6 +6,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/upgradekit/upgradekit/fake"
+	"github.com/upgradekit/upgradekit/strategy"
 )
 
 // TestFleetBootsNodesOneByOne: an empty fleet takes its kubeadm version
@@ -14,20 +15,20 @@ import (
 func TestFleetBootsNodesOneByOne(t *testing.T) {
 	f := fake.NewEmptyFleet()
 	require.Empty(t, f.ClusterVersion())
-	w, err := f.Add("w-0", fake.RoleWorker, "v1.30.4")
+	w, err := f.Add("w-0", strategy.RoleWorker, "v1.30.4")
 	require.NoError(t, err)
 	require.Equal(t, "v1.30.4", w.RunningVersion(fake.Kubelet))
 	require.Empty(t, f.ClusterVersion(), "a worker does not init the cluster")
-	_, err = f.Add("cp-0", fake.RoleControlPlane, "v1.31.1")
+	_, err = f.Add("cp-0", strategy.RoleControlPlane, "v1.31.1")
 	require.NoError(t, err)
 	require.Equal(t, "v1.31.1", f.ClusterVersion())
-	_, err = f.Add("cp-1", fake.RoleControlPlane, "v1.31.2")
+	_, err = f.Add("cp-1", strategy.RoleControlPlane, "v1.31.2")
 	require.NoError(t, err)
 	require.Equal(t, "v1.31.1", f.ClusterVersion(), "a joining control plane does not change it")
 
-	_, err = f.Add("w-0", fake.RoleWorker, "v1.30.4")
+	_, err = f.Add("w-0", strategy.RoleWorker, "v1.30.4")
 	require.ErrorIs(t, err, fake.ErrInvalidCluster)
-	_, err = f.Add("w-1", fake.RoleWorker, "1.30")
+	_, err = f.Add("w-1", strategy.RoleWorker, "1.30")
 	require.ErrorIs(t, err, fake.ErrInvalidCluster)
 
 	require.True(t, f.Remove("w-0"))

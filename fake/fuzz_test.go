@@ -8,6 +8,7 @@ import (
 
 	"github.com/upgradekit/upgradekit/nodeexec"
 	"github.com/upgradekit/upgradekit/nodeexec/kubeadm"
+	"github.com/upgradekit/upgradekit/strategy"
 )
 
 // FuzzHostRun checks that the simulated host never panics and never
@@ -29,7 +30,7 @@ func FuzzHostRun(f *testing.F) {
 	f.Add("/bin/sh\x00-c\x00echo hi\x00sh")
 	known := map[string]bool{"systemctl": true, "cmp": true, "kubeadm": true, "kubelet": true, "kubectl": true, "containerd": true, "sh": true}
 	f.Fuzz(func(t *testing.T, joined string) {
-		h, err := NewHost("cp-0", RoleControlPlane, "v1.30.4")
+		h, err := NewHost("cp-0", strategy.RoleControlPlane, "v1.30.4")
 		if err != nil {
 			t.Fatal(err)
 		}

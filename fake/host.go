@@ -19,12 +19,13 @@ import (
 	"github.com/upgradekit/upgradekit/internal/errtext"
 	"github.com/upgradekit/upgradekit/nodeexec"
 	"github.com/upgradekit/upgradekit/nodeexec/kubeadm"
+	"github.com/upgradekit/upgradekit/strategy"
 )
 
 // Component versions a Host starts with when no option says otherwise.
 const (
 	DefaultContainerdVersion = "1.7.27"
-	DefaultCNIVersion        = "v1.6.2"
+	defaultCNIVersion        = "v1.6.2"
 	DefaultEtcdVersion       = "3.5.15-0"
 )
 
@@ -32,8 +33,8 @@ const (
 // default BinDir is /usr/bin; containerd and the CNI plugins are installed
 // from rootfs trees under the staging directory.
 const (
-	ContainerdPath = "/usr/local/bin/containerd"
-	CNIPluginPath  = "/opt/cni/bin/loopback"
+	containerdPath = "/usr/local/bin/containerd"
+	cniPluginPath  = "/opt/cni/bin/loopback"
 )
 
 // Component names a piece of software on a Host.
@@ -64,8 +65,8 @@ const (
 	// ExitUnknownCommand is returned for any argv or script the host does
 	// not interpret (like a shell's "command not found").
 	ExitUnknownCommand = 127
-	// ExitInjected is the exit code of a failure injected by Faults.
-	ExitInjected = 86
+	// exitInjected is the exit code of a failure injected by Faults.
+	exitInjected = 86
 )
 
 // HostOption configures a Host.
@@ -107,18 +108,6 @@ func WithComponentVersions(containerd, cni, etcd string) HostOption {
 	}
 }
 
-// WithEtcdVersions maps a Kubernetes minor ("1.31") to the etcd version
-// `kubeadm upgrade apply` installs on the control plane. Without an entry
-// etcd keeps its version (the host does not pretend to know kubeadm's
-// table).
-func WithEtcdVersions(m map[string]string) HostOption {
-	return func(h *Host) {
-		for k, v := range m {
-			h.etcdVersions[k] = v
-		}
-	}
-}
-
 // kubeadmState is what kubeadm keeps in the cluster (the kubeadm-config
 // ConfigMap): the version `kubeadm upgrade apply` last set, which `kubeadm
 // upgrade node` on the other nodes follows. A host with a node client
@@ -150,7 +139,7 @@ func (k *kubeadmState) set(v string) {
 type Host struct {
 	mu           sync.Mutex
 	node         string
-	role         Role
+	role         strategy.Role
 	files        map[string]string
 	etcBackups   []string          // plan backup dirs with a copy of /etc/kubernetes, oldest first
 	units        map[string]string // unit -> active/inactive
@@ -176,23 +165,23 @@ type Host struct {
 // NewHost returns a host for node at Kubernetes version, with the
 // kubelet and containerd running. Control plane hosts also run etcd and
 // the control plane static pods at version.
-func NewHost(node string, role Role, version string, opts ...HostOption) (*Host, error) {
+func NewHost(node string, role strategy.Role, version string, opts ...HostOption) (*Host, error) {
 	return newHost(node, role, version, &kubeadmState{version: version}, opts)
 }
 
-func newHost(node string, role Role, version string, ks *kubeadmState, opts []HostOption) (*Host, error) {
+func newHost(node string, role strategy.Role, version string, ks *kubeadmState, opts []HostOption) (*Host, error) {
 	if node == "" {
 		return nil, fmt.Errorf("fake: %w: NewHost: empty node name", ErrInvalidCluster)
 	}
-	if role != RoleControlPlane && role != RoleWorker {
-		return nil, fmt.Errorf("fake: %w: NewHost %s: role %s (want %s or %s)", ErrInvalidCluster, errtext.Quote(node), errtext.Quote(string(role)), RoleControlPlane, RoleWorker)
+	if role != strategy.RoleControlPlane && role != strategy.RoleWorker {
+		return nil, fmt.Errorf("fake: %w: NewHost %s: role %s (want %s or %s)", ErrInvalidCluster, errtext.Quote(node), errtext.Quote(string(role)), strategy.RoleControlPlane, strategy.RoleWorker)
 	}
 	if err := kubeadm.CheckUpgrade(version, version); err != nil {
 		return nil, fmt.Errorf("fake: %w: NewHost %s: version: %w", ErrInvalidCluster, node, err)
 	}
 	h := &Host{
 		node: node, role: role, files: map[string]string{}, units: map[string]string{},
-		running: map[Component]string{}, containerd: DefaultContainerdVersion, cni: DefaultCNIVersion,
+		running: map[Component]string{}, containerd: DefaultContainerdVersion, cni: defaultCNIVersion,
 		etcd: DefaultEtcdVersion, etcdVersions: map[string]string{}, kubeadm: ks, clock: clock.RealClock{},
 	}
 	for _, o := range opts {
@@ -204,12 +193,12 @@ func newHost(node string, role Role, version string, ks *kubeadmState, opts []Ho
 	for _, c := range []Component{Kubeadm, Kubelet, Kubectl} {
 		h.files[path.Join(bin, string(c))] = binary(c, version)
 	}
-	h.files[ContainerdPath] = binary(Containerd, h.containerd)
-	h.files[CNIPluginPath] = binary(CNI, h.cni)
+	h.files[containerdPath] = binary(Containerd, h.containerd)
+	h.files[cniPluginPath] = binary(CNI, h.cni)
 	h.files["/etc/kubernetes/kubelet.conf"] = "kubelet kubeconfig for " + node
 	h.files["/var/lib/kubelet/config.yaml"] = "kind: KubeletConfiguration # " + version
-	h.files[kubeadm.DefaultKubeadmFlagsFile] = DefaultKubeadmFlags
-	if role == RoleControlPlane {
+	h.files[kubeadm.DefaultKubeadmFlagsFile] = defaultKubeadmFlags
+	if role == strategy.RoleControlPlane {
 		h.cp = version
 		h.files["/etc/kubernetes/admin.conf"] = "admin kubeconfig"
 		h.files["/etc/kubernetes/pki/etcd/ca.crt"] = "etcd ca"
@@ -256,9 +245,9 @@ func (h *Host) Version(c Component) string {
 	case Kubeadm, Kubelet, Kubectl:
 		return h.binVersion(path.Join(kubeadm.DefaultBinDir, string(c)))
 	case Containerd:
-		return h.binVersion(ContainerdPath)
+		return h.binVersion(containerdPath)
 	case CNI:
-		return h.binVersion(CNIPluginPath)
+		return h.binVersion(cniPluginPath)
 	case Etcd:
 		return h.etcd
 	case ControlPlane:
@@ -374,13 +363,13 @@ func (h *Host) Stage(s Staging) {
 		h.files[path.Join(dir, "etcd", "etcdctl")] = binary("etcdctl", s.Kubernetes)
 	}
 	if s.Containerd != "" {
-		h.files[path.Join(dir, "containerd", ContainerdPath)] = binary(Containerd, s.Containerd)
+		h.files[path.Join(dir, "containerd", containerdPath)] = binary(Containerd, s.Containerd)
 		if s.ContainerdCrashes {
-			h.files[path.Join(dir, "containerd", ContainerdPath)] += " " + crashesOnStart
+			h.files[path.Join(dir, "containerd", containerdPath)] += " " + crashesOnStart
 		}
 	}
 	if s.CNI != "" {
-		h.files[path.Join(dir, "cni-plugins", CNIPluginPath)] = binary(CNI, s.CNI)
+		h.files[path.Join(dir, "cni-plugins", cniPluginPath)] = binary(CNI, s.CNI)
 	}
 }
 
@@ -614,7 +603,7 @@ func (h *Host) startUnit(ctx context.Context, unit string) (int, string) {
 	}
 	p := path.Join(kubeadm.DefaultBinDir, "kubelet")
 	if unit == "containerd" {
-		p = ContainerdPath
+		p = containerdPath
 	}
 	_, v, msg := h.program(p, Component(unit))
 	if msg == "" && strings.HasSuffix(h.files[h.resolve(p)], " "+crashesOnStart) {
@@ -709,7 +698,7 @@ func (h *Host) kubeadmUpgrade(ctx context.Context, prog string, args []string) (
 			return 1, out + "\n[upload-config] FATAL: " + err.Error()
 		}
 	}
-	if code == 0 && h.role == RoleControlPlane {
+	if code == 0 && h.role == strategy.RoleControlPlane {
 		if err := h.syncMirrorPods(ctx); err != nil {
 			return 1, out + "\n[upgrade/staticpods] FATAL: " + err.Error()
 		}
@@ -746,7 +735,7 @@ func (h *Host) kubeadmUpgradeLocked(prog string, args []string, cfg staticPodCon
 	cluster := h.kubeadm.get()
 	switch sub {
 	case "apply":
-		if h.role != RoleControlPlane {
+		if h.role != strategy.RoleControlPlane {
 			return 1, "[upgrade/config] FATAL: kubeadm upgrade apply must run on a control plane node"
 		}
 		if configPath != "" {
@@ -784,7 +773,7 @@ func (h *Host) kubeadmUpgradeLocked(prog string, args []string, cfg staticPodCon
 		if kv != cluster {
 			return 1, fmt.Sprintf("[upgrade] FATAL: the cluster is at %s (kubeadm-config) and this kubeadm is %s; run `kubeadm upgrade apply` on the first control plane node first", cluster, kv)
 		}
-		if h.role == RoleControlPlane {
+		if h.role == strategy.RoleControlPlane {
 			h.upgradeControlPlane(cluster, cfg)
 		}
 		h.files["/var/lib/kubelet/config.yaml"] = "kind: KubeletConfiguration # " + cluster
@@ -805,7 +794,7 @@ func (h *Host) controlPlanePhase(kv string, flags []string, cfg staticPodConfig)
 			return 1, fmt.Sprintf("Error: unknown flag: %s", f)
 		}
 	}
-	if h.role != RoleControlPlane {
+	if h.role != strategy.RoleControlPlane {
 		return 1, "[upgrade/staticpods] FATAL: this node has no static control plane pods"
 	}
 	cluster := h.kubeadm.get()

@@ -13,6 +13,7 @@ import (
 
 	"github.com/upgradekit/upgradekit/nodeexec"
 	"github.com/upgradekit/upgradekit/nodeexec/kubeadm"
+	"github.com/upgradekit/upgradekit/strategy"
 )
 
 const (
@@ -108,7 +109,7 @@ func TestKubeadmPlansRunToCompletion(t *testing.T) {
 		old, ok := h.File(bak + "/bin/kubelet")
 		require.True(t, ok)
 		require.Equal(t, binary(Kubelet, from), old)
-		old, ok = h.File(bak + "/containerd" + ContainerdPath)
+		old, ok = h.File(bak + "/containerd" + containerdPath)
 		require.True(t, ok)
 		require.Equal(t, binary(Containerd, DefaultContainerdVersion), old)
 		_, ok = h.File(bak + "/etc-kubernetes/kubelet.conf")
@@ -123,7 +124,7 @@ func TestKubeadmPlansRunToCompletion(t *testing.T) {
 }
 
 func TestPreV130FirstControlPlanePlan(t *testing.T) {
-	h, err := NewHost("cp-0", RoleControlPlane, "v1.29.7")
+	h, err := NewHost("cp-0", strategy.RoleControlPlane, "v1.29.7")
 	require.NoError(t, err)
 	h.Stage(Staging{Kubernetes: "v1.30.4"})
 	plan, err := kubeadm.NewPlan(kubeadm.Config{Node: "cp-0", Role: kubeadm.RoleFirstControlPlane, FromVersion: "v1.29.7", ToVersion: "v1.30.4", SkipContainerd: true, SkipCNIPlugins: true})
@@ -164,7 +165,7 @@ func TestRollback(t *testing.T) {
 			// tree backups (containerd, CNI) and the unit restarts.
 			name: "failure before kubeadm upgrade rolls back every step", failStep: kubeadm.StepKubeadmBinary, times: 1,
 			wantState: nodeexec.PlanStateRolledBack, wantErr: nodeexec.ErrRolledBack,
-			kubelet: from, kubectl: from, kubeadm: from, containerd: DefaultContainerdVersion, cni: DefaultCNIVersion,
+			kubelet: from, kubectl: from, kubeadm: from, containerd: DefaultContainerdVersion, cni: defaultCNIVersion,
 		},
 		{
 			// kubeadm-upgrade has no rollback argv, so the runner undoes
@@ -201,7 +202,7 @@ func TestRollback(t *testing.T) {
 }
 
 func TestUnknownCommandsFail(t *testing.T) {
-	h, err := NewHost("n", RoleWorker, from)
+	h, err := NewHost("n", strategy.RoleWorker, from)
 	require.NoError(t, err)
 	tests := map[string][]string{
 		"unknown program":   {"rm", "-rf", "/"},
@@ -221,7 +222,7 @@ func TestUnknownCommandsFail(t *testing.T) {
 }
 
 func TestDirectCommands(t *testing.T) {
-	h, err := NewHost("n", RoleWorker, from)
+	h, err := NewHost("n", strategy.RoleWorker, from)
 	require.NoError(t, err)
 	run := func(argv ...string) (int, string) {
 		res, err := h.Run(context.Background(), nodeexec.Command{Argv: nodeexec.NsenterArgv("nsenter", nodeexec.Target{PID: 1, Namespaces: nodeexec.DefaultNamespaces()}, argv)})
@@ -257,7 +258,7 @@ func TestDirectCommands(t *testing.T) {
 }
 
 func TestKubeadmApplyRefusesSkewAndWrongBinary(t *testing.T) {
-	h, err := NewHost("cp", RoleControlPlane, "v1.29.0")
+	h, err := NewHost("cp", strategy.RoleControlPlane, "v1.29.0")
 	require.NoError(t, err)
 	h.WriteFile("/usr/bin/kubeadm", binary(Kubeadm, "v1.31.0"))
 	res, err := h.Run(context.Background(), nodeexec.Command{Argv: []string{"/usr/bin/kubeadm", "upgrade", "apply", "v1.31.0", "--yes"}})
@@ -272,16 +273,16 @@ func TestKubeadmApplyRefusesSkewAndWrongBinary(t *testing.T) {
 }
 
 func TestNewHostErrors(t *testing.T) {
-	_, err := NewHost("", RoleWorker, from)
+	_, err := NewHost("", strategy.RoleWorker, from)
 	require.ErrorIs(t, err, ErrInvalidCluster)
 	_, err = NewHost("n", "boss", from)
 	require.ErrorIs(t, err, ErrInvalidCluster)
-	_, err = NewHost("n", RoleWorker, "latest")
+	_, err = NewHost("n", strategy.RoleWorker, "latest")
 	require.ErrorIs(t, err, ErrInvalidCluster)
 }
 
 func TestCanceledContext(t *testing.T) {
-	h, err := NewHost("n", RoleWorker, from)
+	h, err := NewHost("n", strategy.RoleWorker, from)
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
@@ -318,7 +319,7 @@ func TestContainerdConfigMigration(t *testing.T) {
 		{name: "2.x that crashes on start", staged: "v2.4.2", before: v2, crashes: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			h, err := NewHost("n1", RoleWorker, from)
+			h, err := NewHost("n1", strategy.RoleWorker, from)
 			require.NoError(t, err)
 			h.WriteFile(conf, tc.before)
 			h.Stage(Staging{Kubernetes: to, Containerd: tc.staged, ContainerdCrashes: tc.crashes, CNI: "v1.7.1"})

@@ -12,9 +12,9 @@ import (
 // Image pull reasons, as a kubelet reports them in a waiting container's
 // state (k8s.io/kubernetes/pkg/kubelet/images).
 const (
-	ReasonErrImagePull     = "ErrImagePull"
-	ReasonImagePullBackOff = "ImagePullBackOff"
-	ReasonInvalidImageName = "InvalidImageName"
+	reasonErrImagePull     = "ErrImagePull"
+	reasonImagePullBackOff = "ImagePullBackOff"
+	reasonInvalidImageName = "InvalidImageName"
 )
 
 // Registry is what the simulated kubelets can pull: a set of images that
@@ -85,7 +85,7 @@ func (r *Registry) Fail(image, message string) {
 }
 
 // Pull tries to pull image. It returns "" when the image is pulled, or the
-// kubelet's waiting reason (ReasonErrImagePull, ReasonInvalidImageName)
+// kubelet's waiting reason ("ErrImagePull", "InvalidImageName")
 // and message; a nil registry pulls everything.
 func (r *Registry) Pull(image string) (reason, message string) {
 	if r == nil {
@@ -93,16 +93,16 @@ func (r *Registry) Pull(image string) (reason, message string) {
 	}
 	if _, err := reference.ParseNormalizedNamed(image); err != nil {
 		// The kubelet's message (pkg/kubelet/images.applyDefaultImageTag).
-		return ReasonInvalidImageName, fmt.Sprintf("Failed to apply default image tag %q: couldn't parse image name %q: %v", image, image, err)
+		return reasonInvalidImageName, fmt.Sprintf("Failed to apply default image tag %q: couldn't parse image name %q: %v", image, image, err)
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if msg, ok := r.failing[image]; ok {
-		return ReasonErrImagePull, msg
+		return reasonErrImagePull, msg
 	}
 	if !r.present[image] {
 		// containerd's answer for a reference the registry does not hold.
-		return ReasonErrImagePull, fmt.Sprintf("rpc error: code = NotFound desc = failed to pull and unpack image %q: failed to resolve reference %q: %s: not found", image, image, image)
+		return reasonErrImagePull, fmt.Sprintf("rpc error: code = NotFound desc = failed to pull and unpack image %q: failed to resolve reference %q: %s: not found", image, image, image)
 	}
 	return "", ""
 }
@@ -142,8 +142,8 @@ func (r *Registry) PullPod(pod *corev1.Pod) (corev1.PodStatus, bool) {
 			return cs
 		}
 		failed = true
-		if reason == ReasonErrImagePull && (prev[c.Name] == ReasonErrImagePull || prev[c.Name] == ReasonImagePullBackOff) {
-			reason, msg = ReasonImagePullBackOff, fmt.Sprintf("Back-off pulling image %q: %s: %s", c.Image, ReasonErrImagePull, msg)
+		if reason == reasonErrImagePull && (prev[c.Name] == reasonErrImagePull || prev[c.Name] == reasonImagePullBackOff) {
+			reason, msg = reasonImagePullBackOff, fmt.Sprintf("Back-off pulling image %q: %s: %s", c.Image, reasonErrImagePull, msg)
 		}
 		cs.State.Waiting.Reason, cs.State.Waiting.Message = reason, msg
 		return cs

@@ -22,7 +22,7 @@ func TestRegistryPullsAsAKubeletReports(t *testing.T) {
 	require.Equal(t, corev1.PodPending, st.Phase)
 	require.Equal(t, "PodInitializing", st.InitContainerStatuses[0].State.Waiting.Reason)
 	w := st.ContainerStatuses[0].State.Waiting
-	require.Equal(t, ReasonErrImagePull, w.Reason)
+	require.Equal(t, reasonErrImagePull, w.Reason)
 	require.Equal(t, `rpc error: code = NotFound desc = failed to pull and unpack image "registry.example/missing:1": failed to resolve reference "registry.example/missing:1": registry.example/missing:1: not found`, w.Message)
 	require.Equal(t, "PodInitializing", st.ContainerStatuses[1].State.Waiting.Reason, "one failure at a time")
 
@@ -30,7 +30,7 @@ func TestRegistryPullsAsAKubeletReports(t *testing.T) {
 	st, ok = r.PullPod(pod)
 	require.False(t, ok)
 	w = st.ContainerStatuses[0].State.Waiting
-	require.Equal(t, ReasonImagePullBackOff, w.Reason)
+	require.Equal(t, reasonImagePullBackOff, w.Reason)
 	require.Contains(t, w.Message, `Back-off pulling image "registry.example/missing:1": ErrImagePull: rpc error: code = NotFound`)
 
 	r.Add("registry.example/missing:1", "registry.example/other:1")
@@ -44,7 +44,7 @@ func TestRegistryPullsAsAKubeletReports(t *testing.T) {
 	require.Equal(t, "pull access denied", st.ContainerStatuses[1].State.Waiting.Message)
 
 	reason, msg := r.Pull("registry.example/Bad:1")
-	require.Equal(t, ReasonInvalidImageName, reason)
+	require.Equal(t, reasonInvalidImageName, reason)
 	require.Contains(t, msg, "couldn't parse image name")
 	reason, _ = (*Registry)(nil).Pull("anything")
 	require.Empty(t, reason, "no registry: everything pulls")
@@ -56,14 +56,14 @@ func TestRegistryPullsAsAKubeletReports(t *testing.T) {
 func TestRegistryZeroAndNil(t *testing.T) {
 	var zero Registry
 	reason, _ := zero.Pull("registry.example/a:v1")
-	require.Equal(t, ReasonErrImagePull, reason, "the zero registry holds nothing")
+	require.Equal(t, reasonErrImagePull, reason, "the zero registry holds nothing")
 	zero.Add("registry.example/a:v1")
 	reason, _ = zero.Pull("registry.example/a:v1")
 	require.Empty(t, reason)
 	var fresh Registry
 	fresh.Fail("registry.example/b:v1", "denied")
 	reason, msg := fresh.Pull("registry.example/b:v1")
-	require.Equal(t, []string{ReasonErrImagePull, "denied"}, []string{reason, msg})
+	require.Equal(t, []string{reasonErrImagePull, "denied"}, []string{reason, msg})
 
 	var none *Registry
 	none.Add("registry.example/a:v1")

@@ -36,7 +36,7 @@ func CheckSkew(ctx context.Context, c client.Reader, cl *Cluster) []string {
 	if err := c.List(ctx, &nodes); err != nil {
 		return []string{fmt.Sprintf("skew: listing nodes: %v", err)}
 	}
-	roles := map[string]Role{}
+	roles := map[string]strategy.Role{}
 	for _, n := range cl.Nodes() {
 		roles[n.Name] = n.Role
 	}
@@ -51,10 +51,10 @@ func CheckSkew(ctx context.Context, c client.Reader, cl *Cluster) []string {
 
 // oldestControlPlane returns the oldest control plane kubelet version in
 // versions, or nil.
-func oldestControlPlane(versions map[string]string, roles map[string]Role) *version.Version {
+func oldestControlPlane(versions map[string]string, roles map[string]strategy.Role) *version.Version {
 	var oldest *version.Version
 	for n, s := range versions {
-		if roles[n] != RoleControlPlane {
+		if roles[n] != strategy.RoleControlPlane {
 			continue
 		}
 		if v, err := version.ParseSemantic(s); err == nil && (oldest == nil || v.LessThan(oldest)) {
@@ -66,7 +66,7 @@ func oldestControlPlane(versions map[string]string, roles map[string]Role) *vers
 
 // skewViolations checks the named workers against oldest, the oldest
 // control plane kubelet; batch 0 means "at the end".
-func skewViolations(batch int, oldest *version.Version, versions map[string]string, roles map[string]Role, names []string) []string {
+func skewViolations(batch int, oldest *version.Version, versions map[string]string, roles map[string]strategy.Role, names []string) []string {
 	if oldest == nil {
 		return nil
 	}
@@ -77,7 +77,7 @@ func skewViolations(batch int, oldest *version.Version, versions map[string]stri
 	var out []string
 	for _, n := range names {
 		v, err := version.ParseSemantic(versions[n])
-		if err != nil || roles[n] != RoleWorker {
+		if err != nil || roles[n] != strategy.RoleWorker {
 			continue
 		}
 		if v.Major() > oldest.Major() || (v.Major() == oldest.Major() && v.Minor() > oldest.Minor()) {
@@ -207,7 +207,7 @@ func CheckCordons(ctx context.Context, c client.Reader, res *Result) []string {
 		}
 		var rec drain.CordonRecord
 		if raw, ok := n.Annotations[drain.AnnotationCordon]; ok && !left &&
-			json.Unmarshal([]byte(raw), &rec) == nil && rec.Owner == SimulatorCordonOwner {
+			json.Unmarshal([]byte(raw), &rec) == nil && rec.Owner == simulatorCordonOwner {
 			out = append(out, fmt.Sprintf("node %s still carries the simulator's cordon record", n.Name))
 		}
 	}

@@ -45,9 +45,9 @@ func knownKubeletArgsScripts() map[string]kubeletArgsKind {
 	return kubeletArgsScripts
 }
 
-// DefaultKubeadmFlags is the kubeadm-flags.env a Host starts with: what
+// defaultKubeadmFlags is the kubeadm-flags.env a Host starts with: what
 // kubeadm writes for a containerd node joined without kubeletExtraArgs.
-const DefaultKubeadmFlags = `KUBELET_KUBEADM_ARGS="--container-runtime-endpoint=unix:///run/containerd/containerd.sock --pod-infra-container-image=registry.k8s.io/pause:3.10"` + "\n"
+const defaultKubeadmFlags = `KUBELET_KUBEADM_ARGS="--container-runtime-endpoint=unix:///run/containerd/containerd.sock --pod-infra-container-image=registry.k8s.io/pause:3.10"` + "\n"
 
 // KubeletArgs returns the arguments the running kubelet was started with
 // from kubeadm-flags.env (kubeadm.DefaultKubeadmFlagsFile), or nil when it

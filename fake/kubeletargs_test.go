@@ -9,6 +9,7 @@ import (
 
 	"github.com/upgradekit/upgradekit/nodeexec"
 	"github.com/upgradekit/upgradekit/nodeexec/kubeadm"
+	"github.com/upgradekit/upgradekit/strategy"
 )
 
 func kubeletArgsPlan(t *testing.T, name string, rollback bool, desired ...kubeadm.KubeletArg) nodeexec.Plan {
@@ -23,7 +24,7 @@ func kubeletArgsPlan(t *testing.T, name string, rollback bool, desired ...kubead
 // a second plan with the same arguments is skipped by the check, and a
 // third one removes what the first added (from the record).
 func TestKubeletArgsPlanOnHost(t *testing.T) {
-	h, err := NewHost("w-0", RoleWorker, "v1.32.1")
+	h, err := NewHost("w-0", strategy.RoleWorker, "v1.32.1")
 	require.NoError(t, err)
 	r, err := nodeexec.NewRunner(h, nodeexec.RunnerOptions{JournalDir: t.TempDir()})
 	require.NoError(t, err)
@@ -52,7 +53,7 @@ func TestKubeletArgsPlanOnHost(t *testing.T) {
 // flags back and the kubelet runs with the old ones.
 func TestKubeletArgsPlanRollsBackOnHost(t *testing.T) {
 	f := NewFaults(1).FailStep("w-0", kubeadm.StepKubeletArgsVerify, 100)
-	h, err := NewHost("w-0", RoleWorker, "v1.32.1", WithFaults(f))
+	h, err := NewHost("w-0", strategy.RoleWorker, "v1.32.1", WithFaults(f))
 	require.NoError(t, err)
 	before := h.KubeletArgs()
 	p := kubeletArgsPlan(t, "args", true, kubeadm.KubeletArg{Name: "max-pods", Value: "250"})
@@ -65,7 +66,7 @@ func TestKubeletArgsPlanRollsBackOnHost(t *testing.T) {
 	require.ErrorIs(t, err, nodeexec.ErrRolledBack)
 	require.Equal(t, nodeexec.PlanStateRolledBack, out.State)
 	got, _ := h.File(kubeadm.DefaultKubeadmFlagsFile)
-	require.Equal(t, DefaultKubeadmFlags, got)
+	require.Equal(t, defaultKubeadmFlags, got)
 	_, ok := h.File(kubeadm.DefaultKubeletArgsRecordFile)
 	require.False(t, ok, "no record of what was rolled back")
 	require.Equal(t, before, h.KubeletArgs())
@@ -78,7 +79,7 @@ func TestKubeletArgsPlanRollsBackOnHost(t *testing.T) {
 func TestKubeletArgsPlanCompletesInPods(t *testing.T) {
 	for _, layout := range podLayouts {
 		t.Run(layout.name, func(t *testing.T) {
-			h, err := NewHost("w-0", RoleWorker, "v1.32.1", fakeClock())
+			h, err := NewHost("w-0", strategy.RoleWorker, "v1.32.1", fakeClock())
 			require.NoError(t, err)
 			plan := kubeletArgsPlan(t, "args", false, kubeadm.KubeletArg{Name: "max-pods", Value: "250"})
 			// The pod stages the upgrader image as for any plan; this one

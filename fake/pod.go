@@ -36,7 +36,7 @@ const (
 	PodFailed PodPhase = "Failed"
 	// PodCrashLoop: a container of a restartPolicy OnFailure pod exited
 	// non-zero and was restarted the maximum number of times
-	// (WithPodMaxRestarts) without succeeding; a real kubelet would keep
+	// (3) without succeeding; a real kubelet would keep
 	// restarting it with back-off (CrashLoopBackOff). Run again to
 	// restart it more.
 	PodCrashLoop PodPhase = "CrashLoopBackOff"
@@ -100,10 +100,10 @@ func WithPodImageStaging(s Staging) PodOption {
 	return func(p *PodRunner) { p.image = &s }
 }
 
-// WithPodMaxRestarts sets how many times one Run call restarts a failing
+// withPodMaxRestarts sets how many times one Run call restarts a failing
 // container of a restartPolicy OnFailure pod before reporting
 // PodCrashLoop (default 3).
-func WithPodMaxRestarts(n int) PodOption { return func(p *PodRunner) { p.maxRestarts = n } }
+func withPodMaxRestarts(n int) PodOption { return func(p *PodRunner) { p.maxRestarts = n } }
 
 // PodRunner plays the kubelet of a Host for one upgrader pod built by
 // nodepod.Build: it starts the init containers in order, then the main

@@ -14,6 +14,7 @@ import (
 	"github.com/upgradekit/upgradekit/nodeexec"
 	"github.com/upgradekit/upgradekit/nodeexec/kubeadm"
 	"github.com/upgradekit/upgradekit/nodeexec/nodepod"
+	"github.com/upgradekit/upgradekit/strategy"
 )
 
 // podLayouts are the two forms of nodepod's default init-container
@@ -136,7 +137,7 @@ func TestOldLayoutGetsStuck(t *testing.T) {
 	for _, tt := range tests {
 		for _, layout := range podLayouts {
 			t.Run(tt.name+"/"+layout.name, func(t *testing.T) {
-				h, err := NewHost("cp-0", RoleControlPlane, from, fakeClock())
+				h, err := NewHost("cp-0", strategy.RoleControlPlane, from, fakeClock())
 				require.NoError(t, err)
 				plan, err := kubeadm.NewPlan(kubeadm.Config{Node: "cp-0", Role: kubeadm.RoleFirstControlPlane, FromVersion: from, ToVersion: to})
 				require.NoError(t, err)
@@ -262,7 +263,7 @@ func TestKubeadmPlansCompleteInPods(t *testing.T) {
 // the same for containerd. Through the runner alone and through a pod.
 func TestMergedStepsRollBack(t *testing.T) {
 	newHost := func(t *testing.T, faults *Faults) *Host {
-		h, err := NewHost("cp-0", RoleControlPlane, from, fakeClock(), WithFaults(faults))
+		h, err := NewHost("cp-0", strategy.RoleControlPlane, from, fakeClock(), WithFaults(faults))
 		require.NoError(t, err)
 		h.Stage(newBits)
 		return h
@@ -343,7 +344,7 @@ func TestMergedStepsRollBack(t *testing.T) {
 func TestPodBrokenKubeletNeverLeavesItDown(t *testing.T) {
 	for _, layout := range podLayouts {
 		t.Run(layout.name, func(t *testing.T) {
-			h, err := NewHost("cp-0", RoleControlPlane, from, fakeClock())
+			h, err := NewHost("cp-0", strategy.RoleControlPlane, from, fakeClock())
 			require.NoError(t, err)
 			h.Stage(newBits)
 			// It reports the right version (the bundle step passes) but
@@ -380,7 +381,7 @@ func TestPodCrashDuringKubeletResumes(t *testing.T) {
 	for _, layout := range podLayouts {
 		t.Run(layout.name, func(t *testing.T) {
 			faults := NewFaults(1).CrashRunner("cp-0", kubeadm.StepKubelet, CrashDuring)
-			h, err := NewHost("cp-0", RoleControlPlane, from, fakeClock(), WithFaults(faults))
+			h, err := NewHost("cp-0", strategy.RoleControlPlane, from, fakeClock(), WithFaults(faults))
 			require.NoError(t, err)
 			plan, err := kubeadm.NewPlan(kubeadm.Config{Node: "cp-0", Role: kubeadm.RoleFirstControlPlane, FromVersion: from, ToVersion: to})
 			require.NoError(t, err)
@@ -410,7 +411,7 @@ func TestPodCrashDuringKubeletResumes(t *testing.T) {
 }
 
 func TestNewPodRunnerRejects(t *testing.T) {
-	h, err := NewHost("cp-0", RoleControlPlane, from)
+	h, err := NewHost("cp-0", strategy.RoleControlPlane, from)
 	require.NoError(t, err)
 	plan, err := kubeadm.NewPlan(kubeadm.Config{Node: "cp-0", Role: kubeadm.RoleFirstControlPlane, FromVersion: from, ToVersion: to})
 	require.NoError(t, err)
@@ -429,7 +430,7 @@ func TestNewPodRunnerRejects(t *testing.T) {
 		"runner without journal": {h, runnerPod, nil},
 		"pod for another node":   {h, other, []PodOption{WithPodJournalDir(t.TempDir())}},
 		"no main container":      {h, empty, []PodOption{WithPodJournalDir(t.TempDir())}},
-		"negative restarts":      {h, runnerPod, []PodOption{WithPodJournalDir(t.TempDir()), WithPodMaxRestarts(-1)}},
+		"negative restarts":      {h, runnerPod, []PodOption{WithPodJournalDir(t.TempDir()), withPodMaxRestarts(-1)}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := NewPodRunner(tc.h, tc.pod, tc.opts...)

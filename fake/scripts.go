@@ -12,6 +12,7 @@ import (
 
 	"github.com/upgradekit/upgradekit/nodeexec"
 	"github.com/upgradekit/upgradekit/nodeexec/kubeadm"
+	"github.com/upgradekit/upgradekit/strategy"
 )
 
 // scriptKind names one of the kubeadm step library's shell scripts.
@@ -186,7 +187,7 @@ func (h *Host) script(ctx context.Context, k scriptKind, args []string, env map[
 			if _, _, msg := h.program(args[0], "etcdctl"); msg != "" {
 				return 127, msg
 			}
-			if h.role != RoleControlPlane || h.etcd == "" {
+			if h.role != strategy.RoleControlPlane || h.etcd == "" {
 				return 1, "Error: dial tcp 127.0.0.1:2379: connect: connection refused"
 			}
 			for _, f := range []string{"etcd/ca.crt", "apiserver-etcd-client.crt", "apiserver-etcd-client.key"} {

@@ -188,16 +188,16 @@ type Hold struct {
 	Reason  string `json:"reason"`
 }
 
-// FailedAnnotation is set on a Machine whose update failed in a
+// failedAnnotation is set on a Machine whose update failed in a
 // simulation (the value says how), so that a controller planning again
 // after a crash sees the failure (strategy.Machine.Failed) and counts it
 // against its circuit breaker instead of retrying blindly.
-const FailedAnnotation = "fake.upgradekit.io/update-failed"
+const failedAnnotation = "fake.upgradekit.io/update-failed"
 
-// SimulatorCordonOwner is the owner the Simulator writes into the
+// simulatorCordonOwner is the owner the Simulator writes into the
 // nodeexec/drain cordon record (drain.AnnotationCordon) of the nodes it
 // cordons.
-const SimulatorCordonOwner = "upgradekit-simulator"
+const simulatorCordonOwner = "upgradekit-simulator"
 
 // Simulator runs a rollout plan from package strategy over a fake cluster
 // with simulated hosts, on a virtual clock: in-place machines are cordoned,
@@ -225,7 +225,7 @@ type Simulator struct {
 	journal      string
 	faults       *Faults
 	onEvent      func(Event)
-	roles        map[string]Role
+	roles        map[string]strategy.Role
 	pools        map[string]string // node -> machine deployment ("" for the control plane)
 	versions     map[string]string // node -> kubelet version, as last read
 	controlPlane []string
@@ -258,9 +258,6 @@ func WithPlanner(p *strategy.Planner) SimOption { return func(s *Simulator) { s.
 // RollingReplaceStrategy, FallbackStrategy...). WithPlanner overrides it.
 func WithStrategy(st strategy.Strategy) SimOption { return func(s *Simulator) { s.strategy = st } }
 
-// WithStepTime sets the virtual time each host command takes (default 20s).
-func WithStepTime(d time.Duration) SimOption { return func(s *Simulator) { s.stepTime = d } }
-
 // WithSimFaults injects host and API faults, and runner crashes
 // (Faults.CrashRunner).
 func WithSimFaults(f *Faults) SimOption { return func(s *Simulator) { s.faults = f } }
@@ -292,9 +289,9 @@ func WithSimGates(g strategy.Gate, maxWait time.Duration) SimOption {
 // refuses any other value.
 func WithOnFailure(p FailurePolicy) SimOption { return func(s *Simulator) { s.onFailure = p } }
 
-// WithMaxRestarts sets how many times a crashed runner is restarted on one
+// withMaxRestarts sets how many times a crashed runner is restarted on one
 // machine before the machine counts as failed (default 3).
-func WithMaxRestarts(n int) SimOption { return func(s *Simulator) { s.maxRestarts = n } }
+func withMaxRestarts(n int) SimOption { return func(s *Simulator) { s.maxRestarts = n } }
 
 // NewSimulator builds the fake cluster's client and hosts. The clock starts
 // at a fixed time, so timelines are reproducible. The client has no
@@ -306,8 +303,8 @@ func NewSimulator(cl *Cluster, opts ...SimOption) (*Simulator, error) {
 	}
 	s := &Simulator{cl: cl, stepTime: 20 * time.Second, replace: 4 * time.Minute, gate: time.Minute, maxRestarts: 3,
 		clock:      clocktesting.NewFakeClock(time.Date(2026, 1, 1, 9, 0, 0, 0, time.UTC)),
-		podOpts:    DefaultSimulatorPodOptions(),
-		callBudget: DefaultUpdateCallBudget}
+		podOpts:    defaultSimulatorPodOptions(),
+		callBudget: defaultUpdateCallBudget}
 	for _, o := range opts {
 		if o != nil {
 			o(s)
@@ -347,10 +344,10 @@ func NewSimulator(cl *Cluster, opts ...SimOption) (*Simulator, error) {
 	if s.differ, err = diff.New(diff.InPlaceUpdate()); err != nil {
 		return nil, err
 	}
-	s.roles, s.pools, s.versions = map[string]Role{}, map[string]string{}, map[string]string{}
+	s.roles, s.pools, s.versions = map[string]strategy.Role{}, map[string]string{}, map[string]string{}
 	for _, n := range cl.Nodes() {
 		s.roles[n.Name], s.pools[n.Name], s.versions[n.Name] = n.Role, n.Pool, n.Version
-		if n.Role == RoleControlPlane {
+		if n.Role == strategy.RoleControlPlane {
 			s.controlPlane = append(s.controlPlane, n.Name)
 		}
 	}
@@ -399,7 +396,7 @@ func (s *Simulator) Input(ctx context.Context, r Rollout) (strategy.Cluster, err
 		if err != nil {
 			return in, err
 		}
-		if n.Role == RoleControlPlane {
+		if n.Role == strategy.RoleControlPlane {
 			in.ControlPlane = append(in.ControlPlane, m)
 			continue
 		}
@@ -443,7 +440,7 @@ func (s *Simulator) machine(ctx context.Context, n NodeInfo, r Rollout) (strateg
 		}
 	}
 	cur, des := diff.State{Machine: &m, Infrastructure: infra}, diff.State{Machine: desired, Infrastructure: desiredInfra}
-	if n.Role == RoleControlPlane && !kubeletLocalMode(m.Spec.Version) && kubeletLocalMode(r.ToVersion) {
+	if n.Role == strategy.RoleControlPlane && !kubeletLocalMode(m.Spec.Version) && kubeletLocalMode(r.ToVersion) {
 		// KubeadmControlPlane turns the gate on in the machine's
 		// KubeadmConfig with the version; no kubeadm plan switches a
 		// running kubelet to the local API server, so Cluster API's
@@ -460,7 +457,7 @@ func (s *Simulator) machine(ctx context.Context, n NodeInfo, r Rollout) (strateg
 	if err != nil {
 		return strategy.Machine{}, err
 	}
-	_, failed := m.Annotations[FailedAnnotation]
+	_, failed := m.Annotations[failedAnnotation]
 	return strategy.Machine{Name: n.Name, NodeName: n.Name, Version: node.Status.NodeInfo.KubeletVersion, Ready: nodeReady(&node),
 		Created: m.CreationTimestamp.Time, Changes: cs, Failed: failed, Annotations: m.Annotations, NodeAnnotations: node.Annotations}, nil
 }
@@ -829,7 +826,7 @@ func (s *Simulator) inPlace(ctx context.Context, r Rollout, b strategy.Batch, pm
 			role = kubeadm.RoleFirstControlPlane
 		}
 	}
-	h.Stage(Staging{Kubernetes: r.ToVersion, Containerd: DefaultContainerdVersion, CNI: DefaultCNIVersion})
+	h.Stage(Staging{Kubernetes: r.ToVersion, Containerd: DefaultContainerdVersion, CNI: defaultCNIVersion})
 	plan, err := kubeadm.NewPlan(kubeadm.Config{Node: pm.Node, Role: role, FromVersion: pm.FromVersion, ToVersion: r.ToVersion, RollbackOnFailure: true})
 	if err != nil {
 		s.emit(res, Event{Machine: pm.Machine, Batch: b.Index, Method: pm.Method, Step: "plan", Start: s.clock.Now(), End: s.clock.Now(), Outcome: "Failed"})
@@ -952,7 +949,7 @@ func (s *Simulator) runPlan(ctx context.Context, h *Host, pm strategy.PlannedMac
 }
 
 // cordon marks the node unschedulable with a nodeexec/drain cordon record
-// owned by SimulatorCordonOwner, keeping a record that is already ours
+// owned by simulatorCordonOwner, keeping a record that is already ours
 // (a resumed update).
 func (s *Simulator) cordon(ctx context.Context, name string) error {
 	return s.retry(func() error {
@@ -962,14 +959,14 @@ func (s *Simulator) cordon(ctx context.Context, name string) error {
 		}
 		if raw, ok := n.Annotations[drain.AnnotationCordon]; ok {
 			var rec drain.CordonRecord
-			if err := json.Unmarshal([]byte(raw), &rec); err != nil || rec.Owner != SimulatorCordonOwner {
+			if err := json.Unmarshal([]byte(raw), &rec); err != nil || rec.Owner != simulatorCordonOwner {
 				return fmt.Errorf("node %s is cordoned by someone else (%s=%q)", name, drain.AnnotationCordon, raw)
 			}
 			if n.Spec.Unschedulable {
 				return nil
 			}
 		} else {
-			raw, err := json.Marshal(drain.CordonRecord{Owner: SimulatorCordonOwner, PriorUnschedulable: n.Spec.Unschedulable, Time: metav1.NewTime(s.clock.Now())})
+			raw, err := json.Marshal(drain.CordonRecord{Owner: simulatorCordonOwner, PriorUnschedulable: n.Spec.Unschedulable, Time: metav1.NewTime(s.clock.Now())})
 			if err != nil {
 				return err
 			}
@@ -996,7 +993,7 @@ func (s *Simulator) uncordon(ctx context.Context, name string) error {
 			return nil
 		}
 		var rec drain.CordonRecord
-		if err := json.Unmarshal([]byte(raw), &rec); err != nil || rec.Owner != SimulatorCordonOwner {
+		if err := json.Unmarshal([]byte(raw), &rec); err != nil || rec.Owner != simulatorCordonOwner {
 			return nil // not ours: leave it alone
 		}
 		delete(n.Annotations, drain.AnnotationCordon)
@@ -1101,7 +1098,7 @@ func (s *Simulator) markFailed(ctx context.Context, name string, cause error) er
 		if len(msg) > 256 {
 			msg = msg[:256]
 		}
-		m.Annotations[FailedAnnotation] = msg
+		m.Annotations[failedAnnotation] = msg
 		return s.c.Update(ctx, &m)
 	})
 }

@@ -188,9 +188,9 @@ func newPropertyCase(t *testing.T, seed int64) propertyCase {
 		what = append(what, "not-ready")
 	}
 	if rng.Intn(3) == 0 {
-		pc.faults.APIError(fake.VerbUpdate, "Node", fake.Conflict, 1+rng.Intn(3))
-		pc.faults.APIError(fake.VerbUpdateStatus, "Node", fake.Conflict, 1+rng.Intn(3))
-		pc.faults.APIError(fake.VerbUpdate, "Machine", fake.Throttled, 1)
+		pc.faults.APIError("update", "Node", fake.Conflict, 1+rng.Intn(3))
+		pc.faults.APIError("update/status", "Node", fake.Conflict, 1+rng.Intn(3))
+		pc.faults.APIError("update", "Machine", fake.Throttled, 1)
 		what = append(what, "api")
 	}
 	if rng.Intn(4) == 0 {

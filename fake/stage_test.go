@@ -6,6 +6,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/upgradekit/upgradekit/nodeexec/kubeadm"
+	"github.com/upgradekit/upgradekit/strategy"
 )
 
 // TestStageReplacesThePreviousBundle: like the stage container's script,
@@ -13,7 +14,7 @@ import (
 // image's, so a component the new bundle does not carry is not installed
 // from an older one.
 func TestStageReplacesThePreviousBundle(t *testing.T) {
-	h, err := NewHost("w-0", RoleWorker, "v1.30.4", fakeClock())
+	h, err := NewHost("w-0", strategy.RoleWorker, "v1.30.4", fakeClock())
 	require.NoError(t, err)
 	h.Stage(Staging{Kubernetes: "v1.31.1", Containerd: "2.0.5"})
 	require.NotEmpty(t, h.Files(kubeadm.DefaultStagingDir+"/containerd"))

@@ -26,24 +26,24 @@ import (
 	"github.com/upgradekit/upgradekit/strategy/capi"
 )
 
-// SimulatorUpgraderImage is the upgrader image of the pods the
+// simulatorUpgraderImage is the upgrader image of the pods the
 // Simulator's MachineUpdater mode builds by default. No image is pulled:
 // the simulated kubelet (PodRunner) plays its containers.
-const SimulatorUpgraderImage = "registry.invalid/upgradekit/upgrader:simulated"
+const simulatorUpgraderImage = "registry.invalid/upgradekit/upgrader:simulated"
 
-// DefaultUpdateCallBudget is how many UpdateMachine calls the Simulator
+// defaultUpdateCallBudget is how many UpdateMachine calls the Simulator
 // makes for one machine in MachineUpdater mode before it gives up and
-// reports endless waiting (WithUpdateCallBudget).
-const DefaultUpdateCallBudget = 100
+// reports endless waiting (withUpdateCallBudget).
+const defaultUpdateCallBudget = 100
 
-// DefaultSimulatorPodOptions are the upgrader pod options the
+// defaultSimulatorPodOptions are the upgrader pod options the
 // Simulator's MachineUpdater mode passes to capi.WithPodOptions unless
-// WithUpgraderPodOptions replaces them: SimulatorUpgraderImage, a stage
+// withUpgraderPodOptions replaces them: simulatorUpgraderImage, a stage
 // container copying the image's /staging, and the journaled runner
 // ("/upgrader run") in one init container per step, as
 // examples/inplace-extension runs it.
-func DefaultSimulatorPodOptions() []nodepod.Option {
-	return []nodepod.Option{nodepod.WithImage(SimulatorUpgraderImage), nodepod.WithStageFrom("/staging"), nodepod.WithRunnerCommand("/upgrader", "run")}
+func defaultSimulatorPodOptions() []nodepod.Option {
+	return []nodepod.Option{nodepod.WithImage(simulatorUpgraderImage), nodepod.WithStageFrom("/staging"), nodepod.WithRunnerCommand("/upgrader", "run")}
 }
 
 // WithMachineUpdater makes the Simulator update every in-place machine
@@ -57,7 +57,8 @@ func DefaultSimulatorPodOptions() []nodepod.Option {
 // for what this mode models and what it does not.
 //
 // The simulator passes, before opts, capi.WithPodOptions with the pod
-// options (DefaultSimulatorPodOptions, or WithUpgraderPodOptions) and
+// options (an upgrader image that is never pulled, staged from the
+// simulated host) and
 // capi.WithUpdaterClock with its virtual clock, and, after opts,
 // capi.WithoutDrain: the fake client has no Eviction API, so the
 // simulator cordons the node around the update as in the default mode.
@@ -68,19 +69,19 @@ func WithMachineUpdater(opts ...capi.MachineUpdaterOption) SimOption {
 	}
 }
 
-// WithUpgraderPodOptions replaces DefaultSimulatorPodOptions in
+// withUpgraderPodOptions replaces defaultSimulatorPodOptions in
 // MachineUpdater mode (for example, without nodepod.WithRunnerCommand,
 // the raw init-container layout, which has no journal and does not
 // restart a failed container).
-func WithUpgraderPodOptions(opts ...nodepod.Option) SimOption {
+func withUpgraderPodOptions(opts ...nodepod.Option) SimOption {
 	return func(s *Simulator) { s.podOpts = append([]nodepod.Option(nil), opts...) }
 }
 
-// WithUpdateCallBudget sets how many UpdateMachine calls one machine may
-// take in MachineUpdater mode (default DefaultUpdateCallBudget). A machine
+// withUpdateCallBudget sets how many UpdateMachine calls one machine may
+// take in MachineUpdater mode (default defaultUpdateCallBudget). A machine
 // neither done nor failed after that many calls fails, and the Result
 // carries a violation naming it endless waiting.
-func WithUpdateCallBudget(n int) SimOption { return func(s *Simulator) { s.callBudget = n } }
+func withUpdateCallBudget(n int) SimOption { return func(s *Simulator) { s.callBudget = n } }
 
 // setUpUpdater checks the MachineUpdater options once, and has the hosts
 // report the commands they run.
@@ -151,12 +152,12 @@ func (s *Simulator) observer(h *Host) func(nodeexec.Command, nodeexec.Result, er
 // Outcomes of UpdateMachine answers in the timeline (Event.Outcome of the
 // "UpdateMachine/<phase>" events).
 const (
-	// AnswerWaiting: the hook answered RetryAfterSeconds > 0.
-	AnswerWaiting = "Waiting"
-	// AnswerDone: the hook answered Success with RetryAfterSeconds 0.
-	AnswerDone = "Succeeded"
-	// AnswerFailure: the hook answered Failure.
-	AnswerFailure = "Failed"
+	// answerWaiting: the hook answered RetryAfterSeconds > 0.
+	answerWaiting = "Waiting"
+	// answerDone: the hook answered Success with RetryAfterSeconds 0.
+	answerDone = "Succeeded"
+	// answerFailure: the hook answered Failure.
+	answerFailure = "Failed"
 )
 
 // UpdateMachineStep prefixes the Step of the timeline events that show
@@ -171,7 +172,7 @@ func (s *Simulator) inPlaceUpdater(ctx context.Context, r Rollout, b strategy.Ba
 	if h == nil {
 		return fmt.Errorf("no host for node %q", pm.Node)
 	}
-	staging := Staging{Kubernetes: r.ToVersion, Containerd: DefaultContainerdVersion, CNI: DefaultCNIVersion}
+	staging := Staging{Kubernetes: r.ToVersion, Containerd: DefaultContainerdVersion, CNI: defaultCNIVersion}
 	h.Stage(staging)
 	start := s.clock.Now()
 	event := func(step string, from, to time.Time, outcome string) Event {
@@ -220,7 +221,7 @@ func (s *Simulator) inPlaceUpdater(ctx context.Context, r Rollout, b strategy.Ba
 			phases = append(phases, event(UpdateMachineStep+phase, at, at, outcome))
 		}
 		phases[len(phases)-1].Outcome = outcome
-		if outcome != AnswerWaiting {
+		if outcome != answerWaiting {
 			ended = true
 			break
 		}
@@ -229,7 +230,7 @@ func (s *Simulator) inPlaceUpdater(ctx context.Context, r Rollout, b strategy.Ba
 			s.clock.SetTime(next)
 		}
 	}
-	if n := len(phases); n > 0 && phases[n-1].Outcome == AnswerWaiting {
+	if n := len(phases); n > 0 && phases[n-1].Outcome == answerWaiting {
 		phases[n-1].End = s.clock.Now()
 	}
 	rolledBack := s.emitUpdate(res, run, event, phases)
@@ -311,17 +312,17 @@ func (s *Simulator) updateRequest(ctx context.Context, pm strategy.PlannedMachin
 func (s *Simulator) answerPhase(ctx context.Context, node string, a *runtimehooksv1.UpdateMachineResponse) (string, string) {
 	switch {
 	case a.Status == runtimehooksv1.ResponseStatusFailure:
-		return capi.ReasonFailed, AnswerFailure
+		return capi.ReasonFailed, answerFailure
 	case a.RetryAfterSeconds == 0:
-		return capi.ReasonSucceeded, AnswerDone
+		return capi.ReasonSucceeded, answerDone
 	}
 	var n corev1.Node
 	if err := s.c.Get(ctx, client.ObjectKey{Name: node}, &n); err == nil {
 		if c := capi.InPlaceUpdateCondition(&n); c != nil && c.Reason != "" {
-			return c.Reason, AnswerWaiting
+			return c.Reason, answerWaiting
 		}
 	}
-	return capi.ReasonPending, AnswerWaiting
+	return capi.ReasonPending, answerWaiting
 }
 
 // playKubelet is the node's kubelet between two calls: it runs the
@@ -354,7 +355,7 @@ func (s *Simulator) playKubelet(ctx context.Context, h *Host, run *updaterRun, s
 		pr, ok := run.runners[key]
 		if !ok {
 			var err error
-			pr, err = NewPodRunner(h, p, WithPodJournalDir(run.journal), WithPodImageStaging(staging), WithPodMaxRestarts(s.maxRestarts))
+			pr, err = NewPodRunner(h, p, WithPodJournalDir(run.journal), WithPodImageStaging(staging), withPodMaxRestarts(s.maxRestarts))
 			if err != nil {
 				// A pod no kubelet can run: it stays Pending, and the
 				// updater's answers show it.

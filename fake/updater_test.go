@@ -114,8 +114,8 @@ func TestMachineUpdaterModeConvergesLikeTheDefault(t *testing.T) {
 			},
 			opts: func() []fake.SimOption {
 				return []fake.SimOption{fake.WithSimFaults(fake.NewFaults(5).FailStep("", "kubelet", 1).
-					APIError(fake.VerbCreate, "Pod", fake.Timeout, 2).APIError(fake.VerbUpdate, "Node", fake.Conflict, 2).
-					FlakyAPI(fake.VerbList, "Pod", fake.Throttled, 0.2))}
+					APIError("create", "Pod", fake.Timeout, 2).APIError("update", "Node", fake.Conflict, 2).
+					FlakyAPI("list", "Pod", fake.Throttled, 0.2))}
 			}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -43,6 +43,7 @@ import (
 	"github.com/upgradekit/upgradekit/fake/envtest"
 	"github.com/upgradekit/upgradekit/fake/testcerts"
 	"github.com/upgradekit/upgradekit/nodeexec/nodepod"
+	"github.com/upgradekit/upgradekit/strategy"
 	"github.com/upgradekit/upgradekit/strategy/capi"
 )
 
@@ -240,7 +241,7 @@ func TestLeastPrivilegeOverHTTPS(t *testing.T) {
 	admin := env.Client
 	require.NoError(t, cl.Apply(ctx, admin))
 	worker := cl.Nodes()[1]
-	require.Equal(t, fake.RoleWorker, worker.Role)
+	require.Equal(t, strategy.RoleWorker, worker.Role)
 	grants := deployRBAC(t, admin)
 	require.Equal(t, []rbacv1.PolicyRule{
 		{APIGroups: []string{"authentication.k8s.io"}, Resources: []string{"tokenreviews"}, Verbs: []string{"create"}},

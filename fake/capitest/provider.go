@@ -28,6 +28,7 @@ import (
 
 	"github.com/upgradekit/upgradekit/fake"
 	"github.com/upgradekit/upgradekit/nodeexec/nodepod"
+	"github.com/upgradekit/upgradekit/strategy"
 )
 
 type providerOptions struct {
@@ -442,9 +443,9 @@ func (p *Provider) boot(ctx context.Context, m *clusterv1.Machine) error {
 	if p.Host(m.Name) != nil {
 		return nil
 	}
-	role := fake.RoleWorker
+	role := strategy.RoleWorker
 	if _, cp := m.Labels[clusterv1.MachineControlPlaneLabel]; cp {
-		role = fake.RoleControlPlane
+		role = strategy.RoleControlPlane
 	}
 	key := types.NamespacedName{Namespace: m.Namespace, Name: m.Spec.ClusterName}
 	p.mu.Lock()
@@ -462,7 +463,7 @@ func (p *Provider) boot(ctx context.Context, m *clusterv1.Machine) error {
 		}
 	}
 	kubeletPort := 0
-	if role == fake.RoleControlPlane && p.etcd != nil {
+	if role == strategy.RoleControlPlane && p.etcd != nil {
 		stacked, err := p.stackedEtcd(ctx, m)
 		if err != nil {
 			return err
@@ -473,7 +474,7 @@ func (p *Provider) boot(ctx context.Context, m *clusterv1.Machine) error {
 			}
 		}
 	}
-	if role == fake.RoleControlPlane {
+	if role == strategy.RoleControlPlane {
 		if err := p.kubeadmInit(ctx, m); err != nil {
 			return fmt.Errorf("kubeadm init on %s: %w", m.Name, err)
 		}
@@ -481,7 +482,7 @@ func (p *Provider) boot(ctx context.Context, m *clusterv1.Machine) error {
 	if err := p.register(ctx, m, host, role, kubeletPort); err != nil {
 		return fmt.Errorf("registering Node %s: %w", m.Name, err)
 	}
-	if role == fake.RoleControlPlane {
+	if role == strategy.RoleControlPlane {
 		if err := host.SyncMirrorPods(ctx); err != nil {
 			return fmt.Errorf("mirror pods of %s: %w", m.Name, err)
 		}
@@ -626,11 +627,11 @@ func (p *Provider) serveEtcd(ctx context.Context, cluster types.NamespacedName, 
 
 // register creates the Node the kubelet registers at its first start;
 // kubeletPort, when not 0, is its HTTPS endpoint's (WithEtcd).
-func (p *Provider) register(ctx context.Context, m *clusterv1.Machine, h *fake.Host, role fake.Role, kubeletPort int) error {
+func (p *Provider) register(ctx context.Context, m *clusterv1.Machine, h *fake.Host, role strategy.Role, kubeletPort int) error {
 	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: m.Name, Labels: map[string]string{
 		corev1.LabelHostname: m.Name, corev1.LabelOSStable: "linux", corev1.LabelArchStable: "amd64"}},
 		Spec: corev1.NodeSpec{ProviderID: ProviderIDPrefix + m.Namespace + "/" + m.Name}}
-	if role == fake.RoleControlPlane { // what kubeadm init/join marks a control plane with
+	if role == strategy.RoleControlPlane { // what kubeadm init/join marks a control plane with
 		n.Labels["node-role.kubernetes.io/control-plane"] = ""
 		n.Labels["node.kubernetes.io/exclude-from-external-load-balancers"] = ""
 		n.Spec.Taints = []corev1.Taint{{Key: "node-role.kubernetes.io/control-plane", Effect: corev1.TaintEffectNoSchedule}}

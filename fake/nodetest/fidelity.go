@@ -32,6 +32,7 @@ import (
 	"github.com/upgradekit/upgradekit/fake"
 	"github.com/upgradekit/upgradekit/nodeexec"
 	"github.com/upgradekit/upgradekit/nodeexec/kubeadm"
+	"github.com/upgradekit/upgradekit/strategy"
 )
 
 // Bundle says what a node's staging directory holds besides the target
@@ -137,12 +138,12 @@ var ErrFakeRun = errors.New("nodetest: fake run")
 // (nodeexec/kubeadm's plans): a step it does not know ends with
 // fake.ExitUnknownCommand, which the comparison then reports.
 func FakeRun(ctx context.Context, node FakeNode, plan nodeexec.Plan, log logr.Logger) (FakeResult, error) {
-	var role fake.Role
+	var role strategy.Role
 	switch node.Role {
 	case kubeadm.RoleFirstControlPlane, kubeadm.RoleControlPlane:
-		role = fake.RoleControlPlane
+		role = strategy.RoleControlPlane
 	case kubeadm.RoleWorker:
-		role = fake.RoleWorker
+		role = strategy.RoleWorker
 	default:
 		return FakeResult{}, fmt.Errorf("%w: role %q", ErrFakeRun, node.Role)
 	}

@@ -60,7 +60,7 @@ func newE2EMachine(n fake.NodeInfo) e2eMachine {
 		TypeMeta: metav1.TypeMeta{APIVersion: bootstrapv1.GroupVersion.String(), Kind: "KubeadmConfig"},
 		Spec:     bootstrapv1.KubeadmConfigSpec{JoinConfiguration: bootstrapv1.JoinConfiguration{NodeRegistration: bootstrapv1.NodeRegistrationOptions{Name: n.Name}}},
 	}
-	if n.Role == fake.RoleControlPlane {
+	if n.Role == strategy.RoleControlPlane {
 		m.Labels[clusterv1.MachineControlPlaneLabel] = ""
 		cfg.Spec.JoinConfiguration.ControlPlane = &bootstrapv1.JoinControlPlane{}
 		cfg.Spec.ClusterConfiguration.Etcd.Local.ImageTag = fake.DefaultEtcdVersion
@@ -209,7 +209,7 @@ func TestEachInPlaceCategoryEndsAppliedOrDeclined(t *testing.T) {
 			if !tc.controlPlane {
 				node = cl.Nodes()[1]
 			}
-			require.Equal(t, tc.controlPlane, node.Role == fake.RoleControlPlane)
+			require.Equal(t, tc.controlPlane, node.Role == strategy.RoleControlPlane)
 			host := fleet.Host(node.Name)
 
 			cur := newE2EMachine(node)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/upgradekit/upgradekit/fake"
 	"github.com/upgradekit/upgradekit/nodeexec/kubeadm"
+	"github.com/upgradekit/upgradekit/strategy"
 )
 
 // TestOnlyChangedFilesTravel: the KubeadmConfig's inline files travel in
@@ -35,7 +36,7 @@ func TestOnlyChangedFilesTravel(t *testing.T) {
 	fleet, err := fake.NewFleet(cl, fake.WithNodeClient(c), fake.WithHostClock(clk))
 	require.NoError(t, err)
 	node := cl.Nodes()[1]
-	require.Equal(t, fake.RoleWorker, node.Role)
+	require.Equal(t, strategy.RoleWorker, node.Role)
 	host := fleet.Host(node.Name)
 
 	seen := map[string]bool{}

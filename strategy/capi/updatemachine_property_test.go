@@ -28,6 +28,7 @@ import (
 	"github.com/upgradekit/upgradekit/fake/envtest"
 	"github.com/upgradekit/upgradekit/nodeexec/drain"
 	"github.com/upgradekit/upgradekit/nodeexec/nodepod"
+	"github.com/upgradekit/upgradekit/strategy"
 	"github.com/upgradekit/upgradekit/strategy/capi"
 )
 
@@ -136,7 +137,7 @@ func propertyRun(t *testing.T, seed int64, w *propertyWorld) string {
 
 	for _, m := range cl.Nodes() {
 		host := fleet.Host(m.Name)
-		req := updateReq(m.Name, m.ProviderID, propTo, m.Role == fake.RoleControlPlane)
+		req := updateReq(m.Name, m.ProviderID, propTo, m.Role == strategy.RoleControlPlane)
 		req.Desired.Machine.Spec.ClusterName = "p"
 		// The desired KubeadmConfig changes the kubelet's extra arguments
 		// along with the version, or not.
@@ -149,7 +150,7 @@ func propertyRun(t *testing.T, seed int64, w *propertyWorld) string {
 		// with the version, or not; KubeadmControlPlane writes it into
 		// kubeadm-config first.
 		var wantCP []string
-		if m.Role == fake.RoleControlPlane {
+		if m.Role == strategy.RoleControlPlane {
 			var cc bootstrapv1.ClusterConfiguration
 			if rng.Intn(2) == 0 {
 				cc.APIServer.ExtraArgs = []bootstrapv1.Arg{{Name: "audit-log-maxage", Value: ptrTo(strconv.Itoa(1 + rng.Intn(60)))}}
@@ -242,7 +243,7 @@ func propertyRun(t *testing.T, seed int64, w *propertyWorld) string {
 					require.NoError(t, c.Delete(ctx, &p, client.GracePeriodSeconds(0)))
 					delete(runners, p.Namespace+"/"+p.Name)
 				}
-			case f == 1 && !nodeLost && m.Role != fake.RoleControlPlane: // the worker's Node is deleted
+			case f == 1 && !nodeLost && m.Role != strategy.RoleControlPlane:
 				var n corev1.Node
 				require.NoError(t, c.Get(ctx, client.ObjectKey{Name: m.Name}, &n))
 				require.NoError(t, c.Delete(ctx, &n))
