@@ -50,13 +50,13 @@ type WorkloadClient func(ctx context.Context, cluster types.NamespacedName) (cli
 // machine's node in place with a kubeadm plan (nodeexec/kubeadm) run by an
 // upgrader pod (nodeexec/nodepod) on that node.
 //
-// By default it drains the node first (see WithoutDrain): once a pre-pull
+// By default it drains the node first (see UpdaterOptions.SkipDrain): once a pre-pull
 // pod has proven that the upgrader image pulls and starts on the node
-// (WithPrePullTimeout, WithoutPrePull; FailureImagePull otherwise, on an
+// (UpdaterOptions.PrePullTimeout, UpdaterOptions.SkipPrePull; FailureImagePull otherwise, on an
 // uncordoned node), it cordons the node as DefaultCordonOwner, evicts its pods through the Eviction API in a
-// bounded attempt per call (WithDrainAttempt), answers RetryAfterSeconds
+// bounded attempt per call (UpdaterOptions.DrainAttempt), answers RetryAfterSeconds
 // with the PodDisruptionBudgets and pods in the way while the drain is
-// unfinished, and Failure once it stays unfinished past WithDrainTimeout.
+// unfinished, and Failure once it stays unfinished past UpdaterOptions.DrainTimeout.
 // The upgrader pod starts only once the node is drained, and the node is
 // uncordoned (only if this updater cordoned it) once the kubelet reports
 // the desired version, before the answer "done".
@@ -113,8 +113,8 @@ type WorkloadClient func(ctx context.Context, cluster types.NamespacedName) (cli
 //
 // Progress is visible as the Node condition ConditionInPlaceUpdate, as
 // Events on the Machine, and failures also on its MachineDeployment or
-// KubeadmControlPlane (WithEventRecorder), in Prometheus metrics
-// (WithUpdaterMetrics) and in logs with the keys machine, cluster, node,
+// KubeadmControlPlane (UpdaterOptions.EventRecorder), in Prometheus metrics
+// (UpdaterOptions.Metrics) and in logs with the keys machine, cluster, node,
 // phase and step.
 type MachineUpdater struct {
 	workload     WorkloadClient
@@ -134,7 +134,7 @@ type MachineUpdater struct {
 	metrics      *Metrics
 	clock        clock.PassiveClock
 	gate         strategy.Gate
-	gates        []strategy.Gate // as given to WithGates, checked by NewMachineUpdater
+	gates        []strategy.Gate // as given to UpdaterOptions.Gates, checked by NewMachineUpdater
 
 	mu          sync.Mutex
 	lastFailure map[string]string // machine -> failure reason, for requests with no node to keep it on
@@ -146,7 +146,7 @@ type MachineUpdater struct {
 	nodeGoneGrace time.Duration
 	// podNamespace is where the upgrader pods are created (from podOpts).
 	podNamespace string
-	// images picks the pod's image by target version (WithVersionImages).
+	// images picks the pod's image by target version (UpdaterOptions.Images).
 	images          ImagesByVersion
 	updateTimeout   time.Duration
 	notReadyTimeout time.Duration
@@ -155,93 +155,6 @@ type MachineUpdater struct {
 	// found unreachable in the current run of failed calls (this process).
 	unreachableSince   map[string]time.Time
 	unreachableTimeout time.Duration
-}
-
-// MachineUpdaterOption configures a MachineUpdater.
-type MachineUpdaterOption func(*MachineUpdater)
-
-// WithPodOptions passes options to the upgrader pod builder (image, mode,
-// runner command, tolerations...). nodepod.WithImage is required.
-func WithPodOptions(opts ...nodepod.Option) MachineUpdaterOption {
-	return func(u *MachineUpdater) { u.podOpts = append(u.podOpts, opts...) }
-}
-
-// WithVersionImages runs each update's upgrader pod with the image of its
-// target version from images (the bundle that carries that version's
-// binaries), over any nodepod.WithImage in WithPodOptions. A version
-// without an image is a Failure (FailurePodBuild) found before the node is
-// disrupted; pass the same map to the Extension (WithUpgraderImages) so
-// that such a version is answered with a Failure before Cluster API
-// commits to it.
-// NewMachineUpdater fails on an invalid map.
-func WithVersionImages(images ImagesByVersion) MachineUpdaterOption {
-	return func(u *MachineUpdater) { u.images = images }
-}
-
-// WithPlanConfig lets the caller adjust each kubeadm plan's configuration
-// (staging paths, skipped components) before it is built.
-func WithPlanConfig(f func(*kubeadm.Config)) MachineUpdaterOption {
-	return func(u *MachineUpdater) { u.planHook = f }
-}
-
-// WithRetryAfter sets the RetryAfterSeconds answered while an update runs
-// (default 15).
-func WithRetryAfter(seconds int32) MachineUpdaterOption {
-	return func(u *MachineUpdater) { u.retryAfter = seconds }
-}
-
-// WithUpdaterLogger sets the logger (default: the request context's).
-// Transitions (started, drained, succeeded, failed) log at V(0), every
-// in-progress answer at V(1).
-func WithUpdaterLogger(l logr.Logger) MachineUpdaterOption {
-	return func(u *MachineUpdater) { u.log = l }
-}
-
-// WithEventRecorder records Kubernetes Events on the Machine, in the
-// management cluster, with the EventReason* reasons. With
-// WithManagementReader, a failure (EventReasonUpdateFailed, recorded once
-// per failure like the Machine's) is also recorded on the Machine's
-// owner, the object `kubectl describe` is run on when a rollout stops: its
-// MachineDeployment (read through its MachineSet: get on MachineSets), or
-// its KubeadmControlPlane, with the Machine as the related object.
-// Cluster API v1.14 puts only a fixed text on the Machine's Updating
-// condition. A controller-runtime manager hands a recorder out with
-// mgr.GetEventRecorder(name); without a manager use
-// k8s.io/client-go/tools/events.NewBroadcaster. The recorder's scheme
-// needs no CAPI types: the Machine carries its kind, the owner is an
-// object reference.
-func WithEventRecorder(r events.EventRecorder) MachineUpdaterOption {
-	return func(u *MachineUpdater) { u.recorder = r }
-}
-
-// WithUpdaterMetrics records the UpdateMachine metrics (machines in
-// progress, failures, time per machine) in m.
-func WithUpdaterMetrics(m *Metrics) MachineUpdaterOption {
-	return func(u *MachineUpdater) { u.metrics = m }
-}
-
-// WithUpdaterClock sets the clock for update and drain start times and the drain
-// deadline (default: the real clock; tests use a fake one).
-func WithUpdaterClock(c clock.PassiveClock) MachineUpdaterOption {
-	return func(u *MachineUpdater) { u.clock = c }
-}
-
-// WithGates asks gates before an update starts, before anything is done to
-// the node: Wait answers in progress (ReasonGateClosed, the gate's reason,
-// RetryAfterSeconds the gate's RetryAfter, at most MaxGateRetryAfter, at
-// least WithRetryAfter's), so Cluster API asks again and nothing changes
-// until the gate opens; Stop answers Failure (FailureGateStopped). An
-// update that has started is not interrupted by a gate that closes. Give a
-// strategy.Gates to ask several.
-func WithGates(gates ...strategy.Gate) MachineUpdaterOption {
-	return func(u *MachineUpdater) {
-		u.gates = append(u.gates, gates...)
-		if len(u.gates) == 1 {
-			u.gate = u.gates[0]
-		} else {
-			u.gate = strategy.Gates(u.gates)
-		}
-	}
 }
 
 // MaxGateRetryAfter caps the RetryAfterSeconds of a closed gate's answer,
@@ -253,85 +166,12 @@ const MaxGateRetryAfter = time.Hour
 // Node to (re)appear before it answers Failure (FailureNodeGone).
 const DefaultNodeGoneGrace = 10 * time.Minute
 
-// WithNodeGoneGrace sets how long a machine's Node may be missing (no Node
-// with its spec.providerID) before UpdateMachine answers Failure
-// (FailureNodeGone) instead of waiting (default DefaultNodeGoneGrace; 0
-// waits for ever). The time counts from the first call that found no
-// Node, recorded in NodeGoneConfigMap in the workload cluster so that a
-// restarted extension keeps it (the Node, which holds every other piece of
-// the update's state, is what is missing).
-func WithNodeGoneGrace(d time.Duration) MachineUpdaterOption {
-	return func(u *MachineUpdater) { u.nodeGoneGrace = d }
-}
-
-// NewMachineUpdater builds the UpdateMachine handler. Draining is on by
-// default, so it needs WithWorkloadClientset, or WithoutDrain.
-func NewMachineUpdater(workload WorkloadClient, opts ...MachineUpdaterOption) (*MachineUpdater, error) {
-	if workload == nil {
-		return nil, fmt.Errorf("%w: nil workload client getter", ErrInvalidOption)
-	}
-	u := &MachineUpdater{
-		workload: workload, retryAfter: 15,
-		drain: true, prePull: true, prePullTO: DefaultPrePullTimeout, drainTimeout: DefaultDrainTimeout, drainAttempt: DefaultDrainAttempt, cordonOwner: DefaultCordonOwner,
-		clock: clock.RealClock{}, lastFailure: map[string]string{},
-		nodeNames: map[string]string{}, missingSince: map[string]time.Time{}, goneChecked: map[string]bool{}, nodeGoneGrace: DefaultNodeGoneGrace,
-		updateTimeout: DefaultUpdateTimeout, notReadyTimeout: DefaultNotReadyTimeout,
-		unreachableSince: map[string]time.Time{}, unreachableTimeout: DefaultWorkloadUnreachableTimeout,
-	}
-	for _, o := range opts {
-		if o != nil {
-			o(u)
-		}
-	}
-	switch {
-	case u.retryAfter <= 0:
-		return nil, fmt.Errorf("%w: retry after %d seconds: must be positive", ErrInvalidOption, u.retryAfter)
-	case u.drain && u.clientset == nil:
-		return nil, fmt.Errorf("%w: draining (on by default) needs WithWorkloadClientset; pass WithoutDrain to update nodes without draining them", ErrInvalidOption)
-	case u.drainAttempt <= 0:
-		return nil, fmt.Errorf("%w: drain attempt %s: must be positive", ErrInvalidOption, u.drainAttempt)
-	case u.drainTimeout < 0:
-		return nil, fmt.Errorf("%w: drain timeout %s: must not be negative", ErrInvalidOption, u.drainTimeout)
-	case u.prePullTO <= 0:
-		return nil, fmt.Errorf("%w: pre-pull timeout %s: must be positive (WithoutPrePull turns the pre-pull off)", ErrInvalidOption, u.prePullTO)
-	case u.cordonOwner == "":
-		return nil, fmt.Errorf("%w: empty cordon owner", ErrInvalidOption)
-	case u.clock == nil:
-		return nil, fmt.Errorf("%w: nil clock", ErrInvalidOption)
-	case u.updateTimeout < 0 || u.notReadyTimeout < 0:
-		return nil, fmt.Errorf("%w: update timeout %s, not-ready timeout %s: must not be negative", ErrInvalidOption, u.updateTimeout, u.notReadyTimeout)
-	case u.nodeGoneGrace < 0:
-		return nil, fmt.Errorf("%w: node-gone grace %s: must not be negative", ErrInvalidOption, u.nodeGoneGrace)
-	case u.unreachableTimeout < 0:
-		return nil, fmt.Errorf("%w: workload-unreachable timeout %s: must not be negative", ErrInvalidOption, u.unreachableTimeout)
-	}
-	for i, g := range u.gates {
-		if g == nil {
-			return nil, fmt.Errorf("%w: WithGates: gate %d is nil", ErrInvalidOption, i)
-		}
-	}
-	// The pod options are checked once here, on a one-step plan, so that a
-	// pod that can never be built is refused at startup; the probe also
-	// says which namespace the upgrader pods live in.
-	probeOpts := u.podOpts
-	if u.images != nil {
-		if err := u.images.Validate(); err != nil {
-			return nil, err
-		}
-		img, _ := u.images.Image(u.images.versions()[0])
-		probeOpts = append(append([]nodepod.Option(nil), u.podOpts...), nodepod.WithImage(img))
-	}
-	probe, err := nodepod.Build(nodeexec.Plan{Name: "probe", Node: "probe", Steps: []nodeexec.Step{{Name: "probe", Argv: []string{"true"}}}}, probeOpts...)
-	if err != nil {
-		return nil, fmt.Errorf("%w: upgrader pod options (WithPodOptions): %w", ErrInvalidOption, err)
-	}
-	if u.drain && u.prePull {
-		if _, err := nodepod.BuildPrePull("probe", probeOpts...); err != nil {
-			return nil, fmt.Errorf("%w: pre-pull pod options (WithPodOptions): %w", ErrInvalidOption, err)
-		}
-	}
-	u.podNamespace = probe.Namespace
-	return u, nil
+// NewMachineUpdater builds the UpdateMachine handler from opts (see
+// UpdaterOptions for each field's default). Draining is on by default, so
+// it needs opts.Clientset, or opts.SkipDrain. Its errors match
+// ErrInvalidOption and name the field.
+func NewMachineUpdater(workload WorkloadClient, opts UpdaterOptions) (*MachineUpdater, error) {
+	return newMachineUpdater(workload, opts)
 }
 
 // Handler returns the handler to register on CAPI's runtime server.
@@ -380,7 +220,7 @@ func (u *MachineUpdater) UpdateMachine(ctx context.Context, req *runtimehooksv1.
 	log = log.WithValues("machine", m.Namespace+"/"+m.Name, "cluster", m.Namespace+"/"+m.Spec.ClusterName)
 	res := u.update(ctx, log, m, req.Desired)
 	// From here on, m is the Machine acted on: the live one (with
-	// WithManagementReader), nil when the request was refused before.
+	// UpdaterOptions.ManagementReader), nil when the request was refused before.
 	m = res.machine
 	if m == nil {
 		if res.err != nil {
@@ -444,9 +284,9 @@ func gateRequest(m *clusterv1.Machine, node string, now time.Time) strategy.Gate
 	return req
 }
 
-// PeekGates says what WithGates' gates would answer now about an update
+// PeekGates says what UpdaterOptions.Gates' gates would answer now about an update
 // of m, each gate in order (the members of a strategy.Gates given to
-// WithGates each on its own), taking nothing: strategy.Gates.PeekEach. m's
+// UpdaterOptions.Gates each on its own), taking nothing: strategy.Gates.PeekEach. m's
 // node is its status.nodeRef, where UpdateMachine finds the Node by
 // spec.providerID: until Cluster API sets the nodeRef, a gate that looks
 // at the machine's own node (a soak) may answer otherwise than it will.
@@ -497,7 +337,7 @@ func (u *MachineUpdater) holdGates(ctx context.Context, log logr.Logger, m *clus
 	}
 }
 
-// gatesOpen asks WithGates' gates whether the update of st's machine may
+// gatesOpen asks UpdaterOptions.Gates' gates whether the update of st's machine may
 // start now.
 func (u *MachineUpdater) gatesOpen(ctx context.Context, st *call) (updateResult, bool) {
 	if u.gate == nil {
@@ -521,7 +361,7 @@ func (u *MachineUpdater) gatesOpen(ctx context.Context, st *call) (updateResult,
 var ErrUpdateFailed = errors.New("in-place update failed")
 
 type updateResult struct {
-	// retryAfter, when set, replaces WithRetryAfter's in the answer.
+	// retryAfter, when set, replaces UpdaterOptions.RetryAfter's in the answer.
 	retryAfter time.Duration
 	done       bool
 	finished   bool   // done, and this call ended an update recorded on the node
@@ -582,7 +422,7 @@ func (st *call) writeRecord(ctx context.Context, rec *UpdateRecord) error {
 	return nil
 }
 
-// update checks the request (WithManagementReader) and moves the update of
+// update checks the request (UpdaterOptions.ManagementReader) and moves the update of
 // the Machine it names one step. The result's machine is the Machine acted
 // on: the live one, or nil when the request was refused or the management
 // cluster could not be read; only then are Events recorded, failures
@@ -610,7 +450,7 @@ func (u *MachineUpdater) update(ctx context.Context, log logr.Logger, m *cluster
 }
 
 // updateMachine moves the update of m (the live Machine, with
-// WithManagementReader) one step; spec is its KubeadmConfig's.
+// UpdaterOptions.ManagementReader) one step; spec is its KubeadmConfig's.
 func (u *MachineUpdater) updateMachine(ctx context.Context, log logr.Logger, m *clusterv1.Machine, spec *bootstrapv1.KubeadmConfigSpec) updateResult {
 	var res updateResult
 	args := desiredKubeletArgs(spec)
@@ -681,57 +521,6 @@ func (u *MachineUpdater) updateMachine(ctx context.Context, log logr.Logger, m *
 	return res
 }
 
-// WithManagementReader checks every UpdateMachine request against the
-// management cluster before acting on it, through mgmt (a manager's cached
-// client is fine), with Cluster API's own preconditions for calling the
-// hook (v1.14's Machine controller):
-//
-//   - the Machine exists, carries Cluster API's update-in-progress
-//     annotation (clusterv1.UpdateInProgressAnnotation) and has the
-//     UpdateMachine hook pending (runtimev1.PendingHooksAnnotation), and
-//     the request names the same cluster, providerID and version, and has
-//     the Machine's control-plane and MachineDeployment labels;
-//   - when the Machine's bootstrap config is a KubeadmConfig, the request
-//     carries it (same name), the live one carries the update-in-progress
-//     annotation, and its spec is the request's; a Machine bootstrapped by
-//     another kind of config is refused (the updater runs kubeadm); a
-//     Machine without a bootstrap config must come with none;
-//   - the request carries the Machine's infrastructure machine (same
-//     group, kind and name), and the live one carries the
-//     update-in-progress annotation.
-//
-// The update then acts on the live objects only: the role (control plane
-// or worker, from the live Machine's labels), the version, the retry
-// annotation, what the gates are asked, the kubelet arguments and control
-// plane configuration (the live KubeadmConfig's spec), and the Events,
-// which attach to the live Machine (its UID), so that `kubectl describe
-// machine` shows them.
-//
-// A request that does not match is a Failure (FailureRequestMismatch)
-// whose message is the same whatever the mismatch, and names nothing of
-// the live objects (whether a Machine exists, its providerID or version):
-// the details go to the log. Nothing is done, recorded or remembered for
-// it: no Event, no metric, no failure kept in memory. mgmt needs get on
-// Machines, KubeadmConfigs and the infrastructure machines' kinds, get on
-// MachineSets to record a failure on the MachineDeployment
-// (WithEventRecorder), and,
-// when draining, list on MachineDrainRules and get on Clusters (the drain
-// follows Cluster API's drain rules for the Machine; the Cluster is read
-// only when a rule has a clusterSelector).
-//
-// When mgmt can also write (a client.Client, as a manager's is), a
-// control plane's update to a new version ends by removing
-// KubeadmControlPlane's certificate expiry annotation from the Machine's
-// KubeadmConfig, since kubeadm upgrade renewed the certificates it dates
-// (see forgetCertificatesExpiry); that needs patch on KubeadmConfigs.
-//
-// Without this option the request's Machine is used as sent; that is for
-// tests and for callers that check requests themselves: anyone who can
-// reach the hook could then drive the update.
-func WithManagementReader(mgmt client.Reader) MachineUpdaterOption {
-	return func(u *MachineUpdater) { u.mgmt = mgmt }
-}
-
 // requestMismatch is the message of every FailureRequestMismatch answer:
 // one message for a missing Machine, an unmarked one and a mismatched one,
 // so that the answer tells a caller nothing about the management cluster.
@@ -777,7 +566,7 @@ func quoteShort(s string) string {
 }
 
 // checkRequest checks the request against the live Machine, its
-// KubeadmConfig and its infrastructure machine (WithManagementReader) and
+// KubeadmConfig and its infrastructure machine (UpdaterOptions.ManagementReader) and
 // returns the live Machine and its KubeadmConfig's spec (nil without one)
 // to act on. A mismatch is a Failure with the one message requestMismatch,
 // its details logged; a failed read is answered in progress.
@@ -968,48 +757,16 @@ func (u *MachineUpdater) checkInfraMachine(ctx context.Context, live *clusterv1.
 // Deadline defaults.
 const (
 	// DefaultUpdateTimeout bounds a whole update, from its start recorded
-	// on the Node to done (WithUpdateTimeout).
+	// on the Node to done (UpdaterOptions.UpdateTimeout).
 	DefaultUpdateTimeout = 2 * time.Hour
 	// DefaultNotReadyTimeout bounds how long the node may stay NotReady
-	// while its update is under way (WithNotReadyTimeout).
+	// while its update is under way (UpdaterOptions.NotReadyTimeout).
 	DefaultNotReadyTimeout = 15 * time.Minute
 )
 
-// WithUpdateTimeout sets how long an update may go on, counted from its
-// start recorded on the Node, before an answer that would say "still
-// working" says Failure (FailureUpdateTimeout) instead (default
-// DefaultUpdateTimeout; 0: no deadline). Nothing is interrupted: if the
-// update finishes later, the next call answers done.
-func WithUpdateTimeout(d time.Duration) MachineUpdaterOption {
-	return func(u *MachineUpdater) { u.updateTimeout = d }
-}
-
 // DefaultWorkloadUnreachableTimeout bounds how long UpdateMachine waits for a
-// workload cluster it cannot reach (WithWorkloadUnreachableTimeout).
+// workload cluster it cannot reach (UpdaterOptions.WorkloadUnreachableTimeout).
 const DefaultWorkloadUnreachableTimeout = 30 * time.Minute
-
-// WithWorkloadUnreachableTimeout sets how long UpdateMachine may go on
-// answering "in progress" while it cannot reach the machine's workload
-// cluster: no client (its kubeconfig secret cannot be read, is missing or
-// holds no kubeconfig) or no answer from its API server to the node
-// lookup. Past it, it answers Failure (FailureWorkloadUnreachable) with
-// the last error, which names the secret or the server (default
-// DefaultWorkloadUnreachableTimeout; 0: no deadline).
-//
-// WithUpdateTimeout and WithNotReadyTimeout count from times recorded on
-// the Node, which an unreachable cluster does not show; this deadline is
-// counted from the management side instead: from the first call of this
-// process that found the cluster unreachable since it last reached it,
-// and never from before Cluster API started the update (the live
-// Machine's Updating condition turning True, with WithManagementReader),
-// so a failure left over from an earlier update does not count. A call
-// that reaches the cluster resets it. A restarted extension counts
-// afresh, so the Failure comes at most this long after the restart; it
-// is not terminal either: Cluster API keeps calling, and the first call
-// that reaches the cluster goes on with the update.
-func WithWorkloadUnreachableTimeout(d time.Duration) MachineUpdaterOption {
-	return func(u *MachineUpdater) { u.unreachableTimeout = d }
-}
 
 // workloadUnreachable answers a call that could not reach m's workload
 // cluster (err says why): in progress, or Failure once it has been so for
@@ -1061,16 +818,6 @@ func updatingSince(m *clusterv1.Machine) (time.Time, bool) {
 		}
 	}
 	return time.Time{}, false
-}
-
-// WithNotReadyTimeout sets how long the node's Ready condition may stay
-// False or Unknown while its update is under way (the kubelet restart
-// makes it NotReady for seconds) before an answer that would say "still
-// working" says Failure (FailureNodeNotReady) instead (default
-// DefaultNotReadyTimeout; 0: no deadline). A kubelet that does not come
-// back starts no further step, so waiting longer would wait for ever.
-func WithNotReadyTimeout(d time.Duration) MachineUpdaterOption {
-	return func(u *MachineUpdater) { u.notReadyTimeout = d }
 }
 
 // deadlines turns an in-progress answer for an update recorded on the
@@ -1216,7 +963,7 @@ func (u *MachineUpdater) updateNode(ctx context.Context, st *call, to *version.V
 	if u.drain && u.prePull && rec.DrainStarted == nil {
 		// Before the cordon: prove that the upgrader image runs on the
 		// node. A record whose drain started (by an earlier version of
-		// this updater, or WithoutPrePull) goes on without it.
+		// this updater, or UpdaterOptions.SkipPrePull) goes on without it.
 		if res, ok := u.prePullImage(ctx, st, rec); !ok {
 			res.step = "pre-pull"
 			return res
@@ -1236,7 +983,7 @@ func (u *MachineUpdater) updateNode(ctx context.Context, st *call, to *version.V
 // an earlier one left on the host, whose steps may have ended Failed,
 // RolledBack or Succeeded for other binaries; calls within one attempt
 // name the same plan, so a recreated pod resumes from its journal.
-// WithPlanConfig may set another name (then retries share a journal).
+// UpdaterOptions.PlanConfig may set another name (then retries share a journal).
 func planName(node string, rec *UpdateRecord) string {
 	sum := sha256.Sum256([]byte(fmt.Sprintf("%s\x00%s\x00%s\x00%d\x00%d\x00%s\x00%s\x00%s", node, rec.Version, rec.Role, rec.Started.Unix(), rec.Attempt, rec.KubeletArgs, rec.ControlPlaneConfig, rec.Files)))
 	return "kubeadm-" + hex.EncodeToString(sum[:])[:12]
@@ -1249,7 +996,7 @@ func (u *MachineUpdater) buildPod(st *call, rec *UpdateRecord, from string) (*co
 	node := st.node.Name
 	cfg := kubeadm.Config{Node: node, Role: kubeadm.Role(rec.Role), FromVersion: from, ToVersion: rec.Version, PlanName: planName(node, rec),
 		// External etcd has no member on this node to snapshot: backing
-		// it up is its operator's job (WithPlanConfig may say otherwise).
+		// it up is its operator's job (UpdaterOptions.PlanConfig may say otherwise).
 		SkipEtcdSnapshot: st.cp.externalEtcd || st.externalEtcd}
 	if u.planHook != nil {
 		u.planHook(&cfg)
@@ -1296,7 +1043,7 @@ func (u *MachineUpdater) buildPod(st *call, rec *UpdateRecord, from string) (*co
 	if u.images != nil {
 		img, ok := u.images.Image(rec.Version)
 		if !ok {
-			return nil, failedAs(FailurePodBuild, "no upgrader image for %s (have: %s); the extension's CanUpdate* should have refused it (capi.WithUpgraderImages with the same map)",
+			return nil, failedAs(FailurePodBuild, "no upgrader image for %s (have: %s); the extension's CanUpdate* should have refused it (capi.ExtensionOptions.Images with the same map)",
 				rec.Version, strings.Join(u.images.versions(), ", ")), false
 		}
 		opts = append(append([]nodepod.Option(nil), u.podOpts...), nodepod.WithImage(img))
@@ -1845,7 +1592,7 @@ func (u *MachineUpdater) finish(ctx context.Context, st *call, rec *UpdateRecord
 // certificates that were renewed. An annotation set on the Machine itself
 // takes precedence in Cluster API and is left alone: it is the user's.
 //
-// It needs a management client that can write (WithManagementReader given
+// It needs a management client that can write (UpdaterOptions.ManagementReader given
 // a client.Client) and patch on KubeadmConfigs; without one, nothing is
 // done and the log says so.
 func (u *MachineUpdater) forgetCertificatesExpiry(ctx context.Context, st *call, rec *UpdateRecord) error {
@@ -1974,7 +1721,7 @@ func (u *MachineUpdater) starts(ctx context.Context, st *call, key string, condN
 }
 
 // maxRememberedFailures bounds the failures reportWithoutNode remembers.
-// With WithManagementReader only live Machines get there; without it, the
+// With UpdaterOptions.ManagementReader only live Machines get there; without it, the
 // names a request gives do, and this keeps what a caller can make the
 // process hold.
 const maxRememberedFailures = 4096
@@ -2172,7 +1919,7 @@ func (u *MachineUpdater) nodeFound(ctx context.Context, c client.Client, machine
 // nothing. While the update's own upgrader pod still runs (a deadline
 // passed), the Failure stays and the retry waits for that pod to end.
 //
-// With WithManagementReader the value is read from the live Machine; the
+// With UpdaterOptions.ManagementReader the value is read from the live Machine; the
 // request's copy is not trusted. Failures with no update recorded on a
 // node (the node is gone, ambiguous or claimed; the request does not
 // match) are not retried this way: they end when their cause does.
