@@ -50,7 +50,7 @@ func TestNewMetricsRegistration(t *testing.T) {
 		require.NoError(t, err)
 		u, err := capi.NewMachineUpdater(func(context.Context, types.NamespacedName) (client.Client, error) {
 			return nil, errors.New("not reached")
-		}, capi.UpdaterOptions{SkipDrain: true, Metrics: m, PodOptions: []nodepod.Option{nodepod.WithImage("registry.example/upgrader:v1@sha256:"+strings.Repeat("a", 64))}})
+		}, capi.UpdaterOptions{SkipDrain: true, Metrics: m, PodOptions: []nodepod.Option{nodepod.WithImage("registry.example/upgrader:v1@sha256:" + strings.Repeat("a", 64))}})
 		require.NoError(t, err)
 		var resp runtimehooksv1.UpdateMachineResponse
 		u.UpdateMachine(context.Background(), &runtimehooksv1.UpdateMachineRequest{}, &resp)

@@ -30,8 +30,8 @@ func updaterOpts(opts ...updOpt) capi.UpdaterOptions {
 func withWorkloadClientset(cs capi.WorkloadClientset) updOpt {
 	return func(o *capi.UpdaterOptions) { o.Clientset = cs }
 }
-func withoutDrain() updOpt                { return func(o *capi.UpdaterOptions) { o.SkipDrain = true } }
-func withoutPrePull() updOpt              { return func(o *capi.UpdaterOptions) { o.SkipPrePull = true } }
+func withoutDrain() updOpt   { return func(o *capi.UpdaterOptions) { o.SkipDrain = true } }
+func withoutPrePull() updOpt { return func(o *capi.UpdaterOptions) { o.SkipPrePull = true } }
 func withDrainAttempt(d time.Duration) updOpt {
 	return func(o *capi.UpdaterOptions) { o.DrainAttempt = d }
 }

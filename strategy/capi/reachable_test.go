@@ -168,7 +168,7 @@ func TestUpdateMachineWorkloadUnreachableDeadline(t *testing.T) {
 			return workload, nil
 		}
 		return nil, forbidden
-	}, capi.UpdaterOptions{SkipDrain: true, PodOptions: []nodepod.Option{nodepod.WithImage("registry.example/upgrader:v1.36.1")}, Clock: clk, WorkloadUnreachableTimeout: 10*time.Minute})
+	}, capi.UpdaterOptions{SkipDrain: true, PodOptions: []nodepod.Option{nodepod.WithImage("registry.example/upgrader:v1.36.1")}, Clock: clk, WorkloadUnreachableTimeout: 10 * time.Minute})
 	require.NoError(t, err)
 	requireFailure := func(t *testing.T, resp runtimehooksv1.UpdateMachineResponse, reason string) {
 		t.Helper()

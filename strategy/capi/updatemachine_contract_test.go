@@ -215,7 +215,7 @@ func TestUpdateMachineRolesUnderKubeadmControlPlane(t *testing.T) {
 func TestUpdateMachineNodeIdentity(t *testing.T) {
 	newUpdater := func(t *testing.T, c client.Client, clk *clocktesting.FakeClock) *capi.MachineUpdater {
 		workload := func(context.Context, types.NamespacedName) (client.Client, error) { return c, nil }
-		u, err := capi.NewMachineUpdater(workload, capi.UpdaterOptions{SkipDrain: true, PodOptions: []nodepod.Option{nodepod.WithImage("r/u:1")}, Clock: clk, NodeGoneGrace: 10*time.Minute})
+		u, err := capi.NewMachineUpdater(workload, capi.UpdaterOptions{SkipDrain: true, PodOptions: []nodepod.Option{nodepod.WithImage("r/u:1")}, Clock: clk, NodeGoneGrace: 10 * time.Minute})
 		require.NoError(t, err)
 		return u
 	}
@@ -338,7 +338,7 @@ func TestUpdateMachineDeadlines(t *testing.T) {
 	newCall := func(pc *podsCluster, clk *clocktesting.FakeClock) func() runtimehooksv1.UpdateMachineResponse {
 		workload := func(context.Context, types.NamespacedName) (client.Client, error) { return pc.c, nil }
 		return func() runtimehooksv1.UpdateMachineResponse {
-			u, err := capi.NewMachineUpdater(workload, capi.UpdaterOptions{SkipDrain: true, PodOptions: []nodepod.Option{nodepod.WithImage("r/u:1")}, Clock: clk, UpdateTimeout: time.Hour, NotReadyTimeout: 10*time.Minute})
+			u, err := capi.NewMachineUpdater(workload, capi.UpdaterOptions{SkipDrain: true, PodOptions: []nodepod.Option{nodepod.WithImage("r/u:1")}, Clock: clk, UpdateTimeout: time.Hour, NotReadyTimeout: 10 * time.Minute})
 			require.NoError(t, err)
 			var resp runtimehooksv1.UpdateMachineResponse
 			u.UpdateMachine(t.Context(), updateReq("w-0", "docker:////cp-0", "v1.36.1", false), &resp)

@@ -27,26 +27,26 @@ type config struct {
 	cats       []diff.Category
 	decideOnly bool
 
-	image            string
-	images           capi.ImagesByVersion
-	namespace        string
-	createNamespace  bool
-	runner           []string
-	mode             nodepod.Mode
-	stageFrom        string
-	skip             []string
-	ignorePreflight  []string
-	extraPodOptions  []nodepod.Option
-	drain            bool
-	drainTimeout     time.Duration
-	unreachable      time.Duration
-	retryAfter       int
-	scheme           *runtime.Scheme
-	recorder         events.EventRecorder
-	log              logr.Logger
-	metrics          *capi.Metrics
-	checks           []capi.Check
-	gates            []strategy.Gate
+	image           string
+	images          capi.ImagesByVersion
+	namespace       string
+	createNamespace bool
+	runner          []string
+	mode            nodepod.Mode
+	stageFrom       string
+	skip            []string
+	ignorePreflight []string
+	extraPodOptions []nodepod.Option
+	drain           bool
+	drainTimeout    time.Duration
+	unreachable     time.Duration
+	retryAfter      int
+	scheme          *runtime.Scheme
+	recorder        events.EventRecorder
+	log             logr.Logger
+	metrics         *capi.Metrics
+	checks          []capi.Check
+	gates           []strategy.Gate
 
 	// Supply chain of the upgrader pods (supplychain.go).
 	allowMutableImages bool
