@@ -35,9 +35,6 @@ func withoutPrePull() updOpt { return func(o *capi.UpdaterOptions) { o.SkipPrePu
 func withDrainAttempt(d time.Duration) updOpt {
 	return func(o *capi.UpdaterOptions) { o.DrainAttempt = d }
 }
-func withDrainTimeout(d time.Duration) updOpt {
-	return func(o *capi.UpdaterOptions) { o.DrainTimeout = d }
-}
 func withPrePullTimeout(d time.Duration) updOpt {
 	return func(o *capi.UpdaterOptions) { o.PrePullTimeout = d }
 }
@@ -47,7 +44,6 @@ func withNodeGoneGrace(d time.Duration) updOpt {
 func withUpdateTimeout(d time.Duration) updOpt {
 	return func(o *capi.UpdaterOptions) { o.UpdateTimeout = d }
 }
-func withCordonOwner(s string) updOpt { return func(o *capi.UpdaterOptions) { o.CordonOwner = s } }
 func withDrainOptions(opts ...drain.Option) updOpt {
 	return func(o *capi.UpdaterOptions) { o.DrainOptions = append(o.DrainOptions, opts...) }
 }
@@ -65,9 +61,6 @@ func withGates(gs ...strategy.Gate) updOpt {
 }
 func withRetryAfter(seconds int32) updOpt {
 	return func(o *capi.UpdaterOptions) { o.RetryAfter = time.Duration(seconds) * time.Second }
-}
-func withManagementReader(r client.Reader) updOpt {
-	return func(o *capi.UpdaterOptions) { o.ManagementReader = r }
 }
 
 // extOpt changes one capi.ExtensionOptions field.
