@@ -231,7 +231,7 @@ type Simulator struct {
 	controlPlane []string
 	// MachineUpdater mode (WithMachineUpdater).
 	updater     bool
-	updaterOpts []capi.MachineUpdaterOption
+	updaterOpts capi.UpdaterOptions
 	podOpts     []nodepod.Option
 	callBudget  int
 	cur         *updaterRun // the in-place update under way, for the hosts' observers

@@ -56,16 +56,15 @@ func defaultSimulatorPodOptions() []nodepod.Option {
 // moves by the RetryAfterSeconds answered. See the package documentation
 // for what this mode models and what it does not.
 //
-// The simulator passes, before opts, capi.WithPodOptions with the pod
-// options (an upgrader image that is never pulled, staged from the
-// simulated host) and
-// capi.WithUpdaterClock with its virtual clock, and, after opts,
-// capi.WithoutDrain: the fake client has no Eviction API, so the
-// simulator cordons the node around the update as in the default mode.
-func WithMachineUpdater(opts ...capi.MachineUpdaterOption) SimOption {
+// The simulator puts its pod options (an upgrader image that is never
+// pulled, staged from the simulated host) before opts.PodOptions, its
+// virtual clock in opts.Clock unless that is set, and sets opts.SkipDrain:
+// the fake client has no Eviction API, so the simulator cordons the node
+// around the update as in the default mode.
+func WithMachineUpdater(opts capi.UpdaterOptions) SimOption {
 	return func(s *Simulator) {
 		s.updater = true
-		s.updaterOpts = append(s.updaterOpts, opts...)
+		s.updaterOpts = opts
 	}
 }
 
@@ -89,7 +88,7 @@ func (s *Simulator) setUpUpdater() error {
 	if s.callBudget < 1 {
 		return fmt.Errorf("fake: %w: update call budget %d: must be at least 1", ErrInvalidCluster, s.callBudget)
 	}
-	if _, err := capi.NewMachineUpdater(s.workload, s.updaterOptions()...); err != nil {
+	if _, err := capi.NewMachineUpdater(s.workload, s.updaterOptions()); err != nil {
 		return fmt.Errorf("fake: WithMachineUpdater: %w", err)
 	}
 	for _, h := range s.fleet.Hosts() {
@@ -98,10 +97,14 @@ func (s *Simulator) setUpUpdater() error {
 	return nil
 }
 
-func (s *Simulator) updaterOptions() []capi.MachineUpdaterOption {
-	opts := []capi.MachineUpdaterOption{capi.WithPodOptions(s.podOpts...), capi.WithUpdaterClock(s.clock)}
-	opts = append(opts, s.updaterOpts...)
-	return append(opts, capi.WithoutDrain())
+func (s *Simulator) updaterOptions() capi.UpdaterOptions {
+	opts := s.updaterOpts
+	opts.PodOptions = append(append([]nodepod.Option(nil), s.podOpts...), opts.PodOptions...)
+	if opts.Clock == nil {
+		opts.Clock = s.clock
+	}
+	opts.SkipDrain = true
+	return opts
 }
 
 // workload is the updater's WorkloadClient: the fake cluster is its own
@@ -205,7 +208,7 @@ func (s *Simulator) inPlaceUpdater(ctx context.Context, r Rollout, b strategy.Ba
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		u, err := capi.NewMachineUpdater(s.workload, s.updaterOptions()...)
+		u, err := capi.NewMachineUpdater(s.workload, s.updaterOptions())
 		if err != nil {
 			return fmt.Errorf("fake: WithMachineUpdater: %w", err)
 		}

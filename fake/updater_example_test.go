@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/upgradekit/upgradekit/fake"
 	"github.com/upgradekit/upgradekit/strategy/capi"
@@ -16,7 +17,7 @@ import (
 func ExampleWithMachineUpdater() {
 	cl := fake.NewCluster("demo").ControlPlane(1, "v1.35.4").MachineDeployment("md-0", 2, "v1.35.4")
 	faults := fake.NewFaults(1).FailStep("demo-md-0-1", "kubelet", 100)
-	sim, err := fake.NewSimulator(cl, fake.WithSimFaults(faults), fake.WithMachineUpdater(capi.WithRetryAfter(30)))
+	sim, err := fake.NewSimulator(cl, fake.WithSimFaults(faults), fake.WithMachineUpdater(capi.UpdaterOptions{RetryAfter: 30 * time.Second}))
 	if err != nil {
 		fmt.Println(err)
 		return

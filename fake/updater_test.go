@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/stretchr/testify/require"
@@ -128,7 +129,7 @@ func TestMachineUpdaterModeConvergesLikeTheDefault(t *testing.T) {
 					opts = tc.opts()
 				}
 				if mode == "MachineUpdater" {
-					opts = append(opts, fake.WithMachineUpdater())
+					opts = append(opts, fake.WithMachineUpdater(capi.UpdaterOptions{}))
 				}
 				sim, err := fake.NewSimulator(tc.cluster(), opts...)
 				require.NoError(t, err)
@@ -178,7 +179,7 @@ func TestMachineUpdaterModeStopsOnAFailedStep(t *testing.T) {
 	ctx := context.Background()
 	cl := fake.NewCluster("demo").ControlPlane(1, "v1.35.4").MachineDeployment("md-0", 2, "v1.35.4")
 	faults := fake.NewFaults(1).FailStep("demo-control-plane-0", "kubelet", 100)
-	sim, err := fake.NewSimulator(cl, fake.WithSimFaults(faults), fake.WithMachineUpdater())
+	sim, err := fake.NewSimulator(cl, fake.WithSimFaults(faults), fake.WithMachineUpdater(capi.UpdaterOptions{}))
 	require.NoError(t, err)
 	res, err := sim.Run(ctx, fake.Rollout{ToVersion: "v1.36.3"})
 	require.NoError(t, err)
@@ -213,7 +214,7 @@ func TestMachineUpdaterModeStopsOnAFailedStep(t *testing.T) {
 // calls than the budget fails loudly, with a violation.
 func TestMachineUpdaterModeReportsEndlessWaiting(t *testing.T) {
 	cl := fake.NewCluster("demo").ControlPlane(1, "v1.35.4")
-	sim, err := fake.NewSimulator(cl, fake.WithMachineUpdater(), fake.WithUpdateCallBudget(1))
+	sim, err := fake.NewSimulator(cl, fake.WithMachineUpdater(capi.UpdaterOptions{}), fake.WithUpdateCallBudget(1))
 	require.NoError(t, err)
 	res, err := sim.Run(context.Background(), fake.Rollout{ToVersion: "v1.36.3"})
 	require.NoError(t, err)
@@ -225,10 +226,10 @@ func TestMachineUpdaterModeReportsEndlessWaiting(t *testing.T) {
 
 func TestMachineUpdaterModeRejectsBadOptions(t *testing.T) {
 	cl := fake.NewCluster("demo").ControlPlane(1, "v1.35.4")
-	_, err := fake.NewSimulator(cl, fake.WithMachineUpdater(capi.WithRetryAfter(0)))
+	_, err := fake.NewSimulator(cl, fake.WithMachineUpdater(capi.UpdaterOptions{RetryAfter: -time.Second}))
 	require.ErrorIs(t, err, capi.ErrInvalidOption)
-	_, err = fake.NewSimulator(cl, fake.WithMachineUpdater(), fake.WithUpdateCallBudget(0))
+	_, err = fake.NewSimulator(cl, fake.WithMachineUpdater(capi.UpdaterOptions{}), fake.WithUpdateCallBudget(0))
 	require.ErrorIs(t, err, fake.ErrInvalidCluster)
-	_, err = fake.NewSimulator(cl, fake.WithMachineUpdater(), fake.WithUpgraderPodOptions())
+	_, err = fake.NewSimulator(cl, fake.WithMachineUpdater(capi.UpdaterOptions{}), fake.WithUpgraderPodOptions())
 	require.ErrorIs(t, err, capi.ErrInvalidOption, "a pod without an image is refused at once")
 }

@@ -295,7 +295,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	simOpts := []fake.SimOption{fake.WithPlanner(p), fake.WithSimFaults(faults), fake.WithEvents(prog.event),
 		fake.WithOnFailure(fake.FailurePolicy(o.onFailure))}
 	if o.updater == updaterCAPI {
-		simOpts = append(simOpts, fake.WithMachineUpdater(capi.WithRetryAfter(30)))
+		simOpts = append(simOpts, fake.WithMachineUpdater(capi.UpdaterOptions{RetryAfter: 30 * time.Second}))
 	}
 	sim, err := fake.NewSimulator(cl, simOpts...)
 	if errors.Is(err, fake.ErrInvalidCluster) {

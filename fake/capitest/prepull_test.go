@@ -54,13 +54,10 @@ func TestAnUnpullableUpgraderImageFailsBeforeTheDrain(t *testing.T) {
 	mgmt := h.Env.Client
 	kubeadm, err := strategy.ForCategories("kubeadm", strategy.KubeadmCategories()...)
 	require.NoError(t, err)
-	ext, err := capi.NewExtension(strategy.Updaters(kubeadm), capi.WithChecks(capi.ControlPlaneSkewCheck(mgmt)))
+	ext, err := capi.NewExtension(strategy.Updaters(kubeadm), capi.ExtensionOptions{Checks: []capi.Check{capi.ControlPlaneSkewCheck(mgmt)}})
 	require.NoError(t, err)
 	// RetryAfter 1 s instead of 15 s, as in serveMyExtension.
-	updater, err := capi.NewMachineUpdater(capi.KubeconfigSecretClients(mgmt, h.Env.Scheme),
-		capi.WithWorkloadClientset(capi.KubeconfigSecretClientsets(mgmt)),
-		capi.WithManagementReader(mgmt), capi.WithRetryAfter(1), capi.WithPrePullTimeout(3*time.Second),
-		capi.WithPodOptions(nodepod.WithImage(missing), nodepod.WithStageFrom("/staging"), nodepod.WithRunnerCommand("/upgrader", "run")))
+	updater, err := capi.NewMachineUpdater(capi.KubeconfigSecretClients(mgmt, h.Env.Scheme), capi.UpdaterOptions{Clientset: capi.KubeconfigSecretClientsets(mgmt), ManagementReader: mgmt, RetryAfter: 1 * time.Second, PrePullTimeout: 3 * time.Second, PodOptions: []nodepod.Option{nodepod.WithImage(missing), nodepod.WithStageFrom("/staging"), nodepod.WithRunnerCommand("/upgrader", "run")}})
 	require.NoError(t, err)
 	require.NoError(t, mgmt.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: nodepod.DefaultNamespace,
 		Labels: map[string]string{"pod-security.kubernetes.io/enforce": "privileged"}}}))

@@ -70,16 +70,13 @@ func serveMyExtension(t *testing.T, h *capitest.Harness) (string, []byte) {
 	mgmt := h.Env.Client
 	kubeadm, err := strategy.ForCategories("kubeadm", strategy.KubeadmCategories()...)
 	require.NoError(t, err)
-	ext, err := capi.NewExtension(strategy.Updaters(kubeadm), capi.WithChecks(capi.ControlPlaneSkewCheck(mgmt)))
+	ext, err := capi.NewExtension(strategy.Updaters(kubeadm), capi.ExtensionOptions{Checks: []capi.Check{capi.ControlPlaneSkewCheck(mgmt)}})
 	require.NoError(t, err)
 	// RetryAfter 1 s, not the default 15 s: Cluster API calls
 	// UpdateMachine again after it, and the harness's steps take no time,
 	// so the default would only make the test wait; nothing here depends
 	// on its length.
-	updater, err := capi.NewMachineUpdater(capi.KubeconfigSecretClients(mgmt, h.Env.Scheme),
-		capi.WithWorkloadClientset(capi.KubeconfigSecretClientsets(mgmt)),
-		capi.WithManagementReader(mgmt), capi.WithRetryAfter(1),
-		capi.WithPodOptions(nodepod.WithImage(upgraderImage), nodepod.WithStageFrom("/staging"), nodepod.WithRunnerCommand("/upgrader", "run")))
+	updater, err := capi.NewMachineUpdater(capi.KubeconfigSecretClients(mgmt, h.Env.Scheme), capi.UpdaterOptions{Clientset: capi.KubeconfigSecretClientsets(mgmt), ManagementReader: mgmt, RetryAfter: 1 * time.Second, PodOptions: []nodepod.Option{nodepod.WithImage(upgraderImage), nodepod.WithStageFrom("/staging"), nodepod.WithRunnerCommand("/upgrader", "run")}})
 	require.NoError(t, err)
 	// The upgrader pods' namespace in the workload cluster (here: the same
 	// API server).

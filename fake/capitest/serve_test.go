@@ -21,7 +21,7 @@ import (
 func TestServeForTest(t *testing.T) {
 	kubeadm, err := strategy.ForCategories("kubeadm", strategy.KubeadmCategories()...)
 	require.NoError(t, err)
-	ext, err := capi.NewExtension(strategy.Updaters(kubeadm))
+	ext, err := capi.NewExtension(strategy.Updaters(kubeadm), capi.ExtensionOptions{})
 	require.NoError(t, err)
 	url, ca := capitest.ServeForTest(t, ext.Handlers("my")...)
 	require.True(t, strings.HasPrefix(url, "https://127.0.0.1:"), url)

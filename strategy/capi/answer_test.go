@@ -18,7 +18,7 @@ import (
 func TestAnswerIsTheHooksAnswer(t *testing.T) {
 	kubeadm, err := strategy.ForCategories("kubeadm", strategy.KubeadmCategories()...)
 	require.NoError(t, err)
-	ext, err := capi.NewExtension(strategy.Updaters(kubeadm))
+	ext, err := capi.NewExtension(strategy.Updaters(kubeadm), capi.ExtensionOptions{})
 	require.NoError(t, err)
 	ctx := context.Background()
 
@@ -77,7 +77,7 @@ func TestAnswerIsTheHooksAnswer(t *testing.T) {
 func TestMalformedRequestsFail(t *testing.T) {
 	kubeadm, err := strategy.ForCategories("kubeadm", strategy.KubeadmCategories()...)
 	require.NoError(t, err)
-	ext, err := capi.NewExtension(strategy.Updaters(kubeadm))
+	ext, err := capi.NewExtension(strategy.Updaters(kubeadm), capi.ExtensionOptions{})
 	require.NoError(t, err)
 	for _, tc := range []struct {
 		name, infra, bootstrap, field string

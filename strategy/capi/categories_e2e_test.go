@@ -218,7 +218,7 @@ func TestEachInPlaceCategoryEndsAppliedOrDeclined(t *testing.T) {
 			require.NoError(t, c.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: "kubeadm-config"},
 				Data: map[string]string{"ClusterConfiguration": kubeadmConfigFor(t, from, cur.cfg.Spec.ClusterConfiguration)}}))
 
-			ext, err := capi.NewExtension(defaultInPlaceUpdaters(t), capi.WithChecks(capi.ControlPlaneSkewCheck(c)))
+			ext, err := capi.NewExtension(defaultInPlaceUpdaters(t), capi.ExtensionOptions{Checks: []capi.Check{capi.ControlPlaneSkewCheck(c)}})
 			require.NoError(t, err)
 			resp := canUpdateMachine(t, ext, nil, cur.machine, des.machine, cur.cfg, des.cfg, cur.infra, des.infra)
 			require.Equal(t, runtimehooksv1.ResponseStatusSuccess, resp.Status, resp.Message)
@@ -283,8 +283,7 @@ func driveUpdate(t *testing.T, c client.Client, clk *clocktesting.FakeClock, hos
 	journal := t.TempDir()
 	var answers []string
 	for call := 0; call < 40; call++ {
-		u, err := capi.NewMachineUpdater(workload, capi.WithoutDrain(), capi.WithUpdaterClock(clk),
-			capi.WithPodOptions(nodepod.WithImage("r/u:1"), nodepod.WithStageFrom("/staging"), nodepod.WithRunnerCommand("/upgrader", "run")))
+		u, err := capi.NewMachineUpdater(workload, capi.UpdaterOptions{SkipDrain: true, Clock: clk, PodOptions: []nodepod.Option{nodepod.WithImage("r/u:1"), nodepod.WithStageFrom("/staging"), nodepod.WithRunnerCommand("/upgrader", "run")}})
 		require.NoError(t, err)
 		var resp runtimehooksv1.UpdateMachineResponse
 		u.UpdateMachine(ctx, req, &resp)

@@ -66,12 +66,6 @@ func (f CheckFunc) Check(ctx context.Context, req CheckRequest) error {
 	return f(ctx, req)
 }
 
-// WithChecks adds feasibility checks, run in order after the built-in
-// checks, which are always on: VersionCheck, then KubeletArgsCheck.
-func WithChecks(checks ...Check) ExtensionOption {
-	return func(e *Extension) { e.checks = append(e.checks, checks...) }
-}
-
 // VersionCheck declines a Kubernetes version change that no kubeadm plan
 // can make: a downgrade, a skipped minor version, a major change, or a
 // version not in the canonical "vX.Y.Z" form kubeadm reports
@@ -92,7 +86,7 @@ func VersionCheck() Check {
 // ImagesByVersion maps a Kubernetes version ("v1.31.4") to the upgrader
 // image that carries its binaries (nodepod.WithImage). The Extension
 // answers a version change to a version the map does not have with a
-// Failure (WithUpgraderImages), and MachineUpdater runs each update with the image
+// Failure (ExtensionOptions.Images), and MachineUpdater runs each update with the image
 // of its target version.
 type ImagesByVersion map[string]string
 
@@ -129,7 +123,7 @@ func (m ImagesByVersion) versions() []string {
 
 // ErrVersionNotConfigured is matched by the Failure answered to a version
 // change the extension is not configured for: no upgrader image for the
-// target version (WithUpgraderImages), or no bundle checksums for it
+// target version (ExtensionOptions.Images), or no bundle checksums for it
 // (extensionserver). It is a Failure and not a decline because it passes
 // once the operator configures the version: Cluster API asks again about
 // a Failure (the MachineDeployment or KubeadmControlPlane waits, changing
@@ -138,24 +132,18 @@ func (m ImagesByVersion) versions() []string {
 // instead, set SettingDisabled.
 var ErrVersionNotConfigured = errors.New("the extension is not configured for the version")
 
-// WithUpgraderImages makes the Extension answer a version change to a
-// version that has no upgrader image in images with a Failure
-// (ErrVersionNotConfigured): without one, UpdateMachine could not build
-// the upgrader pod, and the machine would be stranded; once the image is
-// configured, Cluster API's next question is accepted.
-// NewExtension fails on an invalid map.
-func WithUpgraderImages(images ImagesByVersion) ExtensionOption {
-	return func(e *Extension) {
-		e.images = images
-		e.checks = append(e.checks, CheckFunc(func(_ context.Context, r CheckRequest) error {
-			if !r.VersionChanged() {
-				return nil
-			}
-			if _, ok := images.Image(r.ToVersion); !ok {
-				return fmt.Errorf("%w: spec.version: no upgrader image for %s (have: %s); Cluster API asks again once it is configured",
-					ErrVersionNotConfigured, r.ToVersion, strings.Join(images.versions(), ", "))
-			}
+// imagesCheck answers a version change to a version that has no upgrader
+// image in images with a Failure (ErrVersionNotConfigured): the check of
+// ExtensionOptions.Images.
+func imagesCheck(images ImagesByVersion) Check {
+	return CheckFunc(func(_ context.Context, r CheckRequest) error {
+		if !r.VersionChanged() {
 			return nil
-		}))
-	}
+		}
+		if _, ok := images.Image(r.ToVersion); !ok {
+			return fmt.Errorf("%w: spec.version: no upgrader image for %s (have: %s); Cluster API asks again once it is configured",
+				ErrVersionNotConfigured, r.ToVersion, strings.Join(images.versions(), ", "))
+		}
+		return nil
+	})
 }

@@ -44,8 +44,7 @@ func TestConcurrencyGateAcrossReplicas(t *testing.T) {
 	replica := func() (*capi.MachineUpdater, *capi.ConcurrencyGate) {
 		gate, err := capi.NewConcurrencyGate(c, "default", 1, 30*time.Second)
 		require.NoError(t, err)
-		u, err := capi.NewMachineUpdater(workload, capi.WithoutDrain(), capi.WithPodOptions(nodepod.WithImage("registry.example/upgrader:v1.36.1")),
-			capi.WithGates(gate), capi.WithUpdaterClock(clk))
+		u, err := capi.NewMachineUpdater(workload, capi.UpdaterOptions{SkipDrain: true, PodOptions: []nodepod.Option{nodepod.WithImage("registry.example/upgrader:v1.36.1")}, Gates: []strategy.Gate{gate}, Clock: clk})
 		require.NoError(t, err)
 		return u, gate
 	}

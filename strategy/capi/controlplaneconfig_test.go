@@ -107,7 +107,7 @@ func TestUpdateMachineAppliesControlPlaneConfig(t *testing.T) {
 // change is accepted in place; the rest of ClusterConfiguration is not.
 func TestExtensionAcceptsControlPlaneConfigItCanApply(t *testing.T) {
 	cpc := must(strategy.ForPaths("control-plane-config", strategy.ControlPlaneConfigPaths()...))
-	ext, err := capi.NewExtension(strategy.Updaters(cpc))
+	ext, err := capi.NewExtension(strategy.Updaters(cpc), capi.ExtensionOptions{})
 	require.NoError(t, err)
 	cur, des, curCfg, desCfg, curInfra, desInfra := contractPair()
 	des.Spec.Version = cur.Spec.Version

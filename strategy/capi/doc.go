@@ -4,7 +4,7 @@
 //
 // Extension answers CanUpdateMachine and CanUpdateMachineSet with any
 // strategy.Decider. It diffs as Cluster API compares, runs feasibility
-// checks (Check, WithChecks), and checks its own answer before sending
+// checks (Check, ExtensionOptions.Checks), and checks its own answer before sending
 // it: it never accepts what Cluster API would roll out anyway.
 // VerifyCanUpdateMachine and VerifyCanUpdateMachineSet run that check on
 // any extension's answer.
@@ -20,7 +20,7 @@
 // carries on. Every wait has a deadline and ends in a Failure with a
 // stable reason: no node is stranded.
 //
-// Gates (WithGates) hold an update until it may start: a maintenance
+// Gates (UpdaterOptions.Gates) hold an update until it may start: a maintenance
 // window, a concurrency limit across replicas, a soak, the workloads'
 // health, blockers. PeekGates says what they would answer now, taking
 // nothing (package gatereport serves it).

@@ -65,13 +65,7 @@ func TestUpdateMachineDrainFollowsClusterAPIRules(t *testing.T) {
 
 	call := func() runtimehooksv1.UpdateMachineResponse {
 		t.Helper()
-		u, err := capi.NewMachineUpdater(func(context.Context, types.NamespacedName) (client.Client, error) { return c, nil },
-			capi.WithWorkloadClientset(func(context.Context, types.NamespacedName) (kubernetes.Interface, error) { return cs, nil }),
-			capi.WithoutPrePull(), // no kubelet here to run the pre-pull pod (prepull_test.go)
-			capi.WithPodOptions(nodepod.WithImage("registry.example/upgrader:v1.36.1")),
-			capi.WithManagementReader(mgmt),
-			capi.WithDrainAttempt(2*time.Second),
-			capi.WithDrainOptions(drain.WithGracePeriod(0), drain.WithEvictionRetryDelay(200*time.Millisecond)))
+		u, err := capi.NewMachineUpdater(func(context.Context, types.NamespacedName) (client.Client, error) { return c, nil }, capi.UpdaterOptions{Clientset: func(context.Context, types.NamespacedName) (kubernetes.Interface, error) { return cs, nil }, SkipPrePull: true, PodOptions: []nodepod.Option{nodepod.WithImage("registry.example/upgrader:v1.36.1")}, ManagementReader: mgmt, DrainAttempt: 2 * time.Second, DrainOptions: []drain.Option{drain.WithGracePeriod(0), drain.WithEvictionRetryDelay(200 * time.Millisecond)}})
 		require.NoError(t, err)
 		var resp runtimehooksv1.UpdateMachineResponse
 		u.UpdateMachine(ctx, live.request(t), &resp)

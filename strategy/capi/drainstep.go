@@ -41,62 +41,6 @@ const (
 // uses.
 type WorkloadClientset func(ctx context.Context, cluster types.NamespacedName) (kubernetes.Interface, error)
 
-// WithWorkloadClientset sets how MachineUpdater reaches the workload
-// cluster's API for cordon, drain and uncordon. Draining is on by default
-// and needs it; see WithoutDrain.
-func WithWorkloadClientset(cs WorkloadClientset) MachineUpdaterOption {
-	return func(u *MachineUpdater) { u.clientset = cs }
-}
-
-// WithoutDrain updates nodes without cordoning and draining them first,
-// which is what Cluster API and EKS Anywhere do for in-place updates: the
-// node keeps its pods while kubeadm, the kubelet and containerd restart
-// under them. Prefer draining unless the node's workloads tolerate that
-// (or the cluster has a single node whose pods cannot go anywhere).
-func WithoutDrain() MachineUpdaterOption {
-	return func(u *MachineUpdater) { u.drain = false }
-}
-
-// WithDrainTimeout sets how long a drain may stay unfinished before
-// UpdateMachine answers Failure naming what blocks it (default
-// DefaultDrainTimeout; 0 means no deadline). The deadline counts from the
-// drain's start as recorded on the Node (AnnotationInPlaceUpdate), so a
-// restarted extension keeps it. After the deadline the node stays
-// cordoned and each call still tries to evict: once the blocking
-// PodDisruptionBudget allows it, the update carries on by itself.
-func WithDrainTimeout(d time.Duration) MachineUpdaterOption {
-	return func(u *MachineUpdater) { u.drainTimeout = d }
-}
-
-// WithDrainAttempt bounds the eviction work of one UpdateMachine call
-// (default DefaultDrainAttempt). Keep it well below the hook's
-// timeoutSeconds in the ExtensionConfig (10 seconds by default).
-func WithDrainAttempt(d time.Duration) MachineUpdaterOption {
-	return func(u *MachineUpdater) { u.drainAttempt = d }
-}
-
-// WithDrainOptions passes options to drain.Drain (grace period, force,
-// opt-out annotations, pod selector, eviction retry delay; default retry
-// delay here is 1 second). drain.WithTimeout, drain.WithSkip and
-// drain.WithSkipNamespace (our upgrader pods, in our namespace only) are set by
-// MachineUpdater (WithDrainAttempt, and nodepod.Selector() so the upgrader
-// pod is never evicted) and cannot be overridden; so is
-// drain.WithClusterAPIRules: the drain follows Cluster API's own drain
-// rules for the Machine (the pod label cluster.x-k8s.io/drain, the
-// MachineDrainRules of the Machine's namespace read through
-// WithManagementReader, pods without a controller evicted with a
-// warning), which implies drain.WithForce.
-func WithDrainOptions(opts ...drain.Option) MachineUpdaterOption {
-	return func(u *MachineUpdater) { u.drainOpts = append(u.drainOpts, opts...) }
-}
-
-// WithCordonOwner sets the owner recorded on cordons (default
-// DefaultCordonOwner). Use a distinct owner per extension if several
-// extensions update the same workload clusters.
-func WithCordonOwner(owner string) MachineUpdaterOption {
-	return func(u *MachineUpdater) { u.cordonOwner = owner }
-}
-
 // drainNode cordons the node and makes one bounded drain attempt. It
 // returns ok when the node is drained (and the record says so); otherwise
 // the result to answer.
@@ -241,7 +185,7 @@ func describeDrain(de *drain.DrainError) string {
 
 // drainRules are Cluster API's drain rules for the Machine: the
 // MachineDrainRules of its namespace, read through the management reader
-// (WithManagementReader; without it there are none, and only the pod
+// (UpdaterOptions.ManagementReader; without it there are none, and only the pod
 // label cluster.x-k8s.io/drain applies), with its Cluster, read only when
 // a rule selects Machines by their Cluster's labels.
 func (u *MachineUpdater) drainRules(ctx context.Context, st *call) (drain.ClusterAPIRules, error) {

@@ -140,20 +140,20 @@ func TestUpdateMachineDrainsFirst(t *testing.T) {
 	require.NoError(t, err)
 	workload := func(context.Context, types.NamespacedName) (client.Client, error) { return c, nil }
 	clientset := func(context.Context, types.NamespacedName) (kubernetes.Interface, error) { return cs, nil }
-	call := func(req *runtimehooksv1.UpdateMachineRequest, opts ...capi.MachineUpdaterOption) runtimehooksv1.UpdateMachineResponse {
+	call := func(req *runtimehooksv1.UpdateMachineRequest, opts ...updOpt) runtimehooksv1.UpdateMachineResponse {
 		t.Helper()
 		// A new updater per call: nothing survives in memory.
-		u, err := capi.NewMachineUpdater(workload, append([]capi.MachineUpdaterOption{
-			capi.WithWorkloadClientset(clientset),
-			capi.WithoutPrePull(), // no kubelet here to run the pre-pull pod (prepull_test.go)
-			capi.WithPodOptions(nodepod.WithImage("registry.example/upgrader:v1.36.1")),
-			capi.WithRetryAfter(5),
-			capi.WithDrainAttempt(2 * time.Second),
-			capi.WithDrainOptions(drain.WithGracePeriod(0), drain.WithEvictionRetryDelay(200*time.Millisecond)),
-			capi.WithUpdaterClock(clk),
-			capi.WithEventRecorder(recorder),
-			capi.WithUpdaterMetrics(metrics),
-		}, opts...)...)
+		u, err := capi.NewMachineUpdater(workload, updaterOpts(append([]updOpt{
+			withWorkloadClientset(clientset),
+			withoutPrePull(), // no kubelet here to run the pre-pull pod (prepull_test.go)
+			withPodOptions(nodepod.WithImage("registry.example/upgrader:v1.36.1")),
+			withRetryAfter(5),
+			withDrainAttempt(2 * time.Second),
+			withDrainOptions(drain.WithGracePeriod(0), drain.WithEvictionRetryDelay(200*time.Millisecond)),
+			withUpdaterClock(clk),
+			func(o *capi.UpdaterOptions) { o.EventRecorder = recorder },
+			withUpdaterMetrics(metrics),
+		}, opts...)...))
 		require.NoError(t, err)
 		var resp runtimehooksv1.UpdateMachineResponse
 		u.UpdateMachine(ctx, req, &resp)
@@ -337,7 +337,7 @@ func TestUpdateMachineDrainsFirst(t *testing.T) {
 		n := createNode(t, ctx, c, "md-0-c", "docker:////md-0-c", "v1.35.4")
 		appPod(t, cs, "apps", "web-2", "md-0-c", web)
 		allowDisruptions(t, cs, "apps", "web-pdb", 0)
-		resp := call(updateReq("md-0-c", "docker:////md-0-c", "v1.36.1", false), capi.WithoutDrain())
+		resp := call(updateReq("md-0-c", "docker:////md-0-c", "v1.36.1", false), withoutDrain())
 		require.Contains(t, resp.Message, "started worker upgrade of node md-0-c")
 		require.False(t, get(n).Spec.Unschedulable)
 		require.True(t, podExists(t, cs, "apps", "web-2"))
@@ -403,24 +403,22 @@ func TestNewMachineUpdaterRefusesBadDrainOptions(t *testing.T) {
 	clientset := func(context.Context, types.NamespacedName) (kubernetes.Interface, error) { return nil, nil }
 	cases := []struct {
 		name string
-		opts []capi.MachineUpdaterOption
+		opts []updOpt
 		want string
 	}{
-		{"drain needs a clientset", nil, "needs WithWorkloadClientset"},
-		{"attempt must be positive", []capi.MachineUpdaterOption{capi.WithWorkloadClientset(clientset), capi.WithDrainAttempt(0)}, "drain attempt 0s"},
-		{"timeout not negative", []capi.MachineUpdaterOption{capi.WithWorkloadClientset(clientset), capi.WithDrainTimeout(-time.Second)}, "drain timeout -1s"},
-		{"owner", []capi.MachineUpdaterOption{capi.WithWorkloadClientset(clientset), capi.WithCordonOwner("")}, "empty cordon owner"},
-		{"a pod that can never be built", []capi.MachineUpdaterOption{capi.WithoutDrain()}, "upgrader pod options (WithPodOptions): nodepod: invalid pod builder options: image is required"},
-		{"node-gone grace", []capi.MachineUpdaterOption{capi.WithoutDrain(), capi.WithNodeGoneGrace(-time.Second)}, "node-gone grace -1s"},
-		{"pre-pull timeout must be positive", []capi.MachineUpdaterOption{capi.WithWorkloadClientset(clientset), capi.WithPrePullTimeout(0)}, "pre-pull timeout 0s: must be positive"},
+		{"drain needs a clientset", nil, "UpdaterOptions.Clientset: draining (on by default) needs it"},
+		{"attempt not negative", []updOpt{withWorkloadClientset(clientset), withDrainAttempt(-time.Second)}, "UpdaterOptions.DrainAttempt: -1s"},
+		{"a pod that can never be built", []updOpt{withoutDrain()}, "UpdaterOptions.PodOptions: upgrader pod: nodepod: invalid pod builder options: image is required"},
+		{"pre-pull timeout not negative", []updOpt{withWorkloadClientset(clientset), withPrePullTimeout(-time.Second)}, "UpdaterOptions.PrePullTimeout: -1s: must not be negative"},
+		{"retry after whole seconds", []updOpt{withoutDrain(), func(o *capi.UpdaterOptions) { o.RetryAfter = 1500 * time.Millisecond }}, "UpdaterOptions.RetryAfter: 1.5s: must be whole seconds"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := capi.NewMachineUpdater(workload, tc.opts...)
+			_, err := capi.NewMachineUpdater(workload, updaterOpts(tc.opts...))
 			require.ErrorIs(t, err, capi.ErrInvalidOption)
 			require.ErrorContains(t, err, tc.want)
 		})
 	}
-	_, err := capi.NewMachineUpdater(workload, capi.WithoutDrain(), capi.WithPodOptions(nodepod.WithImage("r/u:1")))
+	_, err := capi.NewMachineUpdater(workload, capi.UpdaterOptions{SkipDrain: true, PodOptions: []nodepod.Option{nodepod.WithImage("r/u:1")}})
 	require.NoError(t, err, "no clientset needed without draining")
 }

@@ -21,14 +21,14 @@ import (
 )
 
 // InfrastructureDryRunFieldManager is the field manager of
-// WithInfrastructureDryRun's dry runs: Cluster API's MachineSet
+// ExtensionOptions.InfrastructureDryRun's dry runs: Cluster API's MachineSet
 // controller's, so that the server merges the dry run exactly as it will
 // merge Cluster API's write (a field that controller set before and the new
 // template drops is removed in both).
 const InfrastructureDryRunFieldManager = "capi-machineset"
 
 // ErrDryRunForbidden is matched by the Failure answered when the
-// management cluster refuses WithInfrastructureDryRun's dry run for lack
+// management cluster refuses ExtensionOptions.InfrastructureDryRun's dry run for lack
 // of permission (RBAC): patch on the infrastructure machines' resource is
 // missing from the extension's role. It is a Failure, not a decline,
 // because it is the extension's configuration that is wrong, not the
@@ -38,38 +38,6 @@ var ErrDryRunForbidden = errors.New("infrastructure dry run not permitted")
 
 // maxDryRunParallel bounds the dry runs in flight for one answer.
 const maxDryRunParallel = 8
-
-// WithInfrastructureDryRun makes CanUpdateMachineSet try, before it accepts
-// a change to the infrastructure machine template, the write Cluster API
-// will then make to every infrastructure machine of the MachineSet: a
-// server-side apply of the new template's spec.template.spec as the
-// machine's spec, with dry run, through the provider's admission webhooks
-// and policies. Only accepts that patch the infrastructure template are
-// tried: in practice, changes accepted without being applied
-// (SettingIgnore, a policy's ActionIgnore).
-//
-// Without it, an accepted infrastructure change that the provider refuses
-// (an immutable field) is only found when Cluster API's MachineSet
-// controller writes it, after the Machine has moved to the new MachineSet:
-// the write fails on every retry and the Machine waits for ever, updated
-// neither in place nor by replacement. KubeadmControlPlane dry-runs its
-// own writes before asking CanUpdateMachine; the MachineSet path does
-// not, so this is done here.
-//
-// The answer: a refusal by the server (admission webhook, validating
-// admission policy, schema: Invalid, BadRequest, a Forbidden that is not
-// RBAC's) declines, naming the machine and the server's message, so that
-// Cluster API replaces the machines instead; RBAC's Forbidden is a Failure
-// matching ErrDryRunForbidden; a timeout, a 5xx, a 429 or no connection is
-// a Failure Cluster API asks again after. A machine gone meanwhile is
-// skipped.
-//
-// c needs list on Machines and patch on the infrastructure machines'
-// resource (the dry run is authorized as the write it tries). Up to
-// eight machines are tried at once.
-func WithInfrastructureDryRun(c client.Client) ExtensionOption {
-	return func(e *Extension) { e.dryRun = c }
-}
 
 // dryRunInfrastructure tries Cluster API's write of the desired template's
 // spec on every infrastructure machine of the current MachineSet. It

@@ -83,9 +83,9 @@ func TestInfrastructureDryRun(t *testing.T) {
 		Desired:       runtimehooksv1.CanUpdateMachineSetRequestObjects{MachineSet: *desiredMS, InfrastructureMachineTemplate: template("large")},
 	}
 	kubeadm := must(strategy.ForCategories("kubeadm", strategy.KubeadmCategories()...))
-	answer := func(t *testing.T, opts ...capi.ExtensionOption) (capi.Answer, error) {
+	answer := func(t *testing.T, opts ...extOpt) (capi.Answer, error) {
 		t.Helper()
-		ext, err := capi.NewExtension(strategy.Updaters(kubeadm), opts...)
+		ext, err := capi.NewExtension(strategy.Updaters(kubeadm), extensionOpts(opts...))
 		require.NoError(t, err)
 		return ext.AnswerCanUpdateMachineSet(ctx, req)
 	}
@@ -101,7 +101,7 @@ func TestInfrastructureDryRun(t *testing.T) {
 	before := versions()
 
 	t.Run("the provider takes the write: accepted", func(t *testing.T) {
-		a, err := answer(t, capi.WithInfrastructureDryRun(admin))
+		a, err := answer(t, withInfrastructureDryRun(admin))
 		require.NoError(t, err)
 		require.True(t, a.Accept, a.Message)
 		require.JSONEq(t, `[{"op":"replace","path":"/spec/template/spec/flavour","value":"large"}]`, string(a.InfrastructurePatch.Patch))
@@ -145,7 +145,7 @@ func TestInfrastructureDryRun(t *testing.T) {
 	})
 
 	t.Run("the provider refuses the write: declined", func(t *testing.T) {
-		a, err := answer(t, capi.WithInfrastructureDryRun(admin))
+		a, err := answer(t, withInfrastructureDryRun(admin))
 		require.NoError(t, err)
 		require.False(t, a.Accept)
 		// Either machine's refusal may come first; the others are stopped.
@@ -159,7 +159,7 @@ func TestInfrastructureDryRun(t *testing.T) {
 		same := *req
 		same.Desired.InfrastructureMachineTemplate = template("small")
 		same.Desired.MachineSet.Spec.Template.Spec.InfrastructureRef.Name = "md-small-2"
-		ext, err := capi.NewExtension(strategy.Updaters(kubeadm), capi.WithInfrastructureDryRun(admin))
+		ext, err := capi.NewExtension(strategy.Updaters(kubeadm), capi.ExtensionOptions{InfrastructureDryRun: admin})
 		require.NoError(t, err)
 		a, err := ext.AnswerCanUpdateMachineSet(ctx, &same)
 		require.NoError(t, err)
@@ -180,7 +180,7 @@ func TestInfrastructureDryRun(t *testing.T) {
 		require.Eventually(t, func() bool { // the authorizer learns the binding
 			return limited.List(ctx, &clusterv1.MachineList{}, client.InNamespace("default")) == nil
 		}, 2*time.Minute, 200*time.Millisecond)
-		_, err = answer(t, capi.WithInfrastructureDryRun(limited))
+		_, err = answer(t, withInfrastructureDryRun(limited))
 		require.ErrorIs(t, err, capi.ErrDryRunForbidden)
 		require.ErrorContains(t, err, "grant patch on DockerMachine.infrastructure.cluster.x-k8s.io")
 	})
@@ -191,7 +191,7 @@ func TestInfrastructureDryRun(t *testing.T) {
 		down := interceptor.NewClient(ww, interceptor.Funcs{Apply: func(context.Context, client.WithWatch, runtime.ApplyConfiguration, ...client.ApplyOption) error {
 			return apierrors.NewServiceUnavailable("etcd is down")
 		}})
-		_, err = answer(t, capi.WithInfrastructureDryRun(down))
+		_, err = answer(t, withInfrastructureDryRun(down))
 		require.Error(t, err)
 		require.False(t, errors.Is(err, capi.ErrDryRunForbidden))
 		require.ErrorContains(t, err, "transient: Cluster API asks again")

@@ -11,6 +11,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/tools/events"
 	runtimehooksv1 "sigs.k8s.io/cluster-api/api/runtime/hooks/v1alpha1"
 	"sigs.k8s.io/cluster-api/exp/runtime/server"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -63,7 +64,7 @@ type Extension struct {
 	checks   []Check
 	images   ImagesByVersion
 	failure  runtimehooksv1.FailurePolicy
-	dryRun   client.Client // WithInfrastructureDryRun
+	dryRun   client.Client // ExtensionOptions.InfrastructureDryRun
 	events   *canUpdateEvents
 }
 
@@ -72,64 +73,138 @@ type Extension struct {
 // the Checks' reads), well within Cluster API's default of 10 seconds.
 const HandlerTimeoutCanUpdate = 10 * time.Second
 
-// ExtensionOption configures an Extension.
-type ExtensionOption func(*Extension)
+// ExtensionOptions configure NewExtension. The zero value of every field
+// is its default.
+type ExtensionOptions struct {
+	// DiffOptions are added to the in-place comparison (ignored paths,
+	// list keys, categories for your infrastructure provider). Default
+	// none.
+	DiffOptions []diff.Option
 
-// WithDiffOptions adds diff options (ignored paths, list keys, categories
-// for your infrastructure provider) to the in-place comparison.
-func WithDiffOptions(opts ...diff.Option) ExtensionOption {
-	return func(e *Extension) { e.diffOpts = append(e.diffOpts, opts...) }
+	// Logger is the Extension's logger (UpdaterOptions.Logger is
+	// MachineUpdater's); by default the request context's logger is used
+	// (the runtime server puts controller-runtime's logger there).
+	Logger logr.Logger
+
+	// Metrics counts every answer in its MetricDecisions, by hook and
+	// outcome (HookAccept, HookDecline, HookError). Default nil: none.
+	Metrics *Metrics
+
+	// FailurePolicy is what the CanUpdate* handlers announce in discovery
+	// (default runtimehooksv1.FailurePolicyFail: while the extension cannot
+	// answer, Cluster API keeps asking and changes nothing).
+	// runtimehooksv1.FailurePolicyIgnore makes Cluster API go on without
+	// an answer, that is, roll machines out by replacement while the
+	// extension is down; for a MachineDeployment it remembers that "no"
+	// for 24 hours per MachineSet, so the rollout goes on by replacement
+	// after the extension is back.
+	FailurePolicy runtimehooksv1.FailurePolicy
+
+	// Checks are feasibility checks, run in order after the built-in
+	// checks, which are always on: VersionCheck, then KubeletArgsCheck,
+	// then FilesCheck, and, with Images, the check that the target version
+	// has an image. A nil check is refused.
+	// Default none.
+	Checks []Check
+
+	// Images makes the Extension answer a version change to a version that
+	// has no upgrader image in it with a Failure (ErrVersionNotConfigured):
+	// without one, UpdateMachine could not build the upgrader pod, and the
+	// machine would be stranded; once the image is configured, Cluster
+	// API's next question is accepted. Give it the map of
+	// UpdaterOptions.Images. NewExtension fails on an invalid map. Default
+	// nil: every version is accepted.
+	Images ImagesByVersion
+
+	// InfrastructureDryRun, when set (default nil: no dry run), makes CanUpdateMachineSet try, before it accepts
+	// a change to the infrastructure machine template, the write Cluster API
+	// will then make to every infrastructure machine of the MachineSet: a
+	// server-side apply of the new template's spec.template.spec as the
+	// machine's spec, with dry run, through the provider's admission webhooks
+	// and policies. Only accepts that patch the infrastructure template are
+	// tried: in practice, changes accepted without being applied
+	// (SettingIgnore, a policy's ActionIgnore).
+	//
+	// Without it, an accepted infrastructure change that the provider refuses
+	// (an immutable field) is only found when Cluster API's MachineSet
+	// controller writes it, after the Machine has moved to the new MachineSet:
+	// the write fails on every retry and the Machine waits for ever, updated
+	// neither in place nor by replacement. KubeadmControlPlane dry-runs its
+	// own writes before asking CanUpdateMachine; the MachineSet path does
+	// not, so this is done here.
+	//
+	// The answer: a refusal by the server (admission webhook, validating
+	// admission policy, schema: Invalid, BadRequest, a Forbidden that is not
+	// RBAC's) declines, naming the machine and the server's message, so that
+	// Cluster API replaces the machines instead; RBAC's Forbidden is a Failure
+	// matching ErrDryRunForbidden; a timeout, a 5xx, a 429 or no connection is
+	// a Failure Cluster API asks again after. A machine gone meanwhile is
+	// skipped.
+	//
+	// It needs list on Machines and patch on the infrastructure machines'
+	// resource (the dry run is authorized as the write it tries). Up to
+	// eight machines are tried at once.
+	InfrastructureDryRun client.Client
+
+	// EventRecorder (default nil: none), with ManagementReader, records a Warning Event
+	// (EventReasonCanUpdateFailed) when a CanUpdate* answer is a Failure (an
+	// unknown ExtensionConfig setting, a malformed request, a check that
+	// could not decide), on the object a user describes to see why the
+	// rollout does not move: the MachineDeployment of a CanUpdateMachineSet
+	// request's MachineSet, the KubeadmControlPlane of a CanUpdateMachine
+	// request's Machine (the Machine itself, or the MachineSet, when nothing
+	// owns them). Cluster API v1.14 only logs such a Failure and retries, so
+	// without the Event the reason is in two controllers' logs only.
+	//
+	// ManagementReader reads the live Machine or MachineSet for its owner references
+	// (get on Machines and MachineSets); the requests carry neither them nor
+	// UIDs, and `kubectl describe` shows only Events that carry the object's
+	// UID. A Failure repeated with the same message for the same request
+	// object records nothing more until that object gets an answer that is
+	// not a Failure (per process: each replica of the extension records it
+	// once). NewExtension refuses a recorder without ManagementReader.
+	EventRecorder events.EventRecorder
+
+	// ManagementReader reads the live Machine or MachineSet for the owner
+	// references of EventRecorder's Events. NewExtension refuses an
+	// EventRecorder without it, and it without an EventRecorder.
+	ManagementReader client.Reader
 }
 
-// WithExtensionLogger sets the Extension's logger (WithUpdaterLogger is
-// MachineUpdater's); by default the request context's logger is used (the
-// runtime server puts controller-runtime's logger there).
-func WithExtensionLogger(l logr.Logger) ExtensionOption { return func(e *Extension) { e.log = l } }
-
-// WithExtensionMetrics counts every answer in m's MetricDecisions, by hook and
-// outcome (HookAccept, HookDecline, HookError).
-func WithExtensionMetrics(m *Metrics) ExtensionOption { return func(e *Extension) { e.metrics = m } }
-
-// WithFailurePolicy sets the FailurePolicy the CanUpdate* handlers
-// announce in discovery (default runtimehooksv1.FailurePolicyFail: while
-// the extension cannot answer, Cluster API keeps asking and changes
-// nothing). runtimehooksv1.FailurePolicyIgnore makes Cluster API go on
-// without an answer, that is, roll machines out by replacement while the
-// extension is down; for a MachineDeployment it remembers that "no" for 24
-// hours per MachineSet, so the rollout goes on by replacement after the
-// extension is back.
-func WithFailurePolicy(p runtimehooksv1.FailurePolicy) ExtensionOption {
-	return func(e *Extension) { e.failure = p }
-}
-
-// NewExtension builds the hook handlers around a decider.
-func NewExtension(d strategy.Decider, opts ...ExtensionOption) (*Extension, error) {
+// NewExtension builds the hook handlers around a decider from opts (see
+// ExtensionOptions for each field's default). Its errors match
+// ErrInvalidOption and name the field.
+func NewExtension(d strategy.Decider, opts ExtensionOptions) (*Extension, error) {
 	if d == nil {
 		return nil, fmt.Errorf("%w: nil decider", ErrInvalidOption)
 	}
-	e := &Extension{decider: d, failure: runtimehooksv1.FailurePolicyFail}
-	for _, o := range opts {
-		if o != nil {
-			o(e)
-		}
+	e := &Extension{decider: d, failure: runtimehooksv1.FailurePolicyFail, diffOpts: opts.DiffOptions, log: opts.Logger,
+		metrics: opts.Metrics, images: opts.Images, dryRun: opts.InfrastructureDryRun}
+	if opts.FailurePolicy != "" {
+		e.failure = opts.FailurePolicy
 	}
-	if e.events != nil && (e.events.recorder == nil || e.events.mgmt == nil) {
-		return nil, fmt.Errorf("%w: WithExtensionEventRecorder needs both a recorder and a management cluster reader", ErrInvalidOption)
+	if opts.EventRecorder != nil || opts.ManagementReader != nil {
+		if opts.EventRecorder == nil || opts.ManagementReader == nil {
+			return nil, fmt.Errorf("%w: ExtensionOptions.EventRecorder needs ExtensionOptions.ManagementReader, and the reader a recorder", ErrInvalidOption)
+		}
+		e.events = &canUpdateEvents{recorder: opts.EventRecorder, mgmt: opts.ManagementReader, last: map[string]string{}}
 	}
 	if e.failure != runtimehooksv1.FailurePolicyFail && e.failure != runtimehooksv1.FailurePolicyIgnore {
-		return nil, fmt.Errorf("%w: failure policy %q (want %s or %s)", ErrInvalidOption, e.failure, runtimehooksv1.FailurePolicyFail, runtimehooksv1.FailurePolicyIgnore)
+		return nil, fmt.Errorf("%w: ExtensionOptions.FailurePolicy %q (want %s or %s)", ErrInvalidOption, e.failure, runtimehooksv1.FailurePolicyFail, runtimehooksv1.FailurePolicyIgnore)
 	}
+	for i, c := range opts.Checks {
+		if c == nil {
+			return nil, fmt.Errorf("%w: ExtensionOptions.Checks[%d] is nil", ErrInvalidOption, i)
+		}
+	}
+	e.checks = []Check{VersionCheck(), KubeletArgsCheck(), FilesCheck()}
 	if e.images != nil {
 		if err := e.images.Validate(); err != nil {
-			return nil, err
+			return nil, fmt.Errorf("ExtensionOptions.Images: %w", err)
 		}
+		e.checks = append(e.checks, imagesCheck(e.images))
 	}
-	for i, c := range e.checks {
-		if c == nil {
-			return nil, fmt.Errorf("%w: checks[%d] is nil", ErrInvalidOption, i)
-		}
-	}
-	e.checks = append([]Check{VersionCheck(), KubeletArgsCheck(), FilesCheck()}, e.checks...)
+	e.checks = append(e.checks, opts.Checks...)
 	differ, err := diff.New(append([]diff.Option{diff.InPlaceUpdate()}, e.diffOpts...)...)
 	if err != nil {
 		return nil, err

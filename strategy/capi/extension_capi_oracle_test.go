@@ -137,8 +137,8 @@ func TestExtensionAgreesWithCAPIOracle(t *testing.T) {
 		name string
 		ext  *capi.Extension
 	}{
-		{"accept everything", must(capi.NewExtension(strategy.Updaters(all)))},
-		{"kubeadm only", must(capi.NewExtension(strategy.Updaters(kubeadm)))},
+		{"accept everything", must(capi.NewExtension(strategy.Updaters(all), capi.ExtensionOptions{}))},
+		{"kubeadm only", must(capi.NewExtension(strategy.Updaters(kubeadm), capi.ExtensionOptions{}))},
 	}
 
 	var cases []oracleCase
@@ -828,7 +828,7 @@ func TestOracleRefusesPatchesUnderANullSpec(t *testing.T) {
 		require.ErrorIs(t, capi.VerifyCanUpdateMachineSet(&r, resp), capi.ErrInvalidPatch, "patch %d", i)
 	}
 	kubelet := must(strategy.ForPaths("kubelet-args", strategy.KubeletExtraArgsPaths()...))
-	a, err := must(capi.NewExtension(strategy.Updaters(kubelet))).AnswerCanUpdateMachineSet(t.Context(), &r)
+	a, err := must(capi.NewExtension(strategy.Updaters(kubelet), capi.ExtensionOptions{})).AnswerCanUpdateMachineSet(t.Context(), &r)
 	require.NoError(t, err)
 	require.False(t, a.Accept, "declined: %s", a.Message)
 }

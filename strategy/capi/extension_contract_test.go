@@ -67,7 +67,7 @@ func requireNothingLeftToRoll(t *testing.T, resp *runtimehooksv1.CanUpdateMachin
 
 func TestExtensionDeclinesWhatNoExecutorApplies(t *testing.T) {
 	kubeadm := must(strategy.ForCategories("kubeadm", strategy.KubeadmCategories()...))
-	ext, err := capi.NewExtension(strategy.Updaters(kubeadm))
+	ext, err := capi.NewExtension(strategy.Updaters(kubeadm), capi.ExtensionOptions{})
 	require.NoError(t, err)
 	for _, tc := range []struct {
 		name  string
@@ -107,7 +107,7 @@ func TestExtensionChecksFeasibilityBeforeAccepting(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
 		from, to string
-		opts     []capi.ExtensionOption
+		opts     []extOpt
 		accept   bool
 		message  string
 	}{
@@ -117,13 +117,13 @@ func TestExtensionChecksFeasibilityBeforeAccepting(t *testing.T) {
 		{"a downgrade", "v1.36.1", "v1.35.4", nil, false, "downgrade refused"},
 		{"a major change", "v1.36.1", "v2.0.0", nil, false, "major version change"},
 		{"not canonical", "v1.35.4", "1.31.1", nil, false, "invalid Kubernetes version"},
-		{"an image for the version", "v1.35.4", "v1.36.1", []capi.ExtensionOption{capi.WithUpgraderImages(images)}, true, "in place by kubeadm"},
-		{"a check declines", "v1.35.4", "v1.36.1", []capi.ExtensionOption{capi.WithChecks(capi.CheckFunc(func(context.Context, capi.CheckRequest) error {
+		{"an image for the version", "v1.35.4", "v1.36.1", []extOpt{withUpgraderImages(images)}, true, "in place by kubeadm"},
+		{"a check declines", "v1.35.4", "v1.36.1", []extOpt{withChecks(capi.CheckFunc(func(context.Context, capi.CheckRequest) error {
 			return errors.Join(capi.ErrInfeasible, errors.New("control plane is at v1.30"))
 		}))}, false, "control plane is at v1.30"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			ext, err := capi.NewExtension(strategy.Updaters(kubeadm), tc.opts...)
+			ext, err := capi.NewExtension(strategy.Updaters(kubeadm), extensionOpts(tc.opts...))
 			require.NoError(t, err)
 			cur, des, curCfg, desCfg, curInfra, desInfra := contractPair()
 			cur.Spec.Version, des.Spec.Version = tc.from, tc.to
@@ -138,9 +138,9 @@ func TestExtensionChecksFeasibilityBeforeAccepting(t *testing.T) {
 	}
 
 	t.Run("a check that cannot tell answers Failure", func(t *testing.T) {
-		ext, err := capi.NewExtension(strategy.Updaters(kubeadm), capi.WithChecks(capi.CheckFunc(func(context.Context, capi.CheckRequest) error {
+		ext, err := capi.NewExtension(strategy.Updaters(kubeadm), capi.ExtensionOptions{Checks: []capi.Check{capi.CheckFunc(func(context.Context, capi.CheckRequest) error {
 			return errors.New("management cluster unreachable")
-		})))
+		})}})
 		require.NoError(t, err)
 		cur, des, curCfg, desCfg, curInfra, desInfra := contractPair()
 		resp := canUpdateMachine(t, ext, nil, cur, des, curCfg, desCfg, curInfra, desInfra)
@@ -150,19 +150,19 @@ func TestExtensionChecksFeasibilityBeforeAccepting(t *testing.T) {
 	})
 
 	t.Run("bad options", func(t *testing.T) {
-		for _, opt := range []capi.ExtensionOption{
-			capi.WithUpgraderImages(capi.ImagesByVersion{}),
-			capi.WithUpgraderImages(capi.ImagesByVersion{"1.31.1": "img"}),
-			capi.WithUpgraderImages(capi.ImagesByVersion{"v1.36.1": " "}),
-			capi.WithChecks(nil),
+		for _, opt := range []extOpt{
+			withUpgraderImages(capi.ImagesByVersion{}),
+			withUpgraderImages(capi.ImagesByVersion{"1.31.1": "img"}),
+			withUpgraderImages(capi.ImagesByVersion{"v1.36.1": " "}),
+			withChecks(nil),
 		} {
-			_, err := capi.NewExtension(strategy.Updaters(kubeadm), opt)
+			_, err := capi.NewExtension(strategy.Updaters(kubeadm), extensionOpts(opt))
 			require.ErrorIs(t, err, capi.ErrInvalidOption)
 		}
 	})
 
 	t.Run("MachineSet: a skipped minor is declined", func(t *testing.T) {
-		ext, err := capi.NewExtension(strategy.Updaters(kubeadm))
+		ext, err := capi.NewExtension(strategy.Updaters(kubeadm), capi.ExtensionOptions{})
 		require.NoError(t, err)
 		cur, _, curCfg, desCfg, curInfra, desInfra := contractPair()
 		ms := func(v string) clusterv1.MachineSet {
@@ -195,7 +195,7 @@ func TestExtensionChecksFeasibilityBeforeAccepting(t *testing.T) {
 
 func TestExtensionPatchesIgnoredChanges(t *testing.T) {
 	kubeadm := must(strategy.ForCategories("kubeadm", strategy.KubeadmCategories()...))
-	ext, err := capi.NewExtension(strategy.Updaters(kubeadm))
+	ext, err := capi.NewExtension(strategy.Updaters(kubeadm), capi.ExtensionOptions{})
 	require.NoError(t, err)
 
 	t.Run("the ignore setting", func(t *testing.T) {
@@ -224,7 +224,7 @@ func TestExtensionPatchesIgnoredChanges(t *testing.T) {
 			{Category: diff.CategoryFiles, Action: strategy.ActionIgnore},
 		}, strategy.ActionReplace, kubeadm)
 		require.NoError(t, err)
-		ext, err := capi.NewExtension(policy)
+		ext, err := capi.NewExtension(policy, capi.ExtensionOptions{})
 		require.NoError(t, err)
 		cur, des, curCfg, desCfg, curInfra, desInfra := contractPair()
 		desCfg.Spec.Files[0].Content = "v2"
@@ -250,7 +250,7 @@ func ptrTo[T any](v T) *T { return &v }
 // such a file left unchanged does not stand in the way.
 func TestExtensionAcceptsFilesItCanWrite(t *testing.T) {
 	files := must(strategy.ForPaths("files", strategy.FilesPaths()...))
-	ext, err := capi.NewExtension(strategy.Updaters(files))
+	ext, err := capi.NewExtension(strategy.Updaters(files), capi.ExtensionOptions{})
 	require.NoError(t, err)
 	motd := bootstrapv1.File{Path: "/etc/motd", Content: "v1"}
 	secret := bootstrapv1.File{Path: "/etc/kubernetes/example/token", ContentFrom: bootstrapv1.FileSource{Secret: bootstrapv1.SecretFileSource{Name: "token", Key: "value"}}}

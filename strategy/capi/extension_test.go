@@ -158,7 +158,7 @@ func applyLikeCAPI(t *testing.T, obj any, p runtimehooksv1.Patch) []byte {
 func TestExtensionOverHTTPS(t *testing.T) {
 	k8s := must(strategy.ForCategories("kubernetes", diff.CategoryKubernetesVersion))
 	etcd := must(strategy.ForCategories("etcd", diff.CategoryEtcdVersion))
-	ext, err := capi.NewExtension(strategy.Updaters(k8s, etcd))
+	ext, err := capi.NewExtension(strategy.Updaters(k8s, etcd), capi.ExtensionOptions{})
 	require.NoError(t, err)
 	c := startExtension(t, ext)
 	hookTypeMeta := func(kind string) metav1.TypeMeta {
@@ -351,24 +351,23 @@ func must[T any](v T, err error) T {
 func TestHandlersAnnounceTimeoutsAndFailurePolicies(t *testing.T) {
 	k8s := must(strategy.ForCategories("kubernetes", diff.CategoryKubernetesVersion))
 	for _, tc := range []struct {
-		opts []capi.ExtensionOption
+		opts []extOpt
 		want runtimehooksv1.FailurePolicy
 	}{
 		{nil, runtimehooksv1.FailurePolicyFail},
-		{[]capi.ExtensionOption{capi.WithFailurePolicy(runtimehooksv1.FailurePolicyIgnore)}, runtimehooksv1.FailurePolicyIgnore},
+		{[]extOpt{withFailurePolicy(runtimehooksv1.FailurePolicyIgnore)}, runtimehooksv1.FailurePolicyIgnore},
 	} {
-		ext, err := capi.NewExtension(strategy.Updaters(k8s), tc.opts...)
+		ext, err := capi.NewExtension(strategy.Updaters(k8s), extensionOpts(tc.opts...))
 		require.NoError(t, err)
 		for _, h := range ext.Handlers("x") {
 			require.Equal(t, int32(10), *h.TimeoutSeconds, h.Name)
 			require.Equal(t, tc.want, *h.FailurePolicy, h.Name)
 		}
 	}
-	_, err := capi.NewExtension(strategy.Updaters(k8s), capi.WithFailurePolicy("Sometimes"))
+	_, err := capi.NewExtension(strategy.Updaters(k8s), capi.ExtensionOptions{FailurePolicy: "Sometimes"})
 	require.ErrorIs(t, err, capi.ErrInvalidOption)
 
-	u, err := capi.NewMachineUpdater(func(context.Context, types.NamespacedName) (client.Client, error) { return nil, nil }, capi.WithoutDrain(),
-		capi.WithPodOptions(nodepod.WithImage("img")))
+	u, err := capi.NewMachineUpdater(func(context.Context, types.NamespacedName) (client.Client, error) { return nil, nil }, capi.UpdaterOptions{SkipDrain: true, PodOptions: []nodepod.Option{nodepod.WithImage("img")}})
 	require.NoError(t, err)
 	h := u.Handler("x")
 	require.Equal(t, int32(30), *h.TimeoutSeconds)

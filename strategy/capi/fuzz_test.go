@@ -51,7 +51,7 @@ func FuzzCanUpdateMachine(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	ext, err := capi.NewExtension(strategy.Updaters(kubeadm))
+	ext, err := capi.NewExtension(strategy.Updaters(kubeadm), capi.ExtensionOptions{})
 	if err != nil {
 		f.Fatal(err)
 	}
@@ -147,7 +147,7 @@ func FuzzUpdateMachine(f *testing.F) {
 			t.Fatal(err)
 		}
 		workload := func(context.Context, types.NamespacedName) (client.Client, error) { return c, nil }
-		u, err := capi.NewMachineUpdater(workload, capi.WithoutDrain(), capi.WithPodOptions(nodepod.WithImage("r/u:1")))
+		u, err := capi.NewMachineUpdater(workload, capi.UpdaterOptions{SkipDrain: true, PodOptions: []nodepod.Option{nodepod.WithImage("r/u:1")}})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -137,7 +137,7 @@ func TestUpdateMachineAppliesKubeletArgs(t *testing.T) {
 func TestExtensionAcceptsKubeletArgsItCanApply(t *testing.T) {
 	version := must(strategy.ForCategories("kubeadm", strategy.KubeadmCategories()...))
 	args := must(strategy.ForPaths("kubelet-args", strategy.KubeletExtraArgsPaths()...))
-	ext, err := capi.NewExtension(strategy.Updaters(version, args))
+	ext, err := capi.NewExtension(strategy.Updaters(version, args), capi.ExtensionOptions{})
 	require.NoError(t, err)
 
 	cur, des, curCfg, desCfg, curInfra, desInfra := contractPair()

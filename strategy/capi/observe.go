@@ -54,7 +54,7 @@ const (
 	// ReasonFailed: the update failed; the message starts with one of the
 	// Failure* reasons.
 	ReasonFailed = "Failed"
-	// ReasonGateClosed: a gate (WithGates) answered Wait before the update
+	// ReasonGateClosed: a gate (UpdaterOptions.Gates) answered Wait before the update
 	// started; nothing was done to the node. The message names the gate
 	// and why.
 	ReasonGateClosed = "GateClosed"
@@ -77,7 +77,7 @@ const (
 	// node is left as it was.
 	FailurePodRejected = "PodRejected"
 	// FailureNodeGone: no Node has the machine's spec.providerID, and none
-	// came back within WithNodeGoneGrace.
+	// came back within UpdaterOptions.NodeGoneGrace.
 	FailureNodeGone = "NodeGone"
 	// FailureAmbiguousNode: two or more Nodes have the machine's
 	// spec.providerID; updating one could update the wrong machine.
@@ -86,15 +86,15 @@ const (
 	// (two Machines with one providerID); the first one keeps the node.
 	FailureNodeClaimed = "NodeClaimed"
 	// FailureUpdateTimeout: the update was not done within
-	// WithUpdateTimeout of its start; it goes on, and a later call answers
+	// UpdaterOptions.UpdateTimeout of its start; it goes on, and a later call answers
 	// done if it finishes.
 	FailureUpdateTimeout = "UpdateTimeout"
 	// FailureNodeNotReady: the node stayed NotReady during its update
-	// longer than WithNotReadyTimeout (a kubelet that does not come back
+	// longer than UpdaterOptions.NotReadyTimeout (a kubelet that does not come back
 	// starts no further step).
 	FailureNodeNotReady = "NodeNotReady"
 	// FailureRequestMismatch: the request does not match the live objects
-	// in the management cluster (WithManagementReader): no such Machine,
+	// in the management cluster (UpdaterOptions.ManagementReader): no such Machine,
 	// not marked by Cluster API for the update, another cluster,
 	// providerID, version, role, bootstrap config or infrastructure
 	// machine. The answer's message is the same for all; the log says
@@ -108,20 +108,20 @@ const (
 	// FailureStepFailed: a step of the upgrader pod failed.
 	FailureStepFailed = "StepFailed"
 	// FailureDrainTimeout: the drain did not finish before the drain
-	// deadline (WithDrainTimeout).
+	// deadline (UpdaterOptions.DrainTimeout).
 	FailureDrainTimeout = "DrainTimeout"
-	// FailureGateStopped: a gate (WithGates) answered Stop before the
+	// FailureGateStopped: a gate (UpdaterOptions.Gates) answered Stop before the
 	// update started; nothing was done to the node.
 	FailureGateStopped = "GateStopped"
 	// FailureWorkloadUnreachable: the workload cluster could not be reached
 	// (no client: its kubeconfig secret unreadable, or its API server not
 	// answering the node lookup) for longer than
-	// WithWorkloadUnreachableTimeout, counted in the management cluster.
+	// UpdaterOptions.WorkloadUnreachableTimeout, counted in the management cluster.
 	// Cluster API keeps asking: a later call that reaches the cluster goes
 	// on with the update.
 	FailureWorkloadUnreachable = "WorkloadUnreachable"
 	// FailureImagePull: the upgrader image cannot be pulled or started on
-	// the node: its pre-pull pod (WithPrePullTimeout) kept failing to pull
+	// the node: its pre-pull pod (UpdaterOptions.PrePullTimeout) kept failing to pull
 	// it (ErrImagePull, ImagePullBackOff) past the pre-pull timeout, its
 	// reference is invalid (InvalidImageName), or its command failed. The
 	// message names the kubelet's reason and message. It is found before
@@ -202,7 +202,7 @@ type UpdateRecord struct {
 	Version string `json:"version"`
 	// Started is when the update started.
 	Started metav1.Time `json:"started"`
-	// PrePullStarted is when the pre-pull pod (WithPrePullTimeout) was
+	// PrePullStarted is when the pre-pull pod (UpdaterOptions.PrePullTimeout) was
 	// first created; the pre-pull timeout counts from here.
 	PrePullStarted *metav1.Time `json:"prePullStarted,omitempty"`
 	// PrePulled is when the pre-pull pod was seen Succeeded: the upgrader
@@ -274,8 +274,8 @@ var ErrMetricsRegistration = errors.New("cannot register upgradekit metrics")
 // zeros included, so dashboards see every series from the start.
 var inProgressPhases = []string{ReasonPending, ReasonDraining, ReasonDrainBlocked, ReasonUpgrading, ReasonWaitingForKubelet, ReasonFailed}
 
-// Metrics are the Prometheus metrics of Extension (WithExtensionMetrics) and
-// MachineUpdater (WithUpdaterMetrics). A nil *Metrics records nothing.
+// Metrics are the Prometheus metrics of Extension (ExtensionOptions.Metrics) and
+// MachineUpdater (UpdaterOptions.Metrics). A nil *Metrics records nothing.
 //
 // Counters and the histogram are exact per process. The in-progress gauge
 // is what this process last answered for each machine: Cluster API sends

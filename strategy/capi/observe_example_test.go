@@ -28,7 +28,7 @@ func ExampleNewMetrics() {
 		return
 	}
 	k8s, _ := strategy.ForCategories("kubernetes", diff.CategoryKubernetesVersion)
-	ext, _ := capi.NewExtension(strategy.Updaters(k8s), capi.WithExtensionMetrics(metrics))
+	ext, _ := capi.NewExtension(strategy.Updaters(k8s), capi.ExtensionOptions{Metrics: metrics})
 
 	machine := func(version, image string) runtimehooksv1.CanUpdateMachineRequestObjects {
 		infra, _ := json.Marshal(map[string]any{"kind": "DockerMachine", "spec": map[string]any{"customImage": image}})

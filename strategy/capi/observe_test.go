@@ -33,7 +33,7 @@ func TestNewMetricsRegistration(t *testing.T) {
 		require.NoError(t, err, "no duplicate-registration error, no panic")
 		k8s := must(strategy.ForCategories("kubernetes", diff.CategoryKubernetesVersion))
 		for _, m := range []*capi.Metrics{m1, m2} {
-			ext, err := capi.NewExtension(strategy.Updaters(k8s), capi.WithExtensionMetrics(m))
+			ext, err := capi.NewExtension(strategy.Updaters(k8s), capi.ExtensionOptions{Metrics: m})
 			require.NoError(t, err)
 			var resp runtimehooksv1.CanUpdateMachineResponse
 			ext.CanUpdateMachine(context.Background(), versionChange(t), &resp)
@@ -50,7 +50,7 @@ func TestNewMetricsRegistration(t *testing.T) {
 		require.NoError(t, err)
 		u, err := capi.NewMachineUpdater(func(context.Context, types.NamespacedName) (client.Client, error) {
 			return nil, errors.New("not reached")
-		}, capi.WithoutDrain(), capi.WithUpdaterMetrics(m), capi.WithPodOptions(nodepod.WithImage("registry.example/upgrader:v1@sha256:"+strings.Repeat("a", 64))))
+		}, capi.UpdaterOptions{SkipDrain: true, Metrics: m, PodOptions: []nodepod.Option{nodepod.WithImage("registry.example/upgrader:v1@sha256:" + strings.Repeat("a", 64))}})
 		require.NoError(t, err)
 		var resp runtimehooksv1.UpdateMachineResponse
 		u.UpdateMachine(context.Background(), &runtimehooksv1.UpdateMachineRequest{}, &resp)
@@ -124,7 +124,7 @@ func TestExtensionObservesDecisions(t *testing.T) {
 	var logs []string
 	log := funcr.New(func(prefix, args string) { logs = append(logs, args) }, funcr.Options{Verbosity: 1})
 	k8s := must(strategy.ForCategories("kubernetes", diff.CategoryKubernetesVersion))
-	ext, err := capi.NewExtension(strategy.Updaters(k8s), capi.WithExtensionMetrics(m), capi.WithExtensionLogger(log))
+	ext, err := capi.NewExtension(strategy.Updaters(k8s), capi.ExtensionOptions{Metrics: m, Logger: log})
 	require.NoError(t, err)
 	ctx := context.Background()
 
@@ -190,8 +190,7 @@ func TestUpdateMachineFailuresWithoutANode(t *testing.T) {
 	var logs []string
 	log := funcr.New(func(prefix, args string) { logs = append(logs, args) }, funcr.Options{Verbosity: 1})
 	newUpdater := func() *capi.MachineUpdater {
-		u, err := capi.NewMachineUpdater(workload, capi.WithoutDrain(), capi.WithUpdaterMetrics(m),
-			capi.WithEventRecorder(rec), capi.WithUpdaterLogger(log), capi.WithPodOptions(nodepod.WithImage("r/u:1")))
+		u, err := capi.NewMachineUpdater(workload, capi.UpdaterOptions{SkipDrain: true, Metrics: m, EventRecorder: rec, Logger: log, PodOptions: []nodepod.Option{nodepod.WithImage("r/u:1")}})
 		require.NoError(t, err)
 		return u
 	}

@@ -71,7 +71,7 @@ func referenceTo(namespace string, o *metav1.OwnerReference) *corev1.ObjectRefer
 
 // ownerEvent records a failed update's Event on m's owner (see
 // machineOwnerReference) as well, with m as the related object, when a
-// recorder is set and m is the live Machine (WithManagementReader: the
+// recorder is set and m is the live Machine (UpdaterOptions.ManagementReader: the
 // request's copy has no owner references).
 func (u *MachineUpdater) ownerEvent(ctx context.Context, log logr.Logger, m *clusterv1.Machine, note string) {
 	if u.recorder == nil || u.mgmt == nil {
@@ -98,33 +98,6 @@ type canUpdateEvents struct {
 
 	mu   sync.Mutex
 	last map[string]string // hook + request object -> message last recorded
-}
-
-// WithExtensionEventRecorder records a Warning Event
-// (EventReasonCanUpdateFailed) when a CanUpdate* answer is a Failure (an
-// unknown ExtensionConfig setting, a malformed request, a check that
-// could not decide), on the object a user describes to see why the
-// rollout does not move: the MachineDeployment of a CanUpdateMachineSet
-// request's MachineSet, the KubeadmControlPlane of a CanUpdateMachine
-// request's Machine (the Machine itself, or the MachineSet, when nothing
-// owns them). Cluster API v1.14 only logs such a Failure and retries, so
-// without the Event the reason is in two controllers' logs only.
-//
-// mgmt reads the live Machine or MachineSet for its owner references
-// (get on Machines and MachineSets); the requests carry neither them nor
-// UIDs, and `kubectl describe` shows only Events that carry the object's
-// UID. A Failure repeated with the same message for the same request
-// object records nothing more until that object gets an answer that is
-// not a Failure (per process: each replica of the extension records it
-// once). NewExtension refuses a recorder without mgmt.
-func WithExtensionEventRecorder(r events.EventRecorder, mgmt client.Reader) ExtensionOption {
-	return func(e *Extension) {
-		if r == nil && mgmt == nil {
-			e.events = nil
-			return
-		}
-		e.events = &canUpdateEvents{recorder: r, mgmt: mgmt, last: map[string]string{}}
-	}
 }
 
 // canUpdateSubject is the object a CanUpdate* request is about.
@@ -217,7 +190,7 @@ func (ev *canUpdateEvents) target(ctx context.Context, s canUpdateSubject) (rega
 }
 
 // EventReasonCanUpdateFailed (Warning) is the reason of the Event an
-// Extension with WithExtensionEventRecorder records on a
+// Extension with ExtensionOptions.EventRecorder records on a
 // MachineDeployment or KubeadmControlPlane when its CanUpdate* answer is a
 // Failure; the note names the hook, the MachineSet or Machine asked about,
 // and the error (an unknown setting names the setting).

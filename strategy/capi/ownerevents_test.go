@@ -102,8 +102,7 @@ func TestUpdateMachineFailureEventOnTheOwner(t *testing.T) {
 				require.NoError(t, mgmt.Create(t.Context(), tc.machineSet))
 			}
 			rec := &refRecorder{t: t}
-			u, err := capi.NewMachineUpdater(func(context.Context, types.NamespacedName) (client.Client, error) { return pc.c, nil },
-				capi.WithoutDrain(), capi.WithPodOptions(nodepod.WithImage("r/u:1")), capi.WithManagementReader(mgmt), capi.WithEventRecorder(rec))
+			u, err := capi.NewMachineUpdater(func(context.Context, types.NamespacedName) (client.Client, error) { return pc.c, nil }, capi.UpdaterOptions{SkipDrain: true, PodOptions: []nodepod.Option{nodepod.WithImage("r/u:1")}, ManagementReader: mgmt, EventRecorder: rec})
 			require.NoError(t, err)
 			call := func() runtimehooksv1.UpdateMachineResponse {
 				var resp runtimehooksv1.UpdateMachineResponse
@@ -140,8 +139,7 @@ func TestUpdateMachineFailureWithoutNodeEventOnTheOwner(t *testing.T) {
 	live := newLiveMachine(true)
 	live.machine.OwnerReferences = controllerRef(controlplanev1.GroupVersion.String(), "KubeadmControlPlane", "demo-cp", "uid-kcp")
 	rec := &refRecorder{t: t}
-	u, err := capi.NewMachineUpdater(func(context.Context, types.NamespacedName) (client.Client, error) { return pc.c, nil },
-		capi.WithoutDrain(), capi.WithPodOptions(nodepod.WithImage("r/u:1")), capi.WithManagementReader(live.client(t)), capi.WithEventRecorder(rec))
+	u, err := capi.NewMachineUpdater(func(context.Context, types.NamespacedName) (client.Client, error) { return pc.c, nil }, capi.UpdaterOptions{SkipDrain: true, PodOptions: []nodepod.Option{nodepod.WithImage("r/u:1")}, ManagementReader: live.client(t), EventRecorder: rec})
 	require.NoError(t, err)
 	for range 3 {
 		var resp runtimehooksv1.UpdateMachineResponse
@@ -162,8 +160,7 @@ func TestUpdateMachineFailureWithoutNodeEventOnTheOwner(t *testing.T) {
 func TestUpdateMachineFailureEventNeedsTheLiveMachine(t *testing.T) {
 	pc := newPodsCluster(t)
 	rec := &refRecorder{t: t}
-	u, err := capi.NewMachineUpdater(func(context.Context, types.NamespacedName) (client.Client, error) { return pc.c, nil },
-		capi.WithoutDrain(), capi.WithPodOptions(nodepod.WithImage("r/u:1")), capi.WithEventRecorder(rec))
+	u, err := capi.NewMachineUpdater(func(context.Context, types.NamespacedName) (client.Client, error) { return pc.c, nil }, capi.UpdaterOptions{SkipDrain: true, PodOptions: []nodepod.Option{nodepod.WithImage("r/u:1")}, EventRecorder: rec})
 	require.NoError(t, err)
 	req := updateReq("cp-0", "docker:////cp-0", "v1.36.1", true)
 	req.Desired.Machine.OwnerReferences = controllerRef(controlplanev1.GroupVersion.String(), "KubeadmControlPlane", "demo-cp", "uid-kcp") // not trusted
@@ -211,7 +208,7 @@ func TestCanUpdateFailureEventOnTheObjectAsked(t *testing.T) {
 	rec := &refRecorder{t: t}
 	kubeadmUpdater, err := strategy.ForCategories("kubeadm", diff.CategoryKubernetesVersion)
 	require.NoError(t, err)
-	ext, err := capi.NewExtension(strategy.Updaters(kubeadmUpdater), capi.WithExtensionEventRecorder(rec, mgmt))
+	ext, err := capi.NewExtension(strategy.Updaters(kubeadmUpdater), capi.ExtensionOptions{EventRecorder: rec, ManagementReader: mgmt})
 	require.NoError(t, err)
 	askSet := func(settings map[string]string) runtimehooksv1.ResponseStatus {
 		var resp runtimehooksv1.CanUpdateMachineSetResponse
@@ -266,14 +263,14 @@ func TestExtensionEventRecorderNeedsBoth(t *testing.T) {
 	kubeadmUpdater, err := strategy.ForCategories("kubeadm", diff.CategoryKubernetesVersion)
 	require.NoError(t, err)
 	mgmt := newLiveMachine(false).client(t)
-	for name, opt := range map[string]capi.ExtensionOption{
-		"no reader":   capi.WithExtensionEventRecorder(&refRecorder{t: t}, nil),
-		"no recorder": capi.WithExtensionEventRecorder(nil, mgmt),
+	for name, opt := range map[string]capi.ExtensionOptions{
+		"no reader":   {EventRecorder: &refRecorder{t: t}},
+		"no recorder": {ManagementReader: mgmt},
 	} {
 		_, err := capi.NewExtension(strategy.Updaters(kubeadmUpdater), opt)
 		require.ErrorIs(t, err, capi.ErrInvalidOption, name)
-		require.ErrorContains(t, err, "WithExtensionEventRecorder", name)
+		require.ErrorContains(t, err, "ExtensionOptions.EventRecorder", name)
 	}
-	_, err = capi.NewExtension(strategy.Updaters(kubeadmUpdater), capi.WithExtensionEventRecorder(nil, nil))
+	_, err = capi.NewExtension(strategy.Updaters(kubeadmUpdater), capi.ExtensionOptions{EventRecorder: nil, ManagementReader: nil})
 	require.NoError(t, err, "neither: no Events")
 }

@@ -32,8 +32,7 @@ func TestPeekGates(t *testing.T) {
 	}
 	holder := &countingHolder{}
 	workload := func(context.Context, types.NamespacedName) (client.Client, error) { return nil, errors.New("not used") }
-	u, err := capi.NewMachineUpdater(workload, capi.WithoutDrain(), capi.WithPodOptions(nodepod.WithImage("registry.example/upgrader:v1")), capi.WithUpdaterClock(clocktesting.NewFakePassiveClock(now)),
-		capi.WithGates(gate("window", strategy.VerdictAllow), strategy.Gates{gate("soak", strategy.VerdictWait), holder}))
+	u, err := capi.NewMachineUpdater(workload, capi.UpdaterOptions{SkipDrain: true, PodOptions: []nodepod.Option{nodepod.WithImage("registry.example/upgrader:v1")}, Clock: clocktesting.NewFakePassiveClock(now), Gates: []strategy.Gate{gate("window", strategy.VerdictAllow), strategy.Gates{gate("soak", strategy.VerdictWait), holder}}})
 	require.NoError(t, err)
 	m := &clusterv1.Machine{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "demo-md-0-x", Labels: map[string]string{clusterv1.MachineDeploymentNameLabel: "md-0"}},
 		Spec: clusterv1.MachineSpec{ClusterName: "demo"}}
@@ -47,7 +46,7 @@ func TestPeekGates(t *testing.T) {
 	require.Equal(t, strategy.GateRequest{Cluster: "default/demo", Group: "md-0", Role: strategy.RoleWorker, Machine: "demo-md-0-x", Node: "node-x", Now: now}, asked[0])
 	require.Zero(t, holder.checked, "a holder is never asked with Check")
 
-	plain, err := capi.NewMachineUpdater(workload, capi.WithoutDrain(), capi.WithPodOptions(nodepod.WithImage("registry.example/upgrader:v1")))
+	plain, err := capi.NewMachineUpdater(workload, capi.UpdaterOptions{SkipDrain: true, PodOptions: []nodepod.Option{nodepod.WithImage("registry.example/upgrader:v1")}})
 	require.NoError(t, err)
 	require.Nil(t, plain.PeekGates(t.Context(), m), "no gates, nothing to say")
 	var zero *capi.MachineUpdater

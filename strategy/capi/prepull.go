@@ -17,46 +17,12 @@ import (
 
 // DefaultPrePullTimeout is how long the pre-pull pod may keep failing to
 // pull the upgrader image (ErrImagePull, ImagePullBackOff) before
-// UpdateMachine answers Failure (WithPrePullTimeout). A kubelet retries a
+// UpdateMachine answers Failure (UpdaterOptions.PrePullTimeout). A kubelet retries a
 // failed pull with a back-off that starts at 10 seconds and doubles, so
 // five minutes see five or six attempts: enough for a registry hiccup or
 // a pull secret created a moment late, short enough that a wrong image is
 // a Failure within minutes, not at the two-hour update deadline.
 const DefaultPrePullTimeout = 5 * time.Minute
-
-// WithoutPrePull drains the node without first proving that the upgrader
-// image can be pulled and started on it. Then an image that cannot be
-// pulled shows only once the node is drained, as an upgrader pod in
-// ImagePullBackOff, until the update deadline (WithUpdateTimeout).
-func WithoutPrePull() MachineUpdaterOption {
-	return func(u *MachineUpdater) { u.prePull = false }
-}
-
-// WithPrePullTimeout sets how long the pre-pull pod may keep failing to
-// pull the upgrader image before UpdateMachine answers Failure
-// (FailureImagePull) on the undrained node (default
-// DefaultPrePullTimeout; it must be positive: WithoutPrePull turns the
-// pre-pull off). It counts from the pre-pull pod's creation, recorded on
-// the Node (UpdateRecord.PrePullStarted), so a restarted extension keeps
-// it. A pod that has not started pulling yet (its kubelet is down, say)
-// is not counted against it: the update and NotReady deadlines bound
-// that.
-//
-// The pre-pull runs when the updater drains (the default; see
-// WithoutDrain), after the upgrader pod's server-side dry run and before
-// the cordon: nodepod.BuildPrePull's pod, with the upgrader pod's image
-// (the target version's, WithVersionImages), pull policy, pull secrets,
-// namespace, tolerations and priority class, pinned to the node, running
-// the image's runner binary's "version" command (or "nsenter --version"
-// without a runner command). UpdateMachine answers in progress
-// (ReasonPending, naming the image and the kubelet's reason) while it
-// runs, deletes it once it Succeeded, records that on the Node
-// (UpdateRecord.PrePulled) and goes on with the cordon in the same call.
-// It needs the same pod verbs (create, get, list, delete) as the
-// upgrader pod, in the same namespace.
-func WithPrePullTimeout(d time.Duration) MachineUpdaterOption {
-	return func(u *MachineUpdater) { u.prePullTO = d }
-}
 
 // prePullPod builds the pre-pull pod of the update's upgrader image for
 // st's node.
@@ -77,7 +43,7 @@ func (u *MachineUpdater) prePullPod(st *call, rec *UpdateRecord) (*corev1.Pod, u
 }
 
 // prePullImage proves, before the node is cordoned, that the upgrader
-// image can be pulled and started on it (see WithPrePullTimeout). ok means
+// image can be pulled and started on it (see UpdaterOptions.PrePullTimeout). ok means
 // it is proven, recorded on the Node, and the pre-pull pod deleted.
 func (u *MachineUpdater) prePullImage(ctx context.Context, st *call, rec *UpdateRecord) (updateResult, bool) {
 	node := st.node.Name

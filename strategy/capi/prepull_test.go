@@ -50,17 +50,17 @@ func newPrePullWorld(t *testing.T, env *envtest.Env, node string, registry *fake
 
 // call answers one UpdateMachine call with a new MachineUpdater: nothing
 // survives in memory, as with a restarted extension.
-func (w *prePullWorld) call(opts ...capi.MachineUpdaterOption) runtimehooksv1.UpdateMachineResponse {
+func (w *prePullWorld) call(opts ...updOpt) runtimehooksv1.UpdateMachineResponse {
 	w.t.Helper()
 	u, err := capi.NewMachineUpdater(func(context.Context, types.NamespacedName) (client.Client, error) { return w.c, nil },
-		append([]capi.MachineUpdaterOption{
-			capi.WithWorkloadClientset(func(context.Context, types.NamespacedName) (kubernetes.Interface, error) { return w.cs, nil }),
-			capi.WithPodOptions(nodepod.WithImage(prePullImage), nodepod.WithRunnerCommand("/upgrader", "run"),
+		updaterOpts(append([]updOpt{
+			withWorkloadClientset(func(context.Context, types.NamespacedName) (kubernetes.Interface, error) { return w.cs, nil }),
+			withPodOptions(nodepod.WithImage(prePullImage), nodepod.WithRunnerCommand("/upgrader", "run"),
 				nodepod.WithImagePullSecrets("regcred"), nodepod.WithImagePullPolicy(corev1.PullAlways)),
-			capi.WithUpdaterClock(w.clk),
-			capi.WithDrainAttempt(2 * time.Second),
-			capi.WithDrainOptions(drain.WithGracePeriod(0)),
-		}, opts...)...)
+			withUpdaterClock(w.clk),
+			withDrainAttempt(2 * time.Second),
+			withDrainOptions(drain.WithGracePeriod(0)),
+		}, opts...)...))
 	require.NoError(w.t, err)
 	var resp runtimehooksv1.UpdateMachineResponse
 	u.UpdateMachine(w.t.Context(), w.req, &resp)
@@ -206,7 +206,7 @@ func TestUpdateMachinePrePullsTheUpgraderImage(t *testing.T) {
 
 	t.Run("an invalid image reference fails at once", func(t *testing.T) {
 		w := newPrePullWorld(t, env, "md-1-a", fake.NewRegistry())
-		bad := capi.WithPodOptions(nodepod.WithImage("registry.example/Upgrader:v1"))
+		bad := withPodOptions(nodepod.WithImage("registry.example/Upgrader:v1"))
 		resp := w.call(bad)
 		require.Equal(t, runtimehooksv1.ResponseStatusSuccess, resp.Status, resp.Message)
 		w.kubelet()
@@ -249,7 +249,7 @@ func TestUpdateMachinePrePullsTheUpgraderImage(t *testing.T) {
 
 	t.Run("WithoutPrePull cordons at once", func(t *testing.T) {
 		w := newPrePullWorld(t, env, "md-3-a", fake.NewRegistry())
-		resp := w.call(capi.WithoutPrePull())
+		resp := w.call(withoutPrePull())
 		require.Equal(t, runtimehooksv1.ResponseStatusSuccess, resp.Status, resp.Message)
 		require.Empty(t, w.prePullPods())
 		require.True(t, w.getNode().Spec.Unschedulable)

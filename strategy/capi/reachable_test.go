@@ -130,7 +130,7 @@ func TestExtensionDeclinesAnUnreachableCluster(t *testing.T) {
 	mgmt := fakeclient.NewClientBuilder().WithScheme(clientgoscheme.Scheme).Build()
 	kubeadm, err := strategy.ForCategories("kubeadm", strategy.KubeadmCategories()...)
 	require.NoError(t, err)
-	ext, err := capi.NewExtension(strategy.Updaters(kubeadm), capi.WithChecks(capi.WorkloadReachableCheck(capi.KubeconfigSecretClients(mgmt, clientgoscheme.Scheme))))
+	ext, err := capi.NewExtension(strategy.Updaters(kubeadm), capi.ExtensionOptions{Checks: []capi.Check{capi.WorkloadReachableCheck(capi.KubeconfigSecretClients(mgmt, clientgoscheme.Scheme))}})
 	require.NoError(t, err)
 	cur, des, _, _, curInfra, desInfra := machinePair()
 	req := &runtimehooksv1.CanUpdateMachineRequest{
@@ -168,8 +168,7 @@ func TestUpdateMachineWorkloadUnreachableDeadline(t *testing.T) {
 			return workload, nil
 		}
 		return nil, forbidden
-	}, capi.WithoutDrain(), capi.WithPodOptions(nodepod.WithImage("registry.example/upgrader:v1.36.1")), capi.WithUpdaterClock(clk),
-		capi.WithWorkloadUnreachableTimeout(10*time.Minute))
+	}, capi.UpdaterOptions{SkipDrain: true, PodOptions: []nodepod.Option{nodepod.WithImage("registry.example/upgrader:v1.36.1")}, Clock: clk, WorkloadUnreachableTimeout: 10 * time.Minute})
 	require.NoError(t, err)
 	requireFailure := func(t *testing.T, resp runtimehooksv1.UpdateMachineResponse, reason string) {
 		t.Helper()

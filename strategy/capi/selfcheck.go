@@ -21,7 +21,7 @@ import (
 // applies its own patches to the current objects the way Cluster API does
 // (spec only; spec.template.spec for templates) and compares the result
 // with desired by Cluster API's strict in-place rules (diff.InPlaceUpdate
-// alone, without WithDiffOptions). Whatever is left would make Cluster API
+// alone, without ExtensionOptions.DiffOptions). Whatever is left would make Cluster API
 // roll the machine after all, so the answer becomes a decline naming those
 // fields. It should never happen; when it does, the diff options hide a
 // difference Cluster API sees.

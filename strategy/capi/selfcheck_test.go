@@ -15,22 +15,22 @@ func TestExtensionSelfCheckDeclinesWhatCAPIWouldStillSee(t *testing.T) {
 	kubeadm := must(strategy.ForCategories("kubeadm", strategy.KubeadmCategories()...))
 	for _, tc := range []struct {
 		name    string
-		opts    []capi.ExtensionOption
+		opts    []extOpt
 		edit    func(desInfra map[string]any)
 		decline string
 	}{
 		{"nothing hidden: accepted", nil, func(map[string]any) {}, ""},
 		{"a diff option hides a change CAPI compares",
-			[]capi.ExtensionOption{capi.WithDiffOptions(diff.Ignore("infrastructure.spec.customImage"))},
+			[]extOpt{withDiffOptions(diff.Ignore("infrastructure.spec.customImage"))},
 			func(des map[string]any) { des["spec"].(map[string]any)["customImage"] = "kindest/node:v1.36.1" },
 			"infrastructure.spec.customImage"},
 		{"an empty value hidden too",
-			[]capi.ExtensionOption{capi.WithDiffOptions(diff.Ignore("infrastructure.spec.extra"))},
+			[]extOpt{withDiffOptions(diff.Ignore("infrastructure.spec.extra"))},
 			func(des map[string]any) { des["spec"].(map[string]any)["extra"] = "" },
 			"infrastructure.spec.extra"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			ext, err := capi.NewExtension(strategy.Updaters(kubeadm), tc.opts...)
+			ext, err := capi.NewExtension(strategy.Updaters(kubeadm), extensionOpts(tc.opts...))
 			require.NoError(t, err)
 			cur, des, curCfg, desCfg, curInfra, desInfra := contractPair()
 			tc.edit(desInfra)

@@ -85,7 +85,7 @@ func TestControlPlaneSkewCheck(t *testing.T) {
 			// The machine asked about is in the management cluster, as
 			// Cluster API's always is.
 			mgmt := fakeclient.NewClientBuilder().WithScheme(scheme).WithObjects(append(tc.objs, cur.DeepCopy())...).Build()
-			ext, err := capi.NewExtension(strategy.Updaters(kubeadm), capi.WithChecks(capi.ControlPlaneSkewCheck(mgmt)))
+			ext, err := capi.NewExtension(strategy.Updaters(kubeadm), capi.ExtensionOptions{Checks: []capi.Check{capi.ControlPlaneSkewCheck(mgmt)}})
 			require.NoError(t, err)
 			resp := canUpdateMachine(t, ext, nil, cur, des, curCfg, desCfg, curInfra, desInfra)
 			require.Equal(t, tc.status, resp.Status, resp.Message)
@@ -125,7 +125,7 @@ func TestControlPlaneSkewCheck(t *testing.T) {
 			t.Run(name, func(t *testing.T) {
 				objs := append([]client.Object{cp("cp-a", "v1.35.4"), otherCluster.DeepCopy()}, tc.objs...)
 				mgmt := fakeclient.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).Build()
-				ext, err := capi.NewExtension(strategy.Updaters(kubeadm), capi.WithChecks(capi.ControlPlaneSkewCheck(mgmt)))
+				ext, err := capi.NewExtension(strategy.Updaters(kubeadm), capi.ExtensionOptions{Checks: []capi.Check{capi.ControlPlaneSkewCheck(mgmt)}})
 				require.NoError(t, err)
 				c, d := cur.DeepCopy(), des.DeepCopy()
 				tc.forge(c)

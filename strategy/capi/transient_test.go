@@ -22,7 +22,7 @@ func TestExtensionFailsForAVersionItIsNotConfiguredFor(t *testing.T) {
 	cur, des, curCfg, desCfg, curInfra, desInfra := contractPair()
 	cur.Spec.Version, des.Spec.Version = "v1.36.1", "v1.37.0"
 
-	ext, err := capi.NewExtension(strategy.Updaters(kubeadm), capi.WithUpgraderImages(capi.ImagesByVersion{"v1.36.1": "registry.example/upgrader:v1.36.1"}))
+	ext, err := capi.NewExtension(strategy.Updaters(kubeadm), capi.ExtensionOptions{Images: capi.ImagesByVersion{"v1.36.1": "registry.example/upgrader:v1.36.1"}})
 	require.NoError(t, err)
 	resp := canUpdateMachine(t, ext, nil, cur, des, curCfg, desCfg, curInfra, desInfra)
 	require.Equal(t, runtimehooksv1.ResponseStatusFailure, resp.Status, resp.Message)
@@ -35,8 +35,8 @@ func TestExtensionFailsForAVersionItIsNotConfiguredFor(t *testing.T) {
 	require.NotErrorIs(t, err, capi.ErrInfeasible)
 
 	// The operator adds the image: Cluster API's next question is accepted.
-	ext, err = capi.NewExtension(strategy.Updaters(kubeadm), capi.WithUpgraderImages(capi.ImagesByVersion{
-		"v1.36.1": "registry.example/upgrader:v1.36.1", "v1.37.0": "registry.example/upgrader:v1.37.0"}))
+	ext, err = capi.NewExtension(strategy.Updaters(kubeadm), capi.ExtensionOptions{Images: capi.ImagesByVersion{
+		"v1.36.1": "registry.example/upgrader:v1.36.1", "v1.37.0": "registry.example/upgrader:v1.37.0"}})
 	require.NoError(t, err)
 	resp = canUpdateMachine(t, ext, nil, cur, des, curCfg, desCfg, curInfra, desInfra)
 	require.Equal(t, runtimehooksv1.ResponseStatusSuccess, resp.Status, resp.Message)

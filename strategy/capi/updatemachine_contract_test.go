@@ -47,8 +47,7 @@ func TestUpdateMachineValidatesBeforeDisrupting(t *testing.T) {
 	workload := func(context.Context, types.NamespacedName) (client.Client, error) { return c, nil }
 	clientset := func(context.Context, types.NamespacedName) (kubernetes.Interface, error) { return cs, nil }
 	call := func(req *runtimehooksv1.UpdateMachineRequest, namespace string) runtimehooksv1.UpdateMachineResponse {
-		u, err := capi.NewMachineUpdater(workload, capi.WithWorkloadClientset(clientset), capi.WithoutPrePull(),
-			capi.WithPodOptions(nodepod.WithImage("registry.example/upgrader:v1.36.1"), nodepod.WithNamespace(namespace)))
+		u, err := capi.NewMachineUpdater(workload, capi.UpdaterOptions{Clientset: clientset, SkipPrePull: true, PodOptions: []nodepod.Option{nodepod.WithImage("registry.example/upgrader:v1.36.1"), nodepod.WithNamespace(namespace)}})
 		require.NoError(t, err)
 		var resp runtimehooksv1.UpdateMachineResponse
 		u.UpdateMachine(ctx, req, &resp)
@@ -216,8 +215,7 @@ func TestUpdateMachineRolesUnderKubeadmControlPlane(t *testing.T) {
 func TestUpdateMachineNodeIdentity(t *testing.T) {
 	newUpdater := func(t *testing.T, c client.Client, clk *clocktesting.FakeClock) *capi.MachineUpdater {
 		workload := func(context.Context, types.NamespacedName) (client.Client, error) { return c, nil }
-		u, err := capi.NewMachineUpdater(workload, capi.WithoutDrain(), capi.WithPodOptions(nodepod.WithImage("r/u:1")),
-			capi.WithUpdaterClock(clk), capi.WithNodeGoneGrace(10*time.Minute))
+		u, err := capi.NewMachineUpdater(workload, capi.UpdaterOptions{SkipDrain: true, PodOptions: []nodepod.Option{nodepod.WithImage("r/u:1")}, Clock: clk, NodeGoneGrace: 10 * time.Minute})
 		require.NoError(t, err)
 		return u
 	}
@@ -308,7 +306,7 @@ func TestUpdateMachineImagePerVersion(t *testing.T) {
 	images := capi.ImagesByVersion{"v1.36.1": "registry.example/upgrader:v1.36.1", "v1.36.2": "registry.example/upgrader:v1.36.2"}
 	call := func(pc *podsCluster, v string) runtimehooksv1.UpdateMachineResponse {
 		workload := func(context.Context, types.NamespacedName) (client.Client, error) { return pc.c, nil }
-		u, err := capi.NewMachineUpdater(workload, capi.WithoutDrain(), capi.WithVersionImages(images))
+		u, err := capi.NewMachineUpdater(workload, capi.UpdaterOptions{SkipDrain: true, Images: images})
 		require.NoError(t, err, "no nodepod.WithImage needed: the map has them")
 		var resp runtimehooksv1.UpdateMachineResponse
 		u.UpdateMachine(t.Context(), updateReq("w-0", "docker:////cp-0", v, false), &resp)
@@ -328,7 +326,7 @@ func TestUpdateMachineImagePerVersion(t *testing.T) {
 	require.Empty(t, pc.pods())
 
 	workload := func(context.Context, types.NamespacedName) (client.Client, error) { return nil, nil }
-	_, err := capi.NewMachineUpdater(workload, capi.WithoutDrain(), capi.WithVersionImages(capi.ImagesByVersion{"v1.36": "img"}))
+	_, err := capi.NewMachineUpdater(workload, capi.UpdaterOptions{SkipDrain: true, Images: capi.ImagesByVersion{"v1.36": "img"}})
 	require.ErrorIs(t, err, capi.ErrInvalidOption)
 }
 
@@ -340,8 +338,7 @@ func TestUpdateMachineDeadlines(t *testing.T) {
 	newCall := func(pc *podsCluster, clk *clocktesting.FakeClock) func() runtimehooksv1.UpdateMachineResponse {
 		workload := func(context.Context, types.NamespacedName) (client.Client, error) { return pc.c, nil }
 		return func() runtimehooksv1.UpdateMachineResponse {
-			u, err := capi.NewMachineUpdater(workload, capi.WithoutDrain(), capi.WithPodOptions(nodepod.WithImage("r/u:1")),
-				capi.WithUpdaterClock(clk), capi.WithUpdateTimeout(time.Hour), capi.WithNotReadyTimeout(10*time.Minute))
+			u, err := capi.NewMachineUpdater(workload, capi.UpdaterOptions{SkipDrain: true, PodOptions: []nodepod.Option{nodepod.WithImage("r/u:1")}, Clock: clk, UpdateTimeout: time.Hour, NotReadyTimeout: 10 * time.Minute})
 			require.NoError(t, err)
 			var resp runtimehooksv1.UpdateMachineResponse
 			u.UpdateMachine(t.Context(), updateReq("w-0", "docker:////cp-0", "v1.36.1", false), &resp)
@@ -451,8 +448,7 @@ func TestUpdateMachineChecksTheRequestAgainstTheMachine(t *testing.T) {
 			}
 			rec := &uidRecorder{}
 			workload := func(context.Context, types.NamespacedName) (client.Client, error) { return pc.c, nil }
-			u, err := capi.NewMachineUpdater(workload, capi.WithoutDrain(), capi.WithPodOptions(nodepod.WithImage("r/u:1")),
-				capi.WithManagementReader(live.client(t)), capi.WithEventRecorder(rec))
+			u, err := capi.NewMachineUpdater(workload, capi.UpdaterOptions{SkipDrain: true, PodOptions: []nodepod.Option{nodepod.WithImage("r/u:1")}, ManagementReader: live.client(t), EventRecorder: rec})
 			require.NoError(t, err)
 			var resp runtimehooksv1.UpdateMachineResponse
 			u.UpdateMachine(t.Context(), req, &resp)

@@ -58,8 +58,7 @@ func TestUpdateMachineRemembersNothingOfRandomNames(t *testing.T) {
 	workload := func(context.Context, types.NamespacedName) (client.Client, error) {
 		return nil, errors.New("no workload cluster is read for a Machine that does not exist")
 	}
-	u, err := NewMachineUpdater(workload, WithoutDrain(), WithPodOptions(nodepod.WithImage("r/u:1")),
-		WithManagementReader(mgmt), WithUpdaterMetrics(metrics))
+	u, err := NewMachineUpdater(workload, UpdaterOptions{SkipDrain: true, PodOptions: []nodepod.Option{nodepod.WithImage("r/u:1")}, ManagementReader: mgmt, Metrics: metrics})
 	require.NoError(t, err)
 	r := rand.New(rand.NewPCG(1, 2))
 	longest := ""
@@ -92,8 +91,7 @@ func TestUpdateMachineRemembersNothingOfRandomNames(t *testing.T) {
 // failures remembered per Machine are the request's names; they are
 // bounded.
 func TestRememberedFailuresAreBounded(t *testing.T) {
-	u, err := NewMachineUpdater(func(context.Context, types.NamespacedName) (client.Client, error) { return nil, errors.New("unused") },
-		WithoutDrain(), WithPodOptions(nodepod.WithImage("r/u:1")))
+	u, err := NewMachineUpdater(func(context.Context, types.NamespacedName) (client.Client, error) { return nil, errors.New("unused") }, UpdaterOptions{SkipDrain: true, PodOptions: []nodepod.Option{nodepod.WithImage("r/u:1")}})
 	require.NoError(t, err)
 	for i := range 3 * maxRememberedFailures {
 		req := &runtimehooksv1.UpdateMachineRequest{}

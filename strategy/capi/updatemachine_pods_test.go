@@ -34,7 +34,7 @@ type podsCluster struct {
 	call func(*runtimehooksv1.UpdateMachineRequest) runtimehooksv1.UpdateMachineResponse
 }
 
-func newPodsCluster(t *testing.T, opts ...capi.MachineUpdaterOption) *podsCluster {
+func newPodsCluster(t *testing.T, opts ...updOpt) *podsCluster {
 	t.Helper()
 	s := runtime.NewScheme()
 	require.NoError(t, clientgoscheme.AddToScheme(s))
@@ -48,7 +48,7 @@ func newPodsCluster(t *testing.T, opts ...capi.MachineUpdaterOption) *podsCluste
 	workload := func(context.Context, types.NamespacedName) (client.Client, error) { return c, nil }
 	return &podsCluster{t: t, c: c, call: func(req *runtimehooksv1.UpdateMachineRequest) runtimehooksv1.UpdateMachineResponse {
 		// A new updater per call: nothing survives in memory.
-		u, err := capi.NewMachineUpdater(workload, append([]capi.MachineUpdaterOption{capi.WithoutDrain(), capi.WithPodOptions(nodepod.WithImage("r/u:1"))}, opts...)...)
+		u, err := capi.NewMachineUpdater(workload, updaterOpts(append([]updOpt{withoutDrain(), withPodOptions(nodepod.WithImage("r/u:1"))}, opts...)...))
 		require.NoError(t, err)
 		var resp runtimehooksv1.UpdateMachineResponse
 		u.UpdateMachine(ctx, req, &resp)
@@ -341,7 +341,7 @@ func TestUpdateMachineWaitsForItsGates(t *testing.T) {
 	clk := clocktesting.NewFakePassiveClock(time.Date(2026, 11, 25, 1, 0, 0, 0, time.UTC))
 	window, err := strategy.MaintenanceWindow("nightly", "0 2 * * *", time.Hour, "UTC")
 	require.NoError(t, err)
-	pc := newPodsCluster(t, capi.WithGates(window), capi.WithUpdaterClock(clk))
+	pc := newPodsCluster(t, withGates(window), withUpdaterClock(clk))
 	req := updateReq("cp-0", "docker:////cp-0", "v1.36.1", true)
 
 	for _, at := range []time.Time{time.Date(2026, 11, 25, 1, 0, 0, 0, time.UTC), time.Date(2026, 11, 25, 1, 59, 0, 0, time.UTC)} {
@@ -368,7 +368,7 @@ func TestUpdateMachineWaitsForItsGates(t *testing.T) {
 		stop := strategy.GateFunc(func(context.Context, strategy.GateRequest) strategy.GateResult {
 			return strategy.GateResult{Verdict: strategy.VerdictStop, Gate: "breaker", Reason: "3 of 10 machines of md-0 unhealthy"}
 		})
-		pc := newPodsCluster(t, capi.WithGates(window, stop), capi.WithUpdaterClock(clk))
+		pc := newPodsCluster(t, withGates(window, stop), withUpdaterClock(clk))
 		resp := pc.call(req)
 		require.Equal(t, runtimehooksv1.ResponseStatusFailure, resp.Status)
 		require.Contains(t, resp.Message, capi.FailureGateStopped+": node cp-0: Stop by breaker: 3 of 10 machines of md-0 unhealthy")
@@ -376,8 +376,7 @@ func TestUpdateMachineWaitsForItsGates(t *testing.T) {
 		require.Nil(t, pc.record())
 	})
 	t.Run("a nil gate is refused", func(t *testing.T) {
-		_, err := capi.NewMachineUpdater(func(context.Context, types.NamespacedName) (client.Client, error) { return nil, nil },
-			capi.WithoutDrain(), capi.WithPodOptions(nodepod.WithImage("r/u:1")), capi.WithGates(window, nil))
+		_, err := capi.NewMachineUpdater(func(context.Context, types.NamespacedName) (client.Client, error) { return nil, nil }, capi.UpdaterOptions{SkipDrain: true, PodOptions: []nodepod.Option{nodepod.WithImage("r/u:1")}, Gates: []strategy.Gate{window, nil}})
 		require.ErrorIs(t, err, capi.ErrInvalidOption)
 		require.ErrorContains(t, err, "gate 1 is nil")
 	})

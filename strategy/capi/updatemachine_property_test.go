@@ -173,12 +173,12 @@ func propertyRun(t *testing.T, seed int64, w *propertyWorld) string {
 		end := ""
 		const budget = 60
 		for call := 0; call < budget && end == ""; call++ {
-			opts := []capi.MachineUpdaterOption{capi.WithoutDrain(), capi.WithPodOptions(layout...),
-				capi.WithUpdaterClock(clk), capi.WithNodeGoneGrace(10 * time.Minute)}
+			opts := []updOpt{withoutDrain(), withPodOptions(layout...),
+				withUpdaterClock(clk), withNodeGoneGrace(10 * time.Minute)}
 			if w != nil {
 				opts = append(opts[1:], w.drain...)
 			}
-			u, err := capi.NewMachineUpdater(workload, opts...)
+			u, err := capi.NewMachineUpdater(workload, updaterOpts(opts...))
 			require.NoError(t, err)
 			var resp runtimehooksv1.UpdateMachineResponse
 			u.UpdateMachine(ctx, req, &resp)
@@ -324,7 +324,7 @@ func failureReason(msg string) string {
 // drain on.
 type propertyWorld struct {
 	c     client.WithWatch
-	drain []capi.MachineUpdaterOption
+	drain []updOpt
 	// kept counts the ends of updates of operator-cordoned nodes, checked
 	// to be still cordoned.
 	kept int
@@ -409,13 +409,13 @@ func TestUpdateMachinePropertyWithDrain(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, c.Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: nodepod.DefaultNamespace}}))
 	clientset := func(context.Context, types.NamespacedName) (kubernetes.Interface, error) { return cs, nil }
-	w := &propertyWorld{c: c, drain: []capi.MachineUpdaterOption{
-		capi.WithWorkloadClientset(clientset),
+	w := &propertyWorld{c: c, drain: []updOpt{
+		withWorkloadClientset(clientset),
 		// Its kubelet plays upgrader pods only; the pre-pull has tests of
 		// its own (prepull_test.go).
-		capi.WithoutPrePull(),
-		capi.WithDrainAttempt(time.Second),
-		capi.WithDrainOptions(drain.WithGracePeriod(0)),
+		withoutPrePull(),
+		withDrainAttempt(time.Second),
+		withDrainOptions(drain.WithGracePeriod(0)),
 	}}
 	ends := map[string]int{}
 	for seed := int64(1); seed <= int64(runs); seed++ {

@@ -60,8 +60,7 @@ func TestUpdateMachineReportsOnceWithoutNodeStatus(t *testing.T) {
 	clientset := func(context.Context, types.NamespacedName) (kubernetes.Interface, error) { return cs, nil }
 	call := func(req *runtimehooksv1.UpdateMachineRequest) runtimehooksv1.UpdateMachineResponse {
 		t.Helper()
-		u, err := capi.NewMachineUpdater(workload, capi.WithWorkloadClientset(clientset), capi.WithoutPrePull(), capi.WithUpdaterClock(clk),
-			capi.WithEventRecorder(recorder), capi.WithUpdaterMetrics(metrics), capi.WithPodOptions(nodepod.WithImage("r/u:1")))
+		u, err := capi.NewMachineUpdater(workload, capi.UpdaterOptions{Clientset: clientset, SkipPrePull: true, Clock: clk, EventRecorder: recorder, Metrics: metrics, PodOptions: []nodepod.Option{nodepod.WithImage("r/u:1")}})
 		require.NoError(t, err)
 		var resp runtimehooksv1.UpdateMachineResponse
 		u.UpdateMachine(ctx, req, &resp)
@@ -140,7 +139,7 @@ func TestUpdateMachineReportedIsCompareAndSwap(t *testing.T) {
 	createNode(t, ctx, c, "md-0-a", "docker:////md-0-a", "v1.35.4")
 	recorder := events.NewFakeRecorder(10)
 	workload := func(context.Context, types.NamespacedName) (client.Client, error) { return c, nil }
-	u, err := capi.NewMachineUpdater(workload, capi.WithoutDrain(), capi.WithEventRecorder(recorder), capi.WithPodOptions(nodepod.WithImage("r/u:1")))
+	u, err := capi.NewMachineUpdater(workload, capi.UpdaterOptions{SkipDrain: true, EventRecorder: recorder, PodOptions: []nodepod.Option{nodepod.WithImage("r/u:1")}})
 	require.NoError(t, err)
 	var resp runtimehooksv1.UpdateMachineResponse
 	u.UpdateMachine(ctx, updateReq("md-0-a", "docker:////md-0-a", "v1.37.0", false), &resp)

@@ -160,9 +160,7 @@ func TestUpdateMachineActsOnTheLiveMachineOnly(t *testing.T) {
 			require.NoError(t, pc.c.Get(t.Context(), types.NamespacedName{Name: "cp-0"}, &n))
 			cs := k8sfake.NewClientset(n.DeepCopy())
 			rec := &countingRecorder{}
-			u, err := capi.NewMachineUpdater(func(context.Context, types.NamespacedName) (client.Client, error) { return pc.c, nil },
-				capi.WithWorkloadClientset(func(context.Context, types.NamespacedName) (kubernetes.Interface, error) { return cs, nil }), capi.WithoutPrePull(),
-				capi.WithPodOptions(nodepod.WithImage("r/u:1")), capi.WithManagementReader(live.client(t)), capi.WithEventRecorder(rec))
+			u, err := capi.NewMachineUpdater(func(context.Context, types.NamespacedName) (client.Client, error) { return pc.c, nil }, capi.UpdaterOptions{Clientset: func(context.Context, types.NamespacedName) (kubernetes.Interface, error) { return cs, nil }, SkipPrePull: true, PodOptions: []nodepod.Option{nodepod.WithImage("r/u:1")}, ManagementReader: live.client(t), EventRecorder: rec})
 			require.NoError(t, err)
 			for range 2 {
 				var resp runtimehooksv1.UpdateMachineResponse
@@ -184,8 +182,7 @@ func TestUpdateMachineActsOnTheLiveMachineOnly(t *testing.T) {
 		pc := newPodsCluster(t)
 		live := newLiveMachine(true)
 		rec := &countingRecorder{}
-		u, err := capi.NewMachineUpdater(func(context.Context, types.NamespacedName) (client.Client, error) { return pc.c, nil },
-			capi.WithoutDrain(), capi.WithPodOptions(nodepod.WithImage("r/u:1")), capi.WithManagementReader(live.client(t)), capi.WithEventRecorder(rec))
+		u, err := capi.NewMachineUpdater(func(context.Context, types.NamespacedName) (client.Client, error) { return pc.c, nil }, capi.UpdaterOptions{SkipDrain: true, PodOptions: []nodepod.Option{nodepod.WithImage("r/u:1")}, ManagementReader: live.client(t), EventRecorder: rec})
 		require.NoError(t, err)
 		var resp runtimehooksv1.UpdateMachineResponse
 		u.UpdateMachine(t.Context(), live.request(t), &resp)
@@ -202,8 +199,7 @@ func TestUpdateMachineActsOnTheLiveMachineOnly(t *testing.T) {
 		live := newLiveMachine(false)
 		req := live.request(t)
 		req.Desired.Machine.Labels[clusterv1.MachineControlPlaneLabel] = ""
-		u, err := capi.NewMachineUpdater(func(context.Context, types.NamespacedName) (client.Client, error) { return pc.c, nil },
-			capi.WithoutDrain(), capi.WithPodOptions(nodepod.WithImage("r/u:1")), capi.WithManagementReader(live.client(t)))
+		u, err := capi.NewMachineUpdater(func(context.Context, types.NamespacedName) (client.Client, error) { return pc.c, nil }, capi.UpdaterOptions{SkipDrain: true, PodOptions: []nodepod.Option{nodepod.WithImage("r/u:1")}, ManagementReader: live.client(t)})
 		require.NoError(t, err)
 		var resp runtimehooksv1.UpdateMachineResponse
 		u.UpdateMachine(t.Context(), req, &resp)
@@ -246,8 +242,7 @@ func TestUpdateMachineMismatchesTellNothing(t *testing.T) {
 			}
 			mgmt := live.client(t)
 			rec := &countingRecorder{}
-			u, err := capi.NewMachineUpdater(func(context.Context, types.NamespacedName) (client.Client, error) { return pc.c, nil },
-				capi.WithoutDrain(), capi.WithPodOptions(nodepod.WithImage("r/u:1")), capi.WithManagementReader(mgmt), capi.WithEventRecorder(rec))
+			u, err := capi.NewMachineUpdater(func(context.Context, types.NamespacedName) (client.Client, error) { return pc.c, nil }, capi.UpdaterOptions{SkipDrain: true, PodOptions: []nodepod.Option{nodepod.WithImage("r/u:1")}, ManagementReader: mgmt, EventRecorder: rec})
 			require.NoError(t, err)
 			var resp runtimehooksv1.UpdateMachineResponse
 			u.UpdateMachine(t.Context(), req, &resp)

@@ -87,7 +87,7 @@ func TestUpdateMachineRetry(t *testing.T) {
 
 	t.Run("a running pod is not replaced: the retry waits for it to end", func(t *testing.T) {
 		clk := clocktesting.NewFakeClock(time.Now())
-		pc := newPodsCluster(t, capi.WithUpdaterClock(clk), capi.WithUpdateTimeout(time.Hour))
+		pc := newPodsCluster(t, withUpdaterClock(clk), withUpdateTimeout(time.Hour))
 		req := updateReq("w-0", "docker:////cp-0", "v1.36.1", false)
 		requireWaiting(t, pc.call(req), "started worker upgrade")
 		pod := pc.onlyPod()

@@ -104,8 +104,7 @@ func TestUpdateMachineAgainstRealAPIServer(t *testing.T) {
 	t.Cleanup(broadcaster.Shutdown)
 	recorder := broadcaster.NewRecorder(env.Scheme, "upgradekit-test")
 	call := func(req *runtimehooksv1.UpdateMachineRequest) runtimehooksv1.UpdateMachineResponse {
-		u, err := capi.NewMachineUpdater(workload, capi.WithWorkloadClientset(clientset), capi.WithoutPrePull(), capi.WithEventRecorder(recorder),
-			capi.WithPodOptions(nodepod.WithImage("registry.example/upgrader:v1.36.1")), capi.WithRetryAfter(5))
+		u, err := capi.NewMachineUpdater(workload, capi.UpdaterOptions{Clientset: clientset, SkipPrePull: true, EventRecorder: recorder, PodOptions: []nodepod.Option{nodepod.WithImage("registry.example/upgrader:v1.36.1")}, RetryAfter: 5 * time.Second})
 		require.NoError(t, err)
 		var resp runtimehooksv1.UpdateMachineResponse
 		u.UpdateMachine(ctx, req, &resp)

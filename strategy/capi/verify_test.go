@@ -150,7 +150,7 @@ func TestVerifyCanUpdateMachineSet(t *testing.T) {
 
 	// The extension declines instead of answering what Cluster API cannot
 	// apply: Cluster API replaces the machines rather than stalling.
-	ext, err := capi.NewExtension(strategy.Updaters(must(strategy.ForPaths("kubelet-args", strategy.KubeletExtraArgsPaths()...))))
+	ext, err := capi.NewExtension(strategy.Updaters(must(strategy.ForPaths("kubelet-args", strategy.KubeletExtraArgsPaths()...))), capi.ExtensionOptions{})
 	require.NoError(t, err)
 	nullReq.Desired.BootstrapConfigTemplate = withArg
 	a, err := ext.AnswerCanUpdateMachineSet(t.Context(), nullReq)

@@ -111,7 +111,7 @@ func TestKubeadmControlPlaneVersionsAcrossTheKubeletLocalModeGate(t *testing.T) 
 			if updaters == nil {
 				updaters = []strategy.Updater{kubeadmOnly, controlPlaneConfig}
 			}
-			ext, err := capi.NewExtension(strategy.Updaters(updaters...))
+			ext, err := capi.NewExtension(strategy.Updaters(updaters...), capi.ExtensionOptions{})
 			require.NoError(t, err)
 			req := kcpCanUpdateMachine(t, tc.from, tc.to, tc.cur, tc.des)
 			a, err := ext.AnswerCanUpdateMachine(context.Background(), req)

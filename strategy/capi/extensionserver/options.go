@@ -27,28 +27,26 @@ type config struct {
 	cats       []diff.Category
 	decideOnly bool
 
-	image            string
-	images           capi.ImagesByVersion
-	namespace        string
-	createNamespace  bool
-	runner           []string
-	mode             nodepod.Mode
-	stageFrom        string
-	skip             []string
-	ignorePreflight  []string
-	extraPodOptions  []nodepod.Option
-	drain            bool
-	drainTimeout     time.Duration
-	unreachable      time.Duration
-	retryAfter       int
-	scheme           *runtime.Scheme
-	recorder         events.EventRecorder
-	log              logr.Logger
-	metrics          *capi.Metrics
-	checks           []capi.Check
-	gates            []strategy.Gate
-	extensionOptions []capi.ExtensionOption
-	updaterOptions   []capi.MachineUpdaterOption
+	image           string
+	images          capi.ImagesByVersion
+	namespace       string
+	createNamespace bool
+	runner          []string
+	mode            nodepod.Mode
+	stageFrom       string
+	skip            []string
+	ignorePreflight []string
+	extraPodOptions []nodepod.Option
+	drain           bool
+	drainTimeout    time.Duration
+	unreachable     time.Duration
+	retryAfter      int
+	scheme          *runtime.Scheme
+	recorder        events.EventRecorder
+	log             logr.Logger
+	metrics         *capi.Metrics
+	checks          []capi.Check
+	gates           []strategy.Gate
 
 	// Supply chain of the upgrader pods (supplychain.go).
 	allowMutableImages bool
@@ -255,7 +253,7 @@ func WithUpgraderImage(image string) Option { return func(c *config) { c.image =
 // WithUpgraderImages sets the upgrader image per Kubernetes version: each
 // update runs its target version's bundle, and a version change to a
 // version not listed is answered with a Failure at CanUpdate*
-// (capi.WithUpgraderImages, capi.ErrVersionNotConfigured): Cluster API
+// (capi.ExtensionOptions.Images, capi.ErrVersionNotConfigured): Cluster API
 // waits and asks again, and goes on in place once the version is listed.
 // Every image must be named by digest, as for WithUpgraderImage.
 func WithUpgraderImages(images capi.ImagesByVersion) Option {
@@ -333,7 +331,7 @@ func WithDrainTimeout(d time.Duration) Option { return func(c *config) { c.drain
 // kubeconfig secret unreadable or missing, its API server not answering)
 // before it answers Failure naming why (default
 // capi.DefaultWorkloadUnreachableTimeout; 0: no deadline; see
-// capi.WithWorkloadUnreachableTimeout).
+// capi.UpdaterOptions.WorkloadUnreachableTimeout).
 func WithWorkloadUnreachableTimeout(d time.Duration) Option {
 	return func(c *config) { c.unreachable = d }
 }
@@ -350,9 +348,9 @@ func WithScheme(s *runtime.Scheme) Option { return func(c *config) { c.scheme = 
 // controller-runtime manager's GetEventRecorder gives: the update's
 // progress on each Machine, and, so that `kubectl describe` of the
 // MachineDeployment or KubeadmControlPlane says why a rollout stopped,
-// failures on those too: a failed update (capi.WithEventRecorder) and a
+// failures on those too: a failed update (capi.UpdaterOptions.EventRecorder) and a
 // CanUpdate* Failure, such as an unknown ExtensionConfig setting
-// (capi.WithExtensionEventRecorder). Both need New's management cluster
+// (capi.ExtensionOptions.EventRecorder). Both need New's management cluster
 // reader; without one (DecideOnly with a nil reader) none are recorded.
 func WithEventRecorder(r events.EventRecorder) Option { return func(c *config) { c.recorder = r } }
 
@@ -364,7 +362,7 @@ func WithLogger(l logr.Logger) Option { return func(c *config) { c.log = l } }
 func WithMetrics(m *capi.Metrics) Option { return func(c *config) { c.metrics = m } }
 
 // WithGates asks gates before each in-place update starts, before
-// anything is done to the node (capi.WithGates): capi.ConcurrencyGate,
+// anything is done to the node (capi.UpdaterOptions.Gates): capi.ConcurrencyGate,
 // SoakGate, WorkloadsGate, ControlPlaneGate, BreakerGate, AlertGate,
 // PodBlockerGate, strategy.MaintenanceWindow, or your own. A nil gate is
 // refused; with DecideOnly there is no update to gate, so gates are
@@ -374,20 +372,8 @@ func WithGates(gates ...strategy.Gate) Option {
 }
 
 // WithChecks adds feasibility checks to CanUpdate*, after the built-in
-// ones (capi.WithChecks). With a management cluster reader,
+// ones (capi.ExtensionOptions.Checks). With a management cluster reader,
 // capi.ControlPlaneSkewCheck is always one of them.
 func WithChecks(checks ...capi.Check) Option {
 	return func(c *config) { c.checks = append(c.checks, checks...) }
-}
-
-// WithExtensionOptions passes options to capi.NewExtension, after the ones
-// New makes.
-func WithExtensionOptions(opts ...capi.ExtensionOption) Option {
-	return func(c *config) { c.extensionOptions = append(c.extensionOptions, opts...) }
-}
-
-// WithUpdaterOptions passes options to capi.NewMachineUpdater, after the
-// ones New makes.
-func WithUpdaterOptions(opts ...capi.MachineUpdaterOption) Option {
-	return func(c *config) { c.updaterOptions = append(c.updaterOptions, opts...) }
 }

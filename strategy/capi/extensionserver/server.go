@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	runtimecatalog "sigs.k8s.io/cluster-api/api/runtime/catalog"
@@ -69,7 +70,7 @@ type Server struct {
 // anything is done) and control plane versions (capi.ControlPlaneSkewCheck).
 // A mgmt that is a client.Client also writes: the removal of
 // KubeadmControlPlane's certificate expiry annotation after a renewal, and
-// the dry runs of capi.WithInfrastructureDryRun (an accepted
+// the dry runs of capi.ExtensionOptions.InfrastructureDryRun (an accepted
 // infrastructure template change tried on the MachineSet's infrastructure
 // machines first). It may be nil only with DecideOnly. Every option is checked here, so a
 // mistake fails at start-up, not at the first update; the errors match
@@ -294,7 +295,7 @@ func (c *config) podOptions() []nodepod.Option {
 	img := c.image
 	if len(c.images) > 0 {
 		// The first by version: the probe build needs one, and
-		// capi.WithVersionImages sets each update's own.
+		// capi.UpdaterOptions.Images sets each update's own.
 		img = c.images[slices.Sorted(maps.Keys(c.images))[0]]
 	}
 	opts := []nodepod.Option{
@@ -373,10 +374,9 @@ func (s *Server) buildHandlers(mgmt client.Reader) ([]server.ExtensionHandler, e
 	if err != nil {
 		return nil, err
 	}
-	extOpts := []capi.ExtensionOption{capi.WithExtensionMetrics(c.metrics), capi.WithExtensionLogger(c.log)}
-	if c.images != nil {
-		extOpts = append(extOpts, capi.WithUpgraderImages(c.images))
-	}
+	// One image map for both sides: CanUpdate* refuses a version
+	// UpdateMachine has no image for.
+	extOpts := capi.ExtensionOptions{Metrics: c.metrics, Logger: c.log, Images: c.images}
 	checks := slices.Clone(c.checks)
 	if chk := c.checksumsCheck(); chk != nil {
 		checks = append(checks, chk)
@@ -386,7 +386,7 @@ func (s *Server) buildHandlers(mgmt client.Reader) ([]server.ExtensionHandler, e
 		// MachineSet's infrastructure machines (a dry run of Cluster API's
 		// write) first: a provider that refuses it gets a decline, not a
 		// Machine stuck between its MachineSets.
-		extOpts = append(extOpts, capi.WithInfrastructureDryRun(w))
+		extOpts.InfrastructureDryRun = w
 	}
 	if mgmt != nil {
 		// No kubelet newer than its control plane: declined, never stranded.
@@ -401,12 +401,10 @@ func (s *Server) buildHandlers(mgmt client.Reader) ([]server.ExtensionHandler, e
 		}
 		checks = append(first, checks...)
 	}
-	if len(checks) > 0 {
-		extOpts = append(extOpts, capi.WithChecks(checks...))
-	}
+	extOpts.Checks = checks
 	if c.recorder != nil && mgmt != nil {
 		// A CanUpdate* Failure where `kubectl describe` shows it.
-		extOpts = append(extOpts, capi.WithExtensionEventRecorder(c.recorder, mgmt))
+		extOpts.EventRecorder, extOpts.ManagementReader = c.recorder, mgmt
 	}
 	updaters := []strategy.Updater{kubeadmUpdater}
 	if !c.decideOnly {
@@ -428,7 +426,7 @@ func (s *Server) buildHandlers(mgmt client.Reader) ([]server.ExtensionHandler, e
 			updaters = append(updaters, u)
 		}
 	}
-	ext, err := capi.NewExtension(strategy.Updaters(updaters...), append(extOpts, c.extensionOptions...)...)
+	ext, err := capi.NewExtension(strategy.Updaters(updaters...), extOpts)
 	if err != nil {
 		return nil, err
 	}
@@ -437,36 +435,36 @@ func (s *Server) buildHandlers(mgmt client.Reader) ([]server.ExtensionHandler, e
 	if c.decideOnly {
 		return hs, nil
 	}
-	opts := []capi.MachineUpdaterOption{
-		capi.WithRetryAfter(int32(c.retryAfter)),
-		capi.WithPodOptions(c.podOptions()...),
-		capi.WithPlanConfig(s.PlanConfig),
-		capi.WithWorkloadClientset(capi.KubeconfigSecretClientsets(mgmt)),
-		capi.WithDrainTimeout(c.drainTimeout),
-		capi.WithWorkloadUnreachableTimeout(c.unreachable),
-		capi.WithUpdaterMetrics(c.metrics),
-		capi.WithUpdaterLogger(c.log),
+	drainTimeout := c.drainTimeout
+	if drainTimeout == 0 {
+		drainTimeout = -1 // no deadline
+	}
+	unreachable := c.unreachable
+	if unreachable == 0 {
+		unreachable = -1 // no deadline
+	}
+	opts := capi.UpdaterOptions{
+		RetryAfter:                 time.Duration(c.retryAfter) * time.Second,
+		PodOptions:                 c.podOptions(),
+		PlanConfig:                 s.PlanConfig,
+		Clientset:                  capi.KubeconfigSecretClientsets(mgmt),
+		SkipDrain:                  !c.drain,
+		DrainTimeout:               drainTimeout,
+		WorkloadUnreachableTimeout: unreachable,
+		Metrics:                    c.metrics,
+		Logger:                     c.log,
 		// Every request is checked against the live Machine before
 		// anything is done, and Events attach to it.
-		capi.WithManagementReader(mgmt),
-	}
-	if !c.drain {
-		opts = append(opts, capi.WithoutDrain())
-	}
-	if len(c.gates) > 0 {
-		opts = append(opts, capi.WithGates(c.gates...))
-	}
-	if c.images != nil {
-		opts = append(opts, capi.WithVersionImages(c.images))
-	}
-	if c.recorder != nil {
-		opts = append(opts, capi.WithEventRecorder(c.recorder))
+		ManagementReader: mgmt,
+		Gates:            c.gates,
+		Images:           c.images,
+		EventRecorder:    c.recorder,
 	}
 	workload := capi.KubeconfigSecretClients(mgmt, c.scheme)
 	if c.createNamespace {
 		workload = EnsureNamespace(workload, c.namespace)
 	}
-	updater, err := capi.NewMachineUpdater(workload, append(opts, c.updaterOptions...)...)
+	updater, err := capi.NewMachineUpdater(workload, opts)
 	if err != nil {
 		return nil, err
 	}
