@@ -18,6 +18,7 @@ import (
 	"github.com/upgradekit/upgradekit/nodeexec/nodepod"
 	"github.com/upgradekit/upgradekit/strategy"
 	"github.com/upgradekit/upgradekit/strategy/capi"
+	"github.com/upgradekit/upgradekit/strategy/capi/workload"
 )
 
 // TestAnUnpullableUpgraderImageFailsBeforeTheDrain: a MachineDeployment
@@ -57,8 +58,8 @@ func TestAnUnpullableUpgraderImageFailsBeforeTheDrain(t *testing.T) {
 	ext, err := capi.NewExtension(strategy.Updaters(kubeadm), capi.WithChecks(capi.ControlPlaneSkewCheck(mgmt)))
 	require.NoError(t, err)
 	// RetryAfter 1 s instead of 15 s, as in serveMyExtension.
-	updater, err := capi.NewMachineUpdater(capi.KubeconfigSecretClients(mgmt, h.Env.Scheme),
-		capi.WithWorkloadClientset(capi.KubeconfigSecretClientsets(mgmt)),
+	updater, err := capi.NewMachineUpdater(workload.KubeconfigClient(mgmt, h.Env.Scheme),
+		capi.WithWorkloadClientset(workload.KubeconfigClientset(mgmt)),
 		capi.WithManagementReader(mgmt), capi.WithRetryAfter(1), capi.WithPrePullTimeout(3*time.Second),
 		capi.WithPodOptions(nodepod.WithImage(missing), nodepod.WithStageFrom("/staging"), nodepod.WithRunnerCommand("/upgrader", "run")))
 	require.NoError(t, err)

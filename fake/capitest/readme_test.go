@@ -19,6 +19,7 @@ import (
 	"github.com/upgradekit/upgradekit/nodeexec/nodepod"
 	"github.com/upgradekit/upgradekit/strategy"
 	"github.com/upgradekit/upgradekit/strategy/capi"
+	"github.com/upgradekit/upgradekit/strategy/capi/workload"
 )
 
 const upgraderImage = "registry.example/upgrader:v1.36.3"
@@ -76,8 +77,8 @@ func serveMyExtension(t *testing.T, h *capitest.Harness) (string, []byte) {
 	// UpdateMachine again after it, and the harness's steps take no time,
 	// so the default would only make the test wait; nothing here depends
 	// on its length.
-	updater, err := capi.NewMachineUpdater(capi.KubeconfigSecretClients(mgmt, h.Env.Scheme),
-		capi.WithWorkloadClientset(capi.KubeconfigSecretClientsets(mgmt)),
+	updater, err := capi.NewMachineUpdater(workload.KubeconfigClient(mgmt, h.Env.Scheme),
+		capi.WithWorkloadClientset(workload.KubeconfigClientset(mgmt)),
 		capi.WithManagementReader(mgmt), capi.WithRetryAfter(1),
 		capi.WithPodOptions(nodepod.WithImage(upgraderImage), nodepod.WithStageFrom("/staging"), nodepod.WithRunnerCommand("/upgrader", "run")))
 	require.NoError(t, err)

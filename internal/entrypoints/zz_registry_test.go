@@ -19,6 +19,7 @@ import (
 	extensionserver "github.com/upgradekit/upgradekit/strategy/capi/extensionserver"
 	gatereport "github.com/upgradekit/upgradekit/strategy/capi/gatereport"
 	preview "github.com/upgradekit/upgradekit/strategy/capi/preview"
+	"github.com/upgradekit/upgradekit/strategy/capi/workload"
 )
 
 // registry holds every exported function and method of the scanned
@@ -83,8 +84,8 @@ var registry = map[string]reflect.Value{
 	"capi.ImagesByVersion.Image":                     reflect.ValueOf(capi.ImagesByVersion.Image),
 	"capi.ImagesByVersion.Validate":                  reflect.ValueOf(capi.ImagesByVersion.Validate),
 	"capi.InPlaceUpdateCondition":                    reflect.ValueOf(capi.InPlaceUpdateCondition),
-	"capi.KubeconfigSecretClients":                   reflect.ValueOf(capi.KubeconfigSecretClients),
-	"capi.KubeconfigSecretClientsets":                reflect.ValueOf(capi.KubeconfigSecretClientsets),
+	"capi.KubeconfigSecretClients":                   reflect.ValueOf(workload.KubeconfigClient),
+	"capi.KubeconfigSecretClientsets":                reflect.ValueOf(workload.KubeconfigClientset),
 	"capi.KubeletArgsCheck":                          reflect.ValueOf(capi.KubeletArgsCheck),
 	"capi.MachineUpdater.Handler":                    reflect.ValueOf((*capi.MachineUpdater).Handler),
 	"capi.MachineUpdater.PeekGates":                  reflect.ValueOf((*capi.MachineUpdater).PeekGates),
@@ -666,7 +667,7 @@ var sentinels = []error{
 	capi.ErrInfeasible,
 	capi.ErrInvalidOption,
 	capi.ErrInvalidPatch,
-	capi.ErrKubeconfigUnusable,
+	workload.ErrKubeconfigUnusable,
 	capi.ErrMalformedRequest,
 	capi.ErrMetricsRegistration,
 	capi.ErrNotAnAnswer,

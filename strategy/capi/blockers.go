@@ -16,6 +16,7 @@ import (
 
 	"github.com/upgradekit/upgradekit/internal/errtext"
 	"github.com/upgradekit/upgradekit/strategy"
+	"github.com/upgradekit/upgradekit/strategy/capi/workload"
 )
 
 // DefaultAlertQuery is the PromQL AlertGate asks by default: every firing
@@ -94,7 +95,7 @@ func capList(names []string) []string {
 // --blocking-pod-selector does: a backup job, a migration, anything that
 // must not meet a drain. It reads Pods through workload; a read that fails
 // answers Wait with the error.
-func PodBlockerGate(workload WorkloadClient, selector labels.Selector) (strategy.Gate, error) {
+func PodBlockerGate(workload workload.Client, selector labels.Selector) (strategy.Gate, error) {
 	switch {
 	case workload == nil:
 		return nil, fmt.Errorf("%w: PodBlockerGate: nil workload client", ErrInvalidOption)

@@ -8,12 +8,12 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/upgradekit/upgradekit/nodeexec/drain"
 	"github.com/upgradekit/upgradekit/nodeexec/nodepod"
+	"github.com/upgradekit/upgradekit/strategy/capi/workload"
 )
 
 // DefaultCordonOwner is the owner MachineUpdater records when it cordons a
@@ -34,17 +34,10 @@ const (
 	DefaultDrainAttempt = 5 * time.Second
 )
 
-// WorkloadClientset returns a client-go clientset for the workload cluster
-// a Machine belongs to; MachineUpdater needs it to cordon, drain (the
-// Eviction API) and uncordon the node. KubeconfigSecretClientsets builds
-// one from the same <cluster>-kubeconfig secret KubeconfigSecretClients
-// uses.
-type WorkloadClientset func(ctx context.Context, cluster types.NamespacedName) (kubernetes.Interface, error)
-
 // WithWorkloadClientset sets how MachineUpdater reaches the workload
 // cluster's API for cordon, drain and uncordon. Draining is on by default
 // and needs it; see WithoutDrain.
-func WithWorkloadClientset(cs WorkloadClientset) MachineUpdaterOption {
+func WithWorkloadClientset(cs workload.Clientset) MachineUpdaterOption {
 	return func(u *MachineUpdater) { u.clientset = cs }
 }
 

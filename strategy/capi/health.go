@@ -15,11 +15,12 @@ import (
 
 	"github.com/upgradekit/upgradekit/internal/errtext"
 	"github.com/upgradekit/upgradekit/strategy"
+	"github.com/upgradekit/upgradekit/strategy/capi/workload"
 )
 
 // workloadOf returns the request's workload cluster client, or the
 // GateResult to answer when there is none.
-func workloadOf(ctx context.Context, workload WorkloadClient, gate string, req strategy.GateRequest) (client.Client, *strategy.GateResult) {
+func workloadOf(ctx context.Context, workload workload.Client, gate string, req strategy.GateRequest) (client.Client, *strategy.GateResult) {
 	ns, name, ok := strings.Cut(req.Cluster, "/")
 	if !ok {
 		return nil, &strategy.GateResult{Verdict: strategy.Wait, Gate: gate, Reason: "the request names no namespace/name cluster", Err: strategy.ErrInvalidGate}
@@ -41,7 +42,7 @@ func workloadOf(ctx context.Context, workload WorkloadClient, gate string, req s
 // somewhere again. A Deployment whose Available condition has been False
 // for longer than timeout answers Stop (it is not coming back by itself:
 // a person must look); 0 waits for ever.
-func WorkloadsGate(workload WorkloadClient, timeout time.Duration, namespaces ...string) (strategy.Gate, error) {
+func WorkloadsGate(workload workload.Client, timeout time.Duration, namespaces ...string) (strategy.Gate, error) {
 	switch {
 	case workload == nil:
 		return nil, fmt.Errorf("%w: WorkloadsGate: nil workload client", ErrInvalidOption)
@@ -126,7 +127,7 @@ var controlPlaneComponents = []string{"kube-apiserver", "kube-controller-manager
 // endpoint; the member list, alarms and raft state are not read (an etcd
 // client would). Workers pass: the gate guards the control plane, one
 // node at a time.
-func ControlPlaneGate(workload WorkloadClient) (strategy.Gate, error) {
+func ControlPlaneGate(workload workload.Client) (strategy.Gate, error) {
 	if workload == nil {
 		return nil, fmt.Errorf("%w: ControlPlaneGate: nil workload client", ErrInvalidOption)
 	}
@@ -201,7 +202,7 @@ func podReady(p *corev1.Pod) bool {
 // once they are more than the breaker's limit: the rest of the group is
 // left alone until a person looks. Control plane machines pass (the
 // ControlPlaneGate guards them). mgmt reads Machines, workload the Nodes.
-func BreakerGate(mgmt client.Reader, workload WorkloadClient, b strategy.Breaker) (strategy.Gate, error) {
+func BreakerGate(mgmt client.Reader, workload workload.Client, b strategy.Breaker) (strategy.Gate, error) {
 	switch {
 	case mgmt == nil || workload == nil:
 		return nil, fmt.Errorf("%w: BreakerGate: nil management reader or workload client", ErrInvalidOption)

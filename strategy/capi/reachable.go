@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/upgradekit/upgradekit/internal/errtext"
+	"github.com/upgradekit/upgradekit/strategy/capi/workload"
 )
 
 // ErrWorkloadUnreachable is matched by WorkloadReachableCheck's errors,
@@ -94,7 +95,7 @@ func WithReachableClock(c clock.PassiveClock) ReachableOption {
 //
 // The Extension runs checks only for changes it would apply in place: a
 // request with no changes or one it declines anyway is not probed.
-func WorkloadReachableCheck(get WorkloadClient, opts ...ReachableOption) Check {
+func WorkloadReachableCheck(get workload.Client, opts ...ReachableOption) Check {
 	r := &reachable{get: get, timeout: DefaultReachableTimeout, ttl: DefaultReachableCacheTTL,
 		clock: clock.RealClock{}, cache: map[types.NamespacedName]reachResult{}}
 	for _, o := range opts {
@@ -106,7 +107,7 @@ func WorkloadReachableCheck(get WorkloadClient, opts ...ReachableOption) Check {
 }
 
 type reachable struct {
-	get     WorkloadClient
+	get     workload.Client
 	timeout time.Duration
 	ttl     time.Duration
 	clock   clock.PassiveClock
@@ -193,7 +194,7 @@ func (r *reachable) probe(ctx context.Context, cluster types.NamespacedName) err
 // by itself, or is "" when it may.
 func permanentSecretError(err error) string {
 	switch {
-	case errors.Is(err, ErrKubeconfigUnusable):
+	case errors.Is(err, workload.ErrKubeconfigUnusable):
 		return "unusable"
 	case apierrors.IsForbidden(err):
 		return "Forbidden"

@@ -13,6 +13,7 @@ import (
 
 	"github.com/upgradekit/upgradekit/internal/errtext"
 	"github.com/upgradekit/upgradekit/strategy"
+	"github.com/upgradekit/upgradekit/strategy/capi/workload"
 )
 
 // SoakGate holds the next update until every other node of the cluster
@@ -23,7 +24,7 @@ import (
 // updated and nodes being deleted do not. It reads Nodes through workload
 // (the cluster's kubeconfig Secret, as MachineUpdater does); a read that
 // fails answers Wait with the error.
-func SoakGate(workload WorkloadClient, soak time.Duration, selector labels.Selector) (strategy.Gate, error) {
+func SoakGate(workload workload.Client, soak time.Duration, selector labels.Selector) (strategy.Gate, error) {
 	switch {
 	case workload == nil:
 		return nil, fmt.Errorf("%w: SoakGate: nil workload client", ErrInvalidOption)

@@ -39,12 +39,8 @@ import (
 	"github.com/upgradekit/upgradekit/nodeexec/kubeadm"
 	"github.com/upgradekit/upgradekit/nodeexec/nodepod"
 	"github.com/upgradekit/upgradekit/strategy"
+	"github.com/upgradekit/upgradekit/strategy/capi/workload"
 )
-
-// WorkloadClient returns a client for the workload cluster a Machine
-// belongs to (in a real extension: built from the <cluster>-kubeconfig
-// secret, or CAPI's ClusterCache).
-type WorkloadClient func(ctx context.Context, cluster types.NamespacedName) (client.Client, error)
 
 // MachineUpdater answers CAPI's UpdateMachine hook by upgrading the
 // machine's node in place with a kubeadm plan (nodeexec/kubeadm) run by an
@@ -117,8 +113,8 @@ type WorkloadClient func(ctx context.Context, cluster types.NamespacedName) (cli
 // (WithUpdaterMetrics) and in logs with the keys machine, cluster, node,
 // phase and step.
 type MachineUpdater struct {
-	workload     WorkloadClient
-	clientset    WorkloadClientset
+	workload     workload.Client
+	clientset    workload.Clientset
 	podOpts      []nodepod.Option
 	planHook     func(*kubeadm.Config)
 	retryAfter   int32
@@ -266,7 +262,7 @@ func WithNodeGoneGrace(d time.Duration) MachineUpdaterOption {
 
 // NewMachineUpdater builds the UpdateMachine handler. Draining is on by
 // default, so it needs WithWorkloadClientset, or WithoutDrain.
-func NewMachineUpdater(workload WorkloadClient, opts ...MachineUpdaterOption) (*MachineUpdater, error) {
+func NewMachineUpdater(workload workload.Client, opts ...MachineUpdaterOption) (*MachineUpdater, error) {
 	if workload == nil {
 		return nil, fmt.Errorf("%w: nil workload client getter", ErrInvalidOption)
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/upgradekit/upgradekit/nodeexec/drain"
 	"github.com/upgradekit/upgradekit/nodeexec/nodepod"
 	"github.com/upgradekit/upgradekit/strategy/capi"
+	"github.com/upgradekit/upgradekit/strategy/capi/workload"
 )
 
 func createNode(t *testing.T, ctx context.Context, c client.Client, name, providerID, kubelet string) *corev1.Node {
@@ -188,7 +189,7 @@ func TestUpdateMachineAgainstRealAPIServer(t *testing.T) {
 	})
 
 	t.Run("workload clients from CAPI's kubeconfig secrets", func(t *testing.T) {
-		get := capi.KubeconfigSecretClients(c, env.Scheme)
+		get := workload.KubeconfigClient(c, env.Scheme)
 		key := types.NamespacedName{Namespace: "default", Name: "demo"}
 		_, err := get(ctx, key)
 		require.Error(t, err, "no secret yet")

@@ -10,6 +10,7 @@ import (
 
 	"github.com/upgradekit/upgradekit/strategy"
 	"github.com/upgradekit/upgradekit/strategy/capi"
+	"github.com/upgradekit/upgradekit/strategy/capi/workload"
 )
 
 // ErrInvalid is matched by Check's errors; each names its flags, and
@@ -84,7 +85,7 @@ func (f *Flags) Set() bool { return f.window != nil || f.Soak > 0 || f.blockers 
 // read the workload cluster through workload; with a nil workload (no
 // management cluster yet, as in a dry validation) only the window is
 // built.
-func (f *Flags) Gates(workload capi.WorkloadClient) ([]strategy.Gate, error) {
+func (f *Flags) Gates(workload workload.Client) ([]strategy.Gate, error) {
 	var gates []strategy.Gate
 	if f.window != nil {
 		gates = append(gates, f.window)

@@ -26,6 +26,7 @@ import (
 	"github.com/upgradekit/upgradekit/strategy"
 	"github.com/upgradekit/upgradekit/strategy/capi"
 	"github.com/upgradekit/upgradekit/strategy/capi/gatereport"
+	"github.com/upgradekit/upgradekit/strategy/capi/workload"
 )
 
 // ErrInvalidOption is matched by every error of New and Validate about
@@ -397,7 +398,7 @@ func (s *Server) buildHandlers(mgmt client.Reader) ([]server.ExtensionHandler, e
 		// where this server's UpdateMachine is the one that must reach it.)
 		first := []capi.Check{capi.ControlPlaneSkewCheck(mgmt)}
 		if !c.decideOnly {
-			first = append([]capi.Check{capi.WorkloadReachableCheck(capi.KubeconfigSecretClients(mgmt, c.scheme))}, first...)
+			first = append([]capi.Check{capi.WorkloadReachableCheck(workload.KubeconfigClient(mgmt, c.scheme))}, first...)
 		}
 		checks = append(first, checks...)
 	}
@@ -441,7 +442,7 @@ func (s *Server) buildHandlers(mgmt client.Reader) ([]server.ExtensionHandler, e
 		capi.WithRetryAfter(int32(c.retryAfter)),
 		capi.WithPodOptions(c.podOptions()...),
 		capi.WithPlanConfig(s.PlanConfig),
-		capi.WithWorkloadClientset(capi.KubeconfigSecretClientsets(mgmt)),
+		capi.WithWorkloadClientset(workload.KubeconfigClientset(mgmt)),
 		capi.WithDrainTimeout(c.drainTimeout),
 		capi.WithWorkloadUnreachableTimeout(c.unreachable),
 		capi.WithUpdaterMetrics(c.metrics),
@@ -462,7 +463,7 @@ func (s *Server) buildHandlers(mgmt client.Reader) ([]server.ExtensionHandler, e
 	if c.recorder != nil {
 		opts = append(opts, capi.WithEventRecorder(c.recorder))
 	}
-	workload := capi.KubeconfigSecretClients(mgmt, c.scheme)
+	workload := workload.KubeconfigClient(mgmt, c.scheme)
 	if c.createNamespace {
 		workload = EnsureNamespace(workload, c.namespace)
 	}
