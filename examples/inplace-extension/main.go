@@ -352,11 +352,11 @@ func (o *options) parseGates() error {
 // gates are the gates the flags ask for, built on the management reader
 // (only the window when there is none yet, as in Validate).
 func (o options) gates(d deps) ([]strategy.Gate, error) {
-	var workload workload.Client
+	var clients workload.Client
 	if d.mgmt != nil {
-		workload = workload.KubeconfigClient(d.mgmt, d.scheme)
+		clients = workload.KubeconfigClient(d.mgmt, d.scheme)
 	}
-	return o.gateFlags.Gates(workload)
+	return o.gateFlags.Gates(clients)
 }
 
 // parseImages fills images from --upgrader-images (its syntax; the library

@@ -66,7 +66,7 @@ func WithReachableClock(c clock.PassiveClock) ReachableOption {
 
 // WorkloadReachableCheck declines an in-place update of a cluster whose
 // workload cluster the extension cannot reach through get (in the example
-// extension, KubeconfigSecretClients: the <cluster>-kubeconfig secret in
+// extension, workload.KubeconfigClient: the <cluster>-kubeconfig secret in
 // the cluster's namespace): UpdateMachine could only wait for a client it
 // never gets, and Cluster API cannot fall back to a replacement once the
 // update is accepted. It probes with get and then one request to the
@@ -126,7 +126,7 @@ const maxReachCache = 1024
 
 func (r *reachable) check(ctx context.Context, req CheckRequest) error {
 	if r.get == nil {
-		return fmt.Errorf("%w: WorkloadReachableCheck: nil WorkloadClient", ErrInvalidOption)
+		return fmt.Errorf("%w: WorkloadReachableCheck: nil workload.Client", ErrInvalidOption)
 	}
 	var cluster types.NamespacedName
 	switch m := req.Desired.Machine.(type) {
@@ -190,7 +190,7 @@ func (r *reachable) probe(ctx context.Context, cluster types.NamespacedName) err
 	return nil
 }
 
-// permanentSecretError names why err (a WorkloadClient's) does not pass
+// permanentSecretError names why err (a workload.Client's) does not pass
 // by itself, or is "" when it may.
 func permanentSecretError(err error) string {
 	switch {

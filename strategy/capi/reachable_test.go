@@ -74,7 +74,7 @@ func TestWorkloadReachableCheck(t *testing.T) {
 			want: "cluster default/demo: its API server did not answer a request bounded by 3s (transient: Cluster API asks again): dial tcp: connection refused"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			workload := fakeclient.NewClientBuilder().WithScheme(clientgoscheme.Scheme).WithInterceptorFuncs(interceptor.Funcs{
+			wc := fakeclient.NewClientBuilder().WithScheme(clientgoscheme.Scheme).WithInterceptorFuncs(interceptor.Funcs{
 				List: func(ctx context.Context, c client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {
 					if tc.listErr != nil {
 						return tc.listErr
@@ -85,7 +85,7 @@ func TestWorkloadReachableCheck(t *testing.T) {
 				if tc.secretErr != nil {
 					return nil, tc.secretErr
 				}
-				return workload, nil
+				return wc, nil
 			}
 			if tc.objs != nil { // the real getter, reading the secret
 				mgmt := fakeclient.NewClientBuilder().WithScheme(clientgoscheme.Scheme).WithObjects(tc.objs...).Build()

@@ -474,7 +474,7 @@ func flatGates(gs []strategy.Gate) strategy.Gates {
 
 // holdGates renews what the gates hold for an update in progress and
 // releases it once the update is done (a failed update keeps it: see
-// ConcurrencyGate). Errors are logged: the slot's TTL bounds them.
+// gates.Concurrency). Errors are logged: the slot's TTL bounds them.
 func (u *MachineUpdater) holdGates(ctx context.Context, log logr.Logger, m *clusterv1.Machine, res updateResult) {
 	h, ok := u.gate.(strategy.GateHolder)
 	if !ok || m == nil {

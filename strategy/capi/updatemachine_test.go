@@ -91,7 +91,7 @@ func TestUpdateMachineAgainstRealAPIServer(t *testing.T) {
 	cp := createNode(t, ctx, c, "cp-0", "docker:////cp-0", "v1.35.4")
 	createNode(t, ctx, c, "md-0-a", "docker:////md-0-a", "v1.35.4")
 
-	workload := func(_ context.Context, cluster types.NamespacedName) (client.Client, error) {
+	clients := func(_ context.Context, cluster types.NamespacedName) (client.Client, error) {
 		require.Equal(t, types.NamespacedName{Namespace: "default", Name: "demo"}, cluster)
 		return c, nil
 	}
@@ -105,7 +105,7 @@ func TestUpdateMachineAgainstRealAPIServer(t *testing.T) {
 	t.Cleanup(broadcaster.Shutdown)
 	recorder := broadcaster.NewRecorder(env.Scheme, "upgradekit-test")
 	call := func(req *runtimehooksv1.UpdateMachineRequest) runtimehooksv1.UpdateMachineResponse {
-		u, err := capi.NewMachineUpdater(workload, capi.WithWorkloadClientset(clientset), capi.WithoutPrePull(), capi.WithEventRecorder(recorder),
+		u, err := capi.NewMachineUpdater(clients, capi.WithWorkloadClientset(clientset), capi.WithoutPrePull(), capi.WithEventRecorder(recorder),
 			capi.WithPodOptions(nodepod.WithImage("registry.example/upgrader:v1.36.1")), capi.WithRetryAfter(5))
 		require.NoError(t, err)
 		var resp runtimehooksv1.UpdateMachineResponse

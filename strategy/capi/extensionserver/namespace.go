@@ -13,7 +13,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/upgradekit/upgradekit/nodeexec/nodepod"
-	"github.com/upgradekit/upgradekit/strategy/capi"
 	"github.com/upgradekit/upgradekit/strategy/capi/workload"
 )
 
@@ -47,7 +46,7 @@ func EnsureNamespace(get workload.Client, namespace string) workload.Client {
 	ready := map[types.NamespacedName]bool{}
 	return func(ctx context.Context, cluster types.NamespacedName) (client.Client, error) {
 		if get == nil {
-			return nil, invalid("EnsureNamespace", "nil WorkloadClient")
+			return nil, invalid("EnsureNamespace", "nil workload.Client")
 		}
 		c, err := get(ctx, cluster)
 		if err != nil {

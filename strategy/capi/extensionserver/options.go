@@ -364,9 +364,9 @@ func WithLogger(l logr.Logger) Option { return func(c *config) { c.log = l } }
 func WithMetrics(m *capi.Metrics) Option { return func(c *config) { c.metrics = m } }
 
 // WithGates asks gates before each in-place update starts, before
-// anything is done to the node (capi.WithGates): capi.ConcurrencyGate,
-// SoakGate, WorkloadsGate, ControlPlaneGate, BreakerGate, AlertGate,
-// PodBlockerGate, strategy.MaintenanceWindow, or your own. A nil gate is
+// anything is done to the node (capi.WithGates): gates.Concurrency,
+// gates.Soak, gates.Workloads, gates.ControlPlane, gates.Breaker, gates.Alert,
+// gates.PodBlockers, strategy.MaintenanceWindow, or your own. A nil gate is
 // refused; with DecideOnly there is no update to gate, so gates are
 // refused too.
 func WithGates(gates ...strategy.Gate) Option {
