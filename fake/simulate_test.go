@@ -18,7 +18,7 @@ import (
 
 	"github.com/upgradekit/upgradekit/fake"
 	"github.com/upgradekit/upgradekit/strategy"
-	"github.com/upgradekit/upgradekit/strategy/capi"
+	"github.com/upgradekit/upgradekit/strategy/capi/gates"
 )
 
 func TestSimulatorRunsAMixedRollout(t *testing.T) {
@@ -319,7 +319,7 @@ func TestSimulatorGates(t *testing.T) {
 	faults := fake.NewFaults(1).UnhealthyAfterUpdate("demo-md-0-0")
 	var sim2 *fake.Simulator
 	workload := func(context.Context, types.NamespacedName) (client.Client, error) { return sim2.Client(), nil }
-	soak, err := capi.SoakGate(workload, 5*time.Minute, nil)
+	soak, err := gates.Soak(workload, 5*time.Minute, nil)
 	require.NoError(t, err)
 	sim2, err = fake.NewSimulator(cl, fake.WithSimFaults(faults), fake.WithSimGates(soak, 30*time.Minute))
 	require.NoError(t, err)

@@ -107,7 +107,7 @@ func (s *Simulator) updaterOptions() capi.UpdaterOptions {
 	return opts
 }
 
-// workload is the updater's WorkloadClient: the fake cluster is its own
+// workload is the updater's workload.Client: the fake cluster is its own
 // workload cluster.
 func (s *Simulator) workload(_ context.Context, cluster types.NamespacedName) (client.Client, error) {
 	if cluster.Namespace != s.cl.Namespace() || cluster.Name != s.cl.Name() {

@@ -89,7 +89,7 @@ type Gate interface {
 }
 
 // GatePeeker is a Gate that can tell what Check would answer now without
-// doing what Check does: a ConcurrencyGate's Check takes a slot, its Peek
+// doing what Check does: a gates.Concurrency's Check takes a slot, its Peek
 // only counts the slots held. A preview or a report asks Peek.
 type GatePeeker interface {
 	Gate

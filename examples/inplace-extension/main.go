@@ -67,6 +67,7 @@ import (
 	"github.com/upgradekit/upgradekit/strategy"
 	"github.com/upgradekit/upgradekit/strategy/capi"
 	"github.com/upgradekit/upgradekit/strategy/capi/extensionserver"
+	"github.com/upgradekit/upgradekit/strategy/capi/workload"
 )
 
 // defaultCategories are the changes this extension's UpdateMachine applies
@@ -351,11 +352,11 @@ func (o *options) parseGates() error {
 // gates are the gates the flags ask for, built on the management reader
 // (only the window when there is none yet, as in Validate).
 func (o options) gates(d deps) ([]strategy.Gate, error) {
-	var workload capi.WorkloadClient
+	var clients workload.Client
 	if d.mgmt != nil {
-		workload = capi.KubeconfigSecretClients(d.mgmt, d.scheme)
+		clients = workload.KubeconfigClient(d.mgmt, d.scheme)
 	}
-	return o.gateFlags.Gates(workload)
+	return o.gateFlags.Gates(clients)
 }
 
 // parseImages fills images from --upgrader-images (its syntax; the library

@@ -17,8 +17,8 @@ import (
 
 	"github.com/upgradekit/upgradekit/fake/testcerts"
 	"github.com/upgradekit/upgradekit/strategy"
-	"github.com/upgradekit/upgradekit/strategy/capi"
 	"github.com/upgradekit/upgradekit/strategy/capi/extensionserver"
+	"github.com/upgradekit/upgradekit/strategy/capi/gates"
 )
 
 // startServed starts upgradekit's extension, configured by opts, as its
@@ -67,7 +67,7 @@ func TestPreviewReportsTheDeployedGates(t *testing.T) {
 
 	window, err := strategy.MaintenanceWindow("maintenance-window", "0 2 1 1 *", time.Minute, "UTC")
 	require.NoError(t, err)
-	limit, err := capi.NewConcurrencyGate(c, "default", 2, time.Hour)
+	limit, err := gates.NewConcurrency(c, "default", 2, time.Hour)
 	require.NoError(t, err)
 	registerServed(t, c, "upgradekit", extensionserver.WithUpgraderImage("registry.example/upgrader:any"), extensionserver.WithGates(window, limit))
 

@@ -52,6 +52,7 @@ import (
 	"github.com/upgradekit/upgradekit/strategy/capi"
 	"github.com/upgradekit/upgradekit/strategy/capi/extensionserver"
 	"github.com/upgradekit/upgradekit/strategy/capi/preview"
+	"github.com/upgradekit/upgradekit/strategy/capi/workload"
 )
 
 // Exit codes, as in every example (examples/README.md): 0 every machine
@@ -335,7 +336,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		ans = ip
 		if o.gateFlags.Set() {
 			// The gates the extension will ask, asked now, taking nothing.
-			gates, err := o.gateFlags.Gates(capi.KubeconfigSecretClients(d.mgmt, d.mgmt.Scheme()))
+			gates, err := o.gateFlags.Gates(workload.KubeconfigClient(d.mgmt, d.mgmt.Scheme()))
 			if err != nil {
 				return usage(err)
 			}
@@ -350,7 +351,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	if o.workload {
 		scheme := d.mgmt.Scheme()
 		ropts = append(ropts, preview.WithWorkload(func(ctx context.Context, key client.ObjectKey) (client.Client, error) {
-			return capi.KubeconfigSecretClients(d.mgmt, scheme)(ctx, key)
+			return workload.KubeconfigClient(d.mgmt, scheme)(ctx, key)
 		}))
 	}
 	start := time.Now()

@@ -18,6 +18,7 @@ import (
 	"github.com/upgradekit/upgradekit/nodeexec/nodepod"
 	"github.com/upgradekit/upgradekit/strategy"
 	"github.com/upgradekit/upgradekit/strategy/capi"
+	"github.com/upgradekit/upgradekit/strategy/capi/workload"
 )
 
 // TestAnUnpullableUpgraderImageFailsBeforeTheDrain: a MachineDeployment
@@ -57,7 +58,7 @@ func TestAnUnpullableUpgraderImageFailsBeforeTheDrain(t *testing.T) {
 	ext, err := capi.NewExtension(strategy.Updaters(kubeadm), capi.ExtensionOptions{Checks: []capi.Check{capi.ControlPlaneSkewCheck(mgmt)}})
 	require.NoError(t, err)
 	// RetryAfter 1 s instead of 15 s, as in serveMyExtension.
-	updater, err := capi.NewMachineUpdater(capi.KubeconfigSecretClients(mgmt, h.Env.Scheme), capi.UpdaterOptions{Clientset: capi.KubeconfigSecretClientsets(mgmt), ManagementReader: mgmt, RetryAfter: 1 * time.Second, PrePullTimeout: 3 * time.Second, PodOptions: []nodepod.Option{nodepod.WithImage(missing), nodepod.WithStageFrom("/staging"), nodepod.WithRunnerCommand("/upgrader", "run")}})
+	updater, err := capi.NewMachineUpdater(workload.KubeconfigClient(mgmt, h.Env.Scheme), capi.UpdaterOptions{Clientset: workload.KubeconfigClientset(mgmt), ManagementReader: mgmt, RetryAfter: 1 * time.Second, PrePullTimeout: 3 * time.Second, PodOptions: []nodepod.Option{nodepod.WithImage(missing), nodepod.WithStageFrom("/staging"), nodepod.WithRunnerCommand("/upgrader", "run")}})
 	require.NoError(t, err)
 	require.NoError(t, mgmt.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: nodepod.DefaultNamespace,
 		Labels: map[string]string{"pod-security.kubernetes.io/enforce": "privileged"}}}))

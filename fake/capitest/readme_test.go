@@ -19,6 +19,7 @@ import (
 	"github.com/upgradekit/upgradekit/nodeexec/nodepod"
 	"github.com/upgradekit/upgradekit/strategy"
 	"github.com/upgradekit/upgradekit/strategy/capi"
+	"github.com/upgradekit/upgradekit/strategy/capi/workload"
 )
 
 const upgraderImage = "registry.example/upgrader:v1.36.3"
@@ -76,7 +77,7 @@ func serveMyExtension(t *testing.T, h *capitest.Harness) (string, []byte) {
 	// UpdateMachine again after it, and the harness's steps take no time,
 	// so the default would only make the test wait; nothing here depends
 	// on its length.
-	updater, err := capi.NewMachineUpdater(capi.KubeconfigSecretClients(mgmt, h.Env.Scheme), capi.UpdaterOptions{Clientset: capi.KubeconfigSecretClientsets(mgmt), ManagementReader: mgmt, RetryAfter: 1 * time.Second, PodOptions: []nodepod.Option{nodepod.WithImage(upgraderImage), nodepod.WithStageFrom("/staging"), nodepod.WithRunnerCommand("/upgrader", "run")}})
+	updater, err := capi.NewMachineUpdater(workload.KubeconfigClient(mgmt, h.Env.Scheme), capi.UpdaterOptions{Clientset: workload.KubeconfigClientset(mgmt), ManagementReader: mgmt, RetryAfter: 1 * time.Second, PodOptions: []nodepod.Option{nodepod.WithImage(upgraderImage), nodepod.WithStageFrom("/staging"), nodepod.WithRunnerCommand("/upgrader", "run")}})
 	require.NoError(t, err)
 	// The upgrader pods' namespace in the workload cluster (here: the same
 	// API server).

@@ -351,7 +351,7 @@ func (g *gen) construct(t reflect.Type) (reflect.Value, bool) {
 var nilSafe = map[string]bool{
 	"*fake.Faults": true, "*drift.Detector": true, "*drift.Stamper": true, "*drift.StaticHash": true,
 	"*drift.Image": true, "*drift.Requirements": true, "*capi.Extension": true, "*capi.MachineUpdater": true,
-	"*extensionserver.Server": true, "*preview.Prediction": true, "*capi.ConcurrencyGate": true,
+	"*extensionserver.Server": true, "*preview.Prediction": true, "*gates.Concurrency": true,
 }
 
 // receiver makes a receiver of type t for a method call.

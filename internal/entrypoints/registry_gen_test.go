@@ -35,6 +35,8 @@ var scanned = []struct{ dir, alias string }{
 	{"strategy/capi/extensionserver", "extensionserver"},
 	{"strategy/capi/preview", "preview"},
 	{"strategy/capi/gatereport", "gatereport"},
+	{"strategy/capi/gates", "gates"},
+	{"strategy/capi/workload", "workload"},
 	{"nodeexec", "nodeexec"},
 	{"nodeexec/kubeadm", "kubeadm"},
 	{"nodeexec/nodepod", "nodepod"},

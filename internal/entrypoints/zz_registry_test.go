@@ -18,7 +18,9 @@ import (
 	capi "github.com/upgradekit/upgradekit/strategy/capi"
 	extensionserver "github.com/upgradekit/upgradekit/strategy/capi/extensionserver"
 	gatereport "github.com/upgradekit/upgradekit/strategy/capi/gatereport"
+	gates "github.com/upgradekit/upgradekit/strategy/capi/gates"
 	preview "github.com/upgradekit/upgradekit/strategy/capi/preview"
+	workload "github.com/upgradekit/upgradekit/strategy/capi/workload"
 )
 
 // registry holds every exported function and method of the scanned
@@ -64,15 +66,8 @@ var registry = map[string]reflect.Value{
 	"amiselect.WithLogger":                           reflect.ValueOf(amiselect.WithLogger),
 	"amiselect.WithMinAge":                           reflect.ValueOf(amiselect.WithMinAge),
 	"amiselect.WithPin":                              reflect.ValueOf(amiselect.WithPin),
-	"capi.AlertGate":                                 reflect.ValueOf(capi.AlertGate),
-	"capi.BreakerGate":                               reflect.ValueOf(capi.BreakerGate),
 	"capi.CheckFunc.Check":                           reflect.ValueOf(capi.CheckFunc.Check),
 	"capi.CheckRequest.VersionChanged":               reflect.ValueOf(capi.CheckRequest.VersionChanged),
-	"capi.ConcurrencyGate.Check":                     reflect.ValueOf((*capi.ConcurrencyGate).Check),
-	"capi.ConcurrencyGate.Peek":                      reflect.ValueOf((*capi.ConcurrencyGate).Peek),
-	"capi.ConcurrencyGate.Release":                   reflect.ValueOf((*capi.ConcurrencyGate).Release),
-	"capi.ConcurrencyGate.Renew":                     reflect.ValueOf((*capi.ConcurrencyGate).Renew),
-	"capi.ControlPlaneGate":                          reflect.ValueOf(capi.ControlPlaneGate),
 	"capi.ControlPlaneSkewCheck":                     reflect.ValueOf(capi.ControlPlaneSkewCheck),
 	"capi.Extension.AnswerCanUpdateMachine":          reflect.ValueOf((*capi.Extension).AnswerCanUpdateMachine),
 	"capi.Extension.AnswerCanUpdateMachineSet":       reflect.ValueOf((*capi.Extension).AnswerCanUpdateMachineSet),
@@ -83,20 +78,15 @@ var registry = map[string]reflect.Value{
 	"capi.ImagesByVersion.Image":                     reflect.ValueOf(capi.ImagesByVersion.Image),
 	"capi.ImagesByVersion.Validate":                  reflect.ValueOf(capi.ImagesByVersion.Validate),
 	"capi.InPlaceUpdateCondition":                    reflect.ValueOf(capi.InPlaceUpdateCondition),
-	"capi.KubeconfigSecretClients":                   reflect.ValueOf(capi.KubeconfigSecretClients),
-	"capi.KubeconfigSecretClientsets":                reflect.ValueOf(capi.KubeconfigSecretClientsets),
 	"capi.KubeletArgsCheck":                          reflect.ValueOf(capi.KubeletArgsCheck),
 	"capi.MachineUpdater.Handler":                    reflect.ValueOf((*capi.MachineUpdater).Handler),
 	"capi.MachineUpdater.PeekGates":                  reflect.ValueOf((*capi.MachineUpdater).PeekGates),
 	"capi.MachineUpdater.UpdateMachine":              reflect.ValueOf((*capi.MachineUpdater).UpdateMachine),
-	"capi.NewConcurrencyGate":                        reflect.ValueOf(capi.NewConcurrencyGate),
 	"capi.NewExtension":                              reflect.ValueOf(capi.NewExtension),
 	"capi.NewMachineUpdater":                         reflect.ValueOf(capi.NewMachineUpdater),
 	"capi.NewMetrics":                                reflect.ValueOf(capi.NewMetrics),
-	"capi.PodBlockerGate":                            reflect.ValueOf(capi.PodBlockerGate),
 	"capi.RollOutError.Error":                        reflect.ValueOf((*capi.RollOutError).Error),
 	"capi.RollOutError.Is":                           reflect.ValueOf((*capi.RollOutError).Is),
-	"capi.SoakGate":                                  reflect.ValueOf(capi.SoakGate),
 	"capi.VerifyCanUpdateMachine":                    reflect.ValueOf(capi.VerifyCanUpdateMachine),
 	"capi.VerifyCanUpdateMachineSet":                 reflect.ValueOf(capi.VerifyCanUpdateMachineSet),
 	"capi.VersionCheck":                              reflect.ValueOf(capi.VersionCheck),
@@ -106,7 +96,6 @@ var registry = map[string]reflect.Value{
 	"capi.WithReachableTimeout":                      reflect.ValueOf(capi.WithReachableTimeout),
 	"capi.WithStaleAfter":                            reflect.ValueOf(capi.WithStaleAfter),
 	"capi.WorkloadReachableCheck":                    reflect.ValueOf(capi.WorkloadReachableCheck),
-	"capi.WorkloadsGate":                             reflect.ValueOf(capi.WorkloadsGate),
 	"diff.AssignedPaths":                             reflect.ValueOf(diff.AssignedPaths),
 	"diff.BuiltinCategories":                         reflect.ValueOf(diff.BuiltinCategories),
 	"diff.Categorize":                                reflect.ValueOf(diff.Categorize),
@@ -388,7 +377,6 @@ var registry = map[string]reflect.Value{
 	"fake.WithPlanner":                               reflect.ValueOf(fake.WithPlanner),
 	"fake.WithPodImageStaging":                       reflect.ValueOf(fake.WithPodImageStaging),
 	"fake.WithPodJournalDir":                         reflect.ValueOf(fake.WithPodJournalDir),
-	"fake.WithPodMaxRestarts":                        reflect.ValueOf(fake.WithPodMaxRestarts),
 	"fake.WithRollingUpdate":                         reflect.ValueOf(fake.WithRollingUpdate),
 	"fake.WithSimFaults":                             reflect.ValueOf(fake.WithSimFaults),
 	"fake.WithSimGates":                              reflect.ValueOf(fake.WithSimGates),
@@ -398,6 +386,17 @@ var registry = map[string]reflect.Value{
 	"gatereport.NewHandler":                          reflect.ValueOf(gatereport.NewHandler),
 	"gatereport.Post":                                reflect.ValueOf(gatereport.Post),
 	"gatereport.Request.Validate":                    reflect.ValueOf((*gatereport.Request).Validate),
+	"gates.Alert":                                    reflect.ValueOf(gates.Alert),
+	"gates.Breaker":                                  reflect.ValueOf(gates.Breaker),
+	"gates.Concurrency.Check":                        reflect.ValueOf((*gates.Concurrency).Check),
+	"gates.Concurrency.Peek":                         reflect.ValueOf((*gates.Concurrency).Peek),
+	"gates.Concurrency.Release":                      reflect.ValueOf((*gates.Concurrency).Release),
+	"gates.Concurrency.Renew":                        reflect.ValueOf((*gates.Concurrency).Renew),
+	"gates.ControlPlane":                             reflect.ValueOf(gates.ControlPlane),
+	"gates.NewConcurrency":                           reflect.ValueOf(gates.NewConcurrency),
+	"gates.PodBlockers":                              reflect.ValueOf(gates.PodBlockers),
+	"gates.Soak":                                     reflect.ValueOf(gates.Soak),
+	"gates.Workloads":                                reflect.ValueOf(gates.Workloads),
 	"kubeadm.CheckUpgrade":                           reflect.ValueOf(kubeadm.CheckUpgrade),
 	"kubeadm.DefaultFilesAllowedDirs":                reflect.ValueOf(kubeadm.DefaultFilesAllowedDirs),
 	"kubeadm.FormatChecksums":                        reflect.ValueOf(kubeadm.FormatChecksums),
@@ -587,6 +586,8 @@ var registry = map[string]reflect.Value{
 	"timeline.WithTitle":                             reflect.ValueOf(timeline.WithTitle),
 	"timeline.WithoutBatchBands":                     reflect.ValueOf(timeline.WithoutBatchBands),
 	"timeline.Write":                                 reflect.ValueOf(timeline.Write),
+	"workload.KubeconfigClient":                      reflect.ValueOf(workload.KubeconfigClient),
+	"workload.KubeconfigClientset":                   reflect.ValueOf(workload.KubeconfigClientset),
 }
 
 // sentinels are the exported errors of the scanned packages.
@@ -607,7 +608,6 @@ var sentinels = []error{
 	capi.ErrInfeasible,
 	capi.ErrInvalidOption,
 	capi.ErrInvalidPatch,
-	capi.ErrKubeconfigUnusable,
 	capi.ErrMalformedRequest,
 	capi.ErrMetricsRegistration,
 	capi.ErrNotAnAnswer,
@@ -692,4 +692,5 @@ var sentinels = []error{
 	strategy.ErrUnsuitableDiff,
 	strategy.ErrVersionSkew,
 	timeline.ErrNoResult,
+	workload.ErrKubeconfigUnusable,
 }

@@ -22,8 +22,9 @@
 //
 // Gates (UpdaterOptions.Gates) hold an update until it may start: a maintenance
 // window, a concurrency limit across replicas, a soak, the workloads'
-// health, blockers. PeekGates says what they would answer now, taking
-// nothing (package gatereport serves it).
+// health, blockers (package gates builds them). PeekGates says what
+// they would answer now, taking nothing (package gatereport serves it).
+// The clients that reach a workload cluster are in package workload.
 //
 // Progress shows four ways, under exported names: a Node condition,
 // Events on the Machine, Prometheus metrics (NewMetrics) and logr logs.

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -33,13 +32,6 @@ const (
 	// default, so the call must come back well within that.
 	DefaultDrainAttempt = 5 * time.Second
 )
-
-// WorkloadClientset returns a client-go clientset for the workload cluster
-// a Machine belongs to; MachineUpdater needs it to cordon, drain (the
-// Eviction API) and uncordon the node. KubeconfigSecretClientsets builds
-// one from the same <cluster>-kubeconfig secret KubeconfigSecretClients
-// uses.
-type WorkloadClientset func(ctx context.Context, cluster types.NamespacedName) (kubernetes.Interface, error)
 
 // drainNode cordons the node and makes one bounded drain attempt. It
 // returns ok when the node is drained (and the record says so); otherwise

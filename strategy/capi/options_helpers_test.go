@@ -12,6 +12,7 @@ import (
 	"github.com/upgradekit/upgradekit/nodeexec/nodepod"
 	"github.com/upgradekit/upgradekit/strategy"
 	"github.com/upgradekit/upgradekit/strategy/capi"
+	"github.com/upgradekit/upgradekit/strategy/capi/workload"
 )
 
 // updOpt changes one capi.UpdaterOptions field, so that test helpers can
@@ -27,7 +28,7 @@ func updaterOpts(opts ...updOpt) capi.UpdaterOptions {
 	return o
 }
 
-func withWorkloadClientset(cs capi.WorkloadClientset) updOpt {
+func withWorkloadClientset(cs workload.Clientset) updOpt {
 	return func(o *capi.UpdaterOptions) { o.Clientset = cs }
 }
 func withoutDrain() updOpt   { return func(o *capi.UpdaterOptions) { o.SkipDrain = true } }

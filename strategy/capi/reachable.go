@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/upgradekit/upgradekit/internal/errtext"
+	"github.com/upgradekit/upgradekit/strategy/capi/workload"
 )
 
 // ErrWorkloadUnreachable is matched by WorkloadReachableCheck's errors,
@@ -65,7 +66,7 @@ func WithReachableClock(c clock.PassiveClock) ReachableOption {
 
 // WorkloadReachableCheck declines an in-place update of a cluster whose
 // workload cluster the extension cannot reach through get (in the example
-// extension, KubeconfigSecretClients: the <cluster>-kubeconfig secret in
+// extension, workload.KubeconfigClient: the <cluster>-kubeconfig secret in
 // the cluster's namespace): UpdateMachine could only wait for a client it
 // never gets, and Cluster API cannot fall back to a replacement once the
 // update is accepted. It probes with get and then one request to the
@@ -94,7 +95,7 @@ func WithReachableClock(c clock.PassiveClock) ReachableOption {
 //
 // The Extension runs checks only for changes it would apply in place: a
 // request with no changes or one it declines anyway is not probed.
-func WorkloadReachableCheck(get WorkloadClient, opts ...ReachableOption) Check {
+func WorkloadReachableCheck(get workload.Client, opts ...ReachableOption) Check {
 	r := &reachable{get: get, timeout: DefaultReachableTimeout, ttl: DefaultReachableCacheTTL,
 		clock: clock.RealClock{}, cache: map[types.NamespacedName]reachResult{}}
 	for _, o := range opts {
@@ -106,7 +107,7 @@ func WorkloadReachableCheck(get WorkloadClient, opts ...ReachableOption) Check {
 }
 
 type reachable struct {
-	get     WorkloadClient
+	get     workload.Client
 	timeout time.Duration
 	ttl     time.Duration
 	clock   clock.PassiveClock
@@ -125,7 +126,7 @@ const maxReachCache = 1024
 
 func (r *reachable) check(ctx context.Context, req CheckRequest) error {
 	if r.get == nil {
-		return fmt.Errorf("%w: WorkloadReachableCheck: nil WorkloadClient", ErrInvalidOption)
+		return fmt.Errorf("%w: WorkloadReachableCheck: nil workload.Client", ErrInvalidOption)
 	}
 	var cluster types.NamespacedName
 	switch m := req.Desired.Machine.(type) {
@@ -189,11 +190,11 @@ func (r *reachable) probe(ctx context.Context, cluster types.NamespacedName) err
 	return nil
 }
 
-// permanentSecretError names why err (a WorkloadClient's) does not pass
+// permanentSecretError names why err (a workload.Client's) does not pass
 // by itself, or is "" when it may.
 func permanentSecretError(err error) string {
 	switch {
-	case errors.Is(err, ErrKubeconfigUnusable):
+	case errors.Is(err, workload.ErrKubeconfigUnusable):
 		return "unusable"
 	case apierrors.IsForbidden(err):
 		return "Forbidden"

@@ -26,6 +26,7 @@ import (
 	"github.com/upgradekit/upgradekit/nodeexec/nodepod"
 	"github.com/upgradekit/upgradekit/strategy"
 	"github.com/upgradekit/upgradekit/strategy/capi"
+	"github.com/upgradekit/upgradekit/strategy/capi/workload"
 )
 
 // reachRequest is a CheckRequest for cluster default/demo.
@@ -73,22 +74,22 @@ func TestWorkloadReachableCheck(t *testing.T) {
 			want: "cluster default/demo: its API server did not answer a request bounded by 3s (transient: Cluster API asks again): dial tcp: connection refused"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			workload := fakeclient.NewClientBuilder().WithScheme(clientgoscheme.Scheme).WithInterceptorFuncs(interceptor.Funcs{
+			wc := fakeclient.NewClientBuilder().WithScheme(clientgoscheme.Scheme).WithInterceptorFuncs(interceptor.Funcs{
 				List: func(ctx context.Context, c client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {
 					if tc.listErr != nil {
 						return tc.listErr
 					}
 					return c.List(ctx, list, opts...)
 				}}).Build()
-			var get capi.WorkloadClient = func(context.Context, types.NamespacedName) (client.Client, error) {
+			var get workload.Client = func(context.Context, types.NamespacedName) (client.Client, error) {
 				if tc.secretErr != nil {
 					return nil, tc.secretErr
 				}
-				return workload, nil
+				return wc, nil
 			}
 			if tc.objs != nil { // the real getter, reading the secret
 				mgmt := fakeclient.NewClientBuilder().WithScheme(clientgoscheme.Scheme).WithObjects(tc.objs...).Build()
-				get = capi.KubeconfigSecretClients(mgmt, clientgoscheme.Scheme)
+				get = workload.KubeconfigClient(mgmt, clientgoscheme.Scheme)
 			}
 			check := capi.WorkloadReachableCheck(get)
 			for _, ms := range []bool{false, true} {
@@ -130,7 +131,7 @@ func TestExtensionDeclinesAnUnreachableCluster(t *testing.T) {
 	mgmt := fakeclient.NewClientBuilder().WithScheme(clientgoscheme.Scheme).Build()
 	kubeadm, err := strategy.ForCategories("kubeadm", strategy.KubeadmCategories()...)
 	require.NoError(t, err)
-	ext, err := capi.NewExtension(strategy.Updaters(kubeadm), capi.ExtensionOptions{Checks: []capi.Check{capi.WorkloadReachableCheck(capi.KubeconfigSecretClients(mgmt, clientgoscheme.Scheme))}})
+	ext, err := capi.NewExtension(strategy.Updaters(kubeadm), capi.ExtensionOptions{Checks: []capi.Check{capi.WorkloadReachableCheck(workload.KubeconfigClient(mgmt, clientgoscheme.Scheme))}})
 	require.NoError(t, err)
 	cur, des, _, _, curInfra, desInfra := machinePair()
 	req := &runtimehooksv1.CanUpdateMachineRequest{

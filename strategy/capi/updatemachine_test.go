@@ -19,6 +19,7 @@ import (
 	"github.com/upgradekit/upgradekit/nodeexec/drain"
 	"github.com/upgradekit/upgradekit/nodeexec/nodepod"
 	"github.com/upgradekit/upgradekit/strategy/capi"
+	"github.com/upgradekit/upgradekit/strategy/capi/workload"
 )
 
 func createNode(t *testing.T, ctx context.Context, c client.Client, name, providerID, kubelet string) *corev1.Node {
@@ -90,7 +91,7 @@ func TestUpdateMachineAgainstRealAPIServer(t *testing.T) {
 	cp := createNode(t, ctx, c, "cp-0", "docker:////cp-0", "v1.35.4")
 	createNode(t, ctx, c, "md-0-a", "docker:////md-0-a", "v1.35.4")
 
-	workload := func(_ context.Context, cluster types.NamespacedName) (client.Client, error) {
+	clients := func(_ context.Context, cluster types.NamespacedName) (client.Client, error) {
 		require.Equal(t, types.NamespacedName{Namespace: "default", Name: "demo"}, cluster)
 		return c, nil
 	}
@@ -104,7 +105,7 @@ func TestUpdateMachineAgainstRealAPIServer(t *testing.T) {
 	t.Cleanup(broadcaster.Shutdown)
 	recorder := broadcaster.NewRecorder(env.Scheme, "upgradekit-test")
 	call := func(req *runtimehooksv1.UpdateMachineRequest) runtimehooksv1.UpdateMachineResponse {
-		u, err := capi.NewMachineUpdater(workload, capi.UpdaterOptions{Clientset: clientset, SkipPrePull: true, EventRecorder: recorder, PodOptions: []nodepod.Option{nodepod.WithImage("registry.example/upgrader:v1.36.1")}, RetryAfter: 5 * time.Second})
+		u, err := capi.NewMachineUpdater(clients, capi.UpdaterOptions{Clientset: clientset, SkipPrePull: true, EventRecorder: recorder, PodOptions: []nodepod.Option{nodepod.WithImage("registry.example/upgrader:v1.36.1")}, RetryAfter: 5 * time.Second})
 		require.NoError(t, err)
 		var resp runtimehooksv1.UpdateMachineResponse
 		u.UpdateMachine(ctx, req, &resp)
@@ -187,7 +188,7 @@ func TestUpdateMachineAgainstRealAPIServer(t *testing.T) {
 	})
 
 	t.Run("workload clients from CAPI's kubeconfig secrets", func(t *testing.T) {
-		get := capi.KubeconfigSecretClients(c, env.Scheme)
+		get := workload.KubeconfigClient(c, env.Scheme)
 		key := types.NamespacedName{Namespace: "default", Name: "demo"}
 		_, err := get(ctx, key)
 		require.Error(t, err, "no secret yet")

@@ -25,6 +25,7 @@ import (
 	"github.com/upgradekit/upgradekit/nodeexec/kubeadm"
 	"github.com/upgradekit/upgradekit/nodeexec/nodepod"
 	"github.com/upgradekit/upgradekit/strategy"
+	"github.com/upgradekit/upgradekit/strategy/capi/workload"
 )
 
 // WorkloadClient returns a client for the workload cluster a Machine
@@ -103,8 +104,8 @@ type WorkloadClient func(ctx context.Context, cluster types.NamespacedName) (cli
 // (UpdaterOptions.Metrics) and in logs with the keys machine, cluster, node,
 // phase and step.
 type MachineUpdater struct {
-	workload     WorkloadClient
-	clientset    WorkloadClientset
+	workload     workload.Client
+	clientset    workload.Clientset
 	podOpts      []nodepod.Option
 	planHook     func(*kubeadm.Config)
 	retryAfter   int32
@@ -156,7 +157,7 @@ const DefaultNodeGoneGrace = 10 * time.Minute
 // UpdaterOptions for each field's default). Draining is on by default, so
 // it needs opts.Clientset, or opts.SkipDrain. Its errors match
 // ErrInvalidOption and name the field.
-func NewMachineUpdater(workload WorkloadClient, opts UpdaterOptions) (*MachineUpdater, error) {
+func NewMachineUpdater(workload workload.Client, opts UpdaterOptions) (*MachineUpdater, error) {
 	return newMachineUpdater(workload, opts)
 }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/upgradekit/upgradekit/nodeexec/kubeadm"
 	"github.com/upgradekit/upgradekit/nodeexec/nodepod"
 	"github.com/upgradekit/upgradekit/strategy"
+	"github.com/upgradekit/upgradekit/strategy/capi/workload"
 )
 
 // UpdaterOptions configure NewMachineUpdater. The zero value of every field
@@ -26,7 +27,7 @@ type UpdaterOptions struct {
 	// Clientset reaches the workload cluster's API for cordon, drain and
 	// uncordon (KubeconfigSecretClientsets builds one). Draining is on by
 	// default and needs it; see SkipDrain.
-	Clientset WorkloadClientset
+	Clientset workload.Clientset
 
 	// SkipDrain updates nodes without cordoning and draining them first,
 	// which is what Cluster API and EKS Anywhere do for in-place updates:
@@ -280,7 +281,7 @@ func orDeadline(d, def time.Duration) time.Duration {
 
 // newMachineUpdater applies o, with its defaults, to a new MachineUpdater
 // and checks it.
-func newMachineUpdater(workload WorkloadClient, o UpdaterOptions) (*MachineUpdater, error) {
+func newMachineUpdater(workload workload.Client, o UpdaterOptions) (*MachineUpdater, error) {
 	if workload == nil {
 		return nil, fmt.Errorf("%w: nil workload client getter", ErrInvalidOption)
 	}

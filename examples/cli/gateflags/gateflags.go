@@ -9,7 +9,8 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/upgradekit/upgradekit/strategy"
-	"github.com/upgradekit/upgradekit/strategy/capi"
+	"github.com/upgradekit/upgradekit/strategy/capi/gates"
+	"github.com/upgradekit/upgradekit/strategy/capi/workload"
 )
 
 // ErrInvalid is matched by Check's errors; each names its flags, and
@@ -84,27 +85,27 @@ func (f *Flags) Set() bool { return f.window != nil || f.Soak > 0 || f.blockers 
 // read the workload cluster through workload; with a nil workload (no
 // management cluster yet, as in a dry validation) only the window is
 // built.
-func (f *Flags) Gates(workload capi.WorkloadClient) ([]strategy.Gate, error) {
-	var gates []strategy.Gate
+func (f *Flags) Gates(workload workload.Client) ([]strategy.Gate, error) {
+	var out []strategy.Gate
 	if f.window != nil {
-		gates = append(gates, f.window)
+		out = append(out, f.window)
 	}
 	if workload == nil {
-		return gates, nil
+		return out, nil
 	}
 	if f.Soak > 0 {
-		g, err := capi.SoakGate(workload, f.Soak, nil)
+		g, err := gates.Soak(workload, f.Soak, nil)
 		if err != nil {
 			return nil, err
 		}
-		gates = append(gates, g)
+		out = append(out, g)
 	}
 	if f.blockers != nil {
-		g, err := capi.PodBlockerGate(workload, f.blockers)
+		g, err := gates.PodBlockers(workload, f.blockers)
 		if err != nil {
 			return nil, err
 		}
-		gates = append(gates, g)
+		out = append(out, g)
 	}
-	return gates, nil
+	return out, nil
 }

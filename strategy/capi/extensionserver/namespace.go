@@ -13,7 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/upgradekit/upgradekit/nodeexec/nodepod"
-	"github.com/upgradekit/upgradekit/strategy/capi"
+	"github.com/upgradekit/upgradekit/strategy/capi/workload"
 )
 
 // LabelPodSecurityEnforce is the Pod Security admission label of a
@@ -41,12 +41,12 @@ var ErrNamespaceNotManaged = errors.New("namespace not managed by upgradekit")
 // succeeds the cluster has no client: UpdateMachine keeps answering
 // "waiting for the workload cluster" with the error, and nothing is
 // drained.
-func EnsureNamespace(get capi.WorkloadClient, namespace string) capi.WorkloadClient {
+func EnsureNamespace(get workload.Client, namespace string) workload.Client {
 	var mu sync.Mutex
 	ready := map[types.NamespacedName]bool{}
 	return func(ctx context.Context, cluster types.NamespacedName) (client.Client, error) {
 		if get == nil {
-			return nil, invalid("EnsureNamespace", "nil WorkloadClient")
+			return nil, invalid("EnsureNamespace", "nil workload.Client")
 		}
 		c, err := get(ctx, cluster)
 		if err != nil {

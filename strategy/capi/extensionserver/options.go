@@ -362,7 +362,7 @@ func WithLogger(l logr.Logger) Option { return func(c *config) { c.log = l } }
 func WithMetrics(m *capi.Metrics) Option { return func(c *config) { c.metrics = m } }
 
 // WithGates asks gates before each in-place update starts, before
-// anything is done to the node (capi.UpdaterOptions.Gates): capi.ConcurrencyGate,
+// anything is done to the node (capi.UpdaterOptions.Gates): gates.Concurrency,
 // SoakGate, WorkloadsGate, ControlPlaneGate, BreakerGate, AlertGate,
 // PodBlockerGate, strategy.MaintenanceWindow, or your own. A nil gate is
 // refused; with DecideOnly there is no update to gate, so gates are

@@ -27,6 +27,7 @@ import (
 	"github.com/upgradekit/upgradekit/strategy"
 	"github.com/upgradekit/upgradekit/strategy/capi"
 	"github.com/upgradekit/upgradekit/strategy/capi/gatereport"
+	"github.com/upgradekit/upgradekit/strategy/capi/workload"
 )
 
 // ErrInvalidOption is matched by every error of New and Validate about
@@ -397,7 +398,7 @@ func (s *Server) buildHandlers(mgmt client.Reader) ([]server.ExtensionHandler, e
 		// where this server's UpdateMachine is the one that must reach it.)
 		first := []capi.Check{capi.ControlPlaneSkewCheck(mgmt)}
 		if !c.decideOnly {
-			first = append([]capi.Check{capi.WorkloadReachableCheck(capi.KubeconfigSecretClients(mgmt, c.scheme))}, first...)
+			first = append([]capi.Check{capi.WorkloadReachableCheck(workload.KubeconfigClient(mgmt, c.scheme))}, first...)
 		}
 		checks = append(first, checks...)
 	}
@@ -447,7 +448,7 @@ func (s *Server) buildHandlers(mgmt client.Reader) ([]server.ExtensionHandler, e
 		RetryAfter:                 time.Duration(c.retryAfter) * time.Second,
 		PodOptions:                 c.podOptions(),
 		PlanConfig:                 s.PlanConfig,
-		Clientset:                  capi.KubeconfigSecretClientsets(mgmt),
+		Clientset:                  workload.KubeconfigClientset(mgmt),
 		SkipDrain:                  !c.drain,
 		DrainTimeout:               drainTimeout,
 		WorkloadUnreachableTimeout: unreachable,
@@ -460,7 +461,7 @@ func (s *Server) buildHandlers(mgmt client.Reader) ([]server.ExtensionHandler, e
 		Images:           c.images,
 		EventRecorder:    c.recorder,
 	}
-	workload := capi.KubeconfigSecretClients(mgmt, c.scheme)
+	workload := workload.KubeconfigClient(mgmt, c.scheme)
 	if c.createNamespace {
 		workload = EnsureNamespace(workload, c.namespace)
 	}

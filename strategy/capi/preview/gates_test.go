@@ -21,9 +21,9 @@ import (
 
 	"github.com/upgradekit/upgradekit/fake/testcerts"
 	"github.com/upgradekit/upgradekit/strategy"
-	"github.com/upgradekit/upgradekit/strategy/capi"
 	"github.com/upgradekit/upgradekit/strategy/capi/extensionserver"
 	"github.com/upgradekit/upgradekit/strategy/capi/gatereport"
+	"github.com/upgradekit/upgradekit/strategy/capi/gates"
 	"github.com/upgradekit/upgradekit/strategy/capi/preview"
 )
 
@@ -82,7 +82,7 @@ func TestTheDeployedExtensionsGates(t *testing.T) {
 	// whose slot another machine holds.
 	yearly, err := strategy.MaintenanceWindow("new-year", "0 0 1 1 *", time.Minute, "UTC")
 	require.NoError(t, err)
-	limit, err := capi.NewConcurrencyGate(c, "default", 1, time.Hour)
+	limit, err := gates.NewConcurrency(c, "default", 1, time.Hour)
 	require.NoError(t, err)
 	now := time.Now()
 	require.True(t, limit.Check(ctx, strategy.GateRequest{Cluster: "default/small", Machine: "small-cp-elsewhere", Now: now}).Allowed())
@@ -130,7 +130,7 @@ func TestTheDeployedExtensionsGates(t *testing.T) {
 		require.Equal(t, strategy.VerdictWait, m.GateVerdict)
 
 		// A free slot, which a Check would take: the report takes none.
-		two, err := capi.NewConcurrencyGate(c, "default", 2, time.Hour)
+		two, err := gates.NewConcurrency(c, "default", 2, time.Hour)
 		require.NoError(t, err)
 		local, err = extensionserver.New(c, extensionserver.AllowMutableUpgraderImages(), extensionserver.WithoutBundleChecksums(),
 			extensionserver.WithUpgraderImage("registry.example/upgrader:any"), extensionserver.WithGates(two))

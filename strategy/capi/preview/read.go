@@ -59,7 +59,7 @@ type Snapshot struct {
 }
 
 // WorkloadReader gives a reader of a workload cluster (Nodes, Pods,
-// PodDisruptionBudgets); capi.KubeconfigSecretClients is one.
+// PodDisruptionBudgets); workload.KubeconfigClient is one.
 type WorkloadReader func(ctx context.Context, cluster client.ObjectKey) (client.Client, error)
 
 // ReadOption configures Read.

@@ -29,6 +29,7 @@ import (
 	"github.com/upgradekit/upgradekit/strategy/capi"
 	"github.com/upgradekit/upgradekit/strategy/capi/extensionserver"
 	"github.com/upgradekit/upgradekit/strategy/capi/preview"
+	"github.com/upgradekit/upgradekit/strategy/capi/workload"
 )
 
 const (
@@ -155,7 +156,7 @@ func TestPredictionIsWhatClusterAPIDoes(t *testing.T) {
 	// Preview.
 	snap, err := preview.Read(ctx, c, client.ObjectKey{Namespace: "default", Name: "demo"},
 		preview.WithWorkload(func(ctx context.Context, key client.ObjectKey) (client.Client, error) {
-			return capi.KubeconfigSecretClients(c, h.Env.Scheme)(ctx, key)
+			return workload.KubeconfigClient(c, h.Env.Scheme)(ctx, key)
 		}))
 	require.NoError(t, err)
 	// In both modes: the extension's decision side in this process, and

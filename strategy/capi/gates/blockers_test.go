@@ -1,4 +1,4 @@
-package capi_test
+package gates_test
 
 import (
 	"context"
@@ -20,6 +20,7 @@ import (
 
 	"github.com/upgradekit/upgradekit/strategy"
 	"github.com/upgradekit/upgradekit/strategy/capi"
+	"github.com/upgradekit/upgradekit/strategy/capi/gates"
 )
 
 // prometheusServer is an httptest server speaking Prometheus's HTTP API for
@@ -52,29 +53,29 @@ func TestAlertGate(t *testing.T) {
 {"metric":{"__name__":"ALERTS","alertname":"EtcdMembersDown","alertstate":"firing"},"value":[1795608000,"1"]},
 {"metric":{"__name__":"ALERTS","alertname":"KubeNodeNotReady","alertstate":"firing","node":"w-4"},"value":[1795608000,"1"]}]}}`
 	c, asked := prometheusServer(t, http.StatusOK, firing)
-	gate, err := capi.AlertGate(c, "")
+	gate, err := gates.Alert(c, "")
 	require.NoError(t, err)
 	r := gate.Check(ctx, req)
 	require.Equal(t, strategy.VerdictWait, r.Verdict)
 	require.Equal(t, `"ALERTS{alertstate=\"firing\"}" returns 2 series: EtcdMembersDown, KubeNodeNotReady`, r.Reason)
-	require.Equal(t, capi.DefaultBlockerRetry, r.RetryAfter)
-	require.Equal(t, capi.DefaultAlertQuery, asked.Form.Get("query"))
+	require.Equal(t, gates.DefaultBlockerRetry, r.RetryAfter)
+	require.Equal(t, gates.DefaultAlertQuery, asked.Form.Get("query"))
 	require.Equal(t, "1795608000", asked.Form.Get("time"), "asked at the request's time")
 
 	quiet, _ := prometheusServer(t, http.StatusOK, `{"status":"success","data":{"resultType":"vector","result":[]}}`)
-	gate, err = capi.AlertGate(quiet, `ALERTS{alertstate="firing",severity="critical"}`)
+	gate, err = gates.Alert(quiet, `ALERTS{alertstate="firing",severity="critical"}`)
 	require.NoError(t, err)
 	require.Equal(t, strategy.VerdictAllow, gate.Check(ctx, req).Verdict)
 
 	broken, _ := prometheusServer(t, http.StatusBadRequest, `{"status":"error","errorType":"bad_data","error":"parse error at char 7"}`)
-	gate, err = capi.AlertGate(broken, "ALERTS{")
+	gate, err = gates.Alert(broken, "ALERTS{")
 	require.NoError(t, err)
 	r = gate.Check(ctx, req)
 	require.Equal(t, strategy.VerdictWait, r.Verdict, "a failed query holds the update")
 	require.Error(t, r.Err)
 	require.Contains(t, r.Reason, "parse error")
 
-	_, err = capi.AlertGate(nil, "")
+	_, err = gates.Alert(nil, "")
 	require.ErrorIs(t, err, capi.ErrInvalidOption)
 }
 
@@ -91,7 +92,7 @@ func TestPodBlockerGate(t *testing.T) {
 	workload := func(context.Context, types.NamespacedName) (client.Client, error) { return c, nil }
 	sel, err := labels.Parse("upgradekit.io/blocks-upgrades=true")
 	require.NoError(t, err)
-	gate, err := capi.PodBlockerGate(workload, sel)
+	gate, err := gates.PodBlockers(workload, sel)
 	require.NoError(t, err)
 	req := strategy.GateRequest{Cluster: "default/demo", Machine: "m", Now: time.Now()}
 	r := gate.Check(ctx, req)
@@ -101,8 +102,8 @@ func TestPodBlockerGate(t *testing.T) {
 	require.NoError(t, c.Delete(ctx, pod("backup-0", corev1.PodRunning)))
 	require.Equal(t, strategy.VerdictAllow, gate.Check(ctx, req).Verdict)
 
-	_, err = capi.PodBlockerGate(workload, labels.Everything())
+	_, err = gates.PodBlockers(workload, labels.Everything())
 	require.ErrorIs(t, err, capi.ErrInvalidOption, "an empty selector would block on every pod")
-	_, err = capi.PodBlockerGate(nil, sel)
+	_, err = gates.PodBlockers(nil, sel)
 	require.ErrorIs(t, err, capi.ErrInvalidOption)
 }

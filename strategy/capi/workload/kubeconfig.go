@@ -1,4 +1,4 @@
-package capi
+package workload
 
 import (
 	"context"
@@ -17,8 +17,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
-// ErrKubeconfigUnusable is matched by the errors of KubeconfigSecretClients
-// and KubeconfigSecretClientsets for a <cluster>-kubeconfig secret that
+// ErrKubeconfigUnusable is matched by the errors of KubeconfigClient
+// and KubeconfigClientset for a <cluster>-kubeconfig secret that
 // exists but holds no usable kubeconfig (no key "value", or a value that
 // is not a kubeconfig): like a secret that cannot be read, it does not
 // pass by itself.
@@ -28,7 +28,7 @@ var ErrKubeconfigUnusable = errors.New("kubeconfig unusable")
 const userAgent = "upgradekit"
 
 // The client-side rate limit of the workload cluster clients
-// KubeconfigSecretClients and KubeconfigSecretClientsets build: Cluster
+// KubeconfigClient and KubeconfigClientset build: Cluster
 // API's own for workload clusters (its ClusterCache's default client QPS
 // and burst). A kubeconfig cannot set one, and client-go's default (5
 // requests per second, burst 10), shared by every update in a cluster,
@@ -39,7 +39,7 @@ const (
 	workloadBurst = 30
 )
 
-// KubeconfigSecretClients returns a WorkloadClient that reaches each
+// KubeconfigClient returns a Client that reaches each
 // workload cluster with the kubeconfig CAPI keeps in the management cluster
 // (secret <cluster>-kubeconfig, key "value"), read through mgmt. The secret
 // is read on every call (mgmt is typically a manager's cached client, so
@@ -50,22 +50,22 @@ const (
 // client. Calls for different clusters do not wait for each other. Each
 // cluster's client is rate-limited client-side as Cluster API's own
 // workload cluster clients are: 20 requests per second, bursts of 30.
-func KubeconfigSecretClients(mgmt client.Reader, scheme *runtime.Scheme) WorkloadClient {
+func KubeconfigClient(mgmt client.Reader, scheme *runtime.Scheme) Client {
 	get := cachedPerCluster(mgmt, func(cfg *rest.Config) (client.Client, error) {
 		return client.New(cfg, client.Options{Scheme: scheme})
 	})
-	return WorkloadClient(get)
+	return Client(get)
 }
 
-// KubeconfigSecretClientsets is KubeconfigSecretClients' sibling for
-// MachineUpdater's cordon, drain and uncordon (WithWorkloadClientset): a
+// KubeconfigClientset is KubeconfigClient's sibling for
+// capi.MachineUpdater's cordon, drain and uncordon (capi.WithWorkloadClientset): a
 // client-go clientset built from the same <cluster>-kubeconfig secret,
 // cached and renewed the same way.
-func KubeconfigSecretClientsets(mgmt client.Reader) WorkloadClientset {
+func KubeconfigClientset(mgmt client.Reader) Clientset {
 	get := cachedPerCluster(mgmt, func(cfg *rest.Config) (kubernetes.Interface, error) {
 		return kubernetes.NewForConfig(cfg)
 	})
-	return WorkloadClientset(get)
+	return Clientset(get)
 }
 
 // cached is a client and the kubeconfig it was built from (its hash).

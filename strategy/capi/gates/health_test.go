@@ -1,4 +1,4 @@
-package capi_test
+package gates_test
 
 import (
 	"context"
@@ -19,6 +19,7 @@ import (
 	"github.com/upgradekit/upgradekit/fake/envtest"
 	"github.com/upgradekit/upgradekit/strategy"
 	"github.com/upgradekit/upgradekit/strategy/capi"
+	"github.com/upgradekit/upgradekit/strategy/capi/gates"
 )
 
 // TestWorkloadsAndControlPlaneGatesAgainstAPIServer: the next update waits
@@ -50,7 +51,7 @@ func TestWorkloadsAndControlPlaneGatesAgainstAPIServer(t *testing.T) {
 			s.Status = appsv1.StatefulSetStatus{ObservedGeneration: s.Generation, Replicas: 2, ReadyReplicas: ready, AvailableReplicas: ready, CurrentReplicas: 2, UpdatedReplicas: 2}
 			require.NoError(t, c.Status().Update(ctx, s))
 		}
-		gate, err := capi.WorkloadsGate(workload, 10*time.Minute, "default")
+		gate, err := gates.Workloads(workload, 10*time.Minute, "default")
 		require.NoError(t, err)
 		ask := func(now time.Time) strategy.GateResult {
 			return gate.Check(ctx, strategy.GateRequest{Cluster: "default/demo", Machine: "w-1", Node: "w-1", Now: now})
@@ -66,7 +67,7 @@ func TestWorkloadsAndControlPlaneGatesAgainstAPIServer(t *testing.T) {
 		setDeployment(3, t0.Add(12*time.Minute))
 		setStatefulSet(2)
 		require.Equal(t, strategy.VerdictAllow, ask(t0.Add(12*time.Minute)).Verdict)
-		other, err := capi.WorkloadsGate(workload, 0, "kube-system")
+		other, err := gates.Workloads(workload, 0, "kube-system")
 		require.NoError(t, err)
 		setDeployment(0, t0)
 		require.Equal(t, strategy.VerdictAllow, other.Check(ctx, strategy.GateRequest{Cluster: "default/demo", Now: t0.Add(time.Hour)}).Verdict, "only the namespaces given")
@@ -98,7 +99,7 @@ func TestWorkloadsAndControlPlaneGatesAgainstAPIServer(t *testing.T) {
 				mirror(comp, n, true)
 			}
 		}
-		gate, err := capi.ControlPlaneGate(workload)
+		gate, err := gates.ControlPlane(workload)
 		require.NoError(t, err)
 		ask := func(node string, role strategy.Role) strategy.GateResult {
 			return gate.Check(ctx, strategy.GateRequest{Cluster: "default/demo", Machine: node, Node: node, Role: role, Now: t0})
@@ -122,9 +123,9 @@ func TestWorkloadsAndControlPlaneGatesAgainstAPIServer(t *testing.T) {
 	})
 
 	for _, err := range []error{
-		func() error { _, err := capi.WorkloadsGate(nil, 0); return err }(),
-		func() error { _, err := capi.WorkloadsGate(workload, -time.Second); return err }(),
-		func() error { _, err := capi.ControlPlaneGate(nil); return err }(),
+		func() error { _, err := gates.Workloads(nil, 0); return err }(),
+		func() error { _, err := gates.Workloads(workload, -time.Second); return err }(),
+		func() error { _, err := gates.ControlPlane(nil); return err }(),
 	} {
 		require.ErrorIs(t, err, capi.ErrInvalidOption)
 	}
@@ -152,7 +153,7 @@ func TestBreakerGate(t *testing.T) {
 	node("w-3", corev1.ConditionTrue, false)
 	c := crfake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).WithStatusSubresource(&corev1.Node{}, &clusterv1.Machine{}).Build()
 	workload := func(context.Context, types.NamespacedName) (client.Client, error) { return c, nil }
-	gate, err := capi.BreakerGate(c, workload, strategy.Breaker{MaxUnhealthy: intstr.FromString("25%")})
+	gate, err := gates.Breaker(c, workload, strategy.Breaker{MaxUnhealthy: intstr.FromString("25%")})
 	require.NoError(t, err)
 	ask := func(machine string) strategy.GateResult {
 		return gate.Check(t.Context(), strategy.GateRequest{Cluster: "default/demo", Group: "md-0", Role: strategy.RoleWorker, Machine: machine, Node: machine, Now: time.Now()})
@@ -168,8 +169,8 @@ func TestBreakerGate(t *testing.T) {
 	require.Equal(t, "circuit breaker: 2 of 4 machines failed or unhealthy after their update, more than maxUnhealthy 25% (1): w-1 (node not Ready), w-2 (update failed)", r.Reason)
 	require.Equal(t, strategy.VerdictAllow, gate.Check(t.Context(), strategy.GateRequest{Cluster: "default/demo", Role: strategy.RoleControlPlane, Machine: "cp-0"}).Verdict)
 
-	_, err = capi.BreakerGate(c, workload, strategy.Breaker{MaxUnhealthy: intstr.FromString("200%")})
+	_, err = gates.Breaker(c, workload, strategy.Breaker{MaxUnhealthy: intstr.FromString("200%")})
 	require.ErrorIs(t, err, capi.ErrInvalidOption)
-	_, err = capi.BreakerGate(nil, workload, strategy.Breaker{})
+	_, err = gates.Breaker(nil, workload, strategy.Breaker{})
 	require.ErrorIs(t, err, capi.ErrInvalidOption)
 }

@@ -1,4 +1,4 @@
-package capi
+package gates
 
 import (
 	"context"
@@ -15,18 +15,20 @@ import (
 
 	"github.com/upgradekit/upgradekit/internal/errtext"
 	"github.com/upgradekit/upgradekit/strategy"
+	"github.com/upgradekit/upgradekit/strategy/capi"
+	"github.com/upgradekit/upgradekit/strategy/capi/workload"
 )
 
 // workloadOf returns the request's workload cluster client, or the
 // GateResult to answer when there is none.
-func workloadOf(ctx context.Context, workload WorkloadClient, gate string, req strategy.GateRequest) (client.Client, *strategy.GateResult) {
+func workloadOf(ctx context.Context, workload workload.Client, gate string, req strategy.GateRequest) (client.Client, *strategy.GateResult) {
 	ns, name, ok := strings.Cut(req.Cluster, "/")
 	if !ok {
 		return nil, &strategy.GateResult{Verdict: strategy.VerdictWait, Gate: gate, Reason: "the request names no namespace/name cluster", Err: strategy.ErrInvalidGate}
 	}
 	c, err := workload(ctx, types.NamespacedName{Namespace: ns, Name: name})
 	if err == nil && c == nil {
-		err = fmt.Errorf("%w: the workload client getter returned no client", ErrInvalidOption)
+		err = fmt.Errorf("%w: the workload client getter returned no client", capi.ErrInvalidOption)
 	}
 	if err != nil {
 		return nil, &strategy.GateResult{Verdict: strategy.VerdictWait, Gate: gate, Reason: "reaching the workload cluster: " + errtext.Clip(err.Error()), Err: err}
@@ -34,19 +36,19 @@ func workloadOf(ctx context.Context, workload WorkloadClient, gate string, req s
 	return c, nil
 }
 
-// WorkloadsGate holds the next update until the workloads are back: every
+// Workloads holds the next update until the workloads are back: every
 // Deployment and StatefulSet of the workload cluster (in namespaces, or
 // all when none is given) has all its replicas updated and available for
 // its latest generation, so the pods evicted from the last node run
 // somewhere again. A Deployment whose Available condition has been False
 // for longer than timeout answers Stop (it is not coming back by itself:
 // a person must look); 0 waits for ever.
-func WorkloadsGate(workload WorkloadClient, timeout time.Duration, namespaces ...string) (strategy.Gate, error) {
+func Workloads(workload workload.Client, timeout time.Duration, namespaces ...string) (strategy.Gate, error) {
 	switch {
 	case workload == nil:
-		return nil, fmt.Errorf("%w: WorkloadsGate: nil workload client", ErrInvalidOption)
+		return nil, fmt.Errorf("%w: gates.Workloads: nil workload client", capi.ErrInvalidOption)
 	case timeout < 0:
-		return nil, fmt.Errorf("%w: WorkloadsGate: timeout %s: must not be negative", ErrInvalidOption, timeout)
+		return nil, fmt.Errorf("%w: gates.Workloads: timeout %s: must not be negative", capi.ErrInvalidOption, timeout)
 	}
 	if len(namespaces) == 0 {
 		namespaces = []string{""}
@@ -116,7 +118,7 @@ func WorkloadsGate(workload WorkloadClient, timeout time.Duration, namespaces ..
 // plane node (etcd only with stacked etcd).
 var controlPlaneComponents = []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler", "etcd"}
 
-// ControlPlaneGate holds the update of a control plane machine until every
+// ControlPlane holds the update of a control plane machine until every
 // other control plane node (LabelControlPlaneNode) is Ready and runs its
 // control plane Ready: the mirror pods kube-system/<component>-<node> of
 // kube-apiserver, kube-controller-manager and kube-scheduler exist and are
@@ -126,9 +128,9 @@ var controlPlaneComponents = []string{"kube-apiserver", "kube-controller-manager
 // endpoint; the member list, alarms and raft state are not read (an etcd
 // client would). Workers pass: the gate guards the control plane, one
 // node at a time.
-func ControlPlaneGate(workload WorkloadClient) (strategy.Gate, error) {
+func ControlPlane(workload workload.Client) (strategy.Gate, error) {
 	if workload == nil {
-		return nil, fmt.Errorf("%w: ControlPlaneGate: nil workload client", ErrInvalidOption)
+		return nil, fmt.Errorf("%w: gates.ControlPlane: nil workload client", capi.ErrInvalidOption)
 	}
 	return strategy.GateFunc(func(ctx context.Context, req strategy.GateRequest) strategy.GateResult {
 		if req.Role != strategy.RoleControlPlane {
@@ -140,7 +142,7 @@ func ControlPlaneGate(workload WorkloadClient) (strategy.Gate, error) {
 		}
 		var nodes corev1.NodeList
 		var pods corev1.PodList
-		err := c.List(ctx, &nodes, client.HasLabels{LabelControlPlaneNode})
+		err := c.List(ctx, &nodes, client.HasLabels{capi.LabelControlPlaneNode})
 		if err == nil {
 			err = c.List(ctx, &pods, client.InNamespace("kube-system"))
 		}
@@ -193,21 +195,21 @@ func podReady(p *corev1.Pod) bool {
 	return false
 }
 
-// BreakerGate is strategy.Breaker on the Cluster API path: before a worker
+// Breaker is strategy.Breaker on the Cluster API path: before a worker
 // of a MachineDeployment starts its update it counts the deployment's
 // machines (Machines labelled with its name in the management cluster)
 // whose update failed (their Node's ConditionInPlaceUpdate says Failed)
 // or whose Node is not Ready, and answers Stop, with the breaker's reason,
 // once they are more than the breaker's limit: the rest of the group is
 // left alone until a person looks. Control plane machines pass (the
-// ControlPlaneGate guards them). mgmt reads Machines, workload the Nodes.
-func BreakerGate(mgmt client.Reader, workload WorkloadClient, b strategy.Breaker) (strategy.Gate, error) {
+// ControlPlane guards them). mgmt reads Machines, workload the Nodes.
+func Breaker(mgmt client.Reader, workload workload.Client, b strategy.Breaker) (strategy.Gate, error) {
 	switch {
 	case mgmt == nil || workload == nil:
-		return nil, fmt.Errorf("%w: BreakerGate: nil management reader or workload client", ErrInvalidOption)
+		return nil, fmt.Errorf("%w: gates.Breaker: nil management reader or workload client", capi.ErrInvalidOption)
 	}
 	if _, err := b.Limit(100); err != nil {
-		return nil, fmt.Errorf("%w: BreakerGate: %w", ErrInvalidOption, err)
+		return nil, fmt.Errorf("%w: gates.Breaker: %w", capi.ErrInvalidOption, err)
 	}
 	return strategy.GateFunc(func(ctx context.Context, req strategy.GateRequest) strategy.GateResult {
 		if req.Role == strategy.RoleControlPlane || req.Group == "" {
@@ -236,7 +238,7 @@ func BreakerGate(mgmt client.Reader, workload WorkloadClient, b strategy.Breaker
 			}
 			failed := false
 			for _, cond := range n.Status.Conditions {
-				if cond.Type == ConditionInPlaceUpdate && cond.Reason == ReasonFailed {
+				if cond.Type == capi.ConditionInPlaceUpdate && cond.Reason == capi.ReasonFailed {
 					failed = true
 				}
 			}

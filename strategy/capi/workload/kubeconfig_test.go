@@ -1,4 +1,4 @@
-package capi_test
+package workload_test
 
 import (
 	"context"
@@ -18,7 +18,7 @@ import (
 	crfake "sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
-	"github.com/upgradekit/upgradekit/strategy/capi"
+	"github.com/upgradekit/upgradekit/strategy/capi/workload"
 )
 
 // kubeconfigFor is the kubeconfig CAPI would write for a cluster served at
@@ -42,18 +42,18 @@ func kubeconfigSecret(cluster string, raw []byte) *corev1.Secret {
 	}
 }
 
-// TestKubeconfigSecretClientsFollowTheSecret: a rotated kubeconfig secret
+// TestKubeconfigClientFollowsTheSecret: a rotated kubeconfig secret
 // (new credentials, or a cluster recreated under the same name with a new
 // CA and endpoint) gets a new client on the next call; an unchanged one
 // keeps its client; a deleted one is an error, not the old client.
-func TestKubeconfigSecretClientsFollowTheSecret(t *testing.T) {
+func TestKubeconfigClientFollowsTheSecret(t *testing.T) {
 	s := runtime.NewScheme()
 	require.NoError(t, clientgoscheme.AddToScheme(s))
 	mgmt := crfake.NewClientBuilder().WithScheme(s).Build()
 	ctx := t.Context()
 	key := types.NamespacedName{Namespace: "default", Name: "demo"}
-	clients := capi.KubeconfigSecretClients(mgmt, s)
-	clientsets := capi.KubeconfigSecretClientsets(mgmt)
+	clients := workload.KubeconfigClient(mgmt, s)
+	clientsets := workload.KubeconfigClientset(mgmt)
 	host := func() string {
 		t.Helper()
 		cs, err := clientsets(ctx, key)
@@ -106,9 +106,9 @@ func TestKubeconfigSecretClientsFollowTheSecret(t *testing.T) {
 	require.ErrorContains(t, err, `secret default/demo-kubeconfig has no key "value"`)
 }
 
-// TestKubeconfigSecretClientsDoNotSerialiseClusters: a slow secret read for
+// TestKubeconfigClientDoesNotSerialiseClusters: a slow secret read for
 // one cluster does not hold up the calls for another.
-func TestKubeconfigSecretClientsDoNotSerialiseClusters(t *testing.T) {
+func TestKubeconfigClientDoesNotSerialiseClusters(t *testing.T) {
 	s := runtime.NewScheme()
 	require.NoError(t, clientgoscheme.AddToScheme(s))
 	entered, release := make(chan struct{}), make(chan struct{})
@@ -121,7 +121,7 @@ func TestKubeconfigSecretClientsDoNotSerialiseClusters(t *testing.T) {
 			}
 			return c.Get(ctx, key, obj, opts...)
 		}}).Build()
-	clients := capi.KubeconfigSecretClients(mgmt, s)
+	clients := workload.KubeconfigClient(mgmt, s)
 	slowDone := make(chan error, 1)
 	go func() {
 		_, err := clients(t.Context(), types.NamespacedName{Namespace: "default", Name: "slow"})
@@ -144,15 +144,15 @@ func TestKubeconfigSecretClientsDoNotSerialiseClusters(t *testing.T) {
 	require.NoError(t, <-slowDone)
 }
 
-// TestKubeconfigSecretClientsetsRateLimit: a workload cluster's clientset
+// TestKubeconfigClientsetRateLimit: a workload cluster's clientset
 // is rate-limited as Cluster API's own workload cluster clients are (20
 // requests per second, bursts of 30), not with client-go's default of 5
 // and 10, which every update in the cluster would share.
-func TestKubeconfigSecretClientsetsRateLimit(t *testing.T) {
+func TestKubeconfigClientsetRateLimit(t *testing.T) {
 	s := runtime.NewScheme()
 	require.NoError(t, clientgoscheme.AddToScheme(s))
 	mgmt := crfake.NewClientBuilder().WithScheme(s).WithObjects(kubeconfigSecret("demo", kubeconfigFor(t, "https://127.0.0.1:6443"))).Build()
-	cs, err := capi.KubeconfigSecretClientsets(mgmt)(t.Context(), types.NamespacedName{Namespace: "default", Name: "demo"})
+	cs, err := workload.KubeconfigClientset(mgmt)(t.Context(), types.NamespacedName{Namespace: "default", Name: "demo"})
 	require.NoError(t, err)
 	rl := cs.CoreV1().RESTClient().GetRateLimiter()
 	require.NotNil(t, rl)

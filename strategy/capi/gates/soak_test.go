@@ -1,4 +1,4 @@
-package capi_test
+package gates_test
 
 import (
 	"context"
@@ -15,6 +15,7 @@ import (
 	"github.com/upgradekit/upgradekit/fake/envtest"
 	"github.com/upgradekit/upgradekit/strategy"
 	"github.com/upgradekit/upgradekit/strategy/capi"
+	"github.com/upgradekit/upgradekit/strategy/capi/gates"
 )
 
 // TestSoakGateAgainstAPIServer: the next update waits until every other
@@ -40,7 +41,7 @@ func TestSoakGateAgainstAPIServer(t *testing.T) {
 		require.Equal(t, types.NamespacedName{Namespace: "default", Name: "demo"}, key)
 		return c, nil
 	}
-	gate, err := capi.SoakGate(workload, 5*time.Minute, nil)
+	gate, err := gates.Soak(workload, 5*time.Minute, nil)
 	require.NoError(t, err)
 	ask := func(node string, now time.Time) strategy.GateResult {
 		return gate.Check(ctx, strategy.GateRequest{Cluster: "default/demo", Machine: node, Node: node, Now: now})
@@ -67,13 +68,13 @@ func TestSoakGateAgainstAPIServer(t *testing.T) {
 	require.Contains(t, r.Reason, "c (not Ready)")
 	sel, err := labels.Parse("pool=other")
 	require.NoError(t, err)
-	narrow, err := capi.SoakGate(workload, 5*time.Minute, sel)
+	narrow, err := gates.Soak(workload, 5*time.Minute, sel)
 	require.NoError(t, err)
 	require.Equal(t, strategy.VerdictAllow, narrow.Check(ctx, strategy.GateRequest{Cluster: "default/demo", Node: "a", Now: t0.Add(10 * time.Minute)}).Verdict)
 
-	_, err = capi.SoakGate(nil, time.Minute, nil)
+	_, err = gates.Soak(nil, time.Minute, nil)
 	require.ErrorIs(t, err, capi.ErrInvalidOption)
-	_, err = capi.SoakGate(workload, 0, nil)
+	_, err = gates.Soak(workload, 0, nil)
 	require.ErrorIs(t, err, capi.ErrInvalidOption)
 	r = gate.Check(ctx, strategy.GateRequest{Cluster: "no-slash", Now: t0})
 	require.ErrorIs(t, r.Err, strategy.ErrInvalidGate)

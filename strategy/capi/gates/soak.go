@@ -1,4 +1,4 @@
-package capi
+package gates
 
 import (
 	"context"
@@ -13,9 +13,11 @@ import (
 
 	"github.com/upgradekit/upgradekit/internal/errtext"
 	"github.com/upgradekit/upgradekit/strategy"
+	"github.com/upgradekit/upgradekit/strategy/capi"
+	"github.com/upgradekit/upgradekit/strategy/capi/workload"
 )
 
-// SoakGate holds the next update until every other node of the cluster
+// Soak holds the next update until every other node of the cluster
 // (those matching selector; nil: all) has been Ready for at least soak
 // without a break: its Ready condition is True and last changed at least
 // soak ago. A node updated a moment ago, one whose kubelet flapped
@@ -23,12 +25,12 @@ import (
 // updated and nodes being deleted do not. It reads Nodes through workload
 // (the cluster's kubeconfig Secret, as MachineUpdater does); a read that
 // fails answers Wait with the error.
-func SoakGate(workload WorkloadClient, soak time.Duration, selector labels.Selector) (strategy.Gate, error) {
+func Soak(workload workload.Client, soak time.Duration, selector labels.Selector) (strategy.Gate, error) {
 	switch {
 	case workload == nil:
-		return nil, fmt.Errorf("%w: SoakGate: nil workload client", ErrInvalidOption)
+		return nil, fmt.Errorf("%w: gates.Soak: nil workload client", capi.ErrInvalidOption)
 	case soak <= 0:
-		return nil, fmt.Errorf("%w: SoakGate: soak %s: must be positive", ErrInvalidOption, soak)
+		return nil, fmt.Errorf("%w: gates.Soak: soak %s: must be positive", capi.ErrInvalidOption, soak)
 	}
 	if selector == nil {
 		selector = labels.Everything()

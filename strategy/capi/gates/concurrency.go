@@ -1,4 +1,4 @@
-package capi
+package gates
 
 import (
 	"context"
@@ -18,14 +18,15 @@ import (
 
 	"github.com/upgradekit/upgradekit/internal/errtext"
 	"github.com/upgradekit/upgradekit/strategy"
+	"github.com/upgradekit/upgradekit/strategy/capi"
 )
 
-// LabelConcurrencyCluster is on every Lease of a ConcurrencyGate: the
+// LabelConcurrencyCluster is on every Lease of a Concurrency: the
 // cluster (namespace.name, hashed when longer than a label value) whose
 // slots it holds.
 const LabelConcurrencyCluster = "upgradekit.io/concurrency-cluster"
 
-// ConcurrencyGate lets at most Limit machines of a cluster be updated in
+// Concurrency lets at most Limit machines of a cluster be updated in
 // place at once, across every replica of the extension: each update holds
 // one of Limit slots, a coordination.k8s.io Lease in the management
 // cluster, from the moment it may start until it is done. A Lease that is
@@ -41,36 +42,36 @@ const LabelConcurrencyCluster = "upgradekit.io/concurrency-cluster"
 // while it runs and releases when it is done. A failed update keeps its
 // slot until its TTL ends: the node is still cordoned and needs a person,
 // and letting another update start beside it would widen the damage.
-type ConcurrencyGate struct {
+type Concurrency struct {
 	c         client.Client
 	namespace string
 	limit     int
 	ttl       time.Duration
 }
 
-// NewConcurrencyGate builds the gate: its Leases live in namespace of the
+// NewConcurrency builds the gate: its Leases live in namespace of the
 // management cluster, which c must be able to get, list, create and
 // update Leases in (nothing else). limit must be positive and ttl at
 // least a second.
-func NewConcurrencyGate(c client.Client, namespace string, limit int, ttl time.Duration) (*ConcurrencyGate, error) {
+func NewConcurrency(c client.Client, namespace string, limit int, ttl time.Duration) (*Concurrency, error) {
 	switch {
 	case c == nil:
-		return nil, fmt.Errorf("%w: NewConcurrencyGate: nil client", ErrInvalidOption)
+		return nil, fmt.Errorf("%w: gates.NewConcurrency: nil client", capi.ErrInvalidOption)
 	case len(validation.IsDNS1123Label(namespace)) > 0:
-		return nil, fmt.Errorf("%w: NewConcurrencyGate: namespace %s: %s", ErrInvalidOption, errtext.Quote(namespace), validation.IsDNS1123Label(namespace)[0])
+		return nil, fmt.Errorf("%w: gates.NewConcurrency: namespace %s: %s", capi.ErrInvalidOption, errtext.Quote(namespace), validation.IsDNS1123Label(namespace)[0])
 	case limit <= 0:
-		return nil, fmt.Errorf("%w: NewConcurrencyGate: limit %d: must be positive", ErrInvalidOption, limit)
+		return nil, fmt.Errorf("%w: gates.NewConcurrency: limit %d: must be positive", capi.ErrInvalidOption, limit)
 	case ttl < time.Second:
-		return nil, fmt.Errorf("%w: NewConcurrencyGate: TTL %s: must be at least a second", ErrInvalidOption, ttl)
+		return nil, fmt.Errorf("%w: gates.NewConcurrency: TTL %s: must be at least a second", capi.ErrInvalidOption, ttl)
 	}
-	return &ConcurrencyGate{c: c, namespace: namespace, limit: limit, ttl: ttl}, nil
+	return &Concurrency{c: c, namespace: namespace, limit: limit, ttl: ttl}, nil
 }
 
 // holder is who holds a slot: the machine, in its cluster.
 func holder(req strategy.GateRequest) string { return req.Cluster + "/" + req.Machine }
 
 // slotName is the Lease of the cluster's slot i.
-func (g *ConcurrencyGate) slotName(cluster string, i int) string {
+func (g *Concurrency) slotName(cluster string, i int) string {
 	return fmt.Sprintf("upgradekit-%s-%d", clusterKey(cluster), i)
 }
 
@@ -88,7 +89,7 @@ func clusterKey(cluster string) string {
 // Check allows a machine that holds a slot (renewing it) or can take a
 // free or expired one; otherwise it answers Wait with the holders and
 // when the first slot would expire.
-func (g *ConcurrencyGate) Check(ctx context.Context, req strategy.GateRequest) strategy.GateResult {
+func (g *Concurrency) Check(ctx context.Context, req strategy.GateRequest) strategy.GateResult {
 	leases, res, ok := g.read(ctx, req)
 	if !ok {
 		return res
@@ -137,7 +138,7 @@ func (g *ConcurrencyGate) Check(ctx context.Context, req strategy.GateRequest) s
 // Wait with the holders and when the first slot expires otherwise. It
 // needs only get and list on Leases. Another replica may take the free
 // slot before the machine's update asks Check.
-func (g *ConcurrencyGate) Peek(ctx context.Context, req strategy.GateRequest) strategy.GateResult {
+func (g *Concurrency) Peek(ctx context.Context, req strategy.GateRequest) strategy.GateResult {
 	leases, res, ok := g.read(ctx, req)
 	if !ok {
 		return res
@@ -166,7 +167,7 @@ func heldBy(leases map[string]*coordinationv1.Lease, me string) *coordinationv1.
 
 // full is the Wait of a cluster whose slots are all held: by whom, and
 // until the first expires.
-func (g *ConcurrencyGate) full(req strategy.GateRequest, held []string, soonest time.Duration) strategy.GateResult {
+func (g *Concurrency) full(req strategy.GateRequest, held []string, soonest time.Duration) strategy.GateResult {
 	slices.Sort(held)
 	return strategy.GateResult{Gate: "concurrency", Verdict: strategy.VerdictWait, RetryAfter: max(soonest, 0),
 		Reason: fmt.Sprintf("%d of %d machines of cluster %s are being updated already: %s", len(held), g.limit, req.Cluster, strings.Join(held, ", "))}
@@ -174,11 +175,11 @@ func (g *ConcurrencyGate) full(req strategy.GateRequest, held []string, soonest 
 
 // read checks the gate and the request and lists the cluster's Leases;
 // when it cannot, ok is false and res is the Wait to answer.
-func (g *ConcurrencyGate) read(ctx context.Context, req strategy.GateRequest) (leases map[string]*coordinationv1.Lease, res strategy.GateResult, ok bool) {
+func (g *Concurrency) read(ctx context.Context, req strategy.GateRequest) (leases map[string]*coordinationv1.Lease, res strategy.GateResult, ok bool) {
 	res = strategy.GateResult{Gate: "concurrency", Verdict: strategy.VerdictWait}
 	switch {
 	case g == nil || g.c == nil:
-		res.Reason, res.Err = "ConcurrencyGate not built with NewConcurrencyGate", strategy.ErrInvalidGate
+		res.Reason, res.Err = "gates.Concurrency not built with gates.NewConcurrency", strategy.ErrInvalidGate
 		return nil, res, false
 	case req.Cluster == "" || req.Machine == "":
 		res.Reason, res.Err = "the request names no cluster or machine", strategy.ErrInvalidGate
@@ -195,7 +196,7 @@ func (g *ConcurrencyGate) read(ctx context.Context, req strategy.GateRequest) (l
 // held lists the machines (sorted) that hold a live slot of req's
 // cluster, any slot, also one above a limit lowered since it was taken,
 // and how long until the first of them expires (-1 with none).
-func (g *ConcurrencyGate) held(leases map[string]*coordinationv1.Lease, req strategy.GateRequest) ([]string, time.Duration) {
+func (g *Concurrency) held(leases map[string]*coordinationv1.Lease, req strategy.GateRequest) ([]string, time.Duration) {
 	var held []string
 	var soonest time.Duration = -1
 	for _, l := range leases {
@@ -212,7 +213,7 @@ func (g *ConcurrencyGate) held(leases map[string]*coordinationv1.Lease, req stra
 
 // left is how long l's holder has before the slot is free again: 0 for a
 // Lease nobody holds or whose TTL ran out.
-func (g *ConcurrencyGate) left(l *coordinationv1.Lease, now time.Time) time.Duration {
+func (g *Concurrency) left(l *coordinationv1.Lease, now time.Time) time.Duration {
 	if l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity == "" || l.Spec.RenewTime == nil || l.Spec.LeaseDurationSeconds == nil {
 		return 0
 	}
@@ -220,12 +221,12 @@ func (g *ConcurrencyGate) left(l *coordinationv1.Lease, now time.Time) time.Dura
 }
 
 // Renew renews the slot the machine holds; not holding one is no error.
-func (g *ConcurrencyGate) Renew(ctx context.Context, req strategy.GateRequest) error {
+func (g *Concurrency) Renew(ctx context.Context, req strategy.GateRequest) error {
 	return g.each(ctx, req, func(l *coordinationv1.Lease) error { return g.write(ctx, l, holder(req), req.Now, false) })
 }
 
 // Release frees the slot the machine holds; not holding one is no error.
-func (g *ConcurrencyGate) Release(ctx context.Context, req strategy.GateRequest) error {
+func (g *Concurrency) Release(ctx context.Context, req strategy.GateRequest) error {
 	return g.each(ctx, req, func(l *coordinationv1.Lease) error {
 		l.Spec.HolderIdentity, l.Spec.RenewTime, l.Spec.AcquireTime = nil, nil, nil
 		return g.c.Update(ctx, l)
@@ -233,9 +234,9 @@ func (g *ConcurrencyGate) Release(ctx context.Context, req strategy.GateRequest)
 }
 
 // each calls f on the Leases the machine holds.
-func (g *ConcurrencyGate) each(ctx context.Context, req strategy.GateRequest, f func(*coordinationv1.Lease) error) error {
+func (g *Concurrency) each(ctx context.Context, req strategy.GateRequest, f func(*coordinationv1.Lease) error) error {
 	if g == nil || g.c == nil {
-		return fmt.Errorf("%w: ConcurrencyGate not built with NewConcurrencyGate", strategy.ErrInvalidGate)
+		return fmt.Errorf("%w: gates.Concurrency not built with gates.NewConcurrency", strategy.ErrInvalidGate)
 	}
 	leases, err := g.leases(ctx, req.Cluster)
 	if err != nil {
@@ -254,7 +255,7 @@ func (g *ConcurrencyGate) each(ctx context.Context, req strategy.GateRequest, f 
 }
 
 // leases lists the cluster's slots by name.
-func (g *ConcurrencyGate) leases(ctx context.Context, cluster string) (map[string]*coordinationv1.Lease, error) {
+func (g *Concurrency) leases(ctx context.Context, cluster string) (map[string]*coordinationv1.Lease, error) {
 	var list coordinationv1.LeaseList
 	if err := g.c.List(ctx, &list, client.InNamespace(g.namespace), client.MatchingLabels{LabelConcurrencyCluster: clusterKey(cluster)}); err != nil {
 		return nil, err
@@ -269,7 +270,7 @@ func (g *ConcurrencyGate) leases(ctx context.Context, cluster string) (map[strin
 // write takes (acquire) or renews l for holder at now: create when new,
 // update otherwise, both with the API server's optimistic concurrency, so
 // two replicas never both take one slot.
-func (g *ConcurrencyGate) write(ctx context.Context, l *coordinationv1.Lease, holder string, now time.Time, acquire bool) error {
+func (g *Concurrency) write(ctx context.Context, l *coordinationv1.Lease, holder string, now time.Time, acquire bool) error {
 	ts := metav1.NewMicroTime(now)
 	secs := int32(g.ttl / time.Second)
 	l.Spec.HolderIdentity, l.Spec.RenewTime, l.Spec.LeaseDurationSeconds = &holder, &ts, &secs

@@ -1,4 +1,4 @@
-package capi
+package gates
 
 import (
 	"context"
@@ -16,9 +16,11 @@ import (
 
 	"github.com/upgradekit/upgradekit/internal/errtext"
 	"github.com/upgradekit/upgradekit/strategy"
+	"github.com/upgradekit/upgradekit/strategy/capi"
+	"github.com/upgradekit/upgradekit/strategy/capi/workload"
 )
 
-// DefaultAlertQuery is the PromQL AlertGate asks by default: every firing
+// DefaultAlertQuery is the PromQL Alert asks by default: every firing
 // alert, as kured's --prometheus-url blocks on.
 const DefaultAlertQuery = `ALERTS{alertstate="firing"}`
 
@@ -26,15 +28,15 @@ const DefaultAlertQuery = `ALERTS{alertstate="firing"}`
 // before asking again.
 const DefaultBlockerRetry = time.Minute
 
-// AlertGate holds updates while query, an instant PromQL query through
+// Alert holds updates while query, an instant PromQL query through
 // Prometheus's HTTP API (client from github.com/prometheus/client_golang/api,
 // pointed at your Prometheus), returns any sample: with the default query,
 // while any alert fires. The Wait names the alerts (their alertname label,
 // else the series). A query that fails (Prometheus unreachable, a bad
 // query) answers Wait with the error: an update never starts blind.
-func AlertGate(c promapi.Client, query string) (strategy.Gate, error) {
+func Alert(c promapi.Client, query string) (strategy.Gate, error) {
 	if c == nil {
-		return nil, fmt.Errorf("%w: AlertGate: nil Prometheus client", ErrInvalidOption)
+		return nil, fmt.Errorf("%w: gates.Alert: nil Prometheus client", capi.ErrInvalidOption)
 	}
 	if strings.TrimSpace(query) == "" {
 		query = DefaultAlertQuery
@@ -89,17 +91,17 @@ func capList(names []string) []string {
 	return append(names[:10:10], fmt.Sprintf("and %d more", len(names)-10))
 }
 
-// PodBlockerGate holds updates while the workload cluster runs a pod
+// PodBlockers holds updates while the workload cluster runs a pod
 // matching selector (not finished, not being deleted), as kured's
 // --blocking-pod-selector does: a backup job, a migration, anything that
 // must not meet a drain. It reads Pods through workload; a read that fails
 // answers Wait with the error.
-func PodBlockerGate(workload WorkloadClient, selector labels.Selector) (strategy.Gate, error) {
+func PodBlockers(workload workload.Client, selector labels.Selector) (strategy.Gate, error) {
 	switch {
 	case workload == nil:
-		return nil, fmt.Errorf("%w: PodBlockerGate: nil workload client", ErrInvalidOption)
+		return nil, fmt.Errorf("%w: gates.PodBlockers: nil workload client", capi.ErrInvalidOption)
 	case selector == nil || selector.Empty():
-		return nil, fmt.Errorf("%w: PodBlockerGate: an empty selector would match every pod", ErrInvalidOption)
+		return nil, fmt.Errorf("%w: gates.PodBlockers: an empty selector would match every pod", capi.ErrInvalidOption)
 	}
 	return strategy.GateFunc(func(ctx context.Context, req strategy.GateRequest) strategy.GateResult {
 		res := strategy.GateResult{Gate: "blocking-pods", RetryAfter: DefaultBlockerRetry}
