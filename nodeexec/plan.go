@@ -222,7 +222,7 @@ type Plan struct {
 	RollbackOnFailure bool `json:"rollbackOnFailure,omitempty"`
 }
 
-// CheckPlanName returns a *ValidationError (field "name", errInvalidName)
+// CheckPlanName returns a *ValidationError (field "name", wrapping ErrInvalidPlan)
 // unless name is a valid plan name: a DNS-1123 label, so it is safe as a
 // file name in the journal directory and as part of a pod name.
 func CheckPlanName(name string) error {
@@ -234,7 +234,7 @@ func CheckPlanName(name string) error {
 
 // Validate checks the plan and returns every problem found, joined; each
 // is a *ValidationError that unwraps to ErrInvalidPlan and a specific
-// sentinel (errEmptyArgv, errUnknownNamespace, ...).
+// sentinel; its Field names the problem.
 func (p Plan) Validate() error {
 	var errs []error
 	add := func(field string, sentinel error, detail string, args ...any) {

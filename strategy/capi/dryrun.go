@@ -20,12 +20,12 @@ import (
 	"github.com/upgradekit/upgradekit/internal/errtext"
 )
 
-// InfrastructureDryRunFieldManager is the field manager of
+// infrastructureDryRunFieldManager is the field manager of
 // ExtensionOptions.InfrastructureDryRun's dry runs: Cluster API's MachineSet
 // controller's, so that the server merges the dry run exactly as it will
 // merge Cluster API's write (a field that controller set before and the new
 // template drops is removed in both).
-const InfrastructureDryRunFieldManager = "capi-machineset"
+const infrastructureDryRunFieldManager = "capi-machineset"
 
 // ErrDryRunForbidden is matched by the Failure answered when the
 // management cluster refuses ExtensionOptions.InfrastructureDryRun's dry run for lack
@@ -108,7 +108,7 @@ func (e *Extension) dryRunInfrastructure(ctx context.Context, cur any, desiredTe
 			}
 			defer func() { <-sem }()
 			errs[i] = e.dryRun.Apply(ctx, client.ApplyConfigurationFromUnstructured(u),
-				client.DryRunAll, client.ForceOwnership, client.FieldOwner(InfrastructureDryRunFieldManager))
+				client.DryRunAll, client.ForceOwnership, client.FieldOwner(infrastructureDryRunFieldManager))
 			if errs[i] != nil && !apierrors.IsNotFound(errs[i]) {
 				cancel() // one answer is enough; the rest stop
 			}

@@ -613,13 +613,13 @@ func (e *Extension) answer(ctx context.Context, settings map[string]string, cur,
 
 // checkPatched is the last step of an answer that does not decline: it
 // turns into a decline when Cluster API, after applying the patches, would
-// still find differences (see SelfCheckMessage).
+// still find differences (see selfCheckMessage).
 func (e *Extension) checkPatched(a answer, cur, des diff.State, templates bool) answer {
 	left, err := e.selfCheck(cur, des, a.patches, templates)
 	if err == nil && len(left) == 0 {
 		return a
 	}
-	msg := "cannot update in place: " + SelfCheckMessage + ": "
+	msg := "cannot update in place: " + selfCheckMessage + ": "
 	if err != nil {
 		msg += err.Error()
 	} else {

@@ -35,33 +35,18 @@ const (
 	DefaultReachableCacheTTL = 30 * time.Second
 )
 
-// ReachableOption configures WorkloadReachableCheck.
-type ReachableOption func(*reachable)
-
-// WithReachableTimeout bounds each probe (default DefaultReachableTimeout;
-// a non-positive value keeps the default).
-func WithReachableTimeout(d time.Duration) ReachableOption {
-	return func(r *reachable) {
-		if d > 0 {
-			r.timeout = d
-		}
-	}
-}
-
-// WithReachableCacheTTL sets how long a probe's outcome is reused for the
-// same cluster (default DefaultReachableCacheTTL; 0 probes on every call).
-func WithReachableCacheTTL(d time.Duration) ReachableOption {
-	return func(r *reachable) { r.ttl = max(d, 0) }
-}
-
-// WithReachableClock sets the clock the cache is timed by (default: the
-// real clock; a nil clock keeps it).
-func WithReachableClock(c clock.PassiveClock) ReachableOption {
-	return func(r *reachable) {
-		if c != nil {
-			r.clock = c
-		}
-	}
+// ReachableOptions configures WorkloadReachableCheck. The zero value is
+// the default of each field.
+type ReachableOptions struct {
+	// Timeout bounds each probe (default DefaultReachableTimeout; a
+	// non-positive value keeps the default).
+	Timeout time.Duration
+	// CacheTTL is how long a probe's outcome is reused for the same
+	// cluster (default DefaultReachableCacheTTL; negative probes on every
+	// call).
+	CacheTTL time.Duration
+	// Clock times the cache (default: the real clock).
+	Clock clock.PassiveClock
 }
 
 // WorkloadReachableCheck declines an in-place update of a cluster whose
@@ -71,8 +56,8 @@ func WithReachableClock(c clock.PassiveClock) ReachableOption {
 // never gets, and Cluster API cannot fall back to a replacement once the
 // update is accepted. It probes with get and then one request to the
 // workload cluster's API server (a list of at most one Node's metadata,
-// which the updater needs anyway), bounded by WithReachableTimeout, and
-// reuses the outcome per cluster for WithReachableCacheTTL.
+// which the updater needs anyway), bounded by ReachableOptions.Timeout, and
+// reuses the outcome per cluster for ReachableOptions.CacheTTL.
 //
 // What does not pass by itself is declined (an error wrapping
 // ErrInfeasible and ErrWorkloadUnreachable, whose message names the cause
@@ -95,13 +80,20 @@ func WithReachableClock(c clock.PassiveClock) ReachableOption {
 //
 // The Extension runs checks only for changes it would apply in place: a
 // request with no changes or one it declines anyway is not probed.
-func WorkloadReachableCheck(get workload.Client, opts ...ReachableOption) Check {
+func WorkloadReachableCheck(get workload.Client, opts ReachableOptions) Check {
 	r := &reachable{get: get, timeout: DefaultReachableTimeout, ttl: DefaultReachableCacheTTL,
 		clock: clock.RealClock{}, cache: map[types.NamespacedName]reachResult{}}
-	for _, o := range opts {
-		if o != nil {
-			o(r)
-		}
+	if opts.Timeout > 0 {
+		r.timeout = opts.Timeout
+	}
+	switch {
+	case opts.CacheTTL < 0:
+		r.ttl = 0
+	case opts.CacheTTL > 0:
+		r.ttl = opts.CacheTTL
+	}
+	if opts.Clock != nil {
+		r.clock = opts.Clock
 	}
 	return CheckFunc(r.check)
 }

@@ -91,7 +91,7 @@ func TestWorkloadReachableCheck(t *testing.T) {
 				mgmt := fakeclient.NewClientBuilder().WithScheme(clientgoscheme.Scheme).WithObjects(tc.objs...).Build()
 				get = workload.KubeconfigClient(mgmt, clientgoscheme.Scheme)
 			}
-			check := capi.WorkloadReachableCheck(get)
+			check := capi.WorkloadReachableCheck(get, capi.ReachableOptions{})
 			for _, ms := range []bool{false, true} {
 				err := check.Check(t.Context(), reachRequest(ms))
 				if !tc.declined && !tc.failed {
@@ -115,7 +115,7 @@ func TestWorkloadReachableCheckCaches(t *testing.T) {
 	check := capi.WorkloadReachableCheck(func(context.Context, types.NamespacedName) (client.Client, error) {
 		probes.Add(1)
 		return nil, forbidden
-	}, capi.WithReachableClock(clk), capi.WithReachableCacheTTL(time.Minute))
+	}, capi.ReachableOptions{Clock: clk, CacheTTL: time.Minute})
 	for range 3 {
 		require.ErrorIs(t, check.Check(t.Context(), reachRequest(false)), capi.ErrInfeasible)
 	}
@@ -131,7 +131,7 @@ func TestExtensionDeclinesAnUnreachableCluster(t *testing.T) {
 	mgmt := fakeclient.NewClientBuilder().WithScheme(clientgoscheme.Scheme).Build()
 	kubeadm, err := strategy.ForCategories("kubeadm", strategy.KubeadmCategories()...)
 	require.NoError(t, err)
-	ext, err := capi.NewExtension(strategy.Updaters(kubeadm), capi.ExtensionOptions{Checks: []capi.Check{capi.WorkloadReachableCheck(workload.KubeconfigClient(mgmt, clientgoscheme.Scheme))}})
+	ext, err := capi.NewExtension(strategy.Updaters(kubeadm), capi.ExtensionOptions{Checks: []capi.Check{capi.WorkloadReachableCheck(workload.KubeconfigClient(mgmt, clientgoscheme.Scheme), capi.ReachableOptions{})}})
 	require.NoError(t, err)
 	cur, des, _, _, curInfra, desInfra := machinePair()
 	req := &runtimehooksv1.CanUpdateMachineRequest{

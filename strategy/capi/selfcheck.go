@@ -16,7 +16,7 @@ import (
 	"github.com/upgradekit/upgradekit/internal/errtext"
 )
 
-// SelfCheckMessage is in the message of a decline made by the Extension's
+// selfCheckMessage is in the message of a decline made by the Extension's
 // last check: before answering a CanUpdate* request without declining, it
 // applies its own patches to the current objects the way Cluster API does
 // (spec only; spec.template.spec for templates) and compares the result
@@ -25,7 +25,7 @@ import (
 // roll the machine after all, so the answer becomes a decline naming those
 // fields. It should never happen; when it does, the diff options hide a
 // difference Cluster API sees.
-const SelfCheckMessage = "the answer's patches would leave differences Cluster API rolls out for"
+const selfCheckMessage = "the answer's patches would leave differences Cluster API rolls out for"
 
 // selfCheck returns the fields in which current, patched with the answer's
 // patches as Cluster API patches it, still differs from desired (nil when

@@ -41,7 +41,7 @@ func TestExtensionSelfCheckDeclinesWhatCAPIWouldStillSee(t *testing.T) {
 				requireNothingLeftToRoll(t, resp, cur, des, curCfg, desCfg, curInfra, desInfra)
 				return
 			}
-			require.Contains(t, resp.Message, "cannot update in place: "+capi.SelfCheckMessage)
+			require.Contains(t, resp.Message, "cannot update in place: "+capi.SelfCheckMessageForTest)
 			require.Contains(t, resp.Message, tc.decline)
 			require.False(t, resp.MachinePatch.IsDefined() || resp.BootstrapConfigPatch.IsDefined() || resp.InfrastructureMachinePatch.IsDefined(),
 				"a decline carries no patch")

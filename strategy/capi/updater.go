@@ -28,11 +28,6 @@ import (
 	"github.com/upgradekit/upgradekit/strategy/capi/workload"
 )
 
-// WorkloadClient returns a client for the workload cluster a Machine
-// belongs to (in a real extension: built from the <cluster>-kubeconfig
-// secret, or CAPI's ClusterCache).
-type WorkloadClient func(ctx context.Context, cluster types.NamespacedName) (client.Client, error)
-
 // MachineUpdater answers CAPI's UpdateMachine hook by upgrading the
 // machine's node in place with a kubeadm plan (nodeexec/kubeadm) run by an
 // upgrader pod (nodeexec/nodepod) on that node.
@@ -144,10 +139,10 @@ type MachineUpdater struct {
 	unreachableTimeout time.Duration
 }
 
-// MaxGateRetryAfter caps the RetryAfterSeconds of a closed gate's answer,
+// maxGateRetryAfter caps the RetryAfterSeconds of a closed gate's answer,
 // so that Cluster API asks again, and a gate changed meanwhile is seen,
 // at least this often.
-const MaxGateRetryAfter = time.Hour
+const maxGateRetryAfter = time.Hour
 
 // DefaultNodeGoneGrace is how long UpdateMachine waits for a machine's
 // Node to (re)appear before it answers Failure (FailureNodeGone).
@@ -255,7 +250,7 @@ func (u *MachineUpdater) UpdateMachine(ctx context.Context, req *runtimehooksv1.
 		resp.SetStatus(runtimehooksv1.ResponseStatusSuccess)
 		resp.SetMessage(res.msg)
 		resp.RetryAfterSeconds = u.retryAfter
-		if secs := int32(min(res.retryAfter, MaxGateRetryAfter).Round(time.Second) / time.Second); secs > resp.RetryAfterSeconds {
+		if secs := int32(min(res.retryAfter, maxGateRetryAfter).Round(time.Second) / time.Second); secs > resp.RetryAfterSeconds {
 			resp.RetryAfterSeconds = secs
 		}
 	}

@@ -65,13 +65,13 @@ func (u *MachineUpdater) findNode(ctx context.Context, c client.Client, cluster 
 	return nil, fmt.Errorf("%w with spec.providerID %s: %s", errAmbiguousNode, errtext.Quote(id), errtext.Clip(strings.Join(names, ", ")))
 }
 
-// NodeGoneConfigMap is the ConfigMap, in the upgrader pods' namespace of
+// nodeGoneConfigMap is the ConfigMap, in the upgrader pods' namespace of
 // the workload cluster, where MachineUpdater records since when each
 // machine's Node has been missing (key "<namespace>.<machine>", value an
 // RFC 3339 time): the Node, which holds every other piece of an update's
 // state, is what is gone, and the node-gone grace must survive a restart
 // of the extension.
-const NodeGoneConfigMap = "upgradekit-nodes-gone"
+const nodeGoneConfigMap = "upgradekit-nodes-gone"
 
 // nodeGoneKey is the ConfigMap key of a machine ("namespace/name"):
 // namespaces have no dots, so "namespace.name" is unique.
@@ -79,7 +79,7 @@ func nodeGoneKey(machine string) string { return strings.Replace(machine, "/", "
 
 // nodeMissingFor returns how long the machine's node has been missing,
 // counting from the first call that did not find it, as recorded in
-// NodeGoneConfigMap (and in memory, when the record cannot be written:
+// nodeGoneConfigMap (and in memory, when the record cannot be written:
 // then a restarted extension starts counting again).
 func (u *MachineUpdater) nodeMissingFor(ctx context.Context, c client.Client, machine string, now time.Time) time.Duration {
 	u.mu.Lock()
@@ -91,7 +91,7 @@ func (u *MachineUpdater) nodeMissingFor(ctx context.Context, c client.Client, ma
 	u.mu.Unlock()
 	key := nodeGoneKey(machine)
 	var cm corev1.ConfigMap
-	err := c.Get(ctx, types.NamespacedName{Namespace: u.podNamespace, Name: NodeGoneConfigMap}, &cm)
+	err := c.Get(ctx, types.NamespacedName{Namespace: u.podNamespace, Name: nodeGoneConfigMap}, &cm)
 	switch {
 	case err == nil:
 		if t, perr := time.Parse(time.RFC3339, cm.Data[key]); perr == nil {
@@ -106,7 +106,7 @@ func (u *MachineUpdater) nodeMissingFor(ctx context.Context, c client.Client, ma
 		cm.Data[key] = since.UTC().Format(time.RFC3339)
 		_ = c.Update(ctx, &cm) // a conflict is retried on the next call
 	case apierrors.IsNotFound(err):
-		cm = corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: u.podNamespace, Name: NodeGoneConfigMap,
+		cm = corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: u.podNamespace, Name: nodeGoneConfigMap,
 			Labels: map[string]string{nodepod.LabelManagedBy: nodepod.ManagedByValue}},
 			Data: map[string]string{key: since.UTC().Format(time.RFC3339)}}
 		_ = c.Create(ctx, &cm) // no namespace yet: counted in memory only
@@ -128,7 +128,7 @@ func (u *MachineUpdater) nodeFound(ctx context.Context, c client.Client, machine
 		return
 	}
 	var cm corev1.ConfigMap
-	if err := c.Get(ctx, types.NamespacedName{Namespace: u.podNamespace, Name: NodeGoneConfigMap}, &cm); err != nil {
+	if err := c.Get(ctx, types.NamespacedName{Namespace: u.podNamespace, Name: nodeGoneConfigMap}, &cm); err != nil {
 		return
 	}
 	if _, ok := cm.Data[nodeGoneKey(machine)]; ok {

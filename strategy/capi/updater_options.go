@@ -155,7 +155,7 @@ type UpdaterOptions struct {
 	// Gates are asked before an update starts, before anything is done to
 	// the node: Wait answers in progress (ReasonGateClosed, the gate's
 	// reason, RetryAfterSeconds the gate's RetryAfter, at most
-	// MaxGateRetryAfter, at least RetryAfter), so Cluster API asks again
+	// maxGateRetryAfter, at least RetryAfter), so Cluster API asks again
 	// and nothing changes until the gate opens; Stop answers Failure
 	// (FailureGateStopped). An update that has started is not interrupted
 	// by a gate that closes. A nil gate is refused. Default none.
@@ -165,7 +165,7 @@ type UpdaterOptions struct {
 	// with its spec.providerID) before UpdateMachine answers Failure
 	// (FailureNodeGone) instead of waiting (default DefaultNodeGoneGrace;
 	// negative: wait for ever). The time counts from the first call that
-	// found no Node, recorded in NodeGoneConfigMap in the workload cluster
+	// found no Node, recorded in nodeGoneConfigMap in the workload cluster
 	// so that a restarted extension keeps it (the Node, which holds every
 	// other piece of the update's state, is what is missing).
 	NodeGoneGrace time.Duration

@@ -398,7 +398,7 @@ func (s *Server) buildHandlers(mgmt client.Reader) ([]server.ExtensionHandler, e
 		// where this server's UpdateMachine is the one that must reach it.)
 		first := []capi.Check{capi.ControlPlaneSkewCheck(mgmt)}
 		if !c.decideOnly {
-			first = append([]capi.Check{capi.WorkloadReachableCheck(workload.KubeconfigClient(mgmt, c.scheme))}, first...)
+			first = append([]capi.Check{capi.WorkloadReachableCheck(workload.KubeconfigClient(mgmt, c.scheme), capi.ReachableOptions{})}, first...)
 		}
 		checks = append(first, checks...)
 	}
