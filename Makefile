@@ -21,7 +21,7 @@ BIN ?= bin
 
 .PHONY: test unit e2e e2e-scale e2e-node node-assets upgrader-staging lint bench fuzz-smoke envtest-assets capi-inplace-oracle capi-managers clusterctl demo binaries vulndb vulncheck
 
-# The Kubernetes versions the real-node scenarios (fake/nodetest) run: the
+# The Kubernetes versions the real-node scenarios (harness/kubeadmnode) run: the
 # newest minor Cluster API v1.14 supports and the next.
 # The real-node upgrades (FROM>TO, comma-separated): the last minor pair
 # Cluster API v1.14 supports and the newest one.
@@ -63,7 +63,7 @@ test:
 	  (cd "$$m" && KUBEBUILDER_ASSETS="$$assets" UPGRADEKIT_REQUIRE_ENVTEST=1 UPGRADEKIT_CAPI_ORACLE="$$oracle" UPGRADEKIT_CAPI_MANAGERS="$$managers" UPGRADEKIT_CLUSTERCTL="$$clusterctl" UPGRADEKIT_KUBECTL="$$kubectl" go test -race -count=1 -timeout 30m ./...); \
 	done
 
-## e2e: only the scenarios Cluster API's own controllers drive (fake/capitest and
+## e2e: only the scenarios Cluster API's own controllers drive (harness/clusterapi and
 ## examples/inplace-extension's TestClusterAPI*) and its clusterctl installs
 ## (TestClusterctl*), with their wall times; they are part of `make test` too.
 e2e:
@@ -72,7 +72,7 @@ e2e:
 	clusterctl="$$(hack/clusterctl.sh)"; \
 	log="$$(mktemp)"; rc=0; \
 	KUBEBUILDER_ASSETS="$$assets" UPGRADEKIT_REQUIRE_ENVTEST=1 UPGRADEKIT_CAPI_MANAGERS="$$managers" UPGRADEKIT_CLUSTERCTL="$$clusterctl" \
-	  go test -race -count=1 -v -run 'ClusterAPI|Managers|Clusterctl' ./fake/capitest/ ./examples/inplace-extension/ >"$$log" 2>&1 || rc=$$?; \
+	  go test -race -count=1 -v -run 'ClusterAPI|Managers|Clusterctl' ./harness/clusterapi/ ./examples/inplace-extension/ >"$$log" 2>&1 || rc=$$?; \
 	grep -E '^(--- |ok|FAIL)|(in|machines [a-z]+ in) [0-9.]+m?s$$' "$$log" || true; \
 	if [[ $$rc -ne 0 ]]; then tail -n 200 "$$log"; fi; \
 	rm -f "$$log"; exit $$rc
@@ -107,11 +107,11 @@ upgrader-staging:
 	cp -a -- "$$dir/staging/." "$$staging/"; \
 	echo "$$staging: $$(grep '^KUBERNETES_VERSION=\|^ARCH=\|^SKIP_STEPS=' "$$dir/bundle.env" | tr '\n' ' ')checksums $$dir/SHA256SUMS"
 
-## e2e-node: the real-node scenarios (fake/nodetest, build tag realnode): kubeadm
+## e2e-node: the real-node scenarios (harness/kubeadmnode, build tag realnode): kubeadm
 ## nodes of containerd, kubelet and static pods in Linux namespaces, upgraded by the
 ## project's upgrader, for each of NODE_UPGRADES. Needs root and Debian's containerd and runc.
 e2e-node:
-	@assets=""; for v in $(NODE_VERSIONS); do 	  dir="$$(hack/node-assets.sh "$$v")" || exit 1; assets="$$assets$${assets:+,}$$v=$$dir"; 	done; 	containerd="$$(hack/containerd-assets.sh $(CONTAINERD_VERSION))" || exit 1; 	UPGRADEKIT_NODE_ASSETS="$$assets" UPGRADEKIT_NODE_UPGRADES='$(NODE_UPGRADES)' UPGRADEKIT_CONTAINERD_ASSETS="$$containerd" 	  go test -tags realnode -count=1 -timeout 90m -v -run '$(NODE_RUN)' ./fake/nodetest/
+	@assets=""; for v in $(NODE_VERSIONS); do 	  dir="$$(hack/node-assets.sh "$$v")" || exit 1; assets="$$assets$${assets:+,}$$v=$$dir"; 	done; 	containerd="$$(hack/containerd-assets.sh $(CONTAINERD_VERSION))" || exit 1; 	UPGRADEKIT_NODE_ASSETS="$$assets" UPGRADEKIT_NODE_UPGRADES='$(NODE_UPGRADES)' UPGRADEKIT_CONTAINERD_ASSETS="$$containerd" 	  go test -tags realnode -count=1 -timeout 90m -v -run '$(NODE_RUN)' ./harness/kubeadmnode/
 
 ## unit: fast tests only, no build of anything first (tests that need a real kube-apiserver,
 ## Cluster API's managers or its in-place comparison skip, saying so).

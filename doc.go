@@ -17,7 +17,7 @@
 //     crash-safe journal, rollback, a pod builder and safe cordon/drain.
 //   - strategy: the accept/decline decision, composable strategies, rollout
 //     planning and CAPI in-place update hooks.
-//   - fake: fake clusters and simulated hosts for tests; fake/envtest starts a
+//   - fake: fake clusters and simulated hosts for tests; harness/apiserver starts a
 //     real kube-apiserver + etcd with the CAPI CRDs.
 //
 // README.md has the first steps (run the demo, the fast tests, the whole

@@ -8,7 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/upgradekit/upgradekit/fake/envtest"
+	"github.com/upgradekit/upgradekit/harness/apiserver"
 )
 
 // readmeSection returns the README's section under heading (up to the next
@@ -68,16 +68,16 @@ func TestREADMEFirstSteps(t *testing.T) {
 
 	targets := makeTargets(t)
 	require.Contains(t, targets, "unit")
-	require.Contains(t, targets["unit"], envtest.SkipEnvVar+"=1", "make unit skips the tests that need envtest")
+	require.Contains(t, targets["unit"], apiserver.SkipEnvVar+"=1", "make unit skips the tests that need envtest")
 	for _, heavy := range []string{"hack/envtest-assets.sh", "hack/capi-managers.sh", "hack/capi-inplace-oracle.sh"} {
 		require.NotContains(t, targets["unit"], heavy, "make unit builds nothing first")
 	}
-	require.Contains(t, targets["test"], envtest.RequireEnvVar+"=1", "under make test a missing kube-apiserver fails a test")
-	require.Contains(t, targets["e2e"], envtest.RequireEnvVar+"=1")
+	require.Contains(t, targets["test"], apiserver.RequireEnvVar+"=1", "under make test a missing kube-apiserver fails a test")
+	require.Contains(t, targets["e2e"], apiserver.RequireEnvVar+"=1")
 	ci, err := os.ReadFile(".ci/run")
 	require.NoError(t, err)
 	require.Regexp(t, `(?m)^make test$`, string(ci), "CI runs make test")
-	require.Regexp(t, `(?m)^export `+envtest.RequireEnvVar+`=1$`, string(ci))
+	require.Regexp(t, `(?m)^export `+apiserver.RequireEnvVar+`=1$`, string(ci))
 
 	// Every make target the README names exists.
 	for _, m := range regexp.MustCompile("(?m)(?:^|`)make ([a-z][a-z0-9-]*)").FindAllStringSubmatch(readme, -1) {

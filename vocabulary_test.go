@@ -13,8 +13,8 @@ import (
 
 	"github.com/upgradekit/upgradekit/amiselect"
 	"github.com/upgradekit/upgradekit/diff"
-	"github.com/upgradekit/upgradekit/fake"
 	"github.com/upgradekit/upgradekit/nodeexec/kubeadm"
+	"github.com/upgradekit/upgradekit/simulator"
 	"github.com/upgradekit/upgradekit/strategy"
 	"github.com/upgradekit/upgradekit/strategy/capi"
 )
@@ -40,9 +40,9 @@ func TestOneVersionSpellingEverywhere(t *testing.T) {
 
 	require.NoError(t, capi.ImagesByVersion{to: "registry.example/upgrader:" + to}.Validate(), "capi's image per version")
 
-	sim, err := fake.NewSimulator(fake.NewCluster("demo").ControlPlane(1, from).MachineDeployment("md-0", 1, from))
+	sim, err := simulator.NewSimulator(simulator.NewCluster("demo").ControlPlane(1, from).MachineDeployment("md-0", 1, from))
 	require.NoError(t, err)
-	cluster, err := sim.Input(context.Background(), fake.Rollout{ToVersion: to})
+	cluster, err := sim.Input(context.Background(), simulator.Rollout{ToVersion: to})
 	require.NoError(t, err, "fake's rollouts")
 	require.Equal(t, to, cluster.TargetVersion, "and the planner's input keeps it as given")
 

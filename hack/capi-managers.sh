@@ -9,10 +9,10 @@
 #
 # and, for each, <name>.webhooks.yaml: its admission webhook configurations
 # as Cluster API ships them (config/webhook/manifests.yaml), which
-# fake/capitest points at the running manager; on stdout; everything else goes to stderr. fake/capitest starts them
+# harness/clusterapi points at the running manager; on stdout; everything else goes to stderr. harness/clusterapi starts them
 # against an envtest API server:
 #
-#   UPGRADEKIT_CAPI_MANAGERS=$(hack/capi-managers.sh) go test ./fake/capitest/
+#   UPGRADEKIT_CAPI_MANAGERS=$(hack/capi-managers.sh) go test ./harness/clusterapi/
 #
 # Nothing of Cluster API is changed: the module is copied out of the module
 # cache and only its go.mod is pointed at the published api module

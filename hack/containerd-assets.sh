@@ -6,7 +6,7 @@
 #
 #   hack/containerd-assets.sh v2.4.2   # -> $cache/containerd-v2.4.2_linux-amd64
 #
-# The real-node scenarios (fake/nodetest, make e2e-node) upgrade the nodes'
+# The real-node scenarios (harness/kubeadmnode, make e2e-node) upgrade the nodes'
 # containerd from Debian's 1.6 to this one in the same plan as Kubernetes:
 # kubelet v1.37 warns that containerd 1.6 lacks the CRI RuntimeConfig call
 # (an error from v1.38), and containerd 2.x reads its configuration in

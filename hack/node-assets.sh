@@ -20,7 +20,7 @@
 #   versions.env        KUBERNETES_VERSION ETCD_VERSION ETCD_IMAGE_TAG PAUSE_VERSION CNI_VERSION
 #   SHA256SUMS          sha256sum of every binary above
 #
-# fake/nodetest assembles the container images from these binaries and runs
+# harness/kubeadmnode assembles the container images from these binaries and runs
 # a kubeadm node with them. Measured cold on 2 cores shared with other
 # builds: 25 minutes (v1.36.3) and 72 minutes (v1.37.2); under a second when
 # cached.
@@ -61,7 +61,7 @@ complete() {
   for b in "$@"; do [[ -x "$d/$b" ]] || return 1; done
   [[ -f "$d/versions.env" && -f "$d/SHA256SUMS" ]]
 }
-# pause is this repository's own code (fake/nodetest/internal/pause): build
+# pause is this repository's own code (harness/kubeadmnode/internal/pause): build
 # it at every call (seconds, from the build cache) so a cached directory
 # never keeps an outdated one.
 # Kubernetes' pause is C; this one does the same in Go: block until
@@ -69,7 +69,7 @@ complete() {
 # command and environment for a new directory and a refresh, so that both
 # give the same bytes.
 build_pause() {
-  (cd "$repo" && GOWORK=off GOFLAGS= CGO_ENABLED=0 GOOS=linux GOARCH="$goarch" go build -trimpath -ldflags='-s -w -buildid=' -o "$1" ./fake/nodetest/internal/pause >&2)
+  (cd "$repo" && GOWORK=off GOFLAGS= CGO_ENABLED=0 GOOS=linux GOARCH="$goarch" go build -trimpath -ldflags='-s -w -buildid=' -o "$1" ./harness/kubeadmnode/internal/pause >&2)
 }
 refresh_pause() {
   local tmp

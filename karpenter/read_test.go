@@ -12,7 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/upgradekit/upgradekit/drift"
-	"github.com/upgradekit/upgradekit/fake/envtest"
+	"github.com/upgradekit/upgradekit/harness/apiserver"
 )
 
 // moduleDir is where the go command keeps a dependency's source.
@@ -31,7 +31,7 @@ func moduleDir(t *testing.T, mod string) string {
 func TestReadFromAnAPIServer(t *testing.T) {
 	scheme, err := Scheme()
 	require.NoError(t, err)
-	env := envtest.StartForTest(t, envtest.WithoutCAPICRDs(), envtest.WithScheme(scheme), envtest.WithCRDPaths(
+	env := apiserver.StartForTest(t, apiserver.WithoutCAPICRDs(), apiserver.WithScheme(scheme), apiserver.WithCRDPaths(
 		filepath.Join(moduleDir(t, "sigs.k8s.io/karpenter"), "pkg", "apis", "crds", "karpenter.sh_nodepools.yaml"),
 		filepath.Join(moduleDir(t, "sigs.k8s.io/karpenter"), "pkg", "apis", "crds", "karpenter.sh_nodeclaims.yaml"),
 		filepath.Join(moduleDir(t, "github.com/aws/karpenter-provider-aws"), "pkg", "apis", "crds", "karpenter.k8s.aws_ec2nodeclasses.yaml"),

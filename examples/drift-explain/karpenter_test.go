@@ -22,7 +22,7 @@ import (
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 	"sigs.k8s.io/yaml"
 
-	"github.com/upgradekit/upgradekit/fake/envtest"
+	"github.com/upgradekit/upgradekit/harness/apiserver"
 	"github.com/upgradekit/upgradekit/karpenter"
 )
 
@@ -267,7 +267,7 @@ func liveCluster(t *testing.T) string {
 		}
 		return out
 	}
-	env := envtest.StartForTest(t, envtest.WithoutCAPICRDs(), envtest.WithScheme(scheme), envtest.WithCRDPaths(append(
+	env := apiserver.StartForTest(t, apiserver.WithoutCAPICRDs(), apiserver.WithScheme(scheme), apiserver.WithCRDPaths(append(
 		crds("sigs.k8s.io/karpenter", "karpenter.sh_nodepools.yaml", "karpenter.sh_nodeclaims.yaml"),
 		crds("github.com/aws/karpenter-provider-aws", "karpenter.k8s.aws_ec2nodeclasses.yaml")...)...))
 	snap := readDump(t)

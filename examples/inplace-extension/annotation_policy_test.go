@@ -17,8 +17,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/kustomize/api/krusty"
 
-	"github.com/upgradekit/upgradekit/fake"
-	"github.com/upgradekit/upgradekit/fake/envtest"
+	"github.com/upgradekit/upgradekit/harness/apiserver"
+	"github.com/upgradekit/upgradekit/simulator"
 )
 
 // annotationPolicy builds deploy/annotation-policy with kustomize.
@@ -44,8 +44,8 @@ func annotationPolicy(t *testing.T) []*unstructured.Unstructured {
 // allowed.
 func TestAnnotationPolicy(t *testing.T) {
 	ctx := t.Context()
-	cl := fake.NewCluster("demo")
-	env := envtest.StartForTest(t, envtest.WithCRDs(cl.InfrastructureCRD()))
+	cl := simulator.NewCluster("demo")
+	env := apiserver.StartForTest(t, apiserver.WithCRDs(cl.InfrastructureCRD()))
 	admin := env.Client
 
 	// The objects, as they are before an in-place update.
@@ -54,15 +54,15 @@ func TestAnnotationPolicy(t *testing.T) {
 		"Machine": func() client.Object {
 			return &clusterv1.Machine{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "m-0"},
 				Spec: clusterv1.MachineSpec{ClusterName: "demo", Bootstrap: clusterv1.Bootstrap{DataSecretName: new("s")},
-					InfrastructureRef: clusterv1.ContractVersionedObjectReference{APIGroup: infraGVK, Kind: fake.DockerMachine.Kind, Name: "m-0"}}}
+					InfrastructureRef: clusterv1.ContractVersionedObjectReference{APIGroup: infraGVK, Kind: simulator.DockerMachine.Kind, Name: "m-0"}}}
 		},
 		"KubeadmConfig": func() client.Object {
 			return &bootstrapv1.KubeadmConfig{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "m-0"}}
 		},
-		fake.DockerMachine.Kind: func() client.Object {
+		simulator.DockerMachine.Kind: func() client.Object {
 			u := &unstructured.Unstructured{}
-			u.SetAPIVersion(fake.DockerMachine.APIVersion)
-			u.SetKind(fake.DockerMachine.Kind)
+			u.SetAPIVersion(simulator.DockerMachine.APIVersion)
+			u.SetKind(simulator.DockerMachine.Kind)
 			u.SetNamespace("default")
 			u.SetName("m-0")
 			return u

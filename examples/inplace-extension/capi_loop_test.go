@@ -14,9 +14,9 @@ import (
 	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/upgradekit/upgradekit/fake/capitest"
-	"github.com/upgradekit/upgradekit/fake/envtest"
-	"github.com/upgradekit/upgradekit/fake/testcerts"
+	"github.com/upgradekit/upgradekit/harness/apiserver"
+	"github.com/upgradekit/upgradekit/harness/clusterapi"
+	"github.com/upgradekit/upgradekit/harness/testcerts"
 )
 
 // TestClusterAPIDiscoversTheExtension registers the extension the way a
@@ -26,8 +26,8 @@ import (
 // in the ExtensionConfig's status with the timeouts and failure policies
 // the extension announces.
 func TestClusterAPIDiscoversTheExtension(t *testing.T) {
-	env := envtest.StartForTest(t)
-	capitest.StartForTest(t, env, capitest.WithManagers(capitest.Core))
+	env := apiserver.StartForTest(t)
+	clusterapi.StartForTest(t, env, clusterapi.WithManagers(clusterapi.Core))
 
 	dir := t.TempDir()
 	testcerts.Write(t, dir)

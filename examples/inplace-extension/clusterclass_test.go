@@ -17,24 +17,24 @@ import (
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/upgradekit/upgradekit/fake"
-	"github.com/upgradekit/upgradekit/fake/capitest"
-	"github.com/upgradekit/upgradekit/fake/envtest"
-	"github.com/upgradekit/upgradekit/fake/testcerts"
+	"github.com/upgradekit/upgradekit/harness/apiserver"
+	"github.com/upgradekit/upgradekit/harness/clusterapi"
+	"github.com/upgradekit/upgradekit/harness/testcerts"
+	"github.com/upgradekit/upgradekit/simulator"
 	"github.com/upgradekit/upgradekit/strategy"
 	"github.com/upgradekit/upgradekit/strategy/capi"
 	"github.com/upgradekit/upgradekit/strategy/capi/extensionserver"
 	"github.com/upgradekit/upgradekit/strategy/capi/preview"
 )
 
-// topologyHarness is capitest.NewForTest with Cluster API's ClusterTopology
+// topologyHarness is clusterapi.NewForTest with Cluster API's ClusterTopology
 // feature gate on in every manager.
-func topologyHarness(t *testing.T, opts ...capitest.ProviderOption) *capitest.Harness {
+func topologyHarness(t *testing.T, opts ...clusterapi.ProviderOption) *clusterapi.Harness {
 	t.Helper()
-	env := envtest.StartForTest(t)
-	require.NoError(t, capitest.InstallInfrastructure(t.Context(), env))
-	m := capitest.StartForTest(t, env, capitest.WithFeatureGates(capitest.DefaultFeatureGates+",ClusterTopology=true"))
-	p, err := capitest.StartProvider(env.Client, opts...)
+	env := apiserver.StartForTest(t)
+	require.NoError(t, clusterapi.InstallInfrastructure(t.Context(), env))
+	m := clusterapi.StartForTest(t, env, clusterapi.WithFeatureGates(clusterapi.DefaultFeatureGates+",ClusterTopology=true"))
+	p, err := clusterapi.StartProvider(env.Client, opts...)
 	require.NoError(t, err)
 	t.Cleanup(func() {
 		if t.Failed() {
@@ -44,18 +44,18 @@ func topologyHarness(t *testing.T, opts ...capitest.ProviderOption) *capitest.Ha
 		}
 		require.NoError(t, p.Stop())
 	})
-	return &capitest.Harness{Env: env, Managers: m, Provider: p}
+	return &clusterapi.Harness{Env: env, Managers: m, Provider: p}
 }
 
 // createTopologyCluster creates a ClusterClassObjects cluster: everything
 // but the Cluster, then the Cluster once Cluster API reconciled the
 // ClusterClass.
-func createTopologyCluster(t *testing.T, h *capitest.Harness, name string, topo capitest.Topology) {
+func createTopologyCluster(t *testing.T, h *clusterapi.Harness, name string, topo clusterapi.Topology) {
 	t.Helper()
 	ctx, c := t.Context(), h.Env.Client
-	objs, err := capitest.ClusterClassObjects(h.Env, "default", name, topo)
+	objs, err := clusterapi.ClusterClassObjects(h.Env, "default", name, topo)
 	require.NoError(t, err)
-	require.NoError(t, capitest.Create(ctx, c, objs[:len(objs)-1]...))
+	require.NoError(t, clusterapi.Create(ctx, c, objs[:len(objs)-1]...))
 	waitUntil(t, 2*time.Minute, "the ClusterClass reconciled", func() (bool, string, error) {
 		var cc clusterv1.ClusterClass
 		if err := c.Get(ctx, client.ObjectKey{Namespace: "default", Name: name + "-class"}, &cc); err != nil {
@@ -64,7 +64,7 @@ func createTopologyCluster(t *testing.T, h *capitest.Harness, name string, topo 
 		return cc.Status.ObservedGeneration == cc.Generation && conditionIs(cc.Status.Conditions, clusterv1.ClusterClassVariablesReadyCondition, "True"),
 			fmt.Sprintf("conditions %v", cc.Status.Conditions), nil
 	})
-	require.NoError(t, capitest.Create(ctx, c, objs[len(objs)-1]))
+	require.NoError(t, clusterapi.Create(ctx, c, objs[len(objs)-1]))
 }
 
 // topologyKCP is the name of the KubeadmControlPlane Cluster API's
@@ -82,7 +82,7 @@ func topologyKCP(t *testing.T, c client.Client, cluster string) (string, error) 
 
 // provisioned waits until cps control plane machines (cpSel) and workers
 // worker machines (wSel) run version, and returns them by name.
-func provisioned(t *testing.T, h *capitest.Harness, timeout time.Duration, cpSel, wSel client.ListOption, cps, workers int, version string) (cp, w map[string]clusterv1.Machine) {
+func provisioned(t *testing.T, h *clusterapi.Harness, timeout time.Duration, cpSel, wSel client.ListOption, cps, workers int, version string) (cp, w map[string]clusterv1.Machine) {
 	t.Helper()
 	start := time.Now()
 	waitUntil(t, timeout, "control planes and workers provisioned", func() (bool, string, error) {
@@ -128,7 +128,7 @@ func every(d time.Duration, f func()) (stop func()) {
 // bumped to version, made before Cluster API does anything: in process
 // (preview.InProcess) with the flags e2eExtension gives the extension, and
 // by the deployed extension (registered by e2eExtension).
-func previewTopology(t *testing.T, h *capitest.Harness, cluster, version string) (inProcess, deployed *preview.Prediction) {
+func previewTopology(t *testing.T, h *clusterapi.Harness, cluster, version string) (inProcess, deployed *preview.Prediction) {
 	t.Helper()
 	ctx, c := t.Context(), h.Env.Client
 	o, err := parseFlags([]string{"-upgrader-images", e2eTo + "=" + e2eImage + "," + e2eSkip + "=" + e2eSkipImage,
@@ -188,11 +188,11 @@ func requirePredicted(t *testing.T, pr *preview.Prediction, before []string, aft
 // kubelet is ever ahead of a control plane (sampled on the hosts), and
 // nothing is declined.
 func TestClusterAPIUpdatesATopologyInPlace(t *testing.T) {
-	h := topologyHarness(t, capitest.WithUpgraderImage(e2eImage, fake.Staging{Kubernetes: e2eTo, Containerd: "2.0.5", CNI: "v1.7.1"}))
+	h := topologyHarness(t, clusterapi.WithUpgraderImage(e2eImage, simulator.Staging{Kubernetes: e2eTo, Containerd: "2.0.5", CNI: "v1.7.1"}))
 	ctx, c := t.Context(), h.Env.Client
-	createTopologyCluster(t, h, "topo", capitest.Topology{Version: e2eFrom, ControlPlanes: 3, Workers: 2})
+	createTopologyCluster(t, h, "topo", clusterapi.Topology{Version: e2eFrom, ControlPlanes: 3, Workers: 2})
 	cpLabel := client.HasLabels{clusterv1.MachineControlPlaneLabel}
-	mdLabel := client.MatchingLabels{clusterv1.ClusterTopologyMachineDeploymentNameLabel: capitest.TopologyWorkers}
+	mdLabel := client.MatchingLabels{clusterv1.ClusterTopologyMachineDeploymentNameLabel: clusterapi.TopologyWorkers}
 	cpBefore, wBefore := provisioned(t, h, 6*time.Minute, cpLabel, mdLabel, 3, 2, e2eFrom)
 	kcpName, err := topologyKCP(t, c, "topo")
 	require.NoError(t, err)
@@ -222,13 +222,13 @@ func TestClusterAPIUpdatesATopologyInPlace(t *testing.T) {
 	var ahead []string
 	stop := every(20*time.Millisecond, func() {
 		for _, w := range workers {
-			if host := h.Provider.Host(w); host == nil || host.RunningVersion(fake.Kubelet) != e2eTo {
+			if host := h.Provider.Host(w); host == nil || host.RunningVersion(simulator.Kubelet) != e2eTo {
 				continue
 			}
 			for _, cp := range cps {
-				if host := h.Provider.Host(cp); host != nil && host.RunningVersion(fake.Kubelet) != e2eTo {
+				if host := h.Provider.Host(cp); host != nil && host.RunningVersion(simulator.Kubelet) != e2eTo {
 					mu.Lock()
-					ahead = append(ahead, fmt.Sprintf("worker %s at %s while control plane %s runs %s", w, e2eTo, cp, host.RunningVersion(fake.Kubelet)))
+					ahead = append(ahead, fmt.Sprintf("worker %s at %s while control plane %s runs %s", w, e2eTo, cp, host.RunningVersion(simulator.Kubelet)))
 					mu.Unlock()
 				}
 			}
@@ -261,7 +261,7 @@ func TestClusterAPIUpdatesATopologyInPlace(t *testing.T) {
 	maps.Copy(all, wAfter)
 	requirePredicted(t, predicted, append(slices.Clone(cps), workers...), all)
 	for _, name := range append(slices.Clone(cps), workers...) {
-		require.Equal(t, e2eTo, h.Provider.Host(name).RunningVersion(fake.Kubelet), "%s upgraded on its host", name)
+		require.Equal(t, e2eTo, h.Provider.Host(name).RunningVersion(simulator.Kubelet), "%s upgraded on its host", name)
 	}
 	mu.Lock()
 	require.Empty(t, ahead, "no worker ahead of the control plane")
@@ -289,13 +289,15 @@ func TestClusterAPIUpdatesATopologyInPlace(t *testing.T) {
 //     API replaces the workers with machines at v1.37.2;
 //   - no worker runs v1.37.2 while a control plane runs less.
 func TestClusterAPIChainsATopologyUpgrade(t *testing.T) {
-	staging := func(v string) fake.Staging { return fake.Staging{Kubernetes: v, Containerd: "2.0.5", CNI: "v1.7.1"} }
-	h := topologyHarness(t, capitest.WithUpgraderImage(e2eImage, staging(e2eTo)), capitest.WithUpgraderImage(e2eSkipImage, staging(e2eSkip)))
+	staging := func(v string) simulator.Staging {
+		return simulator.Staging{Kubernetes: v, Containerd: "2.0.5", CNI: "v1.7.1"}
+	}
+	h := topologyHarness(t, clusterapi.WithUpgraderImage(e2eImage, staging(e2eTo)), clusterapi.WithUpgraderImage(e2eSkipImage, staging(e2eSkip)))
 	ctx, c := t.Context(), h.Env.Client
-	createTopologyCluster(t, h, "chain", capitest.Topology{Version: e2eFrom, ControlPlanes: 3, Workers: 2,
+	createTopologyCluster(t, h, "chain", clusterapi.Topology{Version: e2eFrom, ControlPlanes: 3, Workers: 2,
 		KubernetesVersions: []string{e2eFrom, e2eTo, e2eSkip}})
 	cpLabel := client.HasLabels{clusterv1.MachineControlPlaneLabel}
-	mdLabel := client.MatchingLabels{clusterv1.ClusterTopologyMachineDeploymentNameLabel: capitest.TopologyWorkers}
+	mdLabel := client.MatchingLabels{clusterv1.ClusterTopologyMachineDeploymentNameLabel: clusterapi.TopologyWorkers}
 	cpBefore, wBefore := provisioned(t, h, 6*time.Minute, cpLabel, mdLabel, 3, 2, e2eFrom)
 	kcpName, err := topologyKCP(t, c, "chain")
 	require.NoError(t, err)
@@ -333,7 +335,7 @@ func TestClusterAPIChainsATopologyUpgrade(t *testing.T) {
 		low := ""
 		for _, cp := range cps {
 			if host := h.Provider.Host(cp); host != nil {
-				v := host.RunningVersion(fake.Kubelet)
+				v := host.RunningVersion(simulator.Kubelet)
 				if seen := cpVersions[cp]; len(seen) == 0 || seen[len(seen)-1] != v {
 					cpVersions[cp] = append(seen, v)
 				}
@@ -346,7 +348,7 @@ func TestClusterAPIChainsATopologyUpgrade(t *testing.T) {
 			return
 		}
 		for _, w := range h.Provider.Nodes() {
-			if host := h.Provider.Host(w); host != nil && !slices.Contains(cps, w) && host.RunningVersion(fake.Kubelet) == e2eSkip {
+			if host := h.Provider.Host(w); host != nil && !slices.Contains(cps, w) && host.RunningVersion(simulator.Kubelet) == e2eSkip {
 				ahead = append(ahead, fmt.Sprintf("worker %s at %s while control plane %s", w, e2eSkip, low))
 			}
 		}
@@ -383,7 +385,7 @@ func TestClusterAPIChainsATopologyUpgrade(t *testing.T) {
 		require.NotContains(t, wAfter, name, "worker %s replaced: its step skips a minor", name)
 	}
 	for name := range wAfter {
-		require.Equal(t, e2eSkip, h.Provider.Host(name).RunningVersion(fake.Kubelet), name)
+		require.Equal(t, e2eSkip, h.Provider.Host(name).RunningVersion(simulator.Kubelet), name)
 	}
 	all := maps.Clone(cpAfter)
 	maps.Copy(all, wAfter)

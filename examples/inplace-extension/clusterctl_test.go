@@ -20,8 +20,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/upgradekit/upgradekit/fake/capitest"
-	"github.com/upgradekit/upgradekit/fake/envtest"
+	"github.com/upgradekit/upgradekit/harness/apiserver"
+	"github.com/upgradekit/upgradekit/harness/clusterapi"
 )
 
 // envClusterctl names the directory hack/clusterctl.sh prints: Cluster
@@ -50,12 +50,12 @@ const envClusterctl = "UPGRADEKIT_CLUSTERCTL"
 func TestClusterctlRuntimeExtension(t *testing.T) {
 	dir := os.Getenv(envClusterctl)
 	if dir == "" {
-		if os.Getenv(envtest.RequireEnvVar) != "" { // CI: a skip must not hide
-			t.Fatalf("%s is not set (and %s is): build clusterctl with hack/clusterctl.sh and set %s to the directory it prints", envClusterctl, envtest.RequireEnvVar, envClusterctl)
+		if os.Getenv(apiserver.RequireEnvVar) != "" { // CI: a skip must not hide
+			t.Fatalf("%s is not set (and %s is): build clusterctl with hack/clusterctl.sh and set %s to the directory it prints", envClusterctl, apiserver.RequireEnvVar, envClusterctl)
 		}
 		t.Skipf("%s is not set: build clusterctl with hack/clusterctl.sh and set %s to the directory it prints", envClusterctl, envClusterctl)
 	}
-	env := envtest.StartForTest(t, envtest.WithoutCAPICRDs(), envtest.WithCRDPaths(filepath.Join(dir, "cert-manager-crds.yaml")))
+	env := apiserver.StartForTest(t, apiserver.WithoutCAPICRDs(), apiserver.WithCRDPaths(filepath.Join(dir, "cert-manager-crds.yaml")))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 
@@ -106,7 +106,7 @@ func TestClusterctlRuntimeExtension(t *testing.T) {
 	out := clusterctl(nil, "init")
 	require.Contains(t, out, "Skipping installing cert-manager as it is already installed")
 	finalizeNamespace(ctx, t, env, "cert-manager-test")
-	capitest.StartForTest(t, env, capitest.WithManagers(capitest.Core))
+	clusterapi.StartForTest(t, env, clusterapi.WithManagers(clusterapi.Core))
 	routeWebhooks(ctx, t, env.Client)
 
 	extImage := func(d string) string {
@@ -162,7 +162,7 @@ func TestClusterctlRuntimeExtension(t *testing.T) {
 // does once a deleted namespace is empty: removes its "kubernetes"
 // finalizer. clusterctl deletes its cert-manager test namespace after each
 // check and creates it again at the next.
-func finalizeNamespace(ctx context.Context, t *testing.T, env *envtest.Env, name string) {
+func finalizeNamespace(ctx context.Context, t *testing.T, env *apiserver.Env, name string) {
 	t.Helper()
 	cs, err := kubernetes.NewForConfig(env.Config)
 	require.NoError(t, err)
@@ -206,7 +206,7 @@ func routeWebhooks(ctx context.Context, t *testing.T, c client.Client) {
 		// The copies' clientConfigs by webhook name.
 		local := map[string]any{}
 		for _, item := range list.Items {
-			if !strings.HasPrefix(item.GetName(), string(capitest.Core)+"-") {
+			if !strings.HasPrefix(item.GetName(), string(clusterapi.Core)+"-") {
 				continue
 			}
 			hooks, _, _ := unstructured.NestedSlice(item.Object, "webhooks")

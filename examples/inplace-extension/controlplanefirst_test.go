@@ -17,9 +17,9 @@ import (
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/upgradekit/upgradekit/fake"
-	"github.com/upgradekit/upgradekit/fake/capitest"
-	"github.com/upgradekit/upgradekit/fake/testcerts"
+	"github.com/upgradekit/upgradekit/harness/clusterapi"
+	"github.com/upgradekit/upgradekit/harness/testcerts"
+	"github.com/upgradekit/upgradekit/simulator"
 	"github.com/upgradekit/upgradekit/strategy/capi"
 )
 
@@ -86,12 +86,12 @@ func bumpTogether(t *testing.T, c client.Client, kcp, md, version string) {
 // worker's host ever runs a kubelet newer than any control plane host's
 // kubelet and API server (sampled on the simulated hosts throughout).
 func TestClusterAPIUpdatesControlPlaneAndWorkersTogether(t *testing.T) {
-	h := capitest.NewForTest(t, capitest.WithUpgraderImage(e2eImage, fake.Staging{Kubernetes: e2eTo, Containerd: "2.0.5", CNI: "v1.7.1"}))
+	h := clusterapi.NewForTest(t, clusterapi.WithUpgraderImage(e2eImage, simulator.Staging{Kubernetes: e2eTo, Containerd: "2.0.5", CNI: "v1.7.1"}))
 	ctx, c := t.Context(), h.Env.Client
-	objs, err := capitest.KubeadmControlPlaneObjects(h.Env, "default", "demo", 3, e2eFrom)
+	objs, err := clusterapi.KubeadmControlPlaneObjects(h.Env, "default", "demo", 3, e2eFrom)
 	require.NoError(t, err)
-	require.NoError(t, capitest.Create(ctx, c, objs...))
-	require.NoError(t, capitest.Create(ctx, c, capitest.MachineDeploymentObjects("default", "demo", "md", 2, e2eFrom)...))
+	require.NoError(t, clusterapi.Create(ctx, c, objs...))
+	require.NoError(t, clusterapi.Create(ctx, c, clusterapi.MachineDeploymentObjects("default", "demo", "md", 2, e2eFrom)...))
 	cpLabel := client.HasLabels{clusterv1.MachineControlPlaneLabel}
 	mdLabel := client.MatchingLabels{clusterv1.MachineDeploymentNameLabel: "md"}
 	cpBefore, wBefore := provisioned(t, h, 6*time.Minute, cpLabel, mdLabel, 3, 2, e2eFrom)
@@ -111,7 +111,7 @@ func TestClusterAPIUpdatesControlPlaneAndWorkersTogether(t *testing.T) {
 	stop := every(20*time.Millisecond, func() {
 		for _, w := range workers {
 			// A host is gone once its machine is deleted (replaced).
-			if host := h.Provider.Host(w); host == nil || host.RunningVersion(fake.Kubelet) != e2eTo {
+			if host := h.Provider.Host(w); host == nil || host.RunningVersion(simulator.Kubelet) != e2eTo {
 				continue
 			}
 			for _, cp := range cps {
@@ -119,7 +119,7 @@ func TestClusterAPIUpdatesControlPlaneAndWorkersTogether(t *testing.T) {
 				if host == nil {
 					continue
 				}
-				kubelet, api := host.RunningVersion(fake.Kubelet), host.StaticPodImage("kube-apiserver")
+				kubelet, api := host.RunningVersion(simulator.Kubelet), host.StaticPodImage("kube-apiserver")
 				if kubelet != e2eTo || api != "registry.k8s.io/kube-apiserver:"+e2eTo {
 					mu.Lock()
 					ahead = append(ahead, fmt.Sprintf("worker %s at %s while control plane %s runs kubelet %s, API server %s", w, e2eTo, cp, kubelet, api))
@@ -171,7 +171,7 @@ func TestClusterAPIUpdatesControlPlaneAndWorkersTogether(t *testing.T) {
 		require.Equal(t, wBefore[name].Spec.ProviderID, m.Spec.ProviderID, name)
 	}
 	for _, name := range append(slices.Clone(cps), workers...) {
-		require.Equal(t, e2eTo, h.Provider.Host(name).RunningVersion(fake.Kubelet), "%s upgraded on its host", name)
+		require.Equal(t, e2eTo, h.Provider.Host(name).RunningVersion(simulator.Kubelet), "%s upgraded on its host", name)
 		var n corev1.Node
 		require.NoError(t, c.Get(ctx, client.ObjectKey{Name: name}, &n))
 		require.Equal(t, e2eTo, n.Status.NodeInfo.KubeletVersion, name)

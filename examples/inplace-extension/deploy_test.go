@@ -25,7 +25,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	fakeclient "sigs.k8s.io/controller-runtime/pkg/client/fake"
 
-	"github.com/upgradekit/upgradekit/fake/envtest"
+	"github.com/upgradekit/upgradekit/harness/apiserver"
 	"github.com/upgradekit/upgradekit/nodeexec/kubeadm"
 	"github.com/upgradekit/upgradekit/nodeexec/nodepod"
 	"github.com/upgradekit/upgradekit/strategy/capi"
@@ -36,7 +36,7 @@ import (
 // server with the CAPI CRDs (server-side validation included), except the
 // cert-manager objects, whose CRDs are not installed there.
 func TestDeployManifestsApply(t *testing.T) {
-	env := envtest.StartForTest(t)
+	env := apiserver.StartForTest(t)
 	ctx := context.Background()
 	kinds := map[string]int{}
 	roles := map[string][]rbacv1.PolicyRule{}

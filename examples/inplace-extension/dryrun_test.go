@@ -20,9 +20,9 @@ import (
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/upgradekit/upgradekit/fake"
-	"github.com/upgradekit/upgradekit/fake/capitest"
-	"github.com/upgradekit/upgradekit/fake/testcerts"
+	"github.com/upgradekit/upgradekit/harness/clusterapi"
+	"github.com/upgradekit/upgradekit/harness/testcerts"
+	"github.com/upgradekit/upgradekit/simulator"
 	"github.com/upgradekit/upgradekit/strategy/capi"
 )
 
@@ -67,15 +67,15 @@ func (l *lines) find(sub ...string) string {
 // Cluster API replaces the machines: new names, the new flavour, none
 // left updating.
 func TestClusterAPIReplacesWhenTheProviderRefusesAnIgnoredChange(t *testing.T) {
-	h := capitest.NewForTest(t, capitest.WithUpgraderImage(e2eImage, fake.Staging{Kubernetes: e2eTo, Containerd: "2.0.5", CNI: "v1.7.1"}))
+	h := clusterapi.NewForTest(t, clusterapi.WithUpgraderImage(e2eImage, simulator.Staging{Kubernetes: e2eTo, Containerd: "2.0.5", CNI: "v1.7.1"}))
 	ctx, c := t.Context(), h.Env.Client
-	objs, err := capitest.ClusterObjects(h.Env, "default", "demo", e2eFrom)
+	objs, err := clusterapi.ClusterObjects(h.Env, "default", "demo", e2eFrom)
 	require.NoError(t, err)
-	require.NoError(t, capitest.Create(ctx, c, objs...))
-	md := capitest.MachineDeploymentObjects("default", "demo", "md", 2, e2eFrom)
+	require.NoError(t, clusterapi.Create(ctx, c, objs...))
+	md := clusterapi.MachineDeploymentObjects("default", "demo", "md", 2, e2eFrom)
 	tmpl := md[1].(*unstructured.Unstructured)
 	require.NoError(t, unstructured.SetNestedField(tmpl.Object, "small", "spec", "template", "spec", "flavour"))
-	require.NoError(t, capitest.Create(ctx, c, md...))
+	require.NoError(t, clusterapi.Create(ctx, c, md...))
 	mdLabel := client.MatchingLabels{clusterv1.MachineDeploymentNameLabel: "md"}
 	var before map[string]clusterv1.Machine
 	waitUntil(t, 4*time.Minute, "machines provisioned", func() (bool, string, error) {
@@ -92,7 +92,7 @@ func TestClusterAPIReplacesWhenTheProviderRefusesAnIgnoredChange(t *testing.T) {
 			MatchConstraints: &admissionregistrationv1.MatchResources{ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{
 				RuleWithOperations: admissionregistrationv1.RuleWithOperations{
 					Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Update},
-					Rule:       admissionregistrationv1.Rule{APIGroups: []string{capitest.InfraGroup}, APIVersions: []string{"*"}, Resources: []string{"testmachines"}},
+					Rule:       admissionregistrationv1.Rule{APIGroups: []string{clusterapi.InfraGroup}, APIVersions: []string{"*"}, Resources: []string{"testmachines"}},
 				},
 			}}},
 			Validations: []admissionregistrationv1.Validation{{
@@ -109,7 +109,7 @@ func TestClusterAPIReplacesWhenTheProviderRefusesAnIgnoredChange(t *testing.T) {
 	}))
 	some := before[slices.Sorted(maps.Keys(before))[0]]
 	probe := &unstructured.Unstructured{}
-	probe.SetGroupVersionKind(capitest.InfraMachineGVK)
+	probe.SetGroupVersionKind(clusterapi.InfraMachineGVK)
 	require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: "default", Name: some.Spec.InfrastructureRef.Name}, probe))
 	flavour, _, _ := unstructured.NestedString(probe.Object, "spec", "flavour")
 	require.Equal(t, "small", flavour, "the machines run the template's flavour")
@@ -125,7 +125,7 @@ func TestClusterAPIReplacesWhenTheProviderRefusesAnIgnoredChange(t *testing.T) {
 	logs := &lines{}
 	e2eExtensionServe(t, h, dir, testcerts.FreePort(t), reg, events.NewFakeRecorder(1000), e2eTo+"="+e2eImage, true,
 		e2eExtras{log: funcr.New(logs.add, funcr.Options{}),
-			regOpts: []capitest.RegisterOption{capitest.WithExtensionSettings(map[string]string{capi.SettingIgnore: "infrastructure.spec.flavour"})}})
+			regOpts: []clusterapi.RegisterOption{clusterapi.WithExtensionSettings(map[string]string{capi.SettingIgnore: "infrastructure.spec.flavour"})}})
 
 	// A new template with the large flavour; the MachineDeployment uses it.
 	large := tmpl.DeepCopy()
@@ -155,7 +155,7 @@ func TestClusterAPIReplacesWhenTheProviderRefusesAnIgnoredChange(t *testing.T) {
 	})
 	for n, m := range after {
 		u := &unstructured.Unstructured{}
-		u.SetGroupVersionKind(capitest.InfraMachineGVK)
+		u.SetGroupVersionKind(clusterapi.InfraMachineGVK)
 		require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: "default", Name: m.Spec.InfrastructureRef.Name}, u))
 		f, _, _ := unstructured.NestedString(u.Object, "spec", "flavour")
 		require.Equal(t, "large", f, "%s runs the new template", n)

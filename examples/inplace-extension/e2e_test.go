@@ -29,12 +29,12 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
-	"github.com/upgradekit/upgradekit/fake"
-	"github.com/upgradekit/upgradekit/fake/capitest"
-	"github.com/upgradekit/upgradekit/fake/testcerts"
+	"github.com/upgradekit/upgradekit/harness/clusterapi"
+	"github.com/upgradekit/upgradekit/harness/testcerts"
 	"github.com/upgradekit/upgradekit/nodeexec"
 	"github.com/upgradekit/upgradekit/nodeexec/kubeadm"
 	"github.com/upgradekit/upgradekit/nodeexec/nodepod"
+	"github.com/upgradekit/upgradekit/simulator"
 	"github.com/upgradekit/upgradekit/strategy/capi"
 )
 
@@ -52,21 +52,21 @@ const (
 // e2eExtension serves the extension, as its main does, on a free port
 // with a throwaway certificate and registers it with Cluster API through
 // an ExtensionConfig. It returns a stop function (also run in t.Cleanup).
-func e2eExtension(t *testing.T, h *capitest.Harness, dir string, port int, reg *prometheus.Registry, register bool) (stop func()) {
+func e2eExtension(t *testing.T, h *clusterapi.Harness, dir string, port int, reg *prometheus.Registry, register bool) (stop func()) {
 	t.Helper()
 	return e2eExtensionWith(t, h, dir, port, reg, events.NewFakeRecorder(1000), register)
 }
 
 // e2eExtensionWith is e2eExtension recording Events with rec, and
 // registering it with regOpts.
-func e2eExtensionWith(t *testing.T, h *capitest.Harness, dir string, port int, reg *prometheus.Registry, rec events.EventRecorder, register bool, regOpts ...capitest.RegisterOption) (stop func()) {
+func e2eExtensionWith(t *testing.T, h *clusterapi.Harness, dir string, port int, reg *prometheus.Registry, rec events.EventRecorder, register bool, regOpts ...clusterapi.RegisterOption) (stop func()) {
 	t.Helper()
 	return e2eExtensionImages(t, h, dir, port, reg, rec, e2eTo+"="+e2eImage+","+e2eSkip+"="+e2eSkipImage, register, regOpts...)
 }
 
 // e2eExtensionImages is e2eExtensionWith with images as its
 // -upgrader-images.
-func e2eExtensionImages(t *testing.T, h *capitest.Harness, dir string, port int, reg *prometheus.Registry, rec events.EventRecorder, images string, register bool, regOpts ...capitest.RegisterOption) (stop func()) {
+func e2eExtensionImages(t *testing.T, h *clusterapi.Harness, dir string, port int, reg *prometheus.Registry, rec events.EventRecorder, images string, register bool, regOpts ...clusterapi.RegisterOption) (stop func()) {
 	t.Helper()
 	return e2eExtensionServe(t, h, dir, port, reg, rec, images, register, e2eExtras{regOpts: regOpts})
 }
@@ -76,11 +76,11 @@ func e2eExtensionImages(t *testing.T, h *capitest.Harness, dir string, port int,
 // (settings).
 type e2eExtras struct {
 	log     logr.Logger
-	regOpts []capitest.RegisterOption
+	regOpts []clusterapi.RegisterOption
 }
 
 // e2eExtensionServe is e2eExtensionImages with extras.
-func e2eExtensionServe(t *testing.T, h *capitest.Harness, dir string, port int, reg *prometheus.Registry, rec events.EventRecorder, images string, register bool, x e2eExtras) (stop func()) {
+func e2eExtensionServe(t *testing.T, h *clusterapi.Harness, dir string, port int, reg *prometheus.Registry, rec events.EventRecorder, images string, register bool, x e2eExtras) (stop func()) {
 	t.Helper()
 	ctrllog.SetLogger(logr.Discard()) // as main sets its own
 	// -retry-after 1, not the default 15: Cluster API calls UpdateMachine
@@ -110,7 +110,7 @@ func e2eExtensionServe(t *testing.T, h *capitest.Harness, dir string, port int, 
 		require.NoError(t, err)
 		rctx, rcancel := context.WithTimeout(t.Context(), time.Minute)
 		defer rcancel()
-		names, err := capitest.RegisterExtension(rctx, h.Env.Client, "upgradekit", "https://127.0.0.1:"+strconv.Itoa(port), ca, x.regOpts...)
+		names, err := clusterapi.RegisterExtension(rctx, h.Env.Client, "upgradekit", "https://127.0.0.1:"+strconv.Itoa(port), ca, x.regOpts...)
 		require.NoError(t, err)
 		require.Len(t, names, 3, "the three in-place handlers: %v", names)
 	}
@@ -202,14 +202,14 @@ func upgraderPods(t *testing.T, c client.Client, nodes []string) []corev1.Pod {
 //   - "skip", 2 machines, v1.35.4 -> v1.37.2 (a skipped minor):
 //     infeasible, declined, replaced, nothing drained.
 func TestClusterAPIDrivesTheExtension(t *testing.T) {
-	h := capitest.NewForTest(t, capitest.WithUpgraderImage(e2eImage, fake.Staging{Kubernetes: e2eTo, Containerd: "2.0.5", CNI: "v1.7.1"}))
+	h := clusterapi.NewForTest(t, clusterapi.WithUpgraderImage(e2eImage, simulator.Staging{Kubernetes: e2eTo, Containerd: "2.0.5", CNI: "v1.7.1"}))
 	ctx, c := t.Context(), h.Env.Client
-	objs, err := capitest.ClusterObjects(h.Env, "default", "demo", e2eTo)
+	objs, err := clusterapi.ClusterObjects(h.Env, "default", "demo", e2eTo)
 	require.NoError(t, err)
-	require.NoError(t, capitest.Create(ctx, c, objs...))
+	require.NoError(t, clusterapi.Create(ctx, c, objs...))
 	sizes := map[string]int{"inplace": 3, "image": 2, "skip": 2}
 	for md, n := range sizes {
-		require.NoError(t, capitest.Create(ctx, c, capitest.MachineDeploymentObjects("default", "demo", md, int32(n), e2eFrom)...))
+		require.NoError(t, clusterapi.Create(ctx, c, clusterapi.MachineDeploymentObjects("default", "demo", md, int32(n), e2eFrom)...))
 	}
 	start := time.Now()
 	before := map[string]map[string]clusterv1.Machine{}
@@ -237,7 +237,7 @@ func TestClusterAPIDrivesTheExtension(t *testing.T) {
 		require.NoError(t, c.Patch(ctx, &md, patch))
 	}
 	tmpl := &unstructured.Unstructured{}
-	tmpl.SetGroupVersionKind(capitest.InfraTemplateGVK)
+	tmpl.SetGroupVersionKind(clusterapi.InfraTemplateGVK)
 	require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: "default", Name: "image-0"}, tmpl))
 	tmpl.SetResourceVersion("")
 	tmpl.SetUID("")
@@ -275,7 +275,7 @@ func TestClusterAPIDrivesTheExtension(t *testing.T) {
 	require.Equal(t, inplace, slices.Sorted(maps.Keys(after["inplace"])), "no machine replaced")
 	for _, name := range inplace {
 		require.Equal(t, before["inplace"][name].Spec.ProviderID, after["inplace"][name].Spec.ProviderID)
-		require.Equal(t, e2eTo, h.Provider.Host(name).RunningVersion(fake.Kubelet), "%s upgraded on the host", name)
+		require.Equal(t, e2eTo, h.Provider.Host(name).RunningVersion(simulator.Kubelet), "%s upgraded on the host", name)
 		var n corev1.Node
 		require.NoError(t, c.Get(ctx, client.ObjectKey{Name: name}, &n))
 		require.Equal(t, e2eTo, n.Status.NodeInfo.KubeletVersion)
@@ -393,14 +393,14 @@ func machineNames(ms map[string]map[string]clusterv1.Machine) map[string][]strin
 //     stopped and started again, as a rollout or a crash would: the update
 //     completes with that one pod and no step runs twice on B.
 func TestClusterAPISurfacesFailuresAndSurvivesRestarts(t *testing.T) {
-	faults := fake.NewFaults(1)
-	h := capitest.NewForTest(t, capitest.WithUpgraderImage(e2eImage, fake.Staging{Kubernetes: e2eTo, Containerd: "2.0.5", CNI: "v1.7.1"}),
-		capitest.WithHostOptions(fake.WithFaults(faults)))
+	faults := simulator.NewFaults(1)
+	h := clusterapi.NewForTest(t, clusterapi.WithUpgraderImage(e2eImage, simulator.Staging{Kubernetes: e2eTo, Containerd: "2.0.5", CNI: "v1.7.1"}),
+		clusterapi.WithHostOptions(simulator.WithFaults(faults)))
 	ctx, c := t.Context(), h.Env.Client
-	objs, err := capitest.ClusterObjects(h.Env, "default", "demo", e2eTo)
+	objs, err := clusterapi.ClusterObjects(h.Env, "default", "demo", e2eTo)
 	require.NoError(t, err)
-	require.NoError(t, capitest.Create(ctx, c, objs...))
-	require.NoError(t, capitest.Create(ctx, c, capitest.MachineDeploymentObjects("default", "demo", "md", 2, e2eFrom)...))
+	require.NoError(t, clusterapi.Create(ctx, c, objs...))
+	require.NoError(t, clusterapi.Create(ctx, c, clusterapi.MachineDeploymentObjects("default", "demo", "md", 2, e2eFrom)...))
 	var before map[string]clusterv1.Machine
 	require.Eventually(t, func() bool {
 		before = e2eMachines(t, c, "md")
@@ -423,7 +423,7 @@ func TestClusterAPISurfacesFailuresAndSurvivesRestarts(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	typo := "upgradekit.io/ignroe"
 	stop := e2eExtensionWith(t, h, dir, port, reg, broadcaster.NewRecorder(h.Env.Scheme, "upgradekit-inplace-extension"), true,
-		capitest.WithExtensionSettings(map[string]string{typo: "infrastructure.spec.additionalTags"}))
+		clusterapi.WithExtensionSettings(map[string]string{typo: "infrastructure.spec.additionalTags"}))
 
 	var md clusterv1.MachineDeployment
 	require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: "default", Name: "md"}, &md))
@@ -474,7 +474,7 @@ func TestClusterAPISurfacesFailuresAndSurvivesRestarts(t *testing.T) {
 			// fixed text and the error goes to its log), which is why the
 			// extension records the reason as an Event on the Machine.
 			require.Contains(t, conditionMessage(m.Status.Conditions, clusterv1.MachineUpdatingCondition), "UpdateMachine hook failed")
-			log, err := os.ReadFile(h.Managers.LogPath(capitest.Core))
+			log, err := os.ReadFile(h.Managers.LogPath(clusterapi.Core))
 			require.NoError(t, err)
 			require.Contains(t, string(log), kubeadm.StepKubeadmUpgrade, "Cluster API's Machine controller logs the extension's message")
 			var evs eventsv1.EventList
@@ -514,7 +514,7 @@ func TestClusterAPISurfacesFailuresAndSurvivesRestarts(t *testing.T) {
 	after := e2eMachines(t, c, "md")
 	require.Equal(t, names, slices.Sorted(maps.Keys(after)), "no machine replaced")
 	for _, n := range names {
-		require.Equal(t, e2eTo, h.Provider.Host(n).RunningVersion(fake.Kubelet), n)
+		require.Equal(t, e2eTo, h.Provider.Host(n).RunningVersion(simulator.Kubelet), n)
 	}
 	runs := map[string]int{}
 	for _, cmd := range h.Provider.Host(b).Commands() {
@@ -532,7 +532,7 @@ func TestClusterAPISurfacesFailuresAndSurvivesRestarts(t *testing.T) {
 
 // logLines counts the lines of one of Cluster API's managers' log that
 // contain every one of parts (-1 when the log cannot be read).
-func logLines(h *capitest.Harness, m capitest.Manager, parts ...string) int {
+func logLines(h *clusterapi.Harness, m clusterapi.Manager, parts ...string) int {
 	b, err := os.ReadFile(h.Managers.LogPath(m))
 	if err != nil {
 		return -1
@@ -611,13 +611,13 @@ func kcpSettled(t *testing.T, c client.Client, name string, n int32, version str
 // kubelet at the local API server); afterwards every KubeadmConfig is
 // without the gate, as Cluster API writes it.
 func TestClusterAPIDrivesKubeadmControlPlaneInPlace(t *testing.T) {
-	faults := fake.NewFaults(1)
-	h := capitest.NewForTest(t, capitest.WithUpgraderImage(e2eImage, fake.Staging{Kubernetes: e2eTo, Containerd: "2.0.5", CNI: "v1.7.1"}),
-		capitest.WithHostOptions(fake.WithFaults(faults)))
+	faults := simulator.NewFaults(1)
+	h := clusterapi.NewForTest(t, clusterapi.WithUpgraderImage(e2eImage, simulator.Staging{Kubernetes: e2eTo, Containerd: "2.0.5", CNI: "v1.7.1"}),
+		clusterapi.WithHostOptions(simulator.WithFaults(faults)))
 	ctx, c := t.Context(), h.Env.Client
-	objs, err := capitest.KubeadmControlPlaneObjects(h.Env, "default", "demo", 3, e2eFrom)
+	objs, err := clusterapi.KubeadmControlPlaneObjects(h.Env, "default", "demo", 3, e2eFrom)
 	require.NoError(t, err)
-	require.NoError(t, capitest.Create(ctx, c, objs...))
+	require.NoError(t, clusterapi.Create(ctx, c, objs...))
 	start := time.Now()
 	var before map[string]clusterv1.Machine
 	require.Eventually(t, func() bool {
@@ -674,7 +674,7 @@ func TestClusterAPIDrivesKubeadmControlPlaneInPlace(t *testing.T) {
 	t.Logf("%s updated, %s failed, in %s", first, second, time.Since(start).Round(time.Millisecond))
 	require.Contains(t, conditionMessage(failed.Status.Conditions, clusterv1.MachineUpdatingCondition), "please check controller logs",
 		"Cluster API's own text: no reason")
-	require.Equal(t, e2eTo, h.Provider.Host(first).RunningVersion(fake.Kubelet), "the first control plane was updated")
+	require.Equal(t, e2eTo, h.Provider.Host(first).RunningVersion(simulator.Kubelet), "the first control plane was updated")
 	// The reason, where `kubectl describe` shows it: the Machine, the
 	// KubeadmControlPlane, the Node.
 	var onKCP eventsv1.Event
@@ -707,17 +707,17 @@ func TestClusterAPIDrivesKubeadmControlPlaneInPlace(t *testing.T) {
 	// Machine's condition changed) and waits for that machine, leaving the
 	// third alone, while Cluster API asks the extension again.
 	waitingFor := "Waiting for in-place update of Machine default/" + second + " to complete"
-	seen := logLines(h, capitest.KubeadmControlPlane, waitingFor)
+	seen := logLines(h, clusterapi.KubeadmControlPlane, waitingFor)
 	require.GreaterOrEqual(t, seen, 0, "KubeadmControlPlane's log")
 	require.Eventually(t, func() bool {
-		return logLines(h, capitest.KubeadmControlPlane, waitingFor) > seen &&
-			logLines(h, capitest.Core, `"Reconciler error" err="in-place update failed`, `Machine="default/`+second+`"`) >= 2
+		return logLines(h, clusterapi.KubeadmControlPlane, waitingFor) > seen &&
+			logLines(h, clusterapi.Core, `"Reconciler error" err="in-place update failed`, `Machine="default/`+second+`"`) >= 2
 	}, time.Minute, 200*time.Millisecond, "KubeadmControlPlane waits for %s, and Cluster API asked again", second)
 	var untouched clusterv1.Machine
 	require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: "default", Name: third}, &untouched))
 	require.Equal(t, e2eFrom, untouched.Spec.Version, "%s not triggered", third)
 	require.NotContains(t, untouched.Annotations, clusterv1.UpdateInProgressAnnotation, third)
-	require.Equal(t, e2eFrom, h.Provider.Host(third).RunningVersion(fake.Kubelet), third)
+	require.Equal(t, e2eFrom, h.Provider.Host(third).RunningVersion(simulator.Kubelet), third)
 	require.False(t, slices.ContainsFunc(h.Provider.Host(third).Commands(), func(cmd nodeexec.Command) bool { return cmd.Phase == nodeexec.PhaseRun }),
 		"no step ran on %s", third)
 	require.Empty(t, upgraderPods(t, c, []string{third}), third)
@@ -746,7 +746,7 @@ func TestClusterAPIDrivesKubeadmControlPlaneInPlace(t *testing.T) {
 	applied := 0
 	for _, name := range names {
 		host := h.Provider.Host(name)
-		require.Equal(t, e2eTo, host.RunningVersion(fake.Kubelet), name)
+		require.Equal(t, e2eTo, host.RunningVersion(simulator.Kubelet), name)
 		require.Equal(t, "registry.k8s.io/kube-apiserver:"+e2eTo, host.StaticPodImage("kube-apiserver"), name)
 		require.Empty(t, kubeadmConfigGates(t, c, after[name]), "%s: Cluster API's v1.36 KubeadmConfig has no gate", name)
 		for _, cmd := range host.Commands() {

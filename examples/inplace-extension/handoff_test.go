@@ -19,7 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	fakeclient "sigs.k8s.io/controller-runtime/pkg/client/fake"
 
-	"github.com/upgradekit/upgradekit/fake/envtest"
+	"github.com/upgradekit/upgradekit/harness/apiserver"
 	"github.com/upgradekit/upgradekit/nodeexec"
 	"github.com/upgradekit/upgradekit/nodeexec/kubeadm"
 	"github.com/upgradekit/upgradekit/nodeexec/nodepod"
@@ -39,7 +39,7 @@ import (
 // server, then checks the pod it created against what examples/upgrader's
 // image and binary expect.
 func TestUpdateMachineCreatesAPodTheUpgraderRuns(t *testing.T) {
-	env := envtest.StartForTest(t)
+	env := apiserver.StartForTest(t)
 	ctx := context.Background()
 	wl := env.Client // the workload cluster; the extension creates the upgrader namespace
 	require.NoError(t, wl.Create(ctx, &corev1.ConfigMap{

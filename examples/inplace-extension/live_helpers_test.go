@@ -14,11 +14,11 @@ import (
 	runtimev1 "sigs.k8s.io/cluster-api/api/runtime/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/upgradekit/upgradekit/fake"
+	"github.com/upgradekit/upgradekit/simulator"
 )
 
 // dockerMachineGVK is the infrastructure machine kind markForUpdate uses.
-var dockerMachineGVK = schema.FromAPIVersionAndKind(fake.DockerMachine.APIVersion, fake.DockerMachine.Kind)
+var dockerMachineGVK = schema.FromAPIVersionAndKind(simulator.DockerMachine.APIVersion, simulator.DockerMachine.Kind)
 
 // mgmtScheme is a scheme for a fake management cluster client: client-go's
 // and Cluster API's types, and DockerMachines (unstructured).

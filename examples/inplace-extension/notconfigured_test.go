@@ -13,9 +13,9 @@ import (
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/upgradekit/upgradekit/fake"
-	"github.com/upgradekit/upgradekit/fake/capitest"
-	"github.com/upgradekit/upgradekit/fake/testcerts"
+	"github.com/upgradekit/upgradekit/harness/clusterapi"
+	"github.com/upgradekit/upgradekit/harness/testcerts"
+	"github.com/upgradekit/upgradekit/simulator"
 	"github.com/upgradekit/upgradekit/strategy/capi"
 )
 
@@ -30,12 +30,12 @@ import (
 // remembered for 24 hours per MachineSet, and the MachineDeployment
 // replaced.
 func TestClusterAPIWaitsForTheUpgraderImageInsteadOfReplacing(t *testing.T) {
-	h := capitest.NewForTest(t, capitest.WithUpgraderImage(e2eImage, fake.Staging{Kubernetes: e2eTo, Containerd: "2.0.5", CNI: "v1.7.1"}))
+	h := clusterapi.NewForTest(t, clusterapi.WithUpgraderImage(e2eImage, simulator.Staging{Kubernetes: e2eTo, Containerd: "2.0.5", CNI: "v1.7.1"}))
 	ctx, c := t.Context(), h.Env.Client
-	objs, err := capitest.ClusterObjects(h.Env, "default", "demo", e2eTo)
+	objs, err := clusterapi.ClusterObjects(h.Env, "default", "demo", e2eTo)
 	require.NoError(t, err)
-	require.NoError(t, capitest.Create(ctx, c, objs...))
-	require.NoError(t, capitest.Create(ctx, c, capitest.MachineDeploymentObjects("default", "demo", "md", 2, e2eFrom)...))
+	require.NoError(t, clusterapi.Create(ctx, c, objs...))
+	require.NoError(t, clusterapi.Create(ctx, c, clusterapi.MachineDeploymentObjects("default", "demo", "md", 2, e2eFrom)...))
 	mdLabel := client.MatchingLabels{clusterv1.MachineDeploymentNameLabel: "md"}
 	var before map[string]clusterv1.Machine
 	waitUntil(t, 4*time.Minute, "machines provisioned", func() (bool, string, error) {
@@ -94,7 +94,7 @@ func TestClusterAPIWaitsForTheUpgraderImageInsteadOfReplacing(t *testing.T) {
 	require.Equal(t, names, slices.Sorted(maps.Keys(after)), "no machine replaced")
 	for _, n := range names {
 		require.Equal(t, before[n].Spec.ProviderID, after[n].Spec.ProviderID, n)
-		require.Equal(t, e2eTo, h.Provider.Host(n).RunningVersion(fake.Kubelet), "%s upgraded on its host", n)
+		require.Equal(t, e2eTo, h.Provider.Host(n).RunningVersion(simulator.Kubelet), "%s upgraded on its host", n)
 	}
 	d = metricSums(t, second, capi.MetricDecisions, "hook", "outcome")
 	require.GreaterOrEqual(t, d["CanUpdateMachineSet/accept"], 1.0, "%v", d)

@@ -39,10 +39,10 @@ import (
 	runtimev1 "sigs.k8s.io/cluster-api/api/runtime/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/upgradekit/upgradekit/fake"
-	"github.com/upgradekit/upgradekit/fake/envtest"
-	"github.com/upgradekit/upgradekit/fake/testcerts"
+	"github.com/upgradekit/upgradekit/harness/apiserver"
+	"github.com/upgradekit/upgradekit/harness/testcerts"
 	"github.com/upgradekit/upgradekit/nodeexec/nodepod"
+	"github.com/upgradekit/upgradekit/simulator"
 	"github.com/upgradekit/upgradekit/strategy"
 	"github.com/upgradekit/upgradekit/strategy/capi"
 )
@@ -236,8 +236,8 @@ func granted(rules []rbacv1.PolicyRule, r apiRequest) bool {
 // manifest's one cluster-wide grant, and they are all that grant allows.
 func TestLeastPrivilegeOverHTTPS(t *testing.T) {
 	ctx := t.Context()
-	cl := fake.NewCluster("demo").ControlPlane(1, "v1.36.1").MachineDeployment("md", 1, "v1.35.4")
-	env := envtest.StartForTest(t, envtest.WithCRDs(cl.InfrastructureCRD()))
+	cl := simulator.NewCluster("demo").ControlPlane(1, "v1.36.1").MachineDeployment("md", 1, "v1.35.4")
+	env := apiserver.StartForTest(t, apiserver.WithCRDs(cl.InfrastructureCRD()))
 	admin := env.Client
 	require.NoError(t, cl.Apply(ctx, admin))
 	worker := cl.Nodes()[1]
@@ -521,10 +521,10 @@ func TestLeastPrivilegeOverHTTPS(t *testing.T) {
 	}
 
 	// The real update, to done, the node's kubelet simulated.
-	fleet, err := fake.NewFleet(cl, fake.WithNodeClient(admin))
+	fleet, err := simulator.NewFleet(cl, simulator.WithNodeClient(admin))
 	require.NoError(t, err)
 	host := fleet.Host(worker.Name)
-	runners := map[string]*fake.PodRunner{}
+	runners := map[string]*simulator.PodRunner{}
 	journal := t.TempDir()
 	var answers []string
 	for call := 0; ; call++ {
@@ -541,8 +541,8 @@ func TestLeastPrivilegeOverHTTPS(t *testing.T) {
 			p := &pods.Items[i]
 			r, ok := runners[p.Name]
 			if !ok {
-				r, err = fake.NewPodRunner(host, p, fake.WithPodJournalDir(journal),
-					fake.WithPodImageStaging(fake.Staging{Kubernetes: "v1.36.1", Containerd: "2.0.5", CNI: "v1.7.1"}))
+				r, err = simulator.NewPodRunner(host, p, simulator.WithPodJournalDir(journal),
+					simulator.WithPodImageStaging(simulator.Staging{Kubernetes: "v1.36.1", Containerd: "2.0.5", CNI: "v1.7.1"}))
 				require.NoError(t, err)
 				runners[p.Name] = r
 			}
@@ -552,7 +552,7 @@ func TestLeastPrivilegeOverHTTPS(t *testing.T) {
 			require.NoError(t, admin.Status().Update(ctx, p))
 		}
 	}
-	require.Equal(t, "v1.36.1", host.RunningVersion(fake.Kubelet))
+	require.Equal(t, "v1.36.1", host.RunningVersion(simulator.Kubelet))
 	var n corev1.Node
 	require.NoError(t, admin.Get(ctx, client.ObjectKey{Name: worker.Name}, &n))
 	require.False(t, n.Spec.Unschedulable, "uncordoned once done")

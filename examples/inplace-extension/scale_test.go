@@ -31,9 +31,9 @@ import (
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/upgradekit/upgradekit/fake"
-	"github.com/upgradekit/upgradekit/fake/capitest"
-	"github.com/upgradekit/upgradekit/fake/testcerts"
+	"github.com/upgradekit/upgradekit/harness/clusterapi"
+	"github.com/upgradekit/upgradekit/harness/testcerts"
+	"github.com/upgradekit/upgradekit/simulator"
 	"github.com/upgradekit/upgradekit/strategy/capi"
 )
 
@@ -66,7 +66,7 @@ const (
 //
 // What it measures is the extension under Cluster API's load, not a
 // node's: the harness's steps take no time and one API server is both
-// management and workload cluster (see fake/capitest), so the wall time
+// management and workload cluster (see harness/clusterapi), so the wall time
 // is Cluster API's pace plus the extension's, and the API server's and
 // the managers' CPU share the machine with it.
 func TestScaleInPlace(t *testing.T) {
@@ -76,16 +76,16 @@ func TestScaleInPlace(t *testing.T) {
 
 	// The kubelets poll every 500 ms (a hundred of them listing their
 	// pods every 100 ms would be the harness's load, not the extension's).
-	h := capitest.NewForTest(t, capitest.WithUpgraderImage(e2eImage, fake.Staging{Kubernetes: e2eTo, Containerd: "2.0.5", CNI: "v1.7.1"}),
-		capitest.WithPollInterval(500*time.Millisecond))
+	h := clusterapi.NewForTest(t, clusterapi.WithUpgraderImage(e2eImage, simulator.Staging{Kubernetes: e2eTo, Containerd: "2.0.5", CNI: "v1.7.1"}),
+		clusterapi.WithPollInterval(500*time.Millisecond))
 	ctx, c := t.Context(), h.Env.Client
-	objs, err := capitest.KubeadmControlPlaneObjects(h.Env, "default", "demo", int32(cps), e2eFrom)
+	objs, err := clusterapi.KubeadmControlPlaneObjects(h.Env, "default", "demo", int32(cps), e2eFrom)
 	require.NoError(t, err)
-	require.NoError(t, capitest.Create(ctx, c, objs...))
-	md := capitest.MachineDeploymentObjects("default", "demo", "md", int32(machines), e2eFrom)
+	require.NoError(t, clusterapi.Create(ctx, c, objs...))
+	md := clusterapi.MachineDeploymentObjects("default", "demo", "md", int32(machines), e2eFrom)
 	zero, unavailable := intstr.FromInt32(0), intstr.FromInt32(int32(maxUnavailable))
 	md[2].(*clusterv1.MachineDeployment).Spec.Rollout.Strategy.RollingUpdate = clusterv1.MachineDeploymentRolloutStrategyRollingUpdate{MaxSurge: &zero, MaxUnavailable: &unavailable}
-	require.NoError(t, capitest.Create(ctx, c, md...))
+	require.NoError(t, clusterapi.Create(ctx, c, md...))
 	cpLabel := client.HasLabels{clusterv1.MachineControlPlaneLabel}
 	mdLabel := client.MatchingLabels{clusterv1.MachineDeploymentNameLabel: "md"}
 	cpBefore, wBefore := provisioned(t, h, 40*time.Minute, cpLabel, mdLabel, cps, machines, e2eFrom)
@@ -152,7 +152,7 @@ func TestScaleInPlace(t *testing.T) {
 	require.Equal(t, slices.Sorted(maps.Keys(cpBefore)), slices.Sorted(maps.Keys(cpAfter)), "no control plane replaced")
 	require.Equal(t, slices.Sorted(maps.Keys(wBefore)), slices.Sorted(maps.Keys(wAfter)), "no worker replaced")
 	for name := range wAfter {
-		require.Equal(t, e2eTo, h.Provider.Host(name).RunningVersion(fake.Kubelet), "%s upgraded on its host", name)
+		require.Equal(t, e2eTo, h.Provider.Host(name).RunningVersion(simulator.Kubelet), "%s upgraded on its host", name)
 	}
 	for name := range cpAfter {
 		require.Equal(t, "registry.k8s.io/kube-apiserver:"+e2eTo, h.Provider.Host(name).StaticPodImage("kube-apiserver"), name)
@@ -248,7 +248,7 @@ func (p *extensionProcess) profile(path, name string) error {
 // API server and registers it with Cluster API. The process is stopped
 // (SIGTERM, then killed after a minute) when the test ends; its log is
 // printed if the test failed.
-func startExtensionProcess(t *testing.T, h *capitest.Harness, profiles string) *extensionProcess {
+func startExtensionProcess(t *testing.T, h *clusterapi.Harness, profiles string) *extensionProcess {
 	t.Helper()
 	dir := t.TempDir()
 	if profiles != "" {
@@ -312,7 +312,7 @@ func startExtensionProcess(t *testing.T, h *capitest.Harness, profiles string) *
 	})
 	ca, err := os.ReadFile(filepath.Join(certs, testcerts.CAFile))
 	require.NoError(t, err)
-	names, err := capitest.RegisterExtension(t.Context(), h.Env.Client, "upgradekit", "https://127.0.0.1:"+strconv.Itoa(port), ca)
+	names, err := clusterapi.RegisterExtension(t.Context(), h.Env.Client, "upgradekit", "https://127.0.0.1:"+strconv.Itoa(port), ca)
 	require.NoError(t, err)
 	require.Len(t, names, 3, "the three in-place handlers: %v", names)
 	return p

@@ -25,9 +25,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/kustomize/api/krusty"
 
-	"github.com/upgradekit/upgradekit/fake"
-	"github.com/upgradekit/upgradekit/fake/envtest"
-	"github.com/upgradekit/upgradekit/fake/testcerts"
+	"github.com/upgradekit/upgradekit/harness/apiserver"
+	"github.com/upgradekit/upgradekit/harness/testcerts"
+	"github.com/upgradekit/upgradekit/simulator"
 	"github.com/upgradekit/upgradekit/strategy/capi"
 )
 
@@ -65,7 +65,7 @@ func TestExtensionConfigScopeIsTheRoleBindings(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, sel.Empty(), "an empty selector selects every namespace")
 
-	env := envtest.StartForTest(t)
+	env := apiserver.StartForTest(t)
 	for _, ns := range []string{"tenant", "default-clusters", "upgradekit-system"} {
 		require.NoError(t, env.Client.Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
 	}
@@ -92,15 +92,15 @@ func TestExtensionConfigScopeIsTheRoleBindings(t *testing.T) {
 // secret.
 func TestUnreachableWorkloadClusterIsDeclinedAndBounded(t *testing.T) {
 	ctx := t.Context()
-	served := fake.NewCluster("demo").ControlPlane(1, "v1.36.1").MachineDeployment("md", 1, "v1.35.4")
-	elsewhere := fake.NewCluster("far").InNamespace("tenant").ControlPlane(1, "v1.36.1").MachineDeployment("md", 1, "v1.35.4")
-	env := envtest.StartForTest(t, envtest.WithCRDs(served.InfrastructureCRD()))
+	served := simulator.NewCluster("demo").ControlPlane(1, "v1.36.1").MachineDeployment("md", 1, "v1.35.4")
+	elsewhere := simulator.NewCluster("far").InNamespace("tenant").ControlPlane(1, "v1.36.1").MachineDeployment("md", 1, "v1.35.4")
+	env := apiserver.StartForTest(t, apiserver.WithCRDs(served.InfrastructureCRD()))
 	admin := env.Client
 	require.NoError(t, served.Apply(ctx, admin))
 	require.NoError(t, elsewhere.Apply(ctx, admin))
 	deployRBAC(t, admin)
 	// Both clusters have their kubeconfig secret, as Cluster API makes it.
-	for _, cl := range []*fake.Cluster{served, elsewhere} {
+	for _, cl := range []*simulator.Cluster{served, elsewhere} {
 		s, err := env.KubeconfigSecret(cl.Namespace(), cl.Name())
 		require.NoError(t, err)
 		require.NoError(t, admin.Create(ctx, s))
@@ -136,7 +136,7 @@ func TestUnreachableWorkloadClusterIsDeclinedAndBounded(t *testing.T) {
 
 	// The worker Machine of a cluster, its infrastructure machine as JSON,
 	// and a CanUpdateMachine request for its version change.
-	worker := func(cl *fake.Cluster) (*clusterv1.Machine, *unstructured.Unstructured) {
+	worker := func(cl *simulator.Cluster) (*clusterv1.Machine, *unstructured.Unstructured) {
 		t.Helper()
 		var live clusterv1.Machine
 		require.NoError(t, admin.Get(ctx, client.ObjectKey{Namespace: cl.Namespace(), Name: cl.Nodes()[1].Name}, &live))
@@ -148,7 +148,7 @@ func TestUnreachableWorkloadClusterIsDeclinedAndBounded(t *testing.T) {
 		require.NoError(t, admin.Get(ctx, client.ObjectKey{Namespace: live.Namespace, Name: ref.Name}, infra))
 		return &live, infra
 	}
-	canUpdate := func(cl *fake.Cluster) runtimehooksv1.CanUpdateMachineResponse {
+	canUpdate := func(cl *simulator.Cluster) runtimehooksv1.CanUpdateMachineResponse {
 		t.Helper()
 		live, infra := worker(cl)
 		infraRaw, err := json.Marshal(infra)

@@ -9,7 +9,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	fakeclient "sigs.k8s.io/controller-runtime/pkg/client/fake"
 
-	"github.com/upgradekit/upgradekit/fake/envtest"
+	"github.com/upgradekit/upgradekit/harness/apiserver"
 	"github.com/upgradekit/upgradekit/nodeexec/kubeadm"
 	"github.com/upgradekit/upgradekit/nodeexec/nodepod"
 	"github.com/upgradekit/upgradekit/strategy/capi"
@@ -39,7 +39,7 @@ func newServer(t *testing.T, o options, d deps) *extensionserver.Server {
 // server (envtest): a workload cluster CanUpdate* can reach.
 func reachableMgmt(t *testing.T, objs ...client.Object) client.Client {
 	t.Helper()
-	env := envtest.StartForTest(t)
+	env := apiserver.StartForTest(t)
 	kubeconfig, err := env.KubeconfigSecret("default", "demo")
 	require.NoError(t, err)
 	return fakeclient.NewClientBuilder().WithScheme(mgmtScheme(t)).WithObjects(append(objs, kubeconfig)...).Build()

@@ -16,17 +16,17 @@ import (
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/upgradekit/upgradekit/fake"
-	"github.com/upgradekit/upgradekit/fake/capitest"
-	"github.com/upgradekit/upgradekit/fake/testcerts"
+	"github.com/upgradekit/upgradekit/harness/clusterapi"
+	"github.com/upgradekit/upgradekit/harness/testcerts"
 	"github.com/upgradekit/upgradekit/nodeexec"
 	"github.com/upgradekit/upgradekit/nodeexec/kubeadm"
+	"github.com/upgradekit/upgradekit/simulator"
 )
 
 // TestClusterAPIUpdatesAStackedEtcdControlPlaneInPlace: three control
 // planes with etcd on them (kubeadm's default topology), a real etcd
 // member per machine that KubeadmControlPlane reads through the API
-// server's port-forward to each etcd Pod (capitest.StackedEtcd), taken
+// server's port-forward to each etcd Pod (clusterapi.StackedEtcd), taken
 // from v1.35.4 to v1.36.3 in place by KubeadmControlPlane v1.14's own
 // controller and the extension. Every machine keeps its name; exactly one
 // etcd snapshot is taken, on the first control plane, the one that runs
@@ -35,11 +35,11 @@ import (
 // 250 ms, through a quorum read); KubeadmControlPlane reports etcd
 // healthy at the end.
 func TestClusterAPIUpdatesAStackedEtcdControlPlaneInPlace(t *testing.T) {
-	h := capitest.NewForTest(t, capitest.WithUpgraderImage(e2eImage, fake.Staging{Kubernetes: e2eTo, Containerd: "2.0.5", CNI: "v1.7.1"}))
+	h := clusterapi.NewForTest(t, clusterapi.WithUpgraderImage(e2eImage, simulator.Staging{Kubernetes: e2eTo, Containerd: "2.0.5", CNI: "v1.7.1"}))
 	ctx, c := t.Context(), h.Env.Client
-	objs, err := capitest.KubeadmControlPlaneObjects(h.Env, "default", "stacked", 3, e2eFrom, capitest.StackedEtcd())
+	objs, err := clusterapi.KubeadmControlPlaneObjects(h.Env, "default", "stacked", 3, e2eFrom, clusterapi.StackedEtcd())
 	require.NoError(t, err)
-	require.NoError(t, capitest.Create(ctx, c, objs...))
+	require.NoError(t, clusterapi.Create(ctx, c, objs...))
 	start := time.Now()
 	var before map[string]clusterv1.Machine
 	waitUntil(t, 5*time.Minute, "KubeadmControlPlane provisioned, etcd healthy", func() (bool, string, error) {
@@ -69,7 +69,7 @@ func TestClusterAPIUpdatesAStackedEtcdControlPlaneInPlace(t *testing.T) {
 		switch {
 		case err != nil:
 			unhealthy = append(unhealthy, err.Error())
-		case len(members) != 3 || slices.ContainsFunc(members, func(m capitest.EtcdMember) bool { return m.Learner }) || len(alarms) > 0:
+		case len(members) != 3 || slices.ContainsFunc(members, func(m clusterapi.EtcdMember) bool { return m.Learner }) || len(alarms) > 0:
 			unhealthy = append(unhealthy, fmt.Sprintf("members %+v, alarms %v", members, alarms))
 		}
 	})
@@ -96,7 +96,7 @@ func TestClusterAPIUpdatesAStackedEtcdControlPlaneInPlace(t *testing.T) {
 	var snapshots, applied []string
 	for _, name := range names {
 		host := h.Provider.Host(name)
-		require.Equal(t, e2eTo, host.RunningVersion(fake.Kubelet), name)
+		require.Equal(t, e2eTo, host.RunningVersion(simulator.Kubelet), name)
 		for i, cmd := range host.Commands() {
 			if cmd.Phase != nodeexec.PhaseRun {
 				continue

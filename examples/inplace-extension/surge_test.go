@@ -18,9 +18,9 @@ import (
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/upgradekit/upgradekit/fake"
-	"github.com/upgradekit/upgradekit/fake/capitest"
-	"github.com/upgradekit/upgradekit/fake/testcerts"
+	"github.com/upgradekit/upgradekit/harness/clusterapi"
+	"github.com/upgradekit/upgradekit/harness/testcerts"
+	"github.com/upgradekit/upgradekit/simulator"
 	"github.com/upgradekit/upgradekit/strategy/capi"
 )
 
@@ -40,15 +40,15 @@ import (
 // none cordoned, no update record left on a node, no upgrader pod left on
 // any remaining node but succeeded ones.
 func TestClusterAPISurgesAndDeletesMachinesUpdatingInPlace(t *testing.T) {
-	h := capitest.NewForTest(t, capitest.WithUpgraderImage(e2eImage, fake.Staging{Kubernetes: e2eTo, Containerd: "2.0.5", CNI: "v1.7.1"}))
+	h := clusterapi.NewForTest(t, clusterapi.WithUpgraderImage(e2eImage, simulator.Staging{Kubernetes: e2eTo, Containerd: "2.0.5", CNI: "v1.7.1"}))
 	ctx, c := t.Context(), h.Env.Client
-	objs, err := capitest.ClusterObjects(h.Env, "default", "demo", e2eTo)
+	objs, err := clusterapi.ClusterObjects(h.Env, "default", "demo", e2eTo)
 	require.NoError(t, err)
-	require.NoError(t, capitest.Create(ctx, c, objs...))
-	md := capitest.MachineDeploymentObjects("default", "demo", "md", 3, e2eFrom)
+	require.NoError(t, clusterapi.Create(ctx, c, objs...))
+	md := clusterapi.MachineDeploymentObjects("default", "demo", "md", 3, e2eFrom)
 	surge, none := intstr.FromInt32(1), intstr.FromInt32(0)
 	md[2].(*clusterv1.MachineDeployment).Spec.Rollout.Strategy.RollingUpdate = clusterv1.MachineDeploymentRolloutStrategyRollingUpdate{MaxSurge: &surge, MaxUnavailable: &none}
-	require.NoError(t, capitest.Create(ctx, c, md...))
+	require.NoError(t, clusterapi.Create(ctx, c, md...))
 	mdLabel := client.MatchingLabels{clusterv1.MachineDeploymentNameLabel: "md"}
 	var before map[string]clusterv1.Machine
 	waitUntil(t, 4*time.Minute, "machines provisioned", func() (bool, string, error) {
@@ -180,13 +180,13 @@ func inFlight(t *testing.T, c client.Client, sel client.ListOption) clusterv1.Ma
 // remain (they stay for their logs). Pods bound to deleted nodes are not
 // checked: the harness has no controller-manager, whose pod garbage
 // collector removes them in a real cluster.
-func requireWhole(t *testing.T, h *capitest.Harness, ms map[string]clusterv1.Machine, version string) {
+func requireWhole(t *testing.T, h *clusterapi.Harness, ms map[string]clusterv1.Machine, version string) {
 	t.Helper()
 	c := h.Env.Client
 	var nodes []string
 	for _, n := range slices.Sorted(maps.Keys(ms)) {
 		m := ms[n]
-		require.Equal(t, version, h.Provider.Host(n).RunningVersion(fake.Kubelet), "%s runs %s on its host", n, version)
+		require.Equal(t, version, h.Provider.Host(n).RunningVersion(simulator.Kubelet), "%s runs %s on its host", n, version)
 		var node corev1.Node
 		require.NoError(t, c.Get(t.Context(), client.ObjectKey{Name: m.Status.NodeRef.Name}, &node))
 		require.False(t, node.Spec.Unschedulable, "%s uncordoned", n)
@@ -227,12 +227,12 @@ func machineStates(ms map[string]clusterv1.Machine) []string {
 // but succeeded ones on remaining nodes, and the deleted machine's Node
 // gone with it.
 func TestClusterAPIDeletesAMachineMidUpdate(t *testing.T) {
-	h := capitest.NewForTest(t, capitest.WithUpgraderImage(e2eImage, fake.Staging{Kubernetes: e2eTo, Containerd: "2.0.5", CNI: "v1.7.1"}))
+	h := clusterapi.NewForTest(t, clusterapi.WithUpgraderImage(e2eImage, simulator.Staging{Kubernetes: e2eTo, Containerd: "2.0.5", CNI: "v1.7.1"}))
 	ctx, c := t.Context(), h.Env.Client
-	objs, err := capitest.ClusterObjects(h.Env, "default", "demo", e2eTo)
+	objs, err := clusterapi.ClusterObjects(h.Env, "default", "demo", e2eTo)
 	require.NoError(t, err)
-	require.NoError(t, capitest.Create(ctx, c, objs...))
-	require.NoError(t, capitest.Create(ctx, c, capitest.MachineDeploymentObjects("default", "demo", "md", 3, e2eFrom)...))
+	require.NoError(t, clusterapi.Create(ctx, c, objs...))
+	require.NoError(t, clusterapi.Create(ctx, c, clusterapi.MachineDeploymentObjects("default", "demo", "md", 3, e2eFrom)...))
 	mdLabel := client.MatchingLabels{clusterv1.MachineDeploymentNameLabel: "md"}
 	var before map[string]clusterv1.Machine
 	waitUntil(t, 4*time.Minute, "machines provisioned", func() (bool, string, error) {

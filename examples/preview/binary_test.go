@@ -13,7 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	runtimev1 "sigs.k8s.io/cluster-api/api/runtime/v1beta2"
 
-	"github.com/upgradekit/upgradekit/fake/envtest"
+	"github.com/upgradekit/upgradekit/harness/apiserver"
 	"github.com/upgradekit/upgradekit/strategy"
 	"github.com/upgradekit/upgradekit/strategy/capi"
 	"github.com/upgradekit/upgradekit/strategy/capi/extensionserver"
@@ -38,7 +38,7 @@ func buildPlugin(t *testing.T) string {
 
 // kubeconfigFile writes a kubeconfig that reaches env's API server as its
 // administrator and returns its path.
-func kubeconfigFile(t *testing.T, env *envtest.Env) string {
+func kubeconfigFile(t *testing.T, env *apiserver.Env) string {
 	t.Helper()
 	kubeconfig, err := env.Kubeconfig("demo")
 	require.NoError(t, err)

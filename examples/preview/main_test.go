@@ -24,8 +24,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
-	"github.com/upgradekit/upgradekit/fake/capitest"
-	"github.com/upgradekit/upgradekit/fake/envtest"
+	"github.com/upgradekit/upgradekit/harness/apiserver"
+	"github.com/upgradekit/upgradekit/harness/clusterapi"
 	"github.com/upgradekit/upgradekit/strategy/capi"
 	"github.com/upgradekit/upgradekit/strategy/capi/extensionserver"
 	"github.com/upgradekit/upgradekit/strategy/capi/preview"
@@ -68,11 +68,11 @@ spec:
 // newest supported step left to take), its kubeconfig Secret
 // (the workload cluster is the same API server), and on md-2's node a
 // database pod its PodDisruptionBudget does not let go.
-func demoCluster(t *testing.T) (*envtest.Env, string) {
+func demoCluster(t *testing.T) (*apiserver.Env, string) {
 	t.Helper()
-	env := envtest.StartForTest(t, envtest.WithCRDs(capitest.InfrastructureCRDs()...))
+	env := apiserver.StartForTest(t, apiserver.WithCRDs(clusterapi.InfrastructureCRDs()...))
 	ctx, c := t.Context(), env.Client
-	require.NoError(t, capitest.ProvisionedCluster{Name: "demo", Version: "v1.36.3", WorkerVersion: "v1.35.4", ControlPlane: 1,
+	require.NoError(t, clusterapi.ProvisionedCluster{Name: "demo", Version: "v1.36.3", WorkerVersion: "v1.35.4", ControlPlane: 1,
 		Workers: map[string]int{"md-0": 1, "md-1": 1, "md-2": 1}, Nodes: true}.Create(ctx, c))
 	secret, err := env.KubeconfigSecret("default", "demo")
 	require.NoError(t, err)
@@ -100,7 +100,7 @@ func runWith(t *testing.T, c client.Client, stdin string, args ...string) (stdou
 }
 
 // commandClient is a client of env with the command's own scheme.
-func commandClient(t *testing.T, env *envtest.Env) client.Client {
+func commandClient(t *testing.T, env *apiserver.Env) client.Client {
 	t.Helper()
 	scheme, err := newScheme()
 	require.NoError(t, err)

@@ -6,20 +6,20 @@ import (
 	"strings"
 	"time"
 
-	"github.com/upgradekit/upgradekit/fake"
-	"github.com/upgradekit/upgradekit/fake/timeline"
+	"github.com/upgradekit/upgradekit/simulator"
+	"github.com/upgradekit/upgradekit/simulator/timeline"
 	"github.com/upgradekit/upgradekit/strategy"
 	"github.com/upgradekit/upgradekit/strategy/capi/preview"
 )
 
-// writeTimeline draws the prediction with fake/timeline, laid out as the
+// writeTimeline draws the prediction with simulator/timeline, laid out as the
 // estimate reads: the groups at the same time (the control plane first
 // when the prediction says so), each wave after the last, an in-place
 // machine as its drain then one bar per updater, a replaced one as one
 // bar, and a blocked one as its drain, marked, in the group's first wave.
 func writeTimeline(w io.Writer, pr *preview.Prediction, t preview.Timings) error {
 	start := pr.At
-	res := &fake.Result{Plan: &strategy.Plan{Cluster: pr.Cluster}, Start: start, End: start}
+	res := &simulator.Result{Plan: &strategy.Plan{Cluster: pr.Cluster}, Start: start, End: start}
 	var cpEnd time.Time
 	for _, g := range pr.Groups {
 		from := start
@@ -67,15 +67,15 @@ func group(g preview.Group) string {
 }
 
 // events are one machine's bars from from.
-func events(m preview.Machine, batch int, from time.Time, t preview.Timings) []fake.Event {
-	ev := func(step string, d time.Duration, outcome string) fake.Event {
-		e := fake.Event{Machine: m.Name, Batch: batch, Method: m.Method, Step: step, Start: from, End: from.Add(d), Outcome: outcome}
+func events(m preview.Machine, batch int, from time.Time, t preview.Timings) []simulator.Event {
+	ev := func(step string, d time.Duration, outcome string) simulator.Event {
+		e := simulator.Event{Machine: m.Name, Batch: batch, Method: m.Method, Step: step, Start: from, End: from.Add(d), Outcome: outcome}
 		from = e.End
 		return e
 	}
 	switch m.Method {
 	case strategy.MethodInPlace:
-		out := []fake.Event{ev("drain", t.Drain, "Succeeded")}
+		out := []simulator.Event{ev("drain", t.Drain, "Succeeded")}
 		for _, u := range m.Updaters {
 			d, ok := t.Updaters[u]
 			if !ok {
@@ -85,9 +85,9 @@ func events(m preview.Machine, batch int, from time.Time, t preview.Timings) []f
 		}
 		return out
 	case strategy.MethodReplace:
-		return []fake.Event{ev("replace", t.Replace, "Replaced")}
+		return []simulator.Event{ev("replace", t.Replace, "Replaced")}
 	case strategy.MethodBlocked:
-		return []fake.Event{ev("drain (blocked)", t.Drain, "Blocked")}
+		return []simulator.Event{ev("drain (blocked)", t.Drain, "Blocked")}
 	}
 	return nil
 }

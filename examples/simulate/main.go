@@ -10,8 +10,8 @@
 // machines where something went wrong or was retried get a lane. --updater capi has the
 // real capi.MachineUpdater update the in-place machines, called as Cluster
 // API calls the UpdateMachine hook, with the simulated kubelets running
-// its upgrader pods (fake.WithMachineUpdater). A machine whose update
-// fails stalls the rollout where Cluster API would (fake.FailureStall):
+// its upgrader pods (simulator.WithMachineUpdater). A machine whose update
+// fails stalls the rollout where Cluster API would (simulator.FailureStall):
 // its machine deployment goes on only within maxSurge+maxUnavailable, a
 // failed control plane machine stops the control plane and the workers;
 // --on-failure continue plays on as if it were fixed.
@@ -42,9 +42,9 @@ import (
 
 	"github.com/upgradekit/upgradekit/examples/buildinfo"
 	"github.com/upgradekit/upgradekit/examples/cli"
-	"github.com/upgradekit/upgradekit/fake"
-	"github.com/upgradekit/upgradekit/fake/timeline"
 	"github.com/upgradekit/upgradekit/nodeexec/kubeadm"
+	"github.com/upgradekit/upgradekit/simulator"
+	"github.com/upgradekit/upgradekit/simulator/timeline"
 	"github.com/upgradekit/upgradekit/strategy"
 	"github.com/upgradekit/upgradekit/strategy/capi"
 )
@@ -146,7 +146,7 @@ func parseArgs(args []string, stderr io.Writer) (o options, printed bool, err er
 	fs.BoolVar(&o.bar, "progress-bar", isTerminal(os.Stdout), "print a progress bar after each batch (default: when stdout is a terminal)")
 	fs.StringVar(&o.updater, "updater", updaterSimulator, "what updates in-place machines: simulator (the simulator runs the kubeadm plans), capi (a real capi.MachineUpdater called as Cluster API calls the UpdateMachine hook, the simulated kubelets running its upgrader pods)")
 	cli.OutputFlag(fs, &o.output, cli.Text, cli.JSON, cli.YAML)
-	fs.StringVar(&o.onFailure, "on-failure", string(fake.FailureStall), "what the rollout does after a machine's update fails: stall (as Cluster API: the failed machine stays unavailable, so its machine deployment goes on only within maxSurge+maxUnavailable, and a failed control plane machine stops the control plane and the workers), continue (as if the failed machine were fixed at once)")
+	fs.StringVar(&o.onFailure, "on-failure", string(simulator.FailureStall), "what the rollout does after a machine's update fails: stall (as Cluster API: the failed machine stays unavailable, so its machine deployment goes on only within maxSurge+maxUnavailable, and a failed control plane machine stops the control plane and the workers), continue (as if the failed machine were fixed at once)")
 	if err := cli.Parse(fs, args); err != nil {
 		return o, false, err
 	}
@@ -162,8 +162,8 @@ func parseArgs(args []string, stderr io.Writer) (o options, printed bool, err er
 	if o.output != cli.Text {
 		o.bar = false // the object alone on stdout
 	}
-	if o.onFailure != string(fake.FailureStall) && o.onFailure != string(fake.FailureContinue) {
-		return o, false, fmt.Errorf("--on-failure: unknown %q (%s, %s)", o.onFailure, fake.FailureStall, fake.FailureContinue)
+	if o.onFailure != string(simulator.FailureStall) && o.onFailure != string(simulator.FailureContinue) {
+		return o, false, fmt.Errorf("--on-failure: unknown %q (%s, %s)", o.onFailure, simulator.FailureStall, simulator.FailureContinue)
 	}
 	if fs.NArg() > 0 {
 		return o, false, fmt.Errorf("unexpected arguments: %v", fs.Args())
@@ -264,10 +264,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		_, err := fmt.Fprintln(stdout, buildinfo.Version("simulate"))
 		return err
 	}
-	cl := fake.NewCluster("demo").ControlPlane(o.controlPlanes, o.from)
+	cl := simulator.NewCluster("demo").ControlPlane(o.controlPlanes, o.from)
 	images := map[string]string{}
 	for _, w := range o.workers {
-		cl.MachineDeployment(w.name, w.replicas, o.from, fake.WithImage("kindest/node:"+o.from))
+		cl.MachineDeployment(w.name, w.replicas, o.from, simulator.WithImage("kindest/node:"+o.from))
 	}
 	for _, name := range o.newImage {
 		images[name] = "kindest/node:" + o.to
@@ -279,12 +279,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err := checkNames(o, cl); err != nil {
 		return usageError{err: err}
 	}
-	faults := fake.NewFaults(o.seed).FlakySteps(o.flaky)
+	faults := simulator.NewFaults(o.seed).FlakySteps(o.flaky)
 	for _, f := range o.faults {
 		faults.FailStep(f.node, f.step, f.times)
 	}
 	for _, c := range o.crashes {
-		faults.CrashRunner(c.node, c.step, fake.CrashDuring)
+		faults.CrashRunner(c.node, c.step, simulator.CrashDuring)
 	}
 	out := stdout // the narration
 	if o.output != cli.Text {
@@ -292,19 +292,19 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	total := 0
 	prog := newProgress(out, o.bar)
-	simOpts := []fake.SimOption{fake.WithPlanner(p), fake.WithSimFaults(faults), fake.WithEvents(prog.event),
-		fake.WithOnFailure(fake.FailurePolicy(o.onFailure))}
+	simOpts := []simulator.SimOption{simulator.WithPlanner(p), simulator.WithSimFaults(faults), simulator.WithEvents(prog.event),
+		simulator.WithOnFailure(simulator.FailurePolicy(o.onFailure))}
 	if o.updater == updaterCAPI {
-		simOpts = append(simOpts, fake.WithMachineUpdater(capi.UpdaterOptions{RetryAfter: 30 * time.Second}))
+		simOpts = append(simOpts, simulator.WithMachineUpdater(capi.UpdaterOptions{RetryAfter: 30 * time.Second}))
 	}
-	sim, err := fake.NewSimulator(cl, simOpts...)
-	if errors.Is(err, fake.ErrInvalidCluster) {
+	sim, err := simulator.NewSimulator(cl, simOpts...)
+	if errors.Is(err, simulator.ErrInvalidCluster) {
 		return usageError{err: err} // a --from that is no version, say
 	}
 	if err != nil {
 		return err
 	}
-	rollout := fake.Rollout{ToVersion: o.to, Images: images}
+	rollout := simulator.Rollout{ToVersion: o.to, Images: images}
 
 	fmt.Fprintf(out, "Cluster demo: %d control plane machines, %d machine deployments, %s -> %s\n", o.controlPlanes, len(o.workers), o.from, o.to)
 	if o.updater == updaterCAPI {
@@ -312,7 +312,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	fmt.Fprintln(out)
 	preview, err := sim.Preview(ctx, rollout)
-	if errors.Is(err, fake.ErrInvalidCluster) {
+	if errors.Is(err, simulator.ErrInvalidCluster) {
 		return usageError{err: err} // a --to that is no version
 	}
 	if err != nil {
@@ -381,7 +381,7 @@ func blocked(p *strategy.Plan) int {
 // checkNames refuses --fail, --crash and --new-image entries that name no
 // node, step or machine deployment of the cluster: silently ignored, they
 // would make a run look fault-free.
-func checkNames(o options, cl *fake.Cluster) error {
+func checkNames(o options, cl *simulator.Cluster) error {
 	nodes := map[string]bool{}
 	for _, n := range cl.Nodes() {
 		nodes[n.Name] = true
@@ -439,14 +439,14 @@ type progress struct {
 	total   int
 	done    map[string]bool
 	batch   int
-	pending []fake.Event
+	pending []simulator.Event
 }
 
 func newProgress(w io.Writer, bar bool) *progress {
 	return &progress{w: w, bar: bar, done: map[string]bool{}}
 }
 
-func (p *progress) event(e fake.Event) {
+func (p *progress) event(e simulator.Event) {
 	if e.Batch != p.batch {
 		p.flush()
 		p.batch = e.Batch
@@ -469,7 +469,7 @@ func (p *progress) flush() {
 	})
 	for _, e := range p.pending {
 		if e.Step == "verify" || e.Step == "drain-and-delete-old" || e.Outcome == "Failed" ||
-			e.Step == fake.UpdateMachineStep+capi.ReasonSucceeded {
+			e.Step == simulator.UpdateMachineStep+capi.ReasonSucceeded {
 			p.done[e.Machine] = true
 		}
 		fmt.Fprintf(p.w, "  %s  batch %-2d %-24s %-7s %-22s %s\n", e.End.Format("15:04:05"), e.Batch, e.Machine, e.Method, e.Step, timeline.Describe(e))
@@ -488,7 +488,7 @@ func (p *progress) flush() {
 // outcome is an event's outcome as printed: retries and crashes say so.
 func (p *progress) finish() { p.flush() }
 
-func summarize(w io.Writer, res *fake.Result) {
+func summarize(w io.Writer, res *simulator.Result) {
 	methods := map[strategy.Method]int{}
 	for _, pm := range res.Plan.Machines {
 		if pm.Batch > 0 {
@@ -519,7 +519,7 @@ func summarize(w io.Writer, res *fake.Result) {
 	for _, h := range res.Held {
 		fmt.Fprintf(w, "Held back: %s (%s)\n", h.Machine, h.Reason)
 	}
-	if len(res.Failed) > 0 && res.OnFailure == fake.FailureStall {
+	if len(res.Failed) > 0 && res.OnFailure == simulator.FailureStall {
 		fmt.Fprintf(w, "Stalled where Cluster API would: it keeps retrying %s until that succeeds; --on-failure continue plays on as if it were fixed.\n", strings.Join(res.Failed, ", "))
 	}
 	if len(res.LeftCordoned) > 0 {
@@ -534,7 +534,7 @@ func summarize(w io.Writer, res *fake.Result) {
 	case len(res.Violations) == 0:
 		fmt.Fprintln(w, "Invariants held: control plane first and one at a time; no group over maxSurge+maxUnavailable at once;")
 		fmt.Fprintln(w, "no kubelet newer than the control plane; no completed step run twice; no node left cordoned; every updated machine converged.")
-		if res.OnFailure == fake.FailureStall && len(res.Failed) > 0 {
+		if res.OnFailure == simulator.FailureStall && len(res.Failed) > 0 {
 			fmt.Fprintln(w, "After the failure nothing started that Cluster API would not have started.")
 		}
 	}

@@ -15,10 +15,10 @@ import (
 	"github.com/upgradekit/upgradekit/amiselect"
 	"github.com/upgradekit/upgradekit/diff"
 	"github.com/upgradekit/upgradekit/drift"
-	"github.com/upgradekit/upgradekit/fake"
 	"github.com/upgradekit/upgradekit/nodeexec/drain"
 	"github.com/upgradekit/upgradekit/nodeexec/kubeadm"
 	"github.com/upgradekit/upgradekit/nodeexec/nodepod"
+	"github.com/upgradekit/upgradekit/simulator"
 	"github.com/upgradekit/upgradekit/strategy"
 	"github.com/upgradekit/upgradekit/strategy/capi/extensionserver"
 )
@@ -210,13 +210,13 @@ func AddExtension(mgr ctrl.Manager, image string, opts ...extensionserver.Option
 // upgrader crashing on one worker mid-step, and checks the invariants (skew,
 // disruption limits, cordons, no step run twice).
 func Simulate(ctx context.Context) error {
-	cl := fake.NewCluster("demo").ControlPlane(3, "v1.35.4").MachineDeployment("md-0", 5, "v1.35.4")
-	faults := fake.NewFaults(1).CrashRunner("demo-md-0-2", "kubelet", fake.CrashDuring)
-	sim, err := fake.NewSimulator(cl, fake.WithSimFaults(faults))
+	cl := simulator.NewCluster("demo").ControlPlane(3, "v1.35.4").MachineDeployment("md-0", 5, "v1.35.4")
+	faults := simulator.NewFaults(1).CrashRunner("demo-md-0-2", "kubelet", simulator.CrashDuring)
+	sim, err := simulator.NewSimulator(cl, simulator.WithSimFaults(faults))
 	if err != nil {
 		return err
 	}
-	res, err := sim.Run(ctx, fake.Rollout{ToVersion: "v1.36.2"})
+	res, err := sim.Run(ctx, simulator.Rollout{ToVersion: "v1.36.2"})
 	if err != nil {
 		return err
 	}

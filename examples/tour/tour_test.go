@@ -24,9 +24,9 @@ import (
 	"github.com/upgradekit/upgradekit/amiselect"
 	"github.com/upgradekit/upgradekit/diff"
 	"github.com/upgradekit/upgradekit/examples/tour"
-	"github.com/upgradekit/upgradekit/fake"
-	"github.com/upgradekit/upgradekit/fake/envtest"
-	"github.com/upgradekit/upgradekit/fake/testcerts"
+	"github.com/upgradekit/upgradekit/harness/apiserver"
+	"github.com/upgradekit/upgradekit/harness/testcerts"
+	"github.com/upgradekit/upgradekit/simulator"
 	"github.com/upgradekit/upgradekit/strategy"
 	"github.com/upgradekit/upgradekit/strategy/capi/extensionserver"
 )
@@ -173,12 +173,12 @@ func ExampleUpgradeNode() {
 
 func ExamplePlanRollout() {
 	ctx := context.Background()
-	sim, err := fake.NewSimulator(fake.NewCluster("prod").ControlPlane(3, "v1.35.4").MachineDeployment("md-0", 4, "v1.35.4"))
+	sim, err := simulator.NewSimulator(simulator.NewCluster("prod").ControlPlane(3, "v1.35.4").MachineDeployment("md-0", 4, "v1.35.4"))
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
-	cluster, err := sim.Input(ctx, fake.Rollout{ToVersion: "v1.36.2"})
+	cluster, err := sim.Input(ctx, simulator.Rollout{ToVersion: "v1.36.2"})
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -211,7 +211,7 @@ func ExampleSimulate() {
 // starts the manager, and asks the served extension, over TLS as Cluster
 // API does, which hooks it has.
 func TestAddExtension(t *testing.T) {
-	env := envtest.StartForTest(t)
+	env := apiserver.StartForTest(t)
 	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{Scheme: env.Scheme, Metrics: metricsserver.Options{BindAddress: "0"}})
 	require.NoError(t, err)
 	dir := t.TempDir()

@@ -117,11 +117,11 @@ func main() {
 		writeFile(t, filepath.Join(tourDir, name), src)
 	}
 	// And the README's other two snippets: a test on the Cluster API
-	// harness (fake/capitest) and one on envtest, without the checks that
+	// harness (harness/clusterapi) and one on envtest, without the checks that
 	// compare them with the README, which is not there.
 	for _, f := range []struct{ from, dir, cut string }{
-		{"fake/capitest/readme_test.go", "harness", "// TestREADMEShowsTheHarnessTest"},
-		{"fake/envtest/readme_test.go", "integration", ""},
+		{"harness/clusterapi/readme_test.go", "harness", "// TestREADMEShowsTheHarnessTest"},
+		{"harness/apiserver/readme_test.go", "integration", ""},
 	} {
 		b, err := os.ReadFile(filepath.Join(clone, f.from))
 		if err != nil {

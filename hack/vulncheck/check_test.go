@@ -110,7 +110,7 @@ const report = `{
 {"finding": {"osv": "GO-2026-6700", "trace": [{"module": "example.com/m", "version": "v1.0.0", "package": "example.com/m/p"}]}}
 {"finding": {"osv": "GO-2026-6603", "fixed_version": "v0.60.0", "trace": [
   {"module": "golang.org/x/net", "version": "v0.57.0", "package": "golang.org/x/net/http2", "function": "NewClientConn", "receiver": "*Transport"},
-  {"module": "github.com/upgradekit/upgradekit", "package": "github.com/upgradekit/upgradekit/fake/capitest", "function": "Start"}]}}
+  {"module": "github.com/upgradekit/upgradekit", "package": "github.com/upgradekit/upgradekit/harness/clusterapi", "function": "Start"}]}}
 {"finding": {"osv": "GO-2026-6603", "fixed_version": "v1.26.9", "trace": [
   {"module": "stdlib", "version": "v1.26.8", "package": "net/http", "function": "Do", "receiver": "*Client"}]}}
 {"finding": {"osv": "GO-2026-6603", "fixed_version": "v1.26.9", "trace": [
@@ -127,7 +127,7 @@ func TestParseReport(t *testing.T) {
 	}
 	want := []Finding{
 		{ID: "GO-2026-6603", Module: "golang.org/x/net", Version: "v0.57.0", Fixed: "v0.60.0",
-			Symbol: "golang.org/x/net/http2.Transport.NewClientConn", Caller: "github.com/upgradekit/upgradekit/fake/capitest.Start"},
+			Symbol: "golang.org/x/net/http2.Transport.NewClientConn", Caller: "github.com/upgradekit/upgradekit/harness/clusterapi.Start"},
 		{ID: "GO-2026-6603", Module: "stdlib", Version: "v1.26.8", Fixed: "v1.26.9", Symbol: "net/http.Client.Do"},
 	}
 	if len(r.Reachable) != len(want) {

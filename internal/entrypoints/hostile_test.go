@@ -349,7 +349,7 @@ func (g *gen) construct(t reflect.Type) (reflect.Value, bool) {
 // library, a method may assume its receiver exists. Zero values (&T{})
 // and values from our constructors are tried for every receiver.
 var nilSafe = map[string]bool{
-	"*fake.Faults": true, "*drift.Detector": true, "*drift.Stamper": true, "*drift.StaticHash": true,
+	"*simulator.Faults": true, "*drift.Detector": true, "*drift.Stamper": true, "*drift.StaticHash": true,
 	"*drift.Image": true, "*drift.Requirements": true, "*capi.Extension": true, "*capi.MachineUpdater": true,
 	"*extensionserver.Server": true, "*preview.Prediction": true, "*gates.Concurrency": true,
 }

@@ -21,8 +21,8 @@ import (
 var update = flag.Bool("update", false, "rewrite zz_registry_test.go from the packages' sources")
 
 // scanned are the packages whose exported API is called with hostile
-// input: the library and the fake package users build tests on.
-// fake/envtest, fake/capitest and fake/nodetest are not: their entry
+// input: the library and the simulator package users build tests on.
+// harness/apiserver, harness/clusterapi and harness/kubeadmnode are not: their entry
 // points start kube-apiserver, etcd, Cluster API's managers or real nodes
 // (network namespaces, mounts, containerd), or run the go command; their
 // argument checks are tested in their own packages.
@@ -41,8 +41,8 @@ var scanned = []struct{ dir, alias string }{
 	{"nodeexec/kubeadm", "kubeadm"},
 	{"nodeexec/nodepod", "nodepod"},
 	{"nodeexec/drain", "drain"},
-	{"fake", "fake"},
-	{"fake/timeline", "timeline"},
+	{"simulator", "simulator"},
+	{"simulator/timeline", "timeline"},
 }
 
 // excluded are exported functions and methods not called here, each with

@@ -17,7 +17,7 @@ import (
 	"k8s.io/utils/ptr"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 
-	"github.com/upgradekit/upgradekit/fake/envtest"
+	"github.com/upgradekit/upgradekit/harness/apiserver"
 	"github.com/upgradekit/upgradekit/nodeexec/drain"
 	"github.com/upgradekit/upgradekit/nodeexec/nodepod"
 )
@@ -65,7 +65,7 @@ func exists(t *testing.T, cs kubernetes.Interface, ns, name string) bool {
 }
 
 func TestCordonAndDrainAgainstAPIServer(t *testing.T) {
-	env := envtest.StartForTest(t)
+	env := apiserver.StartForTest(t)
 	cs, err := kubernetes.NewForConfig(env.Config)
 	require.NoError(t, err)
 	ctx := t.Context()
@@ -166,7 +166,7 @@ func TestCordonAndDrainAgainstAPIServer(t *testing.T) {
 }
 
 func TestForeignCordonSurvivesAgainstAPIServer(t *testing.T) {
-	env := envtest.StartForTest(t)
+	env := apiserver.StartForTest(t)
 	cs, err := kubernetes.NewForConfig(env.Config)
 	require.NoError(t, err)
 	ctx := t.Context()
@@ -187,7 +187,7 @@ func TestForeignCordonSurvivesAgainstAPIServer(t *testing.T) {
 }
 
 func TestOptOutAgainstAPIServer(t *testing.T) {
-	env := envtest.StartForTest(t)
+	env := apiserver.StartForTest(t)
 	cs, err := kubernetes.NewForConfig(env.Config)
 	require.NoError(t, err)
 	ctx := t.Context()
@@ -211,7 +211,7 @@ func TestOptOutAgainstAPIServer(t *testing.T) {
 // Blockers (from pods and budgets read once) names exactly the nodes whose
 // real drain, through the real eviction API, then fails, and no other.
 func TestBlockersPredictDrainAgainstAPIServer(t *testing.T) {
-	env := envtest.StartForTest(t)
+	env := apiserver.StartForTest(t)
 	cs, err := kubernetes.NewForConfig(env.Config)
 	require.NoError(t, err)
 	ctx := t.Context()
@@ -321,7 +321,7 @@ func TestBlockersPredictDrainAgainstAPIServer(t *testing.T) {
 // never evicted but waited for, and a pod of drain order 1 is evicted
 // only once that wait is over.
 func TestClusterAPIRulesAgainstAPIServer(t *testing.T) {
-	env := envtest.StartForTest(t)
+	env := apiserver.StartForTest(t)
 	cs, err := kubernetes.NewForConfig(env.Config)
 	require.NoError(t, err)
 	ctx := t.Context()

@@ -10,7 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/upgradekit/upgradekit/fake/envtest"
+	"github.com/upgradekit/upgradekit/harness/apiserver"
 	"github.com/upgradekit/upgradekit/nodeexec/kubeadm"
 	"github.com/upgradekit/upgradekit/nodeexec/nodepod"
 )
@@ -20,7 +20,7 @@ import (
 // then checks that CreateOrGet tolerates AlreadyExists and refuses a pod
 // that runs a different plan.
 func TestPodsAreAcceptedByAPIServer(t *testing.T) {
-	env := envtest.StartForTest(t)
+	env := apiserver.StartForTest(t)
 	ctx := t.Context()
 	c := env.Client
 	require.NoError(t, c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: nodepod.DefaultNamespace}}))
@@ -75,7 +75,7 @@ func TestPodsAreAcceptedByAPIServer(t *testing.T) {
 // TestStatusRoundTripThroughAPIServer writes a crash-looping init container
 // status through the status subresource and reads it back.
 func TestStatusRoundTripThroughAPIServer(t *testing.T) {
-	env := envtest.StartForTest(t)
+	env := apiserver.StartForTest(t)
 	ctx := t.Context()
 	c := env.Client
 	require.NoError(t, c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: nodepod.DefaultNamespace}}))

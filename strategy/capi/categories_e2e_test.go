@@ -22,8 +22,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
-	"github.com/upgradekit/upgradekit/fake"
 	"github.com/upgradekit/upgradekit/nodeexec/nodepod"
+	"github.com/upgradekit/upgradekit/simulator"
 	"github.com/upgradekit/upgradekit/strategy"
 	"github.com/upgradekit/upgradekit/strategy/capi"
 )
@@ -48,7 +48,7 @@ type e2eMachine struct {
 	infra   map[string]any
 }
 
-func newE2EMachine(n fake.NodeInfo) e2eMachine {
+func newE2EMachine(n simulator.NodeInfo) e2eMachine {
 	m := &clusterv1.Machine{
 		TypeMeta:   metav1.TypeMeta{APIVersion: clusterv1.GroupVersion.String(), Kind: "Machine"},
 		ObjectMeta: metav1.ObjectMeta{Name: n.Name, Namespace: "default", Labels: map[string]string{clusterv1.ClusterNameLabel: "demo"}},
@@ -63,7 +63,7 @@ func newE2EMachine(n fake.NodeInfo) e2eMachine {
 	if n.Role == strategy.RoleControlPlane {
 		m.Labels[clusterv1.MachineControlPlaneLabel] = ""
 		cfg.Spec.JoinConfiguration.ControlPlane = &bootstrapv1.JoinControlPlane{}
-		cfg.Spec.ClusterConfiguration.Etcd.Local.ImageTag = fake.DefaultEtcdVersion
+		cfg.Spec.ClusterConfiguration.Etcd.Local.ImageTag = simulator.DefaultEtcdVersion
 	}
 	infra := map[string]any{"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta2", "kind": "DockerMachine",
 		"metadata": map[string]any{"name": n.Name}, "spec": map[string]any{"customImage": "kindest/node:v1.35.4", "providerID": n.ProviderID}}
@@ -98,8 +98,8 @@ func kubeadmConfigFor(t *testing.T, version string, cc bootstrapv1.ClusterConfig
 // end to end, one default category changed alone per case: Cluster API asks
 // the extension (CanUpdateMachine with the default updaters); on an accept
 // it calls UpdateMachine until done, a new MachineUpdater per call, while
-// the node's simulated kubelet (fake.PodRunner) runs the upgrader pods on
-// a simulated host (fake.Fleet) and KubeadmControlPlane has written the
+// the node's simulated kubelet (simulator.PodRunner) runs the upgrader pods on
+// a simulated host (simulator.Fleet) and KubeadmControlPlane has written the
 // desired ClusterConfiguration into kubeadm-config first. Every case must
 // end with the change applied on the host and verified by a succeeded
 // upgrader pod, or declined with the reason before anything ran. The
@@ -112,56 +112,56 @@ func TestEachInPlaceCategoryEndsAppliedOrDeclined(t *testing.T) {
 		controlPlane bool
 		cpVersion    string // the control plane's version, default from
 		edit         func(des *clusterv1.Machine, cfg *bootstrapv1.KubeadmConfig)
-		applied      func(t *testing.T, h *fake.Host) // nil: declined
-		declined     string                           // the reason names this
+		applied      func(t *testing.T, h *simulator.Host) // nil: declined
+		declined     string                                // the reason names this
 	}{
 		{name: "version, control plane", controlPlane: true,
 			edit: func(des *clusterv1.Machine, _ *bootstrapv1.KubeadmConfig) { des.Spec.Version = to },
-			applied: func(t *testing.T, h *fake.Host) {
-				require.Equal(t, to, h.RunningVersion(fake.Kubelet))
+			applied: func(t *testing.T, h *simulator.Host) {
+				require.Equal(t, to, h.RunningVersion(simulator.Kubelet))
 				require.Equal(t, "registry.k8s.io/kube-apiserver:"+to, h.StaticPodImage("kube-apiserver"))
 				snapshot := slices.IndexFunc(h.Files("/var/lib/upgradekit"), func(f string) bool { return strings.HasSuffix(f, "/etcd-snapshot.db") })
 				require.GreaterOrEqual(t, snapshot, 0, "the etcd snapshot was taken: %v", h.Files("/var/lib/upgradekit"))
 			}},
 		{name: "version, worker", cpVersion: to,
 			edit: func(des *clusterv1.Machine, _ *bootstrapv1.KubeadmConfig) { des.Spec.Version = to },
-			applied: func(t *testing.T, h *fake.Host) {
-				require.Equal(t, to, h.RunningVersion(fake.Kubelet))
+			applied: func(t *testing.T, h *simulator.Host) {
+				require.Equal(t, to, h.RunningVersion(simulator.Kubelet))
 			}},
 		{name: "kubelet args, worker",
 			edit: func(_ *clusterv1.Machine, cfg *bootstrapv1.KubeadmConfig) {
 				cfg.Spec.JoinConfiguration.NodeRegistration.KubeletExtraArgs = []bootstrapv1.Arg{{Name: "max-pods", Value: ptrTo("200")}}
 			},
-			applied: func(t *testing.T, h *fake.Host) {
+			applied: func(t *testing.T, h *simulator.Host) {
 				require.Contains(t, h.KubeletArgs(), "--max-pods=200")
 			}},
 		{name: "kubelet args, control plane", controlPlane: true,
 			edit: func(_ *clusterv1.Machine, cfg *bootstrapv1.KubeadmConfig) {
 				cfg.Spec.JoinConfiguration.NodeRegistration.KubeletExtraArgs = []bootstrapv1.Arg{{Name: "max-pods", Value: ptrTo("200")}}
 			},
-			applied: func(t *testing.T, h *fake.Host) {
+			applied: func(t *testing.T, h *simulator.Host) {
 				require.Contains(t, h.KubeletArgs(), "--max-pods=200")
 			}},
 		{name: "etcd image", controlPlane: true,
 			edit: func(_ *clusterv1.Machine, cfg *bootstrapv1.KubeadmConfig) {
 				cfg.Spec.ClusterConfiguration.Etcd.Local.ImageTag = "3.5.16-0"
 			},
-			applied: func(t *testing.T, h *fake.Host) {
+			applied: func(t *testing.T, h *simulator.Host) {
 				require.Equal(t, "registry.k8s.io/etcd:3.5.16-0", h.StaticPodImage("etcd"))
-				require.Equal(t, "3.5.16-0", h.Version(fake.Etcd))
+				require.Equal(t, "3.5.16-0", h.Version(simulator.Etcd))
 			}},
 		{name: "API server arguments", controlPlane: true,
 			edit: func(_ *clusterv1.Machine, cfg *bootstrapv1.KubeadmConfig) {
 				cfg.Spec.ClusterConfiguration.APIServer.ExtraArgs = []bootstrapv1.Arg{{Name: "audit-log-maxage", Value: ptrTo("30")}}
 			},
-			applied: func(t *testing.T, h *fake.Host) {
+			applied: func(t *testing.T, h *simulator.Host) {
 				require.Contains(t, h.StaticPodCommand("kube-apiserver"), "--audit-log-maxage=30")
 			}},
 		{name: "a file, worker",
 			edit: func(_ *clusterv1.Machine, cfg *bootstrapv1.KubeadmConfig) {
 				cfg.Spec.Files = append(cfg.Spec.Files, bootstrapv1.File{Path: "/etc/kubernetes/example/limits.conf", Content: "nofile=65536\n", Permissions: "0600"})
 			},
-			applied: func(t *testing.T, h *fake.Host) {
+			applied: func(t *testing.T, h *simulator.Host) {
 				got, _ := h.File("/etc/kubernetes/example/limits.conf")
 				require.Equal(t, "nofile=65536\n", got)
 				mode, _ := h.FileAttrs("/etc/kubernetes/example/limits.conf")
@@ -171,7 +171,7 @@ func TestEachInPlaceCategoryEndsAppliedOrDeclined(t *testing.T) {
 			edit: func(_ *clusterv1.Machine, cfg *bootstrapv1.KubeadmConfig) {
 				cfg.Spec.Files = append(cfg.Spec.Files, bootstrapv1.File{Path: "/etc/kubernetes/example/audit.yaml", Content: gzipBase64(t, "rules: []\n"), Encoding: bootstrapv1.GzipBase64})
 			},
-			applied: func(t *testing.T, h *fake.Host) {
+			applied: func(t *testing.T, h *simulator.Host) {
 				got, _ := h.File("/etc/kubernetes/example/audit.yaml")
 				require.Equal(t, "rules: []\n", got)
 			}},
@@ -200,10 +200,10 @@ func TestEachInPlaceCategoryEndsAppliedOrDeclined(t *testing.T) {
 			if tc.cpVersion != "" {
 				cpVersion = tc.cpVersion
 			}
-			cl := fake.NewCluster("demo").ControlPlane(1, cpVersion).MachineDeployment("md", 1, from)
+			cl := simulator.NewCluster("demo").ControlPlane(1, cpVersion).MachineDeployment("md", 1, from)
 			c, err := cl.Client()
 			require.NoError(t, err)
-			fleet, err := fake.NewFleet(cl, fake.WithNodeClient(c), fake.WithHostClock(clk))
+			fleet, err := simulator.NewFleet(cl, simulator.WithNodeClient(c), simulator.WithHostClock(clk))
 			require.NoError(t, err)
 			node := cl.Nodes()[0]
 			if !tc.controlPlane {
@@ -240,11 +240,11 @@ func TestEachInPlaceCategoryEndsAppliedOrDeclined(t *testing.T) {
 
 			req := &runtimehooksv1.UpdateMachineRequest{Desired: runtimehooksv1.UpdateMachineRequestObjects{
 				Machine: *des.machine, BootstrapConfig: raw(t, des.cfg), InfrastructureMachine: raw(t, des.infra)}}
-			answers := driveUpdate(t, c, clk, host, req, fake.Staging{Kubernetes: des.machine.Spec.Version, Containerd: "2.0.5", CNI: "v1.7.1"})
+			answers := driveUpdate(t, c, clk, host, req, simulator.Staging{Kubernetes: des.machine.Spec.Version, Containerd: "2.0.5", CNI: "v1.7.1"})
 			require.Equal(t, "done", answers[len(answers)-1], "answers: %v", answers)
 
 			tc.applied(t, host)
-			require.Equal(t, fake.UnitActive, host.UnitState("kubelet"))
+			require.Equal(t, simulator.UnitActive, host.UnitState("kubelet"))
 			var pods corev1.PodList
 			require.NoError(t, c.List(ctx, &pods, client.InNamespace(nodepod.DefaultNamespace)))
 			succeeded := slices.ContainsFunc(pods.Items, func(p corev1.Pod) bool {
@@ -254,7 +254,7 @@ func TestEachInPlaceCategoryEndsAppliedOrDeclined(t *testing.T) {
 
 			// Cluster API calls again after done: still done, nothing new runs.
 			n := len(pods.Items)
-			require.Equal(t, []string{"done"}, driveUpdate(t, c, clk, host, req, fake.Staging{}))
+			require.Equal(t, []string{"done"}, driveUpdate(t, c, clk, host, req, simulator.Staging{}))
 			require.NoError(t, c.List(ctx, &pods, client.InNamespace(nodepod.DefaultNamespace)))
 			require.Len(t, pods.Items, n)
 		})
@@ -275,11 +275,11 @@ func gzipBase64(t *testing.T, s string) string {
 // done or a Failure (a new updater per call), playing the node's kubelet
 // between calls, and returns the answers ("waiting: ...", "done",
 // "failure: ...").
-func driveUpdate(t *testing.T, c client.Client, clk *clocktesting.FakeClock, host *fake.Host, req *runtimehooksv1.UpdateMachineRequest, staging fake.Staging) []string {
+func driveUpdate(t *testing.T, c client.Client, clk *clocktesting.FakeClock, host *simulator.Host, req *runtimehooksv1.UpdateMachineRequest, staging simulator.Staging) []string {
 	t.Helper()
 	ctx := context.Background()
 	workload := func(context.Context, types.NamespacedName) (client.Client, error) { return c, nil }
-	runners := map[string]*fake.PodRunner{}
+	runners := map[string]*simulator.PodRunner{}
 	journal := t.TempDir()
 	var answers []string
 	for call := 0; call < 40; call++ {
@@ -301,7 +301,7 @@ func driveUpdate(t *testing.T, c client.Client, clk *clocktesting.FakeClock, hos
 			}
 			r, ok := runners[p.Name]
 			if !ok {
-				r, err = fake.NewPodRunner(host, &p, fake.WithPodJournalDir(journal), fake.WithPodImageStaging(staging))
+				r, err = simulator.NewPodRunner(host, &p, simulator.WithPodJournalDir(journal), simulator.WithPodImageStaging(staging))
 				require.NoError(t, err)
 				runners[p.Name] = r
 			}

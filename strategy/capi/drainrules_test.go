@@ -14,7 +14,7 @@ import (
 	runtimehooksv1 "sigs.k8s.io/cluster-api/api/runtime/hooks/v1alpha1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/upgradekit/upgradekit/fake/envtest"
+	"github.com/upgradekit/upgradekit/harness/apiserver"
 	"github.com/upgradekit/upgradekit/nodeexec/drain"
 	"github.com/upgradekit/upgradekit/nodeexec/nodepod"
 	"github.com/upgradekit/upgradekit/strategy/capi"
@@ -27,7 +27,7 @@ import (
 // Machine and its Cluster, and the pod label cluster.x-k8s.io/drain. A
 // bare pod is evicted instead of blocking the drain until its deadline.
 func TestUpdateMachineDrainFollowsClusterAPIRules(t *testing.T) {
-	env := envtest.StartForTest(t)
+	env := apiserver.StartForTest(t)
 	c := env.Client
 	ctx := t.Context()
 	cs, err := kubernetes.NewForConfig(env.Config)

@@ -24,7 +24,7 @@ import (
 	runtimehooksv1 "sigs.k8s.io/cluster-api/api/runtime/hooks/v1alpha1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/upgradekit/upgradekit/fake/envtest"
+	"github.com/upgradekit/upgradekit/harness/apiserver"
 	"github.com/upgradekit/upgradekit/nodeexec/drain"
 	"github.com/upgradekit/upgradekit/nodeexec/nodepod"
 	"github.com/upgradekit/upgradekit/strategy/capi"
@@ -113,7 +113,7 @@ func record(t *testing.T, n *corev1.Node) capi.UpdateRecord {
 // for every call: a restarted extension keeps the drain's start, and so its
 // deadline, from the Node.
 func TestUpdateMachineDrainsFirst(t *testing.T) {
-	env := envtest.StartForTest(t)
+	env := apiserver.StartForTest(t)
 	c := env.Client
 	ctx := t.Context()
 	cs, err := kubernetes.NewForConfig(env.Config)

@@ -21,8 +21,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
-	"github.com/upgradekit/upgradekit/fake"
-	"github.com/upgradekit/upgradekit/fake/envtest"
+	"github.com/upgradekit/upgradekit/harness/apiserver"
+	"github.com/upgradekit/upgradekit/simulator"
 	"github.com/upgradekit/upgradekit/strategy"
 	"github.com/upgradekit/upgradekit/strategy/capi"
 )
@@ -40,8 +40,8 @@ import (
 // server that answers 503 a Failure, not a decline.
 func TestInfrastructureDryRun(t *testing.T) {
 	ctx := t.Context()
-	cl := fake.NewCluster("demo").ControlPlane(1, "v1.36.1").MachineDeployment("md", 2, "v1.36.1")
-	env := envtest.StartForTest(t, envtest.WithCRDs(cl.InfrastructureCRD()))
+	cl := simulator.NewCluster("demo").ControlPlane(1, "v1.36.1").MachineDeployment("md", 2, "v1.36.1")
+	env := apiserver.StartForTest(t, apiserver.WithCRDs(cl.InfrastructureCRD()))
 	admin := env.Client
 	require.NoError(t, cl.Apply(ctx, admin))
 

@@ -14,8 +14,8 @@ import (
 	bootstrapv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
 	runtimehooksv1 "sigs.k8s.io/cluster-api/api/runtime/hooks/v1alpha1"
 
-	"github.com/upgradekit/upgradekit/fake"
 	"github.com/upgradekit/upgradekit/nodeexec/kubeadm"
+	"github.com/upgradekit/upgradekit/simulator"
 	"github.com/upgradekit/upgradekit/strategy"
 )
 
@@ -30,10 +30,10 @@ func TestOnlyChangedFilesTravel(t *testing.T) {
 	const alpha, bravo, bravo2 = "token: alpha-0123456789abcdef\n", "bravo=1\n", "bravo=2\n"
 	ctx := t.Context()
 	clk := clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-	cl := fake.NewCluster("demo").ControlPlane(1, to).MachineDeployment("md", 1, from)
+	cl := simulator.NewCluster("demo").ControlPlane(1, to).MachineDeployment("md", 1, from)
 	c, err := cl.Client()
 	require.NoError(t, err)
-	fleet, err := fake.NewFleet(cl, fake.WithNodeClient(c), fake.WithHostClock(clk))
+	fleet, err := simulator.NewFleet(cl, simulator.WithNodeClient(c), simulator.WithHostClock(clk))
 	require.NoError(t, err)
 	node := cl.Nodes()[1]
 	require.Equal(t, strategy.RoleWorker, node.Role)
@@ -49,7 +49,7 @@ func TestOnlyChangedFilesTravel(t *testing.T) {
 		des.cfg.Spec.Files = files
 		req := &runtimehooksv1.UpdateMachineRequest{Desired: runtimehooksv1.UpdateMachineRequestObjects{
 			Machine: *des.machine, BootstrapConfig: raw(t, des.cfg), InfrastructureMachine: raw(t, des.infra)}}
-		answers := driveUpdate(t, c, clk, host, req, fake.Staging{Kubernetes: version, Containerd: "2.0.5", CNI: "v1.7.1"})
+		answers := driveUpdate(t, c, clk, host, req, simulator.Staging{Kubernetes: version, Containerd: "2.0.5", CNI: "v1.7.1"})
 		require.Equal(t, "done", answers[len(answers)-1], "answers: %v", answers)
 		var out strings.Builder
 		for _, p := range upgraderPods(t, c) {
@@ -77,7 +77,7 @@ func TestOnlyChangedFilesTravel(t *testing.T) {
 
 	// A version-only update: no file content in its pod.
 	pods = update(t, to, fileA, fileB)
-	require.Equal(t, to, host.RunningVersion(fake.Kubelet))
+	require.Equal(t, to, host.RunningVersion(simulator.Kubelet))
 	require.NotContains(t, pods, kubeadm.FilesEnvPrefix)
 	require.NotContains(t, pods, b64(alpha))
 	require.NotContains(t, pods, b64(bravo))

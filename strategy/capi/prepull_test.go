@@ -15,22 +15,22 @@ import (
 	runtimehooksv1 "sigs.k8s.io/cluster-api/api/runtime/hooks/v1alpha1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/upgradekit/upgradekit/fake"
-	"github.com/upgradekit/upgradekit/fake/envtest"
+	"github.com/upgradekit/upgradekit/harness/apiserver"
 	"github.com/upgradekit/upgradekit/nodeexec/drain"
 	"github.com/upgradekit/upgradekit/nodeexec/nodepod"
+	"github.com/upgradekit/upgradekit/simulator"
 	"github.com/upgradekit/upgradekit/strategy/capi"
 )
 
 // prePullWorld is one node with an app pod on a real API server, and a
-// kubelet played by the test: it pulls from a fake.Registry and runs the
+// kubelet played by the test: it pulls from a simulator.Registry and runs the
 // pre-pull pod (its command exits 0 once the image is pulled).
 type prePullWorld struct {
 	t        *testing.T
 	c        client.Client
 	cs       kubernetes.Interface
 	clk      *clocktesting.FakeClock
-	registry *fake.Registry
+	registry *simulator.Registry
 	node     *corev1.Node
 	req      *runtimehooksv1.UpdateMachineRequest
 }
@@ -38,7 +38,7 @@ type prePullWorld struct {
 const prePullImage = "registry.example/upgrader:v1.36.1"
 
 // newPrePullWorld adds node (and its app pod, apps/<node>) to env.
-func newPrePullWorld(t *testing.T, env *envtest.Env, node string, registry *fake.Registry) *prePullWorld {
+func newPrePullWorld(t *testing.T, env *apiserver.Env, node string, registry *simulator.Registry) *prePullWorld {
 	cs, err := kubernetes.NewForConfig(env.Config)
 	require.NoError(t, err)
 	w := &prePullWorld{t: t, c: env.Client, cs: cs, clk: clocktesting.NewFakeClock(time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)), registry: registry,
@@ -131,12 +131,12 @@ func (w *prePullWorld) requireUndisturbed() {
 // its start) is resumed from the cluster, never repeated.
 func TestUpdateMachinePrePullsTheUpgraderImage(t *testing.T) {
 	// One API server, a node per case.
-	env := envtest.StartForTest(t)
+	env := apiserver.StartForTest(t)
 	for _, ns := range []string{"apps", nodepod.DefaultNamespace} {
 		require.NoError(t, env.Client.Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
 	}
 	t.Run("an image that does not pull fails the update before the cordon", func(t *testing.T) {
-		w := newPrePullWorld(t, env, "md-0-a", fake.NewRegistry()) // the registry does not hold the image
+		w := newPrePullWorld(t, env, "md-0-a", simulator.NewRegistry()) // the registry does not hold the image
 		resp := w.call()
 		require.Equal(t, runtimehooksv1.ResponseStatusSuccess, resp.Status, resp.Message)
 		require.Positive(t, resp.RetryAfterSeconds)
@@ -205,7 +205,7 @@ func TestUpdateMachinePrePullsTheUpgraderImage(t *testing.T) {
 	})
 
 	t.Run("an invalid image reference fails at once", func(t *testing.T) {
-		w := newPrePullWorld(t, env, "md-1-a", fake.NewRegistry())
+		w := newPrePullWorld(t, env, "md-1-a", simulator.NewRegistry())
 		bad := withPodOptions(nodepod.WithImage("registry.example/Upgrader:v1"))
 		resp := w.call(bad)
 		require.Equal(t, runtimehooksv1.ResponseStatusSuccess, resp.Status, resp.Message)
@@ -217,7 +217,7 @@ func TestUpdateMachinePrePullsTheUpgraderImage(t *testing.T) {
 	})
 
 	t.Run("an image that pulls is proven, its pod deleted, then cordon, drain, upgrade", func(t *testing.T) {
-		w := newPrePullWorld(t, env, "md-2-a", fake.NewRegistry(prePullImage))
+		w := newPrePullWorld(t, env, "md-2-a", simulator.NewRegistry(prePullImage))
 		resp := w.call()
 		require.Equal(t, runtimehooksv1.ResponseStatusSuccess, resp.Status, resp.Message)
 		require.Len(t, w.prePullPods(), 1)
@@ -248,7 +248,7 @@ func TestUpdateMachinePrePullsTheUpgraderImage(t *testing.T) {
 	})
 
 	t.Run("WithoutPrePull cordons at once", func(t *testing.T) {
-		w := newPrePullWorld(t, env, "md-3-a", fake.NewRegistry())
+		w := newPrePullWorld(t, env, "md-3-a", simulator.NewRegistry())
 		resp := w.call(withoutPrePull())
 		require.Equal(t, runtimehooksv1.ResponseStatusSuccess, resp.Status, resp.Message)
 		require.Empty(t, w.prePullPods())

@@ -24,10 +24,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
-	"github.com/upgradekit/upgradekit/fake"
-	"github.com/upgradekit/upgradekit/fake/envtest"
+	"github.com/upgradekit/upgradekit/harness/apiserver"
 	"github.com/upgradekit/upgradekit/nodeexec/drain"
 	"github.com/upgradekit/upgradekit/nodeexec/nodepod"
+	"github.com/upgradekit/upgradekit/simulator"
 	"github.com/upgradekit/upgradekit/strategy"
 	"github.com/upgradekit/upgradekit/strategy/capi"
 )
@@ -35,7 +35,7 @@ import (
 // TestUpdateMachineProperty drives MachineUpdater itself, the way Cluster
 // API does (call until done, a new updater per call as after an extension
 // restart), against a simulated cluster (one control plane machine, two
-// workers, fake.Fleet) whose kubelets (fake.PodRunner) run the upgrader
+// workers, simulator.Fleet) whose kubelets (simulator.PodRunner) run the upgrader
 // pods it creates, in either init-container layout, with faults between
 // calls: the upgrader pod deleted, a worker's Node lost, the API server
 // refusing the pod, a kubelet step failing once, with or without a change
@@ -99,7 +99,7 @@ func propertyRun(t *testing.T, seed int64, w *propertyWorld) string {
 	ctx := context.Background()
 	clk := clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	refuse := rng.Intn(10) == 0 // the API server refuses the upgrader pod (Pod Security, say)
-	cl := fake.NewCluster(fmt.Sprintf("p%d", seed)).ControlPlane(1, propFrom).MachineDeployment("md", 2, propFrom)
+	cl := simulator.NewCluster(fmt.Sprintf("p%d", seed)).ControlPlane(1, propFrom).MachineDeployment("md", 2, propFrom)
 	funcs := interceptor.Funcs{Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
 		if _, pod := obj.(*corev1.Pod); pod && refuse {
 			return apierrors.NewForbidden(schema.GroupResource{Resource: "pods"}, obj.GetName(), fmt.Errorf("violates PodSecurity \"baseline:latest\": hostPID"))
@@ -109,20 +109,20 @@ func propertyRun(t *testing.T, seed int64, w *propertyWorld) string {
 	var c client.WithWatch
 	var err error
 	if w == nil {
-		c, err = cl.Client(fake.WithInterceptor(funcs))
+		c, err = cl.Client(simulator.WithInterceptor(funcs))
 	} else {
 		c, err = w.nodes(t, cl, funcs)
 		defer w.clear(t) // each run is a cluster of its own
 	}
 	require.NoError(t, err)
 	foreign := map[string]bool{} // nodes an operator cordoned
-	faults := fake.NewFaults(uint64(seed))
+	faults := simulator.NewFaults(uint64(seed))
 	for _, n := range cl.Nodes() {
 		if rng.Intn(8) == 0 {
 			faults.FailStep(n.Name, "kubelet", 1) // one failed attempt: the step's retry budget absorbs it
 		}
 	}
-	fleet, err := fake.NewFleet(cl, fake.WithNodeClient(c), fake.WithHostClock(clk), fake.WithFaults(faults))
+	fleet, err := simulator.NewFleet(cl, simulator.WithNodeClient(c), simulator.WithHostClock(clk), simulator.WithFaults(faults))
 	require.NoError(t, err)
 	journal := t.TempDir()
 	layout := []nodepod.Option{nodepod.WithImage("r/u:1"), nodepod.WithStageFrom("/staging")}
@@ -132,7 +132,7 @@ func propertyRun(t *testing.T, seed int64, w *propertyWorld) string {
 	workload := func(context.Context, types.NamespacedName) (client.Client, error) { return c, nil }
 	// The kubelet's pods, by namespace/name (the fake client sets no
 	// UIDs); a deleted pod's runner goes with it.
-	runners := map[string]*fake.PodRunner{}
+	runners := map[string]*simulator.PodRunner{}
 	retriedDone := 0
 
 	for _, m := range cl.Nodes() {
@@ -194,12 +194,12 @@ func propertyRun(t *testing.T, seed int64, w *propertyWorld) string {
 				}
 				require.NotEmpty(t, reason, "a Failure names a stable reason: %s", where)
 				if !nodeLost {
-					require.Equal(t, fake.UnitActive, host.UnitState("kubelet"), "never a stopped kubelet: %s", where)
+					require.Equal(t, simulator.UnitActive, host.UnitState("kubelet"), "never a stopped kubelet: %s", where)
 					w.requireForeignCordonKept(t, c, m.Name, foreign, where)
 				}
 				if refuse {
 					require.Equal(t, capi.FailurePodRejected, reason, where)
-					require.Equal(t, propFrom, host.RunningVersion(fake.Kubelet), "refused before anything ran: %s", where)
+					require.Equal(t, propFrom, host.RunningVersion(simulator.Kubelet), "refused before anything ran: %s", where)
 				}
 				if reason == capi.FailureStepFailed && !retried && rng.Intn(2) == 0 {
 					// An operator retries from the management cluster.
@@ -215,9 +215,9 @@ func propertyRun(t *testing.T, seed int64, w *propertyWorld) string {
 			}
 			if resp.RetryAfterSeconds == 0 {
 				require.False(t, nodeLost, "done for a node that is gone: %s", where)
-				require.Equal(t, propTo, host.RunningVersion(fake.Kubelet), "done only with a verified node: %s", where)
-				require.Equal(t, fake.UnitActive, host.UnitState("kubelet"), where)
-				require.Equal(t, fake.UnitActive, host.UnitState("containerd"), where)
+				require.Equal(t, propTo, host.RunningVersion(simulator.Kubelet), "done only with a verified node: %s", where)
+				require.Equal(t, simulator.UnitActive, host.UnitState("kubelet"), where)
+				require.Equal(t, simulator.UnitActive, host.UnitState("containerd"), where)
 				for _, a := range wantArgs {
 					require.Contains(t, host.KubeletArgs(), "--"+a, "done only with the desired kubelet arguments running: %s", where)
 				}
@@ -262,15 +262,15 @@ func propertyRun(t *testing.T, seed int64, w *propertyWorld) string {
 				}
 				r, ok := runners[p.Namespace+"/"+p.Name]
 				if !ok {
-					r, err = fake.NewPodRunner(host, &p, fake.WithPodJournalDir(journal+"/"+m.Name),
-						fake.WithPodImageStaging(fake.Staging{Kubernetes: propTo, Containerd: "2.0.5", CNI: "v1.7.1"}))
+					r, err = simulator.NewPodRunner(host, &p, simulator.WithPodJournalDir(journal+"/"+m.Name),
+						simulator.WithPodImageStaging(simulator.Staging{Kubernetes: propTo, Containerd: "2.0.5", CNI: "v1.7.1"}))
 					require.NoError(t, err)
 					runners[p.Namespace+"/"+p.Name] = r
 				}
 				pr, err := r.Run(ctx)
 				require.NoError(t, err)
 				if os.Getenv("UPGRADEKIT_PROPERTY_DEBUG") == "all" {
-					t.Logf("kubelet: pod %s: %s %s %s; host kubelet %s %s", p.Name, pr.Phase, pr.Container, pr.Reason, host.RunningVersion(fake.Kubelet), host.UnitState("kubelet"))
+					t.Logf("kubelet: pod %s: %s %s %s; host kubelet %s %s", p.Name, pr.Phase, pr.Container, pr.Reason, host.RunningVersion(simulator.Kubelet), host.UnitState("kubelet"))
 				}
 				p.Status = r.Pod().Status
 				require.NoError(t, c.Status().Update(ctx, &p))
@@ -333,7 +333,7 @@ type propertyWorld struct {
 // nodes creates cl's Nodes (only those: the updater reads nothing else of
 // the workload cluster) with their kubelet versions, and returns the
 // world's client with funcs in front of it.
-func (w *propertyWorld) nodes(t *testing.T, cl *fake.Cluster, funcs interceptor.Funcs) (client.WithWatch, error) {
+func (w *propertyWorld) nodes(t *testing.T, cl *simulator.Cluster, funcs interceptor.Funcs) (client.WithWatch, error) {
 	objs, err := cl.Objects()
 	if err != nil {
 		return nil, err
@@ -402,7 +402,7 @@ func TestUpdateMachinePropertyWithDrain(t *testing.T) {
 		require.NoError(t, err)
 		runs = n
 	}
-	env := envtest.StartForTest(t)
+	env := apiserver.StartForTest(t)
 	c, err := client.NewWithWatch(env.Config, client.Options{Scheme: env.Scheme})
 	require.NoError(t, err)
 	cs, err := kubernetes.NewForConfig(env.Config)

@@ -19,7 +19,7 @@ import (
 	runtimehooksv1 "sigs.k8s.io/cluster-api/api/runtime/hooks/v1alpha1"
 	fakeclient "sigs.k8s.io/controller-runtime/pkg/client/fake"
 
-	"github.com/upgradekit/upgradekit/fake/envtest"
+	"github.com/upgradekit/upgradekit/harness/apiserver"
 	"github.com/upgradekit/upgradekit/nodeexec/kubeadm"
 	"github.com/upgradekit/upgradekit/strategy/capi"
 	"github.com/upgradekit/upgradekit/strategy/capi/extensionserver"
@@ -204,7 +204,7 @@ func TestBundleChecksumsOptions(t *testing.T) {
 // again about once they are configured (a decline it would remember for a
 // MachineSet for 24 hours), and accepts one that has them.
 func TestVersionWithoutChecksumsIsAFailure(t *testing.T) {
-	env := envtest.StartForTest(t)
+	env := apiserver.StartForTest(t)
 	machine := func(v string) clusterv1.Machine {
 		return clusterv1.Machine{ObjectMeta: metav1.ObjectMeta{Name: "m", Namespace: "default"}, Spec: clusterv1.MachineSpec{
 			ClusterName: "demo", Version: v, ProviderID: "test://m",

@@ -13,7 +13,7 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/upgradekit/upgradekit/fake/envtest"
+	"github.com/upgradekit/upgradekit/harness/apiserver"
 	"github.com/upgradekit/upgradekit/strategy"
 	"github.com/upgradekit/upgradekit/strategy/capi/gates"
 )
@@ -22,7 +22,7 @@ import (
 // with an identity that may only get and list Leases, so a write would be
 // refused, and no Lease changes while it answers.
 func TestConcurrencyGatePeekTakesNothing(t *testing.T) {
-	env := envtest.StartForTest(t)
+	env := apiserver.StartForTest(t)
 	admin, ctx := env.Client, t.Context()
 	const user = "upgradekit-peek-test"
 	require.NoError(t, admin.Create(ctx, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: user},

@@ -18,4 +18,3 @@
 // asks the gates, and strategy.MaintenanceWindow and strategy.Gates (in
 // package strategy) need no cluster at all.
 package gates
-

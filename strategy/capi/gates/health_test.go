@@ -16,7 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	crfake "sigs.k8s.io/controller-runtime/pkg/client/fake"
 
-	"github.com/upgradekit/upgradekit/fake/envtest"
+	"github.com/upgradekit/upgradekit/harness/apiserver"
 	"github.com/upgradekit/upgradekit/strategy"
 	"github.com/upgradekit/upgradekit/strategy/capi"
 	"github.com/upgradekit/upgradekit/strategy/capi/gates"
@@ -27,7 +27,7 @@ import (
 // one stays unavailable past the timeout; a control plane update waits
 // until the other control plane nodes run their static pods Ready.
 func TestWorkloadsAndControlPlaneGatesAgainstAPIServer(t *testing.T) {
-	env := envtest.StartForTest(t)
+	env := apiserver.StartForTest(t)
 	c, ctx := env.Client, t.Context()
 	workload := func(context.Context, types.NamespacedName) (client.Client, error) { return c, nil }
 	t0 := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
@@ -135,7 +135,7 @@ func TestWorkloadsAndControlPlaneGatesAgainstAPIServer(t *testing.T) {
 // MachineDeployment's machines whose update failed or whose node is not
 // Ready, and stops the group past its limit.
 func TestBreakerGate(t *testing.T) {
-	scheme, err := envtest.NewScheme()
+	scheme, err := apiserver.NewScheme()
 	require.NoError(t, err)
 	var objs []client.Object
 	node := func(name string, ready corev1.ConditionStatus, failed bool) {

@@ -12,7 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/upgradekit/upgradekit/fake/envtest"
+	"github.com/upgradekit/upgradekit/harness/apiserver"
 	"github.com/upgradekit/upgradekit/strategy"
 	"github.com/upgradekit/upgradekit/strategy/capi"
 	"github.com/upgradekit/upgradekit/strategy/capi/gates"
@@ -22,7 +22,7 @@ import (
 // node has been Ready for the soak time without a break; a NotReady flap
 // starts the count again; the node about to be updated does not count.
 func TestSoakGateAgainstAPIServer(t *testing.T) {
-	env := envtest.StartForTest(t)
+	env := apiserver.StartForTest(t)
 	c, ctx := env.Client, t.Context()
 	t0 := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
 	setReady := func(name string, status corev1.ConditionStatus, since time.Time) {

@@ -26,8 +26,8 @@ import (
 	"sigs.k8s.io/cluster-api/exp/runtime/server"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/upgradekit/upgradekit/fake/capitest"
-	"github.com/upgradekit/upgradekit/fake/envtest"
+	"github.com/upgradekit/upgradekit/harness/apiserver"
+	"github.com/upgradekit/upgradekit/harness/clusterapi"
 	"github.com/upgradekit/upgradekit/strategy"
 	"github.com/upgradekit/upgradekit/strategy/capi"
 	"github.com/upgradekit/upgradekit/strategy/capi/extensionserver"
@@ -85,7 +85,7 @@ func cmpOr[T comparable](a, b T) T {
 // serve serves handlers over HTTPS and waits until the port answers.
 func serve(t *testing.T, handlers ...server.ExtensionHandler) (string, []byte) {
 	t.Helper()
-	u, ca := capitest.ServeForTest(t, handlers...)
+	u, ca := clusterapi.ServeForTest(t, handlers...)
 	host, err := url.Parse(u)
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {
@@ -304,11 +304,11 @@ func TestThroughTheServiceProxy(t *testing.T) {
 // cpFrom, MachineDeployment md-a of two workers at workersFrom) with its
 // kubeconfig Secret, reads it, and returns the change that takes md-a to
 // the control plane's version.
-func smallClusterChange(t *testing.T) (*envtest.Env, *preview.Snapshot, []*unstructured.Unstructured) {
+func smallClusterChange(t *testing.T) (*apiserver.Env, *preview.Snapshot, []*unstructured.Unstructured) {
 	t.Helper()
 	env := startEnv(t)
 	c, ctx := env.Client, t.Context()
-	require.NoError(t, capitest.ProvisionedCluster{Name: "small", Version: cpFrom, WorkerVersion: workersFrom, ControlPlane: 1,
+	require.NoError(t, clusterapi.ProvisionedCluster{Name: "small", Version: cpFrom, WorkerVersion: workersFrom, ControlPlane: 1,
 		Workers: map[string]int{"md-a": 2}, Nodes: true}.Create(ctx, c))
 	kubeconfigFor(t, env, "small")
 	var md clusterv1.MachineDeployment

@@ -62,7 +62,7 @@
 // (Machine, KeepsName). examples/preview is the command line over it,
 // usable as a kubectl plugin.
 //
-// Its truth test runs Cluster API's own controllers (fake/capitest): one
+// Its truth test runs Cluster API's own controllers (harness/clusterapi): one
 // change touching six MachineDeployments is previewed, then applied, and
 // every machine the preview says keeps its name keeps it and every one it
 // says is replaced is gone.

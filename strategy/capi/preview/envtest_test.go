@@ -19,8 +19,8 @@ import (
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/upgradekit/upgradekit/fake/capitest"
-	"github.com/upgradekit/upgradekit/fake/envtest"
+	"github.com/upgradekit/upgradekit/harness/apiserver"
+	"github.com/upgradekit/upgradekit/harness/clusterapi"
 	"github.com/upgradekit/upgradekit/nodeexec/drain"
 	"github.com/upgradekit/upgradekit/strategy"
 	"github.com/upgradekit/upgradekit/strategy/capi"
@@ -29,15 +29,15 @@ import (
 )
 
 // startEnv starts envtest with Cluster API's and the test provider's CRDs.
-func startEnv(t testing.TB) *envtest.Env {
+func startEnv(t testing.TB) *apiserver.Env {
 	t.Helper()
-	return envtest.StartForTest(t, envtest.WithCRDs(capitest.InfrastructureCRDs()...))
+	return apiserver.StartForTest(t, apiserver.WithCRDs(clusterapi.InfrastructureCRDs()...))
 }
 
 // kubeconfigFor creates the kubeconfig secret Cluster API writes for the
 // cluster default/name, reaching env: without it the extension cannot reach
 // the workload cluster and declines every change (WorkloadReachableCheck).
-func kubeconfigFor(t testing.TB, env *envtest.Env, name string) {
+func kubeconfigFor(t testing.TB, env *apiserver.Env, name string) {
 	t.Helper()
 	s, err := env.KubeconfigSecret("default", name)
 	require.NoError(t, err)
@@ -57,7 +57,7 @@ const (
 func TestReadAndPredictAgainstAPIServer(t *testing.T) {
 	env := startEnv(t)
 	c, ctx := env.Client, t.Context()
-	require.NoError(t, capitest.ProvisionedCluster{Name: "small", Version: cpFrom, WorkerVersion: workersFrom, ControlPlane: 3, ControlPlaneSurge: 1,
+	require.NoError(t, clusterapi.ProvisionedCluster{Name: "small", Version: cpFrom, WorkerVersion: workersFrom, ControlPlane: 3, ControlPlaneSurge: 1,
 		Workers: map[string]int{"md-a": 3, "md-b": 2}, Nodes: true}.Create(ctx, c))
 	kubeconfigFor(t, env, "small")
 	srv, err := extensionserver.New(c, extensionserver.AllowMutableUpgraderImages(), extensionserver.WithoutBundleChecksums(), extensionserver.WithUpgraderImage("registry.example/upgrader:any"))
@@ -92,7 +92,7 @@ func TestReadAndPredictAgainstAPIServer(t *testing.T) {
 	mdA.Spec.Template.Spec.Version = cpFrom
 	mdB.Spec.Template.Spec.InfrastructureRef.Name = "md-b-1"
 	newTemplate := &unstructured.Unstructured{}
-	newTemplate.SetGroupVersionKind(capitest.InfraTemplateGVK)
+	newTemplate.SetGroupVersionKind(clusterapi.InfraTemplateGVK)
 	newTemplate.SetName("md-b-1")
 	newTemplate.Object["spec"] = map[string]any{"template": map[string]any{"spec": map[string]any{"image": "test-image-2"}}}
 	change := []*unstructured.Unstructured{toUnstructured(t, &kcp, "KubeadmControlPlane", controlplanev1.GroupVersion.String()),
@@ -214,7 +214,7 @@ func TestAThousandMachines(t *testing.T) {
 	c, ctx := env.Client, t.Context()
 	start := time.Now()
 	groups := map[string]int{"md-0": 250, "md-1": 250, "md-2": 250, "md-3": 250}
-	require.NoError(t, capitest.ProvisionedCluster{Name: "big", Version: cpFrom, WorkerVersion: workersFrom, ControlPlane: 3, Workers: groups, Nodes: true}.Create(ctx, c))
+	require.NoError(t, clusterapi.ProvisionedCluster{Name: "big", Version: cpFrom, WorkerVersion: workersFrom, ControlPlane: 3, Workers: groups, Nodes: true}.Create(ctx, c))
 	kubeconfigFor(t, env, "big")
 	t.Logf("created 1,003 machines with their KubeadmConfigs, infrastructure machines and Nodes in %s", time.Since(start).Round(time.Millisecond))
 	srv, err := extensionserver.New(c, extensionserver.AllowMutableUpgraderImages(), extensionserver.WithoutBundleChecksums(), extensionserver.WithUpgraderImage("registry.example/upgrader:any"))
@@ -261,7 +261,7 @@ func TestAThousandMachines(t *testing.T) {
 func TestTopologyVersionAndChecks(t *testing.T) {
 	env := startEnv(t)
 	c, ctx := env.Client, t.Context()
-	require.NoError(t, capitest.ProvisionedCluster{Name: "topo", Version: cpFrom, ControlPlane: 1,
+	require.NoError(t, clusterapi.ProvisionedCluster{Name: "topo", Version: cpFrom, ControlPlane: 1,
 		Workers: map[string]int{"managed": 2, "own": 1}, Nodes: true}.Create(ctx, c))
 	kubeconfigFor(t, env, "topo")
 	var cluster clusterv1.Cluster
@@ -368,7 +368,7 @@ func TestTopologyChainedUpgrade(t *testing.T) {
 	const skip = "v1.37.2"
 	env := startEnv(t)
 	c, ctx := env.Client, t.Context()
-	require.NoError(t, capitest.ProvisionedCluster{Name: "chain", Version: cpFrom, ControlPlane: 1, Workers: map[string]int{"managed": 2}, Nodes: true}.Create(ctx, c))
+	require.NoError(t, clusterapi.ProvisionedCluster{Name: "chain", Version: cpFrom, ControlPlane: 1, Workers: map[string]int{"managed": 2}, Nodes: true}.Create(ctx, c))
 	kubeconfigFor(t, env, "chain")
 	class := &clusterv1.ClusterClass{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "chain-class"}}
 	class.Spec.KubernetesVersions = []string{cpFrom, cpTo, skip}

@@ -23,8 +23,8 @@ import (
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/upgradekit/upgradekit/fake"
-	"github.com/upgradekit/upgradekit/fake/capitest"
+	"github.com/upgradekit/upgradekit/harness/clusterapi"
+	"github.com/upgradekit/upgradekit/simulator"
 	"github.com/upgradekit/upgradekit/strategy"
 	"github.com/upgradekit/upgradekit/strategy/capi"
 	"github.com/upgradekit/upgradekit/strategy/capi/extensionserver"
@@ -71,11 +71,11 @@ func running(ms map[string]clusterv1.Machine, n int) bool {
 // PodDisruptionBudget and not updated), and every machine it says is
 // replaced is gone.
 func TestPredictionIsWhatClusterAPIDoes(t *testing.T) {
-	h := capitest.NewForTest(t, capitest.WithUpgraderImage(truthImage, fake.Staging{Kubernetes: truthTo, Containerd: "2.0.5", CNI: "v1.7.1"}))
+	h := clusterapi.NewForTest(t, clusterapi.WithUpgraderImage(truthImage, simulator.Staging{Kubernetes: truthTo, Containerd: "2.0.5", CNI: "v1.7.1"}))
 	ctx, c := t.Context(), h.Env.Client
-	objs, err := capitest.ClusterObjects(h.Env, "default", "demo", truthTo)
+	objs, err := clusterapi.ClusterObjects(h.Env, "default", "demo", truthTo)
 	require.NoError(t, err)
-	require.NoError(t, capitest.Create(ctx, c, objs...))
+	require.NoError(t, clusterapi.Create(ctx, c, objs...))
 	// version: a Kubernetes version bump; image: a new infrastructure
 	// template (no updater covers it); kubelet: a new KubeadmConfigTemplate
 	// with another kubelet argument; kubelet-empty: the same from a
@@ -84,7 +84,7 @@ func TestPredictionIsWhatClusterAPIDoes(t *testing.T) {
 	// bump where one node runs a pod no budget lets go.
 	groups := map[string]int{"version": 2, "image": 2, "kubelet": 2, "kubelet-empty": 1, "both": 1, "pdb": 2}
 	for name, n := range groups {
-		mdObjs := capitest.MachineDeploymentObjects("default", "demo", name, int32(n), truthFrom)
+		mdObjs := clusterapi.MachineDeploymentObjects("default", "demo", name, int32(n), truthFrom)
 		switch name {
 		case "pdb": // both at once, so the blocked one holds up only itself
 			md := mdObjs[2].(*clusterv1.MachineDeployment)
@@ -93,7 +93,7 @@ func TestPredictionIsWhatClusterAPIDoes(t *testing.T) {
 			kct := mdObjs[0].(*bootstrapv1.KubeadmConfigTemplate)
 			kct.Spec.Template.Spec.JoinConfiguration.NodeRegistration.KubeletExtraArgs = []bootstrapv1.Arg{{Name: "max-pods", Value: ptr.To("110")}}
 		}
-		require.NoError(t, capitest.Create(ctx, c, mdObjs...))
+		require.NoError(t, clusterapi.Create(ctx, c, mdObjs...))
 	}
 	before := map[string]map[string]clusterv1.Machine{}
 	require.Eventually(t, func() bool {
@@ -109,8 +109,8 @@ func TestPredictionIsWhatClusterAPIDoes(t *testing.T) {
 	srv, err := extensionserver.New(c, extensionserver.AllowMutableUpgraderImages(), extensionserver.WithoutBundleChecksums(), extensionserver.WithUpgraderImage(truthImage), extensionserver.WithRetryAfter(1),
 		extensionserver.WithDrainTimeout(2*time.Second))
 	require.NoError(t, err)
-	url, ca := capitest.ServeForTest(t, srv.Handlers()...)
-	_, err = capitest.RegisterExtension(ctx, c, "upgradekit", url, ca)
+	url, ca := clusterapi.ServeForTest(t, srv.Handlers()...)
+	_, err = clusterapi.RegisterExtension(ctx, c, "upgradekit", url, ca)
 	require.NoError(t, err)
 
 	// A pod no PodDisruptionBudget lets go, on one node of "pdb".
@@ -194,7 +194,7 @@ func TestPredictionIsWhatClusterAPIDoes(t *testing.T) {
 	}
 	after := map[string]map[string]clusterv1.Machine{}
 	updated := func(name string) bool {
-		return h.Provider.Host(name) != nil && h.Provider.Host(name).RunningVersion(fake.Kubelet) == truthTo
+		return h.Provider.Host(name) != nil && h.Provider.Host(name).RunningVersion(simulator.Kubelet) == truthTo
 	}
 	var waiting string
 	require.Eventually(t, func() bool {
@@ -274,7 +274,7 @@ func truthChange(t *testing.T, c client.Client) []*unstructured.Unstructured {
 	}
 	// A new infrastructure template with another image.
 	img := &unstructured.Unstructured{}
-	img.SetGroupVersionKind(capitest.InfraTemplateGVK)
+	img.SetGroupVersionKind(clusterapi.InfraTemplateGVK)
 	require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: "default", Name: "image-0"}, img))
 	img = img.DeepCopy()
 	img.SetName("image-1")
@@ -334,11 +334,11 @@ func (l lazy) String() string { return l() }
 // accepts with the version.
 func TestPredictionIsWhatKubeadmControlPlaneDoes(t *testing.T) {
 	const from, to, image = truthFrom, truthTo, truthImage
-	h := capitest.NewForTest(t, capitest.WithUpgraderImage(image, fake.Staging{Kubernetes: to, Containerd: "2.0.5", CNI: "v1.7.1"}))
+	h := clusterapi.NewForTest(t, clusterapi.WithUpgraderImage(image, simulator.Staging{Kubernetes: to, Containerd: "2.0.5", CNI: "v1.7.1"}))
 	ctx, c := t.Context(), h.Env.Client
-	objs, err := capitest.KubeadmControlPlaneObjects(h.Env, "default", "demo", 3, from)
+	objs, err := clusterapi.KubeadmControlPlaneObjects(h.Env, "default", "demo", 3, from)
 	require.NoError(t, err)
-	require.NoError(t, capitest.Create(ctx, c, objs...))
+	require.NoError(t, clusterapi.Create(ctx, c, objs...))
 	cpMachines := func() map[string]clusterv1.Machine {
 		var list clusterv1.MachineList
 		require.NoError(t, c.List(ctx, &list, client.InNamespace("default"), client.HasLabels{clusterv1.MachineControlPlaneLabel}))
@@ -356,8 +356,8 @@ func TestPredictionIsWhatKubeadmControlPlaneDoes(t *testing.T) {
 
 	srv, err := extensionserver.New(c, extensionserver.AllowMutableUpgraderImages(), extensionserver.WithoutBundleChecksums(), extensionserver.WithUpgraderImages(capi.ImagesByVersion{to: image}), extensionserver.WithRetryAfter(1))
 	require.NoError(t, err)
-	url, ca := capitest.ServeForTest(t, srv.Handlers()...)
-	_, err = capitest.RegisterExtension(ctx, c, "upgradekit", url, ca)
+	url, ca := clusterapi.ServeForTest(t, srv.Handlers()...)
+	_, err = clusterapi.RegisterExtension(ctx, c, "upgradekit", url, ca)
 	require.NoError(t, err)
 
 	var kcp controlplanev1.KubeadmControlPlane
@@ -387,7 +387,7 @@ func TestPredictionIsWhatKubeadmControlPlaneDoes(t *testing.T) {
 			return false
 		}
 		for name := range after {
-			if h.Provider.Host(name) == nil || h.Provider.Host(name).RunningVersion(fake.Kubelet) != to {
+			if h.Provider.Host(name) == nil || h.Provider.Host(name).RunningVersion(simulator.Kubelet) != to {
 				return false
 			}
 		}
