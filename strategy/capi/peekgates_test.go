@@ -18,7 +18,7 @@ import (
 	"github.com/upgradekit/upgradekit/strategy/capi"
 )
 
-// TestPeekGates: each gate given to WithGates answers on its own (a
+// TestPeekGates: each gate in UpdaterOptions.Gates answers on its own (a
 // strategy.Gates opened), about the machine's node and cluster at the
 // updater's clock, and nothing is asked with Check.
 func TestPeekGates(t *testing.T) {

@@ -25,7 +25,7 @@ import (
 // does.
 type UpdaterOptions struct {
 	// Clientset reaches the workload cluster's API for cordon, drain and
-	// uncordon (KubeconfigSecretClientsets builds one). Draining is on by
+	// uncordon (workload.KubeconfigClientset builds one). Draining is on by
 	// default and needs it; see SkipDrain.
 	Clientset workload.Clientset
 

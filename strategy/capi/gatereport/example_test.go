@@ -18,7 +18,7 @@ import (
 )
 
 // gatesAt peeks at gates at a fixed time; an extension passes its
-// capi.MachineUpdater, which peeks at WithGates' gates.
+// capi.MachineUpdater, which peeks at UpdaterOptions.Gates.
 type gatesAt struct {
 	gates strategy.Gates
 	now   time.Time

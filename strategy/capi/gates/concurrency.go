@@ -38,7 +38,7 @@ const LabelConcurrencyCluster = "upgradekit.io/concurrency-cluster"
 //
 // It is a strategy.Gate with Renew and Release (strategy.GateHolder) and
 // Peek (strategy.GatePeeker, for a report that takes no slot):
-// MachineUpdater (WithGates) asks Check before an update starts, renews
+// MachineUpdater (UpdaterOptions.Gates) asks Check before an update starts, renews
 // while it runs and releases when it is done. A failed update keeps its
 // slot until its TTL ends: the node is still cordoned and needs a person,
 // and letting another update start beside it would widen the damage.

@@ -1,5 +1,5 @@
 // Package gates builds the gates a Cluster API in-place extension asks
-// before an update starts (capi.WithGates): each is a strategy.Gate that
+// before an update starts (capi.UpdaterOptions.Gates): each is a strategy.Gate that
 // answers Allow, Wait (with a reason and when to ask again) or Stop.
 //
 // Concurrency limits the machines of a cluster updated at once, across

@@ -16,7 +16,7 @@ import (
 )
 
 // A soak holds the next update until every other node has been Ready
-// long enough; an extension passes it to capi.WithGates.
+// long enough; an extension passes it to capi.UpdaterOptions.Gates.
 func Example() {
 	now := time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC)
 	node := func(name string, readySince time.Time) *corev1.Node {

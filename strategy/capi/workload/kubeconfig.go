@@ -58,7 +58,7 @@ func KubeconfigClient(mgmt client.Reader, scheme *runtime.Scheme) Client {
 }
 
 // KubeconfigClientset is KubeconfigClient's sibling for
-// capi.MachineUpdater's cordon, drain and uncordon (capi.WithWorkloadClientset): a
+// capi.MachineUpdater's cordon, drain and uncordon (capi.UpdaterOptions.Clientset): a
 // client-go clientset built from the same <cluster>-kubeconfig secret,
 // cached and renewed the same way.
 func KubeconfigClientset(mgmt client.Reader) Clientset {
