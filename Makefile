@@ -7,8 +7,16 @@ STATICCHECK_VERSION ?= v0.8.2
 FUZZTIME ?= 10s
 BENCH ?= .
 BENCHTIME ?= 1s
-# Every Go module in the tree: the root plus adapters that live in their own
-# module so the core stays free of their dependencies (e.g. amiselect/aws).
+# Every Go module in the tree: the root (the pure library: diff, drift,
+# strategy, amiselect, nodeexec) plus the modules that keep their
+# dependencies out of it: the Cluster API runtime side (strategy/capi), the
+# simulator, the harnesses, nodeexec/drain and nodeexec/nodepod, the
+# examples, adapters (amiselect/aws, karpenter) and tools (hack/...). Each
+# is built and tested on its own go.mod (ARCHITECTURE.md, "Modules"):
+# GOWORK=off here, so a module that misses a requirement fails as it would
+# for a user. The committed go.work is for commands typed at the root
+# (`go run ./examples/simulate`, `go test ./harness/kubeadmnode/`).
+export GOWORK := off
 MODULES := $(shell find . -name go.mod -not -path './.git/*' -printf '%h\n' | sort)
 # The binaries the project ships (the upgrader and inplace-extension
 # images' binaries) are built with this toolchain, newer than go.mod's
@@ -72,7 +80,8 @@ e2e:
 	clusterctl="$$(hack/clusterctl.sh)"; \
 	log="$$(mktemp)"; rc=0; \
 	KUBEBUILDER_ASSETS="$$assets" UPGRADEKIT_REQUIRE_ENVTEST=1 UPGRADEKIT_CAPI_MANAGERS="$$managers" UPGRADEKIT_CLUSTERCTL="$$clusterctl" \
-	  go test -race -count=1 -v -run 'ClusterAPI|Managers|Clusterctl' ./harness/clusterapi/ ./examples/inplace-extension/ >"$$log" 2>&1 || rc=$$?; \
+	  { (cd harness && go test -race -count=1 -v -run 'ClusterAPI|Managers|Clusterctl' ./clusterapi/) && \
+	    (cd examples && go test -race -count=1 -v -run 'ClusterAPI|Managers|Clusterctl' ./inplace-extension/); } >"$$log" 2>&1 || rc=$$?; \
 	grep -E '^(--- |ok|FAIL)|(in|machines [a-z]+ in) [0-9.]+m?s$$' "$$log" || true; \
 	if [[ $$rc -ne 0 ]]; then tail -n 200 "$$log"; fi; \
 	rm -f "$$log"; exit $$rc
@@ -87,7 +96,7 @@ e2e-scale:
 	@assets="$$(hack/envtest-assets.sh)"; \
 	managers="$$(hack/capi-managers.sh)"; \
 	KUBEBUILDER_ASSETS="$$assets" UPGRADEKIT_REQUIRE_ENVTEST=1 UPGRADEKIT_CAPI_MANAGERS="$$managers" \
-	  go test -tags scale -count=1 -timeout 120m -v -run '^TestScaleInPlace$$' ./examples/inplace-extension/
+	  cd examples && go test -tags scale -count=1 -timeout 120m -v -run '^TestScaleInPlace$$' ./inplace-extension/
 
 ## node-assets: build (once per version, then cached) what a real kubeadm node needs, from the Go module proxy.
 node-assets:
@@ -111,7 +120,7 @@ upgrader-staging:
 ## nodes of containerd, kubelet and static pods in Linux namespaces, upgraded by the
 ## project's upgrader, for each of NODE_UPGRADES. Needs root and Debian's containerd and runc.
 e2e-node:
-	@assets=""; for v in $(NODE_VERSIONS); do 	  dir="$$(hack/node-assets.sh "$$v")" || exit 1; assets="$$assets$${assets:+,}$$v=$$dir"; 	done; 	containerd="$$(hack/containerd-assets.sh $(CONTAINERD_VERSION))" || exit 1; 	UPGRADEKIT_NODE_ASSETS="$$assets" UPGRADEKIT_NODE_UPGRADES='$(NODE_UPGRADES)' UPGRADEKIT_CONTAINERD_ASSETS="$$containerd" 	  go test -tags realnode -count=1 -timeout 90m -v -run '$(NODE_RUN)' ./harness/kubeadmnode/
+	@assets=""; for v in $(NODE_VERSIONS); do 	  dir="$$(hack/node-assets.sh "$$v")" || exit 1; assets="$$assets$${assets:+,}$$v=$$dir"; 	done; 	containerd="$$(hack/containerd-assets.sh $(CONTAINERD_VERSION))" || exit 1; 	UPGRADEKIT_NODE_ASSETS="$$assets" UPGRADEKIT_NODE_UPGRADES='$(NODE_UPGRADES)' UPGRADEKIT_CONTAINERD_ASSETS="$$containerd" 	  cd harness && go test -tags realnode -count=1 -timeout 90m -v -run '$(NODE_RUN)' ./kubeadmnode/
 
 ## unit: fast tests only, no build of anything first (tests that need a real kube-apiserver,
 ## Cluster API's managers or its in-place comparison skip, saying so).
@@ -140,7 +149,8 @@ binaries:
 	@mkdir -p $(BIN)
 	@for p in $(SHIPPED); do \
 	  echo "== GOTOOLCHAIN=$(SHIPPED_GOTOOLCHAIN) go build ./$$p"; \
-	  GOTOOLCHAIN=$(SHIPPED_GOTOOLCHAIN) CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o "$(BIN)/$${p##*/}" "./$$p"; \
+	  out="$$(realpath -m "$(BIN)")/$${p##*/}"; \
+	  (cd "$${p%/*}" && GOTOOLCHAIN=$(SHIPPED_GOTOOLCHAIN) CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o "$$out" "./$${p##*/}"); \
 	done
 
 ## vulndb: build (once per version, then cached) the offline vulnerability database and govulncheck.
@@ -155,4 +165,4 @@ vulncheck: binaries
 
 ## demo: the main demo.
 demo:
-	go run ./examples/simulate
+	cd examples && go run ./simulate

@@ -105,6 +105,28 @@ func layerViolations(pkg string, r layerRule, imports, deps []string) []string {
 	return out
 }
 
+// moduleDirs lists the directories of the repository's Go modules,
+// relative to its root ("." for the root module), sorted.
+func moduleDirs(t *testing.T) []string {
+	t.Helper()
+	var dirs []string
+	err := filepath.WalkDir(".", func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && (d.Name() == ".git" || d.Name() == "testdata") {
+			return filepath.SkipDir
+		}
+		if !d.IsDir() && d.Name() == "go.mod" {
+			dirs = append(dirs, filepath.ToSlash(filepath.Dir(path)))
+		}
+		return nil
+	})
+	require.NoError(t, err)
+	slices.Sort(dirs)
+	return dirs
+}
+
 // goList lists, for the packages matching pattern in dir, each one's
 // direct imports and dependencies of this module.
 func goList(t *testing.T, dir, pattern string) map[string][2][]string {
@@ -139,17 +161,23 @@ func TestArchitectureIsTheImportGraph(t *testing.T) {
 		t.Skip("runs go list over the module and its nested modules")
 	}
 	rules := readLayerRules(t, "ARCHITECTURE.md")
-	core := goList(t, ".", "./...")
+	// Every module's packages, each listed in its own module (on its own
+	// go.mod, as CI builds it).
+	graph := map[string][2][]string{}
+	for _, dir := range moduleDirs(t) {
+		if strings.HasPrefix(dir, "hack/") {
+			continue
+		}
+		for p, g := range goList(t, filepath.FromSlash(dir), "./...") {
+			graph[p] = g
+		}
+	}
 	checked := 0
 	var wrong []string
 	for _, r := range rules {
 		for _, p := range r.packages {
 			if r.anything || p == "examples/..." {
 				continue
-			}
-			graph := core
-			if r.module {
-				graph = goList(t, filepath.FromSlash(p), "./...")
 			}
 			got, ok := graph[p]
 			require.True(t, ok, "ARCHITECTURE.md names %s, which is no package", p)
@@ -159,10 +187,10 @@ func TestArchitectureIsTheImportGraph(t *testing.T) {
 	}
 	require.Empty(t, wrong, "ARCHITECTURE.md and the import graph disagree")
 	require.GreaterOrEqual(t, checked, 15, "the table's rows were read")
-	// Every package of the core module but the root, examples, hack and
+	// Every package of every module but the root, examples, hack and
 	// internal ones has a row.
 	var missing []string
-	for p := range core {
+	for p := range graph {
 		if p == modulePath || strings.HasPrefix(p, "examples/") || strings.HasPrefix(p, "internal/") || strings.Contains(p, "/internal/") || strings.HasPrefix(p, "hack/") {
 			continue
 		}
@@ -188,4 +216,92 @@ func TestArchitectureCheckFailsOnAWrongImport(t *testing.T) {
 		layerViolations("strategy", strategyRule, []string{"drift"}, []string{"drift", "nodeexec/kubeadm"}))
 	require.Equal(t, []string{`strategy imports internalish, which its row's "may import" does not list`},
 		layerViolations("strategy", strategyRule, []string{"internalish"}, nil), "a tree is a path prefix, not a string prefix")
+}
+
+// TestArchitectureListsTheModules holds ARCHITECTURE.md's table of modules
+// to the go.mod files in the tree (hack's tool modules aside), and each
+// row of the package table marked "own Go module" to a module's directory.
+func TestArchitectureListsTheModules(t *testing.T) {
+	b, err := os.ReadFile("ARCHITECTURE.md")
+	require.NoError(t, err)
+	var listed []string
+	in := false
+	for _, line := range strings.Split(string(b), "\n") {
+		switch {
+		case strings.HasPrefix(line, "| module (directory) |"):
+			in = true
+		case !in || strings.HasPrefix(line, "|---"):
+		case !strings.HasPrefix(line, "|"):
+			in = false
+		default:
+			m := regexp.MustCompile("^\\| `([^`]+)` \\|").FindStringSubmatch(line)
+			require.NotNil(t, m, "ARCHITECTURE.md: a module row starts with its directory: %s", line)
+			listed = append(listed, m[1])
+		}
+	}
+	var dirs []string
+	for _, d := range moduleDirs(t) {
+		if !strings.HasPrefix(d, "hack/") {
+			dirs = append(dirs, d)
+		}
+	}
+	slices.Sort(listed)
+	require.Equal(t, dirs, listed, "ARCHITECTURE.md's table of modules and the go.mod files in the tree")
+	for _, r := range readLayerRules(t, "ARCHITECTURE.md") {
+		if r.module {
+			for _, p := range r.packages {
+				require.Contains(t, dirs, p, "ARCHITECTURE.md marks %s as its own Go module", p)
+			}
+		}
+	}
+}
+
+// TestTheCoreModuleNeedsNoCluster: a program that imports diff, drift and
+// strategy (a new module next to the test, the root module replaced by
+// this checkout) gets none of the Cluster API runtime side's dependencies
+// in its module graph. A root package that starts to need one fails here;
+// it belongs in one of the other modules (ARCHITECTURE.md, "Modules").
+func TestTheCoreModuleNeedsNoCluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs go mod tidy in a new module")
+	}
+	root, err := filepath.Abs(".")
+	require.NoError(t, err)
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "go.mod"), []byte("module example.com/consumer\n\ngo 1.26.0\n\n"+
+		"require "+modulePath+" v0.0.0\n\nreplace "+modulePath+" => "+root+"\n"), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "main.go"), []byte(`package main
+
+import (
+	"fmt"
+
+	"github.com/upgradekit/upgradekit/diff"
+	"github.com/upgradekit/upgradekit/drift"
+	"github.com/upgradekit/upgradekit/strategy"
+)
+
+func main() { fmt.Println(diff.Bootstrap, drift.StateDrifted, strategy.VerdictAllow) }
+`), 0o644))
+	run := func(args ...string) string {
+		cmd := exec.CommandContext(t.Context(), "go", args...)
+		cmd.Dir = dir
+		cmd.Env = append(os.Environ(), "GOFLAGS=-mod=mod", "GOWORK=off")
+		out, err := cmd.CombinedOutput()
+		require.NoError(t, err, "go %s: %s", strings.Join(args, " "), out)
+		return string(out)
+	}
+	run("mod", "tidy")
+	run("build", "-o", os.DevNull, ".")
+	var mods []string
+	for _, line := range strings.Split(strings.TrimSpace(run("list", "-m", "all")), "\n") {
+		mods = append(mods, strings.Fields(line)[0])
+	}
+	for _, heavy := range []string{
+		"sigs.k8s.io/controller-runtime", "sigs.k8s.io/cluster-api", "k8s.io/client-go", "k8s.io/kubectl",
+		"go.etcd.io/etcd/client/v3", "google.golang.org/grpc", "github.com/prometheus/client_golang",
+	} {
+		require.NotContains(t, mods, heavy, "the consumer's module graph")
+	}
+	require.Contains(t, mods, "sigs.k8s.io/cluster-api/api", "the consumer gets Cluster API's API types")
+	t.Logf("a program importing diff, drift and strategy: %d modules in its graph", len(mods))
 }

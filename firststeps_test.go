@@ -7,8 +7,13 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+)
 
-	"github.com/upgradekit/upgradekit/harness/apiserver"
+// The variables harness/apiserver reads (its SkipEnvVar and RequireEnvVar;
+// harness/apiserver's TestTheMakefileSetsTheEnvVars holds them to these).
+const (
+	skipEnvVar    = "UPGRADEKIT_SKIP_ENVTEST"
+	requireEnvVar = "UPGRADEKIT_REQUIRE_ENVTEST"
 )
 
 // readmeSection returns the README's section under heading (up to the next
@@ -68,16 +73,16 @@ func TestREADMEFirstSteps(t *testing.T) {
 
 	targets := makeTargets(t)
 	require.Contains(t, targets, "unit")
-	require.Contains(t, targets["unit"], apiserver.SkipEnvVar+"=1", "make unit skips the tests that need envtest")
+	require.Contains(t, targets["unit"], skipEnvVar+"=1", "make unit skips the tests that need envtest")
 	for _, heavy := range []string{"hack/envtest-assets.sh", "hack/capi-managers.sh", "hack/capi-inplace-oracle.sh"} {
 		require.NotContains(t, targets["unit"], heavy, "make unit builds nothing first")
 	}
-	require.Contains(t, targets["test"], apiserver.RequireEnvVar+"=1", "under make test a missing kube-apiserver fails a test")
-	require.Contains(t, targets["e2e"], apiserver.RequireEnvVar+"=1")
+	require.Contains(t, targets["test"], requireEnvVar+"=1", "under make test a missing kube-apiserver fails a test")
+	require.Contains(t, targets["e2e"], requireEnvVar+"=1")
 	ci, err := os.ReadFile(".ci/run")
 	require.NoError(t, err)
 	require.Regexp(t, `(?m)^make test$`, string(ci), "CI runs make test")
-	require.Regexp(t, `(?m)^export `+apiserver.RequireEnvVar+`=1$`, string(ci))
+	require.Regexp(t, `(?m)^export `+requireEnvVar+`=1$`, string(ci))
 
 	// Every make target the README names exists.
 	for _, m := range regexp.MustCompile("(?m)(?:^|`)make ([a-z][a-z0-9-]*)").FindAllStringSubmatch(readme, -1) {

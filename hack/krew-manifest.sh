@@ -58,7 +58,7 @@ for p in "${platforms[@]}"; do
 	fi
 	echo "krew-manifest: building $p" >&2
 	mkdir -p -- "$work/$os-$arch"
-	(cd "$root" && CGO_ENABLED=0 GOOS=$os GOARCH=$arch go build -trimpath -o "$work/$os-$arch/kubectl-upgradekit" ./examples/preview)
+	(cd "$root/examples" && CGO_ENABLED=0 GOOS=$os GOARCH=$arch go build -trimpath -o "$work/$os-$arch/kubectl-upgradekit" ./preview)
 	cp -- "$root/LICENSE" "$work/$os-$arch/LICENSE"
 	archive=kubectl-upgradekit_${os}_${arch}.tar.gz
 	tar -C "$work/$os-$arch" --sort=name --owner=0 --group=0 --numeric-owner --mtime=@0 -cf - kubectl-upgradekit LICENSE | gzip -n >"$dir/$archive"

@@ -69,7 +69,7 @@ complete() {
 # command and environment for a new directory and a refresh, so that both
 # give the same bytes.
 build_pause() {
-  (cd "$repo" && GOWORK=off GOFLAGS= CGO_ENABLED=0 GOOS=linux GOARCH="$goarch" go build -trimpath -ldflags='-s -w -buildid=' -o "$1" ./harness/kubeadmnode/internal/pause >&2)
+  (cd "$repo/harness" && GOWORK=off GOFLAGS= CGO_ENABLED=0 GOOS=linux GOARCH="$goarch" go build -trimpath -ldflags='-s -w -buildid=' -o "$1" ./kubeadmnode/internal/pause >&2)
 }
 refresh_pause() {
   local tmp

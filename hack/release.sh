@@ -22,6 +22,8 @@
 # a local clusterctl repository and the two files to attach to the release.
 # Pushing the commit and the tags is left to the person releasing.
 set -euo pipefail
+# Each module on its own go.mod (`go list -m` in a workspace lists them all).
+export GOWORK=off
 
 usage() { echo "usage: hack/release.sh [-proxy DIR] [-clusterctl DIR] [-no-tag] VERSION" >&2; exit 2; }
 proxy="" clusterctl="" tag=1

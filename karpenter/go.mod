@@ -2,7 +2,14 @@ module github.com/upgradekit/upgradekit/karpenter
 
 go 1.26.6
 
-replace github.com/upgradekit/upgradekit => ../
+replace (
+	github.com/upgradekit/upgradekit => ..
+	github.com/upgradekit/upgradekit/harness => ../harness
+	github.com/upgradekit/upgradekit/nodeexec/drain => ../nodeexec/drain
+	github.com/upgradekit/upgradekit/nodeexec/nodepod => ../nodeexec/nodepod
+	github.com/upgradekit/upgradekit/simulator => ../simulator
+	github.com/upgradekit/upgradekit/strategy/capi => ../strategy/capi
+)
 
 require (
 	github.com/aws/karpenter-provider-aws v1.14.1
@@ -61,6 +68,7 @@ require (
 	github.com/samber/lo v1.53.0 // indirect
 	github.com/spf13/cobra v1.10.2 // indirect
 	github.com/spf13/pflag v1.0.10 // indirect
+	github.com/upgradekit/upgradekit/harness v0.0.0
 	github.com/x448/float16 v0.8.4 // indirect
 	go.uber.org/multierr v1.11.0 // indirect
 	go.uber.org/zap v1.28.0 // indirect

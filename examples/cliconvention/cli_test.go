@@ -278,8 +278,8 @@ func buildAll(t *testing.T) (bin, root string) {
 			return
 		}
 		names := []string{"ami-resolve", "inplace-extension", "preview", "simulate", "upgrader"}
-		build := exec.Command("go", append([]string{"build", "-o", built.bin + "/"}, prefixed("./examples/", names)...)...)
-		build.Dir = built.root
+		build := exec.Command("go", append([]string{"build", "-o", built.bin + "/"}, prefixed("./", names)...)...)
+		build.Dir = filepath.Join(built.root, "examples")
 		if out, err := build.CombinedOutput(); err != nil {
 			built.err = fmt.Errorf("%w: %s", err, out)
 			return

@@ -63,6 +63,8 @@ require (
 	github.com/robfig/cron/v3 v3.0.1 // indirect
 	github.com/samber/lo v1.53.0 // indirect
 	github.com/spf13/cobra v1.10.2 // indirect
+	github.com/upgradekit/upgradekit/examples v0.0.0
+	github.com/upgradekit/upgradekit/harness v0.0.0
 	github.com/x448/float16 v0.8.4 // indirect
 	go.uber.org/multierr v1.11.0 // indirect
 	go.uber.org/zap v1.28.0 // indirect
@@ -95,5 +97,11 @@ require (
 
 replace (
 	github.com/upgradekit/upgradekit => ../..
+	github.com/upgradekit/upgradekit/examples => ../../examples
+	github.com/upgradekit/upgradekit/harness => ../../harness
 	github.com/upgradekit/upgradekit/karpenter => ../../karpenter
+	github.com/upgradekit/upgradekit/nodeexec/drain => ../../nodeexec/drain
+	github.com/upgradekit/upgradekit/nodeexec/nodepod => ../../nodeexec/nodepod
+	github.com/upgradekit/upgradekit/simulator => ../../simulator
+	github.com/upgradekit/upgradekit/strategy/capi => ../../strategy/capi
 )

@@ -43,8 +43,14 @@ func TestDockerfile(t *testing.T) {
 	for _, d := range want {
 		require.Contains(t, b.Copied, d, "the build stage must COPY package %s", d)
 	}
+	mods, err := dockerfile.ModuleFiles(".", root)
+	require.NoError(t, err)
+	for _, f := range mods {
+		require.Contains(t, b.Files, f, "the build stage must COPY %s", f)
+	}
 	require.Contains(t, b.Env, "CGO_ENABLED=0")
-	require.Equal(t, "./examples/inplace-extension", b.Package)
+	require.Equal(t, "examples", b.Dir, "it builds in the examples module")
+	require.Equal(t, "./inplace-extension", b.Package)
 	require.NotEmpty(t, b.Toolchain(), "the build stage sets GOTOOLCHAIN (the Makefile's SHIPPED_GOTOOLCHAIN)")
 	info, err := buildinfo.ReadFile(b.Binary)
 	require.NoError(t, err)

@@ -29,13 +29,19 @@ func TestCompatibilityMatrix(t *testing.T) {
 		require.True(t, ok, "%s requires %s", f.path, path)
 		return v
 	}
-	capi := req(ours, "sigs.k8s.io/cluster-api")
+	// The Cluster API runtime side's module is the one that needs Cluster
+	// API's core, controller-runtime and client-go; the root needs only
+	// Cluster API's api module and apimachinery.
+	side := parseMod(t, "../../strategy/capi/go.mod")
+	require.Equal(t, req(ours, "sigs.k8s.io/cluster-api/api"), req(side, "sigs.k8s.io/cluster-api/api"))
+	capi := req(side, "sigs.k8s.io/cluster-api")
 	minor := capi[:strings.LastIndex(capi, ".")]
 	require.Contains(t, table, "| "+minor+".x: "+capi+"'s core", "the Cluster API row names go.mod's version")
-	require.Contains(t, table, "| controller-runtime | "+req(ours, "sigs.k8s.io/controller-runtime")+" |")
+	require.Contains(t, table, "| controller-runtime | "+req(side, "sigs.k8s.io/controller-runtime")+" |")
 	k8s := req(ours, "k8s.io/api")
 	require.Equal(t, k8s, req(ours, "k8s.io/apimachinery"))
-	require.Equal(t, k8s, req(ours, "k8s.io/client-go"))
+	require.Equal(t, k8s, req(side, "k8s.io/api"))
+	require.Equal(t, k8s, req(side, "k8s.io/client-go"))
 	require.Contains(t, table, "| k8s.io/api, apimachinery, client-go | "+k8s+" |")
 
 	script, err := os.ReadFile("../../hack/envtest-assets.sh")
@@ -57,7 +63,7 @@ func TestCompatibilityMatrix(t *testing.T) {
 	require.NoError(t, err)
 	theirs := parseMod(t, filepath.Join(strings.TrimSpace(string(out)), "go.mod"))
 	require.Equal(t, theirs.goVersion, ours.goVersion, "our go directive is Cluster API's")
-	require.Equal(t, req(theirs, "sigs.k8s.io/controller-runtime"), req(ours, "sigs.k8s.io/controller-runtime"))
+	require.Equal(t, req(theirs, "sigs.k8s.io/controller-runtime"), req(side, "sigs.k8s.io/controller-runtime"))
 	require.Equal(t, req(theirs, "k8s.io/api"), k8s)
 	require.Contains(t, table, "controller-runtime "+req(theirs, "sigs.k8s.io/controller-runtime")+" and k8s.io "+req(theirs, "k8s.io/api"))
 }

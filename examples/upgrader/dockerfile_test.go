@@ -98,8 +98,14 @@ func TestDockerfileBuildStage(t *testing.T) {
 	for _, d := range wantDirs {
 		require.Contains(t, b.Copied, d, "the build stage must COPY package %s", d)
 	}
+	mods, err := dockerfile.ModuleFiles(".", root)
+	require.NoError(t, err)
+	for _, f := range mods {
+		require.Contains(t, b.Files, f, "the build stage must COPY %s", f)
+	}
 	require.Contains(t, b.Env, "CGO_ENABLED=0")
-	require.Equal(t, "./examples/upgrader", b.Package)
+	require.Equal(t, "examples", b.Dir, "it builds in the examples module")
+	require.Equal(t, "./upgrader", b.Package)
 	require.Equal(t, "/out/upgrader", b.Out)
 	requireStatic(t, b.Binary)
 	requireToolchain(t, b)

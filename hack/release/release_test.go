@@ -11,12 +11,14 @@ import (
 )
 
 // TestConsumerGetsTheRelease releases a clone of the repository at a test
-// version into a file-based proxy (hack/release.sh -proxy), then, from a
-// new module outside the repository, `go get`s the root and the nested
-// amiselect/aws module at that version through it (the rest of the
-// dependencies through the usual proxy) and builds and runs a program
-// using both: the nested module's require of the root resolves. Then it
-// runs the README's tour there (examples/tour, copied as a user would).
+// version into a file-based proxy (hack/release.sh -proxy), every module
+// tagged, then, from a new module outside the repository, `go get`s the
+// root and the nested amiselect/aws module at that version through it (the
+// rest of the dependencies through the usual proxy) and builds and runs a
+// program using both: the nested module's require of the root resolves,
+// and none of the Cluster API runtime side comes with them. Then it gets
+// the strategy/capi, simulator and harness modules and runs the README's
+// tour there (examples/tour, copied as a user would).
 func TestConsumerGetsTheRelease(t *testing.T) {
 	top, err := exec.Command("git", "rev-parse", "--show-toplevel").Output()
 	if err != nil {
@@ -41,7 +43,13 @@ func TestConsumerGetsTheRelease(t *testing.T) {
 	}
 
 	tags := sh(t, clone, nil, "git", "tag", "--points-at", "HEAD")
-	for _, want := range []string{version, "amiselect/aws/" + version, "karpenter/" + version, "examples/drift-explain/" + version} {
+	nestedModules := []string{"amiselect/aws", "karpenter", "examples/drift-explain", "examples", "harness", "internal/entrypoints",
+		"nodeexec/drain", "nodeexec/nodepod", "simulator", "strategy/capi"}
+	wantTags := []string{version}
+	for _, m := range nestedModules {
+		wantTags = append(wantTags, m+"/"+version)
+	}
+	for _, want := range wantTags {
 		if !strings.Contains(tags, want) {
 			t.Fatalf("tag %s missing; HEAD has %q", want, tags)
 		}
@@ -93,6 +101,14 @@ func main() {
 	upstream := strings.TrimSpace(sh(t, "", nil, "go", "env", "GOPROXY"))
 	env := []string{"GOPROXY=file://" + proxy + "," + upstream, "GONOSUMDB=github.com/upgradekit", "GOFLAGS=-mod=mod", "GOWORK=off"}
 	sh(t, consumer, env, "go", "get", "github.com/upgradekit/upgradekit@"+version, "github.com/upgradekit/upgradekit/amiselect/aws@"+version)
+	// Only what the program imports: the core module and its AWS adapter;
+	// none of the Cluster API runtime side's modules (ARCHITECTURE.md,
+	// "Modules").
+	for _, m := range strings.Fields(sh(t, consumer, env, "go", "list", "-m", "-f", "{{.Path}}", "all")) {
+		if m == "sigs.k8s.io/controller-runtime" || m == "github.com/upgradekit/upgradekit/strategy/capi" {
+			t.Fatalf("a program importing diff and amiselect/aws has %s in its module graph", m)
+		}
+	}
 	if got := strings.TrimSpace(sh(t, consumer, env, "go", "list", "-m", "-f", "{{.Version}}", "github.com/upgradekit/upgradekit")); got != version {
 		t.Fatalf("the consumer resolved github.com/upgradekit/upgradekit %s, want %s", got, version)
 	}
@@ -141,6 +157,10 @@ func main() {
 		writeFile(t, filepath.Join(consumer, f.dir, filepath.Base(f.from)), src)
 	}
 	sh(t, consumer, env, "go", "run", "golang.org/x/tools/cmd/goimports@v0.39.0", "-w", "harness")
+	// The tour and the harness tests use the Cluster API runtime side, the
+	// simulator and the harnesses: each its own module, at the version.
+	sh(t, consumer, env, "go", "get", "github.com/upgradekit/upgradekit/strategy/capi@"+version,
+		"github.com/upgradekit/upgradekit/simulator@"+version, "github.com/upgradekit/upgradekit/harness@"+version)
 	out := sh(t, consumer, env, "go", "test", "-count=1", "-v", "./tour/", "./harness/", "./integration/")
 	for _, want := range []string{"--- PASS: ExampleWhatChanged", "--- PASS: ExamplePlanRollout", "--- PASS: ExampleSimulate", "TestAddExtension",
 		"TestMyExtensionUnderClusterAPI", "TestMyController"} {

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -148,10 +149,21 @@ func UpgraderImage(name, upgrader string, to Assets, o StageOptions, dir string)
 }
 
 // BuildUpgrader builds the project's upgrader command (examples/upgrader)
-// into dir and returns its path.
+// into dir and returns its path. It builds from this repository's checkout
+// (the examples module, next to the harness module this file is in), so it
+// works in a clone of the repository, not from the module cache.
 func BuildUpgrader(ctx context.Context, dir string) (string, error) {
 	out := filepath.Join(dir, "upgrader")
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", out, "github.com/upgradekit/upgradekit/examples/upgrader")
+	_, self, _, ok := runtime.Caller(0)
+	if !ok {
+		return "", errors.New("nodetest: building the upgrader: cannot locate the repository")
+	}
+	examples := filepath.Join(filepath.Dir(self), "..", "..", "examples")
+	if _, err := os.Stat(filepath.Join(examples, "go.mod")); err != nil {
+		return "", fmt.Errorf("nodetest: building the upgrader: the examples module is not at %s: %w", examples, err)
+	}
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", out, "./upgrader")
+	cmd.Dir = examples
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if b, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("nodetest: building the upgrader: %w: %s", err, b)

@@ -15,10 +15,17 @@ type GoBuild struct {
 	// Copied are the destination directories of the stage's COPYs,
 	// relative to its WORKDIR, without a trailing slash.
 	Copied []string
+	// Files are the files the COPYs selected, relative to the build
+	// context (root) and slash-separated.
+	Files []string
 	// Env are the variables the RUN sets before `go build`.
 	Env []string
-	// Package is the package argument of `go build`; Out its -o in the
-	// stage.
+	// Dir is the directory `go -C DIR build` builds in, relative to the
+	// stage's WORKDIR ("" without -C): the module the binary's main
+	// package is in.
+	Dir string
+	// Package is the package argument of `go build`, relative to Dir; Out
+	// its -o in the stage.
 	Package, Out string
 	// Binary is where the replay wrote the binary.
 	Binary string
@@ -28,7 +35,7 @@ type GoBuild struct {
 // COPYs select from root (globs, one level, as docker does for them) into
 // an empty directory under tmp, then its one RUN's `go build` command,
 // with -o redirected under tmp. The RUN must be of the form
-// "[--mount...] VAR=value... go build ... -o OUT PACKAGE".
+// "[--mount...] VAR=value... go [-C DIR] build ... -o OUT PACKAGE".
 func ReplayGoBuild(s Stage, root, tmp string) (GoBuild, error) {
 	var b GoBuild
 	src := filepath.Join(tmp, "src")
@@ -47,6 +54,9 @@ func ReplayGoBuild(s Stage, root, tmp string) (GoBuild, error) {
 				return b, fmt.Errorf("COPY %s matches nothing", pattern)
 			}
 			for _, m := range matches {
+				if rel, err := filepath.Rel(root, m); err == nil {
+					b.Files = append(b.Files, filepath.ToSlash(rel))
+				}
 				data, err := os.ReadFile(m)
 				if err != nil {
 					return b, err
@@ -73,8 +83,12 @@ func ReplayGoBuild(s Stage, root, tmp string) (GoBuild, error) {
 	for len(words) > 0 && strings.Contains(words[0], "=") {
 		b.Env, words = append(b.Env, words[0]), words[1:]
 	}
+	if len(words) > 3 && words[0] == "go" && words[1] == "-C" {
+		b.Dir = words[2]
+		words = append([]string{"go"}, words[3:]...)
+	}
 	if len(words) < 3 || words[0] != "go" || words[1] != "build" {
-		return b, fmt.Errorf("RUN %s: not VAR=value... go build", runs[0])
+		return b, fmt.Errorf("RUN %s: not VAR=value... go [-C DIR] build", runs[0])
 	}
 	o := slices.Index(words, "-o")
 	if o < 0 || o+1 >= len(words) {
@@ -84,8 +98,8 @@ func ReplayGoBuild(s Stage, root, tmp string) (GoBuild, error) {
 	b.Binary = filepath.Join(tmp, "out", filepath.Base(b.Out))
 	words[o+1] = b.Binary
 	cmd := exec.Command(words[0], words[1:]...)
-	cmd.Dir = src
-	cmd.Env = append(os.Environ(), b.Env...)
+	cmd.Dir = filepath.Join(src, filepath.FromSlash(b.Dir))
+	cmd.Env = append(os.Environ(), append([]string{"GOWORK=off"}, b.Env...)...)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return b, fmt.Errorf("%s: %w\n%s", strings.Join(words, " "), err, out)
 	}
@@ -129,22 +143,85 @@ func (b GoBuild) Toolchain() string {
 }
 
 // ModulePackages are the directories, relative to root and slash-separated,
-// of the main module's packages that pkgDir's package imports (itself
-// included): what a build stage must COPY.
+// of the packages of root's modules (root's module path and the modules
+// under it) that pkgDir's package imports (itself included): what a build
+// stage must COPY.
 func ModulePackages(pkgDir, root string) ([]string, error) {
-	cmd := exec.Command("go", "list", "-deps", "-f", "{{if .Module}}{{if .Module.Main}}{{.Dir}}{{end}}{{end}}", ".")
+	prefix, err := modulePath(root)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command("go", "list", "-deps", "-f", "{{if .Module}}{{.Module.Path}} {{.Dir}}{{end}}", ".")
 	cmd.Dir = pkgDir
+	cmd.Env = append(os.Environ(), "GOWORK=off")
 	out, err := cmd.Output()
 	if err != nil {
 		return nil, fmt.Errorf("go list -deps in %s: %w", pkgDir, err)
 	}
+	return ours(string(out), prefix, root, "")
+}
+
+// ModuleFiles are the go.mod files, relative to root and slash-separated,
+// of root's modules in the module graph of pkgDir's module, and that
+// module's go.sum: what a build stage must COPY for `go build` to load the
+// graph (the modules reach each other through replace directives).
+func ModuleFiles(pkgDir, root string) ([]string, error) {
+	prefix, err := modulePath(root)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command("go", "list", "-m", "-f", "{{.Path}} {{if .Replace}}{{.Replace.Dir}}{{else}}{{.Dir}}{{end}}", "all")
+	cmd.Dir = pkgDir
+	cmd.Env = append(os.Environ(), "GOWORK=off")
+	out, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("go list -m all in %s: %w", pkgDir, err)
+	}
+	files, err := ours(string(out), prefix, root, "/go.mod")
+	if err != nil {
+		return nil, err
+	}
+	cmd = exec.Command("go", "list", "-m", "-f", "{{.Dir}}")
+	cmd.Dir = pkgDir
+	cmd.Env = append(os.Environ(), "GOWORK=off")
+	if out, err = cmd.Output(); err != nil {
+		return nil, fmt.Errorf("go list -m in %s: %w", pkgDir, err)
+	}
+	main, err := filepath.Rel(root, strings.TrimSpace(string(out)))
+	if err != nil {
+		return nil, err
+	}
+	return append(files, filepath.ToSlash(filepath.Join(main, "go.sum"))), nil
+}
+
+// modulePath reads the module path of root's go.mod.
+func modulePath(root string) (string, error) {
+	b, err := os.ReadFile(filepath.Join(root, "go.mod"))
+	if err != nil {
+		return "", err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if p, ok := strings.CutPrefix(strings.TrimSpace(line), "module "); ok {
+			return strings.Trim(p, `"`), nil
+		}
+	}
+	return "", fmt.Errorf("%s: no module line", filepath.Join(root, "go.mod"))
+}
+
+// ours keeps, of lines "PATH DIR", the directories (plus suffix) of
+// modules or packages whose path is prefix or under it, relative to root.
+func ours(lines, prefix, root, suffix string) ([]string, error) {
 	var dirs []string
-	for _, dir := range strings.Fields(string(out)) {
+	for _, line := range strings.Split(strings.TrimSpace(lines), "\n") {
+		path, dir, ok := strings.Cut(line, " ")
+		if !ok || (path != prefix && !strings.HasPrefix(path, prefix+"/")) || dir == "" {
+			continue
+		}
 		rel, err := filepath.Rel(root, dir)
 		if err != nil {
 			return nil, err
 		}
-		dirs = append(dirs, filepath.ToSlash(rel))
+		dirs = append(dirs, filepath.ToSlash(filepath.Join(rel, strings.TrimPrefix(suffix, "/"))))
 	}
 	return dirs, nil
 }

@@ -1,4 +1,4 @@
-package kubeadm
+package nodepod_test
 
 import (
 	"errors"
@@ -7,15 +7,16 @@ import (
 	"time"
 
 	"github.com/upgradekit/upgradekit/nodeexec"
+	"github.com/upgradekit/upgradekit/nodeexec/kubeadm"
 	"github.com/upgradekit/upgradekit/nodeexec/nodepod"
 )
 
-// FuzzNewPlans feeds the four plan constructors hostile configurations
+// FuzzKubeadmPlans feeds kubeadm's four plan constructors hostile configurations
 // (names, versions, paths, arguments): none panics or takes more than 2
-// seconds, every refusal wraps ErrInvalidConfig (or the plan's
+// seconds, every refusal wraps kubeadm.ErrInvalidConfig (or the plan's
 // ErrInvalidPlan, or a version error of CheckUpgrade), and every plan
 // returned validates and builds into a pod.
-func FuzzNewPlans(f *testing.F) {
+func FuzzKubeadmPlans(f *testing.F) {
 	f.Add("n-0", "", "v1.30.4", "v1.31.1", "/var/lib/upgradekit/staging", "max-pods", "110", "kube-apiserver", "3.5.15-0", "audit-log-maxage", "30")
 	f.Add("", "../x", "1.30", "v2.0.0", "relative", "", "\n", "etcd", "a/b", "--x", "\x00")
 	f.Add("N", "p", "v1.31.1", "v1.30.4", "/", "a=b", "c d", "nope", " ", "-", "")
@@ -31,8 +32,8 @@ func FuzzNewPlans(f *testing.F) {
 		}()
 		ok := func(what string, p nodeexec.Plan, err error) {
 			if err != nil {
-				var verr *VersionError
-				if !errors.Is(err, ErrInvalidConfig) && !errors.Is(err, nodeexec.ErrInvalidPlan) && !errors.As(err, &verr) && !errors.Is(err, ErrInvalidVersion) {
+				var verr *kubeadm.VersionError
+				if !errors.Is(err, kubeadm.ErrInvalidConfig) && !errors.Is(err, nodeexec.ErrInvalidPlan) && !errors.As(err, &verr) && !errors.Is(err, kubeadm.ErrInvalidVersion) {
 					t.Fatalf("%s: untyped error: %v", what, err)
 				}
 				return
@@ -44,14 +45,14 @@ func FuzzNewPlans(f *testing.F) {
 				t.Fatalf("%s: its pod cannot be built: %v", what, err)
 			}
 		}
-		p, err := NewPlan(Config{PlanName: name, Node: node, Role: RoleWorker, FromVersion: from, ToVersion: to, StagingDir: dir})
+		p, err := kubeadm.NewPlan(kubeadm.Config{PlanName: name, Node: node, Role: kubeadm.RoleWorker, FromVersion: from, ToVersion: to, StagingDir: dir})
 		ok("NewPlan", p, err)
-		p, err = NewKubeletArgsPlan(KubeletArgsConfig{PlanName: name, Node: node, BackupDir: dir, Desired: []KubeletArg{{Name: argName, Value: argValue}}})
+		p, err = kubeadm.NewKubeletArgsPlan(kubeadm.KubeletArgsConfig{PlanName: name, Node: node, BackupDir: dir, Desired: []kubeadm.KubeletArg{{Name: argName, Value: argValue}}})
 		ok("NewKubeletArgsPlan", p, err)
-		p, err = NewControlPlaneConfigPlan(ControlPlaneConfig{PlanName: name, Node: node, ManifestDir: dir,
-			Expect: []ManifestExpectation{{Component: component, ImageTag: tag, Args: []KubeletArg{{Name: cpArg, Value: cpValue}}}}})
+		p, err = kubeadm.NewControlPlaneConfigPlan(kubeadm.ControlPlaneConfig{PlanName: name, Node: node, ManifestDir: dir,
+			Expect: []kubeadm.ManifestExpectation{{Component: component, ImageTag: tag, Args: []kubeadm.KubeletArg{{Name: cpArg, Value: cpValue}}}}})
 		ok("NewControlPlaneConfigPlan", p, err)
-		p, err = NewFilesPlan(FilesConfig{PlanName: name, Node: node, Files: []File{{Path: dir, Content: []byte(cpValue), Permissions: argValue, Owner: argName}}})
+		p, err = kubeadm.NewFilesPlan(kubeadm.FilesConfig{PlanName: name, Node: node, Files: []kubeadm.File{{Path: dir, Content: []byte(cpValue), Permissions: argValue, Owner: argName}}})
 		ok("NewFilesPlan", p, err)
 	})
 }
