@@ -12,12 +12,20 @@ BENCHTIME ?= 1s
 # dependencies out of it: the Cluster API runtime side (strategy/capi), the
 # simulator, the harnesses, nodeexec/drain and nodeexec/nodepod, the
 # examples, adapters (amiselect/aws, karpenter) and tools (hack/...). Each
-# is built and tested on its own go.mod (ARCHITECTURE.md, "Modules"):
-# GOWORK=off here, so a module that misses a requirement fails as it would
-# for a user. The committed go.work is for commands typed at the root
-# (`go run ./examples/simulate`, `go test ./harness/kubeadmnode/`).
+# is vetted, linted and tidied on its own go.mod (ARCHITECTURE.md,
+# "Modules"): GOWORK=off here, so a module that misses a requirement fails
+# as it would for a user.
 export GOWORK := off
 MODULES := $(shell find . -name go.mod -not -path './.git/*' -printf '%h\n' | sort)
+# The modules go.work lists (the root and the modules split off it):
+# `make test` runs their tests in one `go test` through go.work, so the
+# longest packages of every module share the machine as they did in one
+# module; TestTheWorkspaceBuildsWhatEachModuleBuilds shows the workspace
+# selects, for every package their tests build, the versions each module's
+# own go.mod selects. The other modules (adapters and tools with
+# dependencies of their own) are tested each on its own go.mod.
+WORK_MODULES := $(shell sed -n 's|^[[:space:]]*\(\.[^[:space:]]*\)$$|\1|p' go.work)
+OTHER_MODULES := $(filter-out $(WORK_MODULES),$(MODULES))
 # The binaries the project ships (the upgrader and inplace-extension
 # images' binaries) are built with this toolchain, newer than go.mod's
 # `go 1.26.0` floor: the go command fetches it through the module proxy
@@ -66,9 +74,12 @@ test:
 	managers="$$(hack/capi-managers.sh)"; \
 	clusterctl="$$(hack/clusterctl.sh)"; \
 	kubectl="$$(hack/kubectl.sh)/kubectl"; \
-	for m in $(MODULES); do \
+	export KUBEBUILDER_ASSETS="$$assets" UPGRADEKIT_REQUIRE_ENVTEST=1 UPGRADEKIT_CAPI_ORACLE="$$oracle" UPGRADEKIT_CAPI_MANAGERS="$$managers" UPGRADEKIT_CLUSTERCTL="$$clusterctl" UPGRADEKIT_KUBECTL="$$kubectl"; \
+	echo "== go test -race (go.work: $(WORK_MODULES))"; \
+	GOWORK="$(CURDIR)/go.work" go test -race -count=1 -timeout 30m $(patsubst %,%/...,$(WORK_MODULES)); \
+	for m in $(OTHER_MODULES); do \
 	  echo "== go test -race $$m/..."; \
-	  (cd "$$m" && KUBEBUILDER_ASSETS="$$assets" UPGRADEKIT_REQUIRE_ENVTEST=1 UPGRADEKIT_CAPI_ORACLE="$$oracle" UPGRADEKIT_CAPI_MANAGERS="$$managers" UPGRADEKIT_CLUSTERCTL="$$clusterctl" UPGRADEKIT_KUBECTL="$$kubectl" go test -race -count=1 -timeout 30m ./...); \
+	  (cd "$$m" && go test -race -count=1 -timeout 30m ./...); \
 	done
 
 ## e2e: only the scenarios Cluster API's own controllers drive (harness/clusterapi and

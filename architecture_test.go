@@ -305,3 +305,46 @@ func main() { fmt.Println(diff.Bootstrap, drift.StateDrifted, strategy.VerdictAl
 	require.Contains(t, mods, "sigs.k8s.io/cluster-api/api", "the consumer gets Cluster API's API types")
 	t.Logf("a program importing diff, drift and strategy: %d modules in its graph", len(mods))
 }
+
+// TestTheWorkspaceBuildsWhatEachModuleBuilds backs `make test`, which runs
+// the tests of go.work's modules in one `go test` through go.work: for
+// every package those tests build, the workspace selects the module
+// version that module's own go.mod selects, so a test passes or fails as it
+// would in a build of that module alone.
+func TestTheWorkspaceBuildsWhatEachModuleBuilds(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs go list over every module twice")
+	}
+	work, err := filepath.Abs("go.work")
+	require.NoError(t, err)
+	b, err := os.ReadFile(work)
+	require.NoError(t, err)
+	var used []string
+	for _, line := range strings.Split(string(b), "\n") {
+		if d := strings.TrimSpace(line); strings.HasPrefix(d, ".") {
+			used = append(used, d)
+		}
+	}
+	require.Contains(t, used, ".", "go.work uses the root module")
+	require.Greater(t, len(used), 5, "go.work's modules were read")
+	built := func(dir, gowork string) []string {
+		cmd := exec.CommandContext(t.Context(), "go", "list", "-deps", "-test", "-f", "{{with .Module}}{{.Path}} {{.Version}}{{end}}", "./...")
+		cmd.Dir = dir
+		cmd.Env = append(os.Environ(), "GOWORK="+gowork, "GOFLAGS=")
+		out, err := cmd.Output()
+		require.NoError(t, err, "go list in %s (GOWORK=%s)", dir, gowork)
+		var mods []string
+		for _, m := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+			if m != "" && !strings.HasPrefix(m, modulePath) && !slices.Contains(mods, m) {
+				mods = append(mods, m)
+			}
+		}
+		slices.Sort(mods)
+		return mods
+	}
+	for _, dir := range used {
+		alone := built(dir, "off")
+		require.NotEmpty(t, alone, "%s builds modules", dir)
+		require.Equal(t, alone, built(dir, work), "the versions module %s's packages and tests build with: alone (-) and in the workspace (+)", dir)
+	}
+}

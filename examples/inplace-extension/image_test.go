@@ -96,8 +96,8 @@ func readUpgraderImage(t *testing.T) upgraderImage {
 // stageOutput is the -o path of the build stage's go build.
 func stageOutput(t *testing.T, build dockerfile.Stage) string {
 	t.Helper()
-	m := regexp.MustCompile(`go build .*-o (\S+) \./examples/upgrader$`).FindStringSubmatch(strings.Join(build.All("RUN"), " "))
-	require.NotNil(t, m, "the build stage runs go build -o FILE ./examples/upgrader")
+	m := regexp.MustCompile(`go -C examples build .*-o (\S+) \./upgrader$`).FindStringSubmatch(strings.Join(build.All("RUN"), " "))
+	require.NotNil(t, m, "the build stage runs go -C examples build -o FILE ./upgrader")
 	return m[1]
 }
 
