@@ -28,7 +28,7 @@
 #
 # Environment:
 #   UPGRADEKIT_CLUSTERCTL_CACHE  cache root (default: ${XDG_CACHE_HOME:-$HOME/.cache}/upgradekit/clusterctl)
-#   CAPI_VERSION                 sigs.k8s.io/cluster-api version (default: the one in go.mod)
+#   CAPI_VERSION                 sigs.k8s.io/cluster-api version (default: the one in strategy/capi/go.mod)
 set -euo pipefail
 
 repo="$(cd "$(dirname "$0")/.." && pwd)"
@@ -39,7 +39,7 @@ command -v go >/dev/null || { log "go is not on PATH"; exit 1; }
 export GOWORK=off GOFLAGS=-mod=mod CGO_ENABLED=0
 
 if [[ -z "${CAPI_VERSION:-}" ]]; then
-  CAPI_VERSION=$(cd "$repo" && go list -m -f '{{.Version}}' sigs.k8s.io/cluster-api)
+  CAPI_VERSION=$(cd "$repo/strategy/capi" && go list -m -f '{{.Version}}' sigs.k8s.io/cluster-api)
 fi
 [[ "$CAPI_VERSION" =~ ^v1\.[0-9]+\.[0-9]+$ ]] || { log "CAPI_VERSION must look like v1.X.Y, got '$CAPI_VERSION'"; exit 2; }
 

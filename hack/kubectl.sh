@@ -9,7 +9,7 @@
 #
 # Environment:
 #   UPGRADEKIT_KUBECTL_CACHE  cache root (default: ${XDG_CACHE_HOME:-$HOME/.cache}/upgradekit/kubectl)
-#   KUBECTL_VERSION           k8s.io/kubectl version, v0.X.Y (default: k8s.io/client-go's in go.mod)
+#   KUBECTL_VERSION           k8s.io/kubectl version, v0.X.Y (default: k8s.io/client-go's in strategy/capi/go.mod)
 set -euo pipefail
 
 repo="$(cd "$(dirname "$0")/.." && pwd)"
@@ -20,7 +20,7 @@ command -v go >/dev/null || { log "go is not on PATH"; exit 1; }
 export GOWORK=off GOFLAGS=-mod=mod CGO_ENABLED=0
 
 if [[ -z "${KUBECTL_VERSION:-}" ]]; then
-  KUBECTL_VERSION=$(cd "$repo" && go list -m -f '{{.Version}}' k8s.io/client-go)
+  KUBECTL_VERSION=$(cd "$repo/strategy/capi" && go list -m -f '{{.Version}}' k8s.io/client-go)
 fi
 [[ "$KUBECTL_VERSION" =~ ^v0\.[0-9]+\.[0-9]+$ ]] || { log "KUBECTL_VERSION must look like v0.X.Y, got '$KUBECTL_VERSION'"; exit 2; }
 

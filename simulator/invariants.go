@@ -292,7 +292,7 @@ func CheckStall(res *Result) []string {
 		return nil
 	}
 	group := map[string]string{}
-	for _, p := range append([]*strategy.Plan{res.Plan}, res.Plans...) {
+	for _, p := range append([]*strategy.RolloutPlan{res.Plan}, res.Plans...) {
 		if p == nil {
 			continue
 		}

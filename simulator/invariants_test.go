@@ -24,7 +24,7 @@ var t0 = time.Date(2026, 1, 1, 9, 0, 0, 0, time.UTC)
 func at(min int) time.Time { return t0.Add(time.Duration(min) * time.Minute) }
 
 func TestCheckDisruption(t *testing.T) {
-	plan := &strategy.Plan{Machines: []strategy.PlannedMachine{
+	plan := &strategy.RolloutPlan{Machines: []strategy.PlannedMachine{
 		{Machine: "cp-0"}, {Machine: "cp-1"}, {Machine: "w-0", Group: "md-0"}, {Machine: "w-1", Group: "md-0"}, {Machine: "w-2", Group: "md-0"},
 	}}
 	ev := func(m string, start, end int) simulator.Event {
@@ -487,7 +487,7 @@ func TestFailedMachinesStallAsClusterAPIDoes(t *testing.T) {
 }
 
 func TestCheckStall(t *testing.T) {
-	plan := &strategy.Plan{Machines: []strategy.PlannedMachine{
+	plan := &strategy.RolloutPlan{Machines: []strategy.PlannedMachine{
 		{Machine: "cp-0"}, {Machine: "cp-1"}, {Machine: "w-0", Group: "md-0"}, {Machine: "w-1", Group: "md-0"}, {Machine: "w-2", Group: "md-0"},
 	}}
 	ev := func(m string, start, end int) simulator.Event {

@@ -35,7 +35,7 @@ func TestControlPlanesGoAsKubeadmControlPlaneTakesThem(t *testing.T) {
 			sim, err := simulator.NewSimulator(cl)
 			require.NoError(t, err)
 			r := simulator.Rollout{ToVersion: tc.to}
-			plan, err := sim.Preview(ctx, r)
+			plan, err := sim.Plan(ctx, r)
 			require.NoError(t, err)
 			for _, pm := range plan.Machines {
 				want := strategy.MethodInPlace

@@ -76,11 +76,11 @@ type Execution struct {
 // Result is what a simulation did.
 type Result struct {
 	// Plan is the rollout plan the rollout started with.
-	Plan *strategy.Plan `json:"plan"`
+	Plan *strategy.RolloutPlan `json:"plan"`
 	// Plans are every plan the rollout followed: Plan, then one more per
 	// controller crash (Faults.CrashController), made from the cluster as
 	// it was then. Event batch numbers refer to the plan in force.
-	Plans []*strategy.Plan `json:"plans"`
+	Plans []*strategy.RolloutPlan `json:"plans"`
 	// Events is the timeline, in the order things happened.
 	Events []Event `json:"events"`
 	// Executions are the host commands, in order.
@@ -496,13 +496,13 @@ func nodeReady(n *corev1.Node) bool {
 	return false
 }
 
-// Preview plans the rollout without running it.
-func (s *Simulator) Preview(ctx context.Context, r Rollout) (*strategy.Plan, error) {
+// Plan plans the rollout without running it.
+func (s *Simulator) Plan(ctx context.Context, r Rollout) (*strategy.RolloutPlan, error) {
 	in, err := s.Input(ctx, r)
 	if err != nil {
 		return nil, err
 	}
-	return s.planner.Preview(ctx, in)
+	return s.planner.Plan(ctx, in)
 }
 
 // Run plans the rollout and executes it batch by batch. Machines of one
@@ -515,7 +515,7 @@ func (s *Simulator) Run(ctx context.Context, r Rollout) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	plan, err := s.planner.Preview(ctx, in)
+	plan, err := s.planner.Plan(ctx, in)
 	if err != nil {
 		return nil, err
 	}
@@ -564,7 +564,7 @@ func (s *Simulator) Run(ctx context.Context, r Rollout) (*Result, error) {
 		allNodes = append(allNodes, n)
 	}
 	sort.Strings(allNodes)
-	res.Plans = []*strategy.Plan{plan}
+	res.Plans = []*strategy.RolloutPlan{plan}
 	completed := 0
 	stuck := map[string]int{}    // per group: machines left cordoned by earlier batches
 	failedIn := map[string]int{} // per group: machines that failed in earlier batches
@@ -691,7 +691,7 @@ func (s *Simulator) Run(ctx context.Context, r Rollout) (*Result, error) {
 		if err != nil {
 			return res, err
 		}
-		if plan, err = s.planner.Preview(ctx, in); err != nil {
+		if plan, err = s.planner.Plan(ctx, in); err != nil {
 			return res, err
 		}
 		res.Plans = append(res.Plans, plan)

@@ -31,7 +31,7 @@ func TestSimulatorRunsAMixedRollout(t *testing.T) {
 	require.NoError(t, err)
 	r := simulator.Rollout{ToVersion: "v1.36.3", Images: map[string]string{"md-1": "kindest/node:v1.36.3"}}
 
-	preview, err := sim.Preview(ctx, r)
+	preview, err := sim.Plan(ctx, r)
 	require.NoError(t, err)
 	methods := map[string]strategy.Method{}
 	for _, pm := range preview.Machines {

@@ -52,11 +52,11 @@
 // Kubernetes), ReplaceFirstStrategy, OnDeleteStrategy, FallbackStrategy (in
 // place, else replace) and NeverReplaceStrategy (report Blocked instead).
 // A Planner turns a Cluster (control plane, worker groups, per-machine
-// changes, budgets with UTC cron windows) into an ordered Plan of batches:
+// changes, budgets with UTC cron windows) into an ordered RolloutPlan of batches:
 // control plane first and one machine at a time, no version skew, no batch
 // over maxUnavailable, maxSurge or a disruption budget, do-not-disrupt and
 // PDB-blocked machines skipped with a reason, canary waves, a circuit
-// breaker. Preview renders the plan as a value, JSON or a table before
+// breaker. The plan is a value, rendered as JSON or a table before
 // anything happens.
 //
 // The Cluster API runtime side (the CanUpdateMachine, CanUpdateMachineSet

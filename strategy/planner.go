@@ -169,8 +169,8 @@ func (w Warning) Unwrap() error { return w.Err }
 // Error renders the warning.
 func (w Warning) Error() string { return w.Field + ": " + w.Message }
 
-// Plan is an ordered rollout: batches, and every machine's part in it.
-type Plan struct {
+// RolloutPlan is an ordered rollout: batches, and every machine's part in it.
+type RolloutPlan struct {
 	// Cluster is the cluster's name.
 	Cluster string `json:"cluster"`
 	// At is the planner clock's time, when budgets were evaluated.
@@ -187,7 +187,7 @@ type Plan struct {
 	CircuitOpen bool `json:"circuitOpen,omitempty"`
 }
 
-// Planner turns a Cluster into a Plan. Build it with NewPlanner; it is safe
+// Planner turns a Cluster into a RolloutPlan. Build it with NewPlanner; it is safe
 // for concurrent use.
 type Planner struct {
 	strategy    Strategy
@@ -251,7 +251,7 @@ func NewPlanner(opts ...PlannerOption) (*Planner, error) {
 // work is a machine on its way through planning.
 type work struct {
 	m     *Machine
-	pm    *PlannedMachine // the machine's entry in Plan.Machines
+	pm    *PlannedMachine // the machine's entry in RolloutPlan.Machines
 	ver   *version.Version
 	group int // -1 for the control plane
 	rank  int // sort rank: unhealthy, empty, the rest
@@ -298,14 +298,14 @@ func (w *work) set(m Method, reason string, err error) {
 // active budget that covers a machine's reason caps the batch. A budget
 // that allows 0 skips the machines it covers. Machines already unavailable
 // or being disrupted before the plan are not counted against the limits.
-func (p *Planner) Plan(ctx context.Context, c Cluster) (*Plan, error) {
+func (p *Planner) Plan(ctx context.Context, c Cluster) (*RolloutPlan, error) {
 	if p == nil {
 		return nil, fmt.Errorf("%w: nil planner", ErrInvalidStrategy)
 	}
 	if p.strategy == nil || p.decider == nil || p.clock == nil {
 		return nil, fmt.Errorf("%w: Planner not constructed with NewPlanner", ErrInvalidStrategy)
 	}
-	plan := &Plan{Cluster: c.Name, At: p.clock.Now().UTC()}
+	plan := &RolloutPlan{Cluster: c.Name, At: p.clock.Now().UTC()}
 	target, err := parseVersion("targetVersion", c.TargetVersion)
 	if err != nil {
 		return nil, err
@@ -318,7 +318,7 @@ func (p *Planner) Plan(ctx context.Context, c Cluster) (*Plan, error) {
 	// group, so group gi's machines are all[groupStart[gi]:groupStart[gi+1]].
 	works := make([]work, 0, n)
 	all := make([]*work, 0, n)
-	// Plan.Machines is filled in input order and put in report order at
+	// RolloutPlan.Machines is filled in input order and put in report order at
 	// the end.
 	plan.Machines = make([]PlannedMachine, n)
 	groupStart := make([]int, len(c.Workers)+1)
@@ -576,7 +576,7 @@ type groupScratch struct {
 
 // planGroup batches one worker group (its machines are ws) under its
 // rollout limits and budgets.
-func (p *Planner) planGroup(plan *Plan, g *Group, lim [2]int, ws []*work, canary *int, sc *groupScratch) {
+func (p *Planner) planGroup(plan *RolloutPlan, g *Group, lim [2]int, ws []*work, canary *int, sc *groupScratch) {
 	surge, unavail := lim[0], lim[1]
 	size := len(g.Machines)
 	// Budgets: which are malformed (warned, count 0) and what each allows.

@@ -159,7 +159,7 @@ func TestPlanProperties(t *testing.T) {
 	t.Logf("%d random clusters (%d replanned shuffled): %d machines, %d batches, %d blocked, %d skipped", clusters, orders, machines, batches, blocked, skipped)
 }
 
-func checkPlan(t *testing.T, p *Planner, c Cluster, plan *Plan, where string) {
+func checkPlan(t *testing.T, p *Planner, c Cluster, plan *RolloutPlan, where string) {
 	t.Helper()
 	in := map[string]*Machine{}
 	groupOf := map[string]int{}
@@ -267,7 +267,7 @@ func checkPlan(t *testing.T, p *Planner, c Cluster, plan *Plan, where string) {
 // policy after each: no kubelet newer than the oldest API server, none more
 // than 3 minors behind the newest, and no control plane machine moving more
 // than one minor.
-func checkSkewOverPlan(t *testing.T, c Cluster, plan *Plan, where string) {
+func checkSkewOverPlan(t *testing.T, c Cluster, plan *RolloutPlan, where string) {
 	t.Helper()
 	ver := map[string]*version.Version{}
 	role := map[string]Role{}
@@ -320,7 +320,7 @@ func checkSkewOverPlan(t *testing.T, c Cluster, plan *Plan, where string) {
 	_ = c
 }
 
-func planned(plan *Plan, name string) PlannedMachine {
+func planned(plan *RolloutPlan, name string) PlannedMachine {
 	m, _ := plan.Machine(name)
 	return m
 }

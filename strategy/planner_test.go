@@ -31,7 +31,7 @@ func newTestPlanner(t *testing.T, opts ...PlannerOption) *Planner {
 	return p
 }
 
-func batchNames(p *Plan) [][]string {
+func batchNames(p *RolloutPlan) [][]string {
 	out := make([][]string, len(p.Batches))
 	for i, b := range p.Batches {
 		out[i] = b.Machines
@@ -300,7 +300,7 @@ func TestPlanBadInput(t *testing.T) {
 func TestPreviewOutputs(t *testing.T) {
 	c := Cluster{Name: "c1", Workers: []Group{{Name: "g", Machines: []Machine{mach("a", "", dReplace), mach("b", "", dNone)},
 		Budgets: []Budget{{Nodes: "1", Schedule: "bad", Duration: time.Hour, Reasons: []Reason{ReasonEmpty}}}}}}
-	plan, err := newTestPlanner(t).Preview(context.Background(), c)
+	plan, err := newTestPlanner(t).Plan(context.Background(), c)
 	require.NoError(t, err)
 	js, err := plan.JSON()
 	require.NoError(t, err)

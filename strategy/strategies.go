@@ -29,7 +29,7 @@ var (
 )
 
 // Method is how a machine is taken to its desired state, as a Strategy
-// chooses it from the machine's Decision and a Plan carries it out.
+// chooses it from the machine's Decision and a RolloutPlan carries it out.
 type Method string
 
 const (

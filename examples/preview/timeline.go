@@ -19,7 +19,7 @@ import (
 // bar, and a blocked one as its drain, marked, in the group's first wave.
 func writeTimeline(w io.Writer, pr *preview.Prediction, t preview.Timings) error {
 	start := pr.At
-	res := &simulator.Result{Plan: &strategy.Plan{Cluster: pr.Cluster}, Start: start, End: start}
+	res := &simulator.Result{Plan: &strategy.RolloutPlan{Cluster: pr.Cluster}, Start: start, End: start}
 	var cpEnd time.Time
 	for _, g := range pr.Groups {
 		from := start

@@ -1,5 +1,5 @@
 // Command simulate is upgradekit's main demo: on an embedded fake cluster it
-// previews a rollout (per machine: in place or replace, and why), runs it
+// plans a rollout (per machine: in place or replace, and why), runs it
 // with the real kubeadm plans against simulated node hosts on a virtual
 // clock, printing every step, retry, runner crash, rollback and failure in
 // virtual-time order as each batch ends (with a progress bar after each
@@ -311,18 +311,18 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintln(out, "In-place machines are updated by capi.MachineUpdater, called as Cluster API calls the UpdateMachine hook.")
 	}
 	fmt.Fprintln(out)
-	preview, err := sim.Preview(ctx, rollout)
+	plan, err := sim.Plan(ctx, rollout)
 	if errors.Is(err, simulator.ErrInvalidCluster) {
 		return usageError{err: err} // a --to that is no version
 	}
 	if err != nil {
 		return err
 	}
-	fmt.Fprintln(out, "Preview (nothing has happened yet):")
-	if err := preview.WriteTable(out); err != nil {
+	fmt.Fprintln(out, "Plan (nothing has happened yet):")
+	if err := plan.WriteTable(out); err != nil {
 		return err
 	}
-	for _, pm := range preview.Machines {
+	for _, pm := range plan.Machines {
 		if pm.Batch > 0 {
 			total++
 		}
@@ -368,7 +368,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 }
 
 // blocked counts the machines the plan could not update or replace.
-func blocked(p *strategy.Plan) int {
+func blocked(p *strategy.RolloutPlan) int {
 	n := 0
 	for _, m := range p.Machines {
 		if m.Method == strategy.MethodBlocked {
@@ -526,7 +526,7 @@ func summarize(w io.Writer, res *simulator.Result) {
 		fmt.Fprintf(w, "Left cordoned for a person (failed without a rollback): %s\n", strings.Join(res.LeftCordoned, ", "))
 	}
 	if n := blocked(res.Plan); n > 0 {
-		fmt.Fprintf(w, "Blocked: %d machines could be neither updated nor replaced (see the preview's reasons)\n", n)
+		fmt.Fprintf(w, "Blocked: %d machines could be neither updated nor replaced (see the plan's reasons)\n", n)
 	}
 	switch {
 	case len(res.Violations) == 0 && len(res.Plan.Batches) == 0:

@@ -26,7 +26,7 @@ func TestDefaultDemo(t *testing.T) {
 	s := out.String()
 	require.Contains(t, s, "Cluster demo: 3 control plane machines, 2 machine deployments, v1.35.4 -> v1.36.3",
 		"the demo runs Cluster API v1.14's newest supported step")
-	require.Contains(t, s, "Preview (nothing has happened yet):")
+	require.Contains(t, s, "Plan (nothing has happened yet):")
 	require.Contains(t, s, "demo-control-plane-0  control-plane  InPlace  v1.35.4 -> v1.36.3  in place by kubeadm: machine.spec.version")
 	require.Contains(t, s, "infrastructure.spec.customImage (InfrastructureImage)", "the preview says why md-1 is replaced")
 	require.Contains(t, s, "demo-control-plane-0     InPlace kubeadm-upgrade        Succeeded")

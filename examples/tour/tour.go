@@ -172,7 +172,7 @@ func PlanRollout(ctx context.Context, cluster strategy.Cluster) error {
 	if err != nil {
 		return err
 	}
-	plan, err := planner.Preview(ctx, cluster)
+	plan, err := planner.Plan(ctx, cluster)
 	if err != nil {
 		return err
 	}

@@ -13,8 +13,8 @@ capi_module_copy() {
   local repo=$1 version=$2 dest=$3
   local field capi_info api_info src api_sum api_gomod_sum
   field() { sed -n "s/^[[:space:]]*\"$1\": \"\(.*\)\",*\$/\1/p"; }
-  capi_info=$(cd "$repo" && go mod download -json "sigs.k8s.io/cluster-api@${version}")
-  api_info=$(cd "$repo" && go mod download -json "sigs.k8s.io/cluster-api/api@${version}")
+  capi_info=$(cd "$repo/strategy/capi" && go mod download -json "sigs.k8s.io/cluster-api@${version}")
+  api_info=$(cd "$repo/strategy/capi" && go mod download -json "sigs.k8s.io/cluster-api/api@${version}")
   src=$(printf '%s\n' "$capi_info" | field Dir)
   api_sum=$(printf '%s\n' "$api_info" | field Sum)
   api_gomod_sum=$(printf '%s\n' "$api_info" | field GoModSum)

@@ -16,7 +16,7 @@ func ExampleWrite() {
 	start := time.Date(2026, 11, 25, 9, 0, 0, 0, time.UTC)
 	at := func(m int) time.Time { return start.Add(time.Duration(m) * time.Minute) }
 	res := &simulator.Result{
-		Plan: &strategy.Plan{Cluster: "demo", Machines: []strategy.PlannedMachine{
+		Plan: &strategy.RolloutPlan{Cluster: "demo", Machines: []strategy.PlannedMachine{
 			{Machine: "md-0-a", Group: "md-0", Method: strategy.MethodInPlace, Batch: 1},
 			{Machine: "md-0-b", Group: "md-0", Method: strategy.MethodInPlace, Batch: 2},
 		}},

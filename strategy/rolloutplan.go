@@ -1,7 +1,6 @@
 package strategy
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -10,15 +9,8 @@ import (
 	"text/tabwriter"
 )
 
-// Preview is a dry run: the plan for the whole cluster before anything
-// happens. It is the same Plan value; Preview exists so a caller reads as
-// what it does.
-func (p *Planner) Preview(ctx context.Context, c Cluster) (*Plan, error) {
-	return p.Plan(ctx, c)
-}
-
 // Summary counts machines by method.
-func (pl *Plan) Summary() map[Method]int {
+func (pl *RolloutPlan) Summary() map[Method]int {
 	out := map[Method]int{}
 	for _, m := range pl.Machines {
 		out[m.Method]++
@@ -27,7 +19,7 @@ func (pl *Plan) Summary() map[Method]int {
 }
 
 // Machine returns the plan for the named machine.
-func (pl *Plan) Machine(name string) (PlannedMachine, bool) {
+func (pl *RolloutPlan) Machine(name string) (PlannedMachine, bool) {
 	for _, m := range pl.Machines {
 		if m.Machine == name {
 			return m, true
@@ -37,13 +29,13 @@ func (pl *Plan) Machine(name string) (PlannedMachine, bool) {
 }
 
 // JSON renders the plan as indented JSON.
-func (pl *Plan) JSON() ([]byte, error) {
+func (pl *RolloutPlan) JSON() ([]byte, error) {
 	return json.MarshalIndent(pl, "", "  ")
 }
 
 // WriteTable writes the plan as an aligned table, one machine a line (batch,
 // machine, role/group, method, versions, reason), then gates and warnings.
-func (pl *Plan) WriteTable(w io.Writer) error {
+func (pl *RolloutPlan) WriteTable(w io.Writer) error {
 	if w == nil || pl == nil {
 		return fmt.Errorf("%w: WriteTable needs a plan and a writer", ErrInvalidStrategy)
 	}
@@ -98,7 +90,7 @@ func (pl *Plan) WriteTable(w io.Writer) error {
 }
 
 // String renders the table.
-func (pl *Plan) String() string {
+func (pl *RolloutPlan) String() string {
 	var b strings.Builder
 	_ = pl.WriteTable(&b) // a strings.Builder never fails
 	return b.String()
