@@ -133,6 +133,7 @@ func goList(t *testing.T, dir, pattern string) map[string][2][]string {
 	t.Helper()
 	cmd := exec.CommandContext(t.Context(), "go", "list", "-f", "{{.ImportPath}}|{{join .Imports \" \"}}|{{join .Deps \" \"}}", pattern)
 	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "GOWORK=off") // each module on its own go.mod, in go.work or not
 	out, err := cmd.Output()
 	require.NoError(t, err, "go list %s in %s", pattern, dir)
 	ours := func(list string) []string {

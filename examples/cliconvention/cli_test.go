@@ -288,6 +288,7 @@ func buildAll(t *testing.T) (bin, root string) {
 		// karpenter module, which the core must not depend on).
 		build = exec.Command("go", "build", "-o", built.bin+"/", ".")
 		build.Dir = filepath.Join(built.root, "examples", "drift-explain")
+		build.Env = append(os.Environ(), "GOWORK=off") // not in go.work
 		if out, err := build.CombinedOutput(); err != nil {
 			built.err = fmt.Errorf("%w: %s", err, out)
 		}
