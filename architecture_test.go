@@ -281,7 +281,7 @@ import (
 	"github.com/upgradekit/upgradekit/strategy"
 )
 
-func main() { fmt.Println(diff.Bootstrap, drift.StateDrifted, strategy.VerdictAllow) }
+func main() { fmt.Println(diff.ObjectBootstrap, drift.StateDrifted, strategy.VerdictAllow) }
 `), 0o644))
 	run := func(args ...string) string {
 		cmd := exec.CommandContext(t.Context(), "go", args...)

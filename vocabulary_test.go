@@ -4,6 +4,7 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -14,12 +15,27 @@ import (
 // TestConstantsCarryTheirTypeName: an exported constant of a named type is
 // spelled with its type's name first, as net/http's MethodGet and StatusOK
 // (ARCHITECTURE.md, "Shared vocabulary"), so strategy.VerdictWait and
-// strategy.OutcomeInPlace cannot be mistaken for each other. The packages
-// listed follow the rule; add a package once its constants do.
+// strategy.OutcomeInPlace cannot be mistaken for each other. It reads
+// every package of every module but the examples, hack's tools and
+// internal ones; a constant in a block that takes its type from the line
+// before (iota) counts as of that type.
 func TestConstantsCarryTheirTypeName(t *testing.T) {
-	// Not yet: diff (Machine of Object), drift (its ReasonName and
-	// BumpAction constants) and simulator (its fault and host kinds).
-	for _, dir := range []string{"strategy", "strategy/capi", "strategy/capi/gates", "nodeexec", "nodeexec/kubeadm", "amiselect"} {
+	var dirs []string
+	require.NoError(t, filepath.WalkDir(".", func(path string, d os.DirEntry, err error) error {
+		if err != nil || !d.IsDir() {
+			return err
+		}
+		switch {
+		case path == ".":
+		case strings.HasPrefix(d.Name(), ".") || d.Name() == "testdata" || d.Name() == "internal" || path == "examples" || path == "hack":
+			return filepath.SkipDir
+		default:
+			dirs = append(dirs, path)
+		}
+		return nil
+	}))
+	require.Contains(t, dirs, filepath.Join("strategy", "capi"))
+	for _, dir := range dirs {
 		fset := token.NewFileSet()
 		paths, err := filepath.Glob(filepath.Join(dir, "*.go"))
 		require.NoError(t, err)
@@ -34,9 +50,16 @@ func TestConstantsCarryTheirTypeName(t *testing.T) {
 				if !ok || gd.Tok != token.CONST {
 					continue
 				}
+				var last ast.Expr // a spec without type or value repeats the one before (iota)
 				for _, spec := range gd.Specs {
 					vs := spec.(*ast.ValueSpec)
-					typ, ok := vs.Type.(*ast.Ident)
+					switch {
+					case vs.Type != nil:
+						last = vs.Type
+					case len(vs.Values) > 0:
+						last = nil
+					}
+					typ, ok := last.(*ast.Ident)
 					if !ok || !typ.IsExported() {
 						continue
 					}

@@ -169,7 +169,7 @@ func KubeadmControlPlane(kcpVersion string) Option {
 			"infrastructure.spec",
 		),
 		kcpNorm,
-		Transform(Bootstrap, "KubeadmControlPlane", func(cur, des map[string]any) error {
+		Transform(ObjectBootstrap, "KubeadmControlPlane", func(cur, des map[string]any) error {
 			if innerErr != nil {
 				return innerErr
 			}
@@ -300,13 +300,13 @@ type TemplateRef struct {
 // machines) matches, as in CAPI. When it does not match, reason reads like
 // CAPI's: "Infrastructure template on KCP rotated from A.group x to B.group y".
 func ClonedFromTemplate(infra any, ref TemplateRef) (matches bool, reason string, err error) {
-	in, err := readInput(Infrastructure, "current", infra)
+	in, err := readInput(ObjectInfrastructure, "current", infra)
 	if err != nil {
 		return false, "", err
 	}
 	data, err := in.asData()
 	if err != nil {
-		return false, "", newErr(Infrastructure, "current", "", ErrUnsupportedValue, "%v", err)
+		return false, "", newErr(ObjectInfrastructure, "current", "", ErrUnsupportedValue, "%v", err)
 	}
 	ann, _ := dataAt(data, "metadata", "annotations").(map[string]any)
 	name, okName := ann[ClonedFromNameAnnotation].(string)

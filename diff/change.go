@@ -18,15 +18,15 @@ import (
 type Object uint8
 
 const (
-	// Machine is the CAPI Machine (or, for templates, the MachineSet or
+	// ObjectMachine is the CAPI Machine (or, for templates, the MachineSet or
 	// MachineDeployment's spec.template).
-	Machine Object = iota
-	// Bootstrap is the bootstrap config (KubeadmConfig, or the
+	ObjectMachine Object = iota
+	// ObjectBootstrap is the bootstrap config (KubeadmConfig, or the
 	// KubeadmConfigTemplate's spec.template).
-	Bootstrap
-	// Infrastructure is the infrastructure machine (AWSMachine,
+	ObjectBootstrap
+	// ObjectInfrastructure is the infrastructure machine (AWSMachine,
 	// DockerMachine... or the infrastructure template's spec.template).
-	Infrastructure
+	ObjectInfrastructure
 	numObjects
 )
 

@@ -29,9 +29,9 @@ type State struct {
 
 func (s State) get(o Object) any {
 	switch o {
-	case Machine:
+	case ObjectMachine:
 		return s.Machine
-	case Bootstrap:
+	case ObjectBootstrap:
 		return s.Bootstrap
 	default:
 		return s.Infrastructure
@@ -151,9 +151,9 @@ func (d *Differ) Objects(obj Object, current, desired any) (ChangeSet, error) {
 	}
 	var cur, des State
 	switch obj {
-	case Machine:
+	case ObjectMachine:
 		cur.Machine, des.Machine = current, desired
-	case Bootstrap:
+	case ObjectBootstrap:
 		cur.Bootstrap, des.Bootstrap = current, desired
 	default:
 		cur.Infrastructure, des.Infrastructure = current, desired
@@ -563,20 +563,20 @@ func checkPair(o Object, cur, des input, templates bool) error {
 		}
 		isTemplate := strings.HasSuffix(in.kind, "Template")
 		switch {
-		case o == Machine && !templates && in.kind != "Machine":
+		case o == ObjectMachine && !templates && in.kind != "Machine":
 			return newErr(o, in.side, "", ErrWrongKind, "want a Machine, got %s (use Templates for MachineSets and MachineDeployments)", in.kind)
-		case o == Machine && templates && in.kind != "MachineSet" && in.kind != "MachineDeployment":
+		case o == ObjectMachine && templates && in.kind != "MachineSet" && in.kind != "MachineDeployment":
 			return newErr(o, in.side, "", ErrWrongKind, "want a MachineSet or MachineDeployment, got %s", in.kind)
-		case o != Machine && templates && !isTemplate:
+		case o != ObjectMachine && templates && !isTemplate:
 			return newErr(o, in.side, "", ErrWrongKind, "want a template kind, got %s", in.kind)
-		case o != Machine && !templates && isTemplate:
+		case o != ObjectMachine && !templates && isTemplate:
 			return newErr(o, in.side, "", ErrWrongKind, "got the template kind %s (use Templates)", in.kind)
 		}
 	}
-	if cur.kind != "" && des.kind != "" && cur.kind != des.kind && o != Machine {
+	if cur.kind != "" && des.kind != "" && cur.kind != des.kind && o != ObjectMachine {
 		return newErr(o, "", "", ErrKindMismatch, "current is %s, desired is %s", cur.kind, des.kind)
 	}
-	sameRole := templates && o == Machine // a MachineSet against a MachineDeployment
+	sameRole := templates && o == ObjectMachine // a MachineSet against a MachineDeployment
 	if cur.typed.IsValid() && des.typed.IsValid() && cur.typed.Type() != des.typed.Type() && cur.kind != des.kind && !sameRole {
 		return newErr(o, "", "", ErrKindMismatch, "current is %s, desired is %s", cur.typed.Type(), des.typed.Type())
 	}

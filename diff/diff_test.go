@@ -256,15 +256,15 @@ func TestListOptions(t *testing.T) {
 		map[string]any{"id": "sg-1", "note": "a"}, map[string]any{"id": "sg-2", "note": "b"}}}}
 	b := map[string]any{"kind": "AWSMachine", "spec": map[string]any{"additionalSecurityGroups": []any{
 		map[string]any{"id": "sg-0", "note": "new"}, map[string]any{"id": "sg-1", "note": "a"}, map[string]any{"id": "sg-2", "note": "b"}}}}
-	cs, err = diff.Objects(diff.Infrastructure, a, b, diff.ListKey("infrastructure(AWSMachine).spec.additionalSecurityGroups", "id"))
+	cs, err = diff.Objects(diff.ObjectInfrastructure, a, b, diff.ListKey("infrastructure(AWSMachine).spec.additionalSecurityGroups", "id"))
 	require.NoError(t, err)
 	require.Equal(t, []string{"infrastructure.spec.additionalSecurityGroups[id=sg-0]"}, fieldsOf(cs))
-	cs, err = diff.Objects(diff.Infrastructure, a, b)
+	cs, err = diff.Objects(diff.ObjectInfrastructure, a, b)
 	require.NoError(t, err)
 	require.Len(t, cs.Changes, 5, "without the key the list is compared by index: %s", cs)
 
 	// A set of scalars.
-	cs, err = diff.Objects(diff.Bootstrap,
+	cs, err = diff.Objects(diff.ObjectBootstrap,
 		map[string]any{"spec": map[string]any{"ntp": map[string]any{"servers": []any{"a", "b"}}}},
 		map[string]any{"spec": map[string]any{"ntp": map[string]any{"servers": []any{"b", "a", "c"}}}},
 		diff.ListKey("bootstrap.spec.ntp.servers"))
@@ -297,10 +297,10 @@ func TestRuleOptions(t *testing.T) {
 	// StrictEmpty: [] differs from absent.
 	a := map[string]any{"spec": map[string]any{"joinConfiguration": map[string]any{"nodeRegistration": map[string]any{}}}}
 	b := map[string]any{"spec": map[string]any{"joinConfiguration": map[string]any{"nodeRegistration": map[string]any{"taints": []any{}}}}}
-	cs, err = diff.Objects(diff.Bootstrap, a, b)
+	cs, err = diff.Objects(diff.ObjectBootstrap, a, b)
 	require.NoError(t, err)
 	require.True(t, cs.Empty())
-	cs, err = diff.Objects(diff.Bootstrap, a, b, diff.StrictEmpty("bootstrap.spec.joinConfiguration.nodeRegistration.taints"))
+	cs, err = diff.Objects(diff.ObjectBootstrap, a, b, diff.StrictEmpty("bootstrap.spec.joinConfiguration.nodeRegistration.taints"))
 	require.NoError(t, err)
 	require.Equal(t, []view{{"bootstrap.spec.joinConfiguration.nodeRegistration.taints", "/spec/joinConfiguration/nodeRegistration/taints",
 		diff.OpAdd, nil, []any{}, diff.CategoryKubeletConfig}}, views(cs))
@@ -434,7 +434,7 @@ func TestTemplates(t *testing.T) {
 		{"machine.spec.template.spec.version", "/spec/template/spec/version", diff.OpReplace, "v1.30.4", "v1.31.0", diff.CategoryKubernetesVersion},
 		{"bootstrap.spec.template.spec.files[path=/a].content", "/spec/template/spec/files/0/content", diff.OpReplace, "1", "2", diff.CategoryFiles},
 	}, views(cs), "replicas are not part of the template; rules apply below spec.template")
-	patch, err := cs.JSONPatch(diff.Machine)
+	patch, err := cs.JSONPatch(diff.ObjectMachine)
 	require.NoError(t, err)
 	require.JSONEq(t, `[{"op":"replace","path":"/spec/template/spec/version","value":"v1.31.0"}]`, string(patch))
 
@@ -556,16 +556,16 @@ type listMachine struct {
 // rules that tell them apart still see them.
 func TestIdenticalTypedValues(t *testing.T) {
 	same := &listMachine{Spec: listSpec{L: []string{"a", "b"}, S: "x"}}
-	cs, err := diff.Objects(diff.Infrastructure, same, &listMachine{Spec: listSpec{L: []string{"a", "b"}, S: "x"}})
+	cs, err := diff.Objects(diff.ObjectInfrastructure, same, &listMachine{Spec: listSpec{L: []string{"a", "b"}, S: "x"}})
 	require.NoError(t, err)
 	require.True(t, cs.Empty(), "%s", cs)
 
 	cur, des := &listMachine{Spec: listSpec{L: nil}}, &listMachine{Spec: listSpec{L: []string{}}}
-	cs, err = diff.Objects(diff.Infrastructure, cur, des)
+	cs, err = diff.Objects(diff.ObjectInfrastructure, cur, des)
 	require.NoError(t, err)
 	require.True(t, cs.Empty(), "folded: nil and empty are the same; got %s", cs)
 
-	cs, err = diff.Objects(diff.Infrastructure, cur, des, diff.StrictEmpty("infrastructure.spec.l"))
+	cs, err = diff.Objects(diff.ObjectInfrastructure, cur, des, diff.StrictEmpty("infrastructure.spec.l"))
 	require.NoError(t, err)
 	require.Equal(t, []string{"infrastructure.spec.l: add [] (Other)"}, strings.Split(cs.String(), "\n"))
 
@@ -619,17 +619,17 @@ func TestRedactCyclicValue(t *testing.T) {
 func TestObjectsWithoutSpecAreRefused(t *testing.T) {
 	cur := map[string]any{"kind": "ConfigMap", "data": map[string]any{"a": "1"}}
 	des := map[string]any{"kind": "ConfigMap", "data": map[string]any{"a": "2"}}
-	_, err := diff.Objects(diff.Infrastructure, cur, des)
+	_, err := diff.Objects(diff.ObjectInfrastructure, cur, des)
 	require.ErrorIs(t, err, diff.ErrWrongKind)
 	var de *diff.Error
 	require.ErrorAs(t, err, &de)
 	require.Equal(t, "spec", de.Path)
 	require.Contains(t, err.Error(), "neither object has a spec")
 
-	_, err = diff.Objects(diff.Infrastructure, &corev1.ConfigMap{Data: map[string]string{"a": "1"}}, &corev1.ConfigMap{Data: map[string]string{"a": "2"}})
+	_, err = diff.Objects(diff.ObjectInfrastructure, &corev1.ConfigMap{Data: map[string]string{"a": "1"}}, &corev1.ConfigMap{Data: map[string]string{"a": "2"}})
 	require.ErrorIs(t, err, diff.ErrWrongKind, "typed objects without a Spec field too")
 
-	cs, err := diff.Objects(diff.Infrastructure, map[string]any{"kind": "X"}, map[string]any{"kind": "X", "spec": map[string]any{"size": 2}})
+	cs, err := diff.Objects(diff.ObjectInfrastructure, map[string]any{"kind": "X"}, map[string]any{"kind": "X", "spec": map[string]any{"size": 2}})
 	require.NoError(t, err)
 	require.Equal(t, 1, cs.Len(), "a spec on one side is compared")
 }
@@ -665,7 +665,7 @@ func TestUnderPrefixesPatterns(t *testing.T) {
 		diff.Ignore("infrastructure.spec.template.zone"),
 		diff.Under("infrastructure(X).spec", diff.Ignore("template.zone")), // a prefix with a kind
 	} {
-		cs, err := diff.Objects(diff.Infrastructure, cur, des, opt)
+		cs, err := diff.Objects(diff.ObjectInfrastructure, cur, des, opt)
 		require.NoError(t, err)
 		require.Equal(t, []string{"infrastructure.spec.template.size"}, fields(cs))
 	}
@@ -699,10 +699,10 @@ func TestNamedMapType(t *testing.T) {
 	same.Spec.M = namedStrings{"a": "1", "b": "2"}
 	var cs diff.ChangeSet
 	var err error
-	require.NotPanics(t, func() { cs, err = diff.Objects(diff.Infrastructure, cur, des) })
+	require.NotPanics(t, func() { cs, err = diff.Objects(diff.ObjectInfrastructure, cur, des) })
 	require.NoError(t, err)
 	require.Equal(t, []string{`infrastructure.spec.m.b: replace "2" -> "3" (Other)`}, strings.Split(cs.String(), "\n"))
-	require.NotPanics(t, func() { cs, err = diff.Objects(diff.Infrastructure, cur, same) })
+	require.NotPanics(t, func() { cs, err = diff.Objects(diff.ObjectInfrastructure, cur, same) })
 	require.NoError(t, err)
 	require.True(t, cs.Empty(), "%s", cs)
 	var eq bool

@@ -33,7 +33,7 @@ func ExampleMachines() {
 		return
 	}
 	fmt.Println(cs)
-	patch, _ := cs.JSONPatch(diff.Bootstrap)
+	patch, _ := cs.JSONPatch(diff.ObjectBootstrap)
 	fmt.Println(string(patch))
 	// Output:
 	// machine.spec.version: replace "v1.35.4" -> "v1.36.3" (KubernetesVersion)
@@ -59,7 +59,7 @@ func ExampleNew() {
 	kcpSpec := &bootstrapv1.KubeadmConfig{Spec: bootstrapv1.KubeadmConfigSpec{
 		JoinConfiguration: bootstrapv1.JoinConfiguration{NodeRegistration: bootstrapv1.NodeRegistrationOptions{Name: "cp"}},
 	}}
-	cs, _ := d.Objects(diff.Bootstrap, firstControlPlane, kcpSpec)
+	cs, _ := d.Objects(diff.ObjectBootstrap, firstControlPlane, kcpSpec)
 	fmt.Println(cs)
 	// Output: no changes
 }
@@ -69,7 +69,7 @@ func ExampleNew() {
 func ExampleCategorize() {
 	cur := map[string]any{"kind": "AcmeMachine", "spec": map[string]any{"osImage": "ubuntu-2204-v1", "cpu": 4}}
 	des := map[string]any{"kind": "AcmeMachine", "spec": map[string]any{"osImage": "ubuntu-2404-v1", "cpu": 8}}
-	cs, _ := diff.Objects(diff.Infrastructure, cur, des,
+	cs, _ := diff.Objects(diff.ObjectInfrastructure, cur, des,
 		diff.Categorize(diff.CategoryImage, "infrastructure(AcmeMachine).spec.osImage"),
 		diff.Categorize(diff.CategoryInstanceType, "infrastructure(AcmeMachine).spec.cpu"))
 	fmt.Println(cs)

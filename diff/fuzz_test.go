@@ -58,23 +58,23 @@ func FuzzNoPanic(f *testing.F) {
 				t.Fatalf("error is not a *diff.Error: %v", err)
 			}
 		}
-		cs, err := diff.Objects(diff.Infrastructure, a, b)
+		cs, err := diff.Objects(diff.ObjectInfrastructure, a, b)
 		check(err)
 		if err == nil {
 			_ = cs.String()
-			_, err = cs.JSONPatch(diff.Infrastructure)
+			_, err = cs.JSONPatch(diff.ObjectInfrastructure)
 			check(err)
-			_, err = cs.MergePatch(diff.Infrastructure)
+			_, err = cs.MergePatch(diff.ObjectInfrastructure)
 			check(err)
 		}
-		_, err = d.Objects(diff.Bootstrap, a, b)
+		_, err = d.Objects(diff.ObjectBootstrap, a, b)
 		check(err)
 		var ca, cb bootstrapv1.KubeadmConfig
 		if json.Unmarshal(a, &ca) == nil && json.Unmarshal(b, &cb) == nil {
-			cs, err := diff.Objects(diff.Bootstrap, &ca, &cb)
+			cs, err := diff.Objects(diff.ObjectBootstrap, &ca, &cb)
 			check(err)
 			_ = cs.String()
-			_, err = d.Objects(diff.Bootstrap, &ca, &cb)
+			_, err = d.Objects(diff.ObjectBootstrap, &ca, &cb)
 			check(err)
 		}
 	})
@@ -91,7 +91,7 @@ func FuzzOracle(f *testing.F) {
 		f.Fatal(err)
 	}
 	f.Fuzz(func(t *testing.T, a, b []byte) {
-		cs, err := d.Objects(diff.Infrastructure, a, b)
+		cs, err := d.Objects(diff.ObjectInfrastructure, a, b)
 		if err != nil {
 			return
 		}
@@ -164,11 +164,11 @@ func fold(v any) any {
 func FuzzPatchRoundTrip(f *testing.F) {
 	fuzzSeeds(f)
 	f.Fuzz(func(t *testing.T, a, b []byte) {
-		cs, err := diff.Objects(diff.Infrastructure, a, b)
+		cs, err := diff.Objects(diff.ObjectInfrastructure, a, b)
 		if err != nil {
 			return
 		}
-		jp, err := cs.JSONPatch(diff.Infrastructure)
+		jp, err := cs.JSONPatch(diff.ObjectInfrastructure)
 		if err != nil {
 			t.Fatalf("patch: %v", err)
 		}
@@ -188,7 +188,7 @@ func FuzzPatchRoundTrip(f *testing.F) {
 		if err != nil {
 			t.Fatalf("apply %s to %s: %v", jp, a, err)
 		}
-		after, err := diff.Objects(diff.Infrastructure, patched, b)
+		after, err := diff.Objects(diff.ObjectInfrastructure, patched, b)
 		if err != nil {
 			t.Fatalf("re-diff: %v", err)
 		}
@@ -224,7 +224,7 @@ func FuzzStrictOracle(f *testing.F) {
 		return numbersOnly(s), true
 	}
 	f.Fuzz(func(t *testing.T, a, b []byte) {
-		cs, err := d.Objects(diff.Infrastructure, a, b)
+		cs, err := d.Objects(diff.ObjectInfrastructure, a, b)
 		if err != nil {
 			return
 		}
@@ -234,7 +234,7 @@ func FuzzStrictOracle(f *testing.F) {
 			return
 		}
 		requireAgreesWithCmp(t, cs, sa, sb, a, b)
-		jp, err := cs.JSONPatch(diff.Infrastructure)
+		jp, err := cs.JSONPatch(diff.ObjectInfrastructure)
 		if err != nil {
 			t.Fatalf("patch: %v", err)
 		}
@@ -281,7 +281,7 @@ func FuzzStrictNumbersOracle(f *testing.F) {
 		return v, true
 	}
 	f.Fuzz(func(t *testing.T, a, b []byte) {
-		cs, err := d.Objects(diff.Infrastructure, a, b)
+		cs, err := d.Objects(diff.ObjectInfrastructure, a, b)
 		if err != nil {
 			return
 		}
@@ -291,7 +291,7 @@ func FuzzStrictNumbersOracle(f *testing.F) {
 			return
 		}
 		requireAgreesWithCmp(t, cs, va["spec"], vb["spec"], a, b)
-		jp, err := cs.JSONPatch(diff.Infrastructure)
+		jp, err := cs.JSONPatch(diff.ObjectInfrastructure)
 		if err != nil {
 			t.Fatalf("patch: %v", err)
 		}

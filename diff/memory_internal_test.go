@@ -239,7 +239,7 @@ func TestMemoryPathsMatchReflect(t *testing.T) {
 	run := func(d *Differ, obj Object, a, b any) (string, error) {
 		var cs ChangeSet
 		var err error
-		if obj == Machine {
+		if obj == ObjectMachine {
 			cs, err = d.Machines(State{Machine: a}, State{Machine: b})
 		} else {
 			cs, err = d.Objects(obj, a, b)
@@ -257,9 +257,9 @@ func TestMemoryPathsMatchReflect(t *testing.T) {
 		obj Object
 		new func() any
 	}{
-		{Infrastructure, func() any { return &memMachine{} }},
-		{Machine, func() any { return &clusterv1.Machine{TypeMeta: metav1.TypeMeta{Kind: "Machine"}} }},
-		{Bootstrap, func() any { return &bootstrapv1.KubeadmConfig{} }},
+		{ObjectInfrastructure, func() any { return &memMachine{} }},
+		{ObjectMachine, func() any { return &clusterv1.Machine{TypeMeta: metav1.TypeMeta{Kind: "Machine"}} }},
+		{ObjectBootstrap, func() any { return &bootstrapv1.KubeadmConfig{} }},
 	}
 	meta := rand.New(rand.NewPCG(35, 1))
 	fields, equal, differ := 0, 0, 0
@@ -270,7 +270,7 @@ func TestMemoryPathsMatchReflect(t *testing.T) {
 		a, b := ty.new(), ty.new()
 		(&filler{r: rand.New(rand.NewPCG(seed, 0))}).fill(reflect.ValueOf(a).Elem(), 0)
 		(&filler{r: rand.New(rand.NewPCG(seed, 0)), mut: rand.New(rand.NewPCG(seed, 1)), pMut: pMut}).fill(reflect.ValueOf(b).Elem(), 0)
-		if ty.obj == Machine {
+		if ty.obj == ObjectMachine {
 			a.(*clusterv1.Machine).Kind, b.(*clusterv1.Machine).Kind = "Machine", "Machine"
 		}
 		fields += checkPresence(t, reflect.ValueOf(a), 0) + checkPresence(t, reflect.ValueOf(b), 0)
@@ -323,9 +323,9 @@ func sameErr(t *testing.T, want, got error, msg string, args ...any) {
 
 func (s State) with(o Object, v any) State {
 	switch o {
-	case Machine:
+	case ObjectMachine:
 		s.Machine = v
-	case Bootstrap:
+	case ObjectBootstrap:
 		s.Bootstrap = v
 	default:
 		s.Infrastructure = v

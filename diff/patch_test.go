@@ -15,7 +15,7 @@ import (
 	"github.com/upgradekit/upgradekit/diff"
 )
 
-var objects = []diff.Object{diff.Machine, diff.Bootstrap, diff.Infrastructure}
+var objects = []diff.Object{diff.ObjectMachine, diff.ObjectBootstrap, diff.ObjectInfrastructure}
 
 type mutation struct {
 	name string
@@ -83,9 +83,9 @@ func docOf(t *testing.T, v any) []byte {
 
 func objectOf(s diff.State, o diff.Object) any {
 	switch o {
-	case diff.Machine:
+	case diff.ObjectMachine:
 		return s.Machine
-	case diff.Bootstrap:
+	case diff.ObjectBootstrap:
 		return s.Bootstrap
 	}
 	return s.Infrastructure
@@ -148,7 +148,7 @@ func TestPatchSubset(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, cs.Changes, 3)
 	accepted := cs.Filter(func(c diff.Change) bool { return c.Category == diff.CategoryFiles })
-	jp, err := accepted.JSONPatch(diff.Bootstrap)
+	jp, err := accepted.JSONPatch(diff.ObjectBootstrap)
 	require.NoError(t, err)
 	patch, err := jsonpatch.DecodePatch(jp)
 	require.NoError(t, err)
@@ -156,10 +156,10 @@ func TestPatchSubset(t *testing.T) {
 	patched, err := patch.Apply(docOf(t, curCfg))
 	require.NoError(t, err)
 
-	left, err := diff.Objects(diff.Bootstrap, patched, c)
+	left, err := diff.Objects(diff.ObjectBootstrap, patched, c)
 	require.NoError(t, err)
 	require.ElementsMatch(t, []diff.Category{diff.CategoryUsers, diff.CategoryCommands}, left.Categories())
-	moved, err := diff.Objects(diff.Bootstrap, curCfg, patched)
+	moved, err := diff.Objects(diff.ObjectBootstrap, curCfg, patched)
 	require.NoError(t, err)
 	require.Equal(t, []diff.Category{diff.CategoryFiles}, moved.Categories())
 }
@@ -184,9 +184,9 @@ func TestInPlaceLoop(t *testing.T) {
 				out, err := p.Apply(cur)
 				require.NoError(t, err)
 				switch o {
-				case diff.Machine:
+				case diff.ObjectMachine:
 					patched.Machine = out
-				case diff.Bootstrap:
+				case diff.ObjectBootstrap:
 					patched.Bootstrap = out
 				default:
 					patched.Infrastructure = out
@@ -210,6 +210,6 @@ func TestEmptyPatches(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, "{}", string(mp))
 	}
-	_, err = diff.ChangeSet{Changes: []diff.Change{{Object: diff.Machine, Path: "/spec/version"}}}.JSONPatch(diff.Machine)
+	_, err = diff.ChangeSet{Changes: []diff.Change{{Object: diff.ObjectMachine, Path: "/spec/version"}}}.JSONPatch(diff.ObjectMachine)
 	require.ErrorIs(t, err, diff.ErrNoDocument)
 }

@@ -29,72 +29,72 @@ func TestSecretsByNameWhateverTheOptions(t *testing.T) {
 		opts     []diff.Option
 		shown    string // a non-secret part that stays readable, if any
 	}{
-		{"a capitalised Password", diff.Bootstrap,
+		{"a capitalised Password", diff.ObjectBootstrap,
 			spec(map[string]any{"users": []any{map[string]any{"name": "ops", "Password": "old"}}}),
 			spec(map[string]any{"users": []any{map[string]any{"name": "ops", "Password": secret}}}), nil, ""},
-		{"adminPassword, WithoutDefaults", diff.Bootstrap,
+		{"adminPassword, WithoutDefaults", diff.ObjectBootstrap,
 			spec(map[string]any{"adminPassword": "old"}), spec(map[string]any{"adminPassword": secret}),
 			[]diff.Option{diff.WithoutDefaults()}, ""},
-		{"file content, WithoutDefaults", diff.Bootstrap,
+		{"file content, WithoutDefaults", diff.ObjectBootstrap,
 			spec(map[string]any{"files": []any{map[string]any{"path": "/etc/x", "content": "old"}}}),
 			spec(map[string]any{"files": []any{map[string]any{"path": "/etc/x", "content": secret}}}),
 			[]diff.Option{diff.WithoutDefaults()}, ""},
-		{"files as a map (schema-invalid)", diff.Bootstrap,
+		{"files as a map (schema-invalid)", diff.ObjectBootstrap,
 			spec(map[string]any{"files": map[string]any{"x": map[string]any{"path": "/etc/x", "content": "old"}}}),
 			spec(map[string]any{"files": map[string]any{"x": map[string]any{"path": "/etc/x", "content": secret}}}), nil, ""},
-		{"a whole files map added", diff.Bootstrap,
+		{"a whole files map added", diff.ObjectBootstrap,
 			spec(map[string]any{}),
 			spec(map[string]any{"files": map[string]any{"x": map[string]any{"path": "/etc/added", "content": secret}}}), nil, "/etc/added"},
-		{"apiserver extraArgs as a list", diff.Bootstrap,
+		{"apiserver extraArgs as a list", diff.ObjectBootstrap,
 			spec(map[string]any{"clusterConfiguration": map[string]any{"apiServer": map[string]any{"extraArgs": []any{
 				map[string]any{"name": "oidc-client-secret", "value": "old"}}}}}),
 			spec(map[string]any{"clusterConfiguration": map[string]any{"apiServer": map[string]any{"extraArgs": []any{
 				map[string]any{"name": "oidc-client-secret", "value": secret}}}}}), nil, ""},
-		{"apiserver extraArgs list added whole", diff.Bootstrap,
+		{"apiserver extraArgs list added whole", diff.ObjectBootstrap,
 			spec(map[string]any{"clusterConfiguration": map[string]any{"apiServer": map[string]any{}}}),
 			spec(map[string]any{"clusterConfiguration": map[string]any{"apiServer": map[string]any{"extraArgs": []any{
 				map[string]any{"name": "audit-log-path", "value": "/var/log/audit.log"},
 				map[string]any{"name": "oidc-client-secret", "value": secret}}}}}), nil, "/var/log/audit.log"},
-		{"apiserver extraArgs as a map (v1beta1)", diff.Bootstrap,
+		{"apiserver extraArgs as a map (v1beta1)", diff.ObjectBootstrap,
 			spec(map[string]any{"clusterConfiguration": map[string]any{"apiServer": map[string]any{"extraArgs": map[string]any{"oidc-client-secret": "old"}}}}),
 			spec(map[string]any{"clusterConfiguration": map[string]any{"apiServer": map[string]any{"extraArgs": map[string]any{"oidc-client-secret": secret}}}}), nil, ""},
-		{"apiserver extraEnvs by name", diff.Bootstrap,
+		{"apiserver extraEnvs by name", diff.ObjectBootstrap,
 			spec(map[string]any{"clusterConfiguration": map[string]any{"apiServer": map[string]any{"extraEnvs": []any{
 				map[string]any{"name": "AWS_SECRET_ACCESS_KEY", "value": "old"}}}}}),
 			spec(map[string]any{"clusterConfiguration": map[string]any{"apiServer": map[string]any{"extraEnvs": []any{
 				map[string]any{"name": "AWS_SECRET_ACCESS_KEY", "value": secret}}}}}), nil, ""},
-		{"etcd extraEnvs added whole", diff.Bootstrap,
+		{"etcd extraEnvs added whole", diff.ObjectBootstrap,
 			spec(map[string]any{"clusterConfiguration": map[string]any{"etcd": map[string]any{"local": map[string]any{}}}}),
 			spec(map[string]any{"clusterConfiguration": map[string]any{"etcd": map[string]any{"local": map[string]any{"extraEnvs": []any{
 				map[string]any{"name": "GOMAXPROCS", "value": "4"},
 				map[string]any{"name": "ETCD_PEER_CLIENT_PASSWORD", "value": secret}}}}}}), nil, "GOMAXPROCS"},
-		{"extraEnvs by index, WithoutDefaults", diff.Bootstrap,
+		{"extraEnvs by index, WithoutDefaults", diff.ObjectBootstrap,
 			spec(map[string]any{"clusterConfiguration": map[string]any{"scheduler": map[string]any{"extraEnvs": []any{
 				map[string]any{"name": "AWS_SECRET_ACCESS_KEY", "value": "old"}}}}}),
 			spec(map[string]any{"clusterConfiguration": map[string]any{"scheduler": map[string]any{"extraEnvs": []any{
 				map[string]any{"name": "AWS_SECRET_ACCESS_KEY", "value": secret}}}}}),
 			[]diff.Option{diff.WithoutDefaults()}, ""},
-		{"an extraEnvs entry added by index, WithoutDefaults", diff.Bootstrap,
+		{"an extraEnvs entry added by index, WithoutDefaults", diff.ObjectBootstrap,
 			spec(map[string]any{"clusterConfiguration": map[string]any{"scheduler": map[string]any{"extraEnvs": []any{
 				map[string]any{"name": "GOMAXPROCS", "value": "2"}}}}}),
 			spec(map[string]any{"clusterConfiguration": map[string]any{"scheduler": map[string]any{"extraEnvs": []any{
 				map[string]any{"name": "GOMAXPROCS", "value": "2"},
 				map[string]any{"name": "API_SECRET", "value": secret}}}}}),
 			[]diff.Option{diff.WithoutDefaults()}, "API_SECRET"},
-		{"a preKubeadmCommand with a secret assignment", diff.Bootstrap,
+		{"a preKubeadmCommand with a secret assignment", diff.ObjectBootstrap,
 			spec(map[string]any{"preKubeadmCommands": []any{"echo hi"}}),
 			spec(map[string]any{"preKubeadmCommands": []any{"echo hi", "export AWS_SECRET_ACCESS_KEY=" + secret}}), nil, ""},
-		{"a postKubeadmCommand with a credential no name finds", diff.Bootstrap,
+		{"a postKubeadmCommand with a credential no name finds", diff.ObjectBootstrap,
 			spec(map[string]any{"postKubeadmCommands": []any{"curl -u ops:old https://example/ready"}}),
 			spec(map[string]any{"postKubeadmCommands": []any{"curl -u ops:" + secret + " https://example/ready"}}), nil, ""},
-		{"commands added whole, WithoutDefaults", diff.Bootstrap,
+		{"commands added whole, WithoutDefaults", diff.ObjectBootstrap,
 			spec(map[string]any{}),
 			spec(map[string]any{"bootCommands": []any{"echo " + secret + " | docker login --password-stdin"}}),
 			[]diff.Option{diff.WithoutDefaults()}, ""},
-		{"commands under a spec added whole", diff.Bootstrap,
+		{"commands under a spec added whole", diff.ObjectBootstrap,
 			map[string]any{"kind": "KubeadmConfig"},
 			spec(map[string]any{"preKubeadmCommands": []any{"echo " + secret}, "format": "cloud-config"}), nil, "cloud-config"},
-		{"infrastructure userData, WithoutDefaults", diff.Infrastructure,
+		{"infrastructure userData, WithoutDefaults", diff.ObjectInfrastructure,
 			map[string]any{"kind": "AWSMachine", "spec": map[string]any{"UserData": "old"}},
 			map[string]any{"kind": "AWSMachine", "spec": map[string]any{"UserData": secret}},
 			[]diff.Option{diff.WithoutDefaults()}, ""},
@@ -137,7 +137,7 @@ func TestReferencesToSecretsStayReadable(t *testing.T) {
 		"clusterConfiguration": map[string]any{"apiServer": map[string]any{"extraArgs": []any{map[string]any{"name": "token-auth-file", "value": "/etc/new"}}}},
 		"credentialsSecretRef": "new-ref",
 	}}
-	cs, err := diff.Objects(diff.Bootstrap, cur, des, diff.WithoutDefaults())
+	cs, err := diff.Objects(diff.ObjectBootstrap, cur, des, diff.WithoutDefaults())
 	require.NoError(t, err)
 	out := cs.String()
 	for _, s := range []string{"new-secret", "/etc/new", "new-ref"} {
@@ -177,7 +177,7 @@ func TestSecretsInEnvsAndCommands(t *testing.T) {
 	des := cfg(secret, "echo "+secret+" | docker login -u ops --password-stdin")
 	for name, opts := range map[string][]diff.Option{"defaults": nil, "WithoutDefaults": {diff.WithoutDefaults()}} {
 		t.Run(name, func(t *testing.T) {
-			cs, err := diff.Objects(diff.Bootstrap, cur, des, opts...)
+			cs, err := diff.Objects(diff.ObjectBootstrap, cur, des, opts...)
 			require.NoError(t, err)
 			require.Len(t, cs.Changes, 2, cs.String())
 			js, err := json.Marshal(cs)
@@ -190,7 +190,7 @@ func TestSecretsInEnvsAndCommands(t *testing.T) {
 				old, new := c.Shown()
 				require.NotContains(t, mustJSON(t, old)+mustJSON(t, new), secret)
 			}
-			revealed, err := diff.Objects(diff.Bootstrap, cur, des, append(opts, diff.ShowSecrets())...)
+			revealed, err := diff.Objects(diff.ObjectBootstrap, cur, des, append(opts, diff.ShowSecrets())...)
 			require.NoError(t, err)
 			require.Equal(t, 2, strings.Count(revealed.String(), secret), "ShowSecrets shows them")
 		})
@@ -199,7 +199,7 @@ func TestSecretsInEnvsAndCommands(t *testing.T) {
 		c := cfg("k", "true")
 		envs := (*c.Spec.ClusterConfiguration.ControllerManager.ExtraEnvs)[:1]
 		c.Spec.ClusterConfiguration.ControllerManager.ExtraEnvs = &envs
-		cs, err := diff.Objects(diff.Bootstrap, c, des, diff.WithoutDefaults())
+		cs, err := diff.Objects(diff.ObjectBootstrap, c, des, diff.WithoutDefaults())
 		require.NoError(t, err)
 		require.NotContains(t, cs.String(), secret)
 		require.Contains(t, cs.String(), "AWS_SECRET_ACCESS_KEY")

@@ -69,7 +69,7 @@ func TestStrictEmpty(t *testing.T) {
 				{"strict", []diff.Option{diff.StrictEmpty()}, tc.strict},
 				{"lenient", nil, tc.lenient},
 			} {
-				cs, err := diff.Objects(diff.Infrastructure, cur, des, mode.opts...)
+				cs, err := diff.Objects(diff.ObjectInfrastructure, cur, des, mode.opts...)
 				require.NoError(t, err)
 				var got []change
 				for _, c := range cs.Changes {
@@ -81,7 +81,7 @@ func TestStrictEmpty(t *testing.T) {
 				}
 				// Under StrictEmpty the JSON patch gives desired exactly, as
 				// go-cmp sees it (what CAPI compares).
-				jp, err := cs.JSONPatch(diff.Infrastructure)
+				jp, err := cs.JSONPatch(diff.ObjectInfrastructure)
 				require.NoError(t, err)
 				p, err := jsonpatch.DecodePatch(jp)
 				require.NoError(t, err, "%s", jp)
@@ -93,7 +93,7 @@ func TestStrictEmpty(t *testing.T) {
 				if strings.Contains(tc.name, "null") && tc.name != "null against absent" {
 					continue
 				}
-				mp, err := cs.MergePatch(diff.Infrastructure)
+				mp, err := cs.MergePatch(diff.ObjectInfrastructure)
 				require.NoError(t, err)
 				merged, err := jsonpatch.MergePatch(cur, mp)
 				require.NoError(t, err, "%s", mp)
@@ -115,7 +115,7 @@ func TestStrictEmptyPatterns(t *testing.T) {
 		{"everywhere", diff.StrictEmpty(), []string{"infrastructure.spec.a", "infrastructure.spec.b", "infrastructure.spec.o"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cs, err := diff.Objects(diff.Infrastructure, cur, des, tc.opt)
+			cs, err := diff.Objects(diff.ObjectInfrastructure, cur, des, tc.opt)
 			require.NoError(t, err)
 			var got []string
 			for _, c := range cs.Changes {
@@ -129,12 +129,12 @@ func TestStrictEmptyPatterns(t *testing.T) {
 func TestStrictEmptyKeepsMetadataScope(t *testing.T) {
 	cur := []byte(`{"kind":"AWSMachine","metadata":{"name":"a","uid":"1"},"spec":{}}`)
 	des := []byte(`{"kind":"AWSMachine","spec":{}}`)
-	cs, err := diff.Objects(diff.Infrastructure, cur, des, diff.StrictEmpty())
+	cs, err := diff.Objects(diff.ObjectInfrastructure, cur, des, diff.StrictEmpty())
 	require.NoError(t, err)
 	require.True(t, cs.Empty(), "name and uid are never compared: %s", cs)
 
 	des = []byte(`{"kind":"AWSMachine","metadata":{"labels":{}},"spec":{}}`)
-	cs, err = diff.Objects(diff.Infrastructure, cur, des, diff.StrictEmpty())
+	cs, err = diff.Objects(diff.ObjectInfrastructure, cur, des, diff.StrictEmpty())
 	require.NoError(t, err)
 	require.Len(t, cs.Changes, 1)
 	require.Equal(t, "infrastructure.metadata.labels", cs.Changes[0].Field)
@@ -148,7 +148,7 @@ func TestInPlaceUpdateIsStrictAboutEmpty(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, cs.Changes, 1, "%s", cs)
 	require.Equal(t, "infrastructure.spec.sshKeyName", cs.Changes[0].Field)
-	jp, err := cs.JSONPatch(diff.Infrastructure)
+	jp, err := cs.JSONPatch(diff.ObjectInfrastructure)
 	require.NoError(t, err)
 	require.JSONEq(t, `[{"op":"remove","path":"/spec/sshKeyName"}]`, string(jp))
 
@@ -176,7 +176,7 @@ func TestPatchOpWritesNullValues(t *testing.T) {
 func TestKeyedListElementsWithoutKeys(t *testing.T) {
 	// Elements that are not objects have no key: identical ones match.
 	cur := []byte(`{"kind":"KubeadmConfig","spec":{"files":[{"path":"/a"},"x"]}}`)
-	cs, err := diff.Objects(diff.Bootstrap, cur, cur)
+	cs, err := diff.Objects(diff.ObjectBootstrap, cur, cur)
 	require.NoError(t, err)
 	require.True(t, cs.Empty(), "%s", cs)
 }

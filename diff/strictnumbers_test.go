@@ -103,7 +103,7 @@ func TestStrictNumbers(t *testing.T) {
 				{"in place", []diff.Option{diff.InPlaceUpdate()}, tc.strict},
 				{"lenient", nil, tc.lenient},
 			} {
-				cs, err := diff.Objects(diff.Infrastructure, cur, des, mode.opts...)
+				cs, err := diff.Objects(diff.ObjectInfrastructure, cur, des, mode.opts...)
 				require.NoError(t, err)
 				var got []change
 				for _, c := range cs.Changes {
@@ -118,10 +118,10 @@ func TestStrictNumbers(t *testing.T) {
 				}
 				// The patches make current what desired is, for Cluster API.
 				want := capiDecode(t, des)["spec"]
-				jp, err := cs.JSONPatch(diff.Infrastructure)
+				jp, err := cs.JSONPatch(diff.ObjectInfrastructure)
 				require.NoError(t, err)
 				require.Empty(t, cmp.Diff(want, capiApply(t, cur, jp, false)), "%s: JSON patch %s", mode.name, jp)
-				mp, err := cs.MergePatch(diff.Infrastructure)
+				mp, err := cs.MergePatch(diff.ObjectInfrastructure)
 				require.NoError(t, err)
 				require.Empty(t, cmp.Diff(want, capiApply(t, cur, mp, true)), "%s: merge patch %s", mode.name, mp)
 			}
@@ -152,13 +152,13 @@ func TestStrictNumbersPatches(t *testing.T) {
 		{"no spec changes: no patch", `{"n":8.0}`, `{"n":8.0}`, `[]`, `{}`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cs, err := diff.Objects(diff.Infrastructure, infraJSON(tc.cur), infraJSON(tc.des), diff.InPlaceUpdate())
+			cs, err := diff.Objects(diff.ObjectInfrastructure, infraJSON(tc.cur), infraJSON(tc.des), diff.InPlaceUpdate())
 			require.NoError(t, err)
-			jp, err := cs.JSONPatch(diff.Infrastructure)
+			jp, err := cs.JSONPatch(diff.ObjectInfrastructure)
 			require.NoError(t, err)
 			require.JSONEq(t, tc.jsonPatch, string(jp)) // JSONEq compares by value: check the text too
 			require.Equal(t, compact(t, tc.jsonPatch), string(jp))
-			mp, err := cs.MergePatch(diff.Infrastructure)
+			mp, err := cs.MergePatch(diff.ObjectInfrastructure)
 			require.NoError(t, err)
 			require.Equal(t, compact(t, tc.merge), string(mp))
 		})
@@ -195,10 +195,10 @@ func TestStrictNumbersGoValues(t *testing.T) {
 		{"uint64 beyond int64 is a float", uint64(1 << 63), float64(1 << 63), false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cs, err := diff.Objects(diff.Infrastructure, obj(tc.cur), obj(tc.des), diff.StrictNumbers())
+			cs, err := diff.Objects(diff.ObjectInfrastructure, obj(tc.cur), obj(tc.des), diff.StrictNumbers())
 			require.NoError(t, err)
 			require.Equal(t, tc.differ, !cs.Empty(), "%s", cs)
-			lenient, err := diff.Objects(diff.Infrastructure, obj(tc.cur), obj(tc.des))
+			lenient, err := diff.Objects(diff.ObjectInfrastructure, obj(tc.cur), obj(tc.des))
 			require.NoError(t, err)
 			require.True(t, lenient.Empty(), "%s", lenient)
 		})
@@ -206,7 +206,7 @@ func TestStrictNumbersGoValues(t *testing.T) {
 }
 
 func TestStrictNumbersShown(t *testing.T) {
-	cs, err := diff.Objects(diff.Infrastructure, infraJSON(`{"n":8}`), infraJSON(`{"n":8.0}`), diff.StrictNumbers())
+	cs, err := diff.Objects(diff.ObjectInfrastructure, infraJSON(`{"n":8}`), infraJSON(`{"n":8.0}`), diff.StrictNumbers())
 	require.NoError(t, err)
 	require.Equal(t, "infrastructure.spec.n: replace 8 -> 8.0 (Other)", cs.Changes[0].String())
 	b, err := json.Marshal(cs.Changes[0])
@@ -214,9 +214,9 @@ func TestStrictNumbersShown(t *testing.T) {
 	require.Contains(t, string(b), `"old":8,"new":8.0`)
 
 	// Without StrictNumbers patches write numbers as encoding/json does.
-	cs, err = diff.Objects(diff.Infrastructure, infraJSON(`{"n":1}`), infraJSON(`{"n":8.0}`))
+	cs, err = diff.Objects(diff.ObjectInfrastructure, infraJSON(`{"n":1}`), infraJSON(`{"n":8.0}`))
 	require.NoError(t, err)
-	jp, err := cs.JSONPatch(diff.Infrastructure)
+	jp, err := cs.JSONPatch(diff.ObjectInfrastructure)
 	require.NoError(t, err)
 	require.Equal(t, `[{"op":"replace","path":"/spec/n","value":8}]`, string(jp))
 }

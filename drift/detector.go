@@ -14,26 +14,27 @@ type ReasonName string
 
 // Reason names.
 const (
-	// NodePoolDrifted: the static (hashed) part of the desired spec changed.
-	NodePoolDrifted ReasonName = "NodePoolDrifted"
-	// RequirementsDrifted: the object's labels no longer satisfy the
+	// ReasonNameNodePoolDrifted ("NodePoolDrifted"): the static (hashed) part of the desired spec changed.
+	ReasonNameNodePoolDrifted ReasonName = "NodePoolDrifted"
+	// ReasonNameRequirementsDrifted ("RequirementsDrifted"): the object's labels no longer satisfy the
 	// desired node selector requirements.
-	RequirementsDrifted ReasonName = "RequirementsDrifted"
-	// InstanceTypeNotFound: the object's instance type is no longer
+	ReasonNameRequirementsDrifted ReasonName = "RequirementsDrifted"
+	// ReasonNameInstanceTypeNotFound ("InstanceTypeNotFound"): the object's instance type is no longer
 	// offered (for caller-defined checks).
-	InstanceTypeNotFound ReasonName = "InstanceTypeNotFound"
-	// NodeClassDrift: the static part of the node class changed (use a
+	ReasonNameInstanceTypeNotFound ReasonName = "InstanceTypeNotFound"
+	// ReasonNameNodeClassDrift ("NodeClassDrift"): the static part of the node class changed (use a
 	// StaticHash check with this reason and the node class's stamper).
-	NodeClassDrift ReasonName = "NodeClassDrift"
-	// AMIDrift: the object's image is not the one a new node with the same
+	ReasonNameNodeClassDrift ReasonName = "NodeClassDrift"
+	// ReasonNameAMIDrift ("AMIDrift"): the object's image is not the one a new node with the same
 	// requirements would get.
-	AMIDrift ReasonName = "AMIDrift"
-	// SecurityGroupDrift, SubnetDrift, CapacityReservationDrift and
-	// PlacementGroupDrift are provider reasons for caller-defined checks.
-	SecurityGroupDrift       ReasonName = "SecurityGroupDrift"
-	SubnetDrift              ReasonName = "SubnetDrift"
-	CapacityReservationDrift ReasonName = "CapacityReservationDrift"
-	PlacementGroupDrift      ReasonName = "PlacementGroupDrift"
+	ReasonNameAMIDrift ReasonName = "AMIDrift"
+	// ReasonNameSecurityGroupDrift, ReasonNameSubnetDrift,
+	// ReasonNameCapacityReservationDrift and ReasonNamePlacementGroupDrift
+	// are provider reasons for caller-defined checks.
+	ReasonNameSecurityGroupDrift       ReasonName = "SecurityGroupDrift"
+	ReasonNameSubnetDrift              ReasonName = "SubnetDrift"
+	ReasonNameCapacityReservationDrift ReasonName = "CapacityReservationDrift"
+	ReasonNamePlacementGroupDrift      ReasonName = "PlacementGroupDrift"
 )
 
 // EvidenceKind says what a piece of evidence is about.
@@ -41,10 +42,10 @@ type EvidenceKind string
 
 // Evidence kinds.
 const (
-	EvidenceField EvidenceKind = "Field"
-	EvidenceLabel EvidenceKind = "Label"
-	EvidenceImage EvidenceKind = "Image"
-	EvidenceHash  EvidenceKind = "Hash"
+	EvidenceKindField EvidenceKind = "Field"
+	EvidenceKindLabel EvidenceKind = "Label"
+	EvidenceKindImage EvidenceKind = "Image"
+	EvidenceKindHash  EvidenceKind = "Hash"
 )
 
 // Evidence is one observation supporting a Reason.
@@ -211,8 +212,9 @@ type StaticHash struct {
 // StaticHashOption configures a StaticHash check.
 type StaticHashOption func(*StaticHash)
 
-// WithReason sets the reason name reported (default NodePoolDrifted; use
-// NodeClassDrift for a node class stamp).
+// WithReason sets the reason name reported (default
+// ReasonNameNodePoolDrifted; use ReasonNameNodeClassDrift for a node class
+// stamp).
 func WithReason(name ReasonName) StaticHashOption {
 	return func(c *StaticHash) { c.reason = name }
 }
@@ -233,7 +235,7 @@ func NewStaticHash(s *Stamper, desired any, opts ...StaticHashOption) (*StaticHa
 	if err != nil {
 		return nil, err
 	}
-	c := &StaticHash{stamper: s, desired: desired, stamp: st, reason: NodePoolDrifted}
+	c := &StaticHash{stamper: s, desired: desired, stamp: st, reason: ReasonNameNodePoolDrifted}
 	for _, o := range opts {
 		if o != nil {
 			o(c)
@@ -267,7 +269,7 @@ func (c *StaticHash) Check(ctx context.Context, obj metav1.Object) (*Reason, err
 		Name: c.reason,
 		Message: fmt.Sprintf("%s %s differs from the desired %s (version %s)",
 			c.stamper.HashKey(), res.Stamped, c.stamp.Hash, c.stamp.Hash.Version),
-		Evidence: []Evidence{{Kind: EvidenceHash, Key: c.stamper.HashKey(), Want: c.stamp.Hash.String(), Got: res.Stamped.String()}},
+		Evidence: []Evidence{{Kind: EvidenceKindHash, Key: c.stamper.HashKey(), Want: c.stamp.Hash.String(), Got: res.Stamped.String()}},
 	}
 	var opts []ExplainOption
 	if c.oldSpec != nil && c.differ != nil {
@@ -281,7 +283,7 @@ func (c *StaticHash) Check(ctx context.Context, obj metav1.Object) (*Reason, err
 	}
 	paths := make([]string, 0, len(exp.Changes))
 	for _, ch := range exp.Changes {
-		ev := Evidence{Kind: EvidenceField, Key: ch.Path, Detail: string(ch.Kind)}
+		ev := Evidence{Kind: EvidenceKindField, Key: ch.Path, Detail: string(ch.Kind)}
 		if ch.Old != nil {
 			ev.Got = fmt.Sprint(ch.Old)
 		}

@@ -75,10 +75,10 @@ func TestRequirements(t *testing.T) {
 				return
 			}
 			require.NotNil(t, r)
-			require.Equal(t, drift.RequirementsDrifted, r.Name)
+			require.Equal(t, drift.ReasonNameRequirementsDrifted, r.Name)
 			var keys []string
 			for _, e := range r.Evidence {
-				require.Equal(t, drift.EvidenceLabel, e.Kind)
+				require.Equal(t, drift.EvidenceKindLabel, e.Kind)
 				keys = append(keys, e.Key)
 			}
 			require.Equal(t, tc.drifted, keys)
@@ -133,8 +133,8 @@ func TestImageCheck(t *testing.T) {
 
 	r, err = c.Check(ctx, node("arm64", "ami-old-arm64"))
 	require.NoError(t, err)
-	require.Equal(t, drift.AMIDrift, r.Name)
-	require.Equal(t, []drift.Evidence{{Kind: drift.EvidenceImage, Key: "image", Want: "ami-new-arm64", Got: "ami-old-arm64"}}, r.Evidence)
+	require.Equal(t, drift.ReasonNameAMIDrift, r.Name)
+	require.Equal(t, []drift.Evidence{{Kind: drift.EvidenceKindImage, Key: "image", Want: "ami-new-arm64", Got: "ami-old-arm64"}}, r.Evidence)
 
 	r, err = c.Check(ctx, node("amd64", ""))
 	require.NoError(t, err)
@@ -165,7 +165,7 @@ func TestDetectorOrderAndComposition(t *testing.T) {
 	var calls []string
 	custom := drift.CheckFunc(func(_ context.Context, o metav1.Object) (*drift.Reason, error) {
 		calls = append(calls, o.GetName())
-		return &drift.Reason{Name: drift.SubnetDrift, Message: "subnet gone"}, nil
+		return &drift.Reason{Name: drift.ReasonNameSubnetDrift, Message: "subnet gone"}, nil
 	})
 	failing := drift.CheckFunc(func(context.Context, metav1.Object) (*drift.Reason, error) {
 		return nil, errors.New("provider down")
@@ -175,13 +175,13 @@ func TestDetectorOrderAndComposition(t *testing.T) {
 	d := drift.NewDetector(static, reqs, custom)
 	first, err := d.First(ctx, obj)
 	require.NoError(t, err)
-	require.Equal(t, drift.NodePoolDrifted, first.Name)
-	require.Contains(t, first.Evidence, drift.Evidence{Kind: drift.EvidenceField, Key: "metadata.labels", Detail: "Modified"})
+	require.Equal(t, drift.ReasonNameNodePoolDrifted, first.Name)
+	require.Contains(t, first.Evidence, drift.Evidence{Kind: drift.EvidenceKindField, Key: "metadata.labels", Detail: "Modified"})
 	require.Empty(t, calls, "First stops at the first reason")
 
 	all, err := d.All(ctx, obj)
 	require.NoError(t, err)
-	require.Equal(t, []drift.ReasonName{drift.NodePoolDrifted, drift.RequirementsDrifted, drift.SubnetDrift}, reasonNames(all))
+	require.Equal(t, []drift.ReasonName{drift.ReasonNameNodePoolDrifted, drift.ReasonNameRequirementsDrifted, drift.ReasonNameSubnetDrift}, reasonNames(all))
 
 	// Errors: First stops, All continues and joins.
 	d2 := drift.NewDetector(failing, custom)
@@ -191,18 +191,18 @@ func TestDetectorOrderAndComposition(t *testing.T) {
 	require.Equal(t, 0, ce.Index)
 	all, err = d2.All(ctx, obj)
 	require.Error(t, err)
-	require.Equal(t, []drift.ReasonName{drift.SubnetDrift}, reasonNames(all))
+	require.Equal(t, []drift.ReasonName{drift.ReasonNameSubnetDrift}, reasonNames(all))
 
 	// NodeClassDrift: the same static check over a node class stamp.
 	classStamper, err := drift.NewStamper("nodeclass.upgradekit.io", mustHasher(t, "v1"))
 	require.NoError(t, err)
 	_, err = classStamper.Stamp(obj, map[string]any{"amiFamily": "AL2023"})
 	require.NoError(t, err)
-	classCheck, err := drift.NewStaticHash(classStamper, map[string]any{"amiFamily": "Bottlerocket"}, drift.WithReason(drift.NodeClassDrift))
+	classCheck, err := drift.NewStaticHash(classStamper, map[string]any{"amiFamily": "Bottlerocket"}, drift.WithReason(drift.ReasonNameNodeClassDrift))
 	require.NoError(t, err)
 	r, err := drift.NewDetector(classCheck).First(ctx, obj)
 	require.NoError(t, err)
-	require.Equal(t, drift.NodeClassDrift, r.Name)
+	require.Equal(t, drift.ReasonNameNodeClassDrift, r.Name)
 
 	// A cancelled context stops the detector.
 	cctx, cancel := context.WithCancel(ctx)

@@ -103,15 +103,15 @@ type BumpAction string
 
 // Bump actions.
 const (
-	// ActionRestamp: current under From; stamped with the ToSpec stamp.
-	ActionRestamp BumpAction = "Restamp"
-	// ActionKeepDrift: drifted under From (or recorded drifted); the
+	// BumpActionRestamp: current under From; stamped with the ToSpec stamp.
+	BumpActionRestamp BumpAction = "Restamp"
+	// BumpActionKeepDrift: drifted under From (or recorded drifted); the
 	// version is updated and the hash is replaced by one that cannot match
 	// the ToSpec hash, so it stays drifted.
-	ActionKeepDrift BumpAction = "KeepDrift"
-	// ActionNone: already at the To version, unstamped, unreadable, or
+	BumpActionKeepDrift BumpAction = "KeepDrift"
+	// BumpActionNone: already at the To version, unstamped, unreadable, or
 	// stamped by a version other than From; left alone.
-	ActionNone BumpAction = "None"
+	BumpActionNone BumpAction = "None"
 )
 
 // BumpEntry is the bump's effect on one object.
@@ -201,7 +201,7 @@ func runBump(ctx context.Context, objs []metav1.Object, b VersionBump, apply boo
 		if err := ctx.Err(); err != nil {
 			return rep, err
 		}
-		entry := BumpEntry{Name: objectName(obj), Action: ActionNone}
+		entry := BumpEntry{Name: objectName(obj), Action: BumpActionNone}
 		if isNilObject(obj) {
 			// Nothing to read or re-stamp: reported like an unstamped object.
 			entry.Before, entry.After = StateUnknown, StateUnknown
@@ -228,7 +228,7 @@ func runBump(ctx context.Context, objs []metav1.Object, b VersionBump, apply boo
 			next := maps.Clone(ann)
 			if before.State == StateCurrent && !recorded {
 				b.To.applyTo(next, toStamp)
-				entry.Action = ActionRestamp
+				entry.Action = BumpActionRestamp
 				rep.Restamped++
 			} else {
 				// Keep the drift: new version, a hash that cannot equal
@@ -243,7 +243,7 @@ func runBump(ctx context.Context, objs []metav1.Object, b VersionBump, apply boo
 				next[b.To.HashKey()] = Hash{Version: toStamp.Hash.Version, Value: kept}.String()
 				next[b.To.VersionKey()] = toStamp.Hash.Version
 				delete(next, b.To.FieldsKey())
-				entry.Action = ActionKeepDrift
+				entry.Action = BumpActionKeepDrift
 				rep.KeptDrifted++
 			}
 			entry.After = b.To.checkAnnotations(next, toStamp.Hash).State

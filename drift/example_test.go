@@ -63,7 +63,7 @@ func Example() {
 		for _, r := range o.Reasons {
 			var keys []string
 			for _, e := range r.Evidence {
-				if e.Kind != drift.EvidenceHash {
+				if e.Kind != drift.EvidenceKindHash {
 					keys = append(keys, e.Key)
 				}
 			}

@@ -148,9 +148,9 @@ type ChangeKind string
 
 // Change kinds.
 const (
-	ChangeAdded    ChangeKind = "Added"
-	ChangeRemoved  ChangeKind = "Removed"
-	ChangeModified ChangeKind = "Modified"
+	ChangeKindAdded    ChangeKind = "Added"
+	ChangeKindRemoved  ChangeKind = "Removed"
+	ChangeKindModified ChangeKind = "Modified"
 )
 
 // FieldChange is one changed field. Old and New are the values when known
@@ -210,12 +210,12 @@ func compareFingerprints(stamped, current Fingerprints, candidates []fieldPrint)
 				// Not recorded at stamping time; its parent covers it.
 				continue
 			}
-			changes = append(changes, change{c, ChangeAdded})
+			changes = append(changes, change{c, ChangeKindAdded})
 			continue
 		}
 		s.used = true
 		if s.value != c.value {
-			changes = append(changes, change{c, ChangeModified})
+			changes = append(changes, change{c, ChangeKindModified})
 		}
 	}
 	candByPath := make(map[uint32]fieldPrint, len(candidates))
@@ -228,7 +228,7 @@ func compareFingerprints(stamped, current Fingerprints, candidates []fieldPrint)
 			continue
 		}
 		if c, ok := candByPath[e.path]; ok {
-			changes = append(changes, change{c, ChangeRemoved})
+			changes = append(changes, change{c, ChangeKindRemoved})
 			continue
 		}
 		unnamed++

@@ -233,7 +233,7 @@ func FuzzRequirements(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if r != nil && (r.Name != drift.RequirementsDrifted || len(r.Evidence) != 1 || r.Evidence[0].Key != key) {
+		if r != nil && (r.Name != drift.ReasonNameRequirementsDrifted || len(r.Evidence) != 1 || r.Evidence[0].Key != key) {
 			t.Fatalf("reason does not name the key: %+v", r)
 		}
 	})

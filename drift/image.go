@@ -68,7 +68,7 @@ func NewImage(chooser ImageChooser, imageOf func(metav1.Object) (string, bool), 
 	if chooser == nil || imageOf == nil {
 		return nil, fmt.Errorf("%w: image check needs a chooser and an imageOf function", ErrInvalidOption)
 	}
-	c := &Image{chooser: chooser, imageOf: imageOf, reason: AMIDrift}
+	c := &Image{chooser: chooser, imageOf: imageOf, reason: ReasonNameAMIDrift}
 	for _, o := range opts {
 		if o != nil {
 			o(c)
@@ -116,6 +116,6 @@ func (c *Image) Check(ctx context.Context, obj metav1.Object) (*Reason, error) {
 	return &Reason{
 		Name:     c.reason,
 		Message:  msg,
-		Evidence: []Evidence{{Kind: EvidenceImage, Key: "image", Want: want, Got: got, Detail: why}},
+		Evidence: []Evidence{{Kind: EvidenceKindImage, Key: "image", Want: want, Got: got, Detail: why}},
 	}, nil
 }

@@ -175,10 +175,10 @@ func TestMigrationWithoutMassDrift(t *testing.T) {
 	require.Zero(t, applied.ClearedDrift)
 	for i, e := range applied.Objects {
 		if i == 0 || i >= 7 {
-			require.Equal(t, drift.ActionKeepDrift, e.Action, e.Name)
+			require.Equal(t, drift.BumpActionKeepDrift, e.Action, e.Name)
 			require.Equal(t, drift.StateDrifted, e.After, e.Name)
 		} else {
-			require.Equal(t, drift.ActionRestamp, e.Action, e.Name)
+			require.Equal(t, drift.BumpActionRestamp, e.Action, e.Name)
 			require.Equal(t, drift.StateCurrent, e.After, e.Name)
 		}
 	}
@@ -197,7 +197,7 @@ func TestMigrationWithoutMassDrift(t *testing.T) {
 	detector := func(pool *NodeClaimTemplate, class *nodeClassV1) *drift.Detector {
 		p, err := drift.NewStaticHash(poolNew, pool)
 		require.NoError(t, err)
-		c, err := drift.NewStaticHash(classNew, class, drift.WithReason(drift.NodeClassDrift))
+		c, err := drift.NewStaticHash(classNew, class, drift.WithReason(drift.ReasonNameNodeClassDrift))
 		require.NoError(t, err)
 		return drift.NewDetector(p, c)
 	}
@@ -221,11 +221,11 @@ func TestMigrationWithoutMassDrift(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 10, sem.Drifted)
 	for i, o := range sem.Objects {
-		require.Equal(t, []drift.ReasonName{drift.NodePoolDrifted, drift.NodeClassDrift}, reasonNames(o.Reasons), o.Name)
+		require.Equal(t, []drift.ReasonName{drift.ReasonNameNodePoolDrifted, drift.ReasonNameNodeClassDrift}, reasonNames(o.Reasons), o.Name)
 		if i >= 1 && i < 7 {
-			require.Contains(t, o.Reasons[0].Evidence, drift.Evidence{Kind: drift.EvidenceField, Key: "metadata.labels", Detail: "Modified"}, o.Name)
+			require.Contains(t, o.Reasons[0].Evidence, drift.Evidence{Kind: drift.EvidenceKindField, Key: "metadata.labels", Detail: "Modified"}, o.Name)
 		}
-		require.Contains(t, o.Reasons[1].Evidence, drift.Evidence{Kind: drift.EvidenceField, Key: "kubelet.maxPods", Detail: "Modified"}, o.Name)
+		require.Contains(t, o.Reasons[1].Evidence, drift.Evidence{Kind: drift.EvidenceKindField, Key: "kubelet.maxPods", Detail: "Modified"}, o.Name)
 	}
 }
 
@@ -307,9 +307,9 @@ func TestDryRunProposedSpec(t *testing.T) {
 		}
 	}
 	require.Equal(t, map[string][]drift.ReasonName{
-		"node-1": {drift.RequirementsDrifted},
-		"node-3": {drift.RequirementsDrifted},
-		"node-5": {drift.NodePoolDrifted, drift.RequirementsDrifted},
+		"node-1": {drift.ReasonNameRequirementsDrifted},
+		"node-3": {drift.ReasonNameRequirementsDrifted},
+		"node-5": {drift.ReasonNameNodePoolDrifted, drift.ReasonNameRequirementsDrifted},
 	}, got)
 
 	// Proposal 2: a new taint value drifts every stamped node and names it.
@@ -317,7 +317,7 @@ func TestDryRunProposedSpec(t *testing.T) {
 	rep, err = s.DryRun(ctx, proposed, objs)
 	require.NoError(t, err)
 	require.Equal(t, 6, rep.Drifted, "the unstamped object is unknown, not drifted")
-	require.Contains(t, rep.Objects[0].Reasons[0].Evidence, drift.Evidence{Kind: drift.EvidenceField, Key: "spec.taints", Detail: "Modified"})
+	require.Contains(t, rep.Objects[0].Reasons[0].Evidence, drift.Evidence{Kind: drift.EvidenceKindField, Key: "spec.taints", Detail: "Modified"})
 
 	cctx, cancel := context.WithCancel(ctx)
 	cancel()

@@ -32,11 +32,11 @@ func TestNilDetector(t *testing.T) {
 	require.Zero(t, rep.Failed)
 
 	always := drift.CheckFunc(func(context.Context, metav1.Object) (*drift.Reason, error) {
-		return &drift.Reason{Name: drift.NodePoolDrifted}, nil
+		return &drift.Reason{Name: drift.ReasonNameNodePoolDrifted}, nil
 	})
 	r, err = d.With(always).First(ctx, obj)
 	require.NoError(t, err)
-	require.Equal(t, drift.NodePoolDrifted, r.Name)
+	require.Equal(t, drift.ReasonNameNodePoolDrifted, r.Name)
 }
 
 // TestDetectorSkipsNilCheckFunc: a nil CheckFunc is a non-nil Check; it
@@ -46,14 +46,14 @@ func TestDetectorSkipsNilCheckFunc(t *testing.T) {
 	obj := &metav1.ObjectMeta{Name: "n1"}
 	var nilFunc drift.CheckFunc
 	always := drift.CheckFunc(func(context.Context, metav1.Object) (*drift.Reason, error) {
-		return &drift.Reason{Name: drift.AMIDrift}, nil
+		return &drift.Reason{Name: drift.ReasonNameAMIDrift}, nil
 	})
 	d := drift.NewDetector(nilFunc, nil, always).With(nilFunc)
 	all, err := d.All(ctx, obj)
 	require.NoError(t, err)
 	require.Len(t, all, 1)
-	require.Equal(t, drift.AMIDrift, all[0].Name)
+	require.Equal(t, drift.ReasonNameAMIDrift, all[0].Name)
 	r, err := d.First(ctx, obj)
 	require.NoError(t, err)
-	require.Equal(t, drift.AMIDrift, r.Name)
+	require.Equal(t, drift.ReasonNameAMIDrift, r.Name)
 }

@@ -319,12 +319,12 @@ func (c *Requirements) Check(_ context.Context, obj metav1.Object) (*Reason, err
 		v, ok := labels[k]
 		if !ok {
 			if !kr.allowsAbsent() {
-				ev = append(ev, Evidence{Kind: EvidenceLabel, Key: k, Want: want, Detail: "label missing"})
+				ev = append(ev, Evidence{Kind: EvidenceKindLabel, Key: k, Want: want, Detail: "label missing"})
 			}
 			continue
 		}
 		if !kr.has(v) {
-			ev = append(ev, Evidence{Kind: EvidenceLabel, Key: k, Want: want, Got: v, Detail: "value not allowed"})
+			ev = append(ev, Evidence{Kind: EvidenceKindLabel, Key: k, Want: want, Got: v, Detail: "value not allowed"})
 		}
 	}
 	if len(ev) == 0 {
@@ -335,7 +335,7 @@ func (c *Requirements) Check(_ context.Context, obj metav1.Object) (*Reason, err
 		keys[i] = e.Key
 	}
 	return &Reason{
-		Name:     RequirementsDrifted,
+		Name:     ReasonNameRequirementsDrifted,
 		Message:  fmt.Sprintf("labels no longer satisfy the requirements on %s", strings.Join(keys, ", ")),
 		Evidence: ev,
 	}, nil

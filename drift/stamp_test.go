@@ -120,9 +120,9 @@ func TestExplainFromFingerprints(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "fingerprints", exp.Source)
 	want := []drift.FieldChange{
-		{Path: "metadata.labels", Kind: drift.ChangeModified},
-		{Path: "spec.expireAfter", Kind: drift.ChangeRemoved},
-		{Path: "spec.startupTaints", Kind: drift.ChangeModified},
+		{Path: "metadata.labels", Kind: drift.ChangeKindModified},
+		{Path: "spec.expireAfter", Kind: drift.ChangeKindRemoved},
+		{Path: "spec.startupTaints", Kind: drift.ChangeKindModified},
 	}
 	require.Empty(t, cmp.Diff(want, exp.Changes))
 	require.Zero(t, exp.Unnamed)
@@ -136,8 +136,8 @@ func TestExplainFromFingerprints(t *testing.T) {
 	exp, err = s.Explain(context.Background(), obj2, nodePoolTemplate())
 	require.NoError(t, err)
 	require.Empty(t, cmp.Diff([]drift.FieldChange{
-		{Path: "metadata.annotations", Kind: drift.ChangeAdded},
-		{Path: "metadata.labels", Kind: drift.ChangeAdded},
+		{Path: "metadata.annotations", Kind: drift.ChangeKindAdded},
+		{Path: "metadata.labels", Kind: drift.ChangeKindAdded},
 	}, exp.Changes), "the most specific fields are named")
 }
 
@@ -150,12 +150,12 @@ func TestExplainUnstructuredNamesRemovedFieldsWhenTold(t *testing.T) {
 	desired := map[string]any{"spec": map[string]any{"version": "v1.33"}}
 	exp, err := s.Explain(context.Background(), obj, desired)
 	require.NoError(t, err)
-	require.Empty(t, cmp.Diff([]drift.FieldChange{{Path: "spec", Kind: drift.ChangeModified}}, exp.Changes))
+	require.Empty(t, cmp.Diff([]drift.FieldChange{{Path: "spec", Kind: drift.ChangeKindModified}}, exp.Changes))
 	require.Equal(t, 1, exp.Unnamed, "a removed map key cannot be named from the desired spec alone")
 
 	exp, err = s.Explain(context.Background(), obj, desired, drift.WithKnownFields("spec.image"))
 	require.NoError(t, err)
-	require.Empty(t, cmp.Diff([]drift.FieldChange{{Path: "spec.image", Kind: drift.ChangeRemoved}}, exp.Changes))
+	require.Empty(t, cmp.Diff([]drift.FieldChange{{Path: "spec.image", Kind: drift.ChangeKindRemoved}}, exp.Changes))
 	require.Zero(t, exp.Unnamed)
 }
 
@@ -170,7 +170,7 @@ func TestExplainWithDiffer(t *testing.T) {
 	var gotOld, gotNew any
 	d := drift.DifferFunc(func(_ context.Context, o, n any) ([]drift.FieldChange, error) {
 		gotOld, gotNew = o, n
-		return []drift.FieldChange{{Path: "spec.nodeClassRef.name", Kind: drift.ChangeModified, Old: "default", New: "gpu"}}, nil
+		return []drift.FieldChange{{Path: "spec.nodeClassRef.name", Kind: drift.ChangeKindModified, Old: "default", New: "gpu"}}, nil
 	})
 	exp, err := s.Explain(context.Background(), obj, desired, drift.WithOldSpec(old, d))
 	require.NoError(t, err)
@@ -185,8 +185,8 @@ func TestExplainWithDiffer(t *testing.T) {
 	r, err := c.Check(context.Background(), obj)
 	require.NoError(t, err)
 	require.NotNil(t, r)
-	require.Equal(t, drift.NodePoolDrifted, r.Name)
-	require.Contains(t, r.Evidence, drift.Evidence{Kind: drift.EvidenceField, Key: "spec.nodeClassRef.name", Want: "gpu", Got: "default", Detail: "Modified"})
+	require.Equal(t, drift.ReasonNameNodePoolDrifted, r.Name)
+	require.Contains(t, r.Evidence, drift.Evidence{Kind: drift.EvidenceKindField, Key: "spec.nodeClassRef.name", Want: "gpu", Got: "default", Detail: "Modified"})
 }
 
 func TestExplainGarbageFingerprints(t *testing.T) {

@@ -77,8 +77,8 @@ func NodePoolHashCheck(l Lookup, opts ...ExplainOption) drift.Check {
 			return nil, nil
 		}
 		r := &drift.Reason{
-			Name: drift.NodePoolDrifted,
-			Evidence: []drift.Evidence{{Kind: drift.EvidenceHash, Key: karpv1.NodePoolHashAnnotationKey,
+			Name: drift.ReasonNameNodePoolDrifted,
+			Evidence: []drift.Evidence{{Kind: drift.EvidenceKindHash, Key: karpv1.NodePoolHashAnnotationKey,
 				Want: want, Got: stamped, Detail: "hash version " + version}},
 		}
 		if version != NodePoolHashVersion {
@@ -94,7 +94,7 @@ func NodePoolHashCheck(l Lookup, opts ...ExplainOption) drift.Check {
 				r.Message += "; written since it was made (managedFields): " + strings.Join(written, ", ")
 				for _, w := range written {
 					path, _, _ := strings.Cut(w, " ")
-					r.Evidence = append(r.Evidence, drift.Evidence{Kind: drift.EvidenceField, Key: path, Detail: "written since: " + w[len(path)+1:]})
+					r.Evidence = append(r.Evidence, drift.Evidence{Kind: drift.EvidenceKindField, Key: path, Detail: "written since: " + w[len(path)+1:]})
 				}
 			} else if len(np.ManagedFields) == 0 {
 				r.Message += " (the NodePool has no managedFields, which say who wrote which field when: kubectl get leaves them out unless given --show-managed-fields)"
@@ -105,7 +105,7 @@ func NodePoolHashCheck(l Lookup, opts ...ExplainOption) drift.Check {
 		paths := make([]string, 0, len(changes))
 		for _, c := range changes {
 			paths = append(paths, c.Path)
-			r.Evidence = append(r.Evidence, drift.Evidence{Kind: drift.EvidenceField, Key: c.Path, Want: c.New, Got: c.Old, Detail: "changed"})
+			r.Evidence = append(r.Evidence, drift.Evidence{Kind: drift.EvidenceKindField, Key: c.Path, Want: c.New, Got: c.Old, Detail: "changed"})
 		}
 		r.Message = fmt.Sprintf("NodePool %s's template changed since this NodeClaim was made (previous template from %s): %s",
 			np.Name, source, strings.Join(paths, ", "))
@@ -153,7 +153,7 @@ func RequirementsCheck(l Lookup) drift.Check {
 			for i, r := range onConflict[key] {
 				texts[i] = requirementText(r)
 			}
-			ev = append(ev, drift.Evidence{Kind: drift.EvidenceLabel, Key: key, Want: strings.Join(texts, " and "), Got: conflicts[key],
+			ev = append(ev, drift.Evidence{Kind: drift.EvidenceKindLabel, Key: key, Want: strings.Join(texts, " and "), Got: conflicts[key],
 				Detail: "deprecated and stable labels disagree: Karpenter intersects them to no value"})
 		}
 		check, err := drift.NewRequirements(reqs, drift.WithLabelAliases(aliases), drift.WithLabelsOf(normalizedLabels))
@@ -166,7 +166,7 @@ func RequirementsCheck(l Lookup) drift.Check {
 		}
 		if len(ev) > 0 {
 			if r == nil {
-				r = &drift.Reason{Name: drift.RequirementsDrifted}
+				r = &drift.Reason{Name: drift.ReasonNameRequirementsDrifted}
 			}
 			r.Evidence = append(ev, r.Evidence...)
 			keys := make([]string, len(r.Evidence))
@@ -305,10 +305,10 @@ func NodeClassHashCheck(l Lookup, opts ...ExplainOption) drift.Check {
 			// Compared only because it is drifted and keeps its old hash,
 			// which no current hash equals.
 			return &drift.Reason{
-				Name: drift.NodeClassDrift,
+				Name: drift.ReasonNameNodeClassDrift,
 				Message: fmt.Sprintf("EC2NodeClass %s: stamped with hash version %s and already drifted before Karpenter moved to %s; Karpenter keeps its old hash, so it stays drifted",
 					class.Name, errtext.Quote(gotVersion), EC2NodeClassHashVersion),
-				Evidence: []drift.Evidence{{Kind: drift.EvidenceHash, Key: awsv1.AnnotationEC2NodeClassHash, Got: got, Detail: "hash version " + gotVersion}},
+				Evidence: []drift.Evidence{{Kind: drift.EvidenceKindHash, Key: awsv1.AnnotationEC2NodeClassHash, Got: got, Detail: "hash version " + gotVersion}},
 			}, nil
 		}
 		want, source := annotated, ""
@@ -323,10 +323,10 @@ func NodeClassHashCheck(l Lookup, opts ...ExplainOption) drift.Check {
 			return nil, nil
 		}
 		return &drift.Reason{
-			Name: drift.NodeClassDrift,
+			Name: drift.ReasonNameNodeClassDrift,
 			Message: fmt.Sprintf("EC2NodeClass %s's spec changed since this NodeClaim was made (hash %s, now %s%s)",
 				class.Name, errtext.Quote(got), errtext.Quote(want), source),
-			Evidence: []drift.Evidence{{Kind: drift.EvidenceHash, Key: awsv1.AnnotationEC2NodeClassHash, Want: want, Got: got,
+			Evidence: []drift.Evidence{{Kind: drift.EvidenceKindHash, Key: awsv1.AnnotationEC2NodeClassHash, Want: want, Got: got,
 				Detail: "hash version " + gotVersion}},
 		}, nil
 	})

@@ -60,10 +60,10 @@ func AMICheck(l Lookup, opts ...ExplainOption) drift.Check {
 			// Karpenter maps no image to the instance type, so the
 			// NodeClaim's image is not among the mapped ones: drifted.
 			return &drift.Reason{
-				Name: drift.AMIDrift,
+				Name: drift.ReasonNameAMIDrift,
 				Message: fmt.Sprintf("EC2NodeClass %s: none of the %d images in status.amis fits this node any more (it runs %s); Karpenter would launch it on another instance type",
 					class.Name, len(class.Status.AMIs), nc.Status.ImageID),
-				Evidence: []drift.Evidence{{Kind: drift.EvidenceImage, Key: "image", Got: nc.Status.ImageID, Detail: "no image in status.amis fits"}},
+				Evidence: []drift.Evidence{{Kind: drift.EvidenceKindImage, Key: "image", Got: nc.Status.ImageID, Detail: "no image in status.amis fits"}},
 			}, nil
 		}
 		chooser := statusChooser{class: class, want: first, current: nc.Status.ImageID, resolve: cfg.imageResolver}
@@ -302,15 +302,15 @@ func SecurityGroupCheck(l Lookup, lookup InstanceLookup) drift.Check {
 		if len(added) == 0 && len(removed) == 0 {
 			return nil, nil
 		}
-		r := &drift.Reason{Name: drift.SecurityGroupDrift}
+		r := &drift.Reason{Name: drift.ReasonNameSecurityGroupDrift}
 		var parts []string
 		if len(added) > 0 {
 			parts = append(parts, "now also selects "+strings.Join(added, ", "))
-			r.Evidence = append(r.Evidence, drift.Evidence{Kind: drift.EvidenceField, Key: "status.securityGroups", Want: strings.Join(added, ","), Detail: "not on the instance"})
+			r.Evidence = append(r.Evidence, drift.Evidence{Kind: drift.EvidenceKindField, Key: "status.securityGroups", Want: strings.Join(added, ","), Detail: "not on the instance"})
 		}
 		if len(removed) > 0 {
 			parts = append(parts, "no longer selects "+strings.Join(removed, ", "))
-			r.Evidence = append(r.Evidence, drift.Evidence{Kind: drift.EvidenceField, Key: "status.securityGroups", Got: strings.Join(removed, ","), Detail: "only on the instance"})
+			r.Evidence = append(r.Evidence, drift.Evidence{Kind: drift.EvidenceKindField, Key: "status.securityGroups", Got: strings.Join(removed, ","), Detail: "only on the instance"})
 		}
 		r.Message = fmt.Sprintf("EC2NodeClass %s %s (instance %s)", class.Name, strings.Join(parts, " and "), inst.ID)
 		return r, nil
@@ -338,10 +338,10 @@ func SubnetCheck(l Lookup, lookup InstanceLookup) drift.Check {
 		}
 		sort.Strings(ids)
 		return &drift.Reason{
-			Name: drift.SubnetDrift,
+			Name: drift.ReasonNameSubnetDrift,
 			Message: fmt.Sprintf("EC2NodeClass %s no longer selects subnet %s of instance %s (selects %s)",
 				class.Name, errtext.Quote(inst.SubnetID), inst.ID, strings.Join(ids, ", ")),
-			Evidence: []drift.Evidence{{Kind: drift.EvidenceField, Key: "status.subnets", Want: strings.Join(ids, ","), Got: inst.SubnetID}},
+			Evidence: []drift.Evidence{{Kind: drift.EvidenceKindField, Key: "status.subnets", Want: strings.Join(ids, ","), Got: inst.SubnetID}},
 		}, nil
 	})
 }
@@ -369,10 +369,10 @@ func CapacityReservationCheck(l Lookup, lookup InstanceLookup) drift.Check {
 		}
 		sort.Strings(ids)
 		return &drift.Reason{
-			Name: drift.CapacityReservationDrift,
+			Name: drift.ReasonNameCapacityReservationDrift,
 			Message: fmt.Sprintf("EC2NodeClass %s no longer selects capacity reservation %s of instance %s (selects %s)",
 				class.Name, errtext.Quote(inst.CapacityReservationID), inst.ID, orNone(ids)),
-			Evidence: []drift.Evidence{{Kind: drift.EvidenceField, Key: "status.capacityReservations", Want: strings.Join(ids, ","), Got: inst.CapacityReservationID}},
+			Evidence: []drift.Evidence{{Kind: drift.EvidenceKindField, Key: "status.capacityReservations", Want: strings.Join(ids, ","), Got: inst.CapacityReservationID}},
 		}, nil
 	})
 }
@@ -407,10 +407,10 @@ func PlacementGroupCheck(l Lookup) drift.Check {
 			return nil, nil
 		}
 		return &drift.Reason{
-			Name: drift.PlacementGroupDrift,
+			Name: drift.ReasonNamePlacementGroupDrift,
 			Message: fmt.Sprintf("EC2NodeClass %s's placement group is %s, the NodeClaim's %s",
 				class.Name, orNone([]string{want}), orNone([]string{label})),
-			Evidence: []drift.Evidence{{Kind: drift.EvidenceLabel, Key: awsv1.LabelPlacementGroupID, Want: orNone([]string{want}), Got: label,
+			Evidence: []drift.Evidence{{Kind: drift.EvidenceKindLabel, Key: awsv1.LabelPlacementGroupID, Want: orNone([]string{want}), Got: label,
 				Detail: "the EC2NodeClass's placement group"}},
 		}, nil
 	})

@@ -446,7 +446,7 @@ func splitJoined(err error) []error {
 // given (then "not drifted" is its verdict against Karpenter's).
 func unchecked(reason string, cfg *explainConfig) string {
 	switch drift.ReasonName(reason) {
-	case drift.SecurityGroupDrift, drift.SubnetDrift, drift.CapacityReservationDrift:
+	case drift.ReasonNameSecurityGroupDrift, drift.ReasonNameSubnetDrift, drift.ReasonNameCapacityReservationDrift:
 		if cfg.instances == nil {
 			return "needs the instances (WithInstances, drift-explain --instances), not given"
 		}

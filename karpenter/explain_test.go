@@ -76,29 +76,29 @@ func TestExplainTheFixtureCluster(t *testing.T) {
 
 	withoutInstances := map[string][]drift.ReasonName{
 		"arm-a":      nil,
-		"default-a":  {drift.NodePoolDrifted},
-		"default-b":  {drift.AMIDrift},
-		"default-c":  {drift.RequirementsDrifted},
+		"default-a":  {drift.ReasonNameNodePoolDrifted},
+		"default-b":  {drift.ReasonNameAMIDrift},
+		"default-c":  {drift.ReasonNameRequirementsDrifted},
 		"default-d":  nil,
 		"default-e":  nil,
 		"default-f":  nil,
-		"default-g":  {drift.NodeClassDrift},
+		"default-g":  {drift.ReasonNameNodeClassDrift},
 		"default-h":  nil,
 		"default-i":  nil,
 		"legacy-a":   nil,
-		"legacy-b":   {drift.NodePoolDrifted, drift.NodeClassDrift, drift.AMIDrift},
-		"gpu-a":      {drift.AMIDrift},
-		"pg-a":       {drift.PlacementGroupDrift},
-		"reserved-a": {drift.RequirementsDrifted},
+		"legacy-b":   {drift.ReasonNameNodePoolDrifted, drift.ReasonNameNodeClassDrift, drift.ReasonNameAMIDrift},
+		"gpu-a":      {drift.ReasonNameAMIDrift},
+		"pg-a":       {drift.ReasonNamePlacementGroupDrift},
+		"reserved-a": {drift.ReasonNameRequirementsDrifted},
 		"gone-a":     nil,
 	}
 	withInstances := map[string][]drift.ReasonName{}
 	for k, v := range withoutInstances {
 		withInstances[k] = v
 	}
-	withInstances["default-d"] = []drift.ReasonName{drift.SecurityGroupDrift}
-	withInstances["default-e"] = []drift.ReasonName{drift.SubnetDrift}
-	withInstances["reserved-a"] = []drift.ReasonName{drift.RequirementsDrifted, drift.CapacityReservationDrift}
+	withInstances["default-d"] = []drift.ReasonName{drift.ReasonNameSecurityGroupDrift}
+	withInstances["default-e"] = []drift.ReasonName{drift.ReasonNameSubnetDrift}
+	withInstances["reserved-a"] = []drift.ReasonName{drift.ReasonNameRequirementsDrifted, drift.ReasonNameCapacityReservationDrift}
 	withOfferings := map[string][]drift.ReasonName{}
 	for k, v := range withInstances {
 		withOfferings[k] = v
@@ -153,7 +153,7 @@ func TestExplainSaysWhy(t *testing.T) {
 	require.Contains(t, a.Message, "kubectl.kubernetes.io/last-applied-configuration")
 	var fields []drift.Evidence
 	for _, e := range a.Evidence {
-		if e.Kind == drift.EvidenceField {
+		if e.Kind == drift.EvidenceKindField {
 			fields = append(fields, e)
 		}
 	}
@@ -264,9 +264,9 @@ func TestExplainHashVersions(t *testing.T) {
 		want                       []drift.ReasonName
 	}{
 		{"class not yet re-stamped, claim not drifted", "v3", "v3", false, nil},
-		{"class not yet re-stamped, claim drifted", "v3", "v3", true, []drift.ReasonName{drift.NodeClassDrift}},
+		{"class not yet re-stamped, claim drifted", "v3", "v3", true, []drift.ReasonName{drift.ReasonNameNodeClassDrift}},
 		{"class re-stamped, claim at an old version", "v5", "v3", true, nil},
-		{"both current, hashes differ", "v5", "v5", false, []drift.ReasonName{drift.NodeClassDrift}},
+		{"both current, hashes differ", "v5", "v5", false, []drift.ReasonName{drift.ReasonNameNodeClassDrift}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			snap := readFixture(t)
@@ -326,7 +326,7 @@ func TestExplainSaysNotCheckedOnce(t *testing.T) {
 func TestExplainUnknownWhereKarpenterSaysDrifted(t *testing.T) {
 	snap := readFixture(t)
 	nc := &snap.NodeClaims[slices.IndexFunc(snap.NodeClaims, func(c karpv1.NodeClaim) bool { return c.Name == "default-d" })]
-	nc.Status.Conditions = append(nc.Status.Conditions, karpStatusCondition{Type: karpv1.ConditionTypeDrifted, Status: metav1.ConditionTrue, Reason: string(drift.SecurityGroupDrift)})
+	nc.Status.Conditions = append(nc.Status.Conditions, karpStatusCondition{Type: karpv1.ConditionTypeDrifted, Status: metav1.ConditionTrue, Reason: string(drift.ReasonNameSecurityGroupDrift)})
 
 	rep, err := Explain(t.Context(), snap)
 	require.NoError(t, err)
@@ -339,7 +339,7 @@ func TestExplainUnknownWhereKarpenterSaysDrifted(t *testing.T) {
 	require.NoError(t, err)
 	cr = rep.NodeClaims[indexOf(rep, "default-d")]
 	require.True(t, cr.Drifted())
-	require.Equal(t, drift.SecurityGroupDrift, cr.Reasons[0].Name)
+	require.Equal(t, drift.ReasonNameSecurityGroupDrift, cr.Reasons[0].Name)
 	require.Empty(t, cr.CannotTell)
 }
 
@@ -382,8 +382,8 @@ func TestExplainSummarisesPerNodePool(t *testing.T) {
 	// gone-a, without offerings, is unknown).
 	require.Equal(t, []NodePoolSummary{
 		{Name: "default", NodeClaims: 14, Drifted: 8, Unknown: 1, Replacing: 1, ByReason: map[drift.ReasonName]int{
-			drift.AMIDrift: 1, drift.NodeClassDrift: 1, drift.NodePoolDrifted: 1, drift.RequirementsDrifted: 2, drift.SecurityGroupDrift: 1,
-			drift.SubnetDrift: 1, drift.PlacementGroupDrift: 1}},
-		{Name: "legacy", NodeClaims: 2, Drifted: 1, ByReason: map[drift.ReasonName]int{drift.NodePoolDrifted: 1}},
+			drift.ReasonNameAMIDrift: 1, drift.ReasonNameNodeClassDrift: 1, drift.ReasonNameNodePoolDrifted: 1, drift.ReasonNameRequirementsDrifted: 2, drift.ReasonNameSecurityGroupDrift: 1,
+			drift.ReasonNameSubnetDrift: 1, drift.ReasonNamePlacementGroupDrift: 1}},
+		{Name: "legacy", NodeClaims: 2, Drifted: 1, ByReason: map[drift.ReasonName]int{drift.ReasonNameNodePoolDrifted: 1}},
 	}, rep.NodePools)
 }

@@ -81,16 +81,16 @@ func InstanceTypeCheck(l Lookup, opts ...ExplainOption) drift.Check {
 		it, ok := nc.Labels[corev1.LabelInstanceTypeStable]
 		if !ok || it == "" {
 			return &drift.Reason{Name: InstanceTypeNotFound, Message: "the NodeClaim has no " + corev1.LabelInstanceTypeStable + " label",
-				Evidence: []drift.Evidence{{Kind: drift.EvidenceLabel, Key: corev1.LabelInstanceTypeStable, Detail: "label missing"}}}, nil
+				Evidence: []drift.Evidence{{Kind: drift.EvidenceKindLabel, Key: corev1.LabelInstanceTypeStable, Detail: "label missing"}}}, nil
 		}
 		zones, offered := cfg.offerings[it]
 		if !offered {
 			return &drift.Reason{Name: InstanceTypeNotFound, Message: fmt.Sprintf("instance type %s is no longer offered", it),
-				Evidence: []drift.Evidence{{Kind: drift.EvidenceLabel, Key: corev1.LabelInstanceTypeStable, Got: it, Detail: "not among the offerings"}}}, nil
+				Evidence: []drift.Evidence{{Kind: drift.EvidenceKindLabel, Key: corev1.LabelInstanceTypeStable, Got: it, Detail: "not among the offerings"}}}, nil
 		}
 		if zone, ok := nc.Labels[corev1.LabelTopologyZone]; ok && !slices.Contains(zones, zone) {
 			return &drift.Reason{Name: InstanceTypeNotFound, Message: fmt.Sprintf("instance type %s is no longer offered in %s (offered in %v)", it, zone, zones),
-				Evidence: []drift.Evidence{{Kind: drift.EvidenceLabel, Key: corev1.LabelTopologyZone, Got: zone, Detail: "no offering of " + it + " there"}}}, nil
+				Evidence: []drift.Evidence{{Kind: drift.EvidenceKindLabel, Key: corev1.LabelTopologyZone, Got: zone, Detail: "no offering of " + it + " there"}}}, nil
 		}
 		return nil, nil
 	})

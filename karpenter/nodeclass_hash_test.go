@@ -33,11 +33,11 @@ func TestNodeClassHashCheckAsKarpenterWillStampIt(t *testing.T) {
 	}{
 		{name: "no annotation yet, no CA bundle", claimHash: "karpenter", cannotTell: true},
 		{name: "no annotation yet, CA bundle, same hash", claimHash: "karpenter", withCA: true},
-		{name: "no annotation yet, CA bundle, other hash", claimHash: "123", withCA: true, want: []drift.ReasonName{drift.NodeClassDrift}},
+		{name: "no annotation yet, CA bundle, other hash", claimHash: "123", withCA: true, want: []drift.ReasonName{drift.ReasonNameNodeClassDrift}},
 		{name: "annotation at an old version, no CA bundle", classHash: "999", classVersion: "v4", claimHash: "karpenter", cannotTell: true},
 		{name: "annotation at an old version, CA bundle", classHash: "999", classVersion: "v4", claimHash: "karpenter", withCA: true},
 		{name: "stale annotation, CA bundle", classHash: "karpenter", classVersion: EC2NodeClassHashVersion, claimHash: "karpenter", edit: true, withCA: true,
-			want: []drift.ReasonName{drift.NodeClassDrift}},
+			want: []drift.ReasonName{drift.ReasonNameNodeClassDrift}},
 		{name: "current annotation, no CA bundle: trusted", classHash: "karpenter", classVersion: EC2NodeClassHashVersion, claimHash: "karpenter"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -48,7 +48,7 @@ func TestPlacementGroupCheck(t *testing.T) {
 			require.NoError(t, err)
 			require.Equal(t, tc.drifted, r != nil, "%v", reasonOf(r))
 			if r != nil {
-				require.Equal(t, drift.PlacementGroupDrift, r.Name)
+				require.Equal(t, drift.ReasonNamePlacementGroupDrift, r.Name)
 			}
 		})
 	}
@@ -86,7 +86,7 @@ func TestCapacityReservationCheck(t *testing.T) {
 			require.NoError(t, err)
 			require.Equal(t, tc.drifted, r != nil, "%v", reasonOf(r))
 			if r != nil {
-				require.Equal(t, drift.CapacityReservationDrift, r.Name)
+				require.Equal(t, drift.ReasonNameCapacityReservationDrift, r.Name)
 			}
 		})
 	}

@@ -95,7 +95,7 @@ func TestReadFromAnAPIServer(t *testing.T) {
 	require.NoError(t, err)
 	f := rep.NodeClaims[indexOf(rep, "default-f")]
 
-	require.Equal(t, []drift.ReasonName{drift.NodePoolDrifted}, reasonNames(rep)["default-f"])
+	require.Equal(t, []drift.ReasonName{drift.ReasonNameNodePoolDrifted}, reasonNames(rep)["default-f"])
 	require.Contains(t, f.Reasons[0].Message, `written since it was made (managedFields): metadata.labels (by kubectl-edit at `)
 	require.NotContains(t, f.Reasons[0].Message, "spec.taints", "the taints were written before the NodeClaim was made")
 }

@@ -132,7 +132,7 @@ func TestRequirementsConflictingDeprecatedLabel(t *testing.T) {
 			require.NoError(t, err)
 			require.Equal(t, tc.drifted, r != nil, "%v", reasonOf(r))
 			if r != nil {
-				require.Equal(t, drift.RequirementsDrifted, r.Name)
+				require.Equal(t, drift.ReasonNameRequirementsDrifted, r.Name)
 				require.Equal(t, "beta.kubernetes.io/arch=amd64, kubernetes.io/arch=arm64", r.Evidence[0].Got)
 				require.Contains(t, r.Message, "kubernetes.io/arch")
 			}

@@ -54,7 +54,7 @@ func TestTimeAddedReadsAsKarpentersController(t *testing.T) {
 			require.NoError(t, err)
 			require.Len(t, rep.NodeClaims, 1)
 			for _, r := range rep.NodeClaims[0].Reasons {
-				require.NotEqual(t, drift.NodePoolDrifted, r.Name, "read in %s: %s", zone, r.Message)
+				require.NotEqual(t, drift.ReasonNameNodePoolDrifted, r.Name, "read in %s: %s", zone, r.Message)
 			}
 			for _, n := range rep.Notes {
 				require.NotContains(t, n, "stale", "read in %s", zone)

@@ -208,7 +208,7 @@ func TestApplyToRealAPIServer(t *testing.T) {
 	// A host writes its Node's status in the real API server too.
 	h, err = NewHost("demo-md-0-1", strategy.RoleWorker, "v1.30.4", WithNodeClient(env.Client))
 	require.NoError(t, err)
-	h.WriteFile("/usr/bin/kubelet", binary(Kubelet, "v1.31.2"))
+	h.WriteFile("/usr/bin/kubelet", binary(ComponentKubelet, "v1.31.2"))
 	res, err := h.Run(ctx, nodeexec.Command{Argv: []string{"systemctl", "restart", "kubelet"}})
 	require.NoError(t, err)
 	require.Equal(t, 0, res.ExitCode, "%s", res.Output)

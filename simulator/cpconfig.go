@@ -395,7 +395,7 @@ func (h *Host) verifyManifests(ctx context.Context, args []string) (int, string)
 		return 2, fmt.Sprintf("fake host: verify expects at least 4 arguments, got %q", args)
 	}
 	dir, kubectl, kc, node := args[0], args[1], args[2], args[3]
-	if _, _, msg := h.programLocked(kubectl, Kubectl); msg != "" {
+	if _, _, msg := h.programLocked(kubectl, ComponentKubectl); msg != "" {
 		return 127, msg
 	}
 	rest := args[4:]

@@ -82,8 +82,8 @@ func TestControlPlaneConfigPlanOnHost(t *testing.T) {
 	require.Contains(t, h.StaticPodCommand("kube-apiserver"), "--audit-log-maxage=30")
 	require.Contains(t, h.StaticPodCommand("etcd"), "--quota-backend-bytes=8589934592")
 	require.Equal(t, "registry.k8s.io/etcd:3.5.16-0", h.StaticPodImage("etcd"))
-	require.Equal(t, "3.5.16-0", h.Version(Etcd))
-	require.Equal(t, "v1.30.4", h.Version(ControlPlane), "same version: only the configuration changed")
+	require.Equal(t, "3.5.16-0", h.Version(ComponentEtcd))
+	require.Equal(t, "v1.30.4", h.Version(ComponentControlPlane), "same version: only the configuration changed")
 	var mirror corev1.Pod
 	require.NoError(t, c.Get(t.Context(), client.ObjectKey{Namespace: "kube-system", Name: "etcd-" + h.Node()}, &mirror))
 	require.Equal(t, "registry.k8s.io/etcd:3.5.16-0", mirror.Spec.Containers[0].Image, "the kubelet replaced the mirror pod")
@@ -157,7 +157,7 @@ func TestKubeadmUpgradeRendersClusterConfiguration(t *testing.T) {
 	require.NoError(t, err, "%+v", out)
 	require.Equal(t, "registry.k8s.io/kube-apiserver:v1.31.1", h.StaticPodImage("kube-apiserver"))
 	require.Contains(t, h.StaticPodCommand("kube-apiserver"), "--audit-log-maxage=30")
-	require.Equal(t, "3.5.16-0", h.Version(Etcd))
+	require.Equal(t, "3.5.16-0", h.Version(ComponentEtcd))
 }
 
 // TestControlPlaneConfigPlanCompletesInPods: in both pod layouts the plan
@@ -169,7 +169,7 @@ func TestControlPlaneConfigPlanCompletesInPods(t *testing.T) {
 			pr := newPodRunner(t, h, buildPod(t, cpConfigPlan(t, h.Node(), wantCPConfig...), layout.opts), t.TempDir())
 			res, err := pr.Run(t.Context())
 			require.NoError(t, err)
-			require.Equal(t, PodSucceeded, res.Phase, "%+v", res)
+			require.Equal(t, PodPhaseSucceeded, res.Phase, "%+v", res)
 			require.Contains(t, h.StaticPodCommand("kube-apiserver"), "--audit-log-maxage=30")
 		})
 	}

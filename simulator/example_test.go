@@ -24,7 +24,7 @@ func Example() {
 	ctx := context.Background()
 	cl := simulator.NewCluster("demo").ControlPlane(1, "v1.35.4").MachineDeployment("md-0", 2, "v1.35.4")
 
-	faults := simulator.NewFaults(1).APIError("update/status", "Node", simulator.Conflict, 1)
+	faults := simulator.NewFaults(1).APIError("update/status", "Node", simulator.APIFaultConflict, 1)
 	c, err := cl.Client(simulator.WithInterceptor(faults.Interceptor()))
 	if err != nil {
 		fmt.Println(err)
@@ -65,7 +65,7 @@ func Example() {
 	fmt.Println("injected:", faults.Injected())
 
 	// API faults are real API errors.
-	faults.APIError("get", "Node", simulator.Throttled, 1)
+	faults.APIError("get", "Node", simulator.APIFaultThrottled, 1)
 	err = c.Get(ctx, client.ObjectKey{Name: "demo-md-0-1"}, &corev1.Node{})
 	fmt.Println(apierrors.IsTooManyRequests(err))
 	// Output:
@@ -89,7 +89,7 @@ func ExampleSimulator() {
 	ctx := context.Background()
 	cl := simulator.NewCluster("demo").ControlPlane(1, "v1.35.4").MachineDeployment("md-0", 3, "v1.35.4")
 	faults := simulator.NewFaults(42).
-		CrashRunner("demo-md-0-0", "kubelet", simulator.CrashDuring).
+		CrashRunner("demo-md-0-0", "kubelet", simulator.CrashPointDuring).
 		FailStep("demo-md-0-2", "kubeadm-upgrade", 100)
 	sim, err := simulator.NewSimulator(cl, simulator.WithSimFaults(faults), simulator.WithStrategy(strategy.NeverReplaceStrategy()))
 	if err != nil {

@@ -44,12 +44,12 @@ type APIFault string
 // apierrors.IsConflict, IsTimeout/IsServerTimeout and IsTooManyRequests
 // recognise them.
 const (
-	// Conflict is 409 Conflict (a stale resourceVersion).
-	Conflict APIFault = "Conflict"
-	// Timeout is 504 Timeout.
-	Timeout APIFault = "Timeout"
-	// Throttled is 429 TooManyRequests with a Retry-After of 1s.
-	Throttled APIFault = "Throttled"
+	// APIFaultConflict is 409 Conflict (a stale resourceVersion).
+	APIFaultConflict APIFault = "Conflict"
+	// APIFaultTimeout is 504 Timeout.
+	APIFaultTimeout APIFault = "Timeout"
+	// APIFaultThrottled is 429 TooManyRequests with a Retry-After of 1s.
+	APIFaultThrottled APIFault = "Throttled"
 )
 
 // Injection records one fault that fired.
@@ -220,15 +220,15 @@ type CrashPoint string
 
 // Crash points.
 const (
-	// CrashDuring kills the runner while the step runs: the command's
+	// CrashPointDuring kills the runner while the step runs: the command's
 	// effects happened, its outcome never reached the journal, so the
 	// journal shows the step Running and the next runner resumes it by its
 	// InterruptPolicy.
-	CrashDuring CrashPoint = "during"
-	// CrashAfter kills the runner between the step and the next one: the
+	CrashPointDuring CrashPoint = "during"
+	// CrashPointAfter kills the runner between the step and the next one: the
 	// step is journaled as done, the next has not started. After a plan's
 	// last step there is nothing left to interrupt, so it does not fire.
-	CrashAfter CrashPoint = "after"
+	CrashPointAfter CrashPoint = "after"
 )
 
 type crashKey struct {
@@ -445,11 +445,11 @@ func (f *Faults) apiFault(c client.Client, verb Verb, obj any, name string) erro
 	}
 	gr := schema.GroupResource{Group: gvk.Group, Resource: kind}
 	switch hit.fault {
-	case Conflict:
+	case APIFaultConflict:
 		return apierrors.NewConflict(gr, name, errors.New("simulator: injected conflict: the object has been modified; please apply your changes to the latest version and try again"))
-	case Timeout:
+	case APIFaultTimeout:
 		return apierrors.NewTimeoutError(fmt.Sprintf("simulator: injected timeout on %s %s", verb, kind), 1)
-	case Throttled:
+	case APIFaultThrottled:
 		return apierrors.NewTooManyRequests(fmt.Sprintf("simulator: injected throttling on %s %s", verb, kind), 1)
 	}
 	return apierrors.NewInternalError(fmt.Errorf("simulator: unknown fault %q", hit.fault))

@@ -171,7 +171,7 @@ func TestAPIFaults(t *testing.T) {
 		call  func(c client.Client) error
 		is    func(error) bool
 	}{
-		{"conflict on node update", func(f *Faults) { f.APIError(verbUpdate, "Node", Conflict, 1) },
+		{"conflict on node update", func(f *Faults) { f.APIError(verbUpdate, "Node", APIFaultConflict, 1) },
 			func(c client.Client) error {
 				var n corev1.Node
 				if err := c.Get(ctx, client.ObjectKey{Name: "demo-md-0-0"}, &n); err != nil {
@@ -180,13 +180,13 @@ func TestAPIFaults(t *testing.T) {
 				n.Spec.Unschedulable = true
 				return c.Update(ctx, &n)
 			}, apierrors.IsConflict},
-		{"timeout on machine get", func(f *Faults) { f.APIError(verbGet, "Machine", Timeout, 1) },
+		{"timeout on machine get", func(f *Faults) { f.APIError(verbGet, "Machine", APIFaultTimeout, 1) },
 			func(c client.Client) error {
 				return c.Get(ctx, client.ObjectKey{Namespace: "default", Name: "demo-md-0-0"}, &clusterv1.Machine{})
 			}, apierrors.IsTimeout},
-		{"throttled pod list", func(f *Faults) { f.APIError(verbList, "Pod", Throttled, 1) },
+		{"throttled pod list", func(f *Faults) { f.APIError(verbList, "Pod", APIFaultThrottled, 1) },
 			func(c client.Client) error { return c.List(ctx, &corev1.PodList{}) }, apierrors.IsTooManyRequests},
-		{"conflict on node status update", func(f *Faults) { f.APIError(verbUpdateStatus, "", Conflict, 1) },
+		{"conflict on node status update", func(f *Faults) { f.APIError(verbUpdateStatus, "", APIFaultConflict, 1) },
 			func(c client.Client) error {
 				var n corev1.Node
 				if err := c.Get(ctx, client.ObjectKey{Name: "demo-md-0-0"}, &n); err != nil {
@@ -194,7 +194,7 @@ func TestAPIFaults(t *testing.T) {
 				}
 				return c.Status().Update(ctx, &n)
 			}, apierrors.IsConflict},
-		{"throttled eviction", func(f *Faults) { f.APIError(verbCreateEviction, "Pod", Throttled, 1) },
+		{"throttled eviction", func(f *Faults) { f.APIError(verbCreateEviction, "Pod", APIFaultThrottled, 1) },
 			func(c client.Client) error {
 				pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "web-0"}}
 				return c.SubResource("eviction").Create(ctx, pod, &policyv1.Eviction{})
@@ -217,7 +217,7 @@ func TestAPIFaults(t *testing.T) {
 }
 
 func TestAPIFaultsDoNotMatchOtherKinds(t *testing.T) {
-	f := NewFaults(1).APIError(verbGet, "Machine", Timeout, 5)
+	f := NewFaults(1).APIError(verbGet, "Machine", APIFaultTimeout, 5)
 	c, err := NewCluster("demo").MachineDeployment("md-0", 1, from).Client(WithInterceptor(f.Interceptor()))
 	require.NoError(t, err)
 	require.NoError(t, c.Get(context.Background(), client.ObjectKey{Name: "demo-md-0-0"}, &corev1.Node{}))
@@ -225,13 +225,13 @@ func TestAPIFaultsDoNotMatchOtherKinds(t *testing.T) {
 }
 
 func TestHostSurvivesNodeStatusConflicts(t *testing.T) {
-	f := NewFaults(1).APIError(verbUpdateStatus, "Node", Conflict, 2)
+	f := NewFaults(1).APIError(verbUpdateStatus, "Node", APIFaultConflict, 2)
 	cl := NewCluster("demo").MachineDeployment("md-0", 1, from)
 	c, err := cl.Client(WithInterceptor(f.Interceptor()))
 	require.NoError(t, err)
 	h, err := NewHost("demo-md-0-0", strategy.RoleWorker, from, WithNodeClient(c))
 	require.NoError(t, err)
-	h.WriteFile("/usr/bin/kubelet", binary(Kubelet, to))
+	h.WriteFile("/usr/bin/kubelet", binary(ComponentKubelet, to))
 	res, err := h.Run(context.Background(), nodeexec.Command{Argv: []string{"systemctl", "restart", "kubelet"}})
 	require.NoError(t, err)
 	require.Equal(t, 0, res.ExitCode, "%s", res.Output)
@@ -241,7 +241,7 @@ func TestHostSurvivesNodeStatusConflicts(t *testing.T) {
 }
 
 func TestHostReportsPersistentAPIFailure(t *testing.T) {
-	f := NewFaults(1).APIError(verbGet, "Node", Timeout, 100)
+	f := NewFaults(1).APIError(verbGet, "Node", APIFaultTimeout, 100)
 	c, err := NewCluster("demo").MachineDeployment("md-0", 1, from).Client(WithInterceptor(f.Interceptor()))
 	require.NoError(t, err)
 	h, err := NewHost("demo-md-0-0", strategy.RoleWorker, from, WithNodeClient(c))
@@ -254,7 +254,7 @@ func TestHostReportsPersistentAPIFailure(t *testing.T) {
 
 func TestFlakyAPIDeterministicBySeed(t *testing.T) {
 	run := func(seed uint64) []bool {
-		f := NewFaults(seed).FlakyAPI(verbGet, "", Throttled, 0.5)
+		f := NewFaults(seed).FlakyAPI(verbGet, "", APIFaultThrottled, 0.5)
 		c, err := NewCluster("demo").MachineDeployment("md-0", 1, from).Client(WithInterceptor(f.Interceptor()))
 		require.NoError(t, err)
 		var out []bool
@@ -291,7 +291,7 @@ func TestNotReadyAfterStepOnEveryNode(t *testing.T) {
 func TestNilAndZeroFaults(t *testing.T) {
 	var none *Faults
 	require.Nil(t, none.Injected())
-	require.False(t, none.TakeCrash("n", "s", CrashDuring))
+	require.False(t, none.TakeCrash("n", "s", CrashPointDuring))
 	require.False(t, none.TakeControllerCrash(1))
 
 	// A host given a nil *Faults runs unchanged.
@@ -307,7 +307,7 @@ func TestNilAndZeroFaults(t *testing.T) {
 	// Rules built on nil and on a zero value fire.
 	for name, f := range map[string]*Faults{
 		"nil":  none.FailStep("demo-md-0-0", kubeadm.StepKubelet, 3),
-		"zero": (&Faults{}).FailStep("demo-md-0-0", kubeadm.StepKubelet, 3).FlakySteps(0).SlowStep("x", "y", 0).APIError(verbGet, "", Conflict, 0),
+		"zero": (&Faults{}).FailStep("demo-md-0-0", kubeadm.StepKubelet, 3).FlakySteps(0).SlowStep("x", "y", 0).APIError(verbGet, "", APIFaultConflict, 0),
 	} {
 		t.Run(name, func(t *testing.T) {
 			require.NotNil(t, f)

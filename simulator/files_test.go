@@ -73,7 +73,7 @@ func TestFilesPlanCompletesInPods(t *testing.T) {
 			pr := newPodRunner(t, h, buildPod(t, plan, layout.opts), t.TempDir())
 			res, err := pr.Run(context.Background())
 			require.NoError(t, err)
-			require.Equal(t, PodSucceeded, res.Phase, fmt.Sprintf("%+v", res))
+			require.Equal(t, PodPhaseSucceeded, res.Phase, fmt.Sprintf("%+v", res))
 			got, _ := h.File("/etc/kubernetes/example/a.conf")
 			require.Equal(t, "a", got)
 		})

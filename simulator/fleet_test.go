@@ -17,7 +17,7 @@ func TestFleetBootsNodesOneByOne(t *testing.T) {
 	require.Empty(t, f.ClusterVersion())
 	w, err := f.Add("w-0", strategy.RoleWorker, "v1.30.4")
 	require.NoError(t, err)
-	require.Equal(t, "v1.30.4", w.RunningVersion(simulator.Kubelet))
+	require.Equal(t, "v1.30.4", w.RunningVersion(simulator.ComponentKubelet))
 	require.Empty(t, f.ClusterVersion(), "a worker does not init the cluster")
 	_, err = f.Add("cp-0", strategy.RoleControlPlane, "v1.31.1")
 	require.NoError(t, err)

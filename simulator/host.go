@@ -42,16 +42,16 @@ type Component string
 
 // Components whose versions a Host tracks.
 const (
-	Kubelet    Component = "kubelet"
-	Kubeadm    Component = "kubeadm"
-	Kubectl    Component = "kubectl"
-	Containerd Component = "containerd"
-	CNI        Component = "cni"
-	Etcd       Component = "etcd"
-	// ControlPlane is the version of the static control plane pods
+	ComponentKubelet    Component = "kubelet"
+	ComponentKubeadm    Component = "kubeadm"
+	ComponentKubectl    Component = "kubectl"
+	ComponentContainerd Component = "containerd"
+	ComponentCNI        Component = "cni"
+	ComponentEtcd       Component = "etcd"
+	// ComponentControlPlane is the version of the static control plane pods
 	// (kube-apiserver and friends) that kubeadm upgrade writes; "" on
 	// workers.
-	ControlPlane Component = "control-plane"
+	ComponentControlPlane Component = "control-plane"
 )
 
 // Unit states reported by a Host.
@@ -190,11 +190,11 @@ func newHost(node string, role strategy.Role, version string, ks *kubeadmState, 
 		}
 	}
 	bin := kubeadm.DefaultBinDir
-	for _, c := range []Component{Kubeadm, Kubelet, Kubectl} {
+	for _, c := range []Component{ComponentKubeadm, ComponentKubelet, ComponentKubectl} {
 		h.files[path.Join(bin, string(c))] = binary(c, version)
 	}
-	h.files[containerdPath] = binary(Containerd, h.containerd)
-	h.files[cniPluginPath] = binary(CNI, h.cni)
+	h.files[containerdPath] = binary(ComponentContainerd, h.containerd)
+	h.files[cniPluginPath] = binary(ComponentCNI, h.cni)
 	h.files["/etc/kubernetes/kubelet.conf"] = "kubelet kubeconfig for " + node
 	h.files["/var/lib/kubelet/config.yaml"] = "kind: KubeletConfiguration # " + version
 	h.files[kubeadm.DefaultKubeadmFlagsFile] = defaultKubeadmFlags
@@ -209,7 +209,7 @@ func newHost(node string, role strategy.Role, version string, ks *kubeadmState, 
 		h.etcd = ""
 	}
 	h.units["kubelet"], h.units["containerd"] = UnitActive, UnitActive
-	h.running[Kubelet], h.running[Containerd] = version, h.containerd
+	h.running[ComponentKubelet], h.running[ComponentContainerd] = version, h.containerd
 	h.kubeletArgs = h.readKubeletArgs()
 	return h, nil
 }
@@ -242,15 +242,15 @@ func (h *Host) Version(c Component) string {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	switch c {
-	case Kubeadm, Kubelet, Kubectl:
+	case ComponentKubeadm, ComponentKubelet, ComponentKubectl:
 		return h.binVersion(path.Join(kubeadm.DefaultBinDir, string(c)))
-	case Containerd:
+	case ComponentContainerd:
 		return h.binVersion(containerdPath)
-	case CNI:
+	case ComponentCNI:
 		return h.binVersion(cniPluginPath)
-	case Etcd:
+	case ComponentEtcd:
 		return h.etcd
-	case ControlPlane:
+	case ComponentControlPlane:
 		return h.cp
 	}
 	return ""
@@ -357,19 +357,19 @@ func (h *Host) Stage(s Staging) {
 		dir = kubeadm.DefaultStagingDir
 	}
 	if s.Kubernetes != "" {
-		for _, c := range []Component{Kubeadm, Kubelet, Kubectl} {
+		for _, c := range []Component{ComponentKubeadm, ComponentKubelet, ComponentKubectl} {
 			h.files[path.Join(dir, "kubernetes", string(c))] = binary(c, s.Kubernetes)
 		}
 		h.files[path.Join(dir, "etcd", "etcdctl")] = binary("etcdctl", s.Kubernetes)
 	}
 	if s.Containerd != "" {
-		h.files[path.Join(dir, "containerd", containerdPath)] = binary(Containerd, s.Containerd)
+		h.files[path.Join(dir, "containerd", containerdPath)] = binary(ComponentContainerd, s.Containerd)
 		if s.ContainerdCrashes {
 			h.files[path.Join(dir, "containerd", containerdPath)] += " " + crashesOnStart
 		}
 	}
 	if s.CNI != "" {
-		h.files[path.Join(dir, "cni-plugins", cniPluginPath)] = binary(CNI, s.CNI)
+		h.files[path.Join(dir, "cni-plugins", cniPluginPath)] = binary(ComponentCNI, s.CNI)
 	}
 }
 
@@ -499,19 +499,19 @@ func (h *Host) command(ctx context.Context, argv []string) (int, string) {
 			return h.kubeadmUpgrade(ctx, argv[0], args[1:])
 		}
 		if len(args) == 3 && args[0] == "version" && args[1] == "-o" && args[2] == "short" {
-			return h.versionOf(argv[0], Kubeadm, "%s")
+			return h.versionOf(argv[0], ComponentKubeadm, "%s")
 		}
 	case "kubelet":
 		if len(args) == 1 && args[0] == "--version" {
-			return h.versionOf(argv[0], Kubelet, "Kubernetes %s")
+			return h.versionOf(argv[0], ComponentKubelet, "Kubernetes %s")
 		}
 	case "kubectl":
 		if len(args) == 2 && args[0] == "version" && args[1] == "--client" {
-			return h.versionOf(argv[0], Kubectl, "Client Version: %s\nKustomize Version: v5.6.0")
+			return h.versionOf(argv[0], ComponentKubectl, "Client Version: %s\nKustomize Version: v5.6.0")
 		}
 	case "containerd":
 		if len(args) == 1 && args[0] == "--version" {
-			return h.versionOf(argv[0], Containerd, "containerd github.com/containerd/containerd/v2 %s")
+			return h.versionOf(argv[0], ComponentContainerd, "containerd github.com/containerd/containerd/v2 %s")
 		}
 	}
 	return unknown(argv)
@@ -667,7 +667,7 @@ func (h *Host) updateNode(ctx context.Context, mutate func(*corev1.Node)) error 
 // jsonpath={.status.nodeInfo.kubeletVersion}` prints.
 func (h *Host) nodeKubeletVersion(ctx context.Context) (string, error) {
 	if h.client == nil {
-		return h.RunningVersion(Kubelet), nil
+		return h.RunningVersion(ComponentKubelet), nil
 	}
 	n := &corev1.Node{}
 	if err := h.client.Get(ctx, client.ObjectKey{Name: h.node}, n); err != nil {
@@ -709,7 +709,7 @@ func (h *Host) kubeadmUpgrade(ctx context.Context, prog string, args []string) (
 func (h *Host) kubeadmUpgradeLocked(prog string, args []string, cfg staticPodConfig) (int, string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	_, kv, msg := h.program(prog, Kubeadm)
+	_, kv, msg := h.program(prog, ComponentKubeadm)
 	if msg != "" {
 		return 126, msg
 	}

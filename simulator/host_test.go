@@ -88,30 +88,30 @@ func TestKubeadmPlansRunToCompletion(t *testing.T) {
 		require.NoError(t, err, "%s: %+v", n.node, out.Failure)
 		require.Equal(t, nodeexec.PlanStateSucceeded, out.State)
 
-		for _, comp := range []Component{Kubeadm, Kubelet, Kubectl} {
+		for _, comp := range []Component{ComponentKubeadm, ComponentKubelet, ComponentKubectl} {
 			require.Equal(t, to, h.Version(comp), "%s %s", n.node, comp)
 		}
-		require.Equal(t, to, h.RunningVersion(Kubelet))
-		require.Equal(t, "2.0.5", h.Version(Containerd))
-		require.Equal(t, "2.0.5", h.RunningVersion(Containerd))
-		require.Equal(t, "v1.7.1", h.Version(CNI))
+		require.Equal(t, to, h.RunningVersion(ComponentKubelet))
+		require.Equal(t, "2.0.5", h.Version(ComponentContainerd))
+		require.Equal(t, "2.0.5", h.RunningVersion(ComponentContainerd))
+		require.Equal(t, "v1.7.1", h.Version(ComponentCNI))
 		require.Equal(t, UnitActive, h.UnitState("kubelet"))
 		v, ready := nodeVersion(t, c, n.node)
 		require.Equal(t, to, v, "the Node reports the restarted kubelet's version")
 		require.Equal(t, corev1.ConditionTrue, ready)
 		if n.role == kubeadm.RoleWorker {
-			require.Empty(t, h.Version(ControlPlane))
+			require.Empty(t, h.Version(ComponentControlPlane))
 		} else {
-			require.Equal(t, to, h.Version(ControlPlane))
+			require.Equal(t, to, h.Version(ComponentControlPlane))
 		}
 		// Backups of what the plan replaced are kept.
 		bak := kubeadm.DefaultBackupRoot + "/" + out.Plan
 		old, ok := h.File(bak + "/bin/kubelet")
 		require.True(t, ok)
-		require.Equal(t, binary(Kubelet, from), old)
+		require.Equal(t, binary(ComponentKubelet, from), old)
 		old, ok = h.File(bak + "/containerd" + containerdPath)
 		require.True(t, ok)
-		require.Equal(t, binary(Containerd, DefaultContainerdVersion), old)
+		require.Equal(t, binary(ComponentContainerd, DefaultContainerdVersion), old)
 		_, ok = h.File(bak + "/etc-kubernetes/kubelet.conf")
 		require.True(t, ok)
 		_, ok = h.File(bak + "/etcd-snapshot.db")
@@ -133,9 +133,9 @@ func TestPreV130FirstControlPlanePlan(t *testing.T) {
 	require.NoError(t, err)
 	out, err := r.Run(context.Background(), plan)
 	require.NoError(t, err, "%+v", out.Failure)
-	require.Equal(t, "v1.30.4", h.Version(ControlPlane))
-	require.Equal(t, "v1.30.4", h.RunningVersion(Kubelet), "without a node client the host's own state stands in for the Node")
-	require.Equal(t, DefaultContainerdVersion, h.Version(Containerd))
+	require.Equal(t, "v1.30.4", h.Version(ComponentControlPlane))
+	require.Equal(t, "v1.30.4", h.RunningVersion(ComponentKubelet), "without a node client the host's own state stands in for the Node")
+	require.Equal(t, DefaultContainerdVersion, h.Version(ComponentContainerd))
 }
 
 func TestWorkerBeforeControlPlaneFails(t *testing.T) {
@@ -188,13 +188,13 @@ func TestRollback(t *testing.T) {
 			out, err := runPlan(t, h, kubeadm.RoleWorker, func(c *kubeadm.Config) { c.RollbackOnFailure = true }, nodeexec.RunnerOptions{Clock: fc})
 			require.ErrorIs(t, err, tt.wantErr)
 			require.Equal(t, tt.wantState, out.State)
-			require.Equal(t, tt.kubelet, h.Version(Kubelet))
-			require.Equal(t, tt.kubelet, h.RunningVersion(Kubelet), "the kubelet was restarted on the restored binary")
-			require.Equal(t, tt.kubectl, h.Version(Kubectl))
-			require.Equal(t, tt.kubeadm, h.Version(Kubeadm))
-			require.Equal(t, tt.containerd, h.Version(Containerd))
-			require.Equal(t, tt.containerd, h.RunningVersion(Containerd))
-			require.Equal(t, tt.cni, h.Version(CNI))
+			require.Equal(t, tt.kubelet, h.Version(ComponentKubelet))
+			require.Equal(t, tt.kubelet, h.RunningVersion(ComponentKubelet), "the kubelet was restarted on the restored binary")
+			require.Equal(t, tt.kubectl, h.Version(ComponentKubectl))
+			require.Equal(t, tt.kubeadm, h.Version(ComponentKubeadm))
+			require.Equal(t, tt.containerd, h.Version(ComponentContainerd))
+			require.Equal(t, tt.containerd, h.RunningVersion(ComponentContainerd))
+			require.Equal(t, tt.cni, h.Version(ComponentCNI))
 			v, _ := nodeVersion(t, c, "demo-md-0-0")
 			require.Equal(t, tt.kubelet, v)
 		})
@@ -260,7 +260,7 @@ func TestDirectCommands(t *testing.T) {
 func TestKubeadmApplyRefusesSkewAndWrongBinary(t *testing.T) {
 	h, err := NewHost("cp", strategy.RoleControlPlane, "v1.29.0")
 	require.NoError(t, err)
-	h.WriteFile("/usr/bin/kubeadm", binary(Kubeadm, "v1.31.0"))
+	h.WriteFile("/usr/bin/kubeadm", binary(ComponentKubeadm, "v1.31.0"))
 	res, err := h.Run(context.Background(), nodeexec.Command{Argv: []string{"/usr/bin/kubeadm", "upgrade", "apply", "v1.31.0", "--yes"}})
 	require.NoError(t, err)
 	require.Equal(t, 1, res.ExitCode)
@@ -269,7 +269,7 @@ func TestKubeadmApplyRefusesSkewAndWrongBinary(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 1, res.ExitCode)
 	require.Contains(t, string(res.Output), "differs from kubeadm's v1.31.0")
-	require.Equal(t, "v1.29.0", h.Version(ControlPlane))
+	require.Equal(t, "v1.29.0", h.Version(ComponentControlPlane))
 }
 
 func TestNewHostErrors(t *testing.T) {
@@ -328,9 +328,9 @@ func TestContainerdConfigMigration(t *testing.T) {
 			out, _ := runPlan(t, h, kubeadm.RoleWorker, func(c *kubeadm.Config) { c.RollbackOnFailure = tc.crashes })
 			if tc.crashes {
 				require.Equal(t, nodeexec.PlanStateRolledBack, out.State)
-				require.Equal(t, DefaultContainerdVersion, h.RunningVersion(Containerd), "the old containerd runs again")
+				require.Equal(t, DefaultContainerdVersion, h.RunningVersion(ComponentContainerd), "the old containerd runs again")
 			} else {
-				require.Equal(t, tc.staged, h.RunningVersion(Containerd), "the containerd step succeeded")
+				require.Equal(t, tc.staged, h.RunningVersion(ComponentContainerd), "the containerd step succeeded")
 			}
 			got, ok := h.File(conf)
 			require.True(t, ok)

@@ -288,7 +288,7 @@ func CheckBreaker(res *Result, b strategy.Breaker) []string {
 // of its last event (StallStep events aside); groups and failures come
 // from every plan of res.
 func CheckStall(res *Result) []string {
-	if res == nil || res.OnFailure == FailureContinue {
+	if res == nil || res.OnFailure == FailurePolicyContinue {
 		return nil
 	}
 	group := map[string]string{}

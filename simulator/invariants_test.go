@@ -119,14 +119,14 @@ func TestCheckCordonsAndSkew(t *testing.T) {
 }
 
 func TestTakeCrash(t *testing.T) {
-	f := simulator.NewFaults(1).CrashRunner("n1", "a", simulator.CrashDuring).CrashRunner("", "b", simulator.CrashAfter)
-	require.False(t, f.TakeCrash("n1", "a", simulator.CrashAfter), "only the point asked for")
-	require.False(t, f.TakeCrash("n2", "a", simulator.CrashDuring), "only the node asked for")
-	require.True(t, f.TakeCrash("n1", "a", simulator.CrashDuring))
-	require.False(t, f.TakeCrash("n1", "a", simulator.CrashDuring), "once")
-	require.True(t, f.TakeCrash("n1", "b", simulator.CrashAfter), "node \"\" fires on every node")
-	require.True(t, f.TakeCrash("n2", "b", simulator.CrashAfter))
-	require.False(t, f.TakeCrash("n2", "b", simulator.CrashAfter))
+	f := simulator.NewFaults(1).CrashRunner("n1", "a", simulator.CrashPointDuring).CrashRunner("", "b", simulator.CrashPointAfter)
+	require.False(t, f.TakeCrash("n1", "a", simulator.CrashPointAfter), "only the point asked for")
+	require.False(t, f.TakeCrash("n2", "a", simulator.CrashPointDuring), "only the node asked for")
+	require.True(t, f.TakeCrash("n1", "a", simulator.CrashPointDuring))
+	require.False(t, f.TakeCrash("n1", "a", simulator.CrashPointDuring), "once")
+	require.True(t, f.TakeCrash("n1", "b", simulator.CrashPointAfter), "node \"\" fires on every node")
+	require.True(t, f.TakeCrash("n2", "b", simulator.CrashPointAfter))
+	require.False(t, f.TakeCrash("n2", "b", simulator.CrashPointAfter))
 	var what []string
 	for _, i := range f.Injected() {
 		what = append(what, i.String())
@@ -149,9 +149,9 @@ func TestRunnerCrashesAreResumed(t *testing.T) {
 	ctx := context.Background()
 	cl := simulator.NewCluster("c").ControlPlane(1, "v1.35.4").MachineDeployment("md-0", 2, "v1.35.4")
 	faults := simulator.NewFaults(3).
-		CrashRunner("c-control-plane-0", "kubectl-binary", simulator.CrashDuring).
-		CrashRunner("c-md-0-0", "containerd", simulator.CrashDuring).
-		CrashRunner("c-md-0-1", "kubeadm-binary", simulator.CrashAfter)
+		CrashRunner("c-control-plane-0", "kubectl-binary", simulator.CrashPointDuring).
+		CrashRunner("c-md-0-0", "containerd", simulator.CrashPointDuring).
+		CrashRunner("c-md-0-1", "kubeadm-binary", simulator.CrashPointAfter)
 	sim, err := simulator.NewSimulator(cl, simulator.WithSimFaults(faults))
 	require.NoError(t, err)
 	res, err := sim.Run(ctx, simulator.Rollout{ToVersion: "v1.36.3"})
@@ -192,7 +192,7 @@ func TestRunnerCrashesAreResumed(t *testing.T) {
 	cl = simulator.NewCluster("d").ControlPlane(1, "v1.35.4").MachineDeployment("md-0", 1, "v1.35.4")
 	faults = simulator.NewFaults(3)
 	for _, s := range []string{"containerd", "cni-plugins", "kubeadm-binary"} {
-		faults.CrashRunner("d-md-0-0", s, simulator.CrashDuring)
+		faults.CrashRunner("d-md-0-0", s, simulator.CrashPointDuring)
 	}
 	sim, err = simulator.NewSimulator(cl, simulator.WithSimFaults(faults), simulator.WithMaxRestarts(2))
 	require.NoError(t, err)
@@ -327,12 +327,12 @@ func TestControllerCrashPlansAgainFromTheCluster(t *testing.T) {
 func TestFailuresHoldWhatWouldBreakLimits(t *testing.T) {
 	ctx := context.Background()
 	cl := simulator.NewCluster("c").ControlPlane(1, "v1.35.4").MachineDeployment("md-0", 3, "v1.35.4")
-	sim, err := simulator.NewSimulator(cl, simulator.WithOnFailure(simulator.FailureContinue), simulator.WithSimFaults(simulator.NewFaults(1).FailStep("c-md-0-0", "kubectl-binary", 100)))
+	sim, err := simulator.NewSimulator(cl, simulator.WithOnFailure(simulator.FailurePolicyContinue), simulator.WithSimFaults(simulator.NewFaults(1).FailStep("c-md-0-0", "kubectl-binary", 100)))
 	require.NoError(t, err)
 	res, err := sim.Run(ctx, simulator.Rollout{ToVersion: "v1.36.3"})
 	require.NoError(t, err)
 	require.Empty(t, res.Violations)
-	require.Equal(t, simulator.FailureContinue, res.OnFailure)
+	require.Equal(t, simulator.FailurePolicyContinue, res.OnFailure)
 	require.Equal(t, []string{"c-md-0-0"}, res.Failed)
 	require.Equal(t, []string{"c-md-0-0"}, res.LeftCordoned, "kubectl-binary fails after kubeadm upgrade: no automatic rollback")
 	require.Equal(t, []simulator.Hold{
@@ -345,7 +345,7 @@ func TestFailuresHoldWhatWouldBreakLimits(t *testing.T) {
 	require.False(t, n.Spec.Unschedulable)
 
 	cl = simulator.NewCluster("d").ControlPlane(3, "v1.35.4").MachineDeployment("md-0", 2, "v1.35.4")
-	sim, err = simulator.NewSimulator(cl, simulator.WithOnFailure(simulator.FailureContinue), simulator.WithSimFaults(simulator.NewFaults(1).FailStep("d-control-plane-1", "containerd", 100)))
+	sim, err = simulator.NewSimulator(cl, simulator.WithOnFailure(simulator.FailurePolicyContinue), simulator.WithSimFaults(simulator.NewFaults(1).FailStep("d-control-plane-1", "containerd", 100)))
 	require.NoError(t, err)
 	res, err = sim.Run(ctx, simulator.Rollout{ToVersion: "v1.36.3"})
 	require.NoError(t, err)
@@ -399,7 +399,7 @@ func TestFailedMachinesStallAsClusterAPIDoes(t *testing.T) {
 				return simulator.NewCluster("c").ControlPlane(1, "v1.35.4").MachineDeployment("md-0", 3, "v1.35.4")
 			},
 			fail:     "c-md-0-0",
-			policy:   simulator.FailureContinue,
+			policy:   simulator.FailurePolicyContinue,
 			upgraded: []string{"c-control-plane-0", "c-md-0-1", "c-md-0-2"},
 		},
 		{
@@ -462,11 +462,11 @@ func TestFailedMachinesStallAsClusterAPIDoes(t *testing.T) {
 					stalls = append(stalls, e)
 				}
 			}
-			if tc.policy == simulator.FailureContinue {
+			if tc.policy == simulator.FailurePolicyContinue {
 				require.Empty(t, stalls)
 				return
 			}
-			require.Equal(t, simulator.FailureStall, res.OnFailure)
+			require.Equal(t, simulator.FailurePolicyStall, res.OnFailure)
 			require.Len(t, stalls, 1)
 			require.Equal(t, tc.fail, stalls[0].Machine)
 			require.Equal(t, "Blocked", stalls[0].Outcome)
@@ -504,7 +504,7 @@ func TestCheckStall(t *testing.T) {
 		{"no failure", []simulator.Event{ev("w-0", 0, 5), ev("w-1", 5, 9)}, nil, 1, "", nil},
 		{"a start after a failure that used the only slot", []simulator.Event{ev("w-0", 0, 5), ev("w-1", 5, 9)}, []string{"w-0"}, 1, "",
 			[]string{"w-1 started at 2026-01-01T09:05:00Z while 1 failed machines of group md-0 stay unavailable and 0 run; the limit is 1"}},
-		{"the same under FailureContinue", []simulator.Event{ev("w-0", 0, 5), ev("w-1", 5, 9)}, []string{"w-0"}, 1, simulator.FailureContinue, nil},
+		{"the same under FailureContinue", []simulator.Event{ev("w-0", 0, 5), ev("w-1", 5, 9)}, []string{"w-0"}, 1, simulator.FailurePolicyContinue, nil},
 		{"a slot left after the failure", []simulator.Event{ev("w-0", 0, 5), ev("w-1", 0, 4), ev("w-2", 5, 9)}, []string{"w-0"}, 2, "", nil},
 		{"the slot left is taken", []simulator.Event{ev("w-0", 0, 5), ev("w-1", 3, 9), ev("w-2", 6, 9)}, []string{"w-0"}, 2, "",
 			[]string{"w-2 started at 2026-01-01T09:06:00Z while 1 failed machines of group md-0 stay unavailable and 1 run; the limit is 2"}},

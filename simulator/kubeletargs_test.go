@@ -87,7 +87,7 @@ func TestKubeletArgsPlanCompletesInPods(t *testing.T) {
 			pr := newPodRunner(t, h, buildPod(t, plan, layout.opts), t.TempDir())
 			res, err := pr.Run(context.Background())
 			require.NoError(t, err)
-			require.Equal(t, PodSucceeded, res.Phase, fmt.Sprintf("%+v", res))
+			require.Equal(t, PodPhaseSucceeded, res.Phase, fmt.Sprintf("%+v", res))
 			require.Contains(t, h.KubeletArgs(), "--max-pods=250")
 		})
 	}

@@ -30,22 +30,22 @@ type PodPhase string
 const (
 	// PodSucceeded: every init container, then the main container, exited
 	// 0. Terminal.
-	PodSucceeded PodPhase = "Succeeded"
+	PodPhaseSucceeded PodPhase = "Succeeded"
 	// PodFailed: a container exited non-zero in a pod whose restartPolicy
 	// is Never (the raw init-container layout). Terminal.
-	PodFailed PodPhase = "Failed"
+	PodPhaseFailed PodPhase = "Failed"
 	// PodCrashLoop: a container of a restartPolicy OnFailure pod exited
 	// non-zero and was restarted the maximum number of times
 	// (3) without succeeding; a real kubelet would keep
 	// restarting it with back-off (CrashLoopBackOff). Run again to
 	// restart it more.
-	PodCrashLoop PodPhase = "CrashLoopBackOff"
+	PodPhaseCrashLoop PodPhase = "CrashLoopBackOff"
 	// PodStuck: the next container cannot start because the host's
 	// kubelet (which starts containers) or containerd (which runs them)
 	// is not active. Nothing on the node will ever start it: a real pod
 	// shows its last reported state for ever. Run again after bringing
 	// the unit back (as a human on the node would) to continue.
-	PodStuck PodPhase = "Stuck"
+	PodPhaseStuck PodPhase = "Stuck"
 )
 
 // ContainerRun is one start of one container of the pod.
@@ -102,7 +102,7 @@ func WithPodImageStaging(s Staging) PodOption {
 
 // withPodMaxRestarts sets how many times one Run call restarts a failing
 // container of a restartPolicy OnFailure pod before reporting
-// PodCrashLoop (default 3).
+// PodPhaseCrashLoop (default 3).
 func withPodMaxRestarts(n int) PodOption { return func(p *PodRunner) { p.maxRestarts = n } }
 
 // PodRunner plays the kubelet of a Host for one upgrader pod built by
@@ -313,7 +313,7 @@ func (p *PodRunner) Run(ctx context.Context) (PodResult, error) {
 		}
 		i, c := p.next, p.containers[p.next]
 		if why := p.blocked(); why != "" {
-			res.Phase, res.Container, res.Reason = PodStuck, c.Name, why
+			res.Phase, res.Container, res.Reason = PodPhaseStuck, c.Name, why
 			return res, nil
 		}
 		now := metav1.NewTime(p.host.clock.Now())
@@ -355,7 +355,7 @@ func (p *PodRunner) Run(ctx context.Context) (PodResult, error) {
 		if p.pod.Spec.RestartPolicy == corev1.RestartPolicyNever {
 			p.actual.Phase = corev1.PodFailed
 			res.Runs[len(res.Runs)-1].Reported = p.sync()
-			res.Phase, res.Container, res.Reason = PodFailed, c.Name, fmt.Sprintf("exit code %d", code)
+			res.Phase, res.Container, res.Reason = PodPhaseFailed, c.Name, fmt.Sprintf("exit code %d", code)
 			p.final = &res
 			return res, nil
 		}
@@ -363,7 +363,7 @@ func (p *PodRunner) Run(ctx context.Context) (PodResult, error) {
 			st.LastTerminationState = st.State
 			st.State = corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff"}}
 			res.Runs[len(res.Runs)-1].Reported = p.sync()
-			res.Phase, res.Container, res.Reason = PodCrashLoop, c.Name, fmt.Sprintf("exit code %d", code)
+			res.Phase, res.Container, res.Reason = PodPhaseCrashLoop, c.Name, fmt.Sprintf("exit code %d", code)
 			p.restarts[i]++
 			return res, nil
 		}
@@ -371,7 +371,7 @@ func (p *PodRunner) Run(ctx context.Context) (PodResult, error) {
 		started++
 		p.restarts[i]++
 	}
-	res.Phase = PodSucceeded
+	res.Phase = PodPhaseSucceeded
 	p.final = &res
 	return res, nil
 }
@@ -435,7 +435,7 @@ func (p *PodRunner) raw(ctx context.Context, c corev1.Container) (int, string, s
 	if err != nil {
 		return 137, string(res.Output) + "\n" + err.Error(), ""
 	}
-	if res.ExitCode == 0 && phase == nodeexec.PhaseRun && p.host.faults != nil && p.host.faults.TakeCrash(p.host.node, step, CrashDuring) {
+	if res.ExitCode == 0 && phase == nodeexec.PhaseRun && p.host.faults != nil && p.host.faults.TakeCrash(p.host.node, step, CrashPointDuring) {
 		return 137, string(res.Output) + "\nfake: container killed (injected crash)", ""
 	}
 	return res.ExitCode, string(res.Output), ""
@@ -459,7 +459,7 @@ func (p *PodRunner) runner(ctx context.Context, c corev1.Container) (int, string
 	crashed := false
 	faults, node := p.host.faults, p.host.node
 	exec := nodeexec.ExecutorFunc(func(ctx context.Context, cmd nodeexec.Command) (nodeexec.Result, error) {
-		if faults != nil && p.lastDone != "" && cmd.Step != p.lastDone && faults.TakeCrash(node, p.lastDone, CrashAfter) {
+		if faults != nil && p.lastDone != "" && cmd.Step != p.lastDone && faults.TakeCrash(node, p.lastDone, CrashPointAfter) {
 			crashed = true
 			cancel()
 			return nodeexec.Result{ExitCode: -1}, errCrashed
@@ -467,7 +467,7 @@ func (p *PodRunner) runner(ctx context.Context, c corev1.Container) (int, string
 		out, err := p.host.Run(ctx, cmd)
 		if err == nil && out.ExitCode == 0 && cmd.Phase == nodeexec.PhaseRun {
 			p.lastDone = cmd.Step
-			if faults != nil && faults.TakeCrash(node, cmd.Step, CrashDuring) {
+			if faults != nil && faults.TakeCrash(node, cmd.Step, CrashPointDuring) {
 				crashed = true
 				cancel()
 				return out, errCrashed

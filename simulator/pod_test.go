@@ -131,8 +131,8 @@ func TestOldLayoutGetsStuck(t *testing.T) {
 		component Component
 		old       string
 	}{
-		{"kubelet stopped in its own step", kubeadm.StepKubelet, oldKubeletSteps, "kubelet", "kubelet-binary-backup", "kubelet-binary", "kubelet-stop", Kubelet, from},
-		{"containerd stopped in its own step", kubeadm.StepContainerd, oldContainerdSteps, "containerd", "containerd", "containerd", "containerd-stop", Containerd, DefaultContainerdVersion},
+		{"kubelet stopped in its own step", kubeadm.StepKubelet, oldKubeletSteps, "kubelet", "kubelet-binary-backup", "kubelet-binary", "kubelet-stop", ComponentKubelet, from},
+		{"containerd stopped in its own step", kubeadm.StepContainerd, oldContainerdSteps, "containerd", "containerd", "containerd", "containerd-stop", ComponentContainerd, DefaultContainerdVersion},
 	}
 	for _, tt := range tests {
 		for _, layout := range podLayouts {
@@ -150,7 +150,7 @@ func TestOldLayoutGetsStuck(t *testing.T) {
 				if layout.name == "runner" {
 					want = tt.stuckRun
 				}
-				require.Equal(t, PodStuck, res.Phase, "%+v", res)
+				require.Equal(t, PodPhaseStuck, res.Phase, "%+v", res)
 				require.Equal(t, want, res.Container)
 				require.Equal(t, tt.unit+" is inactive", res.Reason)
 				require.Equal(t, UnitInactive, h.UnitState(tt.unit))
@@ -172,7 +172,7 @@ func TestOldLayoutGetsStuck(t *testing.T) {
 				// Stuck is stuck: nothing happens until someone starts the unit.
 				again, err := pr.Run(context.Background())
 				require.NoError(t, err)
-				require.Equal(t, PodStuck, again.Phase)
+				require.Equal(t, PodPhaseStuck, again.Phase)
 				require.Empty(t, again.Runs)
 
 				// A human starts it on the node: the pod carries on.
@@ -181,8 +181,8 @@ func TestOldLayoutGetsStuck(t *testing.T) {
 				require.Equal(t, 0, out.ExitCode, string(out.Output))
 				res, err = pr.Run(context.Background())
 				require.NoError(t, err)
-				require.Equal(t, PodSucceeded, res.Phase, "%+v", res)
-				require.Equal(t, to, h.RunningVersion(Kubelet))
+				require.Equal(t, PodPhaseSucceeded, res.Phase, "%+v", res)
+				require.Equal(t, to, h.RunningVersion(ComponentKubelet))
 				require.Equal(t, nodepod.PhaseSucceeded, nodepod.ReadStatus(pr.Pod()).Phase)
 			})
 		}
@@ -222,7 +222,7 @@ func TestKubeadmPlansCompleteInPods(t *testing.T) {
 						require.NoError(t, err)
 						res, err := pr.Run(context.Background())
 						require.NoError(t, err)
-						require.Equal(t, PodSucceeded, res.Phase, "%s: %+v", n.node, res)
+						require.Equal(t, PodPhaseSucceeded, res.Phase, "%s: %+v", n.node, res)
 						for _, r := range res.Runs {
 							require.Zero(t, r.ExitCode, "%s: %s", n.node, r.Name)
 							require.True(t, r.Reported, "%s: %s exited with no kubelet to report it", n.node, r.Name)
@@ -234,19 +234,19 @@ func TestKubeadmPlansCompleteInPods(t *testing.T) {
 						require.Equal(t, UnitActive, h.UnitState("kubelet"), n.node)
 						require.Equal(t, UnitActive, h.UnitState("containerd"), n.node)
 						require.True(t, h.Ready(), n.node)
-						for _, comp := range []Component{Kubeadm, Kubelet, Kubectl} {
+						for _, comp := range []Component{ComponentKubeadm, ComponentKubelet, ComponentKubectl} {
 							require.Equal(t, to, h.Version(comp), "%s %s", n.node, comp)
 						}
-						require.Equal(t, to, h.RunningVersion(Kubelet), n.node)
+						require.Equal(t, to, h.RunningVersion(ComponentKubelet), n.node)
 						wantContainerd := newContainerd
 						if skipContainerd {
 							wantContainerd = DefaultContainerdVersion
 						}
-						require.Equal(t, wantContainerd, h.Version(Containerd), n.node)
-						require.Equal(t, wantContainerd, h.RunningVersion(Containerd), n.node)
-						require.Equal(t, newCNI, h.Version(CNI), n.node)
+						require.Equal(t, wantContainerd, h.Version(ComponentContainerd), n.node)
+						require.Equal(t, wantContainerd, h.RunningVersion(ComponentContainerd), n.node)
+						require.Equal(t, newCNI, h.Version(ComponentCNI), n.node)
 						if n.role != kubeadm.RoleWorker {
-							require.Equal(t, to, h.Version(ControlPlane), n.node)
+							require.Equal(t, to, h.Version(ComponentControlPlane), n.node)
 						}
 						v, ready := nodeVersion(t, c, n.node)
 						require.Equal(t, to, v)
@@ -277,9 +277,9 @@ func TestMergedStepsRollBack(t *testing.T) {
 		rec, ok := out.Step(kubeadm.StepKubelet)
 		require.True(t, ok)
 		require.Equal(t, nodeexec.StepStateRolledBack, rec.State)
-		require.Equal(t, from, h.Version(Kubelet), "the old kubelet binary is back")
+		require.Equal(t, from, h.Version(ComponentKubelet), "the old kubelet binary is back")
 		require.Equal(t, UnitActive, h.UnitState("kubelet"))
-		require.Equal(t, from, h.RunningVersion(Kubelet), "and it is what runs")
+		require.Equal(t, from, h.RunningVersion(ComponentKubelet), "and it is what runs")
 		require.Equal(t, UnitActive, h.UnitState("containerd"))
 	}
 
@@ -302,7 +302,7 @@ func TestMergedStepsRollBack(t *testing.T) {
 		pr := newPodRunner(t, h, buildPod(t, plan, podLayouts[1].opts), journal)
 		res, err := pr.Run(context.Background())
 		require.NoError(t, err)
-		require.Equal(t, PodCrashLoop, res.Phase, "%+v", res)
+		require.Equal(t, PodPhaseCrashLoop, res.Phase, "%+v", res)
 		require.Equal(t, kubeadm.StepVerify, res.Container)
 		require.Equal(t, 6, res.Runs[len(res.Runs)-1].ExitCode, "NeedsAttention")
 		st := nodepod.ReadStatus(pr.Pod())
@@ -330,9 +330,9 @@ func TestMergedStepsRollBack(t *testing.T) {
 			res, err := h.Run(context.Background(), nodeexec.Command{Step: s.Name, Phase: phase.p, Argv: phase.argv})
 			require.NoError(t, err)
 			require.Equal(t, 0, res.ExitCode, "%s: %s", phase.p, res.Output)
-			require.Equal(t, phase.want, h.Version(Containerd), phase.p)
+			require.Equal(t, phase.want, h.Version(ComponentContainerd), phase.p)
 			require.Equal(t, UnitActive, h.UnitState("containerd"), phase.p)
-			require.Equal(t, phase.want, h.RunningVersion(Containerd), phase.p)
+			require.Equal(t, phase.want, h.RunningVersion(ComponentContainerd), phase.p)
 		}
 	})
 }
@@ -349,7 +349,7 @@ func TestPodBrokenKubeletNeverLeavesItDown(t *testing.T) {
 			h.Stage(newBits)
 			// It reports the right version (the bundle step passes) but
 			// exits once started.
-			h.WriteFile(path.Join(kubeadm.DefaultStagingDir, "kubernetes", "kubelet"), binary(Kubelet, to)+" "+crashesOnStart)
+			h.WriteFile(path.Join(kubeadm.DefaultStagingDir, "kubernetes", "kubelet"), binary(ComponentKubelet, to)+" "+crashesOnStart)
 			plan, err := kubeadm.NewPlan(kubeadm.Config{Node: "cp-0", Role: kubeadm.RoleFirstControlPlane, FromVersion: from, ToVersion: to})
 			require.NoError(t, err)
 			pod, err := nodepod.Build(plan, append([]nodepod.Option{nodepod.WithImage("registry.local/upgrader:v1")}, layout.opts...)...)
@@ -357,15 +357,15 @@ func TestPodBrokenKubeletNeverLeavesItDown(t *testing.T) {
 			pr := newPodRunner(t, h, pod, t.TempDir())
 			res, err := pr.Run(context.Background())
 			require.NoError(t, err)
-			want := PodCrashLoop
+			want := PodPhaseCrashLoop
 			if layout.name == "raw" {
-				want = PodFailed
+				want = PodPhaseFailed
 			}
 			require.Equal(t, want, res.Phase, "%+v", res)
 			require.Equal(t, kubeadm.StepKubelet, res.Container)
 			require.Equal(t, UnitActive, h.UnitState("kubelet"), "the step put the old kubelet back and restarted it")
-			require.Equal(t, from, h.Version(Kubelet))
-			require.Equal(t, from, h.RunningVersion(Kubelet))
+			require.Equal(t, from, h.Version(ComponentKubelet))
+			require.Equal(t, from, h.RunningVersion(ComponentKubelet))
 			require.True(t, h.Ready())
 			st := nodepod.ReadStatus(pr.Pod())
 			require.Equal(t, nodepod.PhaseFailed, st.Phase)
@@ -380,7 +380,7 @@ func TestPodBrokenKubeletNeverLeavesItDown(t *testing.T) {
 func TestPodCrashDuringKubeletResumes(t *testing.T) {
 	for _, layout := range podLayouts {
 		t.Run(layout.name, func(t *testing.T) {
-			faults := NewFaults(1).CrashRunner("cp-0", kubeadm.StepKubelet, CrashDuring)
+			faults := NewFaults(1).CrashRunner("cp-0", kubeadm.StepKubelet, CrashPointDuring)
 			h, err := NewHost("cp-0", strategy.RoleControlPlane, from, fakeClock(), WithFaults(faults))
 			require.NoError(t, err)
 			plan, err := kubeadm.NewPlan(kubeadm.Config{Node: "cp-0", Role: kubeadm.RoleFirstControlPlane, FromVersion: from, ToVersion: to})
@@ -390,14 +390,14 @@ func TestPodCrashDuringKubeletResumes(t *testing.T) {
 			require.NoError(t, err)
 			require.Equal(t, []Injection{{Node: "cp-0", Step: kubeadm.StepKubelet, What: "crash-during"}}, faults.Injected())
 			require.Equal(t, UnitActive, h.UnitState("kubelet"))
-			require.Equal(t, to, h.RunningVersion(Kubelet))
+			require.Equal(t, to, h.RunningVersion(ComponentKubelet))
 			if layout.name == "raw" {
-				require.Equal(t, PodFailed, res.Phase, "%+v", res)
+				require.Equal(t, PodPhaseFailed, res.Phase, "%+v", res)
 				require.Equal(t, kubeadm.StepKubelet, res.Container)
 				require.Equal(t, nodepod.PhaseFailed, nodepod.ReadStatus(pr.Pod()).Phase)
 				return
 			}
-			require.Equal(t, PodSucceeded, res.Phase, "%+v", res)
+			require.Equal(t, PodPhaseSucceeded, res.Phase, "%+v", res)
 			var kubeletRuns []int
 			for _, r := range res.Runs {
 				if r.Name == kubeadm.StepKubelet {

@@ -369,7 +369,7 @@ func (h *Host) bundle(a []string) (int, string) {
 	dir, version := a[0], a[1]
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	for _, c := range []Component{Kubeadm, Kubelet, Kubectl} {
+	for _, c := range []Component{ComponentKubeadm, ComponentKubelet, ComponentKubectl} {
 		_, v, msg := h.program(path.Join(dir, string(c)), c)
 		if msg != "" {
 			return fail("staged %s/%s does not run: %s", dir, c, msg)
@@ -405,7 +405,7 @@ func (h *Host) verify(ctx context.Context, a []string) (int, string) {
 		prog string
 		c    Component
 		what string
-	}{{a[0], Kubeadm, "kubeadm"}, {a[1], Kubelet, "kubelet binary"}, {a[2], Kubectl, "kubectl client"}}
+	}{{a[0], ComponentKubeadm, "kubeadm"}, {a[1], ComponentKubelet, "kubelet binary"}, {a[2], ComponentKubectl, "kubectl client"}}
 	for _, c := range checks {
 		_, v, msg := h.program(c.prog, c.c)
 		if msg != "" {

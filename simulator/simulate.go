@@ -154,14 +154,14 @@ const (
 	// (and the workers wait behind it, version skew). The failed machine
 	// gets a StallStep event from its failure to the end of the run, and
 	// the machines not started are Held.
-	FailureStall FailurePolicy = "stall"
-	// FailureContinue carries on as if the failed machine had been fixed
+	FailurePolicyStall FailurePolicy = "stall"
+	// FailurePolicyContinue carries on as if the failed machine had been fixed
 	// at once: a failed update whose plan rolled back frees its slot, and
 	// only machines left cordoned (failed without a rollback) count
 	// against their group's limit. A control plane failure still holds
 	// the workers. It shows the rest of a rollout after a failure, which
 	// Cluster API itself would not reach.
-	FailureContinue FailurePolicy = "continue"
+	FailurePolicyContinue FailurePolicy = "continue"
 )
 
 // StallStep is the Step of the event that shows a failed machine staying
@@ -315,10 +315,10 @@ func NewSimulator(cl *Cluster, opts ...SimOption) (*Simulator, error) {
 	}
 	switch s.onFailure {
 	case "":
-		s.onFailure = FailureStall
-	case FailureStall, FailureContinue:
+		s.onFailure = FailurePolicyStall
+	case FailurePolicyStall, FailurePolicyContinue:
 	default:
-		return nil, fmt.Errorf("simulator: %w: failure policy %s: want %s or %s", ErrInvalidCluster, errtext.Quote(string(s.onFailure)), FailureStall, FailureContinue)
+		return nil, fmt.Errorf("simulator: %w: failure policy %s: want %s or %s", ErrInvalidCluster, errtext.Quote(string(s.onFailure)), FailurePolicyStall, FailurePolicyContinue)
 	}
 	copts := []ClientOption{WithoutServerSideApply()}
 	if s.faults != nil {
@@ -519,10 +519,10 @@ func (s *Simulator) Run(ctx context.Context, r Rollout) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	stall := s.onFailure != FailureContinue
-	res := &Result{Plan: plan, Start: s.clock.Now(), Limits: map[string]int{"": 1}, OnFailure: FailureContinue}
+	stall := s.onFailure != FailurePolicyContinue
+	res := &Result{Plan: plan, Start: s.clock.Now(), Limits: map[string]int{"": 1}, OnFailure: FailurePolicyContinue}
 	if stall {
-		res.OnFailure = FailureStall
+		res.OnFailure = FailurePolicyStall
 	}
 	sizes := map[string]int{"": len(in.ControlPlane)}
 	for _, g := range in.Workers {
@@ -907,7 +907,7 @@ func (s *Simulator) runPlan(ctx context.Context, h *Host, pm strategy.PlannedMac
 		lastDone := "" // the last step whose run succeeded, for CrashAfter
 		exec := nodeexec.ExecutorFunc(func(ctx context.Context, cmd nodeexec.Command) (nodeexec.Result, error) {
 			rec := Execution{Machine: pm.Machine, Step: cmd.Step, Phase: cmd.Phase, At: s.clock.Now()}
-			if s.faults != nil && lastDone != "" && cmd.Step != lastDone && s.faults.TakeCrash(h.node, lastDone, CrashAfter) {
+			if s.faults != nil && lastDone != "" && cmd.Step != lastDone && s.faults.TakeCrash(h.node, lastDone, CrashPointAfter) {
 				crashed, rec.Crashed, rec.ExitCode = true, true, -1
 				res.Executions = append(res.Executions, rec)
 				cancel()
@@ -918,7 +918,7 @@ func (s *Simulator) runPlan(ctx context.Context, h *Host, pm strategy.PlannedMac
 			rec.ExitCode = out.ExitCode
 			if err == nil && out.ExitCode == 0 && cmd.Phase == nodeexec.PhaseRun {
 				lastDone = cmd.Step
-				if s.faults != nil && s.faults.TakeCrash(h.node, cmd.Step, CrashDuring) {
+				if s.faults != nil && s.faults.TakeCrash(h.node, cmd.Step, CrashPointDuring) {
 					crashed, rec.Crashed = true, true
 					res.Executions = append(res.Executions, rec)
 					cancel()

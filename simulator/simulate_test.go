@@ -169,7 +169,7 @@ func newPropertyCase(t *testing.T, seed int64) propertyCase {
 		what = append(what, "flake "+n+"/"+step)
 	}
 	if rng.Intn(3) == 0 {
-		at := []simulator.CrashPoint{simulator.CrashDuring, simulator.CrashAfter}[rng.Intn(2)]
+		at := []simulator.CrashPoint{simulator.CrashPointDuring, simulator.CrashPointAfter}[rng.Intn(2)]
 		step := kubeadmSteps[rng.Intn(len(kubeadmSteps))]
 		n := pick()
 		if rng.Intn(2) == 0 {
@@ -188,9 +188,9 @@ func newPropertyCase(t *testing.T, seed int64) propertyCase {
 		what = append(what, "not-ready")
 	}
 	if rng.Intn(3) == 0 {
-		pc.faults.APIError("update", "Node", simulator.Conflict, 1+rng.Intn(3))
-		pc.faults.APIError("update/status", "Node", simulator.Conflict, 1+rng.Intn(3))
-		pc.faults.APIError("update", "Machine", simulator.Throttled, 1)
+		pc.faults.APIError("update", "Node", simulator.APIFaultConflict, 1+rng.Intn(3))
+		pc.faults.APIError("update/status", "Node", simulator.APIFaultConflict, 1+rng.Intn(3))
+		pc.faults.APIError("update", "Machine", simulator.APIFaultThrottled, 1)
 		what = append(what, "api")
 	}
 	if rng.Intn(4) == 0 {
@@ -220,7 +220,7 @@ func runPropertyCase(t *testing.T, seed int64) *simulator.Result {
 		// A quarter of the runs carry on past failures; the others stall
 		// where Cluster API does (CheckStall), the default. Drawn from the
 		// seed, not the generator, so every seed keeps its case.
-		opts = append(opts, simulator.WithOnFailure(simulator.FailureContinue))
+		opts = append(opts, simulator.WithOnFailure(simulator.FailurePolicyContinue))
 	}
 	if pc.breaker != nil {
 		opts = append(opts, simulator.WithBreaker(*pc.breaker))

@@ -26,5 +26,5 @@ func TestStageReplacesThePreviousBundle(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, h.Files(kubeadm.DefaultStagingDir+"/containerd"), "the older bundle's containerd is gone")
 	kubelet, _ := h.File(kubeadm.DefaultStagingDir + "/kubernetes/kubelet")
-	require.Equal(t, binary(Kubelet, "v1.32.0"), kubelet)
+	require.Equal(t, binary(ComponentKubelet, "v1.32.0"), kubelet)
 }

@@ -255,7 +255,7 @@ func (s *Simulator) inPlaceUpdater(ctx context.Context, r Rollout, b strategy.Ba
 			res.LeftCordoned = append(res.LeftCordoned, pm.Node)
 		}
 	default:
-		if v := h.RunningVersion(Kubelet); v != r.ToVersion || h.UnitState("kubelet") != UnitActive || h.UnitState("containerd") != UnitActive {
+		if v := h.RunningVersion(ComponentKubelet); v != r.ToVersion || h.UnitState("kubelet") != UnitActive || h.UnitState("containerd") != UnitActive {
 			res.Violations = append(res.Violations, fmt.Sprintf("%s: UpdateMachine answered done for node %s, which is not verified: kubelet %s (%s), containerd %s",
 				pm.Machine, pm.Node, v, h.UnitState("kubelet"), h.UnitState("containerd")))
 		}
@@ -414,7 +414,7 @@ func (s *Simulator) takeCrashes(run *updaterRun, policy corev1.RestartPolicy, fr
 		if inj.Node != run.node || !strings.HasPrefix(inj.What, "crash-") {
 			continue
 		}
-		if inj.What == "crash-"+string(CrashDuring) {
+		if inj.What == "crash-"+string(CrashPointDuring) {
 			// The step's first success in this run: a crash rule fires at
 			// its first chance, and the resumed runner's rerun comes after.
 			ex := run.res.Executions

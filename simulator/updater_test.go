@@ -52,7 +52,7 @@ func requireDoneOnlyVerified(t *testing.T, sim *simulator.Simulator, res *simula
 		require.Equal(t, simulator.AnswerDone, e.Outcome)
 		pm, ok := res.Plan.Machine(e.Machine)
 		require.True(t, ok, e.Machine)
-		require.Equal(t, to, sim.Fleet().Host(pm.Node).RunningVersion(simulator.Kubelet), "done for %s", e.Machine)
+		require.Equal(t, to, sim.Fleet().Host(pm.Node).RunningVersion(simulator.ComponentKubelet), "done for %s", e.Machine)
 	}
 	require.Positive(t, done, "the updater answered done at least once")
 }
@@ -98,7 +98,7 @@ func TestMachineUpdaterModeConvergesLikeTheDefault(t *testing.T) {
 				return simulator.NewCluster("demo").ControlPlane(1, "v1.35.4").MachineDeployment("md-0", 2, "v1.35.4")
 			},
 			opts: func() []simulator.SimOption {
-				return []simulator.SimOption{simulator.WithSimFaults(simulator.NewFaults(3).CrashRunner("demo-md-0-1", "kubelet", simulator.CrashDuring).CrashRunner("demo-md-0-0", "containerd", simulator.CrashAfter))}
+				return []simulator.SimOption{simulator.WithSimFaults(simulator.NewFaults(3).CrashRunner("demo-md-0-1", "kubelet", simulator.CrashPointDuring).CrashRunner("demo-md-0-0", "containerd", simulator.CrashPointAfter))}
 			},
 			restarts: 2},
 		{name: "controller crash between batches", to: "v1.36.3",
@@ -115,8 +115,8 @@ func TestMachineUpdaterModeConvergesLikeTheDefault(t *testing.T) {
 			},
 			opts: func() []simulator.SimOption {
 				return []simulator.SimOption{simulator.WithSimFaults(simulator.NewFaults(5).FailStep("", "kubelet", 1).
-					APIError("create", "Pod", simulator.Timeout, 2).APIError("update", "Node", simulator.Conflict, 2).
-					FlakyAPI("list", "Pod", simulator.Throttled, 0.2))}
+					APIError("create", "Pod", simulator.APIFaultTimeout, 2).APIError("update", "Node", simulator.APIFaultConflict, 2).
+					FlakyAPI("list", "Pod", simulator.APIFaultThrottled, 0.2))}
 			}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

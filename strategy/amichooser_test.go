@@ -82,7 +82,7 @@ func TestAMIChooserDriftsExactlyTheNodesANewImageSelects(t *testing.T) {
 	got := drifted()
 	require.ElementsMatch(t, []string{"amd64-a", "amd64-gpu"}, keysOf(got), "exactly the nodes the new image is for")
 	r := got["amd64-a"]
-	require.Equal(t, drift.AMIDrift, r.Name)
+	require.Equal(t, drift.ReasonNameAMIDrift, r.Name)
 	require.Equal(t, "ami-0aaa", r.Evidence[0].Got)
 	require.Equal(t, "ami-0bbb", r.Evidence[0].Want)
 	for _, want := range []string{"ami-0aaa", "ami-0bbb", `term 0 (name "amazon-eks-node-al2023-*-standard-1.31-*", owner "amazon")`,

@@ -82,10 +82,10 @@ func TestDecisionCarriesPatches(t *testing.T) {
 	d, err := strategy.Updaters(k8s).Decide(context.Background(), changes(t, false))
 	require.NoError(t, err)
 	require.Equal(t, strategy.OutcomeReplace, d.Outcome)
-	patch, err := d.InPlace.JSONPatch(diff.Machine)
+	patch, err := d.InPlace.JSONPatch(diff.ObjectMachine)
 	require.NoError(t, err)
 	require.JSONEq(t, `[{"op":"replace","path":"/spec/version","value":"v1.31.1"}]`, string(patch))
-	patch, err = d.InPlace.JSONPatch(diff.Bootstrap)
+	patch, err = d.InPlace.JSONPatch(diff.ObjectBootstrap)
 	require.NoError(t, err)
 	require.Equal(t, "[]", string(patch), "the declined file change is not in the in-place patch")
 }

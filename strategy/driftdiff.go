@@ -40,18 +40,18 @@ func DriftDiffer(opts ...diff.Option) (drift.Differ, error) {
 		if err != nil {
 			return nil, fmt.Errorf("new spec: %w", err)
 		}
-		cs, err := d.Objects(diff.Infrastructure, a, b)
+		cs, err := d.Objects(diff.ObjectInfrastructure, a, b)
 		if err != nil {
 			return nil, err
 		}
 		out := make([]drift.FieldChange, 0, cs.Len())
 		for _, c := range cs.Changes {
-			kind := drift.ChangeModified
+			kind := drift.ChangeKindModified
 			switch c.Op {
 			case diff.OpAdd:
-				kind = drift.ChangeAdded
+				kind = drift.ChangeKindAdded
 			case diff.OpRemove:
-				kind = drift.ChangeRemoved
+				kind = drift.ChangeKindRemoved
 			}
 			// Evidence is read by people and written to logs and events:
 			// the values as diff shows them, secrets as digests.

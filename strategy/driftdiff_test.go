@@ -43,8 +43,8 @@ func TestDriftDifferExplainsFieldByField(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "diff", ex.Source)
 	require.Equal(t, []drift.FieldChange{
-		{Path: "metadata.labels.team", Kind: drift.ChangeModified, Old: "payments", New: "checkout"},
-		{Path: "spec.taints[key=gpu,effect=NoSchedule]", Kind: drift.ChangeAdded, New: map[string]any{"key": "gpu", "value": "true", "effect": "NoSchedule"}},
+		{Path: "metadata.labels.team", Kind: drift.ChangeKindModified, Old: "payments", New: "checkout"},
+		{Path: "spec.taints[key=gpu,effect=NoSchedule]", Kind: drift.ChangeKindAdded, New: map[string]any{"key": "gpu", "value": "true", "effect": "NoSchedule"}},
 	}, ex.Changes)
 
 	// Without the old spec, the fingerprints still name the fields.

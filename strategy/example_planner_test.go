@@ -114,7 +114,7 @@ func ExamplePlanner_Plan() {
 		strategy.WithClock(clocktesting.NewFakePassiveClock(time.Date(2026, 1, 5, 12, 0, 0, 0, time.UTC))),
 	)
 	versionChange := diff.ChangeSet{Changes: []diff.Change{{
-		Object: diff.Machine, Field: "machine.spec.version", Op: diff.OpReplace,
+		Object: diff.ObjectMachine, Field: "machine.spec.version", Op: diff.OpReplace,
 		Old: "v1.30.4", New: "v1.31.1", Category: diff.CategoryKubernetesVersion,
 	}}}
 	machine := func(name string, age int) strategy.Machine {

@@ -268,7 +268,7 @@ func printKarpenter(w io.Writer, rep *karpenter.Report) {
 		for _, r := range c.Reasons {
 			fmt.Fprintf(w, "  %s: %s\n", r.Name, r.Message)
 			for _, e := range r.Evidence {
-				if e.Kind == drift.EvidenceLabel {
+				if e.Kind == drift.EvidenceKindLabel {
 					// Which label, and which requirement it no longer meets.
 					got := e.Key + "=" + e.Got
 					if e.Got == "" {
@@ -279,7 +279,7 @@ func printKarpenter(w io.Writer, rep *karpenter.Report) {
 					fmt.Fprintf(w, "    label %s: needs %s (%s)\n", got, e.Want, e.Detail)
 					continue
 				}
-				if e.Kind == drift.EvidenceField && (e.Got != "" || e.Want != "") {
+				if e.Kind == drift.EvidenceKindField && (e.Got != "" || e.Want != "") {
 					fmt.Fprintf(w, "    %s: %s -> %s\n", e.Key, orAbsent(e.Got), orAbsent(e.Want))
 				}
 			}

@@ -380,7 +380,7 @@ func objectResult(obj *unstructured.Unstructured, check drift.Comparison, rep dr
 func changes(r drift.Reason) []change {
 	out := []change{}
 	for _, e := range r.Evidence {
-		if e.Kind == drift.EvidenceHash {
+		if e.Kind == drift.EvidenceKindHash {
 			continue
 		}
 		out = append(out, change{Kind: string(e.Kind), Key: e.Key, Want: e.Want, Got: e.Got, Detail: e.Detail})
@@ -426,7 +426,7 @@ func fields(changes []change) string {
 	var out []string
 	for _, c := range changes {
 		switch drift.EvidenceKind(c.Kind) {
-		case drift.EvidenceLabel:
+		case drift.EvidenceKindLabel:
 			out = append(out, fmt.Sprintf("%s=%q (need %s)", c.Key, c.Got, c.Want))
 		default:
 			f := c.Key

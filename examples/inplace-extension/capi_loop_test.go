@@ -27,7 +27,7 @@ import (
 // the extension announces.
 func TestClusterAPIDiscoversTheExtension(t *testing.T) {
 	env := apiserver.StartForTest(t)
-	clusterapi.StartForTest(t, env, clusterapi.WithManagers(clusterapi.Core))
+	clusterapi.StartForTest(t, env, clusterapi.WithManagers(clusterapi.ManagerCore))
 
 	dir := t.TempDir()
 	testcerts.Write(t, dir)

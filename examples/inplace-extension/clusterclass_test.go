@@ -222,13 +222,13 @@ func TestClusterAPIUpdatesATopologyInPlace(t *testing.T) {
 	var ahead []string
 	stop := every(20*time.Millisecond, func() {
 		for _, w := range workers {
-			if host := h.Provider.Host(w); host == nil || host.RunningVersion(simulator.Kubelet) != e2eTo {
+			if host := h.Provider.Host(w); host == nil || host.RunningVersion(simulator.ComponentKubelet) != e2eTo {
 				continue
 			}
 			for _, cp := range cps {
-				if host := h.Provider.Host(cp); host != nil && host.RunningVersion(simulator.Kubelet) != e2eTo {
+				if host := h.Provider.Host(cp); host != nil && host.RunningVersion(simulator.ComponentKubelet) != e2eTo {
 					mu.Lock()
-					ahead = append(ahead, fmt.Sprintf("worker %s at %s while control plane %s runs %s", w, e2eTo, cp, host.RunningVersion(simulator.Kubelet)))
+					ahead = append(ahead, fmt.Sprintf("worker %s at %s while control plane %s runs %s", w, e2eTo, cp, host.RunningVersion(simulator.ComponentKubelet)))
 					mu.Unlock()
 				}
 			}
@@ -261,7 +261,7 @@ func TestClusterAPIUpdatesATopologyInPlace(t *testing.T) {
 	maps.Copy(all, wAfter)
 	requirePredicted(t, predicted, append(slices.Clone(cps), workers...), all)
 	for _, name := range append(slices.Clone(cps), workers...) {
-		require.Equal(t, e2eTo, h.Provider.Host(name).RunningVersion(simulator.Kubelet), "%s upgraded on its host", name)
+		require.Equal(t, e2eTo, h.Provider.Host(name).RunningVersion(simulator.ComponentKubelet), "%s upgraded on its host", name)
 	}
 	mu.Lock()
 	require.Empty(t, ahead, "no worker ahead of the control plane")
@@ -335,7 +335,7 @@ func TestClusterAPIChainsATopologyUpgrade(t *testing.T) {
 		low := ""
 		for _, cp := range cps {
 			if host := h.Provider.Host(cp); host != nil {
-				v := host.RunningVersion(simulator.Kubelet)
+				v := host.RunningVersion(simulator.ComponentKubelet)
 				if seen := cpVersions[cp]; len(seen) == 0 || seen[len(seen)-1] != v {
 					cpVersions[cp] = append(seen, v)
 				}
@@ -348,7 +348,7 @@ func TestClusterAPIChainsATopologyUpgrade(t *testing.T) {
 			return
 		}
 		for _, w := range h.Provider.Nodes() {
-			if host := h.Provider.Host(w); host != nil && !slices.Contains(cps, w) && host.RunningVersion(simulator.Kubelet) == e2eSkip {
+			if host := h.Provider.Host(w); host != nil && !slices.Contains(cps, w) && host.RunningVersion(simulator.ComponentKubelet) == e2eSkip {
 				ahead = append(ahead, fmt.Sprintf("worker %s at %s while control plane %s", w, e2eSkip, low))
 			}
 		}
@@ -385,7 +385,7 @@ func TestClusterAPIChainsATopologyUpgrade(t *testing.T) {
 		require.NotContains(t, wAfter, name, "worker %s replaced: its step skips a minor", name)
 	}
 	for name := range wAfter {
-		require.Equal(t, e2eSkip, h.Provider.Host(name).RunningVersion(simulator.Kubelet), name)
+		require.Equal(t, e2eSkip, h.Provider.Host(name).RunningVersion(simulator.ComponentKubelet), name)
 	}
 	all := maps.Clone(cpAfter)
 	maps.Copy(all, wAfter)

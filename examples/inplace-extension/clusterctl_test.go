@@ -106,7 +106,7 @@ func TestClusterctlRuntimeExtension(t *testing.T) {
 	out := clusterctl(nil, "init")
 	require.Contains(t, out, "Skipping installing cert-manager as it is already installed")
 	finalizeNamespace(ctx, t, env, "cert-manager-test")
-	clusterapi.StartForTest(t, env, clusterapi.WithManagers(clusterapi.Core))
+	clusterapi.StartForTest(t, env, clusterapi.WithManagers(clusterapi.ManagerCore))
 	routeWebhooks(ctx, t, env.Client)
 
 	extImage := func(d string) string {
@@ -206,7 +206,7 @@ func routeWebhooks(ctx context.Context, t *testing.T, c client.Client) {
 		// The copies' clientConfigs by webhook name.
 		local := map[string]any{}
 		for _, item := range list.Items {
-			if !strings.HasPrefix(item.GetName(), string(clusterapi.Core)+"-") {
+			if !strings.HasPrefix(item.GetName(), string(clusterapi.ManagerCore)+"-") {
 				continue
 			}
 			hooks, _, _ := unstructured.NestedSlice(item.Object, "webhooks")

@@ -111,7 +111,7 @@ func TestClusterAPIUpdatesControlPlaneAndWorkersTogether(t *testing.T) {
 	stop := every(20*time.Millisecond, func() {
 		for _, w := range workers {
 			// A host is gone once its machine is deleted (replaced).
-			if host := h.Provider.Host(w); host == nil || host.RunningVersion(simulator.Kubelet) != e2eTo {
+			if host := h.Provider.Host(w); host == nil || host.RunningVersion(simulator.ComponentKubelet) != e2eTo {
 				continue
 			}
 			for _, cp := range cps {
@@ -119,7 +119,7 @@ func TestClusterAPIUpdatesControlPlaneAndWorkersTogether(t *testing.T) {
 				if host == nil {
 					continue
 				}
-				kubelet, api := host.RunningVersion(simulator.Kubelet), host.StaticPodImage("kube-apiserver")
+				kubelet, api := host.RunningVersion(simulator.ComponentKubelet), host.StaticPodImage("kube-apiserver")
 				if kubelet != e2eTo || api != "registry.k8s.io/kube-apiserver:"+e2eTo {
 					mu.Lock()
 					ahead = append(ahead, fmt.Sprintf("worker %s at %s while control plane %s runs kubelet %s, API server %s", w, e2eTo, cp, kubelet, api))
@@ -171,7 +171,7 @@ func TestClusterAPIUpdatesControlPlaneAndWorkersTogether(t *testing.T) {
 		require.Equal(t, wBefore[name].Spec.ProviderID, m.Spec.ProviderID, name)
 	}
 	for _, name := range append(slices.Clone(cps), workers...) {
-		require.Equal(t, e2eTo, h.Provider.Host(name).RunningVersion(simulator.Kubelet), "%s upgraded on its host", name)
+		require.Equal(t, e2eTo, h.Provider.Host(name).RunningVersion(simulator.ComponentKubelet), "%s upgraded on its host", name)
 		var n corev1.Node
 		require.NoError(t, c.Get(ctx, client.ObjectKey{Name: name}, &n))
 		require.Equal(t, e2eTo, n.Status.NodeInfo.KubeletVersion, name)

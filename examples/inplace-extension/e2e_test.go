@@ -275,7 +275,7 @@ func TestClusterAPIDrivesTheExtension(t *testing.T) {
 	require.Equal(t, inplace, slices.Sorted(maps.Keys(after["inplace"])), "no machine replaced")
 	for _, name := range inplace {
 		require.Equal(t, before["inplace"][name].Spec.ProviderID, after["inplace"][name].Spec.ProviderID)
-		require.Equal(t, e2eTo, h.Provider.Host(name).RunningVersion(simulator.Kubelet), "%s upgraded on the host", name)
+		require.Equal(t, e2eTo, h.Provider.Host(name).RunningVersion(simulator.ComponentKubelet), "%s upgraded on the host", name)
 		var n corev1.Node
 		require.NoError(t, c.Get(ctx, client.ObjectKey{Name: name}, &n))
 		require.Equal(t, e2eTo, n.Status.NodeInfo.KubeletVersion)
@@ -474,7 +474,7 @@ func TestClusterAPISurfacesFailuresAndSurvivesRestarts(t *testing.T) {
 			// fixed text and the error goes to its log), which is why the
 			// extension records the reason as an Event on the Machine.
 			require.Contains(t, conditionMessage(m.Status.Conditions, clusterv1.MachineUpdatingCondition), "UpdateMachine hook failed")
-			log, err := os.ReadFile(h.Managers.LogPath(clusterapi.Core))
+			log, err := os.ReadFile(h.Managers.LogPath(clusterapi.ManagerCore))
 			require.NoError(t, err)
 			require.Contains(t, string(log), kubeadm.StepKubeadmUpgrade, "Cluster API's Machine controller logs the extension's message")
 			var evs eventsv1.EventList
@@ -514,7 +514,7 @@ func TestClusterAPISurfacesFailuresAndSurvivesRestarts(t *testing.T) {
 	after := e2eMachines(t, c, "md")
 	require.Equal(t, names, slices.Sorted(maps.Keys(after)), "no machine replaced")
 	for _, n := range names {
-		require.Equal(t, e2eTo, h.Provider.Host(n).RunningVersion(simulator.Kubelet), n)
+		require.Equal(t, e2eTo, h.Provider.Host(n).RunningVersion(simulator.ComponentKubelet), n)
 	}
 	runs := map[string]int{}
 	for _, cmd := range h.Provider.Host(b).Commands() {
@@ -674,7 +674,7 @@ func TestClusterAPIDrivesKubeadmControlPlaneInPlace(t *testing.T) {
 	t.Logf("%s updated, %s failed, in %s", first, second, time.Since(start).Round(time.Millisecond))
 	require.Contains(t, conditionMessage(failed.Status.Conditions, clusterv1.MachineUpdatingCondition), "please check controller logs",
 		"Cluster API's own text: no reason")
-	require.Equal(t, e2eTo, h.Provider.Host(first).RunningVersion(simulator.Kubelet), "the first control plane was updated")
+	require.Equal(t, e2eTo, h.Provider.Host(first).RunningVersion(simulator.ComponentKubelet), "the first control plane was updated")
 	// The reason, where `kubectl describe` shows it: the Machine, the
 	// KubeadmControlPlane, the Node.
 	var onKCP eventsv1.Event
@@ -707,17 +707,17 @@ func TestClusterAPIDrivesKubeadmControlPlaneInPlace(t *testing.T) {
 	// Machine's condition changed) and waits for that machine, leaving the
 	// third alone, while Cluster API asks the extension again.
 	waitingFor := "Waiting for in-place update of Machine default/" + second + " to complete"
-	seen := logLines(h, clusterapi.KubeadmControlPlane, waitingFor)
+	seen := logLines(h, clusterapi.ManagerKubeadmControlPlane, waitingFor)
 	require.GreaterOrEqual(t, seen, 0, "KubeadmControlPlane's log")
 	require.Eventually(t, func() bool {
-		return logLines(h, clusterapi.KubeadmControlPlane, waitingFor) > seen &&
-			logLines(h, clusterapi.Core, `"Reconciler error" err="in-place update failed`, `Machine="default/`+second+`"`) >= 2
+		return logLines(h, clusterapi.ManagerKubeadmControlPlane, waitingFor) > seen &&
+			logLines(h, clusterapi.ManagerCore, `"Reconciler error" err="in-place update failed`, `Machine="default/`+second+`"`) >= 2
 	}, time.Minute, 200*time.Millisecond, "KubeadmControlPlane waits for %s, and Cluster API asked again", second)
 	var untouched clusterv1.Machine
 	require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: "default", Name: third}, &untouched))
 	require.Equal(t, e2eFrom, untouched.Spec.Version, "%s not triggered", third)
 	require.NotContains(t, untouched.Annotations, clusterv1.UpdateInProgressAnnotation, third)
-	require.Equal(t, e2eFrom, h.Provider.Host(third).RunningVersion(simulator.Kubelet), third)
+	require.Equal(t, e2eFrom, h.Provider.Host(third).RunningVersion(simulator.ComponentKubelet), third)
 	require.False(t, slices.ContainsFunc(h.Provider.Host(third).Commands(), func(cmd nodeexec.Command) bool { return cmd.Phase == nodeexec.PhaseRun }),
 		"no step ran on %s", third)
 	require.Empty(t, upgraderPods(t, c, []string{third}), third)
@@ -746,7 +746,7 @@ func TestClusterAPIDrivesKubeadmControlPlaneInPlace(t *testing.T) {
 	applied := 0
 	for _, name := range names {
 		host := h.Provider.Host(name)
-		require.Equal(t, e2eTo, host.RunningVersion(simulator.Kubelet), name)
+		require.Equal(t, e2eTo, host.RunningVersion(simulator.ComponentKubelet), name)
 		require.Equal(t, "registry.k8s.io/kube-apiserver:"+e2eTo, host.StaticPodImage("kube-apiserver"), name)
 		require.Empty(t, kubeadmConfigGates(t, c, after[name]), "%s: Cluster API's v1.36 KubeadmConfig has no gate", name)
 		for _, cmd := range host.Commands() {

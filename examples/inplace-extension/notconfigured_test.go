@@ -94,7 +94,7 @@ func TestClusterAPIWaitsForTheUpgraderImageInsteadOfReplacing(t *testing.T) {
 	require.Equal(t, names, slices.Sorted(maps.Keys(after)), "no machine replaced")
 	for _, n := range names {
 		require.Equal(t, before[n].Spec.ProviderID, after[n].Spec.ProviderID, n)
-		require.Equal(t, e2eTo, h.Provider.Host(n).RunningVersion(simulator.Kubelet), "%s upgraded on its host", n)
+		require.Equal(t, e2eTo, h.Provider.Host(n).RunningVersion(simulator.ComponentKubelet), "%s upgraded on its host", n)
 	}
 	d = metricSums(t, second, capi.MetricDecisions, "hook", "outcome")
 	require.GreaterOrEqual(t, d["CanUpdateMachineSet/accept"], 1.0, "%v", d)

@@ -552,7 +552,7 @@ func TestLeastPrivilegeOverHTTPS(t *testing.T) {
 			require.NoError(t, admin.Status().Update(ctx, p))
 		}
 	}
-	require.Equal(t, "v1.36.1", host.RunningVersion(simulator.Kubelet))
+	require.Equal(t, "v1.36.1", host.RunningVersion(simulator.ComponentKubelet))
 	var n corev1.Node
 	require.NoError(t, admin.Get(ctx, client.ObjectKey{Name: worker.Name}, &n))
 	require.False(t, n.Spec.Unschedulable, "uncordoned once done")

@@ -152,7 +152,7 @@ func TestScaleInPlace(t *testing.T) {
 	require.Equal(t, slices.Sorted(maps.Keys(cpBefore)), slices.Sorted(maps.Keys(cpAfter)), "no control plane replaced")
 	require.Equal(t, slices.Sorted(maps.Keys(wBefore)), slices.Sorted(maps.Keys(wAfter)), "no worker replaced")
 	for name := range wAfter {
-		require.Equal(t, e2eTo, h.Provider.Host(name).RunningVersion(simulator.Kubelet), "%s upgraded on its host", name)
+		require.Equal(t, e2eTo, h.Provider.Host(name).RunningVersion(simulator.ComponentKubelet), "%s upgraded on its host", name)
 	}
 	for name := range cpAfter {
 		require.Equal(t, "registry.k8s.io/kube-apiserver:"+e2eTo, h.Provider.Host(name).StaticPodImage("kube-apiserver"), name)

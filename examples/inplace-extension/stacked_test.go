@@ -96,7 +96,7 @@ func TestClusterAPIUpdatesAStackedEtcdControlPlaneInPlace(t *testing.T) {
 	var snapshots, applied []string
 	for _, name := range names {
 		host := h.Provider.Host(name)
-		require.Equal(t, e2eTo, host.RunningVersion(simulator.Kubelet), name)
+		require.Equal(t, e2eTo, host.RunningVersion(simulator.ComponentKubelet), name)
 		for i, cmd := range host.Commands() {
 			if cmd.Phase != nodeexec.PhaseRun {
 				continue

@@ -186,7 +186,7 @@ func requireWhole(t *testing.T, h *clusterapi.Harness, ms map[string]clusterv1.M
 	var nodes []string
 	for _, n := range slices.Sorted(maps.Keys(ms)) {
 		m := ms[n]
-		require.Equal(t, version, h.Provider.Host(n).RunningVersion(simulator.Kubelet), "%s runs %s on its host", n, version)
+		require.Equal(t, version, h.Provider.Host(n).RunningVersion(simulator.ComponentKubelet), "%s runs %s on its host", n, version)
 		var node corev1.Node
 		require.NoError(t, c.Get(t.Context(), client.ObjectKey{Name: m.Status.NodeRef.Name}, &node))
 		require.False(t, node.Spec.Unschedulable, "%s uncordoned", n)

@@ -11,7 +11,7 @@
 // real capi.MachineUpdater update the in-place machines, called as Cluster
 // API calls the UpdateMachine hook, with the simulated kubelets running
 // its upgrader pods (simulator.WithMachineUpdater). A machine whose update
-// fails stalls the rollout where Cluster API would (simulator.FailureStall):
+// fails stalls the rollout where Cluster API would (simulator.FailurePolicyStall):
 // its machine deployment goes on only within maxSurge+maxUnavailable, a
 // failed control plane machine stops the control plane and the workers;
 // --on-failure continue plays on as if it were fixed.
@@ -146,7 +146,7 @@ func parseArgs(args []string, stderr io.Writer) (o options, printed bool, err er
 	fs.BoolVar(&o.bar, "progress-bar", isTerminal(os.Stdout), "print a progress bar after each batch (default: when stdout is a terminal)")
 	fs.StringVar(&o.updater, "updater", updaterSimulator, "what updates in-place machines: simulator (the simulator runs the kubeadm plans), capi (a real capi.MachineUpdater called as Cluster API calls the UpdateMachine hook, the simulated kubelets running its upgrader pods)")
 	cli.OutputFlag(fs, &o.output, cli.Text, cli.JSON, cli.YAML)
-	fs.StringVar(&o.onFailure, "on-failure", string(simulator.FailureStall), "what the rollout does after a machine's update fails: stall (as Cluster API: the failed machine stays unavailable, so its machine deployment goes on only within maxSurge+maxUnavailable, and a failed control plane machine stops the control plane and the workers), continue (as if the failed machine were fixed at once)")
+	fs.StringVar(&o.onFailure, "on-failure", string(simulator.FailurePolicyStall), "what the rollout does after a machine's update fails: stall (as Cluster API: the failed machine stays unavailable, so its machine deployment goes on only within maxSurge+maxUnavailable, and a failed control plane machine stops the control plane and the workers), continue (as if the failed machine were fixed at once)")
 	if err := cli.Parse(fs, args); err != nil {
 		return o, false, err
 	}
@@ -162,8 +162,8 @@ func parseArgs(args []string, stderr io.Writer) (o options, printed bool, err er
 	if o.output != cli.Text {
 		o.bar = false // the object alone on stdout
 	}
-	if o.onFailure != string(simulator.FailureStall) && o.onFailure != string(simulator.FailureContinue) {
-		return o, false, fmt.Errorf("--on-failure: unknown %q (%s, %s)", o.onFailure, simulator.FailureStall, simulator.FailureContinue)
+	if o.onFailure != string(simulator.FailurePolicyStall) && o.onFailure != string(simulator.FailurePolicyContinue) {
+		return o, false, fmt.Errorf("--on-failure: unknown %q (%s, %s)", o.onFailure, simulator.FailurePolicyStall, simulator.FailurePolicyContinue)
 	}
 	if fs.NArg() > 0 {
 		return o, false, fmt.Errorf("unexpected arguments: %v", fs.Args())
@@ -284,7 +284,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		faults.FailStep(f.node, f.step, f.times)
 	}
 	for _, c := range o.crashes {
-		faults.CrashRunner(c.node, c.step, simulator.CrashDuring)
+		faults.CrashRunner(c.node, c.step, simulator.CrashPointDuring)
 	}
 	out := stdout // the narration
 	if o.output != cli.Text {
@@ -519,7 +519,7 @@ func summarize(w io.Writer, res *simulator.Result) {
 	for _, h := range res.Held {
 		fmt.Fprintf(w, "Held back: %s (%s)\n", h.Machine, h.Reason)
 	}
-	if len(res.Failed) > 0 && res.OnFailure == simulator.FailureStall {
+	if len(res.Failed) > 0 && res.OnFailure == simulator.FailurePolicyStall {
 		fmt.Fprintf(w, "Stalled where Cluster API would: it keeps retrying %s until that succeeds; --on-failure continue plays on as if it were fixed.\n", strings.Join(res.Failed, ", "))
 	}
 	if len(res.LeftCordoned) > 0 {
@@ -534,7 +534,7 @@ func summarize(w io.Writer, res *simulator.Result) {
 	case len(res.Violations) == 0:
 		fmt.Fprintln(w, "Invariants held: control plane first and one at a time; no group over maxSurge+maxUnavailable at once;")
 		fmt.Fprintln(w, "no kubelet newer than the control plane; no completed step run twice; no node left cordoned; every updated machine converged.")
-		if res.OnFailure == simulator.FailureStall && len(res.Failed) > 0 {
+		if res.OnFailure == simulator.FailurePolicyStall && len(res.Failed) > 0 {
 			fmt.Fprintln(w, "After the failure nothing started that Cluster API would not have started.")
 		}
 	}

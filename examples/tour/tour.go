@@ -39,7 +39,7 @@ func WhatChanged(current, desired diff.State) (diff.ChangeSet, []byte, error) {
 	}
 	fmt.Println(cs)
 	inPlace := cs.Filter(func(c diff.Change) bool { return c.Category != diff.CategoryImage })
-	patch, err := inPlace.JSONPatch(diff.Bootstrap)
+	patch, err := inPlace.JSONPatch(diff.ObjectBootstrap)
 	return cs, patch, err
 }
 
@@ -75,7 +75,7 @@ func WouldDrift(ctx context.Context, nodes []corev1.Node, template, proposed map
 		for _, r := range o.Reasons {
 			var fields []string
 			for _, e := range r.Evidence {
-				if e.Kind == drift.EvidenceField {
+				if e.Kind == drift.EvidenceKindField {
 					fields = append(fields, e.Key)
 				}
 			}
@@ -211,7 +211,7 @@ func AddExtension(mgr ctrl.Manager, image string, opts ...extensionserver.Option
 // disruption limits, cordons, no step run twice).
 func Simulate(ctx context.Context) error {
 	cl := simulator.NewCluster("demo").ControlPlane(3, "v1.35.4").MachineDeployment("md-0", 5, "v1.35.4")
-	faults := simulator.NewFaults(1).CrashRunner("demo-md-0-2", "kubelet", simulator.CrashDuring)
+	faults := simulator.NewFaults(1).CrashRunner("demo-md-0-2", "kubelet", simulator.CrashPointDuring)
 	sim, err := simulator.NewSimulator(cl, simulator.WithSimFaults(faults))
 	if err != nil {
 		return err

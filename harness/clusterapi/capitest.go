@@ -31,9 +31,9 @@ type Manager string
 
 // The managers hack/capi-managers.sh builds, by binary name.
 const (
-	Core                Manager = "capi-manager"
-	KubeadmBootstrap    Manager = "capi-kubeadm-bootstrap-manager"
-	KubeadmControlPlane Manager = "capi-kubeadm-control-plane-manager"
+	ManagerCore                Manager = "capi-manager"
+	ManagerKubeadmBootstrap    Manager = "capi-kubeadm-bootstrap-manager"
+	ManagerKubeadmControlPlane Manager = "capi-kubeadm-control-plane-manager"
 )
 
 // DefaultFeatureGates are the gates every manager is started with: what
@@ -90,7 +90,7 @@ type Managers struct {
 // serving certificate, and returns once each answers its readiness probe.
 // ctx bounds the start only. On error nothing is left running.
 func Start(ctx context.Context, env *apiserver.Env, binDir string, opts ...Option) (*Managers, error) {
-	o := options{managers: []Manager{Core, KubeadmBootstrap, KubeadmControlPlane}, featureGates: DefaultFeatureGates, readyTimeout: 90 * time.Second}
+	o := options{managers: []Manager{ManagerCore, ManagerKubeadmBootstrap, ManagerKubeadmControlPlane}, featureGates: DefaultFeatureGates, readyTimeout: 90 * time.Second}
 	for _, opt := range opts {
 		if opt != nil {
 			opt(&o)

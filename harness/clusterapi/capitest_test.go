@@ -35,10 +35,10 @@ func TestManagersReconcileAgainstEnvtest(t *testing.T) {
 	}, 60*time.Second, 200*time.Millisecond, "Cluster API's Cluster controller reconciles the Cluster")
 	require.Contains(t, cluster.Finalizers, clusterv1.ClusterFinalizer)
 
-	log, err := os.ReadFile(m.LogPath(clusterapi.Core))
+	log, err := os.ReadFile(m.LogPath(clusterapi.ManagerCore))
 	require.NoError(t, err)
 	require.Contains(t, string(log), `"Starting workers" controller="machine"`, "the Machine controller (UpdateMachine's caller) runs")
-	for _, mgr := range []clusterapi.Manager{clusterapi.KubeadmBootstrap, clusterapi.KubeadmControlPlane} {
+	for _, mgr := range []clusterapi.Manager{clusterapi.ManagerKubeadmBootstrap, clusterapi.ManagerKubeadmControlPlane} {
 		log, err := os.ReadFile(m.LogPath(mgr))
 		require.NoError(t, err)
 		require.True(t, strings.Contains(string(log), `"Starting workers"`), "%s runs its controllers", mgr)
@@ -52,7 +52,7 @@ func TestManagersReconcileAgainstEnvtest(t *testing.T) {
 // Machine Cluster API's validation refuses is refused.
 func TestManagersAdmitThroughTheirWebhooks(t *testing.T) {
 	env := apiserver.StartForTest(t)
-	clusterapi.StartForTest(t, env, clusterapi.WithManagers(clusterapi.Core))
+	clusterapi.StartForTest(t, env, clusterapi.WithManagers(clusterapi.ManagerCore))
 	c := env.Client
 	machine := func(name, version string) *clusterv1.Machine {
 		return &clusterv1.Machine{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name},

@@ -14,8 +14,8 @@ import (
 func Example() {
 	t := &testing.T{} // your test's t
 	env := apiserver.StartForTest(t)
-	m := clusterapi.StartForTest(t, env, clusterapi.WithManagers(clusterapi.Core))
-	_ = m.LogPath(clusterapi.Core) // where the core manager logs
+	m := clusterapi.StartForTest(t, env, clusterapi.WithManagers(clusterapi.ManagerCore))
+	_ = m.LogPath(clusterapi.ManagerCore) // where the core manager logs
 }
 
 // The objects of a MachineDeployment on the harness: its bootstrap and

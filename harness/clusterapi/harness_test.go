@@ -38,7 +38,7 @@ func TestClusterAPIProvisionsAndRollsOnTheHarness(t *testing.T) {
 	t.Logf("3 machines running in %s", time.Since(start).Round(time.Millisecond))
 	for name, m := range before {
 		require.Equal(t, clusterapi.ProviderIDPrefix+"default/"+name, m.Spec.ProviderID)
-		require.Equal(t, "v1.35.4", h.Provider.Host(name).RunningVersion(simulator.Kubelet))
+		require.Equal(t, "v1.35.4", h.Provider.Host(name).RunningVersion(simulator.ComponentKubelet))
 		var n corev1.Node
 		require.NoError(t, c.Get(ctx, client.ObjectKey{Name: name}, &n))
 		require.Equal(t, "v1.35.4", n.Status.NodeInfo.KubeletVersion)

@@ -101,7 +101,7 @@ func TestAnUnpullableUpgraderImageFailsBeforeTheDrain(t *testing.T) {
 	require.NoError(t, c.Get(ctx, client.ObjectKey{Name: name}, &n))
 	require.False(t, n.Spec.Unschedulable, "the Machine's Node stays schedulable")
 	require.NotContains(t, n.Annotations, drain.AnnotationCordon)
-	require.Equal(t, "v1.35.4", h.Provider.Host(name).RunningVersion(simulator.Kubelet))
+	require.Equal(t, "v1.35.4", h.Provider.Host(name).RunningVersion(simulator.ComponentKubelet))
 	var m clusterv1.Machine
 	require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: "default", Name: name}, &m), "the Machine is kept, not replaced")
 	require.Empty(t, h.Provider.Errors())

@@ -649,8 +649,8 @@ func (p *Provider) register(ctx context.Context, m *clusterv1.Machine, h *simula
 		n.Status.Conditions = append(n.Status.Conditions, corev1.NodeCondition{Type: t, Status: corev1.ConditionFalse, Reason: "KubeletHas" + "No" + string(t),
 			LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()})
 	}
-	n.Status.NodeInfo = corev1.NodeSystemInfo{KubeletVersion: h.RunningVersion(simulator.Kubelet), OperatingSystem: "linux", Architecture: "amd64",
-		ContainerRuntimeVersion: "containerd://" + h.RunningVersion(simulator.Containerd)}
+	n.Status.NodeInfo = corev1.NodeSystemInfo{KubeletVersion: h.RunningVersion(simulator.ComponentKubelet), OperatingSystem: "linux", Architecture: "amd64",
+		ContainerRuntimeVersion: "containerd://" + h.RunningVersion(simulator.ComponentContainerd)}
 	n.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "127.0.0.1"}, {Type: corev1.NodeHostName, Address: m.Name}}
 	if kubeletPort != 0 {
 		// The API server reaches a kubelet at its Node's address by type

@@ -57,7 +57,7 @@ func TestMyExtensionUnderClusterAPI(t *testing.T) {
 	require.NoError(t, err)
 	for name := range before {
 		require.Contains(t, after, name, "updated in place, not replaced")
-		require.Equal(t, "v1.36.3", h.Provider.Host(name).RunningVersion(simulator.Kubelet))
+		require.Equal(t, "v1.36.3", h.Provider.Host(name).RunningVersion(simulator.ComponentKubelet))
 	}
 }
 

@@ -174,7 +174,7 @@ func FakeRun(ctx context.Context, node FakeNode, plan nodeexec.Plan, log logr.Lo
 	staging := kubeadm.DefaultStagingDir
 	st := simulator.Staging{Kubernetes: node.ToVersion}
 	if node.Bundle.Containerd {
-		st.Containerd = h.Version(simulator.Containerd)
+		st.Containerd = h.Version(simulator.ComponentContainerd)
 		if node.StagedContainerdVersion != "" {
 			st.Containerd = node.StagedContainerdVersion
 		}
@@ -183,7 +183,7 @@ func FakeRun(ctx context.Context, node FakeNode, plan nodeexec.Plan, log logr.Lo
 		}
 	}
 	if node.Bundle.CNIPlugins {
-		st.CNI = h.Version(simulator.CNI)
+		st.CNI = h.Version(simulator.ComponentCNI)
 	}
 	h.Stage(st)
 	if !node.Bundle.Etcdctl {
@@ -217,7 +217,7 @@ func FakeRun(ctx context.Context, node FakeNode, plan nodeexec.Plan, log logr.Lo
 		return FakeResult{}, err
 	}
 	res := FakeResult{Journal: j, Host: h, Versions: map[string]string{}, UnitsActive: map[string]bool{}, Written: map[string]string{}}
-	for _, c := range []simulator.Component{simulator.Kubeadm, simulator.Kubelet, simulator.Kubectl, simulator.Containerd, simulator.CNI, simulator.Etcd, simulator.ControlPlane} {
+	for _, c := range []simulator.Component{simulator.ComponentKubeadm, simulator.ComponentKubelet, simulator.ComponentKubectl, simulator.ComponentContainerd, simulator.ComponentCNI, simulator.ComponentEtcd, simulator.ComponentControlPlane} {
 		res.Versions[string(c)] = h.Version(c)
 	}
 	for _, u := range []string{"containerd", "kubelet"} {

@@ -151,14 +151,11 @@ func ModulePackages(pkgDir, root string) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command("go", "list", "-deps", "-f", "{{if .Module}}{{.Module.Path}} {{.Dir}}{{end}}", ".")
-	cmd.Dir = pkgDir
-	cmd.Env = append(os.Environ(), "GOWORK=off")
-	out, err := cmd.Output()
+	out, err := goList(pkgDir, "-deps", "-f", "{{if .Module}}{{.Module.Path}} {{.Dir}}{{end}}", ".")
 	if err != nil {
-		return nil, fmt.Errorf("go list -deps in %s: %w", pkgDir, err)
+		return nil, err
 	}
-	return ours(string(out), prefix, root, "")
+	return ours(out, prefix, root, "")
 }
 
 // ModuleFiles are the go.mod files, relative to root and slash-separated,
@@ -170,28 +167,35 @@ func ModuleFiles(pkgDir, root string) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command("go", "list", "-m", "-f", "{{.Path}} {{if .Replace}}{{.Replace.Dir}}{{else}}{{.Dir}}{{end}}", "all")
-	cmd.Dir = pkgDir
-	cmd.Env = append(os.Environ(), "GOWORK=off")
-	out, err := cmd.Output()
-	if err != nil {
-		return nil, fmt.Errorf("go list -m all in %s: %w", pkgDir, err)
-	}
-	files, err := ours(string(out), prefix, root, "/go.mod")
+	out, err := goList(pkgDir, "-m", "-f", "{{.Path}} {{if .Replace}}{{.Replace.Dir}}{{else}}{{.Dir}}{{end}}", "all")
 	if err != nil {
 		return nil, err
 	}
-	cmd = exec.Command("go", "list", "-m", "-f", "{{.Dir}}")
-	cmd.Dir = pkgDir
-	cmd.Env = append(os.Environ(), "GOWORK=off")
-	if out, err = cmd.Output(); err != nil {
-		return nil, fmt.Errorf("go list -m in %s: %w", pkgDir, err)
+	files, err := ours(out, prefix, root, "/go.mod")
+	if err != nil {
+		return nil, err
 	}
-	main, err := filepath.Rel(root, strings.TrimSpace(string(out)))
+	if out, err = goList(pkgDir, "-m", "-f", "{{.Dir}}"); err != nil {
+		return nil, err
+	}
+	main, err := filepath.Rel(root, strings.TrimSpace(out))
 	if err != nil {
 		return nil, err
 	}
 	return append(files, filepath.ToSlash(filepath.Join(main, "go.sum"))), nil
+}
+
+// goList runs `go list args...` in dir on dir's module alone (GOWORK=off,
+// as a Dockerfile's build stage has no go.work) and returns its output.
+func goList(dir string, args ...string) (string, error) {
+	cmd := exec.Command("go", append([]string{"list"}, args...)...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "GOWORK=off")
+	out, err := cmd.Output()
+	if err != nil {
+		return "", fmt.Errorf("go list %s in %s: %w", strings.Join(args, " "), dir, err)
+	}
+	return string(out), nil
 }
 
 // modulePath reads the module path of root's go.mod.

@@ -264,7 +264,7 @@ func build(res *simulator.Result, o options) timeline {
 			}
 		}
 		tl.Texts = append(tl.Texts, tlText{X: 4, Y: y + 12, Text: fmt.Sprintf("%s (%s)", g, machinesText(n))})
-		// The group stalls from a failure on (simulator.FailureStall): a grey
+		// The group stalls from a failure on (simulator.FailurePolicyStall): a grey
 		// bar under its batches, to the end.
 		for _, pm := range machines {
 			if e, ok := stalls[pm.Machine]; ok && groupOf(pm) == g {

@@ -118,7 +118,7 @@ func TestEachInPlaceCategoryEndsAppliedOrDeclined(t *testing.T) {
 		{name: "version, control plane", controlPlane: true,
 			edit: func(des *clusterv1.Machine, _ *bootstrapv1.KubeadmConfig) { des.Spec.Version = to },
 			applied: func(t *testing.T, h *simulator.Host) {
-				require.Equal(t, to, h.RunningVersion(simulator.Kubelet))
+				require.Equal(t, to, h.RunningVersion(simulator.ComponentKubelet))
 				require.Equal(t, "registry.k8s.io/kube-apiserver:"+to, h.StaticPodImage("kube-apiserver"))
 				snapshot := slices.IndexFunc(h.Files("/var/lib/upgradekit"), func(f string) bool { return strings.HasSuffix(f, "/etcd-snapshot.db") })
 				require.GreaterOrEqual(t, snapshot, 0, "the etcd snapshot was taken: %v", h.Files("/var/lib/upgradekit"))
@@ -126,7 +126,7 @@ func TestEachInPlaceCategoryEndsAppliedOrDeclined(t *testing.T) {
 		{name: "version, worker", cpVersion: to,
 			edit: func(des *clusterv1.Machine, _ *bootstrapv1.KubeadmConfig) { des.Spec.Version = to },
 			applied: func(t *testing.T, h *simulator.Host) {
-				require.Equal(t, to, h.RunningVersion(simulator.Kubelet))
+				require.Equal(t, to, h.RunningVersion(simulator.ComponentKubelet))
 			}},
 		{name: "kubelet args, worker",
 			edit: func(_ *clusterv1.Machine, cfg *bootstrapv1.KubeadmConfig) {
@@ -148,7 +148,7 @@ func TestEachInPlaceCategoryEndsAppliedOrDeclined(t *testing.T) {
 			},
 			applied: func(t *testing.T, h *simulator.Host) {
 				require.Equal(t, "registry.k8s.io/etcd:3.5.16-0", h.StaticPodImage("etcd"))
-				require.Equal(t, "3.5.16-0", h.Version(simulator.Etcd))
+				require.Equal(t, "3.5.16-0", h.Version(simulator.ComponentEtcd))
 			}},
 		{name: "API server arguments", controlPlane: true,
 			edit: func(_ *clusterv1.Machine, cfg *bootstrapv1.KubeadmConfig) {

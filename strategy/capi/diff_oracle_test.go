@@ -51,7 +51,7 @@ func capiKCPMatches(t *testing.T, version string, kcpSpec bootstrapv1.KubeadmCon
 
 func kcpDiff(t *testing.T, version string, kcpSpec bootstrapv1.KubeadmConfigSpec, current *bootstrapv1.KubeadmConfig) diff.ChangeSet {
 	t.Helper()
-	cs, err := diff.Objects(diff.Bootstrap, current,
+	cs, err := diff.Objects(diff.ObjectBootstrap, current,
 		&bootstrapv1.KubeadmConfig{Spec: kcpSpec}, diff.KubeadmControlPlane(version))
 	require.NoError(t, err)
 	return cs
@@ -406,7 +406,7 @@ func TestKubeadmControlPlaneRandomAgreement(t *testing.T) {
 			for j := 0; j < 512; j += 11 {
 				kcpSpec, cur := gen(i), kcfg(gen(j))
 				oracle := capiKCPMatches(t, v, kcpSpec, cur.DeepCopy())
-				cs, err := d.Objects(diff.Bootstrap, cur, &bootstrapv1.KubeadmConfig{Spec: kcpSpec})
+				cs, err := d.Objects(diff.ObjectBootstrap, cur, &bootstrapv1.KubeadmConfig{Spec: kcpSpec})
 				require.NoError(t, err)
 				require.Equal(t, oracle, cs.Empty(), fmt.Sprintf("version %s kcp case %d current case %d:\n%s", v, i, j, cs))
 				n++

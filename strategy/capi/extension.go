@@ -510,7 +510,7 @@ type Answer struct {
 
 func (a answer) export() Answer {
 	return Answer{Accept: !a.decline, Message: a.msg, Decision: a.decision, Declined: a.uncovered,
-		MachinePatch: a.patches[diff.Machine], BootstrapPatch: a.patches[diff.Bootstrap], InfrastructurePatch: a.patches[diff.Infrastructure]}
+		MachinePatch: a.patches[diff.ObjectMachine], BootstrapPatch: a.patches[diff.ObjectBootstrap], InfrastructurePatch: a.patches[diff.ObjectInfrastructure]}
 }
 
 func (e *Extension) logger(ctx context.Context) logr.Logger {
@@ -588,7 +588,7 @@ func (e *Extension) answer(ctx context.Context, settings map[string]string, cur,
 			a.msg = note
 		}
 	}
-	for _, o := range []diff.Object{diff.Machine, diff.Bootstrap, diff.Infrastructure} {
+	for _, o := range []diff.Object{diff.ObjectMachine, diff.ObjectBootstrap, diff.ObjectInfrastructure} {
 		jp, err := cs.JSONPatch(o)
 		if err != nil {
 			return answer{}, err
@@ -598,13 +598,13 @@ func (e *Extension) answer(ctx context.Context, settings map[string]string, cur,
 		}
 	}
 	a = e.checkPatched(a, cur, des, templates)
-	if !a.decline && templates && e.dryRun != nil && a.patches[diff.Infrastructure].Patch != nil {
+	if !a.decline && templates && e.dryRun != nil && a.patches[diff.ObjectInfrastructure].Patch != nil {
 		why, err := e.dryRunInfrastructure(ctx, cur.Machine, des.Infrastructure)
 		if err != nil {
 			return answer{}, err
 		}
 		if why != "" {
-			infra := cs.Filter(func(c diff.Change) bool { return c.Object == diff.Infrastructure })
+			infra := cs.Filter(func(c diff.Change) bool { return c.Object == diff.ObjectInfrastructure })
 			return answer{msg: why, decline: true, uncovered: fieldNames(infra), decision: a.decision}, nil
 		}
 	}

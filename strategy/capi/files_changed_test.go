@@ -77,7 +77,7 @@ func TestOnlyChangedFilesTravel(t *testing.T) {
 
 	// A version-only update: no file content in its pod.
 	pods = update(t, to, fileA, fileB)
-	require.Equal(t, to, host.RunningVersion(simulator.Kubelet))
+	require.Equal(t, to, host.RunningVersion(simulator.ComponentKubelet))
 	require.NotContains(t, pods, kubeadm.FilesEnvPrefix)
 	require.NotContains(t, pods, b64(alpha))
 	require.NotContains(t, pods, b64(bravo))

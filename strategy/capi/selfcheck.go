@@ -46,7 +46,7 @@ func leftAfterPatches(strict *diff.Differ, cur, des diff.State, patches [3]runti
 		specPath = []string{"spec", "template", "spec"}
 	}
 	patched := cur
-	for _, o := range []diff.Object{diff.Machine, diff.Bootstrap, diff.Infrastructure} {
+	for _, o := range []diff.Object{diff.ObjectMachine, diff.ObjectBootstrap, diff.ObjectInfrastructure} {
 		p := patches[o]
 		if !p.IsDefined() {
 			continue
@@ -56,9 +56,9 @@ func leftAfterPatches(strict *diff.Differ, cur, des diff.State, patches [3]runti
 			return diff.ChangeSet{}, fmt.Errorf("%w: %s: %w", ErrInvalidPatch, o, err)
 		}
 		switch o {
-		case diff.Machine:
+		case diff.ObjectMachine:
 			patched.Machine = obj
-		case diff.Bootstrap:
+		case diff.ObjectBootstrap:
 			patched.Bootstrap = obj
 		default:
 			patched.Infrastructure = obj
@@ -72,9 +72,9 @@ func leftAfterPatches(strict *diff.Differ, cur, des diff.State, patches [3]runti
 
 func objectOf(s diff.State, o diff.Object) any {
 	switch o {
-	case diff.Machine:
+	case diff.ObjectMachine:
 		return s.Machine
-	case diff.Bootstrap:
+	case diff.ObjectBootstrap:
 		return s.Bootstrap
 	default:
 		return s.Infrastructure

@@ -199,7 +199,7 @@ func propertyRun(t *testing.T, seed int64, w *propertyWorld) string {
 				}
 				if refuse {
 					require.Equal(t, capi.FailurePodRejected, reason, where)
-					require.Equal(t, propFrom, host.RunningVersion(simulator.Kubelet), "refused before anything ran: %s", where)
+					require.Equal(t, propFrom, host.RunningVersion(simulator.ComponentKubelet), "refused before anything ran: %s", where)
 				}
 				if reason == capi.FailureStepFailed && !retried && rng.Intn(2) == 0 {
 					// An operator retries from the management cluster.
@@ -215,7 +215,7 @@ func propertyRun(t *testing.T, seed int64, w *propertyWorld) string {
 			}
 			if resp.RetryAfterSeconds == 0 {
 				require.False(t, nodeLost, "done for a node that is gone: %s", where)
-				require.Equal(t, propTo, host.RunningVersion(simulator.Kubelet), "done only with a verified node: %s", where)
+				require.Equal(t, propTo, host.RunningVersion(simulator.ComponentKubelet), "done only with a verified node: %s", where)
 				require.Equal(t, simulator.UnitActive, host.UnitState("kubelet"), where)
 				require.Equal(t, simulator.UnitActive, host.UnitState("containerd"), where)
 				for _, a := range wantArgs {
@@ -270,7 +270,7 @@ func propertyRun(t *testing.T, seed int64, w *propertyWorld) string {
 				pr, err := r.Run(ctx)
 				require.NoError(t, err)
 				if os.Getenv("UPGRADEKIT_PROPERTY_DEBUG") == "all" {
-					t.Logf("kubelet: pod %s: %s %s %s; host kubelet %s %s", p.Name, pr.Phase, pr.Container, pr.Reason, host.RunningVersion(simulator.Kubelet), host.UnitState("kubelet"))
+					t.Logf("kubelet: pod %s: %s %s %s; host kubelet %s %s", p.Name, pr.Phase, pr.Container, pr.Reason, host.RunningVersion(simulator.ComponentKubelet), host.UnitState("kubelet"))
 				}
 				p.Status = r.Pod().Status
 				require.NoError(t, c.Status().Update(ctx, &p))

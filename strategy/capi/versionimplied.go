@@ -35,7 +35,7 @@ const featureGatesField = "bootstrap.spec.clusterConfiguration.featureGates"
 // API server is a change no updater applies here, so it stays a
 // ControlPlaneConfig change and is declined unless something covers it.
 func versionImplied(c diff.Change, from, to string) bool {
-	if c.Object != diff.Bootstrap || c.Op != diff.OpRemove || !crossesKubeletLocalModeRemoval(from, to) {
+	if c.Object != diff.ObjectBootstrap || c.Op != diff.OpRemove || !crossesKubeletLocalModeRemoval(from, to) {
 		return false
 	}
 	switch strings.TrimPrefix(c.Field, featureGatesField) {

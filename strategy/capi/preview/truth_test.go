@@ -194,7 +194,7 @@ func TestPredictionIsWhatClusterAPIDoes(t *testing.T) {
 	}
 	after := map[string]map[string]clusterv1.Machine{}
 	updated := func(name string) bool {
-		return h.Provider.Host(name) != nil && h.Provider.Host(name).RunningVersion(simulator.Kubelet) == truthTo
+		return h.Provider.Host(name) != nil && h.Provider.Host(name).RunningVersion(simulator.ComponentKubelet) == truthTo
 	}
 	var waiting string
 	require.Eventually(t, func() bool {
@@ -387,7 +387,7 @@ func TestPredictionIsWhatKubeadmControlPlaneDoes(t *testing.T) {
 			return false
 		}
 		for name := range after {
-			if h.Provider.Host(name) == nil || h.Provider.Host(name).RunningVersion(simulator.Kubelet) != to {
+			if h.Provider.Host(name) == nil || h.Provider.Host(name).RunningVersion(simulator.ComponentKubelet) != to {
 				return false
 			}
 		}
