@@ -193,7 +193,7 @@ func TestDetectorOrderAndComposition(t *testing.T) {
 	require.Error(t, err)
 	require.Equal(t, []drift.ReasonName{drift.ReasonNameSubnetDrift}, reasonNames(all))
 
-	// NodeClassDrift: the same static check over a node class stamp.
+	// ReasonNameNodeClassDrift: the same static check over a node class stamp.
 	classStamper, err := drift.NewStamper("nodeclass.upgradekit.io", mustHasher(t, "v1"))
 	require.NoError(t, err)
 	_, err = classStamper.Stamp(obj, map[string]any{"amiFamily": "AL2023"})

@@ -38,7 +38,7 @@
 //     NodeSelectorRequirements with In, NotIn, Exists, DoesNotExist, Gt,
 //     Lt), Image (the node's image is not the one an ImageChooser picks
 //     now) and any caller-defined check. Reasons use Karpenter's names
-//     (NodePoolDrifted, RequirementsDrifted, AMIDrift, NodeClassDrift, ...)
+//     (ReasonNameNodePoolDrifted, ReasonNameRequirementsDrifted, ReasonNameAMIDrift, ReasonNameNodeClassDrift, ...)
 //     and carry evidence.
 //   - DryRun: which objects would drift, and why, if a proposed spec were
 //     applied.

@@ -56,7 +56,7 @@ func WithImageLabelsOf(f func(metav1.Object) map[string]string) ImageOption {
 	return func(c *Image) { c.labelsOf = f }
 }
 
-// WithImageReason sets the reported reason (default AMIDrift).
+// WithImageReason sets the reported reason (default ReasonNameAMIDrift).
 func WithImageReason(name ReasonName) ImageOption {
 	return func(c *Image) { c.reason = name }
 }

@@ -278,8 +278,8 @@ func CheckBreaker(res *Result, b strategy.Breaker) []string {
 }
 
 // CheckStall reports machines started where Cluster API would have
-// stalled after a failure (FailureStall, the default; nil for a Result of
-// FailureContinue): a machine of a group started while the group's
+// stalled after a failure (FailurePolicyStall, the default; nil for a Result of
+// FailurePolicyContinue): a machine of a group started while the group's
 // failed machines, which Cluster API keeps Updating and unavailable, and
 // the machines still running used up its limit (res.Limits: maxSurge +
 // maxUnavailable, 1 when missing); and any machine started after a

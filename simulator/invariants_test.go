@@ -321,7 +321,7 @@ func TestControllerCrashPlansAgainFromTheCluster(t *testing.T) {
 // (a reviewer's case: before, the next workers ran and no invariant saw
 // the group over its limit). A failed control plane machine holds every
 // worker.
-// TestFailuresHoldWhatWouldBreakLimits: with FailureContinue, only a
+// TestFailuresHoldWhatWouldBreakLimits: with FailurePolicyContinue, only a
 // machine left cordoned (failed without a rollback) holds its group, and a
 // failed control plane machine holds the workers.
 func TestFailuresHoldWhatWouldBreakLimits(t *testing.T) {
@@ -368,7 +368,7 @@ func heldMachines(res *simulator.Result) []string {
 // stays unavailable, as Cluster API keeps it Updating and retries it: its
 // MachineDeployment goes on only while maxSurge+maxUnavailable slots
 // remain, and KubeadmControlPlane starts no other control plane machine.
-// The same runs with FailureContinue go on past the failure.
+// The same runs with FailurePolicyContinue go on past the failure.
 func TestFailedMachinesStallAsClusterAPIDoes(t *testing.T) {
 	ctx := context.Background()
 	two, zero := intstr.FromInt32(2), intstr.FromInt32(0)

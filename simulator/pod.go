@@ -28,19 +28,19 @@ type PodPhase string
 
 // Pod phases reported by PodRunner.Run.
 const (
-	// PodSucceeded: every init container, then the main container, exited
+	// PodPhaseSucceeded: every init container, then the main container, exited
 	// 0. Terminal.
 	PodPhaseSucceeded PodPhase = "Succeeded"
-	// PodFailed: a container exited non-zero in a pod whose restartPolicy
+	// PodPhaseFailed: a container exited non-zero in a pod whose restartPolicy
 	// is Never (the raw init-container layout). Terminal.
 	PodPhaseFailed PodPhase = "Failed"
-	// PodCrashLoop: a container of a restartPolicy OnFailure pod exited
+	// PodPhaseCrashLoop: a container of a restartPolicy OnFailure pod exited
 	// non-zero and was restarted the maximum number of times
 	// (3) without succeeding; a real kubelet would keep
 	// restarting it with back-off (CrashLoopBackOff). Run again to
 	// restart it more.
 	PodPhaseCrashLoop PodPhase = "CrashLoopBackOff"
-	// PodStuck: the next container cannot start because the host's
+	// PodPhaseStuck: the next container cannot start because the host's
 	// kubelet (which starts containers) or containerd (which runs them)
 	// is not active. Nothing on the node will ever start it: a real pod
 	// shows its last reported state for ever. Run again after bringing
@@ -71,10 +71,10 @@ type ContainerRun struct {
 // PodResult is what one PodRunner.Run call did.
 type PodResult struct {
 	Phase PodPhase
-	// Container is the container that could not start (PodStuck), that
-	// failed (PodFailed) or that crash-loops (PodCrashLoop).
+	// Container is the container that could not start (PodPhaseStuck), that
+	// failed (PodPhaseFailed) or that crash-loops (PodPhaseCrashLoop).
 	Container string
-	// Reason explains PodStuck ("kubelet is inactive") or names the exit
+	// Reason explains PodPhaseStuck ("kubelet is inactive") or names the exit
 	// code of a failure.
 	Reason string
 	// Runs lists the container starts of this call, in order.
@@ -115,7 +115,7 @@ func withPodMaxRestarts(n int) PodOption { return func(p *PodRunner) { p.maxRest
 //   - the kubelet is what starts containers: a container starts only
 //     while the Host's kubelet unit is active, and containerd's too (a
 //     stopped containerd creates no container). When either is down the
-//     pod is stuck: Run returns PodStuck at once instead of waiting;
+//     pod is stuck: Run returns PodPhaseStuck at once instead of waiting;
 //   - a running container is never killed by a kubelet or containerd
 //     stop or restart (real kubelets leave running containers alone, and
 //     containerd's shims keep them alive): the step's command runs to its
@@ -138,10 +138,10 @@ func withPodMaxRestarts(n int) PodOption { return func(p *PodRunner) { p.maxRest
 //     reads Pod() as it reads a real pod. restartPolicy OnFailure: a
 //     failed container is restarted and resumes from the journal;
 //   - the stage container copies WithPodImageStaging into the host;
-//   - Faults.CrashRunner on the Host's faults: CrashDuring kills the
+//   - Faults.CrashRunner on the Host's faults: CrashPointDuring kills the
 //     container right after the step's command succeeded (exit 137, the
 //     journal still shows the step running); in runner containers
-//     CrashAfter kills the next one that runs a command after that step;
+//     CrashPointAfter kills the next one that runs a command after that step;
 //   - a raw status container's default argv ("true") runs on the host;
 //   - a pre-pull pod (nodepod.BuildPrePull) runs its command, which
 //     exits 0 without touching the host. Whether its image pulls is the
@@ -179,7 +179,7 @@ type PodRunner struct {
 	steps      map[string]bool
 	next       int
 	restarts   []int32
-	lastDone   string // the step whose run last succeeded, for CrashAfter
+	lastDone   string // the step whose run last succeeded, for CrashPointAfter
 	actual     corev1.PodStatus
 	reported   corev1.PodStatus
 	final      *PodResult
@@ -292,8 +292,8 @@ func (p *PodRunner) status(i int) *corev1.ContainerStatus {
 
 // Run plays the kubelet until the pod succeeds, fails, crash-loops or is
 // stuck (see PodPhase), and returns what happened in this call. A pod
-// that ended (PodSucceeded, PodFailed) returns its final result again;
-// after PodStuck or PodCrashLoop, Run continues where it stopped. The
+// that ended (PodPhaseSucceeded, PodPhaseFailed) returns its final result again;
+// after PodPhaseStuck or PodPhaseCrashLoop, Run continues where it stopped. The
 // error is non-nil only when ctx ended (the pod is then left as it was).
 func (p *PodRunner) Run(ctx context.Context) (PodResult, error) {
 	p.mu.Lock()

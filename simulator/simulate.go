@@ -66,8 +66,8 @@ type Execution struct {
 	Step     string         `json:"step"`
 	Phase    nodeexec.Phase `json:"phase"`
 	ExitCode int            `json:"exitCode"`
-	// Crashed marks the command during which (CrashDuring) or right
-	// before which (CrashAfter the previous step; the command then did
+	// Crashed marks the command during which (CrashPointDuring) or right
+	// before which (CrashPointAfter the previous step; the command then did
 	// not run) the runner crashed.
 	Crashed bool      `json:"crashed,omitempty"`
 	At      time.Time `json:"at"`
@@ -131,7 +131,7 @@ type Result struct {
 	// (WithSimGates), by machine.
 	GateWaits map[string]time.Duration `json:"gateWaits,omitempty"`
 	// OnFailure is the failure policy the run followed (WithOnFailure;
-	// "" is FailureStall, the default).
+	// "" is FailurePolicyStall, the default).
 	OnFailure FailurePolicy `json:"onFailure,omitempty"`
 }
 
@@ -140,7 +140,7 @@ type Result struct {
 type FailurePolicy string
 
 const (
-	// FailureStall, the default, is what Cluster API v1.14 does. The
+	// FailurePolicyStall, the default, is what Cluster API v1.14 does. The
 	// Machine stays Updating (reason InPlaceUpdateFailed), so neither
 	// Ready nor Available, and Cluster API calls UpdateMachine again, with
 	// backoff, for as long as it answers Failure; it never gives up on it.
@@ -165,7 +165,7 @@ const (
 )
 
 // StallStep is the Step of the event that shows a failed machine staying
-// unavailable, from its failure to the end of the run, under FailureStall
+// unavailable, from its failure to the end of the run, under FailurePolicyStall
 // (Outcome "Blocked").
 const StallStep = "failed-update-retried"
 
@@ -284,8 +284,8 @@ func WithSimGates(g strategy.Gate, maxWait time.Duration) SimOption {
 }
 
 // WithOnFailure sets what the simulated controllers do once a machine's
-// update has failed: FailureStall (the default: as Cluster API, the group
-// stalls where its limit is used up) or FailureContinue. NewSimulator
+// update has failed: FailurePolicyStall (the default: as Cluster API, the group
+// stalls where its limit is used up) or FailurePolicyContinue. NewSimulator
 // refuses any other value.
 func WithOnFailure(p FailurePolicy) SimOption { return func(s *Simulator) { s.onFailure = p } }
 
@@ -591,7 +591,7 @@ func (s *Simulator) Run(ctx context.Context, r Rollout) (*Result, error) {
 				// of a group than its limit while failed machines are still
 				// out of service, or move workers past a control plane that
 				// did not make it.
-				// Under FailureStall, also what Cluster API does not do: start
+				// Under FailurePolicyStall, also what Cluster API does not do: start
 				// a machine of a group whose failed machines (unavailable
 				// while it retries them) use up its limit, or any control
 				// plane machine after one failed.
@@ -904,7 +904,7 @@ func (s *Simulator) runPlan(ctx context.Context, h *Host, pm strategy.PlannedMac
 	for restarts := 0; ; restarts++ {
 		rctx, cancel := context.WithCancel(ctx)
 		crashed := false
-		lastDone := "" // the last step whose run succeeded, for CrashAfter
+		lastDone := "" // the last step whose run succeeded, for CrashPointAfter
 		exec := nodeexec.ExecutorFunc(func(ctx context.Context, cmd nodeexec.Command) (nodeexec.Result, error) {
 			rec := Execution{Machine: pm.Machine, Step: cmd.Step, Phase: cmd.Phase, At: s.clock.Now()}
 			if s.faults != nil && lastDone != "" && cmd.Step != lastDone && s.faults.TakeCrash(h.node, lastDone, CrashPointAfter) {

@@ -250,7 +250,7 @@ func runPropertyCase(t *testing.T, seed int64) *simulator.Result {
 // strategies, image changes) with randomized faults (hard and transient
 // step failures, runner crashes during and between steps, NotReady nodes,
 // controller crashes that lose the plan, API conflicts and throttling,
-// nodes cordoned by someone else), a quarter of them with FailureContinue
+// nodes cordoned by someone else), a quarter of them with FailurePolicyContinue
 // and the others stalling after failures as Cluster API does, and checks
 // every invariant each time (CheckStall among them), plus: only machines with an injected hard
 // failure fail, and a seed replays to the same timeline. Each seed is a

@@ -2,7 +2,7 @@
 // SVG: a time axis, a lane per group with a bar per batch, and a lane per
 // machine with a bar per step, marks for failures (✗), rollbacks (↶),
 // runner crashes, retries (×N) and machines the rollout would wait at
-// (‖); a failed machine that stalls its group (fake.FailureStall) gets a
+// (‖); a failed machine that stalls its group (simulator.FailurePolicyStall) gets a
 // grey bar from its failure to the end, in its lane and its group's. Labels go inside bars only where they fit; the tooltips say the
 // rest. Above 60 machines only those where something other than success
 // happened get a lane, and the page says how many are summarised by their
