@@ -28,7 +28,7 @@
 // What is ours:
 //
 //   - the infrastructure provider (Provider, InfrastructureCRDs): it
-//     provisions at once and boots a simulated host (fake.Host) per
+//     provisions at once and boots a simulated host (simulator.Host) per
 //     machine; Provider documents what its kubelets model and what they
 //     do not;
 //   - the workload cluster is the same API server (the <cluster>-kubeconfig
@@ -75,14 +75,14 @@
 //   - steps take no time: a simulated host runs a kubeadm plan's commands
 //     at once, so a whole in-place update fits inside one RetryAfter and
 //     nothing depends on how long a real kubeadm upgrade, drain or image
-//     pull takes (fake.Faults.SlowStep, through WithHostOptions, makes a
+//     pull takes (simulator.Faults.SlowStep, through WithHostOptions, makes a
 //     step overrun its own deadline; it does not make it last longer on
 //     the real clock);
 //   - image pulls only with WithRegistry, and then without time: a pull
 //     that fails is reported as a kubelet reports it (ErrImagePull, then
 //     ImagePullBackOff, one kubelet poll apart, not on the kubelet's
 //     back-off), and pull policies, the node's image cache and pull
-//     secrets are not modeled (fake.Registry).
+//     secrets are not modeled (simulator.Registry).
 //
 // Tests here shorten only delays they do not test (the extension's
 // RetryAfter, 1 s instead of 15 s), and say so where they do; a test about

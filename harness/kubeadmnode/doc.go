@@ -1,6 +1,6 @@
 // Package kubeadmnode runs real kubeadm nodes on one Linux machine, so the
 // node side of an upgrade is exercised by real containerd, kubelet,
-// kubeadm, etcd and static pods instead of by fake.Host's model of them.
+// kubeadm, etcd and static pods instead of by simulator.Host's model of them.
 // It needs root, Debian's containerd and runc, and the binaries
 // hack/node-assets.sh builds for a Kubernetes version from the Go module
 // proxy (no registry, no release download, no Docker).

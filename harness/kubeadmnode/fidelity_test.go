@@ -38,7 +38,7 @@ func recordings(t *testing.T) map[string]kubeadmnode.Recording {
 	return out
 }
 
-// TestFakeMatchesRealNode runs each recorded real plan on a fake.Host set
+// TestFakeMatchesRealNode runs each recorded real plan on a simulator.Host set
 // up as the real node was and requires the same steps, states, exit codes
 // and end state: the fake cannot drift from the real node unnoticed.
 func TestFakeMatchesRealNode(t *testing.T) {

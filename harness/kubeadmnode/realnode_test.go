@@ -469,7 +469,7 @@ func containerdVersion(ctx context.Context, t *testing.T, n *kubeadmnode.Node) s
 	return f[2]
 }
 
-// fidelity runs the plan the real node just ran on a fake.Host set up as
+// fidelity runs the plan the real node just ran on a simulator.Host set up as
 // the node was before (before), and fails on every difference, step by
 // step and in the end state, so the fake cannot drift from the real node.
 // With UPGRADEKIT_RECORD_REAL=1 the real run is also written to

@@ -27,7 +27,7 @@
 // does), and its rollback restarts it too. A plan that stops the kubelet
 // in one step and starts it in a later one leaves the pod stuck for ever,
 // its stopping container still shown Running, with the node NotReady.
-// fake.PodRunner simulates exactly that, to test plans against it.
+// simulator.PodRunner simulates exactly that, to test plans against it.
 //
 // An optional first init container (WithStageFrom) copies a directory of
 // the image to <staging host path>/staging, where package kubeadm expects

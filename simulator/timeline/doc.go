@@ -8,7 +8,7 @@
 // happened get a lane, and the page says how many are summarised by their
 // group.
 //
-// It draws a fake.Result: what the simulator did (examples/simulate
+// It draws a simulator.Result: what the simulator did (examples/simulate
 // --timeline), or a preview's estimate laid out as one
 // (examples/preview --timeline). The pictures are checked in a headless
 // browser for overlapping text (examples/simulate's TestTimelineInABrowser).

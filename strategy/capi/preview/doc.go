@@ -88,5 +88,5 @@
 // 1 and maxUnavailable 0, not at all), and KubeadmControlPlane touches no
 // other control plane machine until the failed one is through. The only
 // failure predicted is a CanUpdate hook answering Failure now (Blocked).
-// fake.Simulator plays failures as Cluster API does (fake.FailureStall).
+// simulator.Simulator plays failures as Cluster API does (simulator.FailurePolicyStall).
 package preview
