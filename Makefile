@@ -90,9 +90,8 @@ e2e:
 	managers="$$(hack/capi-managers.sh)"; \
 	clusterctl="$$(hack/clusterctl.sh)"; \
 	log="$$(mktemp)"; rc=0; \
-	KUBEBUILDER_ASSETS="$$assets" UPGRADEKIT_REQUIRE_ENVTEST=1 UPGRADEKIT_CAPI_MANAGERS="$$managers" UPGRADEKIT_CLUSTERCTL="$$clusterctl" \
-	  { (cd harness && go test -race -count=1 -v -run 'ClusterAPI|Managers|Clusterctl' ./clusterapi/) && \
-	    (cd examples && go test -race -count=1 -v -run 'ClusterAPI|Managers|Clusterctl' ./inplace-extension/); } >"$$log" 2>&1 || rc=$$?; \
+	GOWORK="$(CURDIR)/go.work" KUBEBUILDER_ASSETS="$$assets" UPGRADEKIT_REQUIRE_ENVTEST=1 UPGRADEKIT_CAPI_MANAGERS="$$managers" UPGRADEKIT_CLUSTERCTL="$$clusterctl" \
+	  go test -race -count=1 -v -run 'ClusterAPI|Managers|Clusterctl' ./harness/clusterapi/ ./examples/inplace-extension/ >"$$log" 2>&1 || rc=$$?; \
 	grep -E '^(--- |ok|FAIL)|(in|machines [a-z]+ in) [0-9.]+m?s$$' "$$log" || true; \
 	if [[ $$rc -ne 0 ]]; then tail -n 200 "$$log"; fi; \
 	rm -f "$$log"; exit $$rc
@@ -106,8 +105,8 @@ e2e:
 e2e-scale:
 	@assets="$$(hack/envtest-assets.sh)"; \
 	managers="$$(hack/capi-managers.sh)"; \
-	KUBEBUILDER_ASSETS="$$assets" UPGRADEKIT_REQUIRE_ENVTEST=1 UPGRADEKIT_CAPI_MANAGERS="$$managers" \
-	  cd examples && go test -tags scale -count=1 -timeout 120m -v -run '^TestScaleInPlace$$' ./inplace-extension/
+	cd examples && KUBEBUILDER_ASSETS="$$assets" UPGRADEKIT_REQUIRE_ENVTEST=1 UPGRADEKIT_CAPI_MANAGERS="$$managers" \
+	  go test -tags scale -count=1 -timeout 120m -v -run '^TestScaleInPlace$$' ./inplace-extension/
 
 ## node-assets: build (once per version, then cached) what a real kubeadm node needs, from the Go module proxy.
 node-assets:
@@ -131,7 +130,7 @@ upgrader-staging:
 ## nodes of containerd, kubelet and static pods in Linux namespaces, upgraded by the
 ## project's upgrader, for each of NODE_UPGRADES. Needs root and Debian's containerd and runc.
 e2e-node:
-	@assets=""; for v in $(NODE_VERSIONS); do 	  dir="$$(hack/node-assets.sh "$$v")" || exit 1; assets="$$assets$${assets:+,}$$v=$$dir"; 	done; 	containerd="$$(hack/containerd-assets.sh $(CONTAINERD_VERSION))" || exit 1; 	UPGRADEKIT_NODE_ASSETS="$$assets" UPGRADEKIT_NODE_UPGRADES='$(NODE_UPGRADES)' UPGRADEKIT_CONTAINERD_ASSETS="$$containerd" 	  cd harness && go test -tags realnode -count=1 -timeout 90m -v -run '$(NODE_RUN)' ./kubeadmnode/
+	@assets=""; for v in $(NODE_VERSIONS); do 	  dir="$$(hack/node-assets.sh "$$v")" || exit 1; assets="$$assets$${assets:+,}$$v=$$dir"; 	done; 	containerd="$$(hack/containerd-assets.sh $(CONTAINERD_VERSION))" || exit 1; 	cd harness && UPGRADEKIT_NODE_ASSETS="$$assets" UPGRADEKIT_NODE_UPGRADES='$(NODE_UPGRADES)' UPGRADEKIT_CONTAINERD_ASSETS="$$containerd" 	  go test -tags realnode -count=1 -timeout 90m -v -run '$(NODE_RUN)' ./kubeadmnode/
 
 ## unit: fast tests only, no build of anything first (tests that need a real kube-apiserver,
 ## Cluster API's managers or its in-place comparison skip, saying so).
