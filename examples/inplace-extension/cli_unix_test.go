@@ -71,7 +71,7 @@ func TestBinaryVersionAndLogging(t *testing.T) {
 	require.Equal(t, exitOK, exitOf(t, cmd.Run()), stderr.String())
 	require.Empty(t, stderr.String())
 	v := strings.TrimSpace(stdout.String())
-	require.True(t, strings.HasPrefix(v, "inplace-extension github.com/upgradekit/upgradekit "), v)
+	require.True(t, strings.HasPrefix(v, "inplace-extension github.com/upgradekit/upgradekit/examples "), v) // the examples module
 	if rev != "" {
 		require.Contains(t, v, " revision "+rev, "the commit it was built from")
 	} else {
@@ -143,13 +143,13 @@ func TestBinaryVersionAndLogging(t *testing.T) {
 	}
 	require.Contains(t, msgs, "starting")
 	require.Contains(t, msgs, "serving hook")
-	require.Contains(t, lines[0], `"version":"inplace-extension github.com/upgradekit/upgradekit `)
+	require.Contains(t, lines[0], `"version":"inplace-extension github.com/upgradekit/upgradekit/examples `)
 	require.Contains(t, strings.Join(lines, "\n"), `"value":"--logging-format=json"`)
 
 	lines = serveAndStop()
 	for _, l := range lines {
 		require.Regexp(t, `^[IWE]\d{4} \d\d:\d\d:\d\d\.\d{6} `, l, "klog's text format by default")
 	}
-	require.Contains(t, lines[0], `"starting" version="inplace-extension github.com/upgradekit/upgradekit `)
+	require.Contains(t, lines[0], `"starting" version="inplace-extension github.com/upgradekit/upgradekit/examples `)
 	require.NotContains(t, strings.Join(lines, "\n"), `"flag"`, "flags only at -v=1")
 }
