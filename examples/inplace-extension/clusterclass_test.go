@@ -135,7 +135,7 @@ func previewTopology(t *testing.T, h *clusterapi.Harness, cluster, version strin
 		"-allow-unverified-bundles", "-metrics-bind-address", "0", "-health-addr", "0"}, &bytes.Buffer{})
 	require.NoError(t, err)
 	ip, err := preview.NewInProcess(c, func(mgmt client.Reader) (preview.Answerer, error) {
-		srv, err := extensionserver.New(mgmt, o.serverOptions(deps{mgmt: mgmt, scheme: h.Env.Scheme})...)
+		srv, err := extensionserver.New(mgmt, o.serverOptions(deps{mgmt: mgmt, scheme: h.Env.Scheme}))
 		if err != nil {
 			return nil, err
 		}

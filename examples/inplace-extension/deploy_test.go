@@ -272,12 +272,12 @@ func TestDeployFlagsMatchTheBundle(t *testing.T) {
 	// TestBundleScript holds the script to this layout).
 	defaultBundle := map[string]string{kubeadm.StagedKubeadm: sum, kubeadm.StagedKubelet: sum, kubeadm.StagedKubectl: sum, kubeadm.StagedEtcdctl: sum}
 	d := deps{mgmt: fakeclient.NewClientBuilder().Build(), scheme: runtime.NewScheme(), log: logr.Discard()}
-	d.metrics, err = capi.NewMetrics(prometheus.NewRegistry())
+	d.metrics, err = capi.NewMetrics(prometheus.NewRegistry(), capi.MetricsOptions{})
 	require.NoError(t, err)
 
 	o.bundleChecksumsDir = t.TempDir()
 	require.NoError(t, os.WriteFile(filepath.Join(o.bundleChecksumsDir, "v1.36.3"), []byte(kubeadm.FormatChecksums(defaultBundle)), 0o644))
-	_, err = extensionserver.New(d.mgmt, o.serverOptions(d)...)
+	_, err = extensionserver.New(d.mgmt, o.serverOptions(d))
 	require.NoError(t, err, "the Deployment starts with the default bundle's checksums")
 
 	delete(defaultBundle, kubeadm.StagedEtcdctl)

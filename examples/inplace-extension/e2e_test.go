@@ -89,7 +89,7 @@ func e2eExtensionServe(t *testing.T, h *clusterapi.Harness, dir string, port int
 	o, err := parseFlags([]string{"-host", "127.0.0.1", "-port", strconv.Itoa(port), "-cert-dir", dir, "-metrics-bind-address", "0", "-health-addr", "0",
 		"-upgrader-images", images, "-allow-unverified-bundles", "-retry-after", "1"}, &bytes.Buffer{})
 	require.NoError(t, err)
-	metrics, err := capi.NewMetrics(reg)
+	metrics, err := capi.NewMetrics(reg, capi.MetricsOptions{})
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)

@@ -85,7 +85,7 @@ func TestUpdateMachineCreatesAPodTheUpgraderRuns(t *testing.T) {
 			// The extension as run() builds it, minus the servers.
 			o, err := parseFlags(append([]string{"-upgrader-image", "registry.example/upgradekit-upgrader:v1.36.1@" + testDigest, "-allow-unverified-bundles"}, tc.args...), &strings.Builder{})
 			require.NoError(t, err)
-			metrics, err := capi.NewMetrics(prometheus.NewRegistry())
+			metrics, err := capi.NewMetrics(prometheus.NewRegistry(), capi.MetricsOptions{})
 			require.NoError(t, err)
 			hs := handlers(t, o, deps{mgmt: mgmt, scheme: env.Scheme, recorder: events.NewFakeRecorder(100), metrics: metrics})
 			require.NoError(t, err)

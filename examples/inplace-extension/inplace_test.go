@@ -29,7 +29,7 @@ func TestAcceptsWhatUpdateMachineApplies(t *testing.T) {
 	canUpdate := func(t *testing.T, args []string, edit func(*bootstrapv1.KubeadmConfig)) runtimehooksv1.CanUpdateMachineResponse {
 		o, err := parseFlags(args, &strings.Builder{})
 		require.NoError(t, err)
-		metrics, err := capi.NewMetrics(prometheus.NewRegistry())
+		metrics, err := capi.NewMetrics(prometheus.NewRegistry(), capi.MetricsOptions{})
 		require.NoError(t, err)
 		hs := handlers(t, o, deps{mgmt: mgmt, metrics: metrics})
 		require.NoError(t, err)

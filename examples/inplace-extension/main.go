@@ -183,40 +183,50 @@ type options struct {
 	ignoreChecks []string
 }
 
-// flagOf names the flag behind each extensionserver option, so that its
-// errors speak of flags.
+// flagOf names the flag behind each extensionserver option (the fields of
+// extensionserver.Options and of its embedded capi.UpdaterOptions, as
+// capi.OptionError names them), so that its errors speak of flags.
 var flagOf = map[string]string{
-	"WithServing":               "--port/--cert-dir",
-	"WithHandlerPrefix":         "--name",
-	"WithCategories":            "--in-place",
-	"WithUpgraderImage":         "--upgrader-image",
-	"WithUpgraderImages":        "--upgrader-images",
-	"WithBundleChecksums":       "--bundle-checksums-dir",
-	"WithBundleChecksumsDir":    "--bundle-checksums-dir",
-	"WithUpgraderNamespace":     "--upgrader-namespace",
-	"WithUpgraderCommand":       "--upgrader-command",
-	"WithUpgraderMode":          "--upgrader-mode",
-	"WithStageFrom":             "--stage-from",
-	"WithSkipSteps":             "--skip-steps",
-	"WithIgnorePreflightErrors": "--ignore-preflight-errors",
-	"WithDrainTimeout":          "--drain-timeout",
-	"WithRetryAfter":            "--retry-after",
-	"WithPodOptions":            "upgrader pod",
-	"WithHTTPLimits":            "--max-request-bytes/--max-concurrent-requests/--read-timeout",
+	"Options.Port":                  "--port",
+	"Options.CertDir":               "--cert-dir",
+	"Options.HandlerPrefix":         "--name",
+	"Options.Categories":            "--in-place",
+	"Options.UpgraderImage":         "--upgrader-image",
+	"UpdaterOptions.Images":         "--upgrader-images",
+	"Options.BundleChecksums":       "--bundle-checksums-dir",
+	"Options.BundleChecksumsDir":    "--bundle-checksums-dir",
+	"Options.UpgraderNamespace":     "--upgrader-namespace",
+	"Options.UpgraderCommand":       "--upgrader-command",
+	"Options.NoUpgraderCommand":     "--upgrader-command",
+	"Options.UpgraderMode":          "--upgrader-mode",
+	"Options.StageFrom":             "--stage-from",
+	"Options.NoStaging":             "--stage-from",
+	"Options.SkipSteps":             "--skip-steps",
+	"Options.IgnorePreflightErrors": "--ignore-preflight-errors",
+	"UpdaterOptions.DrainTimeout":   "--drain-timeout",
+	"UpdaterOptions.RetryAfter":     "--retry-after",
+	// The upgrader pod is made of several flags (image, namespace, mode,
+	// runner, staging): its errors name the pod (the option error's
+	// detail: the upgrader or the pre-pull pod) and nodepod's the value.
+	"UpdaterOptions.PodOptions": "upgrader pod",
+	"Options.HTTPLimits":        "--max-request-bytes/--max-concurrent-requests/--read-timeout",
 
-	"WithWorkloadUnreachableTimeout": "--workload-unreachable-timeout",
+	"UpdaterOptions.WorkloadUnreachableTimeout": "--workload-unreachable-timeout",
 }
 
 // optionNamesAsFlags rewrites the option names a detail suggests as the
 // flags that set them.
 var optionNamesAsFlags = strings.NewReplacer(
-	"required (or WithBundleChecksumsDir)", "required",
-	"AllowMutableUpgraderImages", "--allow-mutable-upgrader-images",
-	"WithoutBundleChecksums", "--allow-unverified-bundles",
-	"WithBundleChecksumsDir", "--bundle-checksums-dir",
-	"WithSkipSteps(etcd-snapshot)", "--skip-steps with etcd-snapshot",
-	"WithSkipSteps(containerd)", "--skip-steps with containerd",
-	"WithSkipSteps(cni-plugins)", "--skip-steps with cni-plugins",
+	"required (or Options.BundleChecksumsDir)", "required",
+	"Options.BundleChecksums, Options.BundleChecksumsDir and Options.AllowUnverifiedBundles: set one", "--bundle-checksums-dir and --allow-unverified-bundles: set one",
+	"Options.AllowMutableUpgraderImages", "--allow-mutable-upgrader-images",
+	"Options.AllowUnverifiedBundles", "--allow-unverified-bundles",
+	"Options.BundleChecksumsDir", "--bundle-checksums-dir",
+	"Options.SkipSteps", "--skip-steps",
+	"Options.UpgraderCommand", "--upgrader-command",
+	"Options.UpgraderImage", "--upgrader-image",
+	"UpdaterOptions.Images", "--upgrader-images",
+	"Options.DecideOnly", "--no-update-machine",
 )
 
 func parseFlags(args []string, stderr io.Writer) (options, error) {
@@ -246,7 +256,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.stageFrom, "stage-from", extensionserver.DefaultStageFrom, `directory of the upgrader image copied to /var/lib/upgradekit/staging on the node before the first step; "" when the nodes have the binaries there already`)
 	fs.StringVar(&o.skipSteps, "skip-steps", "", "comma-separated kubeadm plan steps to leave out, so the bundle need not carry their component: "+strings.Join(extensionserver.SkippableSteps(), ", "))
 	fs.StringVar(&o.ignorePreflight, "ignore-preflight-errors", "", "comma-separated kubeadm preflight checks every kubeadm upgrade may fail, e.g. SystemVerification on cgroup v1 nodes (kubeadm >= v1.35 refuses cgroup v1); \"all\" is refused")
-	fs.IntVar(&o.retryAfter, "retry-after", extensionserver.DefaultRetryAfter, "seconds CAPI waits between UpdateMachine calls while a node upgrades")
+	fs.IntVar(&o.retryAfter, "retry-after", int(extensionserver.DefaultRetryAfter/time.Second), "seconds CAPI waits between UpdateMachine calls while a node upgrades")
 	fs.BoolVar(&o.noUpdate, "no-update-machine", false, "serve only CanUpdateMachine/CanUpdateMachineSet (decide, do not update)")
 	fs.BoolVar(&o.drain, "drain", true, "cordon and drain each node (Eviction API, PDBs respected) before upgrading it, uncordon after")
 	fs.DurationVar(&o.drainTimeout, "drain-timeout", capi.DefaultDrainTimeout, "how long a drain may stay unfinished before UpdateMachine answers Failure naming the blocking PDBs (0: no deadline)")
@@ -306,8 +316,17 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 			return o, err
 		}
 	}
+	// The values the library would take for its defaults.
+	if err := o.checkServing(); err != nil {
+		return o, err
+	}
+	if !o.noUpdate {
+		if err := o.checkUpdater(); err != nil {
+			return o, err
+		}
+	}
 	// The rest is checked by the library, as it checks any embedder's.
-	if err := extensionserver.Validate(o.serverOptions(deps{})...); err != nil {
+	if err := extensionserver.Validate(o.serverOptions(deps{})); err != nil {
 		if ferr := flagError(err); ferr != nil {
 			return o, ferr
 		}
@@ -316,10 +335,11 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	return o, nil
 }
 
-// flagError speaks of the flag behind an extensionserver option error, as
-// a usage error (exit 2); nil when err is about no option a flag sets.
+// flagError speaks of the flag behind an extensionserver option error
+// (capi.OptionError), as a usage error (exit 2); nil when err is about no
+// option a flag sets.
 func flagError(err error) error {
-	var oe *extensionserver.OptionError
+	var oe *capi.OptionError
 	if !errors.As(err, &oe) {
 		return nil
 	}
@@ -328,13 +348,55 @@ func flagError(err error) error {
 		return nil
 	}
 	msg := f
-	if oe.Detail != "" {
+	switch {
+	case oe.Option == "UpdaterOptions.PodOptions" && oe.Detail != "":
+		msg = oe.Detail // the pod: "upgrader pod", "pre-pull pod"
+	case oe.Detail != "":
 		msg += ": " + optionNamesAsFlags.Replace(oe.Detail)
 	}
 	if oe.Err != nil {
 		return fmt.Errorf("%w: %s: %w", errInvalidFlag, msg, oe.Err)
 	}
 	return fmt.Errorf("%w: %s", errInvalidFlag, msg)
+}
+
+// checkServing refuses the serving flags' values that the library would
+// take as "the default" (a zero field of extensionserver.Options is its
+// default), where the command has its own default and an empty or zero
+// value is a mistake: --port 0, an empty --cert-dir, --name or --in-place.
+func (o *options) checkServing() error {
+	switch {
+	case o.port == 0:
+		return fmt.Errorf("%w: --port: port 0: must be between 1 and 65535", errInvalidFlag)
+	case o.certDir == "":
+		return fmt.Errorf("%w: --cert-dir: empty certificate directory", errInvalidFlag)
+	case o.namePrefix == "":
+		return fmt.Errorf("%w: --name: empty prefix", errInvalidFlag)
+	case len(o.cats) == 0:
+		return fmt.Errorf("%w: --in-place: name at least one diff category", errInvalidFlag)
+	}
+	return nil
+}
+
+// checkUpdater refuses the UpdateMachine flags whose meaning differs from
+// the library's field: the deadlines' 0 is "no deadline" here (the
+// library's default), --retry-after is whole seconds from 1 to 86400 (the
+// library's 0 is its default), and an empty --upgrader-mode or
+// --upgrader-namespace is a mistake, not the default.
+func (o *options) checkUpdater() error {
+	switch {
+	case o.retryAfter < 1 || o.retryAfter > 86400:
+		return fmt.Errorf("%w: --retry-after: %d: must be between 1 and 86400 seconds", errInvalidFlag, o.retryAfter)
+	case o.drainTimeout < 0:
+		return fmt.Errorf("%w: --drain-timeout: %s: must not be negative", errInvalidFlag, o.drainTimeout)
+	case o.workloadUnreachable < 0:
+		return fmt.Errorf("%w: --workload-unreachable-timeout: %s: must not be negative", errInvalidFlag, o.workloadUnreachable)
+	case o.upgraderMode == "":
+		return fmt.Errorf(`%w: --upgrader-mode: "": want %s or %s`, errInvalidFlag, nodepod.ModeInitContainers, nodepod.ModeSingleContainer)
+	case o.upgraderNamespace == "":
+		return fmt.Errorf("%w: --upgrader-namespace: empty namespace", errInvalidFlag)
+	}
+	return nil
 }
 
 // parseGates checks the gate flags; with --no-update-machine there is
@@ -432,59 +494,56 @@ type deps struct {
 }
 
 // serverOptions are the extensionserver options the flags and d say.
-func (o options) serverOptions(d deps) []extensionserver.Option {
-	opts := []extensionserver.Option{
-		extensionserver.WithServing(o.host, o.port, o.certDir),
-		extensionserver.WithHandlerPrefix(o.namePrefix),
-		extensionserver.WithCategories(o.cats...),
-		extensionserver.WithLogger(d.log),
-		extensionserver.WithHTTPLimits(extensionserver.HTTPLimits{
-			MaxRequestBytes: o.maxRequestBytes, MaxConcurrent: o.maxConcurrentRequests, ReadTimeout: o.readTimeout}),
+func (o options) serverOptions(d deps) extensionserver.Options {
+	opts := extensionserver.Options{
+		Host: o.host, Port: o.port, CertDir: o.certDir,
+		HandlerPrefix: o.namePrefix,
+		Categories:    o.cats,
+		HTTPLimits: extensionserver.HTTPLimits{
+			MaxRequestBytes: o.maxRequestBytes, MaxConcurrent: o.maxConcurrentRequests, ReadTimeout: o.readTimeout},
+		Scheme: d.scheme, // nil: client-go's
 	}
-	if d.scheme != nil {
-		opts = append(opts, extensionserver.WithScheme(d.scheme))
-	}
-	if d.metrics != nil {
-		opts = append(opts, extensionserver.WithMetrics(d.metrics))
-	}
+	opts.Logger = d.log
+	opts.Metrics = d.metrics // nil: the library's, on controller-runtime's registry
 	if o.noUpdate {
-		return append(opts, extensionserver.DecideOnly())
+		opts.DecideOnly = true
+		return opts
 	}
 	if o.images != nil {
-		opts = append(opts, extensionserver.WithUpgraderImages(o.images))
+		opts.Images = o.images
 	} else {
-		opts = append(opts, extensionserver.WithUpgraderImage(o.upgraderImage))
+		opts.UpgraderImage = o.upgraderImage
 	}
-	if o.allowMutableImages {
-		opts = append(opts, extensionserver.AllowMutableUpgraderImages())
-	}
-	if o.bundleChecksumsDir != "" {
-		opts = append(opts, extensionserver.WithBundleChecksumsDir(o.bundleChecksumsDir))
-	}
-	if o.allowUnverifiedBundles {
-		opts = append(opts, extensionserver.WithoutBundleChecksums())
-	}
-	opts = append(opts,
-		extensionserver.WithUpgraderNamespace(o.upgraderNamespace),
-		extensionserver.WithUpgraderCommand(o.runnerArgv...),
-		extensionserver.WithUpgraderMode(nodepod.Mode(o.upgraderMode)),
-		extensionserver.WithStageFrom(o.stageFrom),
-		extensionserver.WithSkipSteps(o.skip...),
-		extensionserver.WithIgnorePreflightErrors(o.ignoreChecks...),
-		extensionserver.WithRetryAfter(o.retryAfter),
-		extensionserver.WithDrainTimeout(o.drainTimeout),
-		extensionserver.WithWorkloadUnreachableTimeout(o.workloadUnreachable),
-	)
-	if !o.createNamespace {
-		opts = append(opts, extensionserver.WithoutNamespaceCreation())
-	}
-	if !o.drain {
-		opts = append(opts, extensionserver.WithoutDrain())
-	}
-	if d.recorder != nil {
-		opts = append(opts, extensionserver.WithEventRecorder(d.recorder))
-	}
+	opts.AllowMutableUpgraderImages = o.allowMutableImages
+	opts.BundleChecksumsDir = o.bundleChecksumsDir
+	opts.AllowUnverifiedBundles = o.allowUnverifiedBundles
+	opts.UpgraderNamespace = o.upgraderNamespace
+	opts.SkipNamespaceCreation = !o.createNamespace
+	// --upgrader-command "": no runner, each step's argv through nsenter.
+	opts.UpgraderCommand = o.runnerArgv
+	opts.NoUpgraderCommand = len(o.runnerArgv) == 0
+	opts.UpgraderMode = nodepod.Mode(o.upgraderMode)
+	// --stage-from "": the nodes have the binaries already.
+	opts.StageFrom = o.stageFrom
+	opts.NoStaging = o.stageFrom == ""
+	opts.SkipSteps = o.skip
+	opts.IgnorePreflightErrors = o.ignoreChecks
+	opts.RetryAfter = time.Duration(o.retryAfter) * time.Second
+	opts.SkipDrain = !o.drain
+	opts.DrainTimeout = noDeadlineAtZero(o.drainTimeout)
+	opts.WorkloadUnreachableTimeout = noDeadlineAtZero(o.workloadUnreachable)
+	opts.EventRecorder = d.recorder // nil records none
 	return opts
+}
+
+// noDeadlineAtZero is a deadline flag's value as capi.UpdaterOptions takes
+// it: the flags' 0 (no deadline) is the library's negative, since the
+// library's 0 is its default.
+func noDeadlineAtZero(d time.Duration) time.Duration {
+	if d == 0 {
+		return -1
+	}
+	return d
 }
 
 // serve runs the extension, the metrics server unless
@@ -499,9 +558,9 @@ func serve(ctx context.Context, o options, d deps) error {
 		return err
 	}
 	if len(gates) > 0 {
-		opts = append(opts, extensionserver.WithGates(gates...))
+		opts.Gates = gates
 	}
-	ext, err := extensionserver.New(d.mgmt, opts...)
+	ext, err := extensionserver.New(d.mgmt, opts)
 	if err != nil {
 		// What New checks beyond Validate (the --bundle-checksums-dir files:
 		// readable, and each bundle carrying what the steps need) is the

@@ -187,11 +187,11 @@ func TestSupplyChainFlags(t *testing.T) {
 			require.ErrorContains(t, err, tc.want)
 		})
 	}
-	// The library's own error, for embedders: ErrInvalidOption.
+	// The library's own error, for embedders: capi.ErrInvalidOption.
 	o, err := parseFlags([]string{"-upgrader-image", "r/u@" + testDigest, "-allow-unverified-bundles"}, io.Discard)
 	require.NoError(t, err)
 	o.upgraderImage = "registry.example/upgrader:v1.36.1"
-	require.ErrorIs(t, extensionserver.Validate(o.serverOptions(deps{})...), extensionserver.ErrInvalidOption)
+	require.ErrorIs(t, extensionserver.Validate(o.serverOptions(deps{})), capi.ErrInvalidOption)
 }
 
 // TestGateFlags: the gate flags turn into the library's gates, checked at
@@ -264,7 +264,7 @@ func TestUpgraderFlags(t *testing.T) {
 		{name: "quoted command", args: []string{"-upgrader-command", `/upgrader run -plan "a b"`},
 			wantErr: "no quotes or escapes, the command is split at spaces"},
 		{name: "single container without runner", args: []string{"-upgrader-mode", "SingleContainer", "-upgrader-command", ""},
-			wantErr: `--upgrader-mode: SingleContainer needs a runner command (WithUpgraderCommand; default "/upgrader run")`},
+			wantErr: `--upgrader-mode: SingleContainer needs a runner command (--upgrader-command; default "/upgrader run")`},
 		{name: "unknown mode", args: []string{"-upgrader-mode", "initcontainers"},
 			wantErr: `--upgrader-mode: "initcontainers": want InitContainers or SingleContainer`},
 		{name: "relative stage dir", args: []string{"-stage-from", "staging"},
@@ -330,7 +330,7 @@ func TestUpgraderFlags(t *testing.T) {
 
 // planConfigFor is the kubeadm configuration MachineUpdater builds for a
 // node (strategy/updatemachine.go), adjusted by the extension's
-// planConfig as WithPlanConfig does.
+// planConfig as capi.UpdaterOptions.PlanConfig does.
 func planConfigFor(t *testing.T, o options, role kubeadm.Role) kubeadm.Config {
 	t.Helper()
 	cfg := kubeadm.Config{Node: "node-a", Role: role, FromVersion: "v1.35.4", ToVersion: "v1.36.1"}

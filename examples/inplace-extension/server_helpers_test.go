@@ -25,11 +25,11 @@ func newServer(t *testing.T, o options, d deps) *extensionserver.Server {
 		d.mgmt = fakeclient.NewClientBuilder().Build()
 	}
 	if d.metrics == nil {
-		m, err := capi.NewMetrics(prometheus.NewRegistry())
+		m, err := capi.NewMetrics(prometheus.NewRegistry(), capi.MetricsOptions{})
 		require.NoError(t, err)
 		d.metrics = m
 	}
-	s, err := extensionserver.New(d.mgmt, o.serverOptions(d)...)
+	s, err := extensionserver.New(d.mgmt, o.serverOptions(d))
 	require.NoError(t, err)
 	return s
 }

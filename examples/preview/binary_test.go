@@ -93,7 +93,7 @@ func TestBuiltPluginAsksTheDeployedExtension(t *testing.T) {
 	require.Contains(t, errOut, "kubectl upgradekit preview: --mode extension: no in-place extension registered")
 	require.Empty(t, out)
 
-	registerServed(t, c, "upgradekit", extensionserver.WithUpgraderImages(capi.ImagesByVersion{"v1.37.0": "registry.example/upgrader:v1.37.0"}))
+	registerServed(t, c, "upgradekit", extensionserver.Options{UpdaterOptions: capi.UpdaterOptions{Images: capi.ImagesByVersion{"v1.37.0": "registry.example/upgrader:v1.37.0"}}})
 
 	// Flags that, in process, accept v1.36.3 in place.
 	accepting := [][]string{
@@ -135,7 +135,7 @@ func TestBuiltPluginAsksTheDeployedExtension(t *testing.T) {
 	// The other way round: a deployed extension with an image for v1.36.3
 	// accepts what the plugin's flags, in process, refuse.
 	require.NoError(t, c.Delete(t.Context(), &runtimev1.ExtensionConfig{ObjectMeta: metav1.ObjectMeta{Name: "upgradekit"}}))
-	registerServed(t, c, "upgradekit-v1-36", extensionserver.WithUpgraderImages(capi.ImagesByVersion{"v1.36.3": "registry.example/upgrader:v1.36.3"}))
+	registerServed(t, c, "upgradekit-v1-36", extensionserver.Options{UpdaterOptions: capi.UpdaterOptions{Images: capi.ImagesByVersion{"v1.36.3": "registry.example/upgrader:v1.36.3"}}})
 	refusing := []string{"--upgrader-images", "v1.37.0=registry.example/upgrader:v1.37.0"}
 	out, errOut, code = runPlugin(t, bin, with(append(refusing, "--mode", "extension")...)...)
 	require.Equal(t, exitReplaced, code, "%s%s", out, errOut)
@@ -156,8 +156,8 @@ func TestBuiltPluginAsksTheDeployedExtension(t *testing.T) {
 	window, err := strategy.MaintenanceWindow("maintenance-window", "30 4 3 1 *", time.Minute, "UTC")
 	require.NoError(t, err)
 	require.NoError(t, c.Delete(t.Context(), &runtimev1.ExtensionConfig{ObjectMeta: metav1.ObjectMeta{Name: "upgradekit-v1-36"}}))
-	registerServed(t, c, "upgradekit-gated", extensionserver.WithUpgraderImages(capi.ImagesByVersion{"v1.36.3": "registry.example/upgrader:v1.36.3"}),
-		extensionserver.WithGates(window))
+	registerServed(t, c, "upgradekit-gated", extensionserver.Options{UpdaterOptions: capi.UpdaterOptions{
+		Images: capi.ImagesByVersion{"v1.36.3": "registry.example/upgrader:v1.36.3"}, Gates: []strategy.Gate{window}}})
 	for _, flags := range [][]string{nil, {"--maintenance-window", "* * * * *"}} {
 		out, errOut, code = runPlugin(t, bin, with(append(flags, "--mode", "extension")...)...)
 		require.Equal(t, exitReplaced, code, "gates hold a rollout up, they do not change how: %s%s", out, errOut)

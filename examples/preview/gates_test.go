@@ -17,6 +17,7 @@ import (
 
 	"github.com/upgradekit/upgradekit/harness/testcerts"
 	"github.com/upgradekit/upgradekit/strategy"
+	"github.com/upgradekit/upgradekit/strategy/capi"
 	"github.com/upgradekit/upgradekit/strategy/capi/extensionserver"
 	"github.com/upgradekit/upgradekit/strategy/capi/gates"
 )
@@ -25,13 +26,14 @@ import (
 // Deployment runs it (extensionserver.Server.Start: the hooks and the gate
 // report on one TLS port, on loopback) and returns it with its URL and CA
 // bundle once it listens.
-func startServed(t *testing.T, c client.Client, opts ...extensionserver.Option) (*extensionserver.Server, string, []byte) {
+func startServed(t *testing.T, c client.Client, opts extensionserver.Options) (*extensionserver.Server, string, []byte) {
 	t.Helper()
 	dir := t.TempDir()
 	testcerts.Write(t, dir)
 	port := testcerts.FreePort(t)
-	srv, err := extensionserver.New(c, append([]extensionserver.Option{extensionserver.AllowMutableUpgraderImages(), extensionserver.WithoutBundleChecksums(),
-		extensionserver.WithServing("127.0.0.1", port, dir)}, opts...)...)
+	opts.AllowMutableUpgraderImages, opts.AllowUnverifiedBundles = true, true
+	opts.Host, opts.Port, opts.CertDir = "127.0.0.1", port, dir
+	srv, err := extensionserver.New(c, opts)
 	require.NoError(t, err)
 	sctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -69,7 +71,8 @@ func TestPreviewReportsTheDeployedGates(t *testing.T) {
 	require.NoError(t, err)
 	limit, err := gates.NewConcurrency(c, "default", 2, time.Hour)
 	require.NoError(t, err)
-	registerServed(t, c, "upgradekit", extensionserver.WithUpgraderImage("registry.example/upgrader:any"), extensionserver.WithGates(window, limit))
+	registerServed(t, c, "upgradekit", extensionserver.Options{UpgraderImage: "registry.example/upgrader:any",
+		UpdaterOptions: capi.UpdaterOptions{Gates: []strategy.Gate{window, limit}}})
 
 	out, errOut, code := runWith(t, c, "", "--cluster", "demo", "-f", file)
 	require.Equal(t, exitBlocked, code, "md-2's node cannot be drained: %s%s", out, errOut)

@@ -198,7 +198,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		return o, usage(err)
 	}
 	o.timings = timings
-	if err := extensionserver.Validate(o.extensionOptions()...); err != nil {
+	if err := extensionserver.Validate(o.extensionOptions()); err != nil {
 		return o, usage(fmt.Errorf("the extension's flags: %w", err))
 	}
 	return o, nil
@@ -215,26 +215,26 @@ func defaultCategories() string {
 // extensionOptions configure the decision side as the deployed
 // examples/inplace-extension is configured. Its UpdateMachine is never
 // served here: the image only decides which versions are declined.
-func (o options) extensionOptions() []extensionserver.Option {
-	opts := []extensionserver.Option{extensionserver.WithCategories(o.cats...)}
+func (o options) extensionOptions() extensionserver.Options {
+	opts := extensionserver.Options{Categories: o.cats}
 	switch {
 	case o.noUpdate:
-		opts = append(opts, extensionserver.DecideOnly())
+		opts.DecideOnly = true
 	case o.images != nil:
-		opts = append(opts, extensionserver.WithUpgraderImages(o.images))
+		opts.Images = o.images
 	case o.upgraderImage != "":
-		opts = append(opts, extensionserver.WithUpgraderImage(o.upgraderImage))
+		opts.UpgraderImage = o.upgraderImage
 	default:
 		// Which image is irrelevant to a decision; one is needed for the
 		// server to build the updaters UpdateMachine applies.
-		opts = append(opts, extensionserver.WithUpgraderImage("preview.invalid/upgrader:any"))
+		opts.UpgraderImage = "preview.invalid/upgrader:any"
 	}
 	if !o.noUpdate {
 		// Nothing is pulled or run here: the image's digest and the
 		// bundle's checksums matter to UpdateMachine, not to a decision
 		// (a version without checksums, which the extension declines, is
 		// not predicted).
-		opts = append(opts, extensionserver.AllowMutableUpgraderImages(), extensionserver.WithoutBundleChecksums())
+		opts.AllowMutableUpgraderImages, opts.AllowUnverifiedBundles = true, true
 	}
 	return opts
 }
@@ -324,7 +324,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		// Built again over the cluster as it will be at each step of a
 		// managed topology's upgrade (preview.InProcess).
 		ip, err := preview.NewInProcess(d.mgmt, func(mgmt client.Reader) (preview.Answerer, error) {
-			srv, err := extensionserver.New(mgmt, o.extensionOptions()...)
+			srv, err := extensionserver.New(mgmt, o.extensionOptions())
 			if err != nil {
 				return nil, err
 			}
@@ -340,7 +340,9 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 			if err != nil {
 				return usage(err)
 			}
-			srv, err := extensionserver.New(d.mgmt, append(o.extensionOptions(), extensionserver.WithGates(gates...))...)
+			eo := o.extensionOptions()
+			eo.Gates = gates
+			srv, err := extensionserver.New(d.mgmt, eo)
 			if err != nil {
 				return usage(err)
 			}

@@ -238,9 +238,9 @@ func TestREADMEShowsARealPreview(t *testing.T) {
 // HTTPS as its Deployment runs it (startServed) and registers it as Cluster API leaves an ExtensionConfig it has
 // discovered (status.handlers written here: no Cluster API controller
 // runs in this test).
-func registerServed(t *testing.T, c client.Client, name string, opts ...extensionserver.Option) {
+func registerServed(t *testing.T, c client.Client, name string, opts extensionserver.Options) {
 	t.Helper()
-	srv, url, ca := startServed(t, c, opts...)
+	srv, url, ca := startServed(t, c, opts)
 	ec := &runtimev1.ExtensionConfig{ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: runtimev1.ExtensionConfigSpec{ClientConfig: runtimev1.ClientConfig{URL: url, CABundle: ca}, NamespaceSelector: &metav1.LabelSelector{}}}
 	require.NoError(t, c.Create(t.Context(), ec))
@@ -266,7 +266,7 @@ func TestPreviewAsksTheDeployedExtension(t *testing.T) {
 	require.Equal(t, exitUsage, code)
 	require.Contains(t, errOut, `--mode "sometimes": want auto, extension or in-process`)
 
-	registerServed(t, c, "upgradekit", extensionserver.WithUpgraderImages(capi.ImagesByVersion{"v1.37.0": "registry.example/upgrader:v1.37.0"}))
+	registerServed(t, c, "upgradekit", extensionserver.Options{UpdaterOptions: capi.UpdaterOptions{Images: capi.ImagesByVersion{"v1.37.0": "registry.example/upgrader:v1.37.0"}}})
 	for _, mode := range []string{"", "extension"} {
 		args := []string{"-cluster", "demo", "-f", file}
 		if mode != "" {
@@ -298,7 +298,7 @@ func TestPreviewAsksTheDeployedExtension(t *testing.T) {
 
 	// Two in-place extensions: Cluster API refuses the hooks; so does the
 	// preview, naming them.
-	registerServed(t, c, "other-vendor", extensionserver.WithUpgraderImage("registry.example/upgrader:any"))
+	registerServed(t, c, "other-vendor", extensionserver.Options{UpgraderImage: "registry.example/upgrader:any"})
 	for _, mode := range []string{"", "extension"} {
 		_, errOut, code = runWith(t, c, "", "-cluster", "demo", "-f", file, "-mode", cmpOr(mode, "auto"))
 		require.Equal(t, exitError, code, errOut)

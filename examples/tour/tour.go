@@ -187,14 +187,18 @@ func PlanRollout(ctx context.Context, cluster strategy.Cluster) error {
 // provider's manager: CanUpdateMachine and CanUpdateMachineSet accept only
 // what UpdateMachine applies and verifies; UpdateMachine checks each
 // request against the live Machine, drains the node and runs the kubeadm
-// plan in an upgrader pod with image's bundle. mgr.Start serves it over
-// TLS (by default on port 9443 from extensionserver.DefaultCertDir; opts
-// may say otherwise, as a provider's flags would).
-func AddExtension(mgr ctrl.Manager, image string, opts ...extensionserver.Option) error {
-	ext, err := extensionserver.New(mgr.GetClient(), append([]extensionserver.Option{
-		extensionserver.WithUpgraderImage(image),
-		extensionserver.WithEventRecorder(mgr.GetEventRecorder("upgradekit")),
-	}, opts...)...)
+// plan in an upgrader pod with the bundle of opts.UpgraderImage (or the
+// target version's image in opts.Images), its files checked against the
+// checksums opts give (BundleChecksums or BundleChecksumsDir). Events go
+// to the manager's recorder unless opts.EventRecorder is set. mgr.Start
+// serves it over TLS (by default on port 9443 from
+// extensionserver.DefaultCertDir; opts may say otherwise, as a provider's
+// flags would).
+func AddExtension(mgr ctrl.Manager, opts extensionserver.Options) error {
+	if opts.EventRecorder == nil {
+		opts.EventRecorder = mgr.GetEventRecorder("upgradekit")
+	}
+	ext, err := extensionserver.New(mgr.GetClient(), opts)
 	if err != nil {
 		return err
 	}

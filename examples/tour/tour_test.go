@@ -217,8 +217,8 @@ func TestAddExtension(t *testing.T) {
 	dir := t.TempDir()
 	pool := testcerts.Write(t, dir)
 	port := testcerts.FreePort(t)
-	require.NoError(t, tour.AddExtension(mgr, "registry.example/upgradekit-upgrader@sha256:"+strings.Repeat("a", 64),
-		extensionserver.WithoutBundleChecksums(), extensionserver.WithServing("127.0.0.1", port, dir)))
+	require.NoError(t, tour.AddExtension(mgr, extensionserver.Options{UpgraderImage: "registry.example/upgradekit-upgrader@sha256:" + strings.Repeat("a", 64),
+		AllowUnverifiedBundles: true, Host: "127.0.0.1", Port: port, CertDir: dir}))
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
 	go func() { done <- mgr.Start(ctx) }()

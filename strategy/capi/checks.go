@@ -91,16 +91,19 @@ func VersionCheck() Check {
 type ImagesByVersion map[string]string
 
 // Validate checks that every entry has a canonical version and an image.
-func (m ImagesByVersion) Validate() error {
+func (m ImagesByVersion) Validate() error { return m.validate("ImagesByVersion") }
+
+// validate is Validate, its errors naming option.
+func (m ImagesByVersion) validate(option string) error {
 	if len(m) == 0 {
-		return fmt.Errorf("%w: upgrader images: no version", ErrInvalidOption)
+		return &OptionError{Option: option, Detail: "no version"}
 	}
 	for _, v := range m.versions() {
 		if err := kubeadm.CheckUpgrade(v, v); err != nil {
-			return fmt.Errorf("%w: upgrader images: version %s is not a version", ErrInvalidOption, errtext.Quote(v))
+			return &OptionError{Option: option, Detail: fmt.Sprintf("version %s is not a version", errtext.Quote(v))}
 		}
 		if strings.TrimSpace(m[v]) == "" {
-			return fmt.Errorf("%w: upgrader images: version %s has no image", ErrInvalidOption, errtext.Quote(v))
+			return &OptionError{Option: option, Detail: fmt.Sprintf("version %s has no image", errtext.Quote(v))}
 		}
 	}
 	return nil

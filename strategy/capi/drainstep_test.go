@@ -136,7 +136,7 @@ func TestUpdateMachineDrainsFirst(t *testing.T) {
 	clk := clocktesting.NewFakeClock(start)
 	recorder := events.NewFakeRecorder(100)
 	reg := prometheus.NewRegistry()
-	metrics, err := capi.NewMetrics(reg, capi.WithMetricsClock(clk))
+	metrics, err := capi.NewMetrics(reg, capi.MetricsOptions{Clock: clk})
 	require.NoError(t, err)
 	workload := func(context.Context, types.NamespacedName) (client.Client, error) { return c, nil }
 	clientset := func(context.Context, types.NamespacedName) (kubernetes.Interface, error) { return cs, nil }

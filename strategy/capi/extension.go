@@ -176,7 +176,7 @@ type ExtensionOptions struct {
 // ErrInvalidOption and name the field.
 func NewExtension(d strategy.Decider, opts ExtensionOptions) (*Extension, error) {
 	if d == nil {
-		return nil, fmt.Errorf("%w: nil decider", ErrInvalidOption)
+		return nil, &OptionError{Option: "NewExtension", Detail: "nil decider"}
 	}
 	e := &Extension{decider: d, failure: runtimehooksv1.FailurePolicyFail, diffOpts: opts.DiffOptions, log: opts.Logger,
 		metrics: opts.Metrics, images: opts.Images, dryRun: opts.InfrastructureDryRun}
@@ -185,22 +185,22 @@ func NewExtension(d strategy.Decider, opts ExtensionOptions) (*Extension, error)
 	}
 	if opts.EventRecorder != nil || opts.ManagementReader != nil {
 		if opts.EventRecorder == nil || opts.ManagementReader == nil {
-			return nil, fmt.Errorf("%w: ExtensionOptions.EventRecorder needs ExtensionOptions.ManagementReader, and the reader a recorder", ErrInvalidOption)
+			return nil, &OptionError{Option: "ExtensionOptions.EventRecorder", Detail: "needs ExtensionOptions.ManagementReader, and the reader a recorder"}
 		}
 		e.events = &canUpdateEvents{recorder: opts.EventRecorder, mgmt: opts.ManagementReader, last: map[string]string{}}
 	}
 	if e.failure != runtimehooksv1.FailurePolicyFail && e.failure != runtimehooksv1.FailurePolicyIgnore {
-		return nil, fmt.Errorf("%w: ExtensionOptions.FailurePolicy %q (want %s or %s)", ErrInvalidOption, e.failure, runtimehooksv1.FailurePolicyFail, runtimehooksv1.FailurePolicyIgnore)
+		return nil, &OptionError{Option: "ExtensionOptions.FailurePolicy", Detail: fmt.Sprintf("%q (want %s or %s)", e.failure, runtimehooksv1.FailurePolicyFail, runtimehooksv1.FailurePolicyIgnore)}
 	}
 	for i, c := range opts.Checks {
 		if c == nil {
-			return nil, fmt.Errorf("%w: ExtensionOptions.Checks[%d] is nil", ErrInvalidOption, i)
+			return nil, &OptionError{Option: "ExtensionOptions.Checks", Detail: fmt.Sprintf("check %d is nil", i)}
 		}
 	}
 	e.checks = []Check{VersionCheck(), KubeletArgsCheck(), FilesCheck()}
 	if e.images != nil {
-		if err := e.images.Validate(); err != nil {
-			return nil, fmt.Errorf("ExtensionOptions.Images: %w", err)
+		if err := e.images.validate("ExtensionOptions.Images"); err != nil {
+			return nil, err
 		}
 		e.checks = append(e.checks, imagesCheck(e.images))
 	}

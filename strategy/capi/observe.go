@@ -170,7 +170,7 @@ const (
 	// MetricMachinesInProgress is, per "phase" (a Reason* constant but
 	// ReasonSucceeded), the number of machines whose last UpdateMachine
 	// answer from this process was in that phase, forgetting machines not
-	// asked about for a while (WithStaleAfter). See Metrics for what that
+	// asked about for a while (MetricsOptions.StaleAfter). See Metrics for what that
 	// means with several replicas.
 	MetricMachinesInProgress = "upgradekit_inplace_machines_in_progress"
 	// MetricFailures counts in-place updates that entered a failure, by
@@ -282,7 +282,7 @@ var inProgressPhases = []string{ReasonPending, ReasonDraining, ReasonDrainBlocke
 // each call to any replica behind the extension's Service, so with several
 // replicas each one reports the machines it happened to answer, a machine
 // may be counted by more than one replica, and a machine whose update ended
-// on another replica lingers here until WithStaleAfter forgets it. Use
+// on another replica lingers here until MetricsOptions.StaleAfter forgets it. Use
 // max() over replicas as a rough signal, or, for an exact count, the Nodes'
 // ConditionInPlaceUpdate (kube-state-metrics exports every node condition
 // as kube_node_status_condition).
@@ -294,44 +294,35 @@ type Metrics struct {
 	progress  *progressCollector
 }
 
-// MetricsOption configures NewMetrics.
-type MetricsOption func(*metricsOptions)
-
-type metricsOptions struct {
-	staleAfter time.Duration
-	clock      clock.PassiveClock
-}
-
-// WithStaleAfter sets how long a machine counts in MetricMachinesInProgress
-// after its last UpdateMachine call (default 15 minutes: longer than any
-// RetryAfterSeconds and than Cluster API's backoff after a few failures).
-func WithStaleAfter(d time.Duration) MetricsOption {
-	return func(o *metricsOptions) { o.staleAfter = d }
-}
-
-// WithMetricsClock sets the clock that ages in-progress entries (tests).
-func WithMetricsClock(c clock.PassiveClock) MetricsOption {
-	return func(o *metricsOptions) { o.clock = c }
+// MetricsOptions configure NewMetrics. The zero value of every field is
+// its default.
+type MetricsOptions struct {
+	// StaleAfter is how long a machine counts in MetricMachinesInProgress
+	// after its last UpdateMachine call (default 15 minutes: longer than
+	// any RetryAfterSeconds and than Cluster API's backoff after a few
+	// failures; must not be negative).
+	StaleAfter time.Duration
+	// Clock ages the in-progress entries (default: the real clock; tests
+	// use a fake one).
+	Clock clock.PassiveClock
 }
 
 // NewMetrics creates the metrics and registers them on reg; a nil reg
 // means controller-runtime's registry (sigs.k8s.io/controller-runtime/pkg/metrics.Registry),
 // which a manager's metrics server serves. Calling it again with the same
-// registry reuses the collectors already registered (options of the later
+// registry reuses the collectors already registered (opts of the later
 // call are then ignored) instead of failing; a different collector under
 // one of the names is an error matching ErrMetricsRegistration.
-func NewMetrics(reg prometheus.Registerer, opts ...MetricsOption) (*Metrics, error) {
-	o := metricsOptions{staleAfter: 15 * time.Minute, clock: clock.RealClock{}}
-	for _, f := range opts {
-		if f != nil {
-			f(&o)
-		}
+func NewMetrics(reg prometheus.Registerer, opts MetricsOptions) (*Metrics, error) {
+	o := opts
+	switch {
+	case o.StaleAfter < 0:
+		return nil, &OptionError{Option: "MetricsOptions.StaleAfter", Detail: fmt.Sprintf("%s: must not be negative", o.StaleAfter)}
+	case o.StaleAfter == 0:
+		o.StaleAfter = 15 * time.Minute
 	}
-	if o.staleAfter <= 0 {
-		return nil, fmt.Errorf("%w: stale after %s: must be positive", ErrInvalidOption, o.staleAfter)
-	}
-	if o.clock == nil {
-		return nil, fmt.Errorf("%w: nil clock", ErrInvalidOption)
+	if o.Clock == nil {
+		o.Clock = clock.RealClock{}
 	}
 	if reg == nil {
 		reg = ctrlmetrics.Registry
@@ -359,8 +350,8 @@ func NewMetrics(reg prometheus.Registerer, opts ...MetricsOption) (*Metrics, err
 			desc: prometheus.NewDesc(MetricMachinesInProgress,
 				"Machines whose last UpdateMachine answer from this process was in progress, by phase.", []string{"phase"}, nil),
 			seen:       map[string]progressEntry{},
-			staleAfter: o.staleAfter,
-			clock:      o.clock,
+			staleAfter: o.StaleAfter,
+			clock:      o.Clock,
 		},
 	}
 	if err := register(reg, &m.decisions); err != nil {

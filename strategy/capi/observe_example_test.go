@@ -22,7 +22,7 @@ import (
 // serves.
 func ExampleNewMetrics() {
 	reg := prometheus.NewRegistry()
-	metrics, err := capi.NewMetrics(reg)
+	metrics, err := capi.NewMetrics(reg, capi.MetricsOptions{})
 	if err != nil {
 		fmt.Println(err)
 		return

@@ -27,9 +27,9 @@ import (
 func TestNewMetricsRegistration(t *testing.T) {
 	t.Run("a second call on the same registry shares the collectors", func(t *testing.T) {
 		reg := prometheus.NewRegistry()
-		m1, err := capi.NewMetrics(reg)
+		m1, err := capi.NewMetrics(reg, capi.MetricsOptions{})
 		require.NoError(t, err)
-		m2, err := capi.NewMetrics(reg)
+		m2, err := capi.NewMetrics(reg, capi.MetricsOptions{})
 		require.NoError(t, err, "no duplicate-registration error, no panic")
 		k8s := must(strategy.ForCategories("kubernetes", diff.CategoryKubernetesVersion))
 		for _, m := range []*capi.Metrics{m1, m2} {
@@ -46,7 +46,7 @@ func TestNewMetricsRegistration(t *testing.T) {
 
 	t.Run("UpdateMachine calls are timed, refused ones too", func(t *testing.T) {
 		reg := prometheus.NewRegistry()
-		m, err := capi.NewMetrics(reg)
+		m, err := capi.NewMetrics(reg, capi.MetricsOptions{})
 		require.NoError(t, err)
 		u, err := capi.NewMachineUpdater(func(context.Context, types.NamespacedName) (client.Client, error) {
 			return nil, errors.New("not reached")
@@ -59,9 +59,9 @@ func TestNewMetricsRegistration(t *testing.T) {
 	})
 
 	t.Run("controller-runtime's registry by default", func(t *testing.T) {
-		_, err := capi.NewMetrics(nil)
+		_, err := capi.NewMetrics(nil, capi.MetricsOptions{})
 		require.NoError(t, err)
-		_, err = capi.NewMetrics(nil)
+		_, err = capi.NewMetrics(nil, capi.MetricsOptions{})
 		require.NoError(t, err)
 		n, err := testutil.GatherAndCount(ctrlmetrics.Registry, capi.MetricDecisions, capi.MetricMachinesInProgress, capi.MetricFailures, capi.MetricUpdateDuration, capi.MetricHookDuration)
 		require.NoError(t, err)
@@ -71,16 +71,17 @@ func TestNewMetricsRegistration(t *testing.T) {
 	t.Run("another collector under one of the names is a typed error", func(t *testing.T) {
 		reg := prometheus.NewRegistry()
 		require.NoError(t, reg.Register(prometheus.NewGauge(prometheus.GaugeOpts{Name: capi.MetricUpdateDuration, Help: "not ours"})))
-		_, err := capi.NewMetrics(reg)
+		_, err := capi.NewMetrics(reg, capi.MetricsOptions{})
 		require.ErrorIs(t, err, capi.ErrMetricsRegistration)
 		require.ErrorContains(t, err, capi.MetricUpdateDuration)
 	})
 
-	t.Run("bad options", func(t *testing.T) {
-		_, err := capi.NewMetrics(prometheus.NewRegistry(), capi.WithStaleAfter(0))
+	t.Run("a negative StaleAfter is a typed error naming the field", func(t *testing.T) {
+		_, err := capi.NewMetrics(prometheus.NewRegistry(), capi.MetricsOptions{StaleAfter: -time.Second})
 		require.ErrorIs(t, err, capi.ErrInvalidOption)
-		_, err = capi.NewMetrics(prometheus.NewRegistry(), capi.WithMetricsClock(nil))
-		require.ErrorIs(t, err, capi.ErrInvalidOption)
+		var oe *capi.OptionError
+		require.ErrorAs(t, err, &oe)
+		require.Equal(t, "MetricsOptions.StaleAfter", oe.Option)
 	})
 }
 
@@ -119,7 +120,7 @@ func versionChange(t *testing.T) *runtimehooksv1.CanUpdateMachineRequest {
 // hook and outcome, and a decline is logged with the fields it is about.
 func TestExtensionObservesDecisions(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	m, err := capi.NewMetrics(reg)
+	m, err := capi.NewMetrics(reg, capi.MetricsOptions{})
 	require.NoError(t, err)
 	var logs []string
 	log := funcr.New(func(prefix, args string) { logs = append(logs, args) }, funcr.Options{Verbosity: 1})
@@ -180,7 +181,7 @@ upgradekit_inplace_decisions_total{hook="CanUpdateMachineSet",outcome="error"} 1
 func TestUpdateMachineFailuresWithoutANode(t *testing.T) {
 	clk := clocktesting.NewFakeClock(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
 	reg := prometheus.NewRegistry()
-	m, err := capi.NewMetrics(reg, capi.WithMetricsClock(clk), capi.WithStaleAfter(10*time.Minute))
+	m, err := capi.NewMetrics(reg, capi.MetricsOptions{Clock: clk, StaleAfter: 10 * time.Minute})
 	require.NoError(t, err)
 	rec := events.NewFakeRecorder(10)
 	workload := func(context.Context, types.NamespacedName) (client.Client, error) {

@@ -53,7 +53,7 @@ func TestUpdateMachineRemembersNothingOfRandomNames(t *testing.T) {
 	scheme := runtime.NewScheme()
 	require.NoError(t, clusterv1.AddToScheme(scheme))
 	mgmt := crfake.NewClientBuilder().WithScheme(scheme).Build()
-	metrics, err := NewMetrics(prometheus.NewRegistry())
+	metrics, err := NewMetrics(prometheus.NewRegistry(), MetricsOptions{})
 	require.NoError(t, err)
 	workload := func(context.Context, types.NamespacedName) (client.Client, error) {
 		return nil, errors.New("no workload cluster is read for a Machine that does not exist")

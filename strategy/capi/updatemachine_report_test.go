@@ -54,7 +54,7 @@ func TestUpdateMachineReportsOnceWithoutNodeStatus(t *testing.T) {
 	clk := clocktesting.NewFakeClock(time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC))
 	recorder := events.NewFakeRecorder(100)
 	reg := prometheus.NewRegistry()
-	metrics, err := capi.NewMetrics(reg)
+	metrics, err := capi.NewMetrics(reg, capi.MetricsOptions{})
 	require.NoError(t, err)
 	workload := func(context.Context, types.NamespacedName) (client.Client, error) { return c, nil }
 	clientset := func(context.Context, types.NamespacedName) (kubernetes.Interface, error) { return cs, nil }

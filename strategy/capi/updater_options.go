@@ -10,6 +10,7 @@ import (
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/upgradekit/upgradekit/internal/errtext"
 	"github.com/upgradekit/upgradekit/nodeexec"
 	"github.com/upgradekit/upgradekit/nodeexec/drain"
 	"github.com/upgradekit/upgradekit/nodeexec/kubeadm"
@@ -261,10 +262,45 @@ type UpdaterOptions struct {
 // defaultRetryAfter is UpdaterOptions.RetryAfter's default.
 const defaultRetryAfter = 15 * time.Second
 
+// OptionError is a constructor's error about one of its options: one
+// field of UpdaterOptions, ExtensionOptions or MetricsOptions, or of
+// extensionserver.Options. It matches ErrInvalidOption, and Err too when
+// there is one.
+type OptionError struct {
+	// Option names the field, with its struct: "UpdaterOptions.RetryAfter",
+	// "Options.SkipSteps".
+	Option string
+	// Detail says what is wrong, starting with the offending value where
+	// there is one.
+	Detail string
+	// Err is the underlying error, if any.
+	Err error
+}
+
+// Error names the option and says what is wrong with it.
+func (e *OptionError) Error() string {
+	msg := ErrInvalidOption.Error() + ": " + e.Option
+	if e.Detail != "" {
+		msg += ": " + e.Detail
+	}
+	if e.Err != nil {
+		msg += ": " + errtext.Cap(e.Err.Error())
+	}
+	return msg
+}
+
+// Unwrap gives ErrInvalidOption and Err.
+func (e *OptionError) Unwrap() []error {
+	if e.Err == nil {
+		return []error{ErrInvalidOption}
+	}
+	return []error{ErrInvalidOption, e.Err}
+}
+
 // optionInvalid is NewMachineUpdater's error about one UpdaterOptions
 // field.
 func optionInvalid(field, format string, args ...any) error {
-	return fmt.Errorf("%w: UpdaterOptions.%s: %s", ErrInvalidOption, field, fmt.Sprintf(format, args...))
+	return &OptionError{Option: "UpdaterOptions." + field, Detail: fmt.Sprintf(format, args...)}
 }
 
 // orDeadline gives a deadline's value: def for 0, 0 (none) for a negative
@@ -283,7 +319,7 @@ func orDeadline(d, def time.Duration) time.Duration {
 // and checks it.
 func newMachineUpdater(workload workload.Client, o UpdaterOptions) (*MachineUpdater, error) {
 	if workload == nil {
-		return nil, fmt.Errorf("%w: nil workload client getter", ErrInvalidOption)
+		return nil, &OptionError{Option: "NewMachineUpdater", Detail: "nil workload client getter"}
 	}
 	u := &MachineUpdater{
 		workload: workload, clientset: o.Clientset,
@@ -347,19 +383,19 @@ func newMachineUpdater(workload workload.Client, o UpdaterOptions) (*MachineUpda
 	// says which namespace the upgrader pods live in.
 	probeOpts := u.podOpts
 	if u.images != nil {
-		if err := u.images.Validate(); err != nil {
-			return nil, fmt.Errorf("UpdaterOptions.Images: %w", err)
+		if err := u.images.validate("UpdaterOptions.Images"); err != nil {
+			return nil, err
 		}
 		img, _ := u.images.Image(u.images.versions()[0])
 		probeOpts = append(append([]nodepod.Option(nil), u.podOpts...), nodepod.WithImage(img))
 	}
 	probe, err := nodepod.Build(nodeexec.Plan{Name: "probe", Node: "probe", Steps: []nodeexec.Step{{Name: "probe", Argv: []string{"true"}}}}, probeOpts...)
 	if err != nil {
-		return nil, fmt.Errorf("%w: UpdaterOptions.PodOptions: upgrader pod: %w", ErrInvalidOption, err)
+		return nil, &OptionError{Option: "UpdaterOptions.PodOptions", Detail: "upgrader pod", Err: err}
 	}
 	if u.drain && u.prePull {
 		if _, err := nodepod.BuildPrePull("probe", probeOpts...); err != nil {
-			return nil, fmt.Errorf("%w: UpdaterOptions.PodOptions: pre-pull pod: %w", ErrInvalidOption, err)
+			return nil, &OptionError{Option: "UpdaterOptions.PodOptions", Detail: "pre-pull pod", Err: err}
 		}
 	}
 	u.podNamespace = probe.Namespace

@@ -5,10 +5,11 @@
 // be for the in-place contract to hold. A provider's main starts it in a
 // few lines, alone or in its controller-runtime manager:
 //
-//	ext, err := extensionserver.New(mgr.GetClient(),
-//		extensionserver.WithUpgraderImage("registry.example/upgradekit-upgrader@sha256:<digest>"),
-//		extensionserver.WithBundleChecksumsDir("/etc/upgradekit/bundle-checksums"),
-//		extensionserver.WithEventRecorder(mgr.GetEventRecorder("upgradekit")))
+//	ext, err := extensionserver.New(mgr.GetClient(), extensionserver.Options{
+//		UpgraderImage:      "registry.example/upgradekit-upgrader@sha256:<digest>",
+//		BundleChecksumsDir: "/etc/upgradekit/bundle-checksums",
+//		UpdaterOptions:     capi.UpdaterOptions{EventRecorder: mgr.GetEventRecorder("upgradekit")},
+//	})
 //	if err != nil {
 //		return err
 //	}
@@ -19,53 +20,58 @@
 // What New sets up:
 //
 //   - CanUpdate* accept only what UpdateMachine applies and verifies: the
-//     Kubernetes version (WithCategories narrows it), the kubelet's extra
-//     arguments, the control plane's static pod configuration and the
+//     Kubernetes version (Options.Categories narrows it), the kubelet's
+//     extra arguments, the control plane's static pod configuration and the
 //     KubeadmConfig's inline files; with capi.WorkloadReachableCheck (a
 //     cluster whose kubeconfig secret the extension cannot read, say in a
 //     namespace without its RoleBindings, is declined: UpdateMachine could
 //     never reach it), capi.ControlPlaneSkewCheck, and,
-//     with WithUpgraderImages, a Failure (capi.ErrVersionNotConfigured,
+//     with UpdaterOptions.Images, a Failure (capi.ErrVersionNotConfigured,
 //     asked again by Cluster API, never remembered as a decline) for a
 //     version that has no bundle, and one for a version that has no
 //     bundle checksums;
 //   - what runs as root on the nodes is pinned: upgrader images by digest
 //     (AllowMutableUpgraderImages accepts tags), and each plan's bundle
 //     step verifies the target version's SHA-256 checksums
-//     (WithBundleChecksums, WithBundleChecksumsDir) on the node before it
-//     runs anything staged (WithoutBundleChecksums skips that); both
+//     (BundleChecksums, BundleChecksumsDir) on the node before it runs
+//     anything staged (AllowUnverifiedBundles skips that); both
 //     opt-outs are logged as warnings; a bundle whose checksums lack what
-//     a step not left out by WithSkipSteps needs (etcdctl for the first
+//     a step not left out by SkipSteps needs (etcdctl for the first
 //     control plane's etcd snapshot, say) is refused at start-up, not
 //     found missing on a drained node;
 //   - UpdateMachine checks every request against the live Machine, drains
 //     the node, runs the kubeadm plan in an upgrader pod built from the
 //     image of the target version, staged from the image's /staging
-//     (WithStageFrom), with the steps the bundle does not carry left out
-//     (WithSkipSteps), in a namespace it creates with the privileged Pod
+//     (StageFrom), with the steps the bundle does not carry left out
+//     (SkipSteps), in a namespace it creates with the privileged Pod
 //     Security level when missing, and refuses when it exists without
 //     upgradekit's managed-by label (EnsureNamespace); a workload cluster
 //     it cannot reach is waited for at most
-//     WithWorkloadUnreachableTimeout, counted in the management cluster;
-//   - with WithGates, UpdateMachine asks gates (a maintenance window, a
-//     concurrency limit across replicas, a soak time, the workloads, the
-//     control plane, a circuit breaker, Prometheus alerts) before it
-//     touches a node;
+//     UpdaterOptions.WorkloadUnreachableTimeout, counted in the management
+//     cluster;
+//   - with UpdaterOptions.Gates, UpdateMachine asks gates (a maintenance
+//     window, a concurrency limit across replicas, a soak time, the
+//     workloads, the control plane, a circuit breaker, Prometheus alerts)
+//     before it touches a node;
 //   - beside the hooks, at gatereport.Path, what those gates would answer
 //     now about machines of a cluster, taking nothing (no concurrency
 //     slot), for a preview (gatereport); each machine is read from the
 //     management cluster and must belong to the cluster asked about;
 //   - TLS from the certificate directory, HTTP/1.1 only, handler timeouts
 //     announced in discovery; metrics on controller-runtime's registry;
-//   - limits on what any caller can make the server hold (HTTPLimits,
-//     WithHTTPLimits): request bodies of at most 2 MiB (413), 16 requests
-//     at once (429), 32 KiB of header (431), read, write and idle
+//   - limits on what any caller can make the server hold
+//     (Options.HTTPLimits): request bodies of at most 2 MiB (413), 16
+//     requests at once (429), 32 KiB of header (431), read, write and idle
 //     timeouts, so that a caller who reaches the port can neither exhaust
 //     the extension's memory nor keep connections open.
 //
-// Every option is checked by New (and by Validate, for a command checking
-// its flags before it connects anywhere); errors are *OptionError, match
-// ErrInvalidOption and name the option.
+// Options is one struct whose zero fields are their defaults; it embeds
+// capi.UpdaterOptions, which configure UpdateMachine (and, for Images,
+// Logger, EventRecorder and Metrics, CanUpdate* too). Every field is
+// checked by New (and by Validate, for a command checking its flags
+// before it connects anywhere); errors are *capi.OptionError, match
+// capi.ErrInvalidOption and name the field ("Options.SkipSteps",
+// "UpdaterOptions.Gates").
 //
 // What it is not: it does not serve metrics or health probes (a manager's
 // servers do), create the ExtensionConfig, or provision certificates

@@ -41,12 +41,15 @@ func TestEmbedInAManager(t *testing.T) {
 
 	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{Scheme: env.Scheme, Metrics: metricsserver.Options{BindAddress: "0"}})
 	require.NoError(t, err)
-	ext, err := extensionserver.New(mgr.GetClient(),
-		extensionserver.WithUpgraderImage("registry.example/upgradekit-upgrader@"+digestA),
-		extensionserver.WithoutBundleChecksums(),
-		extensionserver.WithServing("127.0.0.1", port, dir),
-		extensionserver.WithEventRecorder(mgr.GetEventRecorder("upgradekit")),
-		metrics(t))
+	ext, err := extensionserver.New(mgr.GetClient(), extensionserver.Options{
+		UpgraderImage:          "registry.example/upgradekit-upgrader@" + digestA,
+		AllowUnverifiedBundles: true,
+		Host:                   "127.0.0.1", Port: port, CertDir: dir,
+		UpdaterOptions: capi.UpdaterOptions{
+			EventRecorder: mgr.GetEventRecorder("upgradekit"),
+			Metrics:       metrics(t),
+		},
+	})
 	require.NoError(t, err)
 	require.NoError(t, mgr.Add(ext))
 	ctx, cancel := context.WithCancel(t.Context())

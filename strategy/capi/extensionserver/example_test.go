@@ -16,13 +16,15 @@ import (
 // A decide-only extension: CanUpdateMachine and CanUpdateMachineSet for
 // another extension's UpdateMachine, which applies the version and files.
 func Example_decideOnly() {
-	m, err := capi.NewMetrics(prometheus.NewRegistry())
+	m, err := capi.NewMetrics(prometheus.NewRegistry(), capi.MetricsOptions{})
 	if err != nil {
 		panic(err)
 	}
-	ext, err := extensionserver.New(nil, extensionserver.DecideOnly(),
-		extensionserver.WithCategories(diff.CategoryKubernetesVersion, diff.CategoryFiles),
-		extensionserver.WithMetrics(m))
+	ext, err := extensionserver.New(nil, extensionserver.Options{
+		DecideOnly:     true,
+		Categories:     []diff.Category{diff.CategoryKubernetesVersion, diff.CategoryFiles},
+		UpdaterOptions: capi.UpdaterOptions{Metrics: m},
+	})
 	if err != nil {
 		panic(err)
 	}
@@ -36,10 +38,10 @@ func Example_decideOnly() {
 
 // A misspelt category is refused, with the option and the valid names.
 func ExampleValidate() {
-	err := extensionserver.Validate(extensionserver.DecideOnly(), extensionserver.WithCategories("KubernetesVerison"))
+	err := extensionserver.Validate(extensionserver.Options{DecideOnly: true, Categories: []diff.Category{"KubernetesVerison"}})
 	fmt.Println(err)
 	// Output:
-	// invalid option: WithCategories: unknown category "KubernetesVerison" (categories: KubernetesVersion, EtcdVersion, Addons, ControlPlaneConfig, KubeletConfig, KubeadmConfig, Files, Commands, Users, NTP, Disks, InfrastructureImage, InfrastructureSize, FailureDomain, Metadata, References, Other)
+	// invalid option: Options.Categories: unknown category "KubernetesVerison" (categories: KubernetesVersion, EtcdVersion, Addons, ControlPlaneConfig, KubeletConfig, KubeadmConfig, Files, Commands, Users, NTP, Disks, InfrastructureImage, InfrastructureSize, FailureDomain, Metadata, References, Other)
 }
 
 // The extension in a provider's manager: the whole of what its main adds.
@@ -49,13 +51,14 @@ func ExampleNew() {
 		if err != nil {
 			return err
 		}
-		ext, err := extensionserver.New(mgr.GetClient(),
+		ext, err := extensionserver.New(mgr.GetClient(), extensionserver.Options{
 			// By digest: a tag could be moved to other content.
-			extensionserver.WithUpgraderImage("registry.example/upgradekit-upgrader@sha256:"+strings.Repeat("0", 64)),
+			UpgraderImage: "registry.example/upgradekit-upgrader@sha256:" + strings.Repeat("0", 64),
 			// The SHA256SUMS of each version's bundle, from the release
 			// process (a mounted ConfigMap), never from the image.
-			extensionserver.WithBundleChecksumsDir("/etc/upgradekit/bundle-checksums"),
-			extensionserver.WithEventRecorder(mgr.GetEventRecorder("upgradekit")))
+			BundleChecksumsDir: "/etc/upgradekit/bundle-checksums",
+			UpdaterOptions:     capi.UpdaterOptions{EventRecorder: mgr.GetEventRecorder("upgradekit")},
+		})
 		if err != nil {
 			return err
 		}

@@ -36,15 +36,15 @@ import (
 // hangBound bounds waits that only a hang would reach.
 const hangBound = 2 * time.Minute
 
-// served starts a DecideOnly extension with opts on 127.0.0.1 and returns
+// served starts opts as a DecideOnly extension on 127.0.0.1 and returns
 // its address and the CA that signed its certificate, once it answers.
-func served(t *testing.T, opts ...extensionserver.Option) (string, *x509.CertPool) {
+func served(t *testing.T, opts extensionserver.Options) (string, *x509.CertPool) {
 	t.Helper()
 	dir := t.TempDir()
 	pool := testcerts.Write(t, dir)
 	port := testcerts.FreePort(t)
-	s, err := extensionserver.New(nil, append([]extensionserver.Option{extensionserver.DecideOnly(), metrics(t),
-		extensionserver.WithServing("127.0.0.1", port, dir)}, opts...)...)
+	opts.DecideOnly, opts.Host, opts.Port, opts.CertDir = true, "127.0.0.1", port, dir
+	s, err := extensionserver.New(nil, withMetrics(t, opts))
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -156,7 +156,7 @@ func post(conn net.Conn, path string, size int64, chunked bool) (int, error) {
 // by less than 128 MiB while they run (sampled; the bodies are streamed
 // by the test without being held).
 func TestBigBodiesAreRefusedWithinMemory(t *testing.T) {
-	addr, pool := served(t)
+	addr, pool := served(t, extensionserver.Options{})
 	path := hookPath(t, runtimehooksv1.CanUpdateMachine, "upgradekit-can-update-machine")
 
 	runtime.GC()
@@ -218,8 +218,8 @@ func TestBigBodiesAreRefusedWithinMemory(t *testing.T) {
 // after 40 s.) The timeouts are short here; what is asserted is that the
 // server closes the connection, not how fast.
 func TestSlowBodyIsCut(t *testing.T) {
-	addr, pool := served(t, extensionserver.WithHTTPLimits(extensionserver.HTTPLimits{
-		ReadHeaderTimeout: 500 * time.Millisecond, ReadTimeout: time.Second, WriteTimeout: 5 * time.Second}))
+	addr, pool := served(t, extensionserver.Options{HTTPLimits: extensionserver.HTTPLimits{
+		ReadHeaderTimeout: 500 * time.Millisecond, ReadTimeout: time.Second, WriteTimeout: 5 * time.Second}})
 	path := hookPath(t, runtimehooksv1.CanUpdateMachine, "upgradekit-can-update-machine")
 
 	conn := dial(t, addr, pool)
@@ -266,7 +266,7 @@ func TestSlowBodyIsCut(t *testing.T) {
 // TestConcurrencyLimit: past MaxConcurrent requests in progress, a request
 // is answered 429 with Retry-After; once they finish, it is served.
 func TestConcurrencyLimit(t *testing.T) {
-	addr, pool := served(t, extensionserver.WithHTTPLimits(extensionserver.HTTPLimits{MaxConcurrent: 1, ReadTimeout: hangBound}))
+	addr, pool := served(t, extensionserver.Options{HTTPLimits: extensionserver.HTTPLimits{MaxConcurrent: 1, ReadTimeout: hangBound}})
 	path := hookPath(t, runtimehooksv1.CanUpdateMachine, "upgradekit-can-update-machine")
 	// Keep-alive, as Cluster API's client: the calls reuse one connection.
 	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}}
@@ -349,10 +349,10 @@ func TestConcurrencyLimit(t *testing.T) {
 // TestHeaderAndProtocolLimits: attacks the issue did not name. A header
 // block past MaxHeaderBytes is refused 431 (controller-runtime's server
 // read up to 1 MiB of header per connection); HTTP/2 is never negotiated,
-// even when WithTLSOptions offers it (controller-runtime's server would
+// even when Options.TLSOptions offers it (controller-runtime's server would
 // then serve it: rapid reset, streams past the concurrency limit).
 func TestHeaderAndProtocolLimits(t *testing.T) {
-	addr, pool := served(t, extensionserver.WithTLSOptions(func(c *tls.Config) { c.NextProtos = []string{"h2", "http/1.1"} }))
+	addr, pool := served(t, extensionserver.Options{TLSOptions: []func(*tls.Config){func(c *tls.Config) { c.NextProtos = []string{"h2", "http/1.1"} }}})
 	path := hookPath(t, runtimehooksv1.CanUpdateMachine, "upgradekit-can-update-machine")
 
 	conn := dial(t, addr, pool)
@@ -432,7 +432,7 @@ func TestMaxRequestBytesFitsBigKubeadmConfigs(t *testing.T) {
 	t.Logf("a CanUpdateMachine request with big KubeadmConfigs: %d bytes (limit %d)", len(b), extensionserver.DefaultMaxRequestBytes)
 	require.Less(t, int64(len(b))*5, int64(extensionserver.DefaultMaxRequestBytes))
 
-	addr, pool := served(t)
+	addr, pool := served(t, extensionserver.Options{})
 	client := &http.Client{Timeout: hangBound, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}}
 	resp, err := client.Post("https://"+addr+hookPath(t, runtimehooksv1.CanUpdateMachine, "upgradekit-can-update-machine"), "application/json", bytes.NewReader(b))
 	require.NoError(t, err)

@@ -2,6 +2,9 @@ package extensionserver
 
 import (
 	"crypto/tls"
+	"maps"
+	"reflect"
+	"slices"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -10,14 +13,200 @@ import (
 
 	"github.com/upgradekit/upgradekit/diff"
 	"github.com/upgradekit/upgradekit/nodeexec/nodepod"
-	"github.com/upgradekit/upgradekit/strategy"
 	"github.com/upgradekit/upgradekit/strategy/capi"
 )
 
-// Option configures New and Validate.
-type Option func(*config)
+// Options configure New and Validate. The zero value of every field is its
+// default, so Options{UpgraderImage: ..., BundleChecksumsDir: ...} is a
+// complete configuration. The embedded capi.UpdaterOptions configure
+// UpdateMachine, and some of them CanUpdate* too:
+//
+//   - Images (an upgrader image per Kubernetes version, instead of
+//     UpgraderImage) is given once and used by both sides: CanUpdate*
+//     answers a version without an image with a Failure
+//     (capi.ErrVersionNotConfigured), UpdateMachine runs each update with
+//     its target version's image;
+//   - Logger, EventRecorder and Metrics serve both sides (Metrics default:
+//     capi.NewMetrics on controller-runtime's registry, which a manager's
+//     metrics server serves);
+//   - PodOptions are added to every upgrader pod after the ones the
+//     upgrader fields here make (image, namespace, mode, runner, staging):
+//     tolerations, image pull secrets, resources, a priority class;
+//   - PlanConfig runs after the server's own adjustments (Server.PlanConfig);
+//   - Clientset defaults to the workload clusters' kubeconfig secrets read
+//     through New's management reader (workload.KubeconfigClientset);
+//   - ManagementReader must stay nil: it is New's mgmt.
+//
+// With DecideOnly, only Images, Logger, EventRecorder and Metrics of the
+// embedded options may be set; the others configure an UpdateMachine the
+// server does not serve, and are refused.
+type Options struct {
+	// Host is the address the hooks are served on ("": all addresses).
+	Host string
+	// Port is the port the hooks are served on (default DefaultPort).
+	Port int
+	// CertDir holds tls.crt and tls.key (default DefaultCertDir).
+	CertDir string
+	// TLSOptions adjust the server's TLS configuration, after the server's
+	// own. HTTP/2 stays off: "h2" is taken out of NextProtos after them.
+	TLSOptions []func(*tls.Config)
+	// HTTPLimits bound what callers can make Start's server hold; a zero
+	// field keeps its default (DefaultHTTPLimits; there is no
+	// "unlimited"), a negative one is refused.
+	HTTPLimits HTTPLimits
+	// HandlerPrefix prefixes the handler names (default
+	// DefaultHandlerPrefix); Cluster API's ExtensionConfig lists them as
+	// <prefix>-can-update-machine.<extension config name> and so on.
+	HandlerPrefix string
 
-// config is what the options set; defaults() gives its starting point.
+	// Categories are the diff categories accepted in place (default: the
+	// Kubernetes version, strategy.KubeadmCategories). With UpdateMachine
+	// served (the default) only categories it applies and verifies are
+	// allowed; with DecideOnly any built-in category is. An unknown name
+	// is an error: a misspelt category would decline every change and
+	// have Cluster API replace every machine.
+	Categories []diff.Category
+	// DecideOnly serves only CanUpdateMachine and CanUpdateMachineSet:
+	// another extension answers UpdateMachine and applies what these
+	// accept. New then needs no management cluster reader and no upgrader
+	// image.
+	DecideOnly bool
+	// Checks are feasibility checks added to CanUpdate*, after the
+	// built-in ones (capi.ExtensionOptions.Checks). With a management
+	// cluster reader, capi.ControlPlaneSkewCheck is always one of them.
+	Checks []capi.Check
+	// Scheme is the scheme of the workload cluster clients (default:
+	// client-go's).
+	Scheme *runtime.Scheme
+
+	// UpgraderImage is the image of every upgrader pod: a bundle with the
+	// target version's kubeadm, kubelet and kubectl under StageFrom. Set
+	// it or Images, not both. The reference must name the image by digest
+	// ("registry.example/upgrader@sha256:<64 hex>", a tag before the
+	// digest allowed) unless AllowMutableUpgraderImages: a tag can be
+	// moved to other content after the extension was configured. Required
+	// unless Images or DecideOnly.
+	UpgraderImage string
+	// AllowMutableUpgraderImages accepts upgrader image references without
+	// a digest (a tag such as ":v1.31.1" or ":latest"). Whoever can push
+	// that tag then chooses what runs as root on every node; New logs a
+	// warning through Logger. Meant for development clusters only.
+	AllowMutableUpgraderImages bool
+	// UpgraderNamespace is the namespace of the upgrader pods in the
+	// workload clusters (default nodepod.DefaultNamespace).
+	UpgraderNamespace string
+	// SkipNamespaceCreation leaves the upgrader namespace to the workload
+	// cluster's owner: by default a missing one is created, labelled for
+	// the privileged Pod Security Standard the upgrader pod needs
+	// (EnsureNamespace).
+	SkipNamespaceCreation bool
+	// UpgraderCommand is the runner command in the upgrader image (default
+	// DefaultUpgraderCommand), which reads the plan from the pod's
+	// UPGRADEKIT_* environment.
+	UpgraderCommand []string
+	// NoUpgraderCommand runs each step's argv through nsenter instead of
+	// a runner (no journal, retries or rollback); UpgraderCommand must
+	// then be empty.
+	NoUpgraderCommand bool
+	// UpgraderMode is the upgrader pod's layout (default
+	// nodepod.ModeInitContainers).
+	UpgraderMode nodepod.Mode
+	// StageFrom is the directory of the upgrader image that the pod's
+	// stage container copies to the node's staging directory before the
+	// first step (default DefaultStageFrom).
+	StageFrom string
+	// NoStaging stages nothing: the nodes have the binaries in the staging
+	// directory already. StageFrom must then be empty.
+	NoStaging bool
+	// SkipSteps are kubeadm plan steps left out of every update, so the
+	// bundle need not carry their component; SkippableSteps lists which.
+	// With bundle checksums, which list what each version's bundle
+	// carries, a step that is not skipped and whose binary or tree a
+	// bundle lacks (etcd-snapshot without etcd/etcdctl, containerd
+	// without a containerd/ tree, cni-plugins without a cni-plugins/ tree)
+	// is refused by New.
+	SkipSteps []string
+	// IgnorePreflightErrors names kubeadm preflight checks every `kubeadm
+	// upgrade` may fail (kubeadm.Config.IgnorePreflightErrors): for
+	// example SystemVerification on cgroup v1 nodes, which kubeadm >=
+	// v1.35 refuses even when the kubelet allows cgroup v1. "all" is
+	// refused.
+	IgnorePreflightErrors []string
+
+	// BundleChecksums are, per Kubernetes version, the SHA-256 of every
+	// file the upgrader bundle stages (see kubeadm.Config.Checksums). Each
+	// update's bundle step verifies its target version's on the node, with
+	// sha256sum, before it runs anything staged or installs any tree; a
+	// version change to a version without checksums is declined at
+	// CanUpdate*. The checksums must come from your release process (the
+	// SHA256SUMS the bundle's builder writes, kept apart from the image),
+	// never from the image they check. They are also the list of what each
+	// bundle carries: a version whose bundle lacks kubeadm, kubelet or
+	// kubectl, or what a step not left out by SkipSteps needs (etcd/etcdctl
+	// for the first control plane's etcd snapshot, a containerd/ or
+	// cni-plugins/ tree), is refused, since its update would fail on a
+	// drained node. hack/bundle.sh builds a bundle and its SHA256SUMS. Set
+	// one of BundleChecksums, BundleChecksumsDir and AllowUnverifiedBundles
+	// (unless DecideOnly).
+	BundleChecksums ChecksumsByVersion
+	// BundleChecksumsDir holds the checksums of BundleChecksums, read when
+	// New runs: one file per version, named by the version ("v1.31.4"), in
+	// sha256sum's format; other names (a mounted ConfigMap's "..data"
+	// links, say) are ignored. Validate checks only that it is an absolute
+	// path; New fails on a file it cannot read or parse, on an upgrader
+	// image version (Images) without a file, and on a bundle that lacks
+	// what the steps need. Restart the extension after adding a version.
+	BundleChecksumsDir string
+	// AllowUnverifiedBundles runs upgrader bundles without verifying their
+	// content: the staged kubeadm, kubelet, kubectl and etcdctl run as
+	// root on the node, and the containerd and CNI trees are copied onto
+	// /, exactly as the image delivered them. New logs a warning through
+	// Logger. Meant for development clusters only.
+	AllowUnverifiedBundles bool
+
+	// UpdaterOptions configure UpdateMachine (see the type's comment for
+	// the fields CanUpdate* shares). Their deadlines keep capi's meaning:
+	// zero is the default, negative is no deadline.
+	capi.UpdaterOptions
+}
+
+// validate checks what config does not keep: the embedded options the
+// server sets itself or that DecideOnly leaves unused, and the fields that
+// exclude each other.
+func (o Options) validate() error {
+	switch {
+	case o.ManagementReader != nil:
+		return &capi.OptionError{Option: "UpdaterOptions.ManagementReader", Detail: "must be nil: New's management cluster reader is the one used"}
+	case o.NoUpgraderCommand && len(o.UpgraderCommand) > 0:
+		return &capi.OptionError{Option: "Options.NoUpgraderCommand", Detail: "and Options.UpgraderCommand are both set: set one"}
+	case o.NoStaging && o.StageFrom != "":
+		return &capi.OptionError{Option: "Options.NoStaging", Detail: "and Options.StageFrom are both set: set one"}
+	}
+	if o.DecideOnly {
+		if f := updateOnlyField(o.UpdaterOptions); f != "" {
+			return &capi.OptionError{Option: "UpdaterOptions." + f, Detail: "configures UpdateMachine, which Options.DecideOnly does not serve"}
+		}
+	}
+	return nil
+}
+
+// updateOnlyField names the first field of u that is set and that only
+// UpdateMachine uses ("" if none).
+func updateOnlyField(u capi.UpdaterOptions) string {
+	v := reflect.ValueOf(u)
+	for i := range v.NumField() {
+		switch name := v.Type().Field(i).Name; name {
+		case "Images", "Logger", "EventRecorder", "Metrics":
+		default:
+			if !v.Field(i).IsZero() {
+				return name
+			}
+		}
+	}
+	return ""
+}
+
+// config is what New works from: Options with their defaults applied.
 type config struct {
 	host, certDir, prefix string
 	port                  int
@@ -36,17 +225,15 @@ type config struct {
 	stageFrom       string
 	skip            []string
 	ignorePreflight []string
-	extraPodOptions []nodepod.Option
-	drain           bool
-	drainTimeout    time.Duration
-	unreachable     time.Duration
-	retryAfter      int
 	scheme          *runtime.Scheme
 	recorder        events.EventRecorder
 	log             logr.Logger
 	metrics         *capi.Metrics
 	checks          []capi.Check
-	gates           []strategy.Gate
+
+	// upd are the UpdaterOptions as given; buildHandlers adds the
+	// server's own to them.
+	upd capi.UpdaterOptions
 
 	// Supply chain of the upgrader pods (supplychain.go).
 	allowMutableImages bool
@@ -70,45 +257,54 @@ const (
 	// DefaultStageFrom is the directory of the upgrader image copied to the
 	// node's staging directory before the first step.
 	DefaultStageFrom = "/staging"
-	// DefaultRetryAfter is how many seconds Cluster API waits between
+	// DefaultRetryAfter is how long Cluster API waits between
 	// UpdateMachine calls while a node upgrades.
-	DefaultRetryAfter = 15
+	DefaultRetryAfter = 15 * time.Second
 )
 
 // DefaultUpgraderCommand is the runner command in the upgrader image.
 func DefaultUpgraderCommand() []string { return []string{"/upgrader", "run"} }
 
-func defaults() config {
-	return config{
-		port:            DefaultPort,
-		limits:          DefaultHTTPLimits(),
-		certDir:         DefaultCertDir,
-		prefix:          DefaultHandlerPrefix,
-		cats:            capiKubeadmCategories(),
-		namespace:       nodepod.DefaultNamespace,
-		createNamespace: true,
-		runner:          DefaultUpgraderCommand(),
-		mode:            nodepod.ModeInitContainers,
-		stageFrom:       DefaultStageFrom,
-		drain:           true,
-		drainTimeout:    capi.DefaultDrainTimeout,
-		unreachable:     capi.DefaultWorkloadUnreachableTimeout,
-		retryAfter:      DefaultRetryAfter,
+// config applies o's defaults.
+func (o Options) config() config {
+	c := config{
+		host: o.Host, port: or(o.Port, DefaultPort), certDir: or(o.CertDir, DefaultCertDir),
+		prefix: or(o.HandlerPrefix, DefaultHandlerPrefix), tlsOpts: slices.Clone(o.TLSOptions),
+		limits: o.HTTPLimits.withDefaults(), cats: slices.Clone(o.Categories), decideOnly: o.DecideOnly,
+		image: o.UpgraderImage, images: maps.Clone(o.Images), namespace: or(o.UpgraderNamespace, nodepod.DefaultNamespace),
+		createNamespace: !o.SkipNamespaceCreation, runner: slices.Clone(o.UpgraderCommand),
+		mode: or(o.UpgraderMode, nodepod.ModeInitContainers), stageFrom: or(o.StageFrom, DefaultStageFrom),
+		skip: slices.Clone(o.SkipSteps), ignorePreflight: slices.Clone(o.IgnorePreflightErrors),
+		scheme: o.Scheme, recorder: o.EventRecorder, log: o.Logger, metrics: o.Metrics, checks: slices.Clone(o.Checks),
+		upd:                o.UpdaterOptions,
+		allowMutableImages: o.AllowMutableUpgraderImages, checksumsSet: o.BundleChecksums != nil,
+		checksumsDir: o.BundleChecksumsDir, withoutChecksums: o.AllowUnverifiedBundles,
 	}
+	if len(c.cats) == 0 {
+		c.cats = capiKubeadmCategories()
+	}
+	if len(o.UpgraderCommand) == 0 && !o.NoUpgraderCommand {
+		c.runner = DefaultUpgraderCommand()
+	}
+	if o.NoStaging {
+		c.stageFrom = ""
+	}
+	if o.BundleChecksums != nil {
+		c.checksums = make(ChecksumsByVersion, len(o.BundleChecksums))
+		for v, m := range o.BundleChecksums {
+			c.checksums[v] = maps.Clone(m)
+		}
+	}
+	return c
 }
 
-// WithServing sets where the hooks are served: host ("" for all
-// addresses), port (default DefaultPort) and the directory holding tls.crt
-// and tls.key (default DefaultCertDir).
-func WithServing(host string, port int, certDir string) Option {
-	return func(c *config) { c.host, c.port, c.certDir = host, port, certDir }
-}
-
-// WithTLSOptions adds functions that adjust the server's TLS configuration,
-// after the server's own. HTTP/2 stays off: "h2" is taken out of
-// NextProtos after them.
-func WithTLSOptions(opts ...func(*tls.Config)) Option {
-	return func(c *config) { c.tlsOpts = append(c.tlsOpts, opts...) }
+// or gives v, or def when v is zero.
+func or[T comparable](v, def T) T {
+	var zero T
+	if v == zero {
+		return def
+	}
+	return v
 }
 
 // HTTPLimits bound what callers of the hooks can make Start's server hold.
@@ -181,7 +377,7 @@ const (
 	DefaultIdleTimeout = 60 * time.Second
 )
 
-// DefaultHTTPLimits are the limits Start serves with unless WithHTTPLimits
+// DefaultHTTPLimits are the limits Start serves with unless Options.HTTPLimits
 // changes them.
 func DefaultHTTPLimits() HTTPLimits {
 	return HTTPLimits{
@@ -195,20 +391,17 @@ func DefaultHTTPLimits() HTTPLimits {
 	}
 }
 
-// WithHTTPLimits sets the limits of Start's server; a zero field keeps its
-// default (there is no "unlimited"), a negative one is refused.
-func WithHTTPLimits(l HTTPLimits) Option {
-	return func(c *config) {
-		d := DefaultHTTPLimits()
-		c.limits = HTTPLimits{
-			MaxRequestBytes:   orDefault(l.MaxRequestBytes, d.MaxRequestBytes),
-			MaxConcurrent:     orDefault(l.MaxConcurrent, d.MaxConcurrent),
-			MaxHeaderBytes:    orDefault(l.MaxHeaderBytes, d.MaxHeaderBytes),
-			ReadHeaderTimeout: orDefault(l.ReadHeaderTimeout, d.ReadHeaderTimeout),
-			ReadTimeout:       orDefault(l.ReadTimeout, d.ReadTimeout),
-			WriteTimeout:      orDefault(l.WriteTimeout, d.WriteTimeout),
-			IdleTimeout:       orDefault(l.IdleTimeout, d.IdleTimeout),
-		}
+// withDefaults gives l with DefaultHTTPLimits' value for every zero field.
+func (l HTTPLimits) withDefaults() HTTPLimits {
+	d := DefaultHTTPLimits()
+	return HTTPLimits{
+		MaxRequestBytes:   orDefault(l.MaxRequestBytes, d.MaxRequestBytes),
+		MaxConcurrent:     orDefault(l.MaxConcurrent, d.MaxConcurrent),
+		MaxHeaderBytes:    orDefault(l.MaxHeaderBytes, d.MaxHeaderBytes),
+		ReadHeaderTimeout: orDefault(l.ReadHeaderTimeout, d.ReadHeaderTimeout),
+		ReadTimeout:       orDefault(l.ReadTimeout, d.ReadTimeout),
+		WriteTimeout:      orDefault(l.WriteTimeout, d.WriteTimeout),
+		IdleTimeout:       orDefault(l.IdleTimeout, d.IdleTimeout),
 	}
 }
 
@@ -217,163 +410,4 @@ func orDefault[T int | int64 | time.Duration](v, d T) T {
 		return d
 	}
 	return v
-}
-
-// WithHandlerPrefix sets the prefix of the handler names (default
-// DefaultHandlerPrefix); Cluster API's ExtensionConfig lists them as
-// <prefix>-can-update-machine.<extension config name> and so on.
-func WithHandlerPrefix(prefix string) Option {
-	return func(c *config) { c.prefix = prefix }
-}
-
-// WithCategories sets the diff categories accepted in place (default: the
-// Kubernetes version, strategy.KubeadmCategories). With UpdateMachine
-// served (the default) only categories it applies and verifies are
-// allowed; with DecideOnly any built-in category is. An unknown name is an
-// error: a misspelt category would decline every change and have Cluster
-// API replace every machine.
-func WithCategories(cats ...diff.Category) Option {
-	return func(c *config) { c.cats = append([]diff.Category(nil), cats...) }
-}
-
-// DecideOnly serves only CanUpdateMachine and CanUpdateMachineSet: another
-// extension answers UpdateMachine and applies what these accept. New then
-// needs no management cluster reader and no upgrader image.
-func DecideOnly() Option { return func(c *config) { c.decideOnly = true } }
-
-// WithUpgraderImage sets the image of every upgrader pod: a bundle with the
-// target version's kubeadm, kubelet and kubectl under the stage directory
-// (WithStageFrom). Set it or WithUpgraderImages, not both. The reference
-// must name the image by digest ("registry.example/upgrader@sha256:<64
-// hex>", a tag before the digest allowed) unless
-// AllowMutableUpgraderImages: a tag can be moved to other content after
-// the extension was configured.
-func WithUpgraderImage(image string) Option { return func(c *config) { c.image = image } }
-
-// WithUpgraderImages sets the upgrader image per Kubernetes version: each
-// update runs its target version's bundle, and a version change to a
-// version not listed is answered with a Failure at CanUpdate*
-// (capi.ExtensionOptions.Images, capi.ErrVersionNotConfigured): Cluster API
-// waits and asks again, and goes on in place once the version is listed.
-// Every image must be named by digest, as for WithUpgraderImage.
-func WithUpgraderImages(images capi.ImagesByVersion) Option {
-	return func(c *config) {
-		c.images = make(capi.ImagesByVersion, len(images))
-		for v, img := range images {
-			c.images[v] = img
-		}
-	}
-}
-
-// WithUpgraderNamespace sets the namespace of the upgrader pods in the
-// workload clusters (default nodepod.DefaultNamespace).
-func WithUpgraderNamespace(ns string) Option { return func(c *config) { c.namespace = ns } }
-
-// WithoutNamespaceCreation leaves the upgrader namespace to the workload
-// cluster's owner: by default a missing one is created, labelled for the
-// privileged Pod Security Standard the upgrader pod needs (EnsureNamespace).
-func WithoutNamespaceCreation() Option { return func(c *config) { c.createNamespace = false } }
-
-// WithUpgraderCommand sets the runner command in the upgrader image
-// (default DefaultUpgraderCommand), which reads the plan from the pod's
-// UPGRADEKIT_* environment. No arguments runs each step's argv through
-// nsenter instead (no journal, retries or rollback).
-func WithUpgraderCommand(argv ...string) Option {
-	return func(c *config) { c.runner = append([]string(nil), argv...) }
-}
-
-// WithUpgraderMode sets the upgrader pod's layout (default
-// nodepod.ModeInitContainers).
-func WithUpgraderMode(m nodepod.Mode) Option { return func(c *config) { c.mode = m } }
-
-// WithStageFrom sets the directory of the upgrader image that the pod's
-// stage container copies to the node's staging directory before the first
-// step (default DefaultStageFrom); "" when the nodes have the binaries
-// there already.
-func WithStageFrom(dir string) Option { return func(c *config) { c.stageFrom = dir } }
-
-// WithSkipSteps leaves kubeadm plan steps out of every update, so the
-// bundle need not carry their component; SkippableSteps lists which. With
-// bundle checksums (WithBundleChecksums, WithBundleChecksumsDir), which
-// list what each version's bundle carries, a step that is not skipped
-// and whose binary or tree a bundle lacks (etcd-snapshot without
-// etcd/etcdctl, containerd without a containerd/ tree, cni-plugins
-// without a cni-plugins/ tree) is refused at start-up.
-func WithSkipSteps(steps ...string) Option {
-	return func(c *config) { c.skip = append(c.skip, steps...) }
-}
-
-// WithIgnorePreflightErrors names kubeadm preflight checks every
-// `kubeadm upgrade` may fail (kubeadm.Config.IgnorePreflightErrors): for
-// example SystemVerification on cgroup v1 nodes, which kubeadm >= v1.35
-// refuses even when the kubelet allows cgroup v1. "all" is refused.
-func WithIgnorePreflightErrors(checks ...string) Option {
-	return func(c *config) { c.ignorePreflight = append(c.ignorePreflight, checks...) }
-}
-
-// WithPodOptions adds nodepod options to every upgrader pod, after the
-// ones the other options make (image, namespace, mode, runner, staging):
-// tolerations, image pull secrets, resources, a priority class.
-func WithPodOptions(opts ...nodepod.Option) Option {
-	return func(c *config) { c.extraPodOptions = append(c.extraPodOptions, opts...) }
-}
-
-// WithoutDrain upgrades nodes without cordoning and draining them first.
-func WithoutDrain() Option { return func(c *config) { c.drain = false } }
-
-// WithDrainTimeout sets how long a drain may stay unfinished before
-// UpdateMachine answers Failure naming the blocking PodDisruptionBudgets
-// (default capi.DefaultDrainTimeout; 0: no deadline).
-func WithDrainTimeout(d time.Duration) Option { return func(c *config) { c.drainTimeout = d } }
-
-// WithWorkloadUnreachableTimeout sets how long UpdateMachine answers "in
-// progress" while it cannot reach the machine's workload cluster (its
-// kubeconfig secret unreadable or missing, its API server not answering)
-// before it answers Failure naming why (default
-// capi.DefaultWorkloadUnreachableTimeout; 0: no deadline; see
-// capi.UpdaterOptions.WorkloadUnreachableTimeout).
-func WithWorkloadUnreachableTimeout(d time.Duration) Option {
-	return func(c *config) { c.unreachable = d }
-}
-
-// WithRetryAfter sets the seconds Cluster API waits between UpdateMachine
-// calls while a node upgrades (default DefaultRetryAfter; 1 to 86400).
-func WithRetryAfter(seconds int) Option { return func(c *config) { c.retryAfter = seconds } }
-
-// WithScheme sets the scheme of the workload cluster clients (default:
-// client-go's).
-func WithScheme(s *runtime.Scheme) Option { return func(c *config) { c.scheme = s } }
-
-// WithEventRecorder records Events in the management cluster, such as a
-// controller-runtime manager's GetEventRecorder gives: the update's
-// progress on each Machine, and, so that `kubectl describe` of the
-// MachineDeployment or KubeadmControlPlane says why a rollout stopped,
-// failures on those too: a failed update (capi.UpdaterOptions.EventRecorder) and a
-// CanUpdate* Failure, such as an unknown ExtensionConfig setting
-// (capi.ExtensionOptions.EventRecorder). Both need New's management cluster
-// reader; without one (DecideOnly with a nil reader) none are recorded.
-func WithEventRecorder(r events.EventRecorder) Option { return func(c *config) { c.recorder = r } }
-
-// WithLogger sets the logger of the hooks and the server (default: none).
-func WithLogger(l logr.Logger) Option { return func(c *config) { c.log = l } }
-
-// WithMetrics sets the Prometheus metrics (default: capi.NewMetrics on
-// controller-runtime's registry, which a manager's metrics server serves).
-func WithMetrics(m *capi.Metrics) Option { return func(c *config) { c.metrics = m } }
-
-// WithGates asks gates before each in-place update starts, before
-// anything is done to the node (capi.UpdaterOptions.Gates): gates.Concurrency,
-// SoakGate, WorkloadsGate, ControlPlaneGate, BreakerGate, AlertGate,
-// PodBlockerGate, strategy.MaintenanceWindow, or your own. A nil gate is
-// refused; with DecideOnly there is no update to gate, so gates are
-// refused too.
-func WithGates(gates ...strategy.Gate) Option {
-	return func(c *config) { c.gates = append(c.gates, gates...) }
-}
-
-// WithChecks adds feasibility checks to CanUpdate*, after the built-in
-// ones (capi.ExtensionOptions.Checks). With a management cluster reader,
-// capi.ControlPlaneSkewCheck is always one of them.
-func WithChecks(checks ...capi.Check) Option {
-	return func(c *config) { c.checks = append(c.checks, checks...) }
 }

@@ -21,8 +21,8 @@ func TestStartedChecker(t *testing.T) {
 		t.Run("host="+host, func(t *testing.T) {
 			dir := t.TempDir()
 			testcerts.Write(t, dir)
-			s, err := extensionserver.New(nil, extensionserver.DecideOnly(), metrics(t),
-				extensionserver.WithServing(host, testcerts.FreePort(t), dir))
+			s, err := extensionserver.New(nil, withMetrics(t, extensionserver.Options{DecideOnly: true,
+				Host: host, Port: testcerts.FreePort(t), CertDir: dir}))
 			require.NoError(t, err)
 			ready := s.StartedChecker()
 			check := func() error { return ready(httptest.NewRequest("GET", "/readyz", nil)) }

@@ -11,8 +11,8 @@ import (
 	"slices"
 	"strings"
 	"sync/atomic"
-	"time"
 
+	"k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	runtimecatalog "sigs.k8s.io/cluster-api/api/runtime/catalog"
 	runtimehooksv1 "sigs.k8s.io/cluster-api/api/runtime/hooks/v1alpha1"
@@ -21,7 +21,6 @@ import (
 
 	"github.com/upgradekit/upgradekit/diff"
 	"github.com/upgradekit/upgradekit/internal/errtext"
-	"github.com/upgradekit/upgradekit/nodeexec"
 	"github.com/upgradekit/upgradekit/nodeexec/kubeadm"
 	"github.com/upgradekit/upgradekit/nodeexec/nodepod"
 	"github.com/upgradekit/upgradekit/strategy"
@@ -30,12 +29,7 @@ import (
 	"github.com/upgradekit/upgradekit/strategy/capi/workload"
 )
 
-// ErrInvalidOption is matched by every error of New and Validate about
-// their options; it is capi.ErrInvalidOption, so one errors.Is covers both
-// packages. The message names the option.
-var ErrInvalidOption = capi.ErrInvalidOption
-
-// SkippableSteps are the kubeadm plan steps WithSkipSteps may leave out
+// SkippableSteps are the kubeadm plan steps Options.SkipSteps may leave out
 // (kubeadm.Config's Skip* fields): containerd, the CNI plugins and the etcd
 // snapshot. The bundle image then need not carry what they install or use.
 func SkippableSteps() []string {
@@ -75,20 +69,20 @@ type Server struct {
 // infrastructure template change tried on the MachineSet's infrastructure
 // machines first). It may be nil only with DecideOnly. Every option is checked here, so a
 // mistake fails at start-up, not at the first update; the errors match
-// ErrInvalidOption and name the option.
-func New(mgmt client.Reader, opts ...Option) (*Server, error) {
+// capi.ErrInvalidOption, are *capi.OptionError and name the field.
+func New(mgmt client.Reader, opts Options) (*Server, error) {
 	cfg, err := build(opts)
 	if err != nil {
 		return nil, err
 	}
 	if mgmt == nil && !cfg.decideOnly {
-		return nil, invalid("New", "nil management cluster reader (needed by UpdateMachine; use DecideOnly to serve only CanUpdate*)")
+		return nil, &capi.OptionError{Option: "New", Detail: "nil management cluster reader (needed by UpdateMachine; use Options.DecideOnly to serve only CanUpdate*)"}
 	}
 	if cfg.scheme == nil {
 		cfg.scheme = clientgoscheme.Scheme
 	}
 	if cfg.metrics == nil {
-		if cfg.metrics, err = capi.NewMetrics(nil); err != nil {
+		if cfg.metrics, err = capi.NewMetrics(nil, capi.MetricsOptions{}); err != nil {
 			return nil, err
 		}
 	}
@@ -104,66 +98,26 @@ func New(mgmt client.Reader, opts ...Option) (*Server, error) {
 
 // Validate checks options as New does, without a cluster: a command can
 // refuse its flags before it connects anywhere.
-func Validate(opts ...Option) error {
+func Validate(opts Options) error {
 	_, err := build(opts)
 	return err
 }
 
-func build(opts []Option) (config, error) {
-	cfg := defaults()
-	for _, o := range opts {
-		if o != nil {
-			o(&cfg)
-		}
+func build(opts Options) (config, error) {
+	cfg := opts.config()
+	if err := opts.validate(); err != nil {
+		return cfg, err
 	}
 	return cfg, cfg.validate()
 }
 
-// OptionError is New's and Validate's error about one option. It matches
-// ErrInvalidOption, and Err too when there is one.
-type OptionError struct {
-	// Option is the option's name, such as "WithSkipSteps".
-	Option string
-	// Detail says what is wrong, starting with the offending value where
-	// there is one.
-	Detail string
-	// Err is the underlying error, if any (nodepod's, capi's).
-	Err error
-}
-
-// Error names the option and says what is wrong with it.
-func (e *OptionError) Error() string {
-	msg := "invalid option: " + e.Option
-	if e.Detail != "" {
-		msg += ": " + e.Detail
-	}
-	if e.Err != nil {
-		msg += ": " + errtext.Cap(e.Err.Error())
-	}
-	return msg
-}
-
-// Unwrap gives ErrInvalidOption and Err.
-func (e *OptionError) Unwrap() []error {
-	if e.Err == nil {
-		return []error{ErrInvalidOption}
-	}
-	return []error{ErrInvalidOption, e.Err}
-}
-
 func invalid(option, format string, args ...any) error {
-	return &OptionError{Option: option, Detail: fmt.Sprintf(format, args...)}
+	return &capi.OptionError{Option: option, Detail: fmt.Sprintf(format, args...)}
 }
 
 func (c *config) validate() error {
 	if c.port < 1 || c.port > 65535 {
-		return invalid("WithServing", "port %d: must be between 1 and 65535", c.port)
-	}
-	if c.certDir == "" {
-		return invalid("WithServing", "empty certificate directory")
-	}
-	if c.prefix == "" {
-		return invalid("WithHandlerPrefix", "empty prefix")
+		return invalid("Options.Port", "port %d: must be between 1 and 65535", c.port)
 	}
 	if err := c.limits.validate(); err != nil {
 		return err
@@ -171,35 +125,18 @@ func (c *config) validate() error {
 	if err := c.validateCategories(); err != nil {
 		return err
 	}
-	for i, g := range c.gates {
-		if g == nil {
-			return invalid("WithGates", "gate %d is nil", i)
-		}
-	}
-	if len(c.gates) > 0 && c.decideOnly {
-		return invalid("WithGates", "DecideOnly serves no UpdateMachine to gate")
-	}
 	if c.decideOnly {
 		return nil
 	}
-	if c.retryAfter < 1 || c.retryAfter > 86400 {
-		return invalid("WithRetryAfter", "%d: must be between 1 and 86400 seconds", c.retryAfter)
-	}
-	if c.drainTimeout < 0 {
-		return invalid("WithDrainTimeout", "%s: must not be negative", c.drainTimeout)
-	}
-	if c.unreachable < 0 {
-		return invalid("WithWorkloadUnreachableTimeout", "%s: must not be negative", c.unreachable)
-	}
 	switch {
 	case c.image != "" && c.images != nil:
-		return invalid("WithUpgraderImage", "and WithUpgraderImages are both set: set one")
+		return invalid("Options.UpgraderImage", "and UpdaterOptions.Images are both set: set one")
 	case c.images != nil:
 		if err := c.images.Validate(); err != nil {
-			return &OptionError{Option: "WithUpgraderImages", Err: err}
+			return &capi.OptionError{Option: "UpdaterOptions.Images", Err: err}
 		}
 	case strings.TrimSpace(c.image) == "":
-		return invalid("WithUpgraderImage", "required (or WithUpgraderImages, or DecideOnly)")
+		return invalid("Options.UpgraderImage", "required (or UpdaterOptions.Images, or Options.DecideOnly)")
 	}
 	if err := c.validateSupplyChain(); err != nil {
 		return err
@@ -208,32 +145,36 @@ func (c *config) validate() error {
 	case nodepod.ModeInitContainers:
 	case nodepod.ModeSingleContainer:
 		if len(c.runner) == 0 {
-			return invalid("WithUpgraderMode", "%s needs a runner command (WithUpgraderCommand; default %q)", c.mode, strings.Join(DefaultUpgraderCommand(), " "))
+			return invalid("Options.UpgraderMode", "%s needs a runner command (Options.UpgraderCommand; default %q)", c.mode, strings.Join(DefaultUpgraderCommand(), " "))
 		}
 	default:
-		return invalid("WithUpgraderMode", "%s: want %s or %s", errtext.Quote(string(c.mode)), nodepod.ModeInitContainers, nodepod.ModeSingleContainer)
+		return invalid("Options.UpgraderMode", "%s: want %s or %s", errtext.Quote(string(c.mode)), nodepod.ModeInitContainers, nodepod.ModeSingleContainer)
 	}
 	for i, a := range c.runner {
 		if a == "" {
-			return invalid("WithUpgraderCommand", "argument %d is empty", i)
+			return invalid("Options.UpgraderCommand", "argument %d is empty", i)
 		}
 	}
 	if c.stageFrom != "" && (!path.IsAbs(c.stageFrom) || path.Clean(c.stageFrom) == "/") {
-		return invalid("WithStageFrom", "%s: must be an absolute directory of the upgrader image other than / (default %q)", errtext.Quote(c.stageFrom), DefaultStageFrom)
+		return invalid("Options.StageFrom", "%s: must be an absolute directory of the upgrader image other than / (default %q)", errtext.Quote(c.stageFrom), DefaultStageFrom)
 	}
 	for _, s := range c.skip {
 		if !slices.Contains(SkippableSteps(), s) {
-			return invalid("WithSkipSteps", "%s cannot be skipped; only %s can", errtext.Quote(s), strings.Join(SkippableSteps(), ", "))
+			return invalid("Options.SkipSteps", "%s cannot be skipped; only %s can", errtext.Quote(s), strings.Join(SkippableSteps(), ", "))
 		}
 	}
 	if err := kubeadm.ValidatePreflightErrors("checks", c.ignorePreflight); err != nil {
-		return &OptionError{Option: "WithIgnorePreflightErrors", Err: err}
+		return &capi.OptionError{Option: "Options.IgnorePreflightErrors", Err: err}
 	}
-	// Whatever nodepod refuses (a namespace that is not a DNS label, say)
-	// is refused now rather than at the first UpdateMachine.
-	probe := nodeexec.Plan{Name: "probe", Node: "probe", Steps: []nodeexec.Step{{Name: "probe", Argv: []string{"true"}}}}
-	if _, err := nodepod.Build(probe, c.podOptions()...); err != nil {
-		return &OptionError{Option: "WithPodOptions", Err: err}
+	// The updater's options are checked as NewMachineUpdater checks them,
+	// now rather than at the first UpdateMachine: whatever nodepod refuses
+	// (a namespace that is not a DNS label, say) included. The workload
+	// client is not called.
+	noCluster := func(context.Context, types.NamespacedName) (client.Client, error) {
+		return nil, errors.New("no cluster while validating")
+	}
+	if _, err := capi.NewMachineUpdater(noCluster, c.updaterOptions(nil)); err != nil {
+		return err
 	}
 	return nil
 }
@@ -242,13 +183,10 @@ func (c *config) validate() error {
 // here only what it applies and verifies, or Cluster API would mark a
 // machine up to date that the node never got.
 func (c *config) validateCategories() error {
-	if len(c.cats) == 0 {
-		return invalid("WithCategories", "name at least one diff category")
-	}
 	builtin := diff.BuiltinCategories()
 	for _, cat := range c.cats {
 		if !slices.Contains(builtin, cat) {
-			return invalid("WithCategories", "unknown category %s (categories: %s)", errtext.Quote(string(cat)), joinCategories(builtin))
+			return invalid("Options.Categories", "unknown category %s (categories: %s)", errtext.Quote(string(cat)), joinCategories(builtin))
 		}
 	}
 	if c.decideOnly {
@@ -257,7 +195,7 @@ func (c *config) validateCategories() error {
 	applied := strategy.KubeadmCategories()
 	for _, cat := range c.cats {
 		if !slices.Contains(applied, cat) {
-			return invalid("WithCategories", "%q has no executor here (UpdateMachine applies and verifies only %s): it would be accepted and never applied; use DecideOnly if another extension applies it", cat, joinCategories(applied))
+			return invalid("Options.Categories", "%q has no executor here (UpdateMachine applies and verifies only %s): it would be accepted and never applied; use Options.DecideOnly if another extension applies it", cat, joinCategories(applied))
 		}
 	}
 	return nil
@@ -277,7 +215,7 @@ func (l HTTPLimits) validate() error {
 		{"IdleTimeout", int64(l.IdleTimeout)},
 	} {
 		if f.v <= 0 {
-			return invalid("WithHTTPLimits", "%s %d: must be positive (0 keeps the default)", f.name, f.v)
+			return invalid("Options.HTTPLimits", "%s %d: must not be negative (0 keeps the default)", f.name, f.v)
 		}
 	}
 	return nil
@@ -310,12 +248,33 @@ func (c *config) podOptions() []nodepod.Option {
 	if c.stageFrom != "" {
 		opts = append(opts, nodepod.WithStageFrom(c.stageFrom))
 	}
-	return append(opts, c.extraPodOptions...)
+	return append(opts, c.upd.PodOptions...)
+}
+
+// updaterOptions are the options of the server's MachineUpdater: the
+// embedded UpdaterOptions, with the server's pod options before theirs,
+// the server's plan configuration before their PlanConfig, and the
+// defaults that reach the workload clusters through mgmt.
+func (c *config) updaterOptions(mgmt client.Reader) capi.UpdaterOptions {
+	o := c.upd
+	o.PodOptions = c.podOptions()
+	o.PlanConfig = c.planConfig
+	if o.Clientset == nil {
+		o.Clientset = workload.KubeconfigClientset(mgmt)
+	}
+	if o.RetryAfter == 0 {
+		o.RetryAfter = DefaultRetryAfter
+	}
+	// Every request is checked against the live Machine before anything
+	// is done, and Events attach to it.
+	o.ManagementReader = mgmt
+	o.Metrics = c.metrics
+	return o
 }
 
 // PodOptions are the nodepod options of every upgrader pod the server
 // creates (the target version's image replaces WithImage's when
-// WithUpgraderImages is used). A nil Server has none.
+// UpdaterOptions.Images is used). A nil Server has none.
 func (s *Server) PodOptions() []nodepod.Option {
 	if s == nil {
 		return nil
@@ -325,18 +284,27 @@ func (s *Server) PodOptions() []nodepod.Option {
 
 // PlanConfig adjusts each node's kubeadm plan as UpdateMachine does: the
 // target version's bundle checksums are set and required (unless
-// WithoutBundleChecksums), the steps of WithSkipSteps are left out, a skip
+// Options.AllowUnverifiedBundles), the steps of Options.SkipSteps are left out, a skip
 // MachineUpdater already decided (no etcd snapshot when etcd is external)
-// is kept, and the checks of WithIgnorePreflightErrors are ignored. The staging
-// directory stays kubeadm.DefaultStagingDir, where the stage container puts
-// the binaries. A nil Server or Config changes nothing.
+// is kept, the checks of Options.IgnorePreflightErrors are ignored, and
+// then UpdaterOptions.PlanConfig, if any, runs. The staging directory
+// stays kubeadm.DefaultStagingDir, where the stage container puts the
+// binaries. A nil Server or Config changes nothing.
 func (s *Server) PlanConfig(c *kubeadm.Config) {
 	if s == nil || c == nil {
 		return
 	}
-	s.cfg.planChecksums(c)
-	s.cfg.applySkips(c)
-	c.IgnorePreflightErrors = append(c.IgnorePreflightErrors, s.cfg.ignorePreflight...)
+	s.cfg.planConfig(c)
+}
+
+// planConfig is PlanConfig.
+func (c *config) planConfig(k *kubeadm.Config) {
+	c.planChecksums(k)
+	c.applySkips(k)
+	k.IgnorePreflightErrors = append(k.IgnorePreflightErrors, c.ignorePreflight...)
+	if c.upd.PlanConfig != nil {
+		c.upd.PlanConfig(k)
+	}
 }
 
 // Metrics are the server's Prometheus metrics (nil, which records nothing,
@@ -436,31 +404,7 @@ func (s *Server) buildHandlers(mgmt client.Reader) ([]server.ExtensionHandler, e
 	if c.decideOnly {
 		return hs, nil
 	}
-	drainTimeout := c.drainTimeout
-	if drainTimeout == 0 {
-		drainTimeout = -1 // no deadline
-	}
-	unreachable := c.unreachable
-	if unreachable == 0 {
-		unreachable = -1 // no deadline
-	}
-	opts := capi.UpdaterOptions{
-		RetryAfter:                 time.Duration(c.retryAfter) * time.Second,
-		PodOptions:                 c.podOptions(),
-		PlanConfig:                 s.PlanConfig,
-		Clientset:                  workload.KubeconfigClientset(mgmt),
-		SkipDrain:                  !c.drain,
-		DrainTimeout:               drainTimeout,
-		WorkloadUnreachableTimeout: unreachable,
-		Metrics:                    c.metrics,
-		Logger:                     c.log,
-		// Every request is checked against the live Machine before
-		// anything is done, and Events attach to it.
-		ManagementReader: mgmt,
-		Gates:            c.gates,
-		Images:           c.images,
-		EventRecorder:    c.recorder,
-	}
+	opts := s.cfg.updaterOptions(mgmt)
 	workload := workload.KubeconfigClient(mgmt, c.scheme)
 	if c.createNamespace {
 		workload = EnsureNamespace(workload, c.namespace)
@@ -473,14 +417,14 @@ func (s *Server) buildHandlers(mgmt client.Reader) ([]server.ExtensionHandler, e
 	return append(hs, updater.Handler(c.prefix)), nil
 }
 
-// ReportGates says what the gates of WithGates would answer now about
+// ReportGates says what the gates of UpdaterOptions.Gates would answer now about
 // machines of cluster, taking nothing: the report Start serves at
 // gatereport.Path, made in process (for a preview of an extension not
 // deployed yet). A Server with DecideOnly serves no UpdateMachine, so it
 // has no gates to report: ErrInvalidOption.
 func (s *Server) ReportGates(ctx context.Context, cluster client.ObjectKey, machines []string) (*gatereport.Report, error) {
 	if s == nil || s.updater == nil {
-		return nil, invalid("ReportGates", "a Server made by New without DecideOnly")
+		return nil, invalid("ReportGates", "a Server made by New without Options.DecideOnly")
 	}
 	return gatereport.Build(ctx, s.mgmt, s.updater, &gatereport.Request{Cluster: gatereport.ClusterRef{Namespace: cluster.Namespace, Name: cluster.Name}, Machines: machines})
 }
@@ -491,9 +435,9 @@ func (s *Server) ReportGates(ctx context.Context, cluster client.ObjectKey, mach
 // reset (CVE-2023-44487) and stream multiplexing are of no use to a client
 // that sends one request at a time. The hooks are Cluster API's runtime
 // extension server's (discovery, decoding, answers), served by an
-// http.Server with the limits of WithHTTPLimits (body size, requests at
+// http.Server with the limits of Options.HTTPLimits (body size, requests at
 // once, header size, read, write and idle timeouts). Metrics are not
-// served here: they are on the registry of WithMetrics, by default
+// served here: they are on the registry of UpdaterOptions.Metrics, by default
 // controller-runtime's, which a manager's metrics server serves.
 func (s *Server) Start(ctx context.Context) error {
 	if s == nil || s.cfg.prefix == "" {

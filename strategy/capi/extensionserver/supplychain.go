@@ -31,53 +31,6 @@ var digestRef = regexp.MustCompile(`^[^@\s]+@sha256:[0-9a-f]{64}$`)
 // tag before the "@"), which no push can change.
 func PinnedByDigest(image string) bool { return digestRef.MatchString(image) }
 
-// AllowMutableUpgraderImages accepts upgrader image references without a
-// digest (a tag such as ":v1.31.1" or ":latest"). Whoever can push that tag
-// then chooses what runs as root on every node; New logs a warning through
-// WithLogger's logger. Meant for development clusters only.
-func AllowMutableUpgraderImages() Option { return func(c *config) { c.allowMutableImages = true } }
-
-// WithBundleChecksums sets, per Kubernetes version, the SHA-256 of every
-// file the upgrader bundle stages (see kubeadm.Config.Checksums). Each
-// update's bundle step verifies its target version's on the node, with
-// sha256sum, before it runs anything staged or installs any tree; a
-// version change to a version without checksums is declined at CanUpdate*.
-// The checksums must come from your release process (the SHA256SUMS the
-// bundle's builder writes, kept apart from the image), never from the
-// image they check. They are also the list of what each bundle carries:
-// a version whose bundle lacks kubeadm, kubelet or kubectl, or what a step
-// not left out by WithSkipSteps needs (etcd/etcdctl for the first control
-// plane's etcd snapshot, a containerd/ or cni-plugins/ tree), is refused,
-// since its update would fail on a drained node. hack/bundle.sh builds a
-// bundle and its SHA256SUMS. Required, or WithBundleChecksumsDir, or
-// WithoutBundleChecksums.
-func WithBundleChecksums(sums ChecksumsByVersion) Option {
-	return func(c *config) {
-		c.checksumsSet = true
-		c.checksums = make(ChecksumsByVersion, len(sums))
-		for v, m := range sums {
-			c.checksums[v] = maps.Clone(m)
-		}
-	}
-}
-
-// WithBundleChecksumsDir reads the checksums of WithBundleChecksums from
-// dir when New runs: one file per version, named by the version
-// ("v1.31.4"), in sha256sum's format; other names (a mounted ConfigMap's
-// "..data" links, say) are ignored. Validate checks only that dir is an
-// absolute path; New fails on a file it cannot read or parse, or on an
-// upgrader image version (WithUpgraderImages) without a file, and on a
-// bundle that lacks what the steps need (see WithBundleChecksums). Restart
-// the extension after adding a version.
-func WithBundleChecksumsDir(dir string) Option { return func(c *config) { c.checksumsDir = dir } }
-
-// WithoutBundleChecksums runs upgrader bundles without verifying their
-// content: the staged kubeadm, kubelet, kubectl and etcdctl run as root on
-// the node, and the containerd and CNI trees are copied onto /, exactly as
-// the image delivered them. New logs a warning through WithLogger's logger.
-// Meant for development clusters only.
-func WithoutBundleChecksums() Option { return func(c *config) { c.withoutChecksums = true } }
-
 // validateSupplyChain checks the options that decide what runs as root on
 // the nodes: images by digest, and the bundle checksums.
 func (c *config) validateSupplyChain() error {
@@ -85,11 +38,11 @@ func (c *config) validateSupplyChain() error {
 		if c.images != nil {
 			for _, v := range slices.Sorted(maps.Keys(c.images)) {
 				if !PinnedByDigest(c.images[v]) {
-					return invalid("WithUpgraderImages", "%s for %s is not pinned by digest (want <image>@sha256:<64 hex>; AllowMutableUpgraderImages accepts tags)", errtext.Quote(c.images[v]), errtext.Quote(v))
+					return invalid("UpdaterOptions.Images", "%s for %s is not pinned by digest (want <image>@sha256:<64 hex>; Options.AllowMutableUpgraderImages accepts tags)", errtext.Quote(c.images[v]), errtext.Quote(v))
 				}
 			}
 		} else if !PinnedByDigest(c.image) {
-			return invalid("WithUpgraderImage", "%s is not pinned by digest (want <image>@sha256:<64 hex>; AllowMutableUpgraderImages accepts tags)", errtext.Quote(c.image))
+			return invalid("Options.UpgraderImage", "%s is not pinned by digest (want <image>@sha256:<64 hex>; Options.AllowMutableUpgraderImages accepts tags)", errtext.Quote(c.image))
 		}
 	}
 	given := 0
@@ -100,15 +53,15 @@ func (c *config) validateSupplyChain() error {
 	}
 	switch {
 	case given == 0:
-		return invalid("WithBundleChecksums", "required (or WithBundleChecksumsDir): without checksums the upgrader bundle's binaries run as root unverified; WithoutBundleChecksums accepts that")
+		return invalid("Options.BundleChecksums", "required (or Options.BundleChecksumsDir): without checksums the upgrader bundle's binaries run as root unverified; Options.AllowUnverifiedBundles accepts that")
 	case given > 1:
-		return invalid("WithBundleChecksums", "WithBundleChecksums, WithBundleChecksumsDir and WithoutBundleChecksums: set one")
+		return invalid("Options.BundleChecksums", "Options.BundleChecksums, Options.BundleChecksumsDir and Options.AllowUnverifiedBundles: set one")
 	case c.checksumsDir != "":
 		if !filepath.IsAbs(c.checksumsDir) {
-			return invalid("WithBundleChecksumsDir", "%s is not an absolute path", errtext.Quote(c.checksumsDir))
+			return invalid("Options.BundleChecksumsDir", "%s is not an absolute path", errtext.Quote(c.checksumsDir))
 		}
 	case c.checksumsSet:
-		return c.validateChecksums("WithBundleChecksums")
+		return c.validateChecksums("Options.BundleChecksums")
 	}
 	return nil
 }
@@ -127,7 +80,7 @@ func (c *config) validateChecksums(option string) error {
 			return invalid(option, "version %s has no checksum", v)
 		}
 		if err := kubeadm.ValidateChecksums(c.checksums[v]); err != nil {
-			return &OptionError{Option: option, Detail: "version " + v, Err: err}
+			return &capi.OptionError{Option: option, Detail: "version " + v, Err: err}
 		}
 		if err := c.checkBundleCarries(option, v); err != nil {
 			return err
@@ -141,7 +94,7 @@ func (c *config) validateChecksums(option string) error {
 	return nil
 }
 
-// applySkips leaves out of k the steps of WithSkipSteps.
+// applySkips leaves out of k the steps of Options.SkipSteps.
 func (c *config) applySkips(k *kubeadm.Config) {
 	for _, step := range c.skip {
 		switch step {
@@ -175,26 +128,26 @@ func (c *config) checkBundleCarries(option, version string) error {
 	}
 	fix := "the bundle must carry it"
 	if slices.Contains(SkippableSteps(), n.Step) {
-		fix += ", or WithSkipSteps(" + n.Step + ") leaves the step out"
+		fix += ", or Options.SkipSteps with " + n.Step + " leaves the step out"
 	}
 	return invalid(option, "version %s: the bundle carries no %s, which the %s step needs (%s)", version, what, n.Step, fix)
 }
 
-// loadChecksums reads WithBundleChecksumsDir's directory, and logs the
+// loadChecksums reads Options.BundleChecksumsDir, and logs the
 // opt-outs in use.
 func (c *config) loadChecksums() error {
 	if !c.decideOnly && c.allowMutableImages {
-		c.log.Info("WARNING: upgrader images are not required to be pinned by digest (AllowMutableUpgraderImages): whoever can push their tags chooses what runs as root on the nodes")
+		c.log.Info("WARNING: upgrader images are not required to be pinned by digest (Options.AllowMutableUpgraderImages): whoever can push their tags chooses what runs as root on the nodes")
 	}
 	if c.decideOnly || c.checksumsDir == "" {
 		if !c.decideOnly && c.withoutChecksums {
-			c.log.Info("WARNING: upgrader bundles are not verified (WithoutBundleChecksums): staged binaries run as root on the nodes as the image delivered them")
+			c.log.Info("WARNING: upgrader bundles are not verified (Options.AllowUnverifiedBundles): staged binaries run as root on the nodes as the image delivered them")
 		}
 		return nil
 	}
 	entries, err := os.ReadDir(c.checksumsDir)
 	if err != nil {
-		return &OptionError{Option: "WithBundleChecksumsDir", Err: err}
+		return &capi.OptionError{Option: "Options.BundleChecksumsDir", Err: err}
 	}
 	c.checksums = ChecksumsByVersion{}
 	for _, e := range entries {
@@ -204,15 +157,15 @@ func (c *config) loadChecksums() error {
 		}
 		b, err := os.ReadFile(path.Join(c.checksumsDir, v))
 		if err != nil {
-			return &OptionError{Option: "WithBundleChecksumsDir", Err: err}
+			return &capi.OptionError{Option: "Options.BundleChecksumsDir", Err: err}
 		}
 		sums, err := kubeadm.ParseChecksums(string(b))
 		if err != nil {
-			return &OptionError{Option: "WithBundleChecksumsDir", Detail: "file " + v, Err: err}
+			return &capi.OptionError{Option: "Options.BundleChecksumsDir", Detail: "file " + v, Err: err}
 		}
 		c.checksums[v] = sums
 	}
-	if err := c.validateChecksums("WithBundleChecksumsDir"); err != nil {
+	if err := c.validateChecksums("Options.BundleChecksumsDir"); err != nil {
 		return err
 	}
 	c.log.Info("bundle checksums loaded", "dir", c.checksumsDir, "versions", strings.Join(slices.Sorted(maps.Keys(c.checksums)), ","))
@@ -241,7 +194,7 @@ func (c *config) checksumsCheck() capi.Check {
 }
 
 // planChecksums sets the checksums of a kubeadm plan, and requires them
-// unless WithoutBundleChecksums: a version without checksums then fails
+// unless Options.AllowUnverifiedBundles: a version without checksums then fails
 // to plan, before the node is touched.
 func (c *config) planChecksums(k *kubeadm.Config) {
 	if c.withoutChecksums {

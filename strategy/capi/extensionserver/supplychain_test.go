@@ -35,8 +35,9 @@ var (
 		kubeadm.StagedKubeadm: strings.Repeat("1", 64), kubeadm.StagedKubelet: strings.Repeat("2", 64), kubeadm.StagedKubectl: strings.Repeat("3", 64),
 		kubeadm.StagedEtcdctl: strings.Repeat("4", 64),
 	}
-	// noTrees leaves out the steps kubernetesSums carry nothing for.
-	noTrees = extensionserver.WithSkipSteps(kubeadm.StepContainerd, kubeadm.StepCNIPlugins)
+	// noTrees, as Options.SkipSteps, leaves out the steps kubernetesSums
+	// carry nothing for.
+	noTrees = []string{kubeadm.StepContainerd, kubeadm.StepCNIPlugins}
 )
 
 // logSink records what a logr.Logger logs.
@@ -60,30 +61,34 @@ func (l *logSink) String() string {
 }
 
 // TestUpgraderImagesByDigest: an upgrader image reference without a digest
-// is refused by Validate and New (ErrInvalidOption, naming the option),
-// unless AllowMutableUpgraderImages, which New logs. It failed before the
-// fix: any string was accepted.
+// is refused by Validate and New (capi.ErrInvalidOption, naming the
+// option), unless AllowMutableUpgraderImages, which New logs. It failed
+// before the fix: any string was accepted.
 func TestUpgraderImagesByDigest(t *testing.T) {
-	unverified := extensionserver.WithoutBundleChecksums()
+	image := func(ref string) extensionserver.Options { return extensionserver.Options{UpgraderImage: ref} }
+	images := func(m capi.ImagesByVersion) extensionserver.Options {
+		return extensionserver.Options{UpdaterOptions: capi.UpdaterOptions{Images: m}}
+	}
 	for _, tc := range []struct {
 		name   string
-		opt    extensionserver.Option
+		opts   extensionserver.Options
 		option string // "" when accepted
 	}{
-		{"a tag", extensionserver.WithUpgraderImage("registry.example/upgrader:v1.36.1"), "WithUpgraderImage"},
-		{"latest", extensionserver.WithUpgraderImage("registry.example/upgrader:latest"), "WithUpgraderImage"},
-		{"no tag", extensionserver.WithUpgraderImage("registry.example/upgrader"), "WithUpgraderImage"},
-		{"a short digest", extensionserver.WithUpgraderImage("registry.example/upgrader@sha256:abc"), "WithUpgraderImage"},
-		{"an uppercase digest", extensionserver.WithUpgraderImage("registry.example/upgrader@sha256:" + strings.Repeat("A", 64)), "WithUpgraderImage"},
-		{"a digest and then more", extensionserver.WithUpgraderImage("registry.example/upgrader@" + digestA + ":v1"), "WithUpgraderImage"},
-		{"one tag in a map", extensionserver.WithUpgraderImages(capi.ImagesByVersion{"v1.36.1": "r/u@" + digestA, "v1.37.0": "r/u:v1.37.0"}), "WithUpgraderImages"},
-		{"a digest", extensionserver.WithUpgraderImage("registry.example/upgrader@" + digestA), ""},
-		{"a tag and a digest", extensionserver.WithUpgraderImage("registry.example:5000/upgrader:v1.36.1@" + digestA), ""},
-		{"digests in a map", extensionserver.WithUpgraderImages(capi.ImagesByVersion{"v1.36.1": "r/u@" + digestA, "v1.37.0": "r/u@" + digestB}), ""},
+		{"a tag", image("registry.example/upgrader:v1.36.1"), "Options.UpgraderImage"},
+		{"latest", image("registry.example/upgrader:latest"), "Options.UpgraderImage"},
+		{"no tag", image("registry.example/upgrader"), "Options.UpgraderImage"},
+		{"a short digest", image("registry.example/upgrader@sha256:abc"), "Options.UpgraderImage"},
+		{"an uppercase digest", image("registry.example/upgrader@sha256:" + strings.Repeat("A", 64)), "Options.UpgraderImage"},
+		{"a digest and then more", image("registry.example/upgrader@" + digestA + ":v1"), "Options.UpgraderImage"},
+		{"one tag in a map", images(capi.ImagesByVersion{"v1.36.1": "r/u@" + digestA, "v1.37.0": "r/u:v1.37.0"}), "UpdaterOptions.Images"},
+		{"a digest", image("registry.example/upgrader@" + digestA), ""},
+		{"a tag and a digest", image("registry.example:5000/upgrader:v1.36.1@" + digestA), ""},
+		{"digests in a map", images(capi.ImagesByVersion{"v1.36.1": "r/u@" + digestA, "v1.37.0": "r/u@" + digestB}), ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			err := extensionserver.Validate(tc.opt, unverified)
-			_, errNew := extensionserver.New(fakeclient.NewClientBuilder().Build(), tc.opt, unverified, metrics(t))
+			tc.opts.AllowUnverifiedBundles = true
+			err := extensionserver.Validate(tc.opts)
+			_, errNew := extensionserver.New(fakeclient.NewClientBuilder().Build(), withMetrics(t, tc.opts))
 			if tc.option == "" {
 				require.NoError(t, err)
 				require.NoError(t, errNew)
@@ -94,51 +99,61 @@ func TestUpgraderImagesByDigest(t *testing.T) {
 			}
 			// The explicit opt-out accepts it, and says so in the log.
 			var log logSink
-			require.NoError(t, extensionserver.Validate(tc.opt, unverified, extensionserver.AllowMutableUpgraderImages()))
-			_, err = extensionserver.New(fakeclient.NewClientBuilder().Build(), tc.opt, unverified, extensionserver.AllowMutableUpgraderImages(),
-				extensionserver.WithLogger(log.logger()), metrics(t))
+			mutable := tc.opts
+			mutable.AllowMutableUpgraderImages = true
+			require.NoError(t, extensionserver.Validate(mutable))
+			mutable.Logger = log.logger()
+			_, err = extensionserver.New(fakeclient.NewClientBuilder().Build(), withMetrics(t, mutable))
 			require.NoError(t, err)
-			require.Contains(t, log.String(), "upgrader images are not required to be pinned by digest (AllowMutableUpgraderImages)")
+			require.Contains(t, log.String(), "upgrader images are not required to be pinned by digest (Options.AllowMutableUpgraderImages)")
 		})
 	}
 }
 
 // TestBundleChecksumsOptions: the extension refuses to run bundles it
-// cannot verify unless told to (WithoutBundleChecksums, logged); the
+// cannot verify unless told to (AllowUnverifiedBundles, logged); the
 // checksums are checked when given, read from a directory of SHA256SUMS
 // files (a mounted ConfigMap) by New, and each plan gets its target
 // version's, required. It failed before the fix: there were no checksums.
 func TestBundleChecksumsOptions(t *testing.T) {
-	img := extensionserver.WithUpgraderImage("r/u@" + digestA)
+	img := "r/u@" + digestA
+	sums := func(m extensionserver.ChecksumsByVersion) extensionserver.Options {
+		return extensionserver.Options{UpgraderImage: img, BundleChecksums: m}
+	}
 	for _, tc := range []struct {
 		name   string
-		opts   []extensionserver.Option
+		opts   extensionserver.Options
 		option string
 		detail string
 		cause  error
 	}{
-		{"none", []extensionserver.Option{img}, "WithBundleChecksums", "required", nil},
-		{"two", []extensionserver.Option{img, extensionserver.WithoutBundleChecksums(), extensionserver.WithBundleChecksumsDir("/etc/sums")}, "WithBundleChecksums", "set one", nil},
-		{"no version", []extensionserver.Option{img, extensionserver.WithBundleChecksums(nil)}, "WithBundleChecksums", "no version", nil},
-		{"not a version", []extensionserver.Option{img, extensionserver.WithBundleChecksums(extensionserver.ChecksumsByVersion{"1.31.1": kubernetesSums})},
-			"WithBundleChecksums", `version "1.31.1" is not a version`, nil},
-		{"a version without checksums", []extensionserver.Option{img, extensionserver.WithBundleChecksums(extensionserver.ChecksumsByVersion{"v1.36.1": {}})},
-			"WithBundleChecksums", "v1.36.1 has no checksum", nil},
-		{"a bad checksum", []extensionserver.Option{img, extensionserver.WithBundleChecksums(extensionserver.ChecksumsByVersion{"v1.36.1": {"kubernetes/kubeadm": "ABC"}})},
-			"WithBundleChecksums", "version v1.36.1", kubeadm.ErrInvalidConfig},
-		{"a path out of staging", []extensionserver.Option{img, extensionserver.WithBundleChecksums(extensionserver.ChecksumsByVersion{"v1.36.1": {"../usr/bin/kubeadm": strings.Repeat("1", 64)}})},
-			"WithBundleChecksums", "version v1.36.1", kubeadm.ErrInvalidConfig},
-		{"an image version without checksums", []extensionserver.Option{
-			extensionserver.WithUpgraderImages(capi.ImagesByVersion{"v1.36.1": "r/u@" + digestA, "v1.37.0": "r/u@" + digestB}),
-			extensionserver.WithBundleChecksums(extensionserver.ChecksumsByVersion{"v1.36.1": kubernetesSums})},
-			"WithBundleChecksums", "upgrader image version v1.37.0 has no checksums", nil},
-		{"a relative directory", []extensionserver.Option{img, extensionserver.WithBundleChecksumsDir("sums")}, "WithBundleChecksumsDir", `"sums" is not an absolute path`, nil},
+		// A nil map is "not set".
+		{"none", sums(nil), "Options.BundleChecksums", "required", nil},
+		{"two", extensionserver.Options{UpgraderImage: img, AllowUnverifiedBundles: true, BundleChecksumsDir: "/etc/sums"}, "Options.BundleChecksums", "set one", nil},
+		{"three", extensionserver.Options{UpgraderImage: img, AllowUnverifiedBundles: true, BundleChecksumsDir: "/etc/sums",
+			BundleChecksums: extensionserver.ChecksumsByVersion{"v1.36.1": kubernetesSums}}, "Options.BundleChecksums", "set one", nil},
+		// A non-nil empty map is set, with no version.
+		{"no version", sums(extensionserver.ChecksumsByVersion{}), "Options.BundleChecksums", "no version", nil},
+		{"not a version", sums(extensionserver.ChecksumsByVersion{"1.31.1": kubernetesSums}),
+			"Options.BundleChecksums", `version "1.31.1" is not a version`, nil},
+		{"a version without checksums", sums(extensionserver.ChecksumsByVersion{"v1.36.1": {}}),
+			"Options.BundleChecksums", "v1.36.1 has no checksum", nil},
+		{"a bad checksum", sums(extensionserver.ChecksumsByVersion{"v1.36.1": {"kubernetes/kubeadm": "ABC"}}),
+			"Options.BundleChecksums", "version v1.36.1", kubeadm.ErrInvalidConfig},
+		{"a path out of staging", sums(extensionserver.ChecksumsByVersion{"v1.36.1": {"../usr/bin/kubeadm": strings.Repeat("1", 64)}}),
+			"Options.BundleChecksums", "version v1.36.1", kubeadm.ErrInvalidConfig},
+		{"an image version without checksums", extensionserver.Options{
+			BundleChecksums: extensionserver.ChecksumsByVersion{"v1.36.1": kubernetesSums},
+			UpdaterOptions:  capi.UpdaterOptions{Images: capi.ImagesByVersion{"v1.36.1": "r/u@" + digestA, "v1.37.0": "r/u@" + digestB}}},
+			"Options.BundleChecksums", "upgrader image version v1.37.0 has no checksums", nil},
+		{"a relative directory", extensionserver.Options{UpgraderImage: img, BundleChecksumsDir: "sums"}, "Options.BundleChecksumsDir", `"sums" is not an absolute path`, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			tc.opts.SkipSteps = noTrees
 			for _, err := range []error{
-				extensionserver.Validate(append(tc.opts, noTrees)...),
+				extensionserver.Validate(tc.opts),
 				func() error {
-					_, err := extensionserver.New(fakeclient.NewClientBuilder().Build(), append(tc.opts, noTrees, metrics(t))...)
+					_, err := extensionserver.New(fakeclient.NewClientBuilder().Build(), withMetrics(t, tc.opts))
 					return err
 				}(),
 			} {
@@ -153,7 +168,8 @@ func TestBundleChecksumsOptions(t *testing.T) {
 		require.NoError(t, os.Mkdir(filepath.Join(dir, "..2026_11_27"), 0o755)) // a ConfigMap mount's
 		require.NoError(t, os.WriteFile(filepath.Join(dir, "README"), []byte("not a version"), 0o644))
 		mgmt := fakeclient.NewClientBuilder().Build()
-		s, err := extensionserver.New(mgmt, img, extensionserver.WithBundleChecksumsDir(dir), noTrees, metrics(t))
+		fromDir := extensionserver.Options{UpgraderImage: img, BundleChecksumsDir: dir, SkipSteps: noTrees}
+		s, err := extensionserver.New(mgmt, withMetrics(t, fromDir))
 		require.NoError(t, err)
 		c := kubeadm.Config{Node: "n", Role: kubeadm.RoleWorker, FromVersion: "v1.35.4", ToVersion: "v1.36.1", SkipContainerd: true, SkipCNIPlugins: true}
 		s.PlanConfig(&c)
@@ -175,22 +191,23 @@ func TestBundleChecksumsOptions(t *testing.T) {
 
 		// New reads the files: a bad one, or a missing image version, fails.
 		require.NoError(t, os.WriteFile(filepath.Join(dir, "v1.37.0"), []byte("not sha256sum output\n"), 0o644))
-		_, err = extensionserver.New(mgmt, img, extensionserver.WithBundleChecksumsDir(dir), noTrees, metrics(t))
+		_, err = extensionserver.New(mgmt, withMetrics(t, fromDir))
 		require.ErrorIs(t, err, kubeadm.ErrInvalidConfig)
-		require.ErrorContains(t, err, "WithBundleChecksumsDir: file v1.37.0")
+		require.ErrorContains(t, err, "Options.BundleChecksumsDir: file v1.37.0")
 		require.NoError(t, os.Remove(filepath.Join(dir, "v1.37.0")))
-		_, err = extensionserver.New(mgmt, extensionserver.WithUpgraderImages(capi.ImagesByVersion{"v1.36.1": "r/u@" + digestA, "v1.37.0": "r/u@" + digestB}),
-			extensionserver.WithBundleChecksumsDir(dir), noTrees, metrics(t))
-		require.ErrorContains(t, err, "upgrader image version v1.37.0 has no checksums")
-		_, err = extensionserver.New(mgmt, img, extensionserver.WithBundleChecksumsDir(filepath.Join(dir, "missing")), metrics(t))
-		require.ErrorIs(t, err, extensionserver.ErrInvalidOption)
+		_, err = extensionserver.New(mgmt, withMetrics(t, extensionserver.Options{BundleChecksumsDir: dir, SkipSteps: noTrees,
+			UpdaterOptions: capi.UpdaterOptions{Images: capi.ImagesByVersion{"v1.36.1": "r/u@" + digestA, "v1.37.0": "r/u@" + digestB}}}))
+		requireOptionError(t, err, "Options.BundleChecksumsDir", "upgrader image version v1.37.0 has no checksums", nil)
+		_, err = extensionserver.New(mgmt, withMetrics(t, extensionserver.Options{UpgraderImage: img, BundleChecksumsDir: filepath.Join(dir, "missing")}))
+		requireOptionError(t, err, "Options.BundleChecksumsDir", "", os.ErrNotExist)
 	})
 
 	t.Run("the opt-out is logged and requires nothing", func(t *testing.T) {
 		var log logSink
-		s, err := extensionserver.New(fakeclient.NewClientBuilder().Build(), img, extensionserver.WithoutBundleChecksums(), extensionserver.WithLogger(log.logger()), metrics(t))
+		s, err := extensionserver.New(fakeclient.NewClientBuilder().Build(), extensionserver.Options{UpgraderImage: img, AllowUnverifiedBundles: true,
+			UpdaterOptions: capi.UpdaterOptions{Logger: log.logger(), Metrics: metrics(t)}})
 		require.NoError(t, err)
-		require.Contains(t, log.String(), "upgrader bundles are not verified (WithoutBundleChecksums)")
+		require.Contains(t, log.String(), "upgrader bundles are not verified (Options.AllowUnverifiedBundles)")
 		c := kubeadm.Config{Node: "n", Role: kubeadm.RoleWorker, FromVersion: "v1.35.4", ToVersion: "v1.36.1"}
 		s.PlanConfig(&c)
 		require.False(t, c.RequireChecksums)
@@ -220,8 +237,8 @@ func TestVersionWithoutChecksumsIsAFailure(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, env.Client.Create(t.Context(), kubeconfig))
 	mgmt := env.Client
-	s, err := extensionserver.New(mgmt, extensionserver.WithUpgraderImage("r/u@"+digestA),
-		extensionserver.WithBundleChecksums(extensionserver.ChecksumsByVersion{"v1.36.1": kubernetesSums}), noTrees, metrics(t))
+	s, err := extensionserver.New(mgmt, withMetrics(t, extensionserver.Options{UpgraderImage: "r/u@" + digestA,
+		BundleChecksums: extensionserver.ChecksumsByVersion{"v1.36.1": kubernetesSums}, SkipSteps: noTrees}))
 	require.NoError(t, err)
 	var can func(context.Context, *runtimehooksv1.CanUpdateMachineRequest, *runtimehooksv1.CanUpdateMachineResponse)
 	for _, h := range s.Handlers() {
@@ -279,9 +296,9 @@ func TestBundleMustCarryWhatTheStepsNeed(t *testing.T) {
 		{"the default bundle, trees skipped", extensionserver.ChecksumsByVersion{"v1.36.1": with(etcd)}, []string{"containerd", "cni-plugins"}, ""},
 		{"no etcdctl, everything skipped", extensionserver.ChecksumsByVersion{"v1.36.1": with()}, extensionserver.SkippableSteps(), ""},
 		{"no etcdctl, the snapshot not skipped (the shipped Deployment before)", extensionserver.ChecksumsByVersion{"v1.36.1": with()}, []string{"containerd", "cni-plugins"},
-			"version v1.36.1: the bundle carries no etcd/etcdctl, which the etcd-snapshot step needs (the bundle must carry it, or WithSkipSteps(etcd-snapshot) leaves the step out)"},
+			"version v1.36.1: the bundle carries no etcd/etcdctl, which the etcd-snapshot step needs (the bundle must carry it, or Options.SkipSteps with etcd-snapshot leaves the step out)"},
 		{"no containerd tree", extensionserver.ChecksumsByVersion{"v1.36.1": with(etcd, cni)}, nil,
-			"version v1.36.1: the bundle carries no containerd/ (a tree copied onto /), which the containerd step needs (the bundle must carry it, or WithSkipSteps(containerd) leaves the step out)"},
+			"version v1.36.1: the bundle carries no containerd/ (a tree copied onto /), which the containerd step needs (the bundle must carry it, or Options.SkipSteps with containerd leaves the step out)"},
 		{"no CNI tree", extensionserver.ChecksumsByVersion{"v1.36.1": with(etcd, containerd)}, []string{"etcd-snapshot"},
 			"version v1.36.1: the bundle carries no cni-plugins/ (a tree copied onto /), which the cni-plugins step needs"},
 		{"a file beside the tree is not the tree", extensionserver.ChecksumsByVersion{"v1.36.1": with(etcd, "cni-plugins.tar")}, []string{"containerd"},
@@ -295,23 +312,26 @@ func TestBundleMustCarryWhatTheStepsNeed(t *testing.T) {
 			"version v1.37.0: the bundle carries no etcd/etcdctl"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			opts := []extensionserver.Option{extensionserver.WithUpgraderImage("r/u@" + digestA), extensionserver.WithSkipSteps(tc.skip...)}
+			opts := extensionserver.Options{UpgraderImage: "r/u@" + digestA, SkipSteps: tc.skip}
 			dir := t.TempDir()
 			for v, m := range tc.sums {
 				require.NoError(t, os.WriteFile(filepath.Join(dir, v), []byte(kubeadm.FormatChecksums(m)), 0o644))
 			}
+			given, inDir := opts, opts
+			given.BundleChecksums = tc.sums
+			inDir.BundleChecksumsDir = dir
 			for _, c := range []struct {
 				option string
 				err    error
 			}{
-				{"WithBundleChecksums", extensionserver.Validate(append(opts, extensionserver.WithBundleChecksums(tc.sums))...)},
-				{"WithBundleChecksums", func() error {
-					_, err := extensionserver.New(fakeclient.NewClientBuilder().Build(), append(opts, extensionserver.WithBundleChecksums(tc.sums), metrics(t))...)
+				{"Options.BundleChecksums", extensionserver.Validate(given)},
+				{"Options.BundleChecksums", func() error {
+					_, err := extensionserver.New(fakeclient.NewClientBuilder().Build(), withMetrics(t, given))
 					return err
 				}()},
 				// The directory is read by New only: Validate cannot see it.
-				{"WithBundleChecksumsDir", func() error {
-					_, err := extensionserver.New(fakeclient.NewClientBuilder().Build(), append(opts, extensionserver.WithBundleChecksumsDir(dir), metrics(t))...)
+				{"Options.BundleChecksumsDir", func() error {
+					_, err := extensionserver.New(fakeclient.NewClientBuilder().Build(), withMetrics(t, inDir))
 					return err
 				}()},
 			} {
@@ -324,17 +344,18 @@ func TestBundleMustCarryWhatTheStepsNeed(t *testing.T) {
 		})
 	}
 
-	t.Run("WithoutBundleChecksums lists nothing to check", func(t *testing.T) {
-		require.NoError(t, extensionserver.Validate(extensionserver.WithUpgraderImage("r/u@"+digestA), extensionserver.WithoutBundleChecksums()))
+	t.Run("AllowUnverifiedBundles lists nothing to check", func(t *testing.T) {
+		require.NoError(t, extensionserver.Validate(extensionserver.Options{UpgraderImage: "r/u@" + digestA, AllowUnverifiedBundles: true}))
 	})
 }
 
-// requireOptionError: err is an *OptionError matching ErrInvalidOption
-// that names option, with detail in its Detail, and wraps cause (if any).
+// requireOptionError: err is a *capi.OptionError matching
+// capi.ErrInvalidOption that names option, with detail in its Detail, and
+// wraps cause (if any).
 func requireOptionError(t *testing.T, err error, option, detail string, cause error) {
 	t.Helper()
-	require.ErrorIs(t, err, extensionserver.ErrInvalidOption)
-	var oe *extensionserver.OptionError
+	require.ErrorIs(t, err, capi.ErrInvalidOption)
+	var oe *capi.OptionError
 	require.ErrorAs(t, err, &oe, "%T is an *OptionError", err)
 	require.Equal(t, option, oe.Option)
 	require.Contains(t, oe.Detail, detail)

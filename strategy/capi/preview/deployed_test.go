@@ -130,7 +130,7 @@ func TestTheDeployedExtensionDecides(t *testing.T) {
 
 	// In process, as the plugin's defaults configure upgradekit's
 	// extension: in place.
-	plugin, err := extensionserver.New(c, extensionserver.AllowMutableUpgraderImages(), extensionserver.WithoutBundleChecksums(), extensionserver.WithUpgraderImage("preview.invalid/upgrader:any"))
+	plugin, err := extensionserver.New(c, extensionserver.Options{UpgraderImage: "preview.invalid/upgrader:any", AllowMutableUpgraderImages: true, AllowUnverifiedBundles: true})
 	require.NoError(t, err)
 	pr, err := preview.Predict(ctx, c, snap, change, plugin.Extension())
 	require.NoError(t, err)
@@ -140,8 +140,9 @@ func TestTheDeployedExtensionDecides(t *testing.T) {
 		require.Equal(t, strategy.MethodInPlace, m.Method, m.Reason)
 	}
 
-	upgradekit := func(opts ...extensionserver.Option) []server.ExtensionHandler {
-		srv, err := extensionserver.New(c, append([]extensionserver.Option{extensionserver.AllowMutableUpgraderImages(), extensionserver.WithoutBundleChecksums()}, opts...)...)
+	upgradekit := func(opts extensionserver.Options) []server.ExtensionHandler {
+		opts.AllowMutableUpgraderImages, opts.AllowUnverifiedBundles = true, true
+		srv, err := extensionserver.New(c, opts)
 		require.NoError(t, err)
 		return srv.Handlers()
 	}
@@ -161,12 +162,12 @@ func TestTheDeployedExtensionDecides(t *testing.T) {
 		want     strategy.Method
 		reason   string
 	}{
-		{name: "upgradekit as the plugin assumes", handlers: upgradekit(extensionserver.WithUpgraderImage("registry.example/upgrader:any")), want: strategy.MethodInPlace, reason: "CanUpdateMachineSet accepts"},
+		{name: "upgradekit as the plugin assumes", handlers: upgradekit(extensionserver.Options{UpgraderImage: "registry.example/upgrader:any"}), want: strategy.MethodInPlace, reason: "CanUpdateMachineSet accepts"},
 		// Not configured for the version is a Failure, which Cluster API
 		// asks again, not a decline it remembers.
-		{name: "upgradekit with images for another version", handlers: upgradekit(extensionserver.WithUpgraderImages(capi.ImagesByVersion{cpTo: "registry.example/upgrader:" + cpTo})),
+		{name: "upgradekit with images for another version", handlers: upgradekit(extensionserver.Options{UpdaterOptions: capi.UpdaterOptions{Images: capi.ImagesByVersion{cpTo: "registry.example/upgrader:" + cpTo}}}),
 			want: strategy.MethodBlocked, reason: "not configured for the version"},
-		{name: "upgradekit disabled by its ExtensionConfig's settings", handlers: upgradekit(extensionserver.WithUpgraderImage("registry.example/upgrader:any")),
+		{name: "upgradekit disabled by its ExtensionConfig's settings", handlers: upgradekit(extensionserver.Options{UpgraderImage: "registry.example/upgrader:any"}),
 			settings: map[string]string{capi.SettingDisabled: "true"}, want: strategy.MethodReplace, reason: "CanUpdateMachineSet declines"},
 		{name: "another vendor's extension", handlers: []server.ExtensionHandler{versionOnly("other", true)}, want: strategy.MethodInPlace, reason: "version only (handler other.deployed)"},
 		{name: "another vendor's patch leaves a difference", handlers: []server.ExtensionHandler{versionOnly("other", false)}, want: strategy.MethodReplace, reason: "Cluster API would still roll it out"},
@@ -248,8 +249,8 @@ func TestThroughTheServiceProxy(t *testing.T) {
 	// one port, with a maintenance window that is closed.
 	yearly, err := strategy.MaintenanceWindow("new-year", "0 0 1 1 *", time.Minute, "UTC")
 	require.NoError(t, err)
-	srv, u, _ := startServer(t, ip, inNetns, c, extensionserver.WithUpgraderImages(capi.ImagesByVersion{cpTo: "registry.example/upgrader:" + cpTo}),
-		extensionserver.WithGates(yearly))
+	srv, u, _ := startServer(t, ip, inNetns, c, extensionserver.Options{UpdaterOptions: capi.UpdaterOptions{
+		Images: capi.ImagesByVersion{cpTo: "registry.example/upgrader:" + cpTo}, Gates: []strategy.Gate{yearly}}})
 	port, err := strconv.Atoi(u[strings.LastIndex(u, ":")+1:])
 	require.NoError(t, err)
 

@@ -60,7 +60,7 @@ func TestReadAndPredictAgainstAPIServer(t *testing.T) {
 	require.NoError(t, clusterapi.ProvisionedCluster{Name: "small", Version: cpFrom, WorkerVersion: workersFrom, ControlPlane: 3, ControlPlaneSurge: 1,
 		Workers: map[string]int{"md-a": 3, "md-b": 2}, Nodes: true}.Create(ctx, c))
 	kubeconfigFor(t, env, "small")
-	srv, err := extensionserver.New(c, extensionserver.AllowMutableUpgraderImages(), extensionserver.WithoutBundleChecksums(), extensionserver.WithUpgraderImage("registry.example/upgrader:any"))
+	srv, err := extensionserver.New(c, extensionserver.Options{UpgraderImage: "registry.example/upgrader:any", AllowMutableUpgraderImages: true, AllowUnverifiedBundles: true})
 	require.NoError(t, err)
 
 	snap, err := preview.Read(ctx, c, client.ObjectKey{Namespace: "default", Name: "small"})
@@ -217,7 +217,7 @@ func TestAThousandMachines(t *testing.T) {
 	require.NoError(t, clusterapi.ProvisionedCluster{Name: "big", Version: cpFrom, WorkerVersion: workersFrom, ControlPlane: 3, Workers: groups, Nodes: true}.Create(ctx, c))
 	kubeconfigFor(t, env, "big")
 	t.Logf("created 1,003 machines with their KubeadmConfigs, infrastructure machines and Nodes in %s", time.Since(start).Round(time.Millisecond))
-	srv, err := extensionserver.New(c, extensionserver.AllowMutableUpgraderImages(), extensionserver.WithoutBundleChecksums(), extensionserver.WithUpgraderImage("registry.example/upgrader:any"))
+	srv, err := extensionserver.New(c, extensionserver.Options{UpgraderImage: "registry.example/upgrader:any", AllowMutableUpgraderImages: true, AllowUnverifiedBundles: true})
 	require.NoError(t, err)
 
 	var change []*unstructured.Unstructured
@@ -275,14 +275,14 @@ func TestTopologyVersionAndChecks(t *testing.T) {
 	snap, err := preview.Read(ctx, c, client.ObjectKey{Namespace: "default", Name: "topo"})
 	require.NoError(t, err)
 	images := capi.ImagesByVersion{cpTo: "registry.example/upgrader:" + cpTo}
-	srv, err := extensionserver.New(c, extensionserver.AllowMutableUpgraderImages(), extensionserver.WithoutBundleChecksums(), extensionserver.WithUpgraderImages(images))
+	srv, err := extensionserver.New(c, extensionserver.Options{AllowMutableUpgraderImages: true, AllowUnverifiedBundles: true, UpdaterOptions: capi.UpdaterOptions{Images: images}})
 	require.NoError(t, err)
 
 	bumped := cluster.DeepCopy()
 	bumped.Spec.Topology.Version = cpTo
 	change := []*unstructured.Unstructured{toUnstructured(t, bumped, "Cluster", clusterv1.GroupVersion.String())}
 	inProcess, err := preview.NewInProcess(c, func(mgmt client.Reader) (preview.Answerer, error) {
-		srv, err := extensionserver.New(mgmt, extensionserver.AllowMutableUpgraderImages(), extensionserver.WithoutBundleChecksums(), extensionserver.WithUpgraderImages(images))
+		srv, err := extensionserver.New(mgmt, extensionserver.Options{AllowMutableUpgraderImages: true, AllowUnverifiedBundles: true, UpdaterOptions: capi.UpdaterOptions{Images: images}})
 		if err != nil {
 			return nil, err
 		}
@@ -387,7 +387,7 @@ func TestTopologyChainedUpgrade(t *testing.T) {
 	require.NoError(t, err)
 	images := capi.ImagesByVersion{cpTo: "registry.example/upgrader:" + cpTo, skip: "registry.example/upgrader:" + skip}
 	build := func(mgmt client.Reader) (preview.Answerer, error) {
-		srv, err := extensionserver.New(mgmt, extensionserver.AllowMutableUpgraderImages(), extensionserver.WithoutBundleChecksums(), extensionserver.WithUpgraderImages(images))
+		srv, err := extensionserver.New(mgmt, extensionserver.Options{AllowMutableUpgraderImages: true, AllowUnverifiedBundles: true, UpdaterOptions: capi.UpdaterOptions{Images: images}})
 		if err != nil {
 			return nil, err
 		}
@@ -464,8 +464,8 @@ func TestTopologyChainedUpgrade(t *testing.T) {
 	// later step waits, and so do the workers, which Cluster API moves only
 	// once the control plane runs their version.
 	noFirst, err := preview.NewInProcess(c, func(mgmt client.Reader) (preview.Answerer, error) {
-		srv, err := extensionserver.New(mgmt, extensionserver.AllowMutableUpgraderImages(), extensionserver.WithoutBundleChecksums(),
-			extensionserver.WithUpgraderImages(capi.ImagesByVersion{skip: images[skip]}))
+		srv, err := extensionserver.New(mgmt, extensionserver.Options{AllowMutableUpgraderImages: true, AllowUnverifiedBundles: true,
+			UpdaterOptions: capi.UpdaterOptions{Images: capi.ImagesByVersion{skip: images[skip]}}})
 		if err != nil {
 			return nil, err
 		}

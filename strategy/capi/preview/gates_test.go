@@ -21,6 +21,7 @@ import (
 
 	"github.com/upgradekit/upgradekit/harness/testcerts"
 	"github.com/upgradekit/upgradekit/strategy"
+	"github.com/upgradekit/upgradekit/strategy/capi"
 	"github.com/upgradekit/upgradekit/strategy/capi/extensionserver"
 	"github.com/upgradekit/upgradekit/strategy/capi/gatereport"
 	"github.com/upgradekit/upgradekit/strategy/capi/gates"
@@ -31,13 +32,14 @@ import (
 // (extensionserver.Server.Start: the hooks and the gate report on one TLS
 // port) on host, through run (a network namespace, or a plain call), and
 // returns its URL and CA bundle once it listens.
-func startServer(t *testing.T, host string, run func(func() error) error, c client.Client, opts ...extensionserver.Option) (*extensionserver.Server, string, []byte) {
+func startServer(t *testing.T, host string, run func(func() error) error, c client.Client, opts extensionserver.Options) (*extensionserver.Server, string, []byte) {
 	t.Helper()
 	dir := t.TempDir()
 	testcerts.Write(t, dir)
 	port := testcerts.FreePort(t)
-	srv, err := extensionserver.New(c, append([]extensionserver.Option{extensionserver.AllowMutableUpgraderImages(), extensionserver.WithoutBundleChecksums(),
-		extensionserver.WithServing(host, port, dir)}, opts...)...)
+	opts.AllowMutableUpgraderImages, opts.AllowUnverifiedBundles = true, true
+	opts.Host, opts.Port, opts.CertDir = host, port, dir
+	srv, err := extensionserver.New(c, opts)
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -89,10 +91,9 @@ func TestTheDeployedExtensionsGates(t *testing.T) {
 	held := leases()
 	require.Len(t, held, 1)
 
-	_, u, ca := startServer(t, "127.0.0.1", direct, c, extensionserver.WithUpgraderImage("registry.example/upgrader:any"),
-		extensionserver.WithGates(yearly, limit))
-	srv, err := extensionserver.New(c, extensionserver.AllowMutableUpgraderImages(), extensionserver.WithoutBundleChecksums(),
-		extensionserver.WithUpgraderImage("registry.example/upgrader:any"))
+	_, u, ca := startServer(t, "127.0.0.1", direct, c, extensionserver.Options{UpgraderImage: "registry.example/upgrader:any",
+		UpdaterOptions: capi.UpdaterOptions{Gates: []strategy.Gate{yearly, limit}}})
+	srv, err := extensionserver.New(c, extensionserver.Options{UpgraderImage: "registry.example/upgrader:any", AllowMutableUpgraderImages: true, AllowUnverifiedBundles: true})
 	require.NoError(t, err)
 	register(t, c, registration{name: "deployed", url: u, ca: ca, handlers: srv.Handlers()})
 	d, err := preview.FindDeployed(ctx, c, "default")
@@ -119,8 +120,8 @@ func TestTheDeployedExtensionsGates(t *testing.T) {
 	require.Contains(t, string(js), `"gates":[{"gate":"new-year","verdict":"Wait"`)
 
 	t.Run("in process, the extension's server reports its gates", func(t *testing.T) {
-		local, err := extensionserver.New(c, extensionserver.AllowMutableUpgraderImages(), extensionserver.WithoutBundleChecksums(),
-			extensionserver.WithUpgraderImage("registry.example/upgrader:any"), extensionserver.WithGates(limit))
+		local, err := extensionserver.New(c, extensionserver.Options{UpgraderImage: "registry.example/upgrader:any", AllowMutableUpgraderImages: true, AllowUnverifiedBundles: true,
+			UpdaterOptions: capi.UpdaterOptions{Gates: []strategy.Gate{limit}}})
 		require.NoError(t, err)
 		pr, err := preview.Predict(ctx, c, snap, change, local.Extension(), preview.WithGateReporter(local))
 		require.NoError(t, err)
@@ -132,8 +133,8 @@ func TestTheDeployedExtensionsGates(t *testing.T) {
 		// A free slot, which a Check would take: the report takes none.
 		two, err := gates.NewConcurrency(c, "default", 2, time.Hour)
 		require.NoError(t, err)
-		local, err = extensionserver.New(c, extensionserver.AllowMutableUpgraderImages(), extensionserver.WithoutBundleChecksums(),
-			extensionserver.WithUpgraderImage("registry.example/upgrader:any"), extensionserver.WithGates(two))
+		local, err = extensionserver.New(c, extensionserver.Options{UpgraderImage: "registry.example/upgrader:any", AllowMutableUpgraderImages: true, AllowUnverifiedBundles: true,
+			UpdaterOptions: capi.UpdaterOptions{Gates: []strategy.Gate{two}}})
 		require.NoError(t, err)
 		pr, err = preview.Predict(ctx, c, snap, change, local.Extension(), preview.WithGateReporter(local))
 		require.NoError(t, err)
@@ -149,7 +150,7 @@ func TestTheDeployedExtensionsGates(t *testing.T) {
 	})
 
 	t.Run("an extension without gates", func(t *testing.T) {
-		_, u, ca := startServer(t, "127.0.0.1", direct, c, extensionserver.WithUpgraderImage("registry.example/upgrader:any"))
+		_, u, ca := startServer(t, "127.0.0.1", direct, c, extensionserver.Options{UpgraderImage: "registry.example/upgrader:any"})
 		unregister(t, c, "deployed")
 		register(t, c, registration{name: "plain", url: u, ca: ca, handlers: srv.Handlers()})
 		d, err := preview.FindDeployed(ctx, c, "default")

@@ -106,8 +106,8 @@ func TestPredictionIsWhatClusterAPIDoes(t *testing.T) {
 	}, 3*time.Minute, 200*time.Millisecond, "machines provisioned; provider: %v", h.Provider.Errors())
 
 	// The extension, as deployed, registered with Cluster API.
-	srv, err := extensionserver.New(c, extensionserver.AllowMutableUpgraderImages(), extensionserver.WithoutBundleChecksums(), extensionserver.WithUpgraderImage(truthImage), extensionserver.WithRetryAfter(1),
-		extensionserver.WithDrainTimeout(2*time.Second))
+	srv, err := extensionserver.New(c, extensionserver.Options{UpgraderImage: truthImage, AllowMutableUpgraderImages: true, AllowUnverifiedBundles: true,
+		UpdaterOptions: capi.UpdaterOptions{RetryAfter: time.Second, DrainTimeout: 2 * time.Second}})
 	require.NoError(t, err)
 	url, ca := clusterapi.ServeForTest(t, srv.Handlers()...)
 	_, err = clusterapi.RegisterExtension(ctx, c, "upgradekit", url, ca)
@@ -354,7 +354,8 @@ func TestPredictionIsWhatKubeadmControlPlaneDoes(t *testing.T) {
 		return running(before, 3) && kcpReady(t, c, 3)
 	}, 4*time.Minute, 500*time.Millisecond, "KubeadmControlPlane provisioned; provider: %v", h.Provider.Errors())
 
-	srv, err := extensionserver.New(c, extensionserver.AllowMutableUpgraderImages(), extensionserver.WithoutBundleChecksums(), extensionserver.WithUpgraderImages(capi.ImagesByVersion{to: image}), extensionserver.WithRetryAfter(1))
+	srv, err := extensionserver.New(c, extensionserver.Options{AllowMutableUpgraderImages: true, AllowUnverifiedBundles: true,
+		UpdaterOptions: capi.UpdaterOptions{Images: capi.ImagesByVersion{to: image}, RetryAfter: time.Second}})
 	require.NoError(t, err)
 	url, ca := clusterapi.ServeForTest(t, srv.Handlers()...)
 	_, err = clusterapi.RegisterExtension(ctx, c, "upgradekit", url, ca)
