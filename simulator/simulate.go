@@ -109,7 +109,7 @@ type Result struct {
 	// Reasons says why each machine of Failed failed: the error of its
 	// update. In MachineUpdater mode (WithMachineUpdater) it is the hook's
 	// Failure message, which starts with capi.ErrUpdateFailed's text and a
-	// capi.Failure* reason ("in-place update failed: StepFailed: ...").
+	// observe.Failure* reason ("in-place update failed: StepFailed: ...").
 	Reasons map[string]string `json:"reasons,omitempty"`
 	// UpdateCalls counts the UpdateMachine calls made in MachineUpdater
 	// mode (0 otherwise).

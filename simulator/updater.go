@@ -24,6 +24,7 @@ import (
 	"github.com/upgradekit/upgradekit/nodeexec/nodepod"
 	"github.com/upgradekit/upgradekit/strategy"
 	"github.com/upgradekit/upgradekit/strategy/capi"
+	"github.com/upgradekit/upgradekit/strategy/capi/observe"
 )
 
 // simulatorUpgraderImage is the upgrader image of the pods the
@@ -166,7 +167,7 @@ const (
 // UpdateMachineStep prefixes the Step of the timeline events that show
 // the UpdateMachine answers in MachineUpdater mode: one event per run of
 // answers with the same phase (the node's ConditionInPlaceUpdate reason,
-// capi.Reason*), "UpdateMachine/Upgrading" say.
+// observe.Reason*), "UpdateMachine/Upgrading" say.
 const UpdateMachineStep = "UpdateMachine/"
 
 // inPlaceUpdater updates one machine in place through capi.MachineUpdater.
@@ -315,17 +316,17 @@ func (s *Simulator) updateRequest(ctx context.Context, pm strategy.PlannedMachin
 func (s *Simulator) answerPhase(ctx context.Context, node string, a *runtimehooksv1.UpdateMachineResponse) (string, string) {
 	switch {
 	case a.Status == runtimehooksv1.ResponseStatusFailure:
-		return capi.ReasonFailed, answerFailure
+		return observe.ReasonFailed, answerFailure
 	case a.RetryAfterSeconds == 0:
-		return capi.ReasonSucceeded, answerDone
+		return observe.ReasonSucceeded, answerDone
 	}
 	var n corev1.Node
 	if err := s.c.Get(ctx, client.ObjectKey{Name: node}, &n); err == nil {
-		if c := capi.InPlaceUpdateCondition(&n); c != nil && c.Reason != "" {
+		if c := observe.InPlaceUpdateCondition(&n); c != nil && c.Reason != "" {
 			return c.Reason, answerWaiting
 		}
 	}
-	return capi.ReasonPending, answerWaiting
+	return observe.ReasonPending, answerWaiting
 }
 
 // playKubelet is the node's kubelet between two calls: it runs the

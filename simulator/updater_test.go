@@ -14,6 +14,7 @@ import (
 	"github.com/upgradekit/upgradekit/simulator"
 	"github.com/upgradekit/upgradekit/strategy"
 	"github.com/upgradekit/upgradekit/strategy/capi"
+	"github.com/upgradekit/upgradekit/strategy/capi/observe"
 )
 
 // kubeletVersions returns every Node's reported kubelet version.
@@ -45,7 +46,7 @@ func requireDoneOnlyVerified(t *testing.T, sim *simulator.Simulator, res *simula
 	t.Helper()
 	done := 0
 	for _, e := range res.Events {
-		if e.Step != simulator.UpdateMachineStep+capi.ReasonSucceeded {
+		if e.Step != simulator.UpdateMachineStep+observe.ReasonSucceeded {
 			continue
 		}
 		done++
@@ -186,7 +187,7 @@ func TestMachineUpdaterModeStopsOnAFailedStep(t *testing.T) {
 	require.Empty(t, res.Violations)
 	require.Equal(t, []string{"demo-control-plane-0"}, res.Failed)
 	reason := res.Reasons["demo-control-plane-0"]
-	require.True(t, strings.HasPrefix(reason, capi.ErrUpdateFailed.Error()+": "+capi.FailureStepFailed+": "), reason)
+	require.True(t, strings.HasPrefix(reason, capi.ErrUpdateFailed.Error()+": "+observe.FailureStepFailed+": "), reason)
 	require.Contains(t, reason, "step kubelet failed")
 	require.Equal(t, []string{"demo-control-plane-0"}, res.LeftCordoned)
 	var held []string
@@ -204,7 +205,7 @@ func TestMachineUpdaterModeStopsOnAFailedStep(t *testing.T) {
 	// The hook's last answer, then the stall: Cluster API keeps the
 	// machine Updating to the end.
 	answer, stall := res.Events[len(res.Events)-2], res.Events[len(res.Events)-1]
-	require.Equal(t, simulator.UpdateMachineStep+capi.ReasonFailed, answer.Step)
+	require.Equal(t, simulator.UpdateMachineStep+observe.ReasonFailed, answer.Step)
 	require.Equal(t, simulator.AnswerFailure, answer.Outcome)
 	require.Equal(t, simulator.Event{Machine: "demo-control-plane-0", Batch: answer.Batch, Method: answer.Method, Step: simulator.StallStep,
 		Start: answer.End, End: res.End, Outcome: "Blocked"}, stall)

@@ -22,8 +22,8 @@ import (
 	"github.com/upgradekit/upgradekit/harness/testcerts"
 	"github.com/upgradekit/upgradekit/simulator"
 	"github.com/upgradekit/upgradekit/strategy"
-	"github.com/upgradekit/upgradekit/strategy/capi"
 	"github.com/upgradekit/upgradekit/strategy/capi/extensionserver"
+	"github.com/upgradekit/upgradekit/strategy/capi/observe"
 	"github.com/upgradekit/upgradekit/strategy/capi/preview"
 )
 
@@ -216,7 +216,7 @@ func TestClusterAPIUpdatesATopologyInPlace(t *testing.T) {
 		m, _ := asked.Machine(name)
 		require.Contains(t, m.Reason, "answered over the cluster as it is now", name)
 	}
-	asks := metricSums(t, reg, capi.MetricDecisions, "hook", "outcome") // the deployed preview's questions
+	asks := metricSums(t, reg, observe.MetricDecisions, "hook", "outcome") // the deployed preview's questions
 
 	var mu sync.Mutex
 	var ahead []string
@@ -266,7 +266,7 @@ func TestClusterAPIUpdatesATopologyInPlace(t *testing.T) {
 	mu.Lock()
 	require.Empty(t, ahead, "no worker ahead of the control plane")
 	mu.Unlock()
-	decisions := metricSums(t, reg, capi.MetricDecisions, "hook", "outcome")
+	decisions := metricSums(t, reg, observe.MetricDecisions, "hook", "outcome")
 	for k, v := range asks {
 		decisions[k] -= v
 	}
@@ -322,7 +322,7 @@ func TestClusterAPIChainsATopologyUpgrade(t *testing.T) {
 		require.Equal(t, strategy.MethodReplace, m.Method, "%s: %s", name, m.Reason)
 		require.Contains(t, m.Reason, "skips a minor", name)
 	}
-	asks := metricSums(t, reg, capi.MetricDecisions, "hook", "outcome") // the deployed preview's questions
+	asks := metricSums(t, reg, observe.MetricDecisions, "hook", "outcome") // the deployed preview's questions
 
 	// Sampled throughout: the versions each control plane host went
 	// through, and any worker at v1.37.2 while a control plane is below.
@@ -390,7 +390,7 @@ func TestClusterAPIChainsATopologyUpgrade(t *testing.T) {
 	all := maps.Clone(cpAfter)
 	maps.Copy(all, wAfter)
 	requirePredicted(t, predicted, append(slices.Clone(cps), slices.Collect(maps.Keys(wBefore))...), all)
-	decisions := metricSums(t, reg, capi.MetricDecisions, "hook", "outcome")
+	decisions := metricSums(t, reg, observe.MetricDecisions, "hook", "outcome")
 	for k, v := range asks {
 		decisions[k] -= v
 	}

@@ -20,7 +20,7 @@ import (
 	"github.com/upgradekit/upgradekit/harness/clusterapi"
 	"github.com/upgradekit/upgradekit/harness/testcerts"
 	"github.com/upgradekit/upgradekit/simulator"
-	"github.com/upgradekit/upgradekit/strategy/capi"
+	"github.com/upgradekit/upgradekit/strategy/capi/observe"
 )
 
 // waitUntil polls cond every 250ms until it holds, failing t with cond's
@@ -151,7 +151,7 @@ func TestClusterAPIUpdatesControlPlaneAndWorkersTogether(t *testing.T) {
 			} else if err != nil {
 				return false, "", err
 			}
-			if cond := capi.InPlaceUpdateCondition(&n); cond != nil && cond.Reason == capi.ReasonPending && strings.Contains(cond.Message, "waiting for the control plane") {
+			if cond := observe.InPlaceUpdateCondition(&n); cond != nil && cond.Reason == observe.ReasonPending && strings.Contains(cond.Message, "waiting for the control plane") {
 				waitedForControlPlane[w] = true
 			}
 		}
@@ -183,11 +183,11 @@ func TestClusterAPIUpdatesControlPlaneAndWorkersTogether(t *testing.T) {
 	require.Empty(t, ahead, "no worker kubelet ahead of the control plane")
 	mu.Unlock()
 
-	decisions := metricSums(t, reg, capi.MetricDecisions, "hook", "outcome")
+	decisions := metricSums(t, reg, observe.MetricDecisions, "hook", "outcome")
 	require.GreaterOrEqual(t, decisions["CanUpdateMachineSet/accept"], 1.0, "%v", decisions)
 	require.Zero(t, decisions["CanUpdateMachineSet/decline"], "never declined for a skew that passes by itself: %v", decisions)
 	require.GreaterOrEqual(t, decisions["CanUpdateMachine/accept"], 3.0, "%v", decisions)
 	require.Zero(t, decisions["CanUpdateMachine/decline"], "%v", decisions)
-	require.Equal(t, 5.0, metricSums(t, reg, capi.MetricUpdateDuration)[""], "five updates done")
+	require.Equal(t, 5.0, metricSums(t, reg, observe.MetricUpdateDuration)[""], "five updates done")
 	require.Empty(t, h.Provider.Errors())
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/upgradekit/upgradekit/harness/testcerts"
 	"github.com/upgradekit/upgradekit/simulator"
 	"github.com/upgradekit/upgradekit/strategy/capi"
+	"github.com/upgradekit/upgradekit/strategy/capi/observe"
 )
 
 // lines is a logr sink's output, safe for concurrent writers.
@@ -160,7 +161,7 @@ func TestClusterAPIReplacesWhenTheProviderRefusesAnIgnoredChange(t *testing.T) {
 		f, _, _ := unstructured.NestedString(u.Object, "spec", "flavour")
 		require.Equal(t, "large", f, "%s runs the new template", n)
 	}
-	d := metricSums(t, reg, capi.MetricDecisions, "hook", "outcome")
+	d := metricSums(t, reg, observe.MetricDecisions, "hook", "outcome")
 	require.GreaterOrEqual(t, d["CanUpdateMachineSet/decline"], 1.0, "%v", d)
 	require.Zero(t, d["CanUpdateMachineSet/accept"], "%v", d)
 	require.NotEmpty(t, logs.find("declined", "would be refused (dry run)", "spec.flavour is immutable"), "the decline says why: %v", logs.all)

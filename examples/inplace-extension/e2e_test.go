@@ -36,6 +36,7 @@ import (
 	"github.com/upgradekit/upgradekit/nodeexec/nodepod"
 	"github.com/upgradekit/upgradekit/simulator"
 	"github.com/upgradekit/upgradekit/strategy/capi"
+	"github.com/upgradekit/upgradekit/strategy/capi/observe"
 )
 
 const (
@@ -280,7 +281,7 @@ func TestClusterAPIDrivesTheExtension(t *testing.T) {
 		require.NoError(t, c.Get(ctx, client.ObjectKey{Name: name}, &n))
 		require.Equal(t, e2eTo, n.Status.NodeInfo.KubeletVersion)
 		require.False(t, n.Spec.Unschedulable, "%s uncordoned", name)
-		require.NotContains(t, n.Annotations, capi.AnnotationInPlaceUpdate, "%s: the update's record is removed once done", name)
+		require.NotContains(t, n.Annotations, observe.AnnotationInPlaceUpdate, "%s: the update's record is removed once done", name)
 		require.Contains(t, n.Annotations, capi.AnnotationKubeletArgs, "%s: the applied kubelet arguments' digest", name)
 	}
 	pods := upgraderPods(t, c, inplace)
@@ -310,7 +311,7 @@ func TestClusterAPIDrivesTheExtension(t *testing.T) {
 			nodes = append(nodes, name)
 			var n corev1.Node
 			require.NoError(t, c.Get(ctx, client.ObjectKey{Name: name}, &n))
-			require.NotContains(t, n.Annotations, capi.AnnotationInPlaceUpdate, "%s: %s untouched", d, name)
+			require.NotContains(t, n.Annotations, observe.AnnotationInPlaceUpdate, "%s: %s untouched", d, name)
 			require.NotContains(t, n.Annotations, capi.AnnotationKubeletArgs, "%s: %s untouched", d, name)
 		}
 		require.Empty(t, upgraderPods(t, c, nodes), "%s: no upgrader pod", d)
@@ -318,7 +319,7 @@ func TestClusterAPIDrivesTheExtension(t *testing.T) {
 	require.Empty(t, h.Provider.Errors())
 
 	// What Cluster API asked, as the extension's metrics counted it.
-	decisions := metricSums(t, reg, capi.MetricDecisions, "hook", "outcome")
+	decisions := metricSums(t, reg, observe.MetricDecisions, "hook", "outcome")
 	require.GreaterOrEqual(t, decisions["CanUpdateMachineSet/accept"], 1.0, "the version change: %v", decisions)
 	require.GreaterOrEqual(t, decisions["CanUpdateMachineSet/decline"], 2.0, "the image and the skipped minor: %v", decisions)
 	// A MachineDeployment's rollout asks per MachineSet only: in Cluster
@@ -327,8 +328,8 @@ func TestClusterAPIDrivesTheExtension(t *testing.T) {
 	// is its only caller).
 	require.Zero(t, decisions["CanUpdateMachine/accept"]+decisions["CanUpdateMachine/decline"], "%v", decisions)
 	require.Zero(t, decisions["CanUpdateMachineSet/error"]+decisions["CanUpdateMachine/error"], "%v", decisions)
-	require.Equal(t, 3.0, metricSums(t, reg, capi.MetricUpdateDuration)[""], "three updates done")
-	for reason, n := range metricSums(t, reg, capi.MetricFailures, "reason") {
+	require.Equal(t, 3.0, metricSums(t, reg, observe.MetricUpdateDuration)[""], "three updates done")
+	for reason, n := range metricSums(t, reg, observe.MetricFailures, "reason") {
 		require.Zero(t, n, "no update failed: %s", reason)
 	}
 }
@@ -440,7 +441,7 @@ func TestClusterAPISurfacesFailuresAndSurvivesRestarts(t *testing.T) {
 		}
 		for _, e := range evs.Items {
 			if e.Regarding.Kind == "MachineDeployment" && e.Regarding.UID == md.UID && e.Type == corev1.EventTypeWarning &&
-				e.Reason == capi.EventReasonCanUpdateFailed && strings.Contains(e.Note, `unknown setting "`+typo+`"`) {
+				e.Reason == observe.EventReasonCanUpdateFailed && strings.Contains(e.Note, `unknown setting "`+typo+`"`) {
 				typoEvent = e
 				return true
 			}
@@ -490,7 +491,7 @@ func TestClusterAPISurfacesFailuresAndSurvivesRestarts(t *testing.T) {
 				}
 				return slices.ContainsFunc(evs.Items, func(e eventsv1.Event) bool {
 					return e.Regarding.Kind == "MachineDeployment" && e.Regarding.UID == md.UID && e.Related != nil && e.Related.Name == a &&
-						e.Type == corev1.EventTypeWarning && e.Reason == capi.EventReasonUpdateFailed && strings.Contains(e.Note, kubeadm.StepKubeadmUpgrade)
+						e.Type == corev1.EventTypeWarning && e.Reason == observe.EventReasonUpdateFailed && strings.Contains(e.Note, kubeadm.StepKubeadmUpgrade)
 				})
 			}, 2*time.Minute, 200*time.Millisecond, "and one on MachineDeployment md, about Machine %s", a)
 			// The operator fixes the cause and asks for a retry.
@@ -685,11 +686,11 @@ func TestClusterAPIDrivesKubeadmControlPlaneInPlace(t *testing.T) {
 		}
 		onMachine := slices.ContainsFunc(evs.Items, func(e eventsv1.Event) bool {
 			return e.Regarding.Kind == "Machine" && e.Regarding.UID == failed.UID && e.Type == corev1.EventTypeWarning &&
-				e.Reason == capi.EventReasonUpdateFailed && strings.Contains(e.Note, kubeadm.StepKubeadmUpgrade)
+				e.Reason == observe.EventReasonUpdateFailed && strings.Contains(e.Note, kubeadm.StepKubeadmUpgrade)
 		})
 		i := slices.IndexFunc(evs.Items, func(e eventsv1.Event) bool {
 			return e.Regarding.Kind == "KubeadmControlPlane" && e.Regarding.UID == kcp.UID && e.Related != nil && e.Related.Name == second &&
-				e.Type == corev1.EventTypeWarning && e.Reason == capi.EventReasonUpdateFailed && strings.Contains(e.Note, kubeadm.StepKubeadmUpgrade)
+				e.Type == corev1.EventTypeWarning && e.Reason == observe.EventReasonUpdateFailed && strings.Contains(e.Note, kubeadm.StepKubeadmUpgrade)
 		})
 		if i >= 0 {
 			onKCP = evs.Items[i]
@@ -698,10 +699,10 @@ func TestClusterAPIDrivesKubeadmControlPlaneInPlace(t *testing.T) {
 	}, 2*time.Minute, 200*time.Millisecond, "Warning Events on Machine %s and on KubeadmControlPlane demo-cp name the step", second)
 	var node corev1.Node
 	require.NoError(t, c.Get(ctx, client.ObjectKey{Name: second}, &node))
-	cond := capi.InPlaceUpdateCondition(&node)
+	cond := observe.InPlaceUpdateCondition(&node)
 	require.NotNil(t, cond, "the Node condition")
 	require.Equal(t, corev1.ConditionFalse, cond.Status)
-	require.Equal(t, capi.ReasonFailed, cond.Reason)
+	require.Equal(t, observe.ReasonFailed, cond.Reason)
 	require.Contains(t, cond.Message, kubeadm.StepKubeadmUpgrade)
 	// KubeadmControlPlane holds: it reconciles after the Failure (the
 	// Machine's condition changed) and waits for that machine, leaving the
@@ -757,10 +758,10 @@ func TestClusterAPIDrivesKubeadmControlPlaneInPlace(t *testing.T) {
 		}
 	}
 	require.Equal(t, 1, applied, "exactly one control plane ran `kubeadm upgrade apply`")
-	decisions := metricSums(t, reg, capi.MetricDecisions, "hook", "outcome")
+	decisions := metricSums(t, reg, observe.MetricDecisions, "hook", "outcome")
 	require.GreaterOrEqual(t, decisions["CanUpdateMachine/accept"], 3.0, "KubeadmControlPlane asks per machine: %v", decisions)
 	require.Zero(t, decisions["CanUpdateMachine/decline"]+decisions["CanUpdateMachine/error"], "%v", decisions)
-	require.Equal(t, 3.0, metricSums(t, reg, capi.MetricUpdateDuration)[""], "three updates done")
+	require.Equal(t, 3.0, metricSums(t, reg, observe.MetricUpdateDuration)[""], "three updates done")
 
 	// kubeadm upgrade renewed every certificate: the extension removed the
 	// 40-day date and KubeadmControlPlane's (here the harness's) reading of

@@ -38,6 +38,7 @@ import (
 	"github.com/upgradekit/upgradekit/strategy"
 	"github.com/upgradekit/upgradekit/strategy/capi"
 	"github.com/upgradekit/upgradekit/strategy/capi/extensionserver"
+	"github.com/upgradekit/upgradekit/strategy/capi/observe"
 )
 
 func TestFlags(t *testing.T) {
@@ -463,7 +464,7 @@ upgradekit_inplace_machines_in_progress{phase="Failed"} 0
 upgradekit_inplace_machines_in_progress{phase="Pending"} 1
 upgradekit_inplace_machines_in_progress{phase="Upgrading"} 0
 upgradekit_inplace_machines_in_progress{phase="WaitingForKubelet"} 0
-`), capi.MetricDecisions, capi.MetricMachinesInProgress))
+`), observe.MetricDecisions, observe.MetricMachinesInProgress))
 }
 
 // TestMetricsServerFailureStopsTheExtension: a metrics or health port

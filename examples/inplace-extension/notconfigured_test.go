@@ -16,7 +16,7 @@ import (
 	"github.com/upgradekit/upgradekit/harness/clusterapi"
 	"github.com/upgradekit/upgradekit/harness/testcerts"
 	"github.com/upgradekit/upgradekit/simulator"
-	"github.com/upgradekit/upgradekit/strategy/capi"
+	"github.com/upgradekit/upgradekit/strategy/capi/observe"
 )
 
 // TestClusterAPIWaitsForTheUpgraderImageInsteadOfReplacing: a
@@ -67,10 +67,10 @@ func TestClusterAPIWaitsForTheUpgraderImageInsteadOfReplacing(t *testing.T) {
 		if got := slices.Sorted(maps.Keys(ms)); !slices.Equal(got, names) {
 			return false, "", fmt.Errorf("machines changed while the extension answered Failure: %v, were %v", got, names)
 		}
-		d := metricSums(t, first, capi.MetricDecisions, "hook", "outcome")
+		d := metricSums(t, first, observe.MetricDecisions, "hook", "outcome")
 		return d["CanUpdateMachineSet/error"] >= 2, fmt.Sprintf("decisions %v", d), nil
 	})
-	d := metricSums(t, first, capi.MetricDecisions, "hook", "outcome")
+	d := metricSums(t, first, observe.MetricDecisions, "hook", "outcome")
 	require.Zero(t, d["CanUpdateMachineSet/decline"]+d["CanUpdateMachineSet/accept"], "only Failures: %v", d)
 
 	// The operator configures the image and restarts the extension.
@@ -96,9 +96,9 @@ func TestClusterAPIWaitsForTheUpgraderImageInsteadOfReplacing(t *testing.T) {
 		require.Equal(t, before[n].Spec.ProviderID, after[n].Spec.ProviderID, n)
 		require.Equal(t, e2eTo, h.Provider.Host(n).RunningVersion(simulator.ComponentKubelet), "%s upgraded on its host", n)
 	}
-	d = metricSums(t, second, capi.MetricDecisions, "hook", "outcome")
+	d = metricSums(t, second, observe.MetricDecisions, "hook", "outcome")
 	require.GreaterOrEqual(t, d["CanUpdateMachineSet/accept"], 1.0, "%v", d)
 	require.Zero(t, d["CanUpdateMachineSet/decline"], "%v", d)
-	require.Equal(t, 2.0, metricSums(t, second, capi.MetricUpdateDuration)[""], "two updates done")
+	require.Equal(t, 2.0, metricSums(t, second, observe.MetricUpdateDuration)[""], "two updates done")
 	require.Empty(t, h.Provider.Errors())
 }

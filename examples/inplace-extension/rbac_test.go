@@ -44,7 +44,7 @@ import (
 	"github.com/upgradekit/upgradekit/nodeexec/nodepod"
 	"github.com/upgradekit/upgradekit/simulator"
 	"github.com/upgradekit/upgradekit/strategy"
-	"github.com/upgradekit/upgradekit/strategy/capi"
+	"github.com/upgradekit/upgradekit/strategy/capi/observe"
 )
 
 // extensionUser is the identity deploy/extension.yaml runs the extension as.
@@ -419,7 +419,7 @@ func TestLeastPrivilegeOverHTTPS(t *testing.T) {
 		}
 		related := map[string]bool{}
 		for _, e := range evs.Items {
-			if e.Regarding.Kind == "MachineDeployment" && e.Regarding.UID == mdUID && e.Reason == capi.EventReasonCanUpdateFailed && e.Related != nil {
+			if e.Regarding.Kind == "MachineDeployment" && e.Regarding.UID == mdUID && e.Reason == observe.EventReasonCanUpdateFailed && e.Related != nil {
 				related[e.Related.Kind] = true
 			}
 		}
@@ -455,7 +455,7 @@ func TestLeastPrivilegeOverHTTPS(t *testing.T) {
 		var n corev1.Node
 		require.NoError(t, admin.Get(ctx, client.ObjectKey{Name: worker.Name}, &n))
 		require.False(t, n.Spec.Unschedulable, "%s: not cordoned", where)
-		require.Empty(t, n.Annotations[capi.AnnotationInPlaceUpdate], "%s: no update recorded", where)
+		require.Empty(t, n.Annotations[observe.AnnotationInPlaceUpdate], "%s: no update recorded", where)
 		var pods corev1.PodList
 		require.NoError(t, admin.List(ctx, &pods, client.InNamespace(nodepod.DefaultNamespace)))
 		require.Empty(t, pods.Items, "%s: no upgrader pod", where)
@@ -463,7 +463,7 @@ func TestLeastPrivilegeOverHTTPS(t *testing.T) {
 
 	// Every request that does not match gets the same answer, which tells
 	// nothing of the management cluster.
-	mismatch := "in-place update failed: " + capi.FailureRequestMismatch +
+	mismatch := "in-place update failed: " + observe.FailureRequestMismatch +
 		": the request does not match a Machine that Cluster API is updating in place; the extension's log says why"
 
 	// Spoofed requests, valid JSON over the same HTTPS endpoint.
@@ -713,7 +713,7 @@ func scrapeMetrics(t *testing.T, adminCfg *rest.Config, addr string) map[string]
 		if code == http.StatusOK {
 			// controller-runtime's registry, shared by the tests of the
 			// package: the count is at least this test's one.
-			require.Regexp(t, `(?m)^`+capi.MetricDecisions+`\{hook="CanUpdateMachine",outcome="accept"\} [1-9]`, body, "the extension's metrics")
+			require.Regexp(t, `(?m)^`+observe.MetricDecisions+`\{hook="CanUpdateMachine",outcome="accept"\} [1-9]`, body, "the extension's metrics")
 		}
 	}
 	return status

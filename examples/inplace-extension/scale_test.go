@@ -34,7 +34,7 @@ import (
 	"github.com/upgradekit/upgradekit/harness/clusterapi"
 	"github.com/upgradekit/upgradekit/harness/testcerts"
 	"github.com/upgradekit/upgradekit/simulator"
-	"github.com/upgradekit/upgradekit/strategy/capi"
+	"github.com/upgradekit/upgradekit/strategy/capi/observe"
 )
 
 // The scale scenario's size and rollout, overridable for a quicker look
@@ -361,8 +361,8 @@ type hookLatency struct {
 }
 
 // hookLatencies scrapes the extension's metrics: per hook, the calls and
-// latency quantiles of capi.MetricHookDuration, and for UpdateMachine the
-// updates answered done (capi.MetricUpdateDuration's observations).
+// latency quantiles of observe.MetricHookDuration, and for UpdateMachine the
+// updates answered done (observe.MetricUpdateDuration's observations).
 func (p *extensionProcess) hookLatencies(t *testing.T) map[string]hookLatency {
 	t.Helper()
 	resp, err := http.Get(p.metrics) //nolint:noctx // a local scrape
@@ -372,8 +372,8 @@ func (p *extensionProcess) hookLatencies(t *testing.T) map[string]hookLatency {
 	parser := expfmt.NewTextParser(model.UTF8Validation)
 	fams, err := parser.TextToMetricFamilies(resp.Body)
 	require.NoError(t, err)
-	fam, ok := fams[capi.MetricHookDuration]
-	require.True(t, ok, "%s among the extension's metrics", capi.MetricHookDuration)
+	fam, ok := fams[observe.MetricHookDuration]
+	require.True(t, ok, "%s among the extension's metrics", observe.MetricHookDuration)
 	out := map[string]hookLatency{}
 	for _, m := range fam.GetMetric() {
 		var hook string
@@ -391,7 +391,7 @@ func (p *extensionProcess) hookLatencies(t *testing.T) map[string]hookLatency {
 		n := float64(hist.GetSampleCount())
 		out[hook] = hookLatency{count: n, p50: quantile(0.5, n, bounds, cum), p99: quantile(0.99, n, bounds, cum)}
 	}
-	if done, ok := fams[capi.MetricUpdateDuration]; ok {
+	if done, ok := fams[observe.MetricUpdateDuration]; ok {
 		for _, m := range done.GetMetric() {
 			l := out[scaleHookUpdate]
 			l.done += float64(m.GetHistogram().GetSampleCount())

@@ -28,7 +28,7 @@ import (
 	"github.com/upgradekit/upgradekit/harness/apiserver"
 	"github.com/upgradekit/upgradekit/harness/testcerts"
 	"github.com/upgradekit/upgradekit/simulator"
-	"github.com/upgradekit/upgradekit/strategy/capi"
+	"github.com/upgradekit/upgradekit/strategy/capi/observe"
 )
 
 // TestExtensionConfigScopeIsTheRoleBindings builds the kustomize base and
@@ -239,6 +239,6 @@ func TestUnreachableWorkloadClusterIsDeclinedAndBounded(t *testing.T) {
 		up = updateMachine()
 		return up.Status == runtimehooksv1.ResponseStatusFailure
 	}, 60*time.Second, 250*time.Millisecond, "Failure after the deadline: %s", up.Message)
-	require.Contains(t, up.Message, "in-place update failed: "+capi.FailureWorkloadUnreachable+": waiting for the workload cluster for ")
+	require.Contains(t, up.Message, "in-place update failed: "+observe.FailureWorkloadUnreachable+": waiting for the workload cluster for ")
 	require.Contains(t, up.Message, "(deadline 2s, counted in the management cluster): kubeconfig of cluster default/demo: secrets \"demo-kubeconfig\" is forbidden")
 }

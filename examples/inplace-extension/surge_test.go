@@ -21,7 +21,7 @@ import (
 	"github.com/upgradekit/upgradekit/harness/clusterapi"
 	"github.com/upgradekit/upgradekit/harness/testcerts"
 	"github.com/upgradekit/upgradekit/simulator"
-	"github.com/upgradekit/upgradekit/strategy/capi"
+	"github.com/upgradekit/upgradekit/strategy/capi/observe"
 )
 
 // TestClusterAPISurgesAndDeletesMachinesUpdatingInPlace: a
@@ -142,7 +142,7 @@ func TestClusterAPISurgesAndDeletesMachinesUpdatingInPlace(t *testing.T) {
 	}
 	mu.Lock()
 	t.Logf("in flight at the scale-down: %s; kept in place: %d; deleted while updating in place: %v; updates done: %v", flying, kept, slices.Sorted(maps.Keys(deletedUpdating)),
-		metricSums(t, reg, capi.MetricUpdateDuration))
+		metricSums(t, reg, observe.MetricUpdateDuration))
 	// Cluster API v1.14 waits for the update in flight before scaling
 	// down (machinedeployment_rollout_rollingupdate.go,
 	// scalingOrInPlaceUpdateInProgress): the machine finishes in place and
@@ -190,7 +190,7 @@ func requireWhole(t *testing.T, h *clusterapi.Harness, ms map[string]clusterv1.M
 		var node corev1.Node
 		require.NoError(t, c.Get(t.Context(), client.ObjectKey{Name: m.Status.NodeRef.Name}, &node))
 		require.False(t, node.Spec.Unschedulable, "%s uncordoned", n)
-		require.NotContains(t, node.Annotations, capi.AnnotationInPlaceUpdate, "%s: no update left half done", n)
+		require.NotContains(t, node.Annotations, observe.AnnotationInPlaceUpdate, "%s: no update left half done", n)
 		nodes = append(nodes, node.Name)
 	}
 	for _, p := range upgraderPods(t, c, nodes) {

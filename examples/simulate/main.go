@@ -47,6 +47,7 @@ import (
 	"github.com/upgradekit/upgradekit/simulator/timeline"
 	"github.com/upgradekit/upgradekit/strategy"
 	"github.com/upgradekit/upgradekit/strategy/capi"
+	"github.com/upgradekit/upgradekit/strategy/capi/observe"
 )
 
 // Exit codes, as in every example (examples/README.md): 0 every machine
@@ -469,7 +470,7 @@ func (p *progress) flush() {
 	})
 	for _, e := range p.pending {
 		if e.Step == "verify" || e.Step == "drain-and-delete-old" || e.Outcome == "Failed" ||
-			e.Step == simulator.UpdateMachineStep+capi.ReasonSucceeded {
+			e.Step == simulator.UpdateMachineStep+observe.ReasonSucceeded {
 			p.done[e.Machine] = true
 		}
 		fmt.Fprintf(p.w, "  %s  batch %-2d %-24s %-7s %-22s %s\n", e.End.Format("15:04:05"), e.Batch, e.Machine, e.Method, e.Step, timeline.Describe(e))

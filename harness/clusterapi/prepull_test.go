@@ -18,6 +18,7 @@ import (
 	"github.com/upgradekit/upgradekit/simulator"
 	"github.com/upgradekit/upgradekit/strategy"
 	"github.com/upgradekit/upgradekit/strategy/capi"
+	"github.com/upgradekit/upgradekit/strategy/capi/observe"
 	"github.com/upgradekit/upgradekit/strategy/capi/workload"
 )
 
@@ -75,7 +76,7 @@ func TestAnUnpullableUpgraderImageFailsBeforeTheDrain(t *testing.T) {
 	// Poll the Node's condition until the update has failed; meanwhile
 	// the node is never cordoned and no upgrader pod is created.
 	var cond *corev1.NodeCondition
-	for cond == nil || cond.Reason != capi.ReasonFailed {
+	for cond == nil || cond.Reason != observe.ReasonFailed {
 		select {
 		case <-wait.Done():
 			t.Fatalf("no Failure on node %s: condition %+v; provider: %v", name, cond, h.Provider.Errors())
@@ -91,10 +92,10 @@ func TestAnUnpullableUpgraderImageFailsBeforeTheDrain(t *testing.T) {
 		var pods corev1.PodList
 		require.NoError(t, c.List(ctx, &pods, client.MatchingLabelsSelector{Selector: nodepod.Selector()}))
 		require.Empty(t, pods.Items, "no upgrader pod")
-		cond = capi.InPlaceUpdateCondition(&n)
+		cond = observe.InPlaceUpdateCondition(&n)
 	}
 	t.Logf("node condition: %s", cond.Message)
-	require.Contains(t, cond.Message, capi.FailureImagePull+": node "+name+": upgrader image "+missing+" cannot be pulled there:")
+	require.Contains(t, cond.Message, observe.FailureImagePull+": node "+name+": upgrader image "+missing+" cannot be pulled there:")
 	require.Regexp(t, `(ErrImagePull|ImagePullBackOff): .*failed to resolve reference "`+regexp.QuoteMeta(missing)+`": .*: not found`, cond.Message)
 
 	var n corev1.Node

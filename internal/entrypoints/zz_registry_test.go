@@ -77,7 +77,6 @@ var registry = map[string]reflect.Value{
 	"capi.FilesCheck":                             reflect.ValueOf(capi.FilesCheck),
 	"capi.ImagesByVersion.Image":                  reflect.ValueOf(capi.ImagesByVersion.Image),
 	"capi.ImagesByVersion.Validate":               reflect.ValueOf(capi.ImagesByVersion.Validate),
-	"capi.InPlaceUpdateCondition":                 reflect.ValueOf(capi.InPlaceUpdateCondition),
 	"capi.KubeletArgsCheck":                       reflect.ValueOf(capi.KubeletArgsCheck),
 	"capi.MachineUpdater.Handler":                 reflect.ValueOf((*capi.MachineUpdater).Handler),
 	"capi.MachineUpdater.PeekGates":               reflect.ValueOf((*capi.MachineUpdater).PeekGates),

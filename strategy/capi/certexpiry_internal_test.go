@@ -14,6 +14,7 @@ import (
 	fakeclient "sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	"github.com/upgradekit/upgradekit/nodeexec/kubeadm"
+	"github.com/upgradekit/upgradekit/strategy/capi/observe"
 )
 
 // readOnly hides a client's writer.
@@ -27,18 +28,18 @@ type readOnly struct{ client.Reader }
 func TestForgetCertificatesExpiry(t *testing.T) {
 	const date = "2027-01-06T00:00:00Z"
 	succeeded := metav1.Now()
-	cp := &UpdateRecord{Role: string(kubeadm.RoleControlPlane), FromVersion: "v1.35.4", Version: "v1.36.3", Succeeded: &succeeded}
+	cp := &observe.UpdateRecord{Role: string(kubeadm.RoleControlPlane), FromVersion: "v1.35.4", Version: "v1.36.3", Succeeded: &succeeded}
 	for _, tc := range []struct {
 		name     string
-		rec      UpdateRecord
+		rec      observe.UpdateRecord
 		readOnly bool
 		removed  bool
 	}{
 		{name: "control plane, new version", rec: *cp, removed: true},
-		{name: "first control plane", rec: func() UpdateRecord { r := *cp; r.Role = string(kubeadm.RoleFirstControlPlane); return r }(), removed: true},
-		{name: "worker", rec: func() UpdateRecord { r := *cp; r.Role = string(kubeadm.RoleWorker); return r }()},
-		{name: "same version: files or kubelet arguments only", rec: func() UpdateRecord { r := *cp; r.FromVersion = r.Version; return r }()},
-		{name: "not proven done", rec: func() UpdateRecord { r := *cp; r.Succeeded = nil; return r }()},
+		{name: "first control plane", rec: func() observe.UpdateRecord { r := *cp; r.Role = string(kubeadm.RoleFirstControlPlane); return r }(), removed: true},
+		{name: "worker", rec: func() observe.UpdateRecord { r := *cp; r.Role = string(kubeadm.RoleWorker); return r }()},
+		{name: "same version: files or kubelet arguments only", rec: func() observe.UpdateRecord { r := *cp; r.FromVersion = r.Version; return r }()},
+		{name: "not proven done", rec: func() observe.UpdateRecord { r := *cp; r.Succeeded = nil; return r }()},
 		{name: "read-only management client", rec: *cp, readOnly: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -8,6 +8,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/upgradekit/upgradekit/strategy/capi"
+	"github.com/upgradekit/upgradekit/strategy/capi/observe"
 )
 
 // TestUpdateMachineWorkerWaitsForTheControlPlane: ControlPlaneSkewCheck
@@ -33,7 +34,7 @@ func TestUpdateMachineWorkerWaitsForTheControlPlane(t *testing.T) {
 	}
 	cpCondition := func(t *testing.T, pc *podsCluster, status corev1.ConditionStatus, reason string) {
 		n := pc.node()
-		n.Status.Conditions = []corev1.NodeCondition{{Type: capi.ConditionInPlaceUpdate, Status: status, Reason: reason}}
+		n.Status.Conditions = []corev1.NodeCondition{{Type: observe.ConditionInPlaceUpdate, Status: status, Reason: reason}}
 		require.NoError(t, pc.c.Status().Update(ctx, n))
 	}
 
@@ -42,17 +43,17 @@ func TestUpdateMachineWorkerWaitsForTheControlPlane(t *testing.T) {
 	requireWaiting(t, pc.call(req), `node md-0 not started: waiting for the control plane to run v1.36.1 first: control plane node cp-0 runs "v1.35.4"`)
 	require.Empty(t, pc.pods(), "no upgrader pod")
 	n := worker(pc)
-	require.NotContains(t, n.Annotations, capi.AnnotationInPlaceUpdate, "nothing recorded on the worker")
-	require.Equal(t, capi.ReasonPending, nodeCondition(t, n).Reason)
+	require.NotContains(t, n.Annotations, observe.AnnotationInPlaceUpdate, "nothing recorded on the worker")
+	require.Equal(t, observe.ReasonPending, nodeCondition(t, n).Reason)
 
 	// The control plane node's kubelet reports the version, but its update
 	// is not done yet.
 	pc.kubelet("v1.36.1")
-	cpCondition(t, pc, corev1.ConditionTrue, capi.ReasonWaitingForKubelet)
+	cpCondition(t, pc, corev1.ConditionTrue, observe.ReasonWaitingForKubelet)
 	requireWaiting(t, pc.call(req), "the in-place update of control plane node cp-0 is unfinished")
 	require.Empty(t, pc.pods())
 
-	cpCondition(t, pc, corev1.ConditionFalse, capi.ReasonSucceeded)
+	cpCondition(t, pc, corev1.ConditionFalse, observe.ReasonSucceeded)
 	requireWaiting(t, pc.call(req), "started worker upgrade of node md-0")
 	require.Len(t, pc.pods(), 1)
 

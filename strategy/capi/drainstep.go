@@ -13,6 +13,7 @@ import (
 
 	"github.com/upgradekit/upgradekit/nodeexec/drain"
 	"github.com/upgradekit/upgradekit/nodeexec/nodepod"
+	"github.com/upgradekit/upgradekit/strategy/capi/observe"
 )
 
 // DefaultCordonOwner is the owner MachineUpdater records when it cordons a
@@ -25,7 +26,7 @@ const DefaultCordonOwner = "upgradekit-inplace-update"
 const (
 	// DefaultDrainTimeout is how long a drain may stay unfinished, counted
 	// from its start recorded on the Node, before UpdateMachine answers
-	// Failure (FailureDrainTimeout).
+	// Failure (observe.FailureDrainTimeout).
 	DefaultDrainTimeout = 30 * time.Minute
 	// DefaultDrainAttempt bounds the eviction work done in one
 	// UpdateMachine call. Cluster API waits 10 seconds for a hook by
@@ -36,17 +37,17 @@ const (
 // drainNode cordons the node and makes one bounded drain attempt. It
 // returns ok when the node is drained (and the record says so); otherwise
 // the result to answer.
-func (u *MachineUpdater) drainNode(ctx context.Context, st *call, rec *UpdateRecord) (updateResult, bool) {
+func (u *MachineUpdater) drainNode(ctx context.Context, st *call, rec *observe.UpdateRecord) (updateResult, bool) {
 	node := st.node.Name
 	cs, err := u.clientset(ctx, st.cluster)
 	if err != nil {
-		return waiting(ReasonDraining, "waiting for a clientset of the workload cluster: %v", err), false
+		return waiting(observe.ReasonDraining, "waiting for a clientset of the workload cluster: %v", err), false
 	}
 	if rec.DrainStarted == nil {
 		started := st.nowMeta()
 		rec.DrainStarted = &started
 		if err := st.writeRecord(ctx, rec); err != nil {
-			return waiting(ReasonDraining, "recording the drain's start on node %s: %v", node, err), false
+			return waiting(observe.ReasonDraining, "recording the drain's start on node %s: %v", node, err), false
 		}
 	}
 	elapsed := st.now.Sub(rec.DrainStarted.Time).Truncate(time.Second)
@@ -55,19 +56,19 @@ func (u *MachineUpdater) drainNode(ctx context.Context, st *call, rec *UpdateRec
 	if _, err := drain.Cordon(ctx, cs, node, u.cordonOwner); err != nil {
 		var oe *drain.OwnershipError
 		if !errors.As(err, &oe) {
-			return waiting(ReasonDraining, "cordoning node %s: %v", node, err), false
+			return waiting(observe.ReasonDraining, "cordoning node %s: %v", node, err), false
 		}
 		what := fmt.Sprintf("node %s is cordoned by %q (annotation %s), not by %q", node, oe.Holder, drain.AnnotationCordon, u.cordonOwner)
 		if overdue {
-			return failedAs(FailureDrainTimeout, "%s: drain not started after %s (deadline %s)", what, elapsed, u.drainTimeout), false
+			return failedAs(observe.FailureDrainTimeout, "%s: drain not started after %s (deadline %s)", what, elapsed, u.drainTimeout), false
 		}
-		return waiting(ReasonDrainBlocked, "%s; waiting for it to be released", what), false
+		return waiting(observe.ReasonDrainBlocked, "%s; waiting for it to be released", what), false
 	}
 
 	log := st.log.WithValues("step", "drain")
 	rules, err := u.drainRules(ctx, st)
 	if err != nil {
-		return waiting(ReasonDraining, "reading the drain rules of machine %s: %v", st.machine.Name, err), false
+		return waiting(observe.ReasonDraining, "reading the drain rules of machine %s: %v", st.machine.Name, err), false
 	}
 	opts := append([]drain.Option{drain.WithEvictionRetryDelay(time.Second), drain.WithLogger(log.V(1))}, u.drainOpts...)
 	opts = append(opts, drain.WithTimeout(u.drainAttempt), drain.WithSkip(nodepod.Selector()), drain.WithSkipNamespace(u.podNamespace),
@@ -83,23 +84,23 @@ func (u *MachineUpdater) drainNode(ctx context.Context, st *call, rec *UpdateRec
 		drained := st.nowMeta()
 		rec.Drained = &drained
 		if err := st.writeRecord(ctx, rec); err != nil {
-			return waiting(ReasonDraining, "recording the end of the drain on node %s: %v", node, err), false
+			return waiting(observe.ReasonDraining, "recording the end of the drain on node %s: %v", node, err), false
 		}
 		log.Info("node drained", "evicted", len(rep.Evicted), "took", elapsed.String())
-		u.event(st.machine, eventNormal, EventReasonNodeDrained, "Drain", "Drained node %s in %s: %d pod(s) evicted in the last attempt", node, elapsed, len(rep.Evicted))
+		u.event(st.machine, eventNormal, observe.EventReasonNodeDrained, "Drain", "Drained node %s in %s: %d pod(s) evicted in the last attempt", node, elapsed, len(rep.Evicted))
 		return updateResult{}, true
 	}
 	var de *drain.DrainError
 	if !errors.As(err, &de) {
-		return waiting(ReasonDraining, "draining node %s: %v", node, err), false
+		return waiting(observe.ReasonDraining, "draining node %s: %v", node, err), false
 	}
 	what := describeDrain(de)
 	if overdue {
-		return failedAs(FailureDrainTimeout, "node %s: drain not finished after %s (deadline %s): %s; the node stays cordoned and the drain resumes on the next call", node, elapsed, u.drainTimeout, what), false
+		return failedAs(observe.FailureDrainTimeout, "node %s: drain not finished after %s (deadline %s): %s; the node stays cordoned and the drain resumes on the next call", node, elapsed, u.drainTimeout, what), false
 	}
-	reason := ReasonDraining
+	reason := observe.ReasonDraining
 	if drainBlocked(de) {
-		reason = ReasonDrainBlocked
+		reason = observe.ReasonDrainBlocked
 	}
 	deadline := "no deadline"
 	if u.drainTimeout > 0 {

@@ -28,6 +28,7 @@ import (
 	"github.com/upgradekit/upgradekit/nodeexec/drain"
 	"github.com/upgradekit/upgradekit/nodeexec/nodepod"
 	"github.com/upgradekit/upgradekit/strategy/capi"
+	"github.com/upgradekit/upgradekit/strategy/capi/observe"
 )
 
 // appPod creates a ReplicaSet-owned pod on node and marks it Running and
@@ -98,11 +99,11 @@ func histogram(t *testing.T, reg prometheus.Gatherer, name string) (uint64, floa
 	return 0, 0
 }
 
-func record(t *testing.T, n *corev1.Node) capi.UpdateRecord {
+func record(t *testing.T, n *corev1.Node) observe.UpdateRecord {
 	t.Helper()
-	raw, ok := n.Annotations[capi.AnnotationInPlaceUpdate]
+	raw, ok := n.Annotations[observe.AnnotationInPlaceUpdate]
 	require.True(t, ok, "node %s has no update record", n.Name)
-	var r capi.UpdateRecord
+	var r observe.UpdateRecord
 	require.NoError(t, json.Unmarshal([]byte(raw), &r))
 	return r
 }
@@ -172,7 +173,7 @@ func TestUpdateMachineDrainsFirst(t *testing.T) {
 	}
 	inProgress := func(phase string, n int) string {
 		out := "# HELP upgradekit_inplace_machines_in_progress Machines whose last UpdateMachine answer from this process was in progress, by phase.\n# TYPE upgradekit_inplace_machines_in_progress gauge\n"
-		for _, p := range []string{capi.ReasonDrainBlocked, capi.ReasonDraining, capi.ReasonFailed, capi.ReasonPending, capi.ReasonUpgrading, capi.ReasonWaitingForKubelet} {
+		for _, p := range []string{observe.ReasonDrainBlocked, observe.ReasonDraining, observe.ReasonFailed, observe.ReasonPending, observe.ReasonUpgrading, observe.ReasonWaitingForKubelet} {
 			v := 0
 			if p == phase {
 				v = n
@@ -203,16 +204,16 @@ func TestUpdateMachineDrainsFirst(t *testing.T) {
 	require.NotNil(t, rec.DrainStarted)
 	require.True(t, rec.DrainStarted.Time.Equal(start))
 	require.Nil(t, rec.Drained)
-	cond := capi.InPlaceUpdateCondition(node)
+	cond := observe.InPlaceUpdateCondition(node)
 	require.NotNil(t, cond)
-	require.Equal(t, capi.ReasonDrainBlocked, cond.Reason)
+	require.Equal(t, observe.ReasonDrainBlocked, cond.Reason)
 	require.Equal(t, corev1.ConditionTrue, cond.Status)
 	require.Contains(t, cond.Message, "apps/web-pdb")
 	require.Equal(t, []string{
 		"Normal InPlaceUpdateStarted In-place update of node md-0-a from v1.35.4 to v1.36.1 started",
 		"Warning NodeDrainBlocked " + cond.Message,
 	}, recorded(recorder))
-	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(inProgress(capi.ReasonDrainBlocked, 1)), capi.MetricMachinesInProgress))
+	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(inProgress(observe.ReasonDrainBlocked, 1)), observe.MetricMachinesInProgress))
 
 	// 2. Ten minutes later, a restarted extension: still blocked, same
 	// deadline, no second event.
@@ -230,19 +231,19 @@ func TestUpdateMachineDrainsFirst(t *testing.T) {
 	require.Contains(t, resp.Message, "holds apps/web-0, apps/web-1")
 	t.Logf("past the deadline: %s", resp.Message)
 	require.True(t, get(node).Spec.Unschedulable)
-	cond = capi.InPlaceUpdateCondition(node)
-	require.Equal(t, capi.ReasonFailed, cond.Reason)
+	cond = observe.InPlaceUpdateCondition(node)
+	require.Equal(t, observe.ReasonFailed, cond.Reason)
 	require.Equal(t, corev1.ConditionFalse, cond.Status)
 	evs := recorded(recorder)
 	require.Len(t, evs, 1)
 	require.Contains(t, evs[0], "Warning InPlaceUpdateFailed DrainTimeout: node md-0-a: drain not finished")
-	require.Equal(t, 1.0, counter(t, reg, capi.MetricFailures, "reason", capi.FailureDrainTimeout))
+	require.Equal(t, 1.0, counter(t, reg, observe.MetricFailures, "reason", observe.FailureDrainTimeout))
 
 	// CAPI retries the failed machine: the same failure is not counted twice.
 	resp = call(req)
 	require.Equal(t, runtimehooksv1.ResponseStatusFailure, resp.Status)
 	require.Empty(t, recorded(recorder))
-	require.Equal(t, 1.0, counter(t, reg, capi.MetricFailures, "reason", capi.FailureDrainTimeout))
+	require.Equal(t, 1.0, counter(t, reg, observe.MetricFailures, "reason", observe.FailureDrainTimeout))
 
 	// 4. The budget is relaxed: the drain finishes and the upgrader starts.
 	allowDisruptions(t, cs, "apps", "web-pdb", 2)
@@ -253,7 +254,7 @@ func TestUpdateMachineDrainsFirst(t *testing.T) {
 	require.False(t, podExists(t, cs, "apps", "web-1"))
 	pods := upgraderPods("md-0-a")
 	require.Len(t, pods, 1)
-	require.Equal(t, capi.ReasonUpgrading, capi.InPlaceUpdateCondition(get(node)).Reason)
+	require.Equal(t, observe.ReasonUpgrading, observe.InPlaceUpdateCondition(get(node)).Reason)
 	require.NotNil(t, record(t, node).Drained)
 	require.Equal(t, []string{"Normal NodeDrained Drained node md-0-a in 31m0s: 2 pod(s) evicted in the last attempt"}, recorded(recorder))
 
@@ -261,7 +262,7 @@ func TestUpdateMachineDrainsFirst(t *testing.T) {
 	finishPod(t, ctx, c, &pods[0], "", 0)
 	resp = call(req)
 	require.Equal(t, int32(5), resp.RetryAfterSeconds)
-	require.Equal(t, capi.ReasonWaitingForKubelet, capi.InPlaceUpdateCondition(get(node)).Reason)
+	require.Equal(t, observe.ReasonWaitingForKubelet, observe.InPlaceUpdateCondition(get(node)).Reason)
 	require.True(t, node.Spec.Unschedulable, "still cordoned until the kubelet reports the version")
 
 	clk.Step(4 * time.Minute)
@@ -273,21 +274,21 @@ func TestUpdateMachineDrainsFirst(t *testing.T) {
 	get(node)
 	require.False(t, node.Spec.Unschedulable)
 	require.NotContains(t, node.Annotations, drain.AnnotationCordon)
-	require.NotContains(t, node.Annotations, capi.AnnotationInPlaceUpdate)
-	cond = capi.InPlaceUpdateCondition(node)
-	require.Equal(t, capi.ReasonSucceeded, cond.Reason)
+	require.NotContains(t, node.Annotations, observe.AnnotationInPlaceUpdate)
+	cond = observe.InPlaceUpdateCondition(node)
+	require.Equal(t, observe.ReasonSucceeded, cond.Reason)
 	require.Equal(t, corev1.ConditionFalse, cond.Status)
 	require.Equal(t, []string{"Normal InPlaceUpdateSucceeded Node md-0-a runs kubelet v1.36.1; the in-place update took 35m0s"}, recorded(recorder))
-	count, sum := histogram(t, reg, capi.MetricUpdateDuration)
+	count, sum := histogram(t, reg, observe.MetricUpdateDuration)
 	require.Equal(t, uint64(1), count)
 	require.Equal(t, (35 * time.Minute).Seconds(), sum)
-	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(inProgress("", 0)), capi.MetricMachinesInProgress))
+	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(inProgress("", 0)), observe.MetricMachinesInProgress))
 
 	// Asked again: done, nothing recorded twice.
 	resp = call(req)
 	require.Equal(t, int32(0), resp.RetryAfterSeconds)
 	require.Empty(t, recorded(recorder))
-	count, _ = histogram(t, reg, capi.MetricUpdateDuration)
+	count, _ = histogram(t, reg, observe.MetricUpdateDuration)
 	require.Equal(t, uint64(1), count)
 
 	t.Run("a node cordoned by someone else stays cordoned", func(t *testing.T) {
@@ -357,7 +358,7 @@ func TestUpdateMachineDrainsFirst(t *testing.T) {
 		require.Equal(t, int32(5), resp.RetryAfterSeconds)
 		require.Contains(t, resp.Message, "karpenter.sh/do-not-disrupt=true")
 		require.Contains(t, resp.Message, "apps/precious")
-		require.Equal(t, capi.ReasonDrainBlocked, capi.InPlaceUpdateCondition(get(n)).Reason)
+		require.Equal(t, observe.ReasonDrainBlocked, observe.InPlaceUpdateCondition(get(n)).Reason)
 		require.Empty(t, upgraderPods("md-0-d"))
 	})
 
@@ -369,7 +370,7 @@ func TestUpdateMachineDrainsFirst(t *testing.T) {
 		resp := call(req)
 		require.Equal(t, int32(5), resp.RetryAfterSeconds)
 		require.Contains(t, resp.Message, `node md-0-e is cordoned by "kured"`)
-		require.Equal(t, capi.ReasonDrainBlocked, capi.InPlaceUpdateCondition(get(n)).Reason)
+		require.Equal(t, observe.ReasonDrainBlocked, observe.InPlaceUpdateCondition(get(n)).Reason)
 		clk.Step(time.Hour)
 		resp = call(req)
 		require.Equal(t, runtimehooksv1.ResponseStatusFailure, resp.Status)

@@ -19,6 +19,7 @@ import (
 	"github.com/upgradekit/upgradekit/diff"
 	"github.com/upgradekit/upgradekit/internal/errtext"
 	"github.com/upgradekit/upgradekit/strategy"
+	"github.com/upgradekit/upgradekit/strategy/capi/observe"
 )
 
 // Settings an ExtensionConfig may pass to the extension's in-place hooks.
@@ -86,8 +87,8 @@ type ExtensionOptions struct {
 	// (the runtime server puts controller-runtime's logger there).
 	Logger logr.Logger
 
-	// Metrics counts every answer in its MetricDecisions, by hook and
-	// outcome (HookAccept, HookDecline, HookError). Default nil: none.
+	// Metrics counts every answer in its observe.MetricDecisions, by hook and
+	// outcome (observe.HookAccept, observe.HookDecline, observe.HookError). Default nil: none.
 	Metrics *Metrics
 
 	// FailurePolicy is what the CanUpdate* handlers announce in discovery
@@ -147,7 +148,7 @@ type ExtensionOptions struct {
 	InfrastructureDryRun client.Client
 
 	// EventRecorder (default nil: none), with ManagementReader, records a Warning Event
-	// (EventReasonCanUpdateFailed) when a CanUpdate* answer is a Failure (an
+	// (observe.EventReasonCanUpdateFailed) when a CanUpdate* answer is a Failure (an
 	// unknown ExtensionConfig setting, a malformed request, a check that
 	// could not decide), on the object a user describes to see why the
 	// rollout does not move: the MachineDeployment of a CanUpdateMachineSet
@@ -444,7 +445,7 @@ func failResponse(err error, resp runtimehooksv1.ResponseObject) {
 
 // fail answers Failure with err's message, counted and logged.
 func (e *Extension) fail(log logr.Logger, hook string, err error, resp runtimehooksv1.ResponseObject) {
-	e.metrics.decision(hook, HookError)
+	e.metrics.decision(hook, observe.HookError)
 	log.Error(err, "cannot answer")
 	resp.SetStatus(runtimehooksv1.ResponseStatusFailure)
 	resp.SetMessage(err.Error())
@@ -463,11 +464,11 @@ func (e *Extension) respond(log logr.Logger, hook string, a Answer, err error, r
 	resp.SetStatus(runtimehooksv1.ResponseStatusSuccess)
 	resp.SetMessage(a.Message)
 	if !a.Accept {
-		e.metrics.decision(hook, HookDecline)
+		e.metrics.decision(hook, observe.HookDecline)
 		log.Info("declined: Cluster API will roll out the machine", "uncovered", a.Declined, "message", a.Message)
 		return true
 	}
-	e.metrics.decision(hook, HookAccept)
+	e.metrics.decision(hook, observe.HookAccept)
 	log.V(1).Info("accepted", "message", a.Message)
 	return true
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/upgradekit/upgradekit/nodeexec/nodepod"
 	"github.com/upgradekit/upgradekit/strategy"
 	"github.com/upgradekit/upgradekit/strategy/capi"
+	"github.com/upgradekit/upgradekit/strategy/capi/observe"
 )
 
 // workerConfig is a worker's KubeadmConfig with the given kubelet extra
@@ -91,7 +92,7 @@ func TestUpdateMachineAppliesKubeletArgs(t *testing.T) {
 		finishPod(t, t.Context(), pc.c, pc.onlyPod(), kubeadm.StepKubeletArgsVerify, 1)
 		resp := pc.call(req)
 		require.Equal(t, runtimehooksv1.ResponseStatusFailure, resp.Status, resp.Message)
-		require.Contains(t, resp.Message, capi.FailureStepFailed)
+		require.Contains(t, resp.Message, observe.FailureStepFailed)
 		require.Empty(t, pc.node().Annotations[capi.AnnotationKubeletArgs])
 	})
 
@@ -101,7 +102,7 @@ func TestUpdateMachineAppliesKubeletArgs(t *testing.T) {
 		req.Desired.BootstrapConfig = workerConfig(t, "node-labels=a=b c")
 		resp := pc.call(req)
 		require.Equal(t, runtimehooksv1.ResponseStatusFailure, resp.Status, resp.Message)
-		require.Contains(t, resp.Message, capi.FailurePlanRejected)
+		require.Contains(t, resp.Message, observe.FailurePlanRejected)
 		require.Contains(t, resp.Message, "node-labels")
 		require.Empty(t, pc.pods())
 	})

@@ -15,6 +15,7 @@ import (
 	"github.com/upgradekit/upgradekit/diff"
 	"github.com/upgradekit/upgradekit/strategy"
 	"github.com/upgradekit/upgradekit/strategy/capi"
+	"github.com/upgradekit/upgradekit/strategy/capi/observe"
 )
 
 // An Extension counting its decisions. Pass nil instead of a registry to
@@ -49,7 +50,7 @@ func ExampleNewMetrics() {
 
 	families, _ := reg.Gather()
 	for _, mf := range families {
-		if mf.GetName() != capi.MetricDecisions {
+		if mf.GetName() != observe.MetricDecisions {
 			continue
 		}
 		for _, m := range mf.GetMetric() {
@@ -68,12 +69,12 @@ func ExampleNewMetrics() {
 func ExampleInPlaceUpdateCondition() {
 	node := &corev1.Node{Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{
 		{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady"},
-		{Type: capi.ConditionInPlaceUpdate, Status: corev1.ConditionTrue, Reason: capi.ReasonDrainBlocked,
+		{Type: observe.ConditionInPlaceUpdate, Status: corev1.ConditionTrue, Reason: observe.ReasonDrainBlocked,
 			Message: "draining node md-0-a for 4m0s (deadline 30m0s): PDB apps/web-pdb (disruptionsAllowed=0, healthy 2/2, desired 2) holds apps/web-0"},
 	}}}
-	if c := capi.InPlaceUpdateCondition(node); c != nil {
+	if c := observe.InPlaceUpdateCondition(node); c != nil {
 		fmt.Println(c.Type, c.Status, c.Reason)
-		fmt.Println("updating:", c.Status == corev1.ConditionTrue, "blocked:", c.Reason == capi.ReasonDrainBlocked)
+		fmt.Println("updating:", c.Status == corev1.ConditionTrue, "blocked:", c.Reason == observe.ReasonDrainBlocked)
 	}
 	// Output:
 	// upgradekit.io/InPlaceUpdate True DrainBlocked

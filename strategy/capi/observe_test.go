@@ -22,6 +22,7 @@ import (
 	"github.com/upgradekit/upgradekit/nodeexec/nodepod"
 	"github.com/upgradekit/upgradekit/strategy"
 	"github.com/upgradekit/upgradekit/strategy/capi"
+	"github.com/upgradekit/upgradekit/strategy/capi/observe"
 )
 
 func TestNewMetricsRegistration(t *testing.T) {
@@ -39,7 +40,7 @@ func TestNewMetricsRegistration(t *testing.T) {
 			ext.CanUpdateMachine(context.Background(), versionChange(t), &resp)
 			require.Equal(t, runtimehooksv1.ResponseStatusSuccess, resp.Status, resp.Message)
 		}
-		require.Equal(t, 2.0, counter(t, reg, capi.MetricDecisions, "outcome", capi.HookAccept))
+		require.Equal(t, 2.0, counter(t, reg, observe.MetricDecisions, "outcome", observe.HookAccept))
 		require.Equal(t, map[string]uint64{"CanUpdateMachine": 2, "CanUpdateMachineSet": 0, "UpdateMachine": 0}, hookCounts(t, reg),
 			"each answered call is timed, by hook")
 	})
@@ -63,17 +64,17 @@ func TestNewMetricsRegistration(t *testing.T) {
 		require.NoError(t, err)
 		_, err = capi.NewMetrics(nil, capi.MetricsOptions{})
 		require.NoError(t, err)
-		n, err := testutil.GatherAndCount(ctrlmetrics.Registry, capi.MetricDecisions, capi.MetricMachinesInProgress, capi.MetricFailures, capi.MetricUpdateDuration, capi.MetricHookDuration)
+		n, err := testutil.GatherAndCount(ctrlmetrics.Registry, observe.MetricDecisions, observe.MetricMachinesInProgress, observe.MetricFailures, observe.MetricUpdateDuration, observe.MetricHookDuration)
 		require.NoError(t, err)
 		require.Equal(t, 6+6+12+1+3, n, "every series exists at zero from the start")
 	})
 
 	t.Run("another collector under one of the names is a typed error", func(t *testing.T) {
 		reg := prometheus.NewRegistry()
-		require.NoError(t, reg.Register(prometheus.NewGauge(prometheus.GaugeOpts{Name: capi.MetricUpdateDuration, Help: "not ours"})))
+		require.NoError(t, reg.Register(prometheus.NewGauge(prometheus.GaugeOpts{Name: observe.MetricUpdateDuration, Help: "not ours"})))
 		_, err := capi.NewMetrics(reg, capi.MetricsOptions{})
 		require.ErrorIs(t, err, capi.ErrMetricsRegistration)
-		require.ErrorContains(t, err, capi.MetricUpdateDuration)
+		require.ErrorContains(t, err, observe.MetricUpdateDuration)
 	})
 
 	t.Run("a negative StaleAfter is a typed error naming the field", func(t *testing.T) {
@@ -92,7 +93,7 @@ func hookCounts(t *testing.T, reg prometheus.Gatherer) map[string]uint64 {
 	require.NoError(t, err)
 	out := map[string]uint64{}
 	for _, mf := range mfs {
-		if mf.GetName() != capi.MetricHookDuration {
+		if mf.GetName() != observe.MetricHookDuration {
 			continue
 		}
 		for _, m := range mf.GetMetric() {
@@ -160,7 +161,7 @@ upgradekit_inplace_decisions_total{hook="CanUpdateMachine",outcome="error"} 1
 upgradekit_inplace_decisions_total{hook="CanUpdateMachineSet",outcome="accept"} 0
 upgradekit_inplace_decisions_total{hook="CanUpdateMachineSet",outcome="decline"} 0
 upgradekit_inplace_decisions_total{hook="CanUpdateMachineSet",outcome="error"} 1
-`), capi.MetricDecisions))
+`), observe.MetricDecisions))
 
 	var declined string
 	for _, l := range logs {
@@ -203,7 +204,7 @@ func TestUpdateMachineFailuresWithoutANode(t *testing.T) {
 		require.Equal(t, runtimehooksv1.ResponseStatusFailure, resp.Status)
 		require.Equal(t, "in-place update failed: InvalidMachine: desired Machine has no spec.providerID: the node cannot be found", resp.Message)
 	}
-	require.Equal(t, 1.0, counter(t, reg, capi.MetricFailures, "reason", capi.FailureInvalidMachine))
+	require.Equal(t, 1.0, counter(t, reg, observe.MetricFailures, "reason", observe.FailureInvalidMachine))
 	// One error log for the failure, V(1) lines for its repeats, all with
 	// the stable keys.
 	require.Len(t, logs, 3)
@@ -229,14 +230,14 @@ upgradekit_inplace_machines_in_progress{phase="Upgrading"} 0
 upgradekit_inplace_machines_in_progress{phase="WaitingForKubelet"} 0
 `
 	}
-	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(gauge("1")), capi.MetricMachinesInProgress))
+	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(gauge("1")), observe.MetricMachinesInProgress))
 	clk.Step(11 * time.Minute)
-	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(gauge("0")), capi.MetricMachinesInProgress), "not asked for a while: forgotten")
+	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(gauge("0")), observe.MetricMachinesInProgress), "not asked for a while: forgotten")
 
 	// This memory is per process, as documented: a restarted extension
 	// records the failure once more.
 	var resp runtimehooksv1.UpdateMachineResponse
 	newUpdater().UpdateMachine(context.Background(), req, &resp)
-	require.Equal(t, 2.0, counter(t, reg, capi.MetricFailures, "reason", capi.FailureInvalidMachine))
+	require.Equal(t, 2.0, counter(t, reg, observe.MetricFailures, "reason", observe.FailureInvalidMachine))
 	require.Len(t, recorded(rec), 1)
 }

@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/upgradekit/upgradekit/internal/errtext"
+	"github.com/upgradekit/upgradekit/strategy/capi/observe"
 )
 
 // Why Events go on owners: Cluster API v1.14 writes a fixed text on the
@@ -86,7 +87,7 @@ func (u *MachineUpdater) ownerEvent(ctx context.Context, log logr.Logger, m *clu
 	}
 	obj := m.DeepCopy()
 	obj.SetGroupVersionKind(clusterv1.GroupVersion.WithKind("Machine"))
-	u.recorder.Eventf(ref, obj, eventWarning, EventReasonUpdateFailed, "Update", "Machine %s: %s", m.Name, note)
+	u.recorder.Eventf(ref, obj, eventWarning, observe.EventReasonUpdateFailed, "Update", "Machine %s: %s", m.Name, note)
 }
 
 // canUpdateEvents records, for an Extension, a Warning Event on the object
@@ -152,7 +153,7 @@ func (ev *canUpdateEvents) answered(ctx context.Context, log logr.Logger, s canU
 	if related != nil {
 		rel = related
 	}
-	ev.recorder.Eventf(regarding, rel, eventWarning, EventReasonCanUpdateFailed, "CanUpdate",
+	ev.recorder.Eventf(regarding, rel, eventWarning, observe.EventReasonCanUpdateFailed, "CanUpdate",
 		"%s for %s %s failed, so Cluster API changes nothing and asks again: %s", s.hook, s.kind, s.name, msg)
 }
 
@@ -188,10 +189,3 @@ func (ev *canUpdateEvents) target(ctx context.Context, s canUpdateSubject) (rega
 		return self, nil, nil
 	}
 }
-
-// EventReasonCanUpdateFailed (Warning) is the reason of the Event an
-// Extension with ExtensionOptions.EventRecorder records on a
-// MachineDeployment or KubeadmControlPlane when its CanUpdate* answer is a
-// Failure; the note names the hook, the MachineSet or Machine asked about,
-// and the error (an unknown setting names the setting).
-const EventReasonCanUpdateFailed = "InPlaceUpdateCheckFailed"

@@ -21,6 +21,7 @@ import (
 	"github.com/upgradekit/upgradekit/nodeexec/nodepod"
 	"github.com/upgradekit/upgradekit/strategy"
 	"github.com/upgradekit/upgradekit/strategy/capi"
+	"github.com/upgradekit/upgradekit/strategy/capi/observe"
 )
 
 // refRecorder keeps each Event as "Type Reason Kind ns/name uid
@@ -115,7 +116,7 @@ func TestUpdateMachineFailureEventOnTheOwner(t *testing.T) {
 			for range 3 { // Cluster API asks again after each Failure
 				resp := call()
 				require.Equal(t, runtimehooksv1.ResponseStatusFailure, resp.Status, resp.Message)
-				require.Contains(t, resp.Message, capi.FailureStepFailed)
+				require.Contains(t, resp.Message, observe.FailureStepFailed)
 			}
 			evs := rec.take()
 			require.Len(t, evs, map[bool]int{true: 2, false: 1}[tc.want != ""], "%q", evs)
@@ -145,7 +146,7 @@ func TestUpdateMachineFailureWithoutNodeEventOnTheOwner(t *testing.T) {
 		var resp runtimehooksv1.UpdateMachineResponse
 		u.UpdateMachine(t.Context(), live.request(t), &resp)
 		require.Equal(t, runtimehooksv1.ResponseStatusFailure, resp.Status, resp.Message)
-		require.Contains(t, resp.Message, capi.FailureAmbiguousNode)
+		require.Contains(t, resp.Message, observe.FailureAmbiguousNode)
 	}
 	evs := rec.take()
 	require.Len(t, evs, 2, "%q", evs)

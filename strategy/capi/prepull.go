@@ -13,6 +13,7 @@ import (
 
 	"github.com/upgradekit/upgradekit/internal/errtext"
 	"github.com/upgradekit/upgradekit/nodeexec/nodepod"
+	"github.com/upgradekit/upgradekit/strategy/capi/observe"
 )
 
 // DefaultPrePullTimeout is how long the pre-pull pod may keep failing to
@@ -26,18 +27,18 @@ const DefaultPrePullTimeout = 5 * time.Minute
 
 // prePullPod builds the pre-pull pod of the update's upgrader image for
 // st's node.
-func (u *MachineUpdater) prePullPod(st *call, rec *UpdateRecord) (*corev1.Pod, updateResult, bool) {
+func (u *MachineUpdater) prePullPod(st *call, rec *observe.UpdateRecord) (*corev1.Pod, updateResult, bool) {
 	opts := u.podOpts
 	if u.images != nil {
 		img, ok := u.images.Image(rec.Version)
 		if !ok {
-			return nil, failedAs(FailurePodBuild, "no upgrader image for %s (have: %s)", rec.Version, strings.Join(u.images.versions(), ", ")), false
+			return nil, failedAs(observe.FailurePodBuild, "no upgrader image for %s (have: %s)", rec.Version, strings.Join(u.images.versions(), ", ")), false
 		}
 		opts = append(append([]nodepod.Option(nil), u.podOpts...), nodepod.WithImage(img))
 	}
 	pod, err := nodepod.BuildPrePull(st.node.Name, opts...)
 	if err != nil {
-		return nil, failedAs(FailurePodBuild, "building the pre-pull pod: %v", err), false
+		return nil, failedAs(observe.FailurePodBuild, "building the pre-pull pod: %v", err), false
 	}
 	return pod, updateResult{}, true
 }
@@ -45,7 +46,7 @@ func (u *MachineUpdater) prePullPod(st *call, rec *UpdateRecord) (*corev1.Pod, u
 // prePullImage proves, before the node is cordoned, that the upgrader
 // image can be pulled and started on it (see UpdaterOptions.PrePullTimeout). ok means
 // it is proven, recorded on the Node, and the pre-pull pod deleted.
-func (u *MachineUpdater) prePullImage(ctx context.Context, st *call, rec *UpdateRecord) (updateResult, bool) {
+func (u *MachineUpdater) prePullImage(ctx context.Context, st *call, rec *observe.UpdateRecord) (updateResult, bool) {
 	node := st.node.Name
 	want, res, ok := u.prePullPod(st, rec)
 	if !ok {
@@ -54,13 +55,13 @@ func (u *MachineUpdater) prePullImage(ctx context.Context, st *call, rec *Update
 	if rec.PrePulled != nil {
 		// Proven by an earlier call, which could not delete its pod.
 		if err := u.deletePrePullPods(ctx, st, ""); err != nil {
-			return waiting(ReasonPending, "deleting the pre-pull pod on node %s: %v", node, err), false
+			return waiting(observe.ReasonPending, "deleting the pre-pull pod on node %s: %v", node, err), false
 		}
 		return updateResult{}, true
 	}
 	// Pre-pull pods of another image (an earlier update's) go first.
 	if err := u.deletePrePullPods(ctx, st, want.Name); err != nil {
-		return waiting(ReasonPending, "deleting an earlier pre-pull pod on node %s: %v", node, err), false
+		return waiting(observe.ReasonPending, "deleting an earlier pre-pull pod on node %s: %v", node, err), false
 	}
 	key := want.Namespace + "/" + want.Name
 	image := want.Spec.Containers[0].Image
@@ -69,47 +70,47 @@ func (u *MachineUpdater) prePullImage(ctx context.Context, st *call, rec *Update
 	switch {
 	case apierrors.IsNotFound(err):
 		if err := recordPrePullStart(ctx, st, rec); err != nil {
-			return waiting(ReasonPending, "recording the pre-pull's start on node %s: %v", node, err), false
+			return waiting(observe.ReasonPending, "recording the pre-pull's start on node %s: %v", node, err), false
 		}
 		switch err := st.c.Create(ctx, want); {
 		case err == nil, apierrors.IsAlreadyExists(err):
 		case podRefused(err):
-			return failedAs(FailurePodRejected, "the API server refuses the pre-pull pod %s for node %s (before any disruption): %v", key, node, err), false
+			return failedAs(observe.FailurePodRejected, "the API server refuses the pre-pull pod %s for node %s (before any disruption): %v", key, node, err), false
 		default:
-			return waiting(ReasonPending, "creating the pre-pull pod %s on node %s: %v", key, node, err), false
+			return waiting(observe.ReasonPending, "creating the pre-pull pod %s on node %s: %v", key, node, err), false
 		}
 		st.log.Info("pre-pull pod created", "step", "pre-pull", "pod", key, "image", image)
-		return waiting(ReasonPending, "pulling the upgrader image %s on node %s before cordoning it (pod %s)", image, node, key), false
+		return waiting(observe.ReasonPending, "pulling the upgrader image %s on node %s before cordoning it (pod %s)", image, node, key), false
 	case err != nil:
-		return waiting(ReasonPending, "reading the pre-pull pod %s on node %s: %v", key, node, err), false
+		return waiting(observe.ReasonPending, "reading the pre-pull pod %s on node %s: %v", key, node, err), false
 	}
 	if why := prePullDiffers(want, &got); why != "" {
-		return failedAs(FailureForeignPod, "pod %s on node %s is not the update's pre-pull pod (%s); delete it to go on", key, node, why), false
+		return failedAs(observe.FailureForeignPod, "pod %s on node %s is not the update's pre-pull pod (%s); delete it to go on", key, node, why), false
 	}
 	// A pod left by an attempt whose start was not recorded (a retry
 	// whose delete failed): the timeout counts from now.
 	if err := recordPrePullStart(ctx, st, rec); err != nil {
-		return waiting(ReasonPending, "recording the pre-pull's start on node %s: %v", node, err), false
+		return waiting(observe.ReasonPending, "recording the pre-pull's start on node %s: %v", node, err), false
 	}
 	elapsed := max(st.now.Sub(rec.PrePullStarted.Time), 0).Truncate(time.Second)
 	if got.DeletionTimestamp != nil {
 		if err := u.deletePrePullPods(ctx, st, ""); err != nil {
-			return waiting(ReasonPending, "deleting the pre-pull pod %s on node %s: %v", key, node, err), false
+			return waiting(observe.ReasonPending, "deleting the pre-pull pod %s on node %s: %v", key, node, err), false
 		}
-		return waiting(ReasonPending, "waiting for the pre-pull pod %s on node %s to go away", key, node), false
+		return waiting(observe.ReasonPending, "waiting for the pre-pull pod %s on node %s to go away", key, node), false
 	}
 	if pe, ok := nodepod.ReadPullError(&got); ok {
 		// The back-off message repeats the image the answer names.
 		pe.Message = strings.TrimPrefix(pe.Message, fmt.Sprintf("Back-off pulling image %q: ", pe.Image))
 		switch {
 		case pe.Terminal():
-			return failedAs(FailureImagePull, "node %s: upgrader image %s cannot run there: %s: %s (pre-pull pod %s; the node was not cordoned)",
+			return failedAs(observe.FailureImagePull, "node %s: upgrader image %s cannot run there: %s: %s (pre-pull pod %s; the node was not cordoned)",
 				node, image, pe.Reason, errtext.Clip(pe.Message), key), false
 		case elapsed > u.prePullTO:
-			return failedAs(FailureImagePull, "node %s: upgrader image %s cannot be pulled there: %s: %s (failing for %s, deadline %s; pre-pull pod %s; the node was not cordoned)",
+			return failedAs(observe.FailureImagePull, "node %s: upgrader image %s cannot be pulled there: %s: %s (failing for %s, deadline %s; pre-pull pod %s; the node was not cordoned)",
 				node, image, pe.Reason, errtext.Clip(pe.Message), elapsed, u.prePullTO, key), false
 		}
-		return waiting(ReasonPending, "pulling the upgrader image %s on node %s before cordoning it: %s: %s (for %s; Failure after %s)",
+		return waiting(observe.ReasonPending, "pulling the upgrader image %s on node %s before cordoning it: %s: %s (for %s; Failure after %s)",
 			image, node, pe.Reason, errtext.Clip(pe.Message), elapsed, u.prePullTO), false
 	}
 	if cs := containerStatus(&got, nodepod.PrePullContainer); cs != nil {
@@ -118,43 +119,43 @@ func (u *MachineUpdater) prePullImage(ctx context.Context, st *call, rec *Update
 			// pulled; what keeps it from starting may heal (a secret
 			// created late), within the same deadline.
 			if elapsed > u.prePullTO {
-				return failedAs(FailureImagePull, "node %s: upgrader image %s does not start there: %s: %s (for %s, deadline %s; pre-pull pod %s; the node was not cordoned)",
+				return failedAs(observe.FailureImagePull, "node %s: upgrader image %s does not start there: %s: %s (for %s, deadline %s; pre-pull pod %s; the node was not cordoned)",
 					node, image, w.Reason, errtext.Clip(w.Message), elapsed, u.prePullTO, key), false
 			}
-			return waiting(ReasonPending, "starting the upgrader image %s on node %s before cordoning it: %s: %s (for %s; Failure after %s)",
+			return waiting(observe.ReasonPending, "starting the upgrader image %s on node %s before cordoning it: %s: %s (for %s; Failure after %s)",
 				image, node, w.Reason, errtext.Clip(w.Message), elapsed, u.prePullTO), false
 		}
 		if t := cs.State.Terminated; t != nil && t.ExitCode != 0 {
-			return failedAs(FailureImagePull, "node %s: upgrader image %s does not run there: %s exited with code %d: %s %s (pre-pull pod %s; the node was not cordoned)",
+			return failedAs(observe.FailureImagePull, "node %s: upgrader image %s does not run there: %s exited with code %d: %s %s (pre-pull pod %s; the node was not cordoned)",
 				node, image, strings.Join(want.Spec.Containers[0].Command, " "), t.ExitCode, t.Reason, errtext.Clip(t.Message), key), false
 		}
 	}
 	switch got.Status.Phase {
 	case corev1.PodSucceeded:
 	case corev1.PodFailed:
-		return failedAs(FailureImagePull, "node %s: pre-pull pod %s of upgrader image %s failed: %s %s (the node was not cordoned)",
+		return failedAs(observe.FailureImagePull, "node %s: pre-pull pod %s of upgrader image %s failed: %s %s (the node was not cordoned)",
 			node, key, image, got.Status.Reason, errtext.Clip(got.Status.Message)), false
 	default:
-		return waiting(ReasonPending, "pulling the upgrader image %s on node %s before cordoning it (pod %s %s, for %s)",
+		return waiting(observe.ReasonPending, "pulling the upgrader image %s on node %s before cordoning it (pod %s %s, for %s)",
 			image, node, key, podPhase(&got), elapsed), false
 	}
 	now := st.nowMeta()
 	next := *rec
 	next.PrePulled = &now
 	if err := st.writeRecord(ctx, &next); err != nil {
-		return waiting(ReasonPending, "recording the pre-pull's success on node %s: %v", node, err), false
+		return waiting(observe.ReasonPending, "recording the pre-pull's success on node %s: %v", node, err), false
 	}
 	*rec = next
 	st.log.Info("upgrader image pulled and started on the node", "step", "pre-pull", "image", image, "took", elapsed)
 	if err := u.deletePrePullPods(ctx, st, ""); err != nil {
-		return waiting(ReasonPending, "deleting the pre-pull pod on node %s: %v", node, err), false
+		return waiting(observe.ReasonPending, "deleting the pre-pull pod on node %s: %v", node, err), false
 	}
 	return updateResult{}, true
 }
 
 // recordPrePullStart records on the Node, once, when the pre-pull
 // started: the pre-pull timeout counts from there.
-func recordPrePullStart(ctx context.Context, st *call, rec *UpdateRecord) error {
+func recordPrePullStart(ctx context.Context, st *call, rec *observe.UpdateRecord) error {
 	if rec.PrePullStarted != nil {
 		return nil
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/upgradekit/upgradekit/nodeexec/nodepod"
 	"github.com/upgradekit/upgradekit/simulator"
 	"github.com/upgradekit/upgradekit/strategy/capi"
+	"github.com/upgradekit/upgradekit/strategy/capi/observe"
 )
 
 // prePullWorld is one node with an app pod on a real API server, and a
@@ -163,8 +164,8 @@ func TestUpdateMachinePrePullsTheUpgraderImage(t *testing.T) {
 		require.Equal(t, runtimehooksv1.ResponseStatusSuccess, resp.Status, resp.Message)
 		require.Contains(t, resp.Message, "ErrImagePull: rpc error: code = NotFound")
 		require.Contains(t, resp.Message, "(for 1m0s; Failure after 5m0s)")
-		cond := capi.InPlaceUpdateCondition(w.getNode())
-		require.Equal(t, capi.ReasonPending, cond.Reason)
+		cond := observe.InPlaceUpdateCondition(w.getNode())
+		require.Equal(t, observe.ReasonPending, cond.Reason)
 		require.Contains(t, cond.Message, "ErrImagePull")
 
 		w.kubelet() // ImagePullBackOff
@@ -179,11 +180,11 @@ func TestUpdateMachinePrePullsTheUpgraderImage(t *testing.T) {
 		w.clk.Step(2 * time.Minute)
 		resp = w.call()
 		require.Equal(t, runtimehooksv1.ResponseStatusFailure, resp.Status, resp.Message)
-		require.Contains(t, resp.Message, capi.FailureImagePull+": node "+w.node.Name+": upgrader image "+prePullImage+" cannot be pulled there: ImagePullBackOff")
+		require.Contains(t, resp.Message, observe.FailureImagePull+": node "+w.node.Name+": upgrader image "+prePullImage+" cannot be pulled there: ImagePullBackOff")
 		require.Contains(t, resp.Message, "failed to resolve reference")
 		require.Contains(t, resp.Message, "the node was not cordoned")
-		cond = capi.InPlaceUpdateCondition(w.getNode())
-		require.Equal(t, capi.ReasonFailed, cond.Reason)
+		cond = observe.InPlaceUpdateCondition(w.getNode())
+		require.Equal(t, observe.ReasonFailed, cond.Reason)
 		require.Contains(t, cond.Message, "ImagePullBackOff")
 		w.requireUndisturbed()
 
@@ -212,7 +213,7 @@ func TestUpdateMachinePrePullsTheUpgraderImage(t *testing.T) {
 		w.kubelet()
 		resp = w.call(bad)
 		require.Equal(t, runtimehooksv1.ResponseStatusFailure, resp.Status, resp.Message)
-		require.Contains(t, resp.Message, capi.FailureImagePull+": node "+w.node.Name+": upgrader image registry.example/Upgrader:v1 cannot run there: InvalidImageName")
+		require.Contains(t, resp.Message, observe.FailureImagePull+": node "+w.node.Name+": upgrader image registry.example/Upgrader:v1 cannot run there: InvalidImageName")
 		w.requireUndisturbed()
 	})
 

@@ -26,6 +26,7 @@ import (
 	"github.com/upgradekit/upgradekit/nodeexec/nodepod"
 	"github.com/upgradekit/upgradekit/strategy"
 	"github.com/upgradekit/upgradekit/strategy/capi"
+	"github.com/upgradekit/upgradekit/strategy/capi/observe"
 	"github.com/upgradekit/upgradekit/strategy/capi/workload"
 )
 
@@ -190,20 +191,20 @@ func TestUpdateMachineWorkloadUnreachableDeadline(t *testing.T) {
 	clk.Step(time.Second)
 	for range 2 {
 		resp := call(req)
-		requireFailure(t, resp, capi.FailureWorkloadUnreachable)
+		requireFailure(t, resp, observe.FailureWorkloadUnreachable)
 		require.Contains(t, resp.Message, "waiting for the workload cluster for 10m1s (deadline 10m0s, counted in the management cluster): secrets \"demo-kubeconfig\" is forbidden")
 	}
 	// A client, but its API server does not answer: the same wait.
 	workload = noAnswer
 	resp := call(req)
-	requireFailure(t, resp, capi.FailureWorkloadUnreachable)
+	requireFailure(t, resp, observe.FailureWorkloadUnreachable)
 	require.Contains(t, resp.Message, "waiting for the node for 10m1s (deadline 10m0s, counted in the management cluster):")
 	require.Contains(t, resp.Message, "connection refused")
 
 	// Reached: the update goes on, and the count starts afresh.
 	workload = reachable
 	resp = call(req)
-	require.NotContains(t, resp.Message, capi.FailureWorkloadUnreachable)
+	require.NotContains(t, resp.Message, observe.FailureWorkloadUnreachable)
 	require.NotContains(t, resp.Message, "waiting for the workload cluster")
 	workload = nil
 	requireWaiting(t, call(req), "(for 0s)")
@@ -215,5 +216,5 @@ func TestUpdateMachineWorkloadUnreachableDeadline(t *testing.T) {
 	restarted.Desired.Machine.Status.Conditions = []metav1.Condition{{Type: clusterv1.MachineUpdatingCondition, Status: metav1.ConditionTrue,
 		Reason: clusterv1.MachineInPlaceUpdatingReason, LastTransitionTime: metav1.NewTime(clk.Now().Add(-time.Minute))}}
 	requireWaiting(t, call(restarted), "(for 1m0s)")
-	requireFailure(t, call(req), capi.FailureWorkloadUnreachable) // without it: an hour
+	requireFailure(t, call(req), observe.FailureWorkloadUnreachable) // without it: an hour
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/upgradekit/upgradekit/nodeexec/kubeadm"
 	"github.com/upgradekit/upgradekit/nodeexec/nodepod"
 	"github.com/upgradekit/upgradekit/strategy/capi"
+	"github.com/upgradekit/upgradekit/strategy/capi/observe"
 )
 
 // The in-place contract on the UpdateMachine side: never strand a node.
@@ -70,9 +71,9 @@ func TestUpdateMachineValidatesBeforeDisrupting(t *testing.T) {
 		failure                         string
 		message                         string
 	}{
-		{"admission refuses the pod", "w-psa", "v1.35.4", "v1.36.1", "baseline-only", capi.FailurePodRejected, "violates PodSecurity"},
-		{"kubeadm refuses the plan (a skipped minor)", "w-skip", "v1.35.4", "v1.37.0", "privileged", capi.FailurePlanRejected, "skips a minor version"},
-		{"kubeadm refuses the plan (a downgrade)", "w-down", "v1.36.1", "v1.35.4", "privileged", capi.FailurePlanRejected, "downgrade refused"},
+		{"admission refuses the pod", "w-psa", "v1.35.4", "v1.36.1", "baseline-only", observe.FailurePodRejected, "violates PodSecurity"},
+		{"kubeadm refuses the plan (a skipped minor)", "w-skip", "v1.35.4", "v1.37.0", "privileged", observe.FailurePlanRejected, "skips a minor version"},
+		{"kubeadm refuses the plan (a downgrade)", "w-down", "v1.36.1", "v1.35.4", "privileged", observe.FailurePlanRejected, "downgrade refused"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			createNode(t, ctx, c, tc.node, "docker:////"+tc.node, tc.from)
@@ -148,7 +149,7 @@ func TestUpdateMachineDoneOnlyWithProof(t *testing.T) {
 	t.Run("a record of an earlier updater version names no pod", func(t *testing.T) {
 		pc := newPodsCluster(t)
 		n := pc.node()
-		n.Annotations = map[string]string{capi.AnnotationInPlaceUpdate: `{"machine":"default/w-0","version":"v1.36.1","started":"` + time.Now().UTC().Format(time.RFC3339) + `","role":"worker"}`}
+		n.Annotations = map[string]string{observe.AnnotationInPlaceUpdate: `{"machine":"default/w-0","version":"v1.36.1","started":"` + time.Now().UTC().Format(time.RFC3339) + `","role":"worker"}`}
 		require.NoError(t, pc.c.Update(t.Context(), n))
 		pc.kubelet("v1.36.1")
 		resp := pc.call(req)
@@ -238,7 +239,7 @@ func TestUpdateMachineNodeIdentity(t *testing.T) {
 		clk.Step(2 * time.Minute)
 		resp := call(u, req)
 		require.Equal(t, runtimehooksv1.ResponseStatusFailure, resp.Status, resp.Message)
-		require.Contains(t, resp.Message, capi.FailureNodeGone)
+		require.Contains(t, resp.Message, observe.FailureNodeGone)
 		require.Contains(t, resp.Message, `spec.providerID "docker:////cp-0"`)
 	})
 
@@ -255,7 +256,7 @@ func TestUpdateMachineNodeIdentity(t *testing.T) {
 		clk.Step(time.Minute)
 		resp := call(newUpdater(t, pc.c, clk), req)
 		require.Equal(t, runtimehooksv1.ResponseStatusFailure, resp.Status, resp.Message)
-		require.Contains(t, resp.Message, capi.FailureNodeGone)
+		require.Contains(t, resp.Message, observe.FailureNodeGone)
 	})
 
 	t.Run("two nodes with one providerID", func(t *testing.T) {
@@ -264,7 +265,7 @@ func TestUpdateMachineNodeIdentity(t *testing.T) {
 		u := newUpdater(t, pc.c, clocktesting.NewFakeClock(time.Now()))
 		resp := call(u, updateReq("w-0", "docker:////cp-0", "v1.36.1", false))
 		require.Equal(t, runtimehooksv1.ResponseStatusFailure, resp.Status, resp.Message)
-		require.Contains(t, resp.Message, capi.FailureAmbiguousNode)
+		require.Contains(t, resp.Message, observe.FailureAmbiguousNode)
 		require.Contains(t, resp.Message, "cp-0, cp-0-twin")
 		require.Empty(t, pc.pods())
 	})
@@ -276,7 +277,7 @@ func TestUpdateMachineNodeIdentity(t *testing.T) {
 		before := pc.record()
 		resp := call(u, updateReq("w-1", "docker:////cp-0", "v1.36.1", false))
 		require.Equal(t, runtimehooksv1.ResponseStatusFailure, resp.Status, resp.Message)
-		require.Contains(t, resp.Message, capi.FailureNodeClaimed)
+		require.Contains(t, resp.Message, observe.FailureNodeClaimed)
 		require.Contains(t, resp.Message, "being updated for machine default/w-0")
 		require.Equal(t, before, pc.record(), "the first machine's record, and its deadlines, are untouched")
 	})
@@ -356,7 +357,7 @@ func TestUpdateMachineDeadlines(t *testing.T) {
 		clk.Step(2 * time.Minute)
 		resp := call()
 		require.Equal(t, runtimehooksv1.ResponseStatusFailure, resp.Status, resp.Message)
-		require.Contains(t, resp.Message, capi.FailureUpdateTimeout)
+		require.Contains(t, resp.Message, observe.FailureUpdateTimeout)
 		require.Contains(t, resp.Message, "not done after 1h1m0s (deadline 1h0m0s)")
 		finishPod(t, t.Context(), pc.c, pc.onlyPod(), "", 0)
 		pc.kubelet("v1.36.1")
@@ -377,7 +378,7 @@ func TestUpdateMachineDeadlines(t *testing.T) {
 		clk.Step(2 * time.Minute)
 		resp := call()
 		require.Equal(t, runtimehooksv1.ResponseStatusFailure, resp.Status, resp.Message)
-		require.Contains(t, resp.Message, capi.FailureNodeNotReady)
+		require.Contains(t, resp.Message, observe.FailureNodeNotReady)
 		require.Contains(t, resp.Message, "Kubelet stopped posting node status.")
 	})
 }
@@ -398,7 +399,7 @@ func (r *uidRecorder) Eventf(regarding runtime.Object, _ runtime.Object, _, _, _
 // spec; every mismatch gets the same answer; its Events carry the
 // Machine's UID.
 func TestUpdateMachineChecksTheRequestAgainstTheMachine(t *testing.T) {
-	mismatch := "in-place update failed: " + capi.FailureRequestMismatch + ": the request does not match a Machine that Cluster API is updating in place; the extension's log says why"
+	mismatch := "in-place update failed: " + observe.FailureRequestMismatch + ": the request does not match a Machine that Cluster API is updating in place; the extension's log says why"
 	withArgs := func(args ...string) func(*bootstrapv1.KubeadmConfigSpec) {
 		return func(s *bootstrapv1.KubeadmConfigSpec) {
 			for _, a := range args {

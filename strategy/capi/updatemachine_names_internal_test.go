@@ -18,6 +18,7 @@ import (
 	crfake "sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	"github.com/upgradekit/upgradekit/nodeexec/nodepod"
+	"github.com/upgradekit/upgradekit/strategy/capi/observe"
 )
 
 var megabyteName = strings.Repeat("a", 1<<20)
@@ -100,7 +101,7 @@ func TestRememberedFailuresAreBounded(t *testing.T) {
 		var resp runtimehooksv1.UpdateMachineResponse
 		u.UpdateMachine(t.Context(), req, &resp)
 		require.Equal(t, runtimehooksv1.ResponseStatusFailure, resp.Status, resp.Message)
-		require.Contains(t, resp.Message, FailureInvalidMachine)
+		require.Contains(t, resp.Message, observe.FailureInvalidMachine)
 	}
 	u.mu.Lock()
 	defer u.mu.Unlock()

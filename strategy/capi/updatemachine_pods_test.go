@@ -22,6 +22,7 @@ import (
 	"github.com/upgradekit/upgradekit/nodeexec/nodepod"
 	"github.com/upgradekit/upgradekit/strategy"
 	"github.com/upgradekit/upgradekit/strategy/capi"
+	"github.com/upgradekit/upgradekit/strategy/capi/observe"
 )
 
 // podsCluster is a workload cluster on controller-runtime's fake client:
@@ -107,13 +108,13 @@ func (pc *podsCluster) runTo(pod *corev1.Pod, step string) {
 	require.NoError(pc.t, pc.c.Status().Update(pc.t.Context(), pod))
 }
 
-func (pc *podsCluster) record() *capi.UpdateRecord {
+func (pc *podsCluster) record() *observe.UpdateRecord {
 	pc.t.Helper()
-	raw, ok := pc.node().Annotations[capi.AnnotationInPlaceUpdate]
+	raw, ok := pc.node().Annotations[observe.AnnotationInPlaceUpdate]
 	if !ok {
 		return nil
 	}
-	var r capi.UpdateRecord
+	var r observe.UpdateRecord
 	require.NoError(pc.t, json.Unmarshal([]byte(raw), &r))
 	return &r
 }
@@ -233,7 +234,7 @@ func TestUpdateMachineDesiredVersionRevertedMidUpdate(t *testing.T) {
 		pc.kubelet("v1.36.1")
 		resp := pc.call(revert)
 		require.Equal(t, runtimehooksv1.ResponseStatusFailure, resp.Status)
-		require.Contains(t, resp.Message, capi.FailurePlanRejected+": node cp-0 from v1.36.1 to v1.35.4")
+		require.Contains(t, resp.Message, observe.FailurePlanRejected+": node cp-0 from v1.36.1 to v1.35.4")
 	})
 }
 
@@ -255,7 +256,7 @@ func TestUpdateMachineDoneOnlyWhenThePodIsDone(t *testing.T) {
 		pc, pod := start(t)
 		resp := pc.call(req)
 		requireWaiting(t, resp, "node cp-0: kubelet reports v1.36.1, but upgrader pod "+nodepod.DefaultNamespace+"/"+pod.Name+" still runs")
-		require.Equal(t, capi.ReasonUpgrading, capi.InPlaceUpdateCondition(pc.node()).Reason)
+		require.Equal(t, observe.ReasonUpgrading, observe.InPlaceUpdateCondition(pc.node()).Reason)
 		require.NotNil(t, pc.record())
 	})
 
@@ -267,7 +268,7 @@ func TestUpdateMachineDoneOnlyWhenThePodIsDone(t *testing.T) {
 		requireDone(t, resp)
 		require.Contains(t, resp.Message, "in-place update done")
 		require.Nil(t, pc.record())
-		require.Equal(t, capi.ReasonSucceeded, capi.InPlaceUpdateCondition(pc.node()).Reason)
+		require.Equal(t, observe.ReasonSucceeded, observe.InPlaceUpdateCondition(pc.node()).Reason)
 	})
 
 	t.Run("verify fails after the kubelet reports the version: Failure", func(t *testing.T) {
@@ -277,10 +278,10 @@ func TestUpdateMachineDoneOnlyWhenThePodIsDone(t *testing.T) {
 		for range 2 {
 			resp := pc.call(req)
 			require.Equal(t, runtimehooksv1.ResponseStatusFailure, resp.Status)
-			require.Contains(t, resp.Message, capi.FailureStepFailed+": node cp-0: step verify failed with exit code 7")
+			require.Contains(t, resp.Message, observe.FailureStepFailed+": node cp-0: step verify failed with exit code 7")
 		}
 		require.NotNil(t, pc.record(), "a failed update keeps its record")
-		require.Equal(t, capi.ReasonFailed, capi.InPlaceUpdateCondition(pc.node()).Reason)
+		require.Equal(t, observe.ReasonFailed, observe.InPlaceUpdateCondition(pc.node()).Reason)
 	})
 }
 
@@ -353,7 +354,7 @@ func TestUpdateMachineWaitsForItsGates(t *testing.T) {
 		require.Nil(t, pc.record(), "nothing recorded on the node")
 		cond := nodeCondition(t, pc.node())
 		require.NotNil(t, cond)
-		require.Equal(t, capi.ReasonGateClosed, cond.Reason)
+		require.Equal(t, observe.ReasonGateClosed, cond.Reason)
 	}
 
 	clk.SetTime(time.Date(2026, 11, 25, 2, 0, 0, 0, time.UTC))
@@ -371,7 +372,7 @@ func TestUpdateMachineWaitsForItsGates(t *testing.T) {
 		pc := newPodsCluster(t, withGates(window, stop), withUpdaterClock(clk))
 		resp := pc.call(req)
 		require.Equal(t, runtimehooksv1.ResponseStatusFailure, resp.Status)
-		require.Contains(t, resp.Message, capi.FailureGateStopped+": node cp-0: Stop by breaker: 3 of 10 machines of md-0 unhealthy")
+		require.Contains(t, resp.Message, observe.FailureGateStopped+": node cp-0: Stop by breaker: 3 of 10 machines of md-0 unhealthy")
 		require.Empty(t, pc.pods())
 		require.Nil(t, pc.record())
 	})
@@ -386,7 +387,7 @@ func TestUpdateMachineWaitsForItsGates(t *testing.T) {
 func nodeCondition(t *testing.T, n *corev1.Node) *corev1.NodeCondition {
 	t.Helper()
 	for i := range n.Status.Conditions {
-		if n.Status.Conditions[i].Type == capi.ConditionInPlaceUpdate {
+		if n.Status.Conditions[i].Type == observe.ConditionInPlaceUpdate {
 			return &n.Status.Conditions[i]
 		}
 	}
@@ -429,7 +430,7 @@ func TestUpdateMachineDoesNotTrustASquattedPod(t *testing.T) {
 			for range 2 {
 				resp := pc.call(req)
 				require.Equal(t, runtimehooksv1.ResponseStatusFailure, resp.Status, resp.Message)
-				require.Contains(t, resp.Message, capi.FailureForeignPod+": pod upgradekit-system/"+ours.Name+" on node cp-0 is not the update's upgrader pod")
+				require.Contains(t, resp.Message, observe.FailureForeignPod+": pod upgradekit-system/"+ours.Name+" on node cp-0 is not the update's upgrader pod")
 				require.Contains(t, resp.Message, tc.message)
 			}
 			require.Nil(t, pc.record().Succeeded, "no success recorded")

@@ -30,6 +30,7 @@ import (
 	"github.com/upgradekit/upgradekit/simulator"
 	"github.com/upgradekit/upgradekit/strategy"
 	"github.com/upgradekit/upgradekit/strategy/capi"
+	"github.com/upgradekit/upgradekit/strategy/capi/observe"
 )
 
 // TestUpdateMachineProperty drives MachineUpdater itself, the way Cluster
@@ -198,10 +199,10 @@ func propertyRun(t *testing.T, seed int64, w *propertyWorld) string {
 					w.requireForeignCordonKept(t, c, m.Name, foreign, where)
 				}
 				if refuse {
-					require.Equal(t, capi.FailurePodRejected, reason, where)
+					require.Equal(t, observe.FailurePodRejected, reason, where)
 					require.Equal(t, propFrom, host.RunningVersion(simulator.ComponentKubelet), "refused before anything ran: %s", where)
 				}
-				if reason == capi.FailureStepFailed && !retried && rng.Intn(2) == 0 {
+				if reason == observe.FailureStepFailed && !retried && rng.Intn(2) == 0 {
 					// An operator retries from the management cluster.
 					retried = true
 					if req.Desired.Machine.Annotations == nil {
@@ -310,9 +311,9 @@ func failureReason(msg string) string {
 		return ""
 	}
 	reason, _, _ := strings.Cut(rest, ":")
-	for _, r := range []string{capi.FailureInvalidMachine, capi.FailurePlanRejected, capi.FailurePodBuild, capi.FailurePodRejected,
-		capi.FailureNodeGone, capi.FailureAmbiguousNode, capi.FailureNodeClaimed, capi.FailureUpdateTimeout, capi.FailureNodeNotReady,
-		capi.FailureRequestMismatch, capi.FailureStepFailed, capi.FailureDrainTimeout} {
+	for _, r := range []string{observe.FailureInvalidMachine, observe.FailurePlanRejected, observe.FailurePodBuild, observe.FailurePodRejected,
+		observe.FailureNodeGone, observe.FailureAmbiguousNode, observe.FailureNodeClaimed, observe.FailureUpdateTimeout, observe.FailureNodeNotReady,
+		observe.FailureRequestMismatch, observe.FailureStepFailed, observe.FailureDrainTimeout} {
 		if reason == r {
 			return r
 		}

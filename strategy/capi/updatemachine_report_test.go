@@ -26,6 +26,7 @@ import (
 	"github.com/upgradekit/upgradekit/nodeexec/drain"
 	"github.com/upgradekit/upgradekit/nodeexec/nodepod"
 	"github.com/upgradekit/upgradekit/strategy/capi"
+	"github.com/upgradekit/upgradekit/strategy/capi/observe"
 )
 
 // TestUpdateMachineReportsOnceWithoutNodeStatus: without permission to
@@ -81,19 +82,19 @@ func TestUpdateMachineReportsOnceWithoutNodeStatus(t *testing.T) {
 	require.Len(t, evs, 2, "%q", evs)
 	require.Contains(t, evs[0], "Normal InPlaceUpdateStarted")
 	require.Contains(t, evs[1], `Warning NodeDrainBlocked node md-0-a is cordoned by "kured"`)
-	require.Equal(t, capi.ReasonDrainBlocked, reported())
+	require.Equal(t, observe.ReasonDrainBlocked, reported())
 
 	clk.Step(time.Hour)
 	for range 3 {
 		resp := call(req)
 		require.Equal(t, runtimehooksv1.ResponseStatusFailure, resp.Status)
-		require.Contains(t, resp.Message, capi.FailureDrainTimeout)
+		require.Contains(t, resp.Message, observe.FailureDrainTimeout)
 	}
 	evs = recorded(recorder)
 	require.Len(t, evs, 1, "%q", evs)
 	require.Contains(t, evs[0], "Warning InPlaceUpdateFailed DrainTimeout: node md-0-a is cordoned by \"kured\"")
-	require.Equal(t, 1.0, counter(t, reg, capi.MetricFailures, "reason", capi.FailureDrainTimeout))
-	require.Equal(t, "Failed/"+capi.FailureDrainTimeout, reported())
+	require.Equal(t, 1.0, counter(t, reg, observe.MetricFailures, "reason", observe.FailureDrainTimeout))
+	require.Equal(t, "Failed/"+observe.FailureDrainTimeout, reported())
 
 	// kured lets go: the drain goes on and the reported state is cleared,
 	// so a later block would be reported again.
@@ -105,7 +106,7 @@ func TestUpdateMachineReportsOnceWithoutNodeStatus(t *testing.T) {
 
 	require.Positive(t, statusPatches, "the condition was attempted")
 	require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(node), node))
-	require.Nil(t, capi.InPlaceUpdateCondition(node), "and never written")
+	require.Nil(t, observe.InPlaceUpdateCondition(node), "and never written")
 }
 
 // TestUpdateMachineReportedIsCompareAndSwap: when another replica records
@@ -127,10 +128,10 @@ func TestUpdateMachineReportedIsCompareAndSwap(t *testing.T) {
 					var n corev1.Node
 					require.NoError(t, cl.Get(ctx, client.ObjectKeyFromObject(obj), &n))
 					rec := record(t, &n)
-					rec.Reported = "Failed/" + capi.FailurePlanRejected
+					rec.Reported = "Failed/" + observe.FailurePlanRejected
 					rec.Started = metav1.NewTime(rec.Started.Add(time.Second)) // its own write differs
 					require.NoError(t, cl.Patch(ctx, &n, client.RawPatch(types.MergePatchType, mustJSON(t, map[string]any{
-						"metadata": map[string]any{"annotations": map[string]any{capi.AnnotationInPlaceUpdate: string(mustJSON(t, rec))}}}))))
+						"metadata": map[string]any{"annotations": map[string]any{observe.AnnotationInPlaceUpdate: string(mustJSON(t, rec))}}}))))
 				}
 				return cl.Patch(ctx, obj, patch, opts...)
 			},
@@ -144,7 +145,7 @@ func TestUpdateMachineReportedIsCompareAndSwap(t *testing.T) {
 	var resp runtimehooksv1.UpdateMachineResponse
 	u.UpdateMachine(ctx, updateReq("md-0-a", "docker:////md-0-a", "v1.37.0", false), &resp)
 	require.Equal(t, runtimehooksv1.ResponseStatusFailure, resp.Status)
-	require.Contains(t, resp.Message, capi.FailurePlanRejected)
+	require.Contains(t, resp.Message, observe.FailurePlanRejected)
 	require.True(t, raced)
 	evs := recorded(recorder)
 	require.Len(t, evs, 1, "%q", evs)

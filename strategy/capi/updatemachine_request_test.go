@@ -24,6 +24,7 @@ import (
 
 	"github.com/upgradekit/upgradekit/nodeexec/nodepod"
 	"github.com/upgradekit/upgradekit/strategy/capi"
+	"github.com/upgradekit/upgradekit/strategy/capi/observe"
 )
 
 // dockerMachineGVK is the infrastructure machine kind of liveMachine.
@@ -166,7 +167,7 @@ func TestUpdateMachineActsOnTheLiveMachineOnly(t *testing.T) {
 				var resp runtimehooksv1.UpdateMachineResponse
 				u.UpdateMachine(t.Context(), req, &resp)
 				require.Equal(t, runtimehooksv1.ResponseStatusFailure, resp.Status, resp.Message)
-				require.Equal(t, "in-place update failed: "+capi.FailureRequestMismatch+": the request does not match a Machine that Cluster API is updating in place; the extension's log says why", resp.Message)
+				require.Equal(t, "in-place update failed: "+observe.FailureRequestMismatch+": the request does not match a Machine that Cluster API is updating in place; the extension's log says why", resp.Message)
 			}
 			require.Nil(t, pc.record(), "no update record")
 			require.Empty(t, pc.pods(), "no upgrader pod")
@@ -189,7 +190,7 @@ func TestUpdateMachineActsOnTheLiveMachineOnly(t *testing.T) {
 		requireWaiting(t, resp, "started first-control-plane upgrade of node cp-0")
 		require.Equal(t, "first-control-plane", pc.record().Role)
 		require.Len(t, pc.pods(), 1)
-		if diff := cmp.Diff([]string{capi.EventReasonUpdateStarted + " on default/cp-0 uid-cp-0"}, rec.calls); diff != "" {
+		if diff := cmp.Diff([]string{observe.EventReasonUpdateStarted + " on default/cp-0 uid-cp-0"}, rec.calls); diff != "" {
 			t.Fatalf("Events (-want +got):\n%s", diff)
 		}
 	})
@@ -204,7 +205,7 @@ func TestUpdateMachineActsOnTheLiveMachineOnly(t *testing.T) {
 		var resp runtimehooksv1.UpdateMachineResponse
 		u.UpdateMachine(t.Context(), req, &resp)
 		require.Equal(t, runtimehooksv1.ResponseStatusFailure, resp.Status, resp.Message)
-		require.Contains(t, resp.Message, capi.FailureRequestMismatch)
+		require.Contains(t, resp.Message, observe.FailureRequestMismatch)
 		require.Nil(t, pc.record())
 		u.UpdateMachine(t.Context(), live.request(t), &resp)
 		requireWaiting(t, resp, "started worker upgrade of node cp-0")
@@ -247,7 +248,7 @@ func TestUpdateMachineMismatchesTellNothing(t *testing.T) {
 			var resp runtimehooksv1.UpdateMachineResponse
 			u.UpdateMachine(t.Context(), req, &resp)
 			require.Equal(t, runtimehooksv1.ResponseStatusFailure, resp.Status, resp.Message)
-			require.Equal(t, "in-place update failed: "+capi.FailureRequestMismatch+": the request does not match a Machine that Cluster API is updating in place; the extension's log says why", resp.Message)
+			require.Equal(t, "in-place update failed: "+observe.FailureRequestMismatch+": the request does not match a Machine that Cluster API is updating in place; the extension's log says why", resp.Message)
 			require.Empty(t, rec.calls, "no Event")
 			require.Nil(t, pc.record())
 		})

@@ -11,6 +11,7 @@ import (
 	"github.com/upgradekit/upgradekit/nodeexec/kubeadm"
 	"github.com/upgradekit/upgradekit/nodeexec/nodepod"
 	"github.com/upgradekit/upgradekit/strategy/capi"
+	"github.com/upgradekit/upgradekit/strategy/capi/observe"
 )
 
 // TestUpdateMachineRetry: a failed update is retried from the management
@@ -40,14 +41,14 @@ func TestUpdateMachineRetry(t *testing.T) {
 		first := pc.onlyPod()
 		finishPod(t, t.Context(), pc.c, first, kubeadm.StepKubeadmUpgrade, 1)
 		for range 2 {
-			requireFailure(t, pc.call(req), capi.FailureStepFailed)
+			requireFailure(t, pc.call(req), observe.FailureStepFailed)
 		}
 		require.NotNil(t, pc.record(), "the failure keeps the record")
 
 		retry := withRetry(req, "1")
 		resp := pc.call(retry)
 		requireWaiting(t, resp, "retrying the update of node cp-0 to v1.36.1 (attempt 2")
-		require.Contains(t, resp.Message, capi.FailureStepFailed, "the answer says what is retried")
+		require.Contains(t, resp.Message, observe.FailureStepFailed, "the answer says what is retried")
 		require.Empty(t, pc.pods(), "the failed pod is deleted")
 		rec := pc.record()
 		require.Equal(t, 1, rec.Attempt)
@@ -72,14 +73,14 @@ func TestUpdateMachineRetry(t *testing.T) {
 		requireWaiting(t, pc.call(req), "started worker upgrade")
 		require.Equal(t, "a", pc.record().RetryToken, "a value present when the update starts asks for nothing")
 		finishPod(t, t.Context(), pc.c, pc.onlyPod(), kubeadm.StepKubelet, 3)
-		requireFailure(t, pc.call(req), capi.FailureStepFailed)
+		requireFailure(t, pc.call(req), observe.FailureStepFailed)
 
 		b := withRetry(req, "b")
 		requireWaiting(t, pc.call(b), "attempt 2")
 		requireWaiting(t, pc.call(b), "started worker upgrade")
 		finishPod(t, t.Context(), pc.c, pc.onlyPod(), kubeadm.StepKubelet, 3)
 		for range 2 {
-			requireFailure(t, pc.call(b), capi.FailureStepFailed)
+			requireFailure(t, pc.call(b), observe.FailureStepFailed)
 		}
 		requireWaiting(t, pc.call(withRetry(req, "c")), "attempt 3")
 		require.Equal(t, 2, pc.record().Attempt)
@@ -95,7 +96,7 @@ func TestUpdateMachineRetry(t *testing.T) {
 		rec := pc.record()
 		clk.Step(2 * time.Hour) // the step hangs past the update deadline
 		resp := pc.call(withRetry(req, "x"))
-		requireFailure(t, resp, capi.FailureUpdateTimeout)
+		requireFailure(t, resp, observe.FailureUpdateTimeout)
 		require.Contains(t, resp.Message, "a retry is asked for")
 		require.Contains(t, resp.Message, "starts once upgrader pod "+rec.Pod+" ends")
 		require.Len(t, pc.pods(), 1, "the running pod is left alone")

@@ -19,6 +19,7 @@ import (
 	"github.com/upgradekit/upgradekit/nodeexec/drain"
 	"github.com/upgradekit/upgradekit/nodeexec/nodepod"
 	"github.com/upgradekit/upgradekit/strategy/capi"
+	"github.com/upgradekit/upgradekit/strategy/capi/observe"
 	"github.com/upgradekit/upgradekit/strategy/capi/workload"
 )
 
@@ -127,7 +128,7 @@ func TestUpdateMachineAgainstRealAPIServer(t *testing.T) {
 		require.Contains(t, pod.Annotations[nodepod.AnnotationSteps], "kubeadm-upgrade")
 		require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(cp), cp))
 		require.True(t, cp.Spec.Unschedulable, "drained (nothing to evict) and cordoned before the upgrade")
-		require.Equal(t, capi.ReasonUpgrading, capi.InPlaceUpdateCondition(cp).Reason)
+		require.Equal(t, observe.ReasonUpgrading, observe.InPlaceUpdateCondition(cp).Reason)
 
 		// Asked again (a restarted extension): same pod, still running.
 		resp = call(req)
@@ -148,10 +149,10 @@ func TestUpdateMachineAgainstRealAPIServer(t *testing.T) {
 		require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(cp), cp))
 		require.False(t, cp.Spec.Unschedulable, "uncordoned once the kubelet reports the version")
 		require.NotContains(t, cp.Annotations, drain.AnnotationCordon)
-		require.NotContains(t, cp.Annotations, capi.AnnotationInPlaceUpdate)
-		cond := capi.InPlaceUpdateCondition(cp)
+		require.NotContains(t, cp.Annotations, observe.AnnotationInPlaceUpdate)
+		cond := observe.InPlaceUpdateCondition(cp)
 		require.NotNil(t, cond)
-		require.Equal(t, capi.ReasonSucceeded, cond.Reason)
+		require.Equal(t, observe.ReasonSucceeded, cond.Reason)
 		require.Equal(t, corev1.ConditionFalse, cond.Status)
 
 		// The Events are on the Machine, with stable reasons.
@@ -167,7 +168,7 @@ func TestUpdateMachineAgainstRealAPIServer(t *testing.T) {
 			}
 			return len(reasons) == 3
 		}, 30*time.Second, 100*time.Millisecond)
-		require.ElementsMatch(t, []string{capi.EventReasonUpdateStarted, capi.EventReasonNodeDrained, capi.EventReasonUpdateSucceeded}, reasons)
+		require.ElementsMatch(t, []string{observe.EventReasonUpdateStarted, observe.EventReasonNodeDrained, observe.EventReasonUpdateSucceeded}, reasons)
 	})
 
 	t.Run("a failed step is a Failure naming the step and exit code", func(t *testing.T) {
@@ -180,11 +181,11 @@ func TestUpdateMachineAgainstRealAPIServer(t *testing.T) {
 		finishPod(t, ctx, c, &pods.Items[0], "kubeadm-upgrade", 3)
 		resp = call(req)
 		require.Equal(t, runtimehooksv1.ResponseStatusFailure, resp.Status)
-		require.Contains(t, resp.Message, capi.FailureStepFailed+": node md-0-a: step kubeadm-upgrade failed with exit code 3")
+		require.Contains(t, resp.Message, observe.FailureStepFailed+": node md-0-a: step kubeadm-upgrade failed with exit code 3")
 		n := &corev1.Node{}
 		require.NoError(t, c.Get(ctx, types.NamespacedName{Name: "md-0-a"}, n))
 		require.True(t, n.Spec.Unschedulable, "a failed node stays cordoned: its pods are not sent back to a half-upgraded node")
-		require.Equal(t, capi.ReasonFailed, capi.InPlaceUpdateCondition(n).Reason)
+		require.Equal(t, observe.ReasonFailed, observe.InPlaceUpdateCondition(n).Reason)
 	})
 
 	t.Run("workload clients from CAPI's kubeconfig secrets", func(t *testing.T) {
@@ -212,9 +213,9 @@ func TestUpdateMachineAgainstRealAPIServer(t *testing.T) {
 			req  *runtimehooksv1.UpdateMachineRequest
 			msg  string
 		}{
-			{"skipped minor", updateReq("md-0-a", "docker:////md-0-a", "v1.37.0", false), capi.FailurePlanRejected + ": node md-0-a from v1.35.4 to v1.37.0"},
+			{"skipped minor", updateReq("md-0-a", "docker:////md-0-a", "v1.37.0", false), observe.FailurePlanRejected + ": node md-0-a from v1.35.4 to v1.37.0"},
 			{"downgrade", updateReq("md-0-a", "docker:////md-0-a", "v1.29.9", false), "downgrade"},
-			{"no providerID", updateReq("x", "", "v1.36.1", false), capi.FailureInvalidMachine + ": desired Machine has no spec.providerID"},
+			{"no providerID", updateReq("x", "", "v1.36.1", false), observe.FailureInvalidMachine + ": desired Machine has no spec.providerID"},
 			{"bad version", updateReq("x", "docker:////md-0-a", "latest", false), "spec.version"},
 		}
 		for _, tc := range cases {

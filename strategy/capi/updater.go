@@ -25,6 +25,7 @@ import (
 	"github.com/upgradekit/upgradekit/nodeexec/kubeadm"
 	"github.com/upgradekit/upgradekit/nodeexec/nodepod"
 	"github.com/upgradekit/upgradekit/strategy"
+	"github.com/upgradekit/upgradekit/strategy/capi/observe"
 	"github.com/upgradekit/upgradekit/strategy/capi/workload"
 )
 
@@ -34,7 +35,7 @@ import (
 //
 // By default it drains the node first (see UpdaterOptions.SkipDrain): once a pre-pull
 // pod has proven that the upgrader image pulls and starts on the node
-// (UpdaterOptions.PrePullTimeout, UpdaterOptions.SkipPrePull; FailureImagePull otherwise, on an
+// (UpdaterOptions.PrePullTimeout, UpdaterOptions.SkipPrePull; observe.FailureImagePull otherwise, on an
 // uncordoned node), it cordons the node as DefaultCordonOwner, evicts its pods through the Eviction API in a
 // bounded attempt per call (UpdaterOptions.DrainAttempt), answers RetryAfterSeconds
 // with the PodDisruptionBudgets and pods in the way while the drain is
@@ -44,8 +45,8 @@ import (
 // the desired version, before the answer "done".
 //
 // It keeps no state in memory: the Node (found through spec.providerID,
-// since CAPI strips status from the request) with its UpdateRecord
-// (AnnotationInPlaceUpdate) and cordon record, and the upgrader pods on the
+// since CAPI strips status from the request) with its observe.UpdateRecord
+// (observe.AnnotationInPlaceUpdate) and cordon record, and the upgrader pods on the
 // node are the state. A restarted extension therefore continues where the
 // last one was, drain deadline included. The record pins, when the update
 // starts, the target version and the kubeadm role (chosen once from the
@@ -65,15 +66,15 @@ import (
 // Before anything disruptive (cordon, drain, the pod) it builds the plan
 // and has the API server check the pod with a server-side dry run: a plan
 // kubeadm refuses or a pod admission refuses is a Failure
-// (FailurePlanRejected, FailurePodRejected) with the node left as it was.
+// (observe.FailurePlanRejected, observe.FailurePodRejected) with the node left as it was.
 // When it drains, the pre-pull comes next, still before the cordon: an
-// upgrader image the node cannot pull is a Failure (FailureImagePull)
+// upgrader image the node cannot pull is a Failure (observe.FailureImagePull)
 // with the node left as it was, not an upgrader pod in ImagePullBackOff
 // on a drained node until the update deadline.
 //
 // A worker's version change to a minor above the control plane's does
 // not start until every control plane Node runs the target minor, with no
-// in-place update unfinished on it (ReasonPending, naming the node):
+// in-place update unfinished on it (observe.ReasonPending, naming the node):
 // ControlPlaneSkewCheck accepts such a change while the control plane is
 // on its way to the version, since Cluster API's MachineDeployment does
 // not order workers after the control plane.
@@ -82,7 +83,7 @@ import (
 // once the node's kubelet reports the desired version AND no upgrader pod
 // on the node is Pending or Running AND, for an update it started, the
 // update's own pod was seen Succeeded and that is recorded on the Node
-// (UpdateRecord.Succeeded). A reported version alone is no proof: the
+// (observe.UpdateRecord.Succeeded). A reported version alone is no proof: the
 // kubelet reports the new version before the plan's verify step has run,
 // and a pod deleted before its success was seen is created again (it
 // resumes from the journal on the host). Failure (starting with a Failure* reason; for a failed
@@ -91,9 +92,9 @@ import (
 // version set back to the node's version mid-update is done once the
 // abandoned plan's pod has ended and has been deleted; if that pod had
 // already upgraded the kubelet, going back is a downgrade and is refused
-// (FailurePlanRejected).
+// (observe.FailurePlanRejected).
 //
-// Progress is visible as the Node condition ConditionInPlaceUpdate, as
+// Progress is visible as the Node condition observe.ConditionInPlaceUpdate, as
 // Events on the Machine, and failures also on its MachineDeployment or
 // KubeadmControlPlane (UpdaterOptions.EventRecorder), in Prometheus metrics
 // (UpdaterOptions.Metrics) and in logs with the keys machine, cluster, node,
@@ -145,7 +146,7 @@ type MachineUpdater struct {
 const maxGateRetryAfter = time.Hour
 
 // DefaultNodeGoneGrace is how long UpdateMachine waits for a machine's
-// Node to (re)appear before it answers Failure (FailureNodeGone).
+// Node to (re)appear before it answers Failure (observe.FailureNodeGone).
 const DefaultNodeGoneGrace = 10 * time.Minute
 
 // NewMachineUpdater builds the UpdateMachine handler from opts (see
@@ -194,9 +195,9 @@ func (u *MachineUpdater) UpdateMachine(ctx context.Context, req *runtimehooksv1.
 	if err := validateNames(m); err != nil {
 		// Nothing is looked up, remembered, counted or recorded for a
 		// request that names no possible Machine.
-		log.V(1).Info("request refused", "reason", FailureInvalidMachine, "error", err.Error())
+		log.V(1).Info("request refused", "reason", observe.FailureInvalidMachine, "error", err.Error())
 		resp.SetStatus(runtimehooksv1.ResponseStatusFailure)
-		resp.SetMessage(fmt.Errorf("%w: %s: %w", ErrUpdateFailed, FailureInvalidMachine, err).Error())
+		resp.SetMessage(fmt.Errorf("%w: %s: %w", ErrUpdateFailed, observe.FailureInvalidMachine, err).Error())
 		return
 	}
 	log = log.WithValues("machine", m.Namespace+"/"+m.Name, "cluster", m.Namespace+"/"+m.Spec.ClusterName)
@@ -226,7 +227,7 @@ func (u *MachineUpdater) UpdateMachine(ctx context.Context, req *runtimehooksv1.
 	u.holdGates(ctx, log, m, res)
 	switch {
 	case res.err != nil:
-		u.metrics.track(key, ReasonFailed)
+		u.metrics.track(key, observe.ReasonFailed)
 		if res.newFailure {
 			log.Error(res.err, "in-place update failed", "reason", res.failure)
 		} else {
@@ -281,7 +282,7 @@ func waiting(phase, format string, args ...any) updateResult {
 }
 
 func failedAs(reason, format string, args ...any) updateResult {
-	return updateResult{phase: ReasonFailed, failure: reason,
+	return updateResult{phase: observe.ReasonFailed, failure: reason,
 		err: fmt.Errorf("%w: %s: %s", ErrUpdateFailed, reason, fmt.Sprintf(format, args...))}
 }
 
@@ -291,7 +292,7 @@ type call struct {
 	cluster types.NamespacedName
 	c       client.Client
 	node    *corev1.Node
-	prev    *corev1.NodeCondition // ConditionInPlaceUpdate as read
+	prev    *corev1.NodeCondition // observe.ConditionInPlaceUpdate as read
 	now     time.Time
 	log     logr.Logger
 	// args are the desired kubelet extra arguments.
@@ -303,16 +304,16 @@ type call struct {
 	// externalEtcd: the cluster's etcd is external (etcdTopology), so the
 	// first control plane takes no etcd snapshot.
 	externalEtcd bool
-	// rec is the node's UpdateRecord as this call last read or wrote it,
+	// rec is the node's observe.UpdateRecord as this call last read or wrote it,
 	// and recRaw its annotation value ("" for none).
-	rec    *UpdateRecord
+	rec    *observe.UpdateRecord
 	recRaw string
 }
 
 func (st *call) nowMeta() metav1.Time { return metav1.NewTime(st.now) }
 
-// writeRecord writes (nil: removes) the node's UpdateRecord and remembers it.
-func (st *call) writeRecord(ctx context.Context, rec *UpdateRecord) error {
+// writeRecord writes (nil: removes) the node's observe.UpdateRecord and remembers it.
+func (st *call) writeRecord(ctx context.Context, rec *observe.UpdateRecord) error {
 	raw, err := writeUpdateRecord(ctx, st.c, st.node.Name, rec)
 	if err != nil {
 		return err
@@ -337,7 +338,7 @@ func (u *MachineUpdater) update(ctx context.Context, log logr.Logger, m *cluster
 	} else {
 		var err error
 		if spec, err = desiredSpec(desired.BootstrapConfig, false); err != nil {
-			res := failedAs(FailureInvalidMachine, "desired %s", errtext.Clip(err.Error()))
+			res := failedAs(observe.FailureInvalidMachine, "desired %s", errtext.Clip(err.Error()))
 			res.machine = m
 			u.reportWithoutNode(ctx, log, m, &res)
 			return res
@@ -358,17 +359,17 @@ func (u *MachineUpdater) updateMachine(ctx context.Context, log logr.Logger, m *
 	files := desiredFiles(spec)
 	switch {
 	case m.Spec.ProviderID == "":
-		res = failedAs(FailureInvalidMachine, "desired Machine has no spec.providerID: the node cannot be found")
+		res = failedAs(observe.FailureInvalidMachine, "desired Machine has no spec.providerID: the node cannot be found")
 	case m.Spec.Version == "":
-		res = failedAs(FailureInvalidMachine, "desired Machine has no spec.version")
+		res = failedAs(observe.FailureInvalidMachine, "desired Machine has no spec.version")
 	case m.Spec.ClusterName == "":
-		res = failedAs(FailureInvalidMachine, "desired Machine has no spec.clusterName")
+		res = failedAs(observe.FailureInvalidMachine, "desired Machine has no spec.clusterName")
 	}
 	var to *version.Version
 	if res.err == nil {
 		var err error
 		if to, err = version.ParseSemantic(m.Spec.Version); err != nil {
-			res = failedAs(FailureInvalidMachine, "spec.version %s: %s", errtext.Quote(m.Spec.Version), errtext.Clip(err.Error()))
+			res = failedAs(observe.FailureInvalidMachine, "spec.version %s: %s", errtext.Quote(m.Spec.Version), errtext.Clip(err.Error()))
 		}
 	}
 	if res.err != nil {
@@ -388,30 +389,30 @@ func (u *MachineUpdater) updateMachine(ctx context.Context, log logr.Logger, m *
 	u.workloadReached(key)
 	switch {
 	case errors.Is(err, errAmbiguousNode):
-		res = failedAs(FailureAmbiguousNode, "%v: the machine's node cannot be told apart", err)
+		res = failedAs(observe.FailureAmbiguousNode, "%v: the machine's node cannot be told apart", err)
 		u.reportWithoutNode(ctx, log, m, &res)
 		return res
 	case errors.Is(err, errNoNode):
 		missing := u.nodeMissingFor(ctx, c, key, u.clock.Now())
 		if u.nodeGoneGrace > 0 && missing > u.nodeGoneGrace {
-			res = failedAs(FailureNodeGone, "%v for %s (grace %s): the node is gone; the machine needs replacing", err, missing.Truncate(time.Second), u.nodeGoneGrace)
+			res = failedAs(observe.FailureNodeGone, "%v for %s (grace %s): the node is gone; the machine needs replacing", err, missing.Truncate(time.Second), u.nodeGoneGrace)
 			u.reportWithoutNode(ctx, log, m, &res)
 			return res
 		}
-		return waiting(ReasonPending, "waiting for the node: %v (for %s)", err, missing.Truncate(time.Second))
+		return waiting(observe.ReasonPending, "waiting for the node: %v (for %s)", err, missing.Truncate(time.Second))
 	}
 	u.nodeFound(ctx, c, key)
 	if rec, _ := readUpdateRecord(node); rec != nil && rec.Machine != "" && rec.Machine != key {
 		// Not reported on the node: its condition and record are the
 		// other machine's.
-		res = failedAs(FailureNodeClaimed, "node %s is being updated for machine %s (annotation %s), and machine %s names the same node (spec.providerID %s): one node, one machine; if %s is gone, remove the annotation",
-			node.Name, rec.Machine, AnnotationInPlaceUpdate, key, errtext.Quote(m.Spec.ProviderID), rec.Machine)
+		res = failedAs(observe.FailureNodeClaimed, "node %s is being updated for machine %s (annotation %s), and machine %s names the same node (spec.providerID %s): one node, one machine; if %s is gone, remove the annotation",
+			node.Name, rec.Machine, observe.AnnotationInPlaceUpdate, key, errtext.Quote(m.Spec.ProviderID), rec.Machine)
 		res.node = node.Name
 		u.reportWithoutNode(ctx, log, m, &res)
 		return res
 	}
 	u.forgetFailure(m)
-	st := &call{machine: m, cluster: cluster, c: c, node: node, prev: InPlaceUpdateCondition(node), now: u.clock.Now(), log: log.WithValues("node", node.Name), args: args, cp: cpc, files: files}
+	st := &call{machine: m, cluster: cluster, c: c, node: node, prev: observe.InPlaceUpdateCondition(node), now: u.clock.Now(), log: log.WithValues("node", node.Name), args: args, cp: cpc, files: files}
 	res = u.updateNode(ctx, st, to)
 	res = u.deadlines(st, res)
 	res = u.retry(ctx, st, res)

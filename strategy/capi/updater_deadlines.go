@@ -10,6 +10,7 @@ import (
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 
 	"github.com/upgradekit/upgradekit/internal/errtext"
+	"github.com/upgradekit/upgradekit/strategy/capi/observe"
 )
 
 // Deadline defaults.
@@ -50,12 +51,12 @@ func (u *MachineUpdater) workloadUnreachable(ctx context.Context, log logr.Logge
 	}
 	waited := max(now.Sub(since), 0)
 	if u.unreachableTimeout > 0 && waited > u.unreachableTimeout {
-		res := failedAs(FailureWorkloadUnreachable, "%s for %s (deadline %s, counted in the management cluster): %s",
+		res := failedAs(observe.FailureWorkloadUnreachable, "%s for %s (deadline %s, counted in the management cluster): %s",
 			what, waited.Truncate(time.Second), u.unreachableTimeout, errtext.Clip(err.Error()))
 		u.reportWithoutNode(ctx, log, m, &res)
 		return res
 	}
-	return waiting(ReasonPending, "%s: %v (for %s)", what, err, waited.Truncate(time.Second))
+	return waiting(observe.ReasonPending, "%s: %v (for %s)", what, err, waited.Truncate(time.Second))
 }
 
 // workloadReached forgets that the machine's workload cluster was
@@ -91,7 +92,7 @@ func (u *MachineUpdater) deadlines(st *call, res updateResult) updateResult {
 				continue
 			}
 			if d := st.now.Sub(c.LastTransitionTime.Time); d > u.notReadyTimeout {
-				out := failedAs(FailureNodeNotReady, "node %s has been NotReady (%s: %s) for %s during its update (deadline %s): its kubelet starts no further step; %s",
+				out := failedAs(observe.FailureNodeNotReady, "node %s has been NotReady (%s: %s) for %s during its update (deadline %s): its kubelet starts no further step; %s",
 					st.node.Name, c.Reason, c.Message, d.Truncate(time.Second), u.notReadyTimeout, res.msg)
 				out.step = res.step
 				return out
@@ -100,7 +101,7 @@ func (u *MachineUpdater) deadlines(st *call, res updateResult) updateResult {
 	}
 	if u.updateTimeout > 0 {
 		if d := st.now.Sub(st.rec.Started.Time); d > u.updateTimeout {
-			out := failedAs(FailureUpdateTimeout, "node %s: update to %s not done after %s (deadline %s): %s",
+			out := failedAs(observe.FailureUpdateTimeout, "node %s: update to %s not done after %s (deadline %s): %s",
 				st.node.Name, st.rec.Version, d.Truncate(time.Second), u.updateTimeout, res.msg)
 			out.step = res.step
 			return out

@@ -18,6 +18,7 @@ import (
 	"github.com/upgradekit/upgradekit/nodeexec/drain"
 	"github.com/upgradekit/upgradekit/nodeexec/kubeadm"
 	"github.com/upgradekit/upgradekit/nodeexec/nodepod"
+	"github.com/upgradekit/upgradekit/strategy/capi/observe"
 )
 
 // finish ends an update once the kubelet reports the desired version. It
@@ -25,12 +26,12 @@ import (
 // Pending or Running: the kubelet reports the new version after the
 // kubelet step, before the plan's verify step has run. In order:
 //
-//   - another plan's upgrader pod still running: wait (ReasonPending); its
+//   - another plan's upgrader pod still running: wait (observe.ReasonPending); its
 //     finished pods are deleted first (only when the node has an update
 //     record saying which namespace is ours), as in updateNode;
 //   - the update's own pod (the record's Pod, when the record is for the
-//     desired version) still running: wait (ReasonUpgrading), naming the
-//     step; Failed (the verify step, say): Failure (FailureStepFailed),
+//     desired version) still running: wait (observe.ReasonUpgrading), naming the
+//     step; Failed (the verify step, say): Failure (observe.FailureStepFailed),
 //     the node stays cordoned and the record stays;
 //   - otherwise (the pod Succeeded, and that is recorded on the Node
 //     first; or a success was recorded already; or there was no update of
@@ -44,7 +45,7 @@ import (
 // the kubelet reports the desired version, which is all the hook can check;
 // whatever that plan changed before failing stays on the node (its backups
 // stay under nodeexec's backup directory).
-func (u *MachineUpdater) finish(ctx context.Context, st *call, rec *UpdateRecord, pods []corev1.Pod) updateResult {
+func (u *MachineUpdater) finish(ctx context.Context, st *call, rec *observe.UpdateRecord, pods []corev1.Pod) updateResult {
 	node, want := st.node, st.machine.Spec.Version
 	ours, deleteIn := "", ""
 	if rec != nil && rec.Pod != "" {
@@ -66,18 +67,18 @@ func (u *MachineUpdater) finish(ctx context.Context, st *call, rec *UpdateRecord
 		case ps.Phase == nodepod.PhaseFailed:
 			return stepFailed(node.Name, p, ps)
 		case !podEnded(p):
-			return upgrading(waiting(ReasonUpgrading, "node %s: kubelet reports %s, but upgrader pod %s still runs (%.0f%% of %d steps done); not done before it ends",
+			return upgrading(waiting(observe.ReasonUpgrading, "node %s: kubelet reports %s, but upgrader pod %s still runs (%.0f%% of %d steps done); not done before it ends",
 				node.Name, want, ours, ps.Progress*100, len(ps.Steps)), ps)
 		}
 		var err error
 		if rec, err = u.recordSuccess(ctx, st, rec); err != nil {
-			return waiting(ReasonWaitingForKubelet, "kubelet reports %s and upgrader pod %s succeeded; recording it on node %s: %v", want, ours, node.Name, err)
+			return waiting(observe.ReasonWaitingForKubelet, "kubelet reports %s and upgrader pod %s succeeded; recording it on node %s: %v", want, ours, node.Name, err)
 		}
 	}
 	if _, cordoned := node.Annotations[drain.AnnotationCordon]; cordoned && u.clientset != nil {
 		cs, err := u.clientset(ctx, st.cluster)
 		if err != nil {
-			return waiting(ReasonWaitingForKubelet, "kubelet reports %s; waiting for a clientset of the workload cluster to uncordon node %s: %v", want, node.Name, err)
+			return waiting(observe.ReasonWaitingForKubelet, "kubelet reports %s; waiting for a clientset of the workload cluster to uncordon node %s: %v", want, node.Name, err)
 		}
 		res, err := drain.Uncordon(ctx, cs, node.Name, u.cordonOwner)
 		var oe *drain.OwnershipError
@@ -85,7 +86,7 @@ func (u *MachineUpdater) finish(ctx context.Context, st *call, rec *UpdateRecord
 		case errors.As(err, &oe):
 			st.log.V(1).Info("not uncordoning: the cordon is not ours", "holder", oe.Holder)
 		case err != nil:
-			return waiting(ReasonWaitingForKubelet, "kubelet reports %s; uncordoning node %s: %v", want, node.Name, err)
+			return waiting(observe.ReasonWaitingForKubelet, "kubelet reports %s; uncordoning node %s: %v", want, node.Name, err)
 		case res.Uncordoned:
 			st.log.Info("node uncordoned", "step", "uncordon")
 		default:
@@ -95,8 +96,8 @@ func (u *MachineUpdater) finish(ctx context.Context, st *call, rec *UpdateRecord
 	msg := fmt.Sprintf("node %s runs kubelet %s", node.Name, want)
 	if rec == nil {
 		res := updateResult{done: true, msg: msg}
-		if st.prev != nil && st.prev.Reason != ReasonSucceeded {
-			res.phase = ReasonSucceeded // an update ended outside our sight: say so
+		if st.prev != nil && st.prev.Reason != observe.ReasonSucceeded {
+			res.phase = observe.ReasonSucceeded // an update ended outside our sight: say so
 		}
 		return res
 	}
@@ -111,20 +112,20 @@ func (u *MachineUpdater) finish(ctx context.Context, st *call, rec *UpdateRecord
 			continue
 		}
 		if err := patchNodeAnnotation(ctx, st.c, node.Name, d.annotation, d.digest); err != nil {
-			return waiting(ReasonWaitingForKubelet, "kubelet reports %s; recording %s on node %s: %v", want, d.annotation, node.Name, err)
+			return waiting(observe.ReasonWaitingForKubelet, "kubelet reports %s; recording %s on node %s: %v", want, d.annotation, node.Name, err)
 		}
 	}
 	if err := u.forgetCertificatesExpiry(ctx, st, rec); err != nil {
-		return waiting(ReasonWaitingForKubelet, "kubelet reports %s; removing the stale %s annotation from the Machine's KubeadmConfig: %v",
+		return waiting(observe.ReasonWaitingForKubelet, "kubelet reports %s; removing the stale %s annotation from the Machine's KubeadmConfig: %v",
 			want, clusterv1.MachineCertificatesExpiryDateAnnotation, err)
 	}
 	if err := st.writeRecord(ctx, nil); err != nil {
-		return waiting(ReasonWaitingForKubelet, "kubelet reports %s; clearing the update record on node %s: %v", want, node.Name, err)
+		return waiting(observe.ReasonWaitingForKubelet, "kubelet reports %s; clearing the update record on node %s: %v", want, node.Name, err)
 	}
 	took := st.now.Sub(rec.Started.Time)
 	u.metrics.updateDuration(took)
-	u.event(st.machine, eventNormal, EventReasonUpdateSucceeded, "Update", "Node %s runs kubelet %s; the in-place update took %s", node.Name, want, took.Truncate(time.Second))
-	return updateResult{done: true, finished: true, phase: ReasonSucceeded, msg: msg + "; in-place update done in " + took.Truncate(time.Second).String()}
+	u.event(st.machine, eventNormal, observe.EventReasonUpdateSucceeded, "Update", "Node %s runs kubelet %s; the in-place update took %s", node.Name, want, took.Truncate(time.Second))
+	return updateResult{done: true, finished: true, phase: observe.ReasonSucceeded, msg: msg + "; in-place update done in " + took.Truncate(time.Second).String()}
 }
 
 // forgetCertificatesExpiry removes, after a control plane's update to a
@@ -143,7 +144,7 @@ func (u *MachineUpdater) finish(ctx context.Context, st *call, rec *UpdateRecord
 // It needs a management client that can write (UpdaterOptions.ManagementReader given
 // a client.Client) and patch on KubeadmConfigs; without one, nothing is
 // done and the log says so.
-func (u *MachineUpdater) forgetCertificatesExpiry(ctx context.Context, st *call, rec *UpdateRecord) error {
+func (u *MachineUpdater) forgetCertificatesExpiry(ctx context.Context, st *call, rec *observe.UpdateRecord) error {
 	if rec.Succeeded == nil || rec.Role == string(kubeadm.RoleWorker) || rec.Role == "" ||
 		rec.FromVersion == "" || rec.FromVersion == rec.Version {
 		return nil // kubeadm upgrade did not run: nothing was renewed

@@ -8,6 +8,7 @@ import (
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 
 	"github.com/upgradekit/upgradekit/strategy"
+	"github.com/upgradekit/upgradekit/strategy/capi/observe"
 )
 
 // gateRequest is what the gates are asked about m.
@@ -66,7 +67,7 @@ func (u *MachineUpdater) holdGates(ctx context.Context, log logr.Logger, m *clus
 		if err := h.Release(ctx, req); err != nil {
 			log.Error(err, "releasing what the gates hold for the machine")
 		}
-	case res.err == nil && res.phase != ReasonGateClosed && res.phase != "":
+	case res.err == nil && res.phase != observe.ReasonGateClosed && res.phase != "":
 		if err := h.Renew(ctx, req); err != nil {
 			log.Error(err, "renewing what the gates hold for the machine")
 		}
@@ -85,10 +86,10 @@ func (u *MachineUpdater) gatesOpen(ctx context.Context, st *call) (updateResult,
 		return updateResult{}, true
 	case strategy.VerdictStop:
 		st.log.Info("a gate stopped the update", "gate", r.Gate, "reason", r.Reason)
-		return failedAs(FailureGateStopped, "node %s: %s", st.node.Name, r.String()), false
+		return failedAs(observe.FailureGateStopped, "node %s: %s", st.node.Name, r.String()), false
 	}
 	st.log.V(1).Info("a gate holds the update", "gate", r.Gate, "reason", r.Reason, "retryAfter", r.RetryAfter)
-	res := waiting(ReasonGateClosed, "node %s not started: %s", st.node.Name, r.String())
+	res := waiting(observe.ReasonGateClosed, "node %s not started: %s", st.node.Name, r.String())
 	res.retryAfter = r.RetryAfter
 	return res, false
 }

@@ -41,7 +41,7 @@ type UpdaterOptions struct {
 	// DrainTimeout is how long a drain may stay unfinished before
 	// UpdateMachine answers Failure naming what blocks it (default
 	// DefaultDrainTimeout; negative: no deadline). The deadline counts from
-	// the drain's start as recorded on the Node (AnnotationInPlaceUpdate),
+	// the drain's start as recorded on the Node (observe.AnnotationInPlaceUpdate),
 	// so a restarted extension keeps it. After the deadline the node stays
 	// cordoned and each call still tries to evict: once the blocking
 	// PodDisruptionBudget allows it, the update carries on by itself.
@@ -83,9 +83,9 @@ type UpdaterOptions struct {
 	// version's, Images), pull policy, pull secrets, namespace, tolerations
 	// and priority class, pinned to the node, running the image's runner
 	// binary's "version" command (or "nsenter --version" without a runner
-	// command). UpdateMachine answers in progress (ReasonPending, naming
+	// command). UpdateMachine answers in progress (observe.ReasonPending, naming
 	// the image and the kubelet's reason) while it runs, deletes it once it
-	// Succeeded, records that on the Node (UpdateRecord.PrePulled) and goes
+	// Succeeded, records that on the Node (observe.UpdateRecord.PrePulled) and goes
 	// on with the cordon in the same call. It needs the same pod verbs
 	// (create, get, list, delete) as the upgrader pod, in the same
 	// namespace.
@@ -93,10 +93,10 @@ type UpdaterOptions struct {
 
 	// PrePullTimeout is how long the pre-pull pod may keep failing to pull
 	// the upgrader image before UpdateMachine answers Failure
-	// (FailureImagePull) on the undrained node (default
+	// (observe.FailureImagePull) on the undrained node (default
 	// DefaultPrePullTimeout; must not be negative: SkipPrePull turns the
 	// pre-pull off). It counts from the pre-pull pod's creation, recorded
-	// on the Node (UpdateRecord.PrePullStarted), so a restarted extension
+	// on the Node (observe.UpdateRecord.PrePullStarted), so a restarted extension
 	// keeps it. A pod that has not started pulling yet (its kubelet is
 	// down, say) is not counted against it: the update and NotReady
 	// deadlines bound that.
@@ -110,7 +110,7 @@ type UpdaterOptions struct {
 	// Images runs each update's upgrader pod with the image of its target
 	// version (the bundle that carries that version's binaries), over any
 	// nodepod.WithImage in PodOptions. A version without an image is a
-	// Failure (FailurePodBuild) found before the node is disrupted; give
+	// Failure (observe.FailurePodBuild) found before the node is disrupted; give
 	// the same map to the Extension (ExtensionOptions.Images) so that such
 	// a version is answered with a Failure before Cluster API commits to
 	// it. NewMachineUpdater fails on an invalid map. Default nil: the image
@@ -132,7 +132,7 @@ type UpdaterOptions struct {
 
 	// EventRecorder records Kubernetes Events on the Machine, in the
 	// management cluster, with the EventReason* reasons (default none).
-	// With ManagementReader, a failure (EventReasonUpdateFailed, recorded
+	// With ManagementReader, a failure (observe.EventReasonUpdateFailed, recorded
 	// once per failure like the Machine's) is also recorded on the
 	// Machine's owner, the object `kubectl describe` is run on when a
 	// rollout stops: its MachineDeployment (read through its MachineSet:
@@ -154,17 +154,17 @@ type UpdaterOptions struct {
 	Clock clock.PassiveClock
 
 	// Gates are asked before an update starts, before anything is done to
-	// the node: Wait answers in progress (ReasonGateClosed, the gate's
+	// the node: Wait answers in progress (observe.ReasonGateClosed, the gate's
 	// reason, RetryAfterSeconds the gate's RetryAfter, at most
 	// maxGateRetryAfter, at least RetryAfter), so Cluster API asks again
 	// and nothing changes until the gate opens; Stop answers Failure
-	// (FailureGateStopped). An update that has started is not interrupted
+	// (observe.FailureGateStopped). An update that has started is not interrupted
 	// by a gate that closes. A nil gate is refused. Default none.
 	Gates []strategy.Gate
 
 	// NodeGoneGrace is how long a machine's Node may be missing (no Node
 	// with its spec.providerID) before UpdateMachine answers Failure
-	// (FailureNodeGone) instead of waiting (default DefaultNodeGoneGrace;
+	// (observe.FailureNodeGone) instead of waiting (default DefaultNodeGoneGrace;
 	// negative: wait for ever). The time counts from the first call that
 	// found no Node, recorded in nodeGoneConfigMap in the workload cluster
 	// so that a restarted extension keeps it (the Node, which holds every
@@ -197,7 +197,7 @@ type UpdaterOptions struct {
 	// which attach to the live Machine (its UID), so that `kubectl describe
 	// machine` shows them.
 	//
-	// A request that does not match is a Failure (FailureRequestMismatch)
+	// A request that does not match is a Failure (observe.FailureRequestMismatch)
 	// whose message is the same whatever the mismatch, and names nothing of
 	// the live objects (whether a Machine exists, its providerID or version):
 	// the details go to the log. Nothing is done, recorded or remembered for
@@ -222,7 +222,7 @@ type UpdaterOptions struct {
 
 	// UpdateTimeout is how long an update may go on, counted from its
 	// start recorded on the Node, before an answer that would say "still
-	// working" says Failure (FailureUpdateTimeout) instead (default
+	// working" says Failure (observe.FailureUpdateTimeout) instead (default
 	// DefaultUpdateTimeout; negative: no deadline). Nothing is interrupted:
 	// if the update finishes later, the next call answers done.
 	UpdateTimeout time.Duration
@@ -231,7 +231,7 @@ type UpdaterOptions struct {
 	// answering "in progress" while it cannot reach the machine's workload
 	// cluster: no client (its kubeconfig secret cannot be read, is missing
 	// or holds no kubeconfig) or no answer from its API server to the node
-	// lookup. Past it, it answers Failure (FailureWorkloadUnreachable) with
+	// lookup. Past it, it answers Failure (observe.FailureWorkloadUnreachable) with
 	// the last error, which names the secret or the server (default
 	// DefaultWorkloadUnreachableTimeout; negative: no deadline).
 	//
@@ -252,7 +252,7 @@ type UpdaterOptions struct {
 	// NotReadyTimeout is how long the node's Ready condition may stay False
 	// or Unknown while its update is under way (the kubelet restart makes
 	// it NotReady for seconds) before an answer that would say "still
-	// working" says Failure (FailureNodeNotReady) instead (default
+	// working" says Failure (observe.FailureNodeNotReady) instead (default
 	// DefaultNotReadyTimeout; negative: no deadline). A kubelet that does
 	// not come back starts no further step, so waiting longer would wait
 	// for ever.

@@ -21,9 +21,10 @@ import (
 	"github.com/upgradekit/upgradekit/nodeexec"
 	"github.com/upgradekit/upgradekit/nodeexec/kubeadm"
 	"github.com/upgradekit/upgradekit/nodeexec/nodepod"
+	"github.com/upgradekit/upgradekit/strategy/capi/observe"
 )
 
-// updateNode moves the node's update one step. The node's UpdateRecord
+// updateNode moves the node's update one step. The node's observe.UpdateRecord
 // pins what the update is about once it starts: the target version, the
 // kubeadm role, and (before it is created) the upgrader pod, so later calls
 // keep building the same plan whatever kubeadm-config says by then. The
@@ -34,7 +35,7 @@ import (
 //     or Running on the node; the answer is RetryAfterSeconds, naming it;
 //   - a finished upgrader pod of another plan is deleted (in the namespace
 //     this updater creates pods in) before the update's own pod starts;
-//   - the update's own pod failing is a Failure (FailureStepFailed).
+//   - the update's own pod failing is a Failure (observe.FailureStepFailed).
 //
 // Once the kubelet reports the desired version, finish decides.
 func (u *MachineUpdater) updateNode(ctx context.Context, st *call, to *version.Version) updateResult {
@@ -44,11 +45,11 @@ func (u *MachineUpdater) updateNode(ctx context.Context, st *call, to *version.V
 	if err != nil {
 		st.log.Info("replacing an unreadable update record", "error", err.Error())
 	}
-	st.rec, st.recRaw = rec, node.Annotations[AnnotationInPlaceUpdate]
+	st.rec, st.recRaw = rec, node.Annotations[observe.AnnotationInPlaceUpdate]
 
 	pods, err := upgraderPodsOn(ctx, st.c, u.podNamespace, node.Name)
 	if err != nil {
-		return waiting(ReasonPending, "listing the upgrader pods on node %s: %v", node.Name, err)
+		return waiting(observe.ReasonPending, "listing the upgrader pods on node %s: %v", node.Name, err)
 	}
 	// The kubelet's extra arguments are done when the node's annotation
 	// says they were applied, or this update applied them with success.
@@ -87,7 +88,7 @@ func (u *MachineUpdater) updateNode(ctx context.Context, st *call, to *version.V
 		}
 		// A retry token already on the Machine when the update starts is
 		// no request to retry this update.
-		rec = &UpdateRecord{Machine: m.Namespace + "/" + m.Name, Version: want, Started: st.nowMeta(), Role: string(role),
+		rec = &observe.UpdateRecord{Machine: m.Namespace + "/" + m.Name, Version: want, Started: st.nowMeta(), Role: string(role),
 			RetryToken: m.Annotations[AnnotationRetry], KubeletArgs: st.args.digest, ControlPlaneConfig: st.cp.digest, Files: st.files.digest}
 		if u.drain && !u.prePull {
 			// With the pre-pull, the drain starts (drainNode records it)
@@ -95,10 +96,10 @@ func (u *MachineUpdater) updateNode(ctx context.Context, st *call, to *version.V
 			rec.DrainStarted = &rec.Started
 		}
 		if err := st.writeRecord(ctx, rec); err != nil {
-			return waiting(ReasonPending, "recording the update's start on node %s: %v", node.Name, err)
+			return waiting(observe.ReasonPending, "recording the update's start on node %s: %v", node.Name, err)
 		}
 		st.log.Info("in-place update started", "from", current, "to", want, "role", string(role), "drain", u.drain)
-		u.event(m, eventNormal, EventReasonUpdateStarted, "Update", "In-place update of node %s from %s to %s started", node.Name, current, want)
+		u.event(m, eventNormal, observe.EventReasonUpdateStarted, "Update", "In-place update of node %s from %s to %s started", node.Name, current, want)
 	case rec.Role == "":
 		// A record without a role (written by an earlier version of this
 		// updater): choose the role now and keep it from here on.
@@ -109,7 +110,7 @@ func (u *MachineUpdater) updateNode(ctx context.Context, st *call, to *version.V
 		next := *rec
 		next.Role = string(role)
 		if err := st.writeRecord(ctx, &next); err != nil {
-			return waiting(ReasonPending, "recording the update's role on node %s: %v", node.Name, err)
+			return waiting(observe.ReasonPending, "recording the update's role on node %s: %v", node.Name, err)
 		}
 		rec = &next
 	}
@@ -122,10 +123,10 @@ func (u *MachineUpdater) updateNode(ctx context.Context, st *call, to *version.V
 			// KubeadmControlPlane updates before it updates machines.
 			why, err := kubeadmConfigMatches(ctx, st.c, st.cp)
 			if err != nil {
-				return waiting(ReasonPending, "checking kubeadm-config before updating control plane node %s: %v", node.Name, err)
+				return waiting(observe.ReasonPending, "checking kubeadm-config before updating control plane node %s: %v", node.Name, err)
 			}
 			if why != "" {
-				return waiting(ReasonPending, "kube-system/kubeadm-config does not carry the desired control plane configuration yet (%s); KubeadmControlPlane writes it before it updates machines", why)
+				return waiting(observe.ReasonPending, "kube-system/kubeadm-config does not carry the desired control plane configuration yet (%s); KubeadmControlPlane writes it before it updates machines", why)
 			}
 		}
 		if res, ok := u.validate(ctx, st, rec); !ok {
@@ -156,15 +157,15 @@ func (u *MachineUpdater) updateNode(ctx context.Context, st *call, to *version.V
 // RolledBack or Succeeded for other binaries; calls within one attempt
 // name the same plan, so a recreated pod resumes from its journal.
 // UpdaterOptions.PlanConfig may set another name (then retries share a journal).
-func planName(node string, rec *UpdateRecord) string {
+func planName(node string, rec *observe.UpdateRecord) string {
 	sum := sha256.Sum256([]byte(fmt.Sprintf("%s\x00%s\x00%s\x00%d\x00%d\x00%s\x00%s\x00%s", node, rec.Version, rec.Role, rec.Started.Unix(), rec.Attempt, rec.KubeletArgs, rec.ControlPlaneConfig, rec.Files)))
 	return "kubeadm-" + hex.EncodeToString(sum[:])[:12]
 }
 
 // buildPod builds the update's kubeadm plan and its upgrader pod from the
 // kubelet version from. Its errors cannot heal by waiting: they are
-// Failures (FailurePlanRejected, FailurePodBuild).
-func (u *MachineUpdater) buildPod(st *call, rec *UpdateRecord, from string) (*corev1.Pod, updateResult, bool) {
+// Failures (observe.FailurePlanRejected, observe.FailurePodBuild).
+func (u *MachineUpdater) buildPod(st *call, rec *observe.UpdateRecord, from string) (*corev1.Pod, updateResult, bool) {
 	node := st.node.Name
 	cfg := kubeadm.Config{Node: node, Role: kubeadm.Role(rec.Role), FromVersion: from, ToVersion: rec.Version, PlanName: planName(node, rec),
 		// External etcd has no member on this node to snapshot: backing
@@ -181,48 +182,48 @@ func (u *MachineUpdater) buildPod(st *call, rec *UpdateRecord, from string) (*co
 		// Same version on a control plane: the static pod manifests
 		// (then, below, the kubelet's extra arguments).
 		if plan, err = controlPlaneConfigPlan(node, cfg.PlanName, st.cp); err != nil {
-			return nil, failedAs(FailurePlanRejected, "node %s: control plane configuration: %v", node, err), false
+			return nil, failedAs(observe.FailurePlanRejected, "node %s: control plane configuration: %v", node, err), false
 		}
 	case rec.KubeletArgs != "" && from == rec.Version:
 		argsOnly = true
 		// Same version: only the kubelet's extra arguments.
 		plan, err = kubeadm.NewKubeletArgsPlan(kubeletArgsConfig(node, cfg.PlanName, "", st.args.args))
 		if err != nil {
-			return nil, failedAs(FailurePlanRejected, "node %s: kubelet extra arguments: %v", node, err), false
+			return nil, failedAs(observe.FailurePlanRejected, "node %s: kubelet extra arguments: %v", node, err), false
 		}
 	default:
 		if plan, err = kubeadm.NewPlan(cfg); err != nil {
-			return nil, failedAs(FailurePlanRejected, "node %s from %s to %s: %v", node, from, rec.Version, err), false
+			return nil, failedAs(observe.FailurePlanRejected, "node %s from %s to %s: %v", node, from, rec.Version, err), false
 		}
 		if rec.ControlPlaneConfig != "" {
 			// `kubeadm upgrade` rendered the manifests; check them.
 			if plan, err = withControlPlaneVerify(plan, st.cp); err != nil {
-				return nil, failedAs(FailurePlanRejected, "node %s: control plane configuration: %v", node, err), false
+				return nil, failedAs(observe.FailurePlanRejected, "node %s: control plane configuration: %v", node, err), false
 			}
 		}
 	}
 	if rec.KubeletArgs != "" && !argsOnly {
 		if plan, err = withKubeletArgs(plan, st.args.args); err != nil {
-			return nil, failedAs(FailurePlanRejected, "node %s: kubelet extra arguments: %v", node, err), false
+			return nil, failedAs(observe.FailurePlanRejected, "node %s: kubelet extra arguments: %v", node, err), false
 		}
 	}
 	if rec.Files != "" {
 		if plan, err = withFiles(plan, st.files, st.node.Annotations[AnnotationFiles]); err != nil {
-			return nil, failedAs(FailurePlanRejected, "node %s: files: %v", node, err), false
+			return nil, failedAs(observe.FailurePlanRejected, "node %s: files: %v", node, err), false
 		}
 	}
 	opts := u.podOpts
 	if u.images != nil {
 		img, ok := u.images.Image(rec.Version)
 		if !ok {
-			return nil, failedAs(FailurePodBuild, "no upgrader image for %s (have: %s); the extension's CanUpdate* should have refused it (capi.ExtensionOptions.Images with the same map)",
+			return nil, failedAs(observe.FailurePodBuild, "no upgrader image for %s (have: %s); the extension's CanUpdate* should have refused it (capi.ExtensionOptions.Images with the same map)",
 				rec.Version, strings.Join(u.images.versions(), ", ")), false
 		}
 		opts = append(append([]nodepod.Option(nil), u.podOpts...), nodepod.WithImage(img))
 	}
 	pod, err := nodepod.Build(plan, opts...)
 	if err != nil {
-		return nil, failedAs(FailurePodBuild, "building the upgrader pod: %v", err), false
+		return nil, failedAs(observe.FailurePodBuild, "building the upgrader pod: %v", err), false
 	}
 	return pod, updateResult{}, true
 }
@@ -235,7 +236,7 @@ func (u *MachineUpdater) buildPod(st *call, rec *UpdateRecord, from string) (*co
 // it is. A dry run that fails for a reason that may pass (the namespace
 // does not exist yet, the API server is unreachable) is answered Pending,
 // still before any disruption.
-func (u *MachineUpdater) validate(ctx context.Context, st *call, rec *UpdateRecord) (updateResult, bool) {
+func (u *MachineUpdater) validate(ctx context.Context, st *call, rec *observe.UpdateRecord) (updateResult, bool) {
 	if res, ok := etcdTopology(ctx, st, rec); !ok {
 		return res, false
 	}
@@ -248,10 +249,10 @@ func (u *MachineUpdater) validate(ctx context.Context, st *call, rec *UpdateReco
 	case err == nil, apierrors.IsAlreadyExists(err):
 		return updateResult{}, true
 	case podRefused(err):
-		return failedAs(FailurePodRejected, "the API server refuses the upgrader pod %s/%s for node %s (dry run, before any disruption): %v",
+		return failedAs(observe.FailurePodRejected, "the API server refuses the upgrader pod %s/%s for node %s (dry run, before any disruption): %v",
 			pod.Namespace, pod.Name, st.node.Name, err), false
 	}
-	return waiting(ReasonPending, "checking the upgrader pod %s/%s with a dry run before disrupting node %s: %v", pod.Namespace, pod.Name, st.node.Name, err), false
+	return waiting(observe.ReasonPending, "checking the upgrader pod %s/%s with a dry run before disrupting node %s: %v", pod.Namespace, pod.Name, st.node.Name, err), false
 }
 
 // podRefused tells an API refusal that waiting will not heal (admission,
@@ -263,7 +264,7 @@ func podRefused(err error) bool {
 // unproven reports whether rec is an update of ours to want that has no
 // recorded success and whose own pod is not on the node: "done" needs a
 // success of the update's own pod, seen and recorded.
-func (u *MachineUpdater) unproven(rec *UpdateRecord, want string, pods []corev1.Pod) bool {
+func (u *MachineUpdater) unproven(rec *observe.UpdateRecord, want string, pods []corev1.Pod) bool {
 	if rec == nil || rec.Version != want || rec.Succeeded != nil {
 		return false
 	}
@@ -272,7 +273,7 @@ func (u *MachineUpdater) unproven(rec *UpdateRecord, want string, pods []corev1.
 
 // recordSuccess writes, once, that the update's own pod succeeded: the
 // proof finish needs, which stays on the Node if the pod goes away.
-func (u *MachineUpdater) recordSuccess(ctx context.Context, st *call, rec *UpdateRecord) (*UpdateRecord, error) {
+func (u *MachineUpdater) recordSuccess(ctx context.Context, st *call, rec *observe.UpdateRecord) (*observe.UpdateRecord, error) {
 	if rec.Succeeded != nil {
 		return rec, nil
 	}
@@ -292,7 +293,7 @@ func (u *MachineUpdater) recordSuccess(ctx context.Context, st *call, rec *Updat
 // joined control plane's KubeadmConfig no ClusterConfiguration. A missing
 // ConfigMap means stacked etcd; a failed read is answered Pending, so the
 // plan is never built two different ways.
-func etcdTopology(ctx context.Context, st *call, rec *UpdateRecord) (updateResult, bool) {
+func etcdTopology(ctx context.Context, st *call, rec *observe.UpdateRecord) (updateResult, bool) {
 	if rec.Role != string(kubeadm.RoleFirstControlPlane) || st.cp.externalEtcd {
 		return updateResult{}, true
 	}
@@ -302,7 +303,7 @@ func etcdTopology(ctx context.Context, st *call, rec *UpdateRecord) (updateResul
 		return updateResult{}, true
 	}
 	if err != nil {
-		return waiting(ReasonPending, "reading kube-system/kubeadm-config for the etcd topology: %v", err), false
+		return waiting(observe.ReasonPending, "reading kube-system/kubeadm-config for the etcd topology: %v", err), false
 	}
 	var cc struct {
 		Etcd struct {
@@ -312,7 +313,7 @@ func etcdTopology(ctx context.Context, st *call, rec *UpdateRecord) (updateResul
 		} `json:"etcd"`
 	}
 	if err := yaml.Unmarshal([]byte(cm.Data["ClusterConfiguration"]), &cc); err != nil {
-		return failedAs(FailurePlanRejected, "kube-system/kubeadm-config: ClusterConfiguration: %v", err), false
+		return failedAs(observe.FailurePlanRejected, "kube-system/kubeadm-config: ClusterConfiguration: %v", err), false
 	}
 	st.externalEtcd = cc.Etcd.External != nil && len(cc.Etcd.External.Endpoints) > 0
 	return updateResult{}, true
@@ -329,7 +330,7 @@ const LabelControlPlaneNode = "node-role.kubernetes.io/control-plane"
 // A control plane node runs `kubeadm upgrade apply` (first control plane:
 // etcd snapshot first) unless the upgrade to this version already ran or
 // runs on another control plane node: another control plane Node whose
-// kubelet reports to or later, or whose UpdateRecord goes to to with the
+// kubelet reports to or later, or whose observe.UpdateRecord goes to to with the
 // first-control-plane role. kube-system/kubeadm-config is not evidence:
 // KubeadmControlPlane writes the new version there before it updates any
 // machine in place, so reading it would make every node "other control
@@ -340,7 +341,7 @@ func (u *MachineUpdater) role(ctx context.Context, st *call, to *version.Version
 	}
 	var nodes corev1.NodeList
 	if err := st.c.List(ctx, &nodes, client.HasLabels{LabelControlPlaneNode}); err != nil {
-		return "", waiting(ReasonPending, "listing the control plane nodes to choose the kubeadm role: %v", err), false
+		return "", waiting(observe.ReasonPending, "listing the control plane nodes to choose the kubeadm role: %v", err), false
 	}
 	for i := range nodes.Items {
 		n := &nodes.Items[i]
@@ -366,7 +367,7 @@ func (u *MachineUpdater) role(ctx context.Context, st *call, to *version.Version
 // API server, and ControlPlaneSkewCheck accepts a worker's change while
 // the control plane is still on its way to the version (Cluster API's
 // MachineDeployment does not wait for it). The answer is in progress
-// (ReasonPending, naming the control plane node), with nothing done to the
+// (observe.ReasonPending, naming the control plane node), with nothing done to the
 // node. Control plane machines, a change within the node's minor and a
 // cluster without control plane Nodes (a managed control plane) are not
 // held.
@@ -379,7 +380,7 @@ func controlPlaneAhead(ctx context.Context, st *call, current string, to *versio
 	}
 	var nodes corev1.NodeList
 	if err := st.c.List(ctx, &nodes, client.HasLabels{LabelControlPlaneNode}); err != nil {
-		return waiting(ReasonPending, "node %s not started: listing the control plane nodes to check their version first: %v", st.node.Name, err), false
+		return waiting(observe.ReasonPending, "node %s not started: listing the control plane nodes to check their version first: %v", st.node.Name, err), false
 	}
 	for i := range nodes.Items {
 		n := &nodes.Items[i]
@@ -388,26 +389,26 @@ func controlPlaneAhead(ctx context.Context, st *call, current string, to *versio
 		switch {
 		case err != nil || minorAbove(to, v):
 			st.log.V(1).Info("waiting for the control plane", "controlPlaneNode", n.Name, "kubeletVersion", kv)
-			return waiting(ReasonPending, "node %s not started: waiting for the control plane to run %s first: control plane node %s runs %s (a kubelet may not be newer than its API server)",
+			return waiting(observe.ReasonPending, "node %s not started: waiting for the control plane to run %s first: control plane node %s runs %s (a kubelet may not be newer than its API server)",
 				st.node.Name, st.machine.Spec.Version, n.Name, errtext.Quote(kv)), false
 		case updateUnfinished(n):
-			return waiting(ReasonPending, "node %s not started: waiting for the control plane to run %s first: the in-place update of control plane node %s is unfinished",
+			return waiting(observe.ReasonPending, "node %s not started: waiting for the control plane to run %s first: the in-place update of control plane node %s is unfinished",
 				st.node.Name, st.machine.Spec.Version, n.Name), false
 		}
 	}
 	return updateResult{}, true
 }
 
-// updateUnfinished tells whether n's ConditionInPlaceUpdate says an
+// updateUnfinished tells whether n's observe.ConditionInPlaceUpdate says an
 // update of ours is under way on it.
 func updateUnfinished(n *corev1.Node) bool {
-	c := InPlaceUpdateCondition(n)
-	return c != nil && c.Status == corev1.ConditionTrue && c.Reason != ReasonGateClosed && c.Reason != ReasonPending
+	c := observe.InPlaceUpdateCondition(n)
+	return c != nil && c.Status == corev1.ConditionTrue && c.Reason != observe.ReasonGateClosed && c.Reason != observe.ReasonPending
 }
 
 // runPlan builds the update's plan and pod, waits for or clears the other
 // upgrader pods on the node, creates the pod and reads its status.
-func (u *MachineUpdater) runPlan(ctx context.Context, st *call, rec *UpdateRecord, pods []corev1.Pod) updateResult {
+func (u *MachineUpdater) runPlan(ctx context.Context, st *call, rec *observe.UpdateRecord, pods []corev1.Pod) updateResult {
 	c, node := st.c, st.node.Name
 	current, want, role := st.node.Status.NodeInfo.KubeletVersion, rec.Version, kubeadm.Role(rec.Role)
 	from := current
@@ -433,31 +434,31 @@ func (u *MachineUpdater) runPlan(ctx context.Context, st *call, rec *UpdateRecor
 		next := *rec
 		next.Pod, next.FromVersion = key, from
 		if err := st.writeRecord(ctx, &next); err != nil {
-			return waiting(ReasonPending, "recording the upgrader pod on node %s: %v", node, err)
+			return waiting(observe.ReasonPending, "recording the upgrader pod on node %s: %v", node, err)
 		}
 	}
 	got, created, err := nodepod.CreateOrGet(ctx, c, pod)
 	switch {
 	case errors.Is(err, nodepod.ErrPlanChanged):
 		if !podEnded(got) {
-			return waiting(ReasonPending, "an upgrader pod for an earlier plan is still running on %s", node)
+			return waiting(observe.ReasonPending, "an upgrader pod for an earlier plan is still running on %s", node)
 		}
 		if err := c.Delete(ctx, got); err != nil && !apierrors.IsNotFound(err) {
-			return waiting(ReasonPending, "replacing the finished upgrader pod of an earlier plan: %v", err)
+			return waiting(observe.ReasonPending, "replacing the finished upgrader pod of an earlier plan: %v", err)
 		}
-		return waiting(ReasonPending, "replaced the finished upgrader pod of an earlier plan on %s", node)
+		return waiting(observe.ReasonPending, "replaced the finished upgrader pod of an earlier plan on %s", node)
 	case err != nil && podRefused(err):
 		// Accepted by the dry run before the drain, refused now (a policy
 		// changed meanwhile): waiting will not heal it.
-		return failedAs(FailurePodRejected, "the API server refuses the upgrader pod %s for node %s: %v", key, node, err)
+		return failedAs(observe.FailurePodRejected, "the API server refuses the upgrader pod %s for node %s: %v", key, node, err)
 	case err != nil:
-		return waiting(ReasonPending, "upgrader pod: %v", err)
+		return waiting(observe.ReasonPending, "upgrader pod: %v", err)
 	case created:
 		st.log.Info("upgrader pod created", "pod", key, "role", string(role))
-		return waiting(ReasonUpgrading, "started %s upgrade of node %s from %s to %s (pod %s)", role, node, from, want, key)
+		return waiting(observe.ReasonUpgrading, "started %s upgrade of node %s from %s to %s (pod %s)", role, node, from, want, key)
 	}
 	if why := podDiffers(pod, got); why != "" {
-		return failedAs(FailureForeignPod, "pod %s on node %s is not the update's upgrader pod (%s); delete it to go on", key, node, why)
+		return failedAs(observe.FailureForeignPod, "pod %s on node %s is not the update's upgrader pod (%s); delete it to go on", key, node, why)
 	}
 	ps := nodepod.ReadStatus(got)
 	switch ps.Phase {
@@ -465,17 +466,17 @@ func (u *MachineUpdater) runPlan(ctx context.Context, st *call, rec *UpdateRecor
 		return stepFailed(node, got, ps)
 	case nodepod.PhaseSucceeded:
 		if _, err := u.recordSuccess(ctx, st, rec); err != nil {
-			return waiting(ReasonWaitingForKubelet, "upgrade steps done on %s; recording their success: %v", node, err)
+			return waiting(observe.ReasonWaitingForKubelet, "upgrade steps done on %s; recording their success: %v", node, err)
 		}
-		return waiting(ReasonWaitingForKubelet, "upgrade steps done on %s; waiting for the kubelet to report %s (reports %s)", node, want, current)
+		return waiting(observe.ReasonWaitingForKubelet, "upgrade steps done on %s; waiting for the kubelet to report %s (reports %s)", node, want, current)
 	}
-	return upgrading(waiting(ReasonUpgrading, "upgrading node %s: %.0f%% of %d steps done", node, ps.Progress*100, len(ps.Steps)), ps)
+	return upgrading(waiting(observe.ReasonUpgrading, "upgrading node %s: %.0f%% of %d steps done", node, ps.Progress*100, len(ps.Steps)), ps)
 }
 
 // ownPod checks that p, the pod on the node with the name of the update's
 // upgrader pod, is the pod the update would build (podDiffers) before its
 // status is trusted.
-func (u *MachineUpdater) ownPod(ctx context.Context, st *call, rec *UpdateRecord, p *corev1.Pod) (updateResult, bool) {
+func (u *MachineUpdater) ownPod(ctx context.Context, st *call, rec *observe.UpdateRecord, p *corev1.Pod) (updateResult, bool) {
 	from := st.node.Status.NodeInfo.KubeletVersion
 	if rec.FromVersion != "" {
 		from = rec.FromVersion
@@ -488,7 +489,7 @@ func (u *MachineUpdater) ownPod(ctx context.Context, st *call, rec *UpdateRecord
 		return res, false
 	}
 	if why := podDiffers(want, p); why != "" {
-		return failedAs(FailureForeignPod, "pod %s/%s on node %s is not the update's upgrader pod (%s); delete it to go on", p.Namespace, p.Name, st.node.Name, why), false
+		return failedAs(observe.FailureForeignPod, "pod %s/%s on node %s is not the update's upgrader pod (%s); delete it to go on", p.Namespace, p.Name, st.node.Name, why), false
 	}
 	return updateResult{}, true
 }
@@ -544,7 +545,7 @@ func stepFailed(node string, pod *corev1.Pod, ps nodepod.Status) updateResult {
 	if ps.Failed != nil {
 		step, code = ps.Failed.Name, ps.Failed.ExitCode
 	}
-	res := failedAs(FailureStepFailed, "node %s: step %s failed with exit code %d: %s %s (pod %s/%s)", node, step, code, ps.Reason, ps.Message, pod.Namespace, pod.Name)
+	res := failedAs(observe.FailureStepFailed, "node %s: step %s failed with exit code %d: %s %s (pod %s/%s)", node, step, code, ps.Reason, ps.Message, pod.Namespace, pod.Name)
 	res.step = step
 	return res
 }
@@ -630,16 +631,16 @@ func (u *MachineUpdater) clearOtherPods(ctx context.Context, st *call, pods []co
 			continue
 		}
 		if err := st.c.Delete(ctx, p); err != nil && !apierrors.IsNotFound(err) {
-			return waiting(ReasonPending, "deleting the finished upgrader pod %s of an abandoned plan on node %s: %v", what, st.node.Name, err), false
+			return waiting(observe.ReasonPending, "deleting the finished upgrader pod %s of an abandoned plan on node %s: %v", what, st.node.Name, err), false
 		}
 		st.log.Info("deleted the finished upgrader pod of an abandoned plan", "pod", key)
 		deleted = append(deleted, what)
 	}
 	if len(running) > 0 {
-		return waiting(ReasonPending, "upgrader pod %s of another plan is still running on node %s; waiting for it to end before going on (never two upgrader pods on one node)", strings.Join(running, ", "), st.node.Name), false
+		return waiting(observe.ReasonPending, "upgrader pod %s of another plan is still running on node %s; waiting for it to end before going on (never two upgrader pods on one node)", strings.Join(running, ", "), st.node.Name), false
 	}
 	if len(deleted) > 0 {
-		return waiting(ReasonPending, "deleted the finished upgrader pod %s of an abandoned plan on node %s", strings.Join(deleted, ", "), st.node.Name), false
+		return waiting(observe.ReasonPending, "deleted the finished upgrader pod %s of an abandoned plan on node %s", strings.Join(deleted, ", "), st.node.Name), false
 	}
 	return updateResult{}, true
 }

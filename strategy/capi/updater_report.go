@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/go-logr/logr"
+	"github.com/upgradekit/upgradekit/strategy/capi/observe"
 	corev1 "k8s.io/api/core/v1"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -13,7 +14,7 @@ import (
 
 // report writes the node condition when it changed, and records what
 // starts with this answer: a failure, a blocked drain. Whether it starts
-// here is read from the UpdateRecord's Reported, which is written with a
+// here is read from the observe.UpdateRecord's Reported, which is written with a
 // compare-and-swap, so restarted or parallel extensions do not repeat it,
 // even when the condition (a best-effort status write) cannot be written.
 // Without a record, the condition as read decides.
@@ -30,7 +31,7 @@ func (u *MachineUpdater) report(ctx context.Context, st *call, res *updateResult
 	status := conditionStatus(res.phase)
 	if prev == nil || prev.Reason != res.phase || prev.Message != msg || prev.Status != status {
 		now := st.nowMeta()
-		cond := corev1.NodeCondition{Type: ConditionInPlaceUpdate, Status: status, Reason: res.phase, Message: msg, LastHeartbeatTime: now, LastTransitionTime: now}
+		cond := corev1.NodeCondition{Type: observe.ConditionInPlaceUpdate, Status: status, Reason: res.phase, Message: msg, LastHeartbeatTime: now, LastTransitionTime: now}
 		if prev != nil && prev.Status == status {
 			cond.LastTransitionTime = prev.LastTransitionTime
 		}
@@ -44,9 +45,9 @@ func (u *MachineUpdater) report(ctx context.Context, st *call, res *updateResult
 	var condNew bool // the condition as read says it starts here
 	switch {
 	case res.err != nil:
-		key, condNew = reportedFailed+res.failure, prev == nil || prev.Reason != ReasonFailed
-	case res.phase == ReasonDrainBlocked:
-		key, condNew = ReasonDrainBlocked, prev == nil || prev.Reason != ReasonDrainBlocked
+		key, condNew = reportedFailed+res.failure, prev == nil || prev.Reason != observe.ReasonFailed
+	case res.phase == observe.ReasonDrainBlocked:
+		key, condNew = observe.ReasonDrainBlocked, prev == nil || prev.Reason != observe.ReasonDrainBlocked
 	}
 	if !u.starts(ctx, st, key, condNew) {
 		return
@@ -54,19 +55,19 @@ func (u *MachineUpdater) report(ctx context.Context, st *call, res *updateResult
 	if res.err != nil {
 		res.newFailure = true
 		u.metrics.failure(res.failure)
-		u.event(st.machine, eventWarning, EventReasonUpdateFailed, "Update", "%s", msg)
+		u.event(st.machine, eventWarning, observe.EventReasonUpdateFailed, "Update", "%s", msg)
 		u.ownerEvent(ctx, st.log, st.machine, msg)
 		return
 	}
 	st.log.Info("drain blocked", "step", "drain", "message", msg)
-	u.event(st.machine, eventWarning, EventReasonDrainBlocked, "Drain", "%s", msg)
+	u.event(st.machine, eventWarning, observe.EventReasonDrainBlocked, "Drain", "%s", msg)
 }
 
-// reportedFailed prefixes a Failure* reason in UpdateRecord.Reported.
+// reportedFailed prefixes a Failure* reason in observe.UpdateRecord.Reported.
 const reportedFailed = "Failed/"
 
 // starts tells whether the reportable state key ("" for none) starts with
-// this answer, and records it in the node's UpdateRecord. condNew is the
+// this answer, and records it in the node's observe.UpdateRecord. condNew is the
 // answer the condition as read gives, used when there is no record, and
 // when the record cannot be written and does not already say key.
 func (u *MachineUpdater) starts(ctx context.Context, st *call, key string, condNew bool) bool {
@@ -126,7 +127,7 @@ func (u *MachineUpdater) reportWithoutNode(ctx context.Context, log logr.Logger,
 	res.newFailure = true
 	u.metrics.failure(res.failure)
 	note := strings.TrimPrefix(res.err.Error(), ErrUpdateFailed.Error()+": ")
-	u.event(m, eventWarning, EventReasonUpdateFailed, "Update", "%s", note)
+	u.event(m, eventWarning, observe.EventReasonUpdateFailed, "Update", "%s", note)
 	u.ownerEvent(ctx, log, m, note)
 }
 

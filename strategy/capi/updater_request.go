@@ -21,9 +21,10 @@ import (
 	runtimev1 "sigs.k8s.io/cluster-api/api/runtime/v1beta2"
 
 	"github.com/upgradekit/upgradekit/internal/errtext"
+	"github.com/upgradekit/upgradekit/strategy/capi/observe"
 )
 
-// requestMismatch is the message of every FailureRequestMismatch answer:
+// requestMismatch is the message of every observe.FailureRequestMismatch answer:
 // one message for a missing Machine, an unmarked one and a mismatched one,
 // so that the answer tells a caller nothing about the management cluster.
 const requestMismatch = "the request does not match a Machine that Cluster API is updating in place; the extension's log says why"
@@ -75,11 +76,11 @@ func quoteShort(s string) string {
 func (u *MachineUpdater) checkRequest(ctx context.Context, log logr.Logger, m *clusterv1.Machine, desired runtimehooksv1.UpdateMachineRequestObjects) (*clusterv1.Machine, *bootstrapv1.KubeadmConfigSpec, updateResult, bool) {
 	mismatch := func(why string, kv ...any) (*clusterv1.Machine, *bootstrapv1.KubeadmConfigSpec, updateResult, bool) {
 		log.Info("UpdateMachine request refused: it does not match the management cluster", append([]any{"why", why}, kv...)...)
-		return nil, nil, failedAs(FailureRequestMismatch, "%s", requestMismatch), false
+		return nil, nil, failedAs(observe.FailureRequestMismatch, "%s", requestMismatch), false
 	}
 	readFailed := func(what string, err error) (*clusterv1.Machine, *bootstrapv1.KubeadmConfigSpec, updateResult, bool) {
 		log.Info("reading the management cluster to check an UpdateMachine request", "object", what, "error", err.Error())
-		return nil, nil, waiting(ReasonPending, "reading the management cluster to check the request: %s", errtext.Clip(err.Error())), false
+		return nil, nil, waiting(observe.ReasonPending, "reading the management cluster to check the request: %s", errtext.Clip(err.Error())), false
 	}
 	live := &clusterv1.Machine{}
 	if err := u.mgmt.Get(ctx, types.NamespacedName{Namespace: m.Namespace, Name: m.Name}, live); err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/upgradekit/upgradekit/strategy/capi/observe"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 )
 
@@ -81,7 +82,7 @@ func (u *MachineUpdater) retry(ctx context.Context, st *call, res updateResult) 
 		}
 	}
 	st.log.Info("in-place update retried", "attempt", next.Attempt, "after", res.failure)
-	u.event(st.machine, eventNormal, EventReasonUpdateRetried, "Update", "Attempt %d of the in-place update of node %s to %s, asked for by %s=%q after %s",
+	u.event(st.machine, eventNormal, observe.EventReasonUpdateRetried, "Update", "Attempt %d of the in-place update of node %s to %s, asked for by %s=%q after %s",
 		next.Attempt+1, st.node.Name, next.Version, AnnotationRetry, token, res.failure)
-	return waiting(ReasonPending, "retrying the update of node %s to %s (attempt %d, %s=%q) after: %v", st.node.Name, next.Version, next.Attempt+1, AnnotationRetry, token, res.err)
+	return waiting(observe.ReasonPending, "retrying the update of node %s to %s (attempt %d, %s=%q) after: %v", st.node.Name, next.Version, next.Attempt+1, AnnotationRetry, token, res.err)
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/upgradekit/upgradekit/harness/testcerts"
 	"github.com/upgradekit/upgradekit/strategy/capi"
 	"github.com/upgradekit/upgradekit/strategy/capi/extensionserver"
+	"github.com/upgradekit/upgradekit/strategy/capi/observe"
 )
 
 // TestEmbedInAManager embeds the extension in a controller-runtime manager
@@ -131,6 +132,6 @@ func TestEmbedInAManager(t *testing.T) {
 		Desired:  runtimehooksv1.UpdateMachineRequestObjects{Machine: machine("v1.36.1"), InfrastructureMachine: infra},
 	}, &up)
 	require.Equal(t, runtimehooksv1.ResponseStatusFailure, up.Status)
-	require.Equal(t, "in-place update failed: "+capi.FailureRequestMismatch+
+	require.Equal(t, "in-place update failed: "+observe.FailureRequestMismatch+
 		": the request does not match a Machine that Cluster API is updating in place; the extension's log says why", up.Message)
 }

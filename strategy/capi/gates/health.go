@@ -16,6 +16,7 @@ import (
 	"github.com/upgradekit/upgradekit/internal/errtext"
 	"github.com/upgradekit/upgradekit/strategy"
 	"github.com/upgradekit/upgradekit/strategy/capi"
+	"github.com/upgradekit/upgradekit/strategy/capi/observe"
 	"github.com/upgradekit/upgradekit/strategy/capi/workload"
 )
 
@@ -238,7 +239,7 @@ func Breaker(mgmt client.Reader, workload workload.Client, b strategy.Breaker) (
 			}
 			failed := false
 			for _, cond := range n.Status.Conditions {
-				if cond.Type == capi.ConditionInPlaceUpdate && cond.Reason == capi.ReasonFailed {
+				if cond.Type == observe.ConditionInPlaceUpdate && cond.Reason == observe.ReasonFailed {
 					failed = true
 				}
 			}

@@ -20,6 +20,7 @@ import (
 	"github.com/upgradekit/upgradekit/strategy"
 	"github.com/upgradekit/upgradekit/strategy/capi"
 	"github.com/upgradekit/upgradekit/strategy/capi/gates"
+	"github.com/upgradekit/upgradekit/strategy/capi/observe"
 )
 
 // TestWorkloadsAndControlPlaneGatesAgainstAPIServer: the next update waits
@@ -141,7 +142,7 @@ func TestBreakerGate(t *testing.T) {
 	node := func(name string, ready corev1.ConditionStatus, failed bool) {
 		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}, Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: ready}}}}
 		if failed {
-			n.Status.Conditions = append(n.Status.Conditions, corev1.NodeCondition{Type: capi.ConditionInPlaceUpdate, Status: corev1.ConditionTrue, Reason: capi.ReasonFailed})
+			n.Status.Conditions = append(n.Status.Conditions, corev1.NodeCondition{Type: observe.ConditionInPlaceUpdate, Status: corev1.ConditionTrue, Reason: observe.ReasonFailed})
 		}
 		m := &clusterv1.Machine{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name, Labels: map[string]string{clusterv1.MachineDeploymentNameLabel: "md-0"}},
 			Spec: clusterv1.MachineSpec{ClusterName: "demo"}, Status: clusterv1.MachineStatus{NodeRef: clusterv1.MachineNodeReference{Name: name}}}
@@ -162,7 +163,7 @@ func TestBreakerGate(t *testing.T) {
 
 	var w2 corev1.Node
 	require.NoError(t, c.Get(t.Context(), client.ObjectKey{Name: "w-2"}, &w2))
-	w2.Status.Conditions = append(w2.Status.Conditions, corev1.NodeCondition{Type: capi.ConditionInPlaceUpdate, Status: corev1.ConditionTrue, Reason: capi.ReasonFailed})
+	w2.Status.Conditions = append(w2.Status.Conditions, corev1.NodeCondition{Type: observe.ConditionInPlaceUpdate, Status: corev1.ConditionTrue, Reason: observe.ReasonFailed})
 	require.NoError(t, c.Status().Update(t.Context(), &w2))
 	r := ask("w-3")
 	require.Equal(t, strategy.VerdictStop, r.Verdict)
