@@ -26,8 +26,9 @@
 // they would answer now, taking nothing (package gatereport serves it).
 // The clients that reach a workload cluster are in package workload.
 //
-// Progress shows four ways, under exported names: a Node condition,
-// Events on the Machine, Prometheus metrics (NewMetrics) and logr logs.
+// Progress shows four ways: a Node condition, Events on the Machine,
+// Prometheus metrics (NewMetrics) and logr logs. Package observe names
+// the condition, the reasons and the metrics, for dashboards and alerts.
 //
 // The contract in full (what is accepted and declined, what is applied
 // and verified, the drain, observability) is in docs/capi.md in the
