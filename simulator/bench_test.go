@@ -44,7 +44,7 @@ func benchSimulate(b *testing.B, nodes int) {
 	for b.Loop() {
 		cl := simulator.NewCluster("bench").ControlPlane(3, "v1.35.4").
 			MachineDeployment("md-0", workers/2, "v1.35.4").MachineDeployment("md-1", workers-workers/2, "v1.35.4")
-		sim, err := simulator.NewSimulator(cl)
+		sim, err := simulator.NewSimulator(cl, simulator.Options{})
 		if err != nil {
 			b.Fatal(err)
 		}

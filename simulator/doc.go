@@ -20,8 +20,9 @@
 // NewSimulator plans a rollout and runs it on a virtual clock. It checks
 // invariants (CheckSkew, CheckDisruption, CheckNoRerun, CheckCordons,
 // CheckStall). A failed update stalls the rollout where Cluster API would
-// (WithOnFailure changes that). WithMachineUpdater drives each in-place
-// machine through a real capi.MachineUpdater, as Cluster API calls it.
+// (Options.OnFailure changes that). Options.MachineUpdater drives each
+// in-place machine through a real capi.MachineUpdater, as Cluster API
+// calls it.
 //
 // Prefer this package's fake client for logic that only reads and writes
 // objects. Prefer harness/apiserver's real API server when the test depends on

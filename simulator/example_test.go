@@ -84,14 +84,14 @@ func Example() {
 // from the journal) and another worker's kubeadm upgrade keeps failing
 // (its plan rolls back the steps before it, and the node is schedulable
 // again at its old version). Copy this into your own tests and swap in your
-// planner (WithPlanner) or strategy (WithStrategy).
+// planner (Options.Planner) or strategy (Options.Strategy).
 func ExampleSimulator() {
 	ctx := context.Background()
 	cl := simulator.NewCluster("demo").ControlPlane(1, "v1.35.4").MachineDeployment("md-0", 3, "v1.35.4")
 	faults := simulator.NewFaults(42).
 		CrashRunner("demo-md-0-0", "kubelet", simulator.CrashPointDuring).
 		FailStep("demo-md-0-2", "kubeadm-upgrade", 100)
-	sim, err := simulator.NewSimulator(cl, simulator.WithSimFaults(faults), simulator.WithStrategy(strategy.NeverReplaceStrategy()))
+	sim, err := simulator.NewSimulator(cl, simulator.Options{Faults: faults, Strategy: strategy.NeverReplaceStrategy()})
 	if err != nil {
 		fmt.Println(err)
 		return

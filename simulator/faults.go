@@ -132,7 +132,7 @@ func (f *Faults) ready() *Faults {
 
 // UnhealthyAfterUpdate makes node's machine go bad once its update has
 // succeeded: its Node turns NotReady and stays so (the kubelet does not
-// recover). The simulator counts it for its circuit breaker (WithBreaker)
+// recover). The simulator counts it for its circuit breaker (Options.Breaker)
 // and its gates see it.
 func (f *Faults) UnhealthyAfterUpdate(node string) *Faults {
 	f = f.ready()

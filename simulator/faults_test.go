@@ -324,7 +324,7 @@ func TestNilAndZeroFaults(t *testing.T) {
 // *Cluster are ErrInvalidCluster, not a panic.
 func TestNilClusterIsAnError(t *testing.T) {
 	var cl *Cluster
-	_, err := NewSimulator(cl)
+	_, err := NewSimulator(cl, Options{})
 	require.ErrorIs(t, err, ErrInvalidCluster)
 	_, err = NewFleet(cl)
 	require.ErrorIs(t, err, ErrInvalidCluster)

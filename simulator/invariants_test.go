@@ -152,7 +152,7 @@ func TestRunnerCrashesAreResumed(t *testing.T) {
 		CrashRunner("c-control-plane-0", "kubectl-binary", simulator.CrashPointDuring).
 		CrashRunner("c-md-0-0", "containerd", simulator.CrashPointDuring).
 		CrashRunner("c-md-0-1", "kubeadm-binary", simulator.CrashPointAfter)
-	sim, err := simulator.NewSimulator(cl, simulator.WithSimFaults(faults))
+	sim, err := simulator.NewSimulator(cl, simulator.Options{Faults: faults})
 	require.NoError(t, err)
 	res, err := sim.Run(ctx, simulator.Rollout{ToVersion: "v1.36.3"})
 	require.NoError(t, err)
@@ -194,7 +194,7 @@ func TestRunnerCrashesAreResumed(t *testing.T) {
 	for _, s := range []string{"containerd", "cni-plugins", "kubeadm-binary"} {
 		faults.CrashRunner("d-md-0-0", s, simulator.CrashPointDuring)
 	}
-	sim, err = simulator.NewSimulator(cl, simulator.WithSimFaults(faults), simulator.WithMaxRestarts(2))
+	sim, err = simulator.NewSimulator(cl, simulator.WithMaxRestarts(simulator.Options{Faults: faults}, 2))
 	require.NoError(t, err)
 	res, err = sim.Run(ctx, simulator.Rollout{ToVersion: "v1.36.3"})
 	require.NoError(t, err)
@@ -206,7 +206,7 @@ func TestRunnerCrashesAreResumed(t *testing.T) {
 	require.True(t, n.Spec.Unschedulable)
 	require.Contains(t, n.Annotations[drain.AnnotationCordon], simulator.SimulatorCordonOwner)
 
-	_, err = simulator.NewSimulator(cl, simulator.WithMaxRestarts(-1))
+	_, err = simulator.NewSimulator(cl, simulator.WithMaxRestarts(simulator.Options{}, -1))
 	require.ErrorIs(t, err, simulator.ErrInvalidCluster)
 }
 
@@ -216,7 +216,7 @@ func TestSimulatorHonoursRolloutLimitsAndCordons(t *testing.T) {
 	zero := intstr.FromInt32(0)
 	cl := simulator.NewCluster("c").ControlPlane(1, "v1.35.4").
 		MachineDeployment("md-0", 5, "v1.35.4", simulator.WithRollingUpdate(&zero, &two))
-	sim, err := simulator.NewSimulator(cl)
+	sim, err := simulator.NewSimulator(cl, simulator.Options{})
 	require.NoError(t, err)
 	var md clusterv1.MachineDeployment
 	require.NoError(t, sim.Client().Get(ctx, client.ObjectKey{Namespace: cl.Namespace(), Name: "c-md-0"}, &md))
@@ -268,7 +268,7 @@ func TestControllerCrashPlansAgainFromTheCluster(t *testing.T) {
 		return simulator.NewCluster("c").ControlPlane(1, "v1.35.4").MachineDeployment("md-0", 4, "v1.35.4")
 	}
 	faults := simulator.NewFaults(1).FailStep("c-md-0-0", "kubeadm-upgrade", 100).CrashController(2)
-	sim, err := simulator.NewSimulator(build(), simulator.WithSimFaults(faults))
+	sim, err := simulator.NewSimulator(build(), simulator.Options{Faults: faults})
 	require.NoError(t, err)
 	res, err := sim.Run(ctx, simulator.Rollout{ToVersion: "v1.36.3"})
 	require.NoError(t, err)
@@ -303,8 +303,8 @@ func TestControllerCrashPlansAgainFromTheCluster(t *testing.T) {
 	require.NoError(t, err)
 	p, err := strategy.NewPlanner(strategy.WithDecider(strategy.Updaters(k)), strategy.WithStrategy(strategy.NeverReplaceStrategy()), strategy.WithMaxFailures(1))
 	require.NoError(t, err)
-	sim, err = simulator.NewSimulator(build(), simulator.WithPlanner(p),
-		simulator.WithSimFaults(simulator.NewFaults(1).FailStep("c-md-0-0", "kubeadm-upgrade", 100).CrashController(2)))
+	sim, err = simulator.NewSimulator(build(), simulator.Options{Planner: p,
+		Faults: simulator.NewFaults(1).FailStep("c-md-0-0", "kubeadm-upgrade", 100).CrashController(2)})
 	require.NoError(t, err)
 	res, err = sim.Run(ctx, simulator.Rollout{ToVersion: "v1.36.3"})
 	require.NoError(t, err)
@@ -327,7 +327,7 @@ func TestControllerCrashPlansAgainFromTheCluster(t *testing.T) {
 func TestFailuresHoldWhatWouldBreakLimits(t *testing.T) {
 	ctx := context.Background()
 	cl := simulator.NewCluster("c").ControlPlane(1, "v1.35.4").MachineDeployment("md-0", 3, "v1.35.4")
-	sim, err := simulator.NewSimulator(cl, simulator.WithOnFailure(simulator.FailurePolicyContinue), simulator.WithSimFaults(simulator.NewFaults(1).FailStep("c-md-0-0", "kubectl-binary", 100)))
+	sim, err := simulator.NewSimulator(cl, simulator.Options{OnFailure: simulator.FailurePolicyContinue, Faults: simulator.NewFaults(1).FailStep("c-md-0-0", "kubectl-binary", 100)})
 	require.NoError(t, err)
 	res, err := sim.Run(ctx, simulator.Rollout{ToVersion: "v1.36.3"})
 	require.NoError(t, err)
@@ -345,7 +345,7 @@ func TestFailuresHoldWhatWouldBreakLimits(t *testing.T) {
 	require.False(t, n.Spec.Unschedulable)
 
 	cl = simulator.NewCluster("d").ControlPlane(3, "v1.35.4").MachineDeployment("md-0", 2, "v1.35.4")
-	sim, err = simulator.NewSimulator(cl, simulator.WithOnFailure(simulator.FailurePolicyContinue), simulator.WithSimFaults(simulator.NewFaults(1).FailStep("d-control-plane-1", "containerd", 100)))
+	sim, err = simulator.NewSimulator(cl, simulator.Options{OnFailure: simulator.FailurePolicyContinue, Faults: simulator.NewFaults(1).FailStep("d-control-plane-1", "containerd", 100)})
 	require.NoError(t, err)
 	res, err = sim.Run(ctx, simulator.Rollout{ToVersion: "v1.36.3"})
 	require.NoError(t, err)
@@ -430,11 +430,8 @@ func TestFailedMachinesStallAsClusterAPIDoes(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			cl := tc.cluster()
-			opts := []simulator.SimOption{simulator.WithSimFaults(simulator.NewFaults(1).FailStep(tc.fail, "containerd", 100))}
-			if tc.policy != "" {
-				opts = append(opts, simulator.WithOnFailure(tc.policy))
-			}
-			sim, err := simulator.NewSimulator(cl, opts...)
+			opts := simulator.Options{Faults: simulator.NewFaults(1).FailStep(tc.fail, "containerd", 100), OnFailure: tc.policy}
+			sim, err := simulator.NewSimulator(cl, opts)
 			require.NoError(t, err)
 			res, err := sim.Run(ctx, simulator.Rollout{ToVersion: "v1.36.3"})
 			require.NoError(t, err)
@@ -481,7 +478,7 @@ func TestFailedMachinesStallAsClusterAPIDoes(t *testing.T) {
 		})
 	}
 
-	_, err := simulator.NewSimulator(simulator.NewCluster("c").ControlPlane(1, "v1.35.4"), simulator.WithOnFailure("retry"))
+	_, err := simulator.NewSimulator(simulator.NewCluster("c").ControlPlane(1, "v1.35.4"), simulator.Options{OnFailure: "retry"})
 	require.ErrorIs(t, err, simulator.ErrInvalidCluster)
 	require.ErrorContains(t, err, `failure policy "retry"`)
 }

@@ -32,7 +32,7 @@ func TestControlPlanesGoAsKubeadmControlPlaneTakesThem(t *testing.T) {
 		t.Run(tc.from+"->"+tc.to, func(t *testing.T) {
 			ctx := context.Background()
 			cl := simulator.NewCluster("demo").ControlPlane(3, tc.from).MachineDeployment("md-0", 2, tc.from)
-			sim, err := simulator.NewSimulator(cl)
+			sim, err := simulator.NewSimulator(cl, simulator.Options{})
 			require.NoError(t, err)
 			r := simulator.Rollout{ToVersion: tc.to}
 			plan, err := sim.Plan(ctx, r)

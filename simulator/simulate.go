@@ -107,7 +107,7 @@ type Result struct {
 	// Failed lists machines whose update failed.
 	Failed []string `json:"failed,omitempty"`
 	// Reasons says why each machine of Failed failed: the error of its
-	// update. In MachineUpdater mode (WithMachineUpdater) it is the hook's
+	// update. In MachineUpdater mode (Options.MachineUpdater) it is the hook's
 	// Failure message, which starts with capi.ErrUpdateFailed's text and a
 	// observe.Failure* reason ("in-place update failed: StepFailed: ...").
 	Reasons map[string]string `json:"reasons,omitempty"`
@@ -124,19 +124,19 @@ type Result struct {
 	// Unhealthy lists machines whose update succeeded but whose node went
 	// bad after it (Faults.UnhealthyAfterUpdate).
 	Unhealthy []string `json:"unhealthy,omitempty"`
-	// Breakers lists the groups whose circuit breaker (WithBreaker)
+	// Breakers lists the groups whose circuit breaker (Options.Breaker)
 	// tripped, in the order they tripped.
 	Breakers []BreakerTrip `json:"breakers,omitempty"`
 	// GateWaits is the virtual time machines waited at closed gates
-	// (WithSimGates), by machine.
+	// (Options.Gates), by machine.
 	GateWaits map[string]time.Duration `json:"gateWaits,omitempty"`
-	// OnFailure is the failure policy the run followed (WithOnFailure;
+	// OnFailure is the failure policy the run followed (Options.OnFailure;
 	// "" is FailurePolicyStall, the default).
 	OnFailure FailurePolicy `json:"onFailure,omitempty"`
 }
 
 // FailurePolicy says what the simulated controllers do once a machine's
-// update has failed (WithOnFailure).
+// update has failed (Options.OnFailure).
 type FailurePolicy string
 
 const (
@@ -206,7 +206,7 @@ const simulatorCordonOwner = "upgradekit-simulator"
 // uncordoned; replaced machines are swapped for new ones at the desired
 // version. After every batch and at the end it checks the invariants
 // (CheckSkew, CheckDisruption, CheckNoRerun, CheckCordons, converged
-// versions). WithMachineUpdater has a real capi.MachineUpdater update the
+// versions). Options.MachineUpdater has a real capi.MachineUpdater update the
 // in-place machines instead, called as Cluster API calls it, with the
 // hosts' kubelets running its upgrader pods (see the package
 // documentation). Prefer harness/apiserver when the test is about the API
@@ -229,75 +229,31 @@ type Simulator struct {
 	pools        map[string]string // node -> machine deployment ("" for the control plane)
 	versions     map[string]string // node -> kubelet version, as last read
 	controlPlane []string
-	// MachineUpdater mode (WithMachineUpdater).
+	// MachineUpdater mode (Options.MachineUpdater).
 	updater     bool
 	updaterOpts capi.UpdaterOptions
 	podOpts     []nodepod.Option
 	callBudget  int
 	cur         *updaterRun // the in-place update under way, for the hosts' observers
-	// breaker and gates: WithBreaker, WithSimGates.
+	// breaker and gates: Options.Breaker, Gates, GateMaxWait.
 	breaker  *strategy.Breaker
 	gates    strategy.Gate
 	gateWait time.Duration
-	// onFailure: WithOnFailure.
+	// onFailure: Options.OnFailure.
 	onFailure FailurePolicy
 	// differ diffs each machine against the rollout (diff.InPlaceUpdate),
 	// compiled once: building it costs more than a diff.
 	differ *diff.Differ
 }
 
-// SimOption configures a Simulator.
-type SimOption func(*Simulator)
-
-// WithPlanner sets the planner (default: in place for Kubernetes version,
-// etcd and kubeadm/kubelet configuration changes, else rolling replace).
-func WithPlanner(p *strategy.Planner) SimOption { return func(s *Simulator) { s.planner = p } }
-
-// WithStrategy keeps the default planner's decider (kubeadm's in-place
-// categories) but plans with s (strategy.InPlaceStrategy(),
-// RollingReplaceStrategy, FallbackStrategy...). WithPlanner overrides it.
-func WithStrategy(st strategy.Strategy) SimOption { return func(s *Simulator) { s.strategy = st } }
-
-// WithSimFaults injects host and API faults, and runner crashes
-// (Faults.CrashRunner).
-func WithSimFaults(f *Faults) SimOption { return func(s *Simulator) { s.faults = f } }
-
-// WithEvents calls f for every timeline event as it completes (live
-// progress).
-func WithEvents(f func(Event)) SimOption { return func(s *Simulator) { s.onEvent = f } }
-
-// WithBreaker trips a circuit breaker per group during the run: once more
-// than b.MaxUnhealthy machines of a group failed or went unhealthy after
-// their update (Faults.UnhealthyAfterUpdate), no further machine of the
-// group starts (each is Held with the breaker's reason, and the trip is in
-// Result.Breakers).
-func WithBreaker(b strategy.Breaker) SimOption { return func(s *Simulator) { s.breaker = &b } }
-
-// WithSimGates asks g before each machine starts, at the virtual time:
-// Wait advances the clock by its RetryAfter (a minute when 0) and asks
-// again, for at most maxWait of virtual time, after which the machine is
-// Held; Stop holds the machine and the rest of its group. The gates see
-// the simulated cluster when built on Simulator.Client (a workload client
-// getter returning it).
-func WithSimGates(g strategy.Gate, maxWait time.Duration) SimOption {
-	return func(s *Simulator) { s.gates, s.gateWait = g, maxWait }
-}
-
-// WithOnFailure sets what the simulated controllers do once a machine's
-// update has failed: FailurePolicyStall (the default: as Cluster API, the group
-// stalls where its limit is used up) or FailurePolicyContinue. NewSimulator
-// refuses any other value.
-func WithOnFailure(p FailurePolicy) SimOption { return func(s *Simulator) { s.onFailure = p } }
-
-// withMaxRestarts sets how many times a crashed runner is restarted on one
-// machine before the machine counts as failed (default 3).
-func withMaxRestarts(n int) SimOption { return func(s *Simulator) { s.maxRestarts = n } }
-
 // NewSimulator builds the fake cluster's client and hosts. The clock starts
 // at a fixed time, so timelines are reproducible. The client has no
 // server-side apply (WithoutServerSideApply), which makes every write
-// several times cheaper.
-func NewSimulator(cl *Cluster, opts ...SimOption) (*Simulator, error) {
+// several times cheaper. An invalid Options.OnFailure is an error
+// wrapping ErrInvalidCluster; Options.MachineUpdater that
+// capi.NewMachineUpdater refuses are its error (capi.ErrInvalidOption),
+// wrapped.
+func NewSimulator(cl *Cluster, opts Options) (*Simulator, error) {
 	if cl == nil {
 		return nil, errNilCluster
 	}
@@ -305,11 +261,7 @@ func NewSimulator(cl *Cluster, opts ...SimOption) (*Simulator, error) {
 		clock:      clocktesting.NewFakeClock(time.Date(2026, 1, 1, 9, 0, 0, 0, time.UTC)),
 		podOpts:    defaultSimulatorPodOptions(),
 		callBudget: defaultUpdateCallBudget}
-	for _, o := range opts {
-		if o != nil {
-			o(s)
-		}
-	}
+	opts.apply(s)
 	if s.maxRestarts < 0 {
 		return nil, fmt.Errorf("simulator: %w: max restarts %d is negative", ErrInvalidCluster, s.maxRestarts)
 	}
@@ -318,7 +270,7 @@ func NewSimulator(cl *Cluster, opts ...SimOption) (*Simulator, error) {
 		s.onFailure = FailurePolicyStall
 	case FailurePolicyStall, FailurePolicyContinue:
 	default:
-		return nil, fmt.Errorf("simulator: %w: failure policy %s: want %s or %s", ErrInvalidCluster, errtext.Quote(string(s.onFailure)), FailurePolicyStall, FailurePolicyContinue)
+		return nil, fmt.Errorf("simulator: %w: Options.OnFailure: failure policy %s: want %s or %s", ErrInvalidCluster, errtext.Quote(string(s.onFailure)), FailurePolicyStall, FailurePolicyContinue)
 	}
 	copts := []ClientOption{WithoutServerSideApply()}
 	if s.faults != nil {
@@ -736,7 +688,7 @@ func (s *Simulator) tripBreaker(pm strategy.PlannedMachine, sizes, bad map[strin
 	res.Breakers = append(res.Breakers, BreakerTrip{Group: pm.Group, After: pm.Machine, Bad: bad[pm.Group], Size: sizes[pm.Group], Limit: limit, Reason: why})
 }
 
-// waitForGates asks WithSimGates' gates about pm at the virtual time,
+// waitForGates asks Options.Gates about pm at the virtual time,
 // waiting (advancing the clock) while they answer Wait. It reports false
 // with why when the machine must be held: a Stop ("Stop ..."), or gates
 // still closed after the longest wait.

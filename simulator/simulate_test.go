@@ -27,7 +27,7 @@ func TestSimulatorRunsAMixedRollout(t *testing.T) {
 		MachineDeployment("md-0", 3, "v1.35.4").
 		MachineDeployment("md-1", 2, "v1.35.4", simulator.WithImage("kindest/node:v1.35.4"))
 	var live int
-	sim, err := simulator.NewSimulator(cl, simulator.WithEvents(func(simulator.Event) { live++ }))
+	sim, err := simulator.NewSimulator(cl, simulator.Options{OnEvent: func(simulator.Event) { live++ }})
 	require.NoError(t, err)
 	r := simulator.Rollout{ToVersion: "v1.36.3", Images: map[string]string{"md-1": "kindest/node:v1.36.3"}}
 
@@ -75,7 +75,7 @@ func TestSimulatorReportsFailures(t *testing.T) {
 	ctx := context.Background()
 	cl := simulator.NewCluster("demo").ControlPlane(1, "v1.35.4").MachineDeployment("md-0", 2, "v1.35.4")
 	faults := simulator.NewFaults(7).FailStep("demo-md-0-1", "kubeadm-upgrade", 100)
-	sim, err := simulator.NewSimulator(cl, simulator.WithSimFaults(faults))
+	sim, err := simulator.NewSimulator(cl, simulator.Options{Faults: faults})
 	require.NoError(t, err)
 	res, err := sim.Run(ctx, simulator.Rollout{ToVersion: "v1.36.3"})
 	require.NoError(t, err)
@@ -215,17 +215,14 @@ func newPropertyCase(t *testing.T, seed int64) propertyCase {
 func runPropertyCase(t *testing.T, seed int64) *simulator.Result {
 	pc := newPropertyCase(t, seed)
 	ctx := context.Background()
-	opts := []simulator.SimOption{simulator.WithStrategy(pc.strategy), simulator.WithSimFaults(pc.faults)}
+	opts := simulator.Options{Strategy: pc.strategy, Faults: pc.faults, Breaker: pc.breaker}
 	if seed%4 == 0 {
 		// A quarter of the runs carry on past failures; the others stall
 		// where Cluster API does (CheckStall), the default. Drawn from the
 		// seed, not the generator, so every seed keeps its case.
-		opts = append(opts, simulator.WithOnFailure(simulator.FailurePolicyContinue))
+		opts.OnFailure = simulator.FailurePolicyContinue
 	}
-	if pc.breaker != nil {
-		opts = append(opts, simulator.WithBreaker(*pc.breaker))
-	}
-	sim, err := simulator.NewSimulator(pc.cluster, opts...)
+	sim, err := simulator.NewSimulator(pc.cluster, opts)
 	require.NoError(t, err, "seed %d", seed)
 	for _, n := range pc.cordoned {
 		require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
@@ -303,7 +300,7 @@ func TestSimulatorGates(t *testing.T) {
 
 	window, err := strategy.MaintenanceWindow("nightly", "0 22 * * *", 4*time.Hour, "UTC")
 	require.NoError(t, err)
-	sim, err := simulator.NewSimulator(cl, simulator.WithSimGates(window, 48*time.Hour))
+	sim, err := simulator.NewSimulator(cl, simulator.Options{Gates: window, GateMaxWait: 48 * time.Hour})
 	require.NoError(t, err)
 	res, err := sim.Run(ctx, simulator.Rollout{ToVersion: "v1.36.3"})
 	require.NoError(t, err)
@@ -321,7 +318,7 @@ func TestSimulatorGates(t *testing.T) {
 	workload := func(context.Context, types.NamespacedName) (client.Client, error) { return sim2.Client(), nil }
 	soak, err := gates.Soak(workload, 5*time.Minute, nil)
 	require.NoError(t, err)
-	sim2, err = simulator.NewSimulator(cl, simulator.WithSimFaults(faults), simulator.WithSimGates(soak, 30*time.Minute))
+	sim2, err = simulator.NewSimulator(cl, simulator.Options{Faults: faults, Gates: soak, GateMaxWait: 30 * time.Minute})
 	require.NoError(t, err)
 	res, err = sim2.Run(ctx, simulator.Rollout{ToVersion: "v1.36.3"})
 	require.NoError(t, err)
@@ -338,7 +335,7 @@ func TestSimulatorGates(t *testing.T) {
 		return strategy.GateResult{Verdict: strategy.VerdictAllow}
 	})
 	cl = simulator.NewCluster("demo").ControlPlane(1, "v1.35.4").MachineDeployment("md-0", 3, "v1.35.4")
-	sim, err = simulator.NewSimulator(cl, simulator.WithSimGates(stop, time.Hour))
+	sim, err = simulator.NewSimulator(cl, simulator.Options{Gates: stop, GateMaxWait: time.Hour})
 	require.NoError(t, err)
 	res, err = sim.Run(ctx, simulator.Rollout{ToVersion: "v1.36.3"})
 	require.NoError(t, err)

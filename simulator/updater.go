@@ -34,54 +34,18 @@ const simulatorUpgraderImage = "registry.invalid/upgradekit/upgrader:simulated"
 
 // defaultUpdateCallBudget is how many UpdateMachine calls the Simulator
 // makes for one machine in MachineUpdater mode before it gives up and
-// reports endless waiting (withUpdateCallBudget).
+// reports endless waiting (Options.updateCallBudget).
 const defaultUpdateCallBudget = 100
 
 // defaultSimulatorPodOptions are the upgrader pod options the
-// Simulator's MachineUpdater mode passes to capi.WithPodOptions unless
-// withUpgraderPodOptions replaces them: simulatorUpgraderImage, a stage
-// container copying the image's /staging, and the journaled runner
-// ("/upgrader run") in one init container per step, as
-// examples/inplace-extension runs it.
+// Simulator's MachineUpdater mode puts before the UpdaterOptions'
+// PodOptions unless Options.upgraderPodOptions replace them:
+// simulatorUpgraderImage, a stage container copying the image's
+// /staging, and the journaled runner ("/upgrader run") in one init
+// container per step, as examples/inplace-extension runs it.
 func defaultSimulatorPodOptions() []nodepod.Option {
 	return []nodepod.Option{nodepod.WithImage(simulatorUpgraderImage), nodepod.WithStageFrom("/staging"), nodepod.WithRunnerCommand("/upgrader", "run")}
 }
-
-// WithMachineUpdater makes the Simulator update every in-place machine
-// the way Cluster API drives an in-place update extension: a real
-// capi.MachineUpdater (built with opts, a new one for every call, as after
-// an extension restart) answers UpdateMachine calls for the desired
-// Machine, and between two calls the node's simulated kubelet
-// (PodRunner) runs the upgrader pods the updater created and writes
-// their status through the simulator's client, while the virtual clock
-// moves by the RetryAfterSeconds answered. See the package documentation
-// for what this mode models and what it does not.
-//
-// The simulator puts its pod options (an upgrader image that is never
-// pulled, staged from the simulated host) before opts.PodOptions, its
-// virtual clock in opts.Clock unless that is set, and sets opts.SkipDrain:
-// the fake client has no Eviction API, so the simulator cordons the node
-// around the update as in the default mode.
-func WithMachineUpdater(opts capi.UpdaterOptions) SimOption {
-	return func(s *Simulator) {
-		s.updater = true
-		s.updaterOpts = opts
-	}
-}
-
-// withUpgraderPodOptions replaces defaultSimulatorPodOptions in
-// MachineUpdater mode (for example, without nodepod.WithRunnerCommand,
-// the raw init-container layout, which has no journal and does not
-// restart a failed container).
-func withUpgraderPodOptions(opts ...nodepod.Option) SimOption {
-	return func(s *Simulator) { s.podOpts = append([]nodepod.Option(nil), opts...) }
-}
-
-// withUpdateCallBudget sets how many UpdateMachine calls one machine may
-// take in MachineUpdater mode (default defaultUpdateCallBudget). A machine
-// neither done nor failed after that many calls fails, and the Result
-// carries a violation naming it endless waiting.
-func withUpdateCallBudget(n int) SimOption { return func(s *Simulator) { s.callBudget = n } }
 
 // setUpUpdater checks the MachineUpdater options once, and has the hosts
 // report the commands they run.
@@ -90,7 +54,7 @@ func (s *Simulator) setUpUpdater() error {
 		return fmt.Errorf("simulator: %w: update call budget %d: must be at least 1", ErrInvalidCluster, s.callBudget)
 	}
 	if _, err := capi.NewMachineUpdater(s.workload, s.updaterOptions()); err != nil {
-		return fmt.Errorf("simulator: WithMachineUpdater: %w", err)
+		return fmt.Errorf("simulator: Options.MachineUpdater: %w", err)
 	}
 	for _, h := range s.fleet.Hosts() {
 		h.observe = s.observer(h)
@@ -211,7 +175,7 @@ func (s *Simulator) inPlaceUpdater(ctx context.Context, r Rollout, b strategy.Ba
 		}
 		u, err := capi.NewMachineUpdater(s.workload, s.updaterOptions())
 		if err != nil {
-			return fmt.Errorf("simulator: WithMachineUpdater: %w", err)
+			return fmt.Errorf("simulator: Options.MachineUpdater: %w", err)
 		}
 		at := s.clock.Now()
 		answer = runtimehooksv1.UpdateMachineResponse{}

@@ -10,14 +10,14 @@ import (
 	"github.com/upgradekit/upgradekit/strategy/capi"
 )
 
-// ExampleWithMachineUpdater runs a rollout whose in-place machines are
+// ExampleOptions_machineUpdater runs a rollout whose in-place machines are
 // updated by capi.MachineUpdater, called as Cluster API calls it, with the
 // simulated kubelets running its upgrader pods. A worker's kubelet step
 // keeps failing: the hook answers Failure, and the Result says why.
-func ExampleWithMachineUpdater() {
+func ExampleOptions_machineUpdater() {
 	cl := simulator.NewCluster("demo").ControlPlane(1, "v1.35.4").MachineDeployment("md-0", 2, "v1.35.4")
 	faults := simulator.NewFaults(1).FailStep("demo-md-0-1", "kubelet", 100)
-	sim, err := simulator.NewSimulator(cl, simulator.WithSimFaults(faults), simulator.WithMachineUpdater(capi.UpdaterOptions{RetryAfter: 30 * time.Second}))
+	sim, err := simulator.NewSimulator(cl, simulator.Options{Faults: faults, MachineUpdater: &capi.UpdaterOptions{RetryAfter: 30 * time.Second}})
 	if err != nil {
 		fmt.Println(err)
 		return

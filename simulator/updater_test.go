@@ -68,7 +68,7 @@ func TestMachineUpdaterModeConvergesLikeTheDefault(t *testing.T) {
 		to       string
 		strategy strategy.Strategy
 		// opts are built anew for each mode: faults fire once.
-		opts     func() []simulator.SimOption
+		opts     func() simulator.Options
 		restarts int
 		replans  int // controller restarts
 	}{
@@ -84,40 +84,40 @@ func TestMachineUpdaterModeConvergesLikeTheDefault(t *testing.T) {
 			cluster: func() *simulator.Cluster {
 				return simulator.NewCluster("demo").ControlPlane(1, "v1.35.4").MachineDeployment("md-0", 2, "v1.35.4")
 			},
-			opts: func() []simulator.SimOption {
-				return []simulator.SimOption{simulator.WithUpgraderPodOptions(nodepod.WithImage("r/u:1"), nodepod.WithStageFrom("/staging"))}
+			opts: func() simulator.Options {
+				return simulator.WithUpgraderPodOptions(simulator.Options{}, nodepod.WithImage("r/u:1"), nodepod.WithStageFrom("/staging"))
 			}},
 		{name: "single-container layout", to: "v1.36.3",
 			cluster: func() *simulator.Cluster {
 				return simulator.NewCluster("demo").ControlPlane(1, "v1.35.4").MachineDeployment("md-0", 1, "v1.35.4")
 			},
-			opts: func() []simulator.SimOption {
-				return []simulator.SimOption{simulator.WithUpgraderPodOptions(nodepod.WithImage("r/u:1"), nodepod.WithMode(nodepod.ModeSingleContainer), nodepod.WithRunnerCommand("/upgrader", "run"))}
+			opts: func() simulator.Options {
+				return simulator.WithUpgraderPodOptions(simulator.Options{}, nodepod.WithImage("r/u:1"), nodepod.WithMode(nodepod.ModeSingleContainer), nodepod.WithRunnerCommand("/upgrader", "run"))
 			}},
 		{name: "runner crash resumed from the journal", to: "v1.36.3",
 			cluster: func() *simulator.Cluster {
 				return simulator.NewCluster("demo").ControlPlane(1, "v1.35.4").MachineDeployment("md-0", 2, "v1.35.4")
 			},
-			opts: func() []simulator.SimOption {
-				return []simulator.SimOption{simulator.WithSimFaults(simulator.NewFaults(3).CrashRunner("demo-md-0-1", "kubelet", simulator.CrashPointDuring).CrashRunner("demo-md-0-0", "containerd", simulator.CrashPointAfter))}
+			opts: func() simulator.Options {
+				return simulator.Options{Faults: simulator.NewFaults(3).CrashRunner("demo-md-0-1", "kubelet", simulator.CrashPointDuring).CrashRunner("demo-md-0-0", "containerd", simulator.CrashPointAfter)}
 			},
 			restarts: 2},
 		{name: "controller crash between batches", to: "v1.36.3",
 			cluster: func() *simulator.Cluster {
 				return simulator.NewCluster("demo").ControlPlane(1, "v1.35.4").MachineDeployment("md-0", 3, "v1.35.4")
 			},
-			opts: func() []simulator.SimOption {
-				return []simulator.SimOption{simulator.WithSimFaults(simulator.NewFaults(9).CrashController(1, 3))}
+			opts: func() simulator.Options {
+				return simulator.Options{Faults: simulator.NewFaults(9).CrashController(1, 3)}
 			},
 			replans: 2},
 		{name: "API faults and a flaky step", to: "v1.36.3",
 			cluster: func() *simulator.Cluster {
 				return simulator.NewCluster("demo").ControlPlane(1, "v1.35.4").MachineDeployment("md-0", 2, "v1.35.4")
 			},
-			opts: func() []simulator.SimOption {
-				return []simulator.SimOption{simulator.WithSimFaults(simulator.NewFaults(5).FailStep("", "kubelet", 1).
+			opts: func() simulator.Options {
+				return simulator.Options{Faults: simulator.NewFaults(5).FailStep("", "kubelet", 1).
 					APIError("create", "Pod", simulator.APIFaultTimeout, 2).APIError("update", "Node", simulator.APIFaultConflict, 2).
-					FlakyAPI("list", "Pod", simulator.APIFaultThrottled, 0.2))}
+					FlakyAPI("list", "Pod", simulator.APIFaultThrottled, 0.2)}
 			}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -125,14 +125,14 @@ func TestMachineUpdaterModeConvergesLikeTheDefault(t *testing.T) {
 			r := simulator.Rollout{ToVersion: tc.to}
 			var want map[string]string
 			for _, mode := range []string{"default", "MachineUpdater"} {
-				var opts []simulator.SimOption
+				var opts simulator.Options
 				if tc.opts != nil {
 					opts = tc.opts()
 				}
 				if mode == "MachineUpdater" {
-					opts = append(opts, simulator.WithMachineUpdater(capi.UpdaterOptions{}))
+					opts.MachineUpdater = &capi.UpdaterOptions{}
 				}
-				sim, err := simulator.NewSimulator(tc.cluster(), opts...)
+				sim, err := simulator.NewSimulator(tc.cluster(), opts)
 				require.NoError(t, err)
 				res, err := sim.Run(ctx, r)
 				require.NoError(t, err, mode)
@@ -180,7 +180,7 @@ func TestMachineUpdaterModeStopsOnAFailedStep(t *testing.T) {
 	ctx := context.Background()
 	cl := simulator.NewCluster("demo").ControlPlane(1, "v1.35.4").MachineDeployment("md-0", 2, "v1.35.4")
 	faults := simulator.NewFaults(1).FailStep("demo-control-plane-0", "kubelet", 100)
-	sim, err := simulator.NewSimulator(cl, simulator.WithSimFaults(faults), simulator.WithMachineUpdater(capi.UpdaterOptions{}))
+	sim, err := simulator.NewSimulator(cl, simulator.Options{Faults: faults, MachineUpdater: &capi.UpdaterOptions{}})
 	require.NoError(t, err)
 	res, err := sim.Run(ctx, simulator.Rollout{ToVersion: "v1.36.3"})
 	require.NoError(t, err)
@@ -215,7 +215,7 @@ func TestMachineUpdaterModeStopsOnAFailedStep(t *testing.T) {
 // calls than the budget fails loudly, with a violation.
 func TestMachineUpdaterModeReportsEndlessWaiting(t *testing.T) {
 	cl := simulator.NewCluster("demo").ControlPlane(1, "v1.35.4")
-	sim, err := simulator.NewSimulator(cl, simulator.WithMachineUpdater(capi.UpdaterOptions{}), simulator.WithUpdateCallBudget(1))
+	sim, err := simulator.NewSimulator(cl, simulator.WithUpdateCallBudget(simulator.Options{MachineUpdater: &capi.UpdaterOptions{}}, 1))
 	require.NoError(t, err)
 	res, err := sim.Run(context.Background(), simulator.Rollout{ToVersion: "v1.36.3"})
 	require.NoError(t, err)
@@ -227,10 +227,10 @@ func TestMachineUpdaterModeReportsEndlessWaiting(t *testing.T) {
 
 func TestMachineUpdaterModeRejectsBadOptions(t *testing.T) {
 	cl := simulator.NewCluster("demo").ControlPlane(1, "v1.35.4")
-	_, err := simulator.NewSimulator(cl, simulator.WithMachineUpdater(capi.UpdaterOptions{RetryAfter: -time.Second}))
+	_, err := simulator.NewSimulator(cl, simulator.Options{MachineUpdater: &capi.UpdaterOptions{RetryAfter: -time.Second}})
 	require.ErrorIs(t, err, capi.ErrInvalidOption)
-	_, err = simulator.NewSimulator(cl, simulator.WithMachineUpdater(capi.UpdaterOptions{}), simulator.WithUpdateCallBudget(0))
+	_, err = simulator.NewSimulator(cl, simulator.WithUpdateCallBudget(simulator.Options{MachineUpdater: &capi.UpdaterOptions{}}, 0))
 	require.ErrorIs(t, err, simulator.ErrInvalidCluster)
-	_, err = simulator.NewSimulator(cl, simulator.WithMachineUpdater(capi.UpdaterOptions{}), simulator.WithUpgraderPodOptions())
+	_, err = simulator.NewSimulator(cl, simulator.WithUpgraderPodOptions(simulator.Options{MachineUpdater: &capi.UpdaterOptions{}}))
 	require.ErrorIs(t, err, capi.ErrInvalidOption, "a pod without an image is refused at once")
 }

@@ -10,7 +10,7 @@
 // machines where something went wrong or was retried get a lane. --updater capi has the
 // real capi.MachineUpdater update the in-place machines, called as Cluster
 // API calls the UpdateMachine hook, with the simulated kubelets running
-// its upgrader pods (simulator.WithMachineUpdater). A machine whose update
+// its upgrader pods (simulator.Options.MachineUpdater). A machine whose update
 // fails stalls the rollout where Cluster API would (simulator.FailurePolicyStall):
 // its machine deployment goes on only within maxSurge+maxUnavailable, a
 // failed control plane machine stops the control plane and the workers;
@@ -293,12 +293,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	total := 0
 	prog := newProgress(out, o.bar)
-	simOpts := []simulator.SimOption{simulator.WithPlanner(p), simulator.WithSimFaults(faults), simulator.WithEvents(prog.event),
-		simulator.WithOnFailure(simulator.FailurePolicy(o.onFailure))}
+	simOpts := simulator.Options{Planner: p, Faults: faults, OnEvent: prog.event,
+		OnFailure: simulator.FailurePolicy(o.onFailure)}
 	if o.updater == updaterCAPI {
-		simOpts = append(simOpts, simulator.WithMachineUpdater(capi.UpdaterOptions{RetryAfter: 30 * time.Second}))
+		simOpts.MachineUpdater = &capi.UpdaterOptions{RetryAfter: 30 * time.Second}
 	}
-	sim, err := simulator.NewSimulator(cl, simOpts...)
+	sim, err := simulator.NewSimulator(cl, simOpts)
 	if errors.Is(err, simulator.ErrInvalidCluster) {
 		return usageError{err: err} // a --from that is no version, say
 	}

@@ -216,7 +216,7 @@ func AddExtension(mgr ctrl.Manager, opts extensionserver.Options) error {
 func Simulate(ctx context.Context) error {
 	cl := simulator.NewCluster("demo").ControlPlane(3, "v1.35.4").MachineDeployment("md-0", 5, "v1.35.4")
 	faults := simulator.NewFaults(1).CrashRunner("demo-md-0-2", "kubelet", simulator.CrashPointDuring)
-	sim, err := simulator.NewSimulator(cl, simulator.WithSimFaults(faults))
+	sim, err := simulator.NewSimulator(cl, simulator.Options{Faults: faults})
 	if err != nil {
 		return err
 	}

@@ -173,7 +173,7 @@ func ExampleUpgradeNode() {
 
 func ExamplePlanRollout() {
 	ctx := context.Background()
-	sim, err := simulator.NewSimulator(simulator.NewCluster("prod").ControlPlane(3, "v1.35.4").MachineDeployment("md-0", 4, "v1.35.4"))
+	sim, err := simulator.NewSimulator(simulator.NewCluster("prod").ControlPlane(3, "v1.35.4").MachineDeployment("md-0", 4, "v1.35.4"), simulator.Options{})
 	if err != nil {
 		fmt.Println(err)
 		return

@@ -35,7 +35,7 @@ func TestOneVersionSpellingEverywhere(t *testing.T) {
 
 	require.NoError(t, capi.ImagesByVersion{to: "registry.example/upgrader:" + to}.Validate(), "capi's image per version")
 
-	sim, err := simulator.NewSimulator(simulator.NewCluster("demo").ControlPlane(1, from).MachineDeployment("md-0", 1, from))
+	sim, err := simulator.NewSimulator(simulator.NewCluster("demo").ControlPlane(1, from).MachineDeployment("md-0", 1, from), simulator.Options{})
 	require.NoError(t, err)
 	cluster, err := sim.Input(context.Background(), simulator.Rollout{ToVersion: to})
 	require.NoError(t, err, "fake's rollouts")
