@@ -578,6 +578,22 @@ func (c SkipAheadClock) After(d time.Duration) <-chan time.Time {
 	return ch
 }
 
+// Now is the FakeClock's time (the zero time without a FakeClock).
+func (c SkipAheadClock) Now() time.Time {
+	if c.FakeClock == nil {
+		return time.Time{}
+	}
+	return c.FakeClock.Now()
+}
+
+// Since is the time elapsed since t on the FakeClock (0 without one).
+func (c SkipAheadClock) Since(t time.Time) time.Duration {
+	if c.FakeClock == nil {
+		return 0
+	}
+	return c.FakeClock.Since(t)
+}
+
 // Sleep steps the clock by d (without a FakeClock it returns at once).
 func (c SkipAheadClock) Sleep(d time.Duration) {
 	if c.FakeClock != nil {

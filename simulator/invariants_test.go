@@ -143,6 +143,16 @@ func TestSkipAheadClock(t *testing.T) {
 	require.Equal(t, at(0).Add(90*time.Second), fc.Now())
 	c.Sleep(-time.Second)
 	require.Equal(t, at(0).Add(90*time.Second), fc.Now(), "negative waits do not move time back")
+	require.Equal(t, at(0).Add(90*time.Second), c.Now())
+	require.Equal(t, 90*time.Second, c.Since(at(0)))
+
+	// The zero value, given where a clock.PassiveClock is asked for (a
+	// planner's clock, say), reads the zero time rather than panicking.
+	var zero simulator.SkipAheadClock
+	require.True(t, zero.Now().IsZero())
+	require.Zero(t, zero.Since(at(0)))
+	require.True(t, (<-zero.After(time.Second)).IsZero())
+	zero.Sleep(time.Second)
 }
 
 func TestRunnerCrashesAreResumed(t *testing.T) {
@@ -301,7 +311,7 @@ func TestControllerCrashPlansAgainFromTheCluster(t *testing.T) {
 	// With a circuit breaker at one failure, the new controller stops.
 	k, err := strategy.ForCategories("kubeadm", strategy.KubeadmCategories()...)
 	require.NoError(t, err)
-	p, err := strategy.NewPlanner(strategy.WithDecider(strategy.Updaters(k)), strategy.WithStrategy(strategy.NeverReplaceStrategy()), strategy.WithMaxFailures(1))
+	p, err := strategy.NewPlanner(strategy.PlannerOptions{Decider: strategy.Updaters(k), Strategy: strategy.NeverReplaceStrategy(), MaxFailures: 1})
 	require.NoError(t, err)
 	sim, err = simulator.NewSimulator(build(), simulator.Options{Planner: p,
 		Faults: simulator.NewFaults(1).FailStep("c-md-0-0", "kubeadm-upgrade", 100).CrashController(2)})

@@ -317,8 +317,8 @@ func NewSimulator(cl *Cluster, opts Options) (*Simulator, error) {
 				return nil, err
 			}
 		}
-		if s.planner, err = strategy.NewPlanner(strategy.WithDecider(strategy.Updaters(kubeadmUpdater)),
-			strategy.WithStrategy(s.strategy), strategy.WithClock(s.clock)); err != nil {
+		if s.planner, err = strategy.NewPlanner(strategy.PlannerOptions{Decider: strategy.Updaters(kubeadmUpdater),
+			Strategy: s.strategy, Clock: s.clock}); err != nil {
 			return nil, err
 		}
 	}

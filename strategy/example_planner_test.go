@@ -108,11 +108,11 @@ func ExampleStrategies() {
 // of one; a machine marked do-not-disrupt is skipped.
 func ExamplePlanner_Plan() {
 	k8s, _ := strategy.ForCategories("kubernetes", diff.CategoryKubernetesVersion)
-	planner, _ := strategy.NewPlanner(
-		strategy.WithDecider(strategy.Updaters(k8s)),
-		strategy.WithCanary(1),
-		strategy.WithClock(clocktesting.NewFakePassiveClock(time.Date(2026, 1, 5, 12, 0, 0, 0, time.UTC))),
-	)
+	planner, _ := strategy.NewPlanner(strategy.PlannerOptions{
+		Decider: strategy.Updaters(k8s),
+		Canary:  1,
+		Clock:   clocktesting.NewFakePassiveClock(time.Date(2026, 1, 5, 12, 0, 0, 0, time.UTC)),
+	})
 	versionChange := diff.ChangeSet{Changes: []diff.Change{{
 		Object: diff.ObjectMachine, Field: "machine.spec.version", Op: diff.OpReplace,
 		Old: "v1.30.4", New: "v1.31.1", Category: diff.CategoryKubernetesVersion,

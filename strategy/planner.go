@@ -197,53 +197,46 @@ type Planner struct {
 	maxFailures int
 }
 
-// PlannerOption configures a Planner.
-type PlannerOption func(*Planner)
+// PlannerOptions configure NewPlanner. The zero value of every field is
+// its default.
+type PlannerOptions struct {
+	// Strategy is the default strategy, for machines whose group names
+	// none (default: Strategies{InPlaceStrategy(), rolling replace}).
+	Strategy Strategy
+	// Decider decides machines given as Changes (default: no updaters, so
+	// every change means Replace).
+	Decider Decider
+	// Clock is the clock budgets are evaluated at (default: real time).
+	Clock clock.PassiveClock
+	// Canary limits the first worker batch to this many machines and puts
+	// a health gate after it (default 0: no canary; must not be
+	// negative).
+	Canary int
+	// MaxFailures opens the circuit breaker once this many machines have
+	// failed: no batch is planned then (default 0: no breaker; must not be
+	// negative).
+	MaxFailures int
+}
 
-// WithStrategy sets the default strategy (default: Strategies{InPlace,
-// rolling replace}).
-func WithStrategy(s Strategy) PlannerOption { return func(p *Planner) { p.strategy = s } }
-
-// WithDecider sets the decider for machines given as Changes (default:
-// no updaters, so every change means Replace).
-func WithDecider(d Decider) PlannerOption { return func(p *Planner) { p.decider = d } }
-
-// WithClock sets the clock budgets are evaluated at (default: real time).
-func WithClock(c clock.PassiveClock) PlannerOption { return func(p *Planner) { p.clock = c } }
-
-// WithCanary limits the first worker batch to n machines and puts a health
-// gate after it (0: no canary).
-func WithCanary(n int) PlannerOption { return func(p *Planner) { p.canary = n } }
-
-// WithMaxFailures opens the circuit breaker once k machines have failed:
-// no batch is planned then (0: no breaker).
-func WithMaxFailures(k int) PlannerOption { return func(p *Planner) { p.maxFailures = k } }
-
-// NewPlanner builds a planner. Negative canary or failure counts and nil
-// strategies, deciders or clocks are ErrInvalidStrategy.
-func NewPlanner(opts ...PlannerOption) (*Planner, error) {
-	rolling, _ := RollingReplaceStrategy(RollingUpdate{})
-	p := &Planner{
-		strategy: Strategies{InPlaceStrategy(), rolling},
-		decider:  Updaters(),
-		clock:    clock.RealClock{},
-	}
-	for _, o := range opts {
-		if o != nil {
-			o(p)
-		}
-	}
+// NewPlanner builds a planner. A negative Canary or MaxFailures is
+// ErrInvalidStrategy, naming the field.
+func NewPlanner(opts PlannerOptions) (*Planner, error) {
 	switch {
-	case p.strategy == nil:
-		return nil, fmt.Errorf("%w: WithStrategy: nil", ErrInvalidStrategy)
-	case p.decider == nil:
-		return nil, fmt.Errorf("%w: WithDecider: nil", ErrInvalidStrategy)
-	case p.clock == nil:
-		return nil, fmt.Errorf("%w: WithClock: nil", ErrInvalidStrategy)
-	case p.canary < 0:
-		return nil, fmt.Errorf("%w: WithCanary: %d is negative", ErrInvalidStrategy, p.canary)
-	case p.maxFailures < 0:
-		return nil, fmt.Errorf("%w: WithMaxFailures: %d is negative", ErrInvalidStrategy, p.maxFailures)
+	case opts.Canary < 0:
+		return nil, fmt.Errorf("%w: PlannerOptions.Canary: %d is negative", ErrInvalidStrategy, opts.Canary)
+	case opts.MaxFailures < 0:
+		return nil, fmt.Errorf("%w: PlannerOptions.MaxFailures: %d is negative", ErrInvalidStrategy, opts.MaxFailures)
+	}
+	p := &Planner{strategy: opts.Strategy, decider: opts.Decider, clock: opts.Clock, canary: opts.Canary, maxFailures: opts.MaxFailures}
+	if p.strategy == nil {
+		rolling, _ := RollingReplaceStrategy(RollingUpdate{})
+		p.strategy = Strategies{InPlaceStrategy(), rolling}
+	}
+	if p.decider == nil {
+		p.decider = Updaters()
+	}
+	if p.clock == nil {
+		p.clock = clock.RealClock{}
 	}
 	return p, nil
 }

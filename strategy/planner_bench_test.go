@@ -74,8 +74,8 @@ func benchPlanner(b *testing.B) *Planner {
 		b.Fatal(err)
 	}
 	fb, _ := FallbackStrategy(ReplaceFirstStrategy())
-	p, err := NewPlanner(WithDecider(Updaters(k8s)), WithStrategy(fb), WithCanary(10), WithMaxFailures(5),
-		WithClock(clocktesting.NewFakePassiveClock(time.Date(2026, 1, 5, 12, 0, 0, 0, time.UTC))))
+	p, err := NewPlanner(PlannerOptions{Decider: Updaters(k8s), Strategy: fb, Canary: 10, MaxFailures: 5,
+		Clock: clocktesting.NewFakePassiveClock(time.Date(2026, 1, 5, 12, 0, 0, 0, time.UTC))})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -49,7 +49,7 @@ func FuzzPlan(f *testing.F) {
 }
 
 func newFuzzPlanner(t *testing.T) *Planner {
-	p, err := NewPlanner(WithClock(at("2026-01-05T12:00:00Z")))
+	p, err := NewPlanner(PlannerOptions{Clock: at("2026-01-05T12:00:00Z")})
 	require.NoError(t, err)
 	return p
 }

@@ -20,7 +20,7 @@ import (
 // randomCluster builds a cluster whose starting state respects the version
 // skew policy (kubelets at most 3 minors behind and never ahead of the API
 // server), so any violation found afterwards is the plan's doing.
-func randomCluster(r *rand.Rand) (Cluster, []PlannerOption) {
+func randomCluster(r *rand.Rand) (Cluster, PlannerOptions) {
 	pick := func(xs ...string) string { return xs[r.Intn(len(xs))] }
 	decision := func(changesVersion bool) *Decision {
 		ds := []Decision{dInPlace, dReplace}
@@ -112,7 +112,7 @@ func randomCluster(r *rand.Rand) (Cluster, []PlannerOption) {
 		c.Workers = append(c.Workers, g)
 	}
 	now := time.Date(2026, 1, 4, r.Intn(24), r.Intn(60), 0, 0, time.UTC)
-	return c, []PlannerOption{WithClock(clocktesting.NewFakePassiveClock(now)), WithCanary(r.Intn(4)), WithMaxFailures(r.Intn(6))}
+	return c, PlannerOptions{Clock: clocktesting.NewFakePassiveClock(now), Canary: r.Intn(4), MaxFailures: r.Intn(6)}
 }
 
 func TestPlanProperties(t *testing.T) {
@@ -128,7 +128,7 @@ func TestPlanProperties(t *testing.T) {
 	var machines, batches, blocked, skipped, orders int
 	for i := range clusters {
 		c, opts := randomCluster(r)
-		p, err := NewPlanner(opts...)
+		p, err := NewPlanner(opts)
 		require.NoError(t, err)
 		plan, err := p.Plan(context.Background(), c)
 		require.NoError(t, err, "cluster %d (seed %d)", i, seed)

@@ -24,9 +24,16 @@ func mach(name, ver string, d Decision) Machine {
 	return Machine{Name: name, Version: ver, Ready: true, Decision: &d}
 }
 
-func newTestPlanner(t *testing.T, opts ...PlannerOption) *Planner {
+func newTestPlanner(t *testing.T, opts ...PlannerOptions) *Planner {
 	t.Helper()
-	p, err := NewPlanner(append([]PlannerOption{WithClock(at("2026-01-05T12:00:00Z"))}, opts...)...)
+	var o PlannerOptions
+	if len(opts) > 0 {
+		o = opts[0]
+	}
+	if o.Clock == nil {
+		o.Clock = at("2026-01-05T12:00:00Z")
+	}
+	p, err := NewPlanner(o)
 	require.NoError(t, err)
 	return p
 }
@@ -175,7 +182,7 @@ func TestPlanProtectionsAndCircuitBreaker(t *testing.T) {
 	ms[3].Failed = true
 	c := Cluster{Workers: []Group{{Name: "g", Machines: ms}}}
 
-	plan, err := newTestPlanner(t, WithMaxFailures(2)).Plan(context.Background(), c)
+	plan, err := newTestPlanner(t, PlannerOptions{MaxFailures: 2}).Plan(context.Background(), c)
 	require.NoError(t, err)
 	require.False(t, plan.CircuitOpen)
 	reasons := map[string]string{}
@@ -190,7 +197,7 @@ func TestPlanProtectionsAndCircuitBreaker(t *testing.T) {
 		"e": "Replace: cannot update in place",
 	}, reasons))
 
-	plan, err = newTestPlanner(t, WithMaxFailures(1)).Plan(context.Background(), c)
+	plan, err = newTestPlanner(t, PlannerOptions{MaxFailures: 1}).Plan(context.Background(), c)
 	require.NoError(t, err)
 	require.True(t, plan.CircuitOpen)
 	require.Empty(t, plan.Batches)
@@ -205,7 +212,7 @@ func TestPlanCanary(t *testing.T) {
 		ms = append(ms, mach(string(rune('a'+i)), "", dReplace))
 	}
 	c := Cluster{Workers: []Group{{Name: "g1", Machines: ms[:4], Rollout: RollingUpdate{MaxSurge: count(3)}}, {Name: "g2", Machines: ms[4:], Rollout: RollingUpdate{MaxSurge: count(3)}}}}
-	plan, err := newTestPlanner(t, WithCanary(2)).Plan(context.Background(), c)
+	plan, err := newTestPlanner(t, PlannerOptions{Canary: 2}).Plan(context.Background(), c)
 	require.NoError(t, err)
 	require.Equal(t, [][]string{{"a", "b"}, {"c", "d"}, {"e", "f"}}, batchNames(plan))
 	require.True(t, plan.Batches[0].Canary)
@@ -284,12 +291,21 @@ func TestPlanBadInput(t *testing.T) {
 			require.Contains(t, err.Error(), tt.field)
 		})
 	}
-	for _, o := range []PlannerOption{WithCanary(-1), WithMaxFailures(-3), WithStrategy(nil), WithDecider(nil), WithClock(nil)} {
+	for field, o := range map[string]PlannerOptions{"PlannerOptions.Canary": {Canary: -1}, "PlannerOptions.MaxFailures": {MaxFailures: -3}} {
 		_, err := NewPlanner(o)
 		require.ErrorIs(t, err, ErrInvalidStrategy)
+		require.ErrorContains(t, err, field)
 	}
+	// The zero value is the default planner: in place where a decider
+	// allows it (none here, so every change replaces), the real clock.
+	p, err := NewPlanner(PlannerOptions{})
+	require.NoError(t, err)
+	plan, err := p.Plan(context.Background(), Cluster{Name: "c", Workers: []Group{{Name: "md-0", Machines: []Machine{{Name: "m", Ready: true, Changes: mustChanges()}}}}})
+	require.NoError(t, err)
+	require.Len(t, plan.Machines, 1)
+	require.Equal(t, MethodReplace, plan.Machines[0].Method)
 	var nilPlanner *Planner
-	_, err := nilPlanner.Plan(context.Background(), Cluster{})
+	_, err = nilPlanner.Plan(context.Background(), Cluster{})
 	require.ErrorIs(t, err, ErrInvalidStrategy)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()

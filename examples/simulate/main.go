@@ -253,7 +253,7 @@ func planner(name string) (*strategy.Planner, error) {
 	if name == "rolling" {
 		decider = strategy.Updaters()
 	}
-	return strategy.NewPlanner(strategy.WithDecider(decider), strategy.WithStrategy(s))
+	return strategy.NewPlanner(strategy.PlannerOptions{Decider: decider, Strategy: s})
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {

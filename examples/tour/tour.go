@@ -167,8 +167,8 @@ func PlanRollout(ctx context.Context, cluster strategy.Cluster) error {
 	if err != nil {
 		return err
 	}
-	planner, err := strategy.NewPlanner(strategy.WithDecider(strategy.Updaters(kubeadmUpdater, files)),
-		strategy.WithStrategy(fallback), strategy.WithCanary(2), strategy.WithMaxFailures(3))
+	planner, err := strategy.NewPlanner(strategy.PlannerOptions{Decider: strategy.Updaters(kubeadmUpdater, files),
+		Strategy: fallback, Canary: 2, MaxFailures: 3})
 	if err != nil {
 		return err
 	}

@@ -322,7 +322,7 @@ func Predict(ctx context.Context, mgmt client.Client, snap *Snapshot, change []*
 		}
 	}
 	if o.planner == nil {
-		p, err := strategy.NewPlanner()
+		p, err := strategy.NewPlanner(strategy.PlannerOptions{})
 		if err != nil {
 			return nil, err
 		}
