@@ -13,9 +13,11 @@
 // with argv slices; simulated hosts implement the interface or use
 // ExecutorFunc). Every state change is written to a journal file on the
 // host (temporary file, fsync, rename, directory fsync) before the command
-// it describes starts. NewRunner takes a RunnerOptions struct whose zero
-// value is the default (journals in DefaultJournalDir, namespaces of PID
-// 1). After a crash or a pod restart, a new Runner:
+// it describes starts (a FileJournalStore; RunnerOptions.JournalStore
+// takes another JournalStore, such as the MemoryJournalStore of simulated
+// hosts). NewRunner takes a RunnerOptions struct whose zero value is the
+// default (journals in DefaultJournalDir, namespaces of PID 1). After a
+// crash or a pod restart, a new Runner:
 //
 //   - skips steps the journal records as completed (never re-running a
 //     non-idempotent one),

@@ -8,7 +8,6 @@ import (
 	"io"
 	"io/fs"
 	"os"
-	"path/filepath"
 	"slices"
 	"time"
 
@@ -172,13 +171,8 @@ var (
 // but a regular file (never followed or read) as ErrJournalNotRegular; one
 // larger than 1 MiB (never read whole) as ErrJournalTooLarge.
 func ReadJournal(path string) (Journal, error) {
-	data, err := readJournalFile(path)
+	data, err := readJournalPath(path)
 	if err != nil {
-		var pe *fs.PathError
-		if errors.As(err, &pe) {
-			// The path as given, cut: the error may be logged or reported.
-			pe.Path = errtext.Quote(pe.Path)
-		}
 		return Journal{}, err
 	}
 	j, err := DecodeJournal(data)
@@ -190,6 +184,20 @@ func ReadJournal(path string) (Journal, error) {
 		return Journal{}, err
 	}
 	return j, nil
+}
+
+// readJournalPath is readJournalFile with the path of a *fs.PathError
+// cut: the error may be logged or reported.
+func readJournalPath(path string) ([]byte, error) {
+	data, err := readJournalFile(path)
+	if err != nil {
+		var pe *fs.PathError
+		if errors.As(err, &pe) {
+			pe.Path = errtext.Quote(pe.Path)
+		}
+		return nil, err
+	}
+	return data, nil
 }
 
 // readJournalFile reads path if it is a regular file of at most
@@ -345,10 +353,8 @@ func checkStepStates(o Outcome) error {
 	return nil
 }
 
-// writeJournal replaces path atomically: write a temporary file in the same
-// directory, fsync it, rename it over path, fsync the directory. A crash at
-// any point leaves either the old or the new journal, never a torn one.
-// The JSON is compact: the journal is rewritten at every state change, and
+// writeJournal encodes j and replaces the file path with it atomically
+// (writeFileAtomic: FileJournalStore.Write). The JSON is compact: the journal is rewritten at every state change, and
 // indenting it cost as much as encoding it (`upgrader status` or jq read
 // it for people).
 //
@@ -361,38 +367,7 @@ func writeJournal(path string, j Journal) error {
 	if err != nil {
 		return err
 	}
-	dir := filepath.Dir(path)
-	// CreateTemp creates the file 0600: the journal holds step output.
-	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return err
-	}
-	tmpName := tmp.Name()
-	cleanup := func() { _ = os.Remove(tmpName) }
-	if _, err := tmp.Write(data); err != nil {
-		_ = tmp.Close()
-		cleanup()
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		_ = tmp.Close()
-		cleanup()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		cleanup()
-		return err
-	}
-	if err := os.Rename(tmpName, path); err != nil {
-		cleanup()
-		return err
-	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
+	return writeFileAtomic(path, data)
 }
 
 // encodeJournal marshals j, newline-terminated, in at most maxJournalSize

@@ -5,6 +5,8 @@ import (
 	"fmt"
 
 	"github.com/go-logr/logr"
+
+	"github.com/upgradekit/upgradekit/internal/errtext"
 	"k8s.io/utils/clock"
 )
 
@@ -24,8 +26,13 @@ const (
 // DefaultJournalDir and enters the namespaces of PID 1.
 type RunnerOptions struct {
 	// JournalDir holds the journals (created 0700 if missing). Default
-	// DefaultJournalDir.
+	// DefaultJournalDir; unused, and an error to set, with JournalStore.
 	JournalDir string
+
+	// JournalStore, when set, keeps the journals instead of the files in
+	// JournalDir (MemoryJournalStore for runners whose crashes are
+	// simulated in process). Default FileJournalStore{Dir: JournalDir}.
+	JournalStore JournalStore
 
 	// TargetPID is the process whose namespaces steps enter. Default 1
 	// (the host's init, visible when the pod runs with hostPID); negative
@@ -92,7 +99,10 @@ type RunnerOptions struct {
 // withDefaults returns o with every zero field set to its default, or an
 // error wrapping ErrInvalidOption that names the first unusable field.
 func (o RunnerOptions) withDefaults() (RunnerOptions, error) {
-	if o.JournalDir == "" {
+	if o.JournalStore != nil && o.JournalDir != "" {
+		return o, fmt.Errorf("nodeexec: RunnerOptions.JournalDir: %s is set with JournalStore, which keeps the journals instead: %w", errtext.Quote(o.JournalDir), ErrInvalidOption)
+	}
+	if o.JournalDir == "" && o.JournalStore == nil {
 		o.JournalDir = DefaultJournalDir
 	}
 	if o.TargetPID == 0 {

@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
-	"path/filepath"
 	"strings"
 
 	"github.com/go-logr/logr"
@@ -34,7 +32,8 @@ import (
 // (ErrJournalLocked).
 type Runner struct {
 	exec        Executor
-	dir         string
+	dir         string // JournalDir; "" with a JournalStore option
+	store       JournalStore
 	pid         int
 	direct      bool
 	log         logr.Logger
@@ -58,9 +57,14 @@ func NewRunner(exec Executor, opts RunnerOptions) (*Runner, error) {
 	if err != nil {
 		return nil, err
 	}
+	store := o.JournalStore
+	if store == nil {
+		store = FileJournalStore{Dir: o.JournalDir}
+	}
 	return &Runner{
 		exec:        exec,
 		dir:         o.JournalDir,
+		store:       store,
 		pid:         o.TargetPID,
 		direct:      o.Direct,
 		log:         o.Logger,
@@ -74,14 +78,16 @@ func NewRunner(exec Executor, opts RunnerOptions) (*Runner, error) {
 	}, nil
 }
 
-// JournalPath returns where the journal of the named plan lives. A name
-// that is not a valid plan name (CheckPlanName: "../x", "a/b", "") is a
-// *ValidationError: it could name a file outside the journal directory.
+// JournalPath returns where the journal of the named plan lives: its
+// file in the journal directory, or what the RunnerOptions.JournalStore's
+// Path says. A name that is not a valid plan name (CheckPlanName: "../x",
+// "a/b", "") is a *ValidationError: it could name a file outside the
+// journal directory.
 func (r *Runner) JournalPath(planName string) (string, error) {
 	if err := CheckPlanName(planName); err != nil {
 		return "", err
 	}
-	return filepath.Join(r.dir, JournalFileName(planName)), nil
+	return r.store.Path(planName), nil
 }
 
 // Reset deletes the journal of the named plan so the next Run starts from
@@ -99,7 +105,7 @@ func (r *Runner) Reset(planName string) error {
 	if err != nil {
 		return err
 	}
-	unlock, err := lockFile(path + ".lock")
+	unlock, err := r.store.Lock(planName)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil // no journal directory, so no journal
 	}
@@ -107,7 +113,7 @@ func (r *Runner) Reset(planName string) error {
 		return &JournalError{Path: path, Err: err}
 	}
 	defer unlock()
-	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	if err := r.store.Remove(planName); err != nil {
 		return &JournalError{Path: path, Err: err}
 	}
 	return nil
@@ -138,8 +144,12 @@ func (r *Runner) Run(ctx context.Context, plan Plan) (Outcome, error) {
 			return Outcome{}, &ValidationError{Field: "stopAfter", Err: errInvalidName, Detail: fmt.Sprintf("plan has no step %q", r.stopAfter)}
 		}
 	}
-	if err := os.MkdirAll(r.dir, 0o700); err != nil {
-		return Outcome{}, &JournalError{Path: r.dir, Err: err}
+	if err := r.store.Init(); err != nil {
+		var je *JournalError
+		if !errors.As(err, &je) {
+			err = &JournalError{Path: r.store.Path(plan.Name), Err: err}
+		}
+		return Outcome{}, err
 	}
 	path, err := r.JournalPath(plan.Name) // validated: cannot fail
 	if err != nil {
@@ -200,13 +210,21 @@ func (r *Runner) Run(ctx context.Context, plan Plan) (Outcome, error) {
 // the lock is already released. A journal directory that does not exist
 // is an error wrapping fs.ErrNotExist.
 func (r *Runner) openJournal(path string, plan Plan) (j Journal, found bool, unlock func(), err error) {
-	unlock, err = lockFile(path + ".lock")
+	unlock, err = r.store.Lock(plan.Name)
 	if err != nil {
 		return Journal{}, false, nil, &JournalError{Path: path, Err: err}
 	}
-	j, err = ReadJournal(path)
+	data, err := r.store.Read(plan.Name)
 	if errors.Is(err, fs.ErrNotExist) {
 		return Journal{}, false, unlock, nil
+	}
+	if err == nil {
+		if j, err = DecodeJournal(data); err != nil {
+			var je *JournalError
+			if errors.As(err, &je) {
+				je.Path = path
+			}
+		}
 	}
 	if err == nil {
 		err = journalMatches(path, j, plan)
@@ -384,7 +402,11 @@ type session struct {
 
 func (s *session) persist() error {
 	s.j.Updated = s.r.clock.Now().UTC()
-	if err := writeJournal(s.path, *s.j); err != nil {
+	data, err := encodeJournal(*s.j)
+	if err == nil {
+		err = s.r.store.Write(s.plan.Name, data)
+	}
+	if err != nil {
 		return &JournalError{Path: s.path, Err: err}
 	}
 	if s.r.progress != nil {

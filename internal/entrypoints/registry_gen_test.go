@@ -48,11 +48,15 @@ var scanned = []struct{ dir, alias string }{
 // excluded are exported functions and methods not called here, each with
 // the reason and where its input checks are tested instead.
 var excluded = map[string]string{
-	"nodeexec.OSExecutor.Run":      "runs argv on this host; TestOSExecutorResults, TestRunnerEntersRealNamespaces",
-	"nodeexec.Runner.Run":          "runs a plan's argv on this host and writes its journal; TestInvalidPlanRunsNothing, TestBadJournalsRunNothingAndLoseNothing",
-	"nodeexec.Runner.Rollback":     "runs a plan's rollback argv on this host; TestRollbackRefusals",
-	"nodeexec.Runner.Reset":        "deletes a journal file on this host; TestJournalNamesStayInTheJournalDirectory",
-	"extensionserver.Server.Start": "listens on a port until its context ends; TestStartRefusesAZeroServer, TestEmbedInAManager",
+	"nodeexec.OSExecutor.Run":          "runs argv on this host; TestOSExecutorResults, TestRunnerEntersRealNamespaces",
+	"nodeexec.Runner.Run":              "runs a plan's argv on this host and writes its journal; TestInvalidPlanRunsNothing, TestBadJournalsRunNothingAndLoseNothing",
+	"nodeexec.Runner.Rollback":         "runs a plan's rollback argv on this host; TestRollbackRefusals",
+	"nodeexec.Runner.Reset":            "deletes a journal file on this host; TestJournalNamesStayInTheJournalDirectory",
+	"nodeexec.FileJournalStore.Init":   "creates a directory on this host; TestJournalStoresBehaveAlike, TestRollbackAndResetFindNoJournalInAnEmptyStore",
+	"nodeexec.FileJournalStore.Lock":   "creates a lock file on this host; TestJournalStoresBehaveAlike (names that are not a plan's are refused)",
+	"nodeexec.FileJournalStore.Write":  "writes a file on this host; TestJournalStoresBehaveAlike (names that are not a plan's are refused)",
+	"nodeexec.FileJournalStore.Remove": "deletes a file on this host; TestJournalStoresBehaveAlike (names that are not a plan's are refused)",
+	"extensionserver.Server.Start":     "listens on a port until its context ends; TestStartRefusesAZeroServer, TestEmbedInAManager",
 }
 
 const modulePath = "github.com/upgradekit/upgradekit"
