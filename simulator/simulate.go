@@ -222,7 +222,8 @@ type Simulator struct {
 	replace      time.Duration
 	gate         time.Duration
 	maxRestarts  int
-	journal      string
+	journal      string                                  // WithMachineUpdater: the hosts' journal directories, under it
+	journals     map[string]*nodeexec.MemoryJournalStore // node -> the journals of its in-place plans, for one Run
 	faults       *Faults
 	onEvent      func(Event)
 	roles        map[string]strategy.Role
@@ -498,18 +499,24 @@ func (s *Simulator) Run(ctx context.Context, r Rollout) (*Result, error) {
 			res.CordonedBefore = append(res.CordonedBefore, n.Name)
 		}
 	}
-	// The journal is fsynced at every step; on tmpfs that costs nothing,
-	// and a simulation has no crash to survive.
-	dir := ""
-	if fi, err := os.Stat("/dev/shm"); err == nil && fi.IsDir() {
-		dir = "/dev/shm"
+	// In-place plans journal in memory, one store per host and per Run,
+	// as the host's disk would keep them (see runPlan). The upgrader pods
+	// of WithMachineUpdater run the runner as the node image does, on a
+	// journal directory: fsynced at every step, which on tmpfs costs
+	// nothing, and a simulation has no power loss to survive.
+	s.journals = map[string]*nodeexec.MemoryJournalStore{}
+	if s.updater {
+		dir := ""
+		if fi, err := os.Stat("/dev/shm"); err == nil && fi.IsDir() {
+			dir = "/dev/shm"
+		}
+		journal, err := os.MkdirTemp(dir, "upgradekit-sim-journal-")
+		if err != nil {
+			return nil, err
+		}
+		defer os.RemoveAll(journal)
+		s.journal = journal
 	}
-	journal, err := os.MkdirTemp(dir, "upgradekit-sim-journal-")
-	if err != nil {
-		return nil, err
-	}
-	defer os.RemoveAll(journal)
-	s.journal = journal
 	oldestCP := s.oldestControlPlane()
 	var allNodes []string
 	for n := range s.versions {
@@ -849,7 +856,10 @@ func (s *Simulator) inPlace(ctx context.Context, r Rollout, b strategy.Batch, pm
 }
 
 // runPlan runs plan on h through nodeexec's Runner, starting a new Runner
-// on the same journal after each injected crash.
+// on the same journal after each injected crash. The journal is the
+// host's nodeexec.MemoryJournalStore: a Runner stops only between two of
+// its writes here (an injected crash cancels its context), where the file
+// store's atomic replace leaves the same journal.
 // Restarts are appended to events, for the caller to emit in time order
 // with the steps.
 func (s *Simulator) runPlan(ctx context.Context, h *Host, pm strategy.PlannedMachine, b strategy.Batch, plan nodeexec.Plan, res *Result, events *[]Event) (nodeexec.Outcome, error) {
@@ -881,7 +891,7 @@ func (s *Simulator) runPlan(ctx context.Context, h *Host, pm strategy.PlannedMac
 			return out, err
 		})
 		// Retry backoffs step the virtual clock instead of waiting.
-		runner, err := nodeexec.NewRunner(exec, nodeexec.RunnerOptions{JournalDir: s.journal, Clock: SkipAheadClock{s.clock}})
+		runner, err := nodeexec.NewRunner(exec, nodeexec.RunnerOptions{JournalStore: s.journalStore(h.node), Clock: SkipAheadClock{s.clock}})
 		if err != nil {
 			cancel()
 			return nodeexec.Outcome{}, err
@@ -898,6 +908,16 @@ func (s *Simulator) runPlan(ctx context.Context, h *Host, pm strategy.PlannedMac
 		}
 		res.Restarts++
 	}
+}
+
+// journalStore returns the journals of node's in-place plans in this Run.
+func (s *Simulator) journalStore(node string) *nodeexec.MemoryJournalStore {
+	js := s.journals[node]
+	if js == nil {
+		js = &nodeexec.MemoryJournalStore{}
+		s.journals[node] = js
+	}
+	return js
 }
 
 // cordon marks the node unschedulable with a nodeexec/drain cordon record
