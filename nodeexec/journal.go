@@ -9,7 +9,9 @@ import (
 	"io/fs"
 	"os"
 	"slices"
+	"strconv"
 	"time"
+	"unicode/utf8"
 
 	"github.com/upgradekit/upgradekit/internal/errtext"
 )
@@ -381,11 +383,10 @@ func encodeJournal(j Journal) ([]byte, error) {
 		limit = max(limit, len(j.Failure.Output))
 	}
 	for {
-		data, err := json.Marshal(j)
+		data, err := marshalJournal(j)
 		if err != nil {
 			return nil, err
 		}
-		data = append(data, '\n')
 		if len(data) <= maxJournalSize {
 			return data, nil
 		}
@@ -395,6 +396,191 @@ func encodeJournal(j Journal) ([]byte, error) {
 		limit /= 2
 		j = cutOutputs(j, limit)
 	}
+}
+
+// marshalJournal returns json.Marshal(j) and a newline, byte for byte
+// (TestMarshalJournalIsJSONMarshal, FuzzMarshalJournal), written without
+// reflection: the runner encodes its journal at every state change, about
+// 25 times a plan, and encoding/json's walk of the steps was most of what
+// a journal write cost once it no longer touched a disk. A time that
+// RFC 3339 cannot hold is an error, json.Marshal's own.
+func marshalJournal(j Journal) ([]byte, error) {
+	size := 160 + len(j.Fingerprint) + len(j.Plan) + len(j.Node)
+	for i := range j.Steps {
+		size += 150 + len(j.Steps[i].Name) + len(j.Steps[i].Output) + len(j.Steps[i].Note)
+	}
+	if j.Failure != nil {
+		size += 100 + len(j.Failure.Step) + len(j.Failure.Output) + len(j.Failure.Error)
+	}
+	b := make([]byte, 0, size)
+	b = append(b, `{"version":`...)
+	b = strconv.AppendInt(b, int64(j.Version), 10)
+	b = appendJSONField(b, "fingerprint", j.Fingerprint)
+	var ok bool
+	if b, ok = appendJSONTime(b, "updated", j.Updated); !ok {
+		return jsonMarshalJournal(j)
+	}
+	b = appendJSONField(b, "plan", j.Plan)
+	b = appendJSONField(b, "node", j.Node)
+	b = appendJSONField(b, "state", string(j.State))
+	b = append(b, `,"steps":`...)
+	if j.Steps == nil {
+		b = append(b, "null"...)
+	} else {
+		b = append(b, '[')
+		for i := range j.Steps {
+			s := &j.Steps[i]
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = append(b, `{"name":`...)
+			b = appendJSONString(b, s.Name)
+			b = appendJSONField(b, "state", string(s.State))
+			b = appendJSONInt(b, "attempts", s.Attempts)
+			if s.BackupTaken {
+				b = append(b, `,"backupTaken":true`...)
+			}
+			b = appendJSONInt(b, "resumed", s.Resumed)
+			b = appendJSONInt(b, "exitCode", s.ExitCode)
+			b = appendJSONNonEmpty(b, "output", s.Output)
+			b = appendJSONNonEmpty(b, "note", s.Note)
+			for _, t := range []struct {
+				name string
+				t    *time.Time
+			}{{"started", &s.Started}, {"finished", &s.Finished}, {"rolledBack", &s.RolledBack}} {
+				if b, ok = appendJSONTime(b, t.name, *t.t); !ok {
+					return jsonMarshalJournal(j)
+				}
+			}
+			b = append(b, '}')
+		}
+		b = append(b, ']')
+	}
+	if f := j.Failure; f != nil {
+		b = append(b, `,"failure":{"step":`...)
+		b = appendJSONString(b, f.Step)
+		b = appendJSONField(b, "phase", string(f.Phase))
+		b = append(b, `,"exitCode":`...)
+		b = strconv.AppendInt(b, int64(f.ExitCode), 10)
+		b = appendJSONNonEmpty(b, "output", f.Output)
+		b = appendJSONNonEmpty(b, "error", f.Error)
+		b = appendJSONInt(b, "attempts", f.Attempts)
+		b = append(b, '}')
+	}
+	b = append(b, `,"runs":`...)
+	b = strconv.AppendInt(b, int64(j.Runs), 10)
+	return append(b, "}\n"...), nil
+}
+
+// jsonMarshalJournal is what marshalJournal stands for: json.Marshal(j)
+// and a newline. marshalJournal returns it where a time fails, for
+// json.Marshal's error.
+func jsonMarshalJournal(j Journal) ([]byte, error) {
+	data, err := json.Marshal(j)
+	if err != nil {
+		return nil, err
+	}
+	return append(data, '\n'), nil
+}
+
+// appendJSONField appends ,"name":value.
+func appendJSONField(b []byte, name, value string) []byte {
+	b = append(b, ',', '"')
+	b = append(b, name...)
+	b = append(b, '"', ':')
+	return appendJSONString(b, value)
+}
+
+// appendJSONNonEmpty appends ,"name":value unless value is empty
+// (omitempty).
+func appendJSONNonEmpty(b []byte, name, value string) []byte {
+	if value == "" {
+		return b
+	}
+	return appendJSONField(b, name, value)
+}
+
+// appendJSONInt appends ,"name":v unless v is 0 (omitempty).
+func appendJSONInt(b []byte, name string, v int) []byte {
+	if v == 0 {
+		return b
+	}
+	b = append(b, ',', '"')
+	b = append(b, name...)
+	b = append(b, '"', ':')
+	return strconv.AppendInt(b, int64(v), 10)
+}
+
+// appendJSONTime appends ,"name":t as time.Time.MarshalJSON writes it,
+// unless t is zero (omitzero). It reports false, with b unchanged, when
+// MarshalJSON fails.
+func appendJSONTime(b []byte, name string, t time.Time) ([]byte, bool) {
+	if t.IsZero() {
+		return b, true
+	}
+	v, err := t.MarshalJSON() // compact, and nothing in it to escape
+	if err != nil {
+		return b, false
+	}
+	b = append(b, ',', '"')
+	b = append(b, name...)
+	b = append(b, '"', ':')
+	return append(b, v...), true
+}
+
+// appendJSONString appends s quoted as encoding/json quotes a string
+// (HTML-safe: <, > and & escaped; invalid UTF-8 as \ufffd; U+2028 and
+// U+2029 escaped).
+func appendJSONString(b []byte, s string) []byte {
+	const hex = "0123456789abcdef"
+	b = append(b, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		if c := s[i]; c < utf8.RuneSelf {
+			if c >= 0x20 && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&' {
+				i++
+				continue
+			}
+			b = append(b, s[start:i]...)
+			switch c {
+			case '\\', '"':
+				b = append(b, '\\', c)
+			case '\b':
+				b = append(b, '\\', 'b')
+			case '\f':
+				b = append(b, '\\', 'f')
+			case '\n':
+				b = append(b, '\\', 'n')
+			case '\r':
+				b = append(b, '\\', 'r')
+			case '\t':
+				b = append(b, '\\', 't')
+			default:
+				b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xF])
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			b = append(b, s[start:i]...)
+			b = append(b, `\ufffd`...)
+			i += size
+			start = i
+			continue
+		}
+		if r == '\u2028' || r == '\u2029' {
+			b = append(b, s[start:i]...)
+			b = append(b, '\\', 'u', '2', '0', '2', hex[r&0xF])
+			i += size
+			start = i
+			continue
+		}
+		i += size
+	}
+	b = append(b, s[start:]...)
+	return append(b, '"')
 }
 
 // cutOutputs returns a copy of j whose outputs keep their last limit bytes.
