@@ -22,7 +22,9 @@ import (
 // names the struct and field, so a program can say which of its settings
 // is wrong (the extension's command maps them to its flags).
 func TestOptionErrorsNameTheField(t *testing.T) {
-	workload := func(context.Context, types.NamespacedName) (client.Client, error) { return nil, errors.New("not called") }
+	workload := func(context.Context, types.NamespacedName) (client.Client, error) {
+		return nil, errors.New("not called")
+	}
 	img := nodepod.WithImage("registry.example/upgrader:v1")
 	updater := func(o capi.UpdaterOptions) error {
 		_, err := capi.NewMachineUpdater(workload, o)
