@@ -355,25 +355,14 @@ func checkStepStates(o Outcome) error {
 	return nil
 }
 
-// writeJournal encodes j and replaces the file path with it atomically
-// (writeFileAtomic: FileJournalStore.Write). The JSON is compact: the journal is rewritten at every state change, and
-// indenting it cost as much as encoding it (`upgrader status` or jq read
-// it for people).
-//
-// A journal that would be larger than 1 MiB (a huge
-// RunnerOptions.JournalOutputLimit) is written with its step outputs cut to shorter
-// tails until it fits, so that the runner can always read back what it
-// wrote; one that does not fit even without them is ErrJournalTooLarge.
-func writeJournal(path string, j Journal) error {
-	data, err := encodeJournal(j)
-	if err != nil {
-		return err
-	}
-	return writeFileAtomic(path, data)
-}
-
 // encodeJournal marshals j, newline-terminated, in at most maxJournalSize
-// bytes: outputs are cut to their last half, quarter... until it fits.
+// bytes. The JSON is compact: the journal is rewritten at every state
+// change, and indenting it cost as much as encoding it (`upgrader status`
+// or jq read it for people). A journal that would be larger than 1 MiB (a
+// huge RunnerOptions.JournalOutputLimit) has its step outputs cut to their
+// last half, quarter... until it fits, so that the runner can always read
+// back what it wrote; one that does not fit even without them is
+// ErrJournalTooLarge.
 func encodeJournal(j Journal) ([]byte, error) {
 	limit := 0
 	for _, s := range j.Steps {

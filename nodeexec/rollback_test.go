@@ -124,7 +124,7 @@ func TestRollbackOnRequest(t *testing.T) {
 		{
 			name: "stopped after a step, between two init containers",
 			prepare: func(t *testing.T, r *Runner, h *scriptedHost, p Plan) {
-				_, err := newTestRunner(t, h, r.dir, RunnerOptions{StopAfter: "one"}).Run(t.Context(), p)
+				_, err := newTestRunner(t, h, r.store.(FileJournalStore).Dir, RunnerOptions{StopAfter: "one"}).Run(t.Context(), p)
 				require.NoError(t, err)
 			},
 			wantCalls:  []string{"one/rollback"},
@@ -267,7 +267,7 @@ func TestRequestedRollbackResumesAfterCrash(t *testing.T) {
 			require.Equal(t, PlanStateRollingBack, j.State)
 			require.Equal(t, []StepState{StepStateSucceeded, StepStateRollingBack, StepStateRolledBack}, states(j.Outcome))
 
-			out, err := resume(newTestRunner(t, h, r.dir), t.Context(), p)
+			out, err := resume(newTestRunner(t, h, r.store.(FileJournalStore).Dir), t.Context(), p)
 			if name == "Run" {
 				require.ErrorIs(t, err, ErrRolledBack, "Run reports a rolled-back plan as not succeeded")
 			} else {

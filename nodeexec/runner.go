@@ -32,7 +32,6 @@ import (
 // (ErrJournalLocked).
 type Runner struct {
 	exec        Executor
-	dir         string // JournalDir; "" with a JournalStore option
 	store       JournalStore
 	pid         int
 	direct      bool
@@ -63,7 +62,6 @@ func NewRunner(exec Executor, opts RunnerOptions) (*Runner, error) {
 	}
 	return &Runner{
 		exec:        exec,
-		dir:         o.JournalDir,
 		store:       store,
 		pid:         o.TargetPID,
 		direct:      o.Direct,

@@ -475,7 +475,7 @@ func TestNewRunnerRejectsBadOptions(t *testing.T) {
 func TestRunnerOptionsZeroValueIsTheDefault(t *testing.T) {
 	r, err := NewRunner(OSExecutor{}, RunnerOptions{})
 	require.NoError(t, err)
-	require.Equal(t, DefaultJournalDir, r.dir)
+	require.Equal(t, DefaultJournalDir, r.store.(FileJournalStore).Dir)
 	require.Equal(t, 1, r.pid)
 	require.Equal(t, defaultJournalOutputLimit, r.outputLimit)
 	require.Equal(t, defaultMaxResumes, r.maxResumes)
@@ -565,7 +565,7 @@ func TestCancelledContextJournalsNoAttempt(t *testing.T) {
 		require.Equal(t, StepRecord{Name: "one", State: StepStatePending, BackupTaken: true}, j.Steps[0])
 
 		h.reset()
-		r2 := newTestRunner(t, h, r.dir)
+		r2 := newTestRunner(t, h, r.store.(FileJournalStore).Dir)
 		out, err := r2.Run(t.Context(), p)
 		require.NoError(t, err, "the step never started, so it is not interrupted")
 		require.Equal(t, []string{"one/run", "two/run", "three/backup", "three/run"}, h.Calls())

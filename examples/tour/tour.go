@@ -189,8 +189,7 @@ func PlanRollout(ctx context.Context, cluster strategy.Cluster) error {
 // request against the live Machine, drains the node and runs the kubeadm
 // plan in an upgrader pod with the bundle of opts.UpgraderImage (or the
 // target version's image in opts.Images), its files checked against the
-// checksums opts give (BundleChecksums or BundleChecksumsDir). Events go
-// to the manager's recorder unless opts.EventRecorder is set. mgr.Start
+// checksums opts give (BundleChecksums or BundleChecksumsDir). mgr.Start
 // serves it over TLS (by default on port 9443 from
 // extensionserver.DefaultCertDir; opts may say otherwise, as a provider's
 // flags would).

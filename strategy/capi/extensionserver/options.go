@@ -7,9 +7,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/client-go/tools/events"
 
 	"github.com/upgradekit/upgradekit/diff"
 	"github.com/upgradekit/upgradekit/nodeexec/nodepod"
@@ -206,41 +204,12 @@ func updateOnlyField(u capi.UpdaterOptions) string {
 	return ""
 }
 
-// config is what New works from: Options with their defaults applied.
+// config is what New works from: Options with their defaults applied
+// (Options.config), and the bundle checksums, given or read from
+// BundleChecksumsDir (loadChecksums).
 type config struct {
-	host, certDir, prefix string
-	port                  int
-	tlsOpts               []func(*tls.Config)
-	limits                HTTPLimits
-
-	cats       []diff.Category
-	decideOnly bool
-
-	image           string
-	images          capi.ImagesByVersion
-	namespace       string
-	createNamespace bool
-	runner          []string
-	mode            nodepod.Mode
-	stageFrom       string
-	skip            []string
-	ignorePreflight []string
-	scheme          *runtime.Scheme
-	recorder        events.EventRecorder
-	log             logr.Logger
-	metrics         *capi.Metrics
-	checks          []capi.Check
-
-	// upd are the UpdaterOptions as given; buildHandlers adds the
-	// server's own to them.
-	upd capi.UpdaterOptions
-
-	// Supply chain of the upgrader pods (supplychain.go).
-	allowMutableImages bool
-	checksums          ChecksumsByVersion
-	checksumsSet       bool
-	checksumsDir       string
-	withoutChecksums   bool
+	Options
+	checksums ChecksumsByVersion
 }
 
 // The defaults, which fit the upgrader image examples/upgrader builds (its
@@ -265,37 +234,48 @@ const (
 // DefaultUpgraderCommand is the runner command in the upgrader image.
 func DefaultUpgraderCommand() []string { return []string{"/upgrader", "run"} }
 
-// config applies o's defaults.
+// config applies o's defaults. The slices and maps are copies: a caller
+// changing its Options after New changes nothing.
 func (o Options) config() config {
-	c := config{
-		host: o.Host, port: or(o.Port, DefaultPort), certDir: or(o.CertDir, DefaultCertDir),
-		prefix: or(o.HandlerPrefix, DefaultHandlerPrefix), tlsOpts: slices.Clone(o.TLSOptions),
-		limits: o.HTTPLimits.withDefaults(), cats: slices.Clone(o.Categories), decideOnly: o.DecideOnly,
-		image: o.UpgraderImage, images: maps.Clone(o.Images), namespace: or(o.UpgraderNamespace, nodepod.DefaultNamespace),
-		createNamespace: !o.SkipNamespaceCreation, runner: slices.Clone(o.UpgraderCommand),
-		mode: or(o.UpgraderMode, nodepod.ModeInitContainers), stageFrom: or(o.StageFrom, DefaultStageFrom),
-		skip: slices.Clone(o.SkipSteps), ignorePreflight: slices.Clone(o.IgnorePreflightErrors),
-		scheme: o.Scheme, recorder: o.EventRecorder, log: o.Logger, metrics: o.Metrics, checks: slices.Clone(o.Checks),
-		upd:                o.UpdaterOptions,
-		allowMutableImages: o.AllowMutableUpgraderImages, checksumsSet: o.BundleChecksums != nil,
-		checksumsDir: o.BundleChecksumsDir, withoutChecksums: o.AllowUnverifiedBundles,
+	c := o
+	c.Port = or(o.Port, DefaultPort)
+	c.CertDir = or(o.CertDir, DefaultCertDir)
+	c.HandlerPrefix = or(o.HandlerPrefix, DefaultHandlerPrefix)
+	c.TLSOptions = slices.Clone(o.TLSOptions)
+	c.HTTPLimits = o.HTTPLimits.withDefaults()
+	c.Categories = slices.Clone(o.Categories)
+	if len(c.Categories) == 0 {
+		c.Categories = capiKubeadmCategories()
 	}
-	if len(c.cats) == 0 {
-		c.cats = capiKubeadmCategories()
+	c.Checks = slices.Clone(o.Checks)
+	c.Images = maps.Clone(o.Images)
+	c.UpgraderNamespace = or(o.UpgraderNamespace, nodepod.DefaultNamespace)
+	c.UpgraderMode = or(o.UpgraderMode, nodepod.ModeInitContainers)
+	switch {
+	case o.NoUpgraderCommand:
+		c.UpgraderCommand = nil
+	case len(o.UpgraderCommand) == 0:
+		c.UpgraderCommand = DefaultUpgraderCommand()
+	default:
+		c.UpgraderCommand = slices.Clone(o.UpgraderCommand)
 	}
-	if len(o.UpgraderCommand) == 0 && !o.NoUpgraderCommand {
-		c.runner = DefaultUpgraderCommand()
-	}
+	c.StageFrom = or(o.StageFrom, DefaultStageFrom)
 	if o.NoStaging {
-		c.stageFrom = ""
+		c.StageFrom = ""
 	}
+	c.SkipSteps = slices.Clone(o.SkipSteps)
+	c.IgnorePreflightErrors = slices.Clone(o.IgnorePreflightErrors)
+	c.Gates = slices.Clone(o.Gates)
+	c.PodOptions = slices.Clone(o.PodOptions)
+	c.RetryAfter = or(o.RetryAfter, DefaultRetryAfter)
+	cfg := config{Options: c}
 	if o.BundleChecksums != nil {
-		c.checksums = make(ChecksumsByVersion, len(o.BundleChecksums))
+		cfg.checksums = make(ChecksumsByVersion, len(o.BundleChecksums))
 		for v, m := range o.BundleChecksums {
-			c.checksums[v] = maps.Clone(m)
+			cfg.checksums[v] = maps.Clone(m)
 		}
 	}
-	return c
+	return cfg
 }
 
 // or gives v, or def when v is zero.

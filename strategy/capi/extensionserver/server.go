@@ -75,14 +75,14 @@ func New(mgmt client.Reader, opts Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	if mgmt == nil && !cfg.decideOnly {
+	if mgmt == nil && !cfg.DecideOnly {
 		return nil, &capi.OptionError{Option: "New", Detail: "nil management cluster reader (needed by UpdateMachine; use Options.DecideOnly to serve only CanUpdate*)"}
 	}
-	if cfg.scheme == nil {
-		cfg.scheme = clientgoscheme.Scheme
+	if cfg.Scheme == nil {
+		cfg.Scheme = clientgoscheme.Scheme
 	}
-	if cfg.metrics == nil {
-		if cfg.metrics, err = capi.NewMetrics(nil, capi.MetricsOptions{}); err != nil {
+	if cfg.Metrics == nil {
+		if cfg.Metrics, err = capi.NewMetrics(nil, capi.MetricsOptions{}); err != nil {
 			return nil, err
 		}
 	}
@@ -116,54 +116,54 @@ func invalid(option, format string, args ...any) error {
 }
 
 func (c *config) validate() error {
-	if c.port < 1 || c.port > 65535 {
-		return invalid("Options.Port", "port %d: must be between 1 and 65535", c.port)
+	if c.Port < 1 || c.Port > 65535 {
+		return invalid("Options.Port", "port %d: must be between 1 and 65535", c.Port)
 	}
-	if err := c.limits.validate(); err != nil {
+	if err := c.HTTPLimits.validate(); err != nil {
 		return err
 	}
 	if err := c.validateCategories(); err != nil {
 		return err
 	}
-	if c.decideOnly {
+	if c.DecideOnly {
 		return nil
 	}
 	switch {
-	case c.image != "" && c.images != nil:
+	case c.UpgraderImage != "" && c.Images != nil:
 		return invalid("Options.UpgraderImage", "and UpdaterOptions.Images are both set: set one")
-	case c.images != nil:
-		if err := c.images.Validate(); err != nil {
+	case c.Images != nil:
+		if err := c.Images.Validate(); err != nil {
 			return &capi.OptionError{Option: "UpdaterOptions.Images", Err: err}
 		}
-	case strings.TrimSpace(c.image) == "":
+	case strings.TrimSpace(c.UpgraderImage) == "":
 		return invalid("Options.UpgraderImage", "required (or UpdaterOptions.Images, or Options.DecideOnly)")
 	}
 	if err := c.validateSupplyChain(); err != nil {
 		return err
 	}
-	switch c.mode {
+	switch c.UpgraderMode {
 	case nodepod.ModeInitContainers:
 	case nodepod.ModeSingleContainer:
-		if len(c.runner) == 0 {
-			return invalid("Options.UpgraderMode", "%s needs a runner command (Options.UpgraderCommand; default %q)", c.mode, strings.Join(DefaultUpgraderCommand(), " "))
+		if len(c.UpgraderCommand) == 0 {
+			return invalid("Options.UpgraderMode", "%s needs a runner command (Options.UpgraderCommand; default %q)", c.UpgraderMode, strings.Join(DefaultUpgraderCommand(), " "))
 		}
 	default:
-		return invalid("Options.UpgraderMode", "%s: want %s or %s", errtext.Quote(string(c.mode)), nodepod.ModeInitContainers, nodepod.ModeSingleContainer)
+		return invalid("Options.UpgraderMode", "%s: want %s or %s", errtext.Quote(string(c.UpgraderMode)), nodepod.ModeInitContainers, nodepod.ModeSingleContainer)
 	}
-	for i, a := range c.runner {
+	for i, a := range c.UpgraderCommand {
 		if a == "" {
 			return invalid("Options.UpgraderCommand", "argument %d is empty", i)
 		}
 	}
-	if c.stageFrom != "" && (!path.IsAbs(c.stageFrom) || path.Clean(c.stageFrom) == "/") {
-		return invalid("Options.StageFrom", "%s: must be an absolute directory of the upgrader image other than / (default %q)", errtext.Quote(c.stageFrom), DefaultStageFrom)
+	if c.StageFrom != "" && (!path.IsAbs(c.StageFrom) || path.Clean(c.StageFrom) == "/") {
+		return invalid("Options.StageFrom", "%s: must be an absolute directory of the upgrader image other than / (default %q)", errtext.Quote(c.StageFrom), DefaultStageFrom)
 	}
-	for _, s := range c.skip {
+	for _, s := range c.SkipSteps {
 		if !slices.Contains(SkippableSteps(), s) {
 			return invalid("Options.SkipSteps", "%s cannot be skipped; only %s can", errtext.Quote(s), strings.Join(SkippableSteps(), ", "))
 		}
 	}
-	if err := kubeadm.ValidatePreflightErrors("checks", c.ignorePreflight); err != nil {
+	if err := kubeadm.ValidatePreflightErrors("checks", c.IgnorePreflightErrors); err != nil {
 		return &capi.OptionError{Option: "Options.IgnorePreflightErrors", Err: err}
 	}
 	// The updater's options are checked as NewMachineUpdater checks them,
@@ -184,16 +184,16 @@ func (c *config) validate() error {
 // machine up to date that the node never got.
 func (c *config) validateCategories() error {
 	builtin := diff.BuiltinCategories()
-	for _, cat := range c.cats {
+	for _, cat := range c.Categories {
 		if !slices.Contains(builtin, cat) {
 			return invalid("Options.Categories", "unknown category %s (categories: %s)", errtext.Quote(string(cat)), joinCategories(builtin))
 		}
 	}
-	if c.decideOnly {
+	if c.DecideOnly {
 		return nil
 	}
 	applied := strategy.KubeadmCategories()
-	for _, cat := range c.cats {
+	for _, cat := range c.Categories {
 		if !slices.Contains(applied, cat) {
 			return invalid("Options.Categories", "%q has no executor here (UpdateMachine applies and verifies only %s): it would be accepted and never applied; use Options.DecideOnly if another extension applies it", cat, joinCategories(applied))
 		}
@@ -231,24 +231,24 @@ func joinCategories(cats []diff.Category) string {
 
 // podOptions are the options of every upgrader pod.
 func (c *config) podOptions() []nodepod.Option {
-	img := c.image
-	if len(c.images) > 0 {
+	img := c.UpgraderImage
+	if len(c.Images) > 0 {
 		// The first by version: the probe build needs one, and
 		// capi.UpdaterOptions.Images sets each update's own.
-		img = c.images[slices.Sorted(maps.Keys(c.images))[0]]
+		img = c.Images[slices.Sorted(maps.Keys(c.Images))[0]]
 	}
 	opts := []nodepod.Option{
 		nodepod.WithImage(img),
-		nodepod.WithNamespace(c.namespace),
-		nodepod.WithMode(c.mode),
+		nodepod.WithNamespace(c.UpgraderNamespace),
+		nodepod.WithMode(c.UpgraderMode),
 	}
-	if len(c.runner) > 0 {
-		opts = append(opts, nodepod.WithRunnerCommand(c.runner...))
+	if len(c.UpgraderCommand) > 0 {
+		opts = append(opts, nodepod.WithRunnerCommand(c.UpgraderCommand...))
 	}
-	if c.stageFrom != "" {
-		opts = append(opts, nodepod.WithStageFrom(c.stageFrom))
+	if c.StageFrom != "" {
+		opts = append(opts, nodepod.WithStageFrom(c.StageFrom))
 	}
-	return append(opts, c.upd.PodOptions...)
+	return append(opts, c.PodOptions...)
 }
 
 // updaterOptions are the options of the server's MachineUpdater: the
@@ -256,19 +256,15 @@ func (c *config) podOptions() []nodepod.Option {
 // the server's plan configuration before their PlanConfig, and the
 // defaults that reach the workload clusters through mgmt.
 func (c *config) updaterOptions(mgmt client.Reader) capi.UpdaterOptions {
-	o := c.upd
+	o := c.UpdaterOptions
 	o.PodOptions = c.podOptions()
 	o.PlanConfig = c.planConfig
 	if o.Clientset == nil {
 		o.Clientset = workload.KubeconfigClientset(mgmt)
 	}
-	if o.RetryAfter == 0 {
-		o.RetryAfter = DefaultRetryAfter
-	}
 	// Every request is checked against the live Machine before anything
 	// is done, and Events attach to it.
 	o.ManagementReader = mgmt
-	o.Metrics = c.metrics
 	return o
 }
 
@@ -301,9 +297,9 @@ func (s *Server) PlanConfig(c *kubeadm.Config) {
 func (c *config) planConfig(k *kubeadm.Config) {
 	c.planChecksums(k)
 	c.applySkips(k)
-	k.IgnorePreflightErrors = append(k.IgnorePreflightErrors, c.ignorePreflight...)
-	if c.upd.PlanConfig != nil {
-		c.upd.PlanConfig(k)
+	k.IgnorePreflightErrors = append(k.IgnorePreflightErrors, c.IgnorePreflightErrors...)
+	if c.PlanConfig != nil {
+		c.PlanConfig(k)
 	}
 }
 
@@ -313,7 +309,7 @@ func (s *Server) Metrics() *capi.Metrics {
 	if s == nil {
 		return nil
 	}
-	return s.cfg.metrics
+	return s.cfg.Metrics
 }
 
 // Handlers are the hook handlers, for a runtime extension server of your
@@ -339,14 +335,14 @@ func (s *Server) Extension() *capi.Extension {
 
 func (s *Server) buildHandlers(mgmt client.Reader) ([]server.ExtensionHandler, error) {
 	c := s.cfg
-	kubeadmUpdater, err := strategy.ForCategories("kubeadm", c.cats...)
+	kubeadmUpdater, err := strategy.ForCategories("kubeadm", c.Categories...)
 	if err != nil {
 		return nil, err
 	}
 	// One image map for both sides: CanUpdate* refuses a version
 	// UpdateMachine has no image for.
-	extOpts := capi.ExtensionOptions{Metrics: c.metrics, Logger: c.log, Images: c.images}
-	checks := slices.Clone(c.checks)
+	extOpts := capi.ExtensionOptions{Metrics: c.Metrics, Logger: c.Logger, Images: c.Images}
+	checks := slices.Clone(c.Checks)
 	if chk := c.checksumsCheck(); chk != nil {
 		checks = append(checks, chk)
 	}
@@ -365,18 +361,18 @@ func (s *Server) buildHandlers(mgmt client.Reader) ([]server.ExtensionHandler, e
 		// it. Nothing else about such a cluster can be read anyway. (Only
 		// where this server's UpdateMachine is the one that must reach it.)
 		first := []capi.Check{capi.ControlPlaneSkewCheck(mgmt)}
-		if !c.decideOnly {
-			first = append([]capi.Check{capi.WorkloadReachableCheck(workload.KubeconfigClient(mgmt, c.scheme), capi.ReachableOptions{})}, first...)
+		if !c.DecideOnly {
+			first = append([]capi.Check{capi.WorkloadReachableCheck(workload.KubeconfigClient(mgmt, c.Scheme), capi.ReachableOptions{})}, first...)
 		}
 		checks = append(first, checks...)
 	}
 	extOpts.Checks = checks
-	if c.recorder != nil && mgmt != nil {
+	if c.EventRecorder != nil && mgmt != nil {
 		// A CanUpdate* Failure where `kubectl describe` shows it.
-		extOpts.EventRecorder, extOpts.ManagementReader = c.recorder, mgmt
+		extOpts.EventRecorder, extOpts.ManagementReader = c.EventRecorder, mgmt
 	}
 	updaters := []strategy.Updater{kubeadmUpdater}
-	if !c.decideOnly {
+	if !c.DecideOnly {
 		// UpdateMachine applies the kubelet's extra arguments with every
 		// update, the static pods' configuration on control planes and the
 		// KubeadmConfig's inline files, and verifies them on the node.
@@ -400,21 +396,21 @@ func (s *Server) buildHandlers(mgmt client.Reader) ([]server.ExtensionHandler, e
 		return nil, err
 	}
 	s.extension = ext
-	hs := ext.Handlers(c.prefix)
-	if c.decideOnly {
+	hs := ext.Handlers(c.HandlerPrefix)
+	if c.DecideOnly {
 		return hs, nil
 	}
 	opts := s.cfg.updaterOptions(mgmt)
-	workload := workload.KubeconfigClient(mgmt, c.scheme)
-	if c.createNamespace {
-		workload = EnsureNamespace(workload, c.namespace)
+	workload := workload.KubeconfigClient(mgmt, c.Scheme)
+	if !c.SkipNamespaceCreation {
+		workload = EnsureNamespace(workload, c.UpgraderNamespace)
 	}
 	updater, err := capi.NewMachineUpdater(workload, opts)
 	if err != nil {
 		return nil, err
 	}
-	s.gateReport, s.updater, s.mgmt = gatereport.NewHandler(mgmt, updater, c.log), updater, mgmt
-	return append(hs, updater.Handler(c.prefix)), nil
+	s.gateReport, s.updater, s.mgmt = gatereport.NewHandler(mgmt, updater, c.Logger), updater, mgmt
+	return append(hs, updater.Handler(c.HandlerPrefix)), nil
 }
 
 // ReportGates says what the gates of UpdaterOptions.Gates would answer now about
@@ -440,32 +436,32 @@ func (s *Server) ReportGates(ctx context.Context, cluster client.ObjectKey, mach
 // served here: they are on the registry of UpdaterOptions.Metrics, by default
 // controller-runtime's, which a manager's metrics server serves.
 func (s *Server) Start(ctx context.Context) error {
-	if s == nil || s.cfg.prefix == "" {
+	if s == nil || s.cfg.HandlerPrefix == "" {
 		return invalid("Start", "a Server not made by New")
 	}
 	catalog := runtimecatalog.New()
 	if err := runtimehooksv1.AddToCatalog(catalog); err != nil {
 		return err
 	}
-	tlsOpts := append([]func(*tls.Config){func(c *tls.Config) { c.NextProtos = []string{"http/1.1"} }}, s.cfg.tlsOpts...)
-	srv, err := server.New(server.Options{Catalog: catalog, Host: s.cfg.host, Port: s.cfg.port, CertDir: s.cfg.certDir, TLSOpts: tlsOpts})
+	tlsOpts := append([]func(*tls.Config){func(c *tls.Config) { c.NextProtos = []string{"http/1.1"} }}, s.cfg.TLSOptions...)
+	srv, err := server.New(server.Options{Catalog: catalog, Host: s.cfg.Host, Port: s.cfg.Port, CertDir: s.cfg.CertDir, TLSOpts: tlsOpts})
 	if err != nil {
 		return err
 	}
 	// Cluster API's server registers the handlers on the embedded
 	// controller-runtime server and starts it: ours serves its mux with
 	// our limits.
-	srv.Server = &hookServer{Server: srv.Server, limits: s.cfg.limits, host: s.cfg.host, port: s.cfg.port, certDir: s.cfg.certDir, tlsOpts: tlsOpts, log: s.cfg.log, listening: &s.listening}
+	srv.Server = &hookServer{Server: srv.Server, limits: s.cfg.HTTPLimits, host: s.cfg.Host, port: s.cfg.Port, certDir: s.cfg.CertDir, tlsOpts: tlsOpts, log: s.cfg.Logger, listening: &s.listening}
 	for _, h := range s.handlers {
 		if err := srv.AddExtensionHandler(h); err != nil {
 			return fmt.Errorf("handler %s: %w", h.Name, err)
 		}
-		s.cfg.log.Info("serving hook", "handler", h.Name)
+		s.cfg.Logger.Info("serving hook", "handler", h.Name)
 	}
 	if s.gateReport != nil {
 		// What UpdateMachine's gates would answer now, for a preview.
 		srv.Server.Register(gatereport.Path, s.gateReport)
-		s.cfg.log.Info("serving the gate report", "path", gatereport.Path)
+		s.cfg.Logger.Info("serving the gate report", "path", gatereport.Path)
 	}
 	if err := srv.Start(ctx); err != nil && !errors.Is(err, context.Canceled) {
 		return err

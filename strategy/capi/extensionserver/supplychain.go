@@ -34,19 +34,19 @@ func PinnedByDigest(image string) bool { return digestRef.MatchString(image) }
 // validateSupplyChain checks the options that decide what runs as root on
 // the nodes: images by digest, and the bundle checksums.
 func (c *config) validateSupplyChain() error {
-	if !c.allowMutableImages {
-		if c.images != nil {
-			for _, v := range slices.Sorted(maps.Keys(c.images)) {
-				if !PinnedByDigest(c.images[v]) {
-					return invalid("UpdaterOptions.Images", "%s for %s is not pinned by digest (want <image>@sha256:<64 hex>; Options.AllowMutableUpgraderImages accepts tags)", errtext.Quote(c.images[v]), errtext.Quote(v))
+	if !c.AllowMutableUpgraderImages {
+		if c.Images != nil {
+			for _, v := range slices.Sorted(maps.Keys(c.Images)) {
+				if !PinnedByDigest(c.Images[v]) {
+					return invalid("UpdaterOptions.Images", "%s for %s is not pinned by digest (want <image>@sha256:<64 hex>; Options.AllowMutableUpgraderImages accepts tags)", errtext.Quote(c.Images[v]), errtext.Quote(v))
 				}
 			}
-		} else if !PinnedByDigest(c.image) {
-			return invalid("Options.UpgraderImage", "%s is not pinned by digest (want <image>@sha256:<64 hex>; Options.AllowMutableUpgraderImages accepts tags)", errtext.Quote(c.image))
+		} else if !PinnedByDigest(c.UpgraderImage) {
+			return invalid("Options.UpgraderImage", "%s is not pinned by digest (want <image>@sha256:<64 hex>; Options.AllowMutableUpgraderImages accepts tags)", errtext.Quote(c.UpgraderImage))
 		}
 	}
 	given := 0
-	for _, set := range []bool{c.checksumsSet, c.checksumsDir != "", c.withoutChecksums} {
+	for _, set := range []bool{c.BundleChecksums != nil, c.BundleChecksumsDir != "", c.AllowUnverifiedBundles} {
 		if set {
 			given++
 		}
@@ -56,11 +56,11 @@ func (c *config) validateSupplyChain() error {
 		return invalid("Options.BundleChecksums", "required (or Options.BundleChecksumsDir): without checksums the upgrader bundle's binaries run as root unverified; Options.AllowUnverifiedBundles accepts that")
 	case given > 1:
 		return invalid("Options.BundleChecksums", "Options.BundleChecksums, Options.BundleChecksumsDir and Options.AllowUnverifiedBundles: set one")
-	case c.checksumsDir != "":
-		if !filepath.IsAbs(c.checksumsDir) {
-			return invalid("Options.BundleChecksumsDir", "%s is not an absolute path", errtext.Quote(c.checksumsDir))
+	case c.BundleChecksumsDir != "":
+		if !filepath.IsAbs(c.BundleChecksumsDir) {
+			return invalid("Options.BundleChecksumsDir", "%s is not an absolute path", errtext.Quote(c.BundleChecksumsDir))
 		}
-	case c.checksumsSet:
+	case c.BundleChecksums != nil:
 		return c.validateChecksums("Options.BundleChecksums")
 	}
 	return nil
@@ -86,7 +86,7 @@ func (c *config) validateChecksums(option string) error {
 			return err
 		}
 	}
-	for _, v := range slices.Sorted(maps.Keys(c.images)) {
+	for _, v := range slices.Sorted(maps.Keys(c.Images)) {
 		if _, ok := c.checksums[v]; !ok {
 			return invalid(option, "upgrader image version %s has no checksums", v)
 		}
@@ -96,7 +96,7 @@ func (c *config) validateChecksums(option string) error {
 
 // applySkips leaves out of k the steps of Options.SkipSteps.
 func (c *config) applySkips(k *kubeadm.Config) {
-	for _, step := range c.skip {
+	for _, step := range c.SkipSteps {
 		switch step {
 		case kubeadm.StepContainerd:
 			k.SkipContainerd = true
@@ -136,16 +136,16 @@ func (c *config) checkBundleCarries(option, version string) error {
 // loadChecksums reads Options.BundleChecksumsDir, and logs the
 // opt-outs in use.
 func (c *config) loadChecksums() error {
-	if !c.decideOnly && c.allowMutableImages {
-		c.log.Info("WARNING: upgrader images are not required to be pinned by digest (Options.AllowMutableUpgraderImages): whoever can push their tags chooses what runs as root on the nodes")
+	if !c.DecideOnly && c.AllowMutableUpgraderImages {
+		c.Logger.Info("WARNING: upgrader images are not required to be pinned by digest (Options.AllowMutableUpgraderImages): whoever can push their tags chooses what runs as root on the nodes")
 	}
-	if c.decideOnly || c.checksumsDir == "" {
-		if !c.decideOnly && c.withoutChecksums {
-			c.log.Info("WARNING: upgrader bundles are not verified (Options.AllowUnverifiedBundles): staged binaries run as root on the nodes as the image delivered them")
+	if c.DecideOnly || c.BundleChecksumsDir == "" {
+		if !c.DecideOnly && c.AllowUnverifiedBundles {
+			c.Logger.Info("WARNING: upgrader bundles are not verified (Options.AllowUnverifiedBundles): staged binaries run as root on the nodes as the image delivered them")
 		}
 		return nil
 	}
-	entries, err := os.ReadDir(c.checksumsDir)
+	entries, err := os.ReadDir(c.BundleChecksumsDir)
 	if err != nil {
 		return &capi.OptionError{Option: "Options.BundleChecksumsDir", Err: err}
 	}
@@ -155,7 +155,7 @@ func (c *config) loadChecksums() error {
 		if kubeadm.CheckUpgrade(v, v) != nil {
 			continue // not a version: a ConfigMap's ..data, a README
 		}
-		b, err := os.ReadFile(path.Join(c.checksumsDir, v))
+		b, err := os.ReadFile(path.Join(c.BundleChecksumsDir, v))
 		if err != nil {
 			return &capi.OptionError{Option: "Options.BundleChecksumsDir", Err: err}
 		}
@@ -168,7 +168,7 @@ func (c *config) loadChecksums() error {
 	if err := c.validateChecksums("Options.BundleChecksumsDir"); err != nil {
 		return err
 	}
-	c.log.Info("bundle checksums loaded", "dir", c.checksumsDir, "versions", strings.Join(slices.Sorted(maps.Keys(c.checksums)), ","))
+	c.Logger.Info("bundle checksums loaded", "dir", c.BundleChecksumsDir, "versions", strings.Join(slices.Sorted(maps.Keys(c.checksums)), ","))
 	return nil
 }
 
@@ -178,7 +178,7 @@ func (c *config) loadChecksums() error {
 // configured Cluster API's next question is accepted (a decline would be
 // remembered for a MachineSet for 24 hours).
 func (c *config) checksumsCheck() capi.Check {
-	if c.decideOnly || c.withoutChecksums {
+	if c.DecideOnly || c.AllowUnverifiedBundles {
 		return nil
 	}
 	return capi.CheckFunc(func(_ context.Context, r capi.CheckRequest) error {
@@ -197,7 +197,7 @@ func (c *config) checksumsCheck() capi.Check {
 // unless Options.AllowUnverifiedBundles: a version without checksums then fails
 // to plan, before the node is touched.
 func (c *config) planChecksums(k *kubeadm.Config) {
-	if c.withoutChecksums {
+	if c.AllowUnverifiedBundles {
 		return
 	}
 	k.RequireChecksums = true
