@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -219,8 +220,10 @@ const (
 
 // Coverage names the updater that applies a change.
 type Coverage struct {
-	// Change is the change covered.
-	Change diff.Change
+	// Change is the change covered: it points at the change's entry in
+	// the Decision's InPlace set (an edit through one shows in the
+	// other), so a Decision holds each change once.
+	Change *diff.Change
 	// Updater is the name of the updater applying it.
 	Updater string
 }
@@ -312,10 +315,8 @@ func unsuitable(sets ...diff.ChangeSet) error {
 // order.
 func (d Decision) Updaters() []string {
 	var out []string
-	seen := map[string]bool{}
-	for _, c := range d.Coverage {
-		if !seen[c.Updater] {
-			seen[c.Updater] = true
+	for i, c := range d.Coverage {
+		if firstUse(d.Coverage, i) {
 			out = append(out, c.Updater)
 		}
 	}
@@ -389,18 +390,11 @@ func assign(cs diff.ChangeSet, route func(diff.Change) (Action, string)) Decisio
 	if total := inPlace + replace + ignore; total > 0 {
 		all = make([]diff.Change, 0, total)
 	}
-	if inPlace > 0 {
-		d.Coverage = make([]Coverage, 0, inPlace)
-	}
 	for _, want := range [...]Action{ActionInPlace, ActionReplace, ActionIgnore} {
 		start := len(all)
 		for i, c := range cs.Changes {
-			if actions[i] != want {
-				continue
-			}
-			all = append(all, c)
-			if want == ActionInPlace {
-				d.Coverage = append(d.Coverage, Coverage{Change: c, Updater: updaters[i]})
+			if actions[i] == want {
+				all = append(all, c)
 			}
 		}
 		part := cs // keeps what the set carries besides its changes
@@ -417,13 +411,25 @@ func assign(cs diff.ChangeSet, route func(diff.Change) (Action, string)) Decisio
 			d.Ignored = part
 		}
 	}
+	if inPlace > 0 {
+		// Coverage points into InPlace, whose changes are the in-place
+		// routes in input order.
+		d.Coverage = make([]Coverage, 0, inPlace)
+		k := 0
+		for i := range cs.Changes {
+			if actions[i] == ActionInPlace {
+				d.Coverage = append(d.Coverage, Coverage{Change: &d.InPlace.Changes[k], Updater: updaters[i]})
+				k++
+			}
+		}
+	}
 	switch {
 	case d.Uncovered.Len() > 0:
 		d.Outcome = OutcomeReplace
 		d.Message = declineMessage(d.Uncovered)
 	case d.InPlace.Len() > 0:
 		d.Outcome = OutcomeInPlace
-		d.Message = "in place by " + strings.Join(d.Updaters(), ", ") + ": " + fieldList(d.InPlace, false)
+		d.Message = inPlaceMessage(d.Coverage, d.InPlace)
 	default:
 		d.Outcome = OutcomeNoChange
 		d.Message = "no changes"
@@ -435,28 +441,67 @@ func assign(cs diff.ChangeSet, route func(diff.Change) (Action, string)) Decisio
 	return d
 }
 
+// The messages are built in a buffer on the stack and copied into their
+// string once: a plan makes one per machine.
+
 func declineMessage(uncovered diff.ChangeSet) string {
-	noun := "changes"
+	noun := " changes not covered: "
 	if uncovered.Len() == 1 {
-		noun = "change"
+		noun = " change not covered: "
 	}
-	return fmt.Sprintf("cannot update in place: %d %s not covered: %s", uncovered.Len(), noun, fieldList(uncovered, true))
+	var buf [256]byte
+	b := append(buf[:0], "cannot update in place: "...)
+	b = strconv.AppendInt(b, int64(uncovered.Len()), 10)
+	b = append(b, noun...)
+	return string(appendFieldList(b, uncovered, true))
 }
 
-// fieldList names up to ten changed fields, with categories when asked.
-func fieldList(cs diff.ChangeSet, categories bool) string {
-	const show = 10
-	var parts []string
-	for i, c := range cs.Changes {
-		if i == show {
-			parts = append(parts, fmt.Sprintf("and %d more", cs.Len()-show))
-			break
-		}
-		if categories {
-			parts = append(parts, fmt.Sprintf("%s (%s)", c.Field, c.Category))
-		} else {
-			parts = append(parts, c.Field)
+// inPlaceMessage names the updaters, in first-use order, and the fields.
+func inPlaceMessage(coverage []Coverage, inPlace diff.ChangeSet) string {
+	var buf [256]byte
+	b := append(buf[:0], "in place by "...)
+	for i, c := range coverage {
+		if firstUse(coverage, i) {
+			if i > 0 {
+				b = append(b, ", "...)
+			}
+			b = append(b, c.Updater...)
 		}
 	}
-	return strings.Join(parts, ", ")
+	b = append(b, ": "...)
+	return string(appendFieldList(b, inPlace, false))
+}
+
+// firstUse reports whether coverage[i] is its updater's first entry. A
+// machine has a few changes and fewer updaters: a scan beats a map.
+func firstUse(coverage []Coverage, i int) bool {
+	for _, c := range coverage[:i] {
+		if c.Updater == coverage[i].Updater {
+			return false
+		}
+	}
+	return true
+}
+
+// appendFieldList appends up to ten changed fields' names to b, with
+// categories when asked.
+func appendFieldList(b []byte, cs diff.ChangeSet, categories bool) []byte {
+	const show = 10
+	for i, c := range cs.Changes {
+		if i > 0 {
+			b = append(b, ", "...)
+		}
+		if i == show {
+			b = append(b, "and "...)
+			b = strconv.AppendInt(b, int64(cs.Len()-show), 10)
+			return append(b, " more"...)
+		}
+		b = append(b, c.Field...)
+		if categories {
+			b = append(b, " ("...)
+			b = append(b, c.Category...)
+			b = append(b, ')')
+		}
+	}
+	return b
 }
