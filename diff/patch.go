@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 )
 
 // documents keeps what a change set needs to build patches: the compared
@@ -18,6 +19,13 @@ type documents struct {
 	templates bool
 	strictNum bool // StrictNumbers: patches keep integers and floats apart
 
+	// lazy is made by the first patch: most change sets are never
+	// patched, and a plan holds one per machine.
+	lazy atomic.Pointer[loadedDocs]
+}
+
+// loadedDocs holds the documents' JSON forms, made on first use.
+type loadedDocs struct {
 	mu     sync.Mutex
 	loaded [numObjects]*loadedDoc
 }
@@ -50,15 +58,20 @@ type loadedDoc struct {
 }
 
 func (d *documents) load(o Object) (cur, des map[string]any, err error) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	l := d.loaded[o]
+	ld := d.lazy.Load()
+	if ld == nil {
+		d.lazy.CompareAndSwap(nil, &loadedDocs{})
+		ld = d.lazy.Load()
+	}
+	ld.mu.Lock()
+	defer ld.mu.Unlock()
+	l := ld.loaded[o]
 	if l == nil {
 		l = &loadedDoc{}
 		if l.cur, l.err = docData(d.cur[o]); l.err == nil {
 			l.des, l.err = docData(d.des[o])
 		}
-		d.loaded[o] = l
+		ld.loaded[o] = l
 	}
 	return l.cur, l.des, l.err
 }

@@ -213,3 +213,43 @@ func TestEmptyPatches(t *testing.T) {
 	_, err = diff.ChangeSet{Changes: []diff.Change{{Object: diff.ObjectMachine, Path: "/spec/version"}}}.JSONPatch(diff.ObjectMachine)
 	require.ErrorIs(t, err, diff.ErrNoDocument)
 }
+
+// TestPatchesOfOneSetConcurrently: copies of a change set share the
+// documents their patches are built from, loaded on the first patch; many
+// goroutines patching at once get the same patches (run under -race).
+func TestPatchesOfOneSetConcurrently(t *testing.T) {
+	m, c, u := fixture()
+	mutations[0].fn(m, c, u)
+	cs, err := diff.Machines(state(), diff.State{Machine: m, Bootstrap: c, Infrastructure: u})
+	require.NoError(t, err)
+	require.False(t, cs.Empty())
+	fresh, err := diff.Machines(state(), diff.State{Machine: m, Bootstrap: c, Infrastructure: u})
+	require.NoError(t, err)
+	want := map[diff.Object]string{}
+	for _, o := range objects {
+		p, err := fresh.JSONPatch(o)
+		require.NoError(t, err)
+		want[o] = string(p)
+	}
+	const workers = 8
+	got := make([]map[diff.Object]string, workers)
+	done := make(chan struct{})
+	for i := range workers {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			got[i] = map[diff.Object]string{}
+			set := cs // a copy sharing the documents
+			for _, o := range objects {
+				if p, err := set.JSONPatch(o); err == nil {
+					got[i][o] = string(p)
+				}
+			}
+		}()
+	}
+	for range workers {
+		<-done
+	}
+	for i := range workers {
+		require.Equal(t, want, got[i], "goroutine %d", i)
+	}
+}

@@ -499,8 +499,7 @@ func (p *Planner) choose(ctx context.Context, c *Cluster, w *work) error {
 	if w.pm.Outcome == "" {
 		w.pm.Outcome = OutcomeNoChange
 	}
-	w.pm.InPlaceFields = fields(d.InPlace)
-	w.pm.UncoveredFields = fields(d.Uncovered)
+	w.pm.InPlaceFields, w.pm.UncoveredFields = fields(d.InPlace, d.Uncovered)
 	s := p.strategy
 	if w.group >= 0 && c.Workers[w.group].Strategy != nil {
 		s = c.Workers[w.group].Strategy
@@ -721,15 +720,28 @@ func sortWork(ws []*work) {
 	})
 }
 
-func fields(cs diff.ChangeSet) []string {
-	if cs.Empty() {
-		return nil
+// fields names the changed fields of two sets, both lists in one array
+// (each capped, so appending to one never writes into the other); an empty
+// set gives nil.
+func fields(a, b diff.ChangeSet) (fa, fb []string) {
+	na, nb := len(a.Changes), len(b.Changes)
+	if na+nb == 0 {
+		return nil, nil
 	}
-	out := make([]string, len(cs.Changes))
-	for i, c := range cs.Changes {
-		out[i] = c.Field
+	out := make([]string, 0, na+nb)
+	for _, c := range a.Changes {
+		out = append(out, c.Field)
 	}
-	return out
+	for _, c := range b.Changes {
+		out = append(out, c.Field)
+	}
+	if na > 0 {
+		fa = out[:na:na]
+	}
+	if nb > 0 {
+		fb = out[na:]
+	}
+	return fa, fb
 }
 
 func parseVersion(field, s string) (*version.Version, error) {
