@@ -307,7 +307,17 @@ func (r *resolver) selectors() error {
 		term int
 		q    Query
 	}
-	var queries []termQuery
+	// The queries' filters and values are carved from two arrays sized
+	// for every term at once (termToQuery), and one callback serves them
+	// all: a resolution makes a few allocations, not a few per term.
+	queries := make([]termQuery, 0, len(r.terms))
+	var nf, nv int
+	for _, t := range r.terms {
+		if t.ID == "" && t.SSMParameter == "" {
+			nf, nv = nf+queryFilters(t), nv+queryValues(t)
+		}
+	}
+	arena := queryArena{filters: make([]Filter, 0, nf), vals: make([]string, 0, nv)}
 	for i, t := range r.terms {
 		switch {
 		case t.ID != "":
@@ -321,16 +331,18 @@ func (r *resolver) selectors() error {
 				addID(id, i)
 			}
 		default:
-			queries = append(queries, termQuery{term: i, q: termToQuery(t)})
+			queries = append(queries, termQuery{term: i, q: arena.termToQuery(t)})
+		}
+	}
+	var term int
+	offer := func(img *Image) {
+		if arch, ok := r.eligible(term, img); ok {
+			r.offer(Requirements{Architecture: arch}, img, term)
 		}
 	}
 	for _, tq := range queries {
-		err := r.each(tq.q, func(img *Image) {
-			if arch, ok := r.eligible(tq.term, img); ok {
-				r.offer(Requirements{Architecture: arch}, img, tq.term)
-			}
-		})
-		if err != nil {
+		term = tq.term
+		if err := r.each(tq.q, offer); err != nil {
 			return fmt.Errorf("amiSelectorTerms[%d]: %w", tq.term, err)
 		}
 	}
@@ -349,17 +361,49 @@ func (r *resolver) selectors() error {
 	return nil
 }
 
-// termToQuery builds the DescribeImages query of a name/owner/tags term,
-// with room for the state filter each adds: one allocation for the
-// filters and one for their values and owners.
-func termToQuery(t Term) Query {
-	vals := make([]string, 0, 2+1+len(t.Tags)+1)
-	q := Query{Filters: make([]Filter, 0, 1+len(t.Tags)+1)}
-	take := func(v ...string) []string {
-		n := len(vals)
-		vals = append(vals, v...)
-		return vals[n:len(vals):len(vals)]
+// queryArena holds the filters and values of every term's query in two
+// arrays. Each query's slices are capped: its filters have room for the
+// one filter each adds (the state), and appending more copies instead of
+// writing into the next query's.
+type queryArena struct {
+	filters []Filter
+	vals    []string
+}
+
+// queryFilters is how many filters termToQuery makes for t, with the slot
+// it keeps for the state filter each adds.
+func queryFilters(t Term) int {
+	n := len(t.Tags) + 1
+	if t.Name != "" {
+		n++
 	}
+	return n
+}
+
+// queryValues is how many values and owners termToQuery takes for t.
+func queryValues(t Term) int {
+	n := len(t.Tags)
+	switch {
+	case t.Owner != "" && t.Name != "":
+		n += 2
+	case t.Owner != "":
+		n++
+	case t.Name != "":
+		n += 3 // self, amazon and the name
+	}
+	return n
+}
+
+// termToQuery builds the DescribeImages query of a name/owner/tags term
+// in the arena's arrays.
+func (a *queryArena) termToQuery(t Term) Query {
+	take := func(v ...string) []string {
+		n := len(a.vals)
+		a.vals = append(a.vals, v...)
+		return a.vals[n:len(a.vals):len(a.vals)]
+	}
+	start := len(a.filters)
+	var q Query
 	if t.Owner != "" {
 		q.Owners = take(t.Owner)
 	}
@@ -369,7 +413,7 @@ func termToQuery(t Term) Query {
 			// name pattern are not picked up by accident.
 			q.Owners = take("self", "amazon")
 		}
-		q.Filters = append(q.Filters, Filter{Name: "name", Values: take(t.Name)})
+		a.filters = append(a.filters, Filter{Name: "name", Values: take(t.Name)})
 	}
 	if len(t.Tags) > 0 {
 		var buf [8]string
@@ -380,12 +424,16 @@ func termToQuery(t Term) Query {
 		slices.Sort(keys)
 		for _, k := range keys {
 			if v := t.Tags[k]; v == "*" {
-				q.Filters = append(q.Filters, Filter{Name: "tag-key", Values: take(k)})
+				a.filters = append(a.filters, Filter{Name: "tag-key", Values: take(k)})
 			} else {
-				q.Filters = append(q.Filters, Filter{Name: "tag:" + k, Values: take(v)})
+				a.filters = append(a.filters, Filter{Name: "tag:" + k, Values: take(v)})
 			}
 		}
 	}
+	// One slot more, for the state filter each adds.
+	end := len(a.filters)
+	a.filters = append(a.filters, Filter{})
+	q.Filters = a.filters[start : end : end+1]
 	return q
 }
 
