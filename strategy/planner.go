@@ -424,13 +424,15 @@ func (p *Planner) Plan(ctx context.Context, c Cluster) (*RolloutPlan, error) {
 		}
 	}
 	sortWork(cp)
+	scratch := groupScratch{names: make([]string, 0, len(all))}
 	for _, w := range cp {
-		plan.Batches = append(plan.Batches, Batch{Index: len(plan.Batches) + 1, Phase: PhaseControlPlane, Machines: []string{w.pm.Machine}, HealthGate: true})
+		scratch.names = append(scratch.names, w.pm.Machine)
+		k := len(scratch.names)
+		plan.Batches = append(plan.Batches, Batch{Index: len(plan.Batches) + 1, Phase: PhaseControlPlane, Machines: scratch.names[k-1 : k : k], HealthGate: true})
 		w.pm.Batch = len(plan.Batches)
 	}
 
 	canary := p.canary
-	var scratch groupScratch
 	for gi := range c.Workers {
 		if err := ctx.Err(); err != nil {
 			return nil, err
@@ -564,6 +566,10 @@ func (p *Planner) checkSkew(all []*work, target *version.Version) {
 type groupScratch struct {
 	todo, rest []*work
 	used       []int
+	// names holds every batch's machine names, one plan-wide array (a
+	// machine is in one batch at most); each batch's Machines is its
+	// capped part.
+	names []string
 }
 
 // planGroup batches one worker group (its machines are ws) under its
@@ -614,8 +620,9 @@ func (p *Planner) planGroup(plan *RolloutPlan, g *Group, lim [2]int, ws []*work,
 		var s, u int
 		covered := false // an in-place update covered by a surge machine
 		rest = rest[:0]
+		start := len(sc.names)
 		for _, w := range todo {
-			if len(b.Machines) >= capN || !fitsBudgets(g.Budgets, allowed, used, w.pm.Disruption) {
+			if len(sc.names)-start >= capN || !fitsBudgets(g.Budgets, allowed, used, w.pm.Disruption) {
 				rest = append(rest, w)
 				continue
 			}
@@ -649,8 +656,11 @@ func (p *Planner) planGroup(plan *RolloutPlan, g *Group, lim [2]int, ws []*work,
 					used[i]++
 				}
 			}
-			w.pm.Batch, w.pos = b.Index, len(b.Machines)
-			b.Machines = append(b.Machines, w.pm.Machine)
+			w.pm.Batch, w.pos = b.Index, len(sc.names)-start
+			sc.names = append(sc.names, w.pm.Machine)
+		}
+		if end := len(sc.names); end > start {
+			b.Machines = sc.names[start:end:end]
 		}
 		if len(b.Machines) == 0 { // cannot happen: every remaining machine fits an empty batch
 			for _, w := range rest {
