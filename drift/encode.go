@@ -471,6 +471,9 @@ func readTime(v reflect.Value) (time.Time, bool) {
 
 // object encodes a struct as a JSON object.
 func (e *encoder) object(v reflect.Value, p *plan, node *pathNode) (bool, error) {
+	if !e.cfg.keepZero && v.CanAddr() && v.CanInterface() && p.mem == memStruct {
+		return e.objectAt(unsafe.Pointer(v.UnsafeAddr()), p, node)
+	}
 	start := len(e.buf)
 	e.buf = append(e.buf, tagObj)
 	level, parent := e.level, e.parent
@@ -503,7 +506,7 @@ func (e *encoder) object(v reflect.Value, p *plan, node *pathNode) (bool, error)
 			mark := len(e.buf)
 			e.buf = append(e.buf, f.key...)
 			valStart := len(e.buf)
-			if handled, wrote, err := e.scalarAt(unsafe.Add(base, f.offset), f.plan); handled {
+			if handled, wrote, err := e.scalarField(unsafe.Add(base, f.offset), f.plan); handled {
 				if err != nil {
 					return false, wrapField(err, f.name)
 				}
@@ -562,69 +565,22 @@ func (e *encoder) object(v reflect.Value, p *plan, node *pathNode) (bool, error)
 	return true, nil
 }
 
-// scalarAt encodes the value of plan pl stored at p when it is a plain
+// scalarField encodes the value of plan pl stored at p when it is a plain
 // scalar (or a pointer to one); handled is false for anything else.
-func (e *encoder) scalarAt(p unsafe.Pointer, pl *plan) (handled, wrote bool, err error) {
-	if pl.kind == pkPtr {
-		if !isScalarKind(pl.elem) {
-			return false, false, nil
-		}
-		ptr := *(*unsafe.Pointer)(p)
-		if ptr == nil {
+func (e *encoder) scalarField(p unsafe.Pointer, pl *plan) (handled, wrote bool, err error) {
+	switch {
+	case pl.mem == memPtrScalar:
+		q := *(*unsafe.Pointer)(p)
+		if q == nil {
 			return true, e.null(), nil
 		}
-		p, pl = ptr, pl.elem
-	}
-	switch pl.kind {
-	case pkString:
-		return true, e.str(*(*string)(p)), nil
-	case pkBool:
-		return true, e.boolean(*(*bool)(p)), nil
-	case pkInt:
-		switch pl.typ.Kind() {
-		case reflect.Int:
-			return true, e.integer(int64(*(*int)(p))), nil
-		case reflect.Int8:
-			return true, e.integer(int64(*(*int8)(p))), nil
-		case reflect.Int16:
-			return true, e.integer(int64(*(*int16)(p))), nil
-		case reflect.Int32:
-			return true, e.integer(int64(*(*int32)(p))), nil
-		case reflect.Int64:
-			return true, e.integer(*(*int64)(p)), nil
-		}
-	case pkUint:
-		switch pl.typ.Kind() {
-		case reflect.Uint:
-			return true, e.unsigned(uint64(*(*uint)(p))), nil
-		case reflect.Uint8:
-			return true, e.unsigned(uint64(*(*uint8)(p))), nil
-		case reflect.Uint16:
-			return true, e.unsigned(uint64(*(*uint16)(p))), nil
-		case reflect.Uint32:
-			return true, e.unsigned(uint64(*(*uint32)(p))), nil
-		case reflect.Uint64:
-			return true, e.unsigned(*(*uint64)(p)), nil
-		case reflect.Uintptr:
-			return true, e.unsigned(uint64(*(*uintptr)(p))), nil
-		}
-	case pkFloat:
-		if pl.typ.Kind() == reflect.Float32 {
-			w, err := e.float32(*(*float32)(p))
-			return true, w, err
-		}
-		w, err := e.float(*(*float64)(p))
-		return true, w, err
+		wrote, err = e.scalarAt(q, pl.elem.mem)
+		return true, wrote, err
+	case pl.mem >= memString && pl.mem <= memFloat64:
+		wrote, err = e.scalarAt(p, pl.mem)
+		return true, wrote, err
 	}
 	return false, false, nil
-}
-
-func isScalarKind(p *plan) bool {
-	switch p.kind {
-	case pkString, pkBool, pkInt, pkUint, pkFloat:
-		return true
-	}
-	return false
 }
 
 // isEmptyJSON is encoding/json's omitempty test.

@@ -68,6 +68,11 @@ type plan struct {
 	// fallback is the plan used for a pointer-receiver marshaler type when
 	// the value is not addressable (encoding/json does the same).
 	fallback *plan
+	// mem says how the memory walk (valueAt) reads a value of this type,
+	// size is the type's size (the stride of a slice of it). Set by
+	// finishPlans.
+	mem  memKind
+	size uintptr
 }
 
 // fieldPlan describes one JSON field of a struct.
@@ -85,7 +90,12 @@ type fieldPlan struct {
 	asString     bool
 	ignore       bool
 	set          bool
-	plan         *plan
+	// inMem: the memory walk (objectAt) reads this field at offset. It is
+	// direct, not a ",string" field, and not an unexported embedded
+	// struct, whose reflect.Value would be read-only (such a marshaler
+	// is an error, which only the reflection walk reports).
+	inMem bool
+	plan  *plan
 }
 
 var (
@@ -132,7 +142,7 @@ func planFor(t reflect.Type) *plan {
 	if p, ok := planCache.Load(t); ok {
 		return p
 	}
-	return planCache.Build(t, buildPlan, finishZeroFolds)
+	return planCache.Build(t, buildPlan, finishPlans)
 }
 
 func buildPlan(t reflect.Type, building map[reflect.Type]*plan) *plan {
@@ -351,6 +361,7 @@ func structFields(t reflect.Type, building map[reflect.Type]*plan) []fieldPlan {
 				c.offset += sf.Offset
 				cur = sf.Type
 			}
+			c.inMem = c.direct && !c.asString && f.IsExported()
 			cands = append(cands, c)
 		}
 	}
@@ -390,10 +401,10 @@ func structFields(t reflect.Type, building map[reflect.Type]*plan) []fieldPlan {
 	return out
 }
 
-// finishZeroFolds computes zeroFolds and zeroFoldsNoTags for the plans
-// just built, to a fixed point (plans may be recursive): start optimistic
-// for structs, then clear until nothing changes.
-func finishZeroFolds(building map[reflect.Type]*plan) {
+// finishPlans completes the plans just built: their memory kinds, and
+// zeroFolds and zeroFoldsNoTags to a fixed point (plans may be recursive):
+// start optimistic for structs, then clear until nothing changes.
+func finishPlans(building map[reflect.Type]*plan) {
 	var all []*plan
 	for _, p := range building {
 		all = append(all, p)
@@ -402,6 +413,7 @@ func finishZeroFolds(building map[reflect.Type]*plan) {
 		}
 	}
 	for _, p := range all {
+		setMem(p)
 		p.zeroFolds = baseZeroFolds(p)
 		p.zeroFoldsNoTags = p.zeroFolds
 	}
