@@ -1,8 +1,10 @@
 package drift
 
 import (
+	"encoding/binary"
 	"fmt"
 	"reflect"
+	"slices"
 	"time"
 	"unsafe"
 
@@ -245,6 +247,44 @@ func (e *encoder) valueAt(ptr unsafe.Pointer, p *plan, node *pathNode, set bool)
 	return e.scalarAt(ptr, p.mem)
 }
 
+// fieldOp says how objectAt handles one field of a struct.
+type fieldOp uint8
+
+const (
+	fopReflect   fieldOp = iota // not in memory: through reflection
+	fopString                   // a string, written in place
+	fopPtrScalar                // a pointer to a scalar
+	fopScalar                   // any other scalar
+	fopValue                    // anything else valueAt reads
+)
+
+// setFieldOps sets the memory-walk fields of the struct plans' fields,
+// once their field plans are complete.
+func setFieldOps(all []*plan) {
+	for _, p := range all {
+		for i := range p.fields {
+			f := &p.fields[i]
+			if f.plan == nil {
+				continue
+			}
+			f.folds, f.foldsNoTags = f.plan.zeroFolds, f.plan.zeroFoldsNoTags
+			f.keyS = append(slices.Clone(f.key), tagString)
+			switch m := f.plan.mem; {
+			case !f.inMem:
+				f.op = fopReflect
+			case m == memString:
+				f.op = fopString
+			case m == memPtrScalar:
+				f.op = fopPtrScalar
+			case m >= memString && m <= memFloat64:
+				f.op = fopScalar
+			default:
+				f.op = fopValue
+			}
+		}
+	}
+}
+
 // sliceHeader is the memory layout of a slice.
 type sliceHeader struct {
 	data     unsafe.Pointer
@@ -263,18 +303,63 @@ func (e *encoder) objectAt(base unsafe.Pointer, p *plan, node *pathNode) (bool, 
 		if (f.ignore && !noTags) || f.plan == nil {
 			continue
 		}
-		fp := f.plan
-		folds := fp.zeroFolds
-		if noTags {
-			folds = fp.zeroFoldsNoTags
-		}
-		if f.direct && folds && memzero.Bytes(unsafe.Add(base, f.offset), f.size) {
+		fp := unsafe.Add(base, f.offset)
+		var fnode *pathNode
+		switch f.op {
+		case fopString:
+			// The commonest field, written in place: an empty string
+			// folds to nothing.
+			s := *(*string)(fp)
+			if len(s) == 0 {
+				continue
+			}
+			if node != nil {
+				if fnode = node.child(f.name); fnode != nil && fnode.ignore {
+					continue
+				}
+			}
+			valStart := len(e.buf) + len(f.key)
+			e.buf = append(e.buf, f.keyS...)
+			e.buf = binary.AppendUvarint(e.buf, uint64(len(s)))
+			e.buf = append(e.buf, s...)
+			if level != 0 {
+				e.record(level, parent, f.name, valStart)
+			}
+			continue
+		case fopPtrScalar:
+			// Pointers to scalars nest nothing: no depth, no descent. A
+			// nil pointer folds to nothing.
+			q := *(*unsafe.Pointer)(fp)
+			if q == nil {
+				continue
+			}
+			if node != nil {
+				if fnode = node.child(f.name); fnode != nil && fnode.ignore {
+					continue
+				}
+			}
+			mark := len(e.buf)
+			e.buf = append(e.buf, f.key...)
+			wrote, err := e.scalarAt(q, f.plan.elem.mem)
+			if err != nil {
+				return false, wrapField(err, f.name)
+			}
+			if !wrote {
+				e.buf = e.buf[:mark]
+			} else if level != 0 {
+				e.record(level, parent, f.name, mark+len(f.key))
+			}
 			continue
 		}
-		var fnode *pathNode
+		folds := f.folds
+		if noTags {
+			folds = f.foldsNoTags
+		}
+		if f.direct && folds && memzero.Bytes(fp, f.size) {
+			continue
+		}
 		if node != nil {
-			fnode = node.child(f.name)
-			if fnode != nil && fnode.ignore {
+			if fnode = node.child(f.name); fnode != nil && fnode.ignore {
 				continue
 			}
 		}
@@ -283,19 +368,11 @@ func (e *encoder) objectAt(base unsafe.Pointer, p *plan, node *pathNode) (bool, 
 		valStart := len(e.buf)
 		var wrote bool
 		var err error
-		switch {
-		case f.inMem && fp.mem == memPtrScalar:
-			// Pointers to scalars nest nothing: no depth, no descent.
-			if q := *(*unsafe.Pointer)(unsafe.Add(base, f.offset)); q == nil {
-				wrote = e.null()
-			} else {
-				wrote, err = e.scalarAt(q, fp.elem.mem)
-			}
-		case f.inMem && fp.mem >= memString && fp.mem <= memFloat64:
-			wrote, err = e.scalarAt(unsafe.Add(base, f.offset), fp.mem)
-		default:
+		if f.op == fopScalar {
+			wrote, err = e.scalarAt(fp, f.plan.mem)
+		} else {
 			var fv reflect.Value
-			if !f.inMem {
+			if f.op == fopReflect {
 				if !sv.IsValid() {
 					sv = reflect.NewAt(p.typ, base).Elem()
 				}
@@ -308,12 +385,12 @@ func (e *encoder) objectAt(base unsafe.Pointer, p *plan, node *pathNode) (bool, 
 			e.descend(level, f.name)
 			set := e.cfg.slicesAsSets || (f.set && !noTags) || (fnode != nil && fnode.set)
 			switch {
-			case f.inMem:
-				wrote, err = e.valueAt(unsafe.Add(base, f.offset), fp, fnode, set)
+			case f.op == fopValue:
+				wrote, err = e.valueAt(fp, f.plan, fnode, set)
 			case f.asString:
 				wrote, err = e.asString(fv)
 			default:
-				wrote, err = e.value(fv, fp, fnode, set)
+				wrote, err = e.value(fv, f.plan, fnode, set)
 			}
 			e.level, e.parent = level, parent
 		}
@@ -324,7 +401,9 @@ func (e *encoder) objectAt(base unsafe.Pointer, p *plan, node *pathNode) (bool, 
 			e.buf = e.buf[:mark]
 			continue
 		}
-		e.record(level, parent, f.name, valStart)
+		if level != 0 {
+			e.record(level, parent, f.name, valStart)
+		}
 	}
 	if len(e.buf) == start+1 {
 		e.buf = e.buf[:start]

@@ -96,6 +96,12 @@ type fieldPlan struct {
 	// is an error, which only the reflection walk reports).
 	inMem bool
 	plan  *plan
+	// Set by finishPlans, for the memory walk: op says how objectAt
+	// handles the field, folds and foldsNoTags copy the field plan's
+	// zeroFolds and zeroFoldsNoTags, keyS is key followed by tagString.
+	op                 fieldOp
+	folds, foldsNoTags bool
+	keyS               []byte
 }
 
 var (
@@ -417,6 +423,7 @@ func finishPlans(building map[reflect.Type]*plan) {
 		p.zeroFolds = baseZeroFolds(p)
 		p.zeroFoldsNoTags = p.zeroFolds
 	}
+	defer setFieldOps(all)
 	for changed := true; changed; {
 		changed = false
 		for _, p := range all {
