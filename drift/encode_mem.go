@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"reflect"
-	"slices"
 	"time"
 	"unsafe"
 
@@ -251,11 +250,16 @@ func (e *encoder) valueAt(ptr unsafe.Pointer, p *plan, node *pathNode, set bool)
 type fieldOp uint8
 
 const (
-	fopReflect   fieldOp = iota // not in memory: through reflection
-	fopString                   // a string, written in place
-	fopPtrScalar                // a pointer to a scalar
-	fopScalar                   // any other scalar
-	fopValue                    // anything else valueAt reads
+	fopSkip            fieldOp = iota // ignored (a hash tag), or no plan
+	fopReflect                        // not in memory: through reflection
+	fopString                         // a string, written in place
+	fopPtrScalar                      // a pointer to a scalar
+	fopScalar                         // any other scalar
+	fopStruct                         // a struct, walked in memory
+	fopPtr                            // a pointer to anything else valueAt reads
+	fopSlice                          // a slice valueAt reads
+	fopMapStringString                // exactly map[string]string
+	fopValue                          // anything else valueAt reads
 )
 
 // setFieldOps sets the memory-walk fields of the struct plans' fields,
@@ -268,18 +272,30 @@ func setFieldOps(all []*plan) {
 				continue
 			}
 			f.folds, f.foldsNoTags = f.plan.zeroFolds, f.plan.zeroFoldsNoTags
-			f.keyS = append(slices.Clone(f.key), tagString)
+			f.keyS = string(f.key) + string(rune(tagString))
 			switch m := f.plan.mem; {
 			case !f.inMem:
-				f.op = fopReflect
+				f.opNoTags = fopReflect
 			case m == memString:
-				f.op = fopString
+				f.opNoTags = fopString
 			case m == memPtrScalar:
-				f.op = fopPtrScalar
+				f.opNoTags = fopPtrScalar
 			case m >= memString && m <= memFloat64:
-				f.op = fopScalar
+				f.opNoTags = fopScalar
+			case m == memStruct:
+				f.opNoTags = fopStruct
+			case m == memPtr:
+				f.opNoTags = fopPtr
+			case m == memSlice:
+				f.opNoTags = fopSlice
+			case m == memMapStringString:
+				f.opNoTags = fopMapStringString
 			default:
-				f.op = fopValue
+				f.opNoTags = fopValue
+			}
+			f.op = f.opNoTags
+			if f.ignore {
+				f.op = fopSkip
 			}
 		}
 	}
@@ -300,21 +316,23 @@ func (e *encoder) objectAt(base unsafe.Pointer, p *plan, node *pathNode) (bool, 
 	var sv reflect.Value // the struct as a reflect.Value, made on first need
 	for i := range p.fields {
 		f := &p.fields[i]
-		if (f.ignore && !noTags) || f.plan == nil {
-			continue
+		op, folds := f.op, f.folds
+		if noTags {
+			op, folds = f.opNoTags, f.foldsNoTags
 		}
 		fp := unsafe.Add(base, f.offset)
-		var fnode *pathNode
-		switch f.op {
+		// Zero values fold to nothing: test each kind's zero cheaply.
+		switch op {
+		case fopSkip:
+			continue
 		case fopString:
-			// The commonest field, written in place: an empty string
-			// folds to nothing.
+			// The commonest field, written in place.
 			s := *(*string)(fp)
 			if len(s) == 0 {
 				continue
 			}
 			if node != nil {
-				if fnode = node.child(f.name); fnode != nil && fnode.ignore {
+				if c := node.child(f.name); c != nil && c.ignore {
 					continue
 				}
 			}
@@ -326,38 +344,22 @@ func (e *encoder) objectAt(base unsafe.Pointer, p *plan, node *pathNode) (bool, 
 				e.record(level, parent, f.name, valStart)
 			}
 			continue
-		case fopPtrScalar:
-			// Pointers to scalars nest nothing: no depth, no descent. A
-			// nil pointer folds to nothing.
-			q := *(*unsafe.Pointer)(fp)
-			if q == nil {
+		case fopPtrScalar, fopPtr, fopMapStringString:
+			// A nil map or pointer; a map[string]string without entries
+			// writes nothing either.
+			if *(*unsafe.Pointer)(fp) == nil {
 				continue
 			}
-			if node != nil {
-				if fnode = node.child(f.name); fnode != nil && fnode.ignore {
-					continue
-				}
+		case fopSlice:
+			if (*sliceHeader)(fp).data == nil {
+				continue
 			}
-			mark := len(e.buf)
-			e.buf = append(e.buf, f.key...)
-			wrote, err := e.scalarAt(q, f.plan.elem.mem)
-			if err != nil {
-				return false, wrapField(err, f.name)
+		default:
+			if f.direct && folds && memzero.Bytes(fp, f.size) {
+				continue
 			}
-			if !wrote {
-				e.buf = e.buf[:mark]
-			} else if level != 0 {
-				e.record(level, parent, f.name, mark+len(f.key))
-			}
-			continue
 		}
-		folds := f.folds
-		if noTags {
-			folds = f.foldsNoTags
-		}
-		if f.direct && folds && memzero.Bytes(fp, f.size) {
-			continue
-		}
+		var fnode *pathNode
 		if node != nil {
 			if fnode = node.child(f.name); fnode != nil && fnode.ignore {
 				continue
@@ -368,11 +370,15 @@ func (e *encoder) objectAt(base unsafe.Pointer, p *plan, node *pathNode) (bool, 
 		valStart := len(e.buf)
 		var wrote bool
 		var err error
-		if f.op == fopScalar {
+		switch op {
+		case fopPtrScalar:
+			// Pointers to scalars nest nothing: no depth, no descent.
+			wrote, err = e.scalarAt(*(*unsafe.Pointer)(fp), f.plan.elem.mem)
+		case fopScalar:
 			wrote, err = e.scalarAt(fp, f.plan.mem)
-		} else {
+		default:
 			var fv reflect.Value
-			if f.op == fopReflect {
+			if op == fopReflect {
 				if !sv.IsValid() {
 					sv = reflect.NewAt(p.typ, base).Elem()
 				}
@@ -384,13 +390,19 @@ func (e *encoder) objectAt(base unsafe.Pointer, p *plan, node *pathNode) (bool, 
 			}
 			e.descend(level, f.name)
 			set := e.cfg.slicesAsSets || (f.set && !noTags) || (fnode != nil && fnode.set)
-			switch {
-			case f.op == fopValue:
-				wrote, err = e.valueAt(fp, f.plan, fnode, set)
-			case f.asString:
-				wrote, err = e.asString(fv)
+			switch op {
+			case fopStruct:
+				wrote, err = e.objectAt(fp, f.plan, fnode)
+			case fopMapStringString:
+				wrote, err = e.mapStringString(*(*map[string]string)(fp), fnode)
+			case fopReflect:
+				if f.asString {
+					wrote, err = e.asString(fv)
+				} else {
+					wrote, err = e.value(fv, f.plan, fnode, set)
+				}
 			default:
-				wrote, err = e.value(fv, f.plan, fnode, set)
+				wrote, err = e.valueAt(fp, f.plan, fnode, set)
 			}
 			e.level, e.parent = level, parent
 		}
@@ -417,6 +429,10 @@ func (e *encoder) objectAt(base unsafe.Pointer, p *plan, node *pathNode) (bool, 
 func (e *encoder) listAt(data unsafe.Pointer, n int, ep *plan, node *pathNode, set bool) (bool, error) {
 	if n == 0 {
 		return false, nil
+	}
+	if ep.mem == memString {
+		e.stringsAt(unsafe.Slice((*string)(data), n), set)
+		return true, nil
 	}
 	level := e.level
 	e.level = 0
@@ -454,4 +470,38 @@ func (e *encoder) listAt(data unsafe.Pointer, n int, ep *plan, node *pathNode, s
 	e.buf = append(e.buf, tagLEnd)
 	e.level = level
 	return true, nil
+}
+
+// stringsAt is listAt for a non-empty list of strings, the commonest
+// list in a spec: its members are written in place, an empty one as null.
+// Strings nest nothing, so no fingerprints are affected.
+func (e *encoder) stringsAt(l []string, set bool) {
+	if !set {
+		e.buf = append(e.buf, tagList)
+		for _, s := range l {
+			e.appendStringOrNull(s)
+		}
+		e.buf = append(e.buf, tagLEnd)
+		return
+	}
+	base := len(e.sets)
+	for _, s := range l {
+		start := len(e.buf)
+		e.appendStringOrNull(s)
+		e.sets = append(e.sets, xxhash.Sum64(e.buf[start:]))
+		e.buf = e.buf[:start]
+	}
+	e.writeSet(base)
+}
+
+// appendStringOrNull writes s as str does under zero folding, or null
+// for an empty s, as a list member.
+func (e *encoder) appendStringOrNull(s string) {
+	if len(s) == 0 {
+		e.buf = append(e.buf, tagNull)
+		return
+	}
+	e.buf = append(e.buf, tagString)
+	e.buf = binary.AppendUvarint(e.buf, uint64(len(s)))
+	e.buf = append(e.buf, s...)
 }

@@ -75,19 +75,28 @@ type plan struct {
 	size uintptr
 }
 
-// fieldPlan describes one JSON field of a struct.
+// fieldPlan describes one JSON field of a struct. The fields the memory
+// walk reads for every field come first, to share a cache line.
 type fieldPlan struct {
-	name  string
-	key   []byte // uvarint length + name, as written
-	index []int
+	// Set by finishPlans, for the memory walk: op and opNoTags say how
+	// objectAt handles the field (opNoTags under IgnoreHashTags), folds
+	// and foldsNoTags copy the field plan's zeroFolds and
+	// zeroFoldsNoTags, keyS is key followed by tagString.
+	op, opNoTags       fieldOp
+	folds, foldsNoTags bool
+	direct             bool
+	omitEmpty          bool
+	omitZero           bool
+	asString           bool
 	// offset and size locate the field inside the outermost struct when
 	// the path to it has no pointer (direct is true), for the zero-memory
 	// fast path.
 	offset, size uintptr
-	direct       bool
-	omitEmpty    bool
-	omitZero     bool
-	asString     bool
+	plan         *plan
+	keyS         string
+	name         string
+	key          []byte // uvarint length + name, as written
+	index        []int
 	ignore       bool
 	set          bool
 	// inMem: the memory walk (objectAt) reads this field at offset. It is
@@ -95,13 +104,6 @@ type fieldPlan struct {
 	// struct, whose reflect.Value would be read-only (such a marshaler
 	// is an error, which only the reflection walk reports).
 	inMem bool
-	plan  *plan
-	// Set by finishPlans, for the memory walk: op says how objectAt
-	// handles the field, folds and foldsNoTags copy the field plan's
-	// zeroFolds and zeroFoldsNoTags, keyS is key followed by tagString.
-	op                 fieldOp
-	folds, foldsNoTags bool
-	keyS               []byte
 }
 
 var (
