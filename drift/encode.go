@@ -771,23 +771,31 @@ func (e *encoder) mapStringString(m map[string]string, node *pathNode) (bool, er
 		e.ss = append(e.ss, kvString{k, v})
 	}
 	entries := e.ss[base:]
-	slices.SortFunc(entries, cmpKVString)
+	sortKVString(entries)
 	keepEntries := node != nil && node.keepEntries
 	start := len(e.buf)
 	e.buf = append(e.buf, tagObj)
 	level, parent := e.level, e.parent
 	for _, kv := range entries {
-		mark := len(e.buf)
-		e.appendKey(kv.k)
-		valStart := len(e.buf)
-		if !e.str(kv.v) {
+		if kv.v == "" && !e.cfg.keepZero {
 			if !keepEntries {
-				e.buf = e.buf[:mark]
 				continue
 			}
+			e.appendKey(kv.k)
 			e.buf = append(e.buf, tagNull)
+			e.record(level, parent, kv.k, len(e.buf)-1)
+			continue
 		}
-		e.record(level, parent, kv.k, valStart)
+		// Key, then the value as str writes it.
+		e.buf = binary.AppendUvarint(e.buf, uint64(len(kv.k)))
+		e.buf = append(e.buf, kv.k...)
+		valStart := len(e.buf)
+		e.buf = append(e.buf, tagString)
+		e.buf = binary.AppendUvarint(e.buf, uint64(len(kv.v)))
+		e.buf = append(e.buf, kv.v...)
+		if level != 0 {
+			e.record(level, parent, kv.k, valStart)
+		}
 	}
 	e.ss = e.ss[:base]
 	if len(e.buf) == start+1 && !e.cfg.keepZero {
@@ -796,6 +804,21 @@ func (e *encoder) mapStringString(m map[string]string, node *pathNode) (bool, er
 	}
 	e.buf = append(e.buf, tagObjEnd)
 	return true, nil
+}
+
+// sortKVString sorts map entries by key. Keys are distinct, so stability
+// does not matter; the few labels of a spec sort by insertion, comparing
+// strings directly instead of through a comparison function.
+func sortKVString(s []kvString) {
+	if len(s) > 12 {
+		slices.SortFunc(s, cmpKVString)
+		return
+	}
+	for i := 1; i < len(s); i++ {
+		for j := i; j > 0 && s[j].k < s[j-1].k; j-- {
+			s[j], s[j-1] = s[j-1], s[j]
+		}
+	}
 }
 
 func (e *encoder) mapStringAny(m map[string]any, node *pathNode) (bool, error) {

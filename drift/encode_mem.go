@@ -202,16 +202,7 @@ func (e *encoder) valueAt(ptr unsafe.Pointer, p *plan, node *pathNode, set bool)
 	case memStruct:
 		return e.objectAt(ptr, p, node)
 	case memPtr, memPtrScalar:
-		q := *(*unsafe.Pointer)(ptr)
-		if q == nil {
-			return e.null(), nil
-		}
-		if err := e.depthEnter(uintptr(q), p.typ); err != nil {
-			return false, err
-		}
-		wrote, err := e.valueAt(q, p.elem, node, set)
-		e.depthLeave(uintptr(q))
-		return wrote, err
+		return e.pointeeAt(*(*unsafe.Pointer)(ptr), p, node, set)
 	case memSlice:
 		s := (*sliceHeader)(ptr)
 		if s.data == nil {
@@ -301,6 +292,20 @@ func setFieldOps(all []*plan) {
 	}
 }
 
+// pointeeAt encodes the pointer q of plan p (memPtr or memPtrScalar), as
+// value would.
+func (e *encoder) pointeeAt(q unsafe.Pointer, p *plan, node *pathNode, set bool) (bool, error) {
+	if q == nil {
+		return e.null(), nil
+	}
+	if err := e.depthEnter(uintptr(q), p.typ); err != nil {
+		return false, err
+	}
+	wrote, err := e.valueAt(q, p.elem, node, set)
+	e.depthLeave(uintptr(q))
+	return wrote, err
+}
+
 // sliceHeader is the memory layout of a slice.
 type sliceHeader struct {
 	data     unsafe.Pointer
@@ -313,7 +318,6 @@ func (e *encoder) objectAt(base unsafe.Pointer, p *plan, node *pathNode) (bool, 
 	e.buf = append(e.buf, tagObj)
 	level, parent := e.level, e.parent
 	noTags := e.cfg.noTags
-	var sv reflect.Value // the struct as a reflect.Value, made on first need
 	for i := range p.fields {
 		f := &p.fields[i]
 		op, folds := f.op, f.folds
@@ -376,32 +380,24 @@ func (e *encoder) objectAt(base unsafe.Pointer, p *plan, node *pathNode) (bool, 
 			wrote, err = e.scalarAt(*(*unsafe.Pointer)(fp), f.plan.elem.mem)
 		case fopScalar:
 			wrote, err = e.scalarAt(fp, f.plan.mem)
-		default:
-			var fv reflect.Value
-			if op == fopReflect {
-				if !sv.IsValid() {
-					sv = reflect.NewAt(p.typ, base).Elem()
-				}
-				var ok bool
-				if fv, ok = reflectx.FieldByIndex(sv, f.index); !ok {
-					e.buf = e.buf[:mark]
-					continue
-				}
-			}
+		case fopReflect:
 			e.descend(level, f.name)
-			set := e.cfg.slicesAsSets || (f.set && !noTags) || (fnode != nil && fnode.set)
+			var ok bool
+			ok, wrote, err = e.fieldByReflect(base, p, f, fnode, noTags)
+			e.level, e.parent = level, parent
+			if !ok {
+				e.buf = e.buf[:mark]
+				continue
+			}
+		default:
+			e.descend(level, f.name)
 			switch op {
 			case fopStruct:
 				wrote, err = e.objectAt(fp, f.plan, fnode)
 			case fopMapStringString:
 				wrote, err = e.mapStringString(*(*map[string]string)(fp), fnode)
-			case fopReflect:
-				if f.asString {
-					wrote, err = e.asString(fv)
-				} else {
-					wrote, err = e.value(fv, f.plan, fnode, set)
-				}
 			default:
+				set := e.cfg.slicesAsSets || (f.set && !noTags) || (fnode != nil && fnode.set)
 				wrote, err = e.valueAt(fp, f.plan, fnode, set)
 			}
 			e.level, e.parent = level, parent
@@ -423,6 +419,23 @@ func (e *encoder) objectAt(base unsafe.Pointer, p *plan, node *pathNode) (bool, 
 	}
 	e.buf = append(e.buf, tagObjEnd)
 	return true, nil
+}
+
+// fieldByReflect encodes field f of the struct of plan p at base through
+// reflection, as object would; ok is false when an embedded pointer on
+// the way to it is nil.
+func (e *encoder) fieldByReflect(base unsafe.Pointer, p *plan, f *fieldPlan, fnode *pathNode, noTags bool) (ok, wrote bool, err error) {
+	fv, ok := reflectx.FieldByIndex(reflect.NewAt(p.typ, base).Elem(), f.index)
+	if !ok {
+		return false, false, nil
+	}
+	if f.asString {
+		wrote, err = e.asString(fv)
+		return true, wrote, err
+	}
+	set := e.cfg.slicesAsSets || (f.set && !noTags) || (fnode != nil && fnode.set)
+	wrote, err = e.value(fv, f.plan, fnode, set)
+	return true, wrote, err
 }
 
 // listAt is list for n elements of plan ep stored from data on.

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/cespare/xxhash/v2"
 
@@ -90,6 +91,9 @@ type Hasher struct {
 	version string
 	cfg     config
 	pool    sync.Pool
+	// last is the plan of the pointer type hashed last: a Hasher mostly
+	// hashes one kind of object, and this saves the plan cache's lookup.
+	last atomic.Pointer[plan]
 }
 
 // maxVersionLen is the longest version NewHasher accepts: the full
@@ -195,7 +199,24 @@ func (h *Hasher) run(e *encoder, v any, record bool) (sum uint64, err error) {
 	set := h.cfg.slicesAsSets || (root != nil && root.set)
 	if v != nil {
 		rv := reflect.ValueOf(v)
-		if k := rv.Kind(); k == reflect.Struct || k == reflect.Array {
+		k := rv.Kind()
+		if t := rv.Type(); k == reflect.Pointer && !e.cfg.keepZero && t != typPtrUnstructured {
+			// The usual case, a pointer to a typed spec: walk it in
+			// memory. (anyValue reads a *unstructured.Unstructured's
+			// map itself.)
+			p := h.last.Load()
+			if p == nil || p.typ != t {
+				p = planFor(t)
+				h.last.Store(p)
+			}
+			if p.mem == memPtr || p.mem == memPtrScalar {
+				if _, err := e.pointeeAt(rv.UnsafePointer(), p, root, set); err != nil {
+					return 0, finishError(err)
+				}
+				return xxhash.Sum64(e.buf), nil
+			}
+		}
+		if k == reflect.Struct || k == reflect.Array {
 			// Make the value addressable, so pointer-receiver marshalers
 			// see it exactly as they would through a pointer.
 			cp := reflect.New(rv.Type()).Elem()

@@ -109,17 +109,18 @@ type fieldPlan struct {
 var (
 	planCache reflectx.PlanCache[*plan]
 
-	typQuantity     = reflect.TypeFor[resource.Quantity]()
-	typMetaTime     = reflect.TypeFor[metav1.Time]()
-	typMicroTime    = reflect.TypeFor[metav1.MicroTime]()
-	typMetaDuration = reflect.TypeFor[metav1.Duration]()
-	typStdTime      = reflect.TypeFor[time.Time]()
-	typIntOrString  = reflect.TypeFor[intstr.IntOrString]()
-	typUnstructured = reflect.TypeFor[unstructured.Unstructured]()
-	typJSONMarsh    = reflect.TypeFor[json.Marshaler]()
-	typTextMarsh    = reflect.TypeFor[encoding.TextMarshaler]()
-	typAny          = reflect.TypeFor[any]()
-	typJSONNumber   = reflect.TypeFor[json.Number]()
+	typQuantity        = reflect.TypeFor[resource.Quantity]()
+	typMetaTime        = reflect.TypeFor[metav1.Time]()
+	typMicroTime       = reflect.TypeFor[metav1.MicroTime]()
+	typMetaDuration    = reflect.TypeFor[metav1.Duration]()
+	typStdTime         = reflect.TypeFor[time.Time]()
+	typIntOrString     = reflect.TypeFor[intstr.IntOrString]()
+	typUnstructured    = reflect.TypeFor[unstructured.Unstructured]()
+	typPtrUnstructured = reflect.TypeFor[*unstructured.Unstructured]()
+	typJSONMarsh       = reflect.TypeFor[json.Marshaler]()
+	typTextMarsh       = reflect.TypeFor[encoding.TextMarshaler]()
+	typAny             = reflect.TypeFor[any]()
+	typJSONNumber      = reflect.TypeFor[json.Number]()
 )
 
 // Fields of the special-cased apimachinery types, resolved by name (not
