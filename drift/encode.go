@@ -1172,7 +1172,12 @@ func appendDuration(b []byte, d time.Duration) []byte {
 	} else {
 		w--
 		buf[w] = 's'
-		w, u = fmtFrac(buf[:w], u, 9)
+		if u%uint64(time.Second) == 0 {
+			// Whole seconds (the usual spec duration): no fraction.
+			u /= uint64(time.Second)
+		} else {
+			w, u = fmtFrac(buf[:w], u, 9)
+		}
 		w = fmtInt(buf[:w], u%60)
 		u /= 60
 		if u > 0 {

@@ -249,7 +249,9 @@ func TestDurationFormat(t *testing.T) {
 	h := mustHasher(t, "v1")
 	r := rand.New(rand.NewPCG(1, 2))
 	ds := []time.Duration{1, -1, 999, time.Microsecond, 1500 * time.Microsecond, time.Second, -time.Hour,
-		math.MaxInt64, math.MinInt64, 25*time.Hour + 3*time.Millisecond}
+		math.MaxInt64, math.MinInt64, 25*time.Hour + 3*time.Millisecond,
+		720 * time.Hour, 48 * time.Hour, 30 * time.Second, 90 * time.Minute, -2 * time.Second, 3601 * time.Second,
+		math.MaxInt64 / time.Second * time.Second, math.MinInt64 / time.Second * time.Second}
 	for range 2000 {
 		ds = append(ds, time.Duration(r.Int64()>>r.IntN(63)))
 	}
