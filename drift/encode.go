@@ -471,7 +471,7 @@ func readTime(v reflect.Value) (time.Time, bool) {
 
 // object encodes a struct as a JSON object.
 func (e *encoder) object(v reflect.Value, p *plan, node *pathNode) (bool, error) {
-	if !e.cfg.keepZero && v.CanAddr() && v.CanInterface() && p.mem == memStruct {
+	if !e.cfg.keepZero && !e.cfg.noMemWalk && v.CanAddr() && v.CanInterface() && p.mem == memStruct {
 		return e.objectAt(unsafe.Pointer(v.UnsafeAddr()), p, node)
 	}
 	start := len(e.buf)

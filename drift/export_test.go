@@ -18,3 +18,12 @@ const (
 	MaxVersionLen               = maxVersionLen
 	DefaultMaxFingerprintFields = defaultMaxFingerprintFields
 )
+
+// ReflectionWalk makes a Hasher walk values through reflection only, as
+// the oracle for the memory walk.
+func ReflectionWalk() Option {
+	return optionFunc(func(c *config) error {
+		c.noMemWalk = true
+		return nil
+	})
+}

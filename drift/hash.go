@@ -200,7 +200,7 @@ func (h *Hasher) run(e *encoder, v any, record bool) (sum uint64, err error) {
 	if v != nil {
 		rv := reflect.ValueOf(v)
 		k := rv.Kind()
-		if t := rv.Type(); k == reflect.Pointer && !e.cfg.keepZero && t != typPtrUnstructured {
+		if t := rv.Type(); k == reflect.Pointer && !e.cfg.keepZero && !e.cfg.noMemWalk && t != typPtrUnstructured {
 			// The usual case, a pointer to a typed spec: walk it in
 			// memory. (anyValue reads a *unstructured.Unstructured's
 			// map itself.)

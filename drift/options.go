@@ -37,6 +37,9 @@ type config struct {
 	keepZero     bool
 	slicesAsSets bool
 	noTags       bool
+	// noMemWalk keeps the hash walk on reflection (tests compare the
+	// memory walk against it).
+	noMemWalk bool
 }
 
 // IgnorePaths leaves the values at the given paths out of the hash, as if
