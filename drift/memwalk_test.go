@@ -2,6 +2,7 @@ package drift_test
 
 import (
 	"encoding/json"
+	"math"
 	"math/rand/v2"
 	"reflect"
 	"testing"
@@ -94,10 +95,7 @@ func TestMemWalkEqualsReflection(t *testing.T) {
 		reflect.TypeFor[NodePoolSpec](),
 		reflect.TypeFor[memWalkSpec](),
 	}
-	var objects []any
-	for _, v := range []any{nodePoolTemplate(), nodePoolSpec(), capiMachine(), kubeadmConfig(), capiPair()} {
-		objects = append(objects, v)
-	}
+	objects := []any{nodePoolTemplate(), nodePoolSpec(), capiMachine(), kubeadmConfig(), capiPair()}
 	for range 150 {
 		for _, typ := range types {
 			v := reflect.New(typ)
@@ -169,7 +167,7 @@ func fillRandom(r *rand.Rand, v reflect.Value, depth int) {
 	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr:
 		v.SetUint(r.Uint64N(200))
 	case reflect.Float32, reflect.Float64:
-		v.SetFloat([]float64{0, -0.0, 1, 0.1, -2.5, 1e300}[r.IntN(6)])
+		v.SetFloat([]float64{0, math.Copysign(0, -1), 1, 0.1, -2.5, 1e300}[r.IntN(6)])
 	case reflect.Pointer:
 		p := reflect.New(v.Type().Elem())
 		fillRandom(r, p.Elem(), depth+1)
