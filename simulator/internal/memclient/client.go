@@ -1,0 +1,895 @@
+package memclient
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"reflect"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+
+	jsonpatch "github.com/evanphx/json-patch/v5"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/strategicpatch"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/apimachinery/pkg/watch"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/utils/clock"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
+)
+
+// ErrInvalidOptions is wrapped by the error New returns for options it
+// cannot build a client from.
+var ErrInvalidOptions = errors.New("memclient: invalid options")
+
+// Options configures New.
+type Options struct {
+	// Scheme maps Go types to kinds. Required. The client only reads it.
+	Scheme *runtime.Scheme
+	// StatusSubresource are the kinds (one object of each) whose status is
+	// a subresource.
+	StatusSubresource []client.Object
+	// ClusterScoped are the kinds, besides Kubernetes' own cluster-scoped
+	// ones (Node, Namespace, PersistentVolume, CustomResourceDefinition,
+	// ...), whose objects have no namespace. Every other kind is
+	// namespaced.
+	ClusterScoped []schema.GroupKind
+	// Clock gives creationTimestamp and deletionTimestamp (default: the
+	// wall clock).
+	Clock clock.PassiveClock
+}
+
+// builtinClusterScoped are Kubernetes' cluster-scoped kinds.
+var builtinClusterScoped = []schema.GroupKind{
+	{Kind: "Node"}, {Kind: "Namespace"}, {Kind: "PersistentVolume"}, {Kind: "ComponentStatus"},
+	{Group: "apiextensions.k8s.io", Kind: "CustomResourceDefinition"},
+	{Group: "apiregistration.k8s.io", Kind: "APIService"},
+	{Group: "rbac.authorization.k8s.io", Kind: "ClusterRole"}, {Group: "rbac.authorization.k8s.io", Kind: "ClusterRoleBinding"},
+	{Group: "storage.k8s.io", Kind: "StorageClass"}, {Group: "storage.k8s.io", Kind: "CSIDriver"},
+	{Group: "storage.k8s.io", Kind: "CSINode"}, {Group: "storage.k8s.io", Kind: "VolumeAttachment"},
+	{Group: "scheduling.k8s.io", Kind: "PriorityClass"}, {Group: "node.k8s.io", Kind: "RuntimeClass"},
+	{Group: "certificates.k8s.io", Kind: "CertificateSigningRequest"},
+	{Group: "admissionregistration.k8s.io", Kind: "MutatingWebhookConfiguration"},
+	{Group: "admissionregistration.k8s.io", Kind: "ValidatingWebhookConfiguration"},
+	{Group: "admissionregistration.k8s.io", Kind: "ValidatingAdmissionPolicy"},
+	{Group: "admissionregistration.k8s.io", Kind: "ValidatingAdmissionPolicyBinding"},
+	{Group: "flowcontrol.apiserver.k8s.io", Kind: "FlowSchema"},
+	{Group: "flowcontrol.apiserver.k8s.io", Kind: "PriorityLevelConfiguration"},
+	{Group: "networking.k8s.io", Kind: "IngressClass"},
+}
+
+// Client is the in-memory API server and its client. Make one with New;
+// it is safe for concurrent use.
+type Client struct {
+	scheme        *runtime.Scheme
+	mapper        meta.RESTMapper
+	clock         clock.PassiveClock
+	status        map[schema.GroupVersionKind]bool
+	clusterScoped map[schema.GroupKind]bool
+
+	mu       sync.RWMutex
+	revision uint64
+	objects  map[schema.GroupVersionKind]map[types.NamespacedName]runtime.Object
+}
+
+var _ client.WithWatch = (*Client)(nil)
+
+// New returns a client whose store holds deep copies of objs. An object
+// without resourceVersion gets the store's next revision; uid and
+// creationTimestamp are kept as given.
+func New(opts Options, objs ...client.Object) (*Client, error) {
+	if opts.Scheme == nil {
+		return nil, fmt.Errorf("%w: no scheme", ErrInvalidOptions)
+	}
+	c := &Client{scheme: opts.Scheme, clock: opts.Clock, status: map[schema.GroupVersionKind]bool{},
+		clusterScoped: map[schema.GroupKind]bool{}, objects: map[schema.GroupVersionKind]map[types.NamespacedName]runtime.Object{}}
+	if c.clock == nil {
+		c.clock = clock.RealClock{}
+	}
+	for _, gk := range append(slices.Clone(builtinClusterScoped), opts.ClusterScoped...) {
+		c.clusterScoped[gk] = true
+	}
+	for _, o := range opts.StatusSubresource {
+		if o == nil {
+			return nil, fmt.Errorf("%w: nil status subresource object", ErrInvalidOptions)
+		}
+		gvk, err := apiutil.GVKForObject(o, c.scheme)
+		if err != nil {
+			return nil, fmt.Errorf("%w: status subresource %T: %w", ErrInvalidOptions, o, err)
+		}
+		c.status[gvk] = true
+	}
+	c.mapper = c.restMapper()
+	for _, o := range objs {
+		if o == nil {
+			return nil, fmt.Errorf("%w: nil object", ErrInvalidOptions)
+		}
+		gvk, err := c.gvkFor(o)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrInvalidOptions, err)
+		}
+		stored, err := c.toStored(o, gvk)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %T %s: %w", ErrInvalidOptions, o, o.GetName(), err)
+		}
+		m, _ := meta.Accessor(stored)
+		key := c.key(gvk, m.GetNamespace(), m.GetName())
+		if key.Name == "" {
+			return nil, fmt.Errorf("%w: %s without a name", ErrInvalidOptions, gvk.Kind)
+		}
+		if key.Namespace == "" && !c.clusterScoped[gvk.GroupKind()] {
+			return nil, fmt.Errorf("%w: %s %s without a namespace", ErrInvalidOptions, gvk.Kind, key.Name)
+		}
+		m.SetNamespace(key.Namespace)
+		if _, ok := c.objects[gvk][key]; ok {
+			return nil, fmt.Errorf("%w: %w", ErrInvalidOptions, apierrors.NewAlreadyExists(resource(gvk), key.Name))
+		}
+		c.revision++
+		if m.GetResourceVersion() == "" {
+			m.SetResourceVersion(strconv.FormatUint(c.revision, 10))
+		}
+		c.put(gvk, key, stored)
+	}
+	return c, nil
+}
+
+// restMapper maps every kind of the scheme, with its scope.
+func (c *Client) restMapper() meta.RESTMapper {
+	var gvs []schema.GroupVersion
+	for _, gv := range c.scheme.PrioritizedVersionsAllGroups() {
+		gvs = append(gvs, gv)
+	}
+	m := meta.NewDefaultRESTMapper(gvs)
+	for gvk := range c.scheme.AllKnownTypes() {
+		if gvk.Version == runtime.APIVersionInternal || strings.HasSuffix(gvk.Kind, "List") {
+			continue
+		}
+		scope := meta.RESTScopeNamespace
+		if c.clusterScoped[gvk.GroupKind()] {
+			scope = meta.RESTScopeRoot
+		}
+		m.Add(gvk, scope)
+	}
+	return m
+}
+
+func (c *Client) put(gvk schema.GroupVersionKind, key types.NamespacedName, o runtime.Object) {
+	m := c.objects[gvk]
+	if m == nil {
+		m = map[types.NamespacedName]runtime.Object{}
+		c.objects[gvk] = m
+	}
+	m[key] = o
+}
+
+// key is the store's key of an object: cluster-scoped kinds have no
+// namespace, whatever the caller passed (as controller-runtime's client
+// drops it).
+func (c *Client) key(gvk schema.GroupVersionKind, ns, name string) types.NamespacedName {
+	if c.clusterScoped[gvk.GroupKind()] {
+		ns = ""
+	}
+	return types.NamespacedName{Namespace: ns, Name: name}
+}
+
+func resource(gvk schema.GroupVersionKind) schema.GroupResource {
+	plural, _ := meta.UnsafeGuessKindToResource(gvk)
+	return plural.GroupResource()
+}
+
+// gvkFor is the kind of obj: from the scheme for Go types, from TypeMeta
+// for unstructured objects and PartialObjectMetadata.
+func (c *Client) gvkFor(obj runtime.Object) (schema.GroupVersionKind, error) {
+	if _, ok := obj.(*metav1.PartialObjectMetadata); ok {
+		gvk := obj.GetObjectKind().GroupVersionKind()
+		if gvk.Kind == "" {
+			return gvk, fmt.Errorf("memclient: PartialObjectMetadata without apiVersion and kind")
+		}
+		return gvk, nil
+	}
+	if _, ok := obj.(*metav1.PartialObjectMetadataList); ok {
+		gvk := obj.GetObjectKind().GroupVersionKind()
+		if gvk.Kind == "" {
+			return gvk, fmt.Errorf("memclient: PartialObjectMetadataList without apiVersion and kind")
+		}
+		return gvk, nil
+	}
+	return apiutil.GVKForObject(obj, c.scheme)
+}
+
+// newStored returns an empty object of the type the store keeps gvk as.
+func (c *Client) newStored(gvk schema.GroupVersionKind) runtime.Object {
+	if o, err := c.scheme.New(gvk); err == nil {
+		if _, isU := o.(runtime.Unstructured); !isU {
+			return o
+		}
+	}
+	u := &unstructured.Unstructured{}
+	u.SetGroupVersionKind(gvk)
+	return u
+}
+
+// toStored returns a copy of obj, of the stored type of gvk, that shares
+// nothing with obj.
+func (c *Client) toStored(obj runtime.Object, gvk schema.GroupVersionKind) (runtime.Object, error) {
+	out := c.newStored(gvk)
+	if err := convert(obj, out); err != nil {
+		return nil, err
+	}
+	if u, ok := out.(*unstructured.Unstructured); ok {
+		u.SetGroupVersionKind(gvk)
+	} else {
+		out.GetObjectKind().SetGroupVersionKind(schema.GroupVersionKind{})
+	}
+	return out, nil
+}
+
+// convert deep-copies src into dst, converting between a Go type and
+// unstructured as needed.
+func convert(src, dst runtime.Object) error {
+	if p, ok := dst.(*metav1.PartialObjectMetadata); ok {
+		m, err := meta.Accessor(src)
+		if err != nil {
+			return err
+		}
+		gvk := p.GroupVersionKind()
+		*p = metav1.PartialObjectMetadata{}
+		p.SetGroupVersionKind(gvk)
+		objectMeta(m).DeepCopyInto(&p.ObjectMeta)
+		return nil
+	}
+	su, srcU := src.(*unstructured.Unstructured)
+	du, dstU := dst.(*unstructured.Unstructured)
+	switch {
+	case srcU && dstU:
+		du.Object = runtime.DeepCopyJSON(su.Object)
+	case dstU:
+		m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(src)
+		if err != nil {
+			return err
+		}
+		du.Object = m // ToUnstructured copies
+	case srcU:
+		zero(dst)
+		return runtime.DefaultUnstructuredConverter.FromUnstructured(runtime.DeepCopyJSON(su.Object), dst)
+	default:
+		sv, dv := reflect.ValueOf(src), reflect.ValueOf(dst)
+		if sv.Type() != dv.Type() || sv.Kind() != reflect.Pointer || sv.IsNil() || dv.IsNil() {
+			m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(src)
+			if err != nil {
+				return err
+			}
+			zero(dst)
+			return runtime.DefaultUnstructuredConverter.FromUnstructured(m, dst)
+		}
+		dv.Elem().Set(reflect.ValueOf(src.DeepCopyObject()).Elem())
+	}
+	return nil
+}
+
+// objectMeta returns the ObjectMeta behind m (a copy for unstructured).
+func objectMeta(m metav1.Object) *metav1.ObjectMeta {
+	if om, ok := m.(*metav1.ObjectMeta); ok {
+		return om
+	}
+	return &metav1.ObjectMeta{Name: m.GetName(), Namespace: m.GetNamespace(), UID: m.GetUID(), ResourceVersion: m.GetResourceVersion(),
+		Generation: m.GetGeneration(), GenerateName: m.GetGenerateName(), CreationTimestamp: m.GetCreationTimestamp(),
+		DeletionTimestamp: m.GetDeletionTimestamp(), DeletionGracePeriodSeconds: m.GetDeletionGracePeriodSeconds(),
+		Labels: m.GetLabels(), Annotations: m.GetAnnotations(), OwnerReferences: m.GetOwnerReferences(), Finalizers: m.GetFinalizers(),
+		ManagedFields: m.GetManagedFields()}
+}
+
+func zero(x any) {
+	v := reflect.ValueOf(x).Elem()
+	v.Set(reflect.Zero(v.Type()))
+}
+
+// out copies stored into obj, with TypeMeta as controller-runtime's
+// clients leave it.
+func out(stored, obj runtime.Object, gvk schema.GroupVersionKind) error {
+	if err := convert(stored, obj); err != nil {
+		return err
+	}
+	setTypeMeta(obj, gvk)
+	return nil
+}
+
+func setTypeMeta(obj runtime.Object, gvk schema.GroupVersionKind) {
+	switch obj.(type) {
+	case runtime.Unstructured, *metav1.PartialObjectMetadata, *metav1.PartialObjectMetadataList:
+		obj.GetObjectKind().SetGroupVersionKind(gvk)
+	default:
+		obj.GetObjectKind().SetGroupVersionKind(schema.GroupVersionKind{})
+	}
+}
+
+func (c *Client) lookup(gvk schema.GroupVersionKind, key types.NamespacedName) runtime.Object {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.objects[gvk][key]
+}
+
+// Get implements client.Reader.
+func (c *Client) Get(_ context.Context, key client.ObjectKey, obj client.Object, _ ...client.GetOption) error {
+	gvk, err := c.gvkFor(obj)
+	if err != nil {
+		return err
+	}
+	k := c.key(gvk, key.Namespace, key.Name)
+	stored := c.lookup(gvk, k)
+	if stored == nil {
+		return apierrors.NewNotFound(resource(gvk), key.Name)
+	}
+	return out(stored, obj, gvk)
+}
+
+// List implements client.Reader. Limit and Continue are ignored.
+func (c *Client) List(_ context.Context, list client.ObjectList, opts ...client.ListOption) error {
+	listGVK, err := c.gvkFor(list)
+	if err != nil {
+		return err
+	}
+	gvk := listGVK
+	gvk.Kind = strings.TrimSuffix(gvk.Kind, "List")
+	lo := client.ListOptions{}
+	lo.ApplyOptions(opts)
+	match, err := fieldMatcher(lo.FieldSelector)
+	if err != nil {
+		return err
+	}
+	c.mu.RLock()
+	rev := c.revision
+	var keys []types.NamespacedName
+	objs := c.objects[gvk]
+	for k, o := range objs {
+		if lo.Namespace != "" && !c.clusterScoped[gvk.GroupKind()] && k.Namespace != lo.Namespace {
+			continue
+		}
+		if lo.LabelSelector != nil || match != nil {
+			m, _ := meta.Accessor(o)
+			if lo.LabelSelector != nil && !lo.LabelSelector.Matches(labels.Set(m.GetLabels())) {
+				continue
+			}
+			if match != nil && !match(k) {
+				continue
+			}
+		}
+		keys = append(keys, k)
+	}
+	found := make([]runtime.Object, len(keys))
+	slices.SortFunc(keys, func(a, b types.NamespacedName) int {
+		if a.Namespace != b.Namespace {
+			return strings.Compare(a.Namespace, b.Namespace)
+		}
+		return strings.Compare(a.Name, b.Name)
+	})
+	for i, k := range keys {
+		found[i] = objs[k]
+	}
+	c.mu.RUnlock()
+
+	items := make([]runtime.Object, len(found))
+	for i, stored := range found {
+		item, err := c.listItem(list, gvk)
+		if err != nil {
+			return err
+		}
+		if err := out(stored, item, gvk); err != nil {
+			return err
+		}
+		items[i] = item
+	}
+	zero(list)
+	setTypeMeta(list, listGVK)
+	list.SetResourceVersion(strconv.FormatUint(rev, 10))
+	return meta.SetList(list, items)
+}
+
+// listItem is an empty item of list's item type.
+func (c *Client) listItem(list client.ObjectList, gvk schema.GroupVersionKind) (runtime.Object, error) {
+	switch list.(type) {
+	case *unstructured.UnstructuredList:
+		return &unstructured.Unstructured{}, nil
+	case *metav1.PartialObjectMetadataList:
+		p := &metav1.PartialObjectMetadata{}
+		p.SetGroupVersionKind(gvk)
+		return p, nil
+	}
+	items, err := meta.GetItemsPtr(list)
+	if err != nil {
+		return nil, err
+	}
+	t := reflect.TypeOf(items).Elem().Elem() // []T or []*T
+	if t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	o, ok := reflect.New(t).Interface().(runtime.Object)
+	if !ok {
+		return nil, fmt.Errorf("memclient: list %T has items that are no runtime.Object", list)
+	}
+	return o, nil
+}
+
+// fieldMatcher supports the selectors every kind has: metadata.name and
+// metadata.namespace.
+func fieldMatcher(s fields.Selector) (func(types.NamespacedName) bool, error) {
+	if s == nil || s.Empty() {
+		return nil, nil
+	}
+	reqs := s.Requirements()
+	for _, r := range reqs {
+		if r.Field != "metadata.name" && r.Field != "metadata.namespace" {
+			return nil, apierrors.NewBadRequest(fmt.Sprintf("field label not supported: %s", r.Field))
+		}
+	}
+	return func(k types.NamespacedName) bool {
+		return s.Matches(fields.Set{"metadata.name": k.Name, "metadata.namespace": k.Namespace})
+	}, nil
+}
+
+// Scheme implements client.Client.
+func (c *Client) Scheme() *runtime.Scheme { return c.scheme }
+
+// RESTMapper implements client.Client: every kind of the scheme, with its
+// scope.
+func (c *Client) RESTMapper() meta.RESTMapper { return c.mapper }
+
+// GroupVersionKindFor implements client.Client.
+func (c *Client) GroupVersionKindFor(obj runtime.Object) (schema.GroupVersionKind, error) {
+	return c.gvkFor(obj)
+}
+
+// IsObjectNamespaced implements client.Client.
+func (c *Client) IsObjectNamespaced(obj runtime.Object) (bool, error) {
+	gvk, err := c.gvkFor(obj)
+	if err != nil {
+		return false, err
+	}
+	return !c.clusterScoped[gvk.GroupKind()], nil
+}
+
+// ErrUnsupported is wrapped (with errors.ErrUnsupported) by the errors of
+// what the client does not do: Watch, server-side apply, subresources
+// other than status.
+var ErrUnsupported = fmt.Errorf("memclient: %w", errors.ErrUnsupported)
+
+// Watch implements client.WithWatch: it is not supported.
+func (c *Client) Watch(context.Context, client.ObjectList, ...client.ListOption) (watch.Interface, error) {
+	return nil, fmt.Errorf("%w: watch", ErrUnsupported)
+}
+
+// Apply implements client.Writer: server-side apply is not supported.
+func (c *Client) Apply(context.Context, runtime.ApplyConfiguration, ...client.ApplyOption) error {
+	return fmt.Errorf("%w: server-side apply", ErrUnsupported)
+}
+
+// uid derives a creation's uid from the object's key and the revision it
+// was created at.
+func uid(gvk schema.GroupVersionKind, key types.NamespacedName, rev uint64) types.UID {
+	sum := sha256.Sum256([]byte(gvk.String() + "/" + key.String() + "/" + strconv.FormatUint(rev, 10)))
+	h := hex.EncodeToString(sum[:16])
+	return types.UID(h[:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:32])
+}
+
+func (c *Client) now() *metav1.Time {
+	t := metav1.NewTime(c.clock.Now()).Rfc3339Copy()
+	return &t
+}
+
+// Create implements client.Writer.
+func (c *Client) Create(_ context.Context, obj client.Object, opts ...client.CreateOption) error {
+	co := client.CreateOptions{}
+	co.ApplyOptions(opts)
+	gvk, err := c.gvkFor(obj)
+	if err != nil {
+		return err
+	}
+	if obj.GetResourceVersion() != "" {
+		return apierrors.NewBadRequest("resourceVersion should not be set on objects to be created")
+	}
+	if obj.GetName() == "" && obj.GetGenerateName() == "" {
+		return apierrors.NewInvalid(gvk.GroupKind(), "", field.ErrorList{field.Required(field.NewPath("metadata", "name"), "name or generateName is required")})
+	}
+	stored, err := c.toStored(obj, gvk)
+	if err != nil {
+		return err
+	}
+	m, _ := meta.Accessor(stored)
+	if !c.clusterScoped[gvk.GroupKind()] && m.GetNamespace() == "" {
+		return apierrors.NewBadRequest(fmt.Sprintf("%s %s: a namespace is required", gvk.Kind, m.GetName()))
+	}
+	if c.status[gvk] && !statusOnCreate[gvk.GroupKind()] {
+		setStatus(stored, c.newStored(gvk))
+	}
+	dry := slices.Contains(co.DryRun, metav1.DryRunAll)
+
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	rev := c.revision + 1
+	if m.GetName() == "" {
+		m.SetName(m.GetGenerateName() + string(uid(gvk, types.NamespacedName{Namespace: m.GetNamespace()}, rev))[:5])
+	}
+	key := c.key(gvk, m.GetNamespace(), m.GetName())
+	if _, ok := c.objects[gvk][key]; ok {
+		return apierrors.NewAlreadyExists(resource(gvk), key.Name)
+	}
+	if dry {
+		return nil
+	}
+	c.revision = rev
+	m.SetNamespace(key.Namespace)
+	m.SetResourceVersion(strconv.FormatUint(rev, 10))
+	m.SetUID(uid(gvk, key, rev))
+	m.SetCreationTimestamp(*c.now())
+	m.SetDeletionTimestamp(nil)
+	m.SetDeletionGracePeriodSeconds(nil)
+	m.SetManagedFields(nil)
+	c.put(gvk, key, stored)
+	return out(stored, obj, gvk)
+}
+
+// statusOnCreate are the kinds with a status subresource whose status a
+// Create keeps (a kubelet registers its Node with its status).
+var statusOnCreate = map[schema.GroupKind]bool{{Kind: "Node"}: true}
+
+// Update implements client.Writer.
+func (c *Client) Update(_ context.Context, obj client.Object, opts ...client.UpdateOption) error {
+	uo := client.UpdateOptions{}
+	uo.ApplyOptions(opts)
+	return c.update(obj, false, slices.Contains(uo.DryRun, metav1.DryRunAll))
+}
+
+func (c *Client) update(obj client.Object, isStatus, dry bool) error {
+	gvk, err := c.gvkFor(obj)
+	if err != nil {
+		return err
+	}
+	if obj.GetName() == "" {
+		return apierrors.NewInvalid(gvk.GroupKind(), "", field.ErrorList{field.Required(field.NewPath("metadata", "name"), "name is required")})
+	}
+	if isStatus && !c.status[gvk] {
+		return apierrors.NewNotFound(resource(gvk), obj.GetName())
+	}
+	in, err := c.toStored(obj, gvk)
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	key := c.key(gvk, obj.GetNamespace(), obj.GetName())
+	old := c.objects[gvk][key]
+	if old == nil {
+		return apierrors.NewNotFound(resource(gvk), key.Name)
+	}
+	if in.(metav1.Object).GetResourceVersion() == "" && !unconditional(gvk) {
+		return apierrors.NewInvalid(gvk.GroupKind(), key.Name, field.ErrorList{field.Invalid(field.NewPath("metadata", "resourceVersion"), 0, "must be specified for an update")})
+	}
+	stored, err := c.write(gvk, key, old, in, isStatus, dry)
+	if err != nil {
+		return err
+	}
+	return out(stored, obj, gvk)
+}
+
+// write stores in over old (both of the stored type; in is the client's
+// and may be changed): checks preconditions, applies the status
+// subresource's rules, bumps resourceVersion unless nothing changed.
+// Called with c.mu held. It returns what is stored now (old when nothing
+// changed, the deleted object when the last finalizer went).
+func (c *Client) write(gvk schema.GroupVersionKind, key types.NamespacedName, old, in runtime.Object, isStatus, dry bool) (runtime.Object, error) {
+	om, _ := meta.Accessor(old)
+	im, _ := meta.Accessor(in)
+	if rv := im.GetResourceVersion(); rv != "" && rv != om.GetResourceVersion() {
+		return nil, conflict(gvk, key.Name)
+	}
+	if u := im.GetUID(); u != "" && u != om.GetUID() {
+		return nil, apierrors.NewConflict(resource(gvk), key.Name,
+			fmt.Errorf("Precondition failed: UID in precondition: %v, UID in object meta: %v", u, om.GetUID())) //nolint:staticcheck // the API server's words
+	}
+	var next runtime.Object
+	switch {
+	case isStatus:
+		next = old.DeepCopyObject()
+		setStatus(next, in)
+	case c.status[gvk]:
+		setStatus(in, old)
+		next = in
+	default:
+		next = in
+	}
+	nm, _ := meta.Accessor(next)
+	nm.SetNamespace(key.Namespace)
+	nm.SetUID(om.GetUID())
+	nm.SetCreationTimestamp(om.GetCreationTimestamp())
+	nm.SetDeletionTimestamp(om.GetDeletionTimestamp())
+	nm.SetDeletionGracePeriodSeconds(om.GetDeletionGracePeriodSeconds())
+	nm.SetGeneration(om.GetGeneration())
+	nm.SetManagedFields(nil)
+	nm.SetResourceVersion(om.GetResourceVersion())
+	if u, ok := next.(*unstructured.Unstructured); ok {
+		u.SetGroupVersionKind(gvk)
+	} else {
+		next.GetObjectKind().SetGroupVersionKind(schema.GroupVersionKind{})
+	}
+	if equality.Semantic.DeepEqual(old, next) {
+		return old, nil
+	}
+	if dry {
+		return next, nil
+	}
+	c.revision++
+	nm.SetResourceVersion(strconv.FormatUint(c.revision, 10))
+	if nm.GetDeletionTimestamp() != nil && len(nm.GetFinalizers()) == 0 {
+		delete(c.objects[gvk], key)
+		return next, nil
+	}
+	c.put(gvk, key, next)
+	return next, nil
+}
+
+func conflict(gvk schema.GroupVersionKind, name string) error {
+	return apierrors.NewConflict(resource(gvk), name, errors.New("the object has been modified; please apply your changes to the latest version and try again"))
+}
+
+// unconditional reports whether an Update without resourceVersion is
+// allowed: for Kubernetes' own kinds, not for custom resources.
+func unconditional(gvk schema.GroupVersionKind) bool {
+	return clientgoscheme.Scheme.Recognizes(gvk)
+}
+
+// setStatus sets dst's status to a deep copy of src's (both of the same
+// stored type).
+func setStatus(dst, src runtime.Object) {
+	if du, ok := dst.(*unstructured.Unstructured); ok {
+		su, _ := src.(*unstructured.Unstructured)
+		if st, ok := su.Object["status"]; ok {
+			du.Object["status"] = runtime.DeepCopyJSONValue(st)
+		} else {
+			delete(du.Object, "status")
+		}
+		return
+	}
+	dv := reflect.ValueOf(dst).Elem().FieldByName("Status")
+	sv := reflect.ValueOf(src).Elem().FieldByName("Status")
+	if !dv.IsValid() || !sv.IsValid() || !dv.CanSet() {
+		return
+	}
+	// Copy through a deep copy of src so nothing is shared.
+	cp := reflect.ValueOf(src.DeepCopyObject()).Elem().FieldByName("Status")
+	dv.Set(cp)
+}
+
+// Patch implements client.Writer: merge, JSON and strategic merge
+// patches.
+func (c *Client) Patch(_ context.Context, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+	po := client.PatchOptions{}
+	po.ApplyOptions(opts)
+	return c.patch(obj, patch, false, slices.Contains(po.DryRun, metav1.DryRunAll))
+}
+
+func (c *Client) patch(obj client.Object, patch client.Patch, isStatus, dry bool) error {
+	if patch == nil {
+		return apierrors.NewBadRequest("no patch")
+	}
+	gvk, err := c.gvkFor(obj)
+	if err != nil {
+		return err
+	}
+	if patch.Type() == types.ApplyPatchType || patch.Type() == types.ApplyCBORPatchType {
+		return fmt.Errorf("%w: server-side apply", ErrUnsupported)
+	}
+	if isStatus && !c.status[gvk] {
+		return apierrors.NewNotFound(resource(gvk), obj.GetName())
+	}
+	data, err := patch.Data(obj)
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	key := c.key(gvk, obj.GetNamespace(), obj.GetName())
+	old := c.objects[gvk][key]
+	if old == nil {
+		return apierrors.NewNotFound(resource(gvk), key.Name)
+	}
+	cur := old.DeepCopyObject()
+	if u, ok := cur.(*unstructured.Unstructured); ok {
+		u.SetGroupVersionKind(gvk)
+	} else {
+		cur.GetObjectKind().SetGroupVersionKind(gvk)
+	}
+	orig, err := json.Marshal(cur)
+	if err != nil {
+		return err
+	}
+	var patched []byte
+	switch patch.Type() {
+	case types.MergePatchType:
+		patched, err = jsonpatch.MergePatch(orig, data)
+	case types.JSONPatchType:
+		var p jsonpatch.Patch
+		if p, err = jsonpatch.DecodePatch(data); err == nil {
+			patched, err = p.Apply(orig)
+		}
+	case types.StrategicMergePatchType:
+		if _, isU := old.(*unstructured.Unstructured); isU {
+			return apierrors.NewGenericServerResponse(415, "patch", resource(gvk), key.Name,
+				fmt.Sprintf("the body of the request was in an unknown format - accepted media types include: %s, %s, %s",
+					types.JSONPatchType, types.MergePatchType, types.ApplyYAMLPatchType), 0, false)
+		}
+		patched, err = strategicpatch.StrategicMergePatch(orig, data, c.newStored(gvk))
+	default:
+		return apierrors.NewGenericServerResponse(415, "patch", resource(gvk), key.Name, fmt.Sprintf("unsupported patch type %q", patch.Type()), 0, false)
+	}
+	if err != nil {
+		return apierrors.NewBadRequest(fmt.Sprintf("the patch could not be applied: %v", err))
+	}
+	in := c.newStored(gvk)
+	if err := json.Unmarshal(patched, in); err != nil {
+		return apierrors.NewBadRequest(fmt.Sprintf("the patched object does not decode: %v", err))
+	}
+	if u, ok := in.(*unstructured.Unstructured); ok {
+		if u.GroupVersionKind() != gvk {
+			return apierrors.NewBadRequest("a patch cannot change apiVersion or kind")
+		}
+	}
+	stored, err := c.write(gvk, key, old, in, isStatus, dry)
+	if err != nil {
+		return err
+	}
+	return out(stored, obj, gvk)
+}
+
+// Delete implements client.Writer. An object with finalizers gets a
+// deletionTimestamp; any other goes at once.
+func (c *Client) Delete(_ context.Context, obj client.Object, opts ...client.DeleteOption) error {
+	do := client.DeleteOptions{}
+	do.ApplyOptions(opts)
+	gvk, err := c.gvkFor(obj)
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.deleteLocked(gvk, c.key(gvk, obj.GetNamespace(), obj.GetName()), do)
+}
+
+func (c *Client) deleteLocked(gvk schema.GroupVersionKind, key types.NamespacedName, do client.DeleteOptions) error {
+	old := c.objects[gvk][key]
+	if old == nil {
+		return apierrors.NewNotFound(resource(gvk), key.Name)
+	}
+	om, _ := meta.Accessor(old)
+	if p := do.Preconditions; p != nil {
+		if p.UID != nil && *p.UID != om.GetUID() {
+			return apierrors.NewConflict(resource(gvk), key.Name,
+				fmt.Errorf("Precondition failed: UID in precondition: %v, UID in object meta: %v", *p.UID, om.GetUID())) //nolint:staticcheck // the API server's words
+		}
+		if p.ResourceVersion != nil && *p.ResourceVersion != om.GetResourceVersion() {
+			return apierrors.NewConflict(resource(gvk), key.Name,
+				fmt.Errorf("Precondition failed: ResourceVersion in precondition: %v, ResourceVersion in object meta: %v", *p.ResourceVersion, om.GetResourceVersion())) //nolint:staticcheck // the API server's words
+		}
+	}
+	if slices.Contains(do.DryRun, metav1.DryRunAll) {
+		return nil
+	}
+	if len(om.GetFinalizers()) == 0 {
+		delete(c.objects[gvk], key)
+		c.revision++
+		return nil
+	}
+	if om.GetDeletionTimestamp() != nil {
+		return nil
+	}
+	next := old.DeepCopyObject()
+	nm, _ := meta.Accessor(next)
+	nm.SetDeletionTimestamp(c.now())
+	nm.SetDeletionGracePeriodSeconds(new(int64))
+	c.revision++
+	nm.SetResourceVersion(strconv.FormatUint(c.revision, 10))
+	c.put(gvk, key, next)
+	return nil
+}
+
+// DeleteAllOf implements client.Writer.
+func (c *Client) DeleteAllOf(_ context.Context, obj client.Object, opts ...client.DeleteAllOfOption) error {
+	do := client.DeleteAllOfOptions{}
+	do.ApplyOptions(opts)
+	gvk, err := c.gvkFor(obj)
+	if err != nil {
+		return err
+	}
+	match, err := fieldMatcher(do.FieldSelector)
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for k, o := range c.objects[gvk] {
+		if do.Namespace != "" && !c.clusterScoped[gvk.GroupKind()] && k.Namespace != do.Namespace {
+			continue
+		}
+		m, _ := meta.Accessor(o)
+		if do.LabelSelector != nil && !do.LabelSelector.Matches(labels.Set(m.GetLabels())) {
+			continue
+		}
+		if match != nil && !match(k) {
+			continue
+		}
+		if err := c.deleteLocked(gvk, k, do.DeleteOptions); err != nil && !apierrors.IsNotFound(err) {
+			return err
+		}
+	}
+	return nil
+}
+
+// Status implements client.StatusClient.
+func (c *Client) Status() client.SubResourceWriter { return &subResource{c: c, name: "status"} }
+
+// SubResource implements client.SubResourceClientConstructor: only
+// "status" is supported.
+func (c *Client) SubResource(name string) client.SubResourceClient {
+	return &subResource{c: c, name: name}
+}
+
+type subResource struct {
+	c    *Client
+	name string
+}
+
+func (s *subResource) unsupported(verb string) error {
+	return fmt.Errorf("%w: %s of subresource %q", ErrUnsupported, verb, s.name)
+}
+
+func (s *subResource) Get(context.Context, client.Object, client.Object, ...client.SubResourceGetOption) error {
+	return s.unsupported("get")
+}
+
+func (s *subResource) Create(context.Context, client.Object, client.Object, ...client.SubResourceCreateOption) error {
+	return s.unsupported("create")
+}
+
+func (s *subResource) Update(_ context.Context, obj client.Object, opts ...client.SubResourceUpdateOption) error {
+	if s.name != "status" {
+		return s.unsupported("update")
+	}
+	uo := client.SubResourceUpdateOptions{}
+	uo.ApplyOptions(opts)
+	body := obj
+	if uo.SubResourceBody != nil {
+		body = uo.SubResourceBody
+	}
+	return s.c.update(body, true, slices.Contains(uo.DryRun, metav1.DryRunAll))
+}
+
+func (s *subResource) Patch(_ context.Context, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
+	if s.name != "status" {
+		return s.unsupported("patch")
+	}
+	po := client.SubResourcePatchOptions{}
+	po.ApplyOptions(opts)
+	body := obj
+	if po.SubResourceBody != nil {
+		body = po.SubResourceBody
+	}
+	return s.c.patch(body, patch, true, slices.Contains(po.DryRun, metav1.DryRunAll))
+}
+
+func (s *subResource) Apply(context.Context, runtime.ApplyConfiguration, ...client.SubResourceApplyOption) error {
+	return s.unsupported("apply")
+}
