@@ -23,6 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	clienttesting "k8s.io/client-go/testing"
+	"k8s.io/utils/clock"
 	bootstrapv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
 	controlplanev1 "sigs.k8s.io/cluster-api/api/controlplane/kubeadm/v1beta2"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
@@ -32,6 +33,7 @@ import (
 
 	"github.com/upgradekit/upgradekit/internal/errtext"
 	"github.com/upgradekit/upgradekit/nodeexec/kubeadm"
+	"github.com/upgradekit/upgradekit/simulator/internal/memclient"
 	"github.com/upgradekit/upgradekit/strategy"
 )
 
@@ -664,6 +666,30 @@ func (c *Cluster) Client(opts ...ClientOption) (client.WithWatch, error) {
 		b = b.WithInterceptorFuncs(*o.funcs)
 	}
 	return b.Build(), nil
+}
+
+// memClient is the Simulator's client: the cluster's objects in an
+// in-memory API server (package memclient: the semantics of
+// controller-runtime's fake client that the simulation depends on,
+// without its JSON round trip per call), timestamps from clk, wrapped
+// with funcs when not nil.
+func (c *Cluster) memClient(clk clock.PassiveClock, funcs *interceptor.Funcs) (client.WithWatch, error) {
+	objs, err := c.Objects()
+	if err != nil {
+		return nil, err
+	}
+	s, err := c.scheme()
+	if err != nil {
+		return nil, err
+	}
+	mc, err := memclient.New(memclient.Options{Scheme: s, StatusSubresource: statusObjects(), Clock: clk}, objs...)
+	if err != nil {
+		return nil, fmt.Errorf("simulator: %w", err)
+	}
+	if funcs == nil {
+		return mc, nil
+	}
+	return interceptor.NewClient(mc, *funcs), nil
 }
 
 // InfrastructureCRD returns a permissive CRD (unknown fields preserved,

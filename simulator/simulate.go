@@ -21,6 +21,7 @@ import (
 	bootstrapv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	"github.com/upgradekit/upgradekit/diff"
 	"github.com/upgradekit/upgradekit/internal/errtext"
@@ -273,11 +274,12 @@ func NewSimulator(cl *Cluster, opts Options) (*Simulator, error) {
 	default:
 		return nil, fmt.Errorf("simulator: %w: Options.OnFailure: failure policy %s: want %s or %s", ErrInvalidCluster, errtext.Quote(string(s.onFailure)), FailurePolicyStall, FailurePolicyContinue)
 	}
-	copts := []ClientOption{WithoutServerSideApply()}
+	var funcs *interceptor.Funcs
 	if s.faults != nil {
-		copts = append(copts, WithInterceptor(s.faults.Interceptor()))
+		f := s.faults.Interceptor()
+		funcs = &f
 	}
-	c, err := cl.Client(copts...)
+	c, err := cl.memClient(s.clock, funcs)
 	if err != nil {
 		return nil, err
 	}
