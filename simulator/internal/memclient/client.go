@@ -500,7 +500,9 @@ func (c *Client) Create(_ context.Context, obj client.Object, opts ...client.Cre
 		return err
 	}
 	if obj.GetResourceVersion() != "" {
-		return apierrors.NewBadRequest("resourceVersion should not be set on objects to be created")
+		// What kube-apiserver answers: a 500 without a reason.
+		return &apierrors.StatusError{ErrStatus: metav1.Status{Status: metav1.StatusFailure, Code: 500,
+			Message: "resourceVersion should not be set on objects to be created"}}
 	}
 	if obj.GetName() == "" && obj.GetGenerateName() == "" {
 		return apierrors.NewInvalid(gvk.GroupKind(), "", field.ErrorList{field.Required(field.NewPath("metadata", "name"), "name or generateName is required")})
@@ -546,6 +548,12 @@ func (c *Client) Create(_ context.Context, obj client.Object, opts ...client.Cre
 // statusOnCreate are the kinds with a status subresource whose status a
 // Create keeps (a kubelet registers its Node with its status).
 var statusOnCreate = map[schema.GroupKind]bool{{Kind: "Node"}: true}
+
+// statusWritesMeta are the kinds whose status update also writes labels,
+// annotations, finalizers and owner references (Kubernetes' legacy
+// strategies for Nodes and Pods); for every other kind a status update
+// changes status only.
+var statusWritesMeta = map[schema.GroupKind]bool{{Kind: "Node"}: true, {Kind: "Pod"}: true}
 
 // Update implements client.Writer.
 func (c *Client) Update(_ context.Context, obj client.Object, opts ...client.UpdateOption) error {
@@ -606,6 +614,13 @@ func (c *Client) write(gvk schema.GroupVersionKind, key types.NamespacedName, ol
 	case isStatus:
 		next = old.DeepCopyObject()
 		setStatus(next, in)
+		if statusWritesMeta[gvk.GroupKind()] {
+			nm, _ := meta.Accessor(next)
+			nm.SetLabels(im.GetLabels())
+			nm.SetAnnotations(im.GetAnnotations())
+			nm.SetFinalizers(im.GetFinalizers())
+			nm.SetOwnerReferences(im.GetOwnerReferences())
+		}
 	case c.status[gvk]:
 		setStatus(in, old)
 		next = in
@@ -646,8 +661,9 @@ func conflict(gvk schema.GroupVersionKind, name string) error {
 	return apierrors.NewConflict(resource(gvk), name, errors.New("the object has been modified; please apply your changes to the latest version and try again"))
 }
 
-// unconditional reports whether an Update without resourceVersion is
-// allowed: for Kubernetes' own kinds, not for custom resources.
+// unconditional reports whether gvk is one of Kubernetes' own kinds, not a
+// custom resource: an Update without resourceVersion and a strategic merge
+// patch are allowed for them only.
 func unconditional(gvk schema.GroupVersionKind) bool {
 	return clientgoscheme.Scheme.Recognizes(gvk)
 }
@@ -727,7 +743,7 @@ func (c *Client) patch(obj client.Object, patch client.Patch, isStatus, dry bool
 			patched, err = p.Apply(orig)
 		}
 	case types.StrategicMergePatchType:
-		if _, isU := old.(*unstructured.Unstructured); isU {
+		if _, isU := old.(*unstructured.Unstructured); isU || !unconditional(gvk) {
 			return apierrors.NewGenericServerResponse(415, "patch", resource(gvk), key.Name,
 				fmt.Sprintf("the body of the request was in an unknown format - accepted media types include: %s, %s, %s",
 					types.JSONPatchType, types.MergePatchType, types.ApplyYAMLPatchType), 0, false)

@@ -18,8 +18,8 @@
 //     carries one, or a failed UID or resourceVersion precondition of a
 //     Delete; Invalid for a missing name, or an Update without
 //     resourceVersion of a kind that is not built into Kubernetes (custom
-//     resources need one, as on a real server); BadRequest for a Create
-//     that sets resourceVersion.
+//     resources need one, as on a real server); for a Create that sets
+//     resourceVersion, the 500 without a reason kube-apiserver answers.
 //   - One resourceVersion counter for the whole store, as etcd's revision:
 //     every write that changes an object gives it the next value; a write
 //     that changes nothing (an Update or Patch to what is stored) changes
@@ -29,9 +29,11 @@
 //     creationTimestamp (from Options.Clock, to the second); Update and
 //     Patch keep both, and deletionTimestamp, from the stored object.
 //   - Status subresources for the kinds in Options.StatusSubresource:
-//     Create drops status, Update and Patch keep the stored status, and
-//     Status().Update / Status().Patch change only status. Status() on a
-//     kind without one is NotFound.
+//     Create drops status (but a Node's, as a kubelet registers it with
+//     one), Update and Patch keep the stored status, and Status().Update /
+//     Status().Patch change only status (and, for Nodes and Pods, as
+//     Kubernetes' legacy strategies do, labels, annotations, finalizers
+//     and owner references). Status() on a kind without one is NotFound.
 //   - Delete of an object with finalizers sets deletionTimestamp; an
 //     Update or Patch that removes the last finalizer of such an object
 //     deletes it.

@@ -1,0 +1,384 @@
+package memclient_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
+	"k8s.io/apimachinery/pkg/types"
+	clienttesting "k8s.io/client-go/testing"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	crfake "sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	"github.com/upgradekit/upgradekit/harness/apiserver"
+	"github.com/upgradekit/upgradekit/simulator/internal/memclient"
+)
+
+// outcome is what a case observed: each step's error, by API status
+// reason, and facts about the objects (resourceVersion changes, not
+// values: each server counts its own).
+type outcome struct {
+	Errs  []string
+	Facts map[string]string
+}
+
+type recorder struct {
+	t *testing.T
+	o outcome
+}
+
+// err records err's API reason ("" for none, "error: ..." for an error
+// that is no API status).
+func (r *recorder) err(err error) {
+	switch {
+	case err == nil:
+		r.o.Errs = append(r.o.Errs, "")
+	case apierrors.ReasonForError(err) != metav1.StatusReasonUnknown:
+		r.o.Errs = append(r.o.Errs, string(apierrors.ReasonForError(err)))
+	default:
+		r.o.Errs = append(r.o.Errs, "error")
+	}
+}
+
+func (r *recorder) fact(k string, v any) {
+	if r.o.Facts == nil {
+		r.o.Facts = map[string]string{}
+	}
+	r.o.Facts[k] = fmt.Sprint(v)
+}
+
+// must fails the case on a step that every server must accept.
+func (r *recorder) must(err error) {
+	r.t.Helper()
+	require.NoError(r.t, err)
+}
+
+func configMap(ns, name string, data map[string]string) *corev1.ConfigMap {
+	return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: map[string]string{"app": "x"}}, Data: data}
+}
+
+func node(name string) *corev1.Node {
+	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"pool": "a"}},
+		Spec:   corev1.NodeSpec{ProviderID: "docker:////" + name},
+		Status: corev1.NodeStatus{NodeInfo: corev1.NodeSystemInfo{KubeletVersion: "v1.35.0"}}}
+}
+
+func machine(ns, name string) *clusterv1.Machine {
+	m := &clusterv1.Machine{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
+	m.Spec = clusterv1.MachineSpec{ClusterName: "c", Version: "v1.35.0",
+		Bootstrap:         clusterv1.Bootstrap{DataSecretName: new("bootstrap")},
+		InfrastructureRef: clusterv1.ContractVersionedObjectReference{APIGroup: "infrastructure.cluster.x-k8s.io", Kind: "DockerMachine", Name: name}}
+	m.Status.Phase = "Running"
+	return m
+}
+
+type conformanceCase struct {
+	name string
+	run  func(ctx context.Context, r *recorder, c client.Client, ns string)
+	// fakeDiffers says why controller-runtime's fake client (as the
+	// simulator configured it before) does not agree with the real API
+	// server here; empty: it agrees.
+	fakeDiffers string
+}
+
+func conformanceCases() []conformanceCase {
+	return []conformanceCase{
+		{name: "get missing", run: func(ctx context.Context, r *recorder, c client.Client, ns string) {
+			r.err(c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "nope"}, &corev1.ConfigMap{}))
+			r.err(c.Get(ctx, client.ObjectKey{Name: ns + "-nope"}, &corev1.Node{}))
+		}},
+		{name: "create sets uid, resourceVersion, creationTimestamp; twice is AlreadyExists", run: func(ctx context.Context, r *recorder, c client.Client, ns string) {
+			cm := configMap(ns, "a", map[string]string{"k": "v"})
+			r.err(c.Create(ctx, cm))
+			r.fact("uid set", cm.UID != "")
+			r.fact("rv set", cm.ResourceVersion != "")
+			r.fact("created set", !cm.CreationTimestamp.IsZero())
+			r.fact("typemeta", cm.APIVersion+"/"+cm.Kind)
+			r.err(c.Create(ctx, configMap(ns, "a", nil)))
+		}, fakeDiffers: "no uid and no creationTimestamp on create"},
+		{name: "create with resourceVersion or without name", run: func(ctx context.Context, r *recorder, c client.Client, ns string) {
+			cm := configMap(ns, "b", nil)
+			cm.ResourceVersion = "5"
+			r.err(c.Create(ctx, cm))
+			r.err(c.Create(ctx, configMap(ns, "", nil)))
+		}, fakeDiffers: "a Create with resourceVersion is a BadRequest, not kube-apiserver's 500 without a reason"},
+		{name: "update: stale resourceVersion is a conflict, no-op keeps it, change bumps it", run: func(ctx context.Context, r *recorder, c client.Client, ns string) {
+			cm := configMap(ns, "c", map[string]string{"k": "v"})
+			r.must(c.Create(ctx, cm))
+			rv0 := cm.ResourceVersion
+			stale := cm.DeepCopy()
+			r.err(c.Update(ctx, cm))
+			r.fact("no-op update keeps rv", cm.ResourceVersion == rv0)
+			cm.Data["k"] = "w"
+			r.err(c.Update(ctx, cm))
+			r.fact("update bumps rv", cm.ResourceVersion != rv0)
+			stale.Data["k"] = "stale"
+			r.err(c.Update(ctx, stale))
+			var got corev1.ConfigMap
+			r.must(c.Get(ctx, client.ObjectKeyFromObject(cm), &got))
+			r.fact("stored", got.Data["k"])
+			r.fact("get rv equals update's", got.ResourceVersion == cm.ResourceVersion)
+			r.fact("typemeta", got.APIVersion+"/"+got.Kind)
+		}, fakeDiffers: "a no-op update bumps resourceVersion"},
+		{name: "update without resourceVersion: built-in yes, custom resource no; missing is NotFound", run: func(ctx context.Context, r *recorder, c client.Client, ns string) {
+			cm := configMap(ns, "d", map[string]string{"k": "v"})
+			r.must(c.Create(ctx, cm))
+			cm.ResourceVersion = ""
+			cm.Data["k"] = "w"
+			r.err(c.Update(ctx, cm))
+			m := machine(ns, "d")
+			r.must(c.Create(ctx, m))
+			m.ResourceVersion = ""
+			m.Spec.Version = "v1.36.0"
+			r.err(c.Update(ctx, m))
+			r.err(c.Update(ctx, configMap(ns, "missing", nil)))
+		}, fakeDiffers: "a custom resource's update without resourceVersion is a Conflict, not Invalid"},
+		{name: "status subresource of a built-in kind (Node)", run: func(ctx context.Context, r *recorder, c client.Client, ns string) {
+			n := node(ns + "-n")
+			r.must(c.Create(ctx, n))
+			r.fact("create keeps a Node's status", n.Status.NodeInfo.KubeletVersion)
+			n.Spec.Unschedulable = true
+			n.Status.NodeInfo.KubeletVersion = "v9.9.9"
+			r.err(c.Update(ctx, n))
+			r.fact("update: spec", n.Spec.Unschedulable)
+			r.fact("update: status kept", n.Status.NodeInfo.KubeletVersion)
+			rv := n.ResourceVersion
+			n.Labels["pool"] = "b"
+			n.Spec.Unschedulable = false
+			n.Status.NodeInfo.KubeletVersion = "v1.36.0"
+			r.err(c.Status().Update(ctx, n))
+			r.fact("status update: labels (a Node's legacy strategy writes them)", n.Labels["pool"])
+			r.fact("status update: spec kept", n.Spec.Unschedulable)
+			r.fact("status update: status", n.Status.NodeInfo.KubeletVersion)
+			r.fact("status update bumps rv", n.ResourceVersion != rv)
+			var got corev1.Node
+			r.must(c.Get(ctx, client.ObjectKey{Name: n.Name}, &got))
+			r.fact("stored", fmt.Sprint(got.Labels["pool"], got.Spec.Unschedulable, got.Status.NodeInfo.KubeletVersion))
+			r.err(c.Status().Update(ctx, node(ns+"-missing")))
+		}, fakeDiffers: "a Node's status update does not write its labels"},
+		{name: "status subresource of a custom resource (Machine); none on a ConfigMap", run: func(ctx context.Context, r *recorder, c client.Client, ns string) {
+			m := machine(ns, "e")
+			r.must(c.Create(ctx, m))
+			r.fact("create drops status", m.Status.Phase)
+			m.Status.Phase = "Provisioned"
+			m.Labels = map[string]string{"a": "b"}
+			r.err(c.Status().Update(ctx, m))
+			r.fact("status update: labels", m.Labels)
+			m.Spec.Version = "v1.36.0"
+			m.Status.Phase = "Deleting"
+			r.err(c.Update(ctx, m))
+			r.fact("machine", m.Spec.Version+" "+m.Status.Phase)
+			cm := configMap(ns, "e", nil)
+			r.must(c.Create(ctx, cm))
+			r.err(c.Status().Update(ctx, cm))
+		}, fakeDiffers: "create keeps the status of a custom resource"},
+		{name: "patches: merge, JSON, strategic; optimistic lock", run: func(ctx context.Context, r *recorder, c client.Client, ns string) {
+			n := node(ns + "-p")
+			r.must(c.Create(ctx, n))
+			rv := n.ResourceVersion
+			r.err(c.Patch(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.Name}}, client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"annotations":{"a":"1"}}}`))))
+			var got corev1.Node
+			r.must(c.Get(ctx, client.ObjectKey{Name: n.Name}, &got))
+			r.fact("merge", got.Annotations["a"])
+			r.fact("merge bumps rv", got.ResourceVersion != rv)
+			r.err(c.Patch(ctx, &got, client.RawPatch(types.JSONPatchType, []byte(`[{"op":"add","path":"/metadata/annotations/b","value":"2"}]`))))
+			r.fact("json", got.Annotations["b"])
+			r.err(c.Status().Patch(ctx, &got, client.RawPatch(types.StrategicMergePatchType,
+				[]byte(`{"status":{"conditions":[{"type":"Ready","status":"True","reason":"KubeletReady"}]},"metadata":{"labels":{"pool":"z"}}}`))))
+			r.fact("strategic status", fmt.Sprint(len(got.Status.Conditions), got.Labels["pool"]))
+			stale := got.DeepCopy()
+			stale.ResourceVersion = rv
+			base := stale.DeepCopy()
+			stale.Annotations["c"] = "3"
+			r.err(c.Patch(ctx, stale, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})))
+			r.err(c.Patch(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: ns + "-missing"}}, client.RawPatch(types.MergePatchType, []byte(`{}`))))
+			m := machine(ns, "p")
+			r.must(c.Create(ctx, m))
+			r.err(c.Patch(ctx, m, client.RawPatch(types.StrategicMergePatchType, []byte(`{"metadata":{"labels":{"a":"b"}}}`))))
+			r.err(c.Patch(ctx, m, client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"labels":{"a":"b"}}}`))))
+			r.fact("machine labels", m.Labels["a"])
+		}, fakeDiffers: "a strategic merge patch of a custom resource is applied, not refused with 415"},
+		{name: "delete: preconditions, missing, finalizers", run: func(ctx context.Context, r *recorder, c client.Client, ns string) {
+			pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "p"},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "registry.k8s.io/pause:3.10"}}}}
+			r.must(c.Create(ctx, pod))
+			r.err(c.Delete(ctx, pod, client.GracePeriodSeconds(0), client.Preconditions{UID: new(types.UID("not-it"))}))
+			r.err(c.Delete(ctx, pod, client.GracePeriodSeconds(0), client.Preconditions{UID: &pod.UID}))
+			r.err(c.Get(ctx, client.ObjectKeyFromObject(pod), &corev1.Pod{}))
+			r.err(c.Delete(ctx, pod))
+			cm := configMap(ns, "f", nil)
+			cm.Finalizers = []string{"example.com/keep"}
+			r.must(c.Create(ctx, cm))
+			r.err(c.Delete(ctx, cm, client.Preconditions{ResourceVersion: new("1")}))
+			r.err(c.Delete(ctx, cm))
+			var got corev1.ConfigMap
+			r.err(c.Get(ctx, client.ObjectKeyFromObject(cm), &got))
+			r.fact("deletionTimestamp set", got.DeletionTimestamp != nil)
+			got.Finalizers = nil
+			r.err(c.Update(ctx, &got))
+			r.err(c.Get(ctx, client.ObjectKeyFromObject(cm), &got))
+		}, fakeDiffers: "a Delete's uid precondition is not checked"},
+		{name: "list: namespace, labels, order, TypeMeta", run: func(ctx context.Context, r *recorder, c client.Client, ns string) {
+			for _, name := range []string{"m-10", "m-2", "m-1"} {
+				r.must(c.Create(ctx, configMap(ns, name, nil)))
+			}
+			other := configMap(ns, "z", nil)
+			other.Labels = map[string]string{"app": "y"}
+			r.must(c.Create(ctx, other))
+			var l corev1.ConfigMapList
+			r.err(c.List(ctx, &l, client.InNamespace(ns), client.MatchingLabels{"app": "x"}))
+			var names []string
+			for _, cm := range l.Items {
+				names = append(names, cm.Name+"|"+cm.APIVersion+cm.Kind)
+			}
+			r.fact("names", names)
+			r.fact("list typemeta", l.APIVersion+"/"+l.Kind)
+			var u unstructured.UnstructuredList
+			u.SetAPIVersion("v1")
+			u.SetKind("ConfigMapList")
+			r.err(c.List(ctx, &u, client.InNamespace(ns), client.HasLabels{"app"}))
+			names = nil
+			for _, cm := range u.Items {
+				names = append(names, cm.GetName()+"|"+cm.GetAPIVersion()+"/"+cm.GetKind())
+			}
+			r.fact("unstructured names", names)
+		}},
+		{name: "unstructured and typed reads of one object", run: func(ctx context.Context, r *recorder, c client.Client, ns string) {
+			m := machine(ns, "u")
+			r.must(c.Create(ctx, m))
+			u := &unstructured.Unstructured{}
+			u.SetAPIVersion(clusterv1.GroupVersion.String())
+			u.SetKind("Machine")
+			r.err(c.Get(ctx, client.ObjectKeyFromObject(m), u))
+			v, _, _ := unstructured.NestedString(u.Object, "spec", "version")
+			r.fact("unstructured", v+" "+u.GetAPIVersion()+"/"+u.GetKind())
+			r.must(unstructured.SetNestedField(u.Object, "v1.36.0", "spec", "version"))
+			r.err(c.Update(ctx, u))
+			var typed clusterv1.Machine
+			r.err(c.Get(ctx, client.ObjectKeyFromObject(m), &typed))
+			r.fact("typed", typed.Spec.Version+" "+typed.APIVersion+"/"+typed.Kind)
+			r.fact("same rv", typed.ResourceVersion == u.GetResourceVersion())
+		}},
+		{name: "dry run writes nothing", run: func(ctx context.Context, r *recorder, c client.Client, ns string) {
+			cm := configMap(ns, "g", map[string]string{"k": "v"})
+			r.err(c.Create(ctx, cm.DeepCopy(), client.DryRunAll))
+			r.err(c.Get(ctx, client.ObjectKeyFromObject(cm), &corev1.ConfigMap{}))
+			r.must(c.Create(ctx, cm))
+			r.err(c.Create(ctx, configMap(ns, "g", nil), client.DryRunAll))
+			changed := cm.DeepCopy()
+			changed.Data["k"] = "w"
+			r.err(c.Update(ctx, changed, client.DryRunAll))
+			r.err(c.Delete(ctx, cm.DeepCopy(), client.DryRunAll))
+			var got corev1.ConfigMap
+			r.err(c.Get(ctx, client.ObjectKeyFromObject(cm), &got))
+			r.fact("stored", got.Data["k"])
+			r.fact("rv kept", got.ResourceVersion == cm.ResourceVersion)
+		}, fakeDiffers: "a dry-run Create of an existing object succeeds"},
+	}
+}
+
+// backend makes a client holding nothing but what the cases create.
+type backend struct {
+	name string
+	c    client.Client
+}
+
+func TestConformance(t *testing.T) {
+	env := apiserver.StartForTest(t)
+	s := env.Scheme
+	status := []client.Object{&corev1.Node{}, &corev1.Pod{}, &clusterv1.Machine{}}
+	mem, err := memclient.New(memclient.Options{Scheme: s, StatusSubresource: status})
+	require.NoError(t, err)
+	fake := crfake.NewClientBuilder().WithScheme(s).WithStatusSubresource(status...).
+		WithObjectTracker(clienttesting.NewObjectTracker(s, serializer.NewCodecFactory(s).UniversalDecoder())).Build()
+	backends := []backend{{"kube-apiserver", env.Client}, {"memclient", mem}, {"crfake", fake}}
+
+	ctx := context.Background()
+	for i, tc := range conformanceCases() {
+		t.Run(tc.name, func(t *testing.T) {
+			ns := fmt.Sprintf("conformance-%d", i)
+			got := map[string]outcome{}
+			for _, b := range backends {
+				r := &recorder{t: t}
+				require.NoError(t, b.c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}), b.name)
+				tc.run(ctx, r, b.c, ns)
+				got[b.name] = r.o
+			}
+			want := got["kube-apiserver"]
+			require.Empty(t, cmp.Diff(want, got["memclient"]), "memclient (+) against kube-apiserver (-)")
+			fakeDiff := cmp.Diff(want, got["crfake"])
+			if tc.fakeDiffers == "" {
+				require.Empty(t, fakeDiff, "controller-runtime's fake client (+) against kube-apiserver (-)")
+			} else {
+				require.NotEmpty(t, fakeDiff, "the fake client now agrees with the API server: %s no longer holds", tc.fakeDiffers)
+			}
+		})
+	}
+}
+
+// TestNoAliasing: what a caller holds never aliases what is stored, in
+// either direction.
+func TestNoAliasing(t *testing.T) {
+	s := runtime.NewScheme()
+	require.NoError(t, corev1.AddToScheme(s))
+	seed := configMap("ns", "a", map[string]string{"k": "v"})
+	c, err := memclient.New(memclient.Options{Scheme: s}, seed)
+	require.NoError(t, err)
+	ctx := context.Background()
+	seed.Data["k"] = "changed after New"
+
+	var got corev1.ConfigMap
+	require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(seed), &got))
+	require.Equal(t, "v", got.Data["k"])
+	got.Data["k"] = "changed after Get"
+	got.Labels["app"] = "changed after Get"
+
+	var again corev1.ConfigMap
+	require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(seed), &again))
+	require.Equal(t, "v", again.Data["k"])
+	require.Equal(t, "x", again.Labels["app"])
+
+	again.Data["k"] = "w"
+	require.NoError(t, c.Update(ctx, &again))
+	again.Data["k"] = "changed after Update"
+	var l corev1.ConfigMapList
+	require.NoError(t, c.List(ctx, &l))
+	require.Len(t, l.Items, 1)
+	require.Equal(t, "w", l.Items[0].Data["k"])
+	l.Items[0].Data["k"] = "changed after List"
+	require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(seed), &got))
+	require.Equal(t, "w", got.Data["k"])
+}
+
+func TestErrors(t *testing.T) {
+	s := runtime.NewScheme()
+	require.NoError(t, corev1.AddToScheme(s))
+	_, err := memclient.New(memclient.Options{})
+	require.ErrorIs(t, err, memclient.ErrInvalidOptions)
+	_, err = memclient.New(memclient.Options{Scheme: s}, configMap("", "no-namespace", nil))
+	require.ErrorIs(t, err, memclient.ErrInvalidOptions)
+	_, err = memclient.New(memclient.Options{Scheme: s}, configMap("ns", "a", nil), configMap("ns", "a", nil))
+	require.ErrorIs(t, err, memclient.ErrInvalidOptions)
+	require.True(t, apierrors.IsAlreadyExists(err), "%v", err)
+
+	c, err := memclient.New(memclient.Options{Scheme: s})
+	require.NoError(t, err)
+	ctx := context.Background()
+	_, err = c.Watch(ctx, &corev1.ConfigMapList{})
+	require.ErrorIs(t, err, errors.ErrUnsupported)
+	require.ErrorIs(t, c.SubResource("eviction").Create(ctx, &corev1.Pod{}, &corev1.Pod{}), memclient.ErrUnsupported)
+	require.ErrorIs(t, c.Patch(ctx, configMap("ns", "a", nil), client.RawPatch(types.ApplyPatchType, []byte(`{}`))), errors.ErrUnsupported)
+	// A type the scheme does not know is an error, not a panic.
+	type unknown struct{ corev1.ConfigMap }
+	require.Error(t, c.Get(ctx, client.ObjectKey{Namespace: "ns", Name: "a"}, &unknown{}))
+}
