@@ -612,7 +612,7 @@ func (c *Client) write(gvk schema.GroupVersionKind, key types.NamespacedName, ol
 	var next runtime.Object
 	switch {
 	case isStatus:
-		next = old.DeepCopyObject()
+		next = shallowCopy(old)
 		setStatus(next, in)
 		if statusWritesMeta[gvk.GroupKind()] {
 			nm, _ := meta.Accessor(next)
@@ -668,13 +668,16 @@ func unconditional(gvk schema.GroupVersionKind) bool {
 	return clientgoscheme.Scheme.Recognizes(gvk)
 }
 
-// setStatus sets dst's status to a deep copy of src's (both of the same
-// stored type).
+// setStatus sets dst's status to src's, sharing what is under it. That is
+// safe because the store never changes an object in place: a write stores
+// a new one (the client's private copy, or a copy of the old one), so two
+// stored objects may share parts, and what a caller gets is always a deep
+// copy (out).
 func setStatus(dst, src runtime.Object) {
 	if du, ok := dst.(*unstructured.Unstructured); ok {
 		su, _ := src.(*unstructured.Unstructured)
 		if st, ok := su.Object["status"]; ok {
-			du.Object["status"] = runtime.DeepCopyJSONValue(st)
+			du.Object["status"] = st
 		} else {
 			delete(du.Object, "status")
 		}
@@ -682,12 +685,27 @@ func setStatus(dst, src runtime.Object) {
 	}
 	dv := reflect.ValueOf(dst).Elem().FieldByName("Status")
 	sv := reflect.ValueOf(src).Elem().FieldByName("Status")
-	if !dv.IsValid() || !sv.IsValid() || !dv.CanSet() {
+	if !dv.IsValid() || !sv.IsValid() || !dv.CanSet() || dv.Type() != sv.Type() {
 		return
 	}
-	// Copy through a deep copy of src so nothing is shared.
-	cp := reflect.ValueOf(src.DeepCopyObject()).Elem().FieldByName("Status")
-	dv.Set(cp)
+	dv.Set(sv)
+}
+
+// shallowCopy copies the struct behind o (a stored object of a Go type),
+// sharing its maps, slices and pointers: see setStatus for why that is
+// safe. Unstructured objects, whose metadata is a map the setters change
+// in place, are deep-copied.
+func shallowCopy(o runtime.Object) runtime.Object {
+	v := reflect.ValueOf(o)
+	if _, isU := o.(*unstructured.Unstructured); isU || v.Kind() != reflect.Pointer || v.IsNil() {
+		return o.DeepCopyObject()
+	}
+	cp := reflect.New(v.Elem().Type())
+	cp.Elem().Set(v.Elem())
+	if r, ok := cp.Interface().(runtime.Object); ok {
+		return r
+	}
+	return o.DeepCopyObject()
 }
 
 // Patch implements client.Writer: merge, JSON and strategic merge

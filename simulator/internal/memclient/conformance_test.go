@@ -360,6 +360,51 @@ func TestNoAliasing(t *testing.T) {
 	require.Equal(t, "w", got.Data["k"])
 }
 
+// TestNoAliasingStatus: the status subresource's writes, which share
+// parts between stored objects, hand out nothing shared.
+func TestNoAliasingStatus(t *testing.T) {
+	s := runtime.NewScheme()
+	require.NoError(t, corev1.AddToScheme(s))
+	seed := node("n")
+	seed.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}
+	c, err := memclient.New(memclient.Options{Scheme: s, StatusSubresource: []client.Object{&corev1.Node{}}}, seed)
+	require.NoError(t, err)
+	ctx := context.Background()
+	key := client.ObjectKey{Name: "n"}
+	stored := func() *corev1.Node {
+		var n corev1.Node
+		require.NoError(t, c.Get(ctx, key, &n))
+		return &n
+	}
+
+	n := stored()
+	n.Status.Conditions[0].Status = corev1.ConditionFalse
+	require.NoError(t, c.Status().Update(ctx, n))
+	n.Status.Conditions[0].Reason = "changed after Status().Update"
+	n.Labels["pool"] = "changed after Status().Update"
+	require.Equal(t, corev1.ConditionFalse, stored().Status.Conditions[0].Status)
+	require.Empty(t, stored().Status.Conditions[0].Reason)
+	require.Equal(t, "a", stored().Labels["pool"])
+
+	n = stored()
+	n.Spec.Unschedulable = true
+	n.Status.Conditions[0].Reason = "ignored by Update"
+	require.NoError(t, c.Update(ctx, n))
+	require.Empty(t, n.Status.Conditions[0].Reason, "Update answers with the stored status")
+	n.Status.Conditions[0].Reason = "changed after Update"
+	got := stored()
+	require.True(t, got.Spec.Unschedulable)
+	require.Empty(t, got.Status.Conditions[0].Reason)
+
+	// The next status write must not reach into the object before it.
+	before := stored()
+	n = stored()
+	n.Status.Conditions = append(n.Status.Conditions, corev1.NodeCondition{Type: "Other", Status: corev1.ConditionTrue})
+	require.NoError(t, c.Status().Update(ctx, n))
+	require.Len(t, stored().Status.Conditions, 2)
+	require.Len(t, before.Status.Conditions, 1)
+}
+
 func TestErrors(t *testing.T) {
 	s := runtime.NewScheme()
 	require.NoError(t, corev1.AddToScheme(s))
