@@ -150,11 +150,7 @@ func New(opts Options, objs ...client.Object) (*Client, error) {
 
 // restMapper maps every kind of the scheme, with its scope.
 func (c *Client) restMapper() meta.RESTMapper {
-	var gvs []schema.GroupVersion
-	for _, gv := range c.scheme.PrioritizedVersionsAllGroups() {
-		gvs = append(gvs, gv)
-	}
-	m := meta.NewDefaultRESTMapper(gvs)
+	m := meta.NewDefaultRESTMapper(c.scheme.PrioritizedVersionsAllGroups())
 	for gvk := range c.scheme.AllKnownTypes() {
 		if gvk.Version == runtime.APIVersionInternal || strings.HasSuffix(gvk.Kind, "List") {
 			continue
@@ -607,7 +603,7 @@ func (c *Client) write(gvk schema.GroupVersionKind, key types.NamespacedName, ol
 	}
 	if u := im.GetUID(); u != "" && u != om.GetUID() {
 		return nil, apierrors.NewConflict(resource(gvk), key.Name,
-			fmt.Errorf("Precondition failed: UID in precondition: %v, UID in object meta: %v", u, om.GetUID())) //nolint:staticcheck // the API server's words
+			fmt.Errorf("precondition failed: UID in precondition: %v, UID in object meta: %v", u, om.GetUID()))
 	}
 	var next runtime.Object
 	switch {
@@ -812,11 +808,11 @@ func (c *Client) deleteLocked(gvk schema.GroupVersionKind, key types.NamespacedN
 	if p := do.Preconditions; p != nil {
 		if p.UID != nil && *p.UID != om.GetUID() {
 			return apierrors.NewConflict(resource(gvk), key.Name,
-				fmt.Errorf("Precondition failed: UID in precondition: %v, UID in object meta: %v", *p.UID, om.GetUID())) //nolint:staticcheck // the API server's words
+				fmt.Errorf("precondition failed: UID in precondition: %v, UID in object meta: %v", *p.UID, om.GetUID()))
 		}
 		if p.ResourceVersion != nil && *p.ResourceVersion != om.GetResourceVersion() {
 			return apierrors.NewConflict(resource(gvk), key.Name,
-				fmt.Errorf("Precondition failed: ResourceVersion in precondition: %v, ResourceVersion in object meta: %v", *p.ResourceVersion, om.GetResourceVersion())) //nolint:staticcheck // the API server's words
+				fmt.Errorf("precondition failed: ResourceVersion in precondition: %v, ResourceVersion in object meta: %v", *p.ResourceVersion, om.GetResourceVersion()))
 		}
 	}
 	if slices.Contains(do.DryRun, metav1.DryRunAll) {
