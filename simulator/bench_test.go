@@ -15,9 +15,10 @@ import (
 // (3 control plane machines, the rest workers in two machine deployments,
 // v1.35.4 -> v1.36.3, CAPI's default one-at-a-time rollout): planning, the
 // real kubeadm plans through nodeexec's journaled Runner against simulated
-// hosts, cordons, Node updates through the fake client and every invariant
-// check. There is no peer that simulates rollouts in process, so only
-// upgradekit runs; ns/machine is the figure to compare across sizes.
+// hosts, cordons, Node updates through the simulator's in-memory API
+// server and every invariant check. There is no peer that simulates
+// rollouts in process, so only upgradekit runs; ns/machine is the figure
+// to compare across sizes.
 func BenchmarkSimulateInPlace(b *testing.B) {
 	for _, nodes := range []int{100, 1000} {
 		b.Run(fmt.Sprintf("upgradekit/nodes=%d", nodes), func(b *testing.B) { benchSimulate(b, nodes) })

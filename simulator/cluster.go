@@ -625,8 +625,8 @@ type clientOptions struct {
 // tracker instead of the field-managing one: no managedFields and no
 // server-side apply (client.Apply fails), but every update is several
 // times cheaper, because the field-managing tracker rebuilds a REST mapper
-// for each write. The Simulator uses it; keep the default when the code
-// under test applies server-side.
+// for each write. Keep the default when the code under test applies
+// server-side. (The Simulator does not use Client: see NewSimulator.)
 func WithoutServerSideApply() ClientOption {
 	return func(o *clientOptions) { o.noApply = true }
 }

@@ -24,8 +24,8 @@
 // in-place machine through a real capi.MachineUpdater, as Cluster API
 // calls it.
 //
-// Prefer this package's fake client for logic that only reads and writes
-// objects. Prefer harness/apiserver's real API server when the test depends on
+// Prefer this package's fake clients (Cluster.Client, Simulator.Client)
+// for logic that only reads and writes objects. Prefer harness/apiserver's real API server when the test depends on
 // what the API server does: validation, conflicts, field selectors,
 // server-side apply and, above all, evictions.
 //

@@ -84,7 +84,7 @@ type Options struct {
 	// The simulator puts its pod options (an upgrader image that is never
 	// pulled, staged from the simulated host) before PodOptions, its
 	// virtual clock in Clock unless that is set, and sets SkipDrain: the
-	// fake client has no Eviction API, so the simulator cordons the node
+	// simulator's client has no Eviction API, so the simulator cordons the node
 	// around the update as in the default mode. NewSimulator keeps a
 	// copy; the caller's options are not changed.
 	//

@@ -249,9 +249,12 @@ type Simulator struct {
 }
 
 // NewSimulator builds the fake cluster's client and hosts. The clock starts
-// at a fixed time, so timelines are reproducible. The client has no
-// server-side apply (WithoutServerSideApply), which makes every write
-// several times cheaper. An invalid Options.OnFailure is an error
+// at a fixed time, so timelines are reproducible. The client is an
+// in-memory API server of the simulator's own, not Cluster.Client's
+// controller-runtime fake client: it answers as kube-apiserver does where
+// the simulation depends on it and copies objects instead of encoding
+// them (docs/simulator.md says what it does not model; it has no
+// server-side apply, Watch or Eviction API). An invalid Options.OnFailure is an error
 // wrapping ErrInvalidCluster; Options.MachineUpdater that
 // capi.NewMachineUpdater refuses are its error (capi.ErrInvalidOption),
 // wrapped.
@@ -328,7 +331,9 @@ func NewSimulator(cl *Cluster, opts Options) (*Simulator, error) {
 	return s, nil
 }
 
-// Client is the fake cluster's client.
+// Client is the fake cluster's client: the simulator's in-memory API
+// server (see NewSimulator), with the fault interceptor when
+// Options.Faults is set.
 func (s *Simulator) Client() client.Client { return s.c }
 
 // Fleet is the cluster's simulated hosts.
