@@ -253,6 +253,30 @@ func conformanceCases() []conformanceCase {
 			}
 			r.fact("unstructured names", names)
 		}},
+		{name: "field selectors, cluster scope, metadata-only reads", run: func(ctx context.Context, r *recorder, c client.Client, ns string) {
+			for _, name := range []string{"f-1", "f-2"} {
+				r.must(c.Create(ctx, configMap(ns, name, nil)))
+			}
+			var l corev1.ConfigMapList
+			r.err(c.List(ctx, &l, client.InNamespace(ns), client.MatchingFields{"metadata.name": "f-2"}))
+			var names []string
+			for _, cm := range l.Items {
+				names = append(names, cm.Name)
+			}
+			r.fact("by name", names)
+			n := node(ns + "-scope")
+			n.Namespace = ns
+			r.err(c.Create(ctx, n))
+			r.fact("a Node has no namespace", n.Namespace == "")
+			r.err(c.Get(ctx, client.ObjectKey{Namespace: ns, Name: n.Name}, &corev1.Node{}))
+			var nodes corev1.NodeList
+			r.err(c.List(ctx, &nodes, client.InNamespace(ns), client.MatchingFields{"metadata.name": n.Name}))
+			r.fact("nodes listed in a namespace", len(nodes.Items))
+			p := &metav1.PartialObjectMetadata{}
+			p.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("ConfigMap"))
+			r.err(c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "f-1"}, p))
+			r.fact("metadata", p.Name+" "+p.Labels["app"]+" "+p.APIVersion+"/"+p.Kind)
+		}, fakeDiffers: "field selectors need an index, and a Node created with a namespace keeps it"},
 		{name: "unstructured and typed reads of one object", run: func(ctx context.Context, r *recorder, c client.Client, ns string) {
 			m := machine(ns, "u")
 			r.must(c.Create(ctx, m))
