@@ -471,7 +471,10 @@ func readTime(v reflect.Value) (time.Time, bool) {
 
 // object encodes a struct as a JSON object.
 func (e *encoder) object(v reflect.Value, p *plan, node *pathNode) (bool, error) {
-	if !e.cfg.keepZero && !e.cfg.noMemWalk && v.CanAddr() && v.CanInterface() && p.mem == memStruct {
+	// The memory walk reads at p's offsets: only for a value of p's own
+	// type (checked, so that a caller passing another plan falls back
+	// instead of reading the wrong memory).
+	if !e.cfg.keepZero && !e.cfg.noMemWalk && v.CanAddr() && v.CanInterface() && p.mem == memStruct && v.Type() == p.typ {
 		return e.objectAt(unsafe.Pointer(v.UnsafeAddr()), p, node)
 	}
 	start := len(e.buf)
