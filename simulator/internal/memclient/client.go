@@ -24,6 +24,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	utiljson "k8s.io/apimachinery/pkg/util/json"
 	"k8s.io/apimachinery/pkg/util/strategicpatch"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/apimachinery/pkg/watch"
@@ -127,7 +128,10 @@ func New(opts Options, objs ...client.Object) (*Client, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%w: %T %s: %w", ErrInvalidOptions, o, o.GetName(), err)
 		}
-		m, _ := meta.Accessor(stored)
+		m, err := meta.Accessor(stored)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrInvalidOptions, err)
+		}
 		key := c.key(gvk, m.GetNamespace(), m.GetName())
 		if key.Name == "" {
 			return nil, fmt.Errorf("%w: %s without a name", ErrInvalidOptions, gvk.Kind)
@@ -224,6 +228,9 @@ func (c *Client) newStored(gvk schema.GroupVersionKind) runtime.Object {
 // nothing with obj.
 func (c *Client) toStored(obj runtime.Object, gvk schema.GroupVersionKind) (runtime.Object, error) {
 	out := c.newStored(gvk)
+	if _, err := meta.Accessor(out); err != nil {
+		return nil, fmt.Errorf("memclient: %s is no kind of object (the scheme's %T has no object metadata): %w", gvk, out, err)
+	}
 	if err := convert(obj, out); err != nil {
 		return nil, err
 	}
@@ -253,7 +260,11 @@ func convert(src, dst runtime.Object) error {
 	du, dstU := dst.(*unstructured.Unstructured)
 	switch {
 	case srcU && dstU:
-		du.Object = runtime.DeepCopyJSON(su.Object)
+		m, err := copyJSON(su.Object)
+		if err != nil {
+			return err
+		}
+		du.Object = m
 	case dstU:
 		m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(src)
 		if err != nil {
@@ -261,8 +272,12 @@ func convert(src, dst runtime.Object) error {
 		}
 		du.Object = m // ToUnstructured copies
 	case srcU:
+		m, err := copyJSON(su.Object)
+		if err != nil {
+			return err
+		}
 		zero(dst)
-		return runtime.DefaultUnstructuredConverter.FromUnstructured(runtime.DeepCopyJSON(su.Object), dst)
+		return runtime.DefaultUnstructuredConverter.FromUnstructured(m, dst)
 	default:
 		sv, dv := reflect.ValueOf(src), reflect.ValueOf(dst)
 		if sv.Type() != dv.Type() || sv.Kind() != reflect.Pointer || sv.IsNil() || dv.IsNil() {
@@ -276,6 +291,49 @@ func convert(src, dst runtime.Object) error {
 		dv.Elem().Set(reflect.ValueOf(src.DeepCopyObject()).Elem())
 	}
 	return nil
+}
+
+// copyJSON deep-copies the content of an unstructured object.
+// runtime.DeepCopyJSON panics on a value JSON has no type for (a Go int,
+// say), which controller-runtime's client sends as JSON all the same: such
+// content takes a JSON round trip instead, as it would to a real server.
+func copyJSON(m map[string]any) (map[string]any, error) {
+	if isJSON(m) {
+		return runtime.DeepCopyJSON(m), nil
+	}
+	data, err := json.Marshal(m)
+	if err != nil {
+		return nil, err
+	}
+	var cp map[string]any
+	if err := utiljson.Unmarshal(data, &cp); err != nil {
+		return nil, err
+	}
+	return cp, nil
+}
+
+// isJSON reports whether v holds only the types runtime.DeepCopyJSONValue
+// copies.
+func isJSON(v any) bool {
+	switch v := v.(type) {
+	case map[string]any:
+		for _, x := range v {
+			if !isJSON(x) {
+				return false
+			}
+		}
+		return true
+	case []any:
+		for _, x := range v {
+			if !isJSON(x) {
+				return false
+			}
+		}
+		return true
+	case string, int64, bool, float64, nil, json.Number:
+		return true
+	}
+	return false
 }
 
 // objectMeta returns the ObjectMeta behind m (a copy for unstructured).
@@ -357,7 +415,11 @@ func (c *Client) List(_ context.Context, list client.ObjectList, opts ...client.
 			continue
 		}
 		if lo.LabelSelector != nil || match != nil {
-			m, _ := meta.Accessor(o)
+			m, err := meta.Accessor(o)
+			if err != nil {
+				c.mu.RUnlock()
+				return err
+			}
 			if lo.LabelSelector != nil && !lo.LabelSelector.Matches(labels.Set(m.GetLabels())) {
 				continue
 			}
@@ -507,7 +569,10 @@ func (c *Client) Create(_ context.Context, obj client.Object, opts ...client.Cre
 	if err != nil {
 		return err
 	}
-	m, _ := meta.Accessor(stored)
+	m, err := meta.Accessor(stored)
+	if err != nil {
+		return err
+	}
 	if !c.clusterScoped[gvk.GroupKind()] && m.GetNamespace() == "" {
 		return apierrors.NewBadRequest(fmt.Sprintf("%s %s: a namespace is required", gvk.Kind, m.GetName()))
 	}
@@ -580,7 +645,11 @@ func (c *Client) update(obj client.Object, isStatus, dry bool) error {
 	if old == nil {
 		return apierrors.NewNotFound(resource(gvk), key.Name)
 	}
-	if in.(metav1.Object).GetResourceVersion() == "" && !unconditional(gvk) {
+	im, err := meta.Accessor(in)
+	if err != nil {
+		return err
+	}
+	if im.GetResourceVersion() == "" && !unconditional(gvk) {
 		return apierrors.NewInvalid(gvk.GroupKind(), key.Name, field.ErrorList{field.Invalid(field.NewPath("metadata", "resourceVersion"), 0, "must be specified for an update")})
 	}
 	stored, err := c.write(gvk, key, old, in, isStatus, dry)
@@ -596,8 +665,14 @@ func (c *Client) update(obj client.Object, isStatus, dry bool) error {
 // Called with c.mu held. It returns what is stored now (old when nothing
 // changed, the deleted object when the last finalizer went).
 func (c *Client) write(gvk schema.GroupVersionKind, key types.NamespacedName, old, in runtime.Object, isStatus, dry bool) (runtime.Object, error) {
-	om, _ := meta.Accessor(old)
-	im, _ := meta.Accessor(in)
+	om, err := meta.Accessor(old)
+	if err != nil {
+		return nil, err
+	}
+	im, err := meta.Accessor(in)
+	if err != nil {
+		return nil, err
+	}
 	if rv := im.GetResourceVersion(); rv != "" && rv != om.GetResourceVersion() {
 		return nil, conflict(gvk, key.Name)
 	}
@@ -611,7 +686,10 @@ func (c *Client) write(gvk schema.GroupVersionKind, key types.NamespacedName, ol
 		next = shallowCopy(old)
 		setStatus(next, in)
 		if statusWritesMeta[gvk.GroupKind()] {
-			nm, _ := meta.Accessor(next)
+			nm, err := meta.Accessor(next)
+			if err != nil {
+				return nil, err
+			}
 			nm.SetLabels(im.GetLabels())
 			nm.SetAnnotations(im.GetAnnotations())
 			nm.SetFinalizers(im.GetFinalizers())
@@ -623,7 +701,10 @@ func (c *Client) write(gvk schema.GroupVersionKind, key types.NamespacedName, ol
 	default:
 		next = in
 	}
-	nm, _ := meta.Accessor(next)
+	nm, err := meta.Accessor(next)
+	if err != nil {
+		return nil, err
+	}
 	nm.SetNamespace(key.Namespace)
 	nm.SetUID(om.GetUID())
 	nm.SetCreationTimestamp(om.GetCreationTimestamp())
@@ -773,16 +854,42 @@ func (c *Client) patch(obj client.Object, patch client.Patch, isStatus, dry bool
 	if err := json.Unmarshal(patched, in); err != nil {
 		return apierrors.NewBadRequest(fmt.Sprintf("the patched object does not decode: %v", err))
 	}
-	if u, ok := in.(*unstructured.Unstructured); ok {
-		if u.GroupVersionKind() != gvk {
-			return apierrors.NewBadRequest("a patch cannot change apiVersion or kind")
-		}
+	if err := c.checkPatched(gvk, key, patched, in); err != nil {
+		return err
 	}
 	stored, err := c.write(gvk, key, old, in, isStatus, dry)
 	if err != nil {
 		return err
 	}
 	return out(stored, obj, gvk)
+}
+
+// checkPatched refuses what a patch may not do, as kube-apiserver does:
+// change the object's apiVersion or kind (Invalid; checked on the patched
+// JSON, as a Go type's decoding drops them), its name, or its namespace
+// (BadRequest: they must match the request's).
+func (c *Client) checkPatched(gvk schema.GroupVersionKind, key types.NamespacedName, patched []byte, in runtime.Object) error {
+	var tm metav1.TypeMeta
+	if err := json.Unmarshal(patched, &tm); err != nil {
+		return apierrors.NewBadRequest(fmt.Sprintf("the patched object does not decode: %v", err))
+	}
+	if av := gvk.GroupVersion().String(); tm.APIVersion != av {
+		return apierrors.NewInvalid(gvk.GroupKind(), key.Name, field.ErrorList{field.Invalid(field.NewPath("apiVersion"), tm.APIVersion, "must be "+av)})
+	}
+	if tm.Kind != gvk.Kind {
+		return apierrors.NewInvalid(gvk.GroupKind(), key.Name, field.ErrorList{field.Invalid(field.NewPath("kind"), tm.Kind, "must be "+gvk.Kind)})
+	}
+	m, err := meta.Accessor(in)
+	if err != nil {
+		return err
+	}
+	if m.GetName() != key.Name {
+		return apierrors.NewBadRequest(fmt.Sprintf("the name of the object (%s) does not match the name on the URL (%s)", m.GetName(), key.Name))
+	}
+	if ns := m.GetNamespace(); !c.clusterScoped[gvk.GroupKind()] && ns != "" && ns != key.Namespace {
+		return apierrors.NewBadRequest(fmt.Sprintf("the namespace of the object (%s) does not match the namespace on the request (%s)", ns, key.Namespace))
+	}
+	return nil
 }
 
 // Delete implements client.Writer. An object with finalizers gets a
@@ -804,7 +911,10 @@ func (c *Client) deleteLocked(gvk schema.GroupVersionKind, key types.NamespacedN
 	if old == nil {
 		return apierrors.NewNotFound(resource(gvk), key.Name)
 	}
-	om, _ := meta.Accessor(old)
+	om, err := meta.Accessor(old)
+	if err != nil {
+		return err
+	}
 	if p := do.Preconditions; p != nil {
 		if p.UID != nil && *p.UID != om.GetUID() {
 			return apierrors.NewConflict(resource(gvk), key.Name,
@@ -827,7 +937,10 @@ func (c *Client) deleteLocked(gvk schema.GroupVersionKind, key types.NamespacedN
 		return nil
 	}
 	next := old.DeepCopyObject()
-	nm, _ := meta.Accessor(next)
+	nm, err := meta.Accessor(next)
+	if err != nil {
+		return err
+	}
 	nm.SetDeletionTimestamp(c.now())
 	nm.SetDeletionGracePeriodSeconds(new(int64))
 	c.revision++
@@ -854,7 +967,10 @@ func (c *Client) DeleteAllOf(_ context.Context, obj client.Object, opts ...clien
 		if do.Namespace != "" && !c.clusterScoped[gvk.GroupKind()] && k.Namespace != do.Namespace {
 			continue
 		}
-		m, _ := meta.Accessor(o)
+		m, err := meta.Accessor(o)
+		if err != nil {
+			return err
+		}
 		if do.LabelSelector != nil && !do.LabelSelector.Matches(labels.Set(m.GetLabels())) {
 			continue
 		}

@@ -37,14 +37,16 @@ type recorder struct {
 	o outcome
 }
 
-// err records err's API reason ("" for none, "error: ..." for an error
-// that is no API status).
+// err records err's API reason and HTTP status code ("" for none, "error"
+// for an error that is no API status: so an API error without a reason
+// cannot match any other error).
 func (r *recorder) err(err error) {
+	var status apierrors.APIStatus
 	switch {
 	case err == nil:
 		r.o.Errs = append(r.o.Errs, "")
-	case apierrors.ReasonForError(err) != metav1.StatusReasonUnknown:
-		r.o.Errs = append(r.o.Errs, string(apierrors.ReasonForError(err)))
+	case errors.As(err, &status):
+		r.o.Errs = append(r.o.Errs, fmt.Sprintf("%s %d", status.Status().Reason, status.Status().Code))
 	default:
 		r.o.Errs = append(r.o.Errs, "error")
 	}
@@ -308,6 +310,59 @@ func conformanceCases() []conformanceCase {
 			r.fact("stored", got.Data["k"])
 			r.fact("rv kept", got.ResourceVersion == cm.ResourceVersion)
 		}, fakeDiffers: "a dry-run Create of an existing object succeeds"},
+		{name: "a patch cannot rename an object or move it to another namespace, apiVersion or kind", run: func(ctx context.Context, r *recorder, c client.Client, ns string) {
+			cm := configMap(ns, "h", map[string]string{"k": "v"})
+			r.must(c.Create(ctx, cm))
+			for _, p := range []client.Patch{
+				client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"name":"h2"}}`)),
+				client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"namespace":"default"}}`)),
+				client.RawPatch(types.JSONPatchType, []byte(`[{"op":"remove","path":"/metadata/name"}]`)),
+				client.RawPatch(types.JSONPatchType, []byte(`[{"op":"replace","path":"/metadata","value":null}]`)),
+				client.RawPatch(types.MergePatchType, []byte(`{"kind":"Secret"}`)),
+				client.RawPatch(types.MergePatchType, []byte(`{"apiVersion":"v2"}`)),
+			} {
+				r.err(c.Patch(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "h"}}, p))
+			}
+			var got corev1.ConfigMap
+			r.err(c.Get(ctx, client.ObjectKeyFromObject(cm), &got))
+			r.fact("stored", got.Name+" "+got.Namespace+" "+got.Data["k"])
+			r.fact("rv kept", got.ResourceVersion == cm.ResourceVersion)
+			r.err(c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "h2"}, &corev1.ConfigMap{}))
+			m := machine(ns, "h")
+			r.must(c.Create(ctx, m))
+			r.err(c.Patch(ctx, m, client.RawPatch(types.MergePatchType, []byte(`{"kind":"MachineSet"}`))))
+			r.err(c.Patch(ctx, m, client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"name":"h2"}}`))))
+			r.fact("machine", m.Name)
+			n := node(ns + "-h")
+			r.must(c.Create(ctx, n))
+			r.err(c.Patch(ctx, n, client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"name":"`+ns+`-h2"}}`))))
+			r.err(c.Patch(ctx, n, client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"namespace":"`+ns+`"}}`))))
+			r.fact("node", fmt.Sprint(n.Name == ns+"-h", n.Namespace))
+		}, fakeDiffers: "a patch may rename an object"},
+		{name: "unstructured objects holding Go ints are sent as JSON", run: func(ctx context.Context, r *recorder, c client.Client, ns string) {
+			u := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "Pod",
+				"metadata": map[string]any{"namespace": ns, "name": "i", "labels": map[string]any{"a": "b"}},
+				"spec": map[string]any{"terminationGracePeriodSeconds": 7, "containers": []any{
+					map[string]any{"name": "c", "image": "registry.k8s.io/pause:3.10"}}}}}
+			r.err(c.Create(ctx, u))
+			u.Object["spec"].(map[string]any)["activeDeadlineSeconds"] = int32(9)
+			r.err(c.Update(ctx, u))
+			var got corev1.Pod
+			r.err(c.Get(ctx, client.ObjectKeyFromObject(u), &got))
+			r.fact("grace", *got.Spec.TerminationGracePeriodSeconds)
+			r.fact("deadline", *got.Spec.ActiveDeadlineSeconds)
+			m := &unstructured.Unstructured{Object: map[string]any{"apiVersion": clusterv1.GroupVersion.String(), "kind": "Machine",
+				"metadata": map[string]any{"namespace": ns, "name": "i"},
+				"spec": map[string]any{"clusterName": "c", "minReadySeconds": 3,
+					"bootstrap":         map[string]any{"dataSecretName": "b"},
+					"infrastructureRef": map[string]any{"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "DockerMachine", "name": "i"}}}}
+			r.err(c.Create(ctx, m))
+			var gotM clusterv1.Machine
+			r.err(c.Get(ctx, client.ObjectKeyFromObject(m), &gotM))
+			if gotM.Spec.MinReadySeconds != nil {
+				r.fact("minReadySeconds", *gotM.Spec.MinReadySeconds)
+			}
+		}},
 	}
 }
 
