@@ -610,11 +610,20 @@ func (c *Client) Create(_ context.Context, obj client.Object, opts ...client.Cre
 // Create keeps (a kubelet registers its Node with its status).
 var statusOnCreate = map[schema.GroupKind]bool{{Kind: "Node"}: true}
 
-// statusWritesMeta are the kinds whose status update also writes labels,
-// annotations, finalizers and owner references (Kubernetes' legacy
-// strategies for Nodes and Pods); for every other kind a status update
-// changes status only.
-var statusWritesMeta = map[schema.GroupKind]bool{{Kind: "Node"}: true, {Kind: "Pod"}: true}
+// statusMeta is what of metadata a status write also writes.
+type statusMeta struct{ ownerReferences bool }
+
+// statusWritesMeta are the kinds whose status write also writes labels,
+// annotations and finalizers, as Kubernetes' status strategies for them
+// copy only spec from the stored object: Node and PodDisruptionBudget
+// owner references too, Pod not (its strategy keeps the stored ones, so
+// that old kubelets cannot break garbage collection). For every other
+// kind (custom resources among them) a status write changes status only.
+var statusWritesMeta = map[schema.GroupKind]statusMeta{
+	{Kind: "Node"}: {ownerReferences: true},
+	{Kind: "Pod"}:  {},
+	{Group: "policy", Kind: "PodDisruptionBudget"}: {ownerReferences: true},
+}
 
 // Update implements client.Writer.
 func (c *Client) Update(_ context.Context, obj client.Object, opts ...client.UpdateOption) error {
@@ -685,7 +694,7 @@ func (c *Client) write(gvk schema.GroupVersionKind, key types.NamespacedName, ol
 	case isStatus:
 		next = shallowCopy(old)
 		setStatus(next, in)
-		if statusWritesMeta[gvk.GroupKind()] {
+		if sm, ok := statusWritesMeta[gvk.GroupKind()]; ok {
 			nm, err := meta.Accessor(next)
 			if err != nil {
 				return nil, err
@@ -693,7 +702,9 @@ func (c *Client) write(gvk schema.GroupVersionKind, key types.NamespacedName, ol
 			nm.SetLabels(im.GetLabels())
 			nm.SetAnnotations(im.GetAnnotations())
 			nm.SetFinalizers(im.GetFinalizers())
-			nm.SetOwnerReferences(im.GetOwnerReferences())
+			if sm.ownerReferences {
+				nm.SetOwnerReferences(im.GetOwnerReferences())
+			}
 		}
 	case c.status[gvk]:
 		setStatus(in, old)

@@ -9,6 +9,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -363,6 +364,29 @@ func conformanceCases() []conformanceCase {
 				r.fact("minReadySeconds", *gotM.Spec.MinReadySeconds)
 			}
 		}},
+		{name: "what of metadata a status write writes, per kind (Node, Pod, PodDisruptionBudget, Machine)", run: func(ctx context.Context, r *recorder, c client.Client, ns string) {
+			owner := []metav1.OwnerReference{{APIVersion: "v1", Kind: "ConfigMap", Name: "o", UID: "1234"}}
+			pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "s"},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "registry.k8s.io/pause:3.10"}}}}
+			pdb := &policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "s"}}
+			for _, o := range []client.Object{node(ns + "-s"), pod, pdb, machine(ns, "s")} {
+				kind := fmt.Sprintf("%T", o)
+				r.must(c.Create(ctx, o))
+				key := client.ObjectKeyFromObject(o)
+				o.SetLabels(map[string]string{"l": "update"})
+				o.SetAnnotations(map[string]string{"a": "update"})
+				o.SetFinalizers([]string{"example.com/update"})
+				o.SetOwnerReferences(owner)
+				r.err(c.Status().Update(ctx, o))
+				r.fact(kind+" status update", fmt.Sprint(o.GetLabels(), o.GetAnnotations(), o.GetFinalizers(), len(o.GetOwnerReferences())))
+				r.must(c.Get(ctx, key, o))
+				r.err(c.Status().Patch(ctx, o, client.RawPatch(types.MergePatchType, []byte(
+					`{"metadata":{"labels":{"l":"patch"},"annotations":{"a":"patch"},"finalizers":["example.com/patch"],"ownerReferences":null}}`))))
+				r.fact(kind+" status patch", fmt.Sprint(o.GetLabels(), o.GetAnnotations(), o.GetFinalizers(), len(o.GetOwnerReferences())))
+				r.must(c.Get(ctx, key, o))
+				r.fact(kind+" stored", fmt.Sprint(o.GetLabels(), o.GetAnnotations(), o.GetFinalizers(), len(o.GetOwnerReferences())))
+			}
+		}, fakeDiffers: "a status write writes status only, whatever the kind"},
 	}
 }
 
@@ -375,7 +399,7 @@ type backend struct {
 func TestConformance(t *testing.T) {
 	env := apiserver.StartForTest(t)
 	s := env.Scheme
-	status := []client.Object{&corev1.Node{}, &corev1.Pod{}, &clusterv1.Machine{}}
+	status := []client.Object{&corev1.Node{}, &corev1.Pod{}, &policyv1.PodDisruptionBudget{}, &clusterv1.Machine{}}
 	mem, err := memclient.New(memclient.Options{Scheme: s, StatusSubresource: status})
 	require.NoError(t, err)
 	fake := crfake.NewClientBuilder().WithScheme(s).WithStatusSubresource(status...).

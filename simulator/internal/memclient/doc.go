@@ -31,9 +31,12 @@
 //   - Status subresources for the kinds in Options.StatusSubresource:
 //     Create drops status (but a Node's, as a kubelet registers it with
 //     one), Update and Patch keep the stored status, and Status().Update /
-//     Status().Patch change only status (and, for Nodes and Pods, as
-//     Kubernetes' legacy strategies do, labels, annotations, finalizers
-//     and owner references). Status() on a kind without one is NotFound.
+//     Status().Patch change status and, per kind, as Kubernetes' status
+//     strategies do: for Nodes and PodDisruptionBudgets also labels,
+//     annotations, finalizers and owner references; for Pods labels,
+//     annotations and finalizers (the stored owner references stay); for
+//     every other kind, custom resources among them, nothing else.
+//     Status() on a kind without one is NotFound.
 //   - Delete of an object with finalizers sets deletionTimestamp; an
 //     Update or Patch that removes the last finalizer of such an object
 //     deletes it.
