@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"reflect"
 	"slices"
 	"strconv"
@@ -372,6 +373,15 @@ func setTypeMeta(obj runtime.Object, gvk schema.GroupVersionKind) {
 	}
 }
 
+// resetGVK restores the kind the caller had set on obj, as
+// controller-runtime's client does after an Update or a Patch (whose
+// answer, decoded into a Go type, has none).
+func resetGVK(obj runtime.Object, gvk schema.GroupVersionKind) {
+	if !gvk.Empty() {
+		obj.GetObjectKind().SetGroupVersionKind(gvk)
+	}
+}
+
 func (c *Client) lookup(gvk schema.GroupVersionKind, key types.NamespacedName) runtime.Object {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
@@ -430,12 +440,7 @@ func (c *Client) List(_ context.Context, list client.ObjectList, opts ...client.
 		keys = append(keys, k)
 	}
 	found := make([]runtime.Object, len(keys))
-	slices.SortFunc(keys, func(a, b types.NamespacedName) int {
-		if a.Namespace != b.Namespace {
-			return strings.Compare(a.Namespace, b.Namespace)
-		}
-		return strings.Compare(a.Name, b.Name)
-	})
+	slices.SortFunc(keys, compareKeys)
 	for i, k := range keys {
 		found[i] = objs[k]
 	}
@@ -456,6 +461,11 @@ func (c *Client) List(_ context.Context, list client.ObjectList, opts ...client.
 	setTypeMeta(list, listGVK)
 	list.SetResourceVersion(strconv.FormatUint(rev, 10))
 	return meta.SetList(list, items)
+}
+
+// compareKeys orders keys as etcd does: by namespace + "/" + name.
+func compareKeys(a, b types.NamespacedName) int {
+	return strings.Compare(a.Namespace+"/"+a.Name, b.Namespace+"/"+b.Name)
 }
 
 // listItem is an empty item of list's item type.
@@ -551,6 +561,9 @@ func (c *Client) now() *metav1.Time {
 
 // Create implements client.Writer.
 func (c *Client) Create(_ context.Context, obj client.Object, opts ...client.CreateOption) error {
+	if _, ok := obj.(*metav1.PartialObjectMetadata); ok {
+		return errors.New("cannot create using only metadata") // controller-runtime's client's error
+	}
 	co := client.CreateOptions{}
 	co.ApplyOptions(opts)
 	gvk, err := c.gvkFor(obj)
@@ -591,10 +604,6 @@ func (c *Client) Create(_ context.Context, obj client.Object, opts ...client.Cre
 	if _, ok := c.objects[gvk][key]; ok {
 		return apierrors.NewAlreadyExists(resource(gvk), key.Name)
 	}
-	if dry {
-		return nil
-	}
-	c.revision = rev
 	m.SetNamespace(key.Namespace)
 	m.SetResourceVersion(strconv.FormatUint(rev, 10))
 	m.SetUID(uid(gvk, key, rev))
@@ -602,6 +611,13 @@ func (c *Client) Create(_ context.Context, obj client.Object, opts ...client.Cre
 	m.SetDeletionTimestamp(nil)
 	m.SetDeletionGracePeriodSeconds(nil)
 	m.SetManagedFields(nil)
+	if dry {
+		// The server answers what it would have stored, without a
+		// resourceVersion.
+		m.SetResourceVersion("")
+		return out(stored, obj, gvk)
+	}
+	c.revision = rev
 	c.put(gvk, key, stored)
 	return out(stored, obj, gvk)
 }
@@ -627,6 +643,10 @@ var statusWritesMeta = map[schema.GroupKind]statusMeta{
 
 // Update implements client.Writer.
 func (c *Client) Update(_ context.Context, obj client.Object, opts ...client.UpdateOption) error {
+	defer resetGVK(obj, obj.GetObjectKind().GroupVersionKind())
+	if _, ok := obj.(*metav1.PartialObjectMetadata); ok {
+		return errors.New("cannot update using only metadata -- did you mean to patch?") // controller-runtime's client's error
+	}
 	uo := client.UpdateOptions{}
 	uo.ApplyOptions(opts)
 	return c.update(obj, false, slices.Contains(uo.DryRun, metav1.DryRunAll))
@@ -729,6 +749,18 @@ func (c *Client) write(gvk schema.GroupVersionKind, key types.NamespacedName, ol
 	} else {
 		next.GetObjectKind().SetGroupVersionKind(schema.GroupVersionKind{})
 	}
+	if om.GetDeletionTimestamp() != nil {
+		var added []string
+		for _, f := range nm.GetFinalizers() {
+			if !slices.Contains(om.GetFinalizers(), f) {
+				added = append(added, f)
+			}
+		}
+		if len(added) > 0 {
+			return nil, apierrors.NewInvalid(gvk.GroupKind(), key.Name, field.ErrorList{field.Forbidden(field.NewPath("metadata", "finalizers"),
+				fmt.Sprintf("no new finalizers can be added if the object is being deleted, found new finalizers %#v", added))})
+		}
+	}
 	if equality.Semantic.DeepEqual(old, next) {
 		return old, nil
 	}
@@ -799,6 +831,7 @@ func shallowCopy(o runtime.Object) runtime.Object {
 // Patch implements client.Writer: merge, JSON and strategic merge
 // patches.
 func (c *Client) Patch(_ context.Context, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+	defer resetGVK(obj, obj.GetObjectKind().GroupVersionKind())
 	po := client.PatchOptions{}
 	po.ApplyOptions(opts)
 	return c.patch(obj, patch, false, slices.Contains(po.DryRun, metav1.DryRunAll))
@@ -972,10 +1005,18 @@ func (c *Client) DeleteAllOf(_ context.Context, obj client.Object, opts ...clien
 	if err != nil {
 		return err
 	}
+	if do.Namespace == "" && !c.clusterScoped[gvk.GroupKind()] {
+		// kube-apiserver has no collection of a namespaced kind across
+		// namespaces to delete.
+		return apierrors.NewMethodNotSupported(resource(gvk), "deletecollection")
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for k, o := range c.objects[gvk] {
-		if do.Namespace != "" && !c.clusterScoped[gvk.GroupKind()] && k.Namespace != do.Namespace {
+	objs := c.objects[gvk]
+	keys := slices.SortedFunc(maps.Keys(objs), compareKeys)
+	for _, k := range keys {
+		o := objs[k]
+		if !c.clusterScoped[gvk.GroupKind()] && k.Namespace != do.Namespace {
 			continue
 		}
 		m, err := meta.Accessor(o)
@@ -1025,6 +1066,10 @@ func (s *subResource) Update(_ context.Context, obj client.Object, opts ...clien
 	if s.name != "status" {
 		return s.unsupported("update")
 	}
+	defer resetGVK(obj, obj.GetObjectKind().GroupVersionKind())
+	if _, ok := obj.(*metav1.PartialObjectMetadata); ok {
+		return errors.New("cannot update status using only metadata -- did you mean to patch?") // controller-runtime's client's error
+	}
 	uo := client.SubResourceUpdateOptions{}
 	uo.ApplyOptions(opts)
 	body := obj
@@ -1038,6 +1083,7 @@ func (s *subResource) Patch(_ context.Context, obj client.Object, patch client.P
 	if s.name != "status" {
 		return s.unsupported("patch")
 	}
+	defer resetGVK(obj, obj.GetObjectKind().GroupVersionKind())
 	po := client.SubResourcePatchOptions{}
 	po.ApplyOptions(opts)
 	body := obj

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -387,6 +388,117 @@ func conformanceCases() []conformanceCase {
 				r.fact(kind+" stored", fmt.Sprint(o.GetLabels(), o.GetAnnotations(), o.GetFinalizers(), len(o.GetOwnerReferences())))
 			}
 		}, fakeDiffers: "a status write writes status only, whatever the kind"},
+		{name: "PartialObjectMetadata cannot create or update", run: func(ctx context.Context, r *recorder, c client.Client, ns string) {
+			r.must(c.Create(ctx, configMap(ns, "pm", map[string]string{"k": "v"})))
+			n := node(ns + "-pm")
+			r.must(c.Create(ctx, n))
+			p := &metav1.PartialObjectMetadata{}
+			p.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("ConfigMap"))
+			r.must(c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "pm"}, p))
+			p.Labels["new"] = "1"
+			r.err(c.Update(ctx, p))
+			pn := &metav1.PartialObjectMetadata{}
+			pn.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Node"))
+			r.must(c.Get(ctx, client.ObjectKey{Name: n.Name}, pn))
+			r.err(c.Status().Update(ctx, pn))
+			p.Name, p.ResourceVersion = "pm2", ""
+			r.err(c.Create(ctx, p))
+			var got corev1.ConfigMap
+			r.must(c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "pm"}, &got))
+			r.fact("stored", fmt.Sprint(got.Data, got.Labels))
+			var gotN corev1.Node
+			r.must(c.Get(ctx, client.ObjectKey{Name: n.Name}, &gotN))
+			r.fact("node", gotN.Spec.ProviderID != "" && gotN.Status.NodeInfo.KubeletVersion != "")
+			r.err(c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "pm2"}, &got))
+		}, fakeDiffers: "the fake client's errors are its own"},
+		{name: "DeleteAllOf: in one namespace, in etcd's order; across namespaces is 405", run: func(ctx context.Context, r *recorder, c client.Client, ns string) {
+			for _, name := range []string{"d-2", "d-1", "keep"} {
+				cm := configMap(ns, name, nil)
+				if name == "keep" {
+					cm.Labels["app"] = "y"
+				}
+				r.must(c.Create(ctx, cm))
+			}
+			r.err(c.DeleteAllOf(ctx, &corev1.ConfigMap{}, client.MatchingLabels{"app": "x"}))
+			r.err(c.DeleteAllOf(ctx, &corev1.ConfigMap{}, client.InNamespace(ns), client.MatchingLabels{"app": "x"}))
+			var l corev1.ConfigMapList
+			r.must(c.List(ctx, &l, client.InNamespace(ns)))
+			var names []string
+			for _, cm := range l.Items {
+				names = append(names, cm.Name)
+			}
+			r.fact("left", names)
+			n := node(ns + "-d")
+			n.Labels["case"] = ns
+			r.must(c.Create(ctx, n))
+			r.err(c.DeleteAllOf(ctx, &corev1.Node{}, client.MatchingLabels{"case": ns}))
+			r.err(c.Get(ctx, client.ObjectKeyFromObject(n), &corev1.Node{}))
+		}, fakeDiffers: "DeleteAllOf without a namespace deletes across namespaces"},
+		{name: "Update and Patch keep the TypeMeta the caller set", run: func(ctx context.Context, r *recorder, c client.Client, ns string) {
+			cm := configMap(ns, "t", map[string]string{"k": "v"})
+			r.must(c.Create(ctx, cm))
+			cm.APIVersion, cm.Kind = "v1", "ConfigMap"
+			cm.Data["k"] = "w"
+			r.err(c.Update(ctx, cm))
+			r.fact("update", cm.APIVersion+"/"+cm.Kind)
+			r.err(c.Patch(ctx, cm, client.RawPatch(types.MergePatchType, []byte(`{"data":{"k":"x"}}`))))
+			r.fact("patch", cm.APIVersion+"/"+cm.Kind)
+			n := node(ns + "-t")
+			r.must(c.Create(ctx, n))
+			n.APIVersion, n.Kind = "v1", "Node"
+			n.Status.NodeInfo.KubeletVersion = "v1.36.0"
+			r.err(c.Status().Update(ctx, n))
+			r.fact("status update", n.APIVersion+"/"+n.Kind)
+			r.err(c.Status().Patch(ctx, n, client.RawPatch(types.MergePatchType, []byte(`{"status":{"phase":"Running"}}`))))
+			r.fact("status patch", n.APIVersion+"/"+n.Kind)
+			cm.APIVersion, cm.Kind = "", ""
+			r.err(c.Patch(ctx, cm, client.RawPatch(types.MergePatchType, []byte(`{"data":{"k":"y"}}`))))
+			r.fact("patch without", cm.APIVersion+"/"+cm.Kind)
+		}, fakeDiffers: "Update and Patch clear a typed object's TypeMeta"},
+		{name: "dry-run Create answers what it would store", run: func(ctx context.Context, r *recorder, c client.Client, ns string) {
+			cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, GenerateName: "g-"}}
+			r.err(c.Create(ctx, cm, client.DryRunAll))
+			r.fact("name", len(cm.Name) > len("g-"))
+			r.fact("uid", cm.UID != "")
+			r.fact("created", !cm.CreationTimestamp.IsZero())
+			r.fact("rv", cm.ResourceVersion)
+			r.err(c.Get(ctx, client.ObjectKeyFromObject(cm), &corev1.ConfigMap{}))
+			var l corev1.ConfigMapList
+			r.must(c.List(ctx, &l, client.InNamespace(ns)))
+			r.fact("stored", len(l.Items))
+		}, fakeDiffers: "a dry-run Create fills in nothing"},
+		{name: "no finalizer can be added to an object being deleted", run: func(ctx context.Context, r *recorder, c client.Client, ns string) {
+			cm := configMap(ns, "fin", nil)
+			cm.Finalizers = []string{"example.com/a"}
+			r.must(c.Create(ctx, cm))
+			r.must(c.Delete(ctx, cm))
+			r.must(c.Get(ctx, client.ObjectKeyFromObject(cm), cm))
+			cm.Finalizers = append(cm.Finalizers, "example.com/b")
+			r.err(c.Update(ctx, cm))
+			r.err(c.Patch(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "fin"}},
+				client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"finalizers":["example.com/c"]}}`))))
+			var got corev1.ConfigMap
+			r.must(c.Get(ctx, client.ObjectKeyFromObject(cm), &got))
+			r.fact("finalizers", got.Finalizers)
+			got.Finalizers = nil
+			r.err(c.Update(ctx, &got))
+			r.err(c.Get(ctx, client.ObjectKeyFromObject(cm), &got))
+		}, fakeDiffers: "a finalizer can be added to an object being deleted"},
+		{name: "list in etcd's key order across namespaces that prefix each other", run: func(ctx context.Context, r *recorder, c client.Client, ns string) {
+			r.must(c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns + "-x"}}))
+			for _, n := range []string{ns, ns + "-x"} {
+				cm := configMap(n, "o", nil)
+				cm.Labels["case"] = ns
+				r.must(c.Create(ctx, cm))
+			}
+			var l corev1.ConfigMapList
+			r.err(c.List(ctx, &l, client.MatchingLabels{"case": ns}))
+			var names []string
+			for _, cm := range l.Items {
+				names = append(names, strings.TrimPrefix(cm.Namespace, ns)+"/"+cm.Name)
+			}
+			r.fact("order", names)
+		}, fakeDiffers: "the fake client lists by namespace, then name"},
 	}
 }
 
