@@ -33,6 +33,7 @@ import (
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
+	sigsjson "sigs.k8s.io/json"
 )
 
 // ErrInvalidOptions is wrapped by the error New returns for options it
@@ -92,7 +93,8 @@ type Client struct {
 var _ client.WithWatch = (*Client)(nil)
 
 // New returns a client whose store holds deep copies of objs. An object
-// without resourceVersion gets the store's next revision; uid and
+// without resourceVersion gets the store's next revision; a numeric one
+// is kept and the revision counter moves past it; uid and
 // creationTimestamp are kept as given.
 func New(opts Options, objs ...client.Object) (*Client, error) {
 	if opts.Scheme == nil {
@@ -145,8 +147,12 @@ func New(opts Options, objs ...client.Object) (*Client, error) {
 			return nil, fmt.Errorf("%w: %w", ErrInvalidOptions, apierrors.NewAlreadyExists(resource(gvk), key.Name))
 		}
 		c.revision++
-		if m.GetResourceVersion() == "" {
+		if rv := m.GetResourceVersion(); rv == "" {
 			m.SetResourceVersion(strconv.FormatUint(c.revision, 10))
+		} else if n, err := strconv.ParseUint(rv, 10, 64); err == nil && n > c.revision {
+			// The counter goes past a seeded resourceVersion, so that no
+			// later write gives another object's state the same one.
+			c.revision = n
 		}
 		c.put(gvk, key, stored)
 	}
@@ -895,7 +901,13 @@ func (c *Client) patch(obj client.Object, patch client.Patch, isStatus, dry bool
 		return apierrors.NewBadRequest(fmt.Sprintf("the patch could not be applied: %v", err))
 	}
 	in := c.newStored(gvk)
-	if err := json.Unmarshal(patched, in); err != nil {
+	decode := json.Unmarshal // *unstructured.Unstructured decodes itself
+	if _, isU := in.(*unstructured.Unstructured); !isU {
+		// Field names are case-sensitive, as to kube-apiserver's decoder
+		// ("Labels" is an unknown field, not labels).
+		decode = sigsjson.UnmarshalCaseSensitivePreserveInts
+	}
+	if err := decode(patched, in); err != nil {
 		return apierrors.NewBadRequest(fmt.Sprintf("the patched object does not decode: %v", err))
 	}
 	if err := c.checkPatched(gvk, key, patched, in); err != nil {

@@ -499,6 +499,13 @@ func conformanceCases() []conformanceCase {
 			}
 			r.fact("order", names)
 		}, fakeDiffers: "the fake client lists by namespace, then name"},
+		{name: "a patch's field names are case-sensitive", run: func(ctx context.Context, r *recorder, c client.Client, ns string) {
+			cm := configMap(ns, "cs", nil)
+			r.must(c.Create(ctx, cm))
+			r.err(c.Patch(ctx, cm, client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"Labels":{"x":"1"}},"Data":{"k":"v"}}`))))
+			r.fact("labels", cm.Labels)
+			r.fact("data", cm.Data)
+		}},
 	}
 }
 
@@ -641,4 +648,29 @@ func TestErrors(t *testing.T) {
 	// A type the scheme does not know is an error, not a panic.
 	type unknown struct{ corev1.ConfigMap }
 	require.Error(t, c.Get(ctx, client.ObjectKey{Namespace: "ns", Name: "a"}, &unknown{}))
+}
+
+// TestSeededResourceVersion: the revision counter moves past a seeded
+// resourceVersion, so a stale copy holding it conflicts however many
+// writes follow.
+func TestSeededResourceVersion(t *testing.T) {
+	s := runtime.NewScheme()
+	require.NoError(t, corev1.AddToScheme(s))
+	seed := configMap("ns", "a", map[string]string{"k": "v"})
+	seed.ResourceVersion = "3"
+	c, err := memclient.New(memclient.Options{Scheme: s}, seed, configMap("ns", "b", nil))
+	require.NoError(t, err)
+	ctx := context.Background()
+	var b corev1.ConfigMap
+	require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: "ns", Name: "b"}, &b))
+	require.Equal(t, "4", b.ResourceVersion)
+	stale := seed.DeepCopy()
+	var cur corev1.ConfigMap
+	for _, v := range []string{"1", "2"} {
+		require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(seed), &cur))
+		cur.Data["k"] = v
+		require.NoError(t, c.Update(ctx, &cur))
+	}
+	stale.Data["k"] = "stale"
+	require.True(t, apierrors.IsConflict(c.Update(ctx, stale)))
 }

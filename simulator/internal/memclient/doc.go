@@ -39,20 +39,30 @@
 //     Status() on a kind without one is NotFound.
 //   - Delete of an object with finalizers sets deletionTimestamp; an
 //     Update or Patch that removes the last finalizer of such an object
-//     deletes it.
+//     deletes it, and one that adds a finalizer to it is Invalid.
+//     DeleteAllOf of a namespaced kind needs a namespace (405
+//     MethodNotAllowed without).
+//   - A Patch cannot change an object's name or namespace (BadRequest) or
+//     its apiVersion or kind (Invalid); a patch's field names are
+//     case-sensitive.
+//   - Create, Update and Status().Update of a PartialObjectMetadata fail
+//     with controller-runtime's client's errors.
 //   - A typed read of a kind stored as unstructured, and an unstructured
 //     read of a typed kind, convert (runtime.DefaultUnstructuredConverter),
 //     as the API server serves either.
 //   - TypeMeta as controller-runtime's clients leave it: empty on typed
-//     objects, set on unstructured ones and on PartialObjectMetadata.
-//   - List sorts by namespace, then name (etcd's key order) and filters by
+//     objects (but Update and Patch restore what the caller had set), set
+//     on unstructured ones and on PartialObjectMetadata.
+//   - List sorts by namespace + "/" + name (etcd's key order) and filters by
 //     namespace, label selector and the metadata.name and
 //     metadata.namespace field selectors.
 //   - Merge, JSON and strategic merge patches (the last only for the
 //     scheme's Go types, as a real server refuses it for custom resources
 //     with 415 Unsupported Media Type).
-//   - DryRunAll writes nothing: Create reports AlreadyExists, Update,
-//     Patch and Delete NotFound and conflicts, as they would.
+//   - DryRunAll writes nothing: Create reports AlreadyExists and answers
+//     the object it would store (name, uid, creationTimestamp; no
+//     resourceVersion), Update, Patch and Delete NotFound and conflicts,
+//     as they would.
 //
 // It does not model, and tests that need them should use envtest
 // (harness/apiserver): validation and defaulting (a Pod without
@@ -60,7 +70,10 @@
 // in); admission, webhooks, quotas; metadata.generation (never set or
 // bumped); managedFields and server-side apply (Apply fails); graceful
 // deletion (a Pod is deleted at once, whatever its grace period) and
-// garbage collection of dependents; namespaces (an object may be created
+// garbage collection of dependents (every propagation policy deletes at
+// once: a Foreground deletion, which kube-apiserver holds behind the
+// foregroundDeletion finalizer until the garbage collector has deleted
+// the dependents, is not held); namespaces (an object may be created
 // in a namespace that does not exist, and deleting a Namespace deletes
 // nothing else); create-on-update; API versions (an object is stored
 // and served at the version it was written with: reading another version
