@@ -379,6 +379,10 @@ func setTypeMeta(obj runtime.Object, gvk schema.GroupVersionKind) {
 	}
 }
 
+// errNoName is client-go's error for a request on an object without a
+// name: it fails before any request is sent.
+var errNoName = errors.New("resource name may not be empty")
+
 // resetGVK restores the kind the caller had set on obj, as
 // controller-runtime's client does after an Update or a Patch (whose
 // answer, decoded into a Go type, has none).
@@ -399,6 +403,9 @@ func (c *Client) Get(_ context.Context, key client.ObjectKey, obj client.Object,
 	gvk, err := c.gvkFor(obj)
 	if err != nil {
 		return err
+	}
+	if key.Name == "" {
+		return errNoName
 	}
 	k := c.key(gvk, key.Namespace, key.Name)
 	stored := c.lookup(gvk, k)
@@ -593,7 +600,7 @@ func (c *Client) Create(_ context.Context, obj client.Object, opts ...client.Cre
 		return err
 	}
 	if !c.clusterScoped[gvk.GroupKind()] && m.GetNamespace() == "" {
-		return apierrors.NewBadRequest(fmt.Sprintf("%s %s: a namespace is required", gvk.Kind, m.GetName()))
+		return errors.New("an empty namespace may not be set during creation") // client-go's error
 	}
 	if c.status[gvk] && !statusOnCreate[gvk.GroupKind()] {
 		setStatus(stored, c.newStored(gvk))
@@ -664,7 +671,7 @@ func (c *Client) update(obj client.Object, isStatus, dry bool) error {
 		return err
 	}
 	if obj.GetName() == "" {
-		return apierrors.NewInvalid(gvk.GroupKind(), "", field.ErrorList{field.Required(field.NewPath("metadata", "name"), "name is required")})
+		return errNoName
 	}
 	if isStatus && !c.status[gvk] {
 		return apierrors.NewNotFound(resource(gvk), obj.GetName())
@@ -851,6 +858,9 @@ func (c *Client) patch(obj client.Object, patch client.Patch, isStatus, dry bool
 	if err != nil {
 		return err
 	}
+	if obj.GetName() == "" {
+		return errNoName
+	}
 	if patch.Type() == types.ApplyPatchType || patch.Type() == types.ApplyCBORPatchType {
 		return fmt.Errorf("%w: server-side apply", ErrUnsupported)
 	}
@@ -956,6 +966,9 @@ func (c *Client) Delete(_ context.Context, obj client.Object, opts ...client.Del
 	gvk, err := c.gvkFor(obj)
 	if err != nil {
 		return err
+	}
+	if obj.GetName() == "" {
+		return errNoName
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()

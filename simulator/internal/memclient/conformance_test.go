@@ -506,6 +506,14 @@ func conformanceCases() []conformanceCase {
 			r.fact("labels", cm.Labels)
 			r.fact("data", cm.Data)
 		}},
+		{name: "no name, or a namespaced kind without namespace, fails in the client", run: func(ctx context.Context, r *recorder, c client.Client, ns string) {
+			r.err(c.Get(ctx, client.ObjectKey{Namespace: ns}, &corev1.ConfigMap{}))
+			r.err(c.Update(ctx, configMap(ns, "", nil)))
+			r.err(c.Status().Update(ctx, node("")))
+			r.err(c.Delete(ctx, configMap(ns, "", nil)))
+			r.err(c.Patch(ctx, configMap(ns, "", nil), client.RawPatch(types.MergePatchType, []byte(`{}`))))
+			r.err(c.Create(ctx, configMap("", "no-namespace-"+ns, nil)))
+		}, fakeDiffers: "the fake client's errors are its own"},
 	}
 }
 

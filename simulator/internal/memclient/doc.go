@@ -16,7 +16,7 @@
 //     apimachinery's typed errors: NotFound, AlreadyExists, Conflict (409)
 //     for a stale metadata.resourceVersion in an Update or a Patch that
 //     carries one, or a failed UID or resourceVersion precondition of a
-//     Delete; Invalid for a missing name, or an Update without
+//     Delete; Invalid for a Create without name or generateName, or an Update without
 //     resourceVersion of a kind that is not built into Kubernetes (custom
 //     resources need one, as on a real server); for a Create that sets
 //     resourceVersion, the 500 without a reason kube-apiserver answers.
@@ -42,6 +42,9 @@
 //     deletes it, and one that adds a finalizer to it is Invalid.
 //     DeleteAllOf of a namespaced kind needs a namespace (405
 //     MethodNotAllowed without).
+//   - A request on an object without a name, or a Create of a
+//     namespaced kind without a namespace, fails with client-go's error,
+//     as it does before any request is sent.
 //   - A Patch cannot change an object's name or namespace (BadRequest) or
 //     its apiVersion or kind (Invalid); a patch's field names are
 //     case-sensitive.
