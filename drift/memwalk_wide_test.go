@@ -67,11 +67,10 @@ type selfSlice []selfSlice
 type wide struct {
 	unexpInner
 	*ExpInner
-	inl    ExpInner // unexported: neither walk reads it
-	Inl2   ExpInner `json:",inline"`
-	Skip   string   `json:"-"`
+	Inl2 ExpInner `json:",inline"`
+	Skip string   `json:"-"`
+	//lint:ignore SA5008 a field named "-", as encoding/json spells it
 	Dash   string   `json:"-,"`
-	unexp  string
 	IntS   int      `json:"intS,string"`
 	PIntS  *int     `json:"pintS,string"`
 	StrS   string   `json:"strS,string"`
