@@ -314,7 +314,9 @@ func (r *resolver) selectors() error {
 	var nf, nv int
 	for _, t := range r.terms {
 		if t.ID == "" && t.SSMParameter == "" {
-			nf, nv = nf+queryFilters(t), nv+queryValues(t)
+			// At most: name, the tags and the state slot; owners (one,
+			// or self and amazon), the name and the tags' values.
+			nf, nv = nf+len(t.Tags)+2, nv+len(t.Tags)+3
 		}
 	}
 	arena := queryArena{filters: make([]Filter, 0, nf), vals: make([]string, 0, nv)}
@@ -368,30 +370,6 @@ func (r *resolver) selectors() error {
 type queryArena struct {
 	filters []Filter
 	vals    []string
-}
-
-// queryFilters is how many filters termToQuery makes for t, with the slot
-// it keeps for the state filter each adds.
-func queryFilters(t Term) int {
-	n := len(t.Tags) + 1
-	if t.Name != "" {
-		n++
-	}
-	return n
-}
-
-// queryValues is how many values and owners termToQuery takes for t.
-func queryValues(t Term) int {
-	n := len(t.Tags)
-	switch {
-	case t.Owner != "" && t.Name != "":
-		n += 2
-	case t.Owner != "":
-		n++
-	case t.Name != "":
-		n += 3 // self, amazon and the name
-	}
-	return n
 }
 
 // termToQuery builds the DescribeImages query of a name/owner/tags term

@@ -70,7 +70,7 @@ func TestMemWalkEdges(t *testing.T) {
 		new([0]int), new(struct{}), new(**metav1.Duration), &[]*metav1.Duration{nil, {}},
 		new(any), new(map[string]any), &map[string]any{"a": a}, []any{a}, map[string]any{"x": &s},
 	}
-	compareWalks(t, "edge", objs)
+	compareWalks(t, "edge", wideOptions, objs)
 }
 
 // TestMemWalkConcurrentTypes: one Hasher hashing alternating types from four

@@ -2,11 +2,9 @@ package drift_test
 
 import (
 	"encoding/json"
-	"math"
 	"math/rand/v2"
 	"reflect"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -96,35 +94,16 @@ func TestMemWalkEqualsReflection(t *testing.T) {
 		reflect.TypeFor[memWalkSpec](),
 	}
 	objects := []any{nodePoolTemplate(), nodePoolSpec(), capiMachine(), kubeadmConfig(), capiPair()}
+	f := filler{r: r}
 	for range 150 {
 		for _, typ := range types {
 			v := reflect.New(typ)
-			fillRandom(r, v.Elem(), 0)
+			f.fill(v.Elem(), 0)
 			objects = append(objects, v.Interface())
 		}
 	}
-	for name, opts := range optionSets {
-		t.Run(name, func(t *testing.T) {
-			mem := mustHasher(t, "v1", opts...)
-			refl := mustHasher(t, "v1", append(append([]drift.Option{}, opts...), drift.ReflectionWalk())...)
-			hashed := 0
-			t.Cleanup(func() { require.Greater(t, hashed, len(objects)/2, "most objects hash") })
-			for i, v := range objects {
-				want, wantErr := refl.Hash(v)
-				got, err := mem.Hash(v)
-				require.Equal(t, errString(wantErr), errString(err), "object %d (%T)", i, v)
-				require.Equal(t, want, got, "object %d (%T)", i, v)
-				if err == nil {
-					hashed++
-				}
-				wantH, wantFP, wantErr := refl.Fingerprint(v, 0)
-				gotH, gotFP, err := mem.Fingerprint(v, 0)
-				require.Equal(t, errString(wantErr), errString(err), "object %d (%T)", i, v)
-				require.Equal(t, wantH, gotH, "object %d (%T)", i, v)
-				require.Equal(t, wantFP, gotFP, "object %d (%T)", i, v)
-			}
-		})
-	}
+	hashed := compareWalks(t, "specs", optionSets, objects)
+	require.Greater(t, hashed, len(optionSets)*len(objects)/2, "most objects hash")
 }
 
 func errString(err error) string {
@@ -135,81 +114,3 @@ func errString(err error) string {
 }
 
 var randomStrings = []string{"", "", "a", "b", "kind", "prod-md-0", "ünïcode", "with space", "x\x00y"}
-
-// fillRandom sets a random subset of v's exported fields (v settable),
-// leaving about half of everything zero, as in real specs.
-func fillRandom(r *rand.Rand, v reflect.Value, depth int) {
-	if depth > 5 || r.IntN(3) == 0 {
-		return
-	}
-	switch v.Type() {
-	case reflect.TypeFor[resource.Quantity]():
-		v.Set(reflect.ValueOf(resource.MustParse([]string{"1", "1500m", "4Gi", "0"}[r.IntN(4)])))
-		return
-	case reflect.TypeFor[metav1.Time]():
-		v.Set(reflect.ValueOf(metav1.NewTime(time.Unix(r.Int64N(1<<31), 0))))
-		return
-	case reflect.TypeFor[intstr.IntOrString]():
-		if r.IntN(2) == 0 {
-			v.Set(reflect.ValueOf(intstr.FromInt32(r.Int32N(100))))
-		} else {
-			v.Set(reflect.ValueOf(intstr.FromString(randomStrings[r.IntN(len(randomStrings))])))
-		}
-		return
-	}
-	switch v.Kind() {
-	case reflect.String:
-		v.SetString(randomStrings[r.IntN(len(randomStrings))])
-	case reflect.Bool:
-		v.SetBool(r.IntN(2) == 0)
-	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
-		v.SetInt(r.Int64N(200) - 100)
-	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr:
-		v.SetUint(r.Uint64N(200))
-	case reflect.Float32, reflect.Float64:
-		v.SetFloat([]float64{0, math.Copysign(0, -1), 1, 0.1, -2.5, 1e300}[r.IntN(6)])
-	case reflect.Pointer:
-		p := reflect.New(v.Type().Elem())
-		fillRandom(r, p.Elem(), depth+1)
-		v.Set(p)
-	case reflect.Slice:
-		n := r.IntN(4)
-		s := reflect.MakeSlice(v.Type(), n, n)
-		for i := range n {
-			fillRandom(r, s.Index(i), depth+1)
-		}
-		v.Set(s)
-	case reflect.Array:
-		for i := range v.Len() {
-			fillRandom(r, v.Index(i), depth+1)
-		}
-	case reflect.Map:
-		if v.Type().Key().Kind() != reflect.String {
-			return
-		}
-		m := reflect.MakeMap(v.Type())
-		for range r.IntN(4) {
-			k := reflect.New(v.Type().Key()).Elem()
-			k.SetString(randomStrings[r.IntN(len(randomStrings))])
-			e := reflect.New(v.Type().Elem()).Elem()
-			fillRandom(r, e, depth+1)
-			m.SetMapIndex(k, e)
-		}
-		v.Set(m)
-	case reflect.Interface:
-		if v.NumMethod() == 0 {
-			v.Set(reflect.ValueOf(map[string]any{"k": randomStrings[r.IntN(len(randomStrings))], "n": 1.5}))
-		}
-	case reflect.Struct:
-		for i := range v.NumField() {
-			f := v.Field(i)
-			if v.Type().Field(i).Anonymous {
-				// Reach unexported embedded structs too.
-				f = reflect.NewAt(f.Type(), f.Addr().UnsafePointer()).Elem()
-			}
-			if f.CanSet() {
-				fillRandom(r, f, depth+1)
-			}
-		}
-	}
-}
