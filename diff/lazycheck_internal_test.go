@@ -95,13 +95,16 @@ func TestLazyChecksMatchUpFront(t *testing.T) {
 			"metadata": map[string]any{"name": gen(2, badP), "labels": map[string]any{"l": fmt.Sprint(r.IntN(2))}},
 		}
 	}
-	defer func() { lazyChecks = true }()
+	defer func() { lazyChecks, fastPaths = true, true }()
 	cases, failing := 0, 0
 	for i := range 1500 {
 		badP := []float64{0, 0, 0.02, 0.1}[i%4]
 		cur, des := object(badP), object(badP)
-		if r.IntN(4) == 0 {
+		switch r.IntN(8) {
+		case 0, 1:
 			des = cur // equal objects, invalid values included
+		case 2, 3:
+			des = deepCopyData(cur).(map[string]any) // equal, in distinct memory
 		}
 		for name, d := range differs {
 			lazyChecks = false
@@ -112,6 +115,15 @@ func TestLazyChecksMatchUpFront(t *testing.T) {
 			wantEq, wantEqErr := d.Equal(State{Infrastructure: cur}, State{Infrastructure: des})
 			lazyChecks = true
 			gotEq, gotEqErr := d.Equal(State{Infrastructure: cur}, State{Infrastructure: des})
+			// Without the fast paths (identical members skipped):
+			// the same answers.
+			slow, slowErr, slowEq, slowEqErr := got, gotErr, gotEq, gotEqErr
+			if i%2 == 0 {
+				fastPaths = false
+				slow, slowErr = d.Machines(State{Infrastructure: cur}, State{Infrastructure: des})
+				slowEq, slowEqErr = d.Equal(State{Infrastructure: cur}, State{Infrastructure: des})
+				fastPaths = true
+			}
 			cases++
 			sameErr := func(what string, wantErr, gotErr error) {
 				require.Error(t, gotErr, "%s %s #%d: want %v", what, name, i, wantErr)
@@ -134,6 +146,18 @@ func TestLazyChecksMatchUpFront(t *testing.T) {
 				if we.Path == "" {
 					require.Equal(t, we.Object, ge.Object)
 				}
+			}
+			if slowEqErr != nil {
+				sameErr("Equal without fast paths", slowEqErr, gotEqErr)
+			} else {
+				require.NoError(t, gotEqErr, "Equal %s #%d", name, i)
+				require.Equal(t, slowEq, gotEq, "Equal %s #%d: fast paths", name, i)
+			}
+			if slowErr != nil {
+				sameErr("Machines without fast paths", slowErr, gotErr)
+			} else {
+				require.NoError(t, gotErr, "%s #%d", name, i)
+				require.Equal(t, slow.String(), got.String(), "%s #%d: fast paths", name, i)
 			}
 			if wantEqErr != nil {
 				sameErr("Equal", wantEqErr, gotEqErr)
@@ -169,7 +193,7 @@ func TestClassifyCache(t *testing.T) {
 	spec := func(v string) map[string]any {
 		m := map[string]any{}
 		for i := range maxClassCache + 100 {
-			m[fmt.Sprint("k", i)] = map[string]any{"ntp": v, "secret": v, "files": []any{map[string]any{"content": v}}}
+			m[fmt.Sprint("k", i)] = map[string]any{"ntp": v, "secret": v, "files": []any{map[string]any{"content": v}, map[string]any{"content": v}}}
 		}
 		return map[string]any{"kind": "AWSMachine", "spec": map[string]any{"m": m, "ami": v}}
 	}
@@ -188,8 +212,16 @@ func TestClassifyCache(t *testing.T) {
 		require.Equal(t, CategoryNTP, byPath["/spec/m/"+k+"/ntp"].Category)
 		require.True(t, byPath["/spec/m/"+k+"/secret"].Sensitive)
 		require.False(t, byPath["/spec/m/"+k+"/ntp"].Sensitive)
-		require.Equal(t, CategoryOther, byPath["/spec/m/"+k+"/files/0/content"].Category)
+		for _, i := range []string{"0", "1"} {
+			// One cache entry (indices left out), two paths.
+			c := byPath["/spec/m/"+k+"/files/"+i+"/content"]
+			require.Equal(t, CategoryOther, c.Category)
+			require.Equal(t, "infrastructure.spec.m."+k+".files["+i+"].content", c.Field)
+			require.Equal(t, "/spec/m/"+k+"/files", c.ListPath)
+			require.True(t, c.Sensitive, "file content")
+		}
 	}
 	require.Equal(t, CategoryImage, byPath["/spec/ami"].Category)
-	require.Len(t, again.Changes, 3*(maxClassCache+100)+1)
+	require.Equal(t, "infrastructure.spec.ami", byPath["/spec/ami"].Field)
+	require.Len(t, again.Changes, 4*(maxClassCache+100)+1)
 }

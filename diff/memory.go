@@ -2,8 +2,10 @@ package diff
 
 import (
 	"bytes"
+	"encoding/binary"
 	"math"
 	"reflect"
+	"sync/atomic"
 	"unsafe"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -33,145 +35,112 @@ type sliceHeader struct {
 	len, cap int
 }
 
-// zspanKind says how a zspan decides zero.
-type zspanKind uint8
+// maxZeroSize bounds the types given a zero layout; larger ones are left
+// to reflect.
+const maxZeroSize = 1 << 16
 
-const (
-	zMem     zspanKind = iota // zero when every byte is zero
-	zString                   // zero when the length is zero
-	zFloat32                  // zero when == 0 (so -0 is zero, NaN is not)
-	zFloat64
-	zComplex64
-	zComplex128
-)
-
-// zspan is one part of a value that reflect.Value.IsZero reads.
-type zspan struct {
-	off, size uintptr
-	kind      zspanKind
+// zeroMask is a type's zero layout as a mask over its bytes: a value is
+// zero exactly when none of its bytes has a bit the mask sets. It covers
+// what reflect.Value.IsZero reads: the bytes of numbers, bools and
+// pointers, the first word of slices and interfaces (what IsNil reads),
+// the length word of strings, and floats but for the sign bit (so -0 is
+// zero and NaN is not); blank (_) fields and padding are left out, as
+// IsZero and == skip them. Deciding zero is a scan of whole words, however
+// many strings and nested structs the type has.
+type zeroMask struct {
+	words []uint64 // the mask of each whole 8-byte word, in memory order
+	tail  []byte   // the mask of the bytes after the last whole word
+	// hint is the word where the last scan found the value not zero,
+	// tried first: values of one field are mostly set in the same place
+	// (a KubeadmConfigSpec's joinConfiguration, past hundreds of bytes
+	// of unset sections), so a present value is told in one word.
+	hint atomic.Int32
 }
 
-// maxZeroSpans bounds a type's zero layout; larger layouts (a struct with
-// hundreds of strings) are left to reflect.
-const maxZeroSpans = 128
-
-// zeroLayout lists what reflect.Value.IsZero reads of a value of type t,
-// in order: the bytes of numbers, bools and pointers, the first word of
-// slices and interfaces (what IsNil reads), the length of strings, floats
-// compared with 0; blank (_) fields are skipped, as IsZero and == skip
-// them, and so is padding. ok is false when the layout is too large.
-func zeroLayout(t reflect.Type) (spans []zspan, ok bool) {
-	if !addZeroSpans(&spans, t, 0) {
-		return nil, false
+// zeroLayout returns the zero mask of type t; nil when t is too large.
+func zeroLayout(t reflect.Type) *zeroMask {
+	if t.Size() > maxZeroSize {
+		return nil
 	}
-	return spans, true
+	b := make([]byte, t.Size())
+	markZero(b, t, 0)
+	n := len(b) / 8
+	m := &zeroMask{words: make([]uint64, n), tail: b[n*8:]}
+	for i := range n {
+		m.words[i] = binary.NativeEndian.Uint64(b[i*8:])
+	}
+	return m
 }
 
-func addZeroSpans(s *[]zspan, t reflect.Type, off uintptr) bool {
-	if len(*s) > maxZeroSpans {
-		return false
+// markZero sets in b the mask bits of a value of type t stored at off.
+func markZero(b []byte, t reflect.Type, off uintptr) {
+	const word = unsafe.Sizeof(uintptr(0))
+	mark := func(off, n uintptr) {
+		for i := off; i < off+n; i++ {
+			b[i] = 0xff
+		}
 	}
 	switch t.Kind() {
 	case reflect.String:
-		*s = append(*s, zspan{off: off, kind: zString})
+		mark(off+word, word) // the length, after the data pointer
 	case reflect.Float32:
-		*s = append(*s, zspan{off: off, kind: zFloat32})
+		binary.NativeEndian.PutUint32(b[off:], math.MaxInt32)
 	case reflect.Float64:
-		*s = append(*s, zspan{off: off, kind: zFloat64})
+		binary.NativeEndian.PutUint64(b[off:], math.MaxInt64)
 	case reflect.Complex64:
-		*s = append(*s, zspan{off: off, kind: zComplex64})
+		binary.NativeEndian.PutUint32(b[off:], math.MaxInt32)
+		binary.NativeEndian.PutUint32(b[off+4:], math.MaxInt32)
 	case reflect.Complex128:
-		*s = append(*s, zspan{off: off, kind: zComplex128})
+		binary.NativeEndian.PutUint64(b[off:], math.MaxInt64)
+		binary.NativeEndian.PutUint64(b[off+8:], math.MaxInt64)
 	case reflect.Slice, reflect.Interface:
-		// IsNil reads the first word: the data pointer, the type.
-		addMemSpan(s, off, unsafe.Sizeof(uintptr(0)))
+		mark(off, word) // IsNil reads the first word: the data pointer, the type
 	case reflect.Array:
-		n := t.Len()
-		if n == 0 {
-			return true
-		}
-		var elem []zspan
-		if !addZeroSpans(&elem, t.Elem(), 0) {
-			return false
-		}
-		if len(elem) == 1 && elem[0].kind == zMem && elem[0].off == 0 && elem[0].size == t.Elem().Size() {
-			addMemSpan(s, off, t.Size()) // an array of plain bytes, whole
-			return true
-		}
-		if n*len(elem) > maxZeroSpans {
-			return false
-		}
-		for i := range n {
-			for _, z := range elem {
-				z.off += off + uintptr(i)*t.Elem().Size()
-				if z.kind == zMem {
-					addMemSpan(s, z.off, z.size)
-				} else {
-					*s = append(*s, z)
-				}
-			}
+		for i := range t.Len() {
+			markZero(b, t.Elem(), off+uintptr(i)*t.Elem().Size())
 		}
 	case reflect.Struct:
 		for i := range t.NumField() {
-			f := t.Field(i)
-			if f.Name == "_" {
-				continue
-			}
-			if !addZeroSpans(s, f.Type, off+f.Offset) {
-				return false
+			if f := t.Field(i); f.Name != "_" {
+				markZero(b, f.Type, off+f.Offset)
 			}
 		}
 	default: // bools, integers, pointers, maps, chans, funcs, unsafe.Pointer
-		addMemSpan(s, off, t.Size())
+		mark(off, t.Size())
 	}
-	return len(*s) <= maxZeroSpans
 }
 
-// addMemSpan appends a zMem span, merged with the previous one when they
-// touch.
-func addMemSpan(s *[]zspan, off, size uintptr) {
-	if size == 0 {
-		return
+// isZeroAt is reflect.Value.IsZero of the value at p, given its mask.
+func isZeroAt(p unsafe.Pointer, m *zeroMask) bool {
+	b := unsafe.Slice((*byte)(p), len(m.words)*8+len(m.tail))
+	if h := int(m.hint.Load()); h < len(m.words) && binary.NativeEndian.Uint64(b[h*8:])&m.words[h] != 0 {
+		return false
 	}
-	if n := len(*s); n > 0 {
-		last := &(*s)[n-1]
-		if last.kind == zMem && last.off+last.size == off {
-			last.size += size
-			return
+	w := m.words
+	// Four words at a time: a KubeadmConfig's unset sections run to
+	// hundreds of bytes.
+	for len(w) >= 4 {
+		if binary.NativeEndian.Uint64(b)&w[0]|binary.NativeEndian.Uint64(b[8:])&w[1]|
+			binary.NativeEndian.Uint64(b[16:])&w[2]|binary.NativeEndian.Uint64(b[24:])&w[3] != 0 {
+			i := len(m.words) - len(w)
+			for binary.NativeEndian.Uint64(b)&w[0] == 0 {
+				b, w, i = b[8:], w[1:], i+1
+			}
+			m.hint.Store(int32(i))
+			return false
+		}
+		b, w = b[32:], w[4:]
+	}
+	for i, x := range w {
+		if binary.NativeEndian.Uint64(b[i*8:])&x != 0 {
+			m.hint.Store(int32(len(m.words) - len(w) + i))
+			return false
 		}
 	}
-	*s = append(*s, zspan{off: off, size: size, kind: zMem})
-}
-
-// isZeroAt is reflect.Value.IsZero of the value at p, given its layout.
-func isZeroAt(p unsafe.Pointer, spans []zspan) bool {
-	for _, z := range spans {
-		q := unsafe.Add(p, z.off)
-		switch z.kind {
-		case zMem:
-			if !memzero.Bytes(q, z.size) {
-				return false
-			}
-		case zString:
-			if len(*(*string)(q)) != 0 {
-				return false
-			}
-		case zFloat32:
-			if *(*float32)(q) != 0 {
-				return false
-			}
-		case zFloat64:
-			if *(*float64)(q) != 0 {
-				return false
-			}
-		case zComplex64:
-			if *(*complex64)(q) != 0 {
-				return false
-			}
-		case zComplex128:
-			if *(*complex128)(q) != 0 {
-				return false
-			}
+	b = b[len(w)*8:]
+	for i, x := range m.tail {
+		if b[i]&x != 0 {
+			return false
 		}
 	}
 	return true
@@ -211,12 +180,12 @@ func presentAt(p unsafe.Pointer, fp *fieldPlan) (ok, known bool) {
 		}
 	}
 	if fp.omitZero {
-		if pl.isZeroer || !fp.zeroKnown {
+		if pl.isZeroer || fp.zero == nil {
 			return false, false
 		}
 		// All bytes zero is the zero value, whatever the type; an unset
 		// section (most of a KubeadmConfigSpec) is decided by this scan.
-		return !memzero.Bytes(p, pl.size) && !isZeroAt(p, fp.zero), true
+		return !isZeroAt(p, fp.zero), true
 	}
 	return true, true
 }
@@ -251,6 +220,9 @@ func sameAt(a, b unsafe.Pointer, p *typePlan, depth, maxDepth int) bool {
 	case reflect.Interface:
 		return sameIfaces(reflect.NewAt(p.t, a).Elem(), reflect.NewAt(p.t, b).Elem(), depth, maxDepth)
 	case reflect.Struct:
+		if prog := p.sameProgram(); prog.ok && depth+prog.maxRel <= maxDepth {
+			return prog.run(a, b, depth, maxDepth)
+		}
 		var va, vb reflect.Value
 		for i := range p.fields {
 			fp := &p.fields[i]
@@ -330,6 +302,194 @@ func sameElems(a, b unsafe.Pointer, n int, p *typePlan, depth, maxDepth int) boo
 		off := uintptr(i) * p.size
 		if !sameAt(unsafe.Add(a, off), unsafe.Add(b, off), p, depth+1, maxDepth) {
 			return false
+		}
+	}
+	return true
+}
+
+// A sameProg is sameAt for a struct, flattened: the fields of nested
+// structs (stored inline, not behind pointers) become steps of the outer
+// struct at their offsets, and scalars, strings and pointers to them are
+// compared in the loop, not by a call per field. A struct's fields are
+// mostly strings, numbers and nested structs, so most of sameAt's calls
+// go. It answers exactly what the field-by-field code answers: the steps
+// are the same comparisons, and maxRel, the deepest level a step
+// compares at, says when depth could decide instead (then the caller
+// takes the field-by-field code).
+type sameProg struct {
+	steps  []sameStep
+	maxRel int
+	ok     bool // false: a field lies behind an embedded pointer
+}
+
+type stepKind uint8
+
+const (
+	stepString stepKind = iota
+	stepU8
+	stepU16
+	stepU32
+	stepU64
+	stepF32
+	stepF64
+	stepPtrString // pointer to a string
+	stepPtrU8     // pointer to a 1-byte number or bool
+	stepPtrU32
+	stepPtrU64
+	stepCall // anything else: sameAt with the field's plan
+)
+
+type sameStep struct {
+	off  uintptr
+	kind stepKind
+	rel  int // levels below the struct: the depth sameAt is called with is depth+rel
+	plan *typePlan
+}
+
+// sameProgram returns p's flat program, making it on first use. Plans are
+// complete once planFor returns, so every struct reached is.
+func (p *typePlan) sameProgram() *sameProg {
+	if prog := p.same.Load(); prog != nil {
+		return prog
+	}
+	prog := &sameProg{ok: true}
+	prog.add(p, 0, 0)
+	p.same.Store(prog) // a concurrent first use makes an identical one
+	return prog
+}
+
+// add appends the steps for the fields of struct plan p stored at off,
+// rel levels below the program's struct.
+func (prog *sameProg) add(p *typePlan, off uintptr, rel int) {
+	prog.maxRel = max(prog.maxRel, rel) // sameAt's check on entering p
+	for i := range p.fields {
+		fp := &p.fields[i]
+		if !fp.direct {
+			prog.ok = false
+			return
+		}
+		fpl, at, r := fp.plan, off+fp.offset, rel+1
+		if fpl.leaf == leafNone && fpl.kind == reflect.Struct {
+			prog.add(fpl, at, r)
+			continue
+		}
+		step := sameStep{off: at, kind: stepCall, rel: r, plan: fpl}
+		if fpl.leaf == leafNone {
+			if k, ok := scalarStep(fpl); ok {
+				step.kind = k
+				prog.maxRel = max(prog.maxRel, r)
+			} else if fpl.kind == reflect.Pointer && fpl.elem.leaf == leafNone {
+				if k, ok := scalarStep(fpl.elem); ok {
+					switch k {
+					case stepString:
+						step.kind = stepPtrString
+					case stepU8:
+						step.kind = stepPtrU8
+					case stepU32:
+						step.kind = stepPtrU32
+					case stepU64:
+						step.kind = stepPtrU64
+					}
+					if step.kind != stepCall {
+						prog.maxRel = max(prog.maxRel, r+1) // the pointer, then its target
+					}
+				}
+			}
+		}
+		prog.steps = append(prog.steps, step)
+	}
+}
+
+// scalarStep is the step comparing a string, bool or number of plan p.
+func scalarStep(p *typePlan) (stepKind, bool) {
+	switch p.kind {
+	case reflect.String:
+		return stepString, true
+	case reflect.Bool, reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr:
+		switch p.size {
+		case 1:
+			return stepU8, true
+		case 2:
+			return stepU16, true
+		case 4:
+			return stepU32, true
+		case 8:
+			return stepU64, true
+		}
+	case reflect.Float32:
+		return stepF32, true
+	case reflect.Float64:
+		return stepF64, true
+	}
+	return stepCall, false
+}
+
+// run is sameAt for the struct stored at a and b, depth levels down; the
+// caller has checked depth+maxRel against maxDepth.
+func (prog *sameProg) run(a, b unsafe.Pointer, depth, maxDepth int) bool {
+	for i := range prog.steps {
+		s := &prog.steps[i]
+		x, y := unsafe.Add(a, s.off), unsafe.Add(b, s.off)
+		switch s.kind {
+		case stepString:
+			if *(*string)(x) != *(*string)(y) {
+				return false
+			}
+		case stepU8:
+			if *(*uint8)(x) != *(*uint8)(y) {
+				return false
+			}
+		case stepU16:
+			if *(*uint16)(x) != *(*uint16)(y) {
+				return false
+			}
+		case stepU32:
+			if *(*uint32)(x) != *(*uint32)(y) {
+				return false
+			}
+		case stepU64:
+			if *(*uint64)(x) != *(*uint64)(y) {
+				return false
+			}
+		case stepF32:
+			if f, g := float64(*(*float32)(x)), float64(*(*float32)(y)); f != g || math.IsInf(f, 0) {
+				return false
+			}
+		case stepF64:
+			if f, g := *(*float64)(x), *(*float64)(y); f != g || math.IsInf(f, 0) {
+				return false
+			}
+		case stepCall:
+			if !sameAt(x, y, s.plan, depth+s.rel, maxDepth) {
+				return false
+			}
+		default: // a pointer to a string or a number
+			px, py := *(*unsafe.Pointer)(x), *(*unsafe.Pointer)(y)
+			if px == nil || py == nil {
+				if px != py {
+					return false
+				}
+				continue
+			}
+			switch s.kind {
+			case stepPtrString:
+				if *(*string)(px) != *(*string)(py) {
+					return false
+				}
+			case stepPtrU8:
+				if *(*uint8)(px) != *(*uint8)(py) {
+					return false
+				}
+			case stepPtrU32:
+				if *(*uint32)(px) != *(*uint32)(py) {
+					return false
+				}
+			case stepPtrU64:
+				if *(*uint64)(px) != *(*uint64)(py) {
+					return false
+				}
+			}
 		}
 	}
 	return true

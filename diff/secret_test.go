@@ -99,6 +99,11 @@ func TestSecretsByNameWhateverTheOptions(t *testing.T) {
 			map[string]any{"kind": "AWSMachine", "spec": map[string]any{"UserData": secret}},
 			[]diff.Option{diff.WithoutDefaults()}, ""},
 	}
+	// One Differ reused by every case without options: what it caches per
+	// path (classification, rendered paths, secretPath's answer) must
+	// give what a fresh Differ gives.
+	shared, err := diff.New()
+	require.NoError(t, err)
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			cs, err := diff.Objects(tc.obj, tc.cur, tc.des, tc.opts...)
@@ -106,6 +111,14 @@ func TestSecretsByNameWhateverTheOptions(t *testing.T) {
 			require.NotEmpty(t, cs.Changes)
 			js, err := json.Marshal(cs)
 			require.NoError(t, err)
+			if tc.opts == nil {
+				for range 2 {
+					again, err := shared.Objects(tc.obj, tc.cur, tc.des)
+					require.NoError(t, err)
+					require.Equal(t, cs.String(), again.String())
+					require.Equal(t, string(js), mustJSON(t, again))
+				}
+			}
 			for _, out := range []string{cs.String(), string(js)} {
 				require.NotContains(t, out, secret)
 				require.Contains(t, out, "redacted sha256:")
@@ -218,4 +231,34 @@ func TestSecretsInEnvsAndCommands(t *testing.T) {
 		require.NotContains(t, out, secret)
 		require.Contains(t, out, "extraEnvs[0].value")
 	})
+}
+
+// TestSecretsBehindACachedPath: a Differ remembers per path (list indices
+// left out) how it classified it; whether a value is secret may still
+// depend on the element, so an argument named like a secret is redacted
+// after one that is not, and the other way round, at the same place.
+func TestSecretsBehindACachedPath(t *testing.T) {
+	const secret = "s3cr3t-value-0123456789"
+	args := func(name, value string) map[string]any {
+		return map[string]any{"kind": "KubeadmConfig", "spec": map[string]any{"clusterConfiguration": map[string]any{
+			"apiServer": map[string]any{"extraArgs": []any{map[string]any{"name": name, "value": value}}}}}}
+	}
+	for _, unkeyed := range []bool{false, true} {
+		var opts []diff.Option
+		if unkeyed {
+			opts = append(opts, diff.ListKey("bootstrap.spec.clusterConfiguration.apiServer.extraArgs"))
+		}
+		d, err := diff.New(opts...)
+		require.NoError(t, err)
+		for range 2 {
+			plain, err := d.Objects(diff.ObjectBootstrap, args("audit-log-path", "/a"), args("audit-log-path", "/b"))
+			require.NoError(t, err)
+			require.Contains(t, plain.String(), "/b", "unkeyed %v: not a secret", unkeyed)
+			hidden, err := d.Objects(diff.ObjectBootstrap, args("oidc-client-secret", "old"), args("oidc-client-secret", secret))
+			require.NoError(t, err)
+			require.NotEmpty(t, hidden.Changes)
+			require.NotContains(t, hidden.String(), secret, "unkeyed %v", unkeyed)
+			require.NotContains(t, mustJSON(t, hidden), secret, "unkeyed %v", unkeyed)
+		}
+	}
 }

@@ -9,6 +9,7 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"unsafe"
 
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -52,6 +53,8 @@ type typePlan struct {
 	typeMeta  int    // struct: index of an embedded metav1.TypeMeta, or -1
 	name      string // t.Name()
 	size      uintptr
+	// same is a struct's flat program for sameAt, made on first use.
+	same atomic.Pointer[sameProg]
 }
 
 type fieldPlan struct {
@@ -64,10 +67,9 @@ type fieldPlan struct {
 	// no embedded pointer lies on the way, so offset locates it.
 	offset uintptr
 	direct bool
-	// zero is the field type's zero layout, for omitzero (zeroKnown false:
-	// too large, ask reflect).
-	zero      []zspan
-	zeroKnown bool
+	// zero is the field type's zero layout, for omitzero (nil: too
+	// large, ask reflect).
+	zero *zeroMask
 }
 
 var (
@@ -212,7 +214,7 @@ func addFields(p *typePlan, t reflect.Type, index []int, base uintptr, direct bo
 			}
 		}
 		if fp.omitZero {
-			fp.zero, fp.zeroKnown = zeroLayout(ft)
+			fp.zero = zeroLayout(ft)
 		}
 		p.byName[name] = len(p.fields)
 		p.fields = append(p.fields, fp)
@@ -520,6 +522,9 @@ func (w *walker) cmpTyped(a, b reflect.Value, aOK, bOK bool, p *typePlan) {
 		}
 		if bOK {
 			l.b = b
+		}
+		if keyed {
+			l.memKeys(p)
 		}
 		matchList(w, l, keyed, w.ordered())
 	case reflect.Map:
@@ -875,12 +880,14 @@ func (w *walker) cmpStrings(a, b string) {
 	}
 	switch {
 	case a == b:
+	case w.first:
+		w.found = true // Equal: nothing to box
 	case a == "":
-		w.emit(OpAdd, nil, b)
+		w.emit(OpAdd, nil, w.boxString(b))
 	case b == "":
-		w.emit(OpRemove, a, nil)
+		w.emit(OpRemove, w.boxString(a), nil)
 	default:
-		w.emit(OpReplace, a, b)
+		w.emit(OpReplace, w.boxString(a), w.boxString(b))
 	}
 }
 
@@ -890,6 +897,36 @@ type typedList struct {
 	a, b reflect.Value
 	p    *typePlan // element plan
 	keys []string
+	// keyOff is the offset of the single key, a string field stored in
+	// the element (memKeys), and dataA and dataB the slices' arrays;
+	// keyMem false when keys are read with reflect.
+	keyMem       bool
+	keyOff       uintptr
+	dataA, dataB unsafe.Pointer
+}
+
+// memKeys lets keyEq read the key in memory when the lists are slices of
+// structs keyed by one string field of their own (path, name: most keyed
+// lists), instead of building reflect.Values for every pair it compares.
+func (l *typedList) memKeys(p *typePlan) {
+	if !fastPaths || p.kind != reflect.Slice || len(l.keys) != 1 || l.p.kind != reflect.Struct || l.p.leaf != leafNone {
+		return
+	}
+	i, ok := l.p.byName[l.keys[0]]
+	if !ok {
+		return
+	}
+	fp := &l.p.fields[i]
+	if !fp.direct || fp.plan.kind != reflect.String || fp.plan.leaf != leafNone {
+		return
+	}
+	l.keyMem, l.keyOff = true, fp.offset
+	if l.a.IsValid() {
+		l.dataA = l.a.UnsafePointer()
+	}
+	if l.b.IsValid() {
+		l.dataB = l.b.UnsafePointer()
+	}
 }
 
 func (l typedList) lenA() int {
@@ -914,6 +951,9 @@ func (l typedList) side(s bool) reflect.Value {
 }
 
 func (l typedList) keyEq(x bool, i int, y bool, j int) bool {
+	if l.keyMem {
+		return *(*string)(l.keyAt(x, i)) == *(*string)(l.keyAt(y, j))
+	}
 	ex, ey := l.side(x).Index(i), l.side(y).Index(j)
 	if len(l.keys) == 0 {
 		return typedScalarEqual(ex, ey)
@@ -936,6 +976,15 @@ func (l typedList) keyEq(x bool, i int, y bool, j int) bool {
 		}
 	}
 	return true
+}
+
+// keyAt locates the key of element i of a side (keyMem).
+func (l typedList) keyAt(s bool, i int) unsafe.Pointer {
+	data := l.dataA
+	if s { // sideB
+		data = l.dataB
+	}
+	return unsafe.Add(data, uintptr(i)*l.p.size+l.keyOff)
 }
 
 // derefStruct follows pointers to a struct element and returns it with its

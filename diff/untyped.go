@@ -222,6 +222,13 @@ func (w *walker) cmpMaps(a, b map[string]any) {
 		if ok && len(w.frames) < w.maxDepth && sameLeaf(av, bv) {
 			continue // identical strings or bools: no rule can tell them apart
 		}
+		// Identical values below the root: no rule can tell them apart
+		// either, and identicalData has checked that they are JSON data.
+		// (Not tried on the root's members, as with typed values:
+		// metadata mostly differs, and spec is where changes are.)
+		if ok && fastPaths && len(w.frames) > w.prefix && identicalData(av, bv, len(w.frames)+1, w.maxDepth) {
+			continue
+		}
 		if w.enterField(k) {
 			if av == nil && !ok && w.strict() {
 				w.emit(OpRemove, nil, nil) // an explicit null against absent
@@ -271,6 +278,60 @@ func sameLeaf(a, b any) bool {
 	case bool:
 		y, ok := b.(bool)
 		return ok && x == y
+	}
+	return false
+}
+
+// identicalData reports whether a and b, at depth path steps from the
+// root, are the same JSON data: of the same types, member by member, with
+// equal strings, bools and numbers. Comparing them would then find no
+// change under any rule (as typedSame), and the walk can skip them. It is
+// conservative: anything the walk could fail on (a value that is not JSON
+// data, a number that is not int64 or a finite float64, nesting beyond
+// maxDepth) answers false, and the walk decides, so skipping leaves no
+// value unchecked. Nothing is allocated.
+func identicalData(a, b any, depth, maxDepth int) bool {
+	if depth > maxDepth {
+		return false
+	}
+	switch x := a.(type) {
+	case string:
+		y, ok := b.(string)
+		return ok && x == y
+	case map[string]any:
+		y, ok := b.(map[string]any)
+		if !ok || len(x) != len(y) || (x == nil) != (y == nil) {
+			return false
+		}
+		for k, e := range x {
+			f, ok := y[k]
+			if !ok || !identicalData(e, f, depth+1, maxDepth) {
+				return false
+			}
+		}
+		return true
+	case []any:
+		y, ok := b.([]any)
+		if !ok || len(x) != len(y) || (x == nil) != (y == nil) {
+			return false
+		}
+		for i := range x {
+			if !identicalData(x[i], y[i], depth+1, maxDepth) {
+				return false
+			}
+		}
+		return true
+	case bool:
+		y, ok := b.(bool)
+		return ok && x == y
+	case int64:
+		y, ok := b.(int64)
+		return ok && x == y
+	case float64:
+		y, ok := b.(float64)
+		return ok && x == y && !math.IsInf(x, 0) // NaN is unequal to itself
+	case nil:
+		return b == nil
 	}
 	return false
 }
@@ -333,8 +394,10 @@ func (l dataList) enter(s bool, i int, keyed bool) bool {
 
 func (l dataList) cmp(i, j int) { l.w.cmpData(l.a[i], l.b[j]) }
 
-// same is false: unstructured elements are compared by walking them.
-func (l dataList) same(int, int) bool { return false }
+// same reports identical elements (identicalData).
+func (l dataList) same(i, j int) bool {
+	return fastPaths && identicalData(l.a[i], l.b[j], len(l.w.frames)+1, l.w.maxDepth)
+}
 
 func (l dataList) value(s bool, i int) any {
 	v := l.side(s)[i]

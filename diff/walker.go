@@ -55,6 +55,34 @@ type walker struct {
 	// unchecked (an ignored path), so the caller checks the inputs whole.
 	lazyCheck bool
 	gap       bool
+
+	// boxed holds the strings last boxed into changes' values, for
+	// boxString; boxNext is the slot to overwrite next.
+	boxed   [4]any
+	boxNext uint8
+}
+
+// maxBoxedLen bounds the strings boxString remembers, so that the pooled
+// walker keeps no large value alive.
+const maxBoxedLen = 64
+
+// boxString returns s as a change's value. The changes of a fleet repeat a
+// few values (versions, images, the same file on every machine), so the
+// last few boxed strings are reused: a boxed string is immutable, changes
+// can share it, and one less allocation each.
+func (w *walker) boxString(s string) any {
+	if len(s) > maxBoxedLen {
+		return s
+	}
+	for _, v := range w.boxed {
+		if x, ok := v.(string); ok && x == s {
+			return v
+		}
+	}
+	v := any(s)
+	w.boxed[w.boxNext%uint8(len(w.boxed))] = v
+	w.boxNext++
+	return v
 }
 
 // scopeAllows limits the comparison to spec, metadata.labels and
@@ -212,13 +240,23 @@ func (w *walker) emit(op Op, old, new any) {
 	c := &w.changes[len(w.changes)-1]
 	c.Object, c.Kind, c.Op, c.Old, c.New, c.reveal = w.obj, w.kind, op, old, new, w.cfg.reveal
 	c.strict, c.strictNum = w.strict(), w.cfg.strictNum
-	w.paths(c)
-	var below activeSet
-	c.Category, c.Sensitive, below = w.classifyCached()
+	r := w.classifyCached()
+	if r.path != "" {
+		// The path has no list element and no template prefix: rendered
+		// once per Differ and shared (strings are immutable).
+		c.Path, c.Field = r.path[:r.np], r.path[r.np:]
+	} else {
+		w.paths(c)
+	}
+	below := r.below
+	c.Category, c.Sensitive = r.cat, r.sensitive
 	if c.reveal || c.Sensitive {
 		return
 	}
-	secret, ctx := w.secretPath()
+	secret, ctx := r.secret, r.sctx
+	if !r.secretKnown {
+		secret, ctx = w.secretPath()
+	}
 	if secret {
 		c.Sensitive = true
 		return
@@ -364,6 +402,18 @@ type classResult struct {
 	cat       Category
 	sensitive bool
 	below     activeSet // classification rules active below the path
+	// path is the change's Path and Field as one string, np the length
+	// of Path, for a path with neither list elements nor a template
+	// prefix (the cache key then determines it); "" otherwise.
+	path string
+	np   int
+	// secret and sctx are secretPath's answer, when secretKnown: the path
+	// has no list element right below an extraArgs field, whose key or
+	// name secretPath reads; otherwise only field names, which the cache
+	// key holds, and element steps decide it.
+	secret      bool
+	sctx        secretCtx
+	secretKnown bool
 }
 
 // classCache memoises classify per object, kind and path (list indices
@@ -377,9 +427,9 @@ type classCache struct {
 
 const maxClassCache = 4096
 
-// classifyCached is classify through the Differ's cache. The returned set
-// must not be changed.
-func (w *walker) classifyCached() (Category, bool, activeSet) {
+// classifyCached is classify through the Differ's cache. The result is
+// shared: it must not be changed.
+func (w *walker) classifyCached() *classResult {
 	k := w.classKey[:0]
 	k = append(k, byte(w.obj))
 	k = binary.AppendUvarint(k, uint64(len(w.kind)))
@@ -400,10 +450,27 @@ func (w *walker) classifyCached() (Category, bool, activeSet) {
 	r, ok := cc.m[string(k)]
 	cc.mu.RUnlock()
 	if ok {
-		return r.cat, r.sensitive, r.below
+		return r
 	}
 	cat, sensitive, below := w.classify()
 	r = &classResult{cat: cat, sensitive: sensitive, below: slices.Clone(below)}
+	argsElem := false
+	for i, f := range w.frames {
+		if f.elem && i > 0 && isExtraArgs(w.frames[i-1].name) {
+			argsElem = true
+		}
+	}
+	if !argsElem {
+		// The template prefix's steps (spec, template), which the key
+		// leaves out, are no names secretPath looks for.
+		r.secret, r.sctx = w.secretPath()
+		r.secretKnown = true
+	}
+	if w.prefix == 0 && !slices.ContainsFunc(w.frames, func(f frame) bool { return f.elem }) {
+		var c Change
+		w.paths(&c)
+		r.path, r.np = c.Path+c.Field, len(c.Path)
+	}
 	cc.mu.Lock()
 	if cc.m == nil {
 		cc.m = map[string]*classResult{}
@@ -412,7 +479,7 @@ func (w *walker) classifyCached() (Category, bool, activeSet) {
 		cc.m[string(k)] = r
 	}
 	cc.mu.Unlock()
-	return r.cat, r.sensitive, r.below
+	return r
 }
 
 // classify finds the category and sensitivity of the current path, and
