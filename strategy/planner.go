@@ -195,6 +195,9 @@ type Planner struct {
 	clock       clock.PassiveClock
 	canary      int
 	maxFailures int
+	// copyDecisions, a test hook, makes Plan decide every machine with
+	// Decide (a Decision of its own) even when it could use scratch.
+	copyDecisions bool
 }
 
 // PlannerOptions configure NewPlanner. The zero value of every field is
@@ -380,13 +383,45 @@ func (p *Planner) Plan(ctx context.Context, c Cluster) (*RolloutPlan, error) {
 	}
 	groupStart[len(c.Workers)] = len(all)
 
-	// Decide and choose.
+	// Decide and choose. A built-in decider builds the Decision of a
+	// machine whose strategy is built in into buffers reused from machine
+	// to machine: nothing keeps the Decision past Choose (scratchSafe), so
+	// only user code needs one of its own. The buffers are this call's.
+	var sd scratchDecider
+	if !p.copyDecisions {
+		sd, _ = p.decider.(scratchDecider)
+	}
+	var dsc *decideScratch
+	planSafe := false
+	groupSafe := make([]bool, len(c.Workers))
+	if sd != nil {
+		dsc = new(decideScratch)
+		planSafe = scratchSafe(p.strategy, 0)
+		for gi := range c.Workers {
+			if s := c.Workers[gi].Strategy; s != nil {
+				groupSafe[gi] = scratchSafe(s, 0)
+			} else {
+				groupSafe[gi] = planSafe
+			}
+		}
+	}
 	failures := 0
 	for _, w := range all {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		if err := p.choose(ctx, &c, w); err != nil {
+		s, safe := p.strategy, planSafe
+		if w.group >= 0 {
+			safe = groupSafe[w.group]
+			if gs := c.Workers[w.group].Strategy; gs != nil {
+				s = gs
+			}
+		}
+		var sc *decideScratch
+		if safe {
+			sc = dsc
+		}
+		if err := p.choose(ctx, &c, w, s, sd, sc); err != nil {
 			return nil, err
 		}
 		if w.m.Failed {
@@ -480,7 +515,10 @@ func (p *Planner) Plan(ctx context.Context, c Cluster) (*RolloutPlan, error) {
 	return plan, nil
 }
 
-func (p *Planner) choose(ctx context.Context, c *Cluster, w *work) error {
+// choose decides w's machine (unless its Decision is given) and has s
+// choose its method. With sc non-nil, sd (p.decider) builds the Decision
+// in sc: s must then be scratchSafe.
+func (p *Planner) choose(ctx context.Context, c *Cluster, w *work, s Strategy, sd scratchDecider, sc *decideScratch) error {
 	m := w.m
 	var d Decision
 	switch {
@@ -490,7 +528,12 @@ func (p *Planner) choose(ctx context.Context, c *Cluster, w *work) error {
 		d = *m.Decision
 	default:
 		var err error
-		if d, err = p.decider.Decide(ctx, m.Changes); err != nil {
+		if sc != nil {
+			d, err = sd.decideInto(ctx, m.Changes, sc)
+		} else {
+			d, err = p.decider.Decide(ctx, m.Changes)
+		}
+		if err != nil {
 			return fmt.Errorf("deciding %s: %w", w.pm.Machine, err)
 		}
 	}
@@ -502,10 +545,6 @@ func (p *Planner) choose(ctx context.Context, c *Cluster, w *work) error {
 		w.pm.Outcome = OutcomeNoChange
 	}
 	w.pm.InPlaceFields, w.pm.UncoveredFields = fields(d.InPlace, d.Uncovered)
-	s := p.strategy
-	if w.group >= 0 && c.Workers[w.group].Strategy != nil {
-		s = c.Workers[w.group].Strategy
-	}
 	ch, ok := s.Choose(d)
 	if !ok {
 		ch = Choice{Method: MethodBlocked, Strategy: s.Name(), Reason: fmt.Sprintf("strategy %s does not handle a %s decision", s.Name(), d.Outcome)}
