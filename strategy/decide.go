@@ -344,31 +344,74 @@ func (f DeciderFunc) Decide(ctx context.Context, cs diff.ChangeSet) (Decision, e
 // only if every change is covered. CAPI lets one extension answer; this is
 // how several updaters answer as one.
 func Updaters(us ...Updater) Decider {
-	return DeciderFunc(func(ctx context.Context, cs diff.ChangeSet) (Decision, error) {
-		if err := ctx.Err(); err != nil {
-			return Decision{}, err
-		}
-		return assign(cs, func(c diff.Change) (action Action, updater string) {
-			for _, u := range us {
-				if u != nil && u.Covers(c) {
-					return ActionInPlace, u.Name()
-				}
-			}
-			return ActionReplace, ""
-		}), nil
-	})
+	return updaterList(us)
 }
 
-// assign sorts each change by route and builds the decision.
-func assign(cs diff.ChangeSet, route func(diff.Change) (Action, string)) Decision {
+// updaterList is the Decider Updaters builds. It is a named type rather
+// than a DeciderFunc so that the planner can recognize it (scratchDecider).
+type updaterList []Updater
+
+// Decide decides cs with the updaters; the Decision owns its change sets.
+func (us updaterList) Decide(ctx context.Context, cs diff.ChangeSet) (Decision, error) {
+	return us.decideInto(ctx, cs, nil)
+}
+
+func (us updaterList) decideInto(ctx context.Context, cs diff.ChangeSet, sc *decideScratch) (Decision, error) {
+	if err := ctx.Err(); err != nil {
+		return Decision{}, err
+	}
+	return assign(cs, func(c diff.Change) (action Action, updater string) {
+		for _, u := range us {
+			if u != nil && u.Covers(c) {
+				return ActionInPlace, u.Name()
+			}
+		}
+		return ActionReplace, ""
+	}, sc), nil
+}
+
+// scratchDecider is a Decider of this package that can build its Decision
+// in a decideScratch: the Decision's change sets and Coverage then live in
+// the scratch's arrays, which the next decideInto with the same scratch
+// overwrites. The planner uses it only when nothing but its own code and
+// the strategies of this package see the Decision (scratchSafe), so the
+// Decide contract (a Decision owns its change sets) holds wherever user
+// code can observe it.
+type scratchDecider interface {
+	Decider
+	decideInto(ctx context.Context, cs diff.ChangeSet, sc *decideScratch) (Decision, error)
+}
+
+// decideScratch holds the arrays assign reuses from machine to machine
+// when it is given one: one per Plan call, never shared between
+// goroutines.
+type decideScratch struct {
+	changes  []diff.Change
+	coverage []Coverage
+	actions  []Action
+	updaters []string
+}
+
+// assign sorts each change by route and builds the decision. With sc nil
+// the Decision owns its change sets; otherwise they, and Coverage, are
+// built in sc's arrays and are valid until the next assign with sc.
+func assign(cs diff.ChangeSet, route func(diff.Change) (Action, string), sc *decideScratch) Decision {
 	var d Decision
 	n := len(cs.Changes)
 	// Routes and updater names for a machine's few changes live on the
-	// stack; a machine with more takes one allocation for each.
+	// stack; a machine with more takes one allocation for each (or reuses
+	// the scratch's).
 	var actBuf [8]Action
 	var updBuf [8]string
 	actions, updaters := actBuf[:0], updBuf[:0]
-	if n > len(actBuf) {
+	switch {
+	case n <= len(actBuf):
+	case sc != nil:
+		if cap(sc.actions) < n {
+			sc.actions, sc.updaters = make([]Action, 0, n), make([]string, 0, n)
+		}
+		actions, updaters = sc.actions[:0], sc.updaters[:0]
+	default:
 		actions, updaters = make([]Action, 0, n), make([]string, 0, n)
 	}
 	var inPlace, replace, ignore int
@@ -388,7 +431,14 @@ func assign(cs diff.ChangeSet, route func(diff.Change) (Action, string)) Decisio
 	// length so that appending to one never writes into the next.
 	var all []diff.Change
 	if total := inPlace + replace + ignore; total > 0 {
-		all = make([]diff.Change, 0, total)
+		if sc == nil {
+			all = make([]diff.Change, 0, total)
+		} else {
+			if cap(sc.changes) < total {
+				sc.changes = make([]diff.Change, 0, max(total, 2*cap(sc.changes)))
+			}
+			all = sc.changes[:0]
+		}
 	}
 	for _, want := range [...]Action{ActionInPlace, ActionReplace, ActionIgnore} {
 		start := len(all)
@@ -414,7 +464,14 @@ func assign(cs diff.ChangeSet, route func(diff.Change) (Action, string)) Decisio
 	if inPlace > 0 {
 		// Coverage points into InPlace, whose changes are the in-place
 		// routes in input order.
-		d.Coverage = make([]Coverage, 0, inPlace)
+		if sc == nil {
+			d.Coverage = make([]Coverage, 0, inPlace)
+		} else {
+			if cap(sc.coverage) < inPlace {
+				sc.coverage = make([]Coverage, 0, max(inPlace, 2*cap(sc.coverage)))
+			}
+			d.Coverage = sc.coverage[:0:inPlace]
+		}
 		k := 0
 		for i := range cs.Changes {
 			if actions[i] == ActionInPlace {

@@ -76,7 +76,7 @@ func TestMessagesAsBefore(t *testing.T) {
 					return ActionIgnore, ""
 				}
 			}
-			d := assign(cs, route)
+			d := assign(cs, route, nil)
 			require.Equal(t, oracleUpdaters(d.Coverage), d.Updaters(), "n=%d", n)
 			switch d.Outcome {
 			case OutcomeReplace:

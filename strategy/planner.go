@@ -195,6 +195,9 @@ type Planner struct {
 	clock       clock.PassiveClock
 	canary      int
 	maxFailures int
+	// copyDecisions, a test hook, makes Plan decide every machine with
+	// Decide (a Decision of its own) even when it could use scratch.
+	copyDecisions bool
 }
 
 // PlannerOptions configure NewPlanner. The zero value of every field is
@@ -241,14 +244,16 @@ func NewPlanner(opts PlannerOptions) (*Planner, error) {
 	return p, nil
 }
 
-// work is a machine on its way through planning.
+// work is a machine on its way through planning. A plan holds one per
+// machine: the small fields are int32 (a cluster has far fewer than 2^31
+// machines or groups).
 type work struct {
 	m     *Machine
 	pm    *PlannedMachine // the machine's entry in RolloutPlan.Machines
 	ver   *version.Version
-	group int // -1 for the control plane
-	rank  int // sort rank: unhealthy, empty, the rest
-	pos   int // position in its batch
+	group int32 // -1 for the control plane
+	rank  int32 // sort rank: unhealthy, empty, the rest
+	pos   int32 // position in its batch
 }
 
 // field names the machine in the input, for error messages.
@@ -307,10 +312,10 @@ func (p *Planner) Plan(ctx context.Context, c Cluster) (*RolloutPlan, error) {
 	for gi := range c.Workers {
 		n += len(c.Workers[gi].Machines)
 	}
-	// One allocation for every machine's work; workers are added group by
-	// group, so group gi's machines are all[groupStart[gi]:groupStart[gi+1]].
-	works := make([]work, 0, n)
-	all := make([]*work, 0, n)
+	// One allocation for every machine's work, in input order (the order
+	// of plan.Machines); workers are added group by group, so group gi's
+	// machines are all[groupStart[gi]:groupStart[gi+1]].
+	all := make([]work, 0, n)
 	// RolloutPlan.Machines is filled in input order and put in report order at
 	// the end.
 	plan.Machines = make([]PlannedMachine, n)
@@ -319,8 +324,9 @@ func (p *Planner) Plan(ctx context.Context, c Cluster) (*RolloutPlan, error) {
 	versions := map[string]*version.Version{} // a cluster has few distinct versions; parse each once
 	limits := make([][2]int, len(c.Workers))
 	add := func(m *Machine, role Role, group int, groupName string) error {
-		works = append(works, work{m: m, group: group, pm: &plan.Machines[len(all)]})
-		w := &works[len(works)-1]
+		i := len(all)
+		all = append(all, work{m: m, group: int32(group), pm: &plan.Machines[i]})
+		w := &all[i]
 		if m.Name == "" {
 			field := "controlPlane"
 			if group >= 0 {
@@ -331,7 +337,7 @@ func (p *Planner) Plan(ctx context.Context, c Cluster) (*RolloutPlan, error) {
 		if prev, dup := names[m.Name]; dup {
 			return fmt.Errorf("%w: %s: name also used by %s", ErrInvalidCluster, w.field(&c), all[prev].field(&c))
 		}
-		names[m.Name] = len(all)
+		names[m.Name] = i
 		v, seen := versions[m.Version]
 		if !seen {
 			var err error
@@ -351,7 +357,6 @@ func (p *Planner) Plan(ctx context.Context, c Cluster) (*RolloutPlan, error) {
 		if v != nil && target != nil && !v.EqualTo(target) {
 			w.pm.ToVersion = c.TargetVersion
 		}
-		all = append(all, w)
 		return nil
 	}
 	for i := range c.ControlPlane {
@@ -380,13 +385,46 @@ func (p *Planner) Plan(ctx context.Context, c Cluster) (*RolloutPlan, error) {
 	}
 	groupStart[len(c.Workers)] = len(all)
 
-	// Decide and choose.
+	// Decide and choose. A built-in decider builds the Decision of a
+	// machine whose strategy is built in into buffers reused from machine
+	// to machine: nothing keeps the Decision past Choose (scratchSafe), so
+	// only user code needs one of its own. The buffers are this call's.
+	var sd scratchDecider
+	if !p.copyDecisions {
+		sd, _ = p.decider.(scratchDecider)
+	}
+	var dsc *decideScratch
+	planSafe := false
+	groupSafe := make([]bool, len(c.Workers))
+	if sd != nil {
+		dsc = new(decideScratch)
+		planSafe = scratchSafe(p.strategy, 0)
+		for gi := range c.Workers {
+			if s := c.Workers[gi].Strategy; s != nil {
+				groupSafe[gi] = scratchSafe(s, 0)
+			} else {
+				groupSafe[gi] = planSafe
+			}
+		}
+	}
 	failures := 0
-	for _, w := range all {
+	for i := range all {
+		w := &all[i]
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		if err := p.choose(ctx, &c, w); err != nil {
+		s, safe := p.strategy, planSafe
+		if w.group >= 0 {
+			safe = groupSafe[w.group]
+			if gs := c.Workers[w.group].Strategy; gs != nil {
+				s = gs
+			}
+		}
+		var sc *decideScratch
+		if safe {
+			sc = dsc
+		}
+		if err := p.choose(ctx, &c, w, s, sd, sc); err != nil {
 			return nil, err
 		}
 		if w.m.Failed {
@@ -399,8 +437,8 @@ func (p *Planner) Plan(ctx context.Context, c Cluster) (*RolloutPlan, error) {
 	if open {
 		openReason = fmt.Sprintf("circuit breaker open: %d machines failed (limit %d)", failures, p.maxFailures)
 	}
-	for _, w := range all {
-		switch {
+	for i := range all {
+		switch w := &all[i]; {
 		case !w.disrupts():
 		case w.m.Failed:
 			w.set(MethodSkip, "an earlier update failed; needs attention before it is tried again", nil)
@@ -418,8 +456,8 @@ func (p *Planner) Plan(ctx context.Context, c Cluster) (*RolloutPlan, error) {
 
 	// Control plane: one machine per batch, each followed by a health gate.
 	var cp []*work
-	for _, w := range all[:groupStart[0]] {
-		if w.disrupts() {
+	for i := range all[:groupStart[0]] {
+		if w := &all[i]; w.disrupts() {
 			cp = append(cp, w)
 		}
 	}
@@ -449,12 +487,13 @@ func (p *Planner) Plan(ctx context.Context, c Cluster) (*RolloutPlan, error) {
 	}
 	src := make([]int, len(all)) // src[k]: the input index of the entry that goes to k
 	rest := offset[len(plan.Batches)]
-	for i, w := range all {
+	for i := range all {
+		w := &all[i]
 		if !w.disrupts() {
 			w.pm.ToVersion = w.pm.FromVersion
 		}
 		if w.pm.Batch > 0 {
-			src[offset[w.pm.Batch-1]+w.pos] = i
+			src[offset[w.pm.Batch-1]+int(w.pos)] = i
 		} else {
 			src[rest] = i
 			rest++
@@ -480,7 +519,10 @@ func (p *Planner) Plan(ctx context.Context, c Cluster) (*RolloutPlan, error) {
 	return plan, nil
 }
 
-func (p *Planner) choose(ctx context.Context, c *Cluster, w *work) error {
+// choose decides w's machine (unless its Decision is given) and has s
+// choose its method. With sc non-nil, sd (p.decider) builds the Decision
+// in sc: s must then be scratchSafe.
+func (p *Planner) choose(ctx context.Context, c *Cluster, w *work, s Strategy, sd scratchDecider, sc *decideScratch) error {
 	m := w.m
 	var d Decision
 	switch {
@@ -490,7 +532,12 @@ func (p *Planner) choose(ctx context.Context, c *Cluster, w *work) error {
 		d = *m.Decision
 	default:
 		var err error
-		if d, err = p.decider.Decide(ctx, m.Changes); err != nil {
+		if sc != nil {
+			d, err = sd.decideInto(ctx, m.Changes, sc)
+		} else {
+			d, err = p.decider.Decide(ctx, m.Changes)
+		}
+		if err != nil {
 			return fmt.Errorf("deciding %s: %w", w.pm.Machine, err)
 		}
 	}
@@ -502,10 +549,6 @@ func (p *Planner) choose(ctx context.Context, c *Cluster, w *work) error {
 		w.pm.Outcome = OutcomeNoChange
 	}
 	w.pm.InPlaceFields, w.pm.UncoveredFields = fields(d.InPlace, d.Uncovered)
-	s := p.strategy
-	if w.group >= 0 && c.Workers[w.group].Strategy != nil {
-		s = c.Workers[w.group].Strategy
-	}
 	ch, ok := s.Choose(d)
 	if !ok {
 		ch = Choice{Method: MethodBlocked, Strategy: s.Name(), Reason: fmt.Sprintf("strategy %s does not handle a %s decision", s.Name(), d.Outcome)}
@@ -518,18 +561,19 @@ func (p *Planner) choose(ctx context.Context, c *Cluster, w *work) error {
 // control plane moves one minor at a time and never leaves a kubelet more
 // than three minors behind; a kubelet never gets newer than the oldest API
 // server the control plane will have; kubeadm cannot skip a minor in place.
-func (p *Planner) checkSkew(all []*work, target *version.Version) {
+func (p *Planner) checkSkew(all []work, target *version.Version) {
 	if target == nil {
 		return
 	}
 	var oldestKubelet *work
-	for _, w := range all {
-		if w.group >= 0 && w.ver != nil && (oldestKubelet == nil || w.ver.LessThan(oldestKubelet.ver)) {
+	for i := range all {
+		if w := &all[i]; w.group >= 0 && w.ver != nil && (oldestKubelet == nil || w.ver.LessThan(oldestKubelet.ver)) {
 			oldestKubelet = w
 		}
 	}
 	var api *version.Version // the oldest API server once the plan has run
-	for _, w := range all {
+	for i := range all {
+		w := &all[i]
 		if w.group >= 0 || w.ver == nil {
 			continue
 		}
@@ -549,7 +593,8 @@ func (p *Planner) checkSkew(all []*work, target *version.Version) {
 			api = after
 		}
 	}
-	for _, w := range all {
+	for i := range all {
+		w := &all[i]
 		if w.group < 0 || w.ver == nil || !w.disrupts() || !w.changesVersion() {
 			continue
 		}
@@ -574,7 +619,7 @@ type groupScratch struct {
 
 // planGroup batches one worker group (its machines are ws) under its
 // rollout limits and budgets.
-func (p *Planner) planGroup(plan *RolloutPlan, g *Group, lim [2]int, ws []*work, canary *int, sc *groupScratch) {
+func (p *Planner) planGroup(plan *RolloutPlan, g *Group, lim [2]int, ws []work, canary *int, sc *groupScratch) {
 	surge, unavail := lim[0], lim[1]
 	size := len(g.Machines)
 	// Budgets: which are malformed (warned, count 0) and what each allows.
@@ -588,7 +633,8 @@ func (p *Planner) planGroup(plan *RolloutPlan, g *Group, lim [2]int, ws []*work,
 		allowed[i] = n
 	}
 	todo := sc.todo[:0]
-	for _, w := range ws {
+	for k := range ws {
+		w := &ws[k]
 		if !w.disrupts() {
 			continue
 		}
@@ -656,7 +702,7 @@ func (p *Planner) planGroup(plan *RolloutPlan, g *Group, lim [2]int, ws []*work,
 					used[i]++
 				}
 			}
-			w.pm.Batch, w.pos = b.Index, len(sc.names)-start
+			w.pm.Batch, w.pos = b.Index, int32(len(sc.names)-start)
 			sc.names = append(sc.names, w.pm.Machine)
 		}
 		if end := len(sc.names); end > start {
@@ -705,7 +751,7 @@ func disruptionOf(m *Machine) Reason {
 }
 
 // sortRank ranks machines for sortWork: unhealthy first, then empty.
-func sortRank(m *Machine) int {
+func sortRank(m *Machine) int32 {
 	switch {
 	case !m.Ready:
 		return 0

@@ -139,8 +139,14 @@ func (r compiledRule) selects(c diff.Change) bool {
 	return r.pattern == nil || r.pattern.Match(c)
 }
 
-// Decide applies the policy to one machine's changes.
+// Decide applies the policy to one machine's changes; the Decision owns
+// its change sets.
 func (p *policy) Decide(ctx context.Context, cs diff.ChangeSet) (Decision, error) {
+	return p.decideInto(ctx, cs, nil)
+}
+
+// decideInto is Decide with the change sets built in sc (scratchDecider).
+func (p *policy) decideInto(ctx context.Context, cs diff.ChangeSet, sc *decideScratch) (Decision, error) {
 	if err := ctx.Err(); err != nil {
 		return Decision{}, err
 	}
@@ -170,5 +176,5 @@ func (p *policy) Decide(ctx context.Context, cs diff.ChangeSet) (Decision, error
 			return ActionInPlace, "policy"
 		}
 		return ActionReplace, ""
-	}), nil
+	}, sc), nil
 }

@@ -77,6 +77,13 @@ type Strategy interface {
 type funcStrategy struct {
 	name   string
 	choose func(d Decision) (Choice, bool)
+	// builtin marks the strategies this package builds around its own
+	// functions: choose keeps nothing of its Decision and returns nothing
+	// that shares its memory (see scratchSafe). NewStrategy's are not.
+	builtin bool
+	// wraps is the strategy a built-in one hands decisions to
+	// (FallbackStrategy's replace), which may be anyone's.
+	wraps Strategy
 }
 
 func (s funcStrategy) Name() string { return s.name }
@@ -112,7 +119,7 @@ func noChange(name string, d Decision) (Choice, bool) {
 // and leaves Replace decisions to the next strategy.
 func InPlaceStrategy() Strategy {
 	const name = "in-place"
-	return funcStrategy{name: name, choose: func(d Decision) (Choice, bool) {
+	return funcStrategy{name: name, builtin: true, choose: func(d Decision) (Choice, bool) {
 		if c, ok := noChange(name, d); ok {
 			return c, true
 		}
@@ -208,7 +215,7 @@ func RollingReplaceStrategy(r RollingUpdate) (Strategy, error) {
 		return nil, err
 	}
 	const name = "rolling-replace"
-	return funcStrategy{name: name, choose: func(d Decision) (Choice, bool) {
+	return funcStrategy{name: name, builtin: true, choose: func(d Decision) (Choice, bool) {
 		if c, ok := noChange(name, d); ok {
 			return c, true
 		}
@@ -220,7 +227,7 @@ func RollingReplaceStrategy(r RollingUpdate) (Strategy, error) {
 // new machine ready before the old one is drained.
 func ReplaceFirstStrategy() Strategy {
 	const name = "replace-first"
-	return funcStrategy{name: name, choose: func(d Decision) (Choice, bool) {
+	return funcStrategy{name: name, builtin: true, choose: func(d Decision) (Choice, bool) {
 		if c, ok := noChange(name, d); ok {
 			return c, true
 		}
@@ -232,7 +239,7 @@ func ReplaceFirstStrategy() Strategy {
 // deleted by someone else (CAPI's OnDelete rollout).
 func OnDeleteStrategy() Strategy {
 	const name = "on-delete"
-	return funcStrategy{name: name, choose: func(d Decision) (Choice, bool) {
+	return funcStrategy{name: name, builtin: true, choose: func(d Decision) (Choice, bool) {
 		if c, ok := noChange(name, d); ok {
 			return c, true
 		}
@@ -262,7 +269,7 @@ func FallbackStrategy(replace Strategy) (Strategy, error) {
 		c.Strategy = name
 		c.Reason = "in place not possible, falling back: " + c.Reason
 		return c, true
-	}}, nil
+	}, builtin: true, wraps: replace}, nil
 }
 
 // NeverReplaceStrategy fails closed: machines that can be updated in place
@@ -270,7 +277,7 @@ func FallbackStrategy(replace Strategy) (Strategy, error) {
 // changes that forbid in place.
 func NeverReplaceStrategy() Strategy {
 	const name = "never-replace"
-	return funcStrategy{name: name, choose: func(d Decision) (Choice, bool) {
+	return funcStrategy{name: name, builtin: true, choose: func(d Decision) (Choice, bool) {
 		if c, ok := noChange(name, d); ok {
 			return c, true
 		}
@@ -319,4 +326,35 @@ func (ss Strategies) Choose(d Decision) (Choice, bool) {
 	}
 	return Choice{Method: MethodBlocked, Strategy: ss.Name(),
 		Reason: fmt.Sprintf("no strategy handles a %s decision: %s", d.Outcome, d.Message)}, true
+}
+
+// maxScratchDepth bounds how deep scratchSafe looks into nested strategies
+// (Strategies in Strategies, fallbacks): a list that holds itself is
+// possible, and deeper nesting is simply not trusted.
+const maxScratchDepth = 8
+
+// scratchSafe reports whether s is known to keep nothing of the Decisions
+// it chooses from and to return nothing sharing their memory: a strategy
+// of this package built around its own functions, a FallbackStrategy whose
+// replace is one, or a Strategies list of them. The planner then may build
+// the Decision in buffers it reuses for the next machine (scratchDecider).
+// Anything else may be user code, which Decide's contract promises a
+// Decision of its own. The dynamic types are matched exactly: a type that
+// embeds Strategies and overrides Choose is not Strategies.
+func scratchSafe(s Strategy, depth int) bool {
+	if depth > maxScratchDepth {
+		return false
+	}
+	switch s := s.(type) {
+	case funcStrategy:
+		return s.builtin && (s.wraps == nil || scratchSafe(s.wraps, depth+1))
+	case Strategies:
+		for _, m := range s {
+			if m != nil && !scratchSafe(m, depth+1) {
+				return false
+			}
+		}
+		return true
+	}
+	return false
 }
