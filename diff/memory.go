@@ -116,6 +116,9 @@ func isZeroAt(p unsafe.Pointer, m *zeroMask) bool {
 	if h := int(m.hint.Load()); h < len(m.words) && binary.NativeEndian.Uint64(b[h*8:])&m.words[h] != 0 {
 		return false
 	}
+	if memzero.Bytes(p, uintptr(len(b))) {
+		return true // unset: the common case of a large type, told fastest
+	}
 	w := m.words
 	// Four words at a time: a KubeadmConfig's unset sections run to
 	// hundreds of bytes.
@@ -176,7 +179,10 @@ func presentAt(p unsafe.Pointer, fp *fieldPlan) (ok, known bool) {
 		case reflect.Array:
 			return pl.t.Len() != 0, true
 		case reflect.Map:
-			return false, false
+			if pl.strMap {
+				return len(*(*map[string]string)(p)) != 0, true
+			}
+			return reflect.NewAt(pl.t, p).Elem().Len() != 0, true
 		}
 	}
 	if fp.omitZero {

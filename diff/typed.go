@@ -55,6 +55,10 @@ type typePlan struct {
 	size      uintptr
 	// same is a struct's flat program for sameAt, made on first use.
 	same atomic.Pointer[sameProg]
+	// rootScope and metaScope index the fields in scope at the root
+	// (spec, metadata) and in metadata (labels, annotations): the walk
+	// visits no other (walker.scopeAllows).
+	rootScope, metaScope []int
 }
 
 type fieldPlan struct {
@@ -160,6 +164,14 @@ func buildPlan(t reflect.Type, building map[reflect.Type]*typePlan) *typePlan {
 	case reflect.Struct:
 		p.byName = map[string]int{}
 		addFields(p, t, nil, 0, true, building)
+		for i, f := range p.fields {
+			switch f.name {
+			case "spec", "metadata":
+				p.rootScope = append(p.rootScope, i)
+			case "labels", "annotations":
+				p.metaScope = append(p.metaScope, i)
+			}
+		}
 	}
 	return p
 }
@@ -431,9 +443,15 @@ func (w *walker) cmpTyped(a, b reflect.Value, aOK, bOK bool, p *typePlan) {
 	}
 	switch p.kind {
 	case reflect.Struct:
-		// The scope limits only the root's fields and metadata's.
-		scoped := len(w.frames)-w.prefix == 0 ||
-			(len(w.frames)-w.prefix == 1 && w.frames[w.prefix].name == "metadata")
+		// The scope limits only the root's fields and metadata's
+		// (scopeAllows): only those in it are visited.
+		n, scope := len(p.fields), []int(nil)
+		switch {
+		case len(w.frames)-w.prefix == 0:
+			n, scope = len(p.rootScope), p.rootScope
+		case len(w.frames)-w.prefix == 1 && w.frames[w.prefix].name == "metadata":
+			n, scope = len(p.metaScope), p.metaScope
+		}
 		// Addressable structs (all but map values and interface contents)
 		// are read in memory: see memory.go.
 		var baseA, baseB unsafe.Pointer
@@ -444,14 +462,15 @@ func (w *walker) cmpTyped(a, b reflect.Value, aOK, bOK bool, p *typePlan) {
 			baseB = unsafe.Pointer(b.UnsafeAddr())
 		}
 		inMemory := fastPaths && (!aOK || baseA != nil) && (!bOK || baseB != nil)
-		for i := range p.fields {
+		for k := range n {
 			if w.done() {
 				return
 			}
-			fp := &p.fields[i]
-			if scoped && !w.scopeAllows(fp.name) {
-				continue // status and most of metadata: not even looked at
+			i := k
+			if scope != nil {
+				i = scope[k] // status and most of metadata: not even looked at
 			}
+			fp := &p.fields[i]
 			var fa, fb reflect.Value
 			var pa, pb bool
 			var ptrA, ptrB unsafe.Pointer

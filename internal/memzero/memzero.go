@@ -1,11 +1,12 @@
 // Package memzero tells whether a span of a Go value's memory is all zero
-// bytes, a word at a time. It serves the typed walks of diff and drift,
+// bytes. It serves the typed walks of diff and drift,
 // which read fields at offsets their cached type plans hold; it is not for
 // values whose zero is not all zero bytes (floats' -0, strings with a
 // non-nil data pointer): those callers check such fields by kind.
 package memzero
 
 import (
+	"bytes"
 	"encoding/binary"
 	"unsafe"
 )
@@ -14,14 +15,17 @@ import (
 // live Go value of at least n bytes.
 func Bytes(p unsafe.Pointer, n uintptr) bool {
 	b := unsafe.Slice((*byte)(p), n)
-	// Four words at a time: nested zero structs (a KubeadmConfig's unset
-	// sections) run to hundreds of bytes.
-	for len(b) >= 32 {
-		if binary.NativeEndian.Uint64(b)|binary.NativeEndian.Uint64(b[8:])|
-			binary.NativeEndian.Uint64(b[16:])|binary.NativeEndian.Uint64(b[24:]) != 0 {
-			return false
+	if len(b) >= 64 {
+		// Nested zero structs (a KubeadmConfig's unset sections) run to
+		// hundreds of bytes: compared with zeros by the runtime's vector
+		// code, several times faster than words.
+		for len(b) > len(zeros) {
+			if !bytes.Equal(b[:len(zeros)], zeros[:]) {
+				return false
+			}
+			b = b[len(zeros):]
 		}
-		b = b[32:]
+		return bytes.Equal(b, zeros[:len(b)])
 	}
 	for len(b) >= 8 {
 		if binary.NativeEndian.Uint64(b) != 0 {
@@ -36,3 +40,6 @@ func Bytes(p unsafe.Pointer, n uintptr) bool {
 	}
 	return true
 }
+
+// zeros is what Bytes compares long spans with.
+var zeros [4096]byte

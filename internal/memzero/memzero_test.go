@@ -7,10 +7,15 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// TestBytes: every length from 0 to 100 (the 32- and 8-byte strides and
-// the tail), all zero and with one non-zero byte at each position.
+// TestBytes: every length from 0 to 130 (the word loop, the vector
+// compare from 64 bytes, the tail) and lengths around the 4 KiB chunks of
+// zeros, all zero and with one non-zero byte at each position.
 func TestBytes(t *testing.T) {
-	for n := range 101 {
+	lengths := []int{4095, 4096, 4097, 8192, 8193, 12000}
+	for n := range 131 {
+		lengths = append(lengths, n)
+	}
+	for _, n := range lengths {
 		b := make([]byte, n+1) // one byte past the span, never read as part of it
 		b[n] = 1
 		p := unsafe.Pointer(unsafe.SliceData(b))
