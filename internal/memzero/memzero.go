@@ -1,8 +1,9 @@
 // Package memzero tells whether a span of a Go value's memory is all zero
-// bytes: Bytes a word at a time, Long for long spans that are mostly zero. It serves the typed walks of diff and drift,
-// which read fields at offsets their cached type plans hold; it is not for
-// values whose zero is not all zero bytes (floats' -0, strings with a
-// non-nil data pointer): those callers check such fields by kind.
+// bytes: Bytes a word at a time, Long for long spans that are mostly zero.
+// It serves the typed walks of diff and drift, which read fields at
+// offsets their cached type plans hold; it is not for values whose zero is
+// not all zero bytes (floats' -0, strings with a non-nil data pointer):
+// those callers check such fields by kind (diff's zero masks).
 package memzero
 
 import (
