@@ -115,7 +115,10 @@ func randomCluster(r *rand.Rand) (Cluster, PlannerOptions) {
 	return c, PlannerOptions{Clock: clocktesting.NewFakePassiveClock(now), Canary: r.Intn(4), MaxFailures: r.Intn(6)}
 }
 
-func TestPlanProperties(t *testing.T) {
+// planRand is a random source seeded from the clock, or from PLAN_SEED to
+// replay a failure, and its seed (logged, and for failure messages).
+func planRand(t *testing.T) (*rand.Rand, int64) {
+	t.Helper()
 	seed := time.Now().UnixNano()
 	if s := os.Getenv("PLAN_SEED"); s != "" { // replay a failure: PLAN_SEED=<seed>
 		var err error
@@ -123,7 +126,11 @@ func TestPlanProperties(t *testing.T) {
 		require.NoError(t, err)
 	}
 	t.Logf("seed %d (replay with PLAN_SEED=%d)", seed, seed)
-	r := rand.New(rand.NewSource(seed))
+	return rand.New(rand.NewSource(seed)), seed
+}
+
+func TestPlanProperties(t *testing.T) {
+	r, seed := planRand(t)
 	const clusters = 1500
 	var machines, batches, blocked, skipped, orders int
 	for i := range clusters {

@@ -4,12 +4,9 @@ import (
 	"context"
 	"fmt"
 	"math/rand"
-	"os"
 	"reflect"
-	"strconv"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/stretchr/testify/require"
@@ -179,14 +176,7 @@ func scratchCluster(t *testing.T, r *rand.Rand, withVersion, without []diff.Chan
 // gives the plan that deciding every machine into a Decision of its own
 // gives, over random clusters, deciders and strategies.
 func TestPlanScratchOracle(t *testing.T) {
-	seed := time.Now().UnixNano()
-	if s := os.Getenv("PLAN_SEED"); s != "" { // replay a failure: PLAN_SEED=<seed>
-		var err error
-		seed, err = strconv.ParseInt(s, 10, 64)
-		require.NoError(t, err)
-	}
-	t.Logf("seed %d (replay with PLAN_SEED=%d)", seed, seed)
-	r := rand.New(rand.NewSource(seed))
+	r, seed := planRand(t)
 	withVersion, without := scratchChangeSets(t)
 	strategies := scratchStrategies(t)
 	deciders := scratchDeciders(t)
