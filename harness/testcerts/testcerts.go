@@ -11,6 +11,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 )
@@ -88,13 +89,32 @@ func WriteFiles(dir string) (*x509.CertPool, error) {
 	return pool, nil
 }
 
-// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
+// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago and
+// that no earlier call in this process returned: the kernel may hand a
+// port that was just closed out again, and a test that asks for two (a
+// webhook and a metrics server) must not get one port twice.
 func FreePort(t testing.TB) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("testcerts: %v", err)
+	handedOut.mu.Lock()
+	defer handedOut.mu.Unlock()
+	for range 1000 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatalf("testcerts: %v", err)
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		_ = l.Close()
+		if !handedOut.ports[port] {
+			handedOut.ports[port] = true
+			return port
+		}
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	t.Fatalf("testcerts: no port that was not handed out before in 1,000 tries")
+	return 0
 }
+
+// handedOut holds the ports FreePort returned.
+var handedOut = struct {
+	mu    sync.Mutex
+	ports map[int]bool
+}{ports: map[int]bool{}}

@@ -37,3 +37,24 @@ func TestWriteServesTLSTheCATrusts(t *testing.T) {
 		t.Fatal("an untrusting client connected")
 	}
 }
+
+// TestFreePortNeverTwice: ports come back distinct however often a test
+// asks (the kernel may offer a just-closed port again), and each is free
+// to listen on.
+func TestFreePortNeverTwice(t *testing.T) {
+	seen := map[int]bool{}
+	for range 300 {
+		p := testcerts.FreePort(t)
+		if seen[p] {
+			t.Fatalf("port %d handed out twice", p)
+		}
+		seen[p] = true
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(testcerts.FreePort(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
