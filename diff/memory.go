@@ -332,23 +332,20 @@ type stepKind uint8
 
 const (
 	stepString stepKind = iota
-	stepU8
+	stepU8              // a 1-byte number or bool
 	stepU16
 	stepU32
 	stepU64
 	stepF32
 	stepF64
-	stepPtrString // pointer to a string
-	stepPtrU8     // pointer to a 1-byte number or bool
-	stepPtrU32
-	stepPtrU64
 	stepCall // anything else: sameAt with the field's plan
 )
 
 type sameStep struct {
 	off  uintptr
 	kind stepKind
-	rel  int // levels below the struct: the depth sameAt is called with is depth+rel
+	ptr  bool // the field is a pointer to the value kind compares
+	rel  int  // levels below the struct: the depth sameAt is called with is depth+rel
 	plan *typePlan
 }
 
@@ -380,34 +377,25 @@ func (prog *sameProg) add(p *typePlan, off uintptr, rel int) {
 			continue
 		}
 		step := sameStep{off: at, kind: stepCall, rel: r, plan: fpl}
-		if fpl.leaf == leafNone {
-			if k, ok := scalarStep(fpl); ok {
-				step.kind = k
-				prog.maxRel = max(prog.maxRel, r)
-			} else if fpl.kind == reflect.Pointer && fpl.elem.leaf == leafNone {
-				if k, ok := scalarStep(fpl.elem); ok {
-					switch k {
-					case stepString:
-						step.kind = stepPtrString
-					case stepU8:
-						step.kind = stepPtrU8
-					case stepU32:
-						step.kind = stepPtrU32
-					case stepU64:
-						step.kind = stepPtrU64
-					}
-					if step.kind != stepCall {
-						prog.maxRel = max(prog.maxRel, r+1) // the pointer, then its target
-					}
-				}
+		if k, ok := scalarStep(fpl); ok {
+			step.kind = k
+			prog.maxRel = max(prog.maxRel, r)
+		} else if fpl.leaf == leafNone && fpl.kind == reflect.Pointer {
+			if k, ok := scalarStep(fpl.elem); ok {
+				step.kind, step.ptr = k, true
+				prog.maxRel = max(prog.maxRel, r+1) // the pointer, then its target
 			}
 		}
 		prog.steps = append(prog.steps, step)
 	}
 }
 
-// scalarStep is the step comparing a string, bool or number of plan p.
+// scalarStep is the step comparing a string, bool or number of plan p
+// (not a leaf kind such as a marshaler: sameAt leaves those to the walk).
 func scalarStep(p *typePlan) (stepKind, bool) {
+	if p.leaf != leafNone {
+		return stepCall, false
+	}
 	switch p.kind {
 	case reflect.String:
 		return stepString, true
@@ -432,11 +420,21 @@ func scalarStep(p *typePlan) (stepKind, bool) {
 }
 
 // run is sameAt for the struct stored at a and b, depth levels down; the
-// caller has checked depth+maxRel against maxDepth.
+// caller has checked depth+maxRel against maxDepth. Scalars compare as in
+// sameAt: equal bytes, floats equal and finite.
 func (prog *sameProg) run(a, b unsafe.Pointer, depth, maxDepth int) bool {
 	for i := range prog.steps {
 		s := &prog.steps[i]
 		x, y := unsafe.Add(a, s.off), unsafe.Add(b, s.off)
+		if s.ptr {
+			x, y = *(*unsafe.Pointer)(x), *(*unsafe.Pointer)(y)
+			if x == nil || y == nil {
+				if x != y {
+					return false
+				}
+				continue
+			}
+		}
 		switch s.kind {
 		case stepString:
 			if *(*string)(x) != *(*string)(y) {
@@ -466,35 +464,9 @@ func (prog *sameProg) run(a, b unsafe.Pointer, depth, maxDepth int) bool {
 			if f, g := *(*float64)(x), *(*float64)(y); f != g || math.IsInf(f, 0) {
 				return false
 			}
-		case stepCall:
+		default: // stepCall
 			if !sameAt(x, y, s.plan, depth+s.rel, maxDepth) {
 				return false
-			}
-		default: // a pointer to a string or a number
-			px, py := *(*unsafe.Pointer)(x), *(*unsafe.Pointer)(y)
-			if px == nil || py == nil {
-				if px != py {
-					return false
-				}
-				continue
-			}
-			switch s.kind {
-			case stepPtrString:
-				if *(*string)(px) != *(*string)(py) {
-					return false
-				}
-			case stepPtrU8:
-				if *(*uint8)(px) != *(*uint8)(py) {
-					return false
-				}
-			case stepPtrU32:
-				if *(*uint32)(px) != *(*uint32)(py) {
-					return false
-				}
-			case stepPtrU64:
-				if *(*uint64)(px) != *(*uint64)(py) {
-					return false
-				}
 			}
 		}
 	}

@@ -55,9 +55,8 @@ type typePlan struct {
 	size      uintptr
 	// same is a struct's flat program for sameAt, made on first use.
 	same atomic.Pointer[sameProg]
-	// rootScope and metaScope index the fields in scope at the root
-	// (spec, metadata) and in metadata (labels, annotations): the walk
-	// visits no other (walker.scopeAllows).
+	// rootScope and metaScope index the fields in scope at the root and
+	// in metadata (inRootScope, inMetaScope): the walk visits no other.
 	rootScope, metaScope []int
 }
 
@@ -165,10 +164,10 @@ func buildPlan(t reflect.Type, building map[reflect.Type]*typePlan) *typePlan {
 		p.byName = map[string]int{}
 		addFields(p, t, nil, 0, true, building)
 		for i, f := range p.fields {
-			switch f.name {
-			case "spec", "metadata":
+			switch {
+			case inRootScope(f.name):
 				p.rootScope = append(p.rootScope, i)
-			case "labels", "annotations":
+			case inMetaScope(f.name):
 				p.metaScope = append(p.metaScope, i)
 			}
 		}

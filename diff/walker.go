@@ -90,14 +90,21 @@ func (w *walker) boxString(s string) any {
 func (w *walker) scopeAllows(name string) bool {
 	switch len(w.frames) - w.prefix {
 	case 0:
-		return name == "spec" || name == "metadata"
+		return inRootScope(name)
 	case 1:
 		if w.frames[w.prefix].name == "metadata" {
-			return name == "labels" || name == "annotations"
+			return inMetaScope(name)
 		}
 	}
 	return true
 }
+
+// inRootScope and inMetaScope are the scope: the root's members compared,
+// and metadata's. Typed plans list their fields in scope by them
+// (typePlan.rootScope, metaScope).
+func inRootScope(name string) bool { return name == "spec" || name == "metadata" }
+
+func inMetaScope(name string) bool { return name == "labels" || name == "annotations" }
 
 func (w *walker) reset(cfg *config, obj Object, kind string, first bool) {
 	w.cfg, w.obj, w.kind, w.first = cfg, obj, kind, first
